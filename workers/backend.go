@@ -1,0 +1,106 @@
+// Package workers holds what kvgate knows about the engines it routes to: a
+// worker's address, protocol, role, health and live load, the registry that
+// hands policies a consistent snapshot of them, and one adapter per engine
+// protocol. Adapters translate kvgate's neutral request and stream types to the
+// engines' gRPC messages and back; protocol differences stay inside them.
+package workers
+
+import (
+	"context"
+	"errors"
+)
+
+// Sampling holds decoding parameters. A nil pointer means "unset": the adapter
+// sends what the engine treats as its default (SGLang needs temperature 1.0,
+// top_p 1.0 and top_k -1 spelled out, because proto3 zero values are not its
+// defaults).
+type Sampling struct {
+	Temperature       *float32
+	TopP              *float32
+	TopK              *int32 // -1 or 0 disables top-k
+	MinP              *float32
+	FrequencyPenalty  *float32
+	PresencePenalty   *float32
+	RepetitionPenalty *float32
+	MaxNewTokens      *uint32
+	MinNewTokens      uint32
+	StopTokenIDs      []uint32
+	IgnoreEOS         bool
+	Seed              *int32
+}
+
+// GenerateRequest is one generation, in the router's protocol-neutral terms.
+type GenerateRequest struct {
+	RequestID string
+	InputIDs  []uint32
+	Sampling  Sampling
+}
+
+// Chunk is one message of an engine's generation stream: either incremental
+// tokens (Final == nil) or the completion (Final != nil, TokenIDs empty).
+type Chunk struct {
+	// TokenIDs are the tokens produced since the previous chunk.
+	TokenIDs []uint32
+	// Counters as reported by the engine; they are running totals.
+	PromptTokens     uint32
+	CompletionTokens uint32
+	CachedTokens     uint32
+	// Final is set on the last message of the stream.
+	Final *Completion
+}
+
+// Completion is the end of a generation as the engine reported it.
+type Completion struct {
+	OutputIDs []uint32
+	// FinishReason is "stop", "length" or "abort".
+	FinishReason       string
+	MatchedStopTokenID *uint32
+	PromptTokens       uint32
+	CompletionTokens   uint32
+	CachedTokens       uint32
+}
+
+// Stream yields an engine's generation messages in order. Recv returns the
+// completion as a Chunk with Final set, then io.EOF. Errors from the engine are
+// gRPC status errors.
+type Stream interface {
+	Recv() (Chunk, error)
+}
+
+// Load is an engine's own view of its load, summed over its data-parallel ranks.
+type Load struct {
+	Running        int
+	Waiting        int
+	UsedTokens     int
+	MaxTotalTokens int
+	// TokenUsage is the fraction of KV cache in use, in [0, 1].
+	TokenUsage float64
+	// CacheHitRate is the engine's prefix cache hit rate, in [0, 1].
+	CacheHitRate float64
+}
+
+// ModelInfo is what an engine says about the model it serves and its cache.
+type ModelInfo struct {
+	Model            string
+	VocabSize        int
+	MaxContextLength int
+	EOSTokenIDs      []uint32
+	// PageSize is the KV cache page size in tokens; 0 when not reported.
+	PageSize int
+	// KVCapacityTokens is the KV cache size in tokens; 0 when not reported.
+	KVCapacityTokens int
+}
+
+// Backend is one engine protocol's client: the adapter between kvgate's neutral
+// types and the engine's gRPC service.
+type Backend interface {
+	Generate(ctx context.Context, req *GenerateRequest) (Stream, error)
+	Abort(ctx context.Context, requestID string) error
+	Health(ctx context.Context) error
+	Loads(ctx context.Context) (Load, error)
+	Info(ctx context.Context) (ModelInfo, error)
+}
+
+// ErrUnhealthy is returned by Backend.Health when the engine answers but says it
+// is not healthy.
+var ErrUnhealthy = errors.New("engine reports unhealthy")
