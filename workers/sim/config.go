@@ -1,0 +1,184 @@
+package sim
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+)
+
+// Protocols the simulated engine can speak.
+const (
+	ProtocolSGLang = "sglang"
+	ProtocolVLLM   = "vllm"
+)
+
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("sim: invalid config")
+
+// Config describes one simulated engine. Start from DefaultConfig: New does
+// not fill in zero fields, because zero is meaningful for several of them
+// (TimeScale, EOSTokenID, RequestOverhead).
+//
+// The defaults approximate Llama-3.1-8B in bf16 on one 80 GB H100:
+//
+//   - KV cache: 2 (K,V) x 32 layers x 8 KV heads x 128 dims x 2 bytes = 128 KiB
+//     per token. 80 GB minus ~16 GB of weights and ~10 GB of activations and
+//     CUDA graphs leaves ~52 GB, i.e. ~400,000 tokens.
+//   - Prefill: ~16 GFLOP per token; at ~40% of the H100's ~990 TFLOPS dense
+//     bf16 that is ~25,000 tokens/s, rounded down to 20,000 for attention cost
+//     on long prompts.
+//   - Decode: one step reads all 16 GB of weights; at 3.35 TB/s that is ~5 ms,
+//     ~8 ms with kernel launch and sampling overhead at small batch. Each extra
+//     running request adds KV reads and batch work, modelled as 0.05 ms/step.
+//
+// Every figure the simulator produces inherits these assumptions.
+type Config struct {
+	// Protocol is the worker protocol served: "sglang" or "vllm".
+	Protocol string
+	// Model is the served model name (also reported as the model path).
+	Model string
+	// VocabSize bounds input and output token ids.
+	VocabSize int
+	// MaxContextLength bounds prompt + generated tokens (Llama-3.1: 131072).
+	MaxContextLength int
+	// EOSTokenID is the end-of-sequence token (Llama-3: 128001).
+	EOSTokenID uint32
+	// PageSize is the KV cache page (block) size in tokens.
+	PageSize int
+	// KVCapacityTokens is the KV cache size in tokens.
+	KVCapacityTokens int
+	// PrefillTokensPerSec is the prefill throughput of the whole engine.
+	PrefillTokensPerSec float64
+	// RequestOverhead is a fixed per-request delay before the first token
+	// (scheduling, tokenizer-free input handling, first sampling step).
+	RequestOverhead time.Duration
+	// DecodeMsPerToken is the base duration of one decode step.
+	DecodeMsPerToken float64
+	// DecodeMsPerRunning is added to each decode step per running request.
+	DecodeMsPerRunning float64
+	// MaxRunning caps concurrently running requests; the rest wait (FIFO).
+	MaxRunning int
+	// TimeScale multiplies every delay. 0 means no delays at all (tests);
+	// queueing and ordering still hold.
+	TimeScale float64
+	// Seed is mixed into every request's sampling seed.
+	Seed int64
+	// Faults are the initial injected faults (see Engine.SetFaults).
+	Faults Faults
+	// Logger receives debug logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Faults are failures the engine injects, to test the router's error paths.
+type Faults struct {
+	// DropAfterTokens > 0 ends each Generate stream with UNAVAILABLE after
+	// that many tokens, as when an engine process dies mid-stream.
+	DropAfterTokens int
+	// Unavailable makes Generate fail at once with UNAVAILABLE.
+	Unavailable bool
+	// StallAfterTokens > 0 stops each stream after that many tokens and holds
+	// it (and its KV pages) until the client goes away or aborts.
+	StallAfterTokens int
+	// Unhealthy makes HealthCheck answer healthy=false.
+	Unhealthy bool
+}
+
+// DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
+// with constants approximating an 8B model on one H100 (see Config).
+func DefaultConfig() Config {
+	return Config{
+		Protocol:            ProtocolSGLang,
+		Model:               "kvgate-sim-8b",
+		VocabSize:           128256,
+		MaxContextLength:    131072,
+		EOSTokenID:          128001,
+		PageSize:            16,
+		KVCapacityTokens:    400000,
+		PrefillTokensPerSec: 20000,
+		RequestOverhead:     5 * time.Millisecond,
+		DecodeMsPerToken:    8,
+		DecodeMsPerRunning:  0.05,
+		MaxRunning:          256,
+		TimeScale:           1,
+	}
+}
+
+// RegisterFlags binds the config's fields to flags on fs, using the current
+// values as defaults (call it on DefaultConfig()).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	const h100 = " (default approximates an 8B model on one H100)"
+	fs.StringVar(&c.Protocol, "protocol", c.Protocol, `worker protocol to serve: "sglang" or "vllm"`)
+	fs.StringVar(&c.Model, "model", c.Model, "served model name")
+	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "vocabulary size; token ids must be below it")
+	fs.IntVar(&c.MaxContextLength, "max-context-length", c.MaxContextLength, "maximum prompt + generated tokens")
+	fs.Var((*uint32Value)(&c.EOSTokenID), "eos-token-id", "end-of-sequence token id")
+	fs.IntVar(&c.PageSize, "page-size", c.PageSize, "KV cache page size in tokens")
+	fs.IntVar(&c.KVCapacityTokens, "kv-capacity-tokens", c.KVCapacityTokens, "KV cache capacity in tokens"+h100)
+	fs.Float64Var(&c.PrefillTokensPerSec, "prefill-tokens-per-sec", c.PrefillTokensPerSec, "prefill throughput, shared by all requests"+h100)
+	fs.DurationVar(&c.RequestOverhead, "request-overhead", c.RequestOverhead, "fixed per-request delay before the first token"+h100)
+	fs.Float64Var(&c.DecodeMsPerToken, "decode-ms-per-token", c.DecodeMsPerToken, "base decode step in milliseconds"+h100)
+	fs.Float64Var(&c.DecodeMsPerRunning, "decode-ms-per-running", c.DecodeMsPerRunning, "extra milliseconds per decode step for each running request"+h100)
+	fs.IntVar(&c.MaxRunning, "max-running", c.MaxRunning, "maximum running requests; the rest wait in a FIFO queue")
+	fs.Float64Var(&c.TimeScale, "time-scale", c.TimeScale, "multiplies every delay; 0 runs as fast as possible")
+	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed mixed into every request's sampling")
+	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
+	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
+	fs.IntVar(&c.Faults.StallAfterTokens, "stall-after", c.Faults.StallAfterTokens, "fault: stop sending after this many tokens and hold the stream (0: never)")
+	fs.BoolVar(&c.Faults.Unhealthy, "unhealthy", c.Faults.Unhealthy, "fault: HealthCheck answers healthy=false")
+}
+
+// uint32Value is a flag.Value for a uint32 field.
+type uint32Value uint32
+
+func (v *uint32Value) String() string { return strconv.FormatUint(uint64(*v), 10) }
+func (v *uint32Value) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return err
+	}
+	*v = uint32Value(n)
+	return nil
+}
+
+// validate reports the first bad field.
+func (c *Config) validate() error {
+	bad := func(field string, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Protocol != ProtocolSGLang && c.Protocol != ProtocolVLLM:
+		return bad("Protocol", "must be %q or %q, got %q", ProtocolSGLang, ProtocolVLLM, c.Protocol)
+	case c.Model == "":
+		return bad("Model", "must not be empty")
+	case c.VocabSize <= 0:
+		return bad("VocabSize", "must be > 0, got %d", c.VocabSize)
+	case int64(c.EOSTokenID) >= int64(c.VocabSize):
+		return bad("EOSTokenID", "must be < VocabSize (%d), got %d", c.VocabSize, c.EOSTokenID)
+	case c.MaxContextLength <= 0:
+		return bad("MaxContextLength", "must be > 0, got %d", c.MaxContextLength)
+	case c.PageSize <= 0:
+		return bad("PageSize", "must be > 0, got %d", c.PageSize)
+	case c.KVCapacityTokens < c.PageSize:
+		return bad("KVCapacityTokens", "must hold at least one page (%d tokens), got %d", c.PageSize, c.KVCapacityTokens)
+	case !(c.PrefillTokensPerSec > 0):
+		return bad("PrefillTokensPerSec", "must be > 0, got %v", c.PrefillTokensPerSec)
+	case c.RequestOverhead < 0:
+		return bad("RequestOverhead", "must be >= 0, got %v", c.RequestOverhead)
+	case !(c.DecodeMsPerToken >= 0):
+		return bad("DecodeMsPerToken", "must be >= 0, got %v", c.DecodeMsPerToken)
+	case !(c.DecodeMsPerRunning >= 0):
+		return bad("DecodeMsPerRunning", "must be >= 0, got %v", c.DecodeMsPerRunning)
+	case c.MaxRunning <= 0:
+		return bad("MaxRunning", "must be > 0, got %d", c.MaxRunning)
+	case !(c.TimeScale >= 0):
+		return bad("TimeScale", "must be >= 0, got %v", c.TimeScale)
+	case c.Faults.DropAfterTokens < 0:
+		return bad("Faults.DropAfterTokens", "must be >= 0, got %d", c.Faults.DropAfterTokens)
+	case c.Faults.StallAfterTokens < 0:
+		return bad("Faults.StallAfterTokens", "must be >= 0, got %d", c.Faults.StallAfterTokens)
+	}
+	return nil
+}

@@ -1,0 +1,272 @@
+// Package sim is a simulated LLM inference engine that speaks the SGLang and
+// vLLM worker gRPC protocols. Tests and kvgate's embedded default run the
+// router against it instead of GPUs: it behaves like a real engine in
+// everything a router can observe — streaming token ids, a paged prefix cache
+// whose hits show up in cached_tokens, queueing and latency under load, load
+// reports, KV cache events, aborts, and injected faults.
+//
+// Its latency and capacity constants approximate an 8B model on one H100 (see
+// Config); every measurement taken against it inherits that assumption.
+//
+// The model of the engine:
+//
+//   - Admission: requests wait in one FIFO queue until fewer than MaxRunning
+//     are running and the prompt's whole pages fit in the KV cache (after
+//     evicting unpinned pages). The head of the queue blocks those behind it.
+//   - Prefill: one lane, in admission order: a request's uncached prompt
+//     tokens take uncached/PrefillTokensPerSec after the previous prefill
+//     ends. RequestOverhead is added before the first token.
+//   - Decode: one token per step per request; a step lasts DecodeMsPerToken
+//     plus DecodeMsPerRunning for each running request.
+//   - KV cache: see pageCache. A running request pins its prompt's whole
+//     pages. When it finishes (stop or length) the whole pages of prompt +
+//     output (minus the last token, which has no KV yet) are cached, as
+//     SGLang's radix cache does; aborted and failed requests cache nothing new.
+//     Tokens a request generates, and its prompt's partial last page, are
+//     private and not limited by capacity (no preemption is modelled), but
+//     they count as used in load reports.
+package sim
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/api/gen/vllm"
+)
+
+// Engine is one simulated engine. Its methods are safe for concurrent use.
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	start   time.Time
+	faults  atomic.Pointer[Faults]
+	closed  chan struct{}
+	closing sync.Once
+
+	mu            sync.Mutex
+	cache         *pageCache
+	reqs          map[string]*request // waiting or running, by id
+	queue         []*request          // waiting, FIFO
+	running       int
+	prefillFreeAt time.Time
+	nextAnonID    uint64
+	counters      counters
+	tput          throughput
+	events        eventHub
+}
+
+// throughput measures output tokens per second over windows of at least a
+// second, closed when loads are polled (like an engine's periodic log line).
+type throughput struct {
+	since  time.Time
+	tokens uint64
+	rate   float64
+}
+
+// Stats is a snapshot of the engine's state and lifetime counters, for tests.
+type Stats struct {
+	Running int
+	Waiting int
+	// UsedTokens is the KV held by running requests: their pinned prompt
+	// pages (shared pages once) plus their private tokens (the prompt's
+	// partial last page and everything generated so far). Cached pages that
+	// nothing pins are free to evict and are not counted. This is what the
+	// engine reports as num_used_tokens, like SGLang.
+	UsedTokens int
+	// CachedPages is the number of pages in the prefix cache, pinned or not.
+	CachedPages int
+	// PinnedPages is the number of cached pages running requests hold.
+	PinnedPages    int
+	CapacityTokens int
+
+	Requests   uint64 // Generate calls accepted into the queue
+	Completed  uint64 // finished with "stop" or "length"
+	Aborted    uint64 // requests ended by an Abort RPC
+	AbortCalls uint64 // Abort RPCs received, whether or not the id was known
+	Cancelled  uint64 // requests ended because the client's context ended
+	Failed     uint64 // streams ended by an injected fault (DropAfterTokens)
+	Rejected   uint64 // refused: invalid argument, duplicate id, Unavailable fault
+
+	PromptTokens       uint64 // prompt tokens of admitted requests
+	CachedPromptTokens uint64 // of those, served from the prefix cache
+	GeneratedTokens    uint64 // output tokens produced
+	KVSubscribers      int    // open SubscribeKvEvents streams
+}
+
+type counters struct {
+	requests, completed, aborted, abortCalls, cancelled, failed, rejected uint64
+	promptTokens, cachedPromptTokens, generatedTokens                     uint64
+}
+
+// New returns an engine for cfg, or an error wrapping ErrInvalidConfig that
+// names the bad field.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	e := &Engine{
+		cfg:    cfg,
+		log:    log.With("component", "sim", "protocol", cfg.Protocol),
+		start:  time.Now(),
+		closed: make(chan struct{}),
+		cache:  newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize),
+		reqs:   map[string]*request{},
+		events: newEventHub(),
+	}
+	e.tput.since = e.start
+	f := cfg.Faults
+	e.faults.Store(&f)
+	return e, nil
+}
+
+// Register adds the engine's gRPC service (SGLang's SglangScheduler or vLLM's
+// VllmEngine, per Config.Protocol) to s.
+func (e *Engine) Register(s grpc.ServiceRegistrar) {
+	switch e.cfg.Protocol {
+	case ProtocolSGLang:
+		sglang.RegisterSglangSchedulerServer(s, &sglangServer{e: e})
+	case ProtocolVLLM:
+		vllm.RegisterVllmEngineServer(s, &vllmServer{e: e})
+	}
+}
+
+// Config returns the engine's configuration (Faults as at creation).
+func (e *Engine) Config() Config { return e.cfg }
+
+// SetFaults switches injected faults at runtime. Running streams see the new
+// faults at their next token.
+func (e *Engine) SetFaults(f Faults) { e.faults.Store(&f) }
+
+// Faults returns the faults currently injected.
+func (e *Engine) Faults() Faults { return *e.faults.Load() }
+
+// Close ends every open stream (Generate with UNAVAILABLE, SubscribeKvEvents
+// likewise) and refuses new work. It is idempotent.
+func (e *Engine) Close() {
+	e.closing.Do(func() { close(e.closed) })
+}
+
+// Stats returns a snapshot of the engine.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.counters
+	return Stats{
+		Running:            e.running,
+		Waiting:            len(e.queue),
+		UsedTokens:         e.usedTokensLocked(),
+		CachedPages:        e.cache.usedPages(),
+		PinnedPages:        e.cache.pinnedPages(),
+		CapacityTokens:     e.capacityTokens(),
+		Requests:           c.requests,
+		Completed:          c.completed,
+		Aborted:            c.aborted,
+		AbortCalls:         c.abortCalls,
+		Cancelled:          c.cancelled,
+		Failed:             c.failed,
+		Rejected:           c.rejected,
+		PromptTokens:       c.promptTokens,
+		CachedPromptTokens: c.cachedPromptTokens,
+		GeneratedTokens:    c.generatedTokens,
+		KVSubscribers:      len(e.events.subs),
+	}
+}
+
+func (e *Engine) capacityTokens() int { return e.cache.capacity * e.cfg.PageSize }
+
+func (e *Engine) usedTokensLocked() int {
+	used := e.cache.pinnedPages() * e.cfg.PageSize
+	for _, r := range e.reqs {
+		if r.state == stateRunning {
+			used += len(r.prompt)%e.cfg.PageSize + r.generated
+		}
+	}
+	return used
+}
+
+// flushCache drops the prefix cache when the engine is idle, as SGLang's
+// flush_cache does; it refuses while requests are waiting or running.
+func (e *Engine) flushCache() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.reqs) > 0 {
+		return fmt.Errorf("sim: cache not flushed: %d requests waiting or running", len(e.reqs))
+	}
+	e.cache.flush()
+	e.publishLocked()
+	return nil
+}
+
+// load is one scheduler's load, in the terms both protocols report.
+type load struct {
+	running, waiting, total  int
+	usedTokens, maxTokens    int
+	tokenUsage, cacheHitRate float64
+	utilization, genTput     float64
+	maxRunning               int
+	waitingUncachedTokens    int
+}
+
+func (e *Engine) load() load {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l := load{
+		running:    e.running,
+		waiting:    len(e.queue),
+		total:      e.running + len(e.queue),
+		usedTokens: e.usedTokensLocked(),
+		maxTokens:  e.capacityTokens(),
+		maxRunning: e.cfg.MaxRunning,
+	}
+	l.tokenUsage = float64(l.usedTokens) / float64(l.maxTokens)
+	l.utilization = float64(l.running) / float64(l.maxRunning)
+	if p := e.counters.promptTokens; p > 0 {
+		l.cacheHitRate = float64(e.counters.cachedPromptTokens) / float64(p)
+	}
+	if now := time.Now(); now.Sub(e.tput.since) >= time.Second {
+		e.tput.rate = float64(e.counters.generatedTokens-e.tput.tokens) / now.Sub(e.tput.since).Seconds()
+		e.tput.since, e.tput.tokens = now, e.counters.generatedTokens
+	}
+	l.genTput = e.tput.rate
+	for _, r := range e.queue {
+		l.waitingUncachedTokens += len(r.prompt) - e.cache.match(r.prompt)
+	}
+	return l
+}
+
+// bosTokenID is the begin-of-sequence id reported by GetModelInfo: the id
+// just below EOS, as in Llama-3 (128000, 128001).
+func (e *Engine) bosTokenID() int32 {
+	if e.cfg.EOSTokenID == 0 {
+		return 0
+	}
+	return int32(e.cfg.EOSTokenID - 1)
+}
+
+func (e *Engine) activeRequests() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.reqs)
+}
+
+// newSampler builds a request's sampler from protocol-neutral parameters.
+func (e *Engine) newSampler(prompt []uint32, reqSeed uint64, greedy bool, minNew int, ignoreEOS bool, stopIDs []uint32) sampler {
+	return sampler{
+		seed:      samplingSeed(e.cfg.Seed, reqSeed, greedy, prompt),
+		vocab:     uint64(e.cfg.VocabSize),
+		eos:       e.cfg.EOSTokenID,
+		minNew:    minNew,
+		ignoreEOS: ignoreEOS,
+		stopIDs:   stopIDs,
+	}
+}

@@ -1,0 +1,386 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The life of one request: validation, the FIFO queue, admission into the KV
+// cache, prefill and decode timing, and the ways it can end.
+
+type reqState int
+
+const (
+	stateWaiting reqState = iota
+	stateRunning
+	stateDone
+)
+
+// request is one generation in protocol-neutral terms; the protocol files
+// build it from their GenerateRequest.
+type request struct {
+	id     string
+	prompt []uint32
+	maxNew int
+	stream bool
+	sample sampler
+
+	// Guarded by Engine.mu.
+	state     reqState
+	lease     *lease
+	cached    int
+	generated int
+	firstAt   time.Time     // when the first token is due
+	admitted  chan struct{} // closed on admission
+	aborted   chan struct{} // closed by an Abort RPC
+}
+
+// output is one message of a generation stream: incremental tokens with
+// running totals, or the completion when final is set.
+type output struct {
+	tokens                                     []uint32
+	promptTokens, completionTokens, cachedToks uint32
+	final                                      *completion
+}
+
+type completion struct {
+	outputIDs    []uint32
+	finishReason string  // "stop", "length" or "abort"
+	matched      *uint32 // the stop token, when finishReason is "stop"
+}
+
+// endKind says why a request left the engine.
+type endKind int
+
+const (
+	endFinished endKind = iota
+	endAborted
+	endCancelled
+	endFailed
+	endClosed
+)
+
+func (k endKind) String() string {
+	return [...]string{"finished", "aborted", "cancelled", "failed", "closed"}[k]
+}
+
+var (
+	errAborted = errors.New("sim: request aborted")
+	errClosed  = status.Error(codes.Unavailable, "sim: engine shut down")
+)
+
+// invalid counts a rejected request and returns INVALID_ARGUMENT.
+func (e *Engine) invalid(format string, args ...any) error {
+	e.mu.Lock()
+	e.counters.rejected++
+	e.mu.Unlock()
+	return status.Errorf(codes.InvalidArgument, "sim: "+format, args...)
+}
+
+// checkPrompt applies the validation both engines perform on token input.
+func (e *Engine) checkPrompt(prompt []uint32, maxNew int) error {
+	if len(prompt) == 0 {
+		return e.invalid("input_ids must not be empty")
+	}
+	for i, t := range prompt {
+		if int64(t) >= int64(e.cfg.VocabSize) {
+			return e.invalid("input_ids[%d] = %d is out of vocabulary (size %d)", i, t, e.cfg.VocabSize)
+		}
+	}
+	if len(prompt)+maxNew > e.cfg.MaxContextLength {
+		return e.invalid("prompt (%d tokens) + max new tokens (%d) exceeds the context length %d",
+			len(prompt), maxNew, e.cfg.MaxContextLength)
+	}
+	if pages := len(prompt) / e.cfg.PageSize; pages > e.cache.capacity {
+		return e.invalid("prompt needs %d KV pages; the cache holds %d", pages, e.cache.capacity)
+	}
+	return nil
+}
+
+// generate runs r and sends its outputs; it returns the stream's final status.
+func (e *Engine) generate(ctx context.Context, r *request, send func(output) error) error {
+	if e.Faults().Unavailable {
+		e.mu.Lock()
+		e.counters.rejected++
+		e.mu.Unlock()
+		return status.Error(codes.Unavailable, "sim: injected fault: engine unavailable")
+	}
+	if err := e.enqueue(r); err != nil {
+		return err
+	}
+	select {
+	case <-r.admitted:
+	case <-r.aborted:
+		return e.interrupted(ctx, r, nil, send, errAborted)
+	case <-ctx.Done():
+		return e.interrupted(ctx, r, nil, send, ctx.Err())
+	case <-e.closed:
+		return e.interrupted(ctx, r, nil, send, errClosed)
+	}
+	e.mu.Lock()
+	next, cached := r.firstAt, uint32(r.cached)
+	e.mu.Unlock()
+
+	out := make([]uint32, 0, min(r.maxNew, 256))
+	if err := e.sleepUntil(ctx, r, next); err != nil { // prefill
+		return e.interrupted(ctx, r, out, send, err)
+	}
+	var matched *uint32
+	finish := "length"
+	for len(out) < r.maxNew {
+		if len(out) > 0 {
+			if err := e.sleepUntil(ctx, r, next); err != nil { // decode step
+				return e.interrupted(ctx, r, out, send, err)
+			}
+		}
+		tok, stop := r.sample.next(len(out))
+		out = append(out, tok)
+		step := e.progress(r)
+		next = next.Add(step)
+		if r.stream {
+			err := send(output{tokens: []uint32{tok}, promptTokens: uint32(len(r.prompt)),
+				completionTokens: uint32(len(out)), cachedToks: cached})
+			if err != nil {
+				e.end(r, endCancelled, nil)
+				return err
+			}
+		}
+		if err := e.injectFaults(ctx, r, out); err != nil {
+			return e.interrupted(ctx, r, out, send, err)
+		}
+		if stop {
+			finish, matched = "stop", &tok
+			break
+		}
+	}
+	if !e.end(r, endFinished, out) {
+		return e.interrupted(ctx, r, out, send, errAborted)
+	}
+	return send(output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached,
+		final: &completion{outputIDs: out, finishReason: finish, matched: matched}})
+}
+
+// injectFaults applies DropAfterTokens and StallAfterTokens once n tokens
+// have been produced.
+func (e *Engine) injectFaults(ctx context.Context, r *request, out []uint32) error {
+	f := e.Faults()
+	if f.DropAfterTokens > 0 && len(out) >= f.DropAfterTokens {
+		e.end(r, endFailed, nil)
+		return status.Errorf(codes.Unavailable, "sim: injected fault: stream dropped after %d tokens", len(out))
+	}
+	if f.StallAfterTokens > 0 && len(out) >= f.StallAfterTokens {
+		select {
+		case <-r.aborted:
+			return errAborted
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.closed:
+			return errClosed
+		}
+	}
+	return nil
+}
+
+// interrupted ends r for cause and produces what the client sees: a
+// completion with finish_reason "abort" after an Abort RPC (CANCELLED if the
+// client is gone too), the context's status after a cancel, UNAVAILABLE after
+// shutdown, or cause itself if it already is a status.
+func (e *Engine) interrupted(ctx context.Context, r *request, out []uint32, send func(output) error, cause error) error {
+	switch {
+	case errors.Is(cause, errAborted):
+		if ctx.Err() != nil {
+			return status.Error(codes.Canceled, "sim: request aborted")
+		}
+		e.mu.Lock()
+		cached := uint32(r.cached)
+		e.mu.Unlock()
+		return send(output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached,
+			final: &completion{outputIDs: out, finishReason: "abort"}})
+	case errors.Is(cause, context.Canceled), errors.Is(cause, context.DeadlineExceeded):
+		e.end(r, endCancelled, nil)
+		return status.FromContextError(cause).Err()
+	case errors.Is(cause, errClosed):
+		e.end(r, endClosed, nil)
+		return errClosed
+	default:
+		e.end(r, endFailed, nil)
+		return cause
+	}
+}
+
+// sleepUntil waits until t (scaled delays are already in t), or returns early
+// with errAborted, the context's error, or errClosed. With TimeScale 0 it
+// never sleeps but still notices those.
+func (e *Engine) sleepUntil(ctx context.Context, r *request, t time.Time) error {
+	var timer <-chan time.Time
+	if e.cfg.TimeScale > 0 {
+		d := time.Until(t)
+		if d > 0 {
+			tm := time.NewTimer(d)
+			defer tm.Stop()
+			timer = tm.C
+		}
+	}
+	if timer == nil {
+		select {
+		case <-r.aborted:
+			return errAborted
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.closed:
+			return errClosed
+		default:
+			return nil
+		}
+	}
+	select {
+	case <-r.aborted:
+		return errAborted
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closed:
+		return errClosed
+	case <-timer:
+		return nil
+	}
+}
+
+// scale turns a model duration into a wall-clock one.
+func (e *Engine) scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * e.cfg.TimeScale)
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// enqueue registers r and admits what can run.
+func (e *Engine) enqueue(r *request) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.closed:
+		return errClosed
+	default:
+	}
+	if r.id == "" {
+		e.nextAnonID++
+		r.id = fmt.Sprintf("sim-%d", e.nextAnonID)
+	}
+	if _, dup := e.reqs[r.id]; dup {
+		e.counters.rejected++
+		return status.Errorf(codes.AlreadyExists, "sim: request %q is already running", r.id)
+	}
+	r.state = stateWaiting
+	r.admitted = make(chan struct{})
+	r.aborted = make(chan struct{})
+	e.reqs[r.id] = r
+	e.queue = append(e.queue, r)
+	e.counters.requests++
+	e.admitLocked()
+	e.publishLocked()
+	return nil
+}
+
+// admitLocked starts queued requests in FIFO order while they fit.
+func (e *Engine) admitLocked() {
+	for len(e.queue) > 0 && e.running < e.cfg.MaxRunning {
+		r := e.queue[0]
+		l, cached, ok := e.cache.acquire(r.prompt)
+		if !ok {
+			return
+		}
+		e.queue = e.queue[1:]
+		r.lease, r.cached = l, cached
+		r.state = stateRunning
+		e.running++
+		e.counters.promptTokens += uint64(len(r.prompt))
+		e.counters.cachedPromptTokens += uint64(cached)
+
+		now := time.Now()
+		prefill := e.scale(time.Duration(float64(len(r.prompt)-cached) / e.cfg.PrefillTokensPerSec * float64(time.Second)))
+		start := now
+		if e.prefillFreeAt.After(start) {
+			start = e.prefillFreeAt
+		}
+		e.prefillFreeAt = start.Add(prefill)
+		r.firstAt = e.prefillFreeAt.Add(e.scale(e.cfg.RequestOverhead))
+		close(r.admitted)
+		e.log.Debug("admitted", "request_id", r.id, "prompt_tokens", len(r.prompt), "cached_tokens", cached, "running", e.running)
+	}
+}
+
+// progress records one generated token and returns the next decode step.
+func (e *Engine) progress(r *request) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r.generated++
+	e.counters.generatedTokens++
+	return e.scale(msDuration(e.cfg.DecodeMsPerToken + e.cfg.DecodeMsPerRunning*float64(e.running)))
+}
+
+// end removes r from the engine and frees its pages. It reports false if r
+// had already ended (an Abort got there first).
+func (e *Engine) end(r *request, kind endKind, out []uint32) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.endLocked(r, kind, out)
+}
+
+func (e *Engine) endLocked(r *request, kind endKind, out []uint32) bool {
+	switch r.state {
+	case stateDone:
+		return false
+	case stateWaiting:
+		if i := slices.Index(e.queue, r); i >= 0 {
+			e.queue = slices.Delete(e.queue, i, i+1)
+		}
+	case stateRunning:
+		e.cache.release(r.lease)
+		r.lease = nil
+		e.running--
+	}
+	r.state = stateDone
+	delete(e.reqs, r.id)
+	switch kind {
+	case endFinished:
+		e.counters.completed++
+		if len(out) > 1 {
+			e.cache.insert(append(slices.Clip(r.prompt), out[:len(out)-1]...))
+		}
+	case endAborted:
+		e.counters.aborted++
+	case endCancelled:
+		e.counters.cancelled++
+	case endFailed:
+		e.counters.failed++
+	}
+	e.log.Debug("ended", "request_id", r.id, "kind", kind, "output_tokens", len(out))
+	e.admitLocked()
+	e.publishLocked()
+	return true
+}
+
+// abort ends the requests with the given ids that are waiting or running,
+// and reports how many it ended. Their Generate streams then complete with
+// finish_reason "abort". One call is one Abort RPC in Stats.AbortCalls.
+func (e *Engine) abort(ids ...string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.counters.abortCalls++
+	n := 0
+	for _, id := range ids {
+		r, ok := e.reqs[id]
+		if !ok {
+			continue
+		}
+		e.endLocked(r, endAborted, nil)
+		close(r.aborted)
+		n++
+	}
+	return n
+}

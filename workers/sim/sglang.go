@@ -1,0 +1,212 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
+)
+
+// sglangDefaultMaxNewTokens is SGLang's max_new_tokens when a request leaves
+// it unset.
+const sglangDefaultMaxNewTokens = 128
+
+// sglangServer translates SGLang's SglangScheduler service to the engine.
+// Embed, profiling, LoRA and GetTokenizer stay UNIMPLEMENTED.
+type sglangServer struct {
+	sglang.UnimplementedSglangSchedulerServer
+	e *Engine
+}
+
+func (s *sglangServer) Generate(req *sglang.GenerateRequest, stream sglang.SglangScheduler_GenerateServer) error {
+	r, err := s.request(req)
+	if err != nil {
+		return err
+	}
+	return s.e.generate(stream.Context(), r, func(o output) error {
+		resp := &sglang.GenerateResponse{RequestId: r.id}
+		if o.final == nil {
+			resp.Response = &sglang.GenerateResponse_Chunk{Chunk: &sglang.GenerateStreamChunk{
+				TokenIds: o.tokens, PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+			}}
+		} else {
+			c := &sglang.GenerateComplete{
+				OutputIds: o.final.outputIDs, FinishReason: o.final.finishReason,
+				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+			}
+			if o.final.matched != nil {
+				c.MatchedStop = &sglang.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
+			}
+			resp.Response = &sglang.GenerateResponse_Complete{Complete: c}
+		}
+		return stream.Send(resp)
+	})
+}
+
+// request validates req as SGLang would and builds the engine's request.
+// The sampling seed comes from custom_params["sampling_seed"], where kvgate's
+// SGLang adapter puts it; temperature 0 means greedy (seed ignored).
+func (s *sglangServer) request(req *sglang.GenerateRequest) (*request, error) {
+	e := s.e
+	sp := req.GetSamplingParams()
+	if sp == nil {
+		sp = &sglang.SamplingParams{Temperature: 1}
+	}
+	if sp.GetN() > 1 {
+		return nil, e.invalid("n = %d: the simulator generates one sequence per request", sp.GetN())
+	}
+	if len(req.GetInputEmbeds()) > 0 || req.GetMmInputs() != nil {
+		return nil, e.invalid("only token-id input is supported")
+	}
+	maxNew := sglangDefaultMaxNewTokens
+	if sp.MaxNewTokens != nil {
+		maxNew = int(sp.GetMaxNewTokens())
+	}
+	prompt := req.GetTokenized().GetInputIds()
+	if err := e.checkPrompt(prompt, maxNew); err != nil {
+		return nil, err
+	}
+	var seed uint64
+	if v, ok := sp.GetCustomParams().GetFields()["sampling_seed"]; ok {
+		n, isNum := v.GetKind().(*structpb.Value_NumberValue)
+		if !isNum || n.NumberValue != math.Trunc(n.NumberValue) {
+			return nil, e.invalid("custom_params.sampling_seed must be an integer")
+		}
+		seed = uint64(int64(n.NumberValue))
+	}
+	return &request{
+		id:     req.GetRequestId(),
+		prompt: prompt,
+		maxNew: maxNew,
+		stream: req.GetStream(),
+		sample: e.newSampler(prompt, seed, sp.GetTemperature() == 0, int(sp.GetMinNewTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds()),
+	}, nil
+}
+
+func (s *sglangServer) HealthCheck(context.Context, *sglang.HealthCheckRequest) (*sglang.HealthCheckResponse, error) {
+	if s.e.Faults().Unhealthy {
+		return &sglang.HealthCheckResponse{Healthy: false, Message: "sim: injected fault: unhealthy"}, nil
+	}
+	return &sglang.HealthCheckResponse{Healthy: true, Message: "ok"}, nil
+}
+
+func (s *sglangServer) Abort(_ context.Context, req *sglang.AbortRequest) (*sglang.AbortResponse, error) {
+	if s.e.abort(req.GetRequestId()) > 0 {
+		return &sglang.AbortResponse{Success: true, Message: "aborted"}, nil
+	}
+	// Like SGLang, aborting a request that already finished is not an error.
+	return &sglang.AbortResponse{Success: true, Message: "no such request waiting or running"}, nil
+}
+
+func (s *sglangServer) GetModelInfo(context.Context, *sglang.GetModelInfoRequest) (*sglang.GetModelInfoResponse, error) {
+	c := s.e.cfg
+	return &sglang.GetModelInfoResponse{
+		ModelPath:        c.Model,
+		TokenizerPath:    c.Model,
+		IsGeneration:     true,
+		ServedModelName:  c.Model,
+		MaxContextLength: int32(c.MaxContextLength),
+		VocabSize:        int32(c.VocabSize),
+		ModelType:        "llama",
+		EosTokenIds:      []int32{int32(c.EOSTokenID)},
+		PadTokenId:       int32(c.EOSTokenID),
+		BosTokenId:       s.e.bosTokenID(),
+		MaxReqInputLen:   int32(c.MaxContextLength - 1),
+		Architectures:    []string{"LlamaForCausalLM"},
+	}, nil
+}
+
+func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoRequest) (*sglang.GetServerInfoResponse, error) {
+	c := s.e.cfg
+	args, err := structpb.NewStruct(map[string]any{
+		"model_path":           c.Model,
+		"served_model_name":    c.Model,
+		"tokenizer_path":       c.Model,
+		"page_size":            c.PageSize,
+		"max_running_requests": c.MaxRunning,
+		"max_total_tokens":     s.e.capacityTokens(),
+		"context_length":       c.MaxContextLength,
+		"tp_size":              1,
+		"dp_size":              1,
+		"disaggregation_mode":  "null",
+		"random_seed":          c.Seed,
+	})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "sim: server_args: %v", err)
+	}
+	return &sglang.GetServerInfoResponse{
+		ServerArgs:           args,
+		ActiveRequests:       int32(s.e.activeRequests()),
+		LastReceiveTimestamp: float64(time.Now().UnixNano()) / 1e9,
+		UptimeSeconds:        time.Since(s.e.start).Seconds(),
+		SglangVersion:        "kvgate-sim",
+		ServerType:           "grpc",
+		StartTime:            timestamppb.New(s.e.start),
+		MaxTotalNumTokens:    int32(s.e.capacityTokens()),
+	}, nil
+}
+
+func (s *sglangServer) GetLoads(_ context.Context, req *sglang.GetLoadsRequest) (*sglang.GetLoadsResponse, error) {
+	l := s.e.load()
+	resp := &sglang.GetLoadsResponse{
+		Timestamp:   time.Now().UTC().Format(time.RFC3339Nano),
+		Version:     "kvgate-sim",
+		DpRankCount: 1,
+		Aggregate: &sglang.AggregateMetrics{
+			TotalRunningReqs: int32(l.running),
+			TotalWaitingReqs: int32(l.waiting),
+			TotalReqs:        int32(l.total),
+			AvgTokenUsage:    l.tokenUsage,
+			AvgUtilization:   l.utilization,
+			AvgThroughput:    l.genTput,
+		},
+	}
+	if req.DpRank != nil && req.GetDpRank() != 0 {
+		return resp, nil // the simulator has a single data-parallel rank
+	}
+	sl := &sglang.SchedulerLoad{
+		DpRank:                   0,
+		NumRunningReqs:           int32(l.running),
+		NumWaitingReqs:           int32(l.waiting),
+		NumTotalReqs:             int32(l.total),
+		NumUsedTokens:            int32(l.usedTokens),
+		MaxTotalNumTokens:        int32(l.maxTokens),
+		TokenUsage:               l.tokenUsage,
+		GenThroughput:            l.genTput,
+		CacheHitRate:             l.cacheHitRate,
+		Utilization:              l.utilization,
+		MaxRunningRequests:       int32(l.maxRunning),
+		NumWaitingUncachedTokens: int32(l.waitingUncachedTokens),
+	}
+	for _, inc := range req.GetInclude() {
+		switch inc {
+		case "memory", "all":
+			sl.Memory = &sglang.MemoryMetrics{WeightGb: 16, KvCacheGb: float64(l.maxTokens) * 131072 / 1e9, TokenCapacity: int32(l.maxTokens)}
+		}
+		switch inc {
+		case "queues", "all":
+			sl.Queues = &sglang.QueueMetrics{Waiting: int32(l.waiting)}
+		}
+	}
+	resp.Loads = []*sglang.SchedulerLoad{sl}
+	return resp, nil
+}
+
+// FlushCache drops the prefix cache if no request is waiting or running.
+func (s *sglangServer) FlushCache(context.Context, *smgcommon.FlushCacheRequest) (*smgcommon.FlushCacheResponse, error) {
+	if err := s.e.flushCache(); err != nil {
+		return &smgcommon.FlushCacheResponse{Success: false, Message: err.Error()}, nil
+	}
+	return &smgcommon.FlushCacheResponse{Success: true, Message: "cache flushed"}, nil
+}
+
+func (s *sglangServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, stream sglang.SglangScheduler_SubscribeKvEventsServer) error {
+	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
+}

@@ -1,0 +1,162 @@
+package sim
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/api/gen/vllm"
+)
+
+// vllmServer translates vLLM's VllmEngine service to the engine. Embed and
+// GetTokenizer stay UNIMPLEMENTED.
+type vllmServer struct {
+	vllm.UnimplementedVllmEngineServer
+	e *Engine
+}
+
+func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_GenerateServer) error {
+	r, err := s.request(req)
+	if err != nil {
+		return err
+	}
+	return s.e.generate(stream.Context(), r, func(o output) error {
+		resp := &vllm.GenerateResponse{}
+		if o.final == nil {
+			resp.Response = &vllm.GenerateResponse_Chunk{Chunk: &vllm.GenerateStreamChunk{
+				TokenIds: o.tokens, PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+			}}
+		} else {
+			c := &vllm.GenerateComplete{
+				OutputIds: o.final.outputIDs, FinishReason: o.final.finishReason,
+				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+			}
+			if o.final.matched != nil {
+				c.MatchedStop = &vllm.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
+			}
+			resp.Response = &vllm.GenerateResponse_Complete{Complete: c}
+		}
+		return stream.Send(resp)
+	})
+}
+
+// request validates req as vLLM would and builds the engine's request. An
+// unset max_tokens means "up to the context length", as in vLLM; an unset
+// temperature means 1.0 and temperature 0 means greedy (seed ignored).
+func (s *vllmServer) request(req *vllm.GenerateRequest) (*request, error) {
+	e := s.e
+	if _, isText := req.GetInput().(*vllm.GenerateRequest_Text); isText {
+		return nil, e.invalid("text input is not supported: the simulator has no tokenizer; send tokenized input")
+	}
+	if req.GetMmInputs() != nil {
+		return nil, e.invalid("multimodal input is not supported")
+	}
+	sp := req.GetSamplingParams()
+	if sp == nil {
+		sp = &vllm.SamplingParams{}
+	}
+	if sp.GetN() > 1 {
+		return nil, e.invalid("n = %d: the simulator generates one sequence per request", sp.GetN())
+	}
+	prompt := req.GetTokenized().GetInputIds()
+	maxNew := e.cfg.MaxContextLength - len(prompt)
+	if sp.MaxTokens != nil {
+		maxNew = int(sp.GetMaxTokens())
+		if maxNew < 1 {
+			return nil, e.invalid("max_tokens must be at least 1, got %d", maxNew)
+		}
+	}
+	if len(prompt) >= e.cfg.MaxContextLength {
+		return nil, e.invalid("prompt (%d tokens) leaves no room in the context length %d", len(prompt), e.cfg.MaxContextLength)
+	}
+	if int(sp.GetMinTokens()) > maxNew {
+		return nil, e.invalid("min_tokens (%d) must be <= max_tokens (%d)", sp.GetMinTokens(), maxNew)
+	}
+	if err := e.checkPrompt(prompt, maxNew); err != nil {
+		return nil, err
+	}
+	var seed uint64
+	if sp.Seed != nil {
+		seed = uint64(int64(sp.GetSeed()))
+	}
+	greedy := sp.Temperature != nil && sp.GetTemperature() == 0
+	return &request{
+		id:     req.GetRequestId(),
+		prompt: prompt,
+		maxNew: maxNew,
+		stream: req.GetStream(),
+		sample: e.newSampler(prompt, seed, greedy, int(sp.GetMinTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds()),
+	}, nil
+}
+
+func (s *vllmServer) HealthCheck(context.Context, *vllm.HealthCheckRequest) (*vllm.HealthCheckResponse, error) {
+	if s.e.Faults().Unhealthy {
+		return &vllm.HealthCheckResponse{Healthy: false, Message: "sim: injected fault: unhealthy"}, nil
+	}
+	return &vllm.HealthCheckResponse{Healthy: true, Message: "ok"}, nil
+}
+
+// Abort ends every listed request that is waiting or running; unknown ids
+// are ignored, as in vLLM.
+func (s *vllmServer) Abort(_ context.Context, req *vllm.AbortRequest) (*vllm.AbortResponse, error) {
+	s.e.abort(req.GetRequestIds()...)
+	return &vllm.AbortResponse{}, nil
+}
+
+func (s *vllmServer) GetModelInfo(context.Context, *vllm.GetModelInfoRequest) (*vllm.GetModelInfoResponse, error) {
+	c := s.e.cfg
+	return &vllm.GetModelInfoResponse{
+		ModelPath:        c.Model,
+		IsGeneration:     true,
+		MaxContextLength: uint32(c.MaxContextLength),
+		VocabSize:        uint32(c.VocabSize),
+		ServedModelName:  c.Model,
+		TokenizerPath:    c.Model,
+		ModelType:        "llama",
+		Architectures:    []string{"LlamaForCausalLM"},
+		EosTokenIds:      []int32{int32(c.EOSTokenID)},
+		PadTokenId:       int32(c.EOSTokenID),
+		BosTokenId:       s.e.bosTokenID(),
+		MaxReqInputLen:   int32(c.MaxContextLength - 1),
+	}, nil
+}
+
+func (s *vllmServer) GetServerInfo(context.Context, *vllm.GetServerInfoRequest) (*vllm.GetServerInfoResponse, error) {
+	return &vllm.GetServerInfoResponse{
+		ActiveRequests:       uint32(s.e.activeRequests()),
+		LastReceiveTimestamp: float64(time.Now().UnixNano()) / 1e9,
+		UptimeSeconds:        time.Since(s.e.start).Seconds(),
+		ServerType:           "vllm-grpc",
+		DataParallelSize:     1,
+	}, nil
+}
+
+func (s *vllmServer) GetLoads(_ context.Context, req *vllm.GetLoadsRequest) (*vllm.GetLoadsResponse, error) {
+	l := s.e.load()
+	resp := &vllm.GetLoadsResponse{
+		Timestamp:   time.Now().UTC().Format(time.RFC3339Nano),
+		Version:     "kvgate-sim",
+		DpRankCount: 1,
+	}
+	if req.DpRank != nil && req.GetDpRank() != 0 {
+		return resp, nil // the simulator has a single data-parallel rank
+	}
+	resp.Loads = []*vllm.SchedulerLoad{{
+		DpRank:             0,
+		NumRunningReqs:     int32(l.running),
+		NumWaitingReqs:     int32(l.waiting),
+		NumTotalReqs:       int32(l.total),
+		NumUsedTokens:      int32(l.usedTokens),
+		MaxTotalNumTokens:  int32(l.maxTokens),
+		TokenUsage:         l.tokenUsage,
+		GenThroughput:      l.genTput,
+		CacheHitRate:       l.cacheHitRate,
+		Utilization:        l.utilization,
+		MaxRunningRequests: int32(l.maxRunning),
+	}}
+	return resp, nil
+}
+
+func (s *vllmServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, stream vllm.VllmEngine_SubscribeKvEventsServer) error {
+	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
+}
