@@ -1,0 +1,162 @@
+package workers
+
+// What the SGLang and vLLM adapters share: the stream wrapper that enforces
+// "chunks, one completion, then io.EOF", load summation over data-parallel
+// ranks, and small conversions. Only protocol-neutral code lives here; each
+// adapter's file holds everything that knows a protocol's messages.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// engineStream adapts an engine's server stream of M to Stream. decode turns one
+// engine message into a Chunk; ok is false for a message that carries neither a
+// chunk nor a completion, which is skipped.
+//
+// The wrapper guarantees what the router relies on: the completion is followed
+// by io.EOF, and a stream that ends without a completion is an error, never a
+// quiet success with half the tokens.
+type engineStream[M any] struct {
+	in        grpc.ServerStreamingClient[M]
+	decode    func(*M) (c Chunk, ok bool)
+	engine    string // "sglang" or "vllm", for messages
+	requestID string
+
+	completed bool  // the completion has been returned
+	err       error // sticky terminal error, io.EOF after a clean end
+}
+
+func (s *engineStream[M]) Recv() (Chunk, error) {
+	if s.err != nil {
+		return Chunk{}, s.err
+	}
+	if s.completed {
+		s.drain()
+		s.err = io.EOF
+		return Chunk{}, io.EOF
+	}
+	for {
+		m, err := s.in.Recv()
+		if errors.Is(err, io.EOF) {
+			// The engine closed the stream with an OK status but never sent the
+			// completion: a crashed or misbehaving worker. UNAVAILABLE lets the
+			// caller retry elsewhere, and nobody mistakes the partial output for
+			// a finished generation.
+			s.err = status.Errorf(codes.Unavailable,
+				"%s engine ended the stream of request %q before its completion", s.engine, s.requestID)
+			return Chunk{}, s.err
+		}
+		if err != nil {
+			// Already a gRPC status from the engine or the transport; pass it
+			// through unchanged so status.Code works for the caller.
+			s.err = err
+			return Chunk{}, err
+		}
+		c, ok := s.decode(m)
+		if !ok {
+			continue
+		}
+		if c.Final != nil {
+			s.completed = true
+		}
+		return c, nil
+	}
+}
+
+// drain reads the stream to its end after the completion, so that gRPC sees the
+// trailers and releases the call without the caller having to cancel its
+// context. Engines close the stream right after the completion, so this does
+// not wait; anything they send after it is ignored.
+func (s *engineStream[M]) drain() {
+	for {
+		if _, err := s.in.Recv(); err != nil {
+			return
+		}
+	}
+}
+
+// rankLoad is one data-parallel rank's load report, in the fields both engines
+// share.
+type rankLoad struct {
+	running, waiting    int32
+	usedTokens, maxToks int32
+	tokenUsage          float64
+	cacheHitRate        float64
+}
+
+// sumLoads combines per-rank reports into the engine's load. Counts add up.
+// Token usage is recomputed from the summed token counts when the engine
+// reports them, because an average of per-rank fractions misweights ranks of
+// different sizes; otherwise it is the average of the reported fractions. The
+// cache hit rate is averaged.
+func sumLoads(ranks []rankLoad) Load {
+	var l Load
+	if len(ranks) == 0 {
+		return l
+	}
+	var usage, hit float64
+	for _, r := range ranks {
+		l.Running += int(r.running)
+		l.Waiting += int(r.waiting)
+		l.UsedTokens += int(r.usedTokens)
+		l.MaxTotalTokens += int(r.maxToks)
+		usage += r.tokenUsage
+		hit += r.cacheHitRate
+	}
+	n := float64(len(ranks))
+	if l.MaxTotalTokens > 0 {
+		l.TokenUsage = float64(l.UsedTokens) / float64(l.MaxTotalTokens)
+	} else {
+		l.TokenUsage = usage / n
+	}
+	l.CacheHitRate = hit / n
+	return l
+}
+
+// healthError turns a HealthCheck answer into Backend.Health's result.
+func healthError(healthy bool, message string) error {
+	if healthy {
+		return nil
+	}
+	if message == "" {
+		return ErrUnhealthy
+	}
+	return fmt.Errorf("%w: %s", ErrUnhealthy, message)
+}
+
+// tokenIDs converts the engines' int32 token ids (eos_token_ids) to the
+// router's uint32, dropping negative placeholders.
+func tokenIDs(ids []int32) []uint32 {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]uint32, 0, len(ids))
+	for _, id := range ids {
+		if id >= 0 {
+			out = append(out, uint32(id))
+		}
+	}
+	return out
+}
+
+// orDefault returns *p, or def when p is nil (the field was unset).
+func orDefault[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// modelName prefers the name the engine serves the model under over its path.
+func modelName(served, path string) string {
+	if served != "" {
+		return served
+	}
+	return path
+}

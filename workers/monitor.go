@@ -1,0 +1,211 @@
+package workers
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// HealthConfig tunes the health monitor. Zero fields take the defaults of
+// DefaultHealthConfig.
+type HealthConfig struct {
+	// Interval between two rounds of checks.
+	Interval time.Duration
+	// Timeout of one check; a check that takes longer has failed.
+	Timeout time.Duration
+	// FailureThreshold consecutive failed checks mark a healthy worker
+	// unhealthy. More than one, so that a single slow answer from a busy
+	// engine does not take it out of rotation.
+	FailureThreshold int
+	// SuccessThreshold consecutive passed checks bring an unhealthy worker
+	// back, so that a flapping engine does not receive traffic on every
+	// lucky answer.
+	SuccessThreshold int
+	// OnChange, when set, is called from the monitor's goroutine each time the
+	// monitor flips a worker's health (for metrics and logs). It must not
+	// block.
+	OnChange func(w *Worker, healthy bool)
+}
+
+// DefaultHealthConfig returns the monitor's defaults: a check every 10 s with a
+// 5 s timeout, 3 failures to mark a worker unhealthy and 2 successes to bring
+// it back.
+func DefaultHealthConfig() HealthConfig {
+	return HealthConfig{
+		Interval:         10 * time.Second,
+		Timeout:          5 * time.Second,
+		FailureThreshold: 3,
+		SuccessThreshold: 2,
+	}
+}
+
+func (c HealthConfig) withDefaults() HealthConfig {
+	d := DefaultHealthConfig()
+	if c.Interval <= 0 {
+		c.Interval = d.Interval
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.FailureThreshold <= 0 {
+		c.FailureThreshold = d.FailureThreshold
+	}
+	if c.SuccessThreshold <= 0 {
+		c.SuccessThreshold = d.SuccessThreshold
+	}
+	return c
+}
+
+// RunHealthChecks checks every registered worker's health once at start and
+// then every cfg.Interval, and flips Worker.SetHealthy after the configured
+// number of consecutive failures or successes. Workers added to the registry
+// later are picked up on the next round. It returns when ctx is done; checks
+// cut short by that are not counted. log may be nil.
+func RunHealthChecks(ctx context.Context, reg *Registry, cfg HealthConfig, log *slog.Logger) {
+	cfg = cfg.withDefaults()
+	log = orDiscard(log)
+	streaks := make(map[*Worker]*healthStreak)
+
+	every(ctx, cfg.Interval, func() {
+		ws := reg.Snapshot()
+		errs := make([]error, len(ws))
+		var wg sync.WaitGroup
+		for i, w := range ws {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+				defer cancel()
+				errs[i] = w.Backend().Health(cctx)
+			})
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return
+		}
+
+		seen := make(map[*Worker]bool, len(ws))
+		for i, w := range ws {
+			seen[w] = true
+			s := streaks[w]
+			if s == nil {
+				s = &healthStreak{healthy: w.Healthy()}
+				streaks[w] = s
+			}
+			if s.record(w, errs[i], cfg) {
+				healthy := w.Healthy()
+				if healthy {
+					log.Info("worker healthy again", "worker", w.URL(), "successes", cfg.SuccessThreshold)
+				} else {
+					log.Warn("worker unhealthy", "worker", w.URL(), "failures", cfg.FailureThreshold, "err", errs[i])
+				}
+				if cfg.OnChange != nil {
+					cfg.OnChange(w, healthy)
+				}
+			} else if errs[i] != nil {
+				log.Debug("health check failed", "worker", w.URL(), "consecutive", s.failures, "err", errs[i])
+			}
+		}
+		// Forget workers that have left the registry.
+		for w := range streaks {
+			if !seen[w] {
+				delete(streaks, w)
+			}
+		}
+	})
+}
+
+// healthStreak counts one worker's consecutive check results.
+type healthStreak struct {
+	// healthy is the worker's state as the monitor last left it. When someone
+	// else has changed it since (the server marking a worker failed), the
+	// counts belong to the old state and start afresh.
+	healthy             bool
+	failures, successes int
+}
+
+// record adds one check result and applies a threshold crossing to w. It
+// reports whether it changed w's health.
+func (s *healthStreak) record(w *Worker, err error, cfg HealthConfig) (changed bool) {
+	if cur := w.Healthy(); cur != s.healthy {
+		*s = healthStreak{healthy: cur}
+	}
+	if err != nil {
+		s.failures++
+		s.successes = 0
+		if s.healthy && s.failures >= cfg.FailureThreshold {
+			changed = true
+		}
+	} else {
+		s.successes++
+		s.failures = 0
+		if !s.healthy && s.successes >= cfg.SuccessThreshold {
+			changed = true
+		}
+	}
+	if changed {
+		s.healthy = !s.healthy
+		w.SetHealthy(s.healthy)
+	}
+	return changed
+}
+
+// DefaultLoadPollInterval is RunLoadPolls' interval when it is given none. A
+// GetLoads call is cheap for the engine, and fresher figures let policies see
+// load from other clients sooner.
+const DefaultLoadPollInterval = time.Second
+
+// RunLoadPolls reads every registered worker's own load figures (GetLoads) once
+// at start and then every interval (0 means DefaultLoadPollInterval), and records them with Worker.SetEngineLoad.
+// A failed poll keeps the previous figures; noticing a dead worker is the
+// health monitor's job. Each poll is bounded by interval, so polls never pile
+// up. It returns when ctx is done. log may be nil.
+func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, log *slog.Logger) {
+	log = orDiscard(log)
+	if interval <= 0 {
+		interval = DefaultLoadPollInterval
+	}
+	every(ctx, interval, func() {
+		var wg sync.WaitGroup
+		for _, w := range reg.Snapshot() {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, interval)
+				defer cancel()
+				l, err := w.Backend().Loads(cctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Debug("load poll failed", "worker", w.URL(), "err", err)
+					}
+					return
+				}
+				w.SetEngineLoad(l)
+			})
+		}
+		wg.Wait()
+	})
+}
+
+// every runs f now and then at each tick of interval until ctx is done. A round
+// that overruns the interval delays the next one rather than overlapping it.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	if ctx.Err() != nil {
+		return
+	}
+	f()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+func orDiscard(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return log
+}

@@ -1,0 +1,188 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvgate/kvgate/api/gen/sglang"
+)
+
+// sglangBackend speaks sglang.grpc.scheduler.SglangScheduler.
+type sglangBackend struct {
+	c sglang.SglangSchedulerClient
+}
+
+// NewSGLangBackend returns the adapter for an SGLang engine reachable over conn.
+// Errors from the engine are returned as the gRPC status errors they arrive as.
+func NewSGLangBackend(conn grpc.ClientConnInterface) Backend {
+	return &sglangBackend{c: sglang.NewSglangSchedulerClient(conn)}
+}
+
+func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
+	in, err := b.c.Generate(ctx, &sglang.GenerateRequest{
+		RequestId:      req.RequestID,
+		Tokenized:      &sglang.TokenizedInput{InputIds: req.InputIDs},
+		SamplingParams: sglangSampling(&req.Sampling),
+		Stream:         true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &engineStream[sglang.GenerateResponse]{
+		in:        in,
+		decode:    decodeSGLang,
+		engine:    "sglang",
+		requestID: req.RequestID,
+	}, nil
+}
+
+// sglangSampling spells out SGLang's defaults for every unset field, because
+// the proto3 zero values (temperature 0, top_p 0, top_k 0) would mean greedy,
+// nothing and "top 0" to the engine rather than "unset".
+func sglangSampling(s *Sampling) *sglang.SamplingParams {
+	p := &sglang.SamplingParams{
+		Temperature:       orDefault(s.Temperature, 1.0),
+		TopP:              orDefault(s.TopP, 1.0),
+		TopK:              orDefault(s.TopK, -1),
+		MinP:              orDefault(s.MinP, 0),
+		FrequencyPenalty:  orDefault(s.FrequencyPenalty, 0),
+		PresencePenalty:   orDefault(s.PresencePenalty, 0),
+		RepetitionPenalty: orDefault(s.RepetitionPenalty, 1.0),
+		MaxNewTokens:      s.MaxNewTokens,
+		MinNewTokens:      s.MinNewTokens,
+		StopTokenIds:      s.StopTokenIDs,
+		IgnoreEos:         s.IgnoreEOS,
+		N:                 1,
+	}
+	// Clients say "no top-k" with 0 as often as with -1; SGLang only
+	// understands -1.
+	if p.TopK == 0 {
+		p.TopK = -1
+	}
+	// SGLang's gRPC SamplingParams has no seed field. The seed travels in
+	// custom_params as "sampling_seed", the name SGLang's own sampling
+	// parameters use for it. An engine that ignores custom_params samples
+	// unseeded: the request still succeeds, it is just not reproducible.
+	if s.Seed != nil {
+		p.CustomParams = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"sampling_seed": structpb.NewNumberValue(float64(*s.Seed)),
+		}}
+	}
+	return p
+}
+
+func decodeSGLang(m *sglang.GenerateResponse) (Chunk, bool) {
+	switch r := m.GetResponse().(type) {
+	case *sglang.GenerateResponse_Chunk:
+		c := r.Chunk
+		return Chunk{
+			TokenIDs:         c.GetTokenIds(),
+			PromptTokens:     c.GetPromptTokens(),
+			CompletionTokens: c.GetCompletionTokens(),
+			CachedTokens:     c.GetCachedTokens(),
+		}, true
+	case *sglang.GenerateResponse_Complete:
+		c := r.Complete
+		fin := &Completion{
+			OutputIDs:        c.GetOutputIds(),
+			FinishReason:     c.GetFinishReason(),
+			PromptTokens:     c.GetPromptTokens(),
+			CompletionTokens: c.GetCompletionTokens(),
+			CachedTokens:     c.GetCachedTokens(),
+		}
+		if ms, ok := c.GetMatchedStop().(*sglang.GenerateComplete_MatchedTokenId); ok {
+			id := ms.MatchedTokenId
+			fin.MatchedStopTokenID = &id
+		}
+		return Chunk{
+			PromptTokens:     fin.PromptTokens,
+			CompletionTokens: fin.CompletionTokens,
+			CachedTokens:     fin.CachedTokens,
+			Final:            fin,
+		}, true
+	}
+	return Chunk{}, false
+}
+
+func (b *sglangBackend) Abort(ctx context.Context, requestID string) error {
+	resp, err := b.c.Abort(ctx, &sglang.AbortRequest{RequestId: requestID, Reason: "aborted by kvgate"})
+	if err != nil {
+		return err
+	}
+	if !resp.GetSuccess() {
+		return fmt.Errorf("sglang abort of request %q refused: %s", requestID, resp.GetMessage())
+	}
+	return nil
+}
+
+func (b *sglangBackend) Health(ctx context.Context) error {
+	resp, err := b.c.HealthCheck(ctx, &sglang.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
+	return healthError(resp.GetHealthy(), resp.GetMessage())
+}
+
+func (b *sglangBackend) Loads(ctx context.Context) (Load, error) {
+	resp, err := b.c.GetLoads(ctx, &sglang.GetLoadsRequest{Include: []string{"core"}})
+	if err != nil {
+		return Load{}, err
+	}
+	if len(resp.GetLoads()) == 0 && resp.GetAggregate() != nil {
+		// An engine that only fills in the aggregate still tells us enough.
+		a := resp.GetAggregate()
+		return Load{
+			Running:    int(a.GetTotalRunningReqs()),
+			Waiting:    int(a.GetTotalWaitingReqs()),
+			TokenUsage: a.GetAvgTokenUsage(),
+		}, nil
+	}
+	ranks := make([]rankLoad, 0, len(resp.GetLoads()))
+	for _, l := range resp.GetLoads() {
+		ranks = append(ranks, rankLoad{
+			running:      l.GetNumRunningReqs(),
+			waiting:      l.GetNumWaitingReqs(),
+			usedTokens:   l.GetNumUsedTokens(),
+			maxToks:      l.GetMaxTotalNumTokens(),
+			tokenUsage:   l.GetTokenUsage(),
+			cacheHitRate: l.GetCacheHitRate(),
+		})
+	}
+	return sumLoads(ranks), nil
+}
+
+// Info combines GetModelInfo with GetServerInfo, which carries the KV cache
+// page size (in server_args, SGLang's command-line settings) and capacity. An
+// engine without GetServerInfo still yields the model information; its page
+// size and capacity are reported as unknown (0).
+func (b *sglangBackend) Info(ctx context.Context) (ModelInfo, error) {
+	mi, err := b.c.GetModelInfo(ctx, &sglang.GetModelInfoRequest{})
+	if err != nil {
+		return ModelInfo{}, err
+	}
+	info := ModelInfo{
+		Model:            modelName(mi.GetServedModelName(), mi.GetModelPath()),
+		VocabSize:        int(mi.GetVocabSize()),
+		MaxContextLength: int(mi.GetMaxContextLength()),
+		EOSTokenIDs:      tokenIDs(mi.GetEosTokenIds()),
+	}
+	si, err := b.c.GetServerInfo(ctx, &sglang.GetServerInfoRequest{})
+	if status.Code(err) == codes.Unimplemented {
+		return info, nil
+	}
+	if err != nil {
+		return ModelInfo{}, err
+	}
+	if v, ok := si.GetServerArgs().GetFields()["page_size"]; ok {
+		if n, ok := v.GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue > 0 {
+			info.PageSize = int(n.NumberValue)
+		}
+	}
+	info.KVCapacityTokens = int(si.GetMaxTotalNumTokens())
+	return info, nil
+}

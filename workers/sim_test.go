@@ -1,0 +1,218 @@
+package workers_test
+
+// The adapters against the simulated engine, both protocols through one test
+// body: what the router sees end to end over real gRPC, and the engine's own
+// counters to confirm it saw the same thing.
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// startSim serves a delay-free simulated engine and connects a worker to it
+// with protocol detection; both end with the test.
+func startSim(t *testing.T, protocol string) (*sim.Server, *workers.Worker) {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Protocol = protocol
+	cfg.TimeScale = 0
+	cfg.MaxContextLength = 4096
+	cfg.KVCapacityTokens = 8192
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	srv, err := sim.Start(cfg, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return srv, w
+}
+
+func seq(start uint32, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = start + uint32(i)
+	}
+	return out
+}
+
+var simProtocols = []struct {
+	name     string
+	proto    workers.Protocol
+	pageSize int // what Info should report
+}{
+	{sim.ProtocolSGLang, workers.ProtocolSGLang, 16},
+	{sim.ProtocolVLLM, workers.ProtocolVLLM, 0}, // vLLM's protocol carries no page size
+}
+
+func TestSimConnectAndGenerate(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := startSim(t, p.name)
+			if w.Protocol() != p.proto {
+				t.Fatalf("detected %v, want %v", w.Protocol(), p.proto)
+			}
+			info := w.Info()
+			if info.Model != "kvgate-sim-8b" || info.MaxContextLength != 4096 || info.PageSize != p.pageSize ||
+				len(info.EOSTokenIDs) != 1 || info.EOSTokenIDs[0] != 128001 || info.KVCapacityTokens != 8192 {
+				t.Errorf("Info = %+v", info)
+			}
+
+			prompt := seq(1000, 64)
+			for i, wantCached := range []bool{false, true} {
+				req := &workers.GenerateRequest{
+					RequestID: p.name + "-" + string(rune('a'+i)),
+					InputIDs:  prompt,
+					Sampling:  workers.Sampling{MaxNewTokens: ptr[uint32](8), IgnoreEOS: true, Seed: ptr[int32](3)},
+				}
+				s, err := w.Backend().Generate(testCtx(t), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				chunks := drain(t, s)
+				fin := chunks[len(chunks)-1].Final
+				var streamed []uint32
+				for _, c := range chunks {
+					streamed = append(streamed, c.TokenIDs...)
+				}
+				if fin.FinishReason != "length" || fin.CompletionTokens != 8 || len(streamed) != 8 || fin.PromptTokens != 64 {
+					t.Errorf("request %d: completion %+v, %d tokens streamed", i, fin, len(streamed))
+				}
+				if (fin.CachedTokens > 0) != wantCached {
+					t.Errorf("request %d: cached_tokens = %d, want cached %v", i, fin.CachedTokens, wantCached)
+				}
+			}
+			if st := srv.Engine().Stats(); st.Completed != 2 || st.Requests != 2 {
+				t.Errorf("engine stats: %+v", st)
+			}
+		})
+	}
+}
+
+func TestSimFaults(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := startSim(t, p.name)
+			gen := func(id string) (workers.Stream, error) {
+				return w.Backend().Generate(testCtx(t), &workers.GenerateRequest{
+					RequestID: id, InputIDs: seq(5, 20),
+					Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](16), IgnoreEOS: true},
+				})
+			}
+
+			// An engine dying mid-stream is UNAVAILABLE, never a short success.
+			srv.Engine().SetFaults(sim.Faults{DropAfterTokens: 3})
+			s, err := gen("drop")
+			if err == nil {
+				err = recvUntilError(s)
+			}
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("dropped stream: %v, want UNAVAILABLE", err)
+			}
+
+			// A stalled request shows in the engine's load and can be aborted.
+			srv.Engine().SetFaults(sim.Faults{StallAfterTokens: 2})
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			s, err = w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: "stall", InputIDs: seq(5, 20),
+				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](16), IgnoreEOS: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			l, err := w.Backend().Loads(testCtx(t))
+			if err != nil || l.Running != 1 || l.UsedTokens == 0 || l.MaxTotalTokens != 8192 {
+				t.Errorf("Loads with one stalled request = %+v, %v", l, err)
+			}
+			if err := w.Backend().Abort(testCtx(t), "stall"); err != nil {
+				t.Errorf("Abort: %v", err)
+			}
+			eventually(t, "the abort to reach the engine", func() bool { return srv.Engine().Stats().Aborted == 1 })
+			// The aborted stream ends with an "abort" completion, then io.EOF.
+			if fin := drain(t, s); fin[len(fin)-1].Final.FinishReason != "abort" {
+				t.Errorf("aborted stream's completion = %+v", fin[len(fin)-1].Final)
+			}
+
+			// Generate refused at once by an overloaded or draining engine.
+			srv.Engine().SetFaults(sim.Faults{Unavailable: true})
+			s, err = gen("refused")
+			if err == nil {
+				err = recvUntilError(s)
+			}
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("refused request: %v, want UNAVAILABLE", err)
+			}
+		})
+	}
+}
+
+// recvUntilError reads s until Recv fails and returns that error; io.EOF
+// means the stream ended properly, after its completion.
+func recvUntilError(s workers.Stream) error {
+	for {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+	}
+}
+
+func TestSimHealthAndLoadMonitors(t *testing.T) {
+	srvA, a := startSim(t, sim.ProtocolSGLang)
+	_, b := startSim(t, sim.ProtocolVLLM)
+	reg := workers.NewRegistry()
+	for _, w := range []*workers.Worker{a, b} {
+		if err := reg.Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{}, 2)
+	cfg := workers.HealthConfig{Interval: 2 * time.Millisecond, Timeout: time.Second, FailureThreshold: 2, SuccessThreshold: 2}
+	go func() { workers.RunHealthChecks(ctx, reg, cfg, nil); done <- struct{}{} }()
+	go func() { workers.RunLoadPolls(ctx, reg, 2*time.Millisecond, nil); done <- struct{}{} }()
+	defer func() {
+		cancel()
+		<-done
+		<-done
+	}()
+
+	srvA.Engine().SetFaults(sim.Faults{Unhealthy: true})
+	eventually(t, "the unhealthy engine to be marked unhealthy", func() bool { return !a.Healthy() })
+	if !b.Healthy() {
+		t.Error("the healthy engine was marked unhealthy too")
+	}
+	srvA.Engine().SetFaults(sim.Faults{})
+	eventually(t, "the engine to be marked healthy again", a.Healthy)
+
+	// A request stalled on the engine appears in the polled load.
+	srvA.Engine().SetFaults(sim.Faults{StallAfterTokens: 1})
+	gctx, gcancel := context.WithCancel(testCtx(t))
+	defer gcancel()
+	s, err := a.Backend().Generate(gctx, &workers.GenerateRequest{RequestID: "held", InputIDs: seq(9, 40),
+		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the poll to see the running request", func() bool { return a.EngineLoad().Running == 1 })
+	if got := a.Load(); got != 1 {
+		t.Errorf("Load = %d, want the engine's one request (not ours: nothing was acquired)", got)
+	}
+}

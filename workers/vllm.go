@@ -1,0 +1,156 @@
+package workers
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/api/gen/vllm"
+)
+
+// vllmBackend speaks vllm.grpc.engine.VllmEngine.
+type vllmBackend struct {
+	c vllm.VllmEngineClient
+}
+
+// NewVLLMBackend returns the adapter for a vLLM engine reachable over conn.
+// Errors from the engine are returned as the gRPC status errors they arrive as.
+func NewVLLMBackend(conn grpc.ClientConnInterface) Backend {
+	return &vllmBackend{c: vllm.NewVllmEngineClient(conn)}
+}
+
+func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
+	in, err := b.c.Generate(ctx, &vllm.GenerateRequest{
+		RequestId:      req.RequestID,
+		Input:          &vllm.GenerateRequest_Tokenized{Tokenized: &vllm.TokenizedInput{InputIds: req.InputIDs}},
+		SamplingParams: vllmSampling(&req.Sampling),
+		Stream:         true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &engineStream[vllm.GenerateResponse]{
+		in:        in,
+		decode:    decodeVLLM,
+		engine:    "vllm",
+		requestID: req.RequestID,
+	}, nil
+}
+
+// vllmSampling fills vLLM's SamplingParams. Its proto marks temperature, seed
+// and max_tokens optional, so "unset" is sent as absent and the engine applies
+// the model's defaults. top_p and repetition_penalty are plain floats whose
+// zero would be taken literally, so their neutral values (1.0) are spelled out.
+// top_k is unsigned with 0 meaning disabled, so SGLang's -1 maps to 0.
+func vllmSampling(s *Sampling) *vllm.SamplingParams {
+	p := &vllm.SamplingParams{
+		Temperature:       s.Temperature,
+		TopP:              orDefault(s.TopP, 1.0),
+		MinP:              orDefault(s.MinP, 0),
+		FrequencyPenalty:  orDefault(s.FrequencyPenalty, 0),
+		PresencePenalty:   orDefault(s.PresencePenalty, 0),
+		RepetitionPenalty: orDefault(s.RepetitionPenalty, 1.0),
+		MaxTokens:         s.MaxNewTokens,
+		MinTokens:         s.MinNewTokens,
+		StopTokenIds:      s.StopTokenIDs,
+		IgnoreEos:         s.IgnoreEOS,
+		N:                 1,
+		Seed:              s.Seed,
+	}
+	if k := orDefault(s.TopK, 0); k > 0 {
+		p.TopK = uint32(k)
+	}
+	return p
+}
+
+func decodeVLLM(m *vllm.GenerateResponse) (Chunk, bool) {
+	switch r := m.GetResponse().(type) {
+	case *vllm.GenerateResponse_Chunk:
+		c := r.Chunk
+		return Chunk{
+			TokenIDs:         c.GetTokenIds(),
+			PromptTokens:     c.GetPromptTokens(),
+			CompletionTokens: c.GetCompletionTokens(),
+			CachedTokens:     c.GetCachedTokens(),
+		}, true
+	case *vllm.GenerateResponse_Complete:
+		c := r.Complete
+		fin := &Completion{
+			OutputIDs:        c.GetOutputIds(),
+			FinishReason:     c.GetFinishReason(),
+			PromptTokens:     c.GetPromptTokens(),
+			CompletionTokens: c.GetCompletionTokens(),
+			CachedTokens:     c.GetCachedTokens(),
+		}
+		if ms, ok := c.GetMatchedStop().(*vllm.GenerateComplete_MatchedTokenId); ok {
+			id := ms.MatchedTokenId
+			fin.MatchedStopTokenID = &id
+		}
+		return Chunk{
+			PromptTokens:     fin.PromptTokens,
+			CompletionTokens: fin.CompletionTokens,
+			CachedTokens:     fin.CachedTokens,
+			Final:            fin,
+		}, true
+	}
+	return Chunk{}, false
+}
+
+func (b *vllmBackend) Abort(ctx context.Context, requestID string) error {
+	_, err := b.c.Abort(ctx, &vllm.AbortRequest{RequestIds: []string{requestID}})
+	return err
+}
+
+func (b *vllmBackend) Health(ctx context.Context) error {
+	resp, err := b.c.HealthCheck(ctx, &vllm.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
+	return healthError(resp.GetHealthy(), resp.GetMessage())
+}
+
+func (b *vllmBackend) Loads(ctx context.Context) (Load, error) {
+	resp, err := b.c.GetLoads(ctx, &vllm.GetLoadsRequest{})
+	if err != nil {
+		return Load{}, err
+	}
+	ranks := make([]rankLoad, 0, len(resp.GetLoads()))
+	for _, l := range resp.GetLoads() {
+		ranks = append(ranks, rankLoad{
+			running:      l.GetNumRunningReqs(),
+			waiting:      l.GetNumWaitingReqs(),
+			usedTokens:   l.GetNumUsedTokens(),
+			maxToks:      l.GetMaxTotalNumTokens(),
+			tokenUsage:   l.GetTokenUsage(),
+			cacheHitRate: l.GetCacheHitRate(),
+		})
+	}
+	return sumLoads(ranks), nil
+}
+
+// Info reads GetModelInfo. vLLM reports no page size (PageSize stays 0, so the
+// router falls back to its configured block size); the KV capacity comes from
+// GetLoads' max_total_num_tokens when the engine implements it.
+func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
+	mi, err := b.c.GetModelInfo(ctx, &vllm.GetModelInfoRequest{})
+	if err != nil {
+		return ModelInfo{}, err
+	}
+	info := ModelInfo{
+		Model:            modelName(mi.GetServedModelName(), mi.GetModelPath()),
+		VocabSize:        int(mi.GetVocabSize()),
+		MaxContextLength: int(mi.GetMaxContextLength()),
+		EOSTokenIDs:      tokenIDs(mi.GetEosTokenIds()),
+	}
+	l, err := b.Loads(ctx)
+	if status.Code(err) == codes.Unimplemented {
+		return info, nil
+	}
+	if err != nil {
+		return ModelInfo{}, err
+	}
+	info.KVCapacityTokens = l.MaxTotalTokens
+	return info, nil
+}
