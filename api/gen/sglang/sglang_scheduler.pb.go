@@ -3307,6 +3307,348 @@ func (x *AggregateMetrics) GetAvgUtilization() float64 {
 	return 0
 }
 
+type UpdateWeightsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Source:
+	//
+	//	*UpdateWeightsRequest_DiskPath
+	//	*UpdateWeightsRequest_TensorData
+	//	*UpdateWeightsRequest_RemoteUrl
+	Source        isUpdateWeightsRequest_Source `protobuf_oneof:"source"`
+	WeightName    string                        `protobuf:"bytes,4,opt,name=weight_name,json=weightName,proto3" json:"weight_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWeightsRequest) Reset() {
+	*x = UpdateWeightsRequest{}
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWeightsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWeightsRequest) ProtoMessage() {}
+
+func (x *UpdateWeightsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWeightsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWeightsRequest) Descriptor() ([]byte, []int) {
+	return file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *UpdateWeightsRequest) GetSource() isUpdateWeightsRequest_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *UpdateWeightsRequest) GetDiskPath() string {
+	if x != nil {
+		if x, ok := x.Source.(*UpdateWeightsRequest_DiskPath); ok {
+			return x.DiskPath
+		}
+	}
+	return ""
+}
+
+func (x *UpdateWeightsRequest) GetTensorData() []byte {
+	if x != nil {
+		if x, ok := x.Source.(*UpdateWeightsRequest_TensorData); ok {
+			return x.TensorData
+		}
+	}
+	return nil
+}
+
+func (x *UpdateWeightsRequest) GetRemoteUrl() string {
+	if x != nil {
+		if x, ok := x.Source.(*UpdateWeightsRequest_RemoteUrl); ok {
+			return x.RemoteUrl
+		}
+	}
+	return ""
+}
+
+func (x *UpdateWeightsRequest) GetWeightName() string {
+	if x != nil {
+		return x.WeightName
+	}
+	return ""
+}
+
+type isUpdateWeightsRequest_Source interface {
+	isUpdateWeightsRequest_Source()
+}
+
+type UpdateWeightsRequest_DiskPath struct {
+	DiskPath string `protobuf:"bytes,1,opt,name=disk_path,json=diskPath,proto3,oneof"`
+}
+
+type UpdateWeightsRequest_TensorData struct {
+	TensorData []byte `protobuf:"bytes,2,opt,name=tensor_data,json=tensorData,proto3,oneof"`
+}
+
+type UpdateWeightsRequest_RemoteUrl struct {
+	RemoteUrl string `protobuf:"bytes,3,opt,name=remote_url,json=remoteUrl,proto3,oneof"`
+}
+
+func (*UpdateWeightsRequest_DiskPath) isUpdateWeightsRequest_Source() {}
+
+func (*UpdateWeightsRequest_TensorData) isUpdateWeightsRequest_Source() {}
+
+func (*UpdateWeightsRequest_RemoteUrl) isUpdateWeightsRequest_Source() {}
+
+type UpdateWeightsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Success       bool                   `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWeightsResponse) Reset() {
+	*x = UpdateWeightsResponse{}
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWeightsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWeightsResponse) ProtoMessage() {}
+
+func (x *UpdateWeightsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWeightsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWeightsResponse) Descriptor() ([]byte, []int) {
+	return file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *UpdateWeightsResponse) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *UpdateWeightsResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+type GetInternalStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StateKeys     []string               `protobuf:"bytes,1,rep,name=state_keys,json=stateKeys,proto3" json:"state_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInternalStateRequest) Reset() {
+	*x = GetInternalStateRequest{}
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInternalStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInternalStateRequest) ProtoMessage() {}
+
+func (x *GetInternalStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInternalStateRequest.ProtoReflect.Descriptor instead.
+func (*GetInternalStateRequest) Descriptor() ([]byte, []int) {
+	return file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetInternalStateRequest) GetStateKeys() []string {
+	if x != nil {
+		return x.StateKeys
+	}
+	return nil
+}
+
+type GetInternalStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         *structpb.Struct       `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInternalStateResponse) Reset() {
+	*x = GetInternalStateResponse{}
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInternalStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInternalStateResponse) ProtoMessage() {}
+
+func (x *GetInternalStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInternalStateResponse.ProtoReflect.Descriptor instead.
+func (*GetInternalStateResponse) Descriptor() ([]byte, []int) {
+	return file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *GetInternalStateResponse) GetState() *structpb.Struct {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+type SetInternalStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         *structpb.Struct       `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetInternalStateRequest) Reset() {
+	*x = SetInternalStateRequest{}
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetInternalStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetInternalStateRequest) ProtoMessage() {}
+
+func (x *SetInternalStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetInternalStateRequest.ProtoReflect.Descriptor instead.
+func (*SetInternalStateRequest) Descriptor() ([]byte, []int) {
+	return file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetInternalStateRequest) GetState() *structpb.Struct {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+type SetInternalStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Success       bool                   `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetInternalStateResponse) Reset() {
+	*x = SetInternalStateResponse{}
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetInternalStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetInternalStateResponse) ProtoMessage() {}
+
+func (x *SetInternalStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetInternalStateResponse.ProtoReflect.Descriptor instead.
+func (*SetInternalStateResponse) Descriptor() ([]byte, []int) {
+	return file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetInternalStateResponse) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *SetInternalStateResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_sglang_grpc_scheduler_sglang_scheduler_proto protoreflect.FileDescriptor
 
 const file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc = "" +
@@ -3626,7 +3968,29 @@ const file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc = "" +
 	"total_reqs\x18\x03 \x01(\x05R\ttotalReqs\x12&\n" +
 	"\x0favg_token_usage\x18\x04 \x01(\x01R\ravgTokenUsage\x12%\n" +
 	"\x0eavg_throughput\x18\x05 \x01(\x01R\ravgThroughput\x12'\n" +
-	"\x0favg_utilization\x18\x06 \x01(\x01R\x0eavgUtilization2\xe4\v\n" +
+	"\x0favg_utilization\x18\x06 \x01(\x01R\x0eavgUtilization\"\xa4\x01\n" +
+	"\x14UpdateWeightsRequest\x12\x1d\n" +
+	"\tdisk_path\x18\x01 \x01(\tH\x00R\bdiskPath\x12!\n" +
+	"\vtensor_data\x18\x02 \x01(\fH\x00R\n" +
+	"tensorData\x12\x1f\n" +
+	"\n" +
+	"remote_url\x18\x03 \x01(\tH\x00R\tremoteUrl\x12\x1f\n" +
+	"\vweight_name\x18\x04 \x01(\tR\n" +
+	"weightNameB\b\n" +
+	"\x06source\"K\n" +
+	"\x15UpdateWeightsResponse\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"8\n" +
+	"\x17GetInternalStateRequest\x12\x1d\n" +
+	"\n" +
+	"state_keys\x18\x01 \x03(\tR\tstateKeys\"I\n" +
+	"\x18GetInternalStateResponse\x12-\n" +
+	"\x05state\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x05state\"H\n" +
+	"\x17SetInternalStateRequest\x12-\n" +
+	"\x05state\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x05state\"N\n" +
+	"\x18SetInternalStateResponse\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage2\xe4\v\n" +
 	"\x0fSglangScheduler\x12]\n" +
 	"\bGenerate\x12&.sglang.grpc.scheduler.GenerateRequest\x1a'.sglang.grpc.scheduler.GenerateResponse0\x01\x12R\n" +
 	"\x05Embed\x12#.sglang.grpc.scheduler.EmbedRequest\x1a$.sglang.grpc.scheduler.EmbedResponse\x12d\n" +
@@ -3657,7 +4021,7 @@ func file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescGZIP() []byte {
 	return file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDescData
 }
 
-var file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_sglang_grpc_scheduler_sglang_scheduler_proto_goTypes = []any{
 	(*SamplingParams)(nil),                     // 0: sglang.grpc.scheduler.SamplingParams
 	(*DisaggregatedParams)(nil),                // 1: sglang.grpc.scheduler.DisaggregatedParams
@@ -3700,30 +4064,36 @@ var file_sglang_grpc_scheduler_sglang_scheduler_proto_goTypes = []any{
 	(*DisaggregationMetrics)(nil),              // 38: sglang.grpc.scheduler.DisaggregationMetrics
 	(*QueueMetrics)(nil),                       // 39: sglang.grpc.scheduler.QueueMetrics
 	(*AggregateMetrics)(nil),                   // 40: sglang.grpc.scheduler.AggregateMetrics
-	nil,                                        // 41: sglang.grpc.scheduler.SamplingParams.LogitBiasEntry
-	nil,                                        // 42: sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry
-	(*structpb.Struct)(nil),                    // 43: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),              // 44: google.protobuf.Timestamp
-	(*smgcommon.FlushCacheRequest)(nil),        // 45: smg.grpc.common.FlushCacheRequest
-	(*smgcommon.StartProfileRequest)(nil),      // 46: smg.grpc.common.StartProfileRequest
-	(*smgcommon.StopProfileRequest)(nil),       // 47: smg.grpc.common.StopProfileRequest
-	(*smgcommon.GetTokenizerRequest)(nil),      // 48: smg.grpc.common.GetTokenizerRequest
-	(*smgcommon.SubscribeKvEventsRequest)(nil), // 49: smg.grpc.common.SubscribeKvEventsRequest
-	(*smgcommon.FlushCacheResponse)(nil),       // 50: smg.grpc.common.FlushCacheResponse
-	(*smgcommon.ProfileResponse)(nil),          // 51: smg.grpc.common.ProfileResponse
-	(*smgcommon.GetTokenizerChunk)(nil),        // 52: smg.grpc.common.GetTokenizerChunk
-	(*smgcommon.KvEventBatch)(nil),             // 53: smg.grpc.common.KvEventBatch
+	(*UpdateWeightsRequest)(nil),               // 41: sglang.grpc.scheduler.UpdateWeightsRequest
+	(*UpdateWeightsResponse)(nil),              // 42: sglang.grpc.scheduler.UpdateWeightsResponse
+	(*GetInternalStateRequest)(nil),            // 43: sglang.grpc.scheduler.GetInternalStateRequest
+	(*GetInternalStateResponse)(nil),           // 44: sglang.grpc.scheduler.GetInternalStateResponse
+	(*SetInternalStateRequest)(nil),            // 45: sglang.grpc.scheduler.SetInternalStateRequest
+	(*SetInternalStateResponse)(nil),           // 46: sglang.grpc.scheduler.SetInternalStateResponse
+	nil,                                        // 47: sglang.grpc.scheduler.SamplingParams.LogitBiasEntry
+	nil,                                        // 48: sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry
+	(*structpb.Struct)(nil),                    // 49: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),              // 50: google.protobuf.Timestamp
+	(*smgcommon.FlushCacheRequest)(nil),        // 51: smg.grpc.common.FlushCacheRequest
+	(*smgcommon.StartProfileRequest)(nil),      // 52: smg.grpc.common.StartProfileRequest
+	(*smgcommon.StopProfileRequest)(nil),       // 53: smg.grpc.common.StopProfileRequest
+	(*smgcommon.GetTokenizerRequest)(nil),      // 54: smg.grpc.common.GetTokenizerRequest
+	(*smgcommon.SubscribeKvEventsRequest)(nil), // 55: smg.grpc.common.SubscribeKvEventsRequest
+	(*smgcommon.FlushCacheResponse)(nil),       // 56: smg.grpc.common.FlushCacheResponse
+	(*smgcommon.ProfileResponse)(nil),          // 57: smg.grpc.common.ProfileResponse
+	(*smgcommon.GetTokenizerChunk)(nil),        // 58: smg.grpc.common.GetTokenizerChunk
+	(*smgcommon.KvEventBatch)(nil),             // 59: smg.grpc.common.KvEventBatch
 }
 var file_sglang_grpc_scheduler_sglang_scheduler_proto_depIdxs = []int32{
-	41, // 0: sglang.grpc.scheduler.SamplingParams.logit_bias:type_name -> sglang.grpc.scheduler.SamplingParams.LogitBiasEntry
-	43, // 1: sglang.grpc.scheduler.SamplingParams.custom_params:type_name -> google.protobuf.Struct
+	47, // 0: sglang.grpc.scheduler.SamplingParams.logit_bias:type_name -> sglang.grpc.scheduler.SamplingParams.LogitBiasEntry
+	49, // 1: sglang.grpc.scheduler.SamplingParams.custom_params:type_name -> google.protobuf.Struct
 	3,  // 2: sglang.grpc.scheduler.GenerateRequest.tokenized:type_name -> sglang.grpc.scheduler.TokenizedInput
 	5,  // 3: sglang.grpc.scheduler.GenerateRequest.mm_inputs:type_name -> sglang.grpc.scheduler.MultimodalInputs
 	0,  // 4: sglang.grpc.scheduler.GenerateRequest.sampling_params:type_name -> sglang.grpc.scheduler.SamplingParams
 	1,  // 5: sglang.grpc.scheduler.GenerateRequest.disaggregated_params:type_name -> sglang.grpc.scheduler.DisaggregatedParams
-	44, // 6: sglang.grpc.scheduler.GenerateRequest.timestamp:type_name -> google.protobuf.Timestamp
+	50, // 6: sglang.grpc.scheduler.GenerateRequest.timestamp:type_name -> google.protobuf.Timestamp
 	4,  // 7: sglang.grpc.scheduler.MultimodalInputs.pixel_values:type_name -> sglang.grpc.scheduler.TensorData
-	42, // 8: sglang.grpc.scheduler.MultimodalInputs.model_specific_tensors:type_name -> sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry
+	48, // 8: sglang.grpc.scheduler.MultimodalInputs.model_specific_tensors:type_name -> sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry
 	6,  // 9: sglang.grpc.scheduler.MultimodalInputs.mm_placeholders:type_name -> sglang.grpc.scheduler.PlaceholderRange
 	8,  // 10: sglang.grpc.scheduler.GenerateResponse.chunk:type_name -> sglang.grpc.scheduler.GenerateStreamChunk
 	9,  // 11: sglang.grpc.scheduler.GenerateResponse.complete:type_name -> sglang.grpc.scheduler.GenerateComplete
@@ -3739,9 +4109,9 @@ var file_sglang_grpc_scheduler_sglang_scheduler_proto_depIdxs = []int32{
 	5,  // 21: sglang.grpc.scheduler.EmbedRequest.mm_inputs:type_name -> sglang.grpc.scheduler.MultimodalInputs
 	0,  // 22: sglang.grpc.scheduler.EmbedRequest.sampling_params:type_name -> sglang.grpc.scheduler.SamplingParams
 	26, // 23: sglang.grpc.scheduler.ListLoadedLoRAAdaptersResponse.loaded_adapters:type_name -> sglang.grpc.scheduler.LoadedLoRAAdapter
-	43, // 24: sglang.grpc.scheduler.GetServerInfoResponse.server_args:type_name -> google.protobuf.Struct
-	43, // 25: sglang.grpc.scheduler.GetServerInfoResponse.scheduler_info:type_name -> google.protobuf.Struct
-	44, // 26: sglang.grpc.scheduler.GetServerInfoResponse.start_time:type_name -> google.protobuf.Timestamp
+	49, // 24: sglang.grpc.scheduler.GetServerInfoResponse.server_args:type_name -> google.protobuf.Struct
+	49, // 25: sglang.grpc.scheduler.GetServerInfoResponse.scheduler_info:type_name -> google.protobuf.Struct
+	50, // 26: sglang.grpc.scheduler.GetServerInfoResponse.start_time:type_name -> google.protobuf.Timestamp
 	34, // 27: sglang.grpc.scheduler.GetLoadsResponse.loads:type_name -> sglang.grpc.scheduler.SchedulerLoad
 	40, // 28: sglang.grpc.scheduler.GetLoadsResponse.aggregate:type_name -> sglang.grpc.scheduler.AggregateMetrics
 	35, // 29: sglang.grpc.scheduler.SchedulerLoad.memory:type_name -> sglang.grpc.scheduler.MemoryMetrics
@@ -3749,42 +4119,44 @@ var file_sglang_grpc_scheduler_sglang_scheduler_proto_depIdxs = []int32{
 	37, // 31: sglang.grpc.scheduler.SchedulerLoad.lora:type_name -> sglang.grpc.scheduler.LoRAMetrics
 	38, // 32: sglang.grpc.scheduler.SchedulerLoad.disaggregation:type_name -> sglang.grpc.scheduler.DisaggregationMetrics
 	39, // 33: sglang.grpc.scheduler.SchedulerLoad.queues:type_name -> sglang.grpc.scheduler.QueueMetrics
-	4,  // 34: sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry.value:type_name -> sglang.grpc.scheduler.TensorData
-	2,  // 35: sglang.grpc.scheduler.SglangScheduler.Generate:input_type -> sglang.grpc.scheduler.GenerateRequest
-	15, // 36: sglang.grpc.scheduler.SglangScheduler.Embed:input_type -> sglang.grpc.scheduler.EmbedRequest
-	17, // 37: sglang.grpc.scheduler.SglangScheduler.HealthCheck:input_type -> sglang.grpc.scheduler.HealthCheckRequest
-	19, // 38: sglang.grpc.scheduler.SglangScheduler.Abort:input_type -> sglang.grpc.scheduler.AbortRequest
-	28, // 39: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:input_type -> sglang.grpc.scheduler.GetModelInfoRequest
-	30, // 40: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:input_type -> sglang.grpc.scheduler.GetServerInfoRequest
-	32, // 41: sglang.grpc.scheduler.SglangScheduler.GetLoads:input_type -> sglang.grpc.scheduler.GetLoadsRequest
-	45, // 42: sglang.grpc.scheduler.SglangScheduler.FlushCache:input_type -> smg.grpc.common.FlushCacheRequest
-	46, // 43: sglang.grpc.scheduler.SglangScheduler.StartProfile:input_type -> smg.grpc.common.StartProfileRequest
-	47, // 44: sglang.grpc.scheduler.SglangScheduler.StopProfile:input_type -> smg.grpc.common.StopProfileRequest
-	48, // 45: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:input_type -> smg.grpc.common.GetTokenizerRequest
-	49, // 46: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:input_type -> smg.grpc.common.SubscribeKvEventsRequest
-	21, // 47: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:input_type -> sglang.grpc.scheduler.LoadLoRAAdapterRequest
-	23, // 48: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:input_type -> sglang.grpc.scheduler.UnloadLoRAAdapterRequest
-	25, // 49: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:input_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersRequest
-	7,  // 50: sglang.grpc.scheduler.SglangScheduler.Generate:output_type -> sglang.grpc.scheduler.GenerateResponse
-	16, // 51: sglang.grpc.scheduler.SglangScheduler.Embed:output_type -> sglang.grpc.scheduler.EmbedResponse
-	18, // 52: sglang.grpc.scheduler.SglangScheduler.HealthCheck:output_type -> sglang.grpc.scheduler.HealthCheckResponse
-	20, // 53: sglang.grpc.scheduler.SglangScheduler.Abort:output_type -> sglang.grpc.scheduler.AbortResponse
-	29, // 54: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:output_type -> sglang.grpc.scheduler.GetModelInfoResponse
-	31, // 55: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:output_type -> sglang.grpc.scheduler.GetServerInfoResponse
-	33, // 56: sglang.grpc.scheduler.SglangScheduler.GetLoads:output_type -> sglang.grpc.scheduler.GetLoadsResponse
-	50, // 57: sglang.grpc.scheduler.SglangScheduler.FlushCache:output_type -> smg.grpc.common.FlushCacheResponse
-	51, // 58: sglang.grpc.scheduler.SglangScheduler.StartProfile:output_type -> smg.grpc.common.ProfileResponse
-	51, // 59: sglang.grpc.scheduler.SglangScheduler.StopProfile:output_type -> smg.grpc.common.ProfileResponse
-	52, // 60: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:output_type -> smg.grpc.common.GetTokenizerChunk
-	53, // 61: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:output_type -> smg.grpc.common.KvEventBatch
-	22, // 62: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:output_type -> sglang.grpc.scheduler.LoadLoRAAdapterResponse
-	24, // 63: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:output_type -> sglang.grpc.scheduler.UnloadLoRAAdapterResponse
-	27, // 64: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:output_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersResponse
-	50, // [50:65] is the sub-list for method output_type
-	35, // [35:50] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	49, // 34: sglang.grpc.scheduler.GetInternalStateResponse.state:type_name -> google.protobuf.Struct
+	49, // 35: sglang.grpc.scheduler.SetInternalStateRequest.state:type_name -> google.protobuf.Struct
+	4,  // 36: sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry.value:type_name -> sglang.grpc.scheduler.TensorData
+	2,  // 37: sglang.grpc.scheduler.SglangScheduler.Generate:input_type -> sglang.grpc.scheduler.GenerateRequest
+	15, // 38: sglang.grpc.scheduler.SglangScheduler.Embed:input_type -> sglang.grpc.scheduler.EmbedRequest
+	17, // 39: sglang.grpc.scheduler.SglangScheduler.HealthCheck:input_type -> sglang.grpc.scheduler.HealthCheckRequest
+	19, // 40: sglang.grpc.scheduler.SglangScheduler.Abort:input_type -> sglang.grpc.scheduler.AbortRequest
+	28, // 41: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:input_type -> sglang.grpc.scheduler.GetModelInfoRequest
+	30, // 42: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:input_type -> sglang.grpc.scheduler.GetServerInfoRequest
+	32, // 43: sglang.grpc.scheduler.SglangScheduler.GetLoads:input_type -> sglang.grpc.scheduler.GetLoadsRequest
+	51, // 44: sglang.grpc.scheduler.SglangScheduler.FlushCache:input_type -> smg.grpc.common.FlushCacheRequest
+	52, // 45: sglang.grpc.scheduler.SglangScheduler.StartProfile:input_type -> smg.grpc.common.StartProfileRequest
+	53, // 46: sglang.grpc.scheduler.SglangScheduler.StopProfile:input_type -> smg.grpc.common.StopProfileRequest
+	54, // 47: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:input_type -> smg.grpc.common.GetTokenizerRequest
+	55, // 48: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:input_type -> smg.grpc.common.SubscribeKvEventsRequest
+	21, // 49: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:input_type -> sglang.grpc.scheduler.LoadLoRAAdapterRequest
+	23, // 50: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:input_type -> sglang.grpc.scheduler.UnloadLoRAAdapterRequest
+	25, // 51: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:input_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersRequest
+	7,  // 52: sglang.grpc.scheduler.SglangScheduler.Generate:output_type -> sglang.grpc.scheduler.GenerateResponse
+	16, // 53: sglang.grpc.scheduler.SglangScheduler.Embed:output_type -> sglang.grpc.scheduler.EmbedResponse
+	18, // 54: sglang.grpc.scheduler.SglangScheduler.HealthCheck:output_type -> sglang.grpc.scheduler.HealthCheckResponse
+	20, // 55: sglang.grpc.scheduler.SglangScheduler.Abort:output_type -> sglang.grpc.scheduler.AbortResponse
+	29, // 56: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:output_type -> sglang.grpc.scheduler.GetModelInfoResponse
+	31, // 57: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:output_type -> sglang.grpc.scheduler.GetServerInfoResponse
+	33, // 58: sglang.grpc.scheduler.SglangScheduler.GetLoads:output_type -> sglang.grpc.scheduler.GetLoadsResponse
+	56, // 59: sglang.grpc.scheduler.SglangScheduler.FlushCache:output_type -> smg.grpc.common.FlushCacheResponse
+	57, // 60: sglang.grpc.scheduler.SglangScheduler.StartProfile:output_type -> smg.grpc.common.ProfileResponse
+	57, // 61: sglang.grpc.scheduler.SglangScheduler.StopProfile:output_type -> smg.grpc.common.ProfileResponse
+	58, // 62: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:output_type -> smg.grpc.common.GetTokenizerChunk
+	59, // 63: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:output_type -> smg.grpc.common.KvEventBatch
+	22, // 64: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:output_type -> sglang.grpc.scheduler.LoadLoRAAdapterResponse
+	24, // 65: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:output_type -> sglang.grpc.scheduler.UnloadLoRAAdapterResponse
+	27, // 66: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:output_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersResponse
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_sglang_grpc_scheduler_sglang_scheduler_proto_init() }
@@ -3810,13 +4182,18 @@ func file_sglang_grpc_scheduler_sglang_scheduler_proto_init() {
 	file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[12].OneofWrappers = []any{}
 	file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[32].OneofWrappers = []any{}
 	file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[34].OneofWrappers = []any{}
+	file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[41].OneofWrappers = []any{
+		(*UpdateWeightsRequest_DiskPath)(nil),
+		(*UpdateWeightsRequest_TensorData)(nil),
+		(*UpdateWeightsRequest_RemoteUrl)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc), len(file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
