@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+)
+
+// defaults parses no flags, so the test starts from exactly what a user gets.
+func defaults(t *testing.T, args ...string) serveConfig {
+	t.Helper()
+	var cfg serveConfig
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := fs.Parse(joinMultiValues(args, "worker-urls")); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestDefaultsMatchTheDocumentation(t *testing.T) {
+	cfg := defaults(t)
+	if cfg.host != "127.0.0.1" || cfg.port != 30000 || cfg.promHost != "127.0.0.1" || cfg.promPort != 29000 {
+		t.Fatalf("listen defaults %s:%d metrics %s:%d, want 127.0.0.1:30000 and 127.0.0.1:29000",
+			cfg.host, cfg.port, cfg.promHost, cfg.promPort)
+	}
+	if cfg.embeddedWorkers != 2 || len(cfg.workerURLs) != 0 {
+		t.Fatalf("embedded default: %d workers, urls %v", cfg.embeddedWorkers, cfg.workerURLs)
+	}
+}
+
+// TestEmbeddedDefaultServesGenerateAndMetrics runs `kvgate serve` as a newcomer
+// would, with no workers given, on free ports, and calls it.
+func TestEmbeddedDefaultServesGenerateAndMetrics(t *testing.T) {
+	cfg := defaults(t, "--port", "0", "--prometheus-port", "0", "--embedded-time-scale", "0")
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(g, m string) { addrs <- [2]string{g, m} })
+	}()
+	var a [2]string
+	select {
+	case a = <-addrs:
+	case err := <-done:
+		t.Fatalf("serve ended early: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not become ready")
+	}
+
+	conn, err := grpc.NewClient(a[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	st, err := kvgatev1.NewRouterClient(conn).Generate(rctx, &kvgatev1.GenerateRequest{
+		InputIds: []uint32{1, 2, 3, 4}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto32(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if err != nil || m.GetComplete() == nil {
+		t.Fatalf("Generate: %v, %v", m, err)
+	}
+	ws, err := kvgatev1.NewAdminClient(conn).ListWorkers(rctx, &kvgatev1.ListWorkersRequest{})
+	if err != nil || len(ws.Workers) != 2 {
+		t.Fatalf("ListWorkers: %v, %v; want the 2 embedded engines", ws, err)
+	}
+
+	resp, err := http.Get("http://" + a[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `kvgate_requests_total{code="OK",method="/kvgate.v1.Router/Generate"} 1`) {
+		t.Errorf("/metrics lacks the Generate request count:\n%s", body)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v after shutdown", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not shut down")
+	}
+}
+
+func TestServeRejectsBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policy", "fastest"}, "unknown policy"},
+		{[]string{"--worker-protocol", "trtllm"}, "unknown worker protocol"},
+		{[]string{"--worker-urls", "http://a:1"}, "grpc://"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"stray"}, "unexpected arguments"},
+	}
+	for _, tc := range tests {
+		err := run(context.Background(), append([]string{"serve", "--port", "0", "--prometheus-port", "-1"}, tc.args...), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("serve %v: err = %v, want one mentioning %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func proto32(v uint32) *uint32 { return &v }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// runSim runs one simulated engine until ctx ends.
+func runSim(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg := sim.DefaultConfig()
+	fs := flag.NewFlagSet("kvgate sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host := fs.String("host", "127.0.0.1", "address to serve the engine protocol on")
+	port := fs.Int("port", 31000, "port to serve the engine protocol on")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sim: unexpected arguments %q", fs.Args())
+	}
+	log, err := newLogger(stderr, *logLevel, false)
+	if err != nil {
+		return err
+	}
+	s, err := sim.Start(cfg, net.JoinHostPort(*host, strconv.Itoa(*port)))
+	if err != nil {
+		return err
+	}
+	log.Info("simulated engine serving", "address", s.Addr(), "protocol", cfg.Protocol, "model", cfg.Model,
+		"page_size", cfg.PageSize, "kv_capacity_tokens", cfg.KVCapacityTokens, "time_scale", cfg.TimeScale)
+	<-ctx.Done()
+	s.Stop()
+	return nil
+}

@@ -1,0 +1,341 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+var protocols = []string{"sglang", "vllm"}
+
+func TestGenerateStreamsTokensInOrderThenCompletes(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: proto, workers: 3})
+			r := f.mustGenerate(t, &kvgatev1.GenerateRequest{
+				RequestId:      "order-1",
+				InputIds:       prompt(100, 50),
+				Stream:         true,
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(40), IgnoreEos: true},
+			})
+			var streamed []uint32
+			for _, c := range r.chunks {
+				if int(c.Index) != len(streamed) {
+					t.Fatalf("chunk index %d, but %d tokens came before it", c.Index, len(streamed))
+				}
+				streamed = append(streamed, c.TokenIds...)
+			}
+			c := r.complete
+			if len(streamed) != 40 || !slices.Equal(streamed, c.OutputIds) {
+				t.Fatalf("streamed %d tokens %v, completion has %v", len(streamed), streamed, c.OutputIds)
+			}
+			if c.FinishReason != kvgatev1.FinishReason_FINISH_REASON_LENGTH {
+				t.Errorf("finish_reason = %v, want LENGTH", c.FinishReason)
+			}
+			if c.Usage.GetPromptTokens() != 50 || c.Usage.GetCompletionTokens() != 40 {
+				t.Errorf("usage = %v, want 50 prompt and 40 completion tokens", c.Usage)
+			}
+			if !strings.HasPrefix(c.Worker, "grpc://127.0.0.1:") {
+				t.Errorf("worker = %q, want a grpc:// URL", c.Worker)
+			}
+			for _, id := range r.ids {
+				if id != "order-1" {
+					t.Fatalf("message carries request_id %q, want order-1", id)
+				}
+			}
+		})
+	}
+}
+
+func TestNonStreamingSendsOnlyTheCompletion(t *testing.T) {
+	f := startFleet(t, fleetOptions{})
+	r := f.mustGenerate(t, &kvgatev1.GenerateRequest{
+		InputIds:       prompt(7, 20),
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(12), IgnoreEos: true},
+	})
+	if len(r.chunks) != 0 || len(r.complete.OutputIds) != 12 {
+		t.Fatalf("got %d chunks and %d output ids, want 0 and 12", len(r.chunks), len(r.complete.OutputIds))
+	}
+	if !strings.HasPrefix(r.ids[0], "kvg-") {
+		t.Errorf("generated request_id = %q, want kvg- prefix", r.ids[0])
+	}
+}
+
+func TestStopTokenEndsGenerationAndIsReported(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: proto, workers: 1})
+			req := &kvgatev1.GenerateRequest{
+				InputIds:       prompt(500, 30),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(30), IgnoreEos: true, Seed: i32(3)},
+			}
+			first := f.mustGenerate(t, req).complete.OutputIds
+			stop := first[4]
+			req.SamplingParams.StopTokenIds = []uint32{stop}
+			c := f.mustGenerate(t, req).complete
+			want := first[:slices.Index(first, stop)+1]
+			if !slices.Equal(c.OutputIds, want) {
+				t.Fatalf("output %v, want %v (up to and including stop token %d)", c.OutputIds, want, stop)
+			}
+			if c.FinishReason != kvgatev1.FinishReason_FINISH_REASON_STOP || c.GetMatchedStopTokenId() != stop {
+				t.Fatalf("finish %v matched %v, want STOP matched %d", c.FinishReason, c.MatchedStopTokenId, stop)
+			}
+		})
+	}
+}
+
+func TestRepeatedPromptIsCachedOnTheSameWorker(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: proto, workers: 2, policy: "round_robin",
+				sim: func(_ int, c *sim.Config) { c.PageSize = 16 }})
+			req := &kvgatev1.GenerateRequest{InputIds: prompt(1000, 100), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4)}}
+			first := f.mustGenerate(t, req).complete
+			second := f.mustGenerate(t, req).complete
+			third := f.mustGenerate(t, req).complete
+			if first.Worker != third.Worker || first.Worker == second.Worker {
+				t.Fatalf("round_robin placed the calls on %s, %s, %s", first.Worker, second.Worker, third.Worker)
+			}
+			if first.Usage.CachedTokens != 0 || second.Usage.CachedTokens != 0 {
+				t.Fatalf("cold workers reported cached tokens: %d, %d", first.Usage.CachedTokens, second.Usage.CachedTokens)
+			}
+			if got := third.Usage.CachedTokens; got != 96 {
+				t.Fatalf("repeat on the same worker: cached_tokens = %d, want 96 (six whole 16-token pages of 100)", got)
+			}
+		})
+	}
+}
+
+func TestRoundRobinAlternates(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 3, policy: "round_robin"})
+	var got []string
+	for i := range 6 {
+		got = append(got, f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 5),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}).complete.Worker)
+	}
+	for i, w := range got {
+		if want := f.workerURL(i % 3); w != want {
+			t.Fatalf("call %d went to %s, want %s (all: %v)", i, w, want, got)
+		}
+	}
+}
+
+// TestPowerOfTwoAvoidsLoadedWorker holds a request open on worker 0 (its engine
+// stalls after the first token) and checks that new requests then all go to
+// the idle worker 1.
+func TestPowerOfTwoAvoidsLoadedWorker(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "power_of_two", sim: func(i int, c *sim.Config) {
+		if i == 0 {
+			c.Faults.StallAfterTokens = 1
+		}
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := 0
+	for attempt := 0; held < 1 && attempt < 200; attempt++ {
+		st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(9, 10), Stream: true,
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil { // first token: the request is placed
+			t.Fatal(err)
+		}
+		if w, _ := f.reg.Get(f.workerURL(0)); w.InFlight() > held {
+			held++
+			continue
+		}
+		for { // served by worker 1: drain it
+			if _, err := st.Recv(); err != nil {
+				break
+			}
+		}
+	}
+	if held < 1 {
+		t.Fatalf("could not place a request on worker 0 in 200 attempts")
+	}
+	for i := range 20 {
+		c := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 10),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}}).complete
+		if c.Worker != f.workerURL(1) {
+			t.Fatalf("request %d went to the loaded worker %s", i, c.Worker)
+		}
+	}
+}
+
+func TestCancelSendsAbortToTheWorker(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: proto, workers: 1,
+				sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 2 }})
+			ctx, cancel := context.WithCancel(context.Background())
+			st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{RequestId: "to-cancel", InputIds: prompt(1, 40), Stream: true,
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100), IgnoreEos: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			eng := f.sims[0].Engine()
+			eventually(t, "the engine to receive Abort and free the request", func() bool {
+				s := eng.Stats()
+				return s.AbortCalls == 1 && s.Running == 0
+			})
+			w, _ := f.reg.Get(f.workerURL(0))
+			eventually(t, "the router to release the request", func() bool { return w.InFlight() == 0 })
+		})
+	}
+}
+
+func TestDeadlineIsPassedOnAndAborts(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 1, sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 1 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true,
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(50), IgnoreEos: true}})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
+	}
+	eng := f.sims[0].Engine()
+	eventually(t, "the stalled request to be freed on the engine", func() bool { return eng.Stats().Running == 0 })
+}
+
+func TestWorkerFailures(t *testing.T) {
+	tests := []struct {
+		name       string
+		faults     sim.Faults
+		wantTokens int // chunks received before the error
+	}{
+		{"unavailable before the first token", sim.Faults{Unavailable: true}, 0},
+		{"stream dropped after 3 tokens", sim.Faults{DropAfterTokens: 3}, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{workers: 1, sim: func(_ int, c *sim.Config) { c.Faults = tc.faults }})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true,
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(20), IgnoreEos: true}})
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("err = %v, want UNAVAILABLE", err)
+			}
+			if r.complete != nil {
+				t.Fatal("a failed request also got a completion")
+			}
+			n := 0
+			for _, c := range r.chunks {
+				n += len(c.TokenIds)
+			}
+			if n != tc.wantTokens {
+				t.Fatalf("received %d tokens before the error, want %d", n, tc.wantTokens)
+			}
+			if !strings.Contains(status.Convert(err).Message(), f.workerURL(0)) {
+				t.Errorf("error %q does not name the worker", err)
+			}
+		})
+	}
+}
+
+func TestBadInputIsRejectedWithTheFieldAndLimit(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, sim: func(_ int, c *sim.Config) {
+		c.VocabSize = 1000
+		c.EOSTokenID = 999
+		c.MaxContextLength = 256
+	}})
+	nan := float32(math.NaN())
+	tests := []struct {
+		name string
+		req  *kvgatev1.GenerateRequest
+		want []string // substrings of the message
+	}{
+		{"empty prompt", &kvgatev1.GenerateRequest{}, []string{"input_ids", "empty"}},
+		{"token outside vocabulary", &kvgatev1.GenerateRequest{InputIds: []uint32{1, 2, 1000}}, []string{"input_ids[2]", "1000", "vocab_size 1000"}},
+		{"prompt alone fills the context", &kvgatev1.GenerateRequest{InputIds: prompt(0, 256)}, []string{"input_ids", "256"}},
+		{"prompt plus max_new_tokens beyond context", &kvgatev1.GenerateRequest{InputIds: prompt(0, 200),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100)}}, []string{"max_new_tokens", "300", "256"}},
+		{"NaN temperature", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{Temperature: &nan}}, []string{"temperature", "finite"}},
+		{"negative temperature", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{Temperature: f32(-0.5)}}, []string{"temperature", "-0.5", "[0, +inf)"}},
+		{"top_p zero", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{TopP: f32(0)}}, []string{"top_p", "(0, 1]"}},
+		{"top_p above one", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{TopP: f32(1.5)}}, []string{"top_p", "1.5"}},
+		{"top_k below -1", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{TopK: i32(-2)}}, []string{"top_k", "-2"}},
+		{"negative frequency penalty out of range", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{FrequencyPenalty: f32(-3)}}, []string{"frequency_penalty", "[-2, 2]"}},
+		{"infinite presence penalty", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{PresencePenalty: f32(float32(math.Inf(1)))}}, []string{"presence_penalty"}},
+		{"negative repetition penalty", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{RepetitionPenalty: f32(-1)}}, []string{"repetition_penalty"}},
+		{"negative min_p", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{MinP: f32(-0.1)}}, []string{"min_p"}},
+		{"zero max_new_tokens", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(0)}}, []string{"max_new_tokens"}},
+		{"min above max", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(5), MinNewTokens: 9}}, []string{"min_new_tokens", "9", "5"}},
+		{"request id too long", &kvgatev1.GenerateRequest{RequestId: strings.Repeat("x", 300), InputIds: prompt(0, 4)}, []string{"request_id", "256"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := f.generate(ctx, t, tc.req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("err = %v, want INVALID_ARGUMENT", err)
+			}
+			msg := status.Convert(err).Message()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+	for i := range f.sims {
+		if n := f.sims[i].Engine().Stats().Requests; n != 0 {
+			t.Errorf("sim %d received %d requests; invalid requests must not reach a worker", i, n)
+		}
+	}
+}
+
+func TestConcurrentRequestsAllComplete(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 3, policy: "power_of_two"})
+	const n = 40
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 30), Stream: i%2 == 0,
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(16), IgnoreEos: true}})
+			if err == nil && (r.complete == nil || len(r.complete.OutputIds) != 16) {
+				err = fmt.Errorf("request %d: incomplete result", i)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range f.reg.Snapshot() {
+		if w.InFlight() != 0 {
+			t.Fatalf("%s still counts %d requests in flight", w.URL(), w.InFlight())
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Metrics are the router's Prometheus series (prefix kvgate_). They live in a
+// registry of their own rather than the process-global one, so several routers
+// can run in one process (tests, the embedded default) without clashing.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests   *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	ttft       prometheus.Histogram
+	latency    *prometheus.HistogramVec
+	selections *prometheus.CounterVec
+	aborts     *prometheus.CounterVec
+}
+
+// latencyBuckets span 1 ms to about 2 minutes: LLM requests range from a
+// cached one-token reply to a long generation.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 18)
+
+// NewMetrics creates the router's metrics. Per-worker gauges (active requests,
+// health, engine load) are read from reg at scrape time, so they can never
+// drift from the registry's own counters.
+func NewMetrics(reg *workers.Registry) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_requests_total",
+			Help: "RPCs handled, by full method and gRPC status code.",
+		}, []string{"method", "code"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_request_errors_total",
+			Help: "RPCs that ended with a status other than OK, by full method and gRPC status code.",
+		}, []string{"method", "code"}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvgate_time_to_first_token_seconds",
+			Help:    "Time from receiving a Generate request to receiving its first token from the worker.",
+			Buckets: latencyBuckets,
+		}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kvgate_request_duration_seconds",
+			Help:    "End-to-end RPC latency, by full method.",
+			Buckets: latencyBuckets,
+		}, []string{"method"}),
+		selections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_worker_selections_total",
+			Help: "Requests a policy sent to each worker.",
+		}, []string{"worker", "policy"}),
+		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_worker_aborts_total",
+			Help: "Abort calls sent to workers because the client went away or its deadline passed.",
+		}, []string{"worker"}),
+	}
+	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts,
+		&workerCollector{reg: reg},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// workerCollector reports each registered worker's live state at scrape time.
+type workerCollector struct{ reg *workers.Registry }
+
+var (
+	descActive = prometheus.NewDesc("kvgate_worker_active_requests",
+		"Requests this router has in flight on the worker.", []string{"worker"}, nil)
+	descHealthy = prometheus.NewDesc("kvgate_worker_healthy",
+		"1 when the worker passes health checks and may receive requests, else 0.", []string{"worker"}, nil)
+	descLoad = prometheus.NewDesc("kvgate_worker_load",
+		"The load figure policies compare: requests in flight here plus the engine's other requests.", []string{"worker"}, nil)
+	descEngineRunning = prometheus.NewDesc("kvgate_worker_engine_running_requests",
+		"Running requests the engine reported at the last load poll.", []string{"worker"}, nil)
+	descEngineWaiting = prometheus.NewDesc("kvgate_worker_engine_waiting_requests",
+		"Waiting requests the engine reported at the last load poll.", []string{"worker"}, nil)
+	descKVUsage = prometheus.NewDesc("kvgate_worker_kv_cache_usage_ratio",
+		"Fraction of the engine's KV cache in use at the last load poll.", []string{"worker"}, nil)
+)
+
+func (c *workerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descActive, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage} {
+		ch <- d
+	}
+}
+
+func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, w := range c.reg.Snapshot() {
+		healthy := 0.0
+		if w.Healthy() {
+			healthy = 1
+		}
+		el := w.EngineLoad()
+		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(w.InFlight()), w.URL())
+		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, w.URL())
+		ch <- prometheus.MustNewConstMetric(descLoad, prometheus.GaugeValue, float64(w.Load()), w.URL())
+		ch <- prometheus.MustNewConstMetric(descEngineRunning, prometheus.GaugeValue, float64(el.Running), w.URL())
+		ch <- prometheus.MustNewConstMetric(descEngineWaiting, prometheus.GaugeValue, float64(el.Waiting), w.URL())
+		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, el.TokenUsage, w.URL())
+	}
+}
+
+func (m *Metrics) observe(method string, err error, elapsed time.Duration) {
+	code := status.Code(err).String()
+	m.requests.WithLabelValues(method, code).Inc()
+	if err != nil {
+		m.errors.WithLabelValues(method, code).Inc()
+	}
+	m.latency.WithLabelValues(method).Observe(elapsed.Seconds())
+}
+
+// monitored reports whether method is one of kvgate's own services; health and
+// reflection calls would only add noise to request metrics.
+func monitored(method string) bool { return strings.HasPrefix(method, "/kvgate.") }
+
+// UnaryInterceptor counts unary RPCs and their latency.
+func (m *Metrics) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	if monitored(info.FullMethod) {
+		m.observe(info.FullMethod, err, time.Since(start))
+	}
+	return resp, err
+}
+
+// StreamInterceptor counts streaming RPCs and their latency.
+func (m *Metrics) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	err := handler(srv, ss)
+	if monitored(info.FullMethod) {
+		m.observe(info.FullMethod, err, time.Since(start))
+	}
+	return err
+}

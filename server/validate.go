@@ -1,0 +1,151 @@
+package server
+
+import (
+	"fmt"
+	"math"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// maxRequestIDBytes bounds client-chosen request ids, which travel to workers
+// and into logs and metrics.
+const maxRequestIDBytes = 256
+
+// limits are what a request must fit to succeed on every candidate worker.
+type limits struct {
+	vocabSize  int // 0: unknown
+	maxContext int // 0: unknown
+}
+
+// limitsOf returns the strictest limits among the workers: a request that
+// fits them fits whichever worker the policy picks.
+func limitsOf(ws []*workers.Worker) limits {
+	var l limits
+	for _, w := range ws {
+		info := w.Info()
+		if info.VocabSize > 0 && (l.vocabSize == 0 || info.VocabSize < l.vocabSize) {
+			l.vocabSize = info.VocabSize
+		}
+		if info.MaxContextLength > 0 && (l.maxContext == 0 || info.MaxContextLength < l.maxContext) {
+			l.maxContext = info.MaxContextLength
+		}
+	}
+	return l
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// validateShape checks what can be checked without knowing the workers.
+func validateShape(req *kvgatev1.GenerateRequest) error {
+	if len(req.GetRequestId()) > maxRequestIDBytes {
+		return invalid("request_id is %d bytes; the limit is %d", len(req.GetRequestId()), maxRequestIDBytes)
+	}
+	if len(req.GetInputIds()) == 0 {
+		return invalid("input_ids is empty; a prompt of at least 1 token is required")
+	}
+	return validateSampling(req.GetSamplingParams())
+}
+
+// floatRule bounds one optional float sampling field.
+type floatRule struct {
+	name     string
+	v        *float32
+	min, max float64
+	openMin  bool // min itself is not allowed
+}
+
+func validateSampling(sp *kvgatev1.SamplingParams) error {
+	if sp == nil {
+		return nil
+	}
+	rules := []floatRule{
+		{name: "temperature", v: sp.Temperature, min: 0, max: math.Inf(1)},
+		{name: "top_p", v: sp.TopP, min: 0, max: 1, openMin: true},
+		{name: "min_p", v: sp.MinP, min: 0, max: 1},
+		{name: "frequency_penalty", v: sp.FrequencyPenalty, min: -2, max: 2},
+		{name: "presence_penalty", v: sp.PresencePenalty, min: -2, max: 2},
+		{name: "repetition_penalty", v: sp.RepetitionPenalty, min: 0, max: 2, openMin: true},
+	}
+	for _, r := range rules {
+		if r.v == nil {
+			continue
+		}
+		v := float64(*r.v)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return invalid("sampling_params.%s is %v; it must be a finite number", r.name, v)
+		}
+		if v < r.min || (r.openMin && v == r.min) || v > r.max {
+			return invalid("sampling_params.%s is %v; it must be in %s", r.name, v, r.interval())
+		}
+	}
+	if sp.TopK != nil && *sp.TopK < -1 {
+		return invalid("sampling_params.top_k is %d; it must be -1 or 0 (disabled) or at least 1", *sp.TopK)
+	}
+	if sp.MaxNewTokens != nil && *sp.MaxNewTokens == 0 {
+		return invalid("sampling_params.max_new_tokens is 0; it must be at least 1 when set")
+	}
+	if sp.MaxNewTokens != nil && sp.MinNewTokens > *sp.MaxNewTokens {
+		return invalid("sampling_params.min_new_tokens (%d) exceeds max_new_tokens (%d)", sp.MinNewTokens, *sp.MaxNewTokens)
+	}
+	return nil
+}
+
+func (r floatRule) interval() string {
+	lo, hi := "[", "]"
+	if r.openMin {
+		lo = "("
+	}
+	if math.IsInf(r.max, 1) {
+		return fmt.Sprintf("%s%g, +inf)", lo, r.min)
+	}
+	return fmt.Sprintf("%s%g, %g%s", lo, r.min, r.max, hi)
+}
+
+// validateAgainst checks the request against the model's vocabulary and context.
+func validateAgainst(req *kvgatev1.GenerateRequest, l limits) error {
+	if l.vocabSize > 0 {
+		for i, id := range req.GetInputIds() {
+			if int(id) >= l.vocabSize {
+				return invalid("input_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
+			}
+		}
+	}
+	if l.maxContext > 0 {
+		n := len(req.GetInputIds())
+		if n >= l.maxContext {
+			return invalid("input_ids has %d tokens; the model's context is %d tokens and at least 1 must remain for output", n, l.maxContext)
+		}
+		if mx := req.GetSamplingParams().MaxNewTokens; mx != nil && n+int(*mx) > l.maxContext {
+			return invalid("input_ids (%d tokens) plus sampling_params.max_new_tokens (%d) is %d; the model's context is %d tokens",
+				n, *mx, n+int(*mx), l.maxContext)
+		}
+	}
+	return nil
+}
+
+// toSampling converts the public sampling parameters to the neutral type.
+func toSampling(sp *kvgatev1.SamplingParams) workers.Sampling {
+	if sp == nil {
+		return workers.Sampling{}
+	}
+	return workers.Sampling{
+		Temperature:       sp.Temperature,
+		TopP:              sp.TopP,
+		TopK:              sp.TopK,
+		MinP:              sp.MinP,
+		FrequencyPenalty:  sp.FrequencyPenalty,
+		PresencePenalty:   sp.PresencePenalty,
+		RepetitionPenalty: sp.RepetitionPenalty,
+		MaxNewTokens:      sp.MaxNewTokens,
+		MinNewTokens:      sp.MinNewTokens,
+		StopTokenIDs:      sp.StopTokenIds,
+		IgnoreEOS:         sp.IgnoreEos,
+		Seed:              sp.Seed,
+	}
+}
