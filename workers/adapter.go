@@ -160,3 +160,47 @@ func modelName(served, path string) string {
 	}
 	return path
 }
+
+// engineCounts is what both protocols' chunk and completion messages report.
+type engineCounts interface {
+	GetPromptTokens() uint32
+	GetCompletionTokens() uint32
+	GetCachedTokens() uint32
+}
+
+// chunkOf translates an engine's stream chunk (sglang.GenerateStreamChunk,
+// vllm.GenerateStreamChunk).
+func chunkOf(c interface {
+	engineCounts
+	GetTokenIds() []uint32
+}) Chunk {
+	return Chunk{
+		TokenIDs:         c.GetTokenIds(),
+		PromptTokens:     c.GetPromptTokens(),
+		CompletionTokens: c.GetCompletionTokens(),
+		CachedTokens:     c.GetCachedTokens(),
+	}
+}
+
+// completionOf translates an engine's completion (sglang.GenerateComplete,
+// vllm.GenerateComplete); matched is its stop token, if one matched.
+func completionOf(c interface {
+	engineCounts
+	GetOutputIds() []uint32
+	GetFinishReason() string
+}, matched *uint32) Chunk {
+	fin := &Completion{
+		OutputIDs:          c.GetOutputIds(),
+		FinishReason:       c.GetFinishReason(),
+		MatchedStopTokenID: matched,
+		PromptTokens:       c.GetPromptTokens(),
+		CompletionTokens:   c.GetCompletionTokens(),
+		CachedTokens:       c.GetCachedTokens(),
+	}
+	return Chunk{
+		PromptTokens:     fin.PromptTokens,
+		CompletionTokens: fin.CompletionTokens,
+		CachedTokens:     fin.CachedTokens,
+		Final:            fin,
+	}
+}

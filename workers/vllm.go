@@ -68,32 +68,13 @@ func vllmSampling(s *Sampling) *vllm.SamplingParams {
 func decodeVLLM(m *vllm.GenerateResponse) (Chunk, bool) {
 	switch r := m.GetResponse().(type) {
 	case *vllm.GenerateResponse_Chunk:
-		c := r.Chunk
-		return Chunk{
-			TokenIDs:         c.GetTokenIds(),
-			PromptTokens:     c.GetPromptTokens(),
-			CompletionTokens: c.GetCompletionTokens(),
-			CachedTokens:     c.GetCachedTokens(),
-		}, true
+		return chunkOf(r.Chunk), true
 	case *vllm.GenerateResponse_Complete:
-		c := r.Complete
-		fin := &Completion{
-			OutputIDs:        c.GetOutputIds(),
-			FinishReason:     c.GetFinishReason(),
-			PromptTokens:     c.GetPromptTokens(),
-			CompletionTokens: c.GetCompletionTokens(),
-			CachedTokens:     c.GetCachedTokens(),
+		var matched *uint32
+		if ms, ok := r.Complete.GetMatchedStop().(*vllm.GenerateComplete_MatchedTokenId); ok {
+			matched = &ms.MatchedTokenId
 		}
-		if ms, ok := c.GetMatchedStop().(*vllm.GenerateComplete_MatchedTokenId); ok {
-			id := ms.MatchedTokenId
-			fin.MatchedStopTokenID = &id
-		}
-		return Chunk{
-			PromptTokens:     fin.PromptTokens,
-			CompletionTokens: fin.CompletionTokens,
-			CachedTokens:     fin.CachedTokens,
-			Final:            fin,
-		}, true
+		return completionOf(r.Complete, matched), true
 	}
 	return Chunk{}, false
 }
