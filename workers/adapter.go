@@ -81,13 +81,15 @@ func (s *engineStream[M]) drain() {
 	}
 }
 
-// rankLoad is one data-parallel rank's load report, in the fields both engines
-// share.
-type rankLoad struct {
-	running, waiting    int32
-	usedTokens, maxToks int32
-	tokenUsage          float64
-	cacheHitRate        float64
+// rankLoad is one data-parallel rank's load report (sglang.SchedulerLoad,
+// vllm.SchedulerLoad), through the getters both engines' messages share.
+type rankLoad interface {
+	GetNumRunningReqs() int32
+	GetNumWaitingReqs() int32
+	GetNumUsedTokens() int32
+	GetMaxTotalNumTokens() int32
+	GetTokenUsage() float64
+	GetCacheHitRate() float64
 }
 
 // sumLoads combines per-rank reports into the engine's load. Counts add up.
@@ -95,19 +97,19 @@ type rankLoad struct {
 // reports them, because an average of per-rank fractions misweights ranks of
 // different sizes; otherwise it is the average of the reported fractions. The
 // cache hit rate is averaged.
-func sumLoads(ranks []rankLoad) Load {
+func sumLoads[L rankLoad](ranks []L) Load {
 	var l Load
 	if len(ranks) == 0 {
 		return l
 	}
 	var usage, hit float64
 	for _, r := range ranks {
-		l.Running += int(r.running)
-		l.Waiting += int(r.waiting)
-		l.UsedTokens += int(r.usedTokens)
-		l.MaxTotalTokens += int(r.maxToks)
-		usage += r.tokenUsage
-		hit += r.cacheHitRate
+		l.Running += int(r.GetNumRunningReqs())
+		l.Waiting += int(r.GetNumWaitingReqs())
+		l.UsedTokens += int(r.GetNumUsedTokens())
+		l.MaxTotalTokens += int(r.GetMaxTotalNumTokens())
+		usage += r.GetTokenUsage()
+		hit += r.GetCacheHitRate()
 	}
 	n := float64(len(ranks))
 	if l.MaxTotalTokens > 0 {

@@ -123,18 +123,7 @@ func (b *sglangBackend) Loads(ctx context.Context) (Load, error) {
 			TokenUsage: a.GetAvgTokenUsage(),
 		}, nil
 	}
-	ranks := make([]rankLoad, 0, len(resp.GetLoads()))
-	for _, l := range resp.GetLoads() {
-		ranks = append(ranks, rankLoad{
-			running:      l.GetNumRunningReqs(),
-			waiting:      l.GetNumWaitingReqs(),
-			usedTokens:   l.GetNumUsedTokens(),
-			maxToks:      l.GetMaxTotalNumTokens(),
-			tokenUsage:   l.GetTokenUsage(),
-			cacheHitRate: l.GetCacheHitRate(),
-		})
-	}
-	return sumLoads(ranks), nil
+	return sumLoads(resp.GetLoads()), nil
 }
 
 // Info combines GetModelInfo with GetServerInfo, which carries the KV cache

@@ -97,18 +97,7 @@ func (b *vllmBackend) Loads(ctx context.Context) (Load, error) {
 	if err != nil {
 		return Load{}, err
 	}
-	ranks := make([]rankLoad, 0, len(resp.GetLoads()))
-	for _, l := range resp.GetLoads() {
-		ranks = append(ranks, rankLoad{
-			running:      l.GetNumRunningReqs(),
-			waiting:      l.GetNumWaitingReqs(),
-			usedTokens:   l.GetNumUsedTokens(),
-			maxToks:      l.GetMaxTotalNumTokens(),
-			tokenUsage:   l.GetTokenUsage(),
-			cacheHitRate: l.GetCacheHitRate(),
-		})
-	}
-	return sumLoads(ranks), nil
+	return sumLoads(resp.GetLoads()), nil
 }
 
 // Info reads GetModelInfo. vLLM reports no page size (PageSize stays 0, so the
