@@ -6,13 +6,19 @@ package workers
 // adapter's file holds everything that knows a protocol's messages.
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
 )
 
 // engineStream adapts an engine's server stream of M to Stream. decode turns one
@@ -205,4 +211,41 @@ func completionOf(c interface {
 		CachedTokens:     fin.CachedTokens,
 		Final:            fin,
 	}
+}
+
+// maxTokenizerArchive bounds a GetTokenizer download. The largest tokenizers
+// in use (Gemma's 262k vocabulary) zip to about 20 MB.
+const maxTokenizerArchive = 256 << 20
+
+// readTokenizer collects a GetTokenizer stream: the chunks' bytes
+// concatenated, verified against the SHA-256 the last chunk carries.
+func readTokenizer(st grpc.ServerStreamingClient[smgcommon.GetTokenizerChunk]) ([]byte, error) {
+	var buf bytes.Buffer
+	sum := ""
+	for {
+		c, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if buf.Len()+len(c.GetData()) > maxTokenizerArchive {
+			return nil, fmt.Errorf("tokenizer archive exceeds %d bytes", maxTokenizerArchive)
+		}
+		buf.Write(c.GetData())
+		if c.GetSha256() != "" {
+			sum = c.GetSha256()
+		}
+	}
+	if buf.Len() == 0 {
+		return nil, errors.New("engine sent an empty tokenizer archive")
+	}
+	if sum != "" {
+		got := sha256.Sum256(buf.Bytes())
+		if !strings.EqualFold(hex.EncodeToString(got[:]), sum) {
+			return nil, fmt.Errorf("tokenizer archive checksum mismatch: engine says %s, received %x", sum, got)
+		}
+	}
+	return buf.Bytes(), nil
 }

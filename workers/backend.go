@@ -99,6 +99,10 @@ type Backend interface {
 	Health(ctx context.Context) error
 	Loads(ctx context.Context) (Load, error)
 	Info(ctx context.Context) (ModelInfo, error)
+	// Tokenizer downloads the engine's tokenizer files as a zip archive
+	// (tokenizer.json, tokenizer_config.json, chat templates), checked
+	// against the SHA-256 the engine sends with it.
+	Tokenizer(ctx context.Context) ([]byte, error)
 }
 
 // ErrUnhealthy is returned by Backend.Health when the engine answers but says it

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
 )
 
 // sglangBackend speaks sglang.grpc.scheduler.SglangScheduler.
@@ -155,4 +156,12 @@ func (b *sglangBackend) Info(ctx context.Context) (ModelInfo, error) {
 	}
 	info.KVCapacityTokens = int(si.GetMaxTotalNumTokens())
 	return info, nil
+}
+
+func (b *sglangBackend) Tokenizer(ctx context.Context) ([]byte, error) {
+	st, err := b.c.GetTokenizer(ctx, &smgcommon.GetTokenizerRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return readTokenizer(st)
 }

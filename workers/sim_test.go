@@ -24,6 +24,9 @@ func startSim(t *testing.T, protocol string) (*sim.Server, *workers.Worker) {
 	cfg := sim.DefaultConfig()
 	cfg.Protocol = protocol
 	cfg.TimeScale = 0
+	cfg.TokenizerDir = "none"
+	cfg.VocabSize = 128256
+	cfg.EOSTokenID = 128001
 	cfg.MaxContextLength = 4096
 	cfg.KVCapacityTokens = 8192
 	cfg.Logger = slog.New(slog.DiscardHandler)

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
 )
 
@@ -123,4 +124,12 @@ func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 	}
 	info.KVCapacityTokens = l.MaxTotalTokens
 	return info, nil
+}
+
+func (b *vllmBackend) Tokenizer(ctx context.Context) ([]byte, error) {
+	st, err := b.c.GetTokenizer(ctx, &smgcommon.GetTokenizerRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return readTokenizer(st)
 }

@@ -20,7 +20,7 @@ var ErrInvalidConfig = errors.New("sim: invalid config")
 
 // Config describes one simulated engine. Start from DefaultConfig: New does
 // not fill in zero fields, because zero is meaningful for several of them
-// (TimeScale, EOSTokenID, RequestOverhead).
+// (TimeScale, EOSTokenID, RequestOverhead), VocabSize aside.
 //
 // The defaults approximate Llama-3.1-8B in bf16 on one 80 GB H100:
 //
@@ -40,11 +40,19 @@ type Config struct {
 	Protocol string
 	// Model is the served model name (also reported as the model path).
 	Model string
-	// VocabSize bounds input and output token ids.
+	// TokenizerDir holds the tokenizer the engine serves through GetTokenizer
+	// (tokenizer.json, tokenizer_config.json, chat templates). Empty: the
+	// built-in tokenizer (a small byte-level BPE with ChatML special tokens
+	// and template, see scripts/simtokenizer). "none": no tokenizer;
+	// GetTokenizer answers UNIMPLEMENTED.
+	TokenizerDir string
+	// VocabSize bounds input and output token ids. 0: the served tokenizer's
+	// vocabulary, with its eos_token as EOSTokenID. It may not exceed the
+	// tokenizer's vocabulary, or generated ids would not decode.
 	VocabSize int
 	// MaxContextLength bounds prompt + generated tokens (Llama-3.1: 131072).
 	MaxContextLength int
-	// EOSTokenID is the end-of-sequence token (Llama-3: 128001).
+	// EOSTokenID is the end-of-sequence token when VocabSize is set.
 	EOSTokenID uint32
 	// PageSize is the KV cache page (block) size in tokens.
 	PageSize int
@@ -92,9 +100,7 @@ func DefaultConfig() Config {
 	return Config{
 		Protocol:            ProtocolSGLang,
 		Model:               "kvgate-sim-8b",
-		VocabSize:           128256,
 		MaxContextLength:    131072,
-		EOSTokenID:          128001,
 		PageSize:            16,
 		KVCapacityTokens:    400000,
 		PrefillTokensPerSec: 20000,
@@ -112,9 +118,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	const h100 = " (default approximates an 8B model on one H100)"
 	fs.StringVar(&c.Protocol, "protocol", c.Protocol, `worker protocol to serve: "sglang" or "vllm"`)
 	fs.StringVar(&c.Model, "model", c.Model, "served model name")
-	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "vocabulary size; token ids must be below it")
+	fs.StringVar(&c.TokenizerDir, "tokenizer-path", c.TokenizerDir, `directory with the tokenizer to serve through GetTokenizer (empty: the built-in ChatML tokenizer; "none": no tokenizer)`)
+	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "vocabulary size; token ids must be below it (0: the tokenizer's, with its eos_token)")
 	fs.IntVar(&c.MaxContextLength, "max-context-length", c.MaxContextLength, "maximum prompt + generated tokens")
-	fs.Var((*uint32Value)(&c.EOSTokenID), "eos-token-id", "end-of-sequence token id")
+	fs.Var((*uint32Value)(&c.EOSTokenID), "eos-token-id", "end-of-sequence token id, when --vocab-size is set")
 	fs.IntVar(&c.PageSize, "page-size", c.PageSize, "KV cache page size in tokens")
 	fs.IntVar(&c.KVCapacityTokens, "kv-capacity-tokens", c.KVCapacityTokens, "KV cache capacity in tokens"+h100)
 	fs.Float64Var(&c.PrefillTokensPerSec, "prefill-tokens-per-sec", c.PrefillTokensPerSec, "prefill throughput, shared by all requests"+h100)

@@ -35,8 +35,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
 )
 
@@ -59,6 +62,7 @@ type Engine struct {
 	counters      counters
 	tput          throughput
 	events        eventHub
+	tok           *servedTokenizer // nil: GetTokenizer is UNIMPLEMENTED
 }
 
 // throughput measures output tokens per second over windows of at least a
@@ -107,6 +111,23 @@ type counters struct {
 // New returns an engine for cfg, or an error wrapping ErrInvalidConfig that
 // names the bad field.
 func New(cfg Config) (*Engine, error) {
+	var tok *servedTokenizer
+	if cfg.TokenizerDir != "none" {
+		var err error
+		if tok, err = loadTokenizer(cfg.TokenizerDir); err != nil {
+			return nil, err
+		}
+		switch {
+		case cfg.VocabSize == 0:
+			cfg.VocabSize = tok.vocab
+			if tok.hasEOS {
+				cfg.EOSTokenID = tok.eos
+			}
+		case cfg.VocabSize > tok.vocab:
+			return nil, fmt.Errorf("%w: VocabSize %d exceeds the served tokenizer's vocabulary (%d): generated ids would not decode; leave it 0 or set TokenizerDir",
+				ErrInvalidConfig, cfg.VocabSize, tok.vocab)
+		}
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -122,6 +143,7 @@ func New(cfg Config) (*Engine, error) {
 		cache:  newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize),
 		reqs:   map[string]*request{},
 		events: newEventHub(),
+		tok:    tok,
 	}
 	e.tput.since = e.start
 	f := cfg.Faults
@@ -269,4 +291,12 @@ func (e *Engine) newSampler(prompt []uint32, reqSeed uint64, greedy bool, minNew
 		ignoreEOS: ignoreEOS,
 		stopIDs:   stopIDs,
 	}
+}
+
+// getTokenizer serves the tokenizer archive, for either protocol.
+func (e *Engine) getTokenizer(stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {
+	if e.tok == nil {
+		return status.Error(codes.Unimplemented, "this simulated engine serves no tokenizer (TokenizerDir \"none\")")
+	}
+	return e.tok.serve(stream)
 }

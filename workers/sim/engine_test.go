@@ -370,7 +370,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}{
 		{"Protocol", func(c *Config) { c.Protocol = "tgi" }},
 		{"Model", func(c *Config) { c.Model = "" }},
-		{"EOSTokenID", func(c *Config) { c.EOSTokenID = uint32(c.VocabSize) }},
+		{"EOSTokenID", func(c *Config) { c.VocabSize = 100; c.EOSTokenID = 100 }},
+		{"VocabSize", func(c *Config) { c.VocabSize = 1 << 20 }},
+		{"TokenizerDir", func(c *Config) { c.TokenizerDir = "/nonexistent" }},
 		{"PageSize", func(c *Config) { c.PageSize = 0 }},
 		{"KVCapacityTokens", func(c *Config) { c.KVCapacityTokens = 8 }},
 		{"PrefillTokensPerSec", func(c *Config) { c.PrefillTokensPerSec = 0 }},

@@ -65,6 +65,11 @@ func testConfig(protocol string) Config {
 	c := DefaultConfig()
 	c.Protocol = protocol
 	c.TimeScale = 0
+	// A Llama-3-sized vocabulary and no tokenizer: these tests are about
+	// token ids, not text.
+	c.TokenizerDir = "none"
+	c.VocabSize = 128256
+	c.EOSTokenID = 128001
 	c.MaxContextLength = 2048
 	c.KVCapacityTokens = 4096
 	c.Seed = 7

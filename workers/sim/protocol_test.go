@@ -188,7 +188,7 @@ func TestRegisterFlags(t *testing.T) {
 	if f := fs.Lookup("kv-capacity-tokens"); !strings.Contains(f.Usage, "8B model on one H100") || f.DefValue != "400000" {
 		t.Fatalf("kv-capacity-tokens flag: %+v", f)
 	}
-	if f := fs.Lookup("eos-token-id"); f.DefValue != "128001" {
+	if f := fs.Lookup("eos-token-id"); f.DefValue != "0" {
 		t.Fatalf("eos-token-id default %q", f.DefValue)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -19,7 +20,7 @@ import (
 const sglangDefaultMaxNewTokens = 128
 
 // sglangServer translates SGLang's SglangScheduler service to the engine.
-// Embed, profiling, LoRA and GetTokenizer stay UNIMPLEMENTED.
+// Embed, profiling, LoRA and stay UNIMPLEMENTED.
 type sglangServer struct {
 	sglang.UnimplementedSglangSchedulerServer
 	e *Engine
@@ -209,4 +210,8 @@ func (s *sglangServer) FlushCache(context.Context, *smgcommon.FlushCacheRequest)
 
 func (s *sglangServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, stream sglang.SglangScheduler_SubscribeKvEventsServer) error {
 	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
+}
+
+func (s *sglangServer) GetTokenizer(_ *smgcommon.GetTokenizerRequest, stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {
+	return s.e.getTokenizer(stream)
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
 )
 
 // vllmServer translates vLLM's VllmEngine service to the engine. Embed and
-// GetTokenizer stay UNIMPLEMENTED.
+// stay UNIMPLEMENTED.
 type vllmServer struct {
 	vllm.UnimplementedVllmEngineServer
 	e *Engine
@@ -159,4 +161,8 @@ func (s *vllmServer) GetLoads(_ context.Context, req *vllm.GetLoadsRequest) (*vl
 
 func (s *vllmServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, stream vllm.VllmEngine_SubscribeKvEventsServer) error {
 	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
+}
+
+func (s *vllmServer) GetTokenizer(_ *smgcommon.GetTokenizerRequest, stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {
+	return s.e.getTokenizer(stream)
 }

@@ -1,7 +1,8 @@
 // kvgate's public generation API.
 //
-// Clients send token ids (text and chat messages arrive in a later version) and
-// receive the generated tokens as a stream. kvgate picks the worker whose KV
+// Clients send token ids, text, or chat messages (which kvgate renders with the
+// model's chat template and tokenizes exactly as the engine's own tokenizer
+// would) and receive the generated tokens, and text, as a stream. kvgate picks the worker whose KV
 // cache already holds the longest prefix of the prompt without overloading
 // anyone, and reports in the completion which worker served the request and how
 // many prompt tokens it found cached.
@@ -91,8 +92,12 @@ type GenerateRequest struct {
 	// Identifies the request in logs, metrics and the worker; kvgate generates
 	// one when empty. At most 256 bytes.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// The prompt as token ids of the served model's vocabulary. Required.
+	// The prompt as token ids of the served model's vocabulary. Exactly one of
+	// input_ids and text is required.
 	InputIds []uint32 `protobuf:"varint,2,rep,packed,name=input_ids,json=inputIds,proto3" json:"input_ids,omitempty"`
+	// The prompt as text (valid UTF-8), tokenized by kvgate with special tokens
+	// added as the model's tokenizer adds them (a BOS token, for instance).
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// How to sample. Every unset field takes the engine's default.
 	SamplingParams *SamplingParams `protobuf:"bytes,4,opt,name=sampling_params,json=samplingParams,proto3" json:"sampling_params,omitempty"`
 	// When true, tokens are streamed as they are produced; when false, the
@@ -146,6 +151,13 @@ func (x *GenerateRequest) GetInputIds() []uint32 {
 	return nil
 }
 
+func (x *GenerateRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 func (x *GenerateRequest) GetSamplingParams() *SamplingParams {
 	if x != nil {
 		return x.SamplingParams
@@ -190,7 +202,16 @@ type SamplingParams struct {
 	// Keep generating past end-of-sequence tokens until max_new_tokens.
 	IgnoreEos bool `protobuf:"varint,11,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
 	// Seed for reproducible sampling.
-	Seed          *int32 `protobuf:"varint,12,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	Seed *int32 `protobuf:"varint,12,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// Generation stops when the output text contains any of these strings
+	// (needs a tokenizer). The stop string is cut from the text unless
+	// no_stop_trim is set; token ids are reported as generated.
+	Stop []string `protobuf:"bytes,13,rep,name=stop,proto3" json:"stop,omitempty"`
+	// Leave special tokens (such as end-of-turn markers) out of the output
+	// text. Default true.
+	SkipSpecialTokens *bool `protobuf:"varint,14,opt,name=skip_special_tokens,json=skipSpecialTokens,proto3,oneof" json:"skip_special_tokens,omitempty"`
+	// Keep a matched stop string at the end of the output text.
+	NoStopTrim    bool `protobuf:"varint,15,opt,name=no_stop_trim,json=noStopTrim,proto3" json:"no_stop_trim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +330,27 @@ func (x *SamplingParams) GetSeed() int32 {
 	return 0
 }
 
+func (x *SamplingParams) GetStop() []string {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetSkipSpecialTokens() bool {
+	if x != nil && x.SkipSpecialTokens != nil {
+		return *x.SkipSpecialTokens
+	}
+	return false
+}
+
+func (x *SamplingParams) GetNoStopTrim() bool {
+	if x != nil {
+		return x.NoStopTrim
+	}
+	return false
+}
+
 // GenerateResponse is one message of the Generate stream: zero or more chunks
 // followed by exactly one completion.
 type GenerateResponse struct {
@@ -411,7 +453,11 @@ type GenerateChunk struct {
 	TokenIds []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	// Position of token_ids[0] in the output: the number of tokens sent before
 	// this chunk. Lets a client check that nothing was lost or reordered.
-	Index         uint32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// The text these tokens add to the output, when kvgate has a tokenizer.
+	// Never splits a UTF-8 character; text that might begin a stop string is
+	// held back until it cannot, so a delta may be empty.
+	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +506,13 @@ func (x *GenerateChunk) GetIndex() uint32 {
 	return 0
 }
 
+func (x *GenerateChunk) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 // GenerateComplete ends a generation.
 type GenerateComplete struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -471,9 +524,14 @@ type GenerateComplete struct {
 	MatchedStopTokenId *uint32 `protobuf:"varint,3,opt,name=matched_stop_token_id,json=matchedStopTokenId,proto3,oneof" json:"matched_stop_token_id,omitempty"`
 	Usage              *Usage  `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The worker that served the request, as its URL (grpc://host:port).
-	Worker        string `protobuf:"bytes,5,opt,name=worker,proto3" json:"worker,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Worker string `protobuf:"bytes,5,opt,name=worker,proto3" json:"worker,omitempty"`
+	// The whole output text, when kvgate has a tokenizer: the concatenation of
+	// the chunks' text.
+	Text string `protobuf:"bytes,6,opt,name=text,proto3" json:"text,omitempty"`
+	// The stop string that ended the generation, when one did.
+	MatchedStopString *string `protobuf:"bytes,7,opt,name=matched_stop_string,json=matchedStopString,proto3,oneof" json:"matched_stop_string,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GenerateComplete) Reset() {
@@ -541,6 +599,20 @@ func (x *GenerateComplete) GetWorker() string {
 	return ""
 }
 
+func (x *GenerateComplete) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *GenerateComplete) GetMatchedStopString() string {
+	if x != nil && x.MatchedStopString != nil {
+		return *x.MatchedStopString
+	}
+	return ""
+}
+
 // Usage counts tokens as the serving worker reported them.
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -603,17 +675,579 @@ func (x *Usage) GetCachedTokens() uint32 {
 	return 0
 }
 
+// ChatRequest asks for the model's reply to a conversation.
+type ChatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As in GenerateRequest.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The conversation, oldest first. Required.
+	Messages []*ChatMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Tools the model may call, passed to the chat template as `tools`.
+	Tools []*Tool `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Extra template variables (for example {"enable_thinking": false}).
+	ChatTemplateKwargs *ChatTemplateKwargs `protobuf:"bytes,4,opt,name=chat_template_kwargs,json=chatTemplateKwargs,proto3" json:"chat_template_kwargs,omitempty"`
+	// End the prompt with the header of an assistant turn. Default true.
+	AddGenerationPrompt *bool           `protobuf:"varint,5,opt,name=add_generation_prompt,json=addGenerationPrompt,proto3,oneof" json:"add_generation_prompt,omitempty"`
+	SamplingParams      *SamplingParams `protobuf:"bytes,6,opt,name=sampling_params,json=samplingParams,proto3" json:"sampling_params,omitempty"`
+	// As in GenerateRequest.
+	Stream        bool `protobuf:"varint,7,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatRequest) Reset() {
+	*x = ChatRequest{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatRequest) ProtoMessage() {}
+
+func (x *ChatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatRequest.ProtoReflect.Descriptor instead.
+func (*ChatRequest) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ChatRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ChatRequest) GetMessages() []*ChatMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *ChatRequest) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *ChatRequest) GetChatTemplateKwargs() *ChatTemplateKwargs {
+	if x != nil {
+		return x.ChatTemplateKwargs
+	}
+	return nil
+}
+
+func (x *ChatRequest) GetAddGenerationPrompt() bool {
+	if x != nil && x.AddGenerationPrompt != nil {
+		return *x.AddGenerationPrompt
+	}
+	return false
+}
+
+func (x *ChatRequest) GetSamplingParams() *SamplingParams {
+	if x != nil {
+		return x.SamplingParams
+	}
+	return nil
+}
+
+func (x *ChatRequest) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
+// ChatTemplateKwargs are template variables given as a JSON object, so that
+// their order and types reach the template as the client wrote them.
+type ChatTemplateKwargs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A JSON object, for example {"enable_thinking": false}.
+	Json          string `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatTemplateKwargs) Reset() {
+	*x = ChatTemplateKwargs{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatTemplateKwargs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatTemplateKwargs) ProtoMessage() {}
+
+func (x *ChatTemplateKwargs) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatTemplateKwargs.ProtoReflect.Descriptor instead.
+func (*ChatTemplateKwargs) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ChatTemplateKwargs) GetJson() string {
+	if x != nil {
+		return x.Json
+	}
+	return ""
+}
+
+// ChatMessage is one turn of a conversation, as chat templates expect it.
+type ChatMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "system", "user", "assistant", "tool", or any role the template knows.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// The message text.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// Optional name of the author.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Calls the assistant made in this turn.
+	ToolCalls []*ToolCall `protobuf:"bytes,4,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// For role "tool": the id of the call this message answers.
+	ToolCallId string `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// Optional reasoning text, for templates that render it.
+	ReasoningContent string `protobuf:"bytes,6,opt,name=reasoning_content,json=reasoningContent,proto3" json:"reasoning_content,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ChatMessage) Reset() {
+	*x = ChatMessage{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatMessage) ProtoMessage() {}
+
+func (x *ChatMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
+func (*ChatMessage) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ChatMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ChatMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ChatMessage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ChatMessage) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *ChatMessage) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ChatMessage) GetReasoningContent() string {
+	if x != nil {
+		return x.ReasoningContent
+	}
+	return ""
+}
+
+// ToolCall is a function call made by the assistant.
+type ToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "function".
+	Type          string        `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Function      *FunctionCall `protobuf:"bytes,3,opt,name=function,proto3" json:"function,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCall) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ToolCall) GetFunction() *FunctionCall {
+	if x != nil {
+		return x.Function
+	}
+	return nil
+}
+
+// FunctionCall names a function and its arguments.
+type FunctionCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments as a JSON object. Templates see it as an object (parsed,
+	// key order kept), as transformers passes it.
+	Arguments     string `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FunctionCall) Reset() {
+	*x = FunctionCall{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FunctionCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FunctionCall) ProtoMessage() {}
+
+func (x *FunctionCall) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FunctionCall.ProtoReflect.Descriptor instead.
+func (*FunctionCall) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FunctionCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FunctionCall) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+// Tool describes a tool the model may call.
+type Tool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "function".
+	Type          string              `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Function      *FunctionDefinition `protobuf:"bytes,2,opt,name=function,proto3" json:"function,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tool) Reset() {
+	*x = Tool{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tool) ProtoMessage() {}
+
+func (x *Tool) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tool.ProtoReflect.Descriptor instead.
+func (*Tool) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Tool) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Tool) GetFunction() *FunctionDefinition {
+	if x != nil {
+		return x.Function
+	}
+	return nil
+}
+
+// FunctionDefinition describes a callable function.
+type FunctionDefinition struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// JSON schema of the parameters, as a JSON object (key order kept).
+	ParametersJson string `protobuf:"bytes,3,opt,name=parameters_json,json=parametersJson,proto3" json:"parameters_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *FunctionDefinition) Reset() {
+	*x = FunctionDefinition{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FunctionDefinition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FunctionDefinition) ProtoMessage() {}
+
+func (x *FunctionDefinition) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FunctionDefinition.ProtoReflect.Descriptor instead.
+func (*FunctionDefinition) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *FunctionDefinition) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FunctionDefinition) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *FunctionDefinition) GetParametersJson() string {
+	if x != nil {
+		return x.ParametersJson
+	}
+	return ""
+}
+
+// ChatResponse is one message of the Chat stream, shaped like GenerateResponse.
+type ChatResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Types that are valid to be assigned to Response:
+	//
+	//	*ChatResponse_Chunk
+	//	*ChatResponse_Complete
+	Response      isChatResponse_Response `protobuf_oneof:"response"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatResponse) Reset() {
+	*x = ChatResponse{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatResponse) ProtoMessage() {}
+
+func (x *ChatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatResponse.ProtoReflect.Descriptor instead.
+func (*ChatResponse) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ChatResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ChatResponse) GetResponse() isChatResponse_Response {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *ChatResponse) GetChunk() *GenerateChunk {
+	if x != nil {
+		if x, ok := x.Response.(*ChatResponse_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+func (x *ChatResponse) GetComplete() *GenerateComplete {
+	if x != nil {
+		if x, ok := x.Response.(*ChatResponse_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+type isChatResponse_Response interface {
+	isChatResponse_Response()
+}
+
+type ChatResponse_Chunk struct {
+	Chunk *GenerateChunk `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+type ChatResponse_Complete struct {
+	Complete *GenerateComplete `protobuf:"bytes,3,opt,name=complete,proto3,oneof"`
+}
+
+func (*ChatResponse_Chunk) isChatResponse_Response() {}
+
+func (*ChatResponse_Complete) isChatResponse_Response() {}
+
 var File_kvgate_v1_router_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\n" +
-	"\x16kvgate/v1/router.proto\x12\tkvgate.v1\"\xb5\x01\n" +
+	"\x16kvgate/v1/router.proto\x12\tkvgate.v1\"\xbd\x01\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
-	"\tinput_ids\x18\x02 \x03(\rR\binputIds\x12B\n" +
+	"\tinput_ids\x18\x02 \x03(\rR\binputIds\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12B\n" +
 	"\x0fsampling_params\x18\x04 \x01(\v2\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n" +
-	"\x06stream\x18\x05 \x01(\bR\x06streamJ\x04\b\x03\x10\x04R\x04text\"\xd6\x04\n" +
+	"\x06stream\x18\x05 \x01(\bR\x06stream\"\xd9\x05\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
 	"\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x18\n" +
@@ -628,7 +1262,11 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	" \x03(\rR\fstopTokenIds\x12\x1d\n" +
 	"\n" +
 	"ignore_eos\x18\v \x01(\bR\tignoreEos\x12\x17\n" +
-	"\x04seed\x18\f \x01(\x05H\bR\x04seed\x88\x01\x01B\x0e\n" +
+	"\x04seed\x18\f \x01(\x05H\bR\x04seed\x88\x01\x01\x12\x12\n" +
+	"\x04stop\x18\r \x03(\tR\x04stop\x123\n" +
+	"\x13skip_special_tokens\x18\x0e \x01(\bH\tR\x11skipSpecialTokens\x88\x01\x01\x12 \n" +
+	"\fno_stop_trim\x18\x0f \x01(\bR\n" +
+	"noStopTrimB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\b\n" +
 	"\x06_top_kB\b\n" +
@@ -637,36 +1275,84 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x11_presence_penaltyB\x15\n" +
 	"\x13_repetition_penaltyB\x11\n" +
 	"\x0f_max_new_tokensB\a\n" +
-	"\x05_seed\"\xaa\x01\n" +
+	"\x05_seedB\x16\n" +
+	"\x14_skip_special_tokens\"\xaa\x01\n" +
 	"\x10GenerateResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x120\n" +
 	"\x05chunk\x18\x02 \x01(\v2\x18.kvgate.v1.GenerateChunkH\x00R\x05chunk\x129\n" +
 	"\bcomplete\x18\x03 \x01(\v2\x1b.kvgate.v1.GenerateCompleteH\x00R\bcompleteB\n" +
 	"\n" +
-	"\bresponse\"B\n" +
+	"\bresponse\"V\n" +
 	"\rGenerateChunk\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\rR\x05index\"\x81\x02\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xe2\x02\n" +
 	"\x10GenerateComplete\x12\x1d\n" +
 	"\n" +
 	"output_ids\x18\x01 \x03(\rR\toutputIds\x12<\n" +
 	"\rfinish_reason\x18\x02 \x01(\x0e2\x17.kvgate.v1.FinishReasonR\ffinishReason\x126\n" +
 	"\x15matched_stop_token_id\x18\x03 \x01(\rH\x00R\x12matchedStopTokenId\x88\x01\x01\x12&\n" +
 	"\x05usage\x18\x04 \x01(\v2\x10.kvgate.v1.UsageR\x05usage\x12\x16\n" +
-	"\x06worker\x18\x05 \x01(\tR\x06workerB\x18\n" +
-	"\x16_matched_stop_token_id\"~\n" +
+	"\x06worker\x18\x05 \x01(\tR\x06worker\x12\x12\n" +
+	"\x04text\x18\x06 \x01(\tR\x04text\x123\n" +
+	"\x13matched_stop_string\x18\a \x01(\tH\x01R\x11matchedStopString\x88\x01\x01B\x18\n" +
+	"\x16_matched_stop_token_idB\x16\n" +
+	"\x14_matched_stop_string\"~\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens*x\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\x87\x03\n" +
+	"\vChatRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
+	"\bmessages\x18\x02 \x03(\v2\x16.kvgate.v1.ChatMessageR\bmessages\x12%\n" +
+	"\x05tools\x18\x03 \x03(\v2\x0f.kvgate.v1.ToolR\x05tools\x12O\n" +
+	"\x14chat_template_kwargs\x18\x04 \x01(\v2\x1d.kvgate.v1.ChatTemplateKwargsR\x12chatTemplateKwargs\x127\n" +
+	"\x15add_generation_prompt\x18\x05 \x01(\bH\x00R\x13addGenerationPrompt\x88\x01\x01\x12B\n" +
+	"\x0fsampling_params\x18\x06 \x01(\v2\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n" +
+	"\x06stream\x18\a \x01(\bR\x06streamB\x18\n" +
+	"\x16_add_generation_prompt\"(\n" +
+	"\x12ChatTemplateKwargs\x12\x12\n" +
+	"\x04json\x18\x01 \x01(\tR\x04json\"\xd2\x01\n" +
+	"\vChatMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x122\n" +
+	"\n" +
+	"tool_calls\x18\x04 \x03(\v2\x13.kvgate.v1.ToolCallR\ttoolCalls\x12 \n" +
+	"\ftool_call_id\x18\x05 \x01(\tR\n" +
+	"toolCallId\x12+\n" +
+	"\x11reasoning_content\x18\x06 \x01(\tR\x10reasoningContent\"c\n" +
+	"\bToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x123\n" +
+	"\bfunction\x18\x03 \x01(\v2\x17.kvgate.v1.FunctionCallR\bfunction\"@\n" +
+	"\fFunctionCall\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x02 \x01(\tR\targuments\"U\n" +
+	"\x04Tool\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x129\n" +
+	"\bfunction\x18\x02 \x01(\v2\x1d.kvgate.v1.FunctionDefinitionR\bfunction\"s\n" +
+	"\x12FunctionDefinition\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xa6\x01\n" +
+	"\fChatResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x120\n" +
+	"\x05chunk\x18\x02 \x01(\v2\x18.kvgate.v1.GenerateChunkH\x00R\x05chunk\x129\n" +
+	"\bcomplete\x18\x03 \x01(\v2\x1b.kvgate.v1.GenerateCompleteH\x00R\bcompleteB\n" +
+	"\n" +
+	"\bresponse*x\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x02\x12\x17\n" +
-	"\x13FINISH_REASON_ABORT\x10\x032O\n" +
+	"\x13FINISH_REASON_ABORT\x10\x032\x8a\x01\n" +
 	"\x06Router\x12E\n" +
-	"\bGenerate\x12\x1a.kvgate.v1.GenerateRequest\x1a\x1b.kvgate.v1.GenerateResponse0\x01B5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
+	"\bGenerate\x12\x1a.kvgate.v1.GenerateRequest\x1a\x1b.kvgate.v1.GenerateResponse0\x01\x129\n" +
+	"\x04Chat\x12\x16.kvgate.v1.ChatRequest\x1a\x17.kvgate.v1.ChatResponse0\x01B5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
 
 var (
 	file_kvgate_v1_router_proto_rawDescOnce sync.Once
@@ -681,29 +1367,48 @@ func file_kvgate_v1_router_proto_rawDescGZIP() []byte {
 }
 
 var file_kvgate_v1_router_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kvgate_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_kvgate_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_kvgate_v1_router_proto_goTypes = []any{
-	(FinishReason)(0),        // 0: kvgate.v1.FinishReason
-	(*GenerateRequest)(nil),  // 1: kvgate.v1.GenerateRequest
-	(*SamplingParams)(nil),   // 2: kvgate.v1.SamplingParams
-	(*GenerateResponse)(nil), // 3: kvgate.v1.GenerateResponse
-	(*GenerateChunk)(nil),    // 4: kvgate.v1.GenerateChunk
-	(*GenerateComplete)(nil), // 5: kvgate.v1.GenerateComplete
-	(*Usage)(nil),            // 6: kvgate.v1.Usage
+	(FinishReason)(0),          // 0: kvgate.v1.FinishReason
+	(*GenerateRequest)(nil),    // 1: kvgate.v1.GenerateRequest
+	(*SamplingParams)(nil),     // 2: kvgate.v1.SamplingParams
+	(*GenerateResponse)(nil),   // 3: kvgate.v1.GenerateResponse
+	(*GenerateChunk)(nil),      // 4: kvgate.v1.GenerateChunk
+	(*GenerateComplete)(nil),   // 5: kvgate.v1.GenerateComplete
+	(*Usage)(nil),              // 6: kvgate.v1.Usage
+	(*ChatRequest)(nil),        // 7: kvgate.v1.ChatRequest
+	(*ChatTemplateKwargs)(nil), // 8: kvgate.v1.ChatTemplateKwargs
+	(*ChatMessage)(nil),        // 9: kvgate.v1.ChatMessage
+	(*ToolCall)(nil),           // 10: kvgate.v1.ToolCall
+	(*FunctionCall)(nil),       // 11: kvgate.v1.FunctionCall
+	(*Tool)(nil),               // 12: kvgate.v1.Tool
+	(*FunctionDefinition)(nil), // 13: kvgate.v1.FunctionDefinition
+	(*ChatResponse)(nil),       // 14: kvgate.v1.ChatResponse
 }
 var file_kvgate_v1_router_proto_depIdxs = []int32{
-	2, // 0: kvgate.v1.GenerateRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
-	4, // 1: kvgate.v1.GenerateResponse.chunk:type_name -> kvgate.v1.GenerateChunk
-	5, // 2: kvgate.v1.GenerateResponse.complete:type_name -> kvgate.v1.GenerateComplete
-	0, // 3: kvgate.v1.GenerateComplete.finish_reason:type_name -> kvgate.v1.FinishReason
-	6, // 4: kvgate.v1.GenerateComplete.usage:type_name -> kvgate.v1.Usage
-	1, // 5: kvgate.v1.Router.Generate:input_type -> kvgate.v1.GenerateRequest
-	3, // 6: kvgate.v1.Router.Generate:output_type -> kvgate.v1.GenerateResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2,  // 0: kvgate.v1.GenerateRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
+	4,  // 1: kvgate.v1.GenerateResponse.chunk:type_name -> kvgate.v1.GenerateChunk
+	5,  // 2: kvgate.v1.GenerateResponse.complete:type_name -> kvgate.v1.GenerateComplete
+	0,  // 3: kvgate.v1.GenerateComplete.finish_reason:type_name -> kvgate.v1.FinishReason
+	6,  // 4: kvgate.v1.GenerateComplete.usage:type_name -> kvgate.v1.Usage
+	9,  // 5: kvgate.v1.ChatRequest.messages:type_name -> kvgate.v1.ChatMessage
+	12, // 6: kvgate.v1.ChatRequest.tools:type_name -> kvgate.v1.Tool
+	8,  // 7: kvgate.v1.ChatRequest.chat_template_kwargs:type_name -> kvgate.v1.ChatTemplateKwargs
+	2,  // 8: kvgate.v1.ChatRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
+	10, // 9: kvgate.v1.ChatMessage.tool_calls:type_name -> kvgate.v1.ToolCall
+	11, // 10: kvgate.v1.ToolCall.function:type_name -> kvgate.v1.FunctionCall
+	13, // 11: kvgate.v1.Tool.function:type_name -> kvgate.v1.FunctionDefinition
+	4,  // 12: kvgate.v1.ChatResponse.chunk:type_name -> kvgate.v1.GenerateChunk
+	5,  // 13: kvgate.v1.ChatResponse.complete:type_name -> kvgate.v1.GenerateComplete
+	1,  // 14: kvgate.v1.Router.Generate:input_type -> kvgate.v1.GenerateRequest
+	7,  // 15: kvgate.v1.Router.Chat:input_type -> kvgate.v1.ChatRequest
+	3,  // 16: kvgate.v1.Router.Generate:output_type -> kvgate.v1.GenerateResponse
+	14, // 17: kvgate.v1.Router.Chat:output_type -> kvgate.v1.ChatResponse
+	16, // [16:18] is the sub-list for method output_type
+	14, // [14:16] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_router_proto_init() }
@@ -717,13 +1422,18 @@ func file_kvgate_v1_router_proto_init() {
 		(*GenerateResponse_Complete)(nil),
 	}
 	file_kvgate_v1_router_proto_msgTypes[4].OneofWrappers = []any{}
+	file_kvgate_v1_router_proto_msgTypes[6].OneofWrappers = []any{}
+	file_kvgate_v1_router_proto_msgTypes[13].OneofWrappers = []any{
+		(*ChatResponse_Chunk)(nil),
+		(*ChatResponse_Complete)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_router_proto_rawDesc), len(file_kvgate_v1_router_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,7 +1,8 @@
 // kvgate's public generation API.
 //
-// Clients send token ids (text and chat messages arrive in a later version) and
-// receive the generated tokens as a stream. kvgate picks the worker whose KV
+// Clients send token ids, text, or chat messages (which kvgate renders with the
+// model's chat template and tokenizes exactly as the engine's own tokenizer
+// would) and receive the generated tokens, and text, as a stream. kvgate picks the worker whose KV
 // cache already holds the longest prefix of the prompt without overloading
 // anyone, and reports in the completion which worker served the request and how
 // many prompt tokens it found cached.
@@ -28,6 +29,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Router_Generate_FullMethodName = "/kvgate.v1.Router/Generate"
+	Router_Chat_FullMethodName     = "/kvgate.v1.Router/Chat"
 )
 
 // RouterClient is the client API for Router service.
@@ -42,6 +44,10 @@ type RouterClient interface {
 	// INVALID_ARGUMENT names the offending field and its limit, UNAVAILABLE means
 	// no healthy worker could take the request.
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GenerateResponse], error)
+	// Chat renders messages with the model's chat template, tokenizes the
+	// prompt and generates from it, streaming like Generate. It needs a
+	// tokenizer: FAILED_PRECONDITION says what to configure when there is none.
+	Chat(ctx context.Context, in *ChatRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChatResponse], error)
 }
 
 type routerClient struct {
@@ -71,6 +77,25 @@ func (c *routerClient) Generate(ctx context.Context, in *GenerateRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Router_GenerateClient = grpc.ServerStreamingClient[GenerateResponse]
 
+func (c *routerClient) Chat(ctx context.Context, in *ChatRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChatResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Router_ServiceDesc.Streams[1], Router_Chat_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChatRequest, ChatResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Router_ChatClient = grpc.ServerStreamingClient[ChatResponse]
+
 // RouterServer is the server API for Router service.
 // All implementations must embed UnimplementedRouterServer
 // for forward compatibility.
@@ -83,6 +108,10 @@ type RouterServer interface {
 	// INVALID_ARGUMENT names the offending field and its limit, UNAVAILABLE means
 	// no healthy worker could take the request.
 	Generate(*GenerateRequest, grpc.ServerStreamingServer[GenerateResponse]) error
+	// Chat renders messages with the model's chat template, tokenizes the
+	// prompt and generates from it, streaming like Generate. It needs a
+	// tokenizer: FAILED_PRECONDITION says what to configure when there is none.
+	Chat(*ChatRequest, grpc.ServerStreamingServer[ChatResponse]) error
 	mustEmbedUnimplementedRouterServer()
 }
 
@@ -95,6 +124,9 @@ type UnimplementedRouterServer struct{}
 
 func (UnimplementedRouterServer) Generate(*GenerateRequest, grpc.ServerStreamingServer[GenerateResponse]) error {
 	return status.Error(codes.Unimplemented, "method Generate not implemented")
+}
+func (UnimplementedRouterServer) Chat(*ChatRequest, grpc.ServerStreamingServer[ChatResponse]) error {
+	return status.Error(codes.Unimplemented, "method Chat not implemented")
 }
 func (UnimplementedRouterServer) mustEmbedUnimplementedRouterServer() {}
 func (UnimplementedRouterServer) testEmbeddedByValue()                {}
@@ -128,6 +160,17 @@ func _Router_Generate_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Router_GenerateServer = grpc.ServerStreamingServer[GenerateResponse]
 
+func _Router_Chat_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ChatRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RouterServer).Chat(m, &grpc.GenericServerStream[ChatRequest, ChatResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Router_ChatServer = grpc.ServerStreamingServer[ChatResponse]
+
 // Router_ServiceDesc is the grpc.ServiceDesc for Router service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -139,6 +182,11 @@ var Router_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Generate",
 			Handler:       _Router_Generate_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Chat",
+			Handler:       _Router_Chat_Handler,
 			ServerStreams: true,
 		},
 	},
