@@ -1,0 +1,240 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// ErrInvalidUTF8 is returned (wrapped) by Encode for text that is not valid UTF-8.
+var ErrInvalidUTF8 = errors.New("text is not valid UTF-8")
+
+// Tokenizer encodes text to token ids and back with the behaviour of a Hugging Face
+// tokenizer.json. It is immutable after loading and safe for concurrent use.
+type Tokenizer struct {
+	model      *bpeModel
+	normalizer Normalizer
+	pre        PreTokenizer
+	post       PostProcessor
+	decoder    Decoder
+	added      *addedVocab
+	// specialContent is HF's special_tokens_set: decoding with skipSpecialTokens drops
+	// every token whose string is in it.
+	specialContent map[string]bool
+	vocabSize      int
+	cfg            Config
+	scratch        sync.Pool // *scratch
+}
+
+func usesDeferredByteLevel(pt PreTokenizer) bool {
+	switch v := pt.(type) {
+	case byteLevelPreTokenizer:
+		return v.deferMapping
+	case sequencePreTokenizer:
+		return len(v) > 0 && usesDeferredByteLevel(v[len(v)-1])
+	}
+	return false
+}
+
+// Load reads a tokenizer from a tokenizer.json file, or from a model directory holding
+// tokenizer.json. tokenizer_config.json is read from the same directory if present.
+func Load(path string) (*Tokenizer, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	dir, file := path, filepath.Join(path, "tokenizer.json")
+	if !st.IsDir() {
+		dir, file = filepath.Dir(path), path
+	}
+	tj, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := FromJSON(tj, cj)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", file, err)
+	}
+	return t, nil
+}
+
+// FromJSON builds a tokenizer from the contents of tokenizer.json and, optionally
+// (nil), tokenizer_config.json.
+func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
+	var spec struct {
+		AddedTokens   json.RawMessage `json:"added_tokens"`
+		Normalizer    json.RawMessage `json:"normalizer"`
+		PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+		PostProcessor json.RawMessage `json:"post_processor"`
+		Decoder       json.RawMessage `json:"decoder"`
+		Model         json.RawMessage `json:"model"`
+	}
+	if err := json.Unmarshal(tokenizerJSON, &spec); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	if len(spec.Model) == 0 || string(spec.Model) == "null" {
+		return nil, errors.New("tokenizer.json: no model")
+	}
+	t := &Tokenizer{specialContent: make(map[string]bool)}
+	var err error
+	if t.model, err = newBPE(spec.Model); err != nil {
+		return nil, err
+	}
+	if t.normalizer, err = newNormalizer(spec.Normalizer); err != nil {
+		return nil, err
+	}
+	if t.pre, err = newPreTokenizer(spec.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if t.pre != nil {
+		t.pre = deferByteLevel(t.pre)
+		if usesDeferredByteLevel(t.pre) {
+			t.model.enableByteLevel()
+		}
+	}
+	if t.post, err = newPostProcessor(spec.PostProcessor); err != nil {
+		return nil, err
+	}
+	if t.decoder, err = newDecoder(spec.Decoder); err != nil {
+		return nil, err
+	}
+	if t.added, err = newAddedVocab(spec.AddedTokens, t.model, t.normalizer); err != nil {
+		return nil, err
+	}
+	t.vocabSize = max(t.model.Size(), len(t.model.vocabR))
+	for _, a := range t.added.tokens {
+		if a.Special {
+			t.specialContent[a.Content] = true
+		}
+		t.vocabSize = max(t.vocabSize, int(a.ID)+1)
+	}
+	if t.cfg, err = parseConfig(tokenizerConfigJSON); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Encode returns the ids of text. With addSpecialTokens the post-processor adds its
+// special tokens (e.g. BOS). Special tokens written in the text are always recognized.
+func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
+	if !utf8.ValidString(text) {
+		return nil, fmt.Errorf("encode: %w", ErrInvalidUTF8)
+	}
+	ids := make([]uint32, 0, len(text)/3+4)
+	sc, _ := t.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = new(scratch)
+	}
+	sc.segs = t.added.split(sc.segs[:0], text, true, t.added.raw)
+	for _, seg := range sc.segs {
+		if seg.id >= 0 {
+			ids = append(ids, uint32(seg.id))
+			continue
+		}
+		s := seg.text
+		if t.normalizer != nil {
+			s = t.normalizer.Normalize(s)
+		}
+		sc.nsegs = t.added.split(sc.nsegs[:0], s, seg.atStart, t.added.norm)
+		for _, sub := range sc.nsegs {
+			if sub.id >= 0 {
+				ids = append(ids, uint32(sub.id))
+				continue
+			}
+			if sub.text == "" {
+				continue
+			}
+			if t.pre == nil {
+				ids = t.model.Tokenize(ids, sub.text)
+				continue
+			}
+			sc.pre = t.pre.PreTokenize(sc.pre[:0], preToken{s: sub.text, atStart: sub.atStart}, sc)
+			for _, p := range sc.pre {
+				if p.byteLevel {
+					ids = t.model.tokenizeByteLevel(ids, p.s)
+				} else {
+					ids = t.model.Tokenize(ids, p.s)
+				}
+			}
+		}
+	}
+	sc.release()
+	t.scratch.Put(sc)
+	if addSpecialTokens && t.post != nil {
+		return t.post.Process(make([]uint32, 0, len(ids)+4), ids), nil
+	}
+	return ids, nil
+}
+
+// Decode turns ids back into text. With skipSpecialTokens, special tokens are left out.
+// An id outside the vocabulary is an error.
+func (t *Tokenizer) Decode(ids []uint32, skipSpecialTokens bool) (string, error) {
+	tokens := make([]string, 0, len(ids))
+	for _, id := range ids {
+		tok, ok := t.decodeForm(id)
+		if !ok {
+			return "", fmt.Errorf("decode: id %d is outside the vocabulary (size %d)", id, t.vocabSize)
+		}
+		if skipSpecialTokens && t.specialContent[tok] {
+			continue
+		}
+		tokens = append(tokens, tok)
+	}
+	if t.decoder == nil {
+		return strings.Join(tokens, " "), nil
+	}
+	return strings.Join(t.decoder.DecodeChain(tokens), ""), nil
+}
+
+func (t *Tokenizer) decodeForm(id uint32) (string, bool) {
+	if a, ok := t.added.token(id); ok {
+		if f, ok := t.added.decodeForm[id]; ok {
+			return f, true
+		}
+		return a.Content, true
+	}
+	return t.model.IDToToken(id)
+}
+
+// VocabSize is the number of ids, added tokens included (largest id + 1).
+func (t *Tokenizer) VocabSize() int { return t.vocabSize }
+
+// TokenToID looks a token up among the added tokens, then in the model vocabulary.
+func (t *Tokenizer) TokenToID(tok string) (uint32, bool) {
+	if id, ok := t.added.byContent[tok]; ok {
+		return id, true
+	}
+	return t.model.TokenToID(tok)
+}
+
+// IDToToken is the token string of id (an added token's content, or the vocabulary
+// entry, byte-level spelling included).
+func (t *Tokenizer) IDToToken(id uint32) (string, bool) {
+	if a, ok := t.added.token(id); ok {
+		return a.Content, true
+	}
+	return t.model.IDToToken(id)
+}
+
+// AddedTokens lists the added tokens in id order.
+func (t *Tokenizer) AddedTokens() []AddedToken {
+	return append([]AddedToken(nil), t.added.tokens...)
+}
+
+// IsSpecial reports whether id is a special added token.
+func (t *Tokenizer) IsSpecial(id uint32) bool {
+	a, ok := t.added.token(id)
+	return ok && a.Special
+}
+
+// Config is the parsed tokenizer_config.json (zero if there was none).
+func (t *Tokenizer) Config() Config { return t.cfg.clone() }
