@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -16,6 +17,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tokenize/detok"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -29,31 +31,86 @@ type router struct {
 var routingKeyHeaders = []string{"x-routing-key", "x-smg-routing-key"}
 
 func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStreamingServer[kvgatev1.GenerateResponse]) error {
-	return r.s.generate(stream.Context(), req, stream)
-}
-
-// generate is the request pipeline: validate, select, dispatch, relay.
-func (s *Server) generate(ctx context.Context, req *kvgatev1.GenerateRequest, out grpc.ServerStreamingServer[kvgatev1.GenerateResponse]) error {
-	start := time.Now()
-	if err := validateShape(req); err != nil {
+	if field, bad := undecodable(req); bad {
+		return invalid("%s is not valid UTF-8", field)
+	}
+	j, err := r.s.generateJob(req)
+	if err != nil {
 		return err
 	}
-	id := req.GetRequestId()
-	if id == "" {
-		id = newRequestID()
+	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
+		resp := &kvgatev1.GenerateResponse{RequestId: j.id}
+		if done != nil {
+			resp.Response = &kvgatev1.GenerateResponse_Complete{Complete: done}
+		} else {
+			resp.Response = &kvgatev1.GenerateResponse_Chunk{Chunk: c}
+		}
+		return stream.Send(resp)
 	}
+	return r.s.run(stream.Context(), j)
+}
 
+func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServer[kvgatev1.ChatResponse]) error {
+	if field, bad := undecodable(req); bad {
+		return invalid("%s is not valid UTF-8", field)
+	}
+	j, err := r.s.chatJob(req)
+	if err != nil {
+		return err
+	}
+	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
+		resp := &kvgatev1.ChatResponse{RequestId: j.id}
+		if done != nil {
+			resp.Response = &kvgatev1.ChatResponse_Complete{Complete: done}
+		} else {
+			resp.Response = &kvgatev1.ChatResponse_Chunk{Chunk: c}
+		}
+		return stream.Send(resp)
+	}
+	return r.s.run(stream.Context(), j)
+}
+
+// job is one generation, however the client asked for it: token ids, text
+// or a conversation all become a prompt of ids and a way to send replies.
+type job struct {
+	id       string
+	inputIDs []uint32
+	sampling *kvgatev1.SamplingParams
+	stream   bool
+	start    time.Time
+	send     func(chunk *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error
+}
+
+func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {
+	if len(requestID) > maxRequestIDBytes {
+		return nil, invalid("request_id is %d bytes; the limit is %d", len(requestID), maxRequestIDBytes)
+	}
+	if requestID == "" {
+		requestID = newRequestID()
+	}
+	if err := validateSampling(sp); err != nil {
+		return nil, err
+	}
+	return &job{id: requestID, sampling: sp, stream: stream, start: time.Now()}, nil
+}
+
+// run is the request pipeline after the prompt is known: check it against the
+// workers, select, dispatch, relay.
+func (s *Server) run(ctx context.Context, j *job) error {
+	if len(j.sampling.GetStop()) > 0 && s.text == nil {
+		return status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
+	}
 	candidates := s.candidates()
 	if len(candidates) == 0 {
 		return status.Errorf(codes.Unavailable, "no healthy worker: %d registered, none healthy", len(s.reg.Snapshot()))
 	}
-	if err := validateAgainst(req, limitsOf(candidates)); err != nil {
+	if err := validateAgainst(j.inputIDs, j.sampling, limitsOf(candidates)); err != nil {
 		return err
 	}
 
 	dec, err := s.policy.Select(ctx, &policy.Request{
-		RequestID:  id,
-		InputIDs:   req.GetInputIds(),
+		RequestID:  j.id,
+		InputIDs:   j.inputIDs,
 		RoutingKey: firstHeader(ctx, routingKeyHeaders),
 	}, candidates)
 	if errors.Is(err, policy.ErrNoHealthyWorker) {
@@ -66,23 +123,32 @@ func (s *Server) generate(ctx context.Context, req *kvgatev1.GenerateRequest, ou
 	release := w.Acquire()
 	defer release()
 	s.metrics.selections.WithLabelValues(w.URL(), s.policy.Name()).Inc()
-	log := s.log.With("request_id", id, "worker", w.URL(), "policy", s.policy.Name(), "reason", dec.Reason)
+	log := s.log.With("request_id", j.id, "worker", w.URL(), "policy", s.policy.Name(), "reason", dec.Reason)
 
-	es, err := w.Backend().Generate(ctx, &workers.GenerateRequest{
-		RequestID: id,
-		InputIDs:  req.GetInputIds(),
-		Sampling:  toSampling(req.GetSamplingParams()),
+	// The worker's stream lives on a context of its own, so a generation the
+	// router stops (a stop string) can be released without ending ctx.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	es, err := w.Backend().Generate(wctx, &workers.GenerateRequest{
+		RequestID: j.id,
+		InputIDs:  j.inputIDs,
+		Sampling:  toSampling(j.sampling),
 	})
 	if err != nil {
-		return s.workerFailed(ctx, log, w, id, err, 0, false)
+		return s.workerFailed(ctx, log, w, j.id, err, 0, false)
 	}
-	rel := relay{s: s, out: out, id: id, stream: req.GetStream(), start: start}
+	rel := s.newRelay(j)
 	done, err := rel.run(es)
 	if err != nil {
-		return s.workerFailed(ctx, log, w, id, err, len(rel.output), true)
+		return s.workerFailed(ctx, log, w, j.id, err, len(rel.output), true)
+	}
+	if rel.stopped {
+		// The engine is still generating past the stop string.
+		cancel()
+		s.abort(ctx, log, w, j.id)
 	}
 	done.Worker = w.URL()
-	if err := out.Send(&kvgatev1.GenerateResponse{RequestId: id, Response: &kvgatev1.GenerateResponse_Complete{Complete: done}}); err != nil {
+	if err := j.send(nil, done); err != nil {
 		return err
 	}
 	log.InfoContext(ctx, "generate done",
@@ -90,7 +156,7 @@ func (s *Server) generate(ctx context.Context, req *kvgatev1.GenerateRequest, ou
 		"cached_tokens", done.Usage.CachedTokens,
 		"completion_tokens", done.Usage.CompletionTokens,
 		"finish_reason", done.FinishReason.String(),
-		"duration", time.Since(start))
+		"duration", time.Since(j.start))
 	return nil
 }
 
@@ -106,20 +172,36 @@ func (s *Server) candidates() []*workers.Worker {
 	return out
 }
 
-// relay copies one worker stream to the client.
+// relay copies one worker stream to the client, detokenizing it when the
+// router has a tokenizer.
 type relay struct {
-	s      *Server
-	out    grpc.ServerStreamingServer[kvgatev1.GenerateResponse]
-	id     string
-	stream bool
-	start  time.Time
-	output []uint32
+	s       *Server
+	j       *job
+	ds      *detok.Stream // nil: no tokenizer, ids only
+	output  []uint32
+	text    strings.Builder
+	last    workers.Chunk // the engine's latest running totals
+	stopped bool          // a stop string matched here, not in the engine
 }
 
-// run forwards chunks until the worker's completion, which it returns
-// translated (worker not yet filled in). Any error means the request did not
-// complete: a stream that ends without a completion is an error, never a
-// half-empty success.
+func (s *Server) newRelay(j *job) *relay {
+	r := &relay{s: s, j: j}
+	if s.text != nil {
+		sp := j.sampling
+		r.ds = s.text.NewStream(detok.Options{
+			SkipSpecialTokens: sp.SkipSpecialTokens == nil || *sp.SkipSpecialTokens,
+			StopStrings:       sp.GetStop(),
+			NoStopTrim:        sp.GetNoStopTrim(),
+			PromptIDs:         j.inputIDs,
+		})
+	}
+	return r
+}
+
+// run forwards chunks until the worker's completion, or until a stop string
+// matches, and returns the completion (worker not yet filled in). Any error
+// means the request did not complete: a stream that ends without a
+// completion is an error, never a half-empty success.
 func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 	for {
 		c, err := es.Recv()
@@ -129,31 +211,41 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 		if err != nil {
 			return nil, err
 		}
+		r.last = c
 		if c.Final != nil {
 			return r.complete(c.Final)
 		}
 		if err := r.send(c.TokenIDs); err != nil {
 			return nil, err
 		}
+		if r.stopped {
+			return r.completion("", nil, c.PromptTokens, c.CachedTokens), nil
+		}
 	}
 }
 
 func (r *relay) send(ids []uint32) error {
-	if len(ids) == 0 {
+	if len(ids) == 0 || r.stopped {
 		return nil
 	}
 	if len(r.output) == 0 {
-		r.s.metrics.ttft.Observe(time.Since(r.start).Seconds())
+		r.s.metrics.ttft.Observe(time.Since(r.j.start).Seconds())
 	}
 	index := len(r.output)
 	r.output = append(r.output, ids...)
-	if !r.stream {
+	delta := ""
+	if r.ds != nil {
+		d, stopped, err := r.ds.Push(ids)
+		if err != nil {
+			return status.Errorf(codes.Internal, "detokenizing the worker's output: %v", err)
+		}
+		delta, r.stopped = d, stopped
+		r.text.WriteString(delta)
+	}
+	if !r.j.stream {
 		return nil
 	}
-	return r.out.Send(&kvgatev1.GenerateResponse{
-		RequestId: r.id,
-		Response:  &kvgatev1.GenerateResponse_Chunk{Chunk: &kvgatev1.GenerateChunk{TokenIds: ids, Index: uint32(index)}},
-	})
+	return r.j.send(&kvgatev1.GenerateChunk{TokenIds: ids, Index: uint32(index), Text: delta}, nil)
 }
 
 // complete turns the worker's completion into ours. Engines list every output
@@ -165,16 +257,45 @@ func (r *relay) complete(f *workers.Completion) (*kvgatev1.GenerateComplete, err
 			return nil, err
 		}
 	}
-	return &kvgatev1.GenerateComplete{
+	if r.stopped {
+		return r.completion("", nil, f.PromptTokens, f.CachedTokens), nil
+	}
+	if r.ds != nil {
+		if tail := r.ds.Finish(); tail != "" {
+			r.text.WriteString(tail)
+			if r.j.stream {
+				if err := r.j.send(&kvgatev1.GenerateChunk{Index: uint32(len(r.output)), Text: tail}, nil); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	c := r.completion(f.FinishReason, f.MatchedStopTokenID, f.PromptTokens, f.CachedTokens)
+	c.Usage.CompletionTokens = f.CompletionTokens
+	return c, nil
+}
+
+// completion assembles the final message; finish "" means a stop string
+// matched in the router.
+func (r *relay) completion(finish string, stopToken *uint32, prompt, cached uint32) *kvgatev1.GenerateComplete {
+	c := &kvgatev1.GenerateComplete{
 		OutputIds:          r.output,
-		FinishReason:       finishReason(f.FinishReason),
-		MatchedStopTokenId: f.MatchedStopTokenID,
+		FinishReason:       finishReason(finish),
+		MatchedStopTokenId: stopToken,
+		Text:               r.text.String(),
 		Usage: &kvgatev1.Usage{
-			PromptTokens:     f.PromptTokens,
-			CompletionTokens: f.CompletionTokens,
-			CachedTokens:     f.CachedTokens,
+			PromptTokens:     prompt,
+			CompletionTokens: uint32(len(r.output)),
+			CachedTokens:     cached,
 		},
-	}, nil
+	}
+	if r.stopped {
+		c.FinishReason = kvgatev1.FinishReason_FINISH_REASON_STOP
+		if str, _ := r.ds.Matched(); str != "" {
+			c.MatchedStopString = &str
+		}
+	}
+	return c
 }
 
 func finishReason(s string) kvgatev1.FinishReason {

@@ -262,7 +262,7 @@ func TestBadInputIsRejectedWithTheFieldAndLimit(t *testing.T) {
 	}{
 		{"empty prompt", &kvgatev1.GenerateRequest{}, []string{"input_ids", "empty"}},
 		{"token outside vocabulary", &kvgatev1.GenerateRequest{InputIds: []uint32{1, 2, 1000}}, []string{"input_ids[2]", "1000", "vocab_size 1000"}},
-		{"prompt alone fills the context", &kvgatev1.GenerateRequest{InputIds: prompt(0, 256)}, []string{"input_ids", "256"}},
+		{"prompt alone fills the context", &kvgatev1.GenerateRequest{InputIds: prompt(0, 256)}, []string{"prompt", "256"}},
 		{"prompt plus max_new_tokens beyond context", &kvgatev1.GenerateRequest{InputIds: prompt(0, 200),
 			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100)}}, []string{"max_new_tokens", "300", "256"}},
 		{"NaN temperature", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),

@@ -15,12 +15,15 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/server"
+	"github.com/kvgate/kvgate/tokenize/cache"
+	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
 // fleet is a router in front of simulated engines, all over loopback gRPC.
 type fleet struct {
+	text   *textmodel.Model
 	sims   []*sim.Server
 	reg    *workers.Registry
 	srv    *server.Server
@@ -36,6 +39,10 @@ type fleetOptions struct {
 	sim      func(i int, c *sim.Config)
 	// beforeServe may register extra services on the router.
 	beforeServe func(*server.Server)
+	// text fetches the tokenizer from worker 0 (GetTokenizer), as kvgate
+	// serve does when given no model path; chatTemplate overrides its template.
+	text         bool
+	chatTemplate string
 }
 
 // startFleet starts the engines and the router, and stops them when the test ends.
@@ -79,7 +86,17 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv, err = server.New(server.Config{Registry: f.reg, Policy: pol, Logger: slog.New(slog.DiscardHandler)})
+	if o.text {
+		w := f.reg.Snapshot()[0]
+		archive, err := w.Backend().Tokenizer(ctx)
+		if err != nil {
+			t.Fatalf("GetTokenizer from %s: %v", w.URL(), err)
+		}
+		if f.text, err = textmodel.FromArchive(archive, o.chatTemplate, textmodel.Options{Cache: cache.DefaultConfig()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.srv, err = server.New(server.Config{Registry: f.reg, Policy: pol, Logger: slog.New(slog.DiscardHandler), Text: f.text})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +125,32 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 
 // workerURL is the router's name for sim i.
 func (f *fleet) workerURL(i int) string { return "grpc://" + f.sims[i].Addr() }
+
+// chat runs one Chat call to its end, as generate does.
+func (f *fleet) chat(ctx context.Context, t *testing.T, req *kvgatev1.ChatRequest) (result, error) {
+	t.Helper()
+	var r result
+	st, err := f.router.Chat(ctx, req)
+	if err != nil {
+		return r, err
+	}
+	for {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return r, nil
+		}
+		if err != nil {
+			return r, err
+		}
+		r.ids = append(r.ids, m.GetRequestId())
+		if c := m.GetChunk(); c != nil {
+			r.chunks = append(r.chunks, c)
+		}
+		if c := m.GetComplete(); c != nil {
+			r.complete = c
+		}
+	}
+}
 
 // result is everything a Generate call returned.
 type result struct {

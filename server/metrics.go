@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -142,4 +143,47 @@ func (m *Metrics) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 		m.observe(info.FullMethod, err, time.Since(start))
 	}
 	return err
+}
+
+// cacheStatser is what the tokenizer cache collector reads.
+type cacheStatser interface{ CacheStats() cache.Stats }
+
+// tokenizerCollector reports the tokenizer caches' counters at scrape time.
+type tokenizerCollector struct{ text cacheStatser }
+
+var (
+	descCacheHits = prometheus.NewDesc("kvgate_tokenizer_cache_hits_total",
+		"Tokenizer cache hits, by level (l0: exact text, l1: prefix at a special-token boundary).", []string{"level"}, nil)
+	descCacheMisses = prometheus.NewDesc("kvgate_tokenizer_cache_misses_total",
+		"Tokenizer cache misses, by level.", []string{"level"}, nil)
+	descCacheEntries = prometheus.NewDesc("kvgate_tokenizer_cache_entries",
+		"Entries in the tokenizer cache, by level.", []string{"level"}, nil)
+	descCacheBytes = prometheus.NewDesc("kvgate_tokenizer_cache_bytes",
+		"Memory the tokenizer cache accounts for (text, ids and per-entry overhead), by level.", []string{"level"}, nil)
+	descCacheHitBytes = prometheus.NewDesc("kvgate_tokenizer_cache_l1_hit_bytes_total",
+		"Prompt bytes served from the L1 cache instead of being tokenized.", nil, nil)
+)
+
+func (tokenizerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCacheHits, descCacheMisses, descCacheEntries, descCacheBytes, descCacheHitBytes} {
+		ch <- d
+	}
+}
+
+func (c tokenizerCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.text.CacheStats()
+	for _, l := range []struct {
+		level          string
+		hits, misses   uint64
+		entries, bytes float64
+	}{
+		{"l0", s.L0Hits, s.L0Misses, float64(s.L0Entries), float64(s.L0Bytes)},
+		{"l1", s.L1Hits, s.L1Misses, float64(s.L1Entries), float64(s.L1Bytes)},
+	} {
+		ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(l.hits), l.level)
+		ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(l.misses), l.level)
+		ch <- prometheus.MustNewConstMetric(descCacheEntries, prometheus.GaugeValue, l.entries, l.level)
+		ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, l.bytes, l.level)
+	}
+	ch <- prometheus.MustNewConstMetric(descCacheHitBytes, prometheus.CounterValue, float64(s.L1HitBytes))
 }

@@ -25,6 +25,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -39,6 +40,10 @@ type Config struct {
 	// AbortTimeout bounds the Abort call sent to a worker when a client goes
 	// away. Default 2 s.
 	AbortTimeout time.Duration
+	// Text is the model's tokenizer and chat template; nil: the router takes
+	// token ids only, and text, chat and stop strings fail with
+	// FAILED_PRECONDITION.
+	Text *textmodel.Model
 }
 
 // Server is a configured kvgate gRPC server.
@@ -48,6 +53,7 @@ type Server struct {
 	metrics      *Metrics
 	log          *slog.Logger
 	abortTimeout time.Duration
+	text         *textmodel.Model
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -69,10 +75,16 @@ func New(cfg Config) (*Server, error) {
 		metrics:      cfg.Metrics,
 		log:          cfg.Logger,
 		abortTimeout: cfg.AbortTimeout,
+		text:         cfg.Text,
 		health:       health.NewServer(),
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)
+	}
+	if s.text != nil {
+		if err := s.metrics.Registry.Register(tokenizerCollector{s.text}); err != nil {
+			return nil, fmt.Errorf("server: tokenizer cache metrics: %w", err)
+		}
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -96,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 			s.metrics.StreamInterceptor,
 			recovery.StreamServerInterceptor(recoverOpts...),
 		),
+		grpc.ForceServerCodecV2(newRequestCodec()),
 	)
 	kvgatev1.RegisterRouterServer(s.grpc, &router{s: s})
 	kvgatev1.RegisterAdminServer(s.grpc, &admin{reg: s.reg})

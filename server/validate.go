@@ -41,17 +41,6 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-// validateShape checks what can be checked without knowing the workers.
-func validateShape(req *kvgatev1.GenerateRequest) error {
-	if len(req.GetRequestId()) > maxRequestIDBytes {
-		return invalid("request_id is %d bytes; the limit is %d", len(req.GetRequestId()), maxRequestIDBytes)
-	}
-	if len(req.GetInputIds()) == 0 {
-		return invalid("input_ids is empty; a prompt of at least 1 token is required")
-	}
-	return validateSampling(req.GetSamplingParams())
-}
-
 // floatRule bounds one optional float sampling field.
 type floatRule struct {
 	name     string
@@ -107,23 +96,26 @@ func (r floatRule) interval() string {
 	return fmt.Sprintf("%s%g, %g%s", lo, r.min, r.max, hi)
 }
 
-// validateAgainst checks the request against the model's vocabulary and context.
-func validateAgainst(req *kvgatev1.GenerateRequest, l limits) error {
+// validateAgainst checks a prompt against the model's vocabulary and context.
+func validateAgainst(ids []uint32, sp *kvgatev1.SamplingParams, l limits) error {
+	if len(ids) == 0 {
+		return invalid("input_ids is empty; a prompt of at least 1 token is required")
+	}
 	if l.vocabSize > 0 {
-		for i, id := range req.GetInputIds() {
+		for i, id := range ids {
 			if int(id) >= l.vocabSize {
 				return invalid("input_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
 			}
 		}
 	}
 	if l.maxContext > 0 {
-		n := len(req.GetInputIds())
+		n := len(ids)
 		if n >= l.maxContext {
-			return invalid("input_ids has %d tokens; the model's context is %d tokens and at least 1 must remain for output", n, l.maxContext)
+			return invalid("the prompt has %d tokens; the model's context is %d tokens and at least 1 must remain for output", n, l.maxContext)
 		}
-		if mx := req.GetSamplingParams().MaxNewTokens; mx != nil && n+int(*mx) > l.maxContext {
-			return invalid("input_ids (%d tokens) plus sampling_params.max_new_tokens (%d) is %d; the model's context is %d tokens",
-				n, *mx, n+int(*mx), l.maxContext)
+		if mx := sp.GetMaxNewTokens(); sp != nil && sp.MaxNewTokens != nil && n+int(mx) > l.maxContext {
+			return invalid("the prompt (%d tokens) plus sampling_params.max_new_tokens (%d) is %d; the model's context is %d tokens",
+				n, mx, n+int(mx), l.maxContext)
 		}
 	}
 	return nil

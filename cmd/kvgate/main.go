@@ -1,7 +1,9 @@
 // Command kvgate is the kvgate router and its companion tools in one binary:
 //
 //	kvgate serve   run the router (with no --worker-urls: two simulated engines in-process)
-//	kvgate sim     run a simulated SGLang or vLLM engine
+//	kvgate sim            run a simulated SGLang or vLLM engine
+//	kvgate tokenize       print the token ids of a text, or of a batch of texts
+//	kvgate chat-template  render a chat template, or a file of template cases
 //
 // Run "kvgate <command> -h" for a command's flags.
 package main
@@ -22,6 +24,10 @@ const usage = `kvgate: a gRPC-native, cache-aware router for LLM inference fleet
 Usage:
   kvgate serve [flags]   run the router (no --worker-urls: two simulated engines in-process)
   kvgate sim [flags]     run a simulated SGLang or vLLM engine
+  kvgate tokenize --tokenizer PATH [--add-special-tokens] [--batch] TEXT
+                         print token ids (with --batch: JSON array in, JSON array out)
+  kvgate chat-template --model-path DIR | --template FILE --messages FILE | --cases FILE
+                         render a chat template
 
 Run "kvgate <command> -h" for the flags of a command.
 `
@@ -50,6 +56,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return runServe(ctx, args[1:], stderr)
 	case "sim":
 		return runSim(ctx, args[1:], stderr)
+	case "tokenize":
+		return runTokenize(args[1:], os.Stdin, os.Stdout, stderr)
+	case "chat-template":
+		return runChatTemplate(args[1:], os.Stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stderr, usage)
 		return nil

@@ -43,6 +43,7 @@ type serveConfig struct {
 	embeddedTimeScale    float64
 	embeddedKVCapacity   int
 	embeddedPrefillSpeed float64
+	text                 textFlags
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -67,6 +68,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.embeddedTimeScale, "embedded-time-scale", 1, "without --worker-urls: multiplies the simulated engines' delays (0: no delays)")
 	fs.IntVar(&c.embeddedKVCapacity, "embedded-kv-capacity-tokens", 0, "without --worker-urls: KV cache size of each simulated engine in tokens (0: the simulator's default)")
 	fs.Float64Var(&c.embeddedPrefillSpeed, "embedded-prefill-tokens-per-sec", 0, "without --worker-urls: prefill speed of each simulated engine (0: the simulator's default)")
+	c.text.register(fs)
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -121,7 +123,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		return err
 	}
 
-	srv, err := server.New(server.Config{Registry: reg, Policy: pol, Logger: log})
+	text, err := loadText(ctx, cfg.text, reg, log)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Registry: reg, Policy: pol, Logger: log, Text: text})
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,18 @@ func TestEmbeddedDefaultServesGenerateAndMetrics(t *testing.T) {
 	if err != nil || m.GetComplete() == nil {
 		t.Fatalf("Generate: %v, %v", m, err)
 	}
+	// The embedded engines serve a tokenizer with a ChatML template, so chat
+	// works out of the box.
+	cst, err := kvgatev1.NewRouterClient(conn).Chat(rctx, &kvgatev1.ChatRequest{
+		Messages:       []*kvgatev1.ChatMessage{{Role: "user", Content: "What is a KV cache?"}},
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto32(5)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := cst.Recv()
+	if err != nil || cm.GetComplete() == nil || cm.GetComplete().Usage.GetPromptTokens() == 0 {
+		t.Fatalf("Chat: %v, %v", cm, err)
+	}
 	ws, err := kvgatev1.NewAdminClient(conn).ListWorkers(rctx, &kvgatev1.ListWorkersRequest{})
 	if err != nil || len(ws.Workers) != 2 {
 		t.Fatalf("ListWorkers: %v, %v; want the 2 embedded engines", ws, err)

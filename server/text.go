@@ -1,0 +1,180 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/tokenize/template"
+	"github.com/kvgate/kvgate/tokenize/textmodel"
+)
+
+// noTokenizer explains what to configure when a request needs text and the
+// router has no tokenizer.
+func noTokenizer(field string) string {
+	return field + " needs a tokenizer, and kvgate has none: start it with --model-path or --tokenizer-path, " +
+		"or with workers that serve their tokenizer through GetTokenizer"
+}
+
+// generateJob turns a Generate request into a job: the prompt is its token
+// ids, or its text tokenized with the model's special tokens added.
+func (s *Server) generateJob(req *kvgatev1.GenerateRequest) (*job, error) {
+	j, err := newJob(req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
+	if err != nil {
+		return nil, err
+	}
+	switch text := req.GetText(); {
+	case len(req.GetInputIds()) > 0 && text != "":
+		return nil, invalid("input_ids and text are both set; send the prompt one way")
+	case len(req.GetInputIds()) > 0:
+		j.inputIDs = req.GetInputIds()
+	case text != "":
+		if s.text == nil {
+			return nil, status.Error(codes.FailedPrecondition, noTokenizer("text"))
+		}
+		if j.inputIDs, err = s.encode(text, true, "text"); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, invalid("input_ids is empty and text is empty; a prompt of at least 1 token is required")
+	}
+	return j, nil
+}
+
+// chatJob renders a conversation with the model's chat template and tokenizes
+// it. As in transformers, the template places any special tokens itself, so
+// the tokenizer adds none.
+func (s *Server) chatJob(req *kvgatev1.ChatRequest) (*job, error) {
+	j, err := newJob(req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
+	if err != nil {
+		return nil, err
+	}
+	if s.text == nil {
+		return nil, status.Error(codes.FailedPrecondition, noTokenizer("Chat"))
+	}
+	if !s.text.HasChatTemplate() {
+		return nil, status.Error(codes.FailedPrecondition,
+			"the model has no chat template: give one with --chat-template, or send text to Generate")
+	}
+	if len(req.GetMessages()) == 0 {
+		return nil, invalid("messages is empty; a conversation of at least 1 message is required")
+	}
+	conv, err := conversation(req)
+	if err != nil {
+		return nil, err
+	}
+	prompt, err := s.text.Render(conv)
+	if err != nil {
+		if errors.Is(err, template.ErrTemplateRaised) {
+			return nil, invalid("the chat template rejected the conversation: %v", err)
+		}
+		return nil, invalid("the chat template cannot render the conversation: %v", err)
+	}
+	if j.inputIDs, err = s.encode(prompt, false, "the rendered conversation"); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+func (s *Server) encode(text string, addSpecial bool, what string) ([]uint32, error) {
+	if !utf8.ValidString(text) {
+		return nil, invalid("%s is not valid UTF-8", what)
+	}
+	ids, err := s.text.Encode(text, addSpecial)
+	if err != nil {
+		return nil, invalid("tokenizing %s: %v", what, err)
+	}
+	return ids, nil
+}
+
+// conversation converts the request to the values a chat template sees:
+// messages and tools as ordered maps, JSON fields decoded with their key
+// order kept, since templates print them with tojson.
+func conversation(req *kvgatev1.ChatRequest) (textmodel.Conversation, error) {
+	c := textmodel.Conversation{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
+	for i, m := range req.GetMessages() {
+		msg := template.NewOrderedMap()
+		msg.Set("role", m.GetRole())
+		msg.Set("content", m.GetContent())
+		if m.GetName() != "" {
+			msg.Set("name", m.GetName())
+		}
+		if len(m.GetToolCalls()) > 0 {
+			var calls []any
+			for k, tc := range m.GetToolCalls() {
+				fn := template.NewOrderedMap()
+				fn.Set("name", tc.GetFunction().GetName())
+				args, err := jsonValue(tc.GetFunction().GetArguments(), fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", i, k))
+				if err != nil {
+					return c, err
+				}
+				fn.Set("arguments", args)
+				call := template.NewOrderedMap()
+				if tc.GetId() != "" {
+					call.Set("id", tc.GetId())
+				}
+				call.Set("type", orDefault(tc.GetType(), "function"))
+				call.Set("function", fn)
+				calls = append(calls, call)
+			}
+			msg.Set("tool_calls", calls)
+		}
+		if m.GetToolCallId() != "" {
+			msg.Set("tool_call_id", m.GetToolCallId())
+		}
+		if m.GetReasoningContent() != "" {
+			msg.Set("reasoning_content", m.GetReasoningContent())
+		}
+		c.Messages = append(c.Messages, msg)
+	}
+	for i, t := range req.GetTools() {
+		fn := template.NewOrderedMap()
+		fn.Set("name", t.GetFunction().GetName())
+		if d := t.GetFunction().GetDescription(); d != "" {
+			fn.Set("description", d)
+		}
+		if p := t.GetFunction().GetParametersJson(); p != "" {
+			params, err := jsonValue(p, fmt.Sprintf("tools[%d].function.parameters_json", i))
+			if err != nil {
+				return c, err
+			}
+			fn.Set("parameters", params)
+		}
+		tool := template.NewOrderedMap()
+		tool.Set("type", orDefault(t.GetType(), "function"))
+		tool.Set("function", fn)
+		c.Tools = append(c.Tools, tool)
+	}
+	if kw := req.GetChatTemplateKwargs().GetJson(); kw != "" {
+		v, err := jsonValue(kw, "chat_template_kwargs.json")
+		if err != nil {
+			return c, err
+		}
+		m, ok := v.(*template.OrderedMap)
+		if !ok {
+			return c, invalid("chat_template_kwargs.json must be a JSON object")
+		}
+		c.Kwargs = m
+	}
+	return c, nil
+}
+
+// jsonValue decodes a JSON text field for a template; field names it in errors.
+func jsonValue(s, field string) (any, error) {
+	v, err := template.DecodeJSON([]byte(s))
+	if err != nil {
+		return nil, invalid("%s is not valid JSON: %v", field, err)
+	}
+	return v, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

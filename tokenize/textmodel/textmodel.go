@@ -1,0 +1,352 @@
+// Package textmodel is the text side of one served model: its tokenizer,
+// tokenizer caches and chat template, found and assembled the way the
+// engines find them, so that the router's token ids are the engine's own.
+//
+// It is the seam between the server and the tokenize rooms: the server asks
+// it to render a conversation, to encode a prompt (through the L0/L1 caches)
+// and for a stream detokenizer; it never touches the tokenizer's parts.
+package textmodel
+
+import (
+	"archive/zip"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvgate/kvgate/tokenize"
+	"github.com/kvgate/kvgate/tokenize/cache"
+	"github.com/kvgate/kvgate/tokenize/detok"
+	"github.com/kvgate/kvgate/tokenize/template"
+)
+
+// Sources says where a model's tokenizer and chat template are, as the
+// --model-path, --tokenizer-path and --chat-template flags give them.
+type Sources struct {
+	// ModelPath is a model directory, or a tokenizer.json file.
+	ModelPath string
+	// TokenizerPath overrides ModelPath for the tokenizer: a tokenizer.json
+	// file or a directory holding one.
+	TokenizerPath string
+	// ChatTemplatePath is a Jinja template file (or a chat_template.json);
+	// it takes precedence over any template found beside the tokenizer.
+	ChatTemplatePath string
+}
+
+// Options configures a Model.
+type Options struct {
+	Cache cache.Config
+	// Now is the clock behind the templates' strftime_now; nil: time.Now.
+	Now func() time.Time
+}
+
+// Model is one model's tokenizer, caches and chat template. It is safe for
+// concurrent use.
+type Model struct {
+	tok      *tokenize.Tokenizer
+	enc      *cache.Cache
+	tmpl     *template.Template // nil: the model has no chat template
+	tmplFrom string
+	specials map[string]any // bos_token, eos_token, ... for templates
+	now      func() time.Time
+}
+
+// files is a model's text assets by file name, wherever they came from.
+type files map[string][]byte
+
+// Load assembles a model from files on disk.
+func Load(src Sources, opts Options) (*Model, error) {
+	fsrc := src.TokenizerPath
+	if fsrc == "" {
+		fsrc = src.ModelPath
+	}
+	if fsrc == "" {
+		return nil, errors.New("no tokenizer: give --model-path or --tokenizer-path")
+	}
+	fl, err := readDir(fsrc)
+	if err != nil {
+		return nil, err
+	}
+	if src.ModelPath != "" && src.TokenizerPath != "" {
+		// Templates live with the model even when the tokenizer does not.
+		if extra, err := readDir(src.ModelPath); err == nil {
+			for k, v := range extra {
+				if _, ok := fl[k]; !ok {
+					fl[k] = v
+				}
+			}
+		}
+	}
+	if err := readExplicit(fl, src.ChatTemplatePath); err != nil {
+		return nil, err
+	}
+	return build(fl, opts)
+}
+
+// FromArchive assembles a model from an engine's GetTokenizer zip archive.
+// chatTemplatePath, when not empty, overrides the archive's template.
+func FromArchive(archive []byte, chatTemplatePath string, opts Options) (*Model, error) {
+	zr, err := zip.NewReader(bytes.NewReader(archive), int64(len(archive)))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer archive: %w", err)
+	}
+	fl := files{}
+	for _, f := range zr.File {
+		if f.FileInfo().IsDir() {
+			continue
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer archive: %w", err)
+		}
+		b, err := io.ReadAll(io.LimitReader(rc, 512<<20))
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer archive: %s: %w", f.Name, err)
+		}
+		fl[filepath.Base(f.Name)] = b
+	}
+	if err := readExplicit(fl, chatTemplatePath); err != nil {
+		return nil, err
+	}
+	return build(fl, opts)
+}
+
+// explicitTemplate is the key under which a --chat-template's source is kept.
+const explicitTemplate = "\x00explicit"
+
+// readExplicit reads a --chat-template file: a Jinja template, or a
+// chat_template.json ({"chat_template": "..."}).
+func readExplicit(fl files, path string) error {
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--chat-template: %w", err)
+	}
+	if strings.HasSuffix(path, ".json") {
+		src, err := templateFromJSON(b)
+		if err != nil {
+			return fmt.Errorf("--chat-template %s: %w", path, err)
+		}
+		b = []byte(src)
+	}
+	fl[explicitTemplate] = b
+	return nil
+}
+
+// templateFromJSON reads chat_template.json's {"chat_template": "..."}.
+func templateFromJSON(b []byte) (string, error) {
+	var v struct {
+		ChatTemplate string `json:"chat_template"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return "", err
+	}
+	return v.ChatTemplate, nil
+}
+
+// readDir reads a model directory's text assets, or a single tokenizer.json.
+func readDir(path string) (files, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	fl := files{}
+	if !st.IsDir() {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		fl["tokenizer.json"] = b
+		// tokenizer_config.json beside the file carries BOS/EOS and the template.
+		if c, err := os.ReadFile(filepath.Join(filepath.Dir(path), "tokenizer_config.json")); err == nil {
+			fl["tokenizer_config.json"] = c
+		}
+		return fl, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !(n == "tokenizer.json" || n == "tokenizer_config.json" || n == "chat_template.json" || strings.HasSuffix(n, ".jinja")) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(path, n))
+		if err != nil {
+			return nil, err
+		}
+		fl[n] = b
+	}
+	if _, ok := fl["tokenizer.json"]; !ok {
+		return nil, fmt.Errorf("%s holds no tokenizer.json", path)
+	}
+	return fl, nil
+}
+
+func build(fl files, opts Options) (*Model, error) {
+	tj, ok := fl["tokenizer.json"]
+	if !ok {
+		return nil, errors.New("no tokenizer.json among the tokenizer files")
+	}
+	tok, err := tokenize.FromJSON(tj, fl["tokenizer_config.json"])
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	m := &Model{tok: tok, now: opts.Now, specials: specialTokens(fl["tokenizer_config.json"])}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	src, from, err := findTemplate(fl, tok.Config().ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	if src != "" {
+		if m.tmpl, err = template.Compile(src); err != nil {
+			return nil, fmt.Errorf("chat template (%s): %w", from, err)
+		}
+		m.tmplFrom = from
+	}
+	// The cache scans for every added token, special or not: each one splits
+	// the text before tokenization.
+	var added []cache.AddedToken
+	for _, a := range tok.AddedTokens() {
+		added = append(added, cache.AddedToken(a))
+	}
+	m.enc = cache.New(tok, added, opts.Cache)
+	return m, nil
+}
+
+// findTemplate picks the chat template in the seed's order: an explicit
+// --chat-template, chat_template.json, chat_template.jinja, any other .jinja
+// file (by name), then tokenizer_config.json's chat_template.
+func findTemplate(fl files, fromConfig string) (src, from string, err error) {
+	if b, ok := fl[explicitTemplate]; ok {
+		return string(b), "--chat-template", nil
+	}
+	if b, ok := fl["chat_template.json"]; ok {
+		src, err := templateFromJSON(b)
+		if err != nil {
+			return "", "", fmt.Errorf("chat_template.json: %w", err)
+		}
+		if src != "" {
+			return src, "chat_template.json", nil
+		}
+	}
+	if b, ok := fl["chat_template.jinja"]; ok {
+		return string(b), "chat_template.jinja", nil
+	}
+	var jinjas []string
+	for name := range fl {
+		if strings.HasSuffix(name, ".jinja") && name != explicitTemplate {
+			jinjas = append(jinjas, name)
+		}
+	}
+	sort.Strings(jinjas)
+	if len(jinjas) > 0 {
+		return string(fl[jinjas[0]]), jinjas[0], nil
+	}
+	if fromConfig != "" {
+		return fromConfig, "tokenizer_config.json", nil
+	}
+	return "", "", nil
+}
+
+// specialTokens reads the special tokens templates see as variables
+// (bos_token, eos_token, unk_token, pad_token), as transformers passes them.
+func specialTokens(config []byte) map[string]any {
+	out := map[string]any{}
+	if len(config) == 0 {
+		return out
+	}
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(config, &raw) != nil {
+		return out
+	}
+	for _, k := range []string{"bos_token", "eos_token", "unk_token", "pad_token"} {
+		var s string
+		if json.Unmarshal(raw[k], &s) == nil && s != "" {
+			out[k] = s
+			continue
+		}
+		var obj struct {
+			Content string `json:"content"`
+		}
+		if json.Unmarshal(raw[k], &obj) == nil && obj.Content != "" {
+			out[k] = obj.Content
+		}
+	}
+	return out
+}
+
+// Tokenizer is the model's tokenizer.
+func (m *Model) Tokenizer() *tokenize.Tokenizer { return m.tok }
+
+// HasChatTemplate reports whether Render can work.
+func (m *Model) HasChatTemplate() bool { return m.tmpl != nil }
+
+// TemplateSource names where the chat template came from.
+func (m *Model) TemplateSource() string { return m.tmplFrom }
+
+// Encode tokenizes text through the caches.
+func (m *Model) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
+	return m.enc.Encode(text, addSpecialTokens)
+}
+
+// CacheStats reports the tokenizer caches' counters.
+func (m *Model) CacheStats() cache.Stats { return m.enc.Stats() }
+
+// NewStream starts an incremental detokenizer for one generation.
+func (m *Model) NewStream(opts detok.Options) *detok.Stream { return detok.NewStream(m.tok, opts) }
+
+// Conversation is what a chat template renders.
+type Conversation struct {
+	// Messages are template values (maps with role, content, ...).
+	Messages []any
+	// Tools are template values; nil renders as None.
+	Tools []any
+	// Kwargs are extra template variables (chat_template_kwargs).
+	Kwargs *template.OrderedMap
+	// AddGenerationPrompt ends the prompt with an assistant turn's header.
+	AddGenerationPrompt bool
+}
+
+// ErrNoChatTemplate is returned by Render for a model without a template.
+var ErrNoChatTemplate = errors.New("the model has no chat template")
+
+// Render applies the chat template with the variables transformers passes:
+// messages, tools, documents, add_generation_prompt, the special tokens, and
+// the kwargs, which may override any of them.
+func (m *Model) Render(c Conversation) (string, error) {
+	if m.tmpl == nil {
+		return "", ErrNoChatTemplate
+	}
+	vars := map[string]any{
+		"messages":              c.Messages,
+		"tools":                 nil,
+		"documents":             nil,
+		"add_generation_prompt": c.AddGenerationPrompt,
+	}
+	if len(c.Tools) > 0 {
+		vars["tools"] = c.Tools
+	}
+	for k, v := range m.specials {
+		vars[k] = v
+	}
+	if c.Kwargs != nil {
+		for _, k := range c.Kwargs.Keys() {
+			v, _ := c.Kwargs.Get(k)
+			vars[k] = v
+		}
+	}
+	return m.tmpl.Render(vars, template.Options{Now: m.now})
+}
