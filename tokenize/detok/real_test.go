@@ -6,39 +6,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/kvgate/kvgate/tokenize"
 	"github.com/kvgate/kvgate/tokenize/detok"
+	"github.com/kvgate/kvgate/tokenize/internal/goldentok"
 )
 
-var goldenNames = []string{"llama3", "qwen3", "deepseek_v3", "llama2", "gemma3"}
+var goldenNames = goldentok.Names
 
-var (
-	loadMu sync.Mutex
-	loaded = map[string]*tokenize.Tokenizer{}
-)
-
-func load(t testing.TB, name string) *tokenize.Tokenizer {
-	t.Helper()
-	loadMu.Lock()
-	defer loadMu.Unlock()
-	if tk, ok := loaded[name]; ok {
-		return tk
-	}
-	path := filepath.Join("..", "testdata", "tokenizers", name, "tokenizer.json")
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("tokenizer %s missing (%v): run make testdata", name, err)
-	}
-	tk, err := tokenize.Load(path)
-	if err != nil {
-		t.Fatalf("load %s: %v", name, err)
-	}
-	loaded[name] = tk
-	return tk
-}
+func load(t testing.TB, name string) *tokenize.Tokenizer { return goldentok.Load(t, name) }
 
 // corpus is the tokenizer parity corpus plus chat-shaped texts with special
 // tokens of every family in them.
