@@ -21,7 +21,7 @@ func (p *Random) Select(_ context.Context, _ *Request, candidates []*workers.Wor
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
-	return Decision{Worker: ws[p.intn(len(ws))], Reason: "random"}, nil
+	return Decision{Worker: ws[p.intn(len(ws))], Branch: "random", Reason: "random"}, nil
 }
 
 // RoundRobin cycles through the healthy workers in registration order.
@@ -32,13 +32,16 @@ func NewRoundRobin() *RoundRobin { return &RoundRobin{} }
 
 func (*RoundRobin) Name() string { return "round_robin" }
 
-func (p *RoundRobin) Select(_ context.Context, _ *Request, candidates []*workers.Worker) (Decision, error) {
+func (p *RoundRobin) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
 	ws := healthy(candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
-	n := p.next.Add(1) - 1
-	return Decision{Worker: ws[n%uint64(len(ws))], Reason: "round_robin"}, nil
+	n := p.next.Load()
+	if !req.DryRun {
+		n = p.next.Add(1) - 1
+	}
+	return Decision{Worker: ws[n%uint64(len(ws))], Branch: "round_robin", Reason: "round_robin"}, nil
 }
 
 // PowerOfTwo samples two distinct healthy workers at random and takes the less
@@ -57,7 +60,7 @@ func (p *PowerOfTwo) Select(_ context.Context, _ *Request, candidates []*workers
 	case 0:
 		return Decision{}, ErrNoHealthyWorker
 	case 1:
-		return Decision{Worker: ws[0], Reason: "power_of_two: only healthy worker"}, nil
+		return Decision{Worker: ws[0], Branch: "power_of_two", Reason: "power_of_two: only healthy worker"}, nil
 	}
 	i := p.intn(len(ws))
 	j := p.intn(len(ws) - 1)
@@ -69,5 +72,5 @@ func (p *PowerOfTwo) Select(_ context.Context, _ *Request, candidates []*workers
 	if lb < la {
 		a, b, la, lb = b, a, lb, la
 	}
-	return Decision{Worker: a, Reason: fmt.Sprintf("power_of_two: load %d vs %d (%s)", la, lb, b.URL())}, nil
+	return Decision{Worker: a, Branch: "power_of_two", Reason: fmt.Sprintf("power_of_two: load %d vs %d (%s)", la, lb, b.URL())}, nil
 }

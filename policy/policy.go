@@ -20,8 +20,17 @@ type Request struct {
 	RequestID string
 	// InputIDs is the prompt as token ids.
 	InputIDs []uint32
-	// RoutingKey is the client's x-routing-key metadata, if any.
+	// RoutingKey is the client's x-routing-key (or x-smg-routing-key) metadata.
 	RoutingKey string
+	// TargetWorker is the client's x-target-worker (or x-smg-target-worker)
+	// metadata, unparsed: consistent_hashing reads it as a 0-based worker index.
+	TargetWorker string
+	// ImplicitKey is the first of the authorization, x-forwarded-for and cookie
+	// metadata present: a session key for clients that send no routing key.
+	ImplicitKey string
+	// DryRun asks for the decision without its effects: no tree insertion, no
+	// round-robin step, no sticky assignment. Admin.Explain sets it.
+	DryRun bool
 }
 
 // Decision is a policy's answer: the worker, and why it was chosen.
@@ -30,8 +39,35 @@ type Decision struct {
 	// PredictedCachedTokens is how many prompt tokens the policy expects the
 	// worker to find in its KV cache; 0 for cache-blind policies.
 	PredictedCachedTokens int
+	// Branch names the rule that decided, in one word for metrics and
+	// Explain: "cache_hit", "cache_miss", "imbalance", "sticky", "ring",
+	// "target", "random", "round_robin", "power_of_two", "bucket", ...
+	Branch string
 	// Reason says in a few words why this worker won, for logs and responses.
 	Reason string
+	// Matched is, for cache-aware policies, the prompt tokens each candidate
+	// (by URL) holds according to the policy's tree; nil otherwise.
+	Matched map[string]int
+}
+
+// Outcome is what happened to a dispatched request, as the worker reported it.
+type Outcome struct {
+	// CachedTokens is the engine's reported cached prompt tokens.
+	CachedTokens int
+	// Err is the request's failure, if it failed.
+	Err error
+}
+
+// Observer is implemented by policies that learn from outcomes (cache_aware
+// corrects its tree where the engine had evicted what it predicted).
+type Observer interface {
+	Observe(req *Request, d Decision, o Outcome)
+}
+
+// Runner is implemented by policies with background work (tree eviction,
+// bucket boundary adjustment, idle key expiry). Run returns when ctx ends.
+type Runner interface {
+	Run(ctx context.Context)
 }
 
 // Policy selects one worker among candidates.
@@ -48,12 +84,6 @@ var ErrNoHealthyWorker = errors.New("no healthy worker")
 // Intn returns a uniform random integer in [0, n). Policies take one so tests
 // can make them deterministic.
 type Intn func(n int) int
-
-// Options configures the policies built by New.
-type Options struct {
-	// Intn is the random source; nil means math/rand/v2's IntN.
-	Intn Intn
-}
 
 // constructors maps each --policy name to its constructor.
 var constructors = map[string]func(Options) Policy{
