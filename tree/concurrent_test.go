@@ -1,0 +1,72 @@
+package tree
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestConcurrent runs selections, trims and tenant removals while Evict
+// runs; with -race it checks the locking, and afterwards the structure.
+func TestConcurrent(t *testing.T) {
+	tr := mustNew(t, Config{PageSize: 4, MaxTokens: 4000})
+	prefixes := make([][]uint32, 8)
+	for i := range prefixes {
+		prefixes[i] = seq(uint32(i*1000), 64)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	worker := func(g int, body func(rng *rand.Rand, prompt []uint32)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := 0; i < 2000 && !stop.Load(); i++ {
+				prompt := append(slices.Clone(prefixes[rng.IntN(len(prefixes))]), seq(rng.Uint32N(1<<20), uint32(rng.IntN(80)))...)
+				body(rng, prompt)
+			}
+		}()
+	}
+	for g := range 4 {
+		worker(g, func(rng *rand.Rand, prompt []uint32) {
+			tr.MatchInsert(prompt, func(m Match) string {
+				best, name := 0, fmt.Sprint("w", rng.IntN(6))
+				for _, tm := range m.Tenants {
+					if tm.Tokens > best {
+						best, name = tm.Tokens, tm.Tenant
+					}
+				}
+				return name
+			})
+		})
+	}
+	worker(10, func(rng *rand.Rand, prompt []uint32) { tr.Match(prompt) })
+	worker(11, func(rng *rand.Rand, prompt []uint32) {
+		switch rng.IntN(20) {
+		case 0:
+			tr.RemoveTenant(fmt.Sprint("w", rng.IntN(6)))
+		default:
+			tr.Trim(prompt, fmt.Sprint("w", rng.IntN(6)), rng.IntN(len(prompt)+1))
+		}
+		_ = tr.TenantTokens("w0")
+		_ = tr.Stats()
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			tr.Evict()
+		}
+	}()
+	wg.Wait()
+	stop.Store(true)
+	<-done
+	tr.Evict()
+	checkInvariants(t, tr)
+	if s := tr.Stats(); s.Tokens > 4000 {
+		t.Fatalf("%d tokens after Evict, budget 4000", s.Tokens)
+	}
+}

@@ -1,0 +1,284 @@
+package tree
+
+// Match is the result of matching a prompt against every tenant.
+type Match struct {
+	// Input is the prompt's length cut down to whole pages.
+	Input int
+	// Tenants lists every tenant holding at least one page of the prompt, in
+	// no particular order.
+	Tenants []TenantMatch
+}
+
+// TenantMatch is how much of a prompt one tenant holds.
+type TenantMatch struct {
+	Tenant string
+	Tokens int // whole pages only
+}
+
+// Of returns the tokens matched for tenant, 0 if it holds none.
+func (m Match) Of(tenant string) int {
+	for _, tm := range m.Tenants {
+		if tm.Tenant == tenant {
+			return tm.Tokens
+		}
+	}
+	return 0
+}
+
+// step is one node on a prompt's path and how many of its tokens matched.
+type step struct {
+	n *node
+	l int
+}
+
+// scratch holds one descent's working state, reused so a selection does not
+// allocate beyond its result.
+type scratch struct {
+	path []step
+	best []int32  // by tenant id: tokens matched so far
+	seen []uint32 // ids with best > 0
+}
+
+// descend walks ids (whole pages) from the root as far as the tree matches
+// and records the path; it returns the matched length. It only reads.
+func (t *Tree) descend(ids []uint32, s *scratch) int {
+	ps := t.pageSize
+	s.path = s.path[:0]
+	n, pos := &t.root, 0
+	for pos < len(ids) {
+		c := n.child(ids[pos : pos+ps])
+		if c == nil {
+			break
+		}
+		l := ps + commonPrefix(c.tokens[ps:], ids[pos+ps:], ps)
+		pos += l
+		s.path = append(s.path, step{c, l})
+		if l < len(c.tokens) {
+			break
+		}
+		n = c
+	}
+	return pos
+}
+
+// result turns the recorded path into a Match. A tenant's match is the end
+// of the deepest path node it holds; holdings are prefix-closed, so that is
+// also the longest prefix it holds.
+func (t *Tree) result(input int, s *scratch) Match {
+	if len(s.best) < len(t.tenants) {
+		s.best = make([]int32, len(t.tenants)+8)
+	}
+	pos := 0
+	for _, st := range s.path {
+		pos += st.l
+		for _, h := range st.n.holders {
+			if s.best[h.tenant] == 0 {
+				s.seen = append(s.seen, h.tenant)
+			}
+			s.best[h.tenant] = int32(pos)
+		}
+	}
+	m := Match{Input: input}
+	live := 0
+	for _, id := range s.seen {
+		if t.tenants[id].live {
+			live++
+		}
+	}
+	if live > 0 {
+		m.Tenants = make([]TenantMatch, 0, live)
+	}
+	for _, id := range s.seen {
+		if t.tenants[id].live {
+			m.Tenants = append(m.Tenants, TenantMatch{t.tenants[id].name, int(s.best[id])})
+		}
+		s.best[id] = 0
+	}
+	s.seen = s.seen[:0]
+	return m
+}
+
+// Match returns, for each tenant holding any of it, the longest whole-page
+// prefix of ids the tenant holds. It changes nothing (Explain uses it) and
+// runs under the read lock, beside other readers.
+func (t *Tree) Match(ids []uint32) Match {
+	ids = t.cut(ids)
+	s := t.pool.Get().(*scratch)
+	t.waiting.Add(1)
+	t.mu.RLock()
+	t.waiting.Add(-1)
+	t.descend(ids, s)
+	m := t.result(len(ids), s)
+	t.mu.RUnlock()
+	t.pool.Put(s)
+	return m
+}
+
+// MatchInsert matches ids against every tenant, asks choose which tenant
+// will serve them ("" for none), and inserts ids' whole pages for that
+// tenant along the path it already found: one descent for the selection and
+// the update. choose runs under the tree's lock: it must be quick and must
+// not call the tree. It returns the match and choose's answer.
+func (t *Tree) MatchInsert(ids []uint32, choose func(Match) string) (Match, string) {
+	return t.MatchInsertPriority(ids, 0, choose)
+}
+
+// MatchInsertPriority is MatchInsert with the request's priority, which the
+// "priority" eviction order keeps per (node, tenant) as the highest seen.
+func (t *Tree) MatchInsertPriority(ids []uint32, priority int32, choose func(Match) string) (Match, string) {
+	ids = t.cut(ids)
+	t.waiting.Add(1)
+	t.mu.Lock()
+	t.waiting.Add(-1)
+	defer t.mu.Unlock()
+	s := &t.scratch
+	pos := t.descend(ids, s)
+	m := t.result(len(ids), s)
+	name := choose(m)
+	if name != "" && len(ids) > 0 {
+		t.insert(ids, pos, s.path, name, priority)
+	}
+	return m, name
+}
+
+// Insert records that tenant now holds ids' whole pages (and so every prefix
+// of them), touching them for eviction.
+func (t *Tree) Insert(ids []uint32, tenant string) { t.InsertPriority(ids, tenant, 0) }
+
+// InsertPriority is Insert with the request's priority.
+func (t *Tree) InsertPriority(ids []uint32, tenant string, priority int32) {
+	ids = t.cut(ids)
+	if len(ids) == 0 || tenant == "" {
+		return
+	}
+	t.waiting.Add(1)
+	t.mu.Lock()
+	t.waiting.Add(-1)
+	defer t.mu.Unlock()
+	s := &t.scratch
+	pos := t.descend(ids, s)
+	t.insert(ids, pos, s.path, tenant, priority)
+}
+
+// insert adds tenant along a path descend found: every path node (the last
+// one split where the match ended inside it, so the tenant holds exactly the
+// prompt and eviction sees exactly what was touched), then a new leaf for
+// what the tree did not hold.
+func (t *Tree) insert(ids []uint32, pos int, path []step, name string, priority int32) {
+	id := t.intern(name)
+	t.clock++
+	now := t.clock
+	parent := &t.root
+	for _, st := range path {
+		n := st.n
+		if st.l < len(n.tokens) {
+			n = t.split(n, st.l)
+		}
+		t.touch(n, id, now, priority)
+		parent = n
+	}
+	if pos < len(ids) {
+		leaf := &node{tokens: clone(ids[pos:]), parent: parent}
+		parent.addKid(leaf)
+		t.nodes++
+		t.unique += len(leaf.tokens)
+		t.touch(leaf, id, now, priority)
+	}
+}
+
+func clone(s []uint32) []uint32 {
+	c := make([]uint32, len(s))
+	copy(c, s)
+	return c
+}
+
+// touch records an access by tenant id to n, adding the tenant if new.
+func (t *Tree) touch(n *node, id uint32, now uint64, priority int32) {
+	if i := n.holderIndex(id); i >= 0 {
+		h := &n.holders[i]
+		switch t.order {
+		case orderLRU, orderMRU:
+			h.tick = now
+		case orderLFU:
+			h.tick = now
+			if h.aux < 1<<31-1 {
+				h.aux++
+			}
+		case orderPriority:
+			h.tick = now
+			h.aux = max(h.aux, priority)
+		}
+		return
+	}
+	h := holder{tenant: id, tick: now}
+	switch t.order {
+	case orderLFU:
+		h.aux = 1
+	case orderPriority:
+		h.aux = priority
+	}
+	n.holders = append(n.holders, h)
+	t.tenants[id].refs++
+	t.tenants[id].tokens += len(n.tokens)
+	t.tokens += len(n.tokens)
+}
+
+// split cuts n after k tokens (a page boundary): a new node takes the first
+// k tokens and n's holders and takes n's place under its parent; n keeps the
+// rest as the new node's only child. It returns the new upper node.
+//
+// Only the shorter half is copied; the longer keeps the old array. That
+// bounds a split's cost by half the node (an 8K-token node split near its
+// end copies the tail, not 7K tokens), and the unused part of the old array
+// (the copied half) is never more than the tokens of the node keeping it.
+func (t *Tree) split(n *node, k int) *node {
+	p := n.parent
+	slot := p.kidSlot(n)
+	u := &node{parent: p, holders: make([]holder, len(n.holders))}
+	if k <= len(n.tokens)-k {
+		u.tokens, n.tokens = clone(n.tokens[:k]), n.tokens[k:]
+	} else {
+		u.tokens, n.tokens = n.tokens[:k:k], clone(n.tokens[k:])
+	}
+	copy(u.holders, n.holders)
+	for _, h := range u.holders {
+		t.tenants[h.tenant].refs++
+	}
+	p.kids[slot].n = u // same first page, same slot
+	n.parent = u
+	u.kids = []kid{{n.tokens[0], n}}
+	t.nodes++
+	return u
+}
+
+// removeHolder drops holder i of n, and n itself once nobody holds it.
+func (t *Tree) removeHolder(n *node, i int) {
+	id := n.holders[i].tenant
+	last := len(n.holders) - 1
+	n.holders[i] = n.holders[last]
+	n.holders = n.holders[:last]
+	tn := &t.tenants[id]
+	tn.refs--
+	if tn.live {
+		tn.tokens -= len(n.tokens)
+		t.tokens -= len(n.tokens)
+	}
+	t.prune(n)
+}
+
+// prune deletes n, and then its ancestors, while they are held by nobody and
+// have no children.
+func (t *Tree) prune(n *node) {
+	for n != &t.root && len(n.holders) == 0 && len(n.kids) == 0 {
+		p := n.parent
+		i := p.kidSlot(n)
+		p.kids = append(p.kids[:i], p.kids[i+1:]...)
+		if len(p.kids) == 0 {
+			p.kids = nil
+		}
+		t.nodes--
+		t.unique -= len(n.tokens)
+		n.tokens, n.parent, n.holders = nil, nil, nil
+		n = p
+	}
+}

@@ -1,0 +1,191 @@
+package tree
+
+import (
+	"runtime"
+	"time"
+)
+
+// holdSlice bounds how long Evict and RemoveTenant keep the lock before
+// letting routing in: the issue allows a selection to wait about 1 ms.
+const holdSlice = 200 * time.Microsecond
+
+// slicer holds the tree's lock in slices of at most about holdSlice, for
+// work that walks much of the tree. Between slices the tree may change, so
+// such work must hold only node pointers (checking deleted) across yield.
+type slicer struct {
+	t     *Tree
+	write bool
+	start time.Time
+	n     int
+}
+
+func (s *slicer) lock() {
+	if s.write {
+		s.t.mu.Lock()
+	} else {
+		s.t.mu.RLock()
+	}
+	s.start = time.Now()
+}
+
+func (s *slicer) unlock() {
+	if s.write {
+		s.t.mu.Unlock()
+	} else {
+		s.t.mu.RUnlock()
+	}
+}
+
+// yield releases the lock for a moment once the slice is used up. Checking
+// the clock every few steps keeps its cost out of the profile.
+func (s *slicer) yield() {
+	if s.n++; s.n%8 != 0 || time.Since(s.start) < holdSlice {
+		return
+	}
+	s.unlock()
+	runtime.Gosched()
+	for i := 0; i < 100 && s.t.waiting.Load() > 0; i++ {
+		runtime.Gosched()
+	}
+	s.lock()
+}
+
+// Trim makes tenant hold at most keep tokens (rounded down to whole pages) of
+// ids' path: the node where ids continue past keep, and everything below it,
+// lose the tenant. The cache_aware policy calls it when an engine reports it
+// had less cached than the tree predicted, since the engine evicted that part
+// (and, its cache being prefix-closed, everything that extends it).
+func (t *Tree) Trim(ids []uint32, tenant string, keep int) {
+	ps := t.pageSize
+	ids = t.cut(ids)
+	keep = max(0, keep-keep%ps)
+	if keep >= len(ids) {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id, ok := t.ids[tenant]
+	if !ok {
+		return
+	}
+	n, pos := &t.root, 0
+	for pos < keep {
+		c := n.child(ids[pos : pos+ps])
+		if c == nil {
+			return
+		}
+		l := ps + commonPrefix(c.tokens[ps:], ids[pos+ps:], ps)
+		if pos+l <= keep {
+			if l < len(c.tokens) {
+				return // ids leave the tree before keep
+			}
+			n, pos = c, pos+l
+			continue
+		}
+		// c runs through keep: cut it there so the tenant can keep the top.
+		if c.holderIndex(id) < 0 {
+			return
+		}
+		n, pos = t.split(c, keep-pos), keep
+	}
+	c := n.child(ids[keep : keep+ps])
+	if c == nil || c.holderIndex(id) < 0 {
+		return
+	}
+	for _, n := range t.heldBelow(c, id, nil) {
+		if i := n.holderIndex(id); i >= 0 {
+			t.removeHolder(n, i)
+		}
+	}
+}
+
+// heldBelow appends to dst the nodes of c's subtree held by tenant id,
+// deepest last reversed: the result lists every node after all of its
+// descendants, so removing the tenant in that order keeps its holdings
+// prefix-closed and lets empty nodes go at once. Holdings are prefix-closed,
+// so the walk never enters a subtree the tenant does not hold.
+func (t *Tree) heldBelow(c *node, id uint32, dst []*node) []*node {
+	start := len(dst)
+	stack := []*node{c}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		dst = append(dst, n)
+		for _, k := range n.kids {
+			if k.n.holderIndex(id) >= 0 {
+				stack = append(stack, k.n)
+			}
+		}
+	}
+	for i, j := start, len(dst)-1; i < j; i, j = i+1, j-1 {
+		dst[i], dst[j] = dst[j], dst[i]
+	}
+	return dst
+}
+
+// RemoveTenant forgets a tenant (a worker that left). The tenant disappears
+// from matches and stats at once; its holder entries are then swept in
+// slices, so a large tenant does not stall routing. A tenant of the same name
+// inserted meanwhile starts afresh.
+func (t *Tree) RemoveTenant(tenant string) {
+	t.mu.Lock()
+	id, ok := t.ids[tenant]
+	if !ok {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.ids, tenant)
+	tn := &t.tenants[id]
+	tn.live = false
+	t.tokens -= tn.tokens
+	tn.tokens = 0
+	t.mu.Unlock()
+	t.sweep(id)
+}
+
+// sweep removes a dead tenant's holder entries and frees its id once none is
+// left. Splits during a pass may copy the tenant to new nodes, so it passes
+// again while entries remain (a few times at most: after that the id is not
+// reused, which costs only its slot).
+func (t *Tree) sweep(id uint32) {
+	s := slicer{t: t, write: true}
+	s.lock()
+	defer s.unlock()
+	var nodes []*node
+	for pass := 0; pass < 4 && t.tenants[id].refs > 0; pass++ {
+		// Collect top-down (the tenant's nodes form a subtree of the
+		// root), then remove bottom-up.
+		nodes = nodes[:0]
+		stack := []*node{&t.root}
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if n.deleted() && n != &t.root {
+				continue
+			}
+			if n != &t.root {
+				nodes = append(nodes, n)
+			}
+			for _, k := range n.kids {
+				if k.n.holderIndex(id) >= 0 {
+					stack = append(stack, k.n)
+				}
+			}
+			s.yield()
+		}
+		for i := len(nodes) - 1; i >= 0; i-- {
+			n := nodes[i]
+			if n.deleted() {
+				continue
+			}
+			if j := n.holderIndex(id); j >= 0 {
+				t.removeHolder(n, j)
+			}
+			s.yield()
+		}
+	}
+	if t.tenants[id].refs == 0 {
+		t.tenants[id] = tenant{}
+		t.free = append(t.free, id)
+	}
+}

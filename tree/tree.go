@@ -1,0 +1,274 @@
+// Package tree is the multi-tenant token radix tree that mirrors what each
+// worker holds in its KV cache. One tree serves one model; each worker is a
+// tenant. A node holds a run of whole pages of token ids and the list of
+// tenants that hold it; a tenant's holdings are prefix-closed (holding a node
+// implies holding all its ancestors), as an engine's prefix cache is.
+//
+// Everything is page-aligned because that is what an engine can reuse: inputs
+// are cut to whole pages, edges split only at page boundaries, and matches
+// count whole pages only.
+//
+// Budget: "stored tokens" count each node's tokens once per tenant holding it,
+// so Stats.Tokens is the sum of the tenants' holdings (what the workers hold
+// between them) and Evict brings that sum under Config.MaxTokens. Since every
+// node has at least one holder, the sum also bounds the tokens the tree stores
+// (Stats.UniqueTokens), so MaxTokens bounds the tree's memory too.
+//
+// Locking: one RWMutex. Match reads under the read lock; MatchInsert, Insert
+// and Trim write under the write lock and touch only the prompt's path, so
+// their cost does not grow with the tree. Evict and RemoveTenant touch much of
+// the tree, so they work in slices of at most ~holdSlice and release the lock
+// between slices: routing never waits on them for much longer than that.
+package tree
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Config configures a Tree.
+type Config struct {
+	// PageSize is the engine's tokens per KV page; edges split only at page
+	// boundaries. 0 means 16.
+	PageSize int
+	// MaxTokens is the eviction budget in stored tokens (each node counted
+	// once per tenant holding it); Evict brings the tree under it. 0 means
+	// unbounded.
+	MaxTokens int
+	// Policy is the eviction order: "lru" (default), "lfu", "fifo", "mru",
+	// "filo" or "priority" (lowest priority first, then least recently used).
+	Policy string
+}
+
+// Eviction orders. Each (node, tenant) pair keeps one tick and one aux value;
+// which ones they are depends on the order, so a holder stays 16 bytes.
+type order uint8
+
+const (
+	orderLRU      order = iota // tick = last access
+	orderLFU                   // aux = accesses, tick = last access
+	orderFIFO                  // tick = when the tenant got the node
+	orderMRU                   // tick = last access, evicted newest first
+	orderFILO                  // tick = when the tenant got the node, newest first
+	orderPriority              // aux = highest priority seen, tick = last access
+)
+
+func parseOrder(s string) (order, error) {
+	switch strings.ToLower(s) {
+	case "", "lru":
+		return orderLRU, nil
+	case "lfu":
+		return orderLFU, nil
+	case "fifo":
+		return orderFIFO, nil
+	case "mru":
+		return orderMRU, nil
+	case "filo":
+		return orderFILO, nil
+	case "priority":
+		return orderPriority, nil
+	}
+	return 0, fmt.Errorf("tree: unknown eviction policy %q (want lru, lfu, fifo, mru, filo or priority)", s)
+}
+
+// holder records that a tenant holds a node, with what eviction needs.
+type holder struct {
+	tenant uint32
+	aux    int32
+	tick   uint64
+}
+
+// kid is a child edge, keyed by the child's first token so a lookup is a
+// binary search without touching the child; children sharing a first token
+// (they differ later in the first page) sit next to each other.
+type kid struct {
+	first uint32
+	n     *node
+}
+
+// node is one edge of the radix tree: whole pages of tokens, children sorted
+// by first token, and the tenants holding it. A deleted node has nil tokens.
+type node struct {
+	tokens  []uint32
+	parent  *node
+	kids    []kid
+	holders []holder
+}
+
+func (n *node) deleted() bool { return n.tokens == nil }
+
+func (n *node) holderIndex(id uint32) int {
+	for i := range n.holders {
+		if n.holders[i].tenant == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// leafFor reports whether no child of n is held by tenant id: (n, id) is then
+// on the eviction frontier.
+func (n *node) leafFor(id uint32) bool {
+	for _, k := range n.kids {
+		if k.n.holderIndex(id) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// kidIndex returns the first index in n.kids whose key is >= first.
+func (n *node) kidIndex(first uint32) int {
+	lo, hi := 0, len(n.kids)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if n.kids[m].first < first {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// child returns the child whose first page is page, or nil.
+func (n *node) child(page []uint32) *node {
+	for i := n.kidIndex(page[0]); i < len(n.kids) && n.kids[i].first == page[0]; i++ {
+		if c := n.kids[i].n; equal(c.tokens[:len(page)], page) {
+			return c
+		}
+	}
+	return nil
+}
+
+func (n *node) addKid(c *node) {
+	i := n.kidIndex(c.tokens[0])
+	n.kids = append(n.kids, kid{})
+	copy(n.kids[i+1:], n.kids[i:])
+	n.kids[i] = kid{c.tokens[0], c}
+}
+
+// kidSlot returns the index of c in n.kids.
+func (n *node) kidSlot(c *node) int {
+	for i := n.kidIndex(c.tokens[0]); i < len(n.kids); i++ {
+		if n.kids[i].n == c {
+			return i
+		}
+	}
+	panic("tree: child missing from its parent")
+}
+
+// tenant is an interned tenant name. Ids are small so holders stay small and
+// matches accumulate in a slice instead of a map.
+type tenant struct {
+	name   string
+	tokens int // stored tokens held (0 once removed)
+	refs   int // holder entries naming this id, live or not
+	live   bool
+}
+
+// Tree is a multi-tenant token radix tree. It is safe for concurrent use.
+type Tree struct {
+	mu      sync.RWMutex
+	evictMu sync.Mutex // one Evict at a time
+	// waiting counts selections waiting for mu, so Evict and RemoveTenant
+	// can step aside between slices until they got in: sync.Mutex lets the
+	// unlocker barge back in, and would hand over only after 1 ms.
+	waiting atomic.Int32
+
+	pageSize  int
+	maxTokens int
+	order     order
+
+	root    node
+	ids     map[string]uint32
+	tenants []tenant
+	free    []uint32 // ids with no holders left, ready for reuse
+	nodes   int      // nodes except the root
+	tokens  int      // stored tokens: sum of live tenants' tokens
+	unique  int      // tokens in nodes, each node once
+	clock   uint64   // logical time, one tick per insert
+
+	scratch scratch   // for writers (under mu)
+	pool    sync.Pool // *scratch for readers
+}
+
+// New returns an empty tree.
+func New(cfg Config) (*Tree, error) {
+	if cfg.PageSize < 0 {
+		return nil, fmt.Errorf("tree: page size %d is negative", cfg.PageSize)
+	}
+	if cfg.PageSize == 0 {
+		cfg.PageSize = 16
+	}
+	if cfg.MaxTokens < 0 {
+		return nil, fmt.Errorf("tree: max tokens %d is negative", cfg.MaxTokens)
+	}
+	o, err := parseOrder(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tree{pageSize: cfg.PageSize, maxTokens: cfg.MaxTokens, order: o, ids: map[string]uint32{}}
+	t.pool.New = func() any { return new(scratch) }
+	return t, nil
+}
+
+// PageSize returns the tree's tokens per page.
+func (t *Tree) PageSize() int { return t.pageSize }
+
+// cut drops the partial last page: the engine cannot reuse it.
+func (t *Tree) cut(ids []uint32) []uint32 { return ids[:len(ids)-len(ids)%t.pageSize] }
+
+// equal compares two token runs as bytes, so the runtime's vectorised memequal
+// does the work: comparing an 8K-token prompt element by element would cost
+// several microseconds of the selection budget.
+func equal(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 {
+		return true
+	}
+	return bytes.Equal(unsafe.Slice((*byte)(unsafe.Pointer(&a[0])), 4*len(a)),
+		unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), 4*len(b)))
+}
+
+// commonPrefix returns the length in whole pages (in tokens) of the common
+// prefix of a and b: first in large equal blocks, then token by token.
+func commonPrefix(a, b []uint32, pageSize int) int {
+	m := min(len(a), len(b))
+	a, b = a[:m], b[:m]
+	const block = 256
+	i := 0
+	for i+block <= m && equal(a[i:i+block], b[i:i+block]) {
+		i += block
+	}
+	if i+block > m && equal(a[i:], b[i:]) {
+		return m - m%pageSize
+	}
+	for i < m && a[i] == b[i] {
+		i++
+	}
+	return i - i%pageSize
+}
+
+// intern returns the id of a tenant name, allocating one if needed.
+func (t *Tree) intern(name string) uint32 {
+	if id, ok := t.ids[name]; ok {
+		return id
+	}
+	var id uint32
+	if n := len(t.free); n > 0 {
+		id, t.free = t.free[n-1], t.free[:n-1]
+		t.tenants[id] = tenant{name: name, live: true}
+	} else {
+		id = uint32(len(t.tenants))
+		t.tenants = append(t.tenants, tenant{name: name, live: true})
+	}
+	t.ids[name] = id
+	return id
+}
