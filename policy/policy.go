@@ -54,6 +54,10 @@ type Decision struct {
 type Outcome struct {
 	// CachedTokens is the engine's reported cached prompt tokens.
 	CachedTokens int
+	// OutputIDs are the generated tokens of a completed request. Engines
+	// keep the prompt and the output (but its last token) in their prefix
+	// cache, so a policy that mirrors the cache can add them.
+	OutputIDs []uint32
 	// Err is the request's failure, if it failed.
 	Err error
 }
@@ -86,10 +90,20 @@ var ErrNoHealthyWorker = errors.New("no healthy worker")
 type Intn func(n int) int
 
 // constructors maps each --policy name to its constructor.
-var constructors = map[string]func(Options) Policy{
-	"random":       func(o Options) Policy { return NewRandom(o.Intn) },
-	"round_robin":  func(Options) Policy { return NewRoundRobin() },
-	"power_of_two": func(o Options) Policy { return NewPowerOfTwo(o.Intn) },
+var constructors = map[string]func(Options) (Policy, error){
+	"random":             func(o Options) (Policy, error) { return NewRandom(o.Intn), nil },
+	"round_robin":        func(Options) (Policy, error) { return NewRoundRobin(), nil },
+	"power_of_two":       func(o Options) (Policy, error) { return NewPowerOfTwo(o.Intn), nil },
+	"cache_aware":        func(o Options) (Policy, error) { return NewCacheAware(o) },
+	"prefix_hash":        func(o Options) (Policy, error) { return NewPrefixHash(o), nil },
+	"consistent_hashing": func(o Options) (Policy, error) { return NewConsistentHashing(o), nil },
+	"manual": func(o Options) (Policy, error) {
+		if err := CheckAssignmentMode(o.AssignmentMode); err != nil {
+			return nil, err
+		}
+		return NewManual(o), nil
+	},
+	"bucket": func(o Options) (Policy, error) { return NewBucket(o), nil },
 }
 
 // Names lists the policies New accepts, sorted.
@@ -108,7 +122,11 @@ func New(name string, opts Options) (Policy, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(Names(), ", "))
 	}
-	return c(opts), nil
+	p, err := c(opts)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", name, err)
+	}
+	return p, nil
 }
 
 // healthy returns the candidates that may receive requests. Policies filter

@@ -1,0 +1,332 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvgate/kvgate/tree"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Cache-miss fallbacks of cache_aware (--cache-miss-fallback).
+const (
+	// FallbackLeastLoaded sends a cache miss to the least loaded worker
+	// (ties: the smaller tree). A burst of new prefixes spreads with the load.
+	FallbackLeastLoaded = "least_loaded"
+	// FallbackSmallestTree sends a cache miss to the worker holding the fewest
+	// tokens in the tree: the seed's "most cache capacity". A burst of new
+	// prefixes piles onto the emptiest tree until it catches up.
+	FallbackSmallestTree = "smallest_tree"
+)
+
+// CacheAware is the seed's cache_aware policy: it keeps a multi-tenant token
+// radix tree (one tenant per worker URL) that mirrors what each engine holds
+// in its KV cache, and sends a request to the worker holding the longest part
+// of its prompt, unless the fleet is imbalanced, in which case load wins.
+//
+// The decision, in order:
+//
+//  1. imbalance: when max_load - min_load > BalanceAbsThreshold and
+//     max_load > BalanceRelThreshold × min_load over the healthy candidates,
+//     the least loaded worker (Branch "imbalance").
+//  2. cache_hit: when the longest whole-page match covers at least
+//     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
+//     that match; equal matches go to the less loaded.
+//  3. cache_miss: otherwise the CacheMissFallback worker.
+//
+// Whatever the branch, the chosen worker's prompt path is inserted into the
+// tree in the same descent as the match, so concurrent requests with a shared
+// new prefix see each other at once. Ties that remain go to the earlier
+// candidate, so decisions are deterministic.
+//
+// The match ratio's denominator is the prompt's real length, not its
+// whole-page length: the ratio then says which share of the prefill the cache
+// saves, as the seed's ratio does, and a prompt shorter than one page (which
+// no engine can reuse) is always a miss.
+//
+// CacheAware learns from outcomes (Observe) and evicts its tree to
+// MaxTreeSize tokens every EvictionInterval (Run). It is safe for concurrent
+// use.
+type CacheAware struct {
+	tree          *tree.Tree
+	pageSize      int
+	threshold     float64
+	absThreshold  int
+	relThreshold  float64
+	smallestTree  bool
+	evictInterval time.Duration
+
+	lastIndex     atomic.Pointer[workerIndex]
+	evictedTokens atomic.Uint64
+	acc           struct {
+		observations, exact, absErr, over, under atomic.Uint64
+	}
+}
+
+// NewCacheAware builds a cache_aware policy from o; zero fields take the
+// seed's defaults (DefaultOptions).
+func NewCacheAware(o Options) (*CacheAware, error) {
+	d := DefaultOptions()
+	c := &CacheAware{
+		pageSize:      pick(o.BlockSize, d.BlockSize),
+		threshold:     pick(o.CacheThreshold, d.CacheThreshold),
+		absThreshold:  pick(o.BalanceAbsThreshold, d.BalanceAbsThreshold),
+		relThreshold:  pick(o.BalanceRelThreshold, d.BalanceRelThreshold),
+		evictInterval: pick(o.EvictionInterval, d.EvictionInterval),
+	}
+	switch pick(o.CacheMissFallback, d.CacheMissFallback) {
+	case FallbackLeastLoaded:
+	case FallbackSmallestTree:
+		c.smallestTree = true
+	default:
+		return nil, fmt.Errorf("cache-miss fallback %q: want %s or %s", o.CacheMissFallback, FallbackLeastLoaded, FallbackSmallestTree)
+	}
+	switch {
+	case c.pageSize < 0:
+		return nil, fmt.Errorf("block size %d: must be positive", c.pageSize)
+	case c.threshold < 0 || c.threshold > 1:
+		return nil, fmt.Errorf("cache threshold %g: must be within [0, 1]", c.threshold)
+	case c.absThreshold < 0:
+		return nil, fmt.Errorf("balance abs threshold %d: must not be negative", c.absThreshold)
+	case c.relThreshold < 0:
+		return nil, fmt.Errorf("balance rel threshold %g: must not be negative", c.relThreshold)
+	case c.evictInterval < 0:
+		return nil, fmt.Errorf("eviction interval %v: must not be negative", c.evictInterval)
+	}
+	t, err := tree.New(tree.Config{
+		PageSize:  c.pageSize,
+		MaxTokens: pick(o.MaxTreeSize, d.MaxTreeSize),
+		Policy:    pick(o.EvictionPolicy, d.EvictionPolicy),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cache_aware tree: %w", err)
+	}
+	c.tree = t
+	return c, nil
+}
+
+// pick returns v, or def when v is the zero value.
+func pick[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func (*CacheAware) Name() string { return "cache_aware" }
+
+// Select chooses among the healthy candidates; see CacheAware for the rules.
+// Decision.Matched holds every candidate's match, healthy or not, so Explain
+// can show a better-matching worker that was passed over; an unhealthy worker
+// is never chosen. With req.DryRun the tree is only read.
+func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+	ws := healthy(candidates)
+	if len(ws) == 0 {
+		return Decision{}, ErrNoHealthyWorker
+	}
+	// Everything that does not depend on the match is read before the tree
+	// lock is taken: loads, tree sizes, the imbalance verdict, the fallback.
+	s := c.snapshot(ws)
+
+	choose := func(m tree.Match) string {
+		c.decide(s, m, len(req.InputIDs))
+		return s.ws[s.chosen].URL()
+	}
+	var m tree.Match
+	if req.DryRun {
+		m = c.tree.Match(req.InputIDs)
+		choose(m)
+	} else {
+		m, _ = c.tree.MatchInsert(req.InputIDs, choose)
+	}
+
+	d := Decision{
+		Worker:                s.ws[s.chosen],
+		PredictedCachedTokens: s.matched[s.chosen],
+		Branch:                s.branch,
+		Reason:                c.reason(s, len(req.InputIDs)),
+	}
+	d.Matched = make(map[string]int, len(candidates))
+	for i, w := range ws {
+		d.Matched[w.URL()] = s.matched[i]
+	}
+	if len(ws) < len(candidates) { // the unhealthy ones, rarely more than a few
+		for _, w := range candidates {
+			if _, ok := d.Matched[w.URL()]; !ok {
+				d.Matched[w.URL()] = m.Of(w.URL())
+			}
+		}
+	}
+	return d, nil
+}
+
+// snapshot is what a selection knows before it looks at the tree.
+type snapshot struct {
+	ws       []*workers.Worker
+	loads    []int
+	index    map[string]int // URL → position in ws
+	min, max int
+	// imbalanced reports the balance thresholds crossed; then least is the
+	// answer whatever the tree says.
+	imbalanced bool
+	// least is the least loaded worker (ties: smaller tree); fallback the
+	// configured cache-miss worker.
+	least, fallback int
+
+	// Filled in by decide: each worker's match, the best of them and its
+	// share of the prompt, and the verdict.
+	matched    []int
+	bestTokens int
+	ratio      float64
+	chosen     int
+	branch     string
+}
+
+func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
+	s := &snapshot{ws: ws, loads: make([]int, len(ws)), index: c.indexOf(ws), matched: make([]int, len(ws))}
+	for i, w := range ws {
+		s.loads[i] = w.Load()
+		if i == 0 || s.loads[i] < s.min {
+			s.min = s.loads[i]
+		}
+		s.max = max(s.max, s.loads[i])
+	}
+	s.imbalanced = s.max-s.min > c.absThreshold && float64(s.max) > c.relThreshold*float64(s.min)
+
+	// Tree sizes are needed for the smallest_tree fallback (all workers) and
+	// to break ties among the least loaded (only those).
+	sizes := make([]int, len(ws))
+	for i, w := range ws {
+		if c.smallestTree || s.loads[i] == s.min {
+			sizes[i] = c.tree.TenantTokens(w.URL())
+		}
+	}
+	for i := range ws {
+		if s.loads[i] < s.loads[s.least] || s.loads[i] == s.loads[s.least] && sizes[i] < sizes[s.least] {
+			s.least = i
+		}
+	}
+	s.fallback = s.least
+	if c.smallestTree {
+		for i := range ws {
+			if sizes[i] < sizes[s.fallback] || sizes[i] == sizes[s.fallback] && s.loads[i] < s.loads[s.fallback] {
+				s.fallback = i
+			}
+		}
+	}
+	return s
+}
+
+// workerIndex maps the URLs of a list of workers to their positions in it.
+type workerIndex struct {
+	urls []string
+	pos  map[string]int
+}
+
+// indexOf returns ws's URL → position map. With hundreds of workers building
+// it is a large part of a selection's cost, and the healthy candidates rarely
+// change between requests, so the last one built is reused while it fits.
+func (c *CacheAware) indexOf(ws []*workers.Worker) map[string]int {
+	if x := c.lastIndex.Load(); x != nil && len(x.urls) == len(ws) {
+		same := true
+		for i, w := range ws {
+			if x.urls[i] != w.URL() {
+				same = false
+				break
+			}
+		}
+		if same {
+			return x.pos
+		}
+	}
+	x := &workerIndex{urls: make([]string, len(ws)), pos: make(map[string]int, len(ws))}
+	for i, w := range ws {
+		x.urls[i] = w.URL()
+		x.pos[x.urls[i]] = i
+	}
+	c.lastIndex.Store(x)
+	return x.pos
+}
+
+// decide picks the worker once the match is known and records it in s. It
+// runs under the tree's write lock, so it only scans the matched tenants;
+// the reason is formatted after the lock is released.
+func (c *CacheAware) decide(s *snapshot, m tree.Match, inputLen int) {
+	best := -1
+	for _, t := range m.Tenants {
+		i, ok := s.index[t.Tenant]
+		if !ok || t.Tokens <= 0 {
+			continue // unhealthy, removed, or not a candidate
+		}
+		s.matched[i] = t.Tokens
+		if best < 0 || t.Tokens > s.matched[best] || t.Tokens == s.matched[best] &&
+			(s.loads[i] < s.loads[best] || s.loads[i] == s.loads[best] && i < best) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		s.bestTokens = s.matched[best]
+	}
+	if inputLen > 0 {
+		s.ratio = float64(s.bestTokens) / float64(inputLen)
+	}
+	switch {
+	case s.imbalanced:
+		s.chosen, s.branch = s.least, "imbalance"
+	case best >= 0 && s.ratio >= c.threshold:
+		s.chosen, s.branch = best, "cache_hit"
+	default:
+		s.chosen, s.branch = s.fallback, "cache_miss"
+	}
+}
+
+// reason says why s.chosen won, for logs and Explain.
+func (c *CacheAware) reason(s *snapshot, inputLen int) string {
+	url := s.ws[s.chosen].URL()
+	switch s.branch {
+	case "imbalance":
+		return fmt.Sprintf("imbalance: loads %d..%d differ by more than %d and ×%g; least loaded %s (%d)",
+			s.min, s.max, c.absThreshold, c.relThreshold, url, s.loads[s.chosen])
+	case "cache_hit":
+		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt tokens (%.0f%% ≥ %.0f%%)",
+			url, s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold)
+	}
+	fb := FallbackLeastLoaded
+	if c.smallestTree {
+		fb = FallbackSmallestTree
+	}
+	return fmt.Sprintf("cache_miss: best match %d of %d prompt tokens (%.0f%% < %.0f%%); %s %s (load %d)",
+		s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold, fb, url, s.loads[s.chosen])
+}
+
+// Forget removes a worker from the tree. The router calls it when a worker is
+// removed from the fleet; a worker that only turns unhealthy keeps its tree,
+// since it may recover with its cache intact, and Select skips it meanwhile.
+func (c *CacheAware) Forget(url string) { c.tree.RemoveTenant(url) }
+
+// Run evicts the tree down to MaxTreeSize tokens every EvictionInterval until
+// ctx ends. The tree evicts in short slices, so selections keep running
+// meanwhile.
+func (c *CacheAware) Run(ctx context.Context) {
+	t := time.NewTicker(c.evictInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := c.tree.Evict(); n > 0 {
+				c.evictedTokens.Add(uint64(n))
+			}
+		}
+	}
+}
+
+// TreeStats reports the tree's size (nodes, tokens, tokens per worker).
+func (c *CacheAware) TreeStats() tree.Stats { return c.tree.Stats() }
+
+// EvictedTokens is the number of tokens Run has evicted so far.
+func (c *CacheAware) EvictedTokens() uint64 { return c.evictedTokens.Load() }

@@ -1,0 +1,95 @@
+package policy
+
+// Accuracy compares cache_aware's predictions (Decision.PredictedCachedTokens)
+// with the cached_tokens the engines reported. The seed claims "100% accurate
+// prefix match"; these counters measure ours (kvgate_cache_prediction_*).
+type Accuracy struct {
+	// Observations counts outcomes with a cached_tokens report.
+	Observations uint64
+	// ExactMatches counts reports equal to the prediction.
+	ExactMatches uint64
+	// AbsErrorTokens sums |predicted - reported| over all observations.
+	AbsErrorTokens uint64
+	// Overpredicted counts reports below the prediction (the engine had
+	// evicted what the tree still held); Underpredicted reports above it (the
+	// engine held more than the tree knew, e.g. generated tokens of an
+	// earlier turn, or another router's requests).
+	Overpredicted, Underpredicted uint64
+}
+
+// Accuracy returns the prediction counters so far.
+func (c *CacheAware) Accuracy() Accuracy {
+	return Accuracy{
+		Observations:   c.acc.observations.Load(),
+		ExactMatches:   c.acc.exact.Load(),
+		AbsErrorTokens: c.acc.absErr.Load(),
+		Overpredicted:  c.acc.over.Load(),
+		Underpredicted: c.acc.under.Load(),
+	}
+}
+
+// Observe corrects the tree with what the engine reported for a request this
+// policy placed, and counts the prediction's accuracy.
+//
+// Reported < predicted (successful request): the engine had evicted pages
+// the tree still held for it. Engines evict leaves first, so everything the
+// worker held below the first missing page is gone too: the worker's path for
+// the prompt is trimmed back to the reported length, which drops those
+// deeper branches, and the prompt is inserted again, because serving it has
+// put it back in the engine's cache (SGLang, vLLM and the simulator all keep a
+// finished request's prompt pages). The next prediction, for this prompt or
+// one branching from it, is then right.
+//
+// Reported > predicted needs nothing: Select has already inserted the whole
+// prompt.
+//
+// Failed requests (o.Err != nil) with no cached_tokens report (0) are taken as
+// never having run: Select's insertion was speculative, so the worker's path
+// is trimmed back to what it held before (the prediction). A concurrent,
+// successful request for the same prompt on the same worker may lose its
+// pages in the tree this way; its next request re-inserts them. A failed
+// request that did report cached tokens had been admitted, and the engine
+// keeps the pages it allocated, so it is handled as a successful one.
+//
+// A completed request's output joins its prompt in the tree (o.OutputIDs,
+// but the last token, whose KV the engine has not computed): engines keep
+// both in their prefix cache, so the next turn of a conversation, which
+// repeats the reply, is predicted exactly instead of underpredicted.
+//
+// DryRun decisions and decisions without a worker are ignored.
+func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
+	c.observe(req, d, o)
+	if req != nil && !req.DryRun && d.Worker != nil && o.Err == nil && len(o.OutputIDs) > 1 {
+		seq := make([]uint32, 0, len(req.InputIDs)+len(o.OutputIDs)-1)
+		seq = append(append(seq, req.InputIDs...), o.OutputIDs[:len(o.OutputIDs)-1]...)
+		c.tree.Insert(seq, d.Worker.URL())
+	}
+}
+
+func (c *CacheAware) observe(req *Request, d Decision, o Outcome) {
+	if req == nil || req.DryRun || d.Worker == nil {
+		return
+	}
+	url := d.Worker.URL()
+	if o.Err != nil && o.CachedTokens <= 0 {
+		if d.PredictedCachedTokens < len(req.InputIDs)/c.pageSize*c.pageSize {
+			c.tree.Trim(req.InputIDs, url, d.PredictedCachedTokens)
+		}
+		return
+	}
+
+	predicted, reported := d.PredictedCachedTokens, max(o.CachedTokens, 0)
+	c.acc.observations.Add(1)
+	switch {
+	case reported == predicted:
+		c.acc.exact.Add(1)
+	case reported < predicted:
+		c.acc.over.Add(1)
+		c.acc.absErr.Add(uint64(predicted - reported))
+		c.tree.Trim(req.InputIDs, url, reported/c.pageSize*c.pageSize)
+		c.tree.Insert(req.InputIDs, url)
+	default:
+		c.acc.under.Add(1)
+		c.acc.absErr.Add(uint64(reported - predicted))
+	}
+}
