@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,7 +29,12 @@ type router struct {
 }
 
 // Routing metadata keys; SMG's spellings are accepted too.
-var routingKeyHeaders = []string{"x-routing-key", "x-smg-routing-key"}
+var (
+	routingKeyHeaders   = []string{"x-routing-key", "x-smg-routing-key"}
+	targetWorkerHeaders = []string{"x-target-worker", "x-smg-target-worker"}
+	// implicitKeyHeaders identify a session when the client names none.
+	implicitKeyHeaders = []string{"authorization", "x-forwarded-for", "cookie"}
+)
 
 func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStreamingServer[kvgatev1.GenerateResponse]) error {
 	if field, bad := undecodable(req); bad {
@@ -79,6 +85,9 @@ type job struct {
 	stream   bool
 	start    time.Time
 	send     func(chunk *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error
+	// metadata, when set, stands in for the call's own (Explain passes the
+	// metadata of the request it explains).
+	metadata metadata.MD
 }
 
 func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {
@@ -100,30 +109,15 @@ func (s *Server) run(ctx context.Context, j *job) error {
 	if len(j.sampling.GetStop()) > 0 && s.text == nil {
 		return status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
 	}
-	candidates := s.candidates()
-	if len(candidates) == 0 {
-		return status.Errorf(codes.Unavailable, "no healthy worker: %d registered, none healthy", len(s.reg.Snapshot()))
-	}
-	if err := validateAgainst(j.inputIDs, j.sampling, limitsOf(candidates)); err != nil {
-		return err
-	}
-
-	dec, err := s.policy.Select(ctx, &policy.Request{
-		RequestID:  j.id,
-		InputIDs:   j.inputIDs,
-		RoutingKey: firstHeader(ctx, routingKeyHeaders),
-	}, candidates)
-	if errors.Is(err, policy.ErrNoHealthyWorker) {
-		return status.Errorf(codes.Unavailable, "no healthy worker: %d registered, none healthy", len(s.reg.Snapshot()))
-	}
+	dec, err := s.decide(ctx, j, false)
 	if err != nil {
-		return status.Errorf(codes.Internal, "policy %s: %v", s.policy.Name(), err)
+		return err
 	}
 	w := dec.Worker
 	release := w.Acquire()
 	defer release()
 	s.metrics.selections.WithLabelValues(w.URL(), s.policy.Name()).Inc()
-	log := s.log.With("request_id", j.id, "worker", w.URL(), "policy", s.policy.Name(), "reason", dec.Reason)
+	log := s.log.With("request_id", j.id, "worker", w.URL(), "policy", s.policy.Name(), "branch", dec.Branch, "reason", dec.Reason)
 
 	// The worker's stream lives on a context of its own, so a generation the
 	// router stops (a stop string) can be released without ending ctx.
@@ -135,13 +129,20 @@ func (s *Server) run(ctx context.Context, j *job) error {
 		Sampling:  toSampling(j.sampling),
 	})
 	if err != nil {
+		s.observe(ctx, j, dec, policy.Outcome{Err: err})
 		return s.workerFailed(ctx, log, w, j.id, err, 0, false)
 	}
 	rel := s.newRelay(j)
 	done, err := rel.run(es)
 	if err != nil {
+		s.observe(ctx, j, dec, policy.Outcome{CachedTokens: int(rel.last.CachedTokens), Err: err})
 		return s.workerFailed(ctx, log, w, j.id, err, len(rel.output), true)
 	}
+	out := policy.Outcome{CachedTokens: int(done.Usage.GetCachedTokens()), OutputIDs: done.OutputIds}
+	if rel.stopped {
+		out.OutputIDs = nil // aborted on the engine, which keeps no output of it
+	}
+	s.observe(ctx, j, dec, out)
 	if rel.stopped {
 		// The engine is still generating past the stop string.
 		cancel()
@@ -160,12 +161,58 @@ func (s *Server) run(ctx context.Context, j *job) error {
 	return nil
 }
 
-// candidates are the workers that may take a whole request now.
+// decide checks the prompt against the workers and asks the policy. With
+// dryRun (Explain) the policy changes no state.
+func (s *Server) decide(ctx context.Context, j *job, dryRun bool) (policy.Decision, error) {
+	if len(j.sampling.GetStop()) > 0 && s.text == nil {
+		return policy.Decision{}, status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
+	}
+	candidates := s.candidates()
+	if !slices.ContainsFunc(candidates, (*workers.Worker).Healthy) {
+		return policy.Decision{}, status.Errorf(codes.Unavailable, "no healthy worker: %d registered, none healthy", len(s.reg.Snapshot()))
+	}
+	if err := validateAgainst(j.inputIDs, j.sampling, limitsOf(candidates)); err != nil {
+		return policy.Decision{}, err
+	}
+	dec, err := s.policy.Select(ctx, j.policyRequest(ctx, dryRun), candidates)
+	switch {
+	case errors.Is(err, policy.ErrNoHealthyWorker):
+		return dec, status.Errorf(codes.Unavailable, "no healthy worker: %d registered, none healthy", len(s.reg.Snapshot()))
+	case errors.Is(err, policy.ErrTargetUnavailable):
+		return dec, status.Errorf(codes.Unavailable, "%v", err)
+	case err != nil:
+		return dec, status.Errorf(codes.Internal, "policy %s: %v", s.policy.Name(), err)
+	}
+	if !dryRun {
+		s.metrics.decisions.WithLabelValues(s.policy.Name(), dec.Branch).Inc()
+	}
+	return dec, nil
+}
+
+// policyRequest is what the policy sees of a job and its metadata.
+func (j *job) policyRequest(ctx context.Context, dryRun bool) *policy.Request {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if j.metadata != nil {
+		md = j.metadata
+	}
+	return &policy.Request{
+		RequestID:    j.id,
+		InputIDs:     j.inputIDs,
+		RoutingKey:   firstHeader(md, routingKeyHeaders),
+		TargetWorker: firstHeader(md, targetWorkerHeaders),
+		ImplicitKey:  firstHeader(md, implicitKeyHeaders),
+		DryRun:       dryRun,
+	}
+}
+
+// candidates are the workers that serve whole requests, healthy or not, in
+// registration order: policies skip unhealthy ones themselves, and keep their
+// own indices (x-target-worker) and hash rings stable while health flaps.
 func (s *Server) candidates() []*workers.Worker {
 	all := s.reg.Snapshot()
 	out := all[:0]
 	for _, w := range all {
-		if w.Healthy() && w.Role() == workers.RoleRegular {
+		if w.Role() == workers.RoleRegular {
 			out = append(out, w)
 		}
 	}
@@ -345,8 +392,7 @@ func (s *Server) abort(ctx context.Context, log *slog.Logger, w *workers.Worker,
 	}
 }
 
-func firstHeader(ctx context.Context, keys []string) string {
-	md, _ := metadata.FromIncomingContext(ctx)
+func firstHeader(md metadata.MD, keys []string) string {
 	for _, k := range keys {
 		if v := md.Get(k); len(v) > 0 {
 			return v[0]
@@ -360,4 +406,15 @@ func newRequestID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "kvg-" + hex.EncodeToString(b[:])
+}
+
+// observe reports the outcome to a policy that learns from it and records how
+// well a cache-aware prediction matched what the engine found.
+func (s *Server) observe(ctx context.Context, j *job, d policy.Decision, out policy.Outcome) {
+	if o, ok := s.policy.(policy.Observer); ok {
+		o.Observe(j.policyRequest(ctx, false), d, out)
+	}
+	if out.Err == nil && d.Matched != nil {
+		s.metrics.observePrediction(d.PredictedCachedTokens, out.CachedTokens)
+	}
 }

@@ -36,7 +36,9 @@ type fleetOptions struct {
 	protocol string // sglang (default) or vllm
 	workers  int    // default 2
 	policy   string // default round_robin
-	sim      func(i int, c *sim.Config)
+	// options for the policy; zero fields take the policy's defaults.
+	options policy.Options
+	sim     func(i int, c *sim.Config)
 	// beforeServe may register extra services on the router.
 	beforeServe func(*server.Server)
 	// text fetches the tokenizer from worker 0 (GetTokenizer), as kvgate
@@ -46,7 +48,7 @@ type fleetOptions struct {
 }
 
 // startFleet starts the engines and the router, and stops them when the test ends.
-func startFleet(t *testing.T, o fleetOptions) *fleet {
+func startFleet(t testing.TB, o fleetOptions) *fleet {
 	t.Helper()
 	if o.protocol == "" {
 		o.protocol = "sglang"
@@ -82,7 +84,7 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 			t.Fatal(err)
 		}
 	}
-	pol, err := policy.New(o.policy, policy.Options{})
+	pol, err := policy.New(o.policy, o.options)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 func (f *fleet) workerURL(i int) string { return "grpc://" + f.sims[i].Addr() }
 
 // chat runs one Chat call to its end, as generate does.
-func (f *fleet) chat(ctx context.Context, t *testing.T, req *kvgatev1.ChatRequest) (result, error) {
+func (f *fleet) chat(ctx context.Context, t testing.TB, req *kvgatev1.ChatRequest) (result, error) {
 	t.Helper()
 	var r result
 	st, err := f.router.Chat(ctx, req)
@@ -160,7 +162,7 @@ type result struct {
 }
 
 // generate runs one Generate call to its end.
-func (f *fleet) generate(ctx context.Context, t *testing.T, req *kvgatev1.GenerateRequest) (result, error) {
+func (f *fleet) generate(ctx context.Context, t testing.TB, req *kvgatev1.GenerateRequest) (result, error) {
 	t.Helper()
 	var r result
 	st, err := f.router.Generate(ctx, req)
@@ -192,7 +194,7 @@ func (f *fleet) generate(ctx context.Context, t *testing.T, req *kvgatev1.Genera
 }
 
 // mustGenerate is generate for calls that must succeed with a completion.
-func (f *fleet) mustGenerate(t *testing.T, req *kvgatev1.GenerateRequest) result {
+func (f *fleet) mustGenerate(t testing.TB, req *kvgatev1.GenerateRequest) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

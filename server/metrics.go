@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/tokenize/cache"
+	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -26,6 +27,13 @@ type Metrics struct {
 	latency    *prometheus.HistogramVec
 	selections *prometheus.CounterVec
 	aborts     *prometheus.CounterVec
+	decisions  *prometheus.CounterVec
+
+	predictions      prometheus.Counter
+	predictionsExact prometheus.Counter
+	predictionOver   prometheus.Counter
+	predictionUnder  prometheus.Counter
+	predictionError  prometheus.Counter
 }
 
 // latencyBuckets span 1 ms to about 2 minutes: LLM requests range from a
@@ -64,8 +72,33 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_worker_aborts_total",
 			Help: "Abort calls sent to workers because the client went away or its deadline passed.",
 		}, []string{"worker"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_policy_decisions_total",
+			Help: "Routing decisions by policy and the rule that decided (cache_hit, cache_miss, imbalance, ring, sticky, ...).",
+		}, []string{"policy", "branch"}),
+		predictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_cache_prediction_observations_total",
+			Help: "Completed requests whose predicted cached tokens were compared with the engine's report.",
+		}),
+		predictionsExact: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_cache_prediction_exact_total",
+			Help: "Predictions equal to the engine's reported cached tokens (divide by observations for the exact-match ratio).",
+		}),
+		predictionOver: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_cache_prediction_overpredicted_total",
+			Help: "Predictions above what the engine reported: the engine had evicted (the tree is trimmed).",
+		}),
+		predictionUnder: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_cache_prediction_underpredicted_total",
+			Help: "Predictions below what the engine reported.",
+		}),
+		predictionError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_cache_prediction_error_tokens_total",
+			Help: "Sum of |predicted - reported| cached tokens (divide by observations for the mean token error).",
+		}),
 	}
-	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts,
+	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts, m.decisions,
+		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		&workerCollector{reg: reg},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -186,4 +219,51 @@ func (c tokenizerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, l.bytes, l.level)
 	}
 	ch <- prometheus.MustNewConstMetric(descCacheHitBytes, prometheus.CounterValue, float64(s.L1HitBytes))
+}
+
+func (m *Metrics) observePrediction(predicted, reported int) {
+	m.predictions.Inc()
+	switch {
+	case predicted == reported:
+		m.predictionsExact.Inc()
+	case predicted > reported:
+		m.predictionOver.Inc()
+		m.predictionError.Add(float64(predicted - reported))
+	default:
+		m.predictionUnder.Inc()
+		m.predictionError.Add(float64(reported - predicted))
+	}
+}
+
+// treeStatser is implemented by policies that keep a token tree.
+type treeStatser interface{ TreeStats() tree.Stats }
+
+// treeCollector reports the routing tree's size at scrape time.
+type treeCollector struct {
+	model string
+	tree  treeStatser
+}
+
+var (
+	descTreeTokens = prometheus.NewDesc("kvgate_tree_tokens",
+		"Tokens stored in the routing tree.", []string{"model"}, nil)
+	descTreeNodes = prometheus.NewDesc("kvgate_tree_nodes",
+		"Nodes in the routing tree.", []string{"model"}, nil)
+	descTreeWorkerTokens = prometheus.NewDesc("kvgate_tree_worker_tokens",
+		"Tokens the routing tree holds for each worker.", []string{"model", "worker"}, nil)
+)
+
+func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTreeTokens
+	ch <- descTreeNodes
+	ch <- descTreeWorkerTokens
+}
+
+func (c treeCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.tree.TreeStats()
+	ch <- prometheus.MustNewConstMetric(descTreeTokens, prometheus.GaugeValue, float64(st.Tokens), c.model)
+	ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(st.Nodes), c.model)
+	for w, n := range st.TenantTokens {
+		ch <- prometheus.MustNewConstMetric(descTreeWorkerTokens, prometheus.GaugeValue, float64(n), c.model, w)
+	}
 }

@@ -86,6 +86,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: tokenizer cache metrics: %w", err)
 		}
 	}
+	if t, ok := s.policy.(treeStatser); ok {
+		model := ""
+		if ws := s.reg.Snapshot(); len(ws) > 0 {
+			model = ws[0].Info().Model
+		}
+		if err := s.metrics.Registry.Register(treeCollector{model: model, tree: t}); err != nil {
+			return nil, fmt.Errorf("server: tree metrics: %w", err)
+		}
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -111,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.ForceServerCodecV2(newRequestCodec()),
 	)
 	kvgatev1.RegisterRouterServer(s.grpc, &router{s: s})
-	kvgatev1.RegisterAdminServer(s.grpc, &admin{reg: s.reg})
+	kvgatev1.RegisterAdminServer(s.grpc, &admin{s: s, reg: s.reg})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.UpdateHealth()
@@ -177,6 +186,7 @@ func slogAdapter(l *slog.Logger) logging.Logger {
 // admin implements kvgate.v1.Admin.
 type admin struct {
 	kvgatev1.UnimplementedAdminServer
+	s   *Server
 	reg *workers.Registry
 }
 

@@ -21,11 +21,14 @@ type limits struct {
 	maxContext int // 0: unknown
 }
 
-// limitsOf returns the strictest limits among the workers: a request that
-// fits them fits whichever worker the policy picks.
+// limitsOf returns the strictest limits among the healthy workers: a request
+// that fits them fits whichever worker the policy picks.
 func limitsOf(ws []*workers.Worker) limits {
 	var l limits
 	for _, w := range ws {
+		if !w.Healthy() {
+			continue
+		}
 		info := w.Info()
 		if info.VocabSize > 0 && (l.vocabSize == 0 || info.VocabSize < l.vocabSize) {
 			l.vocabSize = info.VocabSize

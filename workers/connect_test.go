@@ -106,7 +106,7 @@ func TestConnectErrors(t *testing.T) {
 		wantCode codes.Code // checked when not OK
 		wantMsg  []string
 	}{
-		{"malformed address", "http://" + sgl, workers.ConnectOptions{}, codes.OK, []string{"http://" + sgl}},
+		{"malformed address", "https://" + sgl, workers.ConnectOptions{}, codes.OK, []string{"https://" + sgl}},
 		{"missing port", "localhost", workers.ConnectOptions{}, codes.OK, []string{"localhost"}},
 		{"unreachable", down, workers.ConnectOptions{Timeout: 2 * time.Second}, codes.Unavailable, []string{"grpc://" + down, "unreachable"}},
 		{"unreachable, protocol given", down, workers.ConnectOptions{Protocol: workers.ProtocolVLLM, Timeout: 2 * time.Second}, codes.Unavailable, []string{"grpc://" + down, "unreachable"}},

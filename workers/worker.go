@@ -61,12 +61,17 @@ func (r Role) String() string {
 }
 
 // ParseAddress accepts grpc://host:port or a bare host:port and returns the
-// canonical URL (grpc://host:port) and the dial target (host:port).
+// canonical URL (grpc://host:port) and the dial target (host:port). http://
+// is read as grpc:// (plaintext), so that the seeds' examples, written for
+// HTTP workers, run unchanged; TLS (https://, grpcs://) is not supported yet.
 func ParseAddress(s string) (url, target string, err error) {
 	s = strings.TrimSpace(s)
 	rest, found := strings.CutPrefix(s, "grpc://")
+	if !found {
+		rest, found = strings.CutPrefix(s, "http://")
+	}
 	if !found && strings.Contains(s, "://") {
-		return "", "", fmt.Errorf("worker address %q: only grpc:// URLs or host:port are supported", s)
+		return "", "", fmt.Errorf("worker address %q: only plaintext grpc:// (or http://) URLs and host:port are supported", s)
 	}
 	rest = strings.TrimSuffix(rest, "/")
 	host, port, err := net.SplitHostPort(rest)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,7 @@ type serveConfig struct {
 	embeddedKVCapacity   int
 	embeddedPrefillSpeed float64
 	text                 textFlags
+	routing              policyFlags
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -51,7 +53,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.port, "port", 30000, "port to serve gRPC on (0: any free port)")
 	fs.Var(&c.workerURLs, "worker-urls", "engine workers, grpc://host:port or host:port; several values space-separated, comma-separated or repeated. Empty: start simulated engines in-process (see --embedded-*)")
 	fs.StringVar(&c.workerProtocol, "worker-protocol", "auto", "protocol of every worker: sglang, vllm, or auto (ask each engine)")
-	fs.StringVar(&c.policy, "policy", "power_of_two", "routing policy: "+strings.Join(policy.Names(), ", "))
+	fs.StringVar(&c.policy, "policy", "cache_aware", "routing policy: "+strings.Join(policy.Names(), ", "))
 	fs.StringVar(&c.promHost, "prometheus-host", "127.0.0.1", "address to serve Prometheus metrics on")
 	fs.IntVar(&c.promPort, "prometheus-port", 29000, "port to serve Prometheus metrics on, path /metrics (-1: disabled, 0: any free port)")
 	fs.DurationVar(&c.healthInterval, "health-check-interval", 10*time.Second, "time between health checks of each worker")
@@ -69,6 +71,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.embeddedKVCapacity, "embedded-kv-capacity-tokens", 0, "without --worker-urls: KV cache size of each simulated engine in tokens (0: the simulator's default)")
 	fs.Float64Var(&c.embeddedPrefillSpeed, "embedded-prefill-tokens-per-sec", 0, "without --worker-urls: prefill speed of each simulated engine (0: the simulator's default)")
 	c.text.register(fs)
+	c.routing.register(fs)
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -96,9 +99,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 	if err != nil {
 		return err
 	}
-	pol, err := policy.New(cfg.policy, policy.Options{})
-	if err != nil {
-		return err
+	if !slices.Contains(policy.Names(), cfg.policy) {
+		return fmt.Errorf("unknown policy %q (available: %s)", cfg.policy, strings.Join(policy.Names(), ", "))
 	}
 
 	urls := []string(cfg.workerURLs)
@@ -123,6 +125,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		return err
 	}
 
+	pol, err := policy.New(cfg.policy, cfg.routing.options(reg.Snapshot()))
+	if err != nil {
+		return err
+	}
 	text, err := loadText(ctx, cfg.text, reg, log)
 	if err != nil {
 		return err
@@ -157,6 +163,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	if r, ok := pol.(policy.Runner); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Run(bg)
+		}()
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

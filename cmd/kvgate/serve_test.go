@@ -119,7 +119,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 	}{
 		{[]string{"--policy", "fastest"}, "unknown policy"},
 		{[]string{"--worker-protocol", "trtllm"}, "unknown worker protocol"},
-		{[]string{"--worker-urls", "http://a:1"}, "grpc://"},
+		{[]string{"--worker-urls", "https://a:1"}, "grpc://"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"stray"}, "unexpected arguments"},
 	}

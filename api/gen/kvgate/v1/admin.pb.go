@@ -180,6 +180,281 @@ func (Health) EnumDescriptor() ([]byte, []int) {
 	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
+// ExplainRequest carries a request exactly as Generate or Chat would take it.
+type ExplainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Request:
+	//
+	//	*ExplainRequest_Generate
+	//	*ExplainRequest_Chat
+	Request isExplainRequest_Request `protobuf_oneof:"request"`
+	// Routing metadata, as a client would send it in gRPC metadata (for
+	// example {"x-routing-key": "session-7"}).
+	Metadata      map[string]string `protobuf:"bytes,3,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ExplainRequest) GetRequest() isExplainRequest_Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetGenerate() *GenerateRequest {
+	if x != nil {
+		if x, ok := x.Request.(*ExplainRequest_Generate); ok {
+			return x.Generate
+		}
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetChat() *ChatRequest {
+	if x != nil {
+		if x, ok := x.Request.(*ExplainRequest_Chat); ok {
+			return x.Chat
+		}
+	}
+	return nil
+}
+
+func (x *ExplainRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+type isExplainRequest_Request interface {
+	isExplainRequest_Request()
+}
+
+type ExplainRequest_Generate struct {
+	Generate *GenerateRequest `protobuf:"bytes,1,opt,name=generate,proto3,oneof"`
+}
+
+type ExplainRequest_Chat struct {
+	Chat *ChatRequest `protobuf:"bytes,2,opt,name=chat,proto3,oneof"`
+}
+
+func (*ExplainRequest_Generate) isExplainRequest_Request() {}
+
+func (*ExplainRequest_Chat) isExplainRequest_Request() {}
+
+// ExplainResponse is the decision the policy would make now.
+type ExplainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker chosen, as its URL.
+	Worker string `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// The policy that decided.
+	Policy string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// The rule that decided: cache_hit, cache_miss, imbalance, ring,
+	// ring_overflow, target, routing_key, sticky, bucket, round_robin, ...
+	Branch string `protobuf:"bytes,3,opt,name=branch,proto3" json:"branch,omitempty"`
+	// A sentence saying why.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The prompt's length in tokens.
+	PromptTokens uint32 `protobuf:"varint,5,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// Prompt tokens the policy expects the chosen worker to have cached.
+	PredictedCachedTokens uint32 `protobuf:"varint,6,opt,name=predicted_cached_tokens,json=predictedCachedTokens,proto3" json:"predicted_cached_tokens,omitempty"`
+	// Every worker, with what the policy saw.
+	Workers       []*WorkerView `protobuf:"bytes,7,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExplainResponse) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetPromptTokens() uint32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *ExplainResponse) GetPredictedCachedTokens() uint32 {
+	if x != nil {
+		return x.PredictedCachedTokens
+	}
+	return 0
+}
+
+func (x *ExplainResponse) GetWorkers() []*WorkerView {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// WorkerView is one worker as the policy saw it for an Explain.
+type WorkerView struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Health  Health                 `protobuf:"varint,2,opt,name=health,proto3,enum=kvgate.v1.Health" json:"health,omitempty"`
+	// The load figure policies compare.
+	Load uint32 `protobuf:"varint,3,opt,name=load,proto3" json:"load,omitempty"`
+	// Requests this router has in flight on it.
+	InFlight uint32 `protobuf:"varint,4,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Prompt tokens its cache holds according to the policy (cache-aware
+	// policies only).
+	MatchedTokens uint32 `protobuf:"varint,5,opt,name=matched_tokens,json=matchedTokens,proto3" json:"matched_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerView) Reset() {
+	*x = WorkerView{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerView) ProtoMessage() {}
+
+func (x *WorkerView) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerView.ProtoReflect.Descriptor instead.
+func (*WorkerView) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WorkerView) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *WorkerView) GetHealth() Health {
+	if x != nil {
+		return x.Health
+	}
+	return Health_HEALTH_UNSPECIFIED
+}
+
+func (x *WorkerView) GetLoad() uint32 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
+func (x *WorkerView) GetInFlight() uint32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *WorkerView) GetMatchedTokens() uint32 {
+	if x != nil {
+		return x.MatchedTokens
+	}
+	return 0
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -188,7 +463,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +475,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +488,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 type ListWorkersResponse struct {
@@ -226,7 +501,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +513,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +526,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -285,7 +560,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +572,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +585,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Worker) GetAddress() string {
@@ -380,7 +655,30 @@ var File_kvgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\"\x14\n" +
+	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\x85\x02\n" +
+	"\x0eExplainRequest\x128\n" +
+	"\bgenerate\x18\x01 \x01(\v2\x1a.kvgate.v1.GenerateRequestH\x00R\bgenerate\x12,\n" +
+	"\x04chat\x18\x02 \x01(\v2\x16.kvgate.v1.ChatRequestH\x00R\x04chat\x12C\n" +
+	"\bmetadata\x18\x03 \x03(\v2'.kvgate.v1.ExplainRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +
+	"\arequest\"\xff\x01\n" +
+	"\x0fExplainResponse\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06branch\x18\x03 \x01(\tR\x06branch\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12#\n" +
+	"\rprompt_tokens\x18\x05 \x01(\rR\fpromptTokens\x126\n" +
+	"\x17predicted_cached_tokens\x18\x06 \x01(\rR\x15predictedCachedTokens\x12/\n" +
+	"\aworkers\x18\a \x03(\v2\x15.kvgate.v1.WorkerViewR\aworkers\"\xa9\x01\n" +
+	"\n" +
+	"WorkerView\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12)\n" +
+	"\x06health\x18\x02 \x01(\x0e2\x11.kvgate.v1.HealthR\x06health\x12\x12\n" +
+	"\x04load\x18\x03 \x01(\rR\x04load\x12\x1b\n" +
+	"\tin_flight\x18\x04 \x01(\rR\binFlight\x12%\n" +
+	"\x0ematched_tokens\x18\x05 \x01(\rR\rmatchedTokens\"\x14\n" +
 	"\x12ListWorkersRequest\"B\n" +
 	"\x13ListWorkersResponse\x12+\n" +
 	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xbf\x02\n" +
@@ -406,9 +704,10 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n" +
-	"\x10HEALTH_UNHEALTHY\x10\x022U\n" +
+	"\x10HEALTH_UNHEALTHY\x10\x022\x97\x01\n" +
 	"\x05Admin\x12L\n" +
-	"\vListWorkers\x12\x1d.kvgate.v1.ListWorkersRequest\x1a\x1e.kvgate.v1.ListWorkersResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
+	"\vListWorkers\x12\x1d.kvgate.v1.ListWorkersRequest\x1a\x1e.kvgate.v1.ListWorkersResponse\x12@\n" +
+	"\aExplain\x12\x19.kvgate.v1.ExplainRequest\x1a\x1a.kvgate.v1.ExplainResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
 
 var (
 	file_kvgate_v1_admin_proto_rawDescOnce sync.Once
@@ -423,27 +722,40 @@ func file_kvgate_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_kvgate_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_kvgate_v1_admin_proto_goTypes = []any{
 	(Protocol)(0),               // 0: kvgate.v1.Protocol
 	(Role)(0),                   // 1: kvgate.v1.Role
 	(Health)(0),                 // 2: kvgate.v1.Health
-	(*ListWorkersRequest)(nil),  // 3: kvgate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil), // 4: kvgate.v1.ListWorkersResponse
-	(*Worker)(nil),              // 5: kvgate.v1.Worker
+	(*ExplainRequest)(nil),      // 3: kvgate.v1.ExplainRequest
+	(*ExplainResponse)(nil),     // 4: kvgate.v1.ExplainResponse
+	(*WorkerView)(nil),          // 5: kvgate.v1.WorkerView
+	(*ListWorkersRequest)(nil),  // 6: kvgate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil), // 7: kvgate.v1.ListWorkersResponse
+	(*Worker)(nil),              // 8: kvgate.v1.Worker
+	nil,                         // 9: kvgate.v1.ExplainRequest.MetadataEntry
+	(*GenerateRequest)(nil),     // 10: kvgate.v1.GenerateRequest
+	(*ChatRequest)(nil),         // 11: kvgate.v1.ChatRequest
 }
 var file_kvgate_v1_admin_proto_depIdxs = []int32{
-	5, // 0: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
-	0, // 1: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
-	1, // 2: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
-	2, // 3: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
-	3, // 4: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
-	4, // 5: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	10, // 0: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
+	11, // 1: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
+	9,  // 2: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
+	5,  // 3: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
+	2,  // 4: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
+	8,  // 5: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
+	0,  // 6: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
+	1,  // 7: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
+	2,  // 8: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
+	6,  // 9: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
+	3,  // 10: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
+	7,  // 11: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
+	4,  // 12: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_admin_proto_init() }
@@ -451,13 +763,18 @@ func file_kvgate_v1_admin_proto_init() {
 	if File_kvgate_v1_admin_proto != nil {
 		return
 	}
+	file_kvgate_v1_router_proto_init()
+	file_kvgate_v1_admin_proto_msgTypes[0].OneofWrappers = []any{
+		(*ExplainRequest_Generate)(nil),
+		(*ExplainRequest_Chat)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_admin_proto_rawDesc), len(file_kvgate_v1_admin_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   3,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Admin_ListWorkers_FullMethodName = "/kvgate.v1.Admin/ListWorkers"
+	Admin_Explain_FullMethodName     = "/kvgate.v1.Admin/Explain"
 )
 
 // AdminClient is the client API for Admin service.
@@ -32,6 +33,11 @@ const (
 type AdminClient interface {
 	// ListWorkers returns every registered worker with its health and load.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// Explain answers "where would this request go, and why?" without sending
+	// it anywhere: it prepares the request as Generate or Chat would and asks
+	// the policy for a decision that changes nothing (no tree insertion, no
+	// round-robin step, no sticky assignment).
+	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 }
 
 type adminClient struct {
@@ -52,6 +58,16 @@ func (c *adminClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, o
 	return out, nil
 }
 
+func (c *adminClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResponse)
+	err := c.cc.Invoke(ctx, Admin_Explain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -60,6 +76,11 @@ func (c *adminClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, o
 type AdminServer interface {
 	// ListWorkers returns every registered worker with its health and load.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// Explain answers "where would this request go, and why?" without sending
+	// it anywhere: it prepares the request as Generate or Chat would and asks
+	// the policy for a decision that changes nothing (no tree insertion, no
+	// round-robin step, no sticky assignment).
+	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -72,6 +93,9 @@ type UnimplementedAdminServer struct{}
 
 func (UnimplementedAdminServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedAdminServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -112,6 +136,24 @@ func _Admin_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Explain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Explain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Explain(ctx, req.(*ExplainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +164,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWorkers",
 			Handler:    _Admin_ListWorkers_Handler,
+		},
+		{
+			MethodName: "Explain",
+			Handler:    _Admin_Explain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
