@@ -15,6 +15,18 @@ const (
 	ProtocolVLLM   = "vllm"
 )
 
+// Roles an engine can play in prefill/decode disaggregation (see pd.go).
+const (
+	RoleRegular = "regular"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// KVBytesPerToken is the KV cache size of one token of the simulated 8B model
+// (2 x 32 layers x 8 KV heads x 128 dims x 2 bytes); KV transfers move this
+// much per prompt token.
+const KVBytesPerToken = 128 << 10
+
 // ErrInvalidConfig is wrapped by every error New returns for a bad Config.
 var ErrInvalidConfig = errors.New("sim: invalid config")
 
@@ -74,6 +86,22 @@ type Config struct {
 	TimeScale float64
 	// Seed is mixed into every request's sampling seed.
 	Seed int64
+	// Role is the engine's part in prefill/decode disaggregation: "regular"
+	// (or empty: serves whole requests and ignores PD parameters), "prefill"
+	// or "decode". See pd.go for the protocol.
+	Role string
+	// BootstrapPort is the port of a prefill engine's bootstrap endpoint,
+	// where decode engines fetch rooms; 0 picks a free port (see
+	// Engine.BootstrapPort). Other roles ignore it.
+	BootstrapPort int
+	// BootstrapTimeout is how long a decode engine waits for its room before
+	// failing the request with UNAVAILABLE. A prefill engine forgets rooms
+	// nobody fetched after twice this long.
+	BootstrapTimeout time.Duration
+	// KVTransferGBps is the prefill-to-decode KV transfer speed in GB/s
+	// (25: RDMA-class). A decode engine spends prompt tokens x
+	// KVBytesPerToken / speed (times TimeScale) on each transfer.
+	KVTransferGBps float64
 	// Faults are the initial injected faults (see Engine.SetFaults).
 	Faults Faults
 	// Logger receives debug logs; nil means slog.Default().
@@ -92,6 +120,9 @@ type Faults struct {
 	StallAfterTokens int
 	// Unhealthy makes HealthCheck answer healthy=false.
 	Unhealthy bool
+	// NeverPublish makes a prefill engine complete its leg without publishing
+	// the bootstrap room, so the decode side never gets the KV cache.
+	NeverPublish bool
 }
 
 // DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
@@ -109,6 +140,9 @@ func DefaultConfig() Config {
 		DecodeMsPerRunning:  0.05,
 		MaxRunning:          256,
 		TimeScale:           1,
+		Role:                RoleRegular,
+		BootstrapTimeout:    30 * time.Second,
+		KVTransferGBps:      25,
 	}
 }
 
@@ -131,10 +165,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRunning, "max-running", c.MaxRunning, "maximum running requests; the rest wait in a FIFO queue")
 	fs.Float64Var(&c.TimeScale, "time-scale", c.TimeScale, "multiplies every delay; 0 runs as fast as possible")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed mixed into every request's sampling")
+	fs.StringVar(&c.Role, "role", c.Role, `disaggregation role: "regular", "prefill" or "decode"`)
+	fs.IntVar(&c.BootstrapPort, "bootstrap-port", c.BootstrapPort, "prefill role: port of the bootstrap endpoint decode engines fetch rooms from (0: a free port)")
+	fs.DurationVar(&c.BootstrapTimeout, "bootstrap-timeout", c.BootstrapTimeout, "decode role: how long to wait for a bootstrap room before failing the request")
+	fs.Float64Var(&c.KVTransferGBps, "kv-transfer-gbps", c.KVTransferGBps, "decode role: KV transfer speed from the prefill engine in GB/s (25 is RDMA-class)")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
 	fs.IntVar(&c.Faults.StallAfterTokens, "stall-after", c.Faults.StallAfterTokens, "fault: stop sending after this many tokens and hold the stream (0: never)")
 	fs.BoolVar(&c.Faults.Unhealthy, "unhealthy", c.Faults.Unhealthy, "fault: HealthCheck answers healthy=false")
+	fs.BoolVar(&c.Faults.NeverPublish, "never-publish", c.Faults.NeverPublish, "fault (prefill role): complete prefill legs without publishing their bootstrap rooms")
 }
 
 // uint32Value is a flag.Value for a uint32 field.
@@ -182,6 +221,16 @@ func (c *Config) validate() error {
 		return bad("MaxRunning", "must be > 0, got %d", c.MaxRunning)
 	case !(c.TimeScale >= 0):
 		return bad("TimeScale", "must be >= 0, got %v", c.TimeScale)
+	case c.Role != "" && c.Role != RoleRegular && c.Role != RolePrefill && c.Role != RoleDecode:
+		return bad("Role", "must be %q, %q or %q, got %q", RoleRegular, RolePrefill, RoleDecode, c.Role)
+	case c.BootstrapPort < 0 || c.BootstrapPort > 65535:
+		return bad("BootstrapPort", "must be in 0..65535, got %d", c.BootstrapPort)
+	case c.Role == RolePrefill && c.BootstrapTimeout < 0:
+		return bad("BootstrapTimeout", "must be >= 0 (0: keep unfetched rooms for a minute), got %v", c.BootstrapTimeout)
+	case c.Role == RoleDecode && c.BootstrapTimeout <= 0:
+		return bad("BootstrapTimeout", "must be > 0 for a decode engine, got %v", c.BootstrapTimeout)
+	case c.Role == RoleDecode && !(c.KVTransferGBps > 0):
+		return bad("KVTransferGBps", "must be > 0 for a decode engine, got %v", c.KVTransferGBps)
 	case c.Faults.DropAfterTokens < 0:
 		return bad("Faults.DropAfterTokens", "must be >= 0, got %d", c.Faults.DropAfterTokens)
 	case c.Faults.StallAfterTokens < 0:

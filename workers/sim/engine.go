@@ -25,11 +25,17 @@
 //     Tokens a request generates, and its prompt's partial last page, are
 //     private and not limited by capacity (no preemption is modelled), but
 //     they count as used in load reports.
+//   - Disaggregation (Config.Role): a prefill engine completes legs after
+//     prefill and publishes their KV under a bootstrap room; a decode engine
+//     fetches the room, charges the transfer, and decodes with no prefill.
+//     See pd.go and bootstrap.go.
 package sim
 
 import (
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +69,10 @@ type Engine struct {
 	tput          throughput
 	events        eventHub
 	tok           *servedTokenizer // nil: GetTokenizer is UNIMPLEMENTED
+
+	boot     *bootstrapServer // prefill role only
+	bootHost string           // the host decode engines reach boot on
+	hc       *http.Client     // decode role only: fetches rooms
 }
 
 // throughput measures output tokens per second over windows of at least a
@@ -101,16 +111,30 @@ type Stats struct {
 	CachedPromptTokens uint64 // of those, served from the prefix cache
 	GeneratedTokens    uint64 // output tokens produced
 	KVSubscribers      int    // open SubscribeKvEvents streams
+
+	// Prefill role: rooms published on the bootstrap endpoint, fetched by
+	// decode engines, expired unfetched, and held now.
+	RoomsPublished, RoomsFetched, RoomsExpired uint64
+	RoomsHeld                                  int
+	// Decode role: legs that waited for a room (all of them), those that
+	// gave up after BootstrapTimeout, prompt tokens whose KV was transferred,
+	// and legs waiting for their room or transfer now.
+	RoomWaits, RoomTimeouts, TransferTokens uint64
+	Transferring                            int
 }
 
 type counters struct {
 	requests, completed, aborted, abortCalls, cancelled, failed, rejected uint64
 	promptTokens, cachedPromptTokens, generatedTokens                     uint64
+	roomWaits, roomTimeouts, transferTokens                               uint64
 }
 
 // New returns an engine for cfg, or an error wrapping ErrInvalidConfig that
-// names the bad field.
-func New(cfg Config) (*Engine, error) {
+// names the bad field. A prefill engine's bootstrap endpoint listens on
+// 127.0.0.1 (Start uses the gRPC listener's host); Close stops it.
+func New(cfg Config) (*Engine, error) { return newEngine(cfg, "127.0.0.1") }
+
+func newEngine(cfg Config, host string) (*Engine, error) {
 	var tok *servedTokenizer
 	if cfg.TokenizerDir != "none" {
 		var err error
@@ -148,6 +172,23 @@ func New(cfg Config) (*Engine, error) {
 	e.tput.since = e.start
 	f := cfg.Faults
 	e.faults.Store(&f)
+	switch e.role() {
+	case RolePrefill:
+		ttl := 2 * cfg.BootstrapTimeout
+		if ttl == 0 {
+			ttl = time.Minute
+		}
+		boot, err := startBootstrap(host, cfg.BootstrapPort, ttl, e.closed)
+		if err != nil {
+			return nil, err
+		}
+		e.boot, e.bootHost = boot, host
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			e.bootHost = "127.0.0.1"
+		}
+	case RoleDecode:
+		e.hc = newBootstrapClient()
+	}
 	return e, nil
 }
 
@@ -175,7 +216,15 @@ func (e *Engine) Faults() Faults { return *e.faults.Load() }
 // Close ends every open stream (Generate with UNAVAILABLE, SubscribeKvEvents
 // likewise) and refuses new work. It is idempotent.
 func (e *Engine) Close() {
-	e.closing.Do(func() { close(e.closed) })
+	e.closing.Do(func() {
+		close(e.closed)
+		if e.boot != nil {
+			e.boot.close()
+		}
+		if e.hc != nil {
+			e.hc.CloseIdleConnections()
+		}
+	})
 }
 
 // Stats returns a snapshot of the engine.
@@ -183,7 +232,7 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.counters
-	return Stats{
+	st := Stats{
 		Running:            e.running,
 		Waiting:            len(e.queue),
 		UsedTokens:         e.usedTokensLocked(),
@@ -201,7 +250,27 @@ func (e *Engine) Stats() Stats {
 		CachedPromptTokens: c.cachedPromptTokens,
 		GeneratedTokens:    c.generatedTokens,
 		KVSubscribers:      len(e.events.subs),
+		RoomWaits:          c.roomWaits,
+		RoomTimeouts:       c.roomTimeouts,
+		TransferTokens:     c.transferTokens,
+		Transferring:       e.transferringLocked(),
 	}
+	if e.boot != nil {
+		bs := e.boot.snapshot()
+		st.RoomsPublished, st.RoomsFetched, st.RoomsExpired = bs.published, bs.fetched, bs.expired
+		st.RoomsHeld = bs.held
+	}
+	return st
+}
+
+func (e *Engine) transferringLocked() int {
+	n := 0
+	for _, r := range e.reqs {
+		if r.state == stateTransfer {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *Engine) capacityTokens() int { return e.cache.capacity * e.cfg.PageSize }
@@ -237,18 +306,20 @@ type load struct {
 	utilization, genTput     float64
 	maxRunning               int
 	waitingUncachedTokens    int
+	transferring             int // decode legs waiting for their room or KV
 }
 
 func (e *Engine) load() load {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	l := load{
-		running:    e.running,
-		waiting:    len(e.queue),
-		total:      e.running + len(e.queue),
-		usedTokens: e.usedTokensLocked(),
-		maxTokens:  e.capacityTokens(),
-		maxRunning: e.cfg.MaxRunning,
+		running:      e.running,
+		waiting:      len(e.queue),
+		total:        e.running + len(e.queue),
+		usedTokens:   e.usedTokensLocked(),
+		maxTokens:    e.capacityTokens(),
+		maxRunning:   e.cfg.MaxRunning,
+		transferring: e.transferringLocked(),
 	}
 	l.tokenUsage = float64(l.usedTokens) / float64(l.maxTokens)
 	l.utilization = float64(l.running) / float64(l.maxRunning)

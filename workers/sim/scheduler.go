@@ -20,6 +20,7 @@ const (
 	stateWaiting reqState = iota
 	stateRunning
 	stateDone
+	stateTransfer // a decode leg waiting for its room or its KV transfer
 )
 
 // request is one generation in protocol-neutral terms; the protocol files
@@ -30,6 +31,7 @@ type request struct {
 	maxNew int
 	stream bool
 	sample sampler
+	pd     *pdLeg // nil: a regular request
 
 	// Guarded by Engine.mu.
 	state     reqState
@@ -53,6 +55,8 @@ type completion struct {
 	outputIDs    []uint32
 	finishReason string  // "stop", "length" or "abort"
 	matched      *uint32 // the stop token, when finishReason is "stop"
+	// kvTransferJSON is a vLLM prefill leg's kv_transfer_params_json.
+	kvTransferJSON string
 }
 
 // endKind says why a request left the engine.
@@ -111,7 +115,11 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 		e.mu.Unlock()
 		return status.Error(codes.Unavailable, "sim: injected fault: engine unavailable")
 	}
-	if err := e.enqueue(r); err != nil {
+	if r.pd != nil && !r.pd.prefill {
+		if err := e.receiveKV(ctx, r, send); err != nil {
+			return err
+		}
+	} else if err := e.enqueue(r); err != nil {
 		return err
 	}
 	select {
@@ -124,12 +132,15 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 		return e.interrupted(ctx, r, nil, send, errClosed)
 	}
 	e.mu.Lock()
-	next, cached := r.firstAt, uint32(r.cached)
+	next, cached := r.firstAt, uint32(r.reportedCachedLocked())
 	e.mu.Unlock()
 
 	out := make([]uint32, 0, min(r.maxNew, 256))
 	if err := e.sleepUntil(ctx, r, next); err != nil { // prefill
 		return e.interrupted(ctx, r, out, send, err)
+	}
+	if r.pd != nil && r.pd.prefill {
+		return e.finishPrefill(ctx, r, cached, send)
 	}
 	var matched *uint32
 	finish := "length"
@@ -198,7 +209,7 @@ func (e *Engine) interrupted(ctx context.Context, r *request, out []uint32, send
 			return status.Error(codes.Canceled, "sim: request aborted")
 		}
 		e.mu.Lock()
-		cached := uint32(r.cached)
+		cached := uint32(r.reportedCachedLocked())
 		e.mu.Unlock()
 		return send(output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached,
 			final: &completion{outputIDs: out, finishReason: "abort"}})
@@ -258,10 +269,29 @@ func (e *Engine) scale(d time.Duration) time.Duration {
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
 
+// reportedCachedLocked is the cached_tokens r reports: its own cache hit, or
+// for a decode leg the prefill engine's.
+func (r *request) reportedCachedLocked() int {
+	if r.pd != nil && r.pd.remote != nil {
+		return r.pd.remote.CachedTokens
+	}
+	return r.cached
+}
+
 // enqueue registers r and admits what can run.
 func (e *Engine) enqueue(r *request) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := e.registerLocked(r); err != nil {
+		return err
+	}
+	e.queueLocked(r)
+	return nil
+}
+
+// registerLocked makes r known to the engine (for Abort and load reports)
+// without queueing it.
+func (e *Engine) registerLocked(r *request) error {
 	select {
 	case <-e.closed:
 		return errClosed
@@ -279,11 +309,17 @@ func (e *Engine) enqueue(r *request) error {
 	r.admitted = make(chan struct{})
 	r.aborted = make(chan struct{})
 	e.reqs[r.id] = r
-	e.queue = append(e.queue, r)
 	e.counters.requests++
+	return nil
+}
+
+// queueLocked puts a registered r at the back of the queue and admits what
+// can run.
+func (e *Engine) queueLocked(r *request) {
+	r.state = stateWaiting
+	e.queue = append(e.queue, r)
 	e.admitLocked()
 	e.publishLocked()
-	return nil
 }
 
 // admitLocked starts queued requests in FIFO order while they fit.
@@ -301,14 +337,18 @@ func (e *Engine) admitLocked() {
 		e.counters.promptTokens += uint64(len(r.prompt))
 		e.counters.cachedPromptTokens += uint64(cached)
 
-		now := time.Now()
-		prefill := e.scale(time.Duration(float64(len(r.prompt)-cached) / e.cfg.PrefillTokensPerSec * float64(time.Second)))
-		start := now
-		if e.prefillFreeAt.After(start) {
-			start = e.prefillFreeAt
+		if r.pd != nil && r.pd.remote != nil {
+			// A decode leg's KV came from the prefill engine: no prefill.
+			r.firstAt = time.Now().Add(e.scale(e.cfg.RequestOverhead))
+		} else {
+			prefill := e.scale(time.Duration(float64(len(r.prompt)-cached) / e.cfg.PrefillTokensPerSec * float64(time.Second)))
+			start := time.Now()
+			if e.prefillFreeAt.After(start) {
+				start = e.prefillFreeAt
+			}
+			e.prefillFreeAt = start.Add(prefill)
+			r.firstAt = e.prefillFreeAt.Add(e.scale(e.cfg.RequestOverhead))
 		}
-		e.prefillFreeAt = start.Add(prefill)
-		r.firstAt = e.prefillFreeAt.Add(e.scale(e.cfg.RequestOverhead))
 		close(r.admitted)
 		e.log.Debug("admitted", "request_id", r.id, "prompt_tokens", len(r.prompt), "cached_tokens", cached, "running", e.running)
 	}
@@ -343,6 +383,7 @@ func (e *Engine) endLocked(r *request, kind endKind, out []uint32) bool {
 		e.cache.release(r.lease)
 		r.lease = nil
 		e.running--
+	case stateTransfer: // holds nothing yet
 	}
 	r.state = stateDone
 	delete(e.reqs, r.id)

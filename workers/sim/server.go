@@ -21,13 +21,19 @@ type Server struct {
 
 // Start creates an engine for cfg and serves it on addr ("127.0.0.1:0"
 // picks a free port) in the background.
+// A prefill engine's bootstrap endpoint listens on the same host.
 func Start(cfg Config, addr string) (*Server, error) {
-	e, err := New(cfg)
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("sim: listen address %q: %w", addr, err)
+	}
+	e, err := newEngine(cfg, host)
 	if err != nil {
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
+		e.Close()
 		return nil, fmt.Errorf("sim: listen on %s: %w", addr, err)
 	}
 	s := &Server{engine: e, grpc: grpc.NewServer(), lis: lis, done: make(chan struct{})}

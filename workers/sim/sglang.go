@@ -74,6 +74,11 @@ func (s *sglangServer) request(req *sglang.GenerateRequest) (*request, error) {
 	if err := e.checkPrompt(prompt, maxNew); err != nil {
 		return nil, err
 	}
+	dp := req.GetDisaggregatedParams()
+	leg, err := e.sglangLeg(dp != nil, dp.GetBootstrapHost(), dp.GetBootstrapPort(), dp.GetBootstrapRoom())
+	if err != nil {
+		return nil, err
+	}
 	var seed uint64
 	if v, ok := sp.GetCustomParams().GetFields()["sampling_seed"]; ok {
 		n, isNum := v.GetKind().(*structpb.Value_NumberValue)
@@ -88,6 +93,7 @@ func (s *sglangServer) request(req *sglang.GenerateRequest) (*request, error) {
 		maxNew: maxNew,
 		stream: req.GetStream(),
 		sample: e.newSampler(prompt, seed, sp.GetTemperature() == 0, int(sp.GetMinNewTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds()),
+		pd:     leg,
 	}, nil
 }
 
@@ -126,7 +132,11 @@ func (s *sglangServer) GetModelInfo(context.Context, *sglang.GetModelInfoRequest
 
 func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoRequest) (*sglang.GetServerInfoResponse, error) {
 	c := s.e.cfg
-	args, err := structpb.NewStruct(map[string]any{
+	mode := "null"
+	if r := s.e.role(); r != RoleRegular {
+		mode = r
+	}
+	fields := map[string]any{
 		"model_path":           c.Model,
 		"served_model_name":    c.Model,
 		"tokenizer_path":       c.Model,
@@ -136,9 +146,13 @@ func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoReque
 		"context_length":       c.MaxContextLength,
 		"tp_size":              1,
 		"dp_size":              1,
-		"disaggregation_mode":  "null",
+		"disaggregation_mode":  mode,
 		"random_seed":          c.Seed,
-	})
+	}
+	if s.e.boot != nil {
+		fields["disaggregation_bootstrap_port"] = s.e.BootstrapPort()
+	}
+	args, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "sim: server_args: %v", err)
 	}
@@ -185,6 +199,12 @@ func (s *sglangServer) GetLoads(_ context.Context, req *sglang.GetLoadsRequest) 
 		Utilization:              l.utilization,
 		MaxRunningRequests:       int32(l.maxRunning),
 		NumWaitingUncachedTokens: int32(l.waitingUncachedTokens),
+	}
+	if r := s.e.role(); r != RoleRegular {
+		sl.Disaggregation = &sglang.DisaggregationMetrics{Mode: r, DecodeTransferQueueReqs: int32(l.transferring)}
+		if r == RoleDecode {
+			sl.Disaggregation.KvTransferSpeedGbS = s.e.cfg.KVTransferGBps
+		}
 	}
 	for _, inc := range req.GetInclude() {
 		switch inc {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,6 +37,9 @@ func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_
 			if o.final.matched != nil {
 				c.MatchedStop = &vllm.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
 			}
+			if o.final.kvTransferJSON != "" {
+				c.KvTransferParamsJson = &o.final.kvTransferJSON
+			}
 			resp.Response = &vllm.GenerateResponse_Complete{Complete: c}
 		}
 		return stream.Send(resp)
@@ -60,8 +64,15 @@ func (s *vllmServer) request(req *vllm.GenerateRequest) (*request, error) {
 	if sp.GetN() > 1 {
 		return nil, e.invalid("n = %d: the simulator generates one sequence per request", sp.GetN())
 	}
+	leg, err := e.vllmLeg(req.KvTransferParamsJson, sp.MaxTokens)
+	if err != nil {
+		return nil, err
+	}
 	prompt := req.GetTokenized().GetInputIds()
 	maxNew := e.cfg.MaxContextLength - len(prompt)
+	if leg != nil && leg.prefill {
+		maxNew = 1
+	}
 	if sp.MaxTokens != nil {
 		maxNew = int(sp.GetMaxTokens())
 		if maxNew < 1 {
@@ -88,6 +99,7 @@ func (s *vllmServer) request(req *vllm.GenerateRequest) (*request, error) {
 		maxNew: maxNew,
 		stream: req.GetStream(),
 		sample: e.newSampler(prompt, seed, greedy, int(sp.GetMinTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds()),
+		pd:     leg,
 	}, nil
 }
 
@@ -124,7 +136,18 @@ func (s *vllmServer) GetModelInfo(context.Context, *vllm.GetModelInfoRequest) (*
 }
 
 func (s *vllmServer) GetServerInfo(context.Context, *vllm.GetServerInfoRequest) (*vllm.GetServerInfoResponse, error) {
+	var connector, role, engineID string
+	switch s.e.role() {
+	case RolePrefill:
+		connector, role = vllmKVConnector, "kv_producer"
+		engineID = fmt.Sprintf("%s-%d", s.e.cfg.Model, s.e.BootstrapPort())
+	case RoleDecode:
+		connector, role = vllmKVConnector, "kv_consumer"
+	}
 	return &vllm.GetServerInfoResponse{
+		KvConnector:          connector,
+		KvRole:               role,
+		KvEngineId:           engineID,
 		ActiveRequests:       uint32(s.e.activeRequests()),
 		LastReceiveTimestamp: float64(time.Now().UnixNano()) / 1e9,
 		UptimeSeconds:        time.Since(s.e.start).Seconds(),
