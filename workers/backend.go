@@ -34,6 +34,18 @@ type GenerateRequest struct {
 	RequestID string
 	InputIDs  []uint32
 	Sampling  Sampling
+
+	// PD disaggregation (see pd.go); all zero for a regular request.
+
+	// Disaggregated, when set, is the bootstrap handoff SGLang's prefill and
+	// decode legs both carry (disaggregated_params). vLLM ignores it.
+	Disaggregated *Handoff
+	// KVTransferParamsJSON is vLLM's kv_transfer_params_json, passed to the
+	// engine verbatim when not empty. SGLang ignores it.
+	KVTransferParamsJSON string
+	// NoStream asks the engine for the completion only (stream=false), as
+	// vLLM's prefill leg does.
+	NoStream bool
 }
 
 // Chunk is one message of an engine's generation stream: either incremental
@@ -58,6 +70,9 @@ type Completion struct {
 	PromptTokens       uint32
 	CompletionTokens   uint32
 	CachedTokens       uint32
+	// KVTransferParamsJSON is the kv_transfer_params_json a vLLM prefill
+	// engine returns for the decode leg; empty otherwise.
+	KVTransferParamsJSON string
 }
 
 // Stream yields an engine's generation messages in order. Recv returns the
@@ -89,6 +104,9 @@ type ModelInfo struct {
 	PageSize int
 	// KVCapacityTokens is the KV cache size in tokens; 0 when not reported.
 	KVCapacityTokens int
+	// BootstrapPort is the port of the engine's PD bootstrap server (SGLang
+	// server_args disaggregation_bootstrap_port); 0 when not reported.
+	BootstrapPort int
 }
 
 // Backend is one engine protocol's client: the adapter between kvgate's neutral

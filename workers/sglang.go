@@ -26,10 +26,11 @@ func NewSGLangBackend(conn grpc.ClientConnInterface) Backend {
 
 func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
 	in, err := b.c.Generate(ctx, &sglang.GenerateRequest{
-		RequestId:      req.RequestID,
-		Tokenized:      &sglang.TokenizedInput{InputIds: req.InputIDs},
-		SamplingParams: sglangSampling(&req.Sampling),
-		Stream:         true,
+		RequestId:           req.RequestID,
+		Tokenized:           &sglang.TokenizedInput{InputIds: req.InputIDs},
+		SamplingParams:      sglangSampling(&req.Sampling),
+		DisaggregatedParams: sglangDisaggregated(req.Disaggregated),
+		Stream:              !req.NoStream,
 	})
 	if err != nil {
 		return nil, err
@@ -75,6 +76,19 @@ func sglangSampling(s *Sampling) *sglang.SamplingParams {
 		}}
 	}
 	return p
+}
+
+// sglangDisaggregated is the bootstrap handoff both PD legs carry; nil for a
+// regular request.
+func sglangDisaggregated(h *Handoff) *sglang.DisaggregatedParams {
+	if h == nil {
+		return nil
+	}
+	return &sglang.DisaggregatedParams{
+		BootstrapHost: h.BootstrapHost,
+		BootstrapPort: int32(h.BootstrapPort),
+		BootstrapRoom: h.Room,
+	}
 }
 
 func decodeSGLang(m *sglang.GenerateResponse) (Chunk, bool) {
@@ -152,6 +166,11 @@ func (b *sglangBackend) Info(ctx context.Context) (ModelInfo, error) {
 	if v, ok := si.GetServerArgs().GetFields()["page_size"]; ok {
 		if n, ok := v.GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue > 0 {
 			info.PageSize = int(n.NumberValue)
+		}
+	}
+	if v, ok := si.GetServerArgs().GetFields()["disaggregation_bootstrap_port"]; ok {
+		if n, ok := v.GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue > 0 && n.NumberValue < 65536 {
+			info.BootstrapPort = int(n.NumberValue)
 		}
 	}
 	info.KVCapacityTokens = int(si.GetMaxTotalNumTokens())

@@ -23,12 +23,17 @@ func NewVLLMBackend(conn grpc.ClientConnInterface) Backend {
 }
 
 func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
-	in, err := b.c.Generate(ctx, &vllm.GenerateRequest{
+	m := &vllm.GenerateRequest{
 		RequestId:      req.RequestID,
 		Input:          &vllm.GenerateRequest_Tokenized{Tokenized: &vllm.TokenizedInput{InputIds: req.InputIDs}},
 		SamplingParams: vllmSampling(&req.Sampling),
-		Stream:         true,
-	})
+		Stream:         !req.NoStream,
+	}
+	if req.KVTransferParamsJSON != "" {
+		kv := req.KVTransferParamsJSON
+		m.KvTransferParamsJson = &kv
+	}
+	in, err := b.c.Generate(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +80,9 @@ func decodeVLLM(m *vllm.GenerateResponse) (Chunk, bool) {
 		if ms, ok := r.Complete.GetMatchedStop().(*vllm.GenerateComplete_MatchedTokenId); ok {
 			matched = &ms.MatchedTokenId
 		}
-		return completionOf(r.Complete, matched), true
+		c := completionOf(r.Complete, matched)
+		c.Final.KVTransferParamsJSON = r.Complete.GetKvTransferParamsJson()
+		return c, true
 	}
 	return Chunk{}, false
 }

@@ -1,0 +1,373 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/workers"
+)
+
+func pdRequest() *workers.GenerateRequest {
+	return &workers.GenerateRequest{
+		RequestID: "pd-1",
+		InputIDs:  []uint32{1, 2, 3, 4, 5},
+		Sampling:  workers.Sampling{MaxNewTokens: ptr(uint32(16)), MinNewTokens: 2},
+	}
+}
+
+// meet closes mine and waits for other: each leg's script calls it, so a
+// router that sent the legs one after the other would fail the request.
+func meet(mine, other chan struct{}) error {
+	close(mine)
+	select {
+	case <-other:
+		return nil
+	case <-time.After(3 * time.Second):
+		return status.Error(codes.DeadlineExceeded, "the other leg never arrived: legs not sent concurrently")
+	}
+}
+
+// never is a release channel nobody closes.
+var never = make(chan struct{})
+
+func TestPDSGLangLegsConcurrentAndIdentical(t *testing.T) {
+	pIn, dIn := make(chan struct{}), make(chan struct{})
+	prefill := newPDSGLang(func(_ context.Context, _ *sglang.GenerateRequest, send func(*sglang.GenerateResponse) error) error {
+		if err := meet(pIn, dIn); err != nil {
+			return err
+		}
+		return send(sgComplete(5, 3, 7))
+	})
+	prefill.bootstrapPort = 9123
+	decode := newPDSGLang(func(_ context.Context, _ *sglang.GenerateRequest, send func(*sglang.GenerateResponse) error) error {
+		if err := meet(dIn, pIn); err != nil {
+			return err
+		}
+		_ = send(sgChunk(7, 8))
+		_ = send(sgChunk(9))
+		return send(sgComplete(5, 0, 7, 8, 9))
+	})
+	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
+	noLeaks(t)
+
+	req := pdRequest()
+	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, fin, err := readAll(st)
+	if err != nil || !slices.Equal(tokens, []uint32{7, 8, 9}) || fin == nil || fin.CompletionTokens != 3 {
+		t.Fatalf("decode stream: tokens %v, completion %+v, err %v", tokens, fin, err)
+	}
+	if !st.DecodeStarted() {
+		t.Error("DecodeStarted is false after the stream")
+	}
+	waitClosed(t, "both legs to end", st.Done())
+	if p := st.Prefill(); p.Err != nil || p.PromptTokens != 5 || p.CachedTokens != 3 || p.Duration <= 0 {
+		t.Errorf("prefill result %+v", p)
+	}
+	if d := st.Decode(); d.Err != nil || !slices.Equal(d.OutputIDs, []uint32{7, 8, 9}) {
+		t.Errorf("decode result %+v", d)
+	}
+
+	preq, dreq := <-prefill.reqs, <-decode.reqs
+	if !proto.Equal(preq, dreq) {
+		t.Errorf("legs differ:\nprefill %v\ndecode  %v", preq, dreq)
+	}
+	want := &sglang.DisaggregatedParams{BootstrapHost: "127.0.0.1", BootstrapPort: 9123, BootstrapRoom: 42}
+	if !proto.Equal(preq.GetDisaggregatedParams(), want) {
+		t.Errorf("disaggregated_params = %v, want %v", preq.GetDisaggregatedParams(), want)
+	}
+	if preq.GetRequestId() != "pd-1" || !preq.GetStream() || preq.GetSamplingParams().GetMaxNewTokens() != 16 {
+		t.Errorf("leg request %v", preq)
+	}
+	if req.Disaggregated != nil {
+		t.Error("the caller's request was modified")
+	}
+	for name, e := range map[string]*pdSGLang{"prefill": prefill, "decode": decode} {
+		if e.abortCount() != 0 || e.cancelCount() != 0 {
+			t.Errorf("%s: %d aborts, %d cancelled calls on a clean run", name, e.abortCount(), e.cancelCount())
+		}
+	}
+	if pw.InFlight() != 0 || dw.InFlight() != 0 {
+		t.Errorf("in flight after the request: prefill %d, decode %d", pw.InFlight(), dw.InFlight())
+	}
+}
+
+func TestPDSGLangBootstrapPort(t *testing.T) {
+	tests := []struct {
+		name     string
+		reported int
+		handoff  int
+		want     int32
+	}{
+		{"default", 0, 0, workers.DefaultBootstrapPort},
+		{"reported by the engine", 9123, 0, 9123},
+		{"override wins", 9123, 7000, 7000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			quick := func(_ context.Context, _ *sglang.GenerateRequest, send func(*sglang.GenerateResponse) error) error {
+				return send(sgComplete(5, 0, 1))
+			}
+			prefill, decode := newPDSGLang(quick), newPDSGLang(quick)
+			prefill.bootstrapPort = tt.reported
+			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
+			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{BootstrapPort: tt.handoff})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := readAll(st); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []*sglang.GenerateRequest{<-prefill.reqs, <-decode.reqs} {
+				if got := r.GetDisaggregatedParams().GetBootstrapPort(); got != tt.want {
+					t.Errorf("bootstrap_port = %d, want %d", got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// legFailure checks err is a LegError of leg with the gRPC code want.
+func legFailure(t *testing.T, err error, leg string, want codes.Code) {
+	t.Helper()
+	var le *workers.LegError
+	if !errors.As(err, &le) || le.Leg != leg || status.Code(err) != want {
+		t.Fatalf("err = %v (code %v), want a %s LegError with %v", err, status.Code(err), leg, want)
+	}
+}
+
+func TestPDSGLangPrefillFailsBeforeFirstToken(t *testing.T) {
+	tests := []struct {
+		name string
+		// decode's behaviour once released; wait is DecodeAbortWait.
+		decode    func(e *pdSGLang, release chan struct{}) sglangScript
+		wait      time.Duration
+		release   bool
+		wantAbort bool
+	}{
+		{"decode produces its first item, then is aborted", func(e *pdSGLang, release chan struct{}) sglangScript {
+			return func(ctx context.Context, _ *sglang.GenerateRequest, send func(*sglang.GenerateResponse) error) error {
+				if !e.hold(ctx, release) {
+					return ctx.Err()
+				}
+				_ = send(sgChunk(1))
+				e.hold(ctx, never)
+				return ctx.Err()
+			}
+		}, 10 * time.Second, true, true},
+		{"decode times out on the room by itself", func(e *pdSGLang, release chan struct{}) sglangScript {
+			return func(ctx context.Context, _ *sglang.GenerateRequest, _ func(*sglang.GenerateResponse) error) error {
+				if !e.hold(ctx, release) {
+					return ctx.Err()
+				}
+				return status.Error(codes.DeadlineExceeded, "bootstrap room never arrived")
+			}
+		}, 10 * time.Second, true, false},
+		{"decode silent: aborted after DecodeAbortWait", func(e *pdSGLang, release chan struct{}) sglangScript {
+			return func(ctx context.Context, _ *sglang.GenerateRequest, _ func(*sglang.GenerateResponse) error) error {
+				e.hold(ctx, release)
+				return ctx.Err()
+			}
+		}, 300 * time.Millisecond, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prefill := newPDSGLang(func(context.Context, *sglang.GenerateRequest, func(*sglang.GenerateResponse) error) error {
+				return status.Error(codes.Internal, "prefill engine crashed")
+			})
+			decode := newPDSGLang(nil)
+			release := make(chan struct{})
+			decode.script = tt.decode(decode, release)
+			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
+			noLeaks(t)
+
+			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{DecodeAbortWait: tt.wait})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.Recv()
+			legFailure(t, err, "prefill", codes.Unavailable)
+			<-decode.reqs
+			stays(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
+				return decode.abortCount() > 0 || decode.cancelCount() > 0
+			})
+			if st.DecodeStarted() {
+				t.Error("DecodeStarted before the decode leg produced anything")
+			}
+			if tt.release {
+				close(release)
+			}
+			waitClosed(t, "both legs to end", st.Done())
+			eventually(t, "the decode call to return", func() bool { return decode.returnCount() == 1 })
+			if got := decode.abortCount() == 1 && decode.cancelCount() == 1; got != tt.wantAbort {
+				t.Errorf("decode aborted = %v (aborts %d, cancelled %d), want %v",
+					got, decode.abortCount(), decode.cancelCount(), tt.wantAbort)
+			}
+			if st.Prefill().Err == nil || st.Decode().Err == nil {
+				t.Errorf("results: prefill %+v, decode %+v", st.Prefill(), st.Decode())
+			}
+			if pw.InFlight() != 0 || dw.InFlight() != 0 {
+				t.Errorf("in flight: prefill %d, decode %d", pw.InFlight(), dw.InFlight())
+			}
+		})
+	}
+}
+
+func TestPDSGLangDecodeFailsBeforeFirstToken(t *testing.T) {
+	prefill := newPDSGLang(nil)
+	prefill.script = func(ctx context.Context, _ *sglang.GenerateRequest, _ func(*sglang.GenerateResponse) error) error {
+		prefill.hold(ctx, never)
+		return ctx.Err()
+	}
+	decode := newPDSGLang(func(context.Context, *sglang.GenerateRequest, func(*sglang.GenerateResponse) error) error {
+		return status.Error(codes.Unavailable, "decode engine gone")
+	})
+	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
+	noLeaks(t)
+
+	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Recv()
+	legFailure(t, err, "decode", codes.Unavailable)
+	waitClosed(t, "both legs to end", st.Done())
+	eventually(t, "the prefill leg to be aborted", func() bool {
+		return prefill.abortCount() == 1 && prefill.cancelCount() == 1
+	})
+	if st.Prefill().Err == nil {
+		t.Error("an aborted prefill leg reports success")
+	}
+	// The error stays the answer.
+	if _, again := st.Recv(); again != err {
+		t.Errorf("second Recv = %v, want the same error", again)
+	}
+}
+
+func TestPDSGLangClientCancels(t *testing.T) {
+	t.Run("before the first token", func(t *testing.T) {
+		prefill, decode := newPDSGLang(nil), newPDSGLang(nil)
+		prefill.script = func(ctx context.Context, _ *sglang.GenerateRequest, _ func(*sglang.GenerateResponse) error) error {
+			prefill.hold(ctx, never)
+			return ctx.Err()
+		}
+		release := make(chan struct{})
+		decode.script = func(ctx context.Context, _ *sglang.GenerateRequest, send func(*sglang.GenerateResponse) error) error {
+			if !decode.hold(ctx, release) {
+				return ctx.Err()
+			}
+			_ = send(sgChunk(1))
+			decode.hold(ctx, never)
+			return ctx.Err()
+		}
+		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
+		noLeaks(t)
+
+		ctx, cancel := context.WithCancel(testCtx(t))
+		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-prefill.reqs
+		<-decode.reqs
+		cancel()
+		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
+			t.Fatalf("Recv = %v, want CANCELED", err)
+		}
+		eventually(t, "the prefill leg to be aborted", func() bool {
+			return prefill.abortCount() == 1 && prefill.cancelCount() == 1
+		})
+		stays(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
+			return decode.abortCount() > 0 || decode.cancelCount() > 0
+		})
+		close(release)
+		waitClosed(t, "both legs to end", st.Done())
+		eventually(t, "the decode leg to be aborted after its first item", func() bool {
+			return decode.abortCount() == 1 && decode.cancelCount() == 1
+		})
+	})
+
+	t.Run("after the first token", func(t *testing.T) {
+		prefill := newPDSGLang(func(_ context.Context, _ *sglang.GenerateRequest, send func(*sglang.GenerateResponse) error) error {
+			return send(sgComplete(5, 0, 1))
+		})
+		decode := newPDSGLang(nil)
+		decode.script = func(ctx context.Context, _ *sglang.GenerateRequest, send func(*sglang.GenerateResponse) error) error {
+			_ = send(sgChunk(1))
+			decode.hold(ctx, never)
+			return ctx.Err()
+		}
+		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
+		noLeaks(t)
+
+		ctx, cancel := context.WithCancel(testCtx(t))
+		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := st.Recv(); err != nil || !slices.Equal(c.TokenIDs, []uint32{1}) || !st.DecodeStarted() {
+			t.Fatalf("first item %+v, %v (started %v)", c, err, st.DecodeStarted())
+		}
+		waitClosed(t, "the prefill leg to end", st.PrefillDone())
+		cancel()
+		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
+			t.Fatalf("Recv after cancel = %v, want CANCELED", err)
+		}
+		waitClosed(t, "both legs to end", st.Done())
+		eventually(t, "the decode leg to be aborted", func() bool {
+			return decode.abortCount() == 1 && decode.cancelCount() == 1
+		})
+		if prefill.abortCount() != 0 {
+			t.Error("a finished prefill leg was aborted")
+		}
+		if st.Decode().Err == nil {
+			t.Error("a cancelled decode leg reports success")
+		}
+	})
+}
+
+func TestPDProtocolMismatch(t *testing.T) {
+	pw := newPDSGLang(nil).worker(t, workers.RolePrefill)
+	dw := newPDVLLM(nil).worker(t, workers.RoleDecode)
+	_, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("err = %v, want FAILED_PRECONDITION", err)
+	}
+}
+
+func TestLegErrorStatus(t *testing.T) {
+	tests := []struct {
+		err  error
+		want codes.Code
+	}{
+		{status.Error(codes.Internal, "boom"), codes.Unavailable},
+		{status.Error(codes.Unavailable, "gone"), codes.Unavailable},
+		{errors.New("no status"), codes.Unavailable},
+		{status.Error(codes.InvalidArgument, "prompt too long"), codes.InvalidArgument},
+		{status.Error(codes.Canceled, "cancelled"), codes.Canceled},
+	}
+	for _, tt := range tests {
+		le := &workers.LegError{Leg: "prefill", Worker: "grpc://p:1", Err: tt.err}
+		wrapped := fmt.Errorf("dispatch: %w", le)
+		if got := status.Code(le); got != tt.want {
+			t.Errorf("status.Code(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+		if got := status.Code(wrapped); got != tt.want {
+			t.Errorf("status.Code(wrapped %v) = %v, want %v", tt.err, got, tt.want)
+		}
+		if !errors.Is(le, tt.err) {
+			t.Errorf("errors.Is does not reach %v", tt.err)
+		}
+	}
+}
