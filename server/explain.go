@@ -29,6 +29,9 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		return nil, err
 	}
 	j.metadata = metadata.New(req.GetMetadata())
+	if s.pd != nil {
+		return a.explainPD(ctx, j)
+	}
 	dec, err := s.decide(ctx, j, true)
 	if err != nil {
 		return nil, err
@@ -41,18 +44,46 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		PromptTokens:          uint32(len(j.inputIDs)),
 		PredictedCachedTokens: uint32(dec.PredictedCachedTokens),
 	}
-	for _, w := range s.reg.Snapshot() {
+	resp.Workers = a.views(dec.Matched)
+	return resp, nil
+}
+
+// explainPD is Explain with prefill/decode disaggregation: the decode worker
+// is the response's worker, the prefill worker and its rule are reported
+// beside it, and matches are the prefill policy's.
+func (a *admin) explainPD(ctx context.Context, j *job) (*kvgatev1.ExplainResponse, error) {
+	dec, _, err := a.s.decidePD(ctx, j, true)
+	if err != nil {
+		return nil, err
+	}
+	return &kvgatev1.ExplainResponse{
+		Worker:                dec.Decode.Worker.URL(),
+		Policy:                a.s.pdPrefillName,
+		Branch:                dec.Decode.Branch,
+		Reason:                "prefill: " + dec.Prefill.Reason + "; decode: " + dec.Decode.Reason,
+		PromptTokens:          uint32(len(j.inputIDs)),
+		PredictedCachedTokens: uint32(dec.Prefill.PredictedCachedTokens),
+		Workers:               a.views(dec.Prefill.Matched),
+		PrefillWorker:         dec.Prefill.Worker.URL(),
+		PrefillBranch:         dec.Prefill.Branch,
+	}, nil
+}
+
+// views describes every worker as a policy saw it.
+func (a *admin) views(matched map[string]int) []*kvgatev1.WorkerView {
+	var out []*kvgatev1.WorkerView
+	for _, w := range a.reg.Snapshot() {
 		h := kvgatev1.Health_HEALTH_UNHEALTHY
 		if w.Healthy() {
 			h = kvgatev1.Health_HEALTH_HEALTHY
 		}
-		resp.Workers = append(resp.Workers, &kvgatev1.WorkerView{
+		out = append(out, &kvgatev1.WorkerView{
 			Address:       w.URL(),
 			Health:        h,
 			Load:          uint32(w.Load()),
 			InFlight:      uint32(w.InFlight()),
-			MatchedTokens: uint32(dec.Matched[w.URL()]),
+			MatchedTokens: uint32(matched[w.URL()]),
 		})
 	}
-	return resp, nil
+	return out
 }

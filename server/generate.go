@@ -106,8 +106,8 @@ func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, e
 // run is the request pipeline after the prompt is known: check it against the
 // workers, select, dispatch, relay.
 func (s *Server) run(ctx context.Context, j *job) error {
-	if len(j.sampling.GetStop()) > 0 && s.text == nil {
-		return status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
+	if s.pd != nil {
+		return s.runPD(ctx, j)
 	}
 	dec, err := s.decide(ctx, j, false)
 	if err != nil {
@@ -229,6 +229,7 @@ type relay struct {
 	text    strings.Builder
 	last    workers.Chunk // the engine's latest running totals
 	stopped bool          // a stop string matched here, not in the engine
+	firstAt time.Time     // when the first token arrived
 }
 
 func (s *Server) newRelay(j *job) *relay {
@@ -276,7 +277,8 @@ func (r *relay) send(ids []uint32) error {
 		return nil
 	}
 	if len(r.output) == 0 {
-		r.s.metrics.ttft.Observe(time.Since(r.j.start).Seconds())
+		r.firstAt = time.Now()
+		r.s.metrics.ttft.Observe(r.firstAt.Sub(r.j.start).Seconds())
 	}
 	index := len(r.output)
 	r.output = append(r.output, ids...)

@@ -29,6 +29,11 @@ type Metrics struct {
 	aborts     *prometheus.CounterVec
 	decisions  *prometheus.CounterVec
 
+	pdTTFT     prometheus.Histogram
+	pdPrefill  prometheus.Histogram
+	pdHandoff  prometheus.Histogram
+	pdFailures *prometheus.CounterVec
+
 	predictions      prometheus.Counter
 	predictionsExact prometheus.Counter
 	predictionOver   prometheus.Counter
@@ -76,6 +81,25 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_policy_decisions_total",
 			Help: "Routing decisions by policy and the rule that decided (cache_hit, cache_miss, imbalance, ring, sticky, ...).",
 		}, []string{"policy", "branch"}),
+		pdTTFT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvgate_pd_time_to_first_token_seconds",
+			Help:    "With prefill/decode disaggregation: from receiving the request to the decode leg's first token.",
+			Buckets: latencyBuckets,
+		}),
+		pdPrefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvgate_pd_prefill_duration_seconds",
+			Help:    "Duration of successful prefill legs.",
+			Buckets: latencyBuckets,
+		}),
+		pdHandoff: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvgate_pd_kv_transfer_seconds",
+			Help:    "From the prefill leg's end to the decode leg's first token: the KV transfer plus the first decode step.",
+			Buckets: latencyBuckets,
+		}),
+		pdFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_pd_failures_total",
+			Help: "Disaggregated requests that failed, by the leg that failed (prefill or decode).",
+		}, []string{"leg"}),
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_cache_prediction_observations_total",
 			Help: "Completed requests whose predicted cached tokens were compared with the engine's report.",
@@ -98,6 +122,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts, m.decisions,
+		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		&workerCollector{reg: reg},
 		collectors.NewGoCollector(),

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
@@ -44,6 +45,10 @@ type Config struct {
 	// token ids only, and text, chat and stop strings fail with
 	// FAILED_PRECONDITION.
 	Text *textmodel.Model
+	// PD, when set, serves every request with prefill/decode disaggregation
+	// over the registry's prefill and decode workers; Policy is then the
+	// prefill policy (its tree and metrics are exported).
+	PD *pd.Dispatcher
 }
 
 // Server is a configured kvgate gRPC server.
@@ -54,6 +59,9 @@ type Server struct {
 	log          *slog.Logger
 	abortTimeout time.Duration
 	text         *textmodel.Model
+	pd           *pd.Dispatcher
+	// pdPrefillName labels PD decisions with the prefill policy.
+	pdPrefillName string
 
 	grpc   *grpc.Server
 	health *health.Server
@@ -70,13 +78,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: Registry and Policy are required")
 	}
 	s := &Server{
-		reg:          cfg.Registry,
-		policy:       cfg.Policy,
-		metrics:      cfg.Metrics,
-		log:          cfg.Logger,
-		abortTimeout: cfg.AbortTimeout,
-		text:         cfg.Text,
-		health:       health.NewServer(),
+		reg:           cfg.Registry,
+		policy:        cfg.Policy,
+		metrics:       cfg.Metrics,
+		log:           cfg.Logger,
+		abortTimeout:  cfg.AbortTimeout,
+		text:          cfg.Text,
+		pd:            cfg.PD,
+		pdPrefillName: cfg.Policy.Name(),
+		health:        health.NewServer(),
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/workers"
@@ -46,6 +47,10 @@ type serveConfig struct {
 	embeddedPrefillSpeed float64
 	text                 textFlags
 	routing              policyFlags
+	pdMode               bool
+	decodeURLs           listFlag
+	prefillPolicy        string
+	decodePolicy         string
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -72,6 +77,10 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.embeddedPrefillSpeed, "embedded-prefill-tokens-per-sec", 0, "without --worker-urls: prefill speed of each simulated engine (0: the simulator's default)")
 	c.text.register(fs)
 	c.routing.register(fs)
+	fs.BoolVar(&c.pdMode, "pd-disaggregation", false, "prefill/decode disaggregation: --worker-urls are prefill workers (each may end in @BOOTSTRAP_PORT, e.g. grpc://p1:31000@8998), --decode the decode workers")
+	fs.Var(&c.decodeURLs, "decode", "with --pd-disaggregation: decode workers; several values space-separated, comma-separated or repeated")
+	fs.StringVar(&c.prefillPolicy, "prefill-policy", "cache_aware", "with --pd-disaggregation: policy choosing the prefill worker")
+	fs.StringVar(&c.decodePolicy, "decode-policy", "power_of_two", "with --pd-disaggregation: policy choosing the decode worker")
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -79,7 +88,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvgate serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.register(fs)
-	if err := fs.Parse(joinMultiValues(args, "worker-urls")); err != nil {
+	if err := fs.Parse(joinMultiValues(args, "worker-urls", "decode")); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -99,41 +108,57 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 	if err != nil {
 		return err
 	}
-	if !slices.Contains(policy.Names(), cfg.policy) {
-		return fmt.Errorf("unknown policy %q (available: %s)", cfg.policy, strings.Join(policy.Names(), ", "))
+	for _, name := range []string{cfg.policy, cfg.prefillPolicy, cfg.decodePolicy} {
+		if !slices.Contains(policy.Names(), name) {
+			return fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
+		}
+	}
+	if !cfg.pdMode && len(cfg.decodeURLs) > 0 {
+		return errors.New("--decode needs --pd-disaggregation")
 	}
 
-	urls := []string(cfg.workerURLs)
-	if len(urls) == 0 {
-		sims, err := startEmbedded(cfg, log)
+	groups, bootstrapPorts, stopSims, err := workerGroups(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopSims()
+	reg := workers.NewRegistry()
+	defer reg.Close()
+	for _, g := range groups {
+		if err := connectAll(ctx, reg, g.urls, workers.ConnectOptions{Protocol: proto, Role: g.role}, cfg.startupTimeout, log); err != nil {
+			return err
+		}
+	}
+
+	var (
+		pol        policy.Policy
+		runners    []policy.Runner
+		dispatcher *pd.Dispatcher
+	)
+	newPolicy := func(name string, role workers.Role) (policy.Policy, error) {
+		p, err := policy.New(name, cfg.routing.options(withRole(reg, role)))
+		if r, ok := p.(policy.Runner); ok {
+			runners = append(runners, r)
+		}
+		return p, err
+	}
+	if cfg.pdMode {
+		if pol, err = newPolicy(cfg.prefillPolicy, workers.RolePrefill); err != nil {
+			return err
+		}
+		dec, err := newPolicy(cfg.decodePolicy, workers.RoleDecode)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			for _, s := range sims {
-				s.Stop()
-			}
-		}()
-		for _, s := range sims {
-			urls = append(urls, "grpc://"+s.Addr())
-		}
-	}
-
-	reg := workers.NewRegistry()
-	defer reg.Close()
-	if err := connectAll(ctx, reg, urls, workers.ConnectOptions{Protocol: proto, Role: workers.RoleRegular}, cfg.startupTimeout, log); err != nil {
-		return err
-	}
-
-	pol, err := policy.New(cfg.policy, cfg.routing.options(reg.Snapshot()))
-	if err != nil {
+		dispatcher = pd.New(pd.Config{Prefill: pol, Decode: dec, BootstrapPorts: bootstrapPorts})
+	} else if pol, err = newPolicy(cfg.policy, workers.RoleRegular); err != nil {
 		return err
 	}
 	text, err := loadText(ctx, cfg.text, reg, log)
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Registry: reg, Policy: pol, Logger: log, Text: text})
+	srv, err := server.New(server.Config{Registry: reg, Policy: pol, Logger: log, Text: text, PD: dispatcher})
 	if err != nil {
 		return err
 	}
@@ -163,7 +188,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 
 	bg, stopBG := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	if r, ok := pol.(policy.Runner); ok {
+	for _, r := range runners {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -188,7 +213,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
-	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", pol.Name(), "workers", len(urls))
+	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", pol.Name(), "pd", cfg.pdMode, "workers", len(reg.Snapshot()))
 	if ready != nil {
 		ready(lis.Addr().String(), metricsAddr)
 	}
@@ -210,8 +235,90 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 	return err
 }
 
+// workerGroup is a list of worker URLs that share a role.
+type workerGroup struct {
+	role workers.Role
+	urls []string
+}
+
+// workerGroups reads the worker flags: regular workers, or with
+// --pd-disaggregation prefill workers (with their bootstrap ports) and decode
+// workers. With none given it starts simulated engines; stop ends them.
+func workerGroups(cfg serveConfig, log *slog.Logger) (groups []workerGroup, ports map[string]int, stop func(), err error) {
+	stop = func() {}
+	urls := []string(cfg.workerURLs)
+	if !cfg.pdMode {
+		if len(urls) == 0 {
+			sims, err := startEmbedded(cfg, sim.RoleRegular, log)
+			if err != nil {
+				return nil, nil, stop, err
+			}
+			stop, urls = stopAll(sims), simURLs(sims)
+		}
+		return []workerGroup{{workers.RoleRegular, urls}}, nil, stop, nil
+	}
+	decodes := []string(cfg.decodeURLs)
+	switch {
+	case len(urls) == 0 && len(decodes) == 0:
+		prefill, err := startEmbedded(cfg, sim.RolePrefill, log)
+		if err != nil {
+			return nil, nil, stop, err
+		}
+		decode, err := startEmbedded(cfg, sim.RoleDecode, log)
+		if err != nil {
+			stopAll(prefill)()
+			return nil, nil, stop, err
+		}
+		stop = stopAll(append(prefill, decode...))
+		urls, decodes = simURLs(prefill), simURLs(decode)
+	case len(urls) == 0 || len(decodes) == 0:
+		return nil, nil, stop, errors.New("--pd-disaggregation needs prefill workers (--worker-urls) and decode workers (--decode), or neither (simulated engines)")
+	}
+	ports = map[string]int{}
+	prefills := make([]string, len(urls))
+	for i, u := range urls {
+		url, port, err := pd.ParsePrefillURL(u)
+		if err != nil {
+			stop()
+			return nil, nil, func() {}, err
+		}
+		prefills[i] = url
+		if port > 0 {
+			ports[url] = port
+		}
+	}
+	return []workerGroup{{workers.RolePrefill, prefills}, {workers.RoleDecode, decodes}}, ports, stop, nil
+}
+
+func simURLs(sims []*sim.Server) []string {
+	var out []string
+	for _, s := range sims {
+		out = append(out, "grpc://"+s.Addr())
+	}
+	return out
+}
+
+func stopAll(sims []*sim.Server) func() {
+	return func() {
+		for _, s := range sims {
+			s.Stop()
+		}
+	}
+}
+
+// withRole lists the registered workers of one role.
+func withRole(reg *workers.Registry, role workers.Role) []*workers.Worker {
+	var out []*workers.Worker
+	for _, w := range reg.Snapshot() {
+		if w.Role() == role {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // startEmbedded starts the simulated engines used when no worker is given.
-func startEmbedded(cfg serveConfig, log *slog.Logger) ([]*sim.Server, error) {
+func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Server, error) {
 	if cfg.embeddedWorkers < 1 {
 		return nil, fmt.Errorf("--embedded-workers is %d; at least 1 is needed when --worker-urls is empty", cfg.embeddedWorkers)
 	}
@@ -219,6 +326,7 @@ func startEmbedded(cfg serveConfig, log *slog.Logger) ([]*sim.Server, error) {
 	for i := range cfg.embeddedWorkers {
 		sc := sim.DefaultConfig()
 		sc.Protocol = cfg.embeddedProtocol
+		sc.Role = role
 		sc.TimeScale = cfg.embeddedTimeScale
 		sc.Seed = int64(i)
 		if cfg.embeddedKVCapacity > 0 {
@@ -234,7 +342,7 @@ func startEmbedded(cfg serveConfig, log *slog.Logger) ([]*sim.Server, error) {
 			}
 			return nil, fmt.Errorf("start simulated engine %d: %w", i, err)
 		}
-		log.Info("simulated engine started", "address", s.Addr(), "protocol", sc.Protocol)
+		log.Info("simulated engine started", "address", s.Addr(), "protocol", sc.Protocol, "role", role)
 		sims = append(sims, s)
 	}
 	return sims, nil

@@ -121,6 +121,9 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--worker-protocol", "trtllm"}, "unknown worker protocol"},
 		{[]string{"--worker-urls", "https://a:1"}, "grpc://"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--decode", "a:1"}, "--pd-disaggregation"},
+		{[]string{"--pd-disaggregation", "--worker-urls", "a:1"}, "--decode"},
+		{[]string{"--pd-disaggregation", "--prefill-policy", "fastest"}, "unknown policy"},
 		{[]string{"stray"}, "unexpected arguments"},
 	}
 	for _, tc := range tests {
@@ -132,3 +135,43 @@ func TestServeRejectsBadFlags(t *testing.T) {
 }
 
 func proto32(v uint32) *uint32 { return &v }
+
+// TestEmbeddedPD runs the seed's PD example shape on the embedded default:
+// prefill and decode simulated engines in-process.
+func TestEmbeddedPD(t *testing.T) {
+	cfg := defaults(t, "--pd-disaggregation", "--port", "0", "--prometheus-port", "-1", "--embedded-time-scale", "0",
+		"--prefill-policy", "cache_aware", "--decode-policy", "power_of_two")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(g, _ string) { addrs <- g }) }()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("serve ended early: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not become ready")
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	st, err := kvgatev1.NewRouterClient(conn).Generate(rctx, &kvgatev1.GenerateRequest{
+		Text: "Disaggregated hello", SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto32(4)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if err != nil || m.GetComplete() == nil || m.GetComplete().PrefillWorker == "" || m.GetComplete().Worker == m.GetComplete().PrefillWorker {
+		t.Fatalf("Generate: %v, %v; want a completion naming distinct prefill and decode workers", m, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

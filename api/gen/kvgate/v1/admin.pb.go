@@ -290,7 +290,11 @@ type ExplainResponse struct {
 	// Prompt tokens the policy expects the chosen worker to have cached.
 	PredictedCachedTokens uint32 `protobuf:"varint,6,opt,name=predicted_cached_tokens,json=predictedCachedTokens,proto3" json:"predicted_cached_tokens,omitempty"`
 	// Every worker, with what the policy saw.
-	Workers       []*WorkerView `protobuf:"bytes,7,rep,name=workers,proto3" json:"workers,omitempty"`
+	Workers []*WorkerView `protobuf:"bytes,7,rep,name=workers,proto3" json:"workers,omitempty"`
+	// With prefill/decode disaggregation: the prefill worker chosen (worker is
+	// then the decode worker) and the rule that chose it.
+	PrefillWorker string `protobuf:"bytes,8,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
+	PrefillBranch string `protobuf:"bytes,9,opt,name=prefill_branch,json=prefillBranch,proto3" json:"prefill_branch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -372,6 +376,20 @@ func (x *ExplainResponse) GetWorkers() []*WorkerView {
 		return x.Workers
 	}
 	return nil
+}
+
+func (x *ExplainResponse) GetPrefillWorker() string {
+	if x != nil {
+		return x.PrefillWorker
+	}
+	return ""
+}
+
+func (x *ExplainResponse) GetPrefillBranch() string {
+	if x != nil {
+		return x.PrefillBranch
+	}
+	return ""
 }
 
 // WorkerView is one worker as the policy saw it for an Explain.
@@ -663,7 +681,7 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +
-	"\arequest\"\xff\x01\n" +
+	"\arequest\"\xcd\x02\n" +
 	"\x0fExplainResponse\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x16\n" +
@@ -671,7 +689,9 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12#\n" +
 	"\rprompt_tokens\x18\x05 \x01(\rR\fpromptTokens\x126\n" +
 	"\x17predicted_cached_tokens\x18\x06 \x01(\rR\x15predictedCachedTokens\x12/\n" +
-	"\aworkers\x18\a \x03(\v2\x15.kvgate.v1.WorkerViewR\aworkers\"\xa9\x01\n" +
+	"\aworkers\x18\a \x03(\v2\x15.kvgate.v1.WorkerViewR\aworkers\x12%\n" +
+	"\x0eprefill_worker\x18\b \x01(\tR\rprefillWorker\x12%\n" +
+	"\x0eprefill_branch\x18\t \x01(\tR\rprefillBranch\"\xa9\x01\n" +
 	"\n" +
 	"WorkerView\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12)\n" +

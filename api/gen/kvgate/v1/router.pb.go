@@ -530,8 +530,11 @@ type GenerateComplete struct {
 	Text string `protobuf:"bytes,6,opt,name=text,proto3" json:"text,omitempty"`
 	// The stop string that ended the generation, when one did.
 	MatchedStopString *string `protobuf:"bytes,7,opt,name=matched_stop_string,json=matchedStopString,proto3,oneof" json:"matched_stop_string,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// With prefill/decode disaggregation: the worker that ran the prefill leg
+	// (worker is then the decode worker).
+	PrefillWorker string `protobuf:"bytes,8,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateComplete) Reset() {
@@ -609,6 +612,13 @@ func (x *GenerateComplete) GetText() string {
 func (x *GenerateComplete) GetMatchedStopString() string {
 	if x != nil && x.MatchedStopString != nil {
 		return *x.MatchedStopString
+	}
+	return ""
+}
+
+func (x *GenerateComplete) GetPrefillWorker() string {
+	if x != nil {
+		return x.PrefillWorker
 	}
 	return ""
 }
@@ -1287,7 +1297,7 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\rGenerateChunk\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xe2\x02\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\x89\x03\n" +
 	"\x10GenerateComplete\x12\x1d\n" +
 	"\n" +
 	"output_ids\x18\x01 \x03(\rR\toutputIds\x12<\n" +
@@ -1296,7 +1306,8 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x05usage\x18\x04 \x01(\v2\x10.kvgate.v1.UsageR\x05usage\x12\x16\n" +
 	"\x06worker\x18\x05 \x01(\tR\x06worker\x12\x12\n" +
 	"\x04text\x18\x06 \x01(\tR\x04text\x123\n" +
-	"\x13matched_stop_string\x18\a \x01(\tH\x01R\x11matchedStopString\x88\x01\x01B\x18\n" +
+	"\x13matched_stop_string\x18\a \x01(\tH\x01R\x11matchedStopString\x88\x01\x01\x12%\n" +
+	"\x0eprefill_worker\x18\b \x01(\tR\rprefillWorkerB\x18\n" +
 	"\x16_matched_stop_token_idB\x16\n" +
 	"\x14_matched_stop_string\"~\n" +
 	"\x05Usage\x12#\n" +

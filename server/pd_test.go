@@ -1,0 +1,197 @@
+package server_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/server"
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// pdFleet is a router with prefill/decode disaggregation in front of two
+// simulated prefill engines and two decode engines (indices 0-1 and 2-3).
+func startPDFleet(t *testing.T, protocol string, tweak func(i int, c *sim.Config)) *fleet {
+	t.Helper()
+	ctx := context.Background()
+	f := &fleet{reg: workers.NewRegistry()}
+	t.Cleanup(func() { f.reg.Close() })
+	for i := range 4 {
+		c := sim.DefaultConfig()
+		c.Protocol = protocol
+		c.TimeScale = 0
+		c.PageSize = 16
+		c.Role, c.BootstrapTimeout = sim.RolePrefill, 300*time.Millisecond
+		role := workers.RolePrefill
+		if i >= 2 {
+			c.Role, role = sim.RoleDecode, workers.RoleDecode
+		}
+		c.Logger = slog.New(slog.DiscardHandler)
+		if tweak != nil {
+			tweak(i, &c)
+		}
+		s, err := sim.Start(c, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		f.sims = append(f.sims, s)
+		w, err := workers.Connect(ctx, s.Addr(), workers.ConnectOptions{Role: role})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.reg.Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pre, err := policy.New("cache_aware", policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := policy.New("power_of_two", policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv, err = server.New(server.Config{Registry: f.reg, Policy: pre, Logger: slog.New(slog.DiscardHandler),
+		PD: pd.New(pd.Config{Prefill: pre, Decode: dec})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go f.srv.Serve(lis)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.srv.Stop(ctx)
+	})
+	f.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.conn.Close() })
+	f.router = kvgatev1.NewRouterClient(f.conn)
+	f.admin = kvgatev1.NewAdminClient(f.conn)
+	return f
+}
+
+func TestPDStreamsTheDecodeLegAndReusesThePrefillCache(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			f := startPDFleet(t, proto, nil)
+			req := &kvgatev1.GenerateRequest{InputIds: prompt(10, 200), Stream: true,
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(12), IgnoreEos: true}}
+			first := f.mustGenerate(t, req)
+			c := first.complete
+			if len(c.OutputIds) != 12 || len(first.chunks) == 0 {
+				t.Fatalf("completion has %d ids after %d chunks, want 12", len(c.OutputIds), len(first.chunks))
+			}
+			if !strings.HasPrefix(c.PrefillWorker, "grpc://") || c.Worker == c.PrefillWorker {
+				t.Fatalf("served by prefill %q, decode %q", c.PrefillWorker, c.Worker)
+			}
+			var published, fetched, waited uint64
+			for _, s := range f.sims {
+				st := s.Engine().Stats()
+				published += st.RoomsPublished
+				fetched += st.RoomsFetched
+				waited += st.RoomWaits
+			}
+			if published != 1 || fetched != 1 || waited != 1 {
+				t.Fatalf("rooms published %d, fetched %d, waited for %d; want the decode engine to fetch the prefill engine's room",
+					published, fetched, waited)
+			}
+			again := f.mustGenerate(t, req).complete
+			if again.PrefillWorker != c.PrefillWorker || again.Usage.CachedTokens <= c.Usage.CachedTokens {
+				t.Fatalf("repeat: prefill %s (first %s), cached %d (first %d); want the same prefill engine and more cached tokens",
+					again.PrefillWorker, c.PrefillWorker, again.Usage.CachedTokens, c.Usage.CachedTokens)
+			}
+			resp, err := f.admin.Explain(context.Background(), &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{Generate: req}})
+			if err != nil || resp.PrefillWorker != c.PrefillWorker || resp.PrefillBranch != "cache_hit" {
+				t.Fatalf("explain: %v, %v; want a cache_hit on %s", resp, err, c.PrefillWorker)
+			}
+		})
+	}
+}
+
+func TestPDFaults(t *testing.T) {
+	for _, proto := range protocols {
+		tests := []struct {
+			name   string
+			faults func(i int, c *sim.Config)
+			code   codes.Code
+			leg    string
+		}{
+			{"prefill engine unavailable", func(i int, c *sim.Config) { c.Faults.Unavailable = i < 2 }, codes.Unavailable, "prefill"},
+			{"prefill engine dies mid-request", func(i int, c *sim.Config) {
+				if i < 2 {
+					c.Faults.DropAfterTokens = 1
+				}
+			}, codes.Unavailable, "prefill"},
+			{"decode engine unavailable", func(i int, c *sim.Config) { c.Faults.Unavailable = i >= 2 }, codes.Unavailable, "decode"},
+			{"bootstrap never completes", func(i int, c *sim.Config) { c.Faults.NeverPublish = i < 2 }, codes.Unavailable, "decode"},
+		}
+		for _, tc := range tests {
+			t.Run(proto+"/"+tc.name, func(t *testing.T) {
+				f := startPDFleet(t, proto, tc.faults)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(10, 64), Stream: true,
+					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}})
+				if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.leg) || r.complete != nil {
+					t.Fatalf("err = %v, want %v naming the %s leg and no completion", err, tc.code, tc.leg)
+				}
+				freed(t, f)
+			})
+		}
+		t.Run(proto+"/client cancels after the first token", func(t *testing.T) {
+			f := startPDFleet(t, proto, func(i int, c *sim.Config) {
+				if i >= 2 {
+					c.Faults.StallAfterTokens = 2
+				}
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(10, 64), Stream: true,
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(50), IgnoreEos: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			freed(t, f)
+		})
+	}
+}
+
+// freed waits until no engine holds a request and the router holds no load.
+func freed(t *testing.T, f *fleet) {
+	t.Helper()
+	eventually(t, "every engine and the router to free the request", func() bool {
+		for _, s := range f.sims {
+			if st := s.Engine().Stats(); st.Running+st.Waiting != 0 {
+				return false
+			}
+		}
+		for _, w := range f.reg.Snapshot() {
+			if w.InFlight() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
