@@ -10,7 +10,7 @@ PROTOC_GEN_GO_GRPC   := v1.6.0
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check
+.PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check bench
 
 all: build
 
@@ -67,3 +67,28 @@ golden: testdata
 
 golden-check: testdata
 	cd scripts/tokenizers && npm ci --no-audit --no-fund && node golden.mjs --check
+
+## bench: the policy comparison BENCHMARKS.md reports, against simulated engines
+## (an 8B model on one H100) in-process: bench/results/*.json, one SVG chart per
+## workload, and the router overhead. About 10 minutes on 2 cores; the trace replay
+## takes its first 600 requests (drop --requests for the whole trace: ~6 min a policy).
+BENCH_RESULTS  := bench/results
+BENCH_TRACE    ?= ../shared/data/traces/synthetic_trace.jsonl
+BENCH_POLICIES := cache_aware,cache_aware:smallest_tree,prefix_hash,power_of_two,round_robin,random
+bench: SHELL := /bin/bash
+bench: .SHELLFLAGS := -o pipefail -c
+bench:
+	mkdir -p $(BENCH_RESULTS)
+	go build -o $(BIN)/kvgate ./cmd/kvgate
+	$(BIN)/kvgate bench --workload shared-prefix --qps 4 --requests 128 --policies round_robin,cache_aware \
+		--json $(BENCH_RESULTS)/shared-prefix-unloaded.json | tee $(BENCH_RESULTS)/shared-prefix-unloaded.txt
+	$(BIN)/kvgate bench --workload shared-prefix --qps 160 --policies $(BENCH_POLICIES) \
+		--json $(BENCH_RESULTS)/shared-prefix.json --plot $(BENCH_RESULTS)/shared-prefix.svg | tee $(BENCH_RESULTS)/shared-prefix.txt
+	$(BIN)/kvgate bench --workload multiturn --users 64 --qps 2 --policies round_robin,cache_aware \
+		--json $(BENCH_RESULTS)/multiturn-unloaded.json | tee $(BENCH_RESULTS)/multiturn-unloaded.txt
+	$(BIN)/kvgate bench --workload multiturn --users 256 --policies $(BENCH_POLICIES) \
+		--json $(BENCH_RESULTS)/multiturn.json --plot $(BENCH_RESULTS)/multiturn.svg | tee $(BENCH_RESULTS)/multiturn.txt
+	$(BIN)/kvgate bench --workload trace --trace $(BENCH_TRACE) --speed 3 --requests 600 \
+		--policies cache_aware,prefix_hash,power_of_two,round_robin \
+		--json $(BENCH_RESULTS)/trace.json --plot $(BENCH_RESULTS)/trace.svg | tee $(BENCH_RESULTS)/trace.txt
+	$(BIN)/kvgate bench --overhead | tee $(BENCH_RESULTS)/overhead.txt

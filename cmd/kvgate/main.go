@@ -2,6 +2,7 @@
 //
 //	kvgate serve   run the router (with no --worker-urls: two simulated engines in-process)
 //	kvgate sim            run a simulated SGLang or vLLM engine
+//	kvgate bench          compare routing policies on a workload, or measure router overhead
 //	kvgate tokenize       print the token ids of a text, or of a batch of texts
 //	kvgate chat-template  render a chat template, or a file of template cases
 //
@@ -24,6 +25,7 @@ const usage = `kvgate: a gRPC-native, cache-aware router for LLM inference fleet
 Usage:
   kvgate serve [flags]   run the router (no --worker-urls: two simulated engines in-process)
   kvgate sim [flags]     run a simulated SGLang or vLLM engine
+  kvgate bench [flags]   compare routing policies on a workload (shared-prefix, multiturn, trace)
   kvgate tokenize --tokenizer PATH [--add-special-tokens] [--batch] TEXT
                          print token ids (with --batch: JSON array in, JSON array out)
   kvgate chat-template --model-path DIR | --template FILE --messages FILE | --cases FILE
@@ -56,6 +58,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return runServe(ctx, args[1:], stderr)
 	case "sim":
 		return runSim(ctx, args[1:], stderr)
+	case "bench":
+		return runBench(ctx, args[1:], os.Stdout, stderr)
 	case "tokenize":
 		return runTokenize(args[1:], os.Stdin, os.Stdout, stderr)
 	case "chat-template":

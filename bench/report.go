@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the result of one `kvgate bench` invocation; its JSON field names
+// are read by other tools: keep them stable.
+type Report struct {
+	Workload string      `json:"workload"`
+	Runs     []PolicyRun `json:"runs"`
+}
+
+// PolicyRun is one policy's result.
+type PolicyRun struct {
+	Policy             string  `json:"policy"`
+	TTFT               Summary `json:"ttft_ms"`
+	ITL                Summary `json:"itl_ms"`
+	E2E                Summary `json:"e2e_ms"`
+	RequestsPerSec     float64 `json:"requests_per_s"`
+	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
+	CacheHitRate       float64 `json:"cache_hit_rate"`
+	OracleHitRate      float64 `json:"oracle_hit_rate"`
+	// PredictionExact is null for policies that predict nothing.
+	PredictionExact *float64 `json:"prediction_exact"`
+	LoadCoV         float64  `json:"load_cov"`
+	Requests        int      `json:"requests"`
+	Errors          int      `json:"errors"`
+
+	// TTFTs are the successful requests' TTFTs in ms, sorted, for the chart.
+	TTFTs []float64 `json:"-"`
+}
+
+func nullable(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// summarize folds a run's outcomes into its figures. workers is the fleet
+// size (0: only the workers seen count towards the load CoV).
+// The hit rates count the successful requests only.
+func summarize(label string, start time.Time, os []outcome, workers int) PolicyRun {
+	r := PolicyRun{Policy: label, Requests: len(os)}
+	var ttft, itl, e2e []float64
+	var prompt, cached, oracle, completion int
+	perWorker := map[string]int{}
+	end := start
+	for _, o := range os {
+		if o.end.After(end) {
+			end = o.end
+		}
+		if o.err != nil {
+			r.Errors++
+			continue
+		}
+		ttft = append(ttft, ms(o.ttft))
+		e2e = append(e2e, ms(o.e2e))
+		for _, g := range o.itl {
+			itl = append(itl, ms(g))
+		}
+		prompt += o.prompt
+		cached += o.cached
+		oracle += o.oracle
+		completion += o.completion
+		perWorker[o.worker]++
+	}
+	r.TTFT, r.ITL, r.E2E = Summarize(ttft), Summarize(itl), Summarize(e2e)
+	r.TTFTs = sortedCopy(ttft)
+	if secs := end.Sub(start).Seconds(); secs > 0 {
+		r.RequestsPerSec = float64(len(ttft)) / secs
+		r.OutputTokensPerSec = float64(completion) / secs
+	}
+	if prompt > 0 {
+		r.CacheHitRate = float64(cached) / float64(prompt)
+		r.OracleHitRate = float64(oracle) / float64(prompt)
+	}
+	counts := make([]int, 0, max(workers, len(perWorker)))
+	for _, c := range perWorker {
+		counts = append(counts, c)
+	}
+	for len(counts) < workers {
+		counts = append(counts, 0)
+	}
+	r.LoadCoV = CoV(counts)
+	return r
+}
+
+// WriteJSON writes the report as indented JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteTable prints the report as an aligned table.
+func (rep *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "workload: %s\n", rep.Workload)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tttft p50\tp90\tp99\tmean\titl p50\tp99\te2e p50\tp99\treq/s\tout tok/s\thit\toracle\tpred exact\tload cov\treqs\terrors\t")
+	for _, r := range rep.Runs {
+		pe := "-"
+		if r.PredictionExact != nil {
+			pe = fmt.Sprintf("%.3f", *r.PredictionExact)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f\t%.3f\t%.3f\t%s\t%.3f\t%d\t%d\t\n",
+			r.Policy, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.TTFT.Mean, r.ITL.P50, r.ITL.P99, r.E2E.P50, r.E2E.P99,
+			r.RequestsPerSec, r.OutputTokensPerSec, r.CacheHitRate, r.OracleHitRate, pe, r.LoadCoV, r.Requests, r.Errors)
+	}
+	fmt.Fprintln(tw, "(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)")
+	return tw.Flush()
+}

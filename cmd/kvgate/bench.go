@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/kvgate/kvgate/bench"
+)
+
+// simFlagsSkipped are the simulated engine's flags that make no sense for a
+// benchmark fleet (roles, faults) or would break its token-id workloads
+// (vocabulary, tokenizer).
+var simFlagsSkipped = map[string]bool{
+	"model": true, "tokenizer-path": true, "vocab-size": true, "eos-token-id": true, "role": true, "bootstrap-port": true, "bootstrap-timeout": true, "kv-transfer-gbps": true,
+	"never-publish": true, "fail-after": true, "fail-unavailable": true, "stall-after": true, "unhealthy": true,
+}
+
+// benchConfig is everything `kvgate bench` is told on its command line.
+type benchConfig struct {
+	workload    bench.WorkloadConfig
+	run         bench.Config
+	policies    string
+	seed        uint64
+	concurrency int
+	jsonPath    string
+	plotPath    string
+	overhead    bool
+}
+
+func (c *benchConfig) register(fs *flag.FlagSet) {
+	c.workload = bench.DefaultWorkloadConfig()
+	c.run.Sim = bench.SimConfig()
+	w := &c.workload
+	fs.StringVar(&w.Name, "workload", bench.SharedPrefix, "workload: shared-prefix, multiturn or trace")
+	fs.StringVar(&c.policies, "policies", "cache_aware,round_robin", "comma-separated policies to compare, each against a fresh fleet (cache_aware:least_loaded and cache_aware:smallest_tree pick cache_aware's miss fallback)")
+	fs.IntVar(&c.run.Workers, "workers", 8, "simulated engines per fleet")
+	fs.Uint64Var(&c.seed, "seed", 1, "workload seed (the same seed gives the same prompts and outputs)")
+	fs.Float64Var(&w.QPS, "qps", 0, "shared-prefix: Poisson arrival rate of requests; multiturn: of conversations (0: as fast as --concurrency allows)")
+	fs.IntVar(&w.Requests, "requests", 0, "send at most this many requests (0: the whole workload)")
+	fs.IntVar(&c.concurrency, "concurrency", -1, "maximum requests in flight (0: unlimited; -1: 64 for shared-prefix without --qps, else unlimited)")
+	fs.StringVar(&w.TracePath, "trace", "", "trace workload: Mooncake-format JSONL file")
+	fs.Float64Var(&w.Speed, "speed", 1, "trace workload: replay speed-up (timestamps are divided by it)")
+	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
+	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle) to this file")
+	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
+	fs.StringVar(&c.run.Target, "target", "", "host:port of a running router to measure instead of in-process fleets (one run, labelled \"target\")")
+	fs.IntVar(&w.Groups, "groups", w.Groups, "shared-prefix: prompt groups")
+	fs.IntVar(&w.PromptsPerGroup, "prompts-per-group", w.PromptsPerGroup, "shared-prefix: prompts per group")
+	fs.IntVar(&w.SystemTokens, "system-tokens", w.SystemTokens, "shared-prefix: tokens of each group's system prompt")
+	fs.IntVar(&w.QuestionTokens, "question-tokens", w.QuestionTokens, "shared-prefix: tokens of each question; multiturn: of each user turn")
+	fs.IntVar(&w.OutputTokens, "output-tokens", w.OutputTokens, "shared-prefix: output tokens per request")
+	fs.IntVar(&w.Users, "users", w.Users, "multiturn: parallel conversations")
+	fs.IntVar(&w.Rounds, "rounds", w.Rounds, "multiturn: turns per conversation")
+	fs.IntVar(&w.MultiturnSystemTokens, "multiturn-system-tokens", w.MultiturnSystemTokens, "multiturn: tokens of the shared system prompt")
+	fs.IntVar(&w.AnswerTokens, "answer-tokens", w.AnswerTokens, "multiturn: output tokens per turn")
+
+	// The simulated engine's flags, as `kvgate sim` has them; its --seed is
+	// --sim-seed here (--seed is the workload's).
+	simFS := flag.NewFlagSet("sim", flag.ContinueOnError)
+	c.run.Sim.RegisterFlags(simFS)
+	simFS.VisitAll(func(f *flag.Flag) {
+		if simFlagsSkipped[f.Name] {
+			return
+		}
+		name := f.Name
+		if fs.Lookup(name) != nil || name == "seed" {
+			name = "sim-" + name
+		}
+		fs.Var(f.Value, name, "simulated engines: "+f.Usage)
+	})
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c benchConfig
+	fs := flag.NewFlagSet("kvgate bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	if c.overhead {
+		return runOverhead(ctx, &c, stdout)
+	}
+	c.workload.Seed = c.seed
+	c.run.Seed = int32(c.seed & 0x7fffffff)
+	c.run.Progress = stderr
+	for _, p := range strings.Split(c.policies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if _, _, err := bench.ParsePolicy(p); err != nil {
+				return err
+			}
+			c.run.Policies = append(c.run.Policies, p)
+		}
+	}
+	if len(c.run.Policies) == 0 && c.run.Target == "" {
+		return errors.New("--policies is empty")
+	}
+	c.run.Concurrency = c.concurrency
+	if c.concurrency < 0 {
+		c.run.Concurrency = 0
+		if c.workload.Name == bench.SharedPrefix && c.workload.QPS == 0 {
+			c.run.Concurrency = 64
+		}
+	}
+	wl, err := bench.Generate(c.workload)
+	if err != nil {
+		return err
+	}
+	if c.run.Target != "" {
+		fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, router at %s\n", wl.Name, wl.Size(), c.run.Target)
+	} else {
+		fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, policies %s, %d simulated engines each\n", wl.Name, wl.Size(), strings.Join(c.run.Policies, ","), c.run.Workers)
+	}
+	rep, err := bench.Run(ctx, c.run, wl)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if c.jsonPath != "" {
+		if err := writeFile(c.jsonPath, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if c.plotPath != "" {
+		note := c.note()
+		if err := writeFile(c.plotPath, func(w io.Writer) error { return rep.WritePlot(w, note) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// note describes the fleet for the chart.
+func (c *benchConfig) note() string {
+	if c.run.Target != "" {
+		return "router at " + c.run.Target
+	}
+	s := c.run.Sim
+	return fmt.Sprintf("%d simulated engines (time scale %g, prefill %g tok/s, decode %g ms/token, KV %d tokens), seed %d",
+		c.run.Workers, s.TimeScale, s.PrefillTokensPerSec, s.DecodeMsPerToken, s.KVCapacityTokens, c.seed)
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
