@@ -70,8 +70,8 @@ golden-check: testdata
 
 ## bench: the policy comparison BENCHMARKS.md reports, against simulated engines
 ## (an 8B model on one H100) in-process: bench/results/*.json, one SVG chart per
-## workload, and the router overhead. About 10 minutes on 2 cores; the trace replay
-## takes its first 600 requests (drop --requests for the whole trace: ~6 min a policy).
+## workload, and the router overhead. About 25 minutes on 2 cores, most of it the
+## whole synthetic trace (4 policies x ~4.5 minutes).
 BENCH_RESULTS  := bench/results
 BENCH_TRACE    ?= ../shared/data/traces/synthetic_trace.jsonl
 BENCH_POLICIES := cache_aware,cache_aware:smallest_tree,prefix_hash,power_of_two,round_robin,random
@@ -88,7 +88,7 @@ bench:
 		--json $(BENCH_RESULTS)/multiturn-unloaded.json | tee $(BENCH_RESULTS)/multiturn-unloaded.txt
 	$(BIN)/kvgate bench --workload multiturn --users 256 --policies $(BENCH_POLICIES) \
 		--json $(BENCH_RESULTS)/multiturn.json --plot $(BENCH_RESULTS)/multiturn.svg | tee $(BENCH_RESULTS)/multiturn.txt
-	$(BIN)/kvgate bench --workload trace --trace $(BENCH_TRACE) --speed 3 --requests 600 \
+	$(BIN)/kvgate bench --workload trace --trace $(BENCH_TRACE) --speed 3 \
 		--policies cache_aware,prefix_hash,power_of_two,round_robin \
 		--json $(BENCH_RESULTS)/trace.json --plot $(BENCH_RESULTS)/trace.svg | tee $(BENCH_RESULTS)/trace.txt
 	$(BIN)/kvgate bench --overhead | tee $(BENCH_RESULTS)/overhead.txt
