@@ -149,6 +149,11 @@ func (s *Server) run(ctx context.Context, j *job) error {
 		s.abort(ctx, log, w, j.id)
 	}
 	done.Worker = w.URL()
+	return finish(ctx, log, j, done)
+}
+
+// finish sends the completion and logs the request's outcome.
+func finish(ctx context.Context, log *slog.Logger, j *job, done *kvgatev1.GenerateComplete) error {
 	if err := j.send(nil, done); err != nil {
 		return err
 	}
@@ -208,16 +213,7 @@ func (j *job) policyRequest(ctx context.Context, dryRun bool) *policy.Request {
 // candidates are the workers that serve whole requests, healthy or not, in
 // registration order: policies skip unhealthy ones themselves, and keep their
 // own indices (x-target-worker) and hash rings stable while health flaps.
-func (s *Server) candidates() []*workers.Worker {
-	all := s.reg.Snapshot()
-	out := all[:0]
-	for _, w := range all {
-		if w.Role() == workers.RoleRegular {
-			out = append(out, w)
-		}
-	}
-	return out
-}
+func (s *Server) candidates() []*workers.Worker { return s.reg.WithRole(workers.RoleRegular) }
 
 // relay copies one worker stream to the client, detokenizing it when the
 // router has a tokenizer.

@@ -16,19 +16,6 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// workersWithRole lists the registered workers of one role, in registration
-// order.
-func (s *Server) workersWithRole(r workers.Role) []*workers.Worker {
-	all := s.reg.Snapshot()
-	out := all[:0]
-	for _, w := range all {
-		if w.Role() == r {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
 // decidePD checks the prompt against both sides and asks the dispatcher for
 // a prefill/decode pair. A real (not dry-run) decision holds a bootstrap
 // room; the caller dispatches it or releases it.
@@ -36,7 +23,7 @@ func (s *Server) decidePD(ctx context.Context, j *job, dryRun bool) (pd.Decision
 	if len(j.sampling.GetStop()) > 0 && s.text == nil {
 		return pd.Decision{}, nil, status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
 	}
-	prefills, decodes := s.workersWithRole(workers.RolePrefill), s.workersWithRole(workers.RoleDecode)
+	prefills, decodes := s.reg.WithRole(workers.RolePrefill), s.reg.WithRole(workers.RoleDecode)
 	for _, side := range []struct {
 		name string
 		ws   []*workers.Worker
@@ -116,16 +103,7 @@ func (s *Server) runPD(ctx context.Context, j *job) error {
 	}
 	done.Worker = d.URL()
 	done.PrefillWorker = p.URL()
-	if err := j.send(nil, done); err != nil {
-		return err
-	}
-	log.InfoContext(ctx, "generate done",
-		"prompt_tokens", done.Usage.PromptTokens,
-		"cached_tokens", done.Usage.CachedTokens,
-		"completion_tokens", done.Usage.CompletionTokens,
-		"finish_reason", done.FinishReason.String(),
-		"duration", time.Since(j.start))
-	return nil
+	return finish(ctx, log, j, done)
 }
 
 // pdFailed maps a two-legged failure to what the client sees, naming the leg.

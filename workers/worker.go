@@ -202,6 +202,20 @@ func (r *Registry) Snapshot() []*Worker {
 	return out
 }
 
+// WithRole returns the registered workers of one role, in registration
+// order, healthy or not.
+func (r *Registry) WithRole(role Role) []*Worker {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []*Worker
+	for _, w := range r.workers {
+		if w.role == role {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // Get returns the worker with the given URL (grpc://host:port or host:port).
 func (r *Registry) Get(addr string) (*Worker, bool) {
 	url, _, err := ParseAddress(addr)

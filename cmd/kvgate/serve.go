@@ -136,7 +136,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		dispatcher *pd.Dispatcher
 	)
 	newPolicy := func(name string, role workers.Role) (policy.Policy, error) {
-		p, err := policy.New(name, cfg.routing.options(withRole(reg, role)))
+		p, err := policy.New(name, cfg.routing.options(reg.WithRole(role)))
 		if r, ok := p.(policy.Runner); ok {
 			runners = append(runners, r)
 		}
@@ -304,17 +304,6 @@ func stopAll(sims []*sim.Server) func() {
 			s.Stop()
 		}
 	}
-}
-
-// withRole lists the registered workers of one role.
-func withRole(reg *workers.Registry, role workers.Role) []*workers.Worker {
-	var out []*workers.Worker
-	for _, w := range reg.Snapshot() {
-		if w.Role() == role {
-			out = append(out, w)
-		}
-	}
-	return out
 }
 
 // startEmbedded starts the simulated engines used when no worker is given.
