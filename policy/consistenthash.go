@@ -99,8 +99,8 @@ func selectTarget(t string, candidates []*workers.Worker) (Decision, error) {
 			ErrTargetUnavailable, ErrInvalidTarget, t, indexRange(len(candidates)))
 	}
 	if i >= len(candidates) {
-		return Decision{}, fmt.Errorf("%w: x-target-worker %d is out of range (%s)",
-			ErrTargetUnavailable, i, indexRange(len(candidates)))
+		return Decision{}, fmt.Errorf("%w: %w: x-target-worker %d is out of range (%s)",
+			ErrTargetUnavailable, ErrInvalidTarget, i, indexRange(len(candidates)))
 	}
 	w := candidates[i]
 	if !w.Healthy() {

@@ -49,8 +49,8 @@ func TestConsistentHashingTargetErrors(t *testing.T) {
 		mention string // the message names this
 	}{
 		{"1", false, "unhealthy"},
-		{"3", false, "out of range"},
-		{"99", false, "indices 0 to 2"},
+		{"3", true, "out of range"},
+		{"99", true, "indices 0 to 2"},
 		{"-1", true, `"-1"`},
 		{"one", true, `x-target-worker "one"`},
 	}

@@ -31,6 +31,10 @@ type Request struct {
 	// DryRun asks for the decision without its effects: no tree insertion, no
 	// round-robin step, no sticky assignment. Admin.Explain sets it.
 	DryRun bool
+	// Exclude lists workers (by URL) this request must not be sent to: the
+	// workers earlier attempts of the same request failed on. Policies treat
+	// them as unavailable for this request only.
+	Exclude []string
 }
 
 // Decision is a policy's answer: the worker, and why it was chosen.

@@ -1,22 +1,27 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec wrapped below
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// requestCodec is gRPC's proto codec with one difference. A request whose
-// string field is not valid UTF-8 fails to decode, and grpc-go answers that
-// with INTERNAL before any handler runs, blaming the router for the client's
-// bytes. This codec instead hands the handler an empty request marked with
-// the offending field's name, and the handler answers INVALID_ARGUMENT.
+// requestCodec is gRPC's proto codec with one difference. A request that
+// fails to decode (a string field that is not valid UTF-8, or bytes that are
+// not the message at all) is answered by grpc-go with INTERNAL before any
+// handler runs, blaming the router for the client's bytes. This codec instead
+// hands over an empty request marked with what was wrong, and the
+// rejectUndecodable interceptors answer INVALID_ARGUMENT with it.
 type requestCodec struct{ encoding.CodecV2 }
 
 func newRequestCodec() requestCodec { return requestCodec{encoding.GetCodecV2("proto")} }
@@ -34,18 +39,50 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return err
 	}
-	field := invalidUTF8Field(m.ProtoReflect().Descriptor(), data.Materialize(), "")
-	if field == "" {
-		return err
+	md := m.ProtoReflect().Descriptor()
+	why := fmt.Sprintf("the request is not a valid %s message: %v", md.FullName(), err)
+	if field := invalidUTF8Field(md, data.Materialize(), ""); field != "" {
+		why = field + " is not valid UTF-8"
 	}
 	proto.Reset(m)
 	mark := protowire.AppendTag(nil, markerField, protowire.BytesType)
-	mark = protowire.AppendString(mark, field)
+	mark = protowire.AppendString(mark, why)
 	m.ProtoReflect().SetUnknown(mark)
 	return nil
 }
 
-// undecodable reports the field a request's codec could not decode.
+// rejectUndecodableUnary answers INVALID_ARGUMENT for a request the codec
+// could not decode, before its handler runs.
+func rejectUndecodableUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if m, ok := req.(proto.Message); ok {
+		if why, bad := undecodable(m); bad {
+			return nil, status.Error(codes.InvalidArgument, why)
+		}
+	}
+	return handler(ctx, req)
+}
+
+// rejectUndecodableStream does the same for the requests of streaming RPCs,
+// as the handler receives them.
+func rejectUndecodableStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, checkedStream{ss})
+}
+
+type checkedStream struct{ grpc.ServerStream }
+
+func (s checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if pm, ok := m.(proto.Message); ok {
+		if why, bad := undecodable(pm); bad {
+			return status.Error(codes.InvalidArgument, why)
+		}
+	}
+	return nil
+}
+
+// undecodable reports why the codec could not decode a request.
 func undecodable(m proto.Message) (string, bool) {
 	b := m.ProtoReflect().GetUnknown()
 	for len(b) > 0 {
@@ -102,10 +139,9 @@ func invalidUTF8Field(md protoreflect.MessageDescriptor, b []byte, prefix string
 				return name
 			}
 		case protoreflect.MessageKind:
-			if !fd.IsMap() {
-				if f := invalidUTF8Field(fd.Message(), v, name+"."); f != "" {
-					return f
-				}
+			// A map entry is a message of its key and value.
+			if f := invalidUTF8Field(fd.Message(), v, name+"."); f != "" {
+				return f
 			}
 		}
 	}

@@ -9,9 +9,6 @@ import (
 )
 
 func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvgatev1.ExplainResponse, error) {
-	if field, bad := undecodable(req); bad {
-		return nil, invalid("%s is not valid UTF-8", field)
-	}
 	s := a.s
 	var (
 		j   *job
@@ -29,44 +26,38 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		return nil, err
 	}
 	j.metadata = metadata.New(req.GetMetadata())
-	if s.pd != nil {
-		return a.explainPD(ctx, j)
-	}
-	dec, err := s.decide(ctx, j, true)
+	p, err := s.disp.place(ctx, j, true)
 	if err != nil {
 		return nil, err
 	}
-	resp := &kvgatev1.ExplainResponse{
-		Worker:                dec.Worker.URL(),
-		Policy:                s.policy.Name(),
-		Branch:                dec.Branch,
-		Reason:                dec.Reason,
-		PromptTokens:          uint32(len(j.inputIDs)),
-		PredictedCachedTokens: uint32(dec.PredictedCachedTokens),
+	switch p := p.(type) {
+	case *pair:
+		// The decode worker is the response's worker; the prefill worker
+		// and its rule are reported beside it, and matches are the prefill
+		// policy's.
+		return &kvgatev1.ExplainResponse{
+			Worker:                p.dec.Decode.Worker.URL(),
+			Policy:                s.disp.policyName(),
+			Branch:                p.dec.Decode.Branch,
+			Reason:                "prefill: " + p.dec.Prefill.Reason + "; decode: " + p.dec.Decode.Reason,
+			PromptTokens:          uint32(len(j.inputIDs)),
+			PredictedCachedTokens: uint32(p.dec.Prefill.PredictedCachedTokens),
+			Workers:               a.views(p.dec.Prefill.Matched),
+			PrefillWorker:         p.dec.Prefill.Worker.URL(),
+			PrefillBranch:         p.dec.Prefill.Branch,
+		}, nil
+	default:
+		dec := p.decision()
+		return &kvgatev1.ExplainResponse{
+			Worker:                dec.Worker.URL(),
+			Policy:                s.disp.policyName(),
+			Branch:                dec.Branch,
+			Reason:                dec.Reason,
+			PromptTokens:          uint32(len(j.inputIDs)),
+			PredictedCachedTokens: uint32(dec.PredictedCachedTokens),
+			Workers:               a.views(dec.Matched),
+		}, nil
 	}
-	resp.Workers = a.views(dec.Matched)
-	return resp, nil
-}
-
-// explainPD is Explain with prefill/decode disaggregation: the decode worker
-// is the response's worker, the prefill worker and its rule are reported
-// beside it, and matches are the prefill policy's.
-func (a *admin) explainPD(ctx context.Context, j *job) (*kvgatev1.ExplainResponse, error) {
-	dec, _, err := a.s.decidePD(ctx, j, true)
-	if err != nil {
-		return nil, err
-	}
-	return &kvgatev1.ExplainResponse{
-		Worker:                dec.Decode.Worker.URL(),
-		Policy:                a.s.pdPrefillName,
-		Branch:                dec.Decode.Branch,
-		Reason:                "prefill: " + dec.Prefill.Reason + "; decode: " + dec.Decode.Reason,
-		PromptTokens:          uint32(len(j.inputIDs)),
-		PredictedCachedTokens: uint32(dec.Prefill.PredictedCachedTokens),
-		Workers:               a.views(dec.Prefill.Matched),
-		PrefillWorker:         dec.Prefill.Worker.URL(),
-		PrefillBranch:         dec.Prefill.Branch,
-	}, nil
 }
 
 // views describes every worker as a policy saw it.

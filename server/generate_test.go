@@ -288,6 +288,16 @@ func TestBadInputIsRejectedWithTheFieldAndLimit(t *testing.T) {
 		{"min above max", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
 			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(5), MinNewTokens: 9}}, []string{"min_new_tokens", "9", "5"}},
 		{"request id too long", &kvgatev1.GenerateRequest{RequestId: strings.Repeat("x", 300), InputIds: prompt(0, 4)}, []string{"request_id", "256"}},
+		{"prompt plus min_new_tokens beyond context, max unset", &kvgatev1.GenerateRequest{InputIds: prompt(0, 200),
+			SamplingParams: &kvgatev1.SamplingParams{MinNewTokens: 100}}, []string{"min_new_tokens", "300", "256"}},
+		{"empty stop string", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{Stop: []string{"ok", ""}}}, []string{"stop[1]", "empty"}},
+		{"too many stop strings", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{Stop: slices.Repeat([]string{"x"}, 65)}}, []string{"stop", "65", "64"}},
+		{"stop string too long", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{Stop: []string{strings.Repeat("x", 1025)}}}, []string{"stop[0]", "1025", "1024"}},
+		{"stop token outside vocabulary", &kvgatev1.GenerateRequest{InputIds: prompt(0, 4),
+			SamplingParams: &kvgatev1.SamplingParams{StopTokenIds: []uint32{5, 4000}}}, []string{"stop_token_ids[1]", "4000", "vocab_size 1000"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

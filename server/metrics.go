@@ -34,6 +34,9 @@ type Metrics struct {
 	pdHandoff  prometheus.Histogram
 	pdFailures *prometheus.CounterVec
 
+	retries              *prometheus.CounterVec
+	retryBudgetExhausted prometheus.Counter
+
 	predictions      prometheus.Counter
 	predictionsExact prometheus.Counter
 	predictionOver   prometheus.Counter
@@ -100,6 +103,14 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_pd_failures_total",
 			Help: "Disaggregated requests that failed, by the leg that failed (prefill or decode).",
 		}, []string{"leg"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_retries_total",
+			Help: "Requests retried on another worker after a failure before the first token, by the worker that failed.",
+		}, []string{"worker"}),
+		retryBudgetExhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_retry_budget_exhausted_total",
+			Help: "Retries refused because retries in flight reached --retry-budget-percent of the requests in flight.",
+		}),
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_cache_prediction_observations_total",
 			Help: "Completed requests whose predicted cached tokens were compared with the engine's report.",
@@ -122,7 +133,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts, m.decisions,
-		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures,
+		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		&workerCollector{reg: reg},
 		collectors.NewGoCollector(),

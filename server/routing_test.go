@@ -34,9 +34,12 @@ func TestRoutingMetadata(t *testing.T) {
 				}
 			}
 		}
-		_, err := call(f, "x-target-worker", "7")
-		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "x-target-worker") {
-			t.Fatalf("target 7 of 3: %v, want UNAVAILABLE naming x-target-worker", err)
+		// A target the client got wrong is its mistake, not a reason to retry.
+		for _, bad := range []string{"7", "-1", "two"} {
+			_, err := call(f, "x-target-worker", bad)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "x-target-worker") {
+				t.Fatalf("target %q of 3: %v, want INVALID_ARGUMENT naming x-target-worker", bad, err)
+			}
 		}
 	})
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -49,22 +50,71 @@ type Config struct {
 	// over the registry's prefill and decode workers; Policy is then the
 	// prefill policy (its tree and metrics are exported).
 	PD *pd.Dispatcher
+	// Reliability sets retries and timeouts; nil: DefaultReliability().
+	Reliability *Reliability
+}
+
+// Reliability is how the pipeline treats failing workers.
+type Reliability struct {
+	// Retry governs failover before the first token.
+	Retry RetryConfig
+	// FirstTokenTimeout fails an attempt whose engine sent no token this
+	// long after it was started (it is then retried elsewhere); 0: no limit.
+	FirstTokenTimeout time.Duration
+	// StreamIdleTimeout fails an attempt whose engine, after its first
+	// token, sent nothing for this long; 0: no limit.
+	StreamIdleTimeout time.Duration
+}
+
+// DefaultReliability returns SMG's retry defaults, a 60 s first-token
+// timeout (a 128K-token prompt prefills in a few seconds on one H100, so a
+// minute without a token is a stalled engine or a hopeless queue) and a 30 s
+// idle timeout between tokens (decode steps take milliseconds).
+func DefaultReliability() Reliability {
+	return Reliability{
+		Retry:             DefaultRetryConfig(),
+		FirstTokenTimeout: 60 * time.Second,
+		StreamIdleTimeout: 30 * time.Second,
+	}
+}
+
+// Validate reports the first setting out of range, by its flag name.
+func (r Reliability) Validate() error {
+	if r.FirstTokenTimeout < 0 {
+		return fmt.Errorf("--first-token-timeout is %v; it must be >= 0 (0: no limit)", r.FirstTokenTimeout)
+	}
+	if r.StreamIdleTimeout < 0 {
+		return fmt.Errorf("--stream-idle-timeout is %v; it must be >= 0 (0: no limit)", r.StreamIdleTimeout)
+	}
+	return r.Retry.Validate()
 }
 
 // Server is a configured kvgate gRPC server.
 type Server struct {
-	reg          *workers.Registry
-	policy       policy.Policy
-	metrics      *Metrics
-	log          *slog.Logger
-	abortTimeout time.Duration
-	text         *textmodel.Model
-	pd           *pd.Dispatcher
-	// pdPrefillName labels PD decisions with the prefill policy.
-	pdPrefillName string
+	cfg     resolved
+	reg     *workers.Registry
+	policy  policy.Policy
+	disp    dispatcher
+	metrics *Metrics
+	log     *slog.Logger
+	text    *textmodel.Model
+
+	// active counts requests in the pipeline, retrying those of them that
+	// are waiting for or running a retry (the retry budget's two terms).
+	active, retrying atomic.Int64
+	// hardStop ends when a shutdown's drain period is over: requests still
+	// running are cut then.
+	hardStop    context.Context
+	endRequests context.CancelFunc
 
 	grpc   *grpc.Server
 	health *health.Server
+}
+
+// resolved is the configuration with its defaults applied.
+type resolved struct {
+	Reliability
+	AbortTimeout time.Duration
 }
 
 // routerService is the name the health service reports for generation: it is
@@ -77,16 +127,27 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil || cfg.Policy == nil {
 		return nil, fmt.Errorf("server: Registry and Policy are required")
 	}
+	rel := DefaultReliability()
+	if cfg.Reliability != nil {
+		rel = *cfg.Reliability
+	}
+	if err := rel.Validate(); err != nil {
+		return nil, err
+	}
 	s := &Server{
-		reg:           cfg.Registry,
-		policy:        cfg.Policy,
-		metrics:       cfg.Metrics,
-		log:           cfg.Logger,
-		abortTimeout:  cfg.AbortTimeout,
-		text:          cfg.Text,
-		pd:            cfg.PD,
-		pdPrefillName: cfg.Policy.Name(),
-		health:        health.NewServer(),
+		cfg:     resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
+		reg:     cfg.Registry,
+		policy:  cfg.Policy,
+		metrics: cfg.Metrics,
+		log:     cfg.Logger,
+		text:    cfg.Text,
+		health:  health.NewServer(),
+	}
+	s.hardStop, s.endRequests = context.WithCancel(context.Background())
+	if cfg.PD != nil {
+		s.disp = &pdDispatcher{s: s, pd: cfg.PD, prefill: cfg.Policy.Name()}
+	} else {
+		s.disp = &regularDispatcher{s: s, policy: cfg.Policy}
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)
@@ -108,8 +169,8 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if s.abortTimeout <= 0 {
-		s.abortTimeout = 2 * time.Second
+	if s.cfg.AbortTimeout <= 0 {
+		s.cfg.AbortTimeout = 2 * time.Second
 	}
 
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
@@ -121,11 +182,13 @@ func New(cfg Config) (*Server, error) {
 			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(s.log), logOpts...), ours),
 			s.metrics.UnaryInterceptor,
 			recovery.UnaryServerInterceptor(recoverOpts...),
+			rejectUndecodableUnary,
 		),
 		grpc.ChainStreamInterceptor(
 			selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(s.log), logOpts...), ours),
 			s.metrics.StreamInterceptor,
 			recovery.StreamServerInterceptor(recoverOpts...),
+			rejectUndecodableStream,
 		),
 		grpc.ForceServerCodecV2(newRequestCodec()),
 	)
@@ -146,8 +209,10 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // Serve accepts connections on lis until Stop.
 func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
 
-// Stop stops accepting requests and lets running ones finish until ctx ends,
-// then closes whatever is left.
+// Stop shuts the server down: health turns NOT_SERVING, new calls are
+// refused, and running requests may finish until ctx ends. Those still
+// running then are aborted on their engines and end with UNAVAILABLE
+// ("kvgate is shutting down"), and the server closes.
 func (s *Server) Stop(ctx context.Context) {
 	s.health.Shutdown()
 	done := make(chan struct{})
@@ -157,7 +222,17 @@ func (s *Server) Stop(ctx context.Context) {
 	}()
 	select {
 	case <-done:
+		return
 	case <-ctx.Done():
+	}
+	s.endRequests()
+	// The cut requests abort their engines and send their status; give them
+	// the time an Abort may take, then close whatever is left.
+	t := time.NewTimer(s.cfg.AbortTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 		s.grpc.Stop()
 		<-done
 	}

@@ -27,6 +27,9 @@ func (s *Server) generateJob(req *kvgatev1.GenerateRequest) (*job, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(j.sampling.GetStop()) > 0 && s.text == nil {
+		return nil, status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
+	}
 	switch text := req.GetText(); {
 	case len(req.GetInputIds()) > 0 && text != "":
 		return nil, invalid("input_ids and text are both set; send the prompt one way")

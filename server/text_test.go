@@ -236,7 +236,7 @@ func (rawCodec) Name() string                       { return "proto" }
 
 var _ encoding.Codec = rawCodec{}
 
-func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
+func TestUndecodableRequestsAreInvalidArgument(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1, text: true})
 	bad := []byte{'h', 0xff, 'i'}
 	text := protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), bad) // GenerateRequest.text
@@ -247,6 +247,13 @@ func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
 	var chat []byte // ChatRequest.messages: a good one, then a bad one
 	chat = protowire.AppendBytes(protowire.AppendTag(chat, 2, protowire.BytesType), message([]byte("ok")))
 	chat = protowire.AppendBytes(protowire.AppendTag(chat, 2, protowire.BytesType), message(bad))
+	// ExplainRequest.metadata (field 3) is a map<string, string>: an entry
+	// whose value is not UTF-8.
+	entry := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("x-routing-key"))
+	entry = protowire.AppendBytes(protowire.AppendTag(entry, 2, protowire.BytesType), bad)
+	explain := protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), entry)
+	// A length prefix that runs past the end: not a protobuf message at all.
+	malformed := []byte{0x1a, 0x7f, 'x'}
 	tests := []struct {
 		method string
 		msg    []byte
@@ -254,9 +261,13 @@ func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
 	}{
 		{"/kvgate.v1.Router/Generate", text, "text is not valid UTF-8"},
 		{"/kvgate.v1.Router/Chat", chat, "messages[1].content is not valid UTF-8"},
+		{"/kvgate.v1.Admin/Explain", explain, "metadata.value is not valid UTF-8"},
+		{"/kvgate.v1.Router/Generate", malformed, "not a valid kvgate.v1.GenerateRequest message"},
+		{"/kvgate.v1.Admin/Explain", malformed, "not a valid kvgate.v1.ExplainRequest message"},
+		{"/kvgate.v1.Admin/ListWorkers", malformed, "not a valid kvgate.v1.ListWorkersRequest message"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.method, func(t *testing.T) {
+		t.Run(tc.method+"/"+tc.want, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, tc.method, grpc.ForceCodec(rawCodec{}))
@@ -273,6 +284,27 @@ func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
 				t.Fatalf("err = %v, want INVALID_ARGUMENT saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A request with no sampling_params at all is as valid as one with an empty
+// message: every parameter takes the engine's default. (It once failed with
+// INTERNAL whenever a tokenizer was loaded.)
+func TestRequestWithoutSamplingParams(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 1, text: true})
+	for _, req := range []*kvgatev1.GenerateRequest{
+		{InputIds: []uint32{1, 2, 3}},
+		{InputIds: []uint32{1, 2, 3}, Stream: true},
+		{Text: "hello"},
+	} {
+		if c := f.mustGenerate(t, req).complete; len(c.OutputIds) == 0 {
+			t.Fatalf("%v: no output", req)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}}}); err != nil {
+		t.Fatalf("Chat without sampling_params: %v", err)
 	}
 }
 

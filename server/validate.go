@@ -15,6 +15,19 @@ import (
 // and into logs and metrics.
 const maxRequestIDBytes = 256
 
+// Limits on what one request may ask the router to hold or scan. Each check
+// runs before any expensive work.
+const (
+	// maxStopStrings bounds sampling_params.stop: every stop string is
+	// matched against every output token.
+	maxStopStrings = 64
+	// maxStopStringBytes bounds each stop string; the detokenizer holds
+	// back up to that much text.
+	maxStopStringBytes = 1024
+	// maxStopTokenIDs bounds sampling_params.stop_token_ids.
+	maxStopTokenIDs = 1024
+)
+
 // limits are what a request must fit to succeed on every candidate worker.
 type limits struct {
 	vocabSize  int // 0: unknown
@@ -85,6 +98,20 @@ func validateSampling(sp *kvgatev1.SamplingParams) error {
 	if sp.MaxNewTokens != nil && sp.MinNewTokens > *sp.MaxNewTokens {
 		return invalid("sampling_params.min_new_tokens (%d) exceeds max_new_tokens (%d)", sp.MinNewTokens, *sp.MaxNewTokens)
 	}
+	if n := len(sp.Stop); n > maxStopStrings {
+		return invalid("sampling_params.stop has %d strings; the limit is %d", n, maxStopStrings)
+	}
+	for i, st := range sp.Stop {
+		if st == "" {
+			return invalid("sampling_params.stop[%d] is empty; a stop string needs at least 1 character", i)
+		}
+		if len(st) > maxStopStringBytes {
+			return invalid("sampling_params.stop[%d] is %d bytes; the limit is %d", i, len(st), maxStopStringBytes)
+		}
+	}
+	if n := len(sp.StopTokenIds); n > maxStopTokenIDs {
+		return invalid("sampling_params.stop_token_ids has %d ids; the limit is %d", n, maxStopTokenIDs)
+	}
 	return nil
 }
 
@@ -111,10 +138,21 @@ func validateAgainst(ids []uint32, sp *kvgatev1.SamplingParams, l limits) error 
 			}
 		}
 	}
+	if l.vocabSize > 0 {
+		for i, id := range sp.GetStopTokenIds() {
+			if int(id) >= l.vocabSize {
+				return invalid("sampling_params.stop_token_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
+			}
+		}
+	}
 	if l.maxContext > 0 {
 		n := len(ids)
 		if n >= l.maxContext {
 			return invalid("the prompt has %d tokens; the model's context is %d tokens and at least 1 must remain for output", n, l.maxContext)
+		}
+		if mn := int(sp.GetMinNewTokens()); n+mn > l.maxContext {
+			return invalid("the prompt (%d tokens) plus sampling_params.min_new_tokens (%d) is %d; the model's context is %d tokens",
+				n, mn, n+mn, l.maxContext)
 		}
 		if mx := sp.GetMaxNewTokens(); sp != nil && sp.MaxNewTokens != nil && n+int(mx) > l.maxContext {
 			return invalid("the prompt (%d tokens) plus sampling_params.max_new_tokens (%d) is %d; the model's context is %d tokens",

@@ -1,0 +1,247 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// A dispatcher is how the pipeline reaches engines: it places one attempt of
+// a job on worker(s) and starts it. The regular dispatcher sends a whole
+// request to the one worker its policy chooses; the PD dispatcher sends a
+// prefill and a decode leg to a pair. Everything around an attempt (limits,
+// retries, timeouts, the relay, statuses) is the pipeline's and the same for
+// both.
+type dispatcher interface {
+	// place chooses where an attempt runs, never on a worker in
+	// j.excluded. With dryRun (Explain) no policy changes state and the
+	// placement must not be started.
+	place(ctx context.Context, j *job, dryRun bool) (placement, error)
+	// policyName labels decisions in logs and metrics.
+	policyName() string
+}
+
+// A placement is one attempt's chosen worker(s), holding whatever the choice
+// reserved (a load count, a bootstrap room) until end.
+type placement interface {
+	// start sends the attempt; its stream ends when ctx does.
+	start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error)
+	// served is the worker whose tokens the client sees (the decode worker
+	// in PD).
+	served() *workers.Worker
+	// blame returns the worker that caused a failure of this attempt.
+	blame(err error) *workers.Worker
+	// engines are every worker the attempt occupies, for breaker accounting
+	// of a success.
+	engines() []*workers.Worker
+	// end releases what the placement holds and reports the outcome to the
+	// policies that learn from it. It is called once, whatever happened.
+	end(out policy.Outcome)
+	// abortOnFailure tells whether the pipeline must send Abort for an
+	// attempt that ended early; the PD legs abort themselves.
+	abortOnFailure() bool
+	// decision is the policy decision that placed the client-visible worker.
+	decision() policy.Decision
+	// logAttrs describe the placement in log lines.
+	logAttrs() []any
+}
+
+// regularDispatcher serves whole requests on the registry's regular workers.
+type regularDispatcher struct {
+	s      *Server
+	policy policy.Policy
+}
+
+func (d *regularDispatcher) policyName() string { return d.policy.Name() }
+
+func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
+	candidates := d.s.reg.WithRole(workers.RoleRegular)
+	if err := checkCandidates("", candidates, j); err != nil {
+		return nil, err
+	}
+	preq := j.policyRequest(ctx, dryRun)
+	dec, err := d.policy.Select(ctx, preq, candidates)
+	if err != nil {
+		return nil, selectionError(d.policy.Name(), len(candidates), err)
+	}
+	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec}
+	if !dryRun {
+		p.release = dec.Worker.Acquire()
+		d.s.metrics.decisions.WithLabelValues(d.policy.Name(), dec.Branch).Inc()
+		d.s.metrics.selections.WithLabelValues(dec.Worker.URL(), d.policy.Name()).Inc()
+	}
+	return p, nil
+}
+
+// single is a whole request on one worker.
+type single struct {
+	s       *Server
+	pol     policy.Policy
+	preq    *policy.Request
+	dec     policy.Decision
+	release func()
+}
+
+func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
+	return p.dec.Worker.Backend().Generate(ctx, req)
+}
+func (p *single) served() *workers.Worker     { return p.dec.Worker }
+func (p *single) blame(error) *workers.Worker { return p.dec.Worker }
+func (p *single) engines() []*workers.Worker  { return []*workers.Worker{p.dec.Worker} }
+func (p *single) abortOnFailure() bool        { return true }
+func (p *single) decision() policy.Decision   { return p.dec }
+func (p *single) logAttrs() []any {
+	return []any{"worker", p.dec.Worker.URL(), "policy", p.pol.Name(), "branch", p.dec.Branch, "decision", p.dec.Reason}
+}
+
+func (p *single) end(out policy.Outcome) {
+	if p.release != nil {
+		p.release()
+	}
+	if o, ok := p.pol.(policy.Observer); ok {
+		o.Observe(p.preq, p.dec, out)
+	}
+	if out.Err == nil && p.dec.Matched != nil {
+		p.s.metrics.observePrediction(p.dec.PredictedCachedTokens, out.CachedTokens)
+	}
+}
+
+// pdDispatcher serves requests with prefill/decode disaggregation over the
+// registry's prefill and decode workers.
+type pdDispatcher struct {
+	s       *Server
+	pd      *pd.Dispatcher
+	prefill string // the prefill policy's name, which labels decisions
+}
+
+func (d *pdDispatcher) policyName() string { return d.prefill }
+
+func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
+	prefills, decodes := d.s.reg.WithRole(workers.RolePrefill), d.s.reg.WithRole(workers.RoleDecode)
+	if err := checkCandidates("prefill ", prefills, j); err != nil {
+		return nil, err
+	}
+	if err := checkCandidates("decode ", decodes, j); err != nil {
+		return nil, err
+	}
+	preq := j.policyRequest(ctx, dryRun)
+	dec, err := d.pd.Select(ctx, preq, prefills, decodes)
+	if err != nil {
+		return nil, selectionError("pd", len(prefills)+len(decodes), err)
+	}
+	if !dryRun {
+		d.s.metrics.decisions.WithLabelValues("pd_prefill:"+d.prefill, dec.Prefill.Branch).Inc()
+	}
+	return &pair{s: d.s, d: d, preq: preq, dec: dec}, nil
+}
+
+// pair is a request disaggregated over a prefill and a decode worker. The
+// pd.Dispatcher owns the legs' load counting, aborts and policy observations.
+type pair struct {
+	s          *Server
+	d          *pdDispatcher
+	preq       *policy.Request
+	dec        pd.Decision
+	st         workers.PDStream
+	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended
+	startedAt  time.Time
+}
+
+func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
+	st, err := p.d.pd.Dispatch(ctx, p.dec, p.preq, req)
+	if err != nil {
+		return nil, err
+	}
+	p.st, p.startedAt = st, time.Now()
+	go func() {
+		select {
+		case <-st.PrefillDone():
+			p.prefillEnd.Store(time.Now().UnixNano())
+			if r := st.Prefill(); r.Err == nil {
+				p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
+			}
+		case <-st.Done():
+		}
+	}()
+	return st, nil
+}
+
+func (p *pair) served() *workers.Worker { return p.dec.Decode.Worker }
+
+func (p *pair) blame(err error) *workers.Worker {
+	var leg *workers.LegError
+	if errors.As(err, &leg) && leg.Leg == "prefill" {
+		return p.dec.Prefill.Worker
+	}
+	return p.dec.Decode.Worker
+}
+
+func (p *pair) engines() []*workers.Worker {
+	return []*workers.Worker{p.dec.Prefill.Worker, p.dec.Decode.Worker}
+}
+func (p *pair) abortOnFailure() bool      { return false }
+func (p *pair) decision() policy.Decision { return p.dec.Decode }
+func (p *pair) logAttrs() []any {
+	return []any{"prefill", p.dec.Prefill.Worker.URL(), "decode", p.dec.Decode.Worker.URL(), "room", p.dec.Room,
+		"prefill_branch", p.dec.Prefill.Branch, "decision", p.dec.Prefill.Reason}
+}
+
+// end records the PD figures; the dispatcher has observed the legs itself
+// and releases the room when both legs are over.
+func (p *pair) end(out policy.Outcome) {
+	if p.st == nil {
+		p.dec.Release() // never started: the room is ours to give back
+		return
+	}
+	var leg *workers.LegError
+	if errors.As(out.Err, &leg) {
+		p.s.metrics.pdFailures.WithLabelValues(leg.Leg).Inc()
+	}
+}
+
+// firstToken records the PD handoff figures when the decode leg's first token
+// reaches the relay.
+func (p *pair) firstToken(at time.Time, jobStart time.Time) {
+	if end := p.prefillEnd.Load(); end > 0 {
+		if handoff := at.Sub(time.Unix(0, end)); handoff > 0 {
+			p.s.metrics.pdHandoff.Observe(handoff.Seconds())
+		}
+	}
+	p.s.metrics.pdTTFT.Observe(at.Sub(jobStart).Seconds())
+}
+
+// checkCandidates refuses a job that no worker of a side could serve: none is
+// available, or the prompt does not fit the model.
+func checkCandidates(side string, ws []*workers.Worker, j *job) error {
+	if !slices.ContainsFunc(ws, (*workers.Worker).Healthy) {
+		return status.Errorf(codes.Unavailable, "no healthy %sworker: %d registered, none healthy", side, len(ws))
+	}
+	return validateAgainst(j.inputIDs, j.sampling, limitsOf(ws))
+}
+
+// selectionError turns a policy's refusal into a status: no worker left is
+// UNAVAILABLE (the fleet may recover), a target the client named wrongly is
+// INVALID_ARGUMENT, anything else is a bug.
+func selectionError(name string, n int, err error) error {
+	switch {
+	case errors.Is(err, policy.ErrInvalidTarget):
+		return status.Errorf(codes.InvalidArgument, "%v", err)
+	case errors.Is(err, policy.ErrNoHealthyWorker), errors.Is(err, policy.ErrTargetUnavailable):
+		return status.Errorf(codes.Unavailable, "%v (%d workers registered)", err, n)
+	}
+	return status.Errorf(codes.Internal, "policy %s: %v", name, err)
+}
+
+// errNoWorkerLeft marks a placement refused because every worker that could
+// serve the attempt was excluded after failing.
+var errNoWorkerLeft = fmt.Errorf("no other worker to retry on")

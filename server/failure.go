@@ -1,0 +1,130 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// cause says whose fault an attempt's failure is, which decides everything
+// that follows: the status the client sees, whether the worker's breaker
+// counts it, and whether another worker may try.
+type cause int
+
+const (
+	// causeWorker: the engine failed (unreachable, an error status that is
+	// not about the request, a stream cut short, a stall, garbage). It counts
+	// against the worker and may be retried elsewhere before the first token.
+	causeWorker cause = iota
+	// causeClientError: the request itself is wrong (the engine answered
+	// INVALID_ARGUMENT, FAILED_PRECONDITION or OUT_OF_RANGE); it would fail
+	// anywhere.
+	causeClientError
+	// causeClientGone: the client cancelled or its deadline passed.
+	causeClientGone
+	// causeShutdown: kvgate's shutdown drain period ended.
+	causeShutdown
+	// causeRouter: a bug in kvgate (INTERNAL).
+	causeRouter
+)
+
+// failure is an attempt that did not complete, classified once.
+type failure struct {
+	err    error
+	cause  cause
+	worker *workers.Worker // the worker blamed; nil before placement
+	tokens int             // tokens received from the engine before it
+	// placement is set when no attempt could be placed at all.
+	placement bool
+}
+
+// errRouterBug wraps errors that are kvgate's own fault.
+type errRouterBug struct{ err error }
+
+func (e errRouterBug) Error() string { return e.err.Error() }
+func (e errRouterBug) Unwrap() error { return e.err }
+
+// timeout causes an attempt's context is cancelled with.
+var (
+	errFirstTokenTimeout = errors.New("no first token within --first-token-timeout")
+	errStreamIdle        = errors.New("no token within --stream-idle-timeout")
+)
+
+// classify decides what an attempt's error means. ctx is the request's,
+// actx the attempt's (cancelled with a cause by the pipeline's timers).
+func (s *Server) classify(ctx, actx context.Context, p placement, err error, tokens int) *failure {
+	f := &failure{err: err, tokens: tokens, worker: p.blame(err)}
+	var bug errRouterBug
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errShuttingDown):
+		f.cause = causeShutdown
+	case ctx.Err() != nil:
+		f.cause = causeClientGone
+		f.err = ctx.Err()
+	case errors.As(err, &bug):
+		f.cause = causeRouter
+	default:
+		if c := context.Cause(actx); errors.Is(c, errFirstTokenTimeout) || errors.Is(c, errStreamIdle) {
+			f.err = status.Errorf(codes.Unavailable, "%v", c)
+			break
+		}
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+			f.cause = causeClientError
+		}
+	}
+	return f
+}
+
+// retryable: the worker failed before any token, so another may serve the
+// request as if nothing happened.
+func (f *failure) retryable() bool { return f.cause == causeWorker && f.tokens == 0 && f.worker != nil }
+
+// status is the one place a failed request becomes what the client sees.
+// Client mistakes keep the engine's code; INTERNAL is reserved for kvgate's
+// own bugs; a failing worker is UNAVAILABLE, which clients may retry.
+func (f *failure) status() error {
+	if f.placement {
+		if _, ok := status.FromError(f.err); ok {
+			return f.err
+		}
+		return status.Error(codes.Unavailable, f.err.Error())
+	}
+	msg := status.Convert(f.err).Message()
+	switch f.cause {
+	case causeClientGone:
+		return status.FromContextError(f.err).Err()
+	case causeShutdown:
+		return status.Errorf(codes.Unavailable, "%v; the request was cut after %d tokens", errShuttingDown, f.tokens)
+	case causeRouter:
+		return status.Errorf(codes.Internal, "%s", msg)
+	case causeClientError:
+		return status.Errorf(status.Code(f.err), "worker %s: %s", f.worker.URL(), msg)
+	}
+	if f.tokens == 0 {
+		return status.Errorf(codes.Unavailable, "worker %s failed before the first token: %s", f.worker.URL(), msg)
+	}
+	return status.Errorf(codes.Unavailable, "worker %s failed after %d tokens: %s", f.worker.URL(), f.tokens, msg)
+}
+
+// log records the failure at the level it deserves: a client leaving is
+// routine, a worker failing is a warning, a bug is an error.
+func (f *failure) log(ctx context.Context, log *slog.Logger) {
+	switch f.cause {
+	case causeClientGone:
+		log.InfoContext(ctx, "generate ended by client", "cause", f.err, "tokens_sent", f.tokens)
+	case causeShutdown:
+		log.WarnContext(ctx, "generate cut by shutdown", "tokens_sent", f.tokens)
+	case causeRouter:
+		log.ErrorContext(ctx, "generate failed in the router", "error", f.err, "tokens_sent", f.tokens)
+	case causeClientError:
+		log.InfoContext(ctx, "worker refused the request", "error", f.err)
+	default:
+		log.WarnContext(ctx, "worker failed", "error", f.err, "tokens_sent", f.tokens, "retryable", f.retryable())
+	}
+}

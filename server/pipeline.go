@@ -1,0 +1,176 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// run is the request pipeline once the prompt is known: place an attempt,
+// start it, relay its stream, observe the outcome; and when a worker fails
+// before the client has seen a token, try again on another worker, within the
+// retry limits and the client's deadline. It is the one path every request
+// takes, with or without prefill/decode disaggregation.
+func (s *Server) run(ctx context.Context, j *job) error {
+	// A request still running when the drain period of a shutdown ends is
+	// cut here, with a status that says so rather than "canceled".
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.hardStop, func() { cancel(errShuttingDown) })
+	defer stop()
+
+	s.active.Add(1)
+	defer s.active.Add(-1)
+
+	var failures []*failure
+	releaseRetry := func() {}
+	defer func() { releaseRetry() }()
+	for attempt := 0; ; attempt++ {
+		f := s.attempt(ctx, j, attempt)
+		releaseRetry()
+		if f == nil {
+			return nil
+		}
+		if f.placement { // nowhere to run
+			if len(failures) > 0 {
+				return s.giveUp(ctx, j, failures, f.err.Error())
+			}
+			return f.status()
+		}
+		if !f.retryable() {
+			return f.status()
+		}
+		failures = append(failures, f)
+		why, release := s.retryRefusal(ctx, attempt)
+		if why != "" {
+			return s.giveUp(ctx, j, failures, why)
+		}
+		releaseRetry = release
+		j.excluded = append(j.excluded, f.worker.URL())
+		s.metrics.retries.WithLabelValues(f.worker.URL()).Inc()
+		if err := s.backoff(ctx, attempt); err != nil {
+			return s.giveUp(ctx, j, failures, "the client's deadline leaves no time for another attempt")
+		}
+	}
+}
+
+// attempt places and runs one attempt. It returns nil when the client got
+// its completion.
+func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
+	p, err := s.disp.place(ctx, j, false)
+	if err != nil {
+		return &failure{err: err, placement: true}
+	}
+	log := s.log.With(append([]any{"request_id", j.id, "attempt", n}, p.logAttrs()...)...)
+	id := attemptID(j.id)
+
+	// The attempt's streams live on a context the pipeline ends when it is
+	// done with them (completion, a stop string, a timeout, the client).
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	rel := s.newRelay(j, cancel, p)
+	defer rel.stopTimer()
+
+	es, err := p.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: toSampling(j.sampling)})
+	var done *kvgatev1.GenerateComplete
+	if err == nil {
+		done, err = rel.run(es)
+	}
+	if err != nil {
+		f := s.classify(ctx, actx, p, err, len(rel.output))
+		p.end(policy.Outcome{CachedTokens: int(rel.last.CachedTokens), Err: err})
+		if f.cause != causeClientError && p.abortOnFailure() {
+			cancel(nil)
+			s.abort(ctx, log, p.served(), id)
+		}
+		f.log(ctx, log)
+		return f
+	}
+
+	out := policy.Outcome{CachedTokens: int(done.Usage.GetCachedTokens()), OutputIDs: done.OutputIds}
+	if rel.stopped {
+		out.OutputIDs = nil // aborted on the engine, which keeps no output of it
+	}
+	p.end(out)
+	if rel.stopped {
+		// The engine is still generating past the stop string.
+		cancel(nil)
+		if p.abortOnFailure() {
+			s.abort(ctx, log, p.served(), id)
+		}
+	}
+	done.Worker = p.served().URL()
+	if pp, ok := p.(*pair); ok {
+		done.PrefillWorker = pp.dec.Prefill.Worker.URL()
+	}
+	if err := j.send(nil, done); err != nil {
+		return s.classify(ctx, actx, p, err, len(rel.output))
+	}
+	log.InfoContext(ctx, "generate done",
+		"prompt_tokens", done.Usage.PromptTokens,
+		"cached_tokens", done.Usage.CachedTokens,
+		"completion_tokens", done.Usage.CompletionTokens,
+		"finish_reason", done.FinishReason.String(),
+		"duration", time.Since(j.start))
+	return nil
+}
+
+// giveUp ends a request whose attempts all failed before the first token:
+// the client sees UNAVAILABLE naming each worker that failed and why no
+// further attempt was made.
+func (s *Server) giveUp(ctx context.Context, j *job, failures []*failure, why string) error {
+	last := failures[len(failures)-1]
+	if len(failures) == 1 {
+		return status.Errorf(codes.Unavailable, "%s; not retried: %s", status.Convert(last.status()).Message(), why)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "all %d attempts failed before the first token (%s):", len(failures), why)
+	for i, f := range failures {
+		if i == 4 && len(failures) > 5 {
+			fmt.Fprintf(&b, " ... %d more;", len(failures)-5)
+			f = last
+		} else if i > 4 && i < len(failures)-1 {
+			continue
+		}
+		fmt.Fprintf(&b, " %s: %s;", f.worker.URL(), status.Convert(f.err).Message())
+	}
+	s.log.WarnContext(ctx, "request failed on every attempt", "request_id", j.id, "attempts", len(failures), "why", why)
+	return status.Error(codes.Unavailable, strings.TrimSuffix(b.String(), ";"))
+}
+
+// attemptID is the id an attempt is known by on its engine: the client's id
+// (a label for engine logs) and a random suffix, so that no two attempts
+// share an id, whatever ids clients choose, and nothing one request does to
+// its engine (an Abort, a duplicate refusal) can touch another's.
+func attemptID(clientID string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return clientID + "." + hex.EncodeToString(b[:])
+}
+
+// errShuttingDown is the cause of requests cut at the end of the shutdown
+// drain period.
+var errShuttingDown = errors.New("kvgate is shutting down")
+
+// abort asks the worker to drop an attempt, on a context of its own since
+// the request's context is usually the reason for aborting.
+func (s *Server) abort(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortTimeout)
+	defer cancel()
+	s.metrics.aborts.WithLabelValues(w.URL()).Inc()
+	if err := w.Backend().Abort(actx, id); err != nil {
+		log.WarnContext(ctx, "abort failed", "error", err)
+	}
+}

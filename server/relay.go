@@ -1,0 +1,226 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/tokenize/detok"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// relay copies one attempt's stream to the client, detokenizing it when the
+// router has a tokenizer. It also watches the engine: a first token that does
+// not come within the first-token timeout, a gap between tokens longer than
+// the idle timeout, and tokens the model cannot have produced all end the
+// attempt as the worker's failure.
+type relay struct {
+	s       *Server
+	j       *job
+	p       placement
+	ds      *detok.Stream // nil: no tokenizer, ids only
+	output  []uint32
+	text    strings.Builder
+	last    workers.Chunk // the engine's latest running totals
+	stopped bool          // a stop string matched here, not in the engine
+	firstAt time.Time     // when the first token arrived
+	vocab   int           // token ids must be below it; 0: unknown
+
+	timer *time.Timer // cancels the attempt when the engine goes quiet
+	first atomic.Bool // a token has arrived (read by the timer)
+}
+
+func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p placement) *relay {
+	r := &relay{s: s, j: j, p: p, vocab: p.served().Info().VocabSize}
+	if s.text != nil {
+		sp := j.sampling
+		r.ds = s.text.NewStream(detok.Options{
+			SkipSpecialTokens: sp.SkipSpecialTokens == nil || *sp.SkipSpecialTokens,
+			StopStrings:       sp.GetStop(),
+			NoStopTrim:        sp.GetNoStopTrim(),
+			PromptIDs:         j.inputIDs,
+		})
+	}
+	if d := s.cfg.FirstTokenTimeout; d > 0 {
+		r.timer = time.AfterFunc(d, func() {
+			if !r.first.Load() || s.cfg.StreamIdleTimeout <= 0 {
+				cancel(errFirstTokenTimeout)
+			} else {
+				cancel(errStreamIdle)
+			}
+		})
+	} else if d := s.cfg.StreamIdleTimeout; d > 0 {
+		r.timer = time.AfterFunc(d, func() { cancel(errStreamIdle) })
+	}
+	return r
+}
+
+func (r *relay) stopTimer() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+// heard resets the engine's silence timer after it sent something.
+func (r *relay) heard() {
+	if r.timer == nil {
+		return
+	}
+	if d := r.s.cfg.StreamIdleTimeout; d > 0 {
+		r.timer.Reset(d)
+	} else {
+		r.timer.Stop() // only the first token was timed
+	}
+}
+
+// run forwards chunks until the worker's completion, or until a stop string
+// matches, and returns the completion (worker not yet filled in). Any error
+// means the request did not complete: a stream that ends without a
+// completion is an error, never a half-empty success.
+func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
+	for {
+		c, err := es.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil, status.Error(codes.Unavailable, "worker ended the stream without a completion")
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.last = c
+		if c.Final != nil {
+			return r.complete(c.Final)
+		}
+		if len(c.TokenIDs) > 0 {
+			r.heard()
+		}
+		if err := r.send(c.TokenIDs); err != nil {
+			return nil, err
+		}
+		if r.stopped {
+			return r.completion("", nil, c.PromptTokens, c.CachedTokens), nil
+		}
+	}
+}
+
+// checkIDs refuses token ids the model cannot produce: an engine that sends
+// them is broken, and passing them on would only fail later in a client.
+func (r *relay) checkIDs(ids []uint32) error {
+	if r.vocab <= 0 {
+		return nil
+	}
+	for _, id := range ids {
+		if int(id) >= r.vocab {
+			return status.Errorf(codes.Unavailable, "worker sent token id %d, outside the model's vocabulary of %d", id, r.vocab)
+		}
+	}
+	return nil
+}
+
+func (r *relay) send(ids []uint32) error {
+	if len(ids) == 0 || r.stopped {
+		return nil
+	}
+	if err := r.checkIDs(ids); err != nil {
+		return err
+	}
+	if len(r.output) == 0 {
+		r.first.Store(true)
+		r.firstAt = time.Now()
+		r.s.metrics.ttft.Observe(r.firstAt.Sub(r.j.start).Seconds())
+		if pp, ok := r.p.(*pair); ok {
+			pp.firstToken(r.firstAt, r.j.start)
+		}
+	}
+	index := len(r.output)
+	r.output = append(r.output, ids...)
+	delta := ""
+	if r.ds != nil {
+		d, stopped, err := r.ds.Push(ids)
+		if err != nil {
+			return errRouterBug{fmt.Errorf("detokenizing the worker's output: %w", err)}
+		}
+		delta, r.stopped = d, stopped
+		r.text.WriteString(delta)
+	}
+	if !r.j.stream {
+		return nil
+	}
+	return r.j.send(&kvgatev1.GenerateChunk{TokenIds: ids, Index: uint32(index), Text: delta}, nil)
+}
+
+// complete turns the worker's completion into ours. Engines list every output
+// token in the completion; tokens there that never arrived as chunks are sent
+// as a last chunk, so a streaming client always receives the whole output. A
+// completion that contradicts the tokens already streamed is the worker's
+// failure.
+func (r *relay) complete(f *workers.Completion) (*kvgatev1.GenerateComplete, error) {
+	n := len(r.output)
+	if len(f.OutputIDs) < n || !slices.Equal(f.OutputIDs[:n], r.output) {
+		return nil, status.Errorf(codes.Unavailable, "worker's completion lists %d output tokens that do not match the %d it streamed", len(f.OutputIDs), n)
+	}
+	if len(f.OutputIDs) > n {
+		if err := r.send(f.OutputIDs[n:]); err != nil {
+			return nil, err
+		}
+	}
+	if r.stopped {
+		return r.completion("", nil, f.PromptTokens, f.CachedTokens), nil
+	}
+	if r.ds != nil {
+		if tail := r.ds.Finish(); tail != "" {
+			r.text.WriteString(tail)
+			if r.j.stream {
+				if err := r.j.send(&kvgatev1.GenerateChunk{Index: uint32(len(r.output)), Text: tail}, nil); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	c := r.completion(f.FinishReason, f.MatchedStopTokenID, f.PromptTokens, f.CachedTokens)
+	c.Usage.CompletionTokens = f.CompletionTokens
+	return c, nil
+}
+
+// completion assembles the final message; finish "" means a stop string
+// matched in the router.
+func (r *relay) completion(finish string, stopToken *uint32, prompt, cached uint32) *kvgatev1.GenerateComplete {
+	c := &kvgatev1.GenerateComplete{
+		OutputIds:          r.output,
+		FinishReason:       finishReason(finish),
+		MatchedStopTokenId: stopToken,
+		Text:               r.text.String(),
+		Usage: &kvgatev1.Usage{
+			PromptTokens:     prompt,
+			CompletionTokens: uint32(len(r.output)),
+			CachedTokens:     cached,
+		},
+	}
+	if r.stopped {
+		c.FinishReason = kvgatev1.FinishReason_FINISH_REASON_STOP
+		if str, _ := r.ds.Matched(); str != "" {
+			c.MatchedStopString = &str
+		}
+	}
+	return c
+}
+
+func finishReason(s string) kvgatev1.FinishReason {
+	switch s {
+	case "stop":
+		return kvgatev1.FinishReason_FINISH_REASON_STOP
+	case "length":
+		return kvgatev1.FinishReason_FINISH_REASON_LENGTH
+	case "abort":
+		return kvgatev1.FinishReason_FINISH_REASON_ABORT
+	}
+	return kvgatev1.FinishReason_FINISH_REASON_UNSPECIFIED
+}
