@@ -2,19 +2,17 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/server"
-	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -35,11 +33,10 @@ func SimConfig() sim.Config {
 type Fleet struct {
 	Addr    string
 	Workers int
+	g       *gateway.Gateway
 	srv     *server.Server
 	sims    []*sim.Server
-	reg     *workers.Registry
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
+	served  chan error
 }
 
 // ParsePolicy splits a policy label such as "cache_aware:smallest_tree" into
@@ -69,18 +66,18 @@ func StartFleet(ctx context.Context, label string, n int, cfg sim.Config) (*Flee
 	if err != nil {
 		return nil, err
 	}
-	pol, err := policy.New(name, opts)
-	if err != nil {
-		return nil, err
-	}
 	log := slog.New(slog.DiscardHandler)
-	f := &Fleet{reg: workers.NewRegistry(), Workers: n}
+	f := &Fleet{Workers: n}
 	ok := false
 	defer func() {
 		if !ok {
 			f.Close()
 		}
 	}()
+	gcfg := gateway.DefaultConfig()
+	gcfg.Policy, gcfg.Options = name, opts
+	gcfg.LoadPollInterval = 100 * time.Millisecond
+	gcfg.Logger = log
 	for i := range n {
 		c := cfg
 		c.Logger = log
@@ -89,41 +86,19 @@ func StartFleet(ctx context.Context, label string, n int, cfg sim.Config) (*Flee
 			return nil, fmt.Errorf("start simulated engine %d: %w", i, err)
 		}
 		f.sims = append(f.sims, s)
-		w, err := workers.Connect(ctx, s.Addr(), workers.ConnectOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("connect to simulated engine %d: %w", i, err)
-		}
-		if err := f.reg.Add(w); err != nil {
-			w.Close()
-			return nil, err
-		}
+		gcfg.WorkerURLs = append(gcfg.WorkerURLs, "grpc://"+s.Addr())
 	}
-	if f.srv, err = server.New(server.Config{Registry: f.reg, Policy: pol, Logger: log}); err != nil {
+	if f.g, err = gateway.New(ctx, gcfg); err != nil {
 		return nil, err
 	}
+	f.srv = f.g.Server
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	f.Addr = lis.Addr().String()
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	f.stop = stop
-	if r, isRunner := pol.(policy.Runner); isRunner {
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			r.Run(bg)
-		}()
-	}
-	f.wg.Add(2)
-	go func() {
-		defer f.wg.Done()
-		workers.RunLoadPolls(bg, f.reg, 100*time.Millisecond, log)
-	}()
-	go func() {
-		defer f.wg.Done()
-		_ = f.srv.Serve(lis)
-	}()
+	f.served = make(chan error, 1)
+	go func() { f.served <- f.g.Serve(lis) }()
 	ok = true
 	return f, nil
 }
@@ -155,18 +130,13 @@ func (f *Fleet) PredictionExact() float64 {
 
 // Close stops the router, its background loops and the engines.
 func (f *Fleet) Close() error {
-	if f.srv != nil {
+	if f.g != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		f.srv.Stop(ctx)
+		f.g.Shutdown(ctx)
 		cancel()
 	}
-	if f.stop != nil {
-		f.stop()
-	}
-	f.wg.Wait()
-	err := f.reg.Close()
 	for _, s := range f.sims {
 		s.Stop()
 	}
-	return errors.Join(err)
+	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
+
 	"sync/atomic"
 	"time"
 
@@ -16,8 +16,8 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/api/gen/sglang"
-	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/server"
+	"github.com/kvgate/kvgate/gateway"
+
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
@@ -161,18 +161,16 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig, w io.Writer) (Overhead
 // overheadRig is one simulated engine, a router in front of it, and a client
 // connection to each.
 type overheadRig struct {
-	engine *sim.Server
-	reg    *workers.Registry
-	srv    *server.Server
-	text   *textmodel.Model // the router's, with its caches; nil for tokens
-	ref    *textmodel.Model // the same tokenizer without caches, for the direct path
-	direct sglang.SglangSchedulerClient
-	router kvgatev1.RouterClient
-	conns  []*grpc.ClientConn
-	stopBG context.CancelFunc
-	bg     sync.WaitGroup
-	served chan error
-	seq    atomic.Uint64
+	engine  *sim.Server
+	g       *gateway.Gateway
+	text    *textmodel.Model // the router's, with its caches; nil for tokens
+	ref     *textmodel.Model // the same tokenizer without caches, for the direct path
+	direct  sglang.SglangSchedulerClient
+	router  kvgatev1.RouterClient
+	conns   []*grpc.ClientConn
+	served  chan error
+	serving bool
+	seq     atomic.Uint64
 }
 
 func startOverheadRig(ctx context.Context, withText bool) (r *overheadRig, err error) {
@@ -187,7 +185,7 @@ func startOverheadRig(ctx context.Context, withText bool) (r *overheadRig, err e
 	} else {
 		sc.TokenizerDir, sc.VocabSize, sc.EOSTokenID = "none", overheadVocab, overheadEOS
 	}
-	r = &overheadRig{reg: workers.NewRegistry(), served: make(chan error, 1)}
+	r = &overheadRig{served: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -196,23 +194,26 @@ func startOverheadRig(ctx context.Context, withText bool) (r *overheadRig, err e
 	if r.engine, err = sim.Start(sc, "127.0.0.1:0"); err != nil {
 		return r, fmt.Errorf("overhead: start simulated engine: %w", err)
 	}
-	wk, err := workers.Connect(ctx, "grpc://"+r.engine.Addr(), workers.ConnectOptions{Protocol: workers.ProtocolSGLang})
-	if err != nil {
-		return r, fmt.Errorf("overhead: %w", err)
-	}
-	if err := r.reg.Add(wk); err != nil {
-		wk.Close()
+	// The router as `kvgate serve` builds it, with its tokenizer (and its
+	// caches) from the engine.
+	gcfg := gateway.DefaultConfig()
+	gcfg.WorkerURLs = []string{"grpc://" + r.engine.Addr()}
+	gcfg.Protocol = workers.ProtocolSGLang
+	gcfg.TextOptions = textmodel.Options{Cache: cache.DefaultConfig()}
+	gcfg.Logger = discard
+	if r.g, err = gateway.New(ctx, gcfg); err != nil {
 		return r, fmt.Errorf("overhead: %w", err)
 	}
 	if withText {
+		r.text = r.g.Text
+		if r.text == nil {
+			return r, errors.New("overhead: the simulated engine served no tokenizer")
+		}
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		archive, err := wk.Backend().Tokenizer(fctx)
+		archive, err := r.g.Registry.Snapshot()[0].Backend().Tokenizer(fctx)
 		cancel()
 		if err != nil {
 			return r, fmt.Errorf("overhead: tokenizer from the simulated engine: %w", err)
-		}
-		if r.text, err = textmodel.FromArchive(archive, "", textmodel.Options{Cache: cache.DefaultConfig()}); err != nil {
-			return r, fmt.Errorf("overhead: tokenizer: %w", err)
 		}
 		if r.ref, err = textmodel.FromArchive(archive, "", textmodel.Options{}); err != nil {
 			return r, fmt.Errorf("overhead: tokenizer: %w", err)
@@ -221,34 +222,12 @@ func startOverheadRig(ctx context.Context, withText bool) (r *overheadRig, err e
 			return r, fmt.Errorf("overhead: the simulated engine's tokenizer gets no L1 cache: %s", st.L1DisabledReason[1])
 		}
 	}
-
-	pol, err := policy.New("cache_aware", policy.DefaultOptions())
-	if err != nil {
-		return r, fmt.Errorf("overhead: %w", err)
-	}
-	if r.srv, err = server.New(server.Config{Registry: r.reg, Policy: pol, Logger: discard, Text: r.text}); err != nil {
-		return r, fmt.Errorf("overhead: %w", err)
-	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		r.srv = nil
 		return r, fmt.Errorf("overhead: listen: %w", err)
 	}
-	go func() { r.served <- r.srv.Serve(lis) }()
-
-	// The router's background work, as `kvgate serve` runs it.
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	r.stopBG = stop
-	if run, ok := pol.(policy.Runner); ok {
-		r.bg.Go(func() { run.Run(bg) })
-	}
-	r.bg.Go(func() {
-		workers.RunHealthChecks(bg, r.reg, workers.HealthConfig{
-			Interval: 10 * time.Second, Timeout: 5 * time.Second, FailureThreshold: 3, SuccessThreshold: 2,
-			OnChange: func(*workers.Worker, bool) { r.srv.UpdateHealth() },
-		}, discard)
-	})
-	r.bg.Go(func() { workers.RunLoadPolls(bg, r.reg, time.Second, discard) })
+	go func() { r.served <- r.g.Serve(lis) }()
+	r.serving = true
 
 	dial := func(addr string) (*grpc.ClientConn, error) {
 		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -274,17 +253,14 @@ func (r *overheadRig) close() {
 	for _, c := range r.conns {
 		_ = c.Close()
 	}
-	if r.srv != nil {
+	if r.g != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		r.srv.Stop(sctx)
+		r.g.Shutdown(sctx)
 		cancel()
-		<-r.served
+		if r.serving {
+			<-r.served
+		}
 	}
-	if r.stopBG != nil {
-		r.stopBG()
-		r.bg.Wait()
-	}
-	_ = r.reg.Close()
 	if r.engine != nil {
 		r.engine.Stop()
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/tokenize/cache"
@@ -21,10 +22,12 @@ import (
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// fleet is a router in front of simulated engines, all over loopback gRPC.
+// fleet is a router in front of simulated engines, all over loopback gRPC,
+// built by gateway.New exactly as `kvgate serve` builds it.
 type fleet struct {
 	text   *textmodel.Model
 	sims   []*sim.Server
+	g      *gateway.Gateway
 	reg    *workers.Registry
 	srv    *server.Server
 	conn   *grpc.ClientConn
@@ -36,13 +39,22 @@ type fleetOptions struct {
 	protocol string // sglang (default) or vllm
 	workers  int    // default 2
 	policy   string // default round_robin
-	// options for the policy; zero fields take the policy's defaults.
-	options policy.Options
+	// options adjusts the policy options, which start at their defaults.
+	options func(*policy.Options)
 	sim     func(i int, c *sim.Config)
+	// pd starts workers/2 prefill engines and workers/2 decode engines
+	// (prefill first) behind a disaggregating router.
+	pd bool
+	// gateway adjusts the router's configuration last.
+	gateway func(*gateway.Config)
+	// healthInterval runs health checks that often, needing 1 result to
+	// flip a worker; 0: only the check at start.
+	healthInterval time.Duration
 	// beforeServe may register extra services on the router.
 	beforeServe func(*server.Server)
-	// text fetches the tokenizer from worker 0 (GetTokenizer), as kvgate
-	// serve does when given no model path; chatTemplate overrides its template.
+	// text fetches the tokenizer from the workers (GetTokenizer), as kvgate
+	// serve does when given no model path; chatTemplate overrides its
+	// template. Without it the router has no tokenizer.
 	text         bool
 	chatTemplate string
 }
@@ -60,13 +72,36 @@ func startFleet(t testing.TB, o fleetOptions) *fleet {
 		o.policy = "round_robin"
 	}
 	ctx := context.Background()
-	f := &fleet{reg: workers.NewRegistry()}
-	t.Cleanup(func() { f.reg.Close() })
+	discard := slog.New(slog.DiscardHandler)
+	cfg := gateway.DefaultConfig()
+	cfg.Policy = o.policy
+	if o.options != nil {
+		o.options(&cfg.Options)
+	}
+	cfg.Logger = discard
+	cfg.LoadPollInterval = 50 * time.Millisecond
+	cfg.Health = workers.HealthConfig{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1}
+	if o.healthInterval > 0 {
+		cfg.Health.Interval = o.healthInterval
+	}
+	cfg.TokenIDsOnly = !o.text
+	cfg.TextSources.ChatTemplatePath = o.chatTemplate
+	cfg.TextOptions = textmodel.Options{Cache: cache.DefaultConfig()}
+	cfg.PD = o.pd
+	f := &fleet{}
 	for i := range o.workers {
 		c := sim.DefaultConfig()
 		c.Protocol = o.protocol
 		c.TimeScale = 0
 		c.Seed = int64(i)
+		c.Logger = discard
+		prefill := o.pd && i < o.workers/2
+		if o.pd {
+			c.Role, c.BootstrapTimeout = sim.RoleDecode, 300*time.Millisecond
+			if prefill {
+				c.Role = sim.RolePrefill
+			}
+		}
 		if o.sim != nil {
 			o.sim(i, &c)
 		}
@@ -76,32 +111,20 @@ func startFleet(t testing.TB, o fleetOptions) *fleet {
 		}
 		t.Cleanup(s.Stop)
 		f.sims = append(f.sims, s)
-		w, err := workers.Connect(ctx, s.Addr(), workers.ConnectOptions{})
-		if err != nil {
-			t.Fatalf("connect to sim %d: %v", i, err)
-		}
-		if err := f.reg.Add(w); err != nil {
-			t.Fatal(err)
+		if o.pd && !prefill {
+			cfg.DecodeURLs = append(cfg.DecodeURLs, "grpc://"+s.Addr())
+		} else {
+			cfg.WorkerURLs = append(cfg.WorkerURLs, "grpc://"+s.Addr())
 		}
 	}
-	pol, err := policy.New(o.policy, o.options)
+	if o.gateway != nil {
+		o.gateway(&cfg)
+	}
+	g, err := gateway.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.text {
-		w := f.reg.Snapshot()[0]
-		archive, err := w.Backend().Tokenizer(ctx)
-		if err != nil {
-			t.Fatalf("GetTokenizer from %s: %v", w.URL(), err)
-		}
-		if f.text, err = textmodel.FromArchive(archive, o.chatTemplate, textmodel.Options{Cache: cache.DefaultConfig()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.srv, err = server.New(server.Config{Registry: f.reg, Policy: pol, Logger: slog.New(slog.DiscardHandler), Text: f.text})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.g, f.reg, f.srv, f.text = g, g.Registry, g.Server, g.Text
 	if o.beforeServe != nil {
 		o.beforeServe(f.srv)
 	}
@@ -109,11 +132,11 @@ func startFleet(t testing.TB, o fleetOptions) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go f.srv.Serve(lis)
+	go g.Serve(lis)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		f.srv.Stop(ctx)
+		g.Shutdown(ctx)
 	})
 	f.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

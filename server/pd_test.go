@@ -2,91 +2,25 @@ package server_test
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/pd"
-	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/server"
-	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// pdFleet is a router with prefill/decode disaggregation in front of two
-// simulated prefill engines and two decode engines (indices 0-1 and 2-3).
+// startPDFleet is a router with prefill/decode disaggregation in front of
+// two simulated prefill engines and two decode engines (indices 0-1 and 2-3),
+// cache_aware placing the prefill leg and power_of_two the decode leg.
 func startPDFleet(t *testing.T, protocol string, tweak func(i int, c *sim.Config)) *fleet {
 	t.Helper()
-	ctx := context.Background()
-	f := &fleet{reg: workers.NewRegistry()}
-	t.Cleanup(func() { f.reg.Close() })
-	for i := range 4 {
-		c := sim.DefaultConfig()
-		c.Protocol = protocol
-		c.TimeScale = 0
-		c.PageSize = 16
-		c.Role, c.BootstrapTimeout = sim.RolePrefill, 300*time.Millisecond
-		role := workers.RolePrefill
-		if i >= 2 {
-			c.Role, role = sim.RoleDecode, workers.RoleDecode
-		}
-		c.Logger = slog.New(slog.DiscardHandler)
-		if tweak != nil {
-			tweak(i, &c)
-		}
-		s, err := sim.Start(c, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Stop)
-		f.sims = append(f.sims, s)
-		w, err := workers.Connect(ctx, s.Addr(), workers.ConnectOptions{Role: role})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.reg.Add(w); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pre, err := policy.New("cache_aware", policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := policy.New("power_of_two", policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv, err = server.New(server.Config{Registry: f.reg, Policy: pre, Logger: slog.New(slog.DiscardHandler),
-		PD: pd.New(pd.Config{Prefill: pre, Decode: dec})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go f.srv.Serve(lis)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		f.srv.Stop(ctx)
-	})
-	f.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.conn.Close() })
-	f.router = kvgatev1.NewRouterClient(f.conn)
-	f.admin = kvgatev1.NewAdminClient(f.conn)
-	return f
+	return startFleet(t, fleetOptions{protocol: protocol, workers: 4, pd: true, sim: tweak,
+		gateway: func(c *gateway.Config) { c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two" }})
 }
 
 func TestPDStreamsTheDecodeLegAndReusesThePrefillCache(t *testing.T) {

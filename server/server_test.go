@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,28 +15,12 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/server"
-	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// runHealthChecks runs fast health checks for the rest of the test.
-func runHealthChecks(t *testing.T, f *fleet) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		workers.RunHealthChecks(ctx, f.reg, workers.HealthConfig{
-			Interval: 10 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1,
-			OnChange: func(*workers.Worker, bool) { f.srv.UpdateHealth() },
-		}, slog.New(slog.DiscardHandler))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
 func TestUnhealthyWorkerIsSkipped(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 3, policy: "round_robin",
+	f := startFleet(t, fleetOptions{workers: 3, policy: "round_robin", healthInterval: 10 * time.Millisecond,
 		sim: func(i int, c *sim.Config) { c.Faults.Unhealthy = i == 1 }})
-	runHealthChecks(t, f)
 	w1, _ := f.reg.Get(f.workerURL(1))
 	eventually(t, "worker 1 to be marked unhealthy", func() bool { return !w1.Healthy() })
 
@@ -68,8 +51,8 @@ func TestUnhealthyWorkerIsSkipped(t *testing.T) {
 }
 
 func TestNoHealthyWorkerIsUnavailable(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 2, sim: func(_ int, c *sim.Config) { c.Faults.Unhealthy = true }})
-	runHealthChecks(t, f)
+	f := startFleet(t, fleetOptions{workers: 2, healthInterval: 10 * time.Millisecond,
+		sim: func(_ int, c *sim.Config) { c.Faults.Unhealthy = true }})
 	hc := healthpb.NewHealthClient(f.conn)
 	eventually(t, "the router's health to report NOT_SERVING", func() bool {
 		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "kvgate.v1.Router"})

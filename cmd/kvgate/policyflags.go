@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/workers"
 )
 
 // policyFlags are the seeds' routing flags, with their names, units and
@@ -47,7 +46,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 
 // options turns the flags into policy options; the tree's page size comes
 // from the workers unless --block-size is given.
-func (p *policyFlags) options(ws []*workers.Worker) policy.Options {
+func (p *policyFlags) options() policy.Options {
 	o := policy.DefaultOptions()
 	o.CacheThreshold = p.cacheThreshold
 	o.BalanceAbsThreshold = p.balanceAbs
@@ -57,24 +56,10 @@ func (p *policyFlags) options(ws []*workers.Worker) policy.Options {
 	o.MaxTreeSize = p.maxTreeSize
 	o.EvictionPolicy = p.evictionPolicy
 	o.BlockSize = p.blockSize
-	if o.BlockSize == 0 {
-		o.BlockSize = learnedPageSize(ws)
-	}
 	o.PrefixTokenCount = p.prefixTokenCount
 	o.PrefixHashLoadFactor = p.prefixHashLoadFactor
 	o.AssignmentMode = p.assignmentMode
 	o.MaxIdle = time.Duration(p.maxIdleSecs) * time.Second
 	o.BucketAdjustInterval = time.Duration(p.bucketAdjustSecs) * time.Second
 	return o
-}
-
-// learnedPageSize is the KV page size the workers report (the first that
-// reports one; engines of one model share it), else 16.
-func learnedPageSize(ws []*workers.Worker) int {
-	for _, w := range ws {
-		if ps := w.Info().PageSize; ps > 0 {
-			return ps
-		}
-	}
-	return 16
 }

@@ -12,14 +12,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/server"
+
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -47,6 +47,7 @@ type serveConfig struct {
 	embeddedPrefillSpeed float64
 	text                 textFlags
 	routing              policyFlags
+	reliability          reliabilityFlags
 	pdMode               bool
 	decodeURLs           listFlag
 	prefillPolicy        string
@@ -77,6 +78,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.embeddedPrefillSpeed, "embedded-prefill-tokens-per-sec", 0, "without --worker-urls: prefill speed of each simulated engine (0: the simulator's default)")
 	c.text.register(fs)
 	c.routing.register(fs)
+	c.reliability.register(fs)
 	fs.BoolVar(&c.pdMode, "pd-disaggregation", false, "prefill/decode disaggregation: --worker-urls are prefill workers (each may end in @BOOTSTRAP_PORT, e.g. grpc://p1:31000@8998), --decode the decode workers")
 	fs.Var(&c.decodeURLs, "decode", "with --pd-disaggregation: decode workers; several values space-separated, comma-separated or repeated")
 	fs.StringVar(&c.prefillPolicy, "prefill-policy", "cache_aware", "with --pd-disaggregation: policy choosing the prefill worker")
@@ -104,64 +106,16 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 // serve runs the router until ctx ends. ready, when not nil, is called with the
 // gRPC and metrics addresses once both accept connections.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(grpcAddr, metricsAddr string)) error {
-	proto, err := workers.ParseProtocol(cfg.workerProtocol)
-	if err != nil {
-		return err
-	}
-	for _, name := range []string{cfg.policy, cfg.prefillPolicy, cfg.decodePolicy} {
-		if !slices.Contains(policy.Names(), name) {
-			return fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
-		}
-	}
-	if !cfg.pdMode && len(cfg.decodeURLs) > 0 {
-		return errors.New("--decode needs --pd-disaggregation")
-	}
-
-	groups, bootstrapPorts, stopSims, err := workerGroups(cfg, log)
+	gcfg, stopSims, err := cfg.gateway(log)
 	if err != nil {
 		return err
 	}
 	defer stopSims()
-	reg := workers.NewRegistry()
-	defer reg.Close()
-	for _, g := range groups {
-		if err := connectAll(ctx, reg, g.urls, workers.ConnectOptions{Protocol: proto, Role: g.role}, cfg.startupTimeout, log); err != nil {
-			return err
-		}
-	}
-
-	var (
-		pol        policy.Policy
-		runners    []policy.Runner
-		dispatcher *pd.Dispatcher
-	)
-	newPolicy := func(name string, role workers.Role) (policy.Policy, error) {
-		p, err := policy.New(name, cfg.routing.options(reg.WithRole(role)))
-		if r, ok := p.(policy.Runner); ok {
-			runners = append(runners, r)
-		}
-		return p, err
-	}
-	if cfg.pdMode {
-		if pol, err = newPolicy(cfg.prefillPolicy, workers.RolePrefill); err != nil {
-			return err
-		}
-		dec, err := newPolicy(cfg.decodePolicy, workers.RoleDecode)
-		if err != nil {
-			return err
-		}
-		dispatcher = pd.New(pd.Config{Prefill: pol, Decode: dec, BootstrapPorts: bootstrapPorts})
-	} else if pol, err = newPolicy(cfg.policy, workers.RoleRegular); err != nil {
-		return err
-	}
-	text, err := loadText(ctx, cfg.text, reg, log)
+	g, err := gateway.New(ctx, gcfg)
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Registry: reg, Policy: pol, Logger: log, Text: text, PD: dispatcher})
-	if err != nil {
-		return err
-	}
+	defer g.Close()
 	lis, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)))
 	if err != nil {
 		return fmt.Errorf("listen for gRPC: %w", err)
@@ -176,7 +130,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 			return fmt.Errorf("listen for Prometheus: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(srv.Metrics().Registry, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(g.Server.Metrics().Registry, promhttp.HandlerOpts{}))
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		metricsAddr = mlis.Addr().String()
 		go func() {
@@ -186,34 +140,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		}()
 	}
 
-	bg, stopBG := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, r := range runners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.Run(bg)
-		}()
-	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		workers.RunHealthChecks(bg, reg, workers.HealthConfig{
-			Interval:         cfg.healthInterval,
-			Timeout:          cfg.healthTimeout,
-			FailureThreshold: cfg.healthFailures,
-			SuccessThreshold: cfg.healthSuccesses,
-			OnChange:         func(*workers.Worker, bool) { srv.UpdateHealth() },
-		}, log)
-	}()
-	go func() {
-		defer wg.Done()
-		workers.RunLoadPolls(bg, reg, cfg.loadPollInterval, log)
-	}()
-
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(lis) }()
-	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", pol.Name(), "pd", cfg.pdMode, "workers", len(reg.Snapshot()))
+	go func() { serveErr <- g.Serve(lis) }()
+	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", g.Policy.Name(), "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()))
 	if ready != nil {
 		ready(lis.Addr().String(), metricsAddr)
 	}
@@ -223,16 +152,56 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		err = nil
 	case err = <-serveErr:
 	}
-	log.Info("kvgate shutting down")
+	log.Info("kvgate shutting down", "drain", cfg.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
-	srv.Stop(sctx)
+	g.Shutdown(sctx)
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(sctx)
 	}
-	stopBG()
-	wg.Wait()
 	return err
+}
+
+// gateway turns the command line into the router's configuration, starting
+// the simulated engines when no worker is given; stop ends them.
+func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
+	g := gateway.DefaultConfig()
+	proto, err := workers.ParseProtocol(c.workerProtocol)
+	if err != nil {
+		return g, func() {}, err
+	}
+	for _, name := range []string{c.policy, c.prefillPolicy, c.decodePolicy} {
+		if !slices.Contains(policy.Names(), name) {
+			return g, func() {}, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
+		}
+	}
+	if !c.pdMode && len(c.decodeURLs) > 0 {
+		return g, func() {}, errors.New("--decode needs --pd-disaggregation")
+	}
+	groups, stop, err := workerGroups(c, log)
+	if err != nil {
+		return g, stop, err
+	}
+	g.WorkerURLs = groups[0].urls
+	if c.pdMode {
+		g.PD, g.DecodeURLs = true, groups[1].urls
+	}
+	g.Protocol = proto
+	g.Policy, g.PrefillPolicy, g.DecodePolicy = c.policy, c.prefillPolicy, c.decodePolicy
+	g.Options = c.routing.options()
+	g.LearnBlockSize = c.routing.blockSize == 0
+	g.TextSources, g.TextOptions, g.FetchTimeout = c.text.src, c.text.options(), c.text.fetchTimeout
+	g.Health = workers.HealthConfig{
+		Interval:         c.healthInterval,
+		Timeout:          c.healthTimeout,
+		FailureThreshold: c.healthFailures,
+		SuccessThreshold: c.healthSuccesses,
+	}
+	g.LoadPollInterval = c.loadPollInterval
+	g.StartupTimeout = c.startupTimeout
+	g.Reliability = c.reliability.config()
+	g.Logger = log
+	return g, stop, nil
 }
 
 // workerGroup is a list of worker URLs that share a role.
@@ -242,52 +211,39 @@ type workerGroup struct {
 }
 
 // workerGroups reads the worker flags: regular workers, or with
-// --pd-disaggregation prefill workers (with their bootstrap ports) and decode
-// workers. With none given it starts simulated engines; stop ends them.
-func workerGroups(cfg serveConfig, log *slog.Logger) (groups []workerGroup, ports map[string]int, stop func(), err error) {
+// --pd-disaggregation prefill workers and decode workers. With none given it
+// starts simulated engines; stop ends them.
+func workerGroups(cfg serveConfig, log *slog.Logger) (groups []workerGroup, stop func(), err error) {
 	stop = func() {}
 	urls := []string(cfg.workerURLs)
 	if !cfg.pdMode {
 		if len(urls) == 0 {
 			sims, err := startEmbedded(cfg, sim.RoleRegular, log)
 			if err != nil {
-				return nil, nil, stop, err
+				return nil, stop, err
 			}
 			stop, urls = stopAll(sims), simURLs(sims)
 		}
-		return []workerGroup{{workers.RoleRegular, urls}}, nil, stop, nil
+		return []workerGroup{{workers.RoleRegular, urls}}, stop, nil
 	}
 	decodes := []string(cfg.decodeURLs)
 	switch {
 	case len(urls) == 0 && len(decodes) == 0:
 		prefill, err := startEmbedded(cfg, sim.RolePrefill, log)
 		if err != nil {
-			return nil, nil, stop, err
+			return nil, stop, err
 		}
 		decode, err := startEmbedded(cfg, sim.RoleDecode, log)
 		if err != nil {
 			stopAll(prefill)()
-			return nil, nil, stop, err
+			return nil, stop, err
 		}
 		stop = stopAll(append(prefill, decode...))
 		urls, decodes = simURLs(prefill), simURLs(decode)
 	case len(urls) == 0 || len(decodes) == 0:
-		return nil, nil, stop, errors.New("--pd-disaggregation needs prefill workers (--worker-urls) and decode workers (--decode), or neither (simulated engines)")
+		return nil, stop, errors.New("--pd-disaggregation needs prefill workers (--worker-urls) and decode workers (--decode), or neither (simulated engines)")
 	}
-	ports = map[string]int{}
-	prefills := make([]string, len(urls))
-	for i, u := range urls {
-		url, port, err := pd.ParsePrefillURL(u)
-		if err != nil {
-			stop()
-			return nil, nil, func() {}, err
-		}
-		prefills[i] = url
-		if port > 0 {
-			ports[url] = port
-		}
-	}
-	return []workerGroup{{workers.RolePrefill, prefills}, {workers.RoleDecode, decodes}}, ports, stop, nil
+	return []workerGroup{{workers.RolePrefill, urls}, {workers.RoleDecode, decodes}}, stop, nil
 }
 
 func simURLs(sims []*sim.Server) []string {
@@ -335,59 +291,6 @@ func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Serve
 		sims = append(sims, s)
 	}
 	return sims, nil
-}
-
-// connectAll connects to every worker concurrently, retrying each until it
-// answers or the start-up timeout passes: engines often start after the router.
-func connectAll(ctx context.Context, reg *workers.Registry, urls []string, opts workers.ConnectOptions, timeout time.Duration, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ws := make([]*workers.Worker, len(urls))
-	errs := make([]error, len(urls))
-	var wg sync.WaitGroup
-	for i, u := range urls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ws[i], errs[i] = connectWithRetry(ctx, u, opts, log)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, w := range ws {
-			if w != nil {
-				w.Close()
-			}
-		}
-		return err
-	}
-	for _, w := range ws {
-		if err := reg.Add(w); err != nil {
-			return err
-		}
-		info := w.Info()
-		log.Info("worker registered", "worker", w.URL(), "protocol", w.Protocol().String(), "model", info.Model,
-			"vocab_size", info.VocabSize, "max_context", info.MaxContextLength, "page_size", info.PageSize)
-	}
-	return nil
-}
-
-func connectWithRetry(ctx context.Context, url string, opts workers.ConnectOptions, log *slog.Logger) (*workers.Worker, error) {
-	if _, _, err := workers.ParseAddress(url); err != nil {
-		return nil, err // no point retrying a malformed address
-	}
-	for attempt := 1; ; attempt++ {
-		w, err := workers.Connect(ctx, url, opts)
-		if err == nil {
-			return w, nil
-		}
-		log.Warn("worker not ready", "worker", url, "attempt", attempt, "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("worker %s: not reachable before the start-up timeout: %w", url, err)
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {

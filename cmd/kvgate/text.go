@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"flag"
-	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
-	"github.com/kvgate/kvgate/workers"
 )
 
 // textFlags say where the model's tokenizer and chat template come from, and
@@ -40,37 +36,4 @@ func (t *textFlags) options() textmodel.Options {
 		L0Enabled: t.l0Enabled, L0MaxEntries: t.l0MaxEntries,
 		L1Enabled: t.l1Enabled, L1MaxBytes: t.l1MaxMemory,
 	}}
-}
-
-// loadText finds the model's tokenizer: from the paths given, or else from
-// the first worker that serves one. Without either, kvgate still routes
-// token ids, and says in its log what text requests would need.
-func loadText(ctx context.Context, t textFlags, reg *workers.Registry, log *slog.Logger) (*textmodel.Model, error) {
-	if t.src.ModelPath != "" || t.src.TokenizerPath != "" {
-		m, err := textmodel.Load(t.src, t.options())
-		if err != nil {
-			return nil, fmt.Errorf("load tokenizer: %w", err)
-		}
-		log.Info("tokenizer loaded", "model_path", t.src.ModelPath, "tokenizer_path", t.src.TokenizerPath,
-			"vocab_size", m.Tokenizer().VocabSize(), "chat_template", m.TemplateSource())
-		return m, nil
-	}
-	for _, w := range reg.Snapshot() {
-		fctx, cancel := context.WithTimeout(ctx, t.fetchTimeout)
-		archive, err := w.Backend().Tokenizer(fctx)
-		cancel()
-		if err != nil {
-			log.Info("worker serves no tokenizer", "worker", w.URL(), "error", err)
-			continue
-		}
-		m, err := textmodel.FromArchive(archive, t.src.ChatTemplatePath, t.options())
-		if err != nil {
-			return nil, fmt.Errorf("tokenizer from worker %s: %w", w.URL(), err)
-		}
-		log.Info("tokenizer loaded from worker", "worker", w.URL(), "vocab_size", m.Tokenizer().VocabSize(),
-			"chat_template", m.TemplateSource())
-		return m, nil
-	}
-	log.Warn("no tokenizer: text, Chat and stop strings are unavailable; give --model-path or --tokenizer-path")
-	return nil, nil
 }

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"flag"
+	"time"
+
+	"github.com/kvgate/kvgate/server"
+)
+
+// reliabilityFlags are how the router treats failing workers: SMG's retry
+// flags (milliseconds, as SMG spells them) and kvgate's timeouts.
+type reliabilityFlags struct {
+	maxRetries        int
+	initialBackoffMs  int
+	maxBackoffMs      int
+	multiplier        float64
+	jitter            float64
+	budgetPercent     float64
+	firstTokenTimeout time.Duration
+	streamIdleTimeout time.Duration
+}
+
+func (r *reliabilityFlags) register(fs *flag.FlagSet) {
+	d := server.DefaultReliability()
+	fs.IntVar(&r.maxRetries, "retry-max-retries", d.Retry.MaxRetries, "retries on another worker for a request whose worker failed before the first token (0: no retries)")
+	fs.IntVar(&r.initialBackoffMs, "retry-initial-backoff-ms", int(d.Retry.InitialBackoff/time.Millisecond), "wait before the first retry, in milliseconds")
+	fs.IntVar(&r.maxBackoffMs, "retry-max-backoff-ms", int(d.Retry.MaxBackoff/time.Millisecond), "longest wait between retries, in milliseconds")
+	fs.Float64Var(&r.multiplier, "retry-backoff-multiplier", d.Retry.Multiplier, "each wait is this many times the previous one (>= 1)")
+	fs.Float64Var(&r.jitter, "retry-jitter-factor", d.Retry.Jitter, "spread of each wait, as a fraction (0-1) either side")
+	fs.Float64Var(&r.budgetPercent, "retry-budget-percent", d.Retry.BudgetPercent, "retries in flight may be at most this percentage of the requests in flight (at least 3 are always allowed)")
+	fs.DurationVar(&r.firstTokenTimeout, "first-token-timeout", d.FirstTokenTimeout, "an attempt whose worker sends no token this long after it started fails and is retried elsewhere (0: no limit)")
+	fs.DurationVar(&r.streamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "after the first token, a worker that sends nothing for this long fails the request with UNAVAILABLE (0: no limit)")
+}
+
+func (r *reliabilityFlags) config() server.Reliability {
+	c := server.DefaultReliability()
+	c.Retry.MaxRetries = r.maxRetries
+	c.Retry.InitialBackoff = time.Duration(r.initialBackoffMs) * time.Millisecond
+	c.Retry.MaxBackoff = time.Duration(r.maxBackoffMs) * time.Millisecond
+	c.Retry.Multiplier = r.multiplier
+	c.Retry.Jitter = r.jitter
+	c.Retry.BudgetPercent = r.budgetPercent
+	c.FirstTokenTimeout = r.firstTokenTimeout
+	c.StreamIdleTimeout = r.streamIdleTimeout
+	return c
+}

@@ -1,0 +1,248 @@
+// Package gateway builds a whole kvgate router from its configuration: the
+// worker registry and its connections, the routing policies (and the
+// prefill/decode dispatcher), the model's tokenizer and chat template, the
+// gRPC server, and the background loops that keep worker health, load and
+// policy state current.
+//
+// It is the one place the router is wired. `kvgate serve`, `kvgate bench`
+// and the tests all build their router here, so what is measured and tested
+// is what ships.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/server"
+	"github.com/kvgate/kvgate/tokenize/textmodel"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Config is everything a router is made of.
+type Config struct {
+	// WorkerURLs are the engines serving whole requests or, with PD, the
+	// prefill engines (each may end in @BOOTSTRAP_PORT).
+	WorkerURLs []string
+	// PD turns on prefill/decode disaggregation; DecodeURLs are then the
+	// decode engines.
+	PD         bool
+	DecodeURLs []string
+	// Protocol of every worker; workers.ProtocolUnknown asks each engine.
+	Protocol workers.Protocol
+	// Policy places regular requests; PrefillPolicy and DecodePolicy place
+	// the two legs with PD. Options configure them.
+	Policy, PrefillPolicy, DecodePolicy string
+	Options                             policy.Options
+	// LearnBlockSize takes the tree's page size from the workers' reported
+	// KV page size (else 16), overriding Options' block size.
+	LearnBlockSize bool
+
+	// Text is the model's tokenizer and chat template when the caller has
+	// loaded it; otherwise TextSources are loaded, and without those the
+	// tokenizer comes from the first worker that serves one (GetTokenizer).
+	Text *textmodel.Model
+	// TokenIDsOnly loads no tokenizer at all: the router takes token ids,
+	// and text, Chat and stop strings answer FAILED_PRECONDITION.
+	TokenIDsOnly bool
+	TextSources  textmodel.Sources
+	TextOptions  textmodel.Options
+	FetchTimeout time.Duration
+
+	// Health configures the health checks; LoadPollInterval the GetLoads
+	// polls.
+	Health           workers.HealthConfig
+	LoadPollInterval time.Duration
+	// StartupTimeout bounds how long New waits for each worker to answer.
+	StartupTimeout time.Duration
+
+	// Reliability is the pipeline's retries and timeouts.
+	Reliability server.Reliability
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a router with the seeds' defaults: cache_aware (PD:
+// cache_aware prefill, power_of_two decode), health checks every 10 s, load
+// polls every second, and the server's default reliability settings.
+func DefaultConfig() Config {
+	return Config{
+		Policy:           "cache_aware",
+		PrefillPolicy:    "cache_aware",
+		DecodePolicy:     "power_of_two",
+		Options:          policy.DefaultOptions(),
+		LearnBlockSize:   true,
+		FetchTimeout:     30 * time.Second,
+		Health:           workers.DefaultHealthConfig(),
+		LoadPollInterval: workers.DefaultLoadPollInterval,
+		StartupTimeout:   60 * time.Second,
+		Reliability:      server.DefaultReliability(),
+	}
+}
+
+// Gateway is a built router: its server, fleet and background loops.
+type Gateway struct {
+	Server   *server.Server
+	Registry *workers.Registry
+	// Policy is the regular policy, or with PD the prefill policy.
+	Policy policy.Policy
+	Text   *textmodel.Model
+
+	log    *slog.Logger
+	stopBG context.CancelFunc
+	bg     sync.WaitGroup
+	once   sync.Once
+}
+
+// New connects to the workers, builds the policies, tokenizer and server,
+// and starts the background loops. Close (or Shutdown) stops them.
+func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	for _, name := range []string{cfg.Policy, cfg.PrefillPolicy, cfg.DecodePolicy} {
+		if name != "" && !slices.Contains(policy.Names(), name) {
+			return nil, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
+		}
+	}
+	if !cfg.PD && len(cfg.DecodeURLs) > 0 {
+		return nil, errors.New("decode workers need prefill/decode disaggregation (--pd-disaggregation)")
+	}
+	if cfg.PD && (len(cfg.WorkerURLs) == 0 || len(cfg.DecodeURLs) == 0) {
+		return nil, errors.New("prefill/decode disaggregation needs prefill workers (--worker-urls) and decode workers (--decode)")
+	}
+	if err := cfg.Reliability.Validate(); err != nil {
+		return nil, err
+	}
+
+	g := &Gateway{Registry: workers.NewRegistry(), log: log}
+	defer func() {
+		if err != nil {
+			g.Registry.Close()
+		}
+	}()
+	urls, ports := cfg.WorkerURLs, map[string]int{}
+	role := workers.RoleRegular
+	if cfg.PD {
+		role = workers.RolePrefill
+		urls = make([]string, len(cfg.WorkerURLs))
+		for i, u := range cfg.WorkerURLs {
+			url, port, err := pd.ParsePrefillURL(u)
+			if err != nil {
+				return nil, err
+			}
+			urls[i] = url
+			if port > 0 {
+				ports[url] = port
+			}
+		}
+	}
+	opts := workers.ConnectOptions{Protocol: cfg.Protocol, Role: role}
+	if err := connectAll(ctx, g.Registry, urls, opts, cfg.StartupTimeout, log); err != nil {
+		return nil, err
+	}
+	if cfg.PD {
+		opts.Role = workers.RoleDecode
+		if err := connectAll(ctx, g.Registry, cfg.DecodeURLs, opts, cfg.StartupTimeout, log); err != nil {
+			return nil, err
+		}
+	}
+
+	var runners []policy.Runner
+	newPolicy := func(name string, role workers.Role) (policy.Policy, error) {
+		o := cfg.Options
+		if cfg.LearnBlockSize {
+			o.BlockSize = learnedPageSize(g.Registry.WithRole(role))
+		}
+		p, err := policy.New(name, o)
+		if r, ok := p.(policy.Runner); ok {
+			runners = append(runners, r)
+		}
+		return p, err
+	}
+	var dispatcher *pd.Dispatcher
+	if cfg.PD {
+		if g.Policy, err = newPolicy(cfg.PrefillPolicy, workers.RolePrefill); err != nil {
+			return nil, err
+		}
+		dec, err := newPolicy(cfg.DecodePolicy, workers.RoleDecode)
+		if err != nil {
+			return nil, err
+		}
+		dispatcher = pd.New(pd.Config{Prefill: g.Policy, Decode: dec, BootstrapPorts: ports})
+	} else if g.Policy, err = newPolicy(cfg.Policy, workers.RoleRegular); err != nil {
+		return nil, err
+	}
+
+	g.Text = cfg.Text
+	if g.Text == nil && !cfg.TokenIDsOnly {
+		if g.Text, err = loadText(ctx, cfg, g.Registry, log); err != nil {
+			return nil, err
+		}
+	}
+	rel := cfg.Reliability
+	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
+		PD: dispatcher, Reliability: &rel})
+	if err != nil {
+		return nil, err
+	}
+
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	g.stopBG = stop
+	for _, r := range runners {
+		g.bg.Go(func() { r.Run(bg) })
+	}
+	health := cfg.Health
+	health.OnChange = func(w *workers.Worker, healthy bool) {
+		g.Server.UpdateHealth()
+		if cfg.Health.OnChange != nil {
+			cfg.Health.OnChange(w, healthy)
+		}
+	}
+	g.bg.Go(func() { workers.RunHealthChecks(bg, g.Registry, health, log) })
+	g.bg.Go(func() { workers.RunLoadPolls(bg, g.Registry, cfg.LoadPollInterval, log) })
+	return g, nil
+}
+
+// Serve serves gRPC on lis until the gateway is shut down.
+func (g *Gateway) Serve(lis net.Listener) error { return g.Server.Serve(lis) }
+
+// Shutdown stops the server (running requests may finish until ctx ends; see
+// server.Server.Stop), then the background loops and the workers'
+// connections.
+func (g *Gateway) Shutdown(ctx context.Context) {
+	g.Server.Stop(ctx)
+	g.Close()
+}
+
+// Close stops the background loops and closes the workers' connections
+// without waiting for requests; after Shutdown it does nothing.
+func (g *Gateway) Close() {
+	g.once.Do(func() {
+		if g.stopBG != nil {
+			g.stopBG()
+		}
+		g.bg.Wait()
+		g.Registry.Close()
+	})
+}
+
+// learnedPageSize is the KV page size the workers report (the first that
+// reports one; engines of one model share it), else 16.
+func learnedPageSize(ws []*workers.Worker) int {
+	for _, w := range ws {
+		if ps := w.Info().PageSize; ps > 0 {
+			return ps
+		}
+	}
+	return 16
+}
