@@ -66,6 +66,9 @@ type Config struct {
 
 	// Reliability is the pipeline's retries and timeouts.
 	Reliability server.Reliability
+	// Admission bounds the requests accepted, MaxRequestBytes one message.
+	Admission       server.AdmissionConfig
+	MaxRequestBytes int
 
 	Logger *slog.Logger
 }
@@ -85,6 +88,8 @@ func DefaultConfig() Config {
 		LoadPollInterval: workers.DefaultLoadPollInterval,
 		StartupTimeout:   60 * time.Second,
 		Reliability:      server.DefaultReliability(),
+		Admission:        server.DefaultAdmissionConfig(),
+		MaxRequestBytes:  server.DefaultMaxRequestBytes,
 	}
 }
 
@@ -122,6 +127,12 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	}
 	if err := cfg.Reliability.Validate(); err != nil {
 		return nil, err
+	}
+	if err := cfg.Admission.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxRequestBytes < 1 {
+		return nil, fmt.Errorf("--max-request-bytes is %d; it must be >= 1", cfg.MaxRequestBytes)
 	}
 
 	g := &Gateway{Registry: workers.NewRegistry(), log: log}
@@ -189,9 +200,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			return nil, err
 		}
 	}
-	rel := cfg.Reliability
+	rel, adm := cfg.Reliability, cfg.Admission
 	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
-		PD: dispatcher, Reliability: &rel})
+		PD: dispatcher, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes})
 	if err != nil {
 		return nil, err
 	}

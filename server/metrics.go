@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,7 @@ type Metrics struct {
 
 	retries              *prometheus.CounterVec
 	retryBudgetExhausted prometheus.Counter
+	admissionRejected    *prometheus.CounterVec
 
 	predictions      prometheus.Counter
 	predictionsExact prometheus.Counter
@@ -111,6 +113,10 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_retry_budget_exhausted_total",
 			Help: "Retries refused because retries in flight reached --retry-budget-percent of the requests in flight.",
 		}),
+		admissionRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_admission_rejected_total",
+			Help: "Requests refused with RESOURCE_EXHAUSTED by admission control, by reason (queue_full, queue_timeout, rate_limit).",
+		}, []string{"reason"}),
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_cache_prediction_observations_total",
 			Help: "Completed requests whose predicted cached tokens were compared with the engine's report.",
@@ -133,12 +139,27 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts, m.decisions,
-		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted,
+		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted, m.admissionRejected,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		&workerCollector{reg: reg},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// admissionWaiting exports the admission queue's depth and the requests in
+// the pipeline, read at scrape time.
+func (m *Metrics) admissionWaiting(waiting, active *atomic.Int64) {
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvgate_admission_queue_depth",
+			Help: "Requests waiting for a place under --max-concurrent-requests.",
+		}, func() float64 { return float64(waiting.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvgate_requests_in_flight",
+			Help: "Generation requests between placement and their last chunk.",
+		}, func() float64 { return float64(active.Load()) }),
+	)
 }
 
 // workerCollector reports each registered worker's live state at scrape time.

@@ -52,7 +52,16 @@ type Config struct {
 	PD *pd.Dispatcher
 	// Reliability sets retries and timeouts; nil: DefaultReliability().
 	Reliability *Reliability
+	// Admission bounds the requests accepted; nil: DefaultAdmissionConfig().
+	Admission *AdmissionConfig
+	// MaxRequestBytes bounds one request message; larger ones are refused
+	// with RESOURCE_EXHAUSTED before they are decoded. 0: DefaultMaxRequestBytes.
+	MaxRequestBytes int
 }
+
+// DefaultMaxRequestBytes bounds a request message: 8 MiB holds a prompt of
+// two million token ids or a 131,072-token context in any text encoding.
+const DefaultMaxRequestBytes = 8 << 20
 
 // Reliability is how the pipeline treats failing workers.
 type Reliability struct {
@@ -99,6 +108,7 @@ type Server struct {
 	log     *slog.Logger
 	text    *textmodel.Model
 
+	admission *admission
 	// active counts requests in the pipeline, retrying those of them that
 	// are waiting for or running a retry (the retry budget's two terms).
 	active, retrying atomic.Int64
@@ -134,6 +144,17 @@ func New(cfg Config) (*Server, error) {
 	if err := rel.Validate(); err != nil {
 		return nil, err
 	}
+	adm := DefaultAdmissionConfig()
+	if cfg.Admission != nil {
+		adm = *cfg.Admission
+	}
+	if err := adm.Validate(); err != nil {
+		return nil, err
+	}
+	maxMsg := cfg.MaxRequestBytes
+	if maxMsg == 0 {
+		maxMsg = DefaultMaxRequestBytes
+	}
 	s := &Server{
 		cfg:     resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
 		reg:     cfg.Registry,
@@ -152,6 +173,8 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)
 	}
+	s.admission = newAdmission(adm, s.metrics)
+	s.metrics.admissionWaiting(&s.admission.waiting, &s.active)
 	if s.text != nil {
 		if err := s.metrics.Registry.Register(tokenizerCollector{s.text}); err != nil {
 			return nil, fmt.Errorf("server: tokenizer cache metrics: %w", err)
@@ -189,8 +212,10 @@ func New(cfg Config) (*Server, error) {
 			s.metrics.StreamInterceptor,
 			recovery.StreamServerInterceptor(recoverOpts...),
 			rejectUndecodableStream,
+			s.admissionStream,
 		),
 		grpc.ForceServerCodecV2(newRequestCodec()),
+		grpc.MaxRecvMsgSize(maxMsg),
 	)
 	kvgatev1.RegisterRouterServer(s.grpc, &router{s: s})
 	kvgatev1.RegisterAdminServer(s.grpc, &admin{s: s, reg: s.reg})

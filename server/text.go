@@ -66,6 +66,12 @@ func (s *Server) chatJob(req *kvgatev1.ChatRequest) (*job, error) {
 	if len(req.GetMessages()) == 0 {
 		return nil, invalid("messages is empty; a conversation of at least 1 message is required")
 	}
+	if n, limit := len(req.GetMessages()), s.admission.cfg.MaxChatMessages; n > limit {
+		return nil, invalid("messages has %d entries; the limit is %d", n, limit)
+	}
+	if n, limit := len(req.GetTools()), s.admission.cfg.MaxTools; n > limit {
+		return nil, invalid("tools has %d entries; the limit is %d", n, limit)
+	}
 	conv, err := conversation(req)
 	if err != nil {
 		return nil, err

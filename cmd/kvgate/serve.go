@@ -48,6 +48,7 @@ type serveConfig struct {
 	text                 textFlags
 	routing              policyFlags
 	reliability          reliabilityFlags
+	admission            admissionFlags
 	pdMode               bool
 	decodeURLs           listFlag
 	prefillPolicy        string
@@ -79,6 +80,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	c.text.register(fs)
 	c.routing.register(fs)
 	c.reliability.register(fs)
+	c.admission.register(fs)
 	fs.BoolVar(&c.pdMode, "pd-disaggregation", false, "prefill/decode disaggregation: --worker-urls are prefill workers (each may end in @BOOTSTRAP_PORT, e.g. grpc://p1:31000@8998), --decode the decode workers")
 	fs.Var(&c.decodeURLs, "decode", "with --pd-disaggregation: decode workers; several values space-separated, comma-separated or repeated")
 	fs.StringVar(&c.prefillPolicy, "prefill-policy", "cache_aware", "with --pd-disaggregation: policy choosing the prefill worker")
@@ -200,6 +202,8 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	g.LoadPollInterval = c.loadPollInterval
 	g.StartupTimeout = c.startupTimeout
 	g.Reliability = c.reliability.config()
+	g.Admission = c.admission.config()
+	g.MaxRequestBytes = c.admission.maxRequestBytes
 	g.Logger = log
 	return g, stop, nil
 }

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// AdmissionConfig bounds the work kvgate accepts. Beyond the limits a
+// request is refused at once with RESOURCE_EXHAUSTED naming the limit: a
+// router that accepts everything only moves the queue into goroutines and
+// memory, and every client's time to first token grows with it.
+type AdmissionConfig struct {
+	// MaxConcurrentRequests is how many generation requests (Generate,
+	// Chat) may run at once, from tokenization to their last chunk; -1: no
+	// limit.
+	MaxConcurrentRequests int
+	// QueueSize is how many more may wait for a place; 0: none wait.
+	QueueSize int
+	// QueueTimeout is how long a request may wait in the queue.
+	QueueTimeout time.Duration
+	// RateLimitPerKey, when > 0, allows each client key (the routing key,
+	// else the authorization metadata, else the peer address) this many
+	// requests per second, with bursts of as many.
+	RateLimitPerKey float64
+	// RateLimitKeys bounds how many keys the rate limiter remembers; the
+	// least recently seen are forgotten first.
+	RateLimitKeys int
+	// MaxChatMessages and MaxTools bound a Chat request's conversation.
+	MaxChatMessages int
+	MaxTools        int
+}
+
+// DefaultAdmissionConfig admits 1,024 concurrent generations with 1,024
+// more waiting up to 30 s: far beyond what a fleet of a few engines serves
+// well (an engine runs a few hundred requests at once), and low enough that
+// a flood is refused before it costs the router its memory. No per-key
+// rate limit.
+func DefaultAdmissionConfig() AdmissionConfig {
+	return AdmissionConfig{
+		MaxConcurrentRequests: 1024,
+		QueueSize:             1024,
+		QueueTimeout:          30 * time.Second,
+		RateLimitKeys:         100_000,
+		MaxChatMessages:       10_000,
+		MaxTools:              1_024,
+	}
+}
+
+// Validate reports the first setting out of range, by its flag name.
+func (c AdmissionConfig) Validate() error {
+	switch {
+	case c.MaxConcurrentRequests == 0 || c.MaxConcurrentRequests < -1:
+		return fmt.Errorf("--max-concurrent-requests is %d; it must be >= 1, or -1 for no limit", c.MaxConcurrentRequests)
+	case c.QueueSize < 0:
+		return fmt.Errorf("--queue-size is %d; it must be >= 0", c.QueueSize)
+	case c.QueueTimeout < 0:
+		return fmt.Errorf("--queue-timeout-secs is %v; it must be >= 0", c.QueueTimeout)
+	case !(c.RateLimitPerKey >= 0):
+		return fmt.Errorf("--rate-limit-per-key is %v; it must be >= 0 (0: no limit)", c.RateLimitPerKey)
+	case c.RateLimitPerKey > 0 && c.RateLimitKeys < 1:
+		return fmt.Errorf("rate limit keys is %d; it must be >= 1", c.RateLimitKeys)
+	case c.MaxChatMessages < 1:
+		return fmt.Errorf("max chat messages is %d; it must be >= 1", c.MaxChatMessages)
+	case c.MaxTools < 0:
+		return fmt.Errorf("max tools is %d; it must be >= 0", c.MaxTools)
+	}
+	return nil
+}
+
+// admission is the concurrency limit with its bounded wait queue.
+type admission struct {
+	cfg     AdmissionConfig
+	slots   chan struct{} // nil: no limit
+	waiting atomic.Int64
+	limiter *rateLimiter // nil: no rate limit
+	m       *Metrics
+}
+
+func newAdmission(cfg AdmissionConfig, m *Metrics) *admission {
+	a := &admission{cfg: cfg, m: m}
+	if cfg.MaxConcurrentRequests > 0 {
+		a.slots = make(chan struct{}, cfg.MaxConcurrentRequests)
+	}
+	if cfg.RateLimitPerKey > 0 {
+		a.limiter = newRateLimiter(cfg.RateLimitPerKey, cfg.RateLimitKeys, time.Now)
+	}
+	return a
+}
+
+// acquire takes a place for one request, waiting in the queue if there is
+// room in it; release gives the place back.
+func (a *admission) acquire(ctx context.Context) (release func(), err error) {
+	if a.slots == nil {
+		return func() {}, nil
+	}
+	release = func() { <-a.slots }
+	select {
+	case a.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	if a.waiting.Add(1) > int64(a.cfg.QueueSize) {
+		a.waiting.Add(-1)
+		a.m.admissionRejected.WithLabelValues("queue_full").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"kvgate is at its limit of %d concurrent requests (--max-concurrent-requests) and its wait queue of %d is full (--queue-size); retry later",
+			a.cfg.MaxConcurrentRequests, a.cfg.QueueSize)
+	}
+	defer a.waiting.Add(-1)
+	t := time.NewTimer(a.cfg.QueueTimeout)
+	defer t.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		return release, nil
+	case <-t.C:
+		a.m.admissionRejected.WithLabelValues("queue_timeout").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"kvgate is at its limit of %d concurrent requests (--max-concurrent-requests) and no place freed within %v in its queue (--queue-timeout-secs); retry later",
+			a.cfg.MaxConcurrentRequests, a.cfg.QueueTimeout)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// admitted reports whether a method is a generation that admission governs.
+func admitted(method string) bool {
+	return strings.HasPrefix(method, "/kvgate.v1.Router/")
+}
+
+// admissionStream applies the rate limit and the concurrency limit to the
+// Router's streaming RPCs before their handler does any work.
+func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !admitted(info.FullMethod) {
+		return handler(srv, ss)
+	}
+	ctx := ss.Context()
+	if l := s.admission.limiter; l != nil {
+		if !l.allow(clientKey(ctx)) {
+			s.metrics.admissionRejected.WithLabelValues("rate_limit").Inc()
+			return status.Errorf(codes.ResourceExhausted,
+				"this client key is over its rate limit of %g requests per second (--rate-limit-per-key); retry later", l.rate)
+		}
+	}
+	release, err := s.admission.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return handler(srv, ss)
+}
