@@ -96,7 +96,7 @@ func newAdmission(cfg AdmissionConfig, m *Metrics) *admission {
 
 // acquire takes a place for one request, waiting in the queue if there is
 // room in it; release gives the place back.
-func (a *admission) acquire(ctx context.Context) (release func(), err error) {
+func (a *admission) acquire(ctx context.Context, shutdown <-chan struct{}) (release func(), err error) {
 	if a.slots == nil {
 		return func() {}, nil
 	}
@@ -126,6 +126,8 @@ func (a *admission) acquire(ctx context.Context) (release func(), err error) {
 			a.cfg.MaxConcurrentRequests, a.cfg.QueueTimeout)
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-shutdown:
+		return nil, status.Error(codes.Unavailable, errShuttingDown.Error())
 	}
 }
 
@@ -148,7 +150,7 @@ func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 				"this client key is over its rate limit of %g requests per second (--rate-limit-per-key); retry later", l.rate)
 		}
 	}
-	release, err := s.admission.acquire(ctx)
+	release, err := s.admission.acquire(ctx, s.hardStop.Done())
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"time"
 
@@ -142,6 +145,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		}()
 	}
 
+	// SIGHUP reloads what can be reloaded and never stops the router (its
+	// default action would kill the process).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			reload(log)
+		}
+	}()
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- g.Serve(lis) }()
 	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", g.Policy.Name(), "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()))
@@ -162,6 +176,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		_ = metricsSrv.Shutdown(sctx)
 	}
 	return err
+}
+
+// reload re-reads what the router can change while it runs, on SIGHUP.
+func reload(log *slog.Logger) {
+	log.Info("SIGHUP: nothing to reload (no TLS files configured)")
 }
 
 // gateway turns the command line into the router's configuration, starting

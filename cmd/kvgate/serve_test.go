@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +91,15 @@ func TestEmbeddedDefaultServesGenerateAndMetrics(t *testing.T) {
 	ws, err := kvgatev1.NewAdminClient(conn).ListWorkers(rctx, &kvgatev1.ListWorkersRequest{})
 	if err != nil || len(ws.Workers) != 2 {
 		t.Fatalf("ListWorkers: %v, %v; want the 2 embedded engines", ws, err)
+	}
+
+	// SIGHUP reloads (or ignores); it never stops the router.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := kvgatev1.NewAdminClient(conn).ListWorkers(rctx, &kvgatev1.ListWorkersRequest{}); err != nil {
+		t.Fatalf("after SIGHUP: %v", err)
 	}
 
 	resp, err := http.Get("http://" + a[1] + "/metrics")
