@@ -50,22 +50,6 @@ func TestConversationStaysOnItsWorkerAndItsCacheGrows(t *testing.T) {
 	}
 }
 
-// counter reads an unlabelled counter from the router's metrics.
-func counter(t *testing.T, f *fleet, name string) float64 {
-	t.Helper()
-	mfs, err := f.srv.Metrics().Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not found", name)
-	return 0
-}
-
 func TestRoundRobinScattersTheConversation(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 3, policy: "round_robin", sim: func(_ int, c *sim.Config) { c.PageSize = 16 }})
 	turns := converse(t, f, 6)

@@ -1,0 +1,227 @@
+package server_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// fastRetries makes failover quick enough for tests: short backoffs and
+// timeouts, no budget limit.
+func fastRetries(c *gateway.Config) {
+	c.Reliability.Retry.InitialBackoff = time.Millisecond
+	c.Reliability.Retry.MaxBackoff = 5 * time.Millisecond
+	c.Reliability.FirstTokenTimeout = 300 * time.Millisecond
+	c.Reliability.StreamIdleTimeout = 300 * time.Millisecond
+}
+
+// counter reads a counter, summed over the series whose labels match the
+// name/value pairs kv.
+func counter(t *testing.T, f *fleet, name string, kv ...string) float64 {
+	t.Helper()
+	mfs, err := f.srv.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(kv); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == kv[i] && lp.GetValue() == kv[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// noLeaks checks, when the test ends, that the router and the engines went
+// back to the goroutines they started with. Call it before starting the
+// fleet, so that its check runs after the fleet's cleanup.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines leaked:\n%s", n-before, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
+
+var longReq = &kvgatev1.GenerateRequest{InputIds: prompt(1, 16), Stream: true,
+	SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(12), IgnoreEos: true}}
+
+// Failures before the first token are the worker's, and another worker
+// serves the request as if nothing happened.
+func TestFailureBeforeTheFirstTokenIsRetriedElsewhere(t *testing.T) {
+	tests := []struct {
+		name  string
+		fault func(f *fleet)
+	}{
+		{"the engine answers UNAVAILABLE", func(f *fleet) { f.sims[0].Engine().SetFaults(sim.Faults{Unavailable: true}) }},
+		{"the engine is gone (connection refused)", func(f *fleet) { f.sims[0].Stop() }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			noLeaks(t)
+			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
+				fastRetries(c)
+				// The request path must notice the failure by itself, not
+				// the health check that runs at start.
+				c.Health.FailureThreshold = 100
+			}})
+			tc.fault(f)
+			for i := range 6 {
+				r := f.mustGenerate(t, longReq)
+				if r.complete.Worker != f.workerURL(1) || len(r.complete.OutputIds) != 12 {
+					t.Fatalf("request %d: served by %s with %d tokens; want all 12 from the healthy worker",
+						i, r.complete.Worker, len(r.complete.OutputIds))
+				}
+			}
+			if n := counter(t, f, "kvgate_retries_total", "worker", f.workerURL(0)); n == 0 {
+				t.Fatal("no retry counted against the failing worker")
+			}
+		})
+	}
+}
+
+// After the first token nothing is retried: the client keeps the chunks it
+// got and learns from the status what happened.
+func TestFailureAfterTheFirstTokenEndsTheRequest(t *testing.T) {
+	tests := []struct {
+		name   string
+		faults sim.Faults
+		tokens int
+		want   string
+	}{
+		{"the stream is dropped", sim.Faults{DropAfterTokens: 3}, 3, "failed after 3 tokens"},
+		{"the engine stalls", sim.Faults{StallAfterTokens: 2}, 2, "--stream-idle-timeout"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			noLeaks(t)
+			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+				sim: func(i int, c *sim.Config) {
+					if i == 0 {
+						c.Faults = tc.faults
+					}
+				}})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			r, err := f.generate(ctx, t, longReq)
+			if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), f.workerURL(0)) {
+				t.Fatalf("err = %v, want UNAVAILABLE naming the worker and %q", err, tc.want)
+			}
+			n := 0
+			for _, c := range r.chunks {
+				n += len(c.TokenIds)
+			}
+			if n != tc.tokens || r.complete != nil {
+				t.Fatalf("got %d tokens (completion %v) before the error, want %d and none", n, r.complete != nil, tc.tokens)
+			}
+			if got := f.sims[1].Engine().Stats().Requests; got != 0 {
+				t.Fatalf("the request was sent again after its first token (%d requests on the other worker)", got)
+			}
+			eng := f.sims[0].Engine()
+			eventually(t, "the failed request to be freed on its engine", func() bool { return eng.Stats().Running == 0 })
+		})
+	}
+}
+
+func TestEveryWorkerFailingEndsWithUnavailableNamingThem(t *testing.T) {
+	noLeaks(t)
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+		sim: func(_ int, c *sim.Config) { c.Faults.Unavailable = true }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := f.generate(ctx, t, longReq)
+	msg := status.Convert(err).Message()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(msg, f.workerURL(0)) || !strings.Contains(msg, f.workerURL(1)) {
+		t.Fatalf("err = %v, want UNAVAILABLE naming both workers", err)
+	}
+}
+
+func TestRetryBudgetStopsRetryStorms(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin",
+		gateway: func(c *gateway.Config) {
+			fastRetries(c)
+			c.Reliability.Retry.BudgetPercent, c.Reliability.Retry.MinRetryConcurrency = 0, 0
+		},
+		sim: func(i int, c *sim.Config) { c.Faults.Unavailable = i == 0 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := f.generate(ctx, t, longReq) // round robin starts at worker 0
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "--retry-budget-percent") {
+		t.Fatalf("err = %v, want UNAVAILABLE saying the retry budget is spent", err)
+	}
+	if n := counter(t, f, "kvgate_retry_budget_exhausted_total"); n != 1 {
+		t.Fatalf("kvgate_retry_budget_exhausted_total = %v, want 1", n)
+	}
+}
+
+// A client's request_id is a label. Two clients using the same one get two
+// independent generations; neither can abort the other. (The engine refuses
+// a duplicate id, and kvgate used to answer that by aborting the id: the
+// first client's stream.)
+func TestClientsSharingARequestIDDoNotTouchEachOther(t *testing.T) {
+	noLeaks(t)
+	f := startFleet(t, fleetOptions{workers: 1, gateway: fastRetries, sim: func(_ int, c *sim.Config) {
+		c.TimeScale = 1
+		c.DecodeMsPerToken = 2
+	}})
+	req := &kvgatev1.GenerateRequest{RequestId: "shared-id", InputIds: prompt(1, 16), Stream: true,
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(60), IgnoreEos: true}}
+	var wg sync.WaitGroup
+	results := make([]result, 4)
+	errs := make([]error, 4)
+	for i := range results {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			results[i], errs[i] = f.generate(ctx, t, req)
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if errs[i] != nil || r.complete == nil || len(r.complete.OutputIds) != 60 ||
+			r.complete.FinishReason != kvgatev1.FinishReason_FINISH_REASON_LENGTH {
+			t.Fatalf("client %d: %v, %v; want all 60 tokens and FINISH_REASON_LENGTH", i, r.complete, errs[i])
+		}
+		for _, id := range r.ids {
+			if id != "shared-id" {
+				t.Fatalf("client %d saw request id %q; the client's own id is what it sees", i, id)
+			}
+		}
+	}
+	if st := f.sims[0].Engine().Stats(); st.Rejected != 0 || st.AbortCalls != 0 {
+		t.Fatalf("engine: %d rejected, %d aborts; want none", st.Rejected, st.AbortCalls)
+	}
+}
+
