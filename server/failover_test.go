@@ -224,4 +224,3 @@ func TestClientsSharingARequestIDDoNotTouchEachOther(t *testing.T) {
 		t.Fatalf("engine: %d rejected, %d aborts; want none", st.Rejected, st.AbortCalls)
 	}
 }
-
