@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -96,8 +97,18 @@ type Worker struct {
 	backend  Backend
 	closer   func() error
 
+	breaker   *Breaker
+	connected bool // false for Join's placeholder
+
 	healthy  atomic.Bool
+	draining atomic.Bool
 	inFlight atomic.Int64
+
+	// idleMu orders the 0 <-> 1 transitions of inFlight with idle, which
+	// is closed whenever nothing is in flight, so that WaitIdle needs no
+	// polling.
+	idleMu sync.Mutex
+	idle   chan struct{}
 
 	mu         sync.Mutex
 	engineLoad Load
@@ -107,9 +118,16 @@ type Worker struct {
 }
 
 // NewWorker assembles a worker from an already connected backend. It starts
-// healthy. closer, when not nil, is called by Close (it closes the connection).
+// healthy, with a breaker of DefaultBreakerConfig (see Breaker().Reconfigure).
+// closer, when not nil, is called by Close (it closes the connection).
 func NewWorker(url string, protocol Protocol, role Role, info ModelInfo, b Backend, closer func() error) *Worker {
-	w := &Worker{url: url, protocol: protocol, role: role, info: info, backend: b, closer: closer}
+	br, err := NewBreaker(url, DefaultBreakerConfig())
+	if err != nil {
+		panic(err) // the defaults validate
+	}
+	w := &Worker{url: url, protocol: protocol, role: role, info: info, backend: b, closer: closer,
+		breaker: br, connected: true, idle: make(chan struct{})}
+	close(w.idle)
 	w.healthy.Store(true)
 	return w
 }
@@ -124,12 +142,65 @@ func (w *Worker) SetHealthy(h bool)  { w.healthy.Store(h) }
 func (w *Worker) InFlight() int      { return int(w.inFlight.Load()) }
 func (w *Worker) String() string     { return w.url }
 
+// Breaker is the worker's circuit breaker.
+func (w *Worker) Breaker() *Breaker { return w.breaker }
+
+// Connected is false for the placeholder Join registers while the engine is
+// unreachable; its Backend answers UNAVAILABLE to everything.
+func (w *Worker) Connected() bool { return w.connected }
+
+// SetDraining marks the worker as leaving (or, with false, staying after
+// all): a draining worker gets no new requests but finishes those it has.
+func (w *Worker) SetDraining(d bool) { w.draining.Store(d) }
+
+// Draining reports whether the worker is draining.
+func (w *Worker) Draining() bool { return w.draining.Load() }
+
+// Available reports whether a policy may pick the worker for a new request:
+// healthy, not draining, and its breaker allows it.
+func (w *Worker) Available() bool {
+	return w.Healthy() && !w.Draining() && w.breaker.Allow()
+}
+
 // Acquire counts one request in flight on the worker until release is called.
 // release is idempotent.
 func (w *Worker) Acquire() (release func()) {
-	w.inFlight.Add(1)
+	w.idleMu.Lock()
+	if w.inFlight.Add(1) == 1 {
+		w.idle = make(chan struct{})
+	}
+	w.idleMu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { w.inFlight.Add(-1) }) }
+	return func() {
+		once.Do(func() {
+			w.idleMu.Lock()
+			if w.inFlight.Add(-1) == 0 {
+				close(w.idle)
+			}
+			w.idleMu.Unlock()
+		})
+	}
+}
+
+// Idle returns a channel that is closed once no request is in flight on the
+// worker (at once if none is now). A request acquired later does not reopen
+// it; call Idle again for the next idle moment.
+func (w *Worker) Idle() <-chan struct{} {
+	w.idleMu.Lock()
+	defer w.idleMu.Unlock()
+	return w.idle
+}
+
+// WaitIdle returns nil once no request is in flight on the worker, or ctx's
+// error if ctx ends first. Draining a worker is SetDraining(true), WaitIdle,
+// then Close.
+func (w *Worker) WaitIdle(ctx context.Context) error {
+	select {
+	case <-w.Idle():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("worker %s: waiting for %d requests in flight: %w", w.url, w.InFlight(), ctx.Err())
+	}
 }
 
 // SetEngineLoad records the engine's own load figures from a poll.
@@ -168,77 +239,4 @@ func (w *Worker) Close() error {
 		return nil
 	}
 	return w.closer()
-}
-
-// Registry holds the workers the router knows, in registration order.
-type Registry struct {
-	mu      sync.RWMutex
-	workers []*Worker
-}
-
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{} }
-
-// Add registers w. A worker whose URL is already registered is refused.
-func (r *Registry) Add(w *Worker) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, x := range r.workers {
-		if x.url == w.url {
-			return fmt.Errorf("worker %s is already registered", w.url)
-		}
-	}
-	r.workers = append(r.workers, w)
-	return nil
-}
-
-// Snapshot returns the registered workers. The slice is the caller's own; the
-// workers in it are shared and their health and load keep changing.
-func (r *Registry) Snapshot() []*Worker {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]*Worker, len(r.workers))
-	copy(out, r.workers)
-	return out
-}
-
-// WithRole returns the registered workers of one role, in registration
-// order, healthy or not.
-func (r *Registry) WithRole(role Role) []*Worker {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	var out []*Worker
-	for _, w := range r.workers {
-		if w.role == role {
-			out = append(out, w)
-		}
-	}
-	return out
-}
-
-// Get returns the worker with the given URL (grpc://host:port or host:port).
-func (r *Registry) Get(addr string) (*Worker, bool) {
-	url, _, err := ParseAddress(addr)
-	if err != nil {
-		return nil, false
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	for _, w := range r.workers {
-		if w.url == url {
-			return w, true
-		}
-	}
-	return nil, false
-}
-
-// Close closes every worker's connection.
-func (r *Registry) Close() error {
-	var first error
-	for _, w := range r.Snapshot() {
-		if err := w.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }

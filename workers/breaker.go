@@ -1,0 +1,266 @@
+package workers
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BreakerState is where a circuit breaker stands.
+type BreakerState int32
+
+const (
+	// BreakerClosed lets every request through and counts consecutive
+	// failures.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen refuses every request until its timeout has passed.
+	BreakerOpen
+	// BreakerHalfOpen lets a few probe requests through; their outcomes
+	// decide between closing and opening again.
+	BreakerHalfOpen
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half_open"
+	}
+	return fmt.Sprintf("BreakerState(%d)", int32(s))
+}
+
+// BreakerConfig tunes a worker's circuit breaker. Start from
+// DefaultBreakerConfig: zero is a value here, not "use the default"
+// (FailureThreshold 0 disables the breaker).
+type BreakerConfig struct {
+	// FailureThreshold consecutive failures open the breaker. 0 disables
+	// the breaker: it stays closed and Acquire always succeeds.
+	FailureThreshold int
+	// SuccessThreshold consecutive successful probes close a half-open
+	// breaker.
+	SuccessThreshold int
+	// Timeout is how long an open breaker refuses before it lets probes
+	// through.
+	Timeout time.Duration
+	// HalfOpenProbes bounds the requests in flight on a half-open breaker.
+	// One (the default) means probes run one after another, so that an
+	// engine that has just come back is not hit by a burst.
+	HalfOpenProbes int
+	// Now reads the clock; nil means time.Now. Tests set a fake clock.
+	Now func() time.Time
+	// OnChange, when set, is called on every state change with the name
+	// given to NewBreaker (the worker's URL), for metrics and logs. It runs
+	// with the breaker locked, so that calls arrive in order: it must not
+	// block or call the breaker.
+	OnChange func(name string, from, to BreakerState)
+}
+
+// DefaultBreakerConfig returns the defaults of SMG and Envoy's outlier
+// detection: 10 consecutive failures open the breaker for 60 s, then 3
+// consecutive successful probes, one at a time, close it.
+func DefaultBreakerConfig() BreakerConfig {
+	return BreakerConfig{FailureThreshold: 10, SuccessThreshold: 3, Timeout: 60 * time.Second, HalfOpenProbes: 1}
+}
+
+// Validate reports the first bad field. A disabled breaker (FailureThreshold
+// 0) ignores the other thresholds.
+func (c BreakerConfig) Validate() error {
+	switch {
+	case c.FailureThreshold < 0:
+		return fmt.Errorf("breaker: FailureThreshold must be >= 0 (0 disables the breaker), got %d", c.FailureThreshold)
+	case c.FailureThreshold == 0:
+		return nil
+	case c.SuccessThreshold < 1:
+		return fmt.Errorf("breaker: SuccessThreshold must be >= 1, got %d", c.SuccessThreshold)
+	case c.Timeout <= 0:
+		return fmt.Errorf("breaker: Timeout must be > 0, got %v", c.Timeout)
+	case c.HalfOpenProbes < 1:
+		return fmt.Errorf("breaker: HalfOpenProbes must be >= 1, got %d", c.HalfOpenProbes)
+	}
+	return nil
+}
+
+// Breaker is one worker's circuit breaker, so that a failing worker stops
+// looking attractive at once instead of at the next health check.
+//
+// The dispatcher uses it in two steps. Allow is a cheap, non-consuming check
+// for filtering candidates. Acquire, called for the one worker chosen, takes
+// a slot (a probe slot when half-open) and returns the function that records
+// the attempt's outcome. A plain Allow+Record pair cannot bound probes: many
+// dispatchers would pass Allow on a half-open breaker at the same moment.
+//
+// Outcomes count only in the period they were acquired in: when the state
+// changes, late outcomes of earlier attempts are dropped, so a slow failure
+// from before the breaker opened cannot re-open it after it closed, and only
+// probes decide a half-open breaker.
+type Breaker struct {
+	name  string
+	cfg   BreakerConfig
+	state atomic.Int32 // BreakerState; read without the lock by Allow
+
+	mu        sync.Mutex
+	epoch     uint64 // increases with every state change
+	failures  int    // consecutive, while closed
+	successes int    // consecutive, while half-open
+	probes    int    // in flight, while half-open
+	openedAt  time.Time
+}
+
+// Outcome is what an attempt on a worker says about it.
+type Outcome int
+
+const (
+	// Success: the engine served the request (or refused it for the
+	// client's fault, such as INVALID_ARGUMENT).
+	Success Outcome = iota
+	// Failure: the engine failed (unreachable, dropped or broken stream).
+	Failure
+	// Ignored: the attempt says nothing about the engine (the client
+	// went away); it frees its slot without counting.
+	Ignored
+)
+
+// ErrBreakerConfig is wrapped by NewBreaker and Reconfigure for a config that
+// does not validate.
+var ErrBreakerConfig = errors.New("invalid breaker config")
+
+// NewBreaker returns a closed breaker. name identifies it to OnChange.
+func NewBreaker(name string, cfg BreakerConfig) (*Breaker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBreakerConfig, err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Breaker{name: name, cfg: cfg}, nil
+}
+
+// Reconfigure replaces the configuration and closes the breaker, dropping
+// the outcomes of attempts in flight.
+func (b *Breaker) Reconfigure(cfg BreakerConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBreakerConfig, err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cfg = cfg
+	b.setLocked(BreakerClosed)
+	return nil
+}
+
+// State returns the breaker's state; an open breaker whose timeout has
+// passed reads as half-open.
+func (b *Breaker) State() BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advanceLocked()
+	return BreakerState(b.state.Load())
+}
+
+// Allow reports whether Acquire would succeed now: the breaker is closed,
+// half-open with a free probe slot, or open with its timeout passed. It takes
+// nothing; a closed breaker answers without locking.
+func (b *Breaker) Allow() bool {
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advanceLocked()
+	return b.allowLocked()
+}
+
+func (b *Breaker) allowLocked() bool {
+	switch BreakerState(b.state.Load()) {
+	case BreakerClosed:
+		return true
+	case BreakerHalfOpen:
+		return b.probes < b.cfg.HalfOpenProbes
+	}
+	return false
+}
+
+// Acquire takes a slot for one attempt. When ok, done must be called once
+// with the attempt's outcome (later calls do nothing); when half-open, the
+// slot is a probe slot and is held until done. When not ok, done is nil.
+func (b *Breaker) Acquire() (done func(Outcome), ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cfg.FailureThreshold == 0 {
+		return func(Outcome) {}, true
+	}
+	b.advanceLocked()
+	if !b.allowLocked() {
+		return nil, false
+	}
+	epoch := b.epoch
+	probe := BreakerState(b.state.Load()) == BreakerHalfOpen
+	if probe {
+		b.probes++
+	}
+	var once sync.Once
+	return func(o Outcome) { once.Do(func() { b.record(epoch, probe, o) }) }, true
+}
+
+func (b *Breaker) record(epoch uint64, probe bool, o Outcome) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if epoch != b.epoch {
+		return // the state changed since: this outcome is stale
+	}
+	if probe {
+		b.probes--
+	}
+	switch BreakerState(b.state.Load()) {
+	case BreakerClosed:
+		switch o {
+		case Success:
+			b.failures = 0
+		case Failure:
+			b.failures++
+			if b.failures >= b.cfg.FailureThreshold {
+				b.setLocked(BreakerOpen)
+			}
+		}
+	case BreakerHalfOpen:
+		switch o {
+		case Success:
+			b.successes++
+			if b.successes >= b.cfg.SuccessThreshold {
+				b.setLocked(BreakerClosed)
+			}
+		case Failure:
+			b.setLocked(BreakerOpen)
+		}
+	}
+}
+
+// advanceLocked turns an open breaker whose timeout has passed half-open.
+func (b *Breaker) advanceLocked() {
+	if BreakerState(b.state.Load()) == BreakerOpen && !b.cfg.Now().Before(b.openedAt.Add(b.cfg.Timeout)) {
+		b.setLocked(BreakerHalfOpen)
+	}
+}
+
+// setLocked enters state s (even the current one, which starts a new
+// period), resets the counters and tells OnChange.
+func (b *Breaker) setLocked(s BreakerState) {
+	from := BreakerState(b.state.Load())
+	b.epoch++
+	b.failures, b.successes, b.probes = 0, 0, 0
+	if s == BreakerOpen {
+		b.openedAt = b.cfg.Now()
+	}
+	b.state.Store(int32(s))
+	if from != s && b.cfg.OnChange != nil {
+		b.cfg.OnChange(b.name, from, s)
+	}
+}

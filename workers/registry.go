@@ -1,0 +1,227 @@
+package workers
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrWorkerExists is wrapped by Add, Replace and Join when a worker with the
+// same URL is already registered.
+var ErrWorkerExists = errors.New("worker already registered")
+
+// ErrWorkerNotFound is wrapped by Remove and Replace when the worker is not
+// registered (any more).
+var ErrWorkerNotFound = errors.New("worker not registered")
+
+// Snapshot is one generation of the registry: the workers registered at that
+// moment, in registration order. A snapshot never changes once published, so
+// a policy can hold one for the length of a decision (or cache what it derives
+// from it, keyed by Generation) without locks; the workers in it are shared
+// and their health, load and breakers keep changing.
+type Snapshot struct {
+	// Generation increases by one with every change to the registry; the
+	// empty registry is generation 0.
+	Generation uint64
+	// Workers must not be modified.
+	Workers []*Worker
+}
+
+// WithRole returns the snapshot's workers of one role, in registration order,
+// healthy or not. The slice is the caller's own.
+func (s *Snapshot) WithRole(role Role) []*Worker {
+	var out []*Worker
+	for _, w := range s.Workers {
+		if w.role == role {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// Get returns the worker with the given canonical URL (as Worker.URL).
+func (s *Snapshot) Get(url string) (*Worker, bool) {
+	i := s.index(url)
+	if i < 0 {
+		return nil, false
+	}
+	return s.Workers[i], true
+}
+
+func (s *Snapshot) index(url string) int {
+	return slices.IndexFunc(s.Workers, func(w *Worker) bool { return w.url == url })
+}
+
+// Change is one step from a generation to the next, as Watch reports it.
+type Change struct {
+	// Generation is the registry's generation after the change.
+	Generation uint64
+	// Added and Removed are the workers that entered and left. A Replace
+	// reports the old worker as Removed and the new one as Added.
+	Added, Removed []*Worker
+}
+
+// Registry holds the workers the router knows as a sequence of immutable
+// snapshots. Readers load the current snapshot with one atomic read and never
+// wait for a writer; writers (Add, Remove, Replace) are serialized, each
+// publishes a new generation and then tells the watchers, so that policies,
+// trees, event subscriptions and metrics follow changes instead of polling.
+type Registry struct {
+	cur atomic.Pointer[Snapshot]
+
+	// mu serializes writers and the notifications they send, so watchers
+	// see changes in generation order.
+	mu sync.Mutex
+
+	watchMu   sync.Mutex
+	watchers  map[uint64]func(Change)
+	nextWatch uint64
+}
+
+// NewRegistry returns an empty registry (generation 0).
+func NewRegistry() *Registry {
+	r := &Registry{watchers: map[uint64]func(Change){}}
+	r.cur.Store(&Snapshot{})
+	return r
+}
+
+// Current returns the current snapshot. It never blocks.
+func (r *Registry) Current() *Snapshot { return r.cur.Load() }
+
+// Add registers w at the end of the order. A worker whose URL is already
+// registered is refused with ErrWorkerExists.
+func (r *Registry) Add(w *Worker) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.cur.Load()
+	if cur.index(w.url) >= 0 {
+		return fmt.Errorf("worker %s: %w", w.url, ErrWorkerExists)
+	}
+	r.publishLocked(append(slices.Clip(cur.Workers), w), []*Worker{w}, nil)
+	return nil
+}
+
+// Remove unregisters the worker with the given address (as Get accepts it)
+// and returns it. The registry does not close it: the caller drains it
+// (Worker.SetDraining, Worker.WaitIdle) and then closes it, so that requests
+// already on it finish.
+func (r *Registry) Remove(addr string) (*Worker, error) {
+	url, _, err := ParseAddress(addr)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.cur.Load()
+	i := cur.index(url)
+	if i < 0 {
+		return nil, fmt.Errorf("worker %s: %w", url, ErrWorkerNotFound)
+	}
+	w := cur.Workers[i]
+	r.publishLocked(slices.Delete(slices.Clone(cur.Workers), i, i+1), nil, []*Worker{w})
+	return w, nil
+}
+
+// Replace puts next in old's place (same position in the order) in one new
+// generation. It is how a placeholder for an engine that was unreachable at
+// start-up becomes the connected worker (see Join). old must be registered
+// (the same *Worker, ErrWorkerNotFound otherwise); next may have another URL
+// only if no other worker has it. The caller owns old afterwards.
+func (r *Registry) Replace(old, next *Worker) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.cur.Load()
+	i := slices.Index(cur.Workers, old)
+	if i < 0 {
+		return fmt.Errorf("worker %s: %w", old.url, ErrWorkerNotFound)
+	}
+	if j := cur.index(next.url); j >= 0 && j != i {
+		return fmt.Errorf("worker %s: %w", next.url, ErrWorkerExists)
+	}
+	ws := slices.Clone(cur.Workers)
+	ws[i] = next
+	r.publishLocked(ws, []*Worker{next}, []*Worker{old})
+	return nil
+}
+
+// publishLocked stores the next generation and notifies the watchers, with
+// r.mu held.
+func (r *Registry) publishLocked(ws []*Worker, added, removed []*Worker) {
+	gen := r.cur.Load().Generation + 1
+	r.cur.Store(&Snapshot{Generation: gen, Workers: ws})
+
+	r.watchMu.Lock()
+	fns := make([]func(Change), 0, len(r.watchers))
+	ids := make([]uint64, 0, len(r.watchers))
+	for id := range r.watchers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // in Watch order, so that a run is reproducible
+	for _, id := range ids {
+		fns = append(fns, r.watchers[id])
+	}
+	r.watchMu.Unlock()
+
+	c := Change{Generation: gen, Added: added, Removed: removed}
+	for _, fn := range fns {
+		fn(c)
+	}
+}
+
+// Watch calls fn after every later change, synchronously on the writer's
+// goroutine and in generation order, until stop is called. fn must be quick
+// and must not add, remove or replace workers (that would deadlock); it may
+// read the registry and call stop. A notification already under way when stop
+// is called may still arrive; none for a change that starts after stop
+// returns. To start from a consistent state, read Current after Watch
+// returns and skip changes whose Generation is not above its Generation.
+func (r *Registry) Watch(fn func(Change)) (stop func()) {
+	r.watchMu.Lock()
+	id := r.nextWatch
+	r.nextWatch++
+	r.watchers[id] = fn
+	r.watchMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.watchMu.Lock()
+			delete(r.watchers, id)
+			r.watchMu.Unlock()
+		})
+	}
+}
+
+// Snapshot returns the registered workers. The slice is the caller's own; the
+// workers in it are shared and their health and load keep changing.
+func (r *Registry) Snapshot() []*Worker {
+	return slices.Clone(r.Current().Workers)
+}
+
+// WithRole returns the registered workers of one role, in registration
+// order, healthy or not.
+func (r *Registry) WithRole(role Role) []*Worker {
+	return r.Current().WithRole(role)
+}
+
+// Get returns the worker with the given address (grpc://host:port,
+// grpcs://host:port or host:port).
+func (r *Registry) Get(addr string) (*Worker, bool) {
+	url, _, err := ParseAddress(addr)
+	if err != nil {
+		return nil, false
+	}
+	return r.Current().Get(url)
+}
+
+// Close closes every registered worker's connection.
+func (r *Registry) Close() error {
+	var errs []error
+	for _, w := range r.Current().Workers {
+		if err := w.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
