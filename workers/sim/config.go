@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -104,6 +105,10 @@ type Config struct {
 	KVTransferGBps float64
 	// Faults are the initial injected faults (see Engine.SetFaults).
 	Faults Faults
+	// TLS, when set, makes Start serve gRPC over TLS with this server
+	// configuration (its certificates, and ClientAuth for mutual TLS), as
+	// engines behind grpcs:// worker URLs do. Not settable by flag.
+	TLS *tls.Config
 	// Logger receives debug logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -123,6 +128,18 @@ type Faults struct {
 	// NeverPublish makes a prefill engine complete its leg without publishing
 	// the bootstrap room, so the decode side never gets the KV cache.
 	NeverPublish bool
+	// StallBeforeFirstToken accepts each Generate and then sends nothing:
+	// the request is admitted and prefilled (it holds its KV pages), and the
+	// stream stays open until the client goes away or aborts, as an engine
+	// hung in its first step.
+	StallBeforeFirstToken bool
+	// GarbageStream makes each stream invalid in two ways a router must
+	// catch: every stream chunk reports the token at output position i as
+	// VocabSize+i (out of the vocabulary), and the completion's output_ids
+	// are the tokens actually sampled, which contradict the chunks. A
+	// non-streaming request, which has no chunks, gets out-of-vocabulary
+	// output_ids (VocabSize+i) in its completion instead.
+	GarbageStream bool
 }
 
 // DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
@@ -173,6 +190,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
 	fs.IntVar(&c.Faults.StallAfterTokens, "stall-after", c.Faults.StallAfterTokens, "fault: stop sending after this many tokens and hold the stream (0: never)")
 	fs.BoolVar(&c.Faults.Unhealthy, "unhealthy", c.Faults.Unhealthy, "fault: HealthCheck answers healthy=false")
+	fs.BoolVar(&c.Faults.StallBeforeFirstToken, "stall-before-first-token", c.Faults.StallBeforeFirstToken, "fault: accept each Generate, send nothing and hold the stream")
+	fs.BoolVar(&c.Faults.GarbageStream, "garbage-stream", c.Faults.GarbageStream, "fault: stream out-of-vocabulary token ids and a completion that contradicts them")
 	fs.BoolVar(&c.Faults.NeverPublish, "never-publish", c.Faults.NeverPublish, "fault (prefill role): complete prefill legs without publishing their bootstrap rooms")
 }
 

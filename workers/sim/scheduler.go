@@ -139,6 +139,9 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 	if err := e.sleepUntil(ctx, r, next); err != nil { // prefill
 		return e.interrupted(ctx, r, out, send, err)
 	}
+	if e.Faults().StallBeforeFirstToken {
+		return e.interrupted(ctx, r, out, send, e.hold(ctx, r))
+	}
 	if r.pd != nil && r.pd.prefill {
 		return e.finishPrefill(ctx, r, cached, send)
 	}
@@ -155,7 +158,11 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 		step := e.progress(r)
 		next = next.Add(step)
 		if r.stream {
-			err := send(output{tokens: []uint32{tok}, promptTokens: uint32(len(r.prompt)),
+			sent := tok
+			if e.Faults().GarbageStream {
+				sent = uint32(e.cfg.VocabSize + len(out) - 1)
+			}
+			err := send(output{tokens: []uint32{sent}, promptTokens: uint32(len(r.prompt)),
 				completionTokens: uint32(len(out)), cachedToks: cached})
 			if err != nil {
 				e.end(r, endCancelled, nil)
@@ -173,8 +180,34 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 	if !e.end(r, endFinished, out) {
 		return e.interrupted(ctx, r, out, send, errAborted)
 	}
+	if !r.stream && e.Faults().GarbageStream {
+		out = garbage(e.cfg.VocabSize, len(out))
+	}
 	return send(output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached,
 		final: &completion{outputIDs: out, finishReason: finish, matched: matched}})
+}
+
+// garbage returns n out-of-vocabulary ids, vocab+i at position i
+// (Faults.GarbageStream).
+func garbage(vocab, n int) []uint32 {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(vocab + i)
+	}
+	return ids
+}
+
+// hold keeps a stalled request (and its KV pages) until it is aborted, the
+// client goes away or the engine shuts down, and returns which.
+func (e *Engine) hold(ctx context.Context, r *request) error {
+	select {
+	case <-r.aborted:
+		return errAborted
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closed:
+		return errClosed
+	}
 }
 
 // injectFaults applies DropAfterTokens and StallAfterTokens once n tokens
@@ -186,14 +219,7 @@ func (e *Engine) injectFaults(ctx context.Context, r *request, out []uint32) err
 		return status.Errorf(codes.Unavailable, "sim: injected fault: stream dropped after %d tokens", len(out))
 	}
 	if f.StallAfterTokens > 0 && len(out) >= f.StallAfterTokens {
-		select {
-		case <-r.aborted:
-			return errAborted
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-e.closed:
-			return errClosed
-		}
+		return e.hold(ctx, r)
 	}
 	return nil
 }

@@ -7,58 +7,135 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
+// ErrServerStopped is returned by Restart after Stop.
+var ErrServerStopped = errors.New("sim: server stopped")
+
 // Server is an engine served over gRPC on a TCP listener: what tests and
-// `kvgate sim` start when they want a worker at an address.
+// `kvgate sim` start when they want a worker at an address. Kill and Restart
+// model an engine process killed and started again at the same address.
 type Server struct {
-	engine *Engine
-	grpc   *grpc.Server
-	lis    net.Listener
-	done   chan struct{}
-	stop   sync.Once
+	cfg  Config
+	host string
+	addr string // fixed at Start, so that Restart comes back on the same port
+
+	mu      sync.Mutex
+	engine  *Engine
+	grpc    *grpc.Server
+	done    chan struct{} // closed when the current Serve returns
+	running bool
+	stopped bool
 }
 
 // Start creates an engine for cfg and serves it on addr ("127.0.0.1:0"
-// picks a free port) in the background.
+// picks a free port) in the background, over TLS when cfg.TLS is set.
 // A prefill engine's bootstrap endpoint listens on the same host.
 func Start(cfg Config, addr string) (*Server, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("sim: listen address %q: %w", addr, err)
 	}
-	e, err := newEngine(cfg, host)
-	if err != nil {
+	s := &Server{cfg: cfg, host: host, addr: addr}
+	if err := s.serve(); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		e.Close()
-		return nil, fmt.Errorf("sim: listen on %s: %w", addr, err)
-	}
-	s := &Server{engine: e, grpc: grpc.NewServer(), lis: lis, done: make(chan struct{})}
-	e.Register(s.grpc)
-	go func() {
-		defer close(s.done)
-		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			e.log.Error("serve", "addr", lis.Addr().String(), "err", err)
-		}
-	}()
 	return s, nil
 }
 
-// Addr is the host:port the server listens on.
-func (s *Server) Addr() string { return s.lis.Addr().String() }
+// serve starts a fresh engine on s.addr; s.mu is held or s is not shared yet.
+func (s *Server) serve() error {
+	e, err := newEngine(s.cfg, s.host)
+	if err != nil {
+		return err
+	}
+	// Go's listeners set SO_REUSEADDR on Unix, so the port of a killed
+	// server can be bound again at once despite connections in TIME_WAIT.
+	lis, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		e.Close()
+		return fmt.Errorf("sim: listen on %s: %w", s.addr, err)
+	}
+	var opts []grpc.ServerOption
+	if s.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+	}
+	g := grpc.NewServer(opts...)
+	e.Register(g)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			e.log.Error("serve", "addr", lis.Addr().String(), "err", err)
+		}
+	}()
+	s.addr = lis.Addr().String()
+	if e.boot != nil {
+		// A restarted prefill engine comes back on the same bootstrap port.
+		s.cfg.BootstrapPort = e.BootstrapPort()
+	}
+	s.engine, s.grpc, s.done, s.running = e, g, done, true
+	return nil
+}
 
-// Engine returns the engine behind the server, for faults and stats.
-func (s *Server) Engine() *Engine { return s.engine }
+// Addr is the host:port the server listens on (also while killed).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
 
-// Stop ends the server at once, like a killed engine: open streams fail on
-// the client side, then the engine is closed. It is idempotent.
+// Engine returns the engine behind the server, for faults and stats. After
+// Restart it is a new engine.
+func (s *Server) Engine() *Engine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engine
+}
+
+// Kill ends the server abruptly, as kill -9 ends an engine: the listener and
+// every connection close at once, so in-flight streams fail with UNAVAILABLE
+// on the client side and new connections are refused. The engine's state,
+// its KV cache included, is lost. Restart serves again. Killing a server that
+// is not running does nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+}
+
+func (s *Server) killLocked() {
+	if !s.running {
+		return
+	}
+	s.grpc.Stop()
+	s.engine.Close()
+	<-s.done
+	s.running = false
+}
+
+// Restart serves a new engine at the same host:port after Kill, as a
+// restarted engine: empty KV cache, zeroed counters, and the faults of the
+// Config given to Start (faults set later are forgotten). It fails if the
+// server is running, was stopped, or the port has been taken meanwhile.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return ErrServerStopped
+	case s.running:
+		return fmt.Errorf("sim: restart %s: the server is running; Kill it first", s.addr)
+	}
+	return s.serve()
+}
+
+// Stop ends the server for good, like Kill, and makes Restart fail. It is
+// idempotent.
 func (s *Server) Stop() {
-	s.stop.Do(func() {
-		s.grpc.Stop()
-		s.engine.Close()
-		<-s.done
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	s.killLocked()
 }
