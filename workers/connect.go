@@ -2,12 +2,17 @@ package workers
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -24,8 +29,14 @@ type ConnectOptions struct {
 	// Protocol is the engine's protocol; ProtocolUnknown asks the engine.
 	Protocol Protocol
 	Role     Role
-	// DialOptions replace the default, which is plaintext (engines' gRPC
-	// servers listen without TLS inside the cluster).
+	// TLS configures the client side of TLS for grpcs:// workers: the CA
+	// pool that verifies the engine (nil RootCAs: the system roots) and, for
+	// mutual TLS, the client certificate (see ClientTLSConfig). nil means
+	// the system roots and no client certificate. Plaintext URLs ignore it.
+	TLS *tls.Config
+	// DialOptions are added to the transport credentials Connect chooses
+	// from the URL (plaintext for grpc://, TLS for grpcs://); to replace
+	// those, pass grpc.WithTransportCredentials here.
 	DialOptions []grpc.DialOption
 	// Timeout bounds detection and the information calls; 0 means
 	// DefaultConnectTimeout.
@@ -38,14 +49,20 @@ type ConnectOptions struct {
 // names the address; an engine that cannot be reached yields an error whose
 // gRPC code is UNAVAILABLE.
 func Connect(ctx context.Context, addr string, opts ConnectOptions) (*Worker, error) {
-	url, target, err := ParseAddress(addr)
+	a, err := ParseWorkerAddress(addr)
 	if err != nil {
 		return nil, err
 	}
-	dial := opts.DialOptions
-	if len(dial) == 0 {
-		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	url, target := a.URL, a.Target
+	creds := insecure.NewCredentials()
+	if a.TLS {
+		cfg := opts.TLS
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		creds = credentials.NewTLS(cfg)
 	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = DefaultConnectTimeout
@@ -130,9 +147,55 @@ func Detect(ctx context.Context, conn grpc.ClientConnInterface) (Protocol, error
 func connectError(url, doing string, err error) error {
 	switch status.Code(err) {
 	case codes.Unavailable:
+		if tlsFailure(err) {
+			return fmt.Errorf("worker %s: TLS handshake failed (%s; check the CA, the server name and the client certificate): %w", url, doing, err)
+		}
 		return fmt.Errorf("worker %s unreachable (%s): %w", url, doing, err)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("worker %s did not answer in time (%s): %w", url, doing, err)
 	}
 	return fmt.Errorf("worker %s: %s: %w", url, doing, err)
+}
+
+// tlsFailure reports whether a transport error came from the TLS handshake
+// (an unknown authority, a name mismatch, a refused client certificate),
+// which gRPC reports only in the message of an UNAVAILABLE status.
+func tlsFailure(err error) bool {
+	msg := status.Convert(err).Message()
+	for _, s := range []string{"x509:", "tls:", "authentication handshake failed"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientTLSConfig builds the client side of TLS for grpcs:// workers.
+// caFile is a PEM bundle of the CAs that sign engine certificates (empty:
+// the system roots). certFile and keyFile are the client certificate and key
+// for mutual TLS, both or neither.
+func ClientTLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("worker TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("worker TLS CA %s: no PEM certificate in it", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("worker TLS client certificate: give both the certificate and the key, or neither (got cert %q, key %q)", certFile, keyFile)
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("worker TLS client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }

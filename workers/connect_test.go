@@ -106,7 +106,8 @@ func TestConnectErrors(t *testing.T) {
 		wantCode codes.Code // checked when not OK
 		wantMsg  []string
 	}{
-		{"malformed address", "https://" + sgl, workers.ConnectOptions{}, codes.OK, []string{"https://" + sgl}},
+		{"malformed address", "ftp://" + sgl, workers.ConnectOptions{}, codes.OK, []string{"ftp://" + sgl}},
+		{"TLS to a plaintext engine", "grpcs://" + sgl, workers.ConnectOptions{}, codes.Unavailable, []string{"grpcs://" + sgl, "TLS handshake failed"}},
 		{"missing port", "localhost", workers.ConnectOptions{}, codes.OK, []string{"localhost"}},
 		{"unreachable", down, workers.ConnectOptions{Timeout: 2 * time.Second}, codes.Unavailable, []string{"grpc://" + down, "unreachable"}},
 		{"unreachable, protocol given", down, workers.ConnectOptions{Protocol: workers.ProtocolVLLM, Timeout: 2 * time.Second}, codes.Unavailable, []string{"grpc://" + down, "unreachable"}},

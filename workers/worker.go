@@ -61,29 +61,60 @@ func (r Role) String() string {
 	return "regular"
 }
 
-// ParseAddress accepts grpc://host:port or a bare host:port and returns the
-// canonical URL (grpc://host:port) and the dial target (host:port). http://
-// is read as grpc:// (plaintext), so that the seeds' examples, written for
-// HTTP workers, run unchanged; TLS (https://, grpcs://) is not supported yet.
-func ParseAddress(s string) (url, target string, err error) {
+// Address is a parsed worker address.
+type Address struct {
+	// URL is the canonical form: grpc://host:port (plaintext) or
+	// grpcs://host:port (TLS). It identifies the worker in the registry.
+	URL string
+	// Target is what gRPC dials: host:port.
+	Target string
+	// TLS reports that the engine is reached over TLS (grpcs://).
+	TLS bool
+}
+
+// ParseWorkerAddress reads a worker address: grpc://host:port or a bare
+// host:port (plaintext), or grpcs://host:port (TLS). http:// is read as
+// grpc:// and https:// as grpcs://, so that the seeds' examples, written for
+// HTTP workers, run unchanged. A missing host means 127.0.0.1.
+func ParseWorkerAddress(s string) (Address, error) {
 	s = strings.TrimSpace(s)
-	rest, found := strings.CutPrefix(s, "grpc://")
+	scheme, rest, found := strings.Cut(s, "://")
 	if !found {
-		rest, found = strings.CutPrefix(s, "http://")
+		scheme, rest = "grpc", s
 	}
-	if !found && strings.Contains(s, "://") {
-		return "", "", fmt.Errorf("worker address %q: only plaintext grpc:// (or http://) URLs and host:port are supported", s)
+	var secure bool
+	switch strings.ToLower(scheme) {
+	case "grpc", "http":
+	case "grpcs", "https":
+		secure = true
+	default:
+		return Address{}, fmt.Errorf("worker address %q: want grpc://, grpcs:// (TLS) or host:port", s)
 	}
 	rest = strings.TrimSuffix(rest, "/")
 	host, port, err := net.SplitHostPort(rest)
 	if err != nil || port == "" {
-		return "", "", fmt.Errorf("worker address %q: want grpc://host:port or host:port", s)
+		return Address{}, fmt.Errorf("worker address %q: want grpc://host:port, grpcs://host:port or host:port", s)
 	}
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	target = net.JoinHostPort(host, port)
-	return "grpc://" + target, target, nil
+	a := Address{Target: net.JoinHostPort(host, port), TLS: secure}
+	a.URL = "grpc://" + a.Target
+	if secure {
+		a.URL = "grpcs://" + a.Target
+	}
+	return a, nil
+}
+
+// ParseAddress is ParseWorkerAddress for callers that need only the
+// canonical URL and the dial target; the URL's scheme says whether the
+// worker wants TLS.
+func ParseAddress(s string) (url, target string, err error) {
+	a, err := ParseWorkerAddress(s)
+	if err != nil {
+		return "", "", err
+	}
+	return a.URL, a.Target, nil
 }
 
 // Worker is one engine as the router sees it. Its identity (URL, protocol,

@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/kvgate/kvgate/workers"
@@ -20,8 +21,11 @@ func TestParseAddress(t *testing.T) {
 		{in: ":8000", url: "grpc://127.0.0.1:8000", target: "127.0.0.1:8000"},
 		{in: "grpc://[::1]:9000", url: "grpc://[::1]:9000", target: "[::1]:9000"},
 		{in: "http://worker1:8000", url: "grpc://worker1:8000", target: "worker1:8000"}, // the seeds write HTTP URLs
-		{in: "https://10.0.0.1:8000", wantErr: true},
-		{in: "grpcs://10.0.0.1:8000", wantErr: true},
+		{in: "grpcs://10.0.0.1:8000", url: "grpcs://10.0.0.1:8000", target: "10.0.0.1:8000"},
+		{in: "https://worker1:8000/", url: "grpcs://worker1:8000", target: "worker1:8000"},
+		{in: "GRPCS://worker1:8000", url: "grpcs://worker1:8000", target: "worker1:8000"},
+		{in: "unix:///tmp/engine.sock", wantErr: true},
+		{in: "ftp://10.0.0.1:8000", wantErr: true},
 		{in: "10.0.0.1", wantErr: true},
 		{in: "10.0.0.1:", wantErr: true},
 		{in: "", wantErr: true},
@@ -30,6 +34,11 @@ func TestParseAddress(t *testing.T) {
 		url, target, err := workers.ParseAddress(tt.in)
 		if (err != nil) != tt.wantErr || url != tt.url || target != tt.target {
 			t.Errorf("ParseAddress(%q) = %q, %q, %v; want %q, %q, error %v", tt.in, url, target, err, tt.url, tt.target, tt.wantErr)
+		}
+		a, err := workers.ParseWorkerAddress(tt.in)
+		wantTLS := strings.HasPrefix(tt.url, "grpcs://")
+		if (err != nil) != tt.wantErr || a.URL != tt.url || a.Target != tt.target || a.TLS != wantTLS {
+			t.Errorf("ParseWorkerAddress(%q) = %+v, %v; want TLS %v", tt.in, a, err, wantTLS)
 		}
 	}
 }
