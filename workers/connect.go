@@ -41,6 +41,9 @@ type ConnectOptions struct {
 	// Timeout bounds detection and the information calls; 0 means
 	// DefaultConnectTimeout.
 	Timeout time.Duration
+	// Breaker configures the worker's circuit breaker; nil means
+	// DefaultBreakerConfig.
+	Breaker *BreakerConfig
 }
 
 // Connect dials the engine at addr (grpc://host:port or host:port), detects its
@@ -52,6 +55,11 @@ func Connect(ctx context.Context, addr string, opts ConnectOptions) (*Worker, er
 	a, err := ParseWorkerAddress(addr)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Breaker != nil {
+		if err := opts.Breaker.Validate(); err != nil {
+			return nil, fmt.Errorf("worker %s: %w", a.URL, err)
+		}
 	}
 	url, target := a.URL, a.Target
 	creds := insecure.NewCredentials()
@@ -76,6 +84,12 @@ func Connect(ctx context.Context, addr string, opts ConnectOptions) (*Worker, er
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
+	}
+	if opts.Breaker != nil {
+		if err := w.Breaker().Reconfigure(*opts.Breaker); err != nil {
+			_ = w.Close()
+			return nil, fmt.Errorf("worker %s: %w", url, err)
+		}
 	}
 	return w, nil
 }
