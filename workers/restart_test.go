@@ -1,0 +1,57 @@
+package workers_test
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// TestEngineKilledAndRestarted: for a connected worker, an engine killed
+// mid-stream is UNAVAILABLE on the stream and on health checks; after the
+// engine restarts at the same address the same Worker (its gRPC connection
+// reconnects) serves again, with the restarted engine's empty cache.
+func TestEngineKilledAndRestarted(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := startSim(t, p.name)
+			srv.Engine().SetFaults(sim.Faults{StallAfterTokens: 1})
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			req := &workers.GenerateRequest{RequestID: "r", InputIDs: seq(5, 40),
+				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true}}
+			s, err := w.Backend().Generate(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Recv(); err != nil {
+				t.Fatal(err)
+			}
+
+			srv.Kill()
+			if err := recvUntilError(s); status.Code(err) != codes.Unavailable {
+				t.Fatalf("in-flight stream of a killed engine: %v, want UNAVAILABLE", err)
+			}
+			if err := w.Backend().Health(testCtx(t)); status.Code(err) != codes.Unavailable {
+				t.Fatalf("Health of a killed engine: %v, want UNAVAILABLE", err)
+			}
+
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the worker's connection to come back", func() bool { return w.Backend().Health(testCtx(t)) == nil })
+			s, err = w.Backend().Generate(testCtx(t), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunks := drain(t, s)
+			if fin := chunks[len(chunks)-1].Final; fin.FinishReason != "length" || fin.CachedTokens != 0 {
+				t.Errorf("after restart: completion %+v, want a full generation with nothing cached", fin)
+			}
+		})
+	}
+}
