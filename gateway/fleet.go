@@ -8,62 +8,174 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
 )
 
-// connectAll connects to every worker concurrently, retrying each until it
-// answers or the start-up timeout passes: engines often start after the router.
-func connectAll(ctx context.Context, reg *workers.Registry, urls []string, opts workers.ConnectOptions, timeout time.Duration, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// joinAll registers every worker, in the order given (x-target-worker
+// indices and hash rings follow it), after trying them all concurrently. An
+// engine that does not answer yet is registered unhealthy and keeps being
+// tried in the background (until bg ends), so one unreachable engine never
+// stops the router from starting.
+func joinAll(ctx, bg context.Context, reg *workers.Registry, urls []string, opts workers.ConnectOptions, log *slog.Logger) error {
+	for _, u := range urls {
+		if _, err := workers.ParseWorkerAddress(u); err != nil {
+			return err // before dialing anything
+		}
+	}
+	if opts.Breaker != nil {
+		if err := opts.Breaker.Validate(); err != nil {
+			return err
+		}
+	}
 	ws := make([]*workers.Worker, len(urls))
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
-		wg.Go(func() { ws[i], errs[i] = connectWithRetry(ctx, u, opts, log) })
+		wg.Go(func() { ws[i], errs[i] = workers.Connect(ctx, u, opts) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, w := range ws {
-			if w != nil {
-				w.Close()
-			}
+	var failed []error
+	for i, u := range urls {
+		w, err := workers.JoinResult(bg, reg, u, opts, ws[i], errs[i], log)
+		if err != nil {
+			failed = append(failed, err)
+			continue
 		}
-		return err
+		logRegistered(log, w)
 	}
-	for _, w := range ws {
-		if err := reg.Add(w); err != nil {
-			return err
-		}
-		info := w.Info()
-		log.Info("worker registered", "worker", w.URL(), "protocol", w.Protocol().String(), "role", w.Role().String(),
-			"model", info.Model, "vocab_size", info.VocabSize, "max_context", info.MaxContextLength, "page_size", info.PageSize)
-	}
-	return nil
+	return errors.Join(failed...)
 }
 
-func connectWithRetry(ctx context.Context, url string, opts workers.ConnectOptions, log *slog.Logger) (*workers.Worker, error) {
-	if _, _, err := workers.ParseAddress(url); err != nil {
-		return nil, err // no point retrying a malformed address
+func logRegistered(log *slog.Logger, w *workers.Worker) {
+	if !w.Connected() {
+		return // Join said so
 	}
-	for attempt := 1; ; attempt++ {
-		w, err := workers.Connect(ctx, url, opts)
-		if err == nil {
-			return w, nil
-		}
-		log.Warn("worker not ready", "worker", url, "attempt", attempt, "error", err)
+	info := w.Info()
+	log.Info("worker registered", "worker", w.URL(), "protocol", w.Protocol().String(), "role", w.Role().String(),
+		"model", info.Model, "vocab_size", info.VocabSize, "max_context", info.MaxContextLength, "page_size", info.PageSize)
+}
+
+// waitConnected returns when at least one worker of reg is connected, or
+// fails when ctx ends first.
+func waitConnected(ctx context.Context, reg *workers.Registry) error {
+	joined := make(chan struct{}, 1)
+	stop := reg.Watch(func(workers.Change) {
 		select {
+		case joined <- struct{}{}:
+		default:
+		}
+	})
+	defer stop()
+	for {
+		for _, w := range reg.Snapshot() {
+			if w.Connected() {
+				return nil
+			}
+		}
+		select {
+		case <-joined:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("worker %s: not reachable before the start-up timeout: %w", url, err)
-		case <-time.After(time.Second):
+			return ctx.Err()
 		}
 	}
+}
+
+// forgetRemoved makes the policies drop what they keep about workers that
+// left the fleet (a placeholder replaced by its connected worker keeps its
+// URL and is not forgotten).
+func forgetRemoved(reg *workers.Registry, pols ...policy.Policy) (stop func()) {
+	return reg.Watch(func(c workers.Change) {
+		added := make(map[string]bool, len(c.Added))
+		for _, w := range c.Added {
+			added[w.URL()] = true
+		}
+		for _, w := range c.Removed {
+			if added[w.URL()] {
+				continue
+			}
+			for _, p := range pols {
+				if f, ok := p.(policy.Forgetter); ok {
+					f.Forget(w.URL())
+				}
+			}
+		}
+	})
+}
+
+// AddWorker connects to an engine and adds it to the fleet, as
+// Admin.AddWorker asks: an engine that does not answer yet is added
+// unhealthy and joins when it answers.
+func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
+	switch {
+	case g.pd == nil && role != workers.RoleRegular:
+		return nil, fmt.Errorf("%w: a %s worker needs a router started with --pd-disaggregation", ErrBadWorker, role)
+	case g.pd != nil && role == workers.RoleRegular:
+		return nil, fmt.Errorf("%w: with --pd-disaggregation a worker is a prefill or a decode worker", ErrBadWorker)
+	case bootstrapPort != 0 && role != workers.RolePrefill:
+		return nil, fmt.Errorf("%w: bootstrap_port is for prefill workers", ErrBadWorker)
+	case bootstrapPort < 0 || bootstrapPort > 65535:
+		return nil, fmt.Errorf("%w: bootstrap_port %d is not a port", ErrBadWorker, bootstrapPort)
+	}
+	opts := g.connect
+	opts.Role = role
+	if proto != workers.ProtocolUnknown {
+		opts.Protocol = proto
+	}
+	if _, err := workers.ParseWorkerAddress(addr); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadWorker, err)
+	}
+	w, err := workers.Join(g.bgCtx, g.Registry, addr, opts, g.log)
+	if err != nil {
+		return nil, err
+	}
+	if bootstrapPort > 0 {
+		g.pd.SetBootstrapPort(w.URL(), bootstrapPort)
+	}
+	logRegistered(g.log, w)
+	g.Server.UpdateHealth()
+	return w, nil
+}
+
+// ErrBadWorker marks AddWorker requests that can never succeed as given.
+var ErrBadWorker = errors.New("bad worker")
+
+// RemoveWorker drains a worker and removes it: it gets no new requests, its
+// requests in flight may finish until drain ends, the connection is then
+// closed (cutting what is left: a request before its first token is retried
+// elsewhere, one after it ends with UNAVAILABLE), and the policies forget it.
+// It returns the worker and how many requests were cut.
+func (g *Gateway) RemoveWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
+	w, ok := g.Registry.Get(addr)
+	if !ok {
+		return nil, 0, fmt.Errorf("worker %s: %w", addr, workers.ErrWorkerNotFound)
+	}
+	if drain <= 0 {
+		drain = g.drainTimeout
+	}
+	w.SetDraining(true)
+	g.log.Info("draining worker", "worker", w.URL(), "in_flight", w.InFlight(), "drain_timeout", drain)
+	dctx, cancel := context.WithTimeout(ctx, drain)
+	_ = w.WaitIdle(dctx)
+	cancel()
+	cut := w.InFlight()
+	if _, err := g.Registry.Remove(w.URL()); err != nil {
+		return nil, 0, err
+	}
+	if g.pd != nil {
+		g.pd.SetBootstrapPort(w.URL(), 0)
+	}
+	_ = w.Close()
+	g.Server.UpdateHealth()
+	g.log.Info("worker removed", "worker", w.URL(), "cut_requests", cut)
+	return w, cut, nil
 }
 
 // loadText finds the model's tokenizer: from the paths given, or else from
-// the first worker that serves one. Without either, kvgate still routes
-// token ids, and says in its log what text requests would need.
+// the first worker that serves one, waiting up to the fetch timeout for a
+// worker to connect. Without either, kvgate still routes token ids, and says
+// in its log what text requests would need.
 func loadText(ctx context.Context, cfg Config, reg *workers.Registry, log *slog.Logger) (*textmodel.Model, error) {
 	src := cfg.TextSources
 	if src.ModelPath != "" || src.TokenizerPath != "" {
@@ -75,7 +187,17 @@ func loadText(ctx context.Context, cfg Config, reg *workers.Registry, log *slog.
 			"vocab_size", m.Tokenizer().VocabSize(), "chat_template", m.TemplateSource())
 		return m, nil
 	}
+	wctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
+	defer cancel()
+	if err := waitConnected(wctx, reg); err != nil {
+		log.Warn("no tokenizer: no worker connected within --tokenizer-fetch-timeout to serve one; text, Chat and stop strings are unavailable",
+			"timeout", cfg.FetchTimeout)
+		return nil, nil
+	}
 	for _, w := range reg.Snapshot() {
+		if !w.Connected() {
+			continue
+		}
 		fctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
 		archive, err := w.Backend().Tokenizer(fctx)
 		cancel()

@@ -11,6 +11,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,8 +62,20 @@ type Config struct {
 	// polls.
 	Health           workers.HealthConfig
 	LoadPollInterval time.Duration
-	// StartupTimeout bounds how long New waits for each worker to answer.
+	// WaitForWorkers makes New wait up to StartupTimeout until at least one
+	// worker is connected, and fail if none is. Otherwise New returns at
+	// once: workers that do not answer are registered unhealthy and join
+	// when they answer.
+	WaitForWorkers bool
 	StartupTimeout time.Duration
+	// Breaker configures every worker's circuit breaker.
+	Breaker workers.BreakerConfig
+	// WorkerTLS is the TLS configuration for grpcs:// workers; nil: the
+	// system's roots, no client certificate.
+	WorkerTLS *tls.Config
+	// DrainTimeout is how long Admin.RemoveWorker lets a worker's requests
+	// finish when the call names no timeout.
+	DrainTimeout time.Duration
 
 	// Reliability is the pipeline's retries and timeouts.
 	Reliability server.Reliability
@@ -87,6 +100,8 @@ func DefaultConfig() Config {
 		Health:           workers.DefaultHealthConfig(),
 		LoadPollInterval: workers.DefaultLoadPollInterval,
 		StartupTimeout:   60 * time.Second,
+		Breaker:          workers.DefaultBreakerConfig(),
+		DrainTimeout:     30 * time.Second,
 		Reliability:      server.DefaultReliability(),
 		Admission:        server.DefaultAdmissionConfig(),
 		MaxRequestBytes:  server.DefaultMaxRequestBytes,
@@ -101,10 +116,15 @@ type Gateway struct {
 	Policy policy.Policy
 	Text   *textmodel.Model
 
-	log    *slog.Logger
-	stopBG context.CancelFunc
-	bg     sync.WaitGroup
-	once   sync.Once
+	log          *slog.Logger
+	pd           *pd.Dispatcher
+	connect      workers.ConnectOptions // how AddWorker connects
+	drainTimeout time.Duration
+	bgCtx        context.Context
+	stopBG       context.CancelFunc
+	bg           sync.WaitGroup
+	watches      []func()
+	once         sync.Once
 }
 
 // New connects to the workers, builds the policies, tokenizer and server,
@@ -135,10 +155,16 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("--max-request-bytes is %d; it must be >= 1", cfg.MaxRequestBytes)
 	}
 
-	g := &Gateway{Registry: workers.NewRegistry(), log: log}
+	if err := cfg.Breaker.Validate(); err != nil {
+		return nil, fmt.Errorf("circuit breaker: %w", err)
+	}
+	g := &Gateway{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout}
+	// Background work (health checks, load polls, policies' loops, workers
+	// joining late) lives until Close.
+	g.bgCtx, g.stopBG = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
-			g.Registry.Close()
+			g.Close()
 		}
 	}()
 	urls, ports := cfg.WorkerURLs, map[string]int{}
@@ -157,14 +183,33 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			}
 		}
 	}
-	opts := workers.ConnectOptions{Protocol: cfg.Protocol, Role: role}
-	if err := connectAll(ctx, g.Registry, urls, opts, cfg.StartupTimeout, log); err != nil {
+	breaker := cfg.Breaker
+	breaker.OnChange = func(url string, from, to workers.BreakerState) {
+		if to == workers.BreakerOpen {
+			log.Warn("circuit breaker open: the worker gets no requests until its timeout", "worker", url, "from", from.String(),
+				"timeout", cfg.Breaker.Timeout)
+		} else {
+			log.Info("circuit breaker "+to.String(), "worker", url, "from", from.String())
+		}
+	}
+	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker}
+	opts := g.connect
+	opts.Role = role
+	if err := joinAll(ctx, g.bgCtx, g.Registry, urls, opts, log); err != nil {
 		return nil, err
 	}
 	if cfg.PD {
 		opts.Role = workers.RoleDecode
-		if err := connectAll(ctx, g.Registry, cfg.DecodeURLs, opts, cfg.StartupTimeout, log); err != nil {
+		if err := joinAll(ctx, g.bgCtx, g.Registry, cfg.DecodeURLs, opts, log); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.WaitForWorkers {
+		wctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
+		err := waitConnected(wctx, g.Registry)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("no worker reachable within --worker-startup-timeout (%v)", cfg.StartupTimeout)
 		}
 	}
 
@@ -180,7 +225,6 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 		return p, err
 	}
-	var dispatcher *pd.Dispatcher
 	if cfg.PD {
 		if g.Policy, err = newPolicy(cfg.PrefillPolicy, workers.RolePrefill); err != nil {
 			return nil, err
@@ -189,9 +233,13 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		if err != nil {
 			return nil, err
 		}
-		dispatcher = pd.New(pd.Config{Prefill: g.Policy, Decode: dec, BootstrapPorts: ports})
-	} else if g.Policy, err = newPolicy(cfg.Policy, workers.RoleRegular); err != nil {
-		return nil, err
+		g.pd = pd.New(pd.Config{Prefill: g.Policy, Decode: dec, BootstrapPorts: ports})
+		g.watches = append(g.watches, forgetRemoved(g.Registry, g.Policy, dec))
+	} else {
+		if g.Policy, err = newPolicy(cfg.Policy, workers.RoleRegular); err != nil {
+			return nil, err
+		}
+		g.watches = append(g.watches, forgetRemoved(g.Registry, g.Policy))
 	}
 
 	g.Text = cfg.Text
@@ -202,13 +250,15 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	}
 	rel, adm := cfg.Reliability, cfg.Admission
 	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
-		PD: dispatcher, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes})
+		PD: g.pd, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g})
 	if err != nil {
 		return nil, err
 	}
 
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	g.stopBG = stop
+	bg := g.bgCtx
+	// A worker that joins late, or is added or removed, changes the
+	// router's health.
+	g.watches = append(g.watches, g.Registry.Watch(func(workers.Change) { g.Server.UpdateHealth() }))
 	for _, r := range runners {
 		g.bg.Go(func() { r.Run(bg) })
 	}
@@ -239,6 +289,9 @@ func (g *Gateway) Shutdown(ctx context.Context) {
 // without waiting for requests; after Shutdown it does nothing.
 func (g *Gateway) Close() {
 	g.once.Do(func() {
+		for _, stop := range g.watches {
+			stop()
+		}
 		if g.stopBG != nil {
 			g.stopBG()
 		}

@@ -50,6 +50,7 @@ type Dispatcher struct {
 
 	mu    sync.Mutex
 	rooms map[int32]struct{}
+	ports map[string]int // bootstrap ports by prefill URL, guarded by mu
 }
 
 // New returns a Dispatcher. Both policies must be set.
@@ -58,7 +59,23 @@ func New(cfg Config) *Dispatcher {
 	if intn == nil {
 		intn = rand.IntN
 	}
-	return &Dispatcher{cfg: cfg, intn: intn, rooms: make(map[int32]struct{})}
+	ports := make(map[string]int, len(cfg.BootstrapPorts))
+	for u, p := range cfg.BootstrapPorts {
+		ports[u] = p
+	}
+	return &Dispatcher{cfg: cfg, intn: intn, rooms: make(map[int32]struct{}), ports: ports}
+}
+
+// SetBootstrapPort records the bootstrap port of a prefill worker added at
+// run time (0 forgets it: the worker's reported port is used).
+func (d *Dispatcher) SetBootstrapPort(url string, port int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if port == 0 {
+		delete(d.ports, url)
+		return
+	}
+	d.ports[url] = port
 }
 
 // Decision is a chosen prefill/decode pair and the room reserved for it.
@@ -113,7 +130,9 @@ func (d *Dispatcher) Select(ctx context.Context, req *policy.Request, prefills, 
 func (d *Dispatcher) Dispatch(ctx context.Context, dec Decision, preq *policy.Request, req *workers.GenerateRequest) (workers.PDStream, error) {
 	h := workers.Handoff{Room: dec.Room, DecodeAbortWait: d.cfg.DecodeAbortWait}
 	if dec.Prefill.Worker != nil {
-		h.BootstrapPort = d.cfg.BootstrapPorts[dec.Prefill.Worker.URL()]
+		d.mu.Lock()
+		h.BootstrapPort = d.ports[dec.Prefill.Worker.URL()]
+		d.mu.Unlock()
 	}
 	st, err := workers.RunDisaggregated(ctx, dec.Prefill.Worker, dec.Decode.Worker, req, h)
 	if err != nil {

@@ -72,6 +72,13 @@ type Observer interface {
 	Observe(req *Request, d Decision, o Outcome)
 }
 
+// Forgetter is implemented by policies that keep state per worker (a tree's
+// tenant, sticky assignments, bucket boundaries), so that a worker removed
+// from the fleet at run time is forgotten.
+type Forgetter interface {
+	Forget(url string)
+}
+
 // Runner is implemented by policies with background work (tree eviction,
 // bucket boundary adjustment, idle key expiry). Run returns when ctx ends.
 type Runner interface {
@@ -133,14 +140,15 @@ func New(name string, opts Options) (Policy, error) {
 	return p, nil
 }
 
-// healthy returns the candidates that may receive requests. Policies filter
-// even though the server passes healthy workers, because health can change
-// between the snapshot and the selection and a stale verdict is cheap to
-// re-check.
+// healthy returns the candidates that may receive requests: healthy, not
+// draining, and with a circuit breaker that lets requests through
+// (Worker.Available). Policies filter even though the server passes
+// available workers, because that can change between the snapshot and the
+// selection and a stale verdict is cheap to re-check.
 func healthy(candidates []*workers.Worker) []*workers.Worker {
 	out := make([]*workers.Worker, 0, len(candidates))
 	for _, w := range candidates {
-		if w.Healthy() {
+		if w.Available() {
 			out = append(out, w)
 		}
 	}

@@ -47,6 +47,10 @@ type placement interface {
 	// end releases what the placement holds and reports the outcome to the
 	// policies that learn from it. It is called once, whatever happened.
 	end(out policy.Outcome)
+	// settle reports the attempt to the workers' circuit breakers: nil is
+	// a success; a failure counts against the worker it blames when it is
+	// the worker's fault, and is ignored otherwise. Called once.
+	settle(f *failure)
 	// abortOnFailure tells whether the pipeline must send Abort for an
 	// attempt that ended early; the PD legs abort themselves.
 	abortOnFailure() bool
@@ -70,11 +74,31 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 		return nil, err
 	}
 	preq := j.policyRequest(ctx, dryRun)
-	dec, err := d.policy.Select(ctx, preq, candidates)
-	if err != nil {
-		return nil, selectionError(d.policy.Name(), len(candidates), err)
+	var (
+		dec   policy.Decision
+		slots breakerSlots
+	)
+	for tries := 0; ; tries++ {
+		var err error
+		if tries > len(candidates) {
+			return nil, status.Errorf(codes.Unavailable, "every worker's circuit breaker is half-open with its probes taken; retry shortly")
+		}
+		if dec, err = d.policy.Select(ctx, preq, candidates); err != nil {
+			return nil, selectionError(d.policy.Name(), len(candidates), err)
+		}
+		if dryRun {
+			break
+		}
+		// A half-open breaker lets a bounded number of probes through; a
+		// worker whose probe places were taken since the policy looked is
+		// passed over for this attempt.
+		var busy *workers.Worker
+		if slots, busy = acquireBreakers(dec.Worker); busy == nil {
+			break
+		}
+		preq.Exclude = append(slices.Clip(preq.Exclude), busy.URL())
 	}
-	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec}
+	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots}
 	if !dryRun {
 		p.release = dec.Worker.Acquire()
 		d.s.metrics.decisions.WithLabelValues(d.policy.Name(), dec.Branch).Inc()
@@ -90,11 +114,18 @@ type single struct {
 	preq    *policy.Request
 	dec     policy.Decision
 	release func()
+	slots   breakerSlots
 }
 
 func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
-	return p.dec.Worker.Backend().Generate(ctx, req)
+	st, err := p.dec.Worker.Backend().Generate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return workers.CheckedStream(st, p.dec.Worker.Info().VocabSize), nil
 }
+
+func (p *single) settle(f *failure)           { p.slots.settle(f) }
 func (p *single) served() *workers.Worker     { return p.dec.Worker }
 func (p *single) blame(error) *workers.Worker { return p.dec.Worker }
 func (p *single) engines() []*workers.Worker  { return []*workers.Worker{p.dec.Worker} }
@@ -135,14 +166,32 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placemen
 		return nil, err
 	}
 	preq := j.policyRequest(ctx, dryRun)
-	dec, err := d.pd.Select(ctx, preq, prefills, decodes)
-	if err != nil {
-		return nil, selectionError("pd", len(prefills)+len(decodes), err)
+	var (
+		dec   pd.Decision
+		slots breakerSlots
+	)
+	for tries := 0; ; tries++ {
+		var err error
+		if tries > len(prefills)+len(decodes) {
+			return nil, status.Errorf(codes.Unavailable, "every worker's circuit breaker is half-open with its probes taken; retry shortly")
+		}
+		if dec, err = d.pd.Select(ctx, preq, prefills, decodes); err != nil {
+			return nil, selectionError("pd", len(prefills)+len(decodes), err)
+		}
+		if dryRun {
+			break
+		}
+		var busy *workers.Worker
+		if slots, busy = acquireBreakers(dec.Prefill.Worker, dec.Decode.Worker); busy == nil {
+			break
+		}
+		dec.Release()
+		preq.Exclude = append(slices.Clip(preq.Exclude), busy.URL())
 	}
 	if !dryRun {
 		d.s.metrics.decisions.WithLabelValues("pd_prefill:"+d.prefill, dec.Prefill.Branch).Inc()
 	}
-	return &pair{s: d.s, d: d, preq: preq, dec: dec}, nil
+	return &pair{s: d.s, d: d, preq: preq, dec: dec, slots: slots}, nil
 }
 
 // pair is a request disaggregated over a prefill and a decode worker. The
@@ -155,6 +204,7 @@ type pair struct {
 	st         workers.PDStream
 	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended
 	startedAt  time.Time
+	slots      breakerSlots
 }
 
 func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
@@ -163,6 +213,7 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 		return nil, err
 	}
 	p.st, p.startedAt = st, time.Now()
+	checked := workers.CheckedStream(st, p.dec.Decode.Worker.Info().VocabSize)
 	go func() {
 		select {
 		case <-st.PrefillDone():
@@ -173,8 +224,10 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 		case <-st.Done():
 		}
 	}()
-	return st, nil
+	return checked, nil
 }
+
+func (p *pair) settle(f *failure) { p.slots.settle(f) }
 
 func (p *pair) served() *workers.Worker { return p.dec.Decode.Worker }
 
@@ -223,10 +276,58 @@ func (p *pair) firstToken(at time.Time, jobStart time.Time) {
 // checkCandidates refuses a job that no worker of a side could serve: none is
 // available, or the prompt does not fit the model.
 func checkCandidates(side string, ws []*workers.Worker, j *job) error {
-	if !slices.ContainsFunc(ws, (*workers.Worker).Healthy) {
-		return status.Errorf(codes.Unavailable, "no healthy %sworker: %d registered, none healthy", side, len(ws))
+	if !slices.ContainsFunc(ws, (*workers.Worker).Available) {
+		healthy, open := 0, 0
+		for _, w := range ws {
+			if w.Healthy() {
+				healthy++
+			}
+			if w.Breaker().State() == workers.BreakerOpen {
+				open++
+			}
+		}
+		return status.Errorf(codes.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
+			side, len(ws), healthy, open)
 	}
 	return validateAgainst(j.inputIDs, j.sampling, limitsOf(ws))
+}
+
+// breakerSlots are the circuit-breaker places one attempt holds, one per
+// worker it occupies.
+type breakerSlots []breakerSlot
+
+type breakerSlot struct {
+	w    *workers.Worker
+	done func(workers.Outcome)
+}
+
+// acquireBreakers takes a place in each worker's breaker, or none: it
+// returns the first worker that refused, having given back what it took.
+func acquireBreakers(ws ...*workers.Worker) (breakerSlots, *workers.Worker) {
+	var s breakerSlots
+	for _, w := range ws {
+		done, ok := w.Breaker().Acquire()
+		if !ok {
+			s.settle(&failure{cause: causeClientGone})
+			return nil, w
+		}
+		s = append(s, breakerSlot{w, done})
+	}
+	return s, nil
+}
+
+// settle reports an attempt's outcome to each breaker it holds a place in.
+func (s breakerSlots) settle(f *failure) {
+	for _, sl := range s {
+		switch {
+		case f == nil:
+			sl.done(workers.Success)
+		case f.cause == causeWorker && f.worker == sl.w:
+			sl.done(workers.Failure)
+		default:
+			sl.done(workers.Ignored)
+		}
+	}
 }
 
 // selectionError turns a policy's refusal into a status: no worker left is

@@ -64,13 +64,11 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 func (a *admin) views(matched map[string]int) []*kvgatev1.WorkerView {
 	var out []*kvgatev1.WorkerView
 	for _, w := range a.reg.Snapshot() {
-		h := kvgatev1.Health_HEALTH_UNHEALTHY
-		if w.Healthy() {
-			h = kvgatev1.Health_HEALTH_HEALTHY
-		}
 		out = append(out, &kvgatev1.WorkerView{
 			Address:       w.URL(),
-			Health:        h,
+			Health:        healthPB(w),
+			Breaker:       breakerPB(w.Breaker().State()),
+			Draining:      w.Draining(),
 			Load:          uint32(w.Load()),
 			InFlight:      uint32(w.InFlight()),
 			MatchedTokens: uint32(matched[w.URL()]),

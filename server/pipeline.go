@@ -91,6 +91,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	if err != nil {
 		f := s.classify(ctx, actx, p, err, len(rel.output))
 		p.end(policy.Outcome{CachedTokens: int(rel.last.CachedTokens), Err: err})
+		p.settle(f)
 		if f.cause != causeClientError && p.abortOnFailure() {
 			cancel(nil)
 			s.abort(ctx, log, p.served(), id)
@@ -104,6 +105,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		out.OutputIDs = nil // aborted on the engine, which keeps no output of it
 	}
 	p.end(out)
+	p.settle(nil)
 	if rel.stopped {
 		// The engine is still generating past the stop string.
 		cancel(nil)

@@ -54,6 +54,8 @@ type Config struct {
 	Reliability *Reliability
 	// Admission bounds the requests accepted; nil: DefaultAdmissionConfig().
 	Admission *AdmissionConfig
+	// Fleet, when set, serves Admin.AddWorker and Admin.RemoveWorker.
+	Fleet Fleet
 	// MaxRequestBytes bounds one request message; larger ones are refused
 	// with RESOURCE_EXHAUSTED before they are decoded. 0: DefaultMaxRequestBytes.
 	MaxRequestBytes int
@@ -109,6 +111,7 @@ type Server struct {
 	text    *textmodel.Model
 
 	admission *admission
+	fleet     Fleet
 	// active counts requests in the pipeline, retrying those of them that
 	// are waiting for or running a retry (the retry budget's two terms).
 	active, retrying atomic.Int64
@@ -162,6 +165,7 @@ func New(cfg Config) (*Server, error) {
 		metrics: cfg.Metrics,
 		log:     cfg.Logger,
 		text:    cfg.Text,
+		fleet:   cfg.Fleet,
 		health:  health.NewServer(),
 	}
 	s.hardStop, s.endRequests = context.WithCancel(context.Background())
@@ -303,22 +307,7 @@ type admin struct {
 func (a *admin) ListWorkers(context.Context, *kvgatev1.ListWorkersRequest) (*kvgatev1.ListWorkersResponse, error) {
 	resp := &kvgatev1.ListWorkersResponse{}
 	for _, w := range a.reg.Snapshot() {
-		el := w.EngineLoad()
-		h := kvgatev1.Health_HEALTH_UNHEALTHY
-		if w.Healthy() {
-			h = kvgatev1.Health_HEALTH_HEALTHY
-		}
-		resp.Workers = append(resp.Workers, &kvgatev1.Worker{
-			Address:       w.URL(),
-			Protocol:      protocolPB(w.Protocol()),
-			Role:          rolePB(w.Role()),
-			Health:        h,
-			InFlight:      uint32(w.InFlight()),
-			Model:         w.Info().Model,
-			EngineRunning: uint32(max(el.Running, 0)),
-			EngineWaiting: uint32(max(el.Waiting, 0)),
-			KvUsage:       el.TokenUsage,
-		})
+		resp.Workers = append(resp.Workers, workerPB(w))
 	}
 	return resp, nil
 }

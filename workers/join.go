@@ -47,10 +47,22 @@ func Join(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, 
 	if _, ok := reg.Current().Get(a.URL); ok {
 		return nil, fmt.Errorf("worker %s: %w", a.URL, ErrWorkerExists)
 	}
-	log = orDiscard(log).With("worker", a.URL)
-
 	w, err := Connect(ctx, a.URL, opts)
-	if err == nil {
+	return JoinResult(ctx, reg, a.URL, opts, w, err, log)
+}
+
+// JoinResult registers the outcome of a Connect to addr already tried, as
+// Join does: w when the connect succeeded (connectErr nil), else an
+// unhealthy placeholder that keeps connecting in the background until ctx
+// ends or it is removed. Callers that connect several workers concurrently
+// use it to register them in a fixed order.
+func JoinResult(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, w *Worker, connectErr error, log *slog.Logger) (*Worker, error) {
+	a, err := ParseWorkerAddress(addr)
+	if err != nil {
+		return nil, err
+	}
+	log = orDiscard(log).With("worker", a.URL)
+	if connectErr == nil {
 		if err := reg.Add(w); err != nil {
 			_ = w.Close()
 			return nil, err
@@ -61,7 +73,7 @@ func Join(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, 
 	if err := reg.Add(p); err != nil {
 		return nil, err
 	}
-	log.Warn("worker not connected at start; registered as unhealthy, retrying in the background", "err", err)
+	log.Warn("worker not connected at start; registered as unhealthy, retrying in the background", "err", connectErr)
 	go rejoin(ctx, reg, p, opts, log)
 	return p, nil
 }

@@ -5,11 +5,15 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/server"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // reliabilityFlags are how the router treats failing workers: SMG's retry
 // flags (milliseconds, as SMG spells them) and kvgate's timeouts.
 type reliabilityFlags struct {
+	cbFailures        int
+	cbSuccesses       int
+	cbTimeoutSecs     float64
 	maxRetries        int
 	initialBackoffMs  int
 	maxBackoffMs      int
@@ -21,6 +25,10 @@ type reliabilityFlags struct {
 }
 
 func (r *reliabilityFlags) register(fs *flag.FlagSet) {
+	cb := workers.DefaultBreakerConfig()
+	fs.IntVar(&r.cbFailures, "cb-failure-threshold", cb.FailureThreshold, "consecutive failed requests that open a worker's circuit breaker: it gets no requests until the breaker's timeout (0: no circuit breaker)")
+	fs.IntVar(&r.cbSuccesses, "cb-success-threshold", cb.SuccessThreshold, "consecutive successful probe requests that close a half-open breaker (probes go one at a time)")
+	fs.Float64Var(&r.cbTimeoutSecs, "cb-timeout-duration-secs", cb.Timeout.Seconds(), "how long an open breaker refuses requests before it lets a probe through")
 	d := server.DefaultReliability()
 	fs.IntVar(&r.maxRetries, "retry-max-retries", d.Retry.MaxRetries, "retries on another worker for a request whose worker failed before the first token (0: no retries)")
 	fs.IntVar(&r.initialBackoffMs, "retry-initial-backoff-ms", int(d.Retry.InitialBackoff/time.Millisecond), "wait before the first retry, in milliseconds")
@@ -30,6 +38,14 @@ func (r *reliabilityFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&r.budgetPercent, "retry-budget-percent", d.Retry.BudgetPercent, "retries in flight may be at most this percentage of the requests in flight (at least 3 are always allowed)")
 	fs.DurationVar(&r.firstTokenTimeout, "first-token-timeout", d.FirstTokenTimeout, "an attempt whose worker sends no token this long after it started fails and is retried elsewhere (0: no limit)")
 	fs.DurationVar(&r.streamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "after the first token, a worker that sends nothing for this long fails the request with UNAVAILABLE (0: no limit)")
+}
+
+func (r *reliabilityFlags) breaker() workers.BreakerConfig {
+	c := workers.DefaultBreakerConfig()
+	c.FailureThreshold = r.cbFailures
+	c.SuccessThreshold = r.cbSuccesses
+	c.Timeout = time.Duration(r.cbTimeoutSecs * float64(time.Second))
+	return c
 }
 
 func (r *reliabilityFlags) config() server.Reliability {

@@ -40,6 +40,9 @@ type serveConfig struct {
 	healthSuccesses      int
 	loadPollInterval     time.Duration
 	startupTimeout       time.Duration
+	waitForWorkers       bool
+	drainTimeoutSecs     float64
+	workerTLS            struct{ ca, cert, key string }
 	shutdownTimeout      time.Duration
 	logLevel             string
 	logJSON              bool
@@ -71,7 +74,12 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.healthFailures, "health-failure-threshold", 3, "consecutive failed health checks that mark a worker unhealthy")
 	fs.IntVar(&c.healthSuccesses, "health-success-threshold", 2, "consecutive passed health checks that mark an unhealthy worker healthy again")
 	fs.DurationVar(&c.loadPollInterval, "load-poll-interval", time.Second, "time between GetLoads polls of each worker")
-	fs.DurationVar(&c.startupTimeout, "worker-startup-timeout", 60*time.Second, "how long to keep trying to reach each worker at start-up before giving up")
+	fs.BoolVar(&c.waitForWorkers, "wait-for-workers", false, "at start-up, wait until at least one worker answers (up to --worker-startup-timeout) and fail if none does; without it kvgate starts at once and workers that do not answer yet join when they do")
+	fs.DurationVar(&c.startupTimeout, "worker-startup-timeout", 60*time.Second, "with --wait-for-workers: how long to wait for a worker to answer")
+	fs.Float64Var(&c.drainTimeoutSecs, "worker-drain-timeout-secs", 30, "Admin.RemoveWorker: how long a removed worker's requests may take to finish when the call gives no timeout")
+	fs.StringVar(&c.workerTLS.ca, "worker-tls-ca-file", "", "grpcs:// workers: PEM file of the CAs to trust (empty: the system's)")
+	fs.StringVar(&c.workerTLS.cert, "worker-tls-cert-file", "", "grpcs:// workers: client certificate (PEM) for mutual TLS, with --worker-tls-key-file")
+	fs.StringVar(&c.workerTLS.key, "worker-tls-key-file", "", "grpcs:// workers: the client certificate's private key (PEM)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
@@ -149,10 +157,19 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 	// default action would kill the process).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	hupDone := make(chan struct{})
+	defer func() {
+		signal.Stop(hup)
+		close(hupDone)
+	}()
 	go func() {
-		for range hup {
-			reload(log)
+		for {
+			select {
+			case <-hup:
+				reload(log)
+			case <-hupDone:
+				return
+			}
 		}
 	}()
 
@@ -220,6 +237,14 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	}
 	g.LoadPollInterval = c.loadPollInterval
 	g.StartupTimeout = c.startupTimeout
+	g.WaitForWorkers = c.waitForWorkers
+	g.DrainTimeout = time.Duration(c.drainTimeoutSecs * float64(time.Second))
+	g.Breaker = c.reliability.breaker()
+	if t := c.workerTLS; t.ca != "" || t.cert != "" || t.key != "" {
+		if g.WorkerTLS, err = workers.ClientTLSConfig(t.ca, t.cert, t.key); err != nil {
+			return g, stop, fmt.Errorf("worker TLS: %w", err)
+		}
+	}
 	g.Reliability = c.reliability.config()
 	g.Admission = c.admission.config()
 	g.MaxRequestBytes = c.admission.maxRequestBytes

@@ -130,7 +130,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 	}{
 		{[]string{"--policy", "fastest"}, "unknown policy"},
 		{[]string{"--worker-protocol", "trtllm"}, "unknown worker protocol"},
-		{[]string{"--worker-urls", "https://a:1"}, "grpc://"},
+		{[]string{"--worker-urls", "ftp://a:1"}, "grpc://"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--decode", "a:1"}, "--pd-disaggregation"},
 		{[]string{"--pd-disaggregation", "--worker-urls", "a:1"}, "--decode"},

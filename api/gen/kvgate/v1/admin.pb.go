@@ -180,6 +180,288 @@ func (Health) EnumDescriptor() ([]byte, []int) {
 	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
+// BreakerState is a worker's circuit breaker, which counts the outcomes of
+// the requests sent to it.
+type BreakerState int32
+
+const (
+	BreakerState_BREAKER_STATE_UNSPECIFIED BreakerState = 0
+	// Requests flow.
+	BreakerState_BREAKER_STATE_CLOSED BreakerState = 1
+	// Too many consecutive failures: no requests until the breaker's timeout.
+	BreakerState_BREAKER_STATE_OPEN BreakerState = 2
+	// After the timeout: probe requests decide whether it closes again.
+	BreakerState_BREAKER_STATE_HALF_OPEN BreakerState = 3
+)
+
+// Enum value maps for BreakerState.
+var (
+	BreakerState_name = map[int32]string{
+		0: "BREAKER_STATE_UNSPECIFIED",
+		1: "BREAKER_STATE_CLOSED",
+		2: "BREAKER_STATE_OPEN",
+		3: "BREAKER_STATE_HALF_OPEN",
+	}
+	BreakerState_value = map[string]int32{
+		"BREAKER_STATE_UNSPECIFIED": 0,
+		"BREAKER_STATE_CLOSED":      1,
+		"BREAKER_STATE_OPEN":        2,
+		"BREAKER_STATE_HALF_OPEN":   3,
+	}
+)
+
+func (x BreakerState) Enum() *BreakerState {
+	p := new(BreakerState)
+	*p = x
+	return p
+}
+
+func (x BreakerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvgate_v1_admin_proto_enumTypes[3].Descriptor()
+}
+
+func (BreakerState) Type() protoreflect.EnumType {
+	return &file_kvgate_v1_admin_proto_enumTypes[3]
+}
+
+func (x BreakerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BreakerState.Descriptor instead.
+func (BreakerState) EnumDescriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+type AddWorkerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grpc://host:port, grpcs://host:port (TLS) or host:port.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// ROLE_UNSPECIFIED means ROLE_REGULAR; PREFILL and DECODE need a router
+	// started with --pd-disaggregation.
+	Role Role `protobuf:"varint,2,opt,name=role,proto3,enum=kvgate.v1.Role" json:"role,omitempty"`
+	// PROTOCOL_UNSPECIFIED asks the engine.
+	Protocol Protocol `protobuf:"varint,3,opt,name=protocol,proto3,enum=kvgate.v1.Protocol" json:"protocol,omitempty"`
+	// A prefill engine's bootstrap port; 0: the port it reports, else 8998.
+	BootstrapPort uint32 `protobuf:"varint,4,opt,name=bootstrap_port,json=bootstrapPort,proto3" json:"bootstrap_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddWorkerRequest) Reset() {
+	*x = AddWorkerRequest{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddWorkerRequest) ProtoMessage() {}
+
+func (x *AddWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddWorkerRequest.ProtoReflect.Descriptor instead.
+func (*AddWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AddWorkerRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *AddWorkerRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *AddWorkerRequest) GetProtocol() Protocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return Protocol_PROTOCOL_UNSPECIFIED
+}
+
+func (x *AddWorkerRequest) GetBootstrapPort() uint32 {
+	if x != nil {
+		return x.BootstrapPort
+	}
+	return 0
+}
+
+type AddWorkerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        *Worker                `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddWorkerResponse) Reset() {
+	*x = AddWorkerResponse{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddWorkerResponse) ProtoMessage() {}
+
+func (x *AddWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddWorkerResponse.ProtoReflect.Descriptor instead.
+func (*AddWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AddWorkerResponse) GetWorker() *Worker {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+type RemoveWorkerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker's address, as ListWorkers shows it or as it was added.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// How long its requests in flight may take to finish, in seconds; 0: the
+	// router's --worker-drain-timeout-secs.
+	DrainTimeoutSecs uint32 `protobuf:"varint,2,opt,name=drain_timeout_secs,json=drainTimeoutSecs,proto3" json:"drain_timeout_secs,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RemoveWorkerRequest) Reset() {
+	*x = RemoveWorkerRequest{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveWorkerRequest) ProtoMessage() {}
+
+func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
+func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RemoveWorkerRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *RemoveWorkerRequest) GetDrainTimeoutSecs() uint32 {
+	if x != nil {
+		return x.DrainTimeoutSecs
+	}
+	return 0
+}
+
+type RemoveWorkerResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker *Worker                `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Requests still running at the end of the drain timeout, aborted.
+	Aborted       uint32 `protobuf:"varint,2,opt,name=aborted,proto3" json:"aborted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveWorkerResponse) Reset() {
+	*x = RemoveWorkerResponse{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveWorkerResponse) ProtoMessage() {}
+
+func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
+func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RemoveWorkerResponse) GetWorker() *Worker {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *RemoveWorkerResponse) GetAborted() uint32 {
+	if x != nil {
+		return x.Aborted
+	}
+	return 0
+}
+
 // ExplainRequest carries a request exactly as Generate or Chat would take it.
 type ExplainRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -197,7 +479,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -209,7 +491,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -222,7 +504,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExplainRequest) GetRequest() isExplainRequest_Request {
@@ -301,7 +583,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +595,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +608,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExplainResponse) GetWorker() string {
@@ -404,13 +686,17 @@ type WorkerView struct {
 	// Prompt tokens its cache holds according to the policy (cache-aware
 	// policies only).
 	MatchedTokens uint32 `protobuf:"varint,5,opt,name=matched_tokens,json=matchedTokens,proto3" json:"matched_tokens,omitempty"`
+	// Its circuit breaker: policies never pick a worker whose breaker is open.
+	Breaker BreakerState `protobuf:"varint,6,opt,name=breaker,proto3,enum=kvgate.v1.BreakerState" json:"breaker,omitempty"`
+	// Being removed: receives no new requests.
+	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerView) Reset() {
 	*x = WorkerView{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +708,7 @@ func (x *WorkerView) String() string {
 func (*WorkerView) ProtoMessage() {}
 
 func (x *WorkerView) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +721,7 @@ func (x *WorkerView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerView.ProtoReflect.Descriptor instead.
 func (*WorkerView) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkerView) GetAddress() string {
@@ -473,6 +759,20 @@ func (x *WorkerView) GetMatchedTokens() uint32 {
 	return 0
 }
 
+func (x *WorkerView) GetBreaker() BreakerState {
+	if x != nil {
+		return x.Breaker
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *WorkerView) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type ListWorkersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -481,7 +781,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +793,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +806,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type ListWorkersResponse struct {
@@ -519,7 +819,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +831,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +844,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -571,14 +871,21 @@ type Worker struct {
 	EngineRunning uint32 `protobuf:"varint,7,opt,name=engine_running,json=engineRunning,proto3" json:"engine_running,omitempty"`
 	EngineWaiting uint32 `protobuf:"varint,8,opt,name=engine_waiting,json=engineWaiting,proto3" json:"engine_waiting,omitempty"`
 	// Fraction of the worker's KV cache in use, from the most recent load poll.
-	KvUsage       float64 `protobuf:"fixed64,9,opt,name=kv_usage,json=kvUsage,proto3" json:"kv_usage,omitempty"`
+	KvUsage float64 `protobuf:"fixed64,9,opt,name=kv_usage,json=kvUsage,proto3" json:"kv_usage,omitempty"`
+	// Its circuit breaker.
+	Breaker BreakerState `protobuf:"varint,10,opt,name=breaker,proto3,enum=kvgate.v1.BreakerState" json:"breaker,omitempty"`
+	// Being removed: receives no new requests.
+	Draining bool `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
+	// Not connected yet (it did not answer when it was added); it is retried
+	// and joins when it answers.
+	Connecting    bool `protobuf:"varint,12,opt,name=connecting,proto3" json:"connecting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +897,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +910,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Worker) GetAddress() string {
@@ -669,11 +976,45 @@ func (x *Worker) GetKvUsage() float64 {
 	return 0
 }
 
+func (x *Worker) GetBreaker() BreakerState {
+	if x != nil {
+		return x.Breaker
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *Worker) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *Worker) GetConnecting() bool {
+	if x != nil {
+		return x.Connecting
+	}
+	return false
+}
+
 var File_kvgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\x85\x02\n" +
+	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\xa9\x01\n" +
+	"\x10AddWorkerRequest\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12#\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x0f.kvgate.v1.RoleR\x04role\x12/\n" +
+	"\bprotocol\x18\x03 \x01(\x0e2\x13.kvgate.v1.ProtocolR\bprotocol\x12%\n" +
+	"\x0ebootstrap_port\x18\x04 \x01(\rR\rbootstrapPort\">\n" +
+	"\x11AddWorkerResponse\x12)\n" +
+	"\x06worker\x18\x01 \x01(\v2\x11.kvgate.v1.WorkerR\x06worker\"]\n" +
+	"\x13RemoveWorkerRequest\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12,\n" +
+	"\x12drain_timeout_secs\x18\x02 \x01(\rR\x10drainTimeoutSecs\"[\n" +
+	"\x14RemoveWorkerResponse\x12)\n" +
+	"\x06worker\x18\x01 \x01(\v2\x11.kvgate.v1.WorkerR\x06worker\x12\x18\n" +
+	"\aaborted\x18\x02 \x01(\rR\aaborted\"\x85\x02\n" +
 	"\x0eExplainRequest\x128\n" +
 	"\bgenerate\x18\x01 \x01(\v2\x1a.kvgate.v1.GenerateRequestH\x00R\bgenerate\x12,\n" +
 	"\x04chat\x18\x02 \x01(\v2\x16.kvgate.v1.ChatRequestH\x00R\x04chat\x12C\n" +
@@ -691,17 +1032,19 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x17predicted_cached_tokens\x18\x06 \x01(\rR\x15predictedCachedTokens\x12/\n" +
 	"\aworkers\x18\a \x03(\v2\x15.kvgate.v1.WorkerViewR\aworkers\x12%\n" +
 	"\x0eprefill_worker\x18\b \x01(\tR\rprefillWorker\x12%\n" +
-	"\x0eprefill_branch\x18\t \x01(\tR\rprefillBranch\"\xa9\x01\n" +
+	"\x0eprefill_branch\x18\t \x01(\tR\rprefillBranch\"\xf8\x01\n" +
 	"\n" +
 	"WorkerView\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12)\n" +
 	"\x06health\x18\x02 \x01(\x0e2\x11.kvgate.v1.HealthR\x06health\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\rR\x04load\x12\x1b\n" +
 	"\tin_flight\x18\x04 \x01(\rR\binFlight\x12%\n" +
-	"\x0ematched_tokens\x18\x05 \x01(\rR\rmatchedTokens\"\x14\n" +
+	"\x0ematched_tokens\x18\x05 \x01(\rR\rmatchedTokens\x121\n" +
+	"\abreaker\x18\x06 \x01(\x0e2\x17.kvgate.v1.BreakerStateR\abreaker\x12\x1a\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\x14\n" +
 	"\x12ListWorkersRequest\"B\n" +
 	"\x13ListWorkersResponse\x12+\n" +
-	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xbf\x02\n" +
+	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xae\x03\n" +
 	"\x06Worker\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12/\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x13.kvgate.v1.ProtocolR\bprotocol\x12#\n" +
@@ -711,7 +1054,13 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12%\n" +
 	"\x0eengine_running\x18\a \x01(\rR\rengineRunning\x12%\n" +
 	"\x0eengine_waiting\x18\b \x01(\rR\rengineWaiting\x12\x19\n" +
-	"\bkv_usage\x18\t \x01(\x01R\akvUsage*L\n" +
+	"\bkv_usage\x18\t \x01(\x01R\akvUsage\x121\n" +
+	"\abreaker\x18\n" +
+	" \x01(\x0e2\x17.kvgate.v1.BreakerStateR\abreaker\x12\x1a\n" +
+	"\bdraining\x18\v \x01(\bR\bdraining\x12\x1e\n" +
+	"\n" +
+	"connecting\x18\f \x01(\bR\n" +
+	"connecting*L\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPROTOCOL_SGLANG\x10\x01\x12\x11\n" +
@@ -724,10 +1073,17 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n" +
-	"\x10HEALTH_UNHEALTHY\x10\x022\x97\x01\n" +
+	"\x10HEALTH_UNHEALTHY\x10\x02*|\n" +
+	"\fBreakerState\x12\x1d\n" +
+	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
+	"\x12BREAKER_STATE_OPEN\x10\x02\x12\x1b\n" +
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x032\xb0\x02\n" +
 	"\x05Admin\x12L\n" +
 	"\vListWorkers\x12\x1d.kvgate.v1.ListWorkersRequest\x1a\x1e.kvgate.v1.ListWorkersResponse\x12@\n" +
-	"\aExplain\x12\x19.kvgate.v1.ExplainRequest\x1a\x1a.kvgate.v1.ExplainResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
+	"\aExplain\x12\x19.kvgate.v1.ExplainRequest\x1a\x1a.kvgate.v1.ExplainResponse\x12F\n" +
+	"\tAddWorker\x12\x1b.kvgate.v1.AddWorkerRequest\x1a\x1c.kvgate.v1.AddWorkerResponse\x12O\n" +
+	"\fRemoveWorker\x12\x1e.kvgate.v1.RemoveWorkerRequest\x1a\x1f.kvgate.v1.RemoveWorkerResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
 
 var (
 	file_kvgate_v1_admin_proto_rawDescOnce sync.Once
@@ -741,41 +1097,56 @@ func file_kvgate_v1_admin_proto_rawDescGZIP() []byte {
 	return file_kvgate_v1_admin_proto_rawDescData
 }
 
-var file_kvgate_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_kvgate_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_kvgate_v1_admin_proto_goTypes = []any{
-	(Protocol)(0),               // 0: kvgate.v1.Protocol
-	(Role)(0),                   // 1: kvgate.v1.Role
-	(Health)(0),                 // 2: kvgate.v1.Health
-	(*ExplainRequest)(nil),      // 3: kvgate.v1.ExplainRequest
-	(*ExplainResponse)(nil),     // 4: kvgate.v1.ExplainResponse
-	(*WorkerView)(nil),          // 5: kvgate.v1.WorkerView
-	(*ListWorkersRequest)(nil),  // 6: kvgate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil), // 7: kvgate.v1.ListWorkersResponse
-	(*Worker)(nil),              // 8: kvgate.v1.Worker
-	nil,                         // 9: kvgate.v1.ExplainRequest.MetadataEntry
-	(*GenerateRequest)(nil),     // 10: kvgate.v1.GenerateRequest
-	(*ChatRequest)(nil),         // 11: kvgate.v1.ChatRequest
+	(Protocol)(0),                // 0: kvgate.v1.Protocol
+	(Role)(0),                    // 1: kvgate.v1.Role
+	(Health)(0),                  // 2: kvgate.v1.Health
+	(BreakerState)(0),            // 3: kvgate.v1.BreakerState
+	(*AddWorkerRequest)(nil),     // 4: kvgate.v1.AddWorkerRequest
+	(*AddWorkerResponse)(nil),    // 5: kvgate.v1.AddWorkerResponse
+	(*RemoveWorkerRequest)(nil),  // 6: kvgate.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil), // 7: kvgate.v1.RemoveWorkerResponse
+	(*ExplainRequest)(nil),       // 8: kvgate.v1.ExplainRequest
+	(*ExplainResponse)(nil),      // 9: kvgate.v1.ExplainResponse
+	(*WorkerView)(nil),           // 10: kvgate.v1.WorkerView
+	(*ListWorkersRequest)(nil),   // 11: kvgate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),  // 12: kvgate.v1.ListWorkersResponse
+	(*Worker)(nil),               // 13: kvgate.v1.Worker
+	nil,                          // 14: kvgate.v1.ExplainRequest.MetadataEntry
+	(*GenerateRequest)(nil),      // 15: kvgate.v1.GenerateRequest
+	(*ChatRequest)(nil),          // 16: kvgate.v1.ChatRequest
 }
 var file_kvgate_v1_admin_proto_depIdxs = []int32{
-	10, // 0: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
-	11, // 1: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
-	9,  // 2: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
-	5,  // 3: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
-	2,  // 4: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
-	8,  // 5: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
-	0,  // 6: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
-	1,  // 7: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
-	2,  // 8: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
-	6,  // 9: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
-	3,  // 10: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
-	7,  // 11: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
-	4,  // 12: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	1,  // 0: kvgate.v1.AddWorkerRequest.role:type_name -> kvgate.v1.Role
+	0,  // 1: kvgate.v1.AddWorkerRequest.protocol:type_name -> kvgate.v1.Protocol
+	13, // 2: kvgate.v1.AddWorkerResponse.worker:type_name -> kvgate.v1.Worker
+	13, // 3: kvgate.v1.RemoveWorkerResponse.worker:type_name -> kvgate.v1.Worker
+	15, // 4: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
+	16, // 5: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
+	14, // 6: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
+	10, // 7: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
+	2,  // 8: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
+	3,  // 9: kvgate.v1.WorkerView.breaker:type_name -> kvgate.v1.BreakerState
+	13, // 10: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
+	0,  // 11: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
+	1,  // 12: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
+	2,  // 13: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
+	3,  // 14: kvgate.v1.Worker.breaker:type_name -> kvgate.v1.BreakerState
+	11, // 15: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
+	8,  // 16: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
+	4,  // 17: kvgate.v1.Admin.AddWorker:input_type -> kvgate.v1.AddWorkerRequest
+	6,  // 18: kvgate.v1.Admin.RemoveWorker:input_type -> kvgate.v1.RemoveWorkerRequest
+	12, // 19: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
+	9,  // 20: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
+	5,  // 21: kvgate.v1.Admin.AddWorker:output_type -> kvgate.v1.AddWorkerResponse
+	7,  // 22: kvgate.v1.Admin.RemoveWorker:output_type -> kvgate.v1.RemoveWorkerResponse
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_admin_proto_init() }
@@ -784,7 +1155,7 @@ func file_kvgate_v1_admin_proto_init() {
 		return
 	}
 	file_kvgate_v1_router_proto_init()
-	file_kvgate_v1_admin_proto_msgTypes[0].OneofWrappers = []any{
+	file_kvgate_v1_admin_proto_msgTypes[4].OneofWrappers = []any{
 		(*ExplainRequest_Generate)(nil),
 		(*ExplainRequest_Chat)(nil),
 	}
@@ -793,8 +1164,8 @@ func file_kvgate_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_admin_proto_rawDesc), len(file_kvgate_v1_admin_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   7,
+			NumEnums:      4,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

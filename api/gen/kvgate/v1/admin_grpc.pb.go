@@ -21,15 +21,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ListWorkers_FullMethodName = "/kvgate.v1.Admin/ListWorkers"
-	Admin_Explain_FullMethodName     = "/kvgate.v1.Admin/Explain"
+	Admin_ListWorkers_FullMethodName  = "/kvgate.v1.Admin/ListWorkers"
+	Admin_Explain_FullMethodName      = "/kvgate.v1.Admin/Explain"
+	Admin_AddWorker_FullMethodName    = "/kvgate.v1.Admin/AddWorker"
+	Admin_RemoveWorker_FullMethodName = "/kvgate.v1.Admin/RemoveWorker"
 )
 
 // AdminClient is the client API for Admin service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Admin reports the router's view of its workers.
+// Admin reports the router's view of its workers and changes its fleet. It
+// is guarded by --admin-api-key and may be served on a port of its own
+// (--admin-port).
 type AdminClient interface {
 	// ListWorkers returns every registered worker with its health and load.
 	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
@@ -38,6 +42,14 @@ type AdminClient interface {
 	// the policy for a decision that changes nothing (no tree insertion, no
 	// round-robin step, no sticky assignment).
 	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
+	// AddWorker connects to an engine and adds it to the fleet. An engine that
+	// does not answer yet is added unhealthy and joins when it answers.
+	AddWorker(ctx context.Context, in *AddWorkerRequest, opts ...grpc.CallOption) (*AddWorkerResponse, error)
+	// RemoveWorker drains a worker and removes it: it receives no new
+	// requests, its requests in flight may finish until the drain timeout (the
+	// rest are aborted), then the policies and trees forget it. It returns
+	// when the worker is gone.
+	RemoveWorker(ctx context.Context, in *RemoveWorkerRequest, opts ...grpc.CallOption) (*RemoveWorkerResponse, error)
 }
 
 type adminClient struct {
@@ -68,11 +80,33 @@ func (c *adminClient) Explain(ctx context.Context, in *ExplainRequest, opts ...g
 	return out, nil
 }
 
+func (c *adminClient) AddWorker(ctx context.Context, in *AddWorkerRequest, opts ...grpc.CallOption) (*AddWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddWorkerResponse)
+	err := c.cc.Invoke(ctx, Admin_AddWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RemoveWorker(ctx context.Context, in *RemoveWorkerRequest, opts ...grpc.CallOption) (*RemoveWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveWorkerResponse)
+	err := c.cc.Invoke(ctx, Admin_RemoveWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
 //
-// Admin reports the router's view of its workers.
+// Admin reports the router's view of its workers and changes its fleet. It
+// is guarded by --admin-api-key and may be served on a port of its own
+// (--admin-port).
 type AdminServer interface {
 	// ListWorkers returns every registered worker with its health and load.
 	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
@@ -81,6 +115,14 @@ type AdminServer interface {
 	// the policy for a decision that changes nothing (no tree insertion, no
 	// round-robin step, no sticky assignment).
 	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
+	// AddWorker connects to an engine and adds it to the fleet. An engine that
+	// does not answer yet is added unhealthy and joins when it answers.
+	AddWorker(context.Context, *AddWorkerRequest) (*AddWorkerResponse, error)
+	// RemoveWorker drains a worker and removes it: it receives no new
+	// requests, its requests in flight may finish until the drain timeout (the
+	// rest are aborted), then the policies and trees forget it. It returns
+	// when the worker is gone.
+	RemoveWorker(context.Context, *RemoveWorkerRequest) (*RemoveWorkerResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -96,6 +138,12 @@ func (UnimplementedAdminServer) ListWorkers(context.Context, *ListWorkersRequest
 }
 func (UnimplementedAdminServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
+}
+func (UnimplementedAdminServer) AddWorker(context.Context, *AddWorkerRequest) (*AddWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddWorker not implemented")
+}
+func (UnimplementedAdminServer) RemoveWorker(context.Context, *RemoveWorkerRequest) (*RemoveWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveWorker not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -154,6 +202,42 @@ func _Admin_Explain_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_AddWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AddWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AddWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AddWorker(ctx, req.(*AddWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RemoveWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RemoveWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RemoveWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RemoveWorker(ctx, req.(*RemoveWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -168,6 +252,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Explain",
 			Handler:    _Admin_Explain_Handler,
+		},
+		{
+			MethodName: "AddWorker",
+			Handler:    _Admin_AddWorker_Handler,
+		},
+		{
+			MethodName: "RemoveWorker",
+			Handler:    _Admin_RemoveWorker_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

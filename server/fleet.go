@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Fleet changes the set of workers while the router runs; the gateway
+// implements it. Errors wrapping ErrBadWorker-like sentinels are the
+// caller's to classify; see addWorkerStatus.
+type Fleet interface {
+	AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error)
+	RemoveWorker(ctx context.Context, addr string, drain time.Duration) (w *workers.Worker, cut int, err error)
+}
+
+// maxDrainSecs bounds a RemoveWorker call's drain timeout: the call waits
+// that long.
+const maxDrainSecs = 3600
+
+func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (*kvgatev1.AddWorkerResponse, error) {
+	if a.s.fleet == nil {
+		return nil, status.Error(codes.Unimplemented, "this router's fleet is fixed")
+	}
+	if req.GetAddress() == "" {
+		return nil, invalid("address is empty; give grpc://host:port, grpcs://host:port or host:port")
+	}
+	role := workers.RoleRegular
+	switch req.GetRole() {
+	case kvgatev1.Role_ROLE_PREFILL:
+		role = workers.RolePrefill
+	case kvgatev1.Role_ROLE_DECODE:
+		role = workers.RoleDecode
+	}
+	proto := workers.ProtocolUnknown
+	switch req.GetProtocol() {
+	case kvgatev1.Protocol_PROTOCOL_SGLANG:
+		proto = workers.ProtocolSGLang
+	case kvgatev1.Protocol_PROTOCOL_VLLM:
+		proto = workers.ProtocolVLLM
+	}
+	if req.GetBootstrapPort() > 65535 {
+		return nil, invalid("bootstrap_port is %d; a port is at most 65535", req.GetBootstrapPort())
+	}
+	w, err := a.s.fleet.AddWorker(ctx, req.GetAddress(), role, proto, int(req.GetBootstrapPort()))
+	switch {
+	case errors.Is(err, workers.ErrWorkerExists):
+		return nil, status.Errorf(codes.AlreadyExists, "%v", err)
+	case err != nil:
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	a.s.log.InfoContext(ctx, "worker added", "worker", w.URL(), "connected", w.Connected())
+	return &kvgatev1.AddWorkerResponse{Worker: workerPB(w)}, nil
+}
+
+func (a *admin) RemoveWorker(ctx context.Context, req *kvgatev1.RemoveWorkerRequest) (*kvgatev1.RemoveWorkerResponse, error) {
+	if a.s.fleet == nil {
+		return nil, status.Error(codes.Unimplemented, "this router's fleet is fixed")
+	}
+	if req.GetDrainTimeoutSecs() > maxDrainSecs {
+		return nil, invalid("drain_timeout_secs is %d; the limit is %d", req.GetDrainTimeoutSecs(), maxDrainSecs)
+	}
+	w, cut, err := a.s.fleet.RemoveWorker(ctx, req.GetAddress(), time.Duration(req.GetDrainTimeoutSecs())*time.Second)
+	switch {
+	case errors.Is(err, workers.ErrWorkerNotFound):
+		return nil, status.Errorf(codes.NotFound, "%v", err)
+	case err != nil:
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	return &kvgatev1.RemoveWorkerResponse{Worker: workerPB(w), Aborted: uint32(cut)}, nil
+}
+
+// workerPB describes a worker as ListWorkers shows it.
+func workerPB(w *workers.Worker) *kvgatev1.Worker {
+	el := w.EngineLoad()
+	return &kvgatev1.Worker{
+		Address:       w.URL(),
+		Protocol:      protocolPB(w.Protocol()),
+		Role:          rolePB(w.Role()),
+		Health:        healthPB(w),
+		InFlight:      uint32(w.InFlight()),
+		Model:         w.Info().Model,
+		EngineRunning: uint32(max(el.Running, 0)),
+		EngineWaiting: uint32(max(el.Waiting, 0)),
+		KvUsage:       el.TokenUsage,
+		Breaker:       breakerPB(w.Breaker().State()),
+		Draining:      w.Draining(),
+		Connecting:    !w.Connected(),
+	}
+}
+
+func healthPB(w *workers.Worker) kvgatev1.Health {
+	if w.Healthy() {
+		return kvgatev1.Health_HEALTH_HEALTHY
+	}
+	return kvgatev1.Health_HEALTH_UNHEALTHY
+}
+
+func breakerPB(s workers.BreakerState) kvgatev1.BreakerState {
+	switch s {
+	case workers.BreakerOpen:
+		return kvgatev1.BreakerState_BREAKER_STATE_OPEN
+	case workers.BreakerHalfOpen:
+		return kvgatev1.BreakerState_BREAKER_STATE_HALF_OPEN
+	}
+	return kvgatev1.BreakerState_BREAKER_STATE_CLOSED
+}

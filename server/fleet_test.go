@@ -1,0 +1,229 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// A worker whose requests keep failing (while it passes its health checks)
+// has its breaker opened by the failures themselves; it then gets no
+// requests, is probed after the timeout, and closes again once probes
+// succeed. ListWorkers and Explain show the state.
+func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
+	noLeaks(t)
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
+		fastRetries(c)
+		c.Breaker.FailureThreshold, c.Breaker.SuccessThreshold, c.Breaker.Timeout = 3, 2, 300*time.Millisecond
+	}})
+	f.sims[0].Engine().SetFaults(sim.Faults{Unavailable: true})
+	for i := range 10 {
+		if r := f.mustGenerate(t, longReq); r.complete.Worker != f.workerURL(1) {
+			t.Fatalf("request %d served by %s", i, r.complete.Worker)
+		}
+	}
+	breakerOf := func(i int) kvgatev1.BreakerState {
+		resp, err := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Workers[i].Breaker
+	}
+	if got := breakerOf(0); got != kvgatev1.BreakerState_BREAKER_STATE_OPEN {
+		t.Fatalf("breaker of the failing worker: %v, want OPEN", got)
+	}
+	if n := f.sims[0].Engine().Stats().Rejected; n != 3 {
+		t.Fatalf("the failing worker got %d requests; its breaker should have opened after 3", n)
+	}
+	ex, err := f.admin.Explain(context.Background(), &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{Generate: longReq}})
+	if err != nil || ex.Workers[0].Breaker != kvgatev1.BreakerState_BREAKER_STATE_OPEN || ex.Worker != f.workerURL(1) {
+		t.Fatalf("Explain: %v, %v; want worker 1 chosen and worker 0's breaker OPEN", ex, err)
+	}
+
+	// The engine recovers; after the timeout probes go through and close it.
+	f.sims[0].Engine().SetFaults(sim.Faults{})
+	time.Sleep(350 * time.Millisecond)
+	if got := breakerOf(0); got != kvgatev1.BreakerState_BREAKER_STATE_HALF_OPEN {
+		t.Fatalf("after the timeout: %v, want HALF_OPEN", got)
+	}
+	served := map[string]int{}
+	for range 8 {
+		served[f.mustGenerate(t, longReq).complete.Worker]++
+	}
+	if served[f.workerURL(0)] == 0 || breakerOf(0) != kvgatev1.BreakerState_BREAKER_STATE_CLOSED {
+		t.Fatalf("after recovery: served %v, breaker %v; want worker 0 back and CLOSED", served, breakerOf(0))
+	}
+}
+
+// A worker that stalls before its first token is failed after
+// --first-token-timeout and the request is served elsewhere; the stalled
+// attempt is aborted on its engine.
+func TestStallBeforeTheFirstTokenIsRetried(t *testing.T) {
+	noLeaks(t)
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+		sim: func(i int, c *sim.Config) { c.Faults.StallBeforeFirstToken = i == 0 }})
+	r := f.mustGenerate(t, longReq)
+	if r.complete.Worker != f.workerURL(1) {
+		t.Fatalf("served by %s, want the healthy worker", r.complete.Worker)
+	}
+	eng := f.sims[0].Engine()
+	eventually(t, "the stalled attempt to be aborted", func() bool { return eng.Stats().AbortCalls == 1 && eng.Stats().Running == 0 })
+}
+
+// An engine that sends garbage (token ids outside the vocabulary) fails
+// before anything reaches the client, and another worker serves.
+func TestGarbageFromAnEngineIsAFailure(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+		sim: func(i int, c *sim.Config) { c.Faults.GarbageStream = i == 0 }})
+	r := f.mustGenerate(t, longReq)
+	if r.complete.Worker != f.workerURL(1) || len(r.complete.OutputIds) != 12 {
+		t.Fatalf("served by %s with %d tokens, want the healthy worker's 12", r.complete.Worker, len(r.complete.OutputIds))
+	}
+	for _, c := range r.chunks {
+		for _, id := range c.TokenIds {
+			if int(id) >= f.reg.Snapshot()[1].Info().VocabSize {
+				t.Fatalf("the client received garbage id %d", id)
+			}
+		}
+	}
+}
+
+// A worker that does not answer at start-up does not stop the router: it
+// is listed as connecting and unhealthy, and joins when its engine starts.
+func TestUnreachableWorkerJoinsWhenItAnswers(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := lis.Addr().String()
+	lis.Close() // nothing listens there yet
+	f := startFleet(t, fleetOptions{workers: 1, healthInterval: 20 * time.Millisecond,
+		gateway: func(c *gateway.Config) { c.WorkerURLs = append(c.WorkerURLs, "grpc://"+late) }})
+	resp, err := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
+	if err != nil || len(resp.Workers) != 2 || !resp.Workers[1].Connecting || resp.Workers[1].Health != kvgatev1.Health_HEALTH_UNHEALTHY {
+		t.Fatalf("ListWorkers: %v, %v; want the late worker listed as connecting and unhealthy", resp, err)
+	}
+	f.mustGenerate(t, longReq) // served by the worker that is up
+
+	c := sim.DefaultConfig()
+	c.TimeScale = 0
+	s, err := sim.Start(c, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	w, _ := f.reg.Get("grpc://" + late)
+	eventually(t, "the late worker to join", func() bool {
+		w, _ = f.reg.Get("grpc://" + late)
+		return w.Connected() && w.Healthy()
+	})
+}
+
+// Workers added and removed while requests run: no request is lost, the
+// removed worker's requests finish (drain), and it gets no new ones.
+func TestAddAndRemoveWorkersUnderLoad(t *testing.T) {
+	noLeaks(t)
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries, sim: func(_ int, c *sim.Config) {
+		c.TimeScale = 1
+		c.DecodeMsPerToken = 1
+		c.RequestOverhead = 0
+	}})
+	c := sim.DefaultConfig()
+	c.TimeScale = 0
+	extra, err := sim.Start(c, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(extra.Stop)
+
+	var (
+		wg         sync.WaitGroup
+		ok, failed atomic.Int64
+		stop       = make(chan struct{})
+		firstErr   atomic.Value
+	)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := f.generate(ctx, t, longReq)
+				cancel()
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				} else {
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	ctx := context.Background()
+	time.Sleep(100 * time.Millisecond)
+	add, err := f.admin.AddWorker(ctx, &kvgatev1.AddWorkerRequest{Address: extra.Addr()})
+	if err != nil || add.Worker.Address != "grpc://"+extra.Addr() || add.Worker.Health != kvgatev1.Health_HEALTH_HEALTHY {
+		t.Fatalf("AddWorker: %v, %v", add, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	rm, err := f.admin.RemoveWorker(ctx, &kvgatev1.RemoveWorkerRequest{Address: f.workerURL(0), DrainTimeoutSecs: 5})
+	if err != nil || rm.Aborted != 0 {
+		t.Fatalf("RemoveWorker: %v, %v; want it drained with nothing cut", rm, err)
+	}
+	before := f.sims[0].Engine().Stats().Requests
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of %d requests failed while workers changed (first: %v)", n, n+ok.Load(), firstErr.Load())
+	}
+	if after := f.sims[0].Engine().Stats().Requests; after != before {
+		t.Fatalf("the removed worker got %d requests after its removal", after-before)
+	}
+	if extra.Engine().Stats().Requests == 0 {
+		t.Fatal("the added worker never got a request")
+	}
+	resp, _ := f.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+	if len(resp.Workers) != 2 {
+		t.Fatalf("ListWorkers after add and remove: %d workers, want 2", len(resp.Workers))
+	}
+
+	for _, tc := range []struct {
+		call func() error
+		want codes.Code
+	}{
+		{func() error {
+			_, err := f.admin.AddWorker(ctx, &kvgatev1.AddWorkerRequest{Address: extra.Addr()})
+			return err
+		}, codes.AlreadyExists},
+		{func() error {
+			_, err := f.admin.AddWorker(ctx, &kvgatev1.AddWorkerRequest{Address: "ftp://x:1"})
+			return err
+		}, codes.InvalidArgument},
+		{func() error {
+			_, err := f.admin.AddWorker(ctx, &kvgatev1.AddWorkerRequest{Address: "127.0.0.1:1", Role: kvgatev1.Role_ROLE_DECODE})
+			return err
+		}, codes.InvalidArgument},
+		{func() error {
+			_, err := f.admin.RemoveWorker(ctx, &kvgatev1.RemoveWorkerRequest{Address: "127.0.0.1:1"})
+			return err
+		}, codes.NotFound},
+	} {
+		if err := tc.call(); status.Code(err) != tc.want {
+			t.Errorf("got %v, want %v", err, tc.want)
+		}
+	}
+}
