@@ -70,3 +70,34 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("%d tokens after Evict, budget 4000", s.Tokens)
 	}
 }
+
+// TestSweepSurvivesSplitBetweenSlices reproduces a sweep interleaving
+// deterministically: after the sweep collected a dead tenant's nodes, another
+// writer splits one of them (the new upper half copies the dead holder) and
+// then lets go of the path. The sweep must still remove every dead entry,
+// leaving no node held by nobody and freeing the id.
+func TestSweepSurvivesSplitBetweenSlices(t *testing.T) {
+	tr := mustNew(t, Config{PageSize: 2})
+	// dead holds p = [0,4) and below it x = [4,12).
+	tr.Insert(seq(0, 12), "dead")
+	tr.Insert(cat(seq(0, 4), seq(100, 4)), "other") // keeps p shared, x separate
+	dead := tr.ids["dead"]
+	tr.sweepPause = func() {
+		tr.sweepPause = nil
+		// live splits x at 8: x's upper half copies dead's holder ...
+		tr.Insert(seq(0, 8), "live")
+		// ... then live lets go of the whole path again.
+		tr.Trim(seq(0, 8), "live", 0)
+		tr.Trim(cat(seq(0, 4), seq(100, 4)), "other", 0)
+	}
+	tr.RemoveTenant("dead")
+	checkInvariants(t, tr)
+	if s := tr.Stats(); s.Nodes != 0 || s.UniqueTokens != 0 {
+		t.Fatalf("after removing every tenant: %+v", s)
+	}
+	tr.mu.RLock()
+	defer tr.mu.RUnlock()
+	if !slices.Contains(tr.free, dead) {
+		t.Fatalf("dead tenant's id %d not freed: %+v", dead, tr.tenants[dead])
+	}
+}

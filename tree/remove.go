@@ -173,13 +173,30 @@ func (t *Tree) sweep(id uint32) {
 			}
 			s.yield()
 		}
+		if t.sweepPause != nil {
+			s.unlock()
+			t.sweepPause()
+			s.lock()
+		}
+		// Remove bottom-up. A node split since it was collected has a new
+		// upper half, not on the list, that copied the tenant; it sits
+		// between a listed node and its listed parent. Removing the parent's
+		// entry before it would leave the parent held by nobody above a
+		// node the tenant still holds, where no later pass can reach it
+		// (passes only descend through the tenant's nodes). So each node
+		// first loses the tenant from whatever below it still holds it:
+		// usually nothing, since its listed descendants went first.
+		var below []*node
 		for i := len(nodes) - 1; i >= 0; i-- {
 			n := nodes[i]
-			if n.deleted() {
+			if n.deleted() || n.holderIndex(id) < 0 {
 				continue
 			}
-			if j := n.holderIndex(id); j >= 0 {
-				t.removeHolder(n, j)
+			below = t.heldBelow(n, id, below[:0])
+			for _, b := range below {
+				if j := b.holderIndex(id); j >= 0 {
+					t.removeHolder(b, j)
+				}
 			}
 			s.yield()
 		}

@@ -195,6 +195,11 @@ type Tree struct {
 
 	scratch scratch   // for writers (under mu)
 	pool    sync.Pool // *scratch for readers
+
+	// sweepPause, if set, runs between sweep's collect and remove phases
+	// with the lock released, as if a slice ended there: tests use it to
+	// let another writer in at exactly that point. Always nil outside tests.
+	sweepPause func()
 }
 
 // New returns an empty tree.
