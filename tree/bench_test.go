@@ -308,3 +308,42 @@ func probeSelections(tr *Tree, probe func(*rand.Rand, []uint32) []uint32, stop c
 	}()
 	return out
 }
+
+// BenchmarkInsertAtBudget inserts unique 8K-token prompts into a tree held
+// at its budget, so inserts keep crossing it and evict inline. The p50 is an
+// insert that did not cross the cap; max is one that walked the tree to
+// evict down to the low-water mark: the longest a selection waits on the
+// budget. walks/op says how rarely that happens.
+func BenchmarkInsertAtBudget(b *testing.B) {
+	for _, unique := range []int{4 << 20, 16 << 20} {
+		b.Run(fmt.Sprintf("%dM", unique>>20), func(b *testing.B) {
+			c := newCorpus()
+			names := tenantNames(16)
+			n := unique / (benchPrompt - benchSystem)
+			tr := build(b, c, n, names)
+			setBudget(tr, tr.Stats().Tokens)
+			var buf []uint32
+			lat := make([]time.Duration, 0, b.N)
+			walks, prev := 0, tr.Stats().Tokens
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				buf = c.prompt(n+i, buf) // never seen: grows the tree
+				start := time.Now()
+				tr.Insert(buf, names[i%len(names)])
+				lat = append(lat, time.Since(start))
+				b.StopTimer()
+				if s := tr.Stats().Tokens; s < prev {
+					walks++
+				} else if s > tr.maxTokens {
+					b.Fatalf("%d tokens after an insert, budget %d", s, tr.maxTokens)
+				}
+				prev = tr.Stats().Tokens
+				b.StartTimer()
+			}
+			b.StopTimer()
+			reportLatencies(b, lat)
+			b.ReportMetric(float64(walks)/float64(b.N), "walks/op")
+		})
+	}
+}

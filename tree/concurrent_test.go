@@ -101,3 +101,43 @@ func TestSweepSurvivesSplitBetweenSlices(t *testing.T) {
 		t.Fatalf("dead tenant's id %d not freed: %+v", dead, tr.tenants[dead])
 	}
 }
+
+// TestBudgetHoldsAfterEveryInsert inserts unique prompts, from one goroutine
+// and then from several, and checks after every insert that the stored
+// tokens are within the budget: the budget holds at all times, not only
+// after the next Evict.
+func TestBudgetHoldsAfterEveryInsert(t *testing.T) {
+	const budget = 20_000
+	for _, goroutines := range []int{1, 4} {
+		t.Run(fmt.Sprint(goroutines, " goroutines"), func(t *testing.T) {
+			tr := mustNew(t, Config{PageSize: 16, MaxTokens: budget})
+			var wg sync.WaitGroup
+			var over atomic.Int64
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 300 {
+						prompt := seq(uint32(g<<24|i<<12), 2048)
+						if i%2 == 0 {
+							tr.Insert(prompt, fmt.Sprint("w", g))
+						} else {
+							tr.MatchInsert(prompt, func(Match) string { return fmt.Sprint("w", i%3) })
+						}
+						if n := tr.Stats().Tokens; n > budget {
+							over.Store(int64(n))
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if n := over.Load(); n > 0 {
+				t.Fatalf("an insert left %d tokens, budget %d", n, budget)
+			}
+			if s := tr.Stats(); s.Tokens < budget/2 {
+				t.Fatalf("tree kept only %d tokens of a %d budget: eviction went too far", s.Tokens, budget)
+			}
+			checkInvariants(t, tr)
+		})
+	}
+}

@@ -13,6 +13,89 @@ package tree
 // candidate is checked again: still there, still on the frontier, key
 // unchanged (else it goes back with its new key).
 
+// The budget holds at all times, not only after Evict: an insert that takes
+// the stored tokens over MaxTokens evicts, in the configured order and before
+// it releases the write lock, down to the low-water mark (MaxTokens less a
+// sixteenth). Nobody ever sees the tree over budget, and the walk that finds
+// the frontier (one pass over the tree, under the write lock) is paid once
+// per MaxTokens/16 inserted tokens rather than on every insert at the cap.
+// That walk is the one moment readers wait: about a node's visit per node
+// (BenchmarkInsertAtBudget measures it). The periodic Evict stays for
+// decay; it works in slices and rarely finds anything to do.
+
+// lowWater is where an inline eviction stops: far enough under the budget
+// that the next inserts do not trigger another walk at once.
+func (t *Tree) lowWater() int { return t.maxTokens - t.maxTokens/16 }
+
+// enforceBudget evicts under the held write lock, if the last insert took
+// the tree over budget, down to lowWater.
+func (t *Tree) enforceBudget() {
+	if t.maxTokens == 0 || t.tokens <= t.maxTokens {
+		return
+	}
+	h := &candHeap{order: t.order, items: t.frontier(nil)}
+	h.heapify()
+	target := t.lowWater()
+	for len(h.items) > 0 && t.tokens > target {
+		t.evictOne(h, h.pop())
+	}
+}
+
+// frontier appends to dst every live tenant's frontier pairs. The caller
+// holds the lock.
+func (t *Tree) frontier(dst []cand) []cand {
+	mark := make([]uint64, len(t.tenants)) // by tenant id: the visit that saw it on a child
+	visit := uint64(0)
+	stack := []*node{&t.root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		visit++
+		for _, k := range n.kids {
+			stack = append(stack, k.n)
+			for _, hd := range k.n.holders {
+				mark[hd.tenant] = visit
+			}
+		}
+		for _, hd := range n.holders {
+			if mark[hd.tenant] != visit && t.tenants[hd.tenant].live {
+				dst = append(dst, cand{n, hd.tenant, hd.aux, hd.tick})
+			}
+		}
+	}
+	return dst
+}
+
+// evictOne evicts candidate c if it is still valid, pushing it back with its
+// new key if that changed, and pushing its parent if that joins the
+// frontier. It returns the stored tokens removed. The caller holds the write
+// lock.
+func (t *Tree) evictOne(h *candHeap, c cand) int {
+	n := c.n
+	if n.deleted() || !t.tenants[c.tenant].live {
+		return 0
+	}
+	i := n.holderIndex(c.tenant)
+	if i < 0 || !n.leafFor(c.tenant) {
+		return 0
+	}
+	if hd := n.holders[i]; hd.aux != c.aux || hd.tick != c.tick {
+		c.aux, c.tick = hd.aux, hd.tick
+		h.push(c)
+		return 0
+	}
+	p := n.parent
+	evicted := len(n.tokens)
+	t.removeHolder(n, i)
+	if p != &t.root && !p.deleted() {
+		if j := p.holderIndex(c.tenant); j >= 0 && p.leafFor(c.tenant) {
+			hd := p.holders[j]
+			h.push(cand{p, c.tenant, hd.aux, hd.tick})
+		}
+	}
+	return evicted
+}
+
 // cand is an eviction candidate with the key it had when queued.
 type cand struct {
 	n      *node
@@ -193,29 +276,7 @@ func (t *Tree) evictFrom(h *candHeap) (evicted int, done bool) {
 			return evicted, true
 		}
 		s.yield()
-		c := h.pop()
-		n := c.n
-		if n.deleted() || !t.tenants[c.tenant].live {
-			continue
-		}
-		i := n.holderIndex(c.tenant)
-		if i < 0 || !n.leafFor(c.tenant) {
-			continue
-		}
-		if hd := n.holders[i]; hd.aux != c.aux || hd.tick != c.tick {
-			c.aux, c.tick = hd.aux, hd.tick
-			h.push(c)
-			continue
-		}
-		p := n.parent
-		evicted += len(n.tokens)
-		t.removeHolder(n, i)
-		if p != &t.root && !p.deleted() {
-			if j := p.holderIndex(c.tenant); j >= 0 && p.leafFor(c.tenant) {
-				hd := p.holders[j]
-				h.push(cand{p, c.tenant, hd.aux, hd.tick})
-			}
-		}
+		evicted += t.evictOne(h, h.pop())
 	}
 	return evicted, !t.over()
 }

@@ -137,6 +137,7 @@ func (t *Tree) MatchInsertPriority(ids []uint32, priority int32, choose func(Mat
 	name := choose(m)
 	if name != "" && len(ids) > 0 {
 		t.insert(ids, pos, s.path, name, priority)
+		t.enforceBudget()
 	}
 	return m, name
 }
@@ -158,6 +159,7 @@ func (t *Tree) InsertPriority(ids []uint32, tenant string, priority int32) {
 	s := &t.scratch
 	pos := t.descend(ids, s)
 	t.insert(ids, pos, s.path, tenant, priority)
+	t.enforceBudget()
 }
 
 // insert adds tenant along a path descend found: every path node (the last

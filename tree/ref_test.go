@@ -107,6 +107,23 @@ func (r *ref) syncEvict(t *testing.T, tr *Tree, lru bool) {
 	r.held = kept
 }
 
+// syncInline follows the eviction an insert did by itself when it took the
+// tree over budget, and checks that the budget held.
+func (r *ref) syncInline(t *testing.T, tr *Tree, cfg Config) {
+	t.Helper()
+	total := 0
+	for tn := range r.held {
+		total += r.tokens(tn)
+	}
+	if cfg.MaxTokens == 0 || total <= cfg.MaxTokens {
+		return
+	}
+	r.syncEvict(t, tr, cfg.Policy == "lru")
+	if s := tr.Stats(); s.Tokens > cfg.MaxTokens {
+		t.Fatalf("%d tokens after an insert, budget %d", s.Tokens, cfg.MaxTokens)
+	}
+}
+
 // run drives a tree and the model through ops decoded from b, checking
 // every match and counter after every op. It is shared by the random test
 // and the fuzz test.
@@ -144,6 +161,7 @@ func run(t *testing.T, b []byte) {
 			in, tn := ids(), tenants[next()%4]
 			tr.Insert(in, tn)
 			r.insert(in, tn)
+			r.syncInline(t, tr, cfg)
 		case op < 9:
 			in := ids()
 			pick := next()
@@ -161,6 +179,7 @@ func run(t *testing.T, b []byte) {
 			checkMatch(t, step, r, m, in)
 			if got != "" {
 				r.insert(in, got)
+				r.syncInline(t, tr, cfg)
 			}
 		case op < 11:
 			in := ids()

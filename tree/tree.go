@@ -10,7 +10,8 @@
 //
 // Budget: "stored tokens" count each node's tokens once per tenant holding it,
 // so Stats.Tokens is the sum of the tenants' holdings (what the workers hold
-// between them) and Evict brings that sum under Config.MaxTokens. Since every
+// between them) and it never exceeds Config.MaxTokens: an insert that would
+// take it over evicts before it returns (see evict.go). Since every
 // node has at least one holder, the sum also bounds the tokens the tree stores
 // (Stats.UniqueTokens), so MaxTokens bounds the tree's memory too.
 //
@@ -35,8 +36,9 @@ type Config struct {
 	// PageSize is the engine's tokens per KV page; edges split only at page
 	// boundaries. 0 means 16.
 	PageSize int
-	// MaxTokens is the eviction budget in stored tokens (each node counted
-	// once per tenant holding it); Evict brings the tree under it. 0 means
+	// MaxTokens is the budget in stored tokens (each node counted once per
+	// tenant holding it). It holds after every insert: one that crosses it
+	// evicts, in the eviction order, down to 15/16 of it. 0 means
 	// unbounded.
 	MaxTokens int
 	// Policy is the eviction order: "lru" (default), "lfu", "fifo", "mru",

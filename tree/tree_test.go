@@ -224,6 +224,14 @@ func TestRemoveTenant(t *testing.T) {
 	}
 }
 
+// setBudget sets the budget of a tree built without one, so a test can build
+// a history over budget (inserts evict at once otherwise) and then Evict.
+func setBudget(tr *Tree, max int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.maxTokens = max
+}
+
 // TestEvictionOrder runs the same history under each policy on a tiny tree.
 // Three 2-token prompts X, Y, Z (one node each) are touched in this order,
 // with these priorities:
@@ -249,13 +257,14 @@ func TestEvictionOrder(t *testing.T) {
 	names := map[uint32]string{1: "X", 2: "Y", 3: "Z"}
 	for _, c := range cases {
 		for _, budget := range []int{4, 2} {
-			tr := mustNew(t, Config{PageSize: 1, MaxTokens: budget, Policy: c.policy})
+			tr := mustNew(t, Config{PageSize: 1, Policy: c.policy})
 			for _, op := range []struct {
 				ids []uint32
 				p   int32
 			}{{x, 5}, {y, 1}, {z, 9}, {z, 9}, {z, 9}, {y, 1}, {x, 5}} {
 				tr.InsertPriority(op.ids, "w", op.p)
 			}
+			setBudget(tr, budget)
 			if n := tr.Evict(); n != 6-budget {
 				t.Fatalf("%s: Evict = %d, want %d", c.policy, n, 6-budget)
 			}
@@ -275,10 +284,11 @@ func TestEvictionOrder(t *testing.T) {
 // TestEvictionPerTenant checks that a shared node loses its least recent
 // tenant first and stays for the other, as each engine evicts its own cache.
 func TestEvictionPerTenant(t *testing.T) {
-	tr := mustNew(t, Config{PageSize: 2, MaxTokens: 4})
+	tr := mustNew(t, Config{PageSize: 2})
 	tr.Insert(seq(0, 4), "a")
 	tr.Insert(seq(0, 4), "b")
 	tr.Insert(seq(0, 4), "b")
+	setBudget(tr, 4)
 	if n := tr.Evict(); n != 4 {
 		t.Fatalf("Evict = %d, want 4", n)
 	}
@@ -290,14 +300,16 @@ func TestEvictionPerTenant(t *testing.T) {
 	}
 	// A deeper leaf goes before its parent even when the parent is older
 	// for another reason: only the frontier is evictable.
-	tr = mustNew(t, Config{PageSize: 2, MaxTokens: 2})
+	tr = mustNew(t, Config{PageSize: 2})
 	tr.Insert(seq(0, 6), "a")
+	setBudget(tr, 2)
 	if n := tr.Evict(); n != 6 || tr.Stats().Tokens != 0 {
 		t.Fatalf("Evict = %d, stats %+v", n, tr.Stats())
 	}
-	tr = mustNew(t, Config{PageSize: 2, MaxTokens: 4})
+	tr = mustNew(t, Config{PageSize: 2})
 	tr.Insert(seq(0, 6), "a")
 	tr.Insert(seq(0, 2), "a")
+	setBudget(tr, 4)
 	tr.Evict()
 	if got := tr.Match(seq(0, 6)).Of("a"); got != 2 {
 		t.Fatalf("a holds %d after evicting its leaf, want 2", got)
