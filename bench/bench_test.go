@@ -419,8 +419,8 @@ func TestParsePolicy(t *testing.T) {
 		{"cache_aware:nope", "", "", false},
 	} {
 		name, opts, err := ParsePolicy(tt.label)
-		if (err == nil) != tt.ok || (tt.ok && (name != tt.name || opts.CacheMissFallback != tt.fallback)) {
-			t.Errorf("ParsePolicy(%q) = %q, %q, %v", tt.label, name, opts.CacheMissFallback, err)
+		if (err == nil) != tt.ok || (tt.ok && (name != tt.name || opts.CacheAware.CacheMissFallback != tt.fallback)) {
+			t.Errorf("ParsePolicy(%q) = %q, %q, %v", tt.label, name, opts.CacheAware.CacheMissFallback, err)
 		}
 	}
 }

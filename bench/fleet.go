@@ -51,7 +51,7 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 		if name != "cache_aware" || (variant != "smallest_tree" && variant != "least_loaded") {
 			return "", opts, fmt.Errorf("policy %q: only cache_aware takes a variant (cache_aware:least_loaded or cache_aware:smallest_tree)", label)
 		}
-		opts.CacheMissFallback = variant
+		opts.CacheAware.CacheMissFallback = variant
 	}
 	return name, opts, nil
 }

@@ -217,7 +217,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	newPolicy := func(name string, role workers.Role) (policy.Policy, error) {
 		o := cfg.Options
 		if cfg.LearnBlockSize {
-			o.BlockSize = learnedPageSize(g.Registry.WithRole(role))
+			o.CacheAware.BlockSize = learnedPageSize(g.Registry.WithRole(role))
 		}
 		p, err := policy.New(name, o)
 		if r, ok := p.(policy.Runner); ok {

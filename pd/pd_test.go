@@ -102,7 +102,7 @@ func fleet(role workers.Role, urls ...string) []*workers.Worker {
 
 func mustPolicy(t *testing.T, name string) policy.Policy {
 	t.Helper()
-	p, err := policy.New(name, policy.Options{})
+	p, err := policy.New(name, policy.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

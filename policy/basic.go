@@ -16,8 +16,8 @@ func NewRandom(intn Intn) *Random { return &Random{intn: orDefault(intn)} }
 
 func (*Random) Name() string { return "random" }
 
-func (p *Random) Select(_ context.Context, _ *Request, candidates []*workers.Worker) (Decision, error) {
-	ws := healthy(candidates)
+func (p *Random) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
@@ -33,7 +33,7 @@ func NewRoundRobin() *RoundRobin { return &RoundRobin{} }
 func (*RoundRobin) Name() string { return "round_robin" }
 
 func (p *RoundRobin) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
-	ws := healthy(candidates)
+	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
@@ -54,8 +54,8 @@ func NewPowerOfTwo(intn Intn) *PowerOfTwo { return &PowerOfTwo{intn: orDefault(i
 
 func (*PowerOfTwo) Name() string { return "power_of_two" }
 
-func (p *PowerOfTwo) Select(_ context.Context, _ *Request, candidates []*workers.Worker) (Decision, error) {
-	ws := healthy(candidates)
+func (p *PowerOfTwo) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+	ws := healthy(req, candidates)
 	switch len(ws) {
 	case 0:
 		return Decision{}, ErrNoHealthyWorker

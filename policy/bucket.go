@@ -38,7 +38,7 @@ import (
 // Bands equalize tokens over an interval but cannot see a burst, so when the
 // fleet is imbalanced now — max_load − min_load > BalanceAbsThreshold and
 // max_load > BalanceRelThreshold × min_load, loads as Worker.Load counts them
-// (default thresholds 32 and 1.0001) — the least loaded worker takes the
+// (BucketConfig; default thresholds 32 and 1.0001) — the least loaded worker takes the
 // request. SMG measures the imbalance in prompt length routed to each worker
 // over the interval instead; the bands already balance that, and in-flight
 // load is what a burst shows up in.
@@ -63,32 +63,24 @@ const (
 	// bucketSampleCap bounds the lengths kept per interval.
 	bucketSampleCap = 1 << 14
 	// bucketMinSample is the fewest prompts an adjustment will act on.
-	bucketMinSample    = 32
-	bucketAbsThreshold = 32
-	bucketRelThreshold = 1.0001
+	bucketMinSample = 32
 )
 
-// NewBucket returns a bucket policy. Zero options take the seed's defaults
-// for this policy: thresholds 32 and 1.0001, adjustment every 5 s.
-func NewBucket(o Options) *Bucket {
-	b := &Bucket{abs: o.BalanceAbsThreshold, rel: o.BalanceRelThreshold, interval: o.BucketAdjustInterval, intn: orDefault(o.Intn)}
-	if b.abs <= 0 {
-		b.abs = bucketAbsThreshold
+// NewBucket returns a bucket policy configured by o.Bucket, or its
+// validation error.
+func NewBucket(o Options) (*Bucket, error) {
+	c := o.Bucket
+	if err := c.Validate(); err != nil {
+		return nil, err
 	}
-	if b.rel <= 0 {
-		b.rel = bucketRelThreshold
-	}
-	if b.interval <= 0 {
-		b.interval = DefaultOptions().BucketAdjustInterval
-	}
-	return b
+	return &Bucket{abs: c.BalanceAbsThreshold, rel: c.BalanceRelThreshold, interval: c.AdjustInterval, intn: orDefault(o.Intn)}, nil
 }
 
 func (*Bucket) Name() string { return "bucket" }
 
 // Select places the request in its length band; see Bucket.
 func (b *Bucket) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
-	ws := healthy(candidates)
+	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}

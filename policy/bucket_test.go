@@ -25,19 +25,19 @@ func TestBucketBandsByPromptLength(t *testing.T) {
 	}
 	for _, tc := range tests {
 		ws := fleet(tc.workers)
-		d := mustSelect(t, policy.NewBucket(policy.Options{}), ofLen(tc.length), ws)
+		d := mustSelect(t, must(policy.NewBucket(policy.DefaultOptions())), ofLen(tc.length), ws)
 		if d.Worker != ws[tc.want] || d.Branch != "bucket" {
 			t.Errorf("%d workers, %d tokens: %s by %q, want %s (%s)", tc.workers, tc.length, d.Worker, d.Branch, ws[tc.want], d.Reason)
 		}
 	}
-	if got := policy.NewBucket(policy.Options{}).Boundaries(4); !slices.Equal(got, []int{1024, 2048, 3072}) {
+	if got := must(policy.NewBucket(policy.DefaultOptions())).Boundaries(4); !slices.Equal(got, []int{1024, 2048, 3072}) {
 		t.Errorf("initial boundaries for 4 workers = %v, want [1024 2048 3072]", got)
 	}
 }
 
 func TestBucketBoundariesFollowTheTokenMass(t *testing.T) {
 	ws := fleet(2)
-	b := policy.NewBucket(policy.Options{})
+	b := must(policy.NewBucket(policy.DefaultOptions()))
 	// Traffic of short prompts only: 10, 20, ..., 1000 tokens. Under the
 	// initial boundary (2048) all of it lands on the first worker.
 	send := func() map[*workers.Worker]int {
@@ -73,7 +73,7 @@ func TestBucketBoundariesFollowTheTokenMass(t *testing.T) {
 
 func TestBucketAdjustNeedsEnoughTraffic(t *testing.T) {
 	ws := fleet(2)
-	b := policy.NewBucket(policy.Options{})
+	b := must(policy.NewBucket(policy.DefaultOptions()))
 	for range 31 {
 		mustSelect(t, b, ofLen(100), ws)
 	}
@@ -108,12 +108,12 @@ func TestBucketImbalanceFallsBackToLeastLoaded(t *testing.T) {
 		want       int
 	}{
 		// A 100-token prompt belongs to worker 0.
-		{"balanced", policy.Options{}, []int{5, 5, 5}, "bucket", 0},
-		{"difference 32 is not over", policy.Options{}, []int{32, 0, 10}, "bucket", 0},
-		{"difference 33 is", policy.Options{}, []int{34, 1, 10}, "imbalance", 1},
-		{"relative threshold also needed", policy.Options{BalanceRelThreshold: 2}, []int{80, 45, 60}, "bucket", 0},
-		{"both thresholds exceeded", policy.Options{BalanceRelThreshold: 2}, []int{80, 39, 60}, "imbalance", 1},
-		{"own absolute threshold", policy.Options{BalanceAbsThreshold: 4}, []int{6, 3, 1}, "imbalance", 2},
+		{"balanced", policy.DefaultOptions(), []int{5, 5, 5}, "bucket", 0},
+		{"difference 32 is not over", policy.DefaultOptions(), []int{32, 0, 10}, "bucket", 0},
+		{"difference 33 is", policy.DefaultOptions(), []int{34, 1, 10}, "imbalance", 1},
+		{"relative threshold also needed", opts(func(o *policy.Options) { o.Bucket.BalanceRelThreshold = 2 }), []int{80, 45, 60}, "bucket", 0},
+		{"both thresholds exceeded", opts(func(o *policy.Options) { o.Bucket.BalanceRelThreshold = 2 }), []int{80, 39, 60}, "imbalance", 1},
+		{"own absolute threshold", opts(func(o *policy.Options) { o.Bucket.BalanceAbsThreshold = 4 }), []int{6, 3, 1}, "imbalance", 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestBucketImbalanceFallsBackToLeastLoaded(t *testing.T) {
 			for i, l := range tc.loads {
 				defer busy(ws[i], l)()
 			}
-			d := mustSelect(t, policy.NewBucket(tc.opts), ofLen(100), ws)
+			d := mustSelect(t, must(policy.NewBucket(tc.opts)), ofLen(100), ws)
 			if d.Worker != ws[tc.want] || d.Branch != tc.wantBranch {
 				t.Fatalf("chose %s by %q, want %s by %q (%s)", d.Worker, d.Branch, ws[tc.want], tc.wantBranch, d.Reason)
 			}
@@ -132,7 +132,7 @@ func TestBucketImbalanceFallsBackToLeastLoaded(t *testing.T) {
 func TestBucketBandsCoverHealthyWorkersOnly(t *testing.T) {
 	ws := fleet(3)
 	ws[0].SetHealthy(false)
-	b := policy.NewBucket(policy.Options{})
+	b := must(policy.NewBucket(policy.DefaultOptions()))
 	// Two healthy workers: the bands are 0-2047 and 2048 up.
 	if d := mustSelect(t, b, ofLen(10), ws); d.Worker != ws[1] {
 		t.Fatalf("short prompt: %s, want %s", d.Worker, ws[1])
@@ -143,7 +143,7 @@ func TestBucketBandsCoverHealthyWorkersOnly(t *testing.T) {
 }
 
 func TestBucketRunStopsWithContext(t *testing.T) {
-	b := policy.NewBucket(policy.Options{BucketAdjustInterval: time.Millisecond})
+	b := must(policy.NewBucket(opts(func(o *policy.Options) { o.Bucket.AdjustInterval = time.Millisecond })))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { b.Run(ctx); close(done) }()

@@ -46,9 +46,17 @@ const (
 // saves, as the seed's ratio does, and a prompt shorter than one page (which
 // no engine can reuse) is always a miss.
 //
-// CacheAware learns from outcomes (Observe) and evicts its tree to
-// MaxTreeSize tokens every EvictionInterval (Run). It is safe for concurrent
+// CacheAware learns from outcomes (Observe). Its tree never holds more than
+// MaxTreeSize tokens (an insert over it evicts at once); Run also evicts
+// every EvictionInterval so an idle tree decays. It is safe for concurrent
 // use.
+//
+// A retry (req.Exclude set) is placed like any request among the workers not
+// excluded, and its prompt is inserted for the worker chosen: that worker
+// will hold it once it serves the retry. The failed attempt's speculative
+// insert for the excluded worker is not repeated; Observe of the failed
+// attempt (an error with no cached tokens reported) trims it back to what
+// was predicted cached there, so the tree does not count the prompt twice.
 type CacheAware struct {
 	tree          *tree.Tree
 	pageSize      int
@@ -65,55 +73,27 @@ type CacheAware struct {
 	}
 }
 
-// NewCacheAware builds a cache_aware policy from o; zero fields take the
-// seed's defaults (DefaultOptions).
+// NewCacheAware builds a cache_aware policy configured by o.CacheAware, or
+// returns its validation error.
 func NewCacheAware(o Options) (*CacheAware, error) {
-	d := DefaultOptions()
+	cfg := o.CacheAware
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	c := &CacheAware{
-		pageSize:      pick(o.BlockSize, d.BlockSize),
-		threshold:     pick(o.CacheThreshold, d.CacheThreshold),
-		absThreshold:  pick(o.BalanceAbsThreshold, d.BalanceAbsThreshold),
-		relThreshold:  pick(o.BalanceRelThreshold, d.BalanceRelThreshold),
-		evictInterval: pick(o.EvictionInterval, d.EvictionInterval),
+		pageSize:      cfg.BlockSize,
+		threshold:     cfg.CacheThreshold,
+		absThreshold:  cfg.BalanceAbsThreshold,
+		relThreshold:  cfg.BalanceRelThreshold,
+		smallestTree:  cfg.CacheMissFallback == FallbackSmallestTree,
+		evictInterval: cfg.EvictionInterval,
 	}
-	switch pick(o.CacheMissFallback, d.CacheMissFallback) {
-	case FallbackLeastLoaded:
-	case FallbackSmallestTree:
-		c.smallestTree = true
-	default:
-		return nil, fmt.Errorf("cache-miss fallback %q: want %s or %s", o.CacheMissFallback, FallbackLeastLoaded, FallbackSmallestTree)
-	}
-	switch {
-	case c.pageSize < 0:
-		return nil, fmt.Errorf("block size %d: must be positive", c.pageSize)
-	case c.threshold < 0 || c.threshold > 1:
-		return nil, fmt.Errorf("cache threshold %g: must be within [0, 1]", c.threshold)
-	case c.absThreshold < 0:
-		return nil, fmt.Errorf("balance abs threshold %d: must not be negative", c.absThreshold)
-	case c.relThreshold < 0:
-		return nil, fmt.Errorf("balance rel threshold %g: must not be negative", c.relThreshold)
-	case c.evictInterval < 0:
-		return nil, fmt.Errorf("eviction interval %v: must not be negative", c.evictInterval)
-	}
-	t, err := tree.New(tree.Config{
-		PageSize:  c.pageSize,
-		MaxTokens: pick(o.MaxTreeSize, d.MaxTreeSize),
-		Policy:    pick(o.EvictionPolicy, d.EvictionPolicy),
-	})
+	t, err := tree.New(tree.Config{PageSize: cfg.BlockSize, MaxTokens: cfg.MaxTreeSize, Policy: cfg.EvictionPolicy})
 	if err != nil {
 		return nil, fmt.Errorf("cache_aware tree: %w", err)
 	}
 	c.tree = t
 	return c, nil
-}
-
-// pick returns v, or def when v is the zero value.
-func pick[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 func (*CacheAware) Name() string { return "cache_aware" }
@@ -123,7 +103,7 @@ func (*CacheAware) Name() string { return "cache_aware" }
 // can show a better-matching worker that was passed over; an unhealthy worker
 // is never chosen. With req.DryRun the tree is only read.
 func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
-	ws := healthy(candidates)
+	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}

@@ -19,7 +19,7 @@ func TestCacheAwareBurstOfNewPrefixes(t *testing.T) {
 
 	burst := func(t *testing.T, fallback string, n int, warm []int, lengths func(i int) int) ([]*workers.Worker, result) {
 		ws := fleet(len(warm))
-		p := newCA(t, func(o *policy.Options) { o.CacheMissFallback = fallback })
+		p := newCA(t, func(o *policy.Options) { o.CacheAware.CacheMissFallback = fallback })
 		for i, prompts := range warm {
 			for j := range prompts {
 				place(t, p, ws[i], caTokens(1000+100*i+j, promptLen))
@@ -86,7 +86,7 @@ func TestCacheAwareBurstOfNewPrefixes(t *testing.T) {
 		system := caTokens(1, 2*promptLen)
 		for _, fb := range []string{policy.FallbackSmallestTree, policy.FallbackLeastLoaded} {
 			ws := fleet(3)
-			p := newCA(t, func(o *policy.Options) { o.CacheMissFallback = fb })
+			p := newCA(t, func(o *policy.Options) { o.CacheAware.CacheMissFallback = fb })
 			place(t, p, ws[0], system)
 			got := result{}
 			for i := range 100 {

@@ -56,17 +56,21 @@ func NewConsistentHashing(o Options) *ConsistentHashing {
 
 func (*ConsistentHashing) Name() string { return "consistent_hashing" }
 
+// Forget drops the cached rings that include url. Keys never move because
+// of it: the ring of the remaining workers is built again on next use.
+func (p *ConsistentHashing) Forget(url string) { p.rings.forget(url) }
+
 // Select places the request by its session key; see ConsistentHashing.
 func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
 	if t := strings.TrimSpace(req.TargetWorker); t != "" {
-		return selectTarget(t, candidates)
+		return selectTarget(req, t, candidates)
 	}
 	branch, key := "routing_key", req.RoutingKey
 	if key == "" {
 		branch, key = "implicit_key", req.ImplicitKey
 	}
 	if key == "" {
-		ws := healthy(candidates)
+		ws := healthy(req, candidates)
 		if len(ws) == 0 {
 			return Decision{}, ErrNoHealthyWorker
 		}
@@ -78,7 +82,7 @@ func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates [
 		if owner == nil {
 			owner = w
 		}
-		if !w.Healthy() {
+		if !usable(req, w) {
 			continue
 		}
 		if w == owner {
@@ -92,7 +96,9 @@ func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates [
 }
 
 // selectTarget honours an explicit worker index or explains why it cannot.
-func selectTarget(t string, candidates []*workers.Worker) (Decision, error) {
+// A target the request excludes (a retry of a request that failed there) is
+// unavailable like an unhealthy one: the client asked for that worker only.
+func selectTarget(req *Request, t string, candidates []*workers.Worker) (Decision, error) {
 	i, err := strconv.Atoi(t)
 	if err != nil || i < 0 {
 		return Decision{}, fmt.Errorf("%w: %w: x-target-worker %q is not a worker index (%s)",
@@ -103,8 +109,8 @@ func selectTarget(t string, candidates []*workers.Worker) (Decision, error) {
 			ErrTargetUnavailable, ErrInvalidTarget, i, indexRange(len(candidates)))
 	}
 	w := candidates[i]
-	if !w.Healthy() {
-		return Decision{}, fmt.Errorf("%w: x-target-worker %d (%s) is unhealthy", ErrTargetUnavailable, i, w.URL())
+	if !usable(req, w) {
+		return Decision{}, fmt.Errorf("%w: x-target-worker %d (%s) is unhealthy or excluded", ErrTargetUnavailable, i, w.URL())
 	}
 	return Decision{Worker: w, Branch: "target", Reason: fmt.Sprintf("consistent_hashing: x-target-worker %d", i)}, nil
 }

@@ -13,7 +13,7 @@ import (
 
 func TestConsistentHashingKeyPrecedence(t *testing.T) {
 	ws := fleet(5)
-	p := policy.NewConsistentHashing(policy.Options{Intn: seq(3)})
+	p := policy.NewConsistentHashing(opts(func(o *policy.Options) { o.Intn = seq(3) }))
 	byKey := func(k string) *workers.Worker {
 		return mustSelect(t, p, &policy.Request{RoutingKey: k}, ws).Worker
 	}
@@ -42,7 +42,7 @@ func TestConsistentHashingKeyPrecedence(t *testing.T) {
 func TestConsistentHashingTargetErrors(t *testing.T) {
 	ws := fleet(3)
 	ws[1].SetHealthy(false)
-	p := policy.NewConsistentHashing(policy.Options{})
+	p := policy.NewConsistentHashing(policy.DefaultOptions())
 	tests := []struct {
 		target  string
 		invalid bool   // also ErrInvalidTarget
@@ -75,7 +75,7 @@ func TestConsistentHashingTargetErrors(t *testing.T) {
 
 func TestConsistentHashingStableKeys(t *testing.T) {
 	ws := fleet(4)
-	p := policy.NewConsistentHashing(policy.Options{})
+	p := policy.NewConsistentHashing(policy.DefaultOptions())
 	first := map[string]*workers.Worker{}
 	for round := range 3 {
 		for i := range 200 {
@@ -89,7 +89,7 @@ func TestConsistentHashingStableKeys(t *testing.T) {
 		}
 	}
 	// A fresh policy (a restarted router) agrees: the ring depends on URLs only.
-	q := policy.NewConsistentHashing(policy.Options{})
+	q := policy.NewConsistentHashing(policy.DefaultOptions())
 	for k, w := range first {
 		if d := mustSelect(t, q, &policy.Request{RoutingKey: k}, ws); d.Worker != w {
 			t.Fatalf("a new policy sent %s to %s, the first to %s", k, d.Worker, w)
@@ -99,7 +99,7 @@ func TestConsistentHashingStableKeys(t *testing.T) {
 
 func TestConsistentHashingFailoverAndRecovery(t *testing.T) {
 	ws := fleet(4)
-	p := policy.NewConsistentHashing(policy.Options{})
+	p := policy.NewConsistentHashing(policy.DefaultOptions())
 	home := map[string]*workers.Worker{}
 	for i := range 400 {
 		k := fmt.Sprintf("session-%d", i)
@@ -146,7 +146,7 @@ func TestConsistentHashingAddingAWorkerMovesAboutOneShare(t *testing.T) {
 	for _, n := range []int{2, 4, 10} {
 		t.Run(fmt.Sprintf("%d to %d", n, n+1), func(t *testing.T) {
 			ws := fleet(n + 1)
-			p := policy.NewConsistentHashing(policy.Options{})
+			p := policy.NewConsistentHashing(policy.DefaultOptions())
 			moved := 0
 			for i := range keys {
 				req := &policy.Request{RoutingKey: fmt.Sprintf("user-%d", i)}
@@ -169,7 +169,7 @@ func TestConsistentHashingAddingAWorkerMovesAboutOneShare(t *testing.T) {
 
 func TestConsistentHashingReasonHidesKeys(t *testing.T) {
 	ws := fleet(2)
-	p := policy.NewConsistentHashing(policy.Options{})
+	p := policy.NewConsistentHashing(policy.DefaultOptions())
 	for _, req := range []policy.Request{{ImplicitKey: "Bearer sk-secret"}, {RoutingKey: "user-secret"}} {
 		if d := mustSelect(t, p, &req, ws); strings.Contains(d.Reason, "secret") {
 			t.Fatalf("reason %q reveals the key", d.Reason)
@@ -180,10 +180,10 @@ func TestConsistentHashingReasonHidesKeys(t *testing.T) {
 // The four policies of this file's siblings share these promises.
 func newKeyedPolicies() []policy.Policy {
 	return []policy.Policy{
-		policy.NewPrefixHash(policy.Options{}),
-		policy.NewConsistentHashing(policy.Options{}),
-		policy.NewManual(policy.Options{}),
-		policy.NewBucket(policy.Options{}),
+		must(policy.NewPrefixHash(policy.DefaultOptions())),
+		policy.NewConsistentHashing(policy.DefaultOptions()),
+		must(policy.NewManual(policy.DefaultOptions())),
+		must(policy.NewBucket(policy.DefaultOptions())),
 	}
 }
 

@@ -16,9 +16,9 @@ import (
 var AssignmentModes = []string{"random", "min_load", "min_group"}
 
 // CheckAssignmentMode returns an error naming the valid modes unless mode is
-// one of AssignmentModes or empty (the default, random).
+// one of AssignmentModes.
 func CheckAssignmentMode(mode string) error {
-	if mode == "" || slices.Contains(AssignmentModes, mode) {
+	if slices.Contains(AssignmentModes, mode) {
 		return nil
 	}
 	return fmt.Errorf("unknown assignment mode %q (want %s)", mode, strings.Join(AssignmentModes, ", "))
@@ -39,28 +39,34 @@ func CheckAssignmentMode(mode string) error {
 // home recovers the key goes home again. The home is never reassigned, so a
 // key whose home has been removed for good keeps failing over to its backup.
 //
-// Memory is one entry per key used within MaxIdle (about 120 bytes plus the
-// key): Run drops keys idle for longer every EvictionInterval. There is no
-// other cap; a client minting a key per request grows the map for MaxIdle.
-// Keys are kept in order of last use, so expiry pops stale keys off one end
-// without scanning the live ones, a batch at a time, and never holds up
-// selection for long. Selection holds one mutex for a map lookup and a scan
-// of the candidates.
+// Memory is bounded in bytes at all times, whatever clients send: a key is
+// remembered by its 64-bit xxhash, never by its value, so an entry costs
+// about 130 bytes however long the key, and at most MaxKeys entries are kept
+// (the least recently used goes when a new key arrives at the cap). Two keys
+// with the same hash share a worker, which for 64-bit hashes of a million
+// keys happens with odds of about one in 30 million, and only costs a
+// session its cache locality. Run also drops keys idle for longer than
+// MaxIdle every EvictionInterval. Keys are kept in order of last use, so
+// expiry and the cap pop stale keys off one end without scanning the live
+// ones; expiry works a batch at a time and never holds up selection for
+// long. Selection holds one mutex for a map lookup and a scan of the
+// candidates.
 type Manual struct {
 	mode     string
 	maxIdle  time.Duration
 	interval time.Duration
+	maxKeys  int
 	now      func() time.Time
 	intn     Intn
 
 	mu     sync.Mutex
-	keys   map[string]*manualKey
-	groups map[string]int // URL → keys whose home it is (min_group)
-	lru    manualKey      // sentinel of the keys in order of use: lru.next is the stalest
+	keys   map[uint64]*manualKey // by keyHash
+	groups map[string]int        // URL → keys whose home it is (min_group)
+	lru    manualKey             // sentinel of the keys in order of use: lru.next is the stalest
 }
 
 type manualKey struct {
-	key          string
+	key          uint64 // keyHash of the routing key
 	home, backup string // worker URLs; backup is "" until a failover needs one
 	lastUsed     time.Time
 	prev, next   *manualKey
@@ -77,57 +83,53 @@ func (m *Manual) touch(e *manualKey) {
 	m.lru.prev = e
 }
 
-// manualEvictionInterval is the seed's default for manual, half of the tree
-// eviction default that Options.EvictionInterval otherwise documents.
-const manualEvictionInterval = 60 * time.Second
-
-// NewManual returns a manual policy. Zero options take the seed's defaults:
-// random assignment, 14400 s idle expiry checked every 60 s. An unknown
-// AssignmentMode is treated as random; CheckAssignmentMode rejects it first.
-func NewManual(o Options) *Manual {
+// NewManual returns a manual policy configured by o.Manual, or its
+// validation error.
+func NewManual(o Options) (*Manual, error) {
+	c := o.Manual
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	m := &Manual{
-		mode:     o.AssignmentMode,
-		maxIdle:  o.MaxIdle,
-		interval: o.EvictionInterval,
+		mode:     c.AssignmentMode,
+		maxIdle:  c.MaxIdle,
+		interval: c.EvictionInterval,
+		maxKeys:  c.MaxKeys,
 		now:      o.Now,
 		intn:     orDefault(o.Intn),
-		keys:     make(map[string]*manualKey),
+		keys:     make(map[uint64]*manualKey),
 		groups:   make(map[string]int),
 	}
 	m.lru.prev, m.lru.next = &m.lru, &m.lru
-	if CheckAssignmentMode(m.mode) != nil || m.mode == "" {
-		m.mode = "random"
-	}
-	if m.maxIdle <= 0 {
-		m.maxIdle = DefaultOptions().MaxIdle
-	}
-	if m.interval <= 0 {
-		m.interval = manualEvictionInterval
-	}
 	if m.now == nil {
 		m.now = time.Now
 	}
-	return m
+	return m, nil
 }
 
 func (*Manual) Name() string { return "manual" }
 
 // Select routes the request's routing key to its pinned worker; see Manual.
 func (m *Manual) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
-	ws := healthy(candidates)
+	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
-	key := req.RoutingKey
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if key == "" {
+	if req.RoutingKey == "" {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		return Decision{Worker: ws[m.intn(len(ws))], Branch: "random", Reason: "manual: no routing key, random"}, nil
 	}
+	key := keyHash(req.RoutingKey) // hashed outside the lock: keys may be long
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	e := m.keys[key]
 	if e == nil {
 		w := m.assign(ws)
 		if !req.DryRun {
+			if len(m.keys) >= m.maxKeys {
+				m.drop(m.lru.next)
+			}
 			e = &manualKey{key: key, home: w.URL()}
 			m.keys[key] = e
 			m.groups[e.home]++
@@ -218,14 +220,39 @@ func (m *Manual) evictSome(limit int) (int, bool) {
 		if n == limit {
 			return n, true
 		}
-		e.prev.next, e.next.prev = e.next, e.prev
-		delete(m.keys, e.key)
-		if m.groups[e.home]--; m.groups[e.home] <= 0 {
-			delete(m.groups, e.home)
-		}
+		m.drop(e)
 		n++
 	}
 	return n, false
+}
+
+// drop forgets key entry e. m.mu is held.
+func (m *Manual) drop(e *manualKey) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	delete(m.keys, e.key)
+	if m.groups[e.home]--; m.groups[e.home] <= 0 {
+		delete(m.groups, e.home)
+	}
+}
+
+// Forget drops what manual keeps about a worker removed from the fleet: the
+// keys whose home it was are forgotten (they are placed afresh on next use,
+// as their home is gone for good) and keys using it as backup lose the
+// backup. It scans every key under the lock, about 10 ms per million keys,
+// once per worker removal.
+func (m *Manual) Forget(url string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.keys {
+		switch url {
+		case e.home:
+			m.drop(e)
+		case e.backup:
+			e.backup = ""
+		}
+	}
+	delete(m.groups, url)
 }
 
 // Keys returns how many routing keys are pinned.

@@ -18,7 +18,7 @@ func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestManualKeysStayWhenWorkersAreAdded(t *testing.T) {
 	all := fleet(6)
-	p := policy.NewManual(policy.Options{})
+	p := must(policy.NewManual(policy.DefaultOptions()))
 	home := map[string]*workers.Worker{}
 	for i := range 100 {
 		k := fmt.Sprintf("chat-%d", i)
@@ -50,7 +50,6 @@ func TestManualAssignmentModes(t *testing.T) {
 		want  int
 	}{
 		{"random uses the random source", "random", []int{0, 0, 0}, nil, []int{2}, 2},
-		{"empty mode is random", "", []int{9, 9, 9}, nil, []int{1}, 1},
 		{"min_load takes the least loaded", "min_load", []int{3, 1, 2}, nil, []int{0}, 1},
 		{"min_load draws among equals", "min_load", []int{3, 1, 1}, nil, []int{1}, 2},
 		{"min_group takes the fewest keys", "min_group", []int{0, 0, 9}, map[int]int{0: 2, 1: 1}, []int{0}, 2},
@@ -60,7 +59,7 @@ func TestManualAssignmentModes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := fleet(len(tc.loads))
 			// Give workers their keys first, each through a one-worker fleet.
-			p := policy.NewManual(policy.Options{AssignmentMode: tc.mode, Intn: seq(tc.draws...)})
+			p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.AssignmentMode = tc.mode; o.Intn = seq(tc.draws...) })))
 			for w, n := range tc.keyed {
 				for i := range n {
 					mustSelect(t, p, &policy.Request{RoutingKey: fmt.Sprintf("old-%d-%d", w, i)}, ws[w:w+1])
@@ -79,7 +78,7 @@ func TestManualAssignmentModes(t *testing.T) {
 
 func TestManualMinGroupSpreadsKeysEvenly(t *testing.T) {
 	ws := fleet(3)
-	p := policy.NewManual(policy.Options{AssignmentMode: "min_group"})
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.AssignmentMode = "min_group" })))
 	count := map[*workers.Worker]int{}
 	for i := range 30 {
 		count[mustSelect(t, p, &policy.Request{RoutingKey: fmt.Sprint(i)}, ws).Worker]++
@@ -93,7 +92,7 @@ func TestManualMinGroupSpreadsKeysEvenly(t *testing.T) {
 
 func TestManualFailoverToBackupAndBack(t *testing.T) {
 	ws := fleet(3)
-	p := policy.NewManual(policy.Options{Intn: seq(0, 1, 0)})
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Intn = seq(0, 1, 0) })))
 	req := &policy.Request{RoutingKey: "chat"}
 	steps := []struct {
 		name       string
@@ -124,7 +123,7 @@ func TestManualFailoverToBackupAndBack(t *testing.T) {
 func TestManualIdleKeysExpire(t *testing.T) {
 	ws := fleet(4)
 	c := &clock{t: time.Unix(1_700_000_000, 0)}
-	p := policy.NewManual(policy.Options{MaxIdle: time.Hour, Now: c.now, Intn: seq(0, 1, 2, 3)})
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.MaxIdle = time.Hour; o.Now = c.now; o.Intn = seq(0, 1, 2, 3) })))
 	for _, k := range []string{"a", "b", "c"} {
 		mustSelect(t, p, &policy.Request{RoutingKey: k}, ws)
 		c.advance(10 * time.Minute)
@@ -149,7 +148,11 @@ func TestManualIdleKeysExpire(t *testing.T) {
 func TestManualEvictsManyKeys(t *testing.T) {
 	ws := fleet(2)
 	c := &clock{t: time.Unix(0, 0)}
-	p := policy.NewManual(policy.Options{MaxIdle: time.Minute, Now: c.now, AssignmentMode: "min_group"})
+	p := must(policy.NewManual(opts(func(o *policy.Options) {
+		o.Manual.MaxIdle = time.Minute
+		o.Now = c.now
+		o.Manual.AssignmentMode = "min_group"
+	})))
 	for i := range 5000 {
 		mustSelect(t, p, &policy.Request{RoutingKey: fmt.Sprint(i)}, ws)
 	}
@@ -171,7 +174,7 @@ func TestManualEvictsManyKeys(t *testing.T) {
 func TestManualDryRunChangesNothing(t *testing.T) {
 	ws := fleet(3)
 	c := &clock{t: time.Unix(0, 0)}
-	p := policy.NewManual(policy.Options{MaxIdle: time.Minute, Now: c.now, Intn: seq(0, 1, 2)})
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.MaxIdle = time.Minute; o.Now = c.now; o.Intn = seq(0, 1, 2) })))
 	d := mustSelect(t, p, &policy.Request{RoutingKey: "k", DryRun: true}, ws)
 	if d.Branch != "assigned" || p.Keys() != 0 {
 		t.Fatalf("dry run: branch %q, %d keys; want assigned and no key kept", d.Branch, p.Keys())
@@ -190,25 +193,27 @@ func TestManualDryRunChangesNothing(t *testing.T) {
 
 func TestManualNoKeyIsRandom(t *testing.T) {
 	ws := fleet(3)
-	p := policy.NewManual(policy.Options{AssignmentMode: "min_group", Intn: seq(2)})
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.AssignmentMode = "min_group"; o.Intn = seq(2) })))
 	if d := mustSelect(t, p, &policy.Request{}, ws); d.Worker != ws[2] || d.Branch != "random" || p.Keys() != 0 {
 		t.Fatalf("chose %s by %q with %d keys kept, want %s by random, none kept", d.Worker, d.Branch, p.Keys(), ws[2])
 	}
 }
 
 func TestCheckAssignmentMode(t *testing.T) {
-	for _, m := range []string{"", "random", "min_load", "min_group"} {
+	for _, m := range []string{"random", "min_load", "min_group"} {
 		if err := policy.CheckAssignmentMode(m); err != nil {
 			t.Errorf("%q: %v", m, err)
 		}
 	}
-	if err := policy.CheckAssignmentMode("delegate"); err == nil {
-		t.Error("delegate accepted")
+	for _, m := range []string{"delegate", ""} { // empty is not "the default"
+		if err := policy.CheckAssignmentMode(m); err == nil {
+			t.Errorf("%q accepted", m)
+		}
 	}
 }
 
 func TestManualRunStopsWithContext(t *testing.T) {
-	p := policy.NewManual(policy.Options{EvictionInterval: time.Millisecond})
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.EvictionInterval = time.Millisecond })))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()

@@ -1,68 +1,234 @@
 package policy
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
 
-// Options configures the policies built by New. A zero field means the
-// policy's own default (the seeds' defaults; see DefaultOptions), so that one
-// Options value can serve every policy even where their defaults differ, as
-// the balance thresholds of cache_aware (64 / 1.5) and bucket (32 / 1.0001) do.
+// Options configures the policies built by New: one small config per policy
+// that has settings, each with its own defaults (DefaultOptions) and its own
+// Validate. Zero is a value, never "the default": a config starts from
+// DefaultOptions and the caller changes what it means to change, so that
+// --cache-threshold 0 means 0. New validates the config of the policy it
+// builds and returns the error, which names the flag and its allowed range.
 type Options struct {
 	// Intn is the random source; nil means math/rand/v2's IntN.
 	Intn Intn
-	// Now is the clock for idle expiry and intervals; nil means time.Now.
+	// Now is the clock for idle expiry; nil means time.Now.
 	Now func() time.Time
 
-	// cache_aware: route to the longest prefix match when it covers at least
-	// CacheThreshold of the prompt, unless the fleet is imbalanced:
-	// max_load - min_load > BalanceAbsThreshold and
-	// max_load > BalanceRelThreshold × min_load.
-	CacheThreshold      float64
-	BalanceAbsThreshold int
-	BalanceRelThreshold float64
-	// CacheMissFallback is where a cache miss goes: "least_loaded" or
-	// "smallest_tree" (the seed's "most cache capacity").
-	CacheMissFallback string
-	// EvictionInterval is the time between tree evictions (manual: idle key
-	// checks).
-	EvictionInterval time.Duration
-	// MaxTreeSize is the tree's budget, in tokens.
-	MaxTreeSize int
-	// EvictionPolicy orders eviction: lru, lfu, fifo, mru, filo or priority.
-	EvictionPolicy string
-	// BlockSize is the tree's page size in tokens; 0: 16.
-	BlockSize int
-
-	// prefix_hash: hash the first PrefixTokenCount tokens; skip an owner
-	// loaded above PrefixHashLoadFactor × the average.
-	PrefixTokenCount     int
-	PrefixHashLoadFactor float64
-
-	// manual: how a new routing key picks its worker (random, min_load,
-	// min_group), and how long an idle key is remembered.
-	AssignmentMode string
-	MaxIdle        time.Duration
-
-	// bucket: time between boundary adjustments.
-	BucketAdjustInterval time.Duration
+	CacheAware CacheAwareConfig
+	PrefixHash PrefixHashConfig
+	Manual     ManualConfig
+	Bucket     BucketConfig
 }
 
-// DefaultOptions returns the seeds' defaults for every policy but bucket's
-// balance thresholds, which the bucket policy applies itself when
-// BalanceAbsThreshold and BalanceRelThreshold are zero.
+// DefaultOptions returns every policy's defaults: the seeds' values, plus
+// the bounds the seeds lack (ManualConfig.MaxKeys).
 func DefaultOptions() Options {
 	return Options{
-		CacheThreshold:       0.3,
-		BalanceAbsThreshold:  64,
-		BalanceRelThreshold:  1.5,
-		CacheMissFallback:    "least_loaded",
-		EvictionInterval:     120 * time.Second,
-		MaxTreeSize:          67108864,
-		EvictionPolicy:       "lru",
-		BlockSize:            16,
-		PrefixTokenCount:     256,
-		PrefixHashLoadFactor: 1.25,
-		AssignmentMode:       "random",
-		MaxIdle:              14400 * time.Second,
-		BucketAdjustInterval: 5 * time.Second,
+		CacheAware: DefaultCacheAwareConfig(),
+		PrefixHash: DefaultPrefixHashConfig(),
+		Manual:     DefaultManualConfig(),
+		Bucket:     DefaultBucketConfig(),
 	}
+}
+
+// CacheAwareConfig configures cache_aware: route to the longest prefix match
+// when it covers at least CacheThreshold of the prompt, unless the fleet is
+// imbalanced: max_load - min_load > BalanceAbsThreshold and
+// max_load > BalanceRelThreshold × min_load.
+type CacheAwareConfig struct {
+	// CacheThreshold (--cache-threshold) is in [0, 1]; 0 routes by cache
+	// whenever any worker holds a page of the prompt, 1 only on a full
+	// match.
+	CacheThreshold float64
+	// BalanceAbsThreshold (--balance-abs-threshold) is ≥ 0.
+	BalanceAbsThreshold int
+	// BalanceRelThreshold (--balance-rel-threshold) is ≥ 1: max_load is never
+	// below min_load, so a ratio under 1 would mean the same as 1.
+	BalanceRelThreshold float64
+	// CacheMissFallback (--cache-miss-fallback) is where a cache miss goes:
+	// FallbackLeastLoaded or FallbackSmallestTree.
+	CacheMissFallback string
+	// EvictionInterval (--eviction-interval) is the time between periodic
+	// tree evictions; > 0. The budget holds without them (inserts evict);
+	// they only let an idle tree decay.
+	EvictionInterval time.Duration
+	// MaxTreeSize (--max-tree-size) is the tree's budget in stored tokens,
+	// at least one page (BlockSize): the tree is always bounded, so 0 (which
+	// would mean unbounded to the tree) is refused.
+	MaxTreeSize int
+	// EvictionPolicy (--eviction-policy) orders eviction: lru, lfu, fifo,
+	// mru, filo or priority.
+	EvictionPolicy string
+	// BlockSize (--block-size) is the tree's page size in tokens; ≥ 1.
+	BlockSize int
+}
+
+// DefaultCacheAwareConfig returns the seed's cache_aware settings.
+func DefaultCacheAwareConfig() CacheAwareConfig {
+	return CacheAwareConfig{
+		CacheThreshold:      0.3,
+		BalanceAbsThreshold: 64,
+		BalanceRelThreshold: 1.5,
+		CacheMissFallback:   FallbackLeastLoaded,
+		EvictionInterval:    120 * time.Second,
+		MaxTreeSize:         1 << 26,
+		EvictionPolicy:      "lru",
+		BlockSize:           16,
+	}
+}
+
+// evictionPolicies are the tree's eviction orders, as --eviction-policy names them.
+var evictionPolicies = []string{"lru", "lfu", "fifo", "mru", "filo", "priority"}
+
+// Validate reports the first setting out of its range, naming its flag.
+func (c CacheAwareConfig) Validate() error {
+	var errs []error
+	if !(c.CacheThreshold >= 0 && c.CacheThreshold <= 1) { // also refuses NaN
+		errs = append(errs, fmt.Errorf("--cache-threshold %g: must be within [0, 1]", c.CacheThreshold))
+	}
+	if c.BalanceAbsThreshold < 0 {
+		errs = append(errs, fmt.Errorf("--balance-abs-threshold %d: must be ≥ 0", c.BalanceAbsThreshold))
+	}
+	if err := checkRatio("--balance-rel-threshold", c.BalanceRelThreshold); err != nil {
+		errs = append(errs, err)
+	}
+	if c.CacheMissFallback != FallbackLeastLoaded && c.CacheMissFallback != FallbackSmallestTree {
+		errs = append(errs, fmt.Errorf("--cache-miss-fallback %q: want %s or %s", c.CacheMissFallback, FallbackLeastLoaded, FallbackSmallestTree))
+	}
+	if c.EvictionInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--eviction-interval %v: must be > 0", c.EvictionInterval))
+	}
+	if c.BlockSize < 1 {
+		errs = append(errs, fmt.Errorf("--block-size %d: must be ≥ 1", c.BlockSize))
+	}
+	if c.MaxTreeSize < max(c.BlockSize, 1) {
+		errs = append(errs, fmt.Errorf("--max-tree-size %d: must be at least one page (%d tokens)", c.MaxTreeSize, max(c.BlockSize, 1)))
+	}
+	if !slices.Contains(evictionPolicies, strings.ToLower(c.EvictionPolicy)) {
+		errs = append(errs, fmt.Errorf("--eviction-policy %q: want %s", c.EvictionPolicy, strings.Join(evictionPolicies, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+// PrefixHashConfig configures prefix_hash: hash the first TokenCount tokens;
+// skip an owner loaded above LoadFactor × the average.
+type PrefixHashConfig struct {
+	// TokenCount (--prefix-token-count) is ≥ 1: hashing no token would send
+	// every prompt to one worker.
+	TokenCount int
+	// LoadFactor (--prefix-hash-load-factor) is ≥ 1: below the average, some
+	// owner would always count as overloaded.
+	LoadFactor float64
+}
+
+// DefaultPrefixHashConfig returns the seed's prefix_hash settings.
+func DefaultPrefixHashConfig() PrefixHashConfig {
+	return PrefixHashConfig{TokenCount: 256, LoadFactor: 1.25}
+}
+
+// Validate reports the settings out of range, naming their flags.
+func (c PrefixHashConfig) Validate() error {
+	var errs []error
+	if c.TokenCount < 1 {
+		errs = append(errs, fmt.Errorf("--prefix-token-count %d: must be ≥ 1", c.TokenCount))
+	}
+	if err := checkRatio("--prefix-hash-load-factor", c.LoadFactor); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ManualConfig configures manual: how a new routing key picks its worker,
+// and how many keys, for how long, are remembered.
+type ManualConfig struct {
+	// AssignmentMode (--assignment-mode) is one of AssignmentModes.
+	AssignmentMode string
+	// MaxIdle (--max-idle-secs) is how long an unused key is remembered; > 0.
+	MaxIdle time.Duration
+	// EvictionInterval (--eviction-interval) is the time between idle-key
+	// checks; > 0.
+	EvictionInterval time.Duration
+	// MaxKeys is the most keys remembered at once, ≥ 1; when full, the
+	// least recently used key is forgotten. Each costs about 130 bytes
+	// whatever the key's length (keys are kept as 64-bit hashes).
+	MaxKeys int
+}
+
+// DefaultManualKeys bounds manual's memory at about 130 MB: a million
+// sessions in the idle window is far beyond a fleet's concurrency, so only a
+// client minting keys reaches it.
+const DefaultManualKeys = 1_000_000
+
+// DefaultManualConfig returns the seed's manual settings and the key cap.
+func DefaultManualConfig() ManualConfig {
+	return ManualConfig{
+		AssignmentMode:   "random",
+		MaxIdle:          14400 * time.Second,
+		EvictionInterval: 60 * time.Second,
+		MaxKeys:          DefaultManualKeys,
+	}
+}
+
+// Validate reports the settings out of range, naming their flags.
+func (c ManualConfig) Validate() error {
+	var errs []error
+	if err := CheckAssignmentMode(c.AssignmentMode); err != nil {
+		errs = append(errs, fmt.Errorf("--assignment-mode: %w", err))
+	}
+	if c.MaxIdle <= 0 {
+		errs = append(errs, fmt.Errorf("--max-idle-secs %v: must be > 0", c.MaxIdle))
+	}
+	if c.EvictionInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--eviction-interval %v: must be > 0", c.EvictionInterval))
+	}
+	if c.MaxKeys < 1 {
+		errs = append(errs, fmt.Errorf("manual max keys %d: must be ≥ 1", c.MaxKeys))
+	}
+	return errors.Join(errs...)
+}
+
+// BucketConfig configures bucket: its own balance thresholds (the seed's
+// bucket defaults differ from cache_aware's) and the adjustment interval.
+type BucketConfig struct {
+	// BalanceAbsThreshold (--balance-abs-threshold) is ≥ 0.
+	BalanceAbsThreshold int
+	// BalanceRelThreshold (--balance-rel-threshold) is ≥ 1.
+	BalanceRelThreshold float64
+	// AdjustInterval (--bucket-adjust-interval-secs) is > 0.
+	AdjustInterval time.Duration
+}
+
+// DefaultBucketConfig returns the seed's bucket settings.
+func DefaultBucketConfig() BucketConfig {
+	return BucketConfig{BalanceAbsThreshold: 32, BalanceRelThreshold: 1.0001, AdjustInterval: 5 * time.Second}
+}
+
+// Validate reports the settings out of range, naming their flags.
+func (c BucketConfig) Validate() error {
+	var errs []error
+	if c.BalanceAbsThreshold < 0 {
+		errs = append(errs, fmt.Errorf("--balance-abs-threshold %d: must be ≥ 0", c.BalanceAbsThreshold))
+	}
+	if err := checkRatio("--balance-rel-threshold", c.BalanceRelThreshold); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AdjustInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--bucket-adjust-interval-secs %v: must be > 0", c.AdjustInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// checkRatio refuses a ratio below 1, infinite or NaN.
+func checkRatio(flag string, v float64) error {
+	if !(v >= 1) || math.IsInf(v, 1) {
+		return fmt.Errorf("%s %g: must be ≥ 1 and finite", flag, v)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,9 +32,12 @@ type Request struct {
 	// DryRun asks for the decision without its effects: no tree insertion, no
 	// round-robin step, no sticky assignment. Admin.Explain sets it.
 	DryRun bool
-	// Exclude lists workers (by URL) this request must not be sent to: the
-	// workers earlier attempts of the same request failed on. Policies treat
-	// them as unavailable for this request only.
+	// Exclude lists worker URLs this request must not go to: the workers an
+	// earlier attempt of it failed on, when the server retries. Every policy
+	// treats them as unavailable for this request only, as it treats an
+	// unhealthy worker; rings, bands and x-target-worker indices are
+	// unchanged. When every healthy candidate is excluded, Select returns
+	// ErrNoHealthyWorker.
 	Exclude []string
 }
 
@@ -72,17 +76,19 @@ type Observer interface {
 	Observe(req *Request, d Decision, o Outcome)
 }
 
-// Forgetter is implemented by policies that keep state per worker (a tree's
-// tenant, sticky assignments, bucket boundaries), so that a worker removed
-// from the fleet at run time is forgotten.
-type Forgetter interface {
-	Forget(url string)
-}
-
 // Runner is implemented by policies with background work (tree eviction,
 // bucket boundary adjustment, idle key expiry). Run returns when ctx ends.
 type Runner interface {
 	Run(ctx context.Context)
+}
+
+// Forgetter is implemented by policies that keep per-worker state (a tree
+// tenant, pinned keys, cached rings). The server calls Forget when a worker
+// is removed from the fleet, so the policy drops what it kept about it; a
+// worker that only turns unhealthy is not forgotten, since it may come back
+// with its cache intact.
+type Forgetter interface {
+	Forget(url string)
 }
 
 // Policy selects one worker among candidates.
@@ -100,21 +106,17 @@ var ErrNoHealthyWorker = errors.New("no healthy worker")
 // can make them deterministic.
 type Intn func(n int) int
 
-// constructors maps each --policy name to its constructor.
+// constructors maps each --policy name to its constructor. Each validates
+// the config it reads.
 var constructors = map[string]func(Options) (Policy, error){
 	"random":             func(o Options) (Policy, error) { return NewRandom(o.Intn), nil },
 	"round_robin":        func(Options) (Policy, error) { return NewRoundRobin(), nil },
 	"power_of_two":       func(o Options) (Policy, error) { return NewPowerOfTwo(o.Intn), nil },
 	"cache_aware":        func(o Options) (Policy, error) { return NewCacheAware(o) },
-	"prefix_hash":        func(o Options) (Policy, error) { return NewPrefixHash(o), nil },
+	"prefix_hash":        func(o Options) (Policy, error) { return NewPrefixHash(o) },
 	"consistent_hashing": func(o Options) (Policy, error) { return NewConsistentHashing(o), nil },
-	"manual": func(o Options) (Policy, error) {
-		if err := CheckAssignmentMode(o.AssignmentMode); err != nil {
-			return nil, err
-		}
-		return NewManual(o), nil
-	},
-	"bucket": func(o Options) (Policy, error) { return NewBucket(o), nil },
+	"manual":             func(o Options) (Policy, error) { return NewManual(o) },
+	"bucket":             func(o Options) (Policy, error) { return NewBucket(o) },
 }
 
 // Names lists the policies New accepts, sorted.
@@ -140,19 +142,28 @@ func New(name string, opts Options) (Policy, error) {
 	return p, nil
 }
 
-// healthy returns the candidates that may receive requests: healthy, not
-// draining, and with a circuit breaker that lets requests through
-// (Worker.Available). Policies filter even though the server passes
-// available workers, because that can change between the snapshot and the
-// selection and a stale verdict is cheap to re-check.
-func healthy(candidates []*workers.Worker) []*workers.Worker {
+// healthy returns the candidates that may receive req: available (healthy,
+// not draining, a circuit breaker that lets requests through) and not
+// excluded by it. Policies filter even though the server passes available
+// workers, because that can change between the snapshot and the selection
+// and a stale verdict is cheap to re-check.
+func healthy(req *Request, candidates []*workers.Worker) []*workers.Worker {
 	out := make([]*workers.Worker, 0, len(candidates))
 	for _, w := range candidates {
-		if w.Available() {
+		if usable(req, w) {
 			out = append(out, w)
 		}
 	}
 	return out
+}
+
+// usable reports whether w may receive req: the one place a policy asks
+// about health, so every policy treats health and exclusion alike.
+func usable(req *Request, w *workers.Worker) bool {
+	if !w.Available() {
+		return false
+	}
+	return req == nil || len(req.Exclude) == 0 || !slices.Contains(req.Exclude, w.URL())
 }
 
 func orDefault(f Intn) Intn {

@@ -138,7 +138,7 @@ func TestNoHealthyWorker(t *testing.T) {
 		w.SetHealthy(false)
 	}
 	for _, name := range policy.Names() {
-		p, err := policy.New(name, policy.Options{})
+		p, err := policy.New(name, policy.DefaultOptions())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,13 +151,29 @@ func TestNoHealthyWorker(t *testing.T) {
 }
 
 func TestNewRejectsUnknownPolicy(t *testing.T) {
-	if _, err := policy.New("fastest", policy.Options{}); err == nil {
+	if _, err := policy.New("fastest", policy.DefaultOptions()); err == nil {
 		t.Fatal("New accepted an unknown policy name")
 	}
 	for _, name := range policy.Names() {
-		p, err := policy.New(name, policy.Options{})
+		p, err := policy.New(name, policy.DefaultOptions())
 		if err != nil || p.Name() != name {
 			t.Fatalf("New(%q) = %v, %v", name, p, err)
 		}
 	}
+}
+
+// must returns v, panicking on err: for building policies from options a
+// test knows to be valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// opts returns DefaultOptions changed by set.
+func opts(set func(o *policy.Options)) policy.Options {
+	o := policy.DefaultOptions()
+	set(&o)
+	return o
 }

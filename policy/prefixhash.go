@@ -35,27 +35,25 @@ type PrefixHash struct {
 	rings  *ringCache
 }
 
-// NewPrefixHash returns a prefix_hash policy; zero options take the seed's
-// defaults (256 tokens, factor 1.25).
-func NewPrefixHash(o Options) *PrefixHash {
-	d := DefaultOptions()
-	p := &PrefixHash{tokens: o.PrefixTokenCount, factor: o.PrefixHashLoadFactor, rings: newRingCache(ringVnodes)}
-	if p.tokens <= 0 {
-		p.tokens = d.PrefixTokenCount
+// NewPrefixHash returns a prefix_hash policy configured by o.PrefixHash, or
+// its validation error.
+func NewPrefixHash(o Options) (*PrefixHash, error) {
+	if err := o.PrefixHash.Validate(); err != nil {
+		return nil, err
 	}
-	if p.factor <= 0 {
-		p.factor = d.PrefixHashLoadFactor
-	}
-	return p
+	return &PrefixHash{tokens: o.PrefixHash.TokenCount, factor: o.PrefixHash.LoadFactor, rings: newRingCache(ringVnodes)}, nil
 }
 
 func (*PrefixHash) Name() string { return "prefix_hash" }
+
+// Forget drops the cached rings that include url.
+func (p *PrefixHash) Forget(url string) { p.rings.forget(url) }
 
 // Select routes by the hash of the prompt's first tokens; see PrefixHash.
 func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
 	total, n := 0, 0
 	for _, w := range candidates {
-		if w.Healthy() {
+		if usable(req, w) {
 			total += w.Load()
 			n++
 		}
@@ -69,7 +67,7 @@ func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []*worke
 	h := prefixHash(req.InputIDs, p.tokens)
 	var owner *workers.Worker
 	for w := range p.rings.view(candidates).walk(h) {
-		if !w.Healthy() {
+		if !usable(req, w) {
 			continue
 		}
 		l := w.Load()
@@ -87,7 +85,7 @@ func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []*worke
 					owner.URL(), owner.Load(), limit, l)}, nil
 		}
 	}
-	w := minLoadWorker(candidates)
+	w := minLoadWorker(req, candidates)
 	if w == nil { // every worker went unhealthy while we looked
 		return Decision{}, ErrNoHealthyWorker
 	}
@@ -113,13 +111,13 @@ func prefixHash(ids []uint32, n int) uint64 {
 	return d.Sum64()
 }
 
-// minLoadWorker returns the healthy candidate with the lowest load, the first
-// in candidate order among equals, or nil when none is healthy.
-func minLoadWorker(candidates []*workers.Worker) *workers.Worker {
+// minLoadWorker returns the usable candidate with the lowest load, the first
+// in candidate order among equals, or nil when none is usable.
+func minLoadWorker(req *Request, candidates []*workers.Worker) *workers.Worker {
 	var best *workers.Worker
 	bestLoad := 0
 	for _, w := range candidates {
-		if !w.Healthy() {
+		if !usable(req, w) {
 			continue
 		}
 		if l := w.Load(); best == nil || l < bestLoad {

@@ -31,7 +31,7 @@ func mustSelect(t *testing.T, p policy.Policy, req *policy.Request, ws []*worker
 
 func TestPrefixHashSamePrefixSameWorker(t *testing.T) {
 	ws := fleet(4)
-	p := policy.NewPrefixHash(policy.Options{})
+	p := must(policy.NewPrefixHash(policy.DefaultOptions()))
 	for prefix := range uint32(20) {
 		base := idsFrom(prefix, 1000, 300)
 		first := mustSelect(t, p, &policy.Request{InputIDs: base}, ws)
@@ -50,7 +50,7 @@ func TestPrefixHashSamePrefixSameWorker(t *testing.T) {
 
 func TestPrefixHashOnlyTheConfiguredPrefixCounts(t *testing.T) {
 	ws := fleet(8)
-	p := policy.NewPrefixHash(policy.Options{PrefixTokenCount: 4})
+	p := must(policy.NewPrefixHash(opts(func(o *policy.Options) { o.PrefixHash.TokenCount = 4 })))
 	a := []uint32{1, 2, 3, 4, 5, 6}
 	b := []uint32{1, 2, 3, 4, 9, 9, 9}
 	if mustSelect(t, p, &policy.Request{InputIDs: a}, ws).Worker != mustSelect(t, p, &policy.Request{InputIDs: b}, ws).Worker {
@@ -68,7 +68,7 @@ func TestPrefixHashOnlyTheConfiguredPrefixCounts(t *testing.T) {
 
 func TestPrefixHashSpreadsDifferentPrefixes(t *testing.T) {
 	ws := fleet(4)
-	p := policy.NewPrefixHash(policy.Options{})
+	p := must(policy.NewPrefixHash(policy.DefaultOptions()))
 	count := map[string]int{}
 	for i := range uint32(2000) {
 		count[mustSelect(t, p, &policy.Request{InputIDs: idsFrom(i, 0, 64)}, ws).Worker.URL()]++
@@ -83,7 +83,7 @@ func TestPrefixHashSpreadsDifferentPrefixes(t *testing.T) {
 func TestPrefixHashOverloadedOwnerSpillsToNextOnRing(t *testing.T) {
 	ws := fleet(4)
 	req := &policy.Request{InputIDs: idsFrom(42, 0, 100)}
-	owner := mustSelect(t, policy.NewPrefixHash(policy.Options{}), req, ws).Worker
+	owner := mustSelect(t, must(policy.NewPrefixHash(policy.DefaultOptions())), req, ws).Worker
 
 	// The limit is max(factor × avg, avg + 1), avg counting this request.
 	tests := []struct {
@@ -106,7 +106,7 @@ func TestPrefixHashOverloadedOwnerSpillsToNextOnRing(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := policy.NewPrefixHash(policy.Options{PrefixHashLoadFactor: tc.factor})
+			p := must(policy.NewPrefixHash(opts(func(o *policy.Options) { o.PrefixHash.LoadFactor = tc.factor })))
 			var release []func()
 			for _, w := range ws {
 				n := tc.othersLoad
@@ -137,7 +137,7 @@ func TestPrefixHashOverloadedOwnerSpillsToNextOnRing(t *testing.T) {
 
 func TestPrefixHashSkipsUnhealthyOwnerAndReturns(t *testing.T) {
 	ws := fleet(3)
-	p := policy.NewPrefixHash(policy.Options{})
+	p := must(policy.NewPrefixHash(policy.DefaultOptions()))
 	req := &policy.Request{InputIDs: idsFrom(5, 0, 32)}
 	owner := mustSelect(t, p, req, ws).Worker
 	owner.SetHealthy(false)
@@ -153,8 +153,8 @@ func TestPrefixHashSkipsUnhealthyOwnerAndReturns(t *testing.T) {
 func ExamplePrefixHash() {
 	ws := fleet(3)
 	o := policy.DefaultOptions()
-	o.PrefixTokenCount = 8 // the system prompt's length
-	p := policy.NewPrefixHash(o)
+	o.PrefixHash.TokenCount = 8 // the system prompt's length
+	p := must(policy.NewPrefixHash(o))
 	system := []uint32{151644, 8948, 198, 2610, 525, 264, 10950, 17847}
 	a, _ := p.Select(context.Background(), &policy.Request{InputIDs: append(system, 1, 2, 3)}, ws)
 	b, _ := p.Select(context.Background(), &policy.Request{InputIDs: append(system, 4, 5)}, ws)
@@ -167,8 +167,8 @@ func ExamplePrefixHash() {
 func BenchmarkRingPolicies(b *testing.B) {
 	ws := fleet(256)
 	ids := idsFrom(1, 0, 8192)
-	for _, p := range []policy.Policy{policy.NewPrefixHash(policy.Options{}), policy.NewConsistentHashing(policy.Options{}),
-		policy.NewManual(policy.Options{}), policy.NewBucket(policy.Options{})} {
+	for _, p := range []policy.Policy{must(policy.NewPrefixHash(policy.DefaultOptions())), policy.NewConsistentHashing(policy.DefaultOptions()),
+		must(policy.NewManual(policy.DefaultOptions())), must(policy.NewBucket(policy.DefaultOptions()))} {
 		b.Run(p.Name(), func(b *testing.B) {
 			req := &policy.Request{InputIDs: ids, RoutingKey: "user-1"}
 			b.ReportAllocs()

@@ -190,6 +190,30 @@ func (c *ringCache) view(candidates []*workers.Worker) ringView {
 	return v
 }
 
+// forget drops the rings that include url, and the last view if it does:
+// a removed worker's rings would otherwise stay until the cache fills.
+func (c *ringCache) forget(url string) {
+	if b := c.last.Load(); b != nil {
+		if _, ok := b.v.r.index[url]; ok {
+			c.last.CompareAndSwap(b, nil)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, r := range c.rings {
+		if _, ok := r.index[url]; ok {
+			delete(c.rings, k)
+		}
+	}
+}
+
+// cachedRings returns how many rings the cache holds, for tests.
+func (c *ringCache) cachedRings() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.rings)
+}
+
 // matches reports whether the ring's URLs are exactly the candidates' URLs.
 // Candidates with a repeated URL never match (the registry refuses them), so
 // such a set merely costs a rebuild.

@@ -57,7 +57,7 @@ func missBurst(b *testing.B, fallback string) burstResult {
 		prefixLen = 2048
 	)
 	f := startFleet(b, fleetOptions{workers: workers, policy: "cache_aware",
-		options: func(o *policy.Options) { o.CacheMissFallback = fallback },
+		options: func(o *policy.Options) { o.CacheAware.CacheMissFallback = fallback },
 		sim: func(_ int, c *sim.Config) {
 			c.TimeScale = 0.1
 			c.PageSize = 16

@@ -2,16 +2,25 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/kvgate/kvgate/policy"
 )
 
 // policyFlags are the seeds' routing flags, with their names, units and
-// defaults. A zero value leaves the policy's own default in place, because
-// defaults differ between policies (balance thresholds: cache_aware 64/1.5,
-// bucket 32/1.0001; eviction interval: cache_aware 120 s, manual 60 s).
+// defaults. Every flag is registered with the value it stands for, and any
+// value given is used as given: 0 is a value, never "the default", and
+// policy.New refuses one out of range with a message naming the flag.
+//
+// Three flags serve two policies whose seed defaults differ: the balance
+// thresholds (cache_aware 64 / 1.5, bucket 32 / 1.0001) and the eviction
+// interval (cache_aware 120 s, manual 60 s). They are registered with
+// cache_aware's default; when not given on the command line, the other
+// policy keeps its own.
 type policyFlags struct {
+	fs *flag.FlagSet // to tell which flags were given
+
 	cacheThreshold       float64
 	balanceAbs           int
 	balanceRel           float64
@@ -24,42 +33,90 @@ type policyFlags struct {
 	prefixHashLoadFactor float64
 	assignmentMode       string
 	maxIdleSecs          int
+	manualMaxKeys        int
 	bucketAdjustSecs     int
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
+	p.fs = fs
 	d := policy.DefaultOptions()
-	fs.Float64Var(&p.cacheThreshold, "cache-threshold", d.CacheThreshold, "cache_aware: minimum prefix match ratio (0.0-1.0) to route by cache")
-	fs.IntVar(&p.balanceAbs, "balance-abs-threshold", 0, "cache_aware, bucket: load difference (max - min) above which the fleet counts as imbalanced (0: the policy's default, 64; bucket 32)")
-	fs.Float64Var(&p.balanceRel, "balance-rel-threshold", 0, "cache_aware, bucket: load ratio (max / min) above which the fleet counts as imbalanced (0: the policy's default, 1.5; bucket 1.0001)")
-	fs.StringVar(&p.cacheMissFallback, "cache-miss-fallback", d.CacheMissFallback, "cache_aware: where a cache miss goes: least_loaded or smallest_tree (the seed's most cache capacity)")
-	fs.IntVar(&p.evictionIntervalSecs, "eviction-interval", 0, "cache_aware: seconds between tree evictions; manual: between idle-key checks (0: the policy's default, 120; manual 60)")
-	fs.IntVar(&p.maxTreeSize, "max-tree-size", d.MaxTreeSize, "cache_aware: routing tree budget in tokens")
-	fs.StringVar(&p.evictionPolicy, "eviction-policy", d.EvictionPolicy, "cache_aware: tree eviction order: lru, lfu, fifo, mru, filo, priority")
-	fs.IntVar(&p.blockSize, "block-size", 0, "cache_aware: tree page size in tokens (0: the workers' KV page size where they report it, else 16)")
-	fs.IntVar(&p.prefixTokenCount, "prefix-token-count", d.PrefixTokenCount, "prefix_hash: leading tokens hashed")
-	fs.Float64Var(&p.prefixHashLoadFactor, "prefix-hash-load-factor", d.PrefixHashLoadFactor, "prefix_hash: skip an owner whose load exceeds this factor times the average")
-	fs.StringVar(&p.assignmentMode, "assignment-mode", d.AssignmentMode, "manual: how a new routing key picks its worker: random, min_load, min_group")
-	fs.IntVar(&p.maxIdleSecs, "max-idle-secs", int(d.MaxIdle/time.Second), "manual: seconds an unused routing key is remembered")
-	fs.IntVar(&p.bucketAdjustSecs, "bucket-adjust-interval-secs", int(d.BucketAdjustInterval/time.Second), "bucket: seconds between boundary adjustments")
+	ca, ph, m, b := d.CacheAware, d.PrefixHash, d.Manual, d.Bucket
+	fs.Float64Var(&p.cacheThreshold, "cache-threshold", ca.CacheThreshold,
+		"cache_aware: route by cache when the longest match covers at least this share of the prompt, in [0, 1] (0: whenever any page matches)")
+	fs.IntVar(&p.balanceAbs, "balance-abs-threshold", ca.BalanceAbsThreshold,
+		fmt.Sprintf("cache_aware, bucket: load difference (max - min) above which the fleet counts as imbalanced, ≥ 0 (bucket's default when not given: %d)", b.BalanceAbsThreshold))
+	fs.Float64Var(&p.balanceRel, "balance-rel-threshold", ca.BalanceRelThreshold,
+		fmt.Sprintf("cache_aware, bucket: load ratio (max / min) above which the fleet counts as imbalanced, ≥ 1 (bucket's default when not given: %g)", b.BalanceRelThreshold))
+	fs.StringVar(&p.cacheMissFallback, "cache-miss-fallback", ca.CacheMissFallback,
+		"cache_aware: where a cache miss goes: least_loaded or smallest_tree (the seed's most cache capacity)")
+	fs.IntVar(&p.evictionIntervalSecs, "eviction-interval", int(ca.EvictionInterval/time.Second),
+		fmt.Sprintf("cache_aware: seconds between periodic tree evictions (the budget holds without them); manual: between idle-key checks; ≥ 1 (manual's default when not given: %d)", int(m.EvictionInterval/time.Second)))
+	fs.IntVar(&p.maxTreeSize, "max-tree-size", ca.MaxTreeSize,
+		"cache_aware: routing tree budget in tokens, held after every insert; at least one page (--block-size)")
+	fs.StringVar(&p.evictionPolicy, "eviction-policy", ca.EvictionPolicy,
+		"cache_aware: tree eviction order: lru, lfu, fifo, mru, filo, priority")
+	fs.IntVar(&p.blockSize, "block-size", 0,
+		fmt.Sprintf("cache_aware: tree page size in tokens, ≥ 1; 0 (the default) means the workers' KV page size where they report it, else %d", ca.BlockSize))
+	fs.IntVar(&p.prefixTokenCount, "prefix-token-count", ph.TokenCount,
+		"prefix_hash: leading tokens hashed, ≥ 1")
+	fs.Float64Var(&p.prefixHashLoadFactor, "prefix-hash-load-factor", ph.LoadFactor,
+		"prefix_hash: skip an owner whose load exceeds this factor times the average, ≥ 1")
+	fs.StringVar(&p.assignmentMode, "assignment-mode", m.AssignmentMode,
+		"manual: how a new routing key picks its worker: random, min_load, min_group")
+	fs.IntVar(&p.maxIdleSecs, "max-idle-secs", int(m.MaxIdle/time.Second),
+		"manual: seconds an unused routing key is remembered, ≥ 1")
+	fs.IntVar(&p.manualMaxKeys, "manual-max-keys", m.MaxKeys,
+		"manual: most routing keys remembered at once (least recently used forgotten first), ≥ 1; about 130 bytes each")
+	fs.IntVar(&p.bucketAdjustSecs, "bucket-adjust-interval-secs", int(b.AdjustInterval/time.Second),
+		"bucket: seconds between boundary adjustments, ≥ 1")
+}
+
+// given reports whether flag name was set on the command line.
+func (p *policyFlags) given(name string) bool {
+	found := false
+	if p.fs != nil {
+		p.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	}
+	return found
 }
 
 // options turns the flags into policy options; the tree's page size comes
-// from the workers unless --block-size is given.
+// from the workers unless --block-size is given. policy.New validates them.
 func (p *policyFlags) options() policy.Options {
 	o := policy.DefaultOptions()
-	o.CacheThreshold = p.cacheThreshold
-	o.BalanceAbsThreshold = p.balanceAbs
-	o.BalanceRelThreshold = p.balanceRel
-	o.CacheMissFallback = p.cacheMissFallback
-	o.EvictionInterval = time.Duration(p.evictionIntervalSecs) * time.Second
-	o.MaxTreeSize = p.maxTreeSize
-	o.EvictionPolicy = p.evictionPolicy
-	o.BlockSize = p.blockSize
-	o.PrefixTokenCount = p.prefixTokenCount
-	o.PrefixHashLoadFactor = p.prefixHashLoadFactor
-	o.AssignmentMode = p.assignmentMode
-	o.MaxIdle = time.Duration(p.maxIdleSecs) * time.Second
-	o.BucketAdjustInterval = time.Duration(p.bucketAdjustSecs) * time.Second
+	secs := func(n int) time.Duration { return time.Duration(n) * time.Second }
+
+	ca := &o.CacheAware
+	ca.CacheThreshold = p.cacheThreshold
+	ca.BalanceAbsThreshold = p.balanceAbs
+	ca.BalanceRelThreshold = p.balanceRel
+	ca.CacheMissFallback = p.cacheMissFallback
+	ca.EvictionInterval = secs(p.evictionIntervalSecs)
+	ca.MaxTreeSize = p.maxTreeSize
+	ca.EvictionPolicy = p.evictionPolicy
+	ca.BlockSize = p.blockSize
+	if ca.BlockSize == 0 {
+		// The gateway learns it from the workers (LearnBlockSize); until
+		// then the default keeps the options valid.
+		ca.BlockSize = policy.DefaultCacheAwareConfig().BlockSize
+	}
+
+	o.PrefixHash.TokenCount = p.prefixTokenCount
+	o.PrefixHash.LoadFactor = p.prefixHashLoadFactor
+
+	o.Manual.AssignmentMode = p.assignmentMode
+	o.Manual.MaxIdle = secs(p.maxIdleSecs)
+	o.Manual.MaxKeys = p.manualMaxKeys
+	if p.given("eviction-interval") {
+		o.Manual.EvictionInterval = secs(p.evictionIntervalSecs)
+	}
+
+	o.Bucket.AdjustInterval = secs(p.bucketAdjustSecs)
+	if p.given("balance-abs-threshold") {
+		o.Bucket.BalanceAbsThreshold = p.balanceAbs
+	}
+	if p.given("balance-rel-threshold") {
+		o.Bucket.BalanceRelThreshold = p.balanceRel
+	}
 	return o
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/policy"
+)
+
+// parsePolicyFlags parses args as the routing flags alone.
+func parsePolicyFlags(t *testing.T, args ...string) policy.Options {
+	t.Helper()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var p policyFlags
+	p.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return p.options()
+}
+
+// TestPolicyFlagsDefaults: with no flags, the options are DefaultOptions
+// (the tree's page size learned as 16 from workers that report none).
+func TestPolicyFlagsDefaults(t *testing.T) {
+	got, want := parsePolicyFlags(t), policy.DefaultOptions()
+	if got.CacheAware != want.CacheAware || got.PrefixHash != want.PrefixHash || got.Manual != want.Manual || got.Bucket != want.Bucket {
+		t.Fatalf("options from no flags:\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestPolicyFlagsTakeValuesAsGiven is the flags' specification: zero is a
+// value, shared flags reach both policies when given, and each policy keeps
+// its own default when they are not.
+func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(o policy.Options) bool
+	}{
+		{"--cache-threshold 0 is 0", []string{"--cache-threshold", "0"},
+			func(o policy.Options) bool { return o.CacheAware.CacheThreshold == 0 }},
+		{"--max-tree-size 0 is 0 (and refused by New)", []string{"--max-tree-size", "0"},
+			func(o policy.Options) bool { return o.CacheAware.MaxTreeSize == 0 }},
+		{"--balance-abs-threshold 0 reaches cache_aware and bucket", []string{"--balance-abs-threshold", "0"},
+			func(o policy.Options) bool {
+				return o.CacheAware.BalanceAbsThreshold == 0 && o.Bucket.BalanceAbsThreshold == 0
+			}},
+		{"bucket keeps 32 / 1.0001 unless told", []string{"--balance-rel-threshold", "2"},
+			func(o policy.Options) bool {
+				return o.Bucket.BalanceAbsThreshold == 32 && o.Bucket.BalanceRelThreshold == 2 && o.CacheAware.BalanceAbsThreshold == 64
+			}},
+		{"manual keeps 60 s unless --eviction-interval is given", nil,
+			func(o policy.Options) bool { return o.Manual.EvictionInterval == time.Minute }},
+		{"--eviction-interval reaches manual", []string{"--eviction-interval", "7"},
+			func(o policy.Options) bool {
+				return o.Manual.EvictionInterval == 7*time.Second && o.CacheAware.EvictionInterval == 7*time.Second
+			}},
+		{"--block-size given", []string{"--block-size", "32"},
+			func(o policy.Options) bool { return o.CacheAware.BlockSize == 32 }},
+		{"--manual-max-keys", []string{"--manual-max-keys", "10"},
+			func(o policy.Options) bool { return o.Manual.MaxKeys == 10 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if o := parsePolicyFlags(t, tc.args...); !tc.check(o) {
+				t.Fatalf("%v gave %+v", tc.args, o)
+			}
+		})
+	}
+}
+
+// TestPolicyFlagsRefused: a value out of range is refused by policy.New with
+// a message naming the flag.
+func TestPolicyFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		args   []string
+		flag   string
+	}{
+		{"cache_aware", []string{"--cache-threshold", "1.5"}, "--cache-threshold"},
+		{"cache_aware", []string{"--max-tree-size", "0"}, "--max-tree-size"},
+		{"cache_aware", []string{"--block-size", "-1"}, "--block-size"},
+		{"cache_aware", []string{"--eviction-interval", "0"}, "--eviction-interval"},
+		{"bucket", []string{"--balance-rel-threshold", "0.5"}, "--balance-rel-threshold"},
+		{"bucket", []string{"--bucket-adjust-interval-secs", "0"}, "--bucket-adjust-interval-secs"},
+		{"prefix_hash", []string{"--prefix-token-count", "0"}, "--prefix-token-count"},
+		{"manual", []string{"--max-idle-secs", "0"}, "--max-idle-secs"},
+		{"manual", []string{"--assignment-mode", "sticky"}, "--assignment-mode"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, err := policy.New(tc.policy, parsePolicyFlags(t, tc.args...))
+			if err == nil || !strings.Contains(err.Error(), tc.flag) {
+				t.Fatalf("policy.New(%s) = %v, want an error naming %s", tc.policy, err, tc.flag)
+			}
+		})
+	}
+}
+
+// TestPolicyFlagsHelpStatesNoMagicZero: the help no longer says "0: the
+// policy's default"; each flag's default is its real one.
+func TestPolicyFlagsHelpStatesNoMagicZero(t *testing.T) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var p policyFlags
+	p.register(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.Contains(f.Usage, "policy's default") {
+			t.Errorf("--%s: %q", f.Name, f.Usage)
+		}
+	})
+	for name, want := range map[string]string{"cache-threshold": "0.3", "max-tree-size": "67108864", "balance-abs-threshold": "64", "eviction-interval": "120"} {
+		if got := fs.Lookup(name).DefValue; got != want {
+			t.Errorf("--%s default %s, want %s", name, got, want)
+		}
+	}
+}
