@@ -1,0 +1,13 @@
+package policy
+
+// CachedRings returns how many rings a prefix_hash or consistent_hashing
+// policy caches, -1 for other policies.
+func CachedRings(p Policy) int {
+	switch p := p.(type) {
+	case *PrefixHash:
+		return p.rings.cachedRings()
+	case *ConsistentHashing:
+		return p.rings.cachedRings()
+	}
+	return -1
+}
