@@ -12,13 +12,39 @@ import (
 	"unicode/utf8"
 )
 
+// MaxJSONDepth is how deeply arrays and objects may nest in DecodeJSON's
+// input. DecodeJSON reads client data (chat_template_kwargs, tool parameters,
+// tool-call arguments), and every later step that walks a value (rendering,
+// tojson, comparison) recurses once per level, so the depth must be bounded
+// where the data enters. Real tool schemas nest a handful of levels; 128
+// leaves ample room and keeps every walk's stack small.
+const MaxJSONDepth = 128
+
+// MaxJSONBytes is the largest input DecodeJSON accepts. It is checked before
+// any parsing, so an oversized document costs nothing; 16 MiB is four times
+// gRPC's default maximum message size, so no legitimate request reaches it.
+const MaxJSONBytes = 16 << 20
+
+// ErrJSONTooDeep and ErrJSONTooLarge are the limit errors of DecodeJSON; the
+// returned errors wrap them and name the limit.
+var (
+	ErrJSONTooDeep  = errors.New("template: JSON nesting too deep")
+	ErrJSONTooLarge = errors.New("template: JSON document too large")
+)
+
 // DecodeJSON parses JSON into template values the way Python's json.loads
 // does: objects become *OrderedMap in document order, integral number
 // literals ("1", "-3") become int64, others ("1.0", "1e3") float64.
+//
+// Input longer than MaxJSONBytes or nested deeper than MaxJSONDepth is
+// rejected with an error wrapping ErrJSONTooLarge or ErrJSONTooDeep.
 func DecodeJSON(data []byte) (any, error) {
+	if len(data) > MaxJSONBytes {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d (MaxJSONBytes)", ErrJSONTooLarge, len(data), MaxJSONBytes)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	v, err := decodeValue(dec)
+	v, err := decodeValue(dec, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -31,13 +57,17 @@ func DecodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder) (any, error) {
+// decodeValue reads one value at nesting depth depth (0 for the document).
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
 	}
 	switch t := tok.(type) {
 	case json.Delim:
+		if depth >= MaxJSONDepth {
+			return nil, fmt.Errorf("%w: more than %d levels of arrays and objects (MaxJSONDepth)", ErrJSONTooDeep, MaxJSONDepth)
+		}
 		switch t {
 		case '{':
 			m := NewOrderedMap()
@@ -50,7 +80,7 @@ func decodeValue(dec *json.Decoder) (any, error) {
 				if !ok {
 					return nil, fmt.Errorf("template: object key is %T", kt)
 				}
-				v, err := decodeValue(dec)
+				v, err := decodeValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -63,7 +93,7 @@ func decodeValue(dec *json.Decoder) (any, error) {
 		case '[':
 			list := []any{}
 			for dec.More() {
-				v, err := decodeValue(dec)
+				v, err := decodeValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -163,6 +193,9 @@ func writeJSONNewline(b *strings.Builder, o jsonOptions, level int) {
 }
 
 func writeJSON(b *strings.Builder, v any, o jsonOptions, level int) error {
+	if level > maxValueDepth {
+		return errTooDeep("tojson")
+	}
 	switch x := v.(type) {
 	case nil:
 		b.WriteString("null")

@@ -341,8 +341,15 @@ func compare(op string, a, b any) (bool, error) {
 	return false, fmt.Errorf("unknown comparison %s", op)
 }
 
-// equal is Python's ==.
-func equal(a, b any) bool {
+// equal is Python's ==. Containers nested deeper than maxValueDepth compare
+// unequal (where Python would raise RecursionError): equal has no error path
+// and must not recurse without bound.
+func equal(a, b any) bool { return equalDepth(a, b, 0) }
+
+func equalDepth(a, b any, depth int) bool {
+	if depth > maxValueDepth {
+		return false
+	}
 	ai, af, aF, aNum := number(a)
 	bi, bf, bF, bNum := number(b)
 	if aNum && bNum {
@@ -365,10 +372,10 @@ func equal(a, b any) bool {
 		return ok && x == y
 	case []any:
 		y, ok := b.([]any)
-		return ok && equalSeq(x, y)
+		return ok && equalSeq(x, y, depth)
 	case Tuple:
 		y, ok := b.(Tuple)
-		return ok && equalSeq(x, y)
+		return ok && equalSeq(x, y, depth)
 	case *OrderedMap:
 		y, ok := b.(*OrderedMap)
 		if !ok || x.Len() != y.Len() {
@@ -376,7 +383,7 @@ func equal(a, b any) bool {
 		}
 		for i, k := range x.keys {
 			v, ok := y.getAny(k)
-			if !ok || !equal(x.vals[i], v) {
+			if !ok || !equalDepth(x.vals[i], v, depth+1) {
 				return false
 			}
 		}
@@ -386,17 +393,17 @@ func equal(a, b any) bool {
 		return ok
 	case pyRange:
 		y, ok := b.(pyRange)
-		return ok && equalSeq(x.items(), y.items())
+		return ok && equalSeq(x.items(), y.items(), depth)
 	}
 	return a == b
 }
 
-func equalSeq(x, y []any) bool {
+func equalSeq(x, y []any, depth int) bool {
 	if len(x) != len(y) {
 		return false
 	}
 	for i := range x {
-		if !equal(x[i], y[i]) {
+		if !equalDepth(x[i], y[i], depth+1) {
 			return false
 		}
 	}
@@ -404,7 +411,12 @@ func equalSeq(x, y []any) bool {
 }
 
 // lessThan is Python's <.
-func lessThan(a, b any) (bool, error) {
+func lessThan(a, b any) (bool, error) { return lessDepth(a, b, 0) }
+
+func lessDepth(a, b any, depth int) (bool, error) {
+	if depth > maxValueDepth {
+		return false, errTooDeep("comparison")
+	}
 	if u, ok := a.(Undefined); ok {
 		return false, u.err()
 	}
@@ -432,20 +444,20 @@ func lessThan(a, b any) (bool, error) {
 		}
 	case []any:
 		if y, ok := b.([]any); ok {
-			return lessSeq(x, y)
+			return lessSeq(x, y, depth)
 		}
 	case Tuple:
 		if y, ok := b.(Tuple); ok {
-			return lessSeq(x, y)
+			return lessSeq(x, y, depth)
 		}
 	}
 	return false, fmt.Errorf("TypeError: '<' not supported between instances of '%s' and '%s'", typeName(a), typeName(b))
 }
 
-func lessSeq(x, y []any) (bool, error) {
+func lessSeq(x, y []any, depth int) (bool, error) {
 	for i := 0; i < len(x) && i < len(y); i++ {
-		if !equal(x[i], y[i]) {
-			return lessThan(x[i], y[i])
+		if !equalDepth(x[i], y[i], depth+1) {
+			return lessDepth(x[i], y[i], depth+1)
 		}
 	}
 	return len(x) < len(y), nil

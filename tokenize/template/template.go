@@ -52,7 +52,9 @@ func (t *Template) Render(vars map[string]any, opts Options) (out string, err er
 	}
 	root := &scope{vars: make(map[string]any, len(vars))}
 	for k, v := range vars {
-		root.vars[k] = normalize(v)
+		if root.vars[k], err = normalizeVar(v); err != nil {
+			return "", fmt.Errorf("template: variable %s: %w", k, err)
+		}
 	}
 	var b strings.Builder
 	b.Grow(t.size + t.size/2)

@@ -331,7 +331,28 @@ func reprString(v any) string {
 	return b.String()
 }
 
-func writeRepr(b *strings.Builder, v any) {
+// maxValueDepth bounds every recursive walk over a value: repr, tojson,
+// ==, <, and the conversion of Render's variables. Client JSON is already
+// held to MaxJSONDepth by DecodeJSON, but values also arrive as Go values
+// and templates can build nested lists themselves ({% set ns.x = [ns.x] %}
+// in a loop), so each walk checks again. Python stops at about the same
+// depth (its default recursion limit is 1000).
+const maxValueDepth = 1000
+
+// errTooDeep is the error of a walk that reached maxValueDepth.
+func errTooDeep(what string) error {
+	return fmt.Errorf("RecursionError: maximum recursion depth (%d) exceeded in %s", maxValueDepth, what)
+}
+
+func writeRepr(b *strings.Builder, v any) { writeReprDepth(b, v, 0) }
+
+// writeReprDepth writes repr(v); containers deeper than maxValueDepth are
+// elided as Python elides a self-referencing list: [...].
+func writeReprDepth(b *strings.Builder, v any, depth int) {
+	if depth > maxValueDepth {
+		b.WriteString("...")
+		return
+	}
 	switch x := v.(type) {
 	case string:
 		writeStrRepr(b, x)
@@ -341,7 +362,7 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, e)
+			writeReprDepth(b, e, depth+1)
 		}
 		b.WriteByte(']')
 	case Tuple:
@@ -350,7 +371,7 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, e)
+			writeReprDepth(b, e, depth+1)
 		}
 		if len(x) == 1 {
 			b.WriteByte(',')
@@ -362,23 +383,23 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, k)
+			writeReprDepth(b, k, depth+1)
 			b.WriteString(": ")
-			writeRepr(b, x.vals[i])
+			writeReprDepth(b, x.vals[i], depth+1)
 		}
 		b.WriteByte('}')
 	case Undefined:
 		b.WriteString("Undefined")
 	case *Namespace:
 		b.WriteString("<Namespace ")
-		writeRepr(b, x.attrs)
+		writeReprDepth(b, x.attrs, depth+1)
 		b.WriteByte('>')
 	case *generator:
 		b.WriteString("<generator object at 0x0>")
 	case *dictView:
 		b.WriteString(x.kind)
 		b.WriteByte('(')
-		writeRepr(b, x.items)
+		writeReprDepth(b, x.items, depth+1)
 		b.WriteByte(')')
 	case pyRange:
 		if x.step == 1 {
@@ -443,8 +464,62 @@ func sortedKeys(m map[string]any) []string {
 	return keys
 }
 
+// normalizeVar converts one of Render's variables into a template value,
+// refusing values nested deeper than maxValueDepth (or cyclic ones).
+func normalizeVar(v any) (any, error) {
+	if err := checkDepth(v); err != nil {
+		return nil, err
+	}
+	return normalize(v), nil
+}
+
+// checkDepth walks v with an explicit stack (so that the check itself cannot
+// overflow) and fails when containers nest deeper than maxValueDepth.
+func checkDepth(v any) error {
+	type item struct {
+		v     any
+		depth int
+	}
+	stack := []item{{v, 0}}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		push := func(e any) { stack = append(stack, item{e, it.depth + 1}) }
+		switch it.v.(type) {
+		case []any, Tuple, []map[string]any, map[string]any, *OrderedMap:
+			if it.depth >= maxValueDepth {
+				return errTooDeep("the template's variables")
+			}
+		}
+		switch x := it.v.(type) {
+		case []any:
+			for _, e := range x {
+				push(e)
+			}
+		case Tuple:
+			for _, e := range x {
+				push(e)
+			}
+		case []map[string]any:
+			for _, e := range x {
+				push(e)
+			}
+		case map[string]any:
+			for _, e := range x {
+				push(e)
+			}
+		case *OrderedMap:
+			for _, e := range x.vals {
+				push(e)
+			}
+		}
+	}
+	return nil
+}
+
 // normalize converts caller-supplied Go values into template values. It
-// returns v itself when nothing needs converting.
+// returns v itself when nothing needs converting. Its input must have passed
+// checkDepth.
 func normalize(v any) any {
 	switch x := v.(type) {
 	case nil, bool, int64, float64, string, Undefined, *Namespace:
