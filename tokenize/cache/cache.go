@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 )
 
@@ -13,19 +14,45 @@ type Encoder interface {
 }
 
 // Config sizes the two levels. The zero value disables both; use
-// DefaultConfig for the defaults.
+// DefaultConfig for the defaults. A zero or negative size in an enabled
+// level means that size's default.
+//
+// Both levels are bounded in accounted bytes (text bytes, 4 bytes per id and
+// the per-entry overheads described in the package doc) at all times: an
+// insertion evicts, under the same lock, until the level is within its
+// budget again. An entry larger than MaxEntryBytes is not cached at all, so
+// a few huge prompts cannot flush everything else.
 type Config struct {
 	L0Enabled    bool
-	L0MaxEntries int // default 10,000
-	L0Shards     int // default 1 (one mutex, exact LRU); see BenchmarkL0Hit
+	L0MaxEntries int   // default 10,000
+	L0MaxBytes   int64 // default 67,108,864 (64 MiB), split evenly across shards
+	L0Shards     int   // default 1 (one mutex, exact LRU); see BenchmarkL0Hit
 	L1Enabled    bool
 	L1MaxBytes   int64 // default 52,428,800 (50 MiB)
+	// MaxEntryBytes is the largest accounted size of one L0 entry or one L1
+	// node; default 2,097,152 (2 MiB): a full 128k-token prompt (about
+	// 0.5 MB of text and 0.5 MB of ids) still fits, a multi-megabyte text
+	// does not. It is further capped by each level's (or shard's) budget.
+	MaxEntryBytes int64
 }
 
+// Defaults of Config's sizes.
+const (
+	DefaultL0MaxEntries  = 10000
+	DefaultL0MaxBytes    = 64 << 20
+	DefaultL1MaxBytes    = 50 << 20
+	DefaultMaxEntryBytes = 2 << 20
+)
+
 // DefaultConfig has both levels on: they are exact, so there is no reason to
-// leave them off.
+// leave them off. L0 holds up to 10,000 entries and 64 MiB, L1 50 MiB, and no
+// single entry over 2 MiB is cached: at most 114 MiB of accounted memory.
 func DefaultConfig() Config {
-	return Config{L0Enabled: true, L0MaxEntries: 10000, L0Shards: 1, L1Enabled: true, L1MaxBytes: 50 << 20}
+	return Config{
+		L0Enabled: true, L0MaxEntries: DefaultL0MaxEntries, L0MaxBytes: DefaultL0MaxBytes, L0Shards: 1,
+		L1Enabled: true, L1MaxBytes: DefaultL1MaxBytes,
+		MaxEntryBytes: DefaultMaxEntryBytes,
+	}
 }
 
 // Stats is a snapshot of the cache counters. Counters only grow; Entries and
@@ -66,21 +93,27 @@ type Cache struct {
 // doc); an Encode error during the probes disables L1.
 func New(enc Encoder, tokens []AddedToken, cfg Config) *Cache {
 	c := &Cache{enc: enc}
+	if cfg.MaxEntryBytes <= 0 {
+		cfg.MaxEntryBytes = DefaultMaxEntryBytes
+	}
 	if cfg.L0Enabled {
 		if cfg.L0MaxEntries <= 0 {
-			cfg.L0MaxEntries = 10000
+			cfg.L0MaxEntries = DefaultL0MaxEntries
+		}
+		if cfg.L0MaxBytes <= 0 {
+			cfg.L0MaxBytes = DefaultL0MaxBytes
 		}
 		if cfg.L0Shards <= 0 {
 			cfg.L0Shards = 1
 		}
-		c.l0 = newL0(cfg.L0MaxEntries, cfg.L0Shards)
+		c.l0 = newL0(cfg.L0MaxEntries, cfg.L0MaxBytes, cfg.MaxEntryBytes, cfg.L0Shards)
 	}
 	if !cfg.L1Enabled {
 		c.l1Reason = [2]string{"disabled by configuration", "disabled by configuration"}
 		return c
 	}
 	if cfg.L1MaxBytes <= 0 {
-		cfg.L1MaxBytes = 50 << 20
+		cfg.L1MaxBytes = DefaultL1MaxBytes
 	}
 	c.scan = newScanner(tokens)
 	for _, add := range []bool{false, true} {
@@ -89,42 +122,80 @@ func New(enc Encoder, tokens []AddedToken, cfg Config) *Cache {
 		c.l1On[i] = c.l1Reason[i] == ""
 	}
 	if c.l1On[0] || c.l1On[1] {
-		c.l1 = newL1(cfg.L1MaxBytes)
+		c.l1 = newL1(cfg.L1MaxBytes, cfg.MaxEntryBytes)
 	}
 	return c
 }
 
-// Encode returns the ids of text, identical to enc.Encode(text, addSpecial).
-// The returned slice belongs to the caller.
+// Encode returns the ids of text, identical to enc.Encode(text, addSpecial),
+// and caches them. The returned slice belongs to the caller.
 func (c *Cache) Encode(text string, addSpecial bool) ([]uint32, error) {
-	if c.l0 != nil {
-		if ids, ok := c.l0.get(text, addSpecial); ok {
-			c.l0Hits.Add(1)
-			return ids, nil
-		}
-		c.l0Misses.Add(1)
-	}
-	ids, err := c.encodeL1(text, addSpecial)
+	ids, commit, err := c.EncodeDeferred(text, addSpecial)
 	if err != nil {
 		return nil, err
 	}
-	if c.l0 != nil {
-		c.l0.put(text, addSpecial, ids)
-	}
+	commit()
 	return ids, nil
 }
 
+// EncodeDeferred is Encode that looks the text up in the caches but stores
+// nothing until commit is called. It lets a caller tokenize a request, check
+// it (vocabulary, context length) and cache only the requests that pass, so
+// that rejected prompts never occupy the cache.
+//
+// commit is never nil; it is idempotent, safe to call from any goroutine, and
+// costs a copy of the entry at most. Not calling it caches nothing. ids
+// belongs to the caller, who may modify it without affecting commit.
+func (c *Cache) EncodeDeferred(text string, addSpecial bool) (ids []uint32, commit func(), err error) {
+	if c.l0 != nil {
+		if ids, ok := c.l0.get(text, addSpecial); ok {
+			c.l0Hits.Add(1)
+			return ids, noCommit, nil
+		}
+		c.l0Misses.Add(1)
+	}
+	ids, l1Insert, err := c.encodeL1(text, addSpecial)
+	if err != nil {
+		return nil, noCommit, err
+	}
+	var l0Put func()
+	if c.l0 != nil && c.l0.fits(text, len(ids)) {
+		private := slices.Clone(ids)
+		l0Put = func() { c.l0.put(text, addSpecial, private) }
+	}
+	if l1Insert == nil && l0Put == nil {
+		return ids, noCommit, nil
+	}
+	var once sync.Once
+	return ids, func() {
+		once.Do(func() {
+			if l1Insert != nil {
+				l1Insert()
+			}
+			if l0Put != nil {
+				l0Put()
+			}
+		})
+	}, nil
+}
+
+// noCommit is the commit of an encode that has nothing to store.
+func noCommit() {}
+
 // encodeL1 encodes text through L1: the longest cached boundary prefix is
-// reused, and the rest is encoded piece by piece so that every boundary of
-// text becomes a cached prefix too.
-func (c *Cache) encodeL1(text string, add bool) ([]uint32, error) {
+// reused, and the rest is encoded piece by piece. insert, when not nil,
+// stores the newly encoded pieces so that every boundary of text becomes a
+// cached prefix too.
+func (c *Cache) encodeL1(text string, add bool) (ids []uint32, insert func(), err error) {
 	if !c.l1On[rootIndex(add)] {
-		return c.enc.Encode(text, add)
+		ids, err := c.enc.Encode(text, add)
+		return ids, nil, err
 	}
 	var boundsBuf [32]int
 	bounds := c.scan.boundaries(boundsBuf[:0], text)
 	if len(bounds) == 0 {
-		return c.enc.Encode(text, add)
+		ids, err := c.enc.Encode(text, add)
+		return ids, nil, err
 	}
 	pieces := make([]string, len(bounds))
 	start := 0
@@ -160,7 +231,7 @@ func (c *Cache) encodeL1(text string, add bool) ([]uint32, error) {
 	for i := len(path); i < len(pieces); i++ {
 		ids, err := c.enc.Encode(pieces[i], add && i == 0)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		pieceIDs[i] = ids
 		out = append(out, ids...)
@@ -168,7 +239,7 @@ func (c *Cache) encodeL1(text string, add bool) ([]uint32, error) {
 	if tail != "" {
 		ids, err := c.enc.Encode(tail, false)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, ids...)
 	}
@@ -179,10 +250,12 @@ func (c *Cache) encodeL1(text string, add bool) ([]uint32, error) {
 			keep++
 		}
 		if keep > len(path) {
-			c.l1.insert(pieces[:keep], pieceIDs[:keep], add)
+			// pieceIDs holds slices that out does not share, so the
+			// caller's changes to out cannot reach the cache.
+			insert = func() { c.l1.insert(pieces[:keep], pieceIDs[:keep], add) }
 		}
 	}
-	return out, nil
+	return out, insert, nil
 }
 
 // Stats returns a snapshot of the counters and sizes.

@@ -1,6 +1,7 @@
 // Package cache puts two exact caches in front of a tokenizer's Encode.
 //
-// L0 maps (text, addSpecialTokens) to ids: a sharded LRU bounded by entries.
+// L0 maps (text, addSpecialTokens) to ids: a sharded LRU bounded by entries
+// and by accounted bytes.
 //
 // L1 caches the ids of text prefixes that end right after a special token
 // (<|im_end|>, <|eot_id|>, <end_of_turn>, </s>, ...). A request whose text
@@ -79,8 +80,13 @@
 // fixed overhead for the node struct, its map slot in the parent and
 // allocator rounding (l1NodeOverhead), plus the children map of a node that
 // has any (l1MapOverhead). Texts are copied on insert so a cached piece never
-// pins the request buffer it came from. L0 is bounded by entries; its bytes
-// (text, ids and l0EntryOverhead per entry) are reported for monitoring. The
+// pins the request buffer it came from. L0 counts, per entry, the text, the
+// ids and l0EntryOverhead, and is bounded by both entries and those bytes.
+// Both levels evict under the inserting lock, so the bounds hold at all
+// times, and neither stores an entry over Config.MaxEntryBytes.
+//
+// Nothing is stored by EncodeDeferred until its commit is called, so a server
+// can cache only the requests it has validated. The
 // constants are chosen to be at or above the real heap cost;
 // TestL1AccountingTracksHeap compares them with runtime.MemStats.
 package cache

@@ -37,34 +37,43 @@ type l0Entry struct {
 	prev, next *l0Entry
 }
 
-func (e *l0Entry) size() int64 {
-	return allocSize(len(e.key.text)) + allocSize(4*cap(e.ids)) + l0EntryOverhead
+func (e *l0Entry) size() int64 { return l0Size(len(e.key.text), cap(e.ids)) }
+
+// l0Size is the accounted size of an entry for a text of textLen bytes and
+// n ids.
+func l0Size(textLen, n int) int64 {
+	return allocSize(textLen) + allocSize(4*n) + l0EntryOverhead
 }
 
 // l0 is the exact-match cache: (text, addSpecial) → ids, LRU within each of
-// its shards. With n shards each holds about maxEntries/n entries, so eviction is an
-// approximation of a global LRU that is exact for n == 1.
+// its shards. With n shards each holds about maxEntries/n entries and
+// maxBytes/n bytes, so eviction is an approximation of a global LRU that is
+// exact for n == 1.
 type l0 struct {
-	seed   maphash.Seed
-	shards []l0Shard
+	seed     maphash.Seed
+	shards   []l0Shard
+	maxEntry int64 // largest entry stored: MaxEntryBytes, at most a shard's budget
 }
 
 type l0Shard struct {
-	mu    sync.Mutex
-	m     map[l0Key]*l0Entry
-	head  l0Entry // sentinel: head.next is the most recent, head.prev the least
-	max   int
-	bytes int64
-	_     [64]byte // keep neighbouring shards' locks on separate cache lines
+	mu       sync.Mutex
+	m        map[l0Key]*l0Entry
+	head     l0Entry // sentinel: head.next is the most recent, head.prev the least
+	max      int
+	maxBytes int64
+	bytes    int64
+	_        [64]byte // keep neighbouring shards' locks on separate cache lines
 }
 
-func newL0(maxEntries, shards int) *l0 {
+func newL0(maxEntries int, maxBytes, maxEntry int64, shards int) *l0 {
 	shards = max(1, min(shards, maxEntries))
-	c := &l0{seed: maphash.MakeSeed(), shards: make([]l0Shard, shards)}
+	perShard := maxBytes / int64(shards)
+	c := &l0{seed: maphash.MakeSeed(), shards: make([]l0Shard, shards), maxEntry: min(maxEntry, perShard)}
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.m = make(map[l0Key]*l0Entry)
 		s.head.next, s.head.prev = &s.head, &s.head
+		s.maxBytes = perShard
 		s.max = maxEntries / shards
 		if i < maxEntries%shards {
 			s.max++
@@ -103,9 +112,19 @@ func (c *l0) get(text string, add bool) ([]uint32, bool) {
 	return append(make([]uint32, 0, len(ids)), ids...), true
 }
 
+// fits reports whether an entry for text with n ids is small enough to store.
+func (c *l0) fits(text string, n int) bool {
+	return l0Size(len(text), n) <= c.maxEntry
+}
+
 // put stores a private copy of ids under a private copy of text (so a text
-// that is a slice of a larger buffer does not keep that buffer alive).
+// that is a slice of a larger buffer does not keep that buffer alive), unless
+// the entry is larger than maxEntry; it then evicts the least recent entries
+// until the shard is within both of its bounds.
 func (c *l0) put(text string, add bool, ids []uint32) {
+	if !c.fits(text, len(ids)) {
+		return
+	}
 	s := c.shard(text)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,7 +139,7 @@ func (c *l0) put(text string, add bool, ids []uint32) {
 	s.m[e.key] = e
 	s.pushFront(e)
 	s.bytes += e.size()
-	for len(s.m) > s.max {
+	for len(s.m) > s.max || s.bytes > s.maxBytes {
 		old := s.head.prev
 		s.unlink(old)
 		delete(s.m, old.key)

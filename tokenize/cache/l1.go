@@ -41,16 +41,17 @@ type l1Node struct {
 // (paths are touched deepest first), hence the least recent node is a leaf
 // and eviction never orphans a subtree.
 type l1 struct {
-	mu      sync.Mutex
-	roots   [2]l1Node
-	lru     l1Node // sentinel
-	bytes   int64
-	max     int64
-	entries int
+	mu       sync.Mutex
+	roots    [2]l1Node
+	lru      l1Node // sentinel
+	bytes    int64
+	max      int64
+	maxEntry int64 // largest node stored: MaxEntryBytes, at most max
+	entries  int
 }
 
-func newL1(maxBytes int64) *l1 {
-	c := &l1{max: maxBytes}
+func newL1(maxBytes, maxEntry int64) *l1 {
+	c := &l1{max: maxBytes, maxEntry: min(maxEntry, maxBytes)}
 	c.lru.next, c.lru.prev = &c.lru, &c.lru
 	return c
 }
@@ -83,7 +84,8 @@ func (c *l1) lookup(dst []*l1Node, pieces []string, add bool) []*l1Node {
 
 // insert stores pieces[i] with ids[i] along one path from the root, creating
 // the nodes that are missing (including ones evicted since lookup). Pieces
-// larger than the whole budget are not stored, nor anything after them.
+// larger than maxEntry are not stored, nor anything after them; the size is
+// checked before the piece is copied.
 func (c *l1) insert(pieces []string, ids [][]uint32, add bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -92,14 +94,15 @@ func (c *l1) insert(pieces []string, ids [][]uint32, add bool) {
 	for i, p := range pieces {
 		child := n.children[p]
 		if child == nil {
+			size := allocSize(len(p)) + allocSize(4*len(ids[i])) + l1NodeOverhead
+			if size+l1MapOverhead > c.maxEntry {
+				break
+			}
 			child = &l1Node{
 				parent: n,
 				piece:  strings.Clone(p),
 				ids:    append(make([]uint32, 0, len(ids[i])), ids[i]...),
-			}
-			child.size = allocSize(len(child.piece)) + allocSize(4*cap(child.ids)) + l1NodeOverhead
-			if child.size > c.max {
-				break
+				size:   size,
 			}
 			if n.children == nil {
 				n.children = make(map[string]*l1Node)
@@ -124,24 +127,35 @@ func (c *l1) insert(pieces []string, ids [][]uint32, add bool) {
 	}
 }
 
-// evict removes n and, defensively, anything below it.
+// evict removes n and, defensively, anything below it. n is normally a leaf
+// (see l1); the subtree is walked with an explicit stack because a path is as
+// deep as a client's text has boundaries.
 func (c *l1) evict(n *l1Node) {
-	for _, child := range n.children {
-		c.evict(child)
-	}
-	c.unlink(n)
-	c.bytes -= n.size
-	c.entries--
-	p := n.parent
-	delete(p.children, n.piece)
-	if len(p.children) == 0 {
-		p.children = nil
-		if p.parent != nil {
-			p.size -= l1MapOverhead
-			c.bytes -= l1MapOverhead
+	stack := []*l1Node{n}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		if len(x.children) > 0 {
+			for _, child := range x.children {
+				stack = append(stack, child)
+				break
+			}
+			continue
 		}
+		stack = stack[:len(stack)-1]
+		c.unlink(x)
+		c.bytes -= x.size
+		c.entries--
+		p := x.parent
+		delete(p.children, x.piece)
+		if len(p.children) == 0 {
+			p.children = nil
+			if p.parent != nil {
+				p.size -= l1MapOverhead
+				c.bytes -= l1MapOverhead
+			}
+		}
+		x.parent = nil
 	}
-	n.parent = nil
 }
 
 func (c *l1) stats() (entries int, bytes int64) {

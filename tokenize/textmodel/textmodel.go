@@ -297,9 +297,25 @@ func (m *Model) HasChatTemplate() bool { return m.tmpl != nil }
 // TemplateSource names where the chat template came from.
 func (m *Model) TemplateSource() string { return m.tmplFrom }
 
-// Encode tokenizes text through the caches.
+// Encode tokenizes text through the caches and caches the result: it is
+// EncodeDeferred followed by commit. Use EncodeDeferred for requests that
+// are still to be validated.
 func (m *Model) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
-	return m.enc.Encode(text, addSpecialTokens)
+	ids, commit, err := m.EncodeDeferred(text, addSpecialTokens)
+	if err != nil {
+		return nil, err
+	}
+	commit()
+	return ids, nil
+}
+
+// EncodeDeferred tokenizes text, using the caches for lookups, but stores
+// the new entries only when commit is called, so that a caller that checks
+// the ids afterwards (vocabulary, context length) caches valid requests
+// only. commit is never nil, idempotent and cheap; not calling it caches
+// nothing.
+func (m *Model) EncodeDeferred(text string, addSpecialTokens bool) (ids []uint32, commit func(), err error) {
+	return m.enc.EncodeDeferred(text, addSpecialTokens)
 }
 
 // CacheStats reports the tokenizer caches' counters.

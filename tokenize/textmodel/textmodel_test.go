@@ -217,3 +217,29 @@ func equal(a, b []uint32) bool {
 	}
 	return true
 }
+
+// TestEncodeDeferredCachesOnlyCommitted: a request tokenized but never
+// committed (because validation rejected it) leaves nothing in the caches;
+// Encode commits.
+func TestEncodeDeferredCachesOnlyCommitted(t *testing.T) {
+	m, err := textmodel.Load(textmodel.Sources{ModelPath: modelDir(t, nil)}, textmodel.Options{Cache: cache.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rejected, accepted = "<|im_start|>user\nfar too long<|im_end|>\n", "<|im_start|>user\nfine<|im_end|>\n"
+	for range 3 {
+		ids, commit, err := m.EncodeDeferred(rejected, false)
+		if err != nil || len(ids) == 0 || commit == nil {
+			t.Fatalf("EncodeDeferred = %v, %v, commit nil: %v", ids, err, commit == nil)
+		}
+	}
+	if s := m.CacheStats(); s.L0Entries != 0 || s.L1Entries != 0 || s.L0Hits != 0 {
+		t.Fatalf("uncommitted encodings were cached: %+v", s)
+	}
+	if _, err := m.Encode(accepted, false); err != nil {
+		t.Fatal(err)
+	}
+	if s := m.CacheStats(); s.L0Entries != 1 {
+		t.Fatalf("Encode did not cache: %+v", s)
+	}
+}
