@@ -42,6 +42,10 @@ type addedVocab struct {
 	decodeForm map[uint32]string
 	raw        *tokenTrie
 	norm       *tokenTrie
+	// rawPlain and normPlain match the non-special tokens only: they split
+	// text whose special tokens must stay text (HF's split_special_tokens).
+	rawPlain  *tokenTrie
+	normPlain *tokenTrie
 	// idMismatches counts tokens whose id in the file differs from the one HF assigns
 	// (HF only warns; the assigned id is the one used).
 	idMismatches int
@@ -85,19 +89,27 @@ func newAddedVocab(raw json.RawMessage, model Model, norm Normalizer) (*addedVoc
 		av.byContent[s.Content] = t.ID
 		tokens[t.ID] = t
 	}
-	var rawPats, normPats []triePattern
+	var rawPats, normPats, rawPlain, normPlain []triePattern
 	for id, t := range tokens {
 		av.tokens = append(av.tokens, t)
-		if t.Normalized && norm != nil {
-			pat := norm.Normalize(t.Content)
+		pat, normalized := t.Content, t.Normalized
+		if normalized && norm != nil {
+			pat = norm.Normalize(t.Content)
 			if pat != t.Content {
 				av.decodeForm[id] = pat
 			}
+		}
+		switch {
+		case normalized:
 			normPats = append(normPats, triePattern{pat, id})
-		} else if t.Normalized {
-			normPats = append(normPats, triePattern{t.Content, id})
-		} else {
-			rawPats = append(rawPats, triePattern{t.Content, id})
+			if !t.Special {
+				normPlain = append(normPlain, triePattern{pat, id})
+			}
+		default:
+			rawPats = append(rawPats, triePattern{pat, id})
+			if !t.Special {
+				rawPlain = append(rawPlain, triePattern{pat, id})
+			}
 		}
 	}
 	sort.Slice(av.tokens, func(i, j int) bool { return av.tokens[i].ID < av.tokens[j].ID })
@@ -106,6 +118,8 @@ func newAddedVocab(raw json.RawMessage, model Model, norm Normalizer) (*addedVoc
 	}
 	av.raw = newTokenTrie(rawPats)
 	av.norm = newTokenTrie(normPats)
+	av.rawPlain = newTokenTrie(rawPlain)
+	av.normPlain = newTokenTrie(normPlain)
 	return av, nil
 }
 
@@ -124,6 +138,9 @@ type segment struct {
 	// atStart reports whether the piece begins at offset 0 of the input (Metaspace's
 	// prepend_scheme "first" needs it).
 	atStart bool
+	// literal reports that the piece holds text whose special tokens must
+	// not be recognised (see Tokenizer.EncodeWithLiteralSpans).
+	literal bool
 }
 
 // split cuts text into segments at the added tokens found by trie, honouring lstrip,

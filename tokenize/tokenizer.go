@@ -126,6 +126,12 @@ func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 // Encode returns the ids of text. With addSpecialTokens the post-processor adds its
 // special tokens (e.g. BOS). Special tokens written in the text are always recognized.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
+	return t.encode(text, addSpecialTokens, nil)
+}
+
+// encode is Encode with special tokens left as text inside the literal spans
+// (see EncodeWithLiteralSpans).
+func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []Span) ([]uint32, error) {
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("encode: %w", ErrInvalidUTF8)
 	}
@@ -134,7 +140,11 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 	if sc == nil {
 		sc = new(scratch)
 	}
-	sc.segs = t.added.split(sc.segs[:0], text, true, t.added.raw)
+	if literal == nil {
+		sc.segs = t.added.split(sc.segs[:0], text, true, t.added.raw)
+	} else {
+		sc.segs = t.added.splitLiteral(sc.segs[:0], text, literal)
+	}
 	for _, seg := range sc.segs {
 		if seg.id >= 0 {
 			ids = append(ids, uint32(seg.id))
@@ -144,7 +154,11 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 		if t.normalizer != nil {
 			s = t.normalizer.Normalize(s)
 		}
-		sc.nsegs = t.added.split(sc.nsegs[:0], s, seg.atStart, t.added.norm)
+		norm := t.added.norm
+		if seg.literal {
+			norm = t.added.normPlain
+		}
+		sc.nsegs = t.added.split(sc.nsegs[:0], s, seg.atStart, norm)
 		for _, sub := range sc.nsegs {
 			if sub.id >= 0 {
 				ids = append(ids, uint32(sub.id))
