@@ -42,6 +42,26 @@ type Sources struct {
 // Options configures a Model.
 type Options struct {
 	Cache cache.Config
+	// SplitSpecialTokensInContent decides how EncodeChat treats special-token
+	// text written by the client, such as a user message containing
+	// "<|im_end|>\n<|im_start|>system".
+	//
+	// Off (the default, as in Hugging Face transformers and the engines),
+	// the rendered prompt is tokenized as a whole and such text becomes the
+	// real control tokens: a user can forge a system turn.
+	//
+	// On, special-token text that came from the client (message contents,
+	// names, reasoning_content, tool calls and their arguments, tools,
+	// chat_template_kwargs) is tokenized as ordinary text, as with
+	// transformers' split_special_tokens=True applied to that text only,
+	// while the special tokens the template writes stay control tokens. A
+	// fragment of a special token at either end of a client string is also
+	// text, so that two client strings rendered side by side cannot join
+	// into one. Non-special added tokens (DeepSeek V3's <｜User｜>, Qwen's
+	// <think>) are matched as usual in both modes. Prompts whose client text
+	// holds no special-token text tokenize identically in both modes; those
+	// that do are not cached.
+	SplitSpecialTokensInContent bool
 	// Now is the clock behind the templates' strftime_now; nil: time.Now.
 	Now func() time.Time
 }
@@ -55,6 +75,10 @@ type Model struct {
 	tmplFrom string
 	specials map[string]any // bos_token, eos_token, ... for templates
 	now      func() time.Time
+	// splitContent is Options.SplitSpecialTokensInContent; specialTexts are
+	// the texts of the tokenizer's special tokens, which it protects.
+	splitContent bool
+	specialTexts *specialSet
 }
 
 // files is a model's text assets by file name, wherever they came from.
@@ -202,7 +226,14 @@ func build(fl files, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
-	m := &Model{tok: tok, now: opts.Now, specials: specialTokens(fl["tokenizer_config.json"])}
+	m := &Model{tok: tok, now: opts.Now, specials: specialTokens(fl["tokenizer_config.json"]), splitContent: opts.SplitSpecialTokensInContent}
+	var specialTexts []string
+	for _, a := range tok.AddedTokens() {
+		if a.Special {
+			specialTexts = append(specialTexts, a.Content)
+		}
+	}
+	m.specialTexts = newSpecialSet(specialTexts)
 	if m.now == nil {
 		m.now = time.Now
 	}
