@@ -113,10 +113,10 @@ func decodeValue(dec *json.Decoder, depth int) (any, error) {
 			}
 		}
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return nil, err
 		}
-		return f, nil
+		return f, nil // out of range: ±Inf, as Python's float() gives
 	default:
 		return tok, nil // string, bool, nil
 	}

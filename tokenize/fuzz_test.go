@@ -1,0 +1,74 @@
+package tokenize
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"unicode/utf8"
+)
+
+// loadOrSkip loads a testdata tokenizer, skipping when make testdata has
+// not fetched it.
+func loadOrSkip(f *testing.F, name string) *Tokenizer {
+	f.Helper()
+	dir := filepath.Join(testdataDir(), "tokenizers", name)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		f.Skipf("tokenizer %s is missing (run make testdata): %v", name, err)
+	}
+	return loadTestTokenizer(f, name)
+}
+
+// FuzzEncodeDecode: on any string, Encode either rejects invalid UTF-8 with
+// ErrInvalidUTF8 or returns ids that decode back to the text. Llama 3 is
+// byte-level BPE without a normalizer, so the round trip is exact; Qwen3
+// applies NFC first, so its round trip is exact on the normalized text
+// (decode(encode(x)) == x for x = decode(encode(s))). With special tokens
+// split (kept as text) the round trip is the same and no special id appears.
+func FuzzEncodeDecode(f *testing.F) {
+	llama3, qwen3 := loadOrSkip(f, "llama3"), loadOrSkip(f, "qwen3")
+	for _, s := range []string{
+		"", " ", "hello world", "  leading and trailing  ", "\n\n\t\r\n", "don't I'll 123456789",
+		"日本語 한국어 🙂 👨‍👩‍👧‍👦 e\u0301", "<|im_start|>user\nhi<|im_end|>", "<|begin_of_text|><|eot_id|>",
+		"<|im_", "\xff\xfe", "a\x00b", "\u00a0\u3000", "<think>x</think>",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		roundTrip := func(tk *Tokenizer, s string, split bool) string {
+			enc := tk.Encode
+			if split {
+				enc = tk.EncodeSplitSpecialTokens
+			}
+			ids, err := enc(s, false)
+			if !utf8.ValidString(s) {
+				if !errors.Is(err, ErrInvalidUTF8) {
+					t.Fatalf("Encode(%q): err = %v, want ErrInvalidUTF8", s, err)
+				}
+				return ""
+			}
+			if err != nil {
+				t.Fatalf("Encode(%q): %v", s, err)
+			}
+			if split && slices.ContainsFunc(ids, tk.IsSpecial) {
+				t.Fatalf("EncodeSplitSpecialTokens(%q) = %v holds a special id", s, ids)
+			}
+			back, err := tk.Decode(ids, false)
+			if err != nil {
+				t.Fatalf("Decode(Encode(%q)): %v", s, err)
+			}
+			return back
+		}
+		for _, split := range []bool{false, true} {
+			if back := roundTrip(llama3, s, split); utf8.ValidString(s) && back != s {
+				t.Errorf("llama3 split=%v: Decode(Encode(%q)) = %q", split, s, back)
+			}
+			if norm := roundTrip(qwen3, s, split); utf8.ValidString(s) {
+				if back := roundTrip(qwen3, norm, split); back != norm {
+					t.Errorf("qwen3 split=%v: Decode(Encode(%q)) = %q", split, norm, back)
+				}
+			}
+		}
+	})
+}
