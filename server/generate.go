@@ -75,6 +75,10 @@ type job struct {
 	metadata metadata.MD
 	// excluded are the workers earlier attempts failed on.
 	excluded []string
+	// commit, when set, caches the prompt's tokenization; called once the
+	// request has passed validation against the workers, so that invalid
+	// prompts never occupy the tokenizer caches.
+	commit func()
 }
 
 func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {

@@ -73,6 +73,10 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	if err != nil {
 		return &failure{err: err, placement: true}
 	}
+	if j.commit != nil {
+		j.commit() // the prompt fits the model: worth caching
+		j.commit = nil
+	}
 	log := s.log.With(append([]any{"request_id", j.id, "attempt", n}, p.logAttrs()...)...)
 	id := attemptID(j.id)
 

@@ -39,7 +39,7 @@ func (s *Server) generateJob(req *kvgatev1.GenerateRequest) (*job, error) {
 		if s.text == nil {
 			return nil, status.Error(codes.FailedPrecondition, noTokenizer("text"))
 		}
-		if j.inputIDs, err = s.encode(text, true, "text"); err != nil {
+		if j.inputIDs, j.commit, err = s.encode(text, true, "text"); err != nil {
 			return nil, err
 		}
 	default:
@@ -76,28 +76,31 @@ func (s *Server) chatJob(req *kvgatev1.ChatRequest) (*job, error) {
 	if err != nil {
 		return nil, err
 	}
-	prompt, err := s.text.Render(conv)
-	if err != nil {
-		if errors.Is(err, template.ErrTemplateRaised) {
-			return nil, invalid("the chat template rejected the conversation: %v", err)
-		}
-		return nil, invalid("the chat template cannot render the conversation: %v", err)
-	}
-	if j.inputIDs, err = s.encode(prompt, false, "the rendered conversation"); err != nil {
-		return nil, err
+	// Rendered and tokenized in one step, so that client text can be kept
+	// from becoming control tokens (--split-special-tokens-in-content).
+	j.inputIDs, j.commit, err = s.text.EncodeChat(conv)
+	switch {
+	case errors.Is(err, template.ErrTemplateRaised):
+		return nil, invalid("the chat template rejected the conversation: %v", err)
+	case errors.Is(err, textmodel.ErrProtectedTextAltered):
+		return nil, invalid("the conversation cannot be rendered with its special-token text kept as text: %v", err)
+	case err != nil:
+		return nil, invalid("the chat template cannot render or tokenize the conversation: %v", err)
 	}
 	return j, nil
 }
 
-func (s *Server) encode(text string, addSpecial bool, what string) ([]uint32, error) {
+// encode tokenizes a prompt through the caches; commit caches it, which the
+// pipeline does only once the request proved valid.
+func (s *Server) encode(text string, addSpecial bool, what string) ([]uint32, func(), error) {
 	if !utf8.ValidString(text) {
-		return nil, invalid("%s is not valid UTF-8", what)
+		return nil, nil, invalid("%s is not valid UTF-8", what)
 	}
-	ids, err := s.text.Encode(text, addSpecial)
+	ids, commit, err := s.text.EncodeDeferred(text, addSpecial)
 	if err != nil {
-		return nil, invalid("tokenizing %s: %v", what, err)
+		return nil, nil, invalid("tokenizing %s: %v", what, err)
 	}
-	return ids, nil
+	return ids, commit, nil
 }
 
 // conversation converts the request to the values a chat template sees:

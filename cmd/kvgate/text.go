@@ -14,6 +14,8 @@ type textFlags struct {
 	src          textmodel.Sources
 	l0Enabled    bool
 	l0MaxEntries int
+	l0MaxMemory  int64
+	splitSpecial bool
 	l1Enabled    bool
 	l1MaxMemory  int64
 	fetchTimeout time.Duration
@@ -26,14 +28,16 @@ func (t *textFlags) register(fs *flag.FlagSet) {
 	def := cache.DefaultConfig()
 	fs.BoolVar(&t.l0Enabled, "tokenizer-cache-enable-l0", def.L0Enabled, "exact-match tokenizer cache (exact, so on by default)")
 	fs.IntVar(&t.l0MaxEntries, "tokenizer-cache-l0-max-entries", def.L0MaxEntries, "entries in the L0 cache")
+	fs.Int64Var(&t.l0MaxMemory, "tokenizer-cache-l0-max-memory", def.L0MaxBytes, "bytes the L0 cache may hold, counting texts, ids and overhead; a prompt over 2 MiB is never cached")
+	fs.BoolVar(&t.splitSpecial, "split-special-tokens-in-content", false, "Chat: tokenize special-token text inside client strings (message content, names, tool arguments) as plain text, so a user cannot forge a turn with e.g. <|im_start|>system; off by default, as Hugging Face transformers does")
 	fs.BoolVar(&t.l1Enabled, "tokenizer-cache-enable-l1", def.L1Enabled, "prefix tokenizer cache at special-token boundaries (exact, so on by default)")
 	fs.Int64Var(&t.l1MaxMemory, "tokenizer-cache-l1-max-memory", def.L1MaxBytes, "bytes the L1 cache may hold, counting keys, ids and overhead")
 	fs.DurationVar(&t.fetchTimeout, "tokenizer-fetch-timeout", 30*time.Second, "without --model-path/--tokenizer-path: how long to wait for a worker's GetTokenizer")
 }
 
 func (t *textFlags) options() textmodel.Options {
-	return textmodel.Options{Cache: cache.Config{
-		L0Enabled: t.l0Enabled, L0MaxEntries: t.l0MaxEntries,
-		L1Enabled: t.l1Enabled, L1MaxBytes: t.l1MaxMemory,
-	}}
+	c := cache.DefaultConfig()
+	c.L0Enabled, c.L0MaxEntries, c.L0MaxBytes = t.l0Enabled, t.l0MaxEntries, t.l0MaxMemory
+	c.L1Enabled, c.L1MaxBytes = t.l1Enabled, t.l1MaxMemory
+	return textmodel.Options{Cache: c, SplitSpecialTokensInContent: t.splitSpecial}
 }
