@@ -21,6 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
+	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/server"
@@ -82,6 +85,14 @@ type Config struct {
 	// Admission bounds the requests accepted, MaxRequestBytes one message.
 	Admission       server.AdmissionConfig
 	MaxRequestBytes int
+
+	// Credentials secure kvgate's listeners (TLS, mutual TLS); nil:
+	// plaintext.
+	Credentials credentials.TransportCredentials
+	// Auth holds the API keys; with none set every service is open.
+	Auth auth.Config
+	// SeparateAdmin serves Admin only through Gateway.ServeAdmin.
+	SeparateAdmin bool
 
 	Logger *slog.Logger
 }
@@ -250,7 +261,8 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	}
 	rel, adm := cfg.Reliability, cfg.Admission
 	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
-		PD: g.pd, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g})
+		PD: g.pd, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g,
+		Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log), SeparateAdmin: cfg.SeparateAdmin})
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +288,20 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 
 // Serve serves gRPC on lis until the gateway is shut down.
 func (g *Gateway) Serve(lis net.Listener) error { return g.Server.Serve(lis) }
+
+// ServeAdmin serves the Admin service on lis (Config.SeparateAdmin).
+func (g *Gateway) ServeAdmin(lis net.Listener) error { return g.Server.ServeAdmin(lis) }
+
+// authenticator checks the configured keys; nil when there are none.
+func authenticator(c auth.Config, log *slog.Logger) *auth.Authenticator {
+	if c.APIKey == "" && c.AdminAPIKey == "" {
+		return nil
+	}
+	if c.Logger == nil {
+		c.Logger = log
+	}
+	return auth.New(c)
+}
 
 // Shutdown stops the server (running requests may finish until ctx ends; see
 // server.Server.Stop), then the background loops and the workers'

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,12 +20,14 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
@@ -56,6 +59,13 @@ type Config struct {
 	Admission *AdmissionConfig
 	// Fleet, when set, serves Admin.AddWorker and Admin.RemoveWorker.
 	Fleet Fleet
+	// Credentials secure the listeners (TLS, mutual TLS); nil: plaintext.
+	Credentials credentials.TransportCredentials
+	// Auth checks API keys; nil: every service is open.
+	Auth *auth.Authenticator
+	// SeparateAdmin serves the Admin service on a server of its own
+	// (ServeAdmin) instead of beside Router.
+	SeparateAdmin bool
 	// MaxRequestBytes bounds one request message; larger ones are refused
 	// with RESOURCE_EXHAUSTED before they are decoded. 0: DefaultMaxRequestBytes.
 	MaxRequestBytes int
@@ -121,6 +131,7 @@ type Server struct {
 	endRequests context.CancelFunc
 
 	grpc   *grpc.Server
+	admin  *grpc.Server // nil: Admin is served by grpc
 	health *health.Server
 }
 
@@ -204,27 +215,46 @@ func New(cfg Config) (*Server, error) {
 	recoverOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(s.recoverPanic)}
 	// Health probes and reflection would drown the request log.
 	ours := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return monitored(c.FullMethod()) })
-	s.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(
-			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(s.log), logOpts...), ours),
-			s.metrics.UnaryInterceptor,
-			recovery.UnaryServerInterceptor(recoverOpts...),
-			rejectUndecodableUnary,
-		),
-		grpc.ChainStreamInterceptor(
-			selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(s.log), logOpts...), ours),
-			s.metrics.StreamInterceptor,
-			recovery.StreamServerInterceptor(recoverOpts...),
-			rejectUndecodableStream,
-			s.admissionStream,
-		),
-		grpc.ForceServerCodecV2(newRequestCodec()),
-		grpc.MaxRecvMsgSize(maxMsg),
-	)
+	unary := []grpc.UnaryServerInterceptor{
+		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(s.log), logOpts...), ours),
+		s.metrics.UnaryInterceptor,
+		recovery.UnaryServerInterceptor(recoverOpts...),
+	}
+	stream := []grpc.StreamServerInterceptor{
+		selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(s.log), logOpts...), ours),
+		s.metrics.StreamInterceptor,
+		recovery.StreamServerInterceptor(recoverOpts...),
+	}
+	// Authentication comes before anything looks at the request's bytes.
+	if cfg.Auth != nil {
+		unary = append(unary, cfg.Auth.Unary())
+		stream = append(stream, cfg.Auth.Stream())
+	}
+	unary = append(unary, rejectUndecodableUnary)
+	stream = append(stream, rejectUndecodableStream, s.admissionStream)
+	newServer := func() *grpc.Server {
+		opts := []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(unary...),
+			grpc.ChainStreamInterceptor(stream...),
+			grpc.ForceServerCodecV2(newRequestCodec()),
+			grpc.MaxRecvMsgSize(maxMsg),
+		}
+		if cfg.Credentials != nil {
+			opts = append(opts, grpc.Creds(cfg.Credentials))
+		}
+		g := grpc.NewServer(opts...)
+		healthpb.RegisterHealthServer(g, s.health)
+		reflection.Register(g)
+		return g
+	}
+	s.grpc = newServer()
 	kvgatev1.RegisterRouterServer(s.grpc, &router{s: s})
-	kvgatev1.RegisterAdminServer(s.grpc, &admin{s: s, reg: s.reg})
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	adminSrv := s.grpc
+	if cfg.SeparateAdmin {
+		s.admin = newServer()
+		adminSrv = s.admin
+	}
+	kvgatev1.RegisterAdminServer(adminSrv, &admin{s: s, reg: s.reg})
 	s.UpdateHealth()
 	return s, nil
 }
@@ -238,12 +268,37 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // Serve accepts connections on lis until Stop.
 func (s *Server) Serve(lis net.Listener) error { return s.grpc.Serve(lis) }
 
+// ServeAdmin serves the Admin service on lis until Stop, when it was
+// configured apart (Config.SeparateAdmin).
+func (s *Server) ServeAdmin(lis net.Listener) error {
+	if s.admin == nil {
+		return errors.New("server: Admin is served beside Router; ServeAdmin needs Config.SeparateAdmin")
+	}
+	return s.admin.Serve(lis)
+}
+
 // Stop shuts the server down: health turns NOT_SERVING, new calls are
 // refused, and running requests may finish until ctx ends. Those still
 // running then are aborted on their engines and end with UNAVAILABLE
 // ("kvgate is shutting down"), and the server closes.
 func (s *Server) Stop(ctx context.Context) {
 	s.health.Shutdown()
+	if s.admin != nil {
+		// Admin calls are short; they finish within the drain or are cut.
+		adminDone := make(chan struct{})
+		go func() {
+			s.admin.GracefulStop()
+			close(adminDone)
+		}()
+		defer func() {
+			select {
+			case <-adminDone:
+			case <-ctx.Done():
+				s.admin.Stop()
+				<-adminDone
+			}
+		}()
+	}
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/tlsfiles"
 	"github.com/kvgate/kvgate/policy"
 
 	"github.com/kvgate/kvgate/workers"
@@ -43,6 +45,10 @@ type serveConfig struct {
 	waitForWorkers       bool
 	drainTimeoutSecs     float64
 	workerTLS            struct{ ca, cert, key string }
+	tls                  struct{ cert, key, clientCA string }
+	apiKey, adminAPIKey  string
+	adminPort            int
+	adminHost            string
 	shutdownTimeout      time.Duration
 	logLevel             string
 	logJSON              bool
@@ -88,6 +94,13 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.embeddedTimeScale, "embedded-time-scale", 1, "without --worker-urls: multiplies the simulated engines' delays (0: no delays)")
 	fs.IntVar(&c.embeddedKVCapacity, "embedded-kv-capacity-tokens", 0, "without --worker-urls: KV cache size of each simulated engine in tokens (0: the simulator's default)")
 	fs.Float64Var(&c.embeddedPrefillSpeed, "embedded-prefill-tokens-per-sec", 0, "without --worker-urls: prefill speed of each simulated engine (0: the simulator's default)")
+	fs.StringVar(&c.tls.cert, "tls-cert-file", "", "serve TLS with this certificate (PEM, with any intermediates); reloaded when the file changes and on SIGHUP")
+	fs.StringVar(&c.tls.key, "tls-key-file", "", "the TLS certificate's private key (PEM)")
+	fs.StringVar(&c.tls.clientCA, "tls-client-ca-file", "", "require client certificates signed by these CAs (PEM): mutual TLS")
+	fs.StringVar(&c.apiKey, "api-key", os.Getenv("KVGATE_API_KEY"), "require 'authorization: Bearer KEY' for the Router service (default: $KVGATE_API_KEY; empty: open). Also opens Admin when --admin-api-key is empty")
+	fs.StringVar(&c.adminAPIKey, "admin-api-key", os.Getenv("KVGATE_ADMIN_API_KEY"), "require 'authorization: Bearer KEY' for the Admin service; the Router key then does not open it (default: $KVGATE_ADMIN_API_KEY)")
+	fs.IntVar(&c.adminPort, "admin-port", -1, "serve the Admin service on a listener of its own on this port instead of beside Router (-1: beside Router; 0: any free port)")
+	fs.StringVar(&c.adminHost, "admin-host", "127.0.0.1", "with --admin-port: the address to serve Admin on (loopback unless set)")
 	c.text.register(fs)
 	c.routing.register(fs)
 	c.reliability.register(fs)
@@ -116,13 +129,31 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	return serve(ctx, cfg, log, nil)
 }
 
-// serve runs the router until ctx ends. ready, when not nil, is called with the
-// gRPC and metrics addresses once both accept connections.
-func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(grpcAddr, metricsAddr string)) error {
+// listening are the addresses serve listens on; admin is empty when Admin
+// is served on the gRPC port, metrics when metrics are off.
+type listening struct{ grpc, metrics, admin string }
+
+// serve runs the router until ctx ends. ready, when not nil, is called with
+// the addresses once they accept connections.
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(listening)) error {
 	gcfg, stopSims, err := cfg.gateway(log)
 	if err != nil {
 		return err
 	}
+	var certs *tlsfiles.Certificates
+	if cfg.tls.cert != "" || cfg.tls.key != "" || cfg.tls.clientCA != "" {
+		if cfg.tls.cert == "" || cfg.tls.key == "" {
+			stopSims()
+			return errors.New("TLS needs both --tls-cert-file and --tls-key-file (--tls-client-ca-file adds mutual TLS)")
+		}
+		certs, err = tlsfiles.New(tlsfiles.Config{CertFile: cfg.tls.cert, KeyFile: cfg.tls.key, ClientCAFile: cfg.tls.clientCA, Logger: log})
+		if err != nil {
+			stopSims()
+			return fmt.Errorf("TLS: %w", err)
+		}
+		gcfg.Credentials = credentials.NewTLS(certs.TLSConfig())
+	}
+	gcfg.SeparateAdmin = cfg.adminPort >= 0
 	defer stopSims()
 	g, err := gateway.New(ctx, gcfg)
 	if err != nil {
@@ -166,18 +197,30 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 		for {
 			select {
 			case <-hup:
-				reload(log)
+				reload(log, certs)
 			case <-hupDone:
 				return
 			}
 		}
 	}()
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- g.Serve(lis) }()
-	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", g.Policy.Name(), "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()))
+	adminAddr := ""
+	if cfg.adminPort >= 0 {
+		alis, err := net.Listen("tcp", net.JoinHostPort(cfg.adminHost, strconv.Itoa(cfg.adminPort)))
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("listen for Admin: %w", err)
+		}
+		adminAddr = alis.Addr().String()
+		go func() { serveErr <- g.ServeAdmin(alis) }()
+	}
+	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", g.Policy.Name(), "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()),
+		"admin", adminAddr, "tls", certs != nil, "mutual_tls", cfg.tls.clientCA != "",
+		"api_key", gcfg.Auth.APIKey != "", "admin_api_key", gcfg.Auth.AdminAPIKey != "")
 	if ready != nil {
-		ready(lis.Addr().String(), metricsAddr)
+		ready(listening{grpc: lis.Addr().String(), metrics: metricsAddr, admin: adminAddr})
 	}
 
 	select {
@@ -195,9 +238,19 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(gr
 	return err
 }
 
-// reload re-reads what the router can change while it runs, on SIGHUP.
-func reload(log *slog.Logger) {
-	log.Info("SIGHUP: nothing to reload (no TLS files configured)")
+// reload re-reads what the router can change while it runs, on SIGHUP: the
+// TLS certificate, key and client CAs (also picked up by themselves when the
+// files change). A reload that fails keeps the previous certificates.
+func reload(log *slog.Logger, certs *tlsfiles.Certificates) {
+	if certs == nil {
+		log.Info("SIGHUP: nothing to reload (no TLS files configured)")
+		return
+	}
+	if err := certs.Reload(); err != nil {
+		log.Error("SIGHUP: TLS files not reloaded; the previous certificates stay in use", "error", err)
+		return
+	}
+	log.Info("SIGHUP: TLS files reloaded")
 }
 
 // gateway turns the command line into the router's configuration, starting
@@ -248,6 +301,7 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	g.Reliability = c.reliability.config()
 	g.Admission = c.admission.config()
 	g.MaxRequestBytes = c.admission.maxRequestBytes
+	g.Auth.APIKey, g.Auth.AdminAPIKey = c.apiKey, c.adminAPIKey
 	g.Logger = log
 	return g, stop, nil
 }

@@ -49,7 +49,7 @@ func TestEmbeddedDefaultServesGenerateAndMetrics(t *testing.T) {
 	addrs := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(g, m string) { addrs <- [2]string{g, m} })
+		done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(l listening) { addrs <- [2]string{l.grpc, l.metrics} })
 	}()
 	var a [2]string
 	select {
@@ -156,7 +156,7 @@ func TestEmbeddedPD(t *testing.T) {
 	defer cancel()
 	addrs := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(g, _ string) { addrs <- g }) }()
+	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l.grpc }) }()
 	var addr string
 	select {
 	case addr = <-addrs:

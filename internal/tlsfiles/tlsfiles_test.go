@@ -2,17 +2,11 @@ package tlsfiles
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io/fs"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,88 +23,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pemBlock("CERTIFICATE", der)}
-}
-
-func (ca *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
-
-// issue returns a PEM certificate and key signed by ca: a server certificate
-// for 127.0.0.1 and localhost, or a client certificate.
-func (ca *testCA) issue(t *testing.T, serial int64, server bool) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: "client"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.Subject.CommonName = "kvgate"
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames = []string{"localhost"}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER)
-}
 
 // leaksKey reports whether s contains part of the base64 body of keyPEM.
 func leaksKey(s string, keyPEM []byte) bool {
 	body := strings.Join(strings.Split(string(keyPEM), "\n")[1:3], "")
 	return strings.Contains(s, body[10:40])
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
 
 // writeFile replaces name the way rotation tools do: write aside, then rename.
@@ -133,7 +53,7 @@ type fixture struct {
 	addr  string
 }
 
-func newFixture(t *testing.T, ca *testCA, clientCA []byte, logger *slog.Logger) *fixture {
+func newFixture(t *testing.T, ca *testutil.CA, clientCA []byte, logger *slog.Logger) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{cfg: Config{
@@ -141,7 +61,7 @@ func newFixture(t *testing.T, ca *testCA, clientCA []byte, logger *slog.Logger) 
 		KeyFile:  filepath.Join(dir, "tls.key"),
 		Logger:   logger,
 	}}
-	cert, key := ca.issue(t, 100, true)
+	cert, key := ca.Issue(t, 100, true)
 	writeFile(t, f.cfg.CertFile, cert)
 	writeFile(t, f.cfg.KeyFile, key)
 	if clientCA != nil {
@@ -205,20 +125,20 @@ func (f *fixture) wantSerial(t *testing.T, roots *x509.CertPool, want int64) {
 }
 
 func TestReloadRotatesAndKeepsGoodCertificate(t *testing.T) {
-	ca := newCA(t, "kvgate test CA")
+	ca := testutil.NewCA(t, "kvgate test CA")
 	f := newFixture(t, ca, nil, nil)
 	f.start(t)
-	f.wantSerial(t, ca.pool(), 100)
+	f.wantSerial(t, ca.Pool(), 100)
 
-	cert, key := ca.issue(t, 200, true)
+	cert, key := ca.Issue(t, 200, true)
 	writeFile(t, f.cfg.KeyFile, key)
 	writeFile(t, f.cfg.CertFile, cert)
 	if err := f.certs.Reload(); err != nil {
 		t.Fatalf("Reload after a good rotation: %v", err)
 	}
-	f.wantSerial(t, ca.pool(), 200)
+	f.wantSerial(t, ca.Pool(), 200)
 
-	otherCert, _ := ca.issue(t, 300, true)
+	otherCert, _ := ca.Issue(t, 300, true)
 	broken := []struct {
 		name      string
 		cert, key []byte
@@ -240,7 +160,7 @@ func TestReloadRotatesAndKeepsGoodCertificate(t *testing.T) {
 			if leaksKey(err.Error(), key) {
 				t.Errorf("Reload error shows key material: %v", err)
 			}
-			f.wantSerial(t, ca.pool(), 200)
+			f.wantSerial(t, ca.Pool(), 200)
 		})
 	}
 }
@@ -264,7 +184,7 @@ func (b *syncBuffer) String() string {
 }
 
 func TestHandshakesReloadChangedFiles(t *testing.T) {
-	ca := newCA(t, "kvgate test CA")
+	ca := testutil.NewCA(t, "kvgate test CA")
 	var logs syncBuffer
 	f := newFixture(t, ca, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	// A clock the test moves, so "at most once per interval" is checked
@@ -274,20 +194,20 @@ func TestHandshakesReloadChangedFiles(t *testing.T) {
 	f.certs.now = func() time.Time { return time.Unix(0, clock.Load()) }
 	f.certs.lastCheck.Store(clock.Load())
 	f.start(t)
-	f.wantSerial(t, ca.pool(), 100)
+	f.wantSerial(t, ca.Pool(), 100)
 
-	cert, key := ca.issue(t, 200, true)
+	cert, key := ca.Issue(t, 200, true)
 	writeFile(t, f.cfg.KeyFile, key)
 	writeFile(t, f.cfg.CertFile, cert)
-	f.wantSerial(t, ca.pool(), 100) // within the interval: files not looked at
+	f.wantSerial(t, ca.Pool(), 100) // within the interval: files not looked at
 	clock.Add(int64(2 * checkInterval))
-	f.wantSerial(t, ca.pool(), 200)
+	f.wantSerial(t, ca.Pool(), 200)
 
-	otherCert, _ := ca.issue(t, 300, true)
+	otherCert, _ := ca.Issue(t, 300, true)
 	writeFile(t, f.cfg.CertFile, otherCert) // does not match the key
 	for range 2 {
 		clock.Add(int64(2 * checkInterval))
-		f.wantSerial(t, ca.pool(), 200)
+		f.wantSerial(t, ca.Pool(), 200)
 	}
 	out := logs.String()
 	if n := strings.Count(out, "do not load"); n != 1 {
@@ -299,14 +219,14 @@ func TestHandshakesReloadChangedFiles(t *testing.T) {
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca := newCA(t, "kvgate test CA")
-	clientCA := newCA(t, "kvgate client CA")
-	strangerCA := newCA(t, "unrelated CA")
-	f := newFixture(t, ca, clientCA.pem, nil)
+	ca := testutil.NewCA(t, "kvgate test CA")
+	clientCA := testutil.NewCA(t, "kvgate client CA")
+	strangerCA := testutil.NewCA(t, "unrelated CA")
+	f := newFixture(t, ca, clientCA.PEM, nil)
 	f.start(t)
 
-	pair := func(c *testCA, serial int64) *tls.Certificate {
-		cert, key := c.issue(t, serial, false)
+	pair := func(c *testutil.CA, serial int64) *tls.Certificate {
+		cert, key := c.Issue(t, serial, false)
 		p, err := tls.X509KeyPair(cert, key)
 		if err != nil {
 			t.Fatal(err)
@@ -325,7 +245,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 	run := func(t *testing.T, cert *tls.Certificate, served bool) {
 		t.Helper()
-		_, err := f.check(t, ca.pool(), cert)
+		_, err := f.check(t, ca.Pool(), cert)
 		switch {
 		case served && err != nil:
 			t.Fatalf("refused: %v", err)
@@ -339,7 +259,7 @@ func TestMutualTLS(t *testing.T) {
 
 	// The client CA file is reloaded too: trusting the other CA instead
 	// admits its clients and locks out the first CA's.
-	writeFile(t, f.cfg.ClientCAFile, strangerCA.pem)
+	writeFile(t, f.cfg.ClientCAFile, strangerCA.PEM)
 	if err := f.certs.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -348,9 +268,9 @@ func TestMutualTLS(t *testing.T) {
 }
 
 func TestNewRefusesBadFiles(t *testing.T) {
-	ca := newCA(t, "kvgate test CA")
-	cert, key := ca.issue(t, 100, true)
-	otherCert, _ := ca.issue(t, 101, true)
+	ca := testutil.NewCA(t, "kvgate test CA")
+	cert, key := ca.Issue(t, 100, true)
+	otherCert, _ := ca.Issue(t, 101, true)
 	tests := []struct {
 		name           string
 		cert, key, cas []byte // nil cas: no client CA file
@@ -359,7 +279,7 @@ func TestNewRefusesBadFiles(t *testing.T) {
 		{name: "no certificate file named", noCert: true},
 		{name: "key does not match", cert: otherCert, key: key},
 		{name: "client CA file empty", cert: cert, key: key, cas: []byte{}},
-		{name: "client CA file half written", cert: cert, key: key, cas: ca.pem[:len(ca.pem)-30]},
+		{name: "client CA file half written", cert: cert, key: key, cas: ca.PEM[:len(ca.PEM)-30]},
 		{name: "client CA file holds a key", cert: cert, key: key, cas: key},
 		{name: "client CA file too large", cert: cert, key: key, cas: bytes.Repeat([]byte("#"), maxFileSize+1)},
 	}
