@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -195,7 +196,11 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 	}
 	breaker := cfg.Breaker
+	var metrics atomic.Pointer[server.Metrics] // set once the server exists
 	breaker.OnChange = func(url string, from, to workers.BreakerState) {
+		if m := metrics.Load(); m != nil {
+			m.BreakerChanged(to)
+		}
 		if to == workers.BreakerOpen {
 			log.Warn("circuit breaker open: the worker gets no requests until its timeout", "worker", url, "from", from.String(),
 				"timeout", cfg.Breaker.Timeout)
@@ -266,6 +271,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
+	metrics.Store(g.Server.Metrics())
 
 	bg := g.bgCtx
 	// A worker that joins late, or is added or removed, changes the

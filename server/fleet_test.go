@@ -42,6 +42,9 @@ func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
 	if got := breakerOf(0); got != kvgatev1.BreakerState_BREAKER_STATE_OPEN {
 		t.Fatalf("breaker of the failing worker: %v, want OPEN", got)
 	}
+	if n := counter(t, f, "kvgate_circuit_breaker_transitions_total", "state", "open"); n != 1 {
+		t.Fatalf("kvgate_circuit_breaker_transitions_total{state=open} = %v, want 1", n)
+	}
 	if n := f.sims[0].Engine().Stats().Rejected; n != 3 {
 		t.Fatalf("the failing worker got %d requests; its breaker should have opened after 3", n)
 	}

@@ -38,6 +38,7 @@ type Metrics struct {
 	retries              *prometheus.CounterVec
 	retryBudgetExhausted prometheus.Counter
 	admissionRejected    *prometheus.CounterVec
+	breakerTransitions   *prometheus.CounterVec
 
 	predictions      prometheus.Counter
 	predictionsExact prometheus.Counter
@@ -117,6 +118,10 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_admission_rejected_total",
 			Help: "Requests refused with RESOURCE_EXHAUSTED by admission control, by reason (queue_full, queue_timeout, rate_limit).",
 		}, []string{"reason"}),
+		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_circuit_breaker_transitions_total",
+			Help: "Circuit breaker state changes, by the state entered (open, half_open, closed).",
+		}, []string{"state"}),
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_cache_prediction_observations_total",
 			Help: "Completed requests whose predicted cached tokens were compared with the engine's report.",
@@ -139,7 +144,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts, m.decisions,
-		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted, m.admissionRejected,
+		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted, m.admissionRejected, m.breakerTransitions,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		&workerCollector{reg: reg},
 		collectors.NewGoCollector(),
@@ -178,10 +183,14 @@ var (
 		"Waiting requests the engine reported at the last load poll.", []string{"worker"}, nil)
 	descKVUsage = prometheus.NewDesc("kvgate_worker_kv_cache_usage_ratio",
 		"Fraction of the engine's KV cache in use at the last load poll.", []string{"worker"}, nil)
+	descBreaker = prometheus.NewDesc("kvgate_worker_circuit_breaker_state",
+		"The worker's circuit breaker: 0 closed, 1 open (no requests), 2 half-open (probing).", []string{"worker"}, nil)
+	descDraining = prometheus.NewDesc("kvgate_worker_draining",
+		"1 while the worker is being removed (Admin.RemoveWorker): it gets no new requests.", []string{"worker"}, nil)
 )
 
 func (c *workerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActive, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage} {
+	for _, d := range []*prometheus.Desc{descActive, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining} {
 		ch <- d
 	}
 }
@@ -199,7 +208,29 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descEngineRunning, prometheus.GaugeValue, float64(el.Running), w.URL())
 		ch <- prometheus.MustNewConstMetric(descEngineWaiting, prometheus.GaugeValue, float64(el.Waiting), w.URL())
 		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, el.TokenUsage, w.URL())
+		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue(w.Breaker().State()), w.URL())
+		draining := 0.0
+		if w.Draining() {
+			draining = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining, w.URL())
 	}
+}
+
+func breakerValue(s workers.BreakerState) float64 {
+	switch s {
+	case workers.BreakerOpen:
+		return 1
+	case workers.BreakerHalfOpen:
+		return 2
+	}
+	return 0
+}
+
+// BreakerChanged counts a circuit breaker's change of state; the gateway
+// calls it from every worker's breaker.
+func (m *Metrics) BreakerChanged(to workers.BreakerState) {
+	m.breakerTransitions.WithLabelValues(to.String()).Inc()
 }
 
 func (m *Metrics) observe(method string, err error, elapsed time.Duration) {
