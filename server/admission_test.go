@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -15,18 +16,20 @@ import (
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// holdStream starts a generation on a worker that stalls after its first
-// token, so the request keeps its place until the test cancels it.
-func holdStream(t *testing.T, f *fleet, ctx context.Context) {
+// startStream starts a streaming generation of maxNew tokens and returns
+// once its first chunk arrived; on a worker that stalls after its first
+// token, the request keeps its place until ctx ends.
+func startStream(t *testing.T, f *fleet, ctx context.Context, maxNew uint32) grpc.ServerStreamingClient[kvgatev1.GenerateResponse] {
 	t.Helper()
 	st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true,
-		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100), IgnoreEos: true}})
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(maxNew), IgnoreEos: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Recv(); err != nil {
-		t.Fatalf("held stream: %v", err)
+		t.Fatalf("stream's first chunk: %v", err)
 	}
+	return st
 }
 
 func TestAdmissionBoundsConcurrencyAndItsQueue(t *testing.T) {
@@ -38,9 +41,9 @@ func TestAdmissionBoundsConcurrencyAndItsQueue(t *testing.T) {
 		}})
 	held, cancelHeld := context.WithCancel(context.Background())
 	defer cancelHeld()
-	holdStream(t, f, held)
+	startStream(t, f, held, 100)
 	second, cancelSecond := context.WithCancel(context.Background())
-	holdStream(t, f, second)
+	startStream(t, f, second, 100)
 
 	// A third request waits in the queue and gives up after the queue timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

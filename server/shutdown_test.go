@@ -10,7 +10,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -24,14 +23,7 @@ func TestShutdownDrainsRunningRequests(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true,
-		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(40), IgnoreEos: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	st := startStream(t, f, ctx, 40)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -71,17 +63,11 @@ func TestShutdownCutsWhatOutlivesTheDrain(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1, sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 2 }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true,
-		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(40), IgnoreEos: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	st := startStream(t, f, ctx, 40)
 	sctx, scancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer scancel()
 	f.g.Shutdown(sctx)
+	var err error
 	for {
 		_, err = st.Recv()
 		if err != nil {

@@ -1,17 +1,9 @@
 package workers_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -34,57 +27,13 @@ type testPKI struct {
 func newTestPKI(t *testing.T, name string) testPKI {
 	t.Helper()
 	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	p := testPKI{caPool: x509.NewCertPool()}
-	p.caPool.AddCert(ca)
-	p.caFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)
-
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (certFile, keyFile string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return writePEM(t, dir, cn+".pem", "CERTIFICATE", der), writePEM(t, dir, cn+"-key.pem", "EC PRIVATE KEY", keyDER)
-	}
-	p.serverCert, p.serverKey = leaf(2, "engine", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
-	p.clientCert, p.clientKey = leaf(3, "router", x509.ExtKeyUsageClientAuth, nil)
+	ca := testutil.NewCA(t, name+" CA")
+	p := testPKI{caPool: ca.Pool(), caFile: testutil.WriteFile(t, dir, "ca.pem", ca.PEM)}
+	cert, key := ca.Issue(t, 2, true)
+	p.serverCert, p.serverKey = testutil.WriteFile(t, dir, "engine.pem", cert), testutil.WriteFile(t, dir, "engine-key.pem", key)
+	cert, key = ca.Issue(t, 3, false)
+	p.clientCert, p.clientKey = testutil.WriteFile(t, dir, "router.pem", cert), testutil.WriteFile(t, dir, "router-key.pem", key)
 	return p
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // startTLSSim serves a simulated engine over TLS with pki's server
@@ -184,10 +133,7 @@ func TestConnectTLS(t *testing.T) {
 
 func TestClientTLSConfigErrors(t *testing.T) {
 	pki := newTestPKI(t, "kvgate")
-	notPEM := writePEM(t, t.TempDir(), "x", "X", nil)
-	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	notPEM := testutil.WriteFile(t, t.TempDir(), "x", []byte("not a certificate"))
 	tests := []struct {
 		name            string
 		ca, cert, key   string
