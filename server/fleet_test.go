@@ -230,3 +230,42 @@ func TestAddAndRemoveWorkersUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// A removed worker is forgotten by the policy: cache_aware's tree drops
+// everything it held for it.
+func TestRemovedWorkerIsForgottenByTheTree(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "cache_aware"})
+	f.mustGenerate(t, longReq)
+	served := f.mustGenerate(t, longReq).complete.Worker
+	treeTokens := func(worker string) float64 {
+		mfs, err := f.srv.Metrics().Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "kvgate_tree_worker_tokens" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "worker" && lp.GetValue() == worker {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	if treeTokens(served) == 0 {
+		t.Fatalf("the tree holds nothing for %s after serving it", served)
+	}
+	if _, err := f.admin.RemoveWorker(context.Background(), &kvgatev1.RemoveWorkerRequest{Address: served}); err != nil {
+		t.Fatal(err)
+	}
+	if n := treeTokens(served); n != 0 {
+		t.Fatalf("the tree still holds %v tokens for the removed worker", n)
+	}
+	if c := f.mustGenerate(t, longReq).complete; c.Worker == served {
+		t.Fatal("a request went to the removed worker")
+	}
+}
