@@ -224,3 +224,40 @@ func TestClientsSharingARequestIDDoNotTouchEachOther(t *testing.T) {
 		t.Fatalf("engine: %d rejected, %d aborts; want none", st.Rejected, st.AbortCalls)
 	}
 }
+
+// The adversarial findings, measured: a worker killed with kill -9, and one
+// that answers every Generate with UNAVAILABLE while passing its health
+// checks, once took nearly all of cache_aware's traffic (a failing worker
+// has no load). Now no request fails, and the failing worker sees only the
+// attempts that open its circuit breaker (10 by default).
+func TestFailingWorkerDoesNotAttractTraffic(t *testing.T) {
+	faults := []struct {
+		name  string
+		apply func(f *fleet)
+	}{
+		{"killed", func(f *fleet) { f.sims[0].Kill() }},
+		{"answers UNAVAILABLE, passes health checks", func(f *fleet) { f.sims[0].Engine().SetFaults(sim.Faults{Unavailable: true}) }},
+	}
+	for _, fault := range faults {
+		t.Run(fault.name, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{workers: 4, policy: "cache_aware", healthInterval: time.Hour, gateway: func(c *gateway.Config) {
+				c.Reliability.Retry.InitialBackoff, c.Reliability.Retry.MaxBackoff = time.Millisecond, time.Millisecond
+				c.Health.FailureThreshold = 100 // the request path alone must notice
+			}})
+			fault.apply(f)
+			for i := range 200 {
+				// Unique prompts: every one is a cache miss, which goes to the
+				// least loaded worker, the failing one.
+				r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(10*i), 32),
+					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+				if r.complete.Worker == f.workerURL(0) {
+					t.Fatalf("request %d was served by the failed worker", i)
+				}
+			}
+			if n := counter(t, f, "kvgate_retries_total", "worker", f.workerURL(0)); n != 10 {
+				t.Fatalf("%v attempts failed on the failing worker; want exactly the 10 that open its breaker", n)
+			}
+			t.Logf("%s: 200 of 200 requests succeeded; %v retries", fault.name, counter(t, f, "kvgate_retries_total"))
+		})
+	}
+}
