@@ -155,6 +155,44 @@ func TestFailureAfterTheFirstTokenEndsTheRequest(t *testing.T) {
 	}
 }
 
+// A non-streaming call sees nothing before its completion, so a worker that
+// fails mid-generation is, for its client, a worker that failed before the
+// first token: the request is served elsewhere. (It used to end with
+// UNAVAILABLE "failed after N tokens" and no token at all; the chaos test
+// found it.)
+func TestNonStreamingCallIsRetriedAfterAMidGenerationFailure(t *testing.T) {
+	tests := []struct {
+		name   string
+		faults sim.Faults
+	}{
+		{"the stream is dropped", sim.Faults{DropAfterTokens: 3}},
+		{"the engine stalls", sim.Faults{StallAfterTokens: 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			noLeaks(t)
+			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+				sim: func(i int, c *sim.Config) {
+					if i == 0 {
+						c.Faults = tc.faults
+					}
+				}})
+			req := &kvgatev1.GenerateRequest{InputIds: prompt(1, 16),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(12), IgnoreEos: true}}
+			r := f.mustGenerate(t, req) // round robin starts at worker 0
+			if r.complete.Worker != f.workerURL(1) || len(r.complete.OutputIds) != 12 || len(r.chunks) != 0 {
+				t.Fatalf("served by %s with %d tokens and %d chunks; want all 12 from worker 1 in the completion only",
+					r.complete.Worker, len(r.complete.OutputIds), len(r.chunks))
+			}
+			if n := counter(t, f, "kvgate_retries_total", "worker", f.workerURL(0)); n != 1 {
+				t.Fatalf("kvgate_retries_total for worker 0 = %v, want 1", n)
+			}
+			eng := f.sims[0].Engine()
+			eventually(t, "the failed attempt to be freed on its engine", func() bool { return eng.Stats().Running == 0 })
+		})
+	}
+}
+
 func TestEveryWorkerFailingEndsWithUnavailableNamingThem(t *testing.T) {
 	noLeaks(t)
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,

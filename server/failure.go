@@ -39,6 +39,11 @@ type failure struct {
 	cause  cause
 	worker *workers.Worker // the worker blamed; nil before placement
 	tokens int             // tokens received from the engine before it
+	// delivered: the client has received some of the output (a streaming
+	// call's chunk). Until then another worker may serve the request as if
+	// nothing happened, even when this engine had generated tokens: a
+	// non-streaming call gets nothing before its completion.
+	delivered bool
 	// placement is set when no attempt could be placed at all.
 	placement bool
 }
@@ -81,9 +86,9 @@ func (s *Server) classify(ctx, actx context.Context, p placement, err error, tok
 	return f
 }
 
-// retryable: the worker failed before any token, so another may serve the
-// request as if nothing happened.
-func (f *failure) retryable() bool { return f.cause == causeWorker && f.tokens == 0 && f.worker != nil }
+// retryable: the worker failed before the client saw any token, so another
+// may serve the request as if nothing happened.
+func (f *failure) retryable() bool { return f.cause == causeWorker && !f.delivered && f.worker != nil }
 
 // status is the one place a failed request becomes what the client sees.
 // Client mistakes keep the engine's code; INTERNAL is reserved for kvgate's

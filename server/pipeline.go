@@ -20,8 +20,9 @@ import (
 
 // run is the request pipeline once the prompt is known: place an attempt,
 // start it, relay its stream, observe the outcome; and when a worker fails
-// before the client has seen a token, try again on another worker, within the
-// retry limits and the client's deadline. It is the one path every request
+// before the client has seen a token (for a non-streaming call: before its
+// completion), try again on another worker, within the retry limits and the
+// client's deadline. It is the one path every request
 // takes, with or without prefill/decode disaggregation.
 func (s *Server) run(ctx context.Context, j *job) error {
 	// A request still running when the drain period of a shutdown ends is
@@ -94,6 +95,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	}
 	if err != nil {
 		f := s.classify(ctx, actx, p, err, len(rel.output))
+		f.delivered = j.stream && len(rel.output) > 0
 		p.end(policy.Outcome{CachedTokens: int(rel.last.CachedTokens), Err: err})
 		p.settle(f)
 		if f.cause != causeClientError && p.abortOnFailure() {
