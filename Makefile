@@ -10,7 +10,7 @@ PROTOC_GEN_GO_GRPC   := v1.6.0
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check bench
+.PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check bench chaos fuzz-short
 
 all: build
 
@@ -92,3 +92,8 @@ bench:
 		--policies cache_aware,prefix_hash,power_of_two,round_robin \
 		--json $(BENCH_RESULTS)/trace.json --plot $(BENCH_RESULTS)/trace.svg | tee $(BENCH_RESULTS)/trace.txt
 	$(BIN)/kvgate bench --overhead | tee $(BENCH_RESULTS)/overhead.txt
+
+## chaos: the full chaos run (1,000 requests while engines are killed, stalled and failing;
+## under a minute); `go test` runs a 300-request version. Its figures go to RELIABILITY.md.
+chaos:
+	KVGATE_CHAOS=full go test -race -count=1 -run TestChaos -v ./server/
