@@ -97,3 +97,18 @@ bench:
 ## under a minute); `go test` runs a 300-request version. Its figures go to RELIABILITY.md.
 chaos:
 	KVGATE_CHAOS=full go test -race -count=1 -run TestChaos -v ./server/
+
+## fuzz-short: every fuzz target in the repo for FUZZTIME each (CI: about a minute in all).
+## Targets are found by name, so a new one is fuzzed without editing this file; minimizing
+## is capped because FuzzEncodeDecode's inputs take long to minimize.
+FUZZTIME ?= 4s
+fuzz-short: SHELL := /bin/bash
+fuzz-short: .SHELLFLAGS := -eo pipefail -c
+fuzz-short:
+	@for file in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
+		pkg=./$$(dirname $${file#./}); \
+		for target in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$file | cut -d' ' -f2); do \
+			echo "fuzz $$pkg $$target"; \
+			go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg | tail -n 3; \
+		done; \
+	done
