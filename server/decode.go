@@ -32,12 +32,17 @@ const markerField = protowire.MaxValidNumber
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.CodecV2.Unmarshal(data, v)
-	if err == nil {
-		return nil
-	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return err
+	}
+	if err == nil {
+		// A client may send the marker's field number itself; it is ours,
+		// so it is dropped rather than read as a decoding failure.
+		if _, marked := undecodable(m); marked {
+			dropMarker(m)
+		}
+		return nil
 	}
 	md := m.ProtoReflect().Descriptor()
 	why := fmt.Sprintf("the request is not a valid %s message: %v", md.FullName(), err)
@@ -80,6 +85,27 @@ func (s checkedStream) RecvMsg(m any) error {
 		}
 	}
 	return nil
+}
+
+// dropMarker removes every marker field from m's unknown fields.
+func dropMarker(m proto.Message) {
+	b := m.ProtoReflect().GetUnknown()
+	var kept []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			break
+		}
+		v := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if v < 0 {
+			break
+		}
+		if num != markerField {
+			kept = append(kept, b[:n+v]...)
+		}
+		b = b[n+v:]
+	}
+	m.ProtoReflect().SetUnknown(kept)
 }
 
 // undecodable reports why the codec could not decode a request.

@@ -308,6 +308,30 @@ func TestRequestWithoutSamplingParams(t *testing.T) {
 	}
 }
 
+// The codec marks undecodable requests with an unknown field of its own; a
+// client sending that field in a valid request is not refused for it.
+func TestClientSentMarkerFieldIsIgnored(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 1})
+	msg := protowire.AppendTag(nil, 2, protowire.BytesType) // GenerateRequest.input_ids, packed
+	msg = protowire.AppendBytes(msg, []byte{1, 2, 3})
+	msg = protowire.AppendTag(msg, protowire.MaxValidNumber, protowire.BytesType)
+	msg = protowire.AppendString(msg, "spoofed reason")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/kvgate.v1.Router/Generate", grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseSend()
+	var resp []byte
+	if err := st.RecvMsg(&resp); err != nil {
+		t.Fatalf("a valid request carrying the marker field: %v", err)
+	}
+}
+
 func TestTokenizerCacheMetrics(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1, text: true})
 	req := &kvgatev1.GenerateRequest{Text: "the same prompt twice", SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}
