@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,30 @@ func freed(t *testing.T, f *fleet) {
 		}
 		return true
 	})
+}
+
+// A failed leg before the first token retries the pair: with one prefill
+// and one decode engine failing, every request is served by the others.
+func TestPDRetriesThePairElsewhere(t *testing.T) {
+	for _, proto := range protocols {
+		for _, bad := range []int{0, 2} { // a prefill engine, a decode engine
+			t.Run(fmt.Sprintf("%s/engine %d unavailable", proto, bad), func(t *testing.T) {
+				f := startPDFleet(t, proto, func(i int, c *sim.Config) { c.Faults.Unavailable = i == bad })
+				for i := range 8 {
+					r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(100*i), 64), Stream: true,
+						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
+					if r.complete.Worker == f.workerURL(bad) || r.complete.PrefillWorker == f.workerURL(bad) {
+						t.Fatalf("request %d served through the failing engine", i)
+					}
+				}
+				if f.sims[bad].Engine().Stats().Rejected == 0 {
+					t.Fatal("the failing engine was never tried; the test proves nothing")
+				}
+				if n := counter(t, f, "kvgate_retries_total"); n == 0 {
+					t.Fatal("no retry counted")
+				}
+				freed(t, f)
+			})
+		}
+	}
 }

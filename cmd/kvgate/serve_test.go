@@ -136,6 +136,12 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--pd-disaggregation", "--worker-urls", "a:1"}, "--decode"},
 		{[]string{"--pd-disaggregation", "--prefill-policy", "fastest"}, "unknown policy"},
 		{[]string{"stray"}, "unexpected arguments"},
+		{[]string{"--worker-urls", "127.0.0.1:1", "--wait-for-workers", "--worker-startup-timeout", "300ms"}, "no worker reachable within --worker-startup-timeout"},
+		{[]string{"--cb-success-threshold", "0"}, "circuit breaker"},
+		{[]string{"--retry-backoff-multiplier", "0.5"}, "--retry-backoff-multiplier"},
+		{[]string{"--max-concurrent-requests", "0"}, "--max-concurrent-requests"},
+		{[]string{"--cache-threshold", "1.5"}, "--cache-threshold"},
+		{[]string{"--tls-cert-file", "x.pem"}, "--tls-key-file"},
 	}
 	for _, tc := range tests {
 		err := run(context.Background(), append([]string{"serve", "--port", "0", "--prometheus-port", "-1"}, tc.args...), io.Discard)
