@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,13 +31,14 @@ type benchConfig struct {
 	jsonPath    string
 	plotPath    string
 	overhead    bool
+	unique      bench.UniqueConfig
 }
 
 func (c *benchConfig) register(fs *flag.FlagSet) {
 	c.workload = bench.DefaultWorkloadConfig()
 	c.run.Sim = bench.SimConfig()
 	w := &c.workload
-	fs.StringVar(&w.Name, "workload", bench.SharedPrefix, "workload: shared-prefix, multiturn or trace")
+	fs.StringVar(&w.Name, "workload", bench.SharedPrefix, "workload: shared-prefix, multiturn, trace or unique (every request unique; needs --target)")
 	fs.StringVar(&c.policies, "policies", "cache_aware,round_robin", "comma-separated policies to compare, each against a fresh fleet (cache_aware:least_loaded and cache_aware:smallest_tree pick cache_aware's miss fallback)")
 	fs.IntVar(&c.run.Workers, "workers", 8, "simulated engines per fleet")
 	fs.Uint64Var(&c.seed, "seed", 1, "workload seed (the same seed gives the same prompts and outputs)")
@@ -49,6 +51,10 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle) to this file")
 	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
 	fs.StringVar(&c.run.Target, "target", "", "host:port of a running router to measure instead of in-process fleets (one run, labelled \"target\")")
+	fs.DurationVar(&c.unique.Duration, "duration", 0, "unique: run for this long (0: until --requests are sent)")
+	fs.IntVar(&c.unique.PromptBytes, "prompt-bytes", 4096, "unique: bytes of each text prompt")
+	fs.IntVar(&c.unique.ChatEvery, "chat-every", 4, "unique: every N-th request is a Chat (system and user message) instead of a text Generate (0: none)")
+	fs.StringVar(&c.unique.MetricsAddr, "target-metrics", "", "unique: host:port of the router's Prometheus endpoint; go_goroutines is sampled every 200 ms and its peak reported")
 	fs.IntVar(&w.Groups, "groups", w.Groups, "shared-prefix: prompt groups")
 	fs.IntVar(&w.PromptsPerGroup, "prompts-per-group", w.PromptsPerGroup, "shared-prefix: prompts per group")
 	fs.IntVar(&w.SystemTokens, "system-tokens", w.SystemTokens, "shared-prefix: tokens of each group's system prompt")
@@ -88,6 +94,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if c.overhead {
 		return runOverhead(ctx, &c, stdout)
+	}
+	if c.workload.Name == bench.Unique {
+		return runUnique(ctx, &c, stdout, stderr)
 	}
 	c.workload.Seed = c.seed
 	c.run.Seed = int32(c.seed & 0x7fffffff)
@@ -136,6 +145,42 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := writeFile(c.plotPath, func(w io.Writer) error { return rep.WritePlot(w, note) }); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// runUnique runs the unique workload against --target. Its concurrency
+// defaults to 16 streams: enough to keep a router busy, few enough that a soak
+// measures the router's structures rather than a backlog of streams.
+func runUnique(ctx context.Context, c *benchConfig, stdout, stderr io.Writer) error {
+	u := c.unique
+	u.Target = c.run.Target
+	u.Requests = c.workload.Requests
+	u.QPS = c.workload.QPS
+	u.OutputTokens = c.workload.OutputTokens
+	u.Seed = c.seed
+	u.Concurrency = c.concurrency
+	if u.Concurrency < 0 {
+		u.Concurrency = 16
+	}
+	if u.Concurrency == 0 {
+		u.Concurrency = max(u.Requests, 1)
+	}
+	u.Progress = stderr
+	fmt.Fprintf(stderr, "kvgate bench: unique, %d streams, router at %s\n", u.Concurrency, u.Target)
+	rep, err := bench.RunUnique(ctx, u)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteText(stdout); err != nil {
+		return err
+	}
+	if c.jsonPath != "" {
+		return writeFile(c.jsonPath, func(w io.Writer) error {
+			e := json.NewEncoder(w)
+			e.SetIndent("", "  ")
+			return e.Encode(rep)
+		})
 	}
 	return nil
 }
