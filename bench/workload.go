@@ -147,7 +147,10 @@ func Generate(cfg WorkloadConfig) (*Workload, error) {
 		defer f.Close()
 		return ReadTrace(f, cfg.Speed, cfg.Requests)
 	}
-	return nil, fmt.Errorf("unknown workload %q (shared-prefix, multiturn, trace)", cfg.Name)
+	if cfg.Name == Unique {
+		return nil, fmt.Errorf("workload %q is not generated ahead: RunUnique sends it", Unique)
+	}
+	return nil, fmt.Errorf("unknown workload %q (shared-prefix, multiturn, trace, unique)", cfg.Name)
 }
 
 // tokens returns n pseudo-random token ids from r.

@@ -59,6 +59,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--policies", "round_robin:smallest_tree"},
 		{"--workload", "trace"},
 		{"--workload", "zipf"},
+		{"--workload", "unique", "--requests", "1"},         // no --target
+		{"--workload", "unique", "--target", "127.0.0.1:1"}, // neither --duration nor --requests
 		{"extra"},
 	} {
 		var out, errOut bytes.Buffer

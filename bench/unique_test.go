@@ -1,0 +1,59 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+func TestUniqueText(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 100 {
+		s := uniqueText(0xabc, 1, i, 300)
+		if len(s) != 300 {
+			t.Fatalf("prompt %d is %d bytes, want 300", i, len(s))
+		}
+		if s != uniqueText(0xabc, 1, i, 300) {
+			t.Fatalf("prompt %d differs between calls", i)
+		}
+		// Unique from the first bytes on, so no two prompts share a tree path.
+		head := strings.SplitN(s, " ", 2)[0]
+		if seen[head] {
+			t.Fatalf("prompt %d starts like an earlier one: %q", i, head)
+		}
+		seen[head] = true
+	}
+	if uniqueText(0xabc, 1, 0, 300)[:8] == uniqueText(0xabd, 1, 0, 300)[:8] {
+		t.Error("two runs (nonces) share a prompt's start")
+	}
+}
+
+func TestRunUniqueEndToEnd(t *testing.T) {
+	sc := sim.DefaultConfig() // the built-in tokenizer, so the router takes text and Chat
+	sc.TimeScale = 0
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := StartFleet(ctx, "manual", 2, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := RunUnique(ctx, UniqueConfig{
+		Target: f.Addr, Requests: 20, Concurrency: 4, PromptBytes: 512, OutputTokens: 3, ChatEvery: 2, Seed: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sent != 20 || rep.OK != 20 || rep.Refused != 0 {
+		t.Fatalf("sent %d, ok %d, refused %d (codes %v, first error %q); want 20, 20, 0", rep.Sent, rep.OK, rep.Refused, rep.Codes, rep.FirstError)
+	}
+	if rep.TTFT.P50 <= 0 || rep.E2E.P99 < rep.TTFT.P50 {
+		t.Errorf("TTFT %+v, E2E %+v", rep.TTFT, rep.E2E)
+	}
+	if _, err := RunUnique(ctx, UniqueConfig{Target: f.Addr, Concurrency: 1}); err == nil {
+		t.Error("neither duration nor requests: no error")
+	}
+}
