@@ -11,14 +11,17 @@
 #   1. --max-concurrent-requests 64 --queue-size 64, steps STEPS;
 #   2. the default limits (1024/1024), one step of BIG streams: the issue's
 #      original finding was 8,000 streams all accepted, TTFT p99 10.9 s and
-#      16k goroutines.
+#      16k goroutines;
+#   3. no limits (--max-concurrent-requests -1), the same BIG streams: the
+#      issue's setting, on this machine and workload, for comparison.
 #
 # Usage: scripts/admission.sh       (from the repository root)
 # Environment: STEPS ("32 64 128 256 512 2048"), BIG (8000), PROMPT_BYTES
-# (1024), OUTPUT_TOKENS (64), OUT (/tmp/admission), PORT_BASE (41800).
+# (1024), OUTPUT_TOKENS (64), OUT (/tmp/admission), PORT_BASE (41800),
+# UNLIMITED (1). An empty STEPS, BIG=0 or UNLIMITED=0 skips that phase.
 set -euo pipefail
 
-STEPS=${STEPS:-32 64 128 256 512 2048}
+STEPS=${STEPS-32 64 128 256 512 2048}
 BIG=${BIG:-8000}
 PROMPT_BYTES=${PROMPT_BYTES:-1024}
 OUTPUT_TOKENS=${OUTPUT_TOKENS:-64}
@@ -83,12 +86,20 @@ step() {
 
 echo "| limits | streams | admitted | refused | other codes | TTFT p50 ms | TTFT p99 ms | goroutines idle | goroutines peak |"
 echo "|---|---|---|---|---|---|---|---|---|"
-fleet --max-concurrent-requests 64 --queue-size 64
-for n in $STEPS; do
-	step "$n" 64/64
-done
-cleanup
+if [ -n "$STEPS" ]; then
+	fleet --max-concurrent-requests 64 --queue-size 64
+	for n in $STEPS; do
+		step "$n" 64/64
+	done
+	cleanup
+fi
 if [ "$BIG" -gt 0 ]; then
 	fleet
 	step "$BIG" 1024/1024
+	cleanup
+	if [ "${UNLIMITED:-1}" = 1 ]; then
+		fleet --max-concurrent-requests -1
+		step "$BIG" none
+		cleanup
+	fi
 fi

@@ -7,8 +7,10 @@
 # Phases, each against a fresh router (a separate `kvgate serve` process, so
 # its RSS is the router's alone) in front of two `kvgate sim` processes:
 #   1. --policy cache_aware with a small --max-tree-size, for DURATION;
-#   2. --policy manual, for MANUAL_DURATION (0 skips it).
-# Both enable --rate-limit-per-key so each unique routing key makes a bucket.
+#   2. --policy manual with --manual-max-keys MANUAL_MAX_KEYS, small enough
+#      that the key cap is reached within minutes, for MANUAL_DURATION.
+# A duration of 0 skips its phase. Both enable --rate-limit-per-key, so each
+# unique routing key makes a bucket (100,000 kept at most).
 #
 # Every 10 s the router's VmRSS (/proc/PID/status) is sampled into
 # OUT/<policy>.csv: time_s,rss_kb,requests_done,heap_inuse_kb,goroutines.
@@ -16,13 +18,15 @@
 # requests sent and their gRPC codes.
 #
 # Usage: scripts/soak.sh            (from the repository root)
-# Environment: DURATION (30m), MANUAL_DURATION (5m), QPS (100), CONCURRENCY
+# Environment: DURATION (30m), MANUAL_DURATION (5m), MANUAL_MAX_KEYS (20000),
+# QPS (100), CONCURRENCY
 # (16), PROMPT_BYTES (4096), MAX_TREE_SIZE (2000000), TIME_SCALE (0),
 # OUT (/tmp/soak), PORT_BASE (41700).
 set -euo pipefail
 
 DURATION=${DURATION:-30m}
 MANUAL_DURATION=${MANUAL_DURATION:-5m}
+MANUAL_MAX_KEYS=${MANUAL_MAX_KEYS:-20000}
 QPS=${QPS:-100}
 CONCURRENCY=${CONCURRENCY:-16}
 PROMPT_BYTES=${PROMPT_BYTES:-4096}
@@ -77,6 +81,7 @@ metric() {
 
 phase() {
 	local policy=$1 duration=$2
+	shift 2 # the rest: extra serve flags
 	local grpc=$PORT_BASE prom=$((PORT_BASE + 9)) s1=$((PORT_BASE + 1)) s2=$((PORT_BASE + 2))
 	local csv="$OUT/$policy.csv" log="$OUT/$policy.bench.log"
 	"$BIN" sim --port "$s1" --time-scale "$TIME_SCALE" --log-level warn >"$OUT/$policy.sim1.log" 2>&1 &
@@ -86,7 +91,7 @@ phase() {
 	wait_port "$s1"
 	wait_port "$s2"
 	"$BIN" serve --port "$grpc" --prometheus-port "$prom" --worker-urls "127.0.0.1:$s1,127.0.0.1:$s2" \
-		--policy "$policy" --max-tree-size "$MAX_TREE_SIZE" --rate-limit-per-key 1000 --log-level warn \
+		--policy "$policy" --max-tree-size "$MAX_TREE_SIZE" --rate-limit-per-key 1000 --log-level warn "$@" \
 		>"$OUT/$policy.serve.log" 2>&1 &
 	local serve=$!
 	pids+=("$serve")
@@ -114,7 +119,7 @@ phase() {
 		>"$OUT/$policy.final-metrics.txt" || true
 	cleanup
 
-	echo "== $policy, $duration at $QPS req/s, $CONCURRENCY streams, prompts of $PROMPT_BYTES bytes, --max-tree-size $MAX_TREE_SIZE"
+	echo "== $policy $*, $duration at $QPS req/s, $CONCURRENCY streams, prompts of $PROMPT_BYTES bytes, --max-tree-size $MAX_TREE_SIZE"
 	for m in 1 5 10 20 30; do
 		awk -F, -v t=$((m * 60)) 'NR > 1 && $1 >= t { printf "RSS at %2d min: %7d kB (requests %d, heap in use %d kB)\n", t / 60, $2, $3, $4; exit }' "$csv"
 	done
@@ -125,8 +130,11 @@ phase() {
 
 # Not in a pipeline: phase must run in this shell, so the EXIT trap knows
 # the processes it started.
-phase cache_aware "$DURATION" >"$OUT/summary.txt"
+: >"$OUT/summary.txt"
+if [ "$(to_seconds "$DURATION")" -gt 0 ]; then
+	phase cache_aware "$DURATION" >>"$OUT/summary.txt"
+fi
 if [ "$(to_seconds "$MANUAL_DURATION")" -gt 0 ]; then
-	phase manual "$MANUAL_DURATION" >>"$OUT/summary.txt"
+	phase manual "$MANUAL_DURATION" --manual-max-keys "$MANUAL_MAX_KEYS" >>"$OUT/summary.txt"
 fi
 cat "$OUT/summary.txt"
