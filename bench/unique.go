@@ -71,14 +71,17 @@ type UniqueConfig struct {
 // UniqueReport is what a unique run measured. Admitted requests are those not
 // refused with RESOURCE_EXHAUSTED; latencies are of those that completed.
 type UniqueReport struct {
-	Elapsed  float64        `json:"elapsed_s"`
-	Sent     int            `json:"sent"`
-	OK       int            `json:"ok"`
-	Refused  int            `json:"refused"`
-	Codes    map[string]int `json:"codes"`
-	TTFT     Summary        `json:"ttft_ms"`
-	E2E      Summary        `json:"e2e_ms"`
-	Requests float64        `json:"requests_per_s"`
+	Elapsed float64        `json:"elapsed_s"`
+	Sent    int            `json:"sent"`
+	OK      int            `json:"ok"`
+	Refused int            `json:"refused"`
+	Codes   map[string]int `json:"codes"`
+	TTFT    Summary        `json:"ttft_ms"`
+	E2E     Summary        `json:"e2e_ms"`
+	// RefusedIn is how long refusals took: a router that sheds load should
+	// answer RESOURCE_EXHAUSTED at once, not after a wait.
+	RefusedIn Summary `json:"refused_ms"`
+	Requests  float64 `json:"requests_per_s"`
 	// PeakGoroutines is the largest go_goroutines read from MetricsAddr
 	// (0: not sampled); Goroutines is the first sample, before the load.
 	Goroutines     int `json:"goroutines_idle"`
@@ -199,7 +202,7 @@ func RunUnique(ctx context.Context, cfg UniqueConfig) (*UniqueReport, error) {
 			rep.Refused = n
 		}
 	}
-	rep.TTFT, rep.E2E = Summarize(u.ttft), Summarize(u.e2e)
+	rep.TTFT, rep.E2E, rep.RefusedIn = Summarize(u.ttft), Summarize(u.e2e), Summarize(u.refusedIn)
 	if u.firstErr != nil {
 		rep.FirstError = u.firstErr.Error()
 	}
@@ -217,6 +220,7 @@ type uniqueRun struct {
 	mu        sync.Mutex
 	codes     map[codes.Code]int
 	ttft, e2e []float64
+	refusedIn []float64
 	firstErr  error
 }
 
@@ -318,6 +322,9 @@ func (u *uniqueRun) send(ctx context.Context, i int) {
 		if u.firstErr == nil {
 			u.firstErr = err
 		}
+		if code == codes.ResourceExhausted {
+			u.refusedIn = append(u.refusedIn, float64(e2e)/float64(time.Millisecond))
+		}
 		return
 	}
 	u.ttft = append(u.ttft, float64(ttft)/float64(time.Millisecond))
@@ -363,10 +370,10 @@ func (r *UniqueReport) WriteText(w io.Writer) error {
 		codesText = append(codesText, fmt.Sprintf("%s=%d", c, r.Codes[c]))
 	}
 	_, err := fmt.Fprintf(w, "unique: %d requests in %.1f s (%.1f/s); admitted %d, refused (RESOURCE_EXHAUSTED) %d; codes %s\n"+
-		"unique: admitted TTFT ms p50 %.1f p90 %.1f p99 %.1f; E2E ms p50 %.1f p99 %.1f\n"+
+		"unique: admitted TTFT ms p50 %.1f p90 %.1f p99 %.1f; E2E ms p50 %.1f p99 %.1f; refused in ms p50 %.1f p99 %.1f\n"+
 		"unique: router goroutines idle %d, peak %d\n",
 		r.Sent, r.Elapsed, r.Requests, r.Sent-r.Refused, r.Refused, strings.Join(codesText, " "),
-		r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P50, r.E2E.P99, r.Goroutines, r.PeakGoroutines)
+		r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P50, r.E2E.P99, r.RefusedIn.P50, r.RefusedIn.P99, r.Goroutines, r.PeakGoroutines)
 	if err == nil && r.FirstError != "" {
 		_, err = fmt.Fprintf(w, "unique: first error: %s\n", r.FirstError)
 	}

@@ -79,13 +79,13 @@ step() {
 		--requests "$n" --concurrency "$n" --prompt-bytes "$PROMPT_BYTES" --output-tokens "$OUTPUT_TOKENS" \
 		--chat-every 0 --json "$OUT/${label//\//-}-$n.json" >"$OUT/${label//\//-}-$n.txt" 2>/dev/null
 	jq -r --arg l "$label" --argjson n "$n" \
-		'"| \($l) | \($n) | \(.sent - .refused) | \(.refused) | \(.codes | to_entries | map(select(.key != "OK" and .key != "ResourceExhausted")) | map("\(.key)=\(.value)") | join(" ") | if . == "" then "-" else . end) | \(.ttft_ms.p50 | floor) | \(.ttft_ms.p99 | floor) | \(.goroutines_idle) | \(.goroutines_peak) |"' \
+		'"| \($l) | \($n) | \(.sent - .refused) | \(.refused) | \(.codes | to_entries | map(select(.key != "OK" and .key != "ResourceExhausted")) | map("\(.key)=\(.value)") | join(" ") | if . == "" then "-" else . end) | \(.ttft_ms.p50 | floor) | \(.ttft_ms.p99 | floor) | \(.refused_ms.p99 * 10 | floor / 10) | \(.goroutines_idle) | \(.goroutines_peak) |"' \
 		"$OUT/${label//\//-}-$n.json"
 	sleep 3 # let the engines drain and the router's goroutines exit
 }
 
-echo "| limits | streams | admitted | refused | other codes | TTFT p50 ms | TTFT p99 ms | goroutines idle | goroutines peak |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| limits | streams | admitted | refused | other codes | TTFT p50 ms | TTFT p99 ms | refused in p99 ms | goroutines idle | goroutines peak |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 if [ -n "$STEPS" ]; then
 	fleet --max-concurrent-requests 64 --queue-size 64
 	for n in $STEPS; do
