@@ -26,7 +26,7 @@ import (
 // profile, so `go tool pprof -base heap-1.pb.gz heap-3.pb.gz` lists what the
 // later rounds added. It runs only when KVGATE_HEAP_PROFILE names the
 // directory for the profiles; KVGATE_HEAP_REQUESTS sets the requests per
-// round (default 20000).
+// round (default 20000), KVGATE_HEAP_ROUNDS the rounds (default 3).
 func TestUniqueHeapProfiles(t *testing.T) {
 	dir := os.Getenv("KVGATE_HEAP_PROFILE")
 	if dir == "" {
@@ -36,6 +36,13 @@ func TestUniqueHeapProfiles(t *testing.T) {
 	if s := os.Getenv("KVGATE_HEAP_REQUESTS"); s != "" {
 		var err error
 		if perRound, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rounds := 3
+	if s := os.Getenv("KVGATE_HEAP_ROUNDS"); s != "" {
+		var err error
+		if rounds, err = strconv.Atoi(s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,7 +78,7 @@ func TestUniqueHeapProfiles(t *testing.T) {
 		defer scancel()
 		g.Shutdown(sctx)
 	}()
-	for round := 1; round <= 3; round++ {
+	for round := 1; round <= rounds; round++ {
 		rep, err := RunUnique(ctx, UniqueConfig{
 			Target: lis.Addr().String(), Requests: perRound, Concurrency: 16,
 			PromptBytes: 4096, OutputTokens: 32, ChatEvery: 4, Seed: uint64(round),
