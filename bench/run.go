@@ -249,6 +249,11 @@ func (d *driver) send(ctx context.Context, prompt []uint32, output int) []uint32
 	}
 	o := outcome{prompt: len(prompt), oracle: oracle}
 	var ids []uint32
+	// The loop leaves the stream at its completion, before io.EOF; ending
+	// the context frees gRPC's state for the stream at once rather than at
+	// the end of the run.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	t0 := time.Now()
 	last := t0
 	stream, err := d.client.Generate(ctx, req)

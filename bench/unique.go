@@ -255,8 +255,14 @@ func (u *uniqueRun) run(ctx context.Context, start time.Time) {
 }
 
 // send runs request i, streamed, and records its code and latencies.
-func (u *uniqueRun) send(ctx context.Context, i int) {
+func (u *uniqueRun) send(runCtx context.Context, i int) {
 	id := fmt.Sprintf("uniq-%x-%d", u.nonce, i)
+	// The stream is left once its completion arrives, before io.EOF; gRPC
+	// keeps an unfinished client stream's state until its context ends, so
+	// each request gets a context of its own, cancelled on return. Without
+	// it a long soak grows the client, not the router.
+	ctx, cancel := context.WithCancel(runCtx)
+	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-routing-key", "key-"+id)
 	maxNew := uint32(max(u.cfg.OutputTokens, 1))
 	params := &kvgatev1.SamplingParams{MaxNewTokens: &maxNew, IgnoreEos: true}
@@ -306,7 +312,7 @@ func (u *uniqueRun) send(ctx context.Context, i int) {
 		}
 	}
 	e2e := time.Since(t0)
-	if ctx.Err() != nil { // cut off by the end of the run
+	if runCtx.Err() != nil { // cut off by the end of the run
 		return
 	}
 	if ttft == 0 {
