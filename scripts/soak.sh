@@ -123,6 +123,7 @@ phase() {
 	for m in 1 5 10 20 30; do
 		awk -F, -v t=$((m * 60)) 'NR > 1 && $1 >= t { printf "RSS at %2d min: %7d kB (requests %d, heap in use %d kB)\n", t / 60, $2, $3, $4; exit }' "$csv"
 	done
+	awk -F, 'NR > 1 { last = $0 } END { split(last, f, ","); printf "RSS at end (%d s): %d kB (requests %d, heap in use %d kB)\n", f[1], f[2], f[3], f[4] }' "$csv"
 	awk -F, 'NR > 1 && $2 > max { max = $2; at = $1 } END { printf "RSS max: %d kB at %d s\n", max, at }' "$csv"
 	cat "$OUT/$policy.result.txt"
 	sed 's/^/final: /' "$OUT/$policy.final-metrics.txt"
