@@ -103,6 +103,9 @@ func TestRateLimitPerKey(t *testing.T) {
 	if err := call("bob"); err != nil {
 		t.Fatalf("bob is limited by alice's traffic: %v", err)
 	}
+	if n := gauge(t, f, "kvgate_rate_limit_keys"); n != 2 {
+		t.Fatalf("kvgate_rate_limit_keys = %v, want 2 (alice, bob)", n)
+	}
 }
 
 func TestRequestSizeLimits(t *testing.T) {

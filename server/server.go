@@ -18,6 +18,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -189,6 +190,12 @@ func New(cfg Config) (*Server, error) {
 		s.metrics = NewMetrics(cfg.Registry)
 	}
 	s.admission = newAdmission(adm, s.metrics)
+	if l := s.admission.limiter; l != nil {
+		s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvgate_rate_limit_keys",
+			Help: "Client keys the per-key rate limiter remembers (at most 100,000, least recently seen forgotten first).",
+		}, func() float64 { return float64(l.keys()) }))
+	}
 	s.metrics.admissionWaiting(&s.admission.waiting, &s.active)
 	if s.text != nil {
 		if err := s.metrics.Registry.Register(tokenizerCollector{s.text}); err != nil {
