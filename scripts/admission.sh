@@ -32,28 +32,9 @@ mkdir -p "$OUT"
 BIN="$OUT/kvgate"
 go build -o "$BIN" ./cmd/kvgate
 
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	for p in "${pids[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
-	pids=()
-}
-trap cleanup EXIT
+# shellcheck source=processes.sh
+source "$(dirname "$0")/processes.sh"
 
-wait_port() {
-	for _ in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-			return 0
-		fi
-		sleep 0.1
-	done
-	echo "port $1 never opened" >&2
-	return 1
-}
 
 # fleet starts two real-time simulated engines and a router with the given
 # extra serve flags.

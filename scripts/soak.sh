@@ -39,17 +39,8 @@ mkdir -p "$OUT"
 BIN="$OUT/kvgate"
 go build -o "$BIN" ./cmd/kvgate
 
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	for p in "${pids[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
-	pids=()
-}
-trap cleanup EXIT
+# shellcheck source=processes.sh
+source "$(dirname "$0")/processes.sh"
 
 # to_seconds turns 30m / 90s / 1h into seconds.
 to_seconds() {
@@ -62,17 +53,6 @@ to_seconds() {
 	esac
 }
 
-# wait_port waits until a TCP port on loopback accepts connections.
-wait_port() {
-	for _ in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-			return 0
-		fi
-		sleep 0.1
-	done
-	echo "port $1 never opened" >&2
-	return 1
-}
 
 # metric prints one unlabelled sample of the router's Prometheus endpoint.
 metric() {
