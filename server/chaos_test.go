@@ -2,9 +2,7 @@ package server_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -187,7 +185,7 @@ type chaosOutcome struct {
 func callChaos(f *fleet, req *kvgatev1.GenerateRequest, vocab int) chaosOutcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := readChaos(ctx, f, req)
+	r, err := f.readGenerate(ctx, req)
 	if err != nil && status.Code(err) == codes.Unknown {
 		return chaosOutcome{"inconsistent", err}
 	}
@@ -214,33 +212,6 @@ func callChaos(f *fleet, req *kvgatev1.GenerateRequest, vocab int) chaosOutcome 
 		return chaosOutcome{"unavailable_before_first_token", err}
 	default:
 		return chaosOutcome{"status_" + code.String(), err}
-	}
-}
-
-// readChaos reads one Generate call to its end, like fleet.generate, but
-// reports a malformed stream as an error instead of failing the test from a
-// client goroutine.
-func readChaos(ctx context.Context, f *fleet, req *kvgatev1.GenerateRequest) (result, error) {
-	var r result
-	st, err := f.router.Generate(ctx, req)
-	if err != nil {
-		return r, err
-	}
-	for {
-		m, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return r, nil
-		}
-		if err != nil {
-			return r, err
-		}
-		if r.complete != nil {
-			return r, errors.New("a message after the completion")
-		}
-		r.complete = m.GetComplete()
-		if c := m.GetChunk(); c != nil {
-			r.chunks = append(r.chunks, c)
-		}
 	}
 }
 

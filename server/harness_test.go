@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -184,9 +185,25 @@ type result struct {
 	ids      []string // request ids on every message
 }
 
-// generate runs one Generate call to its end.
+// errMalformed marks a stream that broke the protocol: a message after the
+// completion.
+var errMalformed = errors.New("malformed stream")
+
+// generate runs one Generate call to its end; a malformed stream fails the
+// test.
 func (f *fleet) generate(ctx context.Context, t testing.TB, req *kvgatev1.GenerateRequest) (result, error) {
 	t.Helper()
+	r, err := f.readGenerate(ctx, req)
+	if errors.Is(err, errMalformed) {
+		t.Fatal(err)
+	}
+	return r, err
+}
+
+// readGenerate runs one Generate call to its end and reports a malformed
+// stream as an error wrapping errMalformed, so that client goroutines need
+// not fail the test themselves.
+func (f *fleet) readGenerate(ctx context.Context, req *kvgatev1.GenerateRequest) (result, error) {
 	var r result
 	st, err := f.router.Generate(ctx, req)
 	if err != nil {
@@ -201,16 +218,13 @@ func (f *fleet) generate(ctx context.Context, t testing.TB, req *kvgatev1.Genera
 			return r, err
 		}
 		r.ids = append(r.ids, m.GetRequestId())
+		if r.complete != nil {
+			return r, fmt.Errorf("%w: a message after the completion", errMalformed)
+		}
 		switch x := m.Response.(type) {
 		case *kvgatev1.GenerateResponse_Chunk:
-			if r.complete != nil {
-				t.Fatal("chunk after completion")
-			}
 			r.chunks = append(r.chunks, x.Chunk)
 		case *kvgatev1.GenerateResponse_Complete:
-			if r.complete != nil {
-				t.Fatal("two completions")
-			}
 			r.complete = x.Complete
 		}
 	}
