@@ -318,10 +318,14 @@ func (s *pdStream) Recv() (Chunk, error) {
 	}
 	c, err := s.decode.st.Recv()
 	if g := s.gone.Load(); g != nil {
-		// The caller went away and watch aborted the leg: whatever the
+		// The caller went away and watch aborts the leg: whatever the
 		// engine answered to the abort (SGLang and vLLM may complete with
-		// finish_reason "abort"), the request ended with the caller.
+		// finish_reason "abort"), the request ended with the caller. The
+		// leg is aborted here too (once, whoever comes first): ending it
+		// before watch gets to it would cancel the stream without the
+		// Abort RPC.
 		s.err = *g
+		s.decode.abort()
 		s.endDecode(DecodeResult{Err: s.err})
 		return Chunk{}, s.err
 	}
