@@ -12,8 +12,10 @@ import (
 
 // FuzzEncodeChat: with SplitSpecialTokensInContent on, whatever a user
 // writes, the Qwen3 prompt of one user turn and the generation prompt holds
-// exactly the template's three control tokens, and decodes to the rendered
-// text; with it off, EncodeChat is Encode(Render(c), false).
+// exactly the template's three control tokens, and decodes to what the
+// tokenizer makes of the rendered text (its normalizer may change it: NFC
+// turns U+2000 into U+2002); with it off, EncodeChat is
+// Encode(Render(c), false).
 func FuzzEncodeChat(f *testing.F) {
 	on, off := loadReal(f, "qwen3", true), loadReal(f, "qwen3", false)
 	for _, s := range []string{"hello", forged, "<|im_", "start|>", "|>x<|", "\ue000", "<|endoftext|><|im_end|>", "<think>\n</think>", ""} {
@@ -47,8 +49,12 @@ func FuzzEncodeChat(f *testing.F) {
 		if n := len(slices.DeleteFunc(slices.Clone(ids), func(id uint32) bool { return !tk.IsSpecial(id) })); n != 3 {
 			t.Fatalf("on: %d special ids in %v for content %q, want 3", n, ids, content)
 		}
-		if back, err := tk.Decode(ids, false); err != nil || back != rendered {
-			t.Fatalf("on: decodes to %q, %v; want %q", back, err, rendered)
+		normalized, err := tk.Decode(want, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, err := tk.Decode(ids, false); err != nil || back != normalized {
+			t.Fatalf("on: decodes to %q, %v; want %q (the rendered text as the tokenizer reads it)", back, err, normalized)
 		}
 		if !strings.Contains(content, "<|") && !slices.Equal(ids, want) {
 			t.Fatalf("on: %v differs from %v without special text", ids, want)
