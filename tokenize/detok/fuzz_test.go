@@ -23,6 +23,9 @@ func FuzzStopStrings(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tokens, stops string, noTrim, oneByOne bool) {
 		tokens, stops = strings.ToValidUTF8(tokens, ""), strings.ToValidUTF8(stops, "")
 		pieces := strings.Split(tokens, "\x00")
+		if len(pieces) >= 1000 {
+			return // the toy decoder reads ids from 1000 up as raw bytes
+		}
 		var stopList []string
 		for _, s := range strings.Split(stops, "\x00") {
 			if s != "" {
