@@ -109,6 +109,11 @@ fuzz-short:
 		pkg=./$$(dirname $${file#./}); \
 		for target in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$file | cut -d' ' -f2); do \
 			echo "fuzz $$pkg $$target"; \
-			go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg | tail -n 3; \
+			log=$$(mktemp); \
+			if go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg > $$log 2>&1; then \
+				tail -n 3 $$log; rm -f $$log; \
+			else \
+				cut -c1-400 $$log | tail -n 60; rm -f $$log; exit 1; \
+			fi; \
 		done; \
 	done
