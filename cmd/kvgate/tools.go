@@ -101,7 +101,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 
 // runChatTemplate renders a chat template: a model's, or a template file,
 // with variables from a file; or a whole cases file (the shape of
-// shared/data/chat-templates/cases.json) into a JSON report.
+// tokenize/template/testdata/cases.json) into a JSON report.
 func runChatTemplate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvgate chat-template", flag.ContinueOnError)
 	fs.SetOutput(stderr)
