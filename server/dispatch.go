@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -41,9 +40,6 @@ type placement interface {
 	served() *workers.Worker
 	// blame returns the worker that caused a failure of this attempt.
 	blame(err error) *workers.Worker
-	// engines are every worker the attempt occupies, for breaker accounting
-	// of a success.
-	engines() []*workers.Worker
 	// end releases what the placement holds and reports the outcome to the
 	// policies that learn from it. It is called once, whatever happened.
 	end(out policy.Outcome)
@@ -74,29 +70,16 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 		return nil, err
 	}
 	preq := j.policyRequest(ctx, dryRun)
-	var (
-		dec   policy.Decision
-		slots breakerSlots
-	)
-	for tries := 0; ; tries++ {
+	var dec policy.Decision
+	slots, err := chooseAndAcquire(preq, len(candidates), func() ([]*workers.Worker, func(), error) {
 		var err error
-		if tries > len(candidates) {
-			return nil, status.Errorf(codes.Unavailable, "every worker's circuit breaker is half-open with its probes taken; retry shortly")
-		}
 		if dec, err = d.policy.Select(ctx, preq, candidates); err != nil {
-			return nil, selectionError(d.policy.Name(), len(candidates), err)
+			return nil, nil, selectionError(d.policy.Name(), len(candidates), err)
 		}
-		if dryRun {
-			break
-		}
-		// A half-open breaker lets a bounded number of probes through; a
-		// worker whose probe places were taken since the policy looked is
-		// passed over for this attempt.
-		var busy *workers.Worker
-		if slots, busy = acquireBreakers(dec.Worker); busy == nil {
-			break
-		}
-		preq.Exclude = append(slices.Clip(preq.Exclude), busy.URL())
+		return []*workers.Worker{dec.Worker}, nil, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots}
 	if !dryRun {
@@ -128,7 +111,6 @@ func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (worke
 func (p *single) settle(f *failure)           { p.slots.settle(f) }
 func (p *single) served() *workers.Worker     { return p.dec.Worker }
 func (p *single) blame(error) *workers.Worker { return p.dec.Worker }
-func (p *single) engines() []*workers.Worker  { return []*workers.Worker{p.dec.Worker} }
 func (p *single) abortOnFailure() bool        { return true }
 func (p *single) decision() policy.Decision   { return p.dec }
 func (p *single) logAttrs() []any {
@@ -166,27 +148,16 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placemen
 		return nil, err
 	}
 	preq := j.policyRequest(ctx, dryRun)
-	var (
-		dec   pd.Decision
-		slots breakerSlots
-	)
-	for tries := 0; ; tries++ {
+	var dec pd.Decision
+	slots, err := chooseAndAcquire(preq, len(prefills)+len(decodes), func() ([]*workers.Worker, func(), error) {
 		var err error
-		if tries > len(prefills)+len(decodes) {
-			return nil, status.Errorf(codes.Unavailable, "every worker's circuit breaker is half-open with its probes taken; retry shortly")
-		}
 		if dec, err = d.pd.Select(ctx, preq, prefills, decodes); err != nil {
-			return nil, selectionError("pd", len(prefills)+len(decodes), err)
+			return nil, nil, selectionError("pd", len(prefills)+len(decodes), err)
 		}
-		if dryRun {
-			break
-		}
-		var busy *workers.Worker
-		if slots, busy = acquireBreakers(dec.Prefill.Worker, dec.Decode.Worker); busy == nil {
-			break
-		}
-		dec.Release()
-		preq.Exclude = append(slices.Clip(preq.Exclude), busy.URL())
+		return []*workers.Worker{dec.Prefill.Worker, dec.Decode.Worker}, dec.Release, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if !dryRun {
 		d.s.metrics.decisions.WithLabelValues("pd_prefill:"+d.prefill, dec.Prefill.Branch).Inc()
@@ -203,7 +174,6 @@ type pair struct {
 	dec        pd.Decision
 	st         workers.PDStream
 	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended
-	startedAt  time.Time
 	slots      breakerSlots
 }
 
@@ -212,7 +182,7 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 	if err != nil {
 		return nil, err
 	}
-	p.st, p.startedAt = st, time.Now()
+	p.st = st
 	checked := workers.CheckedStream(st, p.dec.Decode.Worker.Info().VocabSize)
 	go func() {
 		select {
@@ -239,9 +209,6 @@ func (p *pair) blame(err error) *workers.Worker {
 	return p.dec.Decode.Worker
 }
 
-func (p *pair) engines() []*workers.Worker {
-	return []*workers.Worker{p.dec.Prefill.Worker, p.dec.Decode.Worker}
-}
 func (p *pair) abortOnFailure() bool      { return false }
 func (p *pair) decision() policy.Decision { return p.dec.Decode }
 func (p *pair) logAttrs() []any {
@@ -290,6 +257,30 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 			side, len(ws), healthy, open)
 	}
 	return validateAgainst(j.inputIDs, j.sampling, limitsOf(ws))
+}
+
+// chooseAndAcquire asks choose for the attempt's workers and takes a place in
+// each one's circuit breaker. A half-open breaker lets a bounded number of
+// probes through, so a worker whose probe places were taken since the policy
+// looked is excluded and choose asked again (undo gives back what the
+// refused choice reserved), at most n+1 times. A dry run (Explain) chooses
+// once and takes nothing.
+func chooseAndAcquire(preq *policy.Request, n int, choose func() (ws []*workers.Worker, undo func(), err error)) (breakerSlots, error) {
+	for tries := 0; tries <= n; tries++ {
+		ws, undo, err := choose()
+		if err != nil || preq.DryRun {
+			return nil, err
+		}
+		slots, busy := acquireBreakers(ws...)
+		if busy == nil {
+			return slots, nil
+		}
+		if undo != nil {
+			undo()
+		}
+		preq.Exclude = append(slices.Clip(preq.Exclude), busy.URL())
+	}
+	return nil, status.Errorf(codes.Unavailable, "every worker's circuit breaker is half-open with its probes taken; retry shortly")
 }
 
 // breakerSlots are the circuit-breaker places one attempt holds, one per
@@ -342,7 +333,3 @@ func selectionError(name string, n int, err error) error {
 	}
 	return status.Errorf(codes.Internal, "policy %s: %v", name, err)
 }
-
-// errNoWorkerLeft marks a placement refused because every worker that could
-// serve the attempt was excluded after failing.
-var errNoWorkerLeft = fmt.Errorf("no other worker to retry on")
