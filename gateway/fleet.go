@@ -24,11 +24,6 @@ func joinAll(ctx, bg context.Context, reg *workers.Registry, urls []string, opts
 			return err // before dialing anything
 		}
 	}
-	if opts.Breaker != nil {
-		if err := opts.Breaker.Validate(); err != nil {
-			return err
-		}
-	}
 	ws := make([]*workers.Worker, len(urls))
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
@@ -110,21 +105,18 @@ func forgetRemoved(reg *workers.Registry, pols ...policy.Policy) (stop func()) {
 func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
 	switch {
 	case g.pd == nil && role != workers.RoleRegular:
-		return nil, fmt.Errorf("%w: a %s worker needs a router started with --pd-disaggregation", ErrBadWorker, role)
+		return nil, fmt.Errorf("a %s worker needs a router started with --pd-disaggregation", role)
 	case g.pd != nil && role == workers.RoleRegular:
-		return nil, fmt.Errorf("%w: with --pd-disaggregation a worker is a prefill or a decode worker", ErrBadWorker)
+		return nil, errors.New("with --pd-disaggregation a worker is a prefill or a decode worker")
 	case bootstrapPort != 0 && role != workers.RolePrefill:
-		return nil, fmt.Errorf("%w: bootstrap_port is for prefill workers", ErrBadWorker)
+		return nil, errors.New("bootstrap_port is for prefill workers")
 	case bootstrapPort < 0 || bootstrapPort > 65535:
-		return nil, fmt.Errorf("%w: bootstrap_port %d is not a port", ErrBadWorker, bootstrapPort)
+		return nil, fmt.Errorf("bootstrap_port %d is not a port", bootstrapPort)
 	}
 	opts := g.connect
 	opts.Role = role
 	if proto != workers.ProtocolUnknown {
 		opts.Protocol = proto
-	}
-	if _, err := workers.ParseWorkerAddress(addr); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadWorker, err)
 	}
 	w, err := workers.Join(g.bgCtx, g.Registry, addr, opts, g.log)
 	if err != nil {
@@ -137,9 +129,6 @@ func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role,
 	g.Server.UpdateHealth()
 	return w, nil
 }
-
-// ErrBadWorker marks AddWorker requests that can never succeed as given.
-var ErrBadWorker = errors.New("bad worker")
 
 // RemoveWorker drains a worker and removes it: it gets no new requests, its
 // requests in flight may finish until drain ends, the connection is then

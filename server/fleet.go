@@ -13,8 +13,9 @@ import (
 )
 
 // Fleet changes the set of workers while the router runs; the gateway
-// implements it. Errors wrapping ErrBadWorker-like sentinels are the
-// caller's to classify; see addWorkerStatus.
+// implements it. AddWorker's errors are the request's fault (a bad address,
+// a role the router does not serve) or wrap workers.ErrWorkerExists;
+// RemoveWorker's wrap workers.ErrWorkerNotFound or are the router's.
 type Fleet interface {
 	AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error)
 	RemoveWorker(ctx context.Context, addr string, drain time.Duration) (w *workers.Worker, cut int, err error)
