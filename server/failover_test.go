@@ -299,3 +299,26 @@ func TestFailingWorkerDoesNotAttractTraffic(t *testing.T) {
 		})
 	}
 }
+
+// A request that failed on more workers than its message lists names the
+// first four and the last once each and counts the rest.
+func TestGiveUpMessageListsEachFailureOnce(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 8, policy: "round_robin", gateway: func(c *gateway.Config) {
+		fastRetries(c)
+		c.Reliability.Retry.MaxRetries = 6
+	}, sim: func(_ int, c *sim.Config) { c.Faults.Unavailable = true }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := f.generate(ctx, t, longReq)
+	msg := status.Convert(err).Message()
+	if !strings.Contains(msg, "all 7 attempts failed") || !strings.Contains(msg, "... 2 more;") {
+		t.Fatalf("message %q: want 7 attempts, 5 named and 2 counted", msg)
+	}
+	named := 0
+	for i := range f.sims {
+		named += strings.Count(msg, f.workerURL(i)+":")
+	}
+	if named != 5 {
+		t.Fatalf("message %q names %d workers, want 5 (each once)", msg, named)
+	}
+}

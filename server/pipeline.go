@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -145,12 +146,14 @@ func (s *Server) giveUp(ctx context.Context, j *job, failures []*failure, why st
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "all %d attempts failed before the first token (%s):", len(failures), why)
-	for i, f := range failures {
+	// The first four and the last name their workers; the rest are counted.
+	shown := failures
+	if len(failures) > 5 {
+		shown = append(slices.Clone(failures[:4]), last)
+	}
+	for i, f := range shown {
 		if i == 4 && len(failures) > 5 {
 			fmt.Fprintf(&b, " ... %d more;", len(failures)-5)
-			f = last
-		} else if i > 4 && i < len(failures)-1 {
-			continue
 		}
 		fmt.Fprintf(&b, " %s: %s;", f.worker.URL(), status.Convert(f.err).Message())
 	}
