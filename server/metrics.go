@@ -152,9 +152,9 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	return m
 }
 
-// admissionWaiting exports the admission queue's depth and the requests in
+// registerAdmissionGauges exports the admission queue's depth and the requests in
 // the pipeline, read at scrape time.
-func (m *Metrics) admissionWaiting(waiting, active *atomic.Int64) {
+func (m *Metrics) registerAdmissionGauges(waiting, active *atomic.Int64) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_admission_queue_depth",

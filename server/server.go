@@ -196,7 +196,7 @@ func New(cfg Config) (*Server, error) {
 			Help: "Client keys the per-key rate limiter remembers (at most 100,000, least recently seen forgotten first).",
 		}, func() float64 { return float64(l.keys()) }))
 	}
-	s.metrics.admissionWaiting(&s.admission.waiting, &s.active)
+	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
 	if s.text != nil {
 		if err := s.metrics.Registry.Register(tokenizerCollector{s.text}); err != nil {
 			return nil, fmt.Errorf("server: tokenizer cache metrics: %w", err)
