@@ -1,0 +1,109 @@
+package workers
+
+import (
+	"context"
+	"time"
+)
+
+// KV events are an engine's account of its prefix cache: which blocks entered
+// it and which left. A router that applies them in order holds an exact copy
+// of what every engine can reuse, instead of guessing from its own routing
+// decisions. These are the protocol-neutral forms of the engines'
+// SubscribeKvEvents messages; the adapters translate.
+
+// KVEventKind says what a KVEvent did to the cache.
+type KVEventKind uint8
+
+const (
+	// KVStored: Blocks entered the cache, as a chain hanging off Parent.
+	KVStored KVEventKind = iota + 1
+	// KVRemoved: the blocks named by Hashes left the cache.
+	KVRemoved
+	// KVCleared: the cache was emptied.
+	KVCleared
+)
+
+func (k KVEventKind) String() string {
+	switch k {
+	case KVStored:
+		return "stored"
+	case KVRemoved:
+		return "removed"
+	case KVCleared:
+		return "cleared"
+	}
+	return "unknown"
+}
+
+// KVBlock is one cached block (page) as the engine names it. Hash is the
+// engine's own name for the block: opaque to the router, which never tries
+// to compute it (vLLM seeds it per process), and used only to find a block's
+// parent and to resolve removals.
+type KVBlock struct {
+	Hash   int64
+	Tokens []uint32
+	// BlockSize is the engine's block size as the event states it; 0 when
+	// the event does not say.
+	BlockSize int
+	// LoRAID is the adapter the block's KV was computed with, when any.
+	LoRAID *int64
+}
+
+// KVEvent is one change to an engine's cache.
+type KVEvent struct {
+	Kind KVEventKind
+	// Stored: Blocks form a chain, the first hanging off Parent (when
+	// HasParent) or off the root; each following block hangs off the one
+	// before it.
+	Blocks    []KVBlock
+	Parent    int64
+	HasParent bool
+	// Removed: the blocks' hashes.
+	Hashes []int64
+}
+
+// KVEventBatch is one numbered batch of an engine's events. Sequence numbers
+// count batches per engine process (and per data-parallel rank), from 0, with
+// no gaps: a skipped number means lost events, a number going backwards an
+// engine that restarted.
+type KVEventBatch struct {
+	Seq       uint64
+	Timestamp time.Time
+	// DPRank is the data-parallel rank the batch comes from; 0 when the
+	// engine does not say.
+	DPRank int
+	Events []KVEvent
+}
+
+// KVEventHandler applies a worker's KV events to whatever mirrors its cache.
+// A subscription calls it from one goroutine per worker and rank, in
+// sequence order: ApplyKVEvents sees every batch once and without gaps
+// since the last ResetKVEvents for that worker and rank. Calls for different
+// workers may run concurrently.
+type KVEventHandler interface {
+	// ApplyKVEvents applies one batch of worker's events.
+	ApplyKVEvents(worker string, b *KVEventBatch)
+	// ResetKVEvents forgets what worker's rank told so far: the stream lost
+	// events or the engine restarted, and the batches that follow start a
+	// new account of the cache.
+	ResetKVEvents(worker string, rank int)
+	// SetKVEventMode says whether worker's cache is known from its events
+	// (true: the events are the truth) or must be approximated from routing
+	// decisions and reported cached tokens (false: the engine publishes no
+	// events, or its stream failed for good).
+	SetKVEventMode(worker string, exact bool)
+}
+
+// KVEventSource is implemented by the backends whose protocol has
+// SubscribeKvEvents (both adapters); the subscription asks for it.
+type KVEventSource interface {
+	// SubscribeKVEvents opens the engine's event stream, replaying from
+	// batch start when the engine still has it (0: from now on).
+	SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error)
+}
+
+// KVEventStream yields an engine's event batches in order. Errors are gRPC
+// status errors (UNIMPLEMENTED: the engine publishes no events).
+type KVEventStream interface {
+	Recv() (*KVEventBatch, error)
+}
