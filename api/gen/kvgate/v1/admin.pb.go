@@ -689,9 +689,15 @@ type WorkerView struct {
 	// Its circuit breaker: policies never pick a worker whose breaker is open.
 	Breaker BreakerState `protobuf:"varint,6,opt,name=breaker,proto3,enum=kvgate.v1.BreakerState" json:"breaker,omitempty"`
 	// Being removed: receives no new requests.
-	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Draining bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	// Of matched_tokens, those the worker's engine confirmed through its KV
+	// events, and those the router expects it to hold because of its own
+	// recent routing decisions (they expire unless an event confirms them).
+	// Workers without events count everything as speculative.
+	ConfirmedTokens   uint32 `protobuf:"varint,8,opt,name=confirmed_tokens,json=confirmedTokens,proto3" json:"confirmed_tokens,omitempty"`
+	SpeculativeTokens uint32 `protobuf:"varint,9,opt,name=speculative_tokens,json=speculativeTokens,proto3" json:"speculative_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WorkerView) Reset() {
@@ -771,6 +777,20 @@ func (x *WorkerView) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *WorkerView) GetConfirmedTokens() uint32 {
+	if x != nil {
+		return x.ConfirmedTokens
+	}
+	return 0
+}
+
+func (x *WorkerView) GetSpeculativeTokens() uint32 {
+	if x != nil {
+		return x.SpeculativeTokens
+	}
+	return 0
 }
 
 type ListWorkersRequest struct {
@@ -878,7 +898,10 @@ type Worker struct {
 	Draining bool `protobuf:"varint,11,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Not connected yet (it did not answer when it was added); it is retried
 	// and joins when it answers.
-	Connecting    bool `protobuf:"varint,12,opt,name=connecting,proto3" json:"connecting,omitempty"`
+	Connecting bool `protobuf:"varint,12,opt,name=connecting,proto3" json:"connecting,omitempty"`
+	// The worker's KV event stream, which keeps the router's view of its cache
+	// exact.
+	KvEvents      *KvEventStream `protobuf:"bytes,13,opt,name=kv_events,json=kvEvents,proto3" json:"kv_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -997,6 +1020,158 @@ func (x *Worker) GetConnecting() bool {
 	return false
 }
 
+func (x *Worker) GetKvEvents() *KvEventStream {
+	if x != nil {
+		return x.KvEvents
+	}
+	return nil
+}
+
+// KvEventStream is the state of one worker's KV event subscription.
+type KvEventStream struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "events": the router's view of the worker's cache follows its KV events.
+	// "approximate": the engine publishes no events (or its stream failed for
+	// good); the view is learnt from routing decisions and the cached tokens
+	// the engine reports. "connecting": not known yet.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The stream is open now.
+	Connected bool `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
+	// The sequence number of the last batch applied, when any was.
+	LastSequenceNumber *uint64 `protobuf:"varint,3,opt,name=last_sequence_number,json=lastSequenceNumber,proto3,oneof" json:"last_sequence_number,omitempty"`
+	// How long the last batch took from the engine to the router, in seconds.
+	LagSeconds float64 `protobuf:"fixed64,4,opt,name=lag_seconds,json=lagSeconds,proto3" json:"lag_seconds,omitempty"`
+	// Batches and events applied since the router started.
+	Batches uint64 `protobuf:"varint,5,opt,name=batches,proto3" json:"batches,omitempty"`
+	Events  uint64 `protobuf:"varint,6,opt,name=events,proto3" json:"events,omitempty"`
+	// Skipped sequence numbers (lost events), engine restarts (numbers going
+	// backwards), resubscriptions from scratch and duplicate batches skipped.
+	Gaps       uint64 `protobuf:"varint,7,opt,name=gaps,proto3" json:"gaps,omitempty"`
+	Resets     uint64 `protobuf:"varint,8,opt,name=resets,proto3" json:"resets,omitempty"`
+	Resyncs    uint64 `protobuf:"varint,9,opt,name=resyncs,proto3" json:"resyncs,omitempty"`
+	Duplicates uint64 `protobuf:"varint,10,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	// Subscriptions that failed (the stream broke or could not open).
+	Failures uint64 `protobuf:"varint,11,opt,name=failures,proto3" json:"failures,omitempty"`
+	// The last failure, if any.
+	LastError     string `protobuf:"bytes,12,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvEventStream) Reset() {
+	*x = KvEventStream{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvEventStream) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvEventStream) ProtoMessage() {}
+
+func (x *KvEventStream) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvEventStream.ProtoReflect.Descriptor instead.
+func (*KvEventStream) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *KvEventStream) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *KvEventStream) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *KvEventStream) GetLastSequenceNumber() uint64 {
+	if x != nil && x.LastSequenceNumber != nil {
+		return *x.LastSequenceNumber
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetLagSeconds() float64 {
+	if x != nil {
+		return x.LagSeconds
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetBatches() uint64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetGaps() uint64 {
+	if x != nil {
+		return x.Gaps
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetResets() uint64 {
+	if x != nil {
+		return x.Resets
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetResyncs() uint64 {
+	if x != nil {
+		return x.Resyncs
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetDuplicates() uint64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *KvEventStream) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 var File_kvgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_admin_proto_rawDesc = "" +
@@ -1032,7 +1207,7 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x17predicted_cached_tokens\x18\x06 \x01(\rR\x15predictedCachedTokens\x12/\n" +
 	"\aworkers\x18\a \x03(\v2\x15.kvgate.v1.WorkerViewR\aworkers\x12%\n" +
 	"\x0eprefill_worker\x18\b \x01(\tR\rprefillWorker\x12%\n" +
-	"\x0eprefill_branch\x18\t \x01(\tR\rprefillBranch\"\xf8\x01\n" +
+	"\x0eprefill_branch\x18\t \x01(\tR\rprefillBranch\"\xd2\x02\n" +
 	"\n" +
 	"WorkerView\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12)\n" +
@@ -1041,10 +1216,12 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\tin_flight\x18\x04 \x01(\rR\binFlight\x12%\n" +
 	"\x0ematched_tokens\x18\x05 \x01(\rR\rmatchedTokens\x121\n" +
 	"\abreaker\x18\x06 \x01(\x0e2\x17.kvgate.v1.BreakerStateR\abreaker\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\x14\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\x12)\n" +
+	"\x10confirmed_tokens\x18\b \x01(\rR\x0fconfirmedTokens\x12-\n" +
+	"\x12speculative_tokens\x18\t \x01(\rR\x11speculativeTokens\"\x14\n" +
 	"\x12ListWorkersRequest\"B\n" +
 	"\x13ListWorkersResponse\x12+\n" +
-	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xae\x03\n" +
+	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xe5\x03\n" +
 	"\x06Worker\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12/\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x13.kvgate.v1.ProtocolR\bprotocol\x12#\n" +
@@ -1060,7 +1237,27 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\bdraining\x18\v \x01(\bR\bdraining\x12\x1e\n" +
 	"\n" +
 	"connecting\x18\f \x01(\bR\n" +
-	"connecting*L\n" +
+	"connecting\x125\n" +
+	"\tkv_events\x18\r \x01(\v2\x18.kvgate.v1.KvEventStreamR\bkvEvents\"\x85\x03\n" +
+	"\rKvEventStream\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n" +
+	"\tconnected\x18\x02 \x01(\bR\tconnected\x125\n" +
+	"\x14last_sequence_number\x18\x03 \x01(\x04H\x00R\x12lastSequenceNumber\x88\x01\x01\x12\x1f\n" +
+	"\vlag_seconds\x18\x04 \x01(\x01R\n" +
+	"lagSeconds\x12\x18\n" +
+	"\abatches\x18\x05 \x01(\x04R\abatches\x12\x16\n" +
+	"\x06events\x18\x06 \x01(\x04R\x06events\x12\x12\n" +
+	"\x04gaps\x18\a \x01(\x04R\x04gaps\x12\x16\n" +
+	"\x06resets\x18\b \x01(\x04R\x06resets\x12\x18\n" +
+	"\aresyncs\x18\t \x01(\x04R\aresyncs\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\n" +
+	" \x01(\x04R\n" +
+	"duplicates\x12\x1a\n" +
+	"\bfailures\x18\v \x01(\x04R\bfailures\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\f \x01(\tR\tlastErrorB\x17\n" +
+	"\x15_last_sequence_number*L\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPROTOCOL_SGLANG\x10\x01\x12\x11\n" +
@@ -1098,7 +1295,7 @@ func file_kvgate_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_kvgate_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_kvgate_v1_admin_proto_goTypes = []any{
 	(Protocol)(0),                // 0: kvgate.v1.Protocol
 	(Role)(0),                    // 1: kvgate.v1.Role
@@ -1114,18 +1311,19 @@ var file_kvgate_v1_admin_proto_goTypes = []any{
 	(*ListWorkersRequest)(nil),   // 11: kvgate.v1.ListWorkersRequest
 	(*ListWorkersResponse)(nil),  // 12: kvgate.v1.ListWorkersResponse
 	(*Worker)(nil),               // 13: kvgate.v1.Worker
-	nil,                          // 14: kvgate.v1.ExplainRequest.MetadataEntry
-	(*GenerateRequest)(nil),      // 15: kvgate.v1.GenerateRequest
-	(*ChatRequest)(nil),          // 16: kvgate.v1.ChatRequest
+	(*KvEventStream)(nil),        // 14: kvgate.v1.KvEventStream
+	nil,                          // 15: kvgate.v1.ExplainRequest.MetadataEntry
+	(*GenerateRequest)(nil),      // 16: kvgate.v1.GenerateRequest
+	(*ChatRequest)(nil),          // 17: kvgate.v1.ChatRequest
 }
 var file_kvgate_v1_admin_proto_depIdxs = []int32{
 	1,  // 0: kvgate.v1.AddWorkerRequest.role:type_name -> kvgate.v1.Role
 	0,  // 1: kvgate.v1.AddWorkerRequest.protocol:type_name -> kvgate.v1.Protocol
 	13, // 2: kvgate.v1.AddWorkerResponse.worker:type_name -> kvgate.v1.Worker
 	13, // 3: kvgate.v1.RemoveWorkerResponse.worker:type_name -> kvgate.v1.Worker
-	15, // 4: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
-	16, // 5: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
-	14, // 6: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
+	16, // 4: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
+	17, // 5: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
+	15, // 6: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
 	10, // 7: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
 	2,  // 8: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
 	3,  // 9: kvgate.v1.WorkerView.breaker:type_name -> kvgate.v1.BreakerState
@@ -1134,19 +1332,20 @@ var file_kvgate_v1_admin_proto_depIdxs = []int32{
 	1,  // 12: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
 	2,  // 13: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
 	3,  // 14: kvgate.v1.Worker.breaker:type_name -> kvgate.v1.BreakerState
-	11, // 15: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
-	8,  // 16: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
-	4,  // 17: kvgate.v1.Admin.AddWorker:input_type -> kvgate.v1.AddWorkerRequest
-	6,  // 18: kvgate.v1.Admin.RemoveWorker:input_type -> kvgate.v1.RemoveWorkerRequest
-	12, // 19: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
-	9,  // 20: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
-	5,  // 21: kvgate.v1.Admin.AddWorker:output_type -> kvgate.v1.AddWorkerResponse
-	7,  // 22: kvgate.v1.Admin.RemoveWorker:output_type -> kvgate.v1.RemoveWorkerResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 15: kvgate.v1.Worker.kv_events:type_name -> kvgate.v1.KvEventStream
+	11, // 16: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
+	8,  // 17: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
+	4,  // 18: kvgate.v1.Admin.AddWorker:input_type -> kvgate.v1.AddWorkerRequest
+	6,  // 19: kvgate.v1.Admin.RemoveWorker:input_type -> kvgate.v1.RemoveWorkerRequest
+	12, // 20: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
+	9,  // 21: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
+	5,  // 22: kvgate.v1.Admin.AddWorker:output_type -> kvgate.v1.AddWorkerResponse
+	7,  // 23: kvgate.v1.Admin.RemoveWorker:output_type -> kvgate.v1.RemoveWorkerResponse
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_admin_proto_init() }
@@ -1159,13 +1358,14 @@ func file_kvgate_v1_admin_proto_init() {
 		(*ExplainRequest_Generate)(nil),
 		(*ExplainRequest_Chat)(nil),
 	}
+	file_kvgate_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_admin_proto_rawDesc), len(file_kvgate_v1_admin_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
