@@ -256,11 +256,59 @@ func TestSummarizeAndCoV(t *testing.T) {
 }
 
 func sampleReport() *Report {
-	pe := 0.98
+	pe, same := 0.98, 0.75
 	return &Report{Workload: SharedPrefix, Runs: []PolicyRun{
-		{Policy: "cache_aware", TTFT: Summary{12, 20, 40, 15}, CacheHitRate: 0.9, OracleHitRate: 0.94, PredictionExact: &pe, Requests: 10, TTFTs: []float64{0.5, 5, 12, 40}},
-		{Policy: "round_robin", TTFT: Summary{110, 120, 500, 130}, CacheHitRate: 0.4, OracleHitRate: 0.94, Requests: 10, Errors: 1, TTFTs: []float64{100, 110, 2000}},
+		{Policy: "cache_aware", Routers: 1, TTFT: Summary{12, 20, 40, 15}, CacheHitRate: 0.9, OracleHitRate: 0.94, PredictionExact: &pe, SameWorkerRate: &same, Requests: 10, TTFTs: []float64{0.5, 5, 12, 40}},
+		{Policy: "round_robin", Routers: 1, TTFT: Summary{110, 120, 500, 130}, CacheHitRate: 0.4, OracleHitRate: 0.94, Requests: 10, Errors: 1, TTFTs: []float64{100, 110, 2000}},
 	}}
+}
+
+// replicatedReport is sampleReport's cache_aware with one router and two.
+func replicatedReport() *Report {
+	rep := sampleReport()
+	two := rep.Runs[0]
+	two.Routers = 2
+	same := 0.5
+	two.SameWorkerRate = &same
+	rep.Runs[1] = two
+	return rep
+}
+
+// TestWriteTable pins the table's layout. With one router per run it is
+// byte for byte the table of before replicas (the columns they add would
+// change what BENCHMARKS.md's commands print); with replicas it gains the
+// routers and same-worker columns.
+func TestWriteTable(t *testing.T) {
+	tests := []struct {
+		name string
+		rep  *Report
+		want string
+	}{
+		{"one router", sampleReport(), `workload: shared-prefix
+       policy  ttft p50    p90    p99   mean  itl p50   p99  e2e p50  p99  req/s  out tok/s    hit  oracle  pred exact  load cov  reqs  errors
+  cache_aware      12.0   20.0   40.0   15.0     0.00  0.00        0    0    0.0          0  0.900   0.940       0.980     0.000    10       0
+  round_robin     110.0  120.0  500.0  130.0     0.00  0.00        0    0    0.0          0  0.400   0.940           -     0.000    10       1
+(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)
+`},
+		{"replicas", replicatedReport(), `workload: shared-prefix
+       policy  routers  ttft p50   p90   p99  mean  itl p50   p99  e2e p50  p99  req/s  out tok/s    hit  oracle  pred exact  load cov  same worker  reqs  errors
+  cache_aware        1      12.0  20.0  40.0  15.0     0.00  0.00        0    0    0.0          0  0.900   0.940       0.980     0.000        0.750    10       0
+  cache_aware        2      12.0  20.0  40.0  15.0     0.00  0.00        0    0    0.0          0  0.900   0.940       0.980     0.000        0.500    10       0
+(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)
+(routers = replicas, each request sent to one at random; same worker = turns after a conversation's first served where its previous turn was)
+`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := tt.rep.WriteTable(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if got := buf.String(); got != tt.want {
+				t.Errorf("table:\n%s\nwant:\n%s", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestJSONFieldNames(t *testing.T) {
@@ -278,7 +326,7 @@ func TestJSONFieldNames(t *testing.T) {
 	runs := got["runs"].([]any)
 	run := runs[0].(map[string]any)
 	want := []string{"cache_hit_rate", "e2e_ms", "errors", "itl_ms", "load_cov", "oracle_hit_rate", "output_tokens_per_s",
-		"policy", "prediction_exact", "requests", "requests_per_s", "ttft_ms"}
+		"policy", "prediction_exact", "requests", "requests_per_s", "routers", "same_worker_rate", "ttft_ms"}
 	if keys := sortedKeys(run); !slices.Equal(keys, want) {
 		t.Fatalf("run keys %v, want %v", keys, want)
 	}
@@ -289,6 +337,12 @@ func TestJSONFieldNames(t *testing.T) {
 	}
 	if v, ok := runs[1].(map[string]any)["prediction_exact"]; !ok || v != nil {
 		t.Fatalf("cache-blind prediction_exact = %v, want null", v)
+	}
+	if v, ok := runs[1].(map[string]any)["same_worker_rate"]; !ok || v != nil {
+		t.Fatalf("same_worker_rate without conversations = %v, want null", v)
+	}
+	if run["routers"] != 1.0 || run["same_worker_rate"] != 0.75 {
+		t.Fatalf("routers %v, same_worker_rate %v; want 1, 0.75", run["routers"], run["same_worker_rate"])
 	}
 }
 
@@ -302,7 +356,7 @@ func sortedKeys(m map[string]any) []string {
 }
 
 func TestPlotIsWellFormedSVG(t *testing.T) {
-	for _, rep := range []*Report{sampleReport(), {Workload: "empty"}} {
+	for _, rep := range []*Report{sampleReport(), replicatedReport(), {Workload: "empty"}} {
 		var buf bytes.Buffer
 		if err := rep.WritePlot(&buf, `8 engines <"sim"> & co`); err != nil {
 			t.Fatal(err)
@@ -329,6 +383,16 @@ func TestPlotIsWellFormedSVG(t *testing.T) {
 		}
 		if root != "svg" || polylines != len(rep.Runs) {
 			t.Fatalf("%s: root %q, %d curves; want svg, %d", rep.Workload, root, polylines, len(rep.Runs))
+		}
+	}
+	// Runs that differ only in their replica count are told apart.
+	var buf bytes.Buffer
+	if err := replicatedReport().WritePlot(&buf, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, label := range []string{"cache_aware ×1", "cache_aware ×2"} {
+		if !strings.Contains(buf.String(), label) {
+			t.Errorf("chart of replicas lacks the label %q", label)
 		}
 	}
 }

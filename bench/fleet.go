@@ -8,11 +8,11 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -29,14 +29,21 @@ func SimConfig() sim.Config {
 	return c
 }
 
-// Fleet is a router in front of simulated engines, all in this process.
+// Fleet is simulated engines with one or more routers in front of them, all
+// in this process. Several routers stand for replicas of kvgate behind a
+// client-side or L4 balancer: each has its own registry, policy state and
+// metrics, and they share nothing but the engines, as replicas in production
+// do.
 type Fleet struct {
-	Addr    string
+	// Addr is the first router's address: with one router, the router.
+	Addr string
+	// Addrs are the routers' addresses, one per replica, in order.
+	Addrs   []string
 	Workers int
-	g       *gateway.Gateway
-	srv     *server.Server
+
+	routers []*gateway.Gateway
 	sims    []*sim.Server
-	served  chan error
+	serving sync.WaitGroup // the routers' Serve calls
 }
 
 // ParsePolicy splits a policy label such as "cache_aware:smallest_tree" into
@@ -59,8 +66,19 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 // StartFleet starts n simulated engines with cfg, a registry, the policy named
 // by label and a router serving on loopback.
 func StartFleet(ctx context.Context, label string, n int, cfg sim.Config) (*Fleet, error) {
+	return StartReplicatedFleet(ctx, label, n, 1, cfg)
+}
+
+// StartReplicatedFleet starts n simulated engines with cfg and routers
+// replicas of the router in front of them, each built by gateway.New from the
+// same configuration (the policy named by label) and serving on a loopback
+// listener of its own.
+func StartReplicatedFleet(ctx context.Context, label string, n, routers int, cfg sim.Config) (*Fleet, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("--workers is %d; at least 1 is needed", n)
+	}
+	if routers < 1 {
+		return nil, fmt.Errorf("--routers has %d; every count must be at least 1", routers)
 	}
 	name, opts, err := ParsePolicy(label)
 	if err != nil {
@@ -88,39 +106,56 @@ func StartFleet(ctx context.Context, label string, n int, cfg sim.Config) (*Flee
 		f.sims = append(f.sims, s)
 		gcfg.WorkerURLs = append(gcfg.WorkerURLs, "grpc://"+s.Addr())
 	}
-	if f.g, err = gateway.New(ctx, gcfg); err != nil {
-		return nil, err
+	for i := range routers {
+		g, err := gateway.New(ctx, gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("router %d: %w", i, err)
+		}
+		f.routers = append(f.routers, g)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("router %d: %w", i, err)
+		}
+		f.Addrs = append(f.Addrs, lis.Addr().String())
+		f.serving.Go(func() { g.Serve(lis) })
 	}
-	f.srv = f.g.Server
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	f.Addr = lis.Addr().String()
-	f.served = make(chan error, 1)
-	go func() { f.served <- f.g.Serve(lis) }()
+	f.Addr = f.Addrs[0]
 	ok = true
 	return f, nil
 }
 
-// PredictionExact reads the router's prediction counters: the share of
-// completed requests whose predicted cached tokens equalled the engine's
-// report, or NaN when nothing was predicted (cache-blind policies).
-func (f *Fleet) PredictionExact() float64 {
-	mfs, err := f.srv.Metrics().Registry.Gather()
-	if err != nil {
-		return math.NaN()
-	}
-	var exact, obs float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case "kvgate_cache_prediction_exact_total":
-				exact += m.GetCounter().GetValue()
-			case "kvgate_cache_prediction_observations_total":
-				obs += m.GetCounter().GetValue()
+// counter sums the counter family name over its labels, router by router,
+// in the order of Addrs; a router whose registry cannot be read counts 0.
+func (f *Fleet) counter(name string) []float64 {
+	sums := make([]float64, len(f.routers))
+	for i, g := range f.routers {
+		mfs, err := g.Server.Metrics().Registry.Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				sums[i] += m.GetCounter().GetValue()
 			}
 		}
+	}
+	return sums
+}
+
+// PredictionExact reads the routers' prediction counters: the share of
+// completed requests whose predicted cached tokens equalled the engine's
+// report, over all replicas, or NaN when nothing was predicted (cache-blind
+// policies).
+func (f *Fleet) PredictionExact() float64 {
+	var exact, obs float64
+	for _, v := range f.counter("kvgate_cache_prediction_exact_total") {
+		exact += v
+	}
+	for _, v := range f.counter("kvgate_cache_prediction_observations_total") {
+		obs += v
 	}
 	if obs == 0 {
 		return math.NaN()
@@ -128,13 +163,28 @@ func (f *Fleet) PredictionExact() float64 {
 	return exact / obs
 }
 
-// Close stops the router, its background loops and the engines.
+// RouterRequests returns the RPCs each router has handled
+// (kvgate_requests_total, every method and status), one count per replica in
+// the order of Addrs: what reached each replica by its own account.
+func (f *Fleet) RouterRequests() []int {
+	sums := f.counter("kvgate_requests_total")
+	counts := make([]int, len(sums))
+	for i, v := range sums {
+		counts[i] = int(v)
+	}
+	return counts
+}
+
+// Close stops every router (letting running requests finish for up to five
+// seconds each), waits for their Serve calls to return, then stops the
+// engines.
 func (f *Fleet) Close() error {
-	if f.g != nil {
+	for _, g := range f.routers {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		f.g.Shutdown(ctx)
+		g.Shutdown(ctx)
 		cancel()
 	}
+	f.serving.Wait()
 	for _, s := range f.sims {
 		s.Stop()
 	}

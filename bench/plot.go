@@ -20,9 +20,10 @@ const (
 	fontFamily     = "Helvetica, Arial, sans-serif"
 )
 
-// WritePlot draws the report as an SVG: the TTFT distribution of each policy
-// (a CDF on a logarithmic time axis) and each policy's cache hit rate beside
-// the oracle's. note is a line under the title (what the engines were).
+// WritePlot draws the report as an SVG: the TTFT distribution of each run
+// (a CDF on a logarithmic time axis) and each run's cache hit rate beside
+// the oracle's, runs named by policy (and replica count when the report
+// compares several). note is a line under the title (what the engines were).
 func (rep *Report) WritePlot(w io.Writer, note string) error {
 	svgH := max(minSVGH, plotY1+60+18*len(rep.Runs))
 	var b strings.Builder
@@ -123,7 +124,7 @@ func (rep *Report) plotCDF(p func(string, ...any)) {
 		yy := ly + i*18
 		p(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", lx, yy-4, lx+20, yy-4, color(i))
 		p(`<text x="%d" y="%d">%s</text><text x="%d" y="%d" fill="#444">p50 %s · p90 %s · p99 %s</text>`+"\n",
-			lx+26, yy, esc(r.Policy), lx+210, yy, msLabel(r.TTFT.P50), msLabel(r.TTFT.P90), msLabel(r.TTFT.P99))
+			lx+26, yy, esc(rep.label(i)), lx+210, yy, msLabel(r.TTFT.P50), msLabel(r.TTFT.P90), msLabel(r.TTFT.P99))
 	}
 }
 
@@ -165,7 +166,7 @@ func (rep *Report) plotBars(p func(string, ...any)) {
 		ox := cx + 1
 		p(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f4f4f4" stroke="%s" stroke-dasharray="3 2"/>`+"\n", ox, y(r.OracleHitRate), bw, plotY1-y(r.OracleHitRate), color(i))
 		p(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10" fill="#666">%.0f%%</text>`+"\n", ox+bw/2, y(r.OracleHitRate)-4, r.OracleHitRate*100)
-		p(`<text transform="translate(%.1f %d) rotate(-30)" text-anchor="end">%s</text>`+"\n", cx+4, plotY1+14, esc(r.Policy))
+		p(`<text transform="translate(%.1f %d) rotate(-30)" text-anchor="end">%s</text>`+"\n", cx+4, plotY1+14, esc(rep.label(i)))
 	}
 	ly := plotY1 + 118
 	p(`<rect x="%d" y="%d" width="14" height="12" fill="#888"/><text x="%d" y="%d">engine-reported hit rate</text>`+"\n", barX0, ly-10, barX0+20, ly)

@@ -16,9 +16,12 @@ type Report struct {
 	Runs     []PolicyRun `json:"runs"`
 }
 
-// PolicyRun is one policy's result.
+// PolicyRun is one policy's result with one number of routers.
 type PolicyRun struct {
-	Policy             string  `json:"policy"`
+	Policy string `json:"policy"`
+	// Routers is the number of router replicas in front of the engines, each
+	// request sent to one of them at random (1 with --target: one address).
+	Routers            int     `json:"routers"`
 	TTFT               Summary `json:"ttft_ms"`
 	ITL                Summary `json:"itl_ms"`
 	E2E                Summary `json:"e2e_ms"`
@@ -29,8 +32,13 @@ type PolicyRun struct {
 	// PredictionExact is null for policies that predict nothing.
 	PredictionExact *float64 `json:"prediction_exact"`
 	LoadCoV         float64  `json:"load_cov"`
-	Requests        int      `json:"requests"`
-	Errors          int      `json:"errors"`
+	// SameWorkerRate is, for workloads of conversations, the share of turns
+	// after a conversation's first that went to the worker its previous turn
+	// went to: whether routers that see only some of a conversation's turns
+	// still agree where it lives. Null for workloads without conversations.
+	SameWorkerRate *float64 `json:"same_worker_rate"`
+	Requests       int      `json:"requests"`
+	Errors         int      `json:"errors"`
 
 	// TTFTs are the successful requests' TTFTs in ms, sorted, for the chart.
 	TTFTs []float64 `json:"-"`
@@ -101,20 +109,55 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(rep)
 }
 
+// replicated tells whether some run had several routers. Only then does the
+// table show the routers and same-worker columns, so a report of single
+// routers reads exactly as it did before replicas existed.
+func (rep *Report) replicated() bool {
+	for _, r := range rep.Runs {
+		if r.Routers > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// label names run i in the chart: its policy, with its replica count when
+// the report compares replica counts.
+func (rep *Report) label(i int) string {
+	r := rep.Runs[i]
+	return runLabel(r.Policy, r.Routers, rep.replicated())
+}
+
 // WriteTable prints the report as an aligned table.
 func (rep *Report) WriteTable(w io.Writer) error {
+	replicated := rep.replicated()
 	fmt.Fprintf(w, "workload: %s\n", rep.Workload)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tttft p50\tp90\tp99\tmean\titl p50\tp99\te2e p50\tp99\treq/s\tout tok/s\thit\toracle\tpred exact\tload cov\treqs\terrors\t")
+	routersCol, sameCol := "", ""
+	if replicated {
+		routersCol, sameCol = "routers\t", "same worker\t"
+	}
+	fmt.Fprintln(tw, "policy\t"+routersCol+"ttft p50\tp90\tp99\tmean\titl p50\tp99\te2e p50\tp99\treq/s\tout tok/s\thit\toracle\tpred exact\tload cov\t"+sameCol+"reqs\terrors\t")
 	for _, r := range rep.Runs {
-		pe := "-"
-		if r.PredictionExact != nil {
-			pe = fmt.Sprintf("%.3f", *r.PredictionExact)
+		if replicated {
+			routersCol = fmt.Sprintf("%d\t", r.Routers)
+			sameCol = orDash(r.SameWorkerRate) + "\t"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f\t%.3f\t%.3f\t%s\t%.3f\t%d\t%d\t\n",
-			r.Policy, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.TTFT.Mean, r.ITL.P50, r.ITL.P99, r.E2E.P50, r.E2E.P99,
-			r.RequestsPerSec, r.OutputTokensPerSec, r.CacheHitRate, r.OracleHitRate, pe, r.LoadCoV, r.Requests, r.Errors)
+		fmt.Fprintf(tw, "%s\t%s%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f\t%.3f\t%.3f\t%s\t%.3f\t%s%d\t%d\t\n",
+			r.Policy, routersCol, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.TTFT.Mean, r.ITL.P50, r.ITL.P99, r.E2E.P50, r.E2E.P99,
+			r.RequestsPerSec, r.OutputTokensPerSec, r.CacheHitRate, r.OracleHitRate, orDash(r.PredictionExact), r.LoadCoV, sameCol, r.Requests, r.Errors)
 	}
 	fmt.Fprintln(tw, "(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)")
+	if replicated {
+		fmt.Fprintln(tw, "(routers = replicas, each request sent to one at random; same worker = turns after a conversation's first served where its previous turn was)")
+	}
 	return tw.Flush()
+}
+
+// orDash formats a rate to three places, or "-" when there is none.
+func orDash(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", *x)
 }

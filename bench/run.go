@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,11 @@ type Config struct {
 	Policies []string
 	// Workers is the number of simulated engines per fleet.
 	Workers int
+	// Routers are the replica counts each policy runs with: for each, a fresh
+	// fleet of Workers engines with that many routers in front, and every
+	// request sent to one of them chosen uniformly at random. Empty means
+	// {1}: one router, as `kvgate serve` runs.
+	Routers []int
 	// Sim configures each simulated engine (see SimConfig).
 	Sim sim.Config
 	// Target, when set, is a running router (host:port) to measure instead of
@@ -35,7 +41,9 @@ type Config struct {
 	// arrivals: a --qps or a trace).
 	Concurrency int
 	// Seed is the sampling seed sent with every request, so outputs, and with
-	// them multiturn histories, are the same under every policy.
+	// them multiturn histories, are the same under every policy. It also
+	// seeds the choice of replica, so a run can be repeated request for
+	// request.
 	Seed int32
 	// Progress, when not nil, receives a line as each run ends.
 	Progress io.Writer
@@ -54,11 +62,25 @@ type outcome struct {
 	end        time.Time
 }
 
-// Run runs wl once per policy (or once against cfg.Target) and reports.
+// Run runs wl once per policy and replica count (or once against
+// cfg.Target) and reports, the runs in that order: each policy with each of
+// cfg.Routers.
 func Run(ctx context.Context, cfg Config, wl *Workload) (*Report, error) {
+	routers := cfg.Routers
+	if len(routers) == 0 {
+		routers = []int{1}
+	}
+	for _, n := range routers {
+		if n < 1 {
+			return nil, fmt.Errorf("--routers has %d; every count must be at least 1", n)
+		}
+	}
 	rep := &Report{Workload: wl.Name}
 	if cfg.Target != "" {
-		r, err := runOnce(ctx, cfg, wl, "target", cfg.Target, nil)
+		if !slices.Equal(routers, []int{1}) {
+			return nil, fmt.Errorf("--routers %v: a --target is one router; replicas need in-process fleets", routers)
+		}
+		r, err := runOnce(ctx, cfg, wl, "target", []string{cfg.Target}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -66,30 +88,58 @@ func Run(ctx context.Context, cfg Config, wl *Workload) (*Report, error) {
 		return rep, nil
 	}
 	for _, label := range cfg.Policies {
-		f, err := StartFleet(ctx, label, cfg.Workers, cfg.Sim)
-		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", label, err)
+		for _, n := range routers {
+			r, err := runFleet(ctx, cfg, wl, label, n)
+			if err != nil {
+				return nil, fmt.Errorf("policy %s: %w", runLabel(label, n, cfg.replicated()), err)
+			}
+			rep.Runs = append(rep.Runs, r)
 		}
-		r, err := runOnce(ctx, cfg, wl, label, f.Addr, f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", label, err)
-		}
-		rep.Runs = append(rep.Runs, r)
 	}
 	return rep, nil
 }
 
-func runOnce(ctx context.Context, cfg Config, wl *Workload, label, addr string, f *Fleet) (PolicyRun, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+// replicated tells whether some run has several routers, and so every run's
+// label names its replica count.
+func (c Config) replicated() bool {
+	return slices.ContainsFunc(c.Routers, func(n int) bool { return n > 1 })
+}
+
+// runFleet runs wl against a fresh fleet of cfg.Workers engines with
+// routers replicas in front.
+func runFleet(ctx context.Context, cfg Config, wl *Workload, label string, routers int) (PolicyRun, error) {
+	f, err := StartReplicatedFleet(ctx, label, cfg.Workers, routers, cfg.Sim)
 	if err != nil {
 		return PolicyRun{}, err
 	}
-	defer conn.Close()
+	defer f.Close()
+	return runOnce(ctx, cfg, wl, label, f.Addrs, f)
+}
+
+// runLabel names a run: the policy, and when some run of the report has
+// several routers, its replica count ("cache_aware ×4").
+func runLabel(policy string, routers int, replicated bool) string {
+	if !replicated {
+		return policy
+	}
+	return fmt.Sprintf("%s ×%d", policy, routers)
+}
+
+// runOnce drives wl through the routers at addrs, one connection each, and
+// summarizes it; f, when not nil, is the fleet behind them.
+func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, addrs []string, f *Fleet) (PolicyRun, error) {
 	d := &driver{
-		client: kvgatev1.NewRouterClient(conn),
-		seed:   cfg.Seed,
+		seed:      cfg.Seed,
+		routeSeed: uint64(uint32(cfg.Seed)),
+	}
+	for _, addr := range addrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+		if err != nil {
+			return PolicyRun{}, fmt.Errorf("router %s: %w", addr, err)
+		}
+		defer conn.Close()
+		d.clients = append(d.clients, kvgatev1.NewRouterClient(conn))
 	}
 	if cfg.Concurrency > 0 {
 		d.sem = make(chan struct{}, cfg.Concurrency)
@@ -110,12 +160,17 @@ func runOnce(ctx context.Context, cfg Config, wl *Workload, label, addr string, 
 		pe = f.PredictionExact()
 	}
 	r := summarize(label, start, d.outcomes, workers)
+	r.Routers = len(addrs)
 	r.PredictionExact = nullable(pe)
+	if n := d.followUps.Load(); n > 0 {
+		r.SameWorkerRate = nullable(float64(d.sameWorker.Load()) / float64(n))
+	}
 	if cfg.Progress != nil {
+		name := runLabel(label, r.Routers, cfg.replicated())
 		fmt.Fprintf(cfg.Progress, "%s: %d requests, %d errors, ttft p50 %.1f ms, cache hit %.3f (oracle %.3f)\n",
-			label, r.Requests, r.Errors, r.TTFT.P50, r.CacheHitRate, r.OracleHitRate)
+			name, r.Requests, r.Errors, r.TTFT.P50, r.CacheHitRate, r.OracleHitRate)
 		if r.Errors > 0 {
-			fmt.Fprintf(cfg.Progress, "%s: first error: %v\n", label, firstErr(d.outcomes))
+			fmt.Fprintf(cfg.Progress, "%s: first error: %v\n", name, firstErr(d.outcomes))
 		}
 	}
 	if r.Requests == r.Errors && r.Requests > 0 {
@@ -135,13 +190,37 @@ func firstErr(os []outcome) error {
 
 // driver sends a workload's requests and collects their outcomes.
 type driver struct {
-	client kvgatev1.RouterClient
-	seed   int32
-	sem    chan struct{}
+	// clients are the router replicas, one connection each.
+	clients   []kvgatev1.RouterClient
+	seed      int32
+	routeSeed uint64
+	sem       chan struct{}
+
+	// followUps counts the conversation turns after the first that
+	// succeeded after a successful turn; sameWorker those that went to the
+	// worker of the turn before.
+	followUps, sameWorker atomic.Int64
 
 	mu       sync.Mutex
 	outcomes []outcome
 	oracle   Oracle
+}
+
+// client returns the replica for the i-th request of stream (0: an open
+// workload's requests; c+1: conversation c's turns).
+func (d *driver) client(stream, i int) kvgatev1.RouterClient {
+	return d.clients[replicaIndex(d.routeSeed, stream, i, len(d.clients))]
+}
+
+// replicaIndex picks one of n replicas uniformly at random for the i-th
+// request of stream. The choice is a function of seed, stream and i alone,
+// not of the order in which goroutines happen to ask, so a seed sends every
+// request to the same replica in every run.
+func replicaIndex(seed uint64, stream, i, n int) int {
+	if n == 1 {
+		return 0
+	}
+	return rand.New(rand.NewPCG(seed, uint64(stream)<<32|uint64(uint32(i)))).IntN(n)
 }
 
 func (d *driver) acquire(ctx context.Context) bool {
@@ -180,7 +259,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // open sends requests at their arrival times, each on its own goroutine.
 func (d *driver) open(ctx context.Context, start time.Time, reqs []Request) {
 	var wg sync.WaitGroup
-	for _, r := range reqs {
+	for i, r := range reqs {
 		if !sleepUntil(ctx, start.Add(r.At)) || !d.acquire(ctx) {
 			break
 		}
@@ -188,18 +267,21 @@ func (d *driver) open(ctx context.Context, start time.Time, reqs []Request) {
 		go func() {
 			defer wg.Done()
 			defer d.release()
-			d.send(ctx, r.Prompt, r.Output)
+			d.send(ctx, d.client(0, i), r.Prompt, r.Output)
 		}()
 	}
 	wg.Wait()
 }
 
 // conversations runs each user's turns in order, the next after the answer.
+// Each turn picks its replica afresh, as a client behind a load balancer
+// would, so a conversation hops between routers; whether its turns still
+// reach one worker is counted in followUps and sameWorker.
 func (d *driver) conversations(ctx context.Context, start time.Time, wl *Workload) {
 	var budget atomic.Int64
 	budget.Store(int64(wl.Size()))
 	var wg sync.WaitGroup
-	for _, c := range wl.Conversations {
+	for ci, c := range wl.Conversations {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -207,6 +289,7 @@ func (d *driver) conversations(ctx context.Context, start time.Time, wl *Workloa
 				return
 			}
 			var prompt []uint32
+			var prevWorker string
 			for r, q := range c.Questions {
 				if budget.Add(-1) < 0 || !d.acquire(ctx) {
 					return
@@ -216,11 +299,18 @@ func (d *driver) conversations(ctx context.Context, start time.Time, wl *Workloa
 				} else {
 					prompt = append(prompt, q...)
 				}
-				out := d.send(ctx, prompt, c.Output)
+				out, worker := d.send(ctx, d.client(ci+1, r), prompt, c.Output)
 				d.release()
 				if out == nil { // failed: the conversation ends
 					return
 				}
+				if r > 0 {
+					d.followUps.Add(1)
+					if worker == prevWorker {
+						d.sameWorker.Add(1)
+					}
+				}
+				prevWorker = worker
 				prompt = append(slices.Clip(prompt), out...)
 			}
 		}()
@@ -228,9 +318,10 @@ func (d *driver) conversations(ctx context.Context, start time.Time, wl *Workloa
 	wg.Wait()
 }
 
-// send runs one streamed Generate and records its outcome; it returns the
-// output ids, or nil when the request failed.
-func (d *driver) send(ctx context.Context, prompt []uint32, output int) []uint32 {
+// send runs one streamed Generate through client and records its outcome; it
+// returns the output ids and the worker that served them, or nil when the
+// request failed.
+func (d *driver) send(ctx context.Context, client kvgatev1.RouterClient, prompt []uint32, output int) ([]uint32, string) {
 	d.mu.Lock()
 	oracle := d.oracle.Match(prompt)
 	d.oracle.Insert(prompt)
@@ -256,7 +347,7 @@ func (d *driver) send(ctx context.Context, prompt []uint32, output int) []uint32
 	defer cancel()
 	t0 := time.Now()
 	last := t0
-	stream, err := d.client.Generate(ctx, req)
+	stream, err := client.Generate(ctx, req)
 	for err == nil {
 		var resp *kvgatev1.GenerateResponse
 		if resp, err = stream.Recv(); err != nil {
@@ -302,7 +393,7 @@ func (d *driver) send(ctx context.Context, prompt []uint32, output int) []uint32
 	}
 	d.outcomes = append(d.outcomes, o)
 	if err != nil {
-		return nil
+		return nil, ""
 	}
-	return ids
+	return ids, o.worker
 }
