@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvgate/kvgate/bench"
@@ -41,6 +43,8 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.Name, "workload", bench.SharedPrefix, "workload: shared-prefix, multiturn, trace or unique (every request unique; needs --target)")
 	fs.StringVar(&c.policies, "policies", "cache_aware,round_robin", "comma-separated policies to compare, each against a fresh fleet (cache_aware:least_loaded and cache_aware:smallest_tree pick cache_aware's miss fallback)")
 	fs.IntVar(&c.run.Workers, "workers", 8, "simulated engines per fleet")
+	c.run.Routers = []int{1}
+	fs.Var((*routerCounts)(&c.run.Routers), "routers", "comma-separated router replica counts: each policy runs once per count, against a fresh fleet of --workers engines with that many routers in front, each request (each multiturn turn) sent to one chosen at random")
 	fs.Uint64Var(&c.seed, "seed", 1, "workload seed (the same seed gives the same prompts and outputs)")
 	fs.Float64Var(&w.QPS, "qps", 0, "shared-prefix: Poisson arrival rate of requests; multiturn: of conversations; unique: evenly paced request starts (0: as fast as --concurrency allows)")
 	fs.IntVar(&w.Requests, "requests", 0, "send at most this many requests (0: the whole workload)")
@@ -95,6 +99,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.overhead {
 		return runOverhead(ctx, &c, stdout)
 	}
+	if c.run.Target != "" && !slices.Equal(c.run.Routers, []int{1}) {
+		return fmt.Errorf("--routers %s: --target is one running router; replicas are for in-process fleets", (*routerCounts)(&c.run.Routers))
+	}
 	if c.workload.Name == bench.Unique {
 		return runUnique(ctx, &c, stdout, stderr)
 	}
@@ -126,7 +133,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.run.Target != "" {
 		fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, router at %s\n", wl.Name, wl.Size(), c.run.Target)
 	} else {
-		fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, policies %s, %d simulated engines each\n", wl.Name, wl.Size(), strings.Join(c.run.Policies, ","), c.run.Workers)
+		routers := ""
+		if !slices.Equal(c.run.Routers, []int{1}) {
+			routers = fmt.Sprintf(" behind %s routers", (*routerCounts)(&c.run.Routers))
+		}
+		fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, policies %s, %d simulated engines each%s\n", wl.Name, wl.Size(), strings.Join(c.run.Policies, ","), c.run.Workers, routers)
 	}
 	rep, err := bench.Run(ctx, c.run, wl)
 	if err != nil {
@@ -146,6 +157,45 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
+	return nil
+}
+
+// routerCounts is the value of --routers: replica counts, comma-separated,
+// each at least 1 and none twice (two runs of one count would carry the same
+// label). A later --routers replaces an earlier one.
+type routerCounts []int
+
+func (r *routerCounts) String() string {
+	s := make([]string, len(*r))
+	for i, n := range *r {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (r *routerCounts) Set(v string) error {
+	var counts []int
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", f)
+		}
+		if n < 1 {
+			return fmt.Errorf("%d routers: each count must be at least 1", n)
+		}
+		if slices.Contains(counts, n) {
+			return fmt.Errorf("%d is listed twice", n)
+		}
+		counts = append(counts, n)
+	}
+	if len(counts) == 0 {
+		return errors.New("no router count given")
+	}
+	*r = counts
 	return nil
 }
 
@@ -191,8 +241,12 @@ func (c *benchConfig) note() string {
 		return "router at " + c.run.Target
 	}
 	s := c.run.Sim
-	return fmt.Sprintf("%d simulated engines (time scale %g, prefill %g tok/s, decode %g ms/token, KV %d tokens), seed %d",
+	note := fmt.Sprintf("%d simulated engines (time scale %g, prefill %g tok/s, decode %g ms/token, KV %d tokens), seed %d",
 		c.run.Workers, s.TimeScale, s.PrefillTokensPerSec, s.DecodeMsPerToken, s.KVCapacityTokens, c.seed)
+	if !slices.Equal(c.run.Routers, []int{1}) {
+		note += fmt.Sprintf(", routers %s", (*routerCounts)(&c.run.Routers))
+	}
+	return note
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

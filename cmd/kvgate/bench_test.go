@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,19 +55,104 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
+// TestBenchRoutersSmoke runs `kvgate bench --routers 1,2` on a tiny
+// multiturn workload: each policy runs with one router and with two, and the
+// JSON says which run had how many.
+func TestBenchRoutersSmoke(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := runBench(ctx, []string{
+		"--workload", "multiturn", "--users", "3", "--rounds", "3", "--multiturn-system-tokens", "64", "--question-tokens", "16",
+		"--answer-tokens", "4", "--workers", "2", "--time-scale", "0", "--policies", "cache_aware,round_robin",
+		"--routers", "1,2", "--json", jsonPath,
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "same worker") {
+		t.Errorf("table lacks the same-worker column:\n%s", stdout.String())
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Runs []struct {
+			Policy         string   `json:"policy"`
+			Routers        int      `json:"routers"`
+			SameWorkerRate *float64 `json:"same_worker_rate"`
+			Requests       int      `json:"requests"`
+			Errors         int      `json:"errors"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		policy  string
+		routers int
+	}{{"cache_aware", 1}, {"cache_aware", 2}, {"round_robin", 1}, {"round_robin", 2}}
+	if len(rep.Runs) != len(want) {
+		t.Fatalf("%d runs, want %d: %s", len(rep.Runs), len(want), data)
+	}
+	for i, w := range want {
+		r := rep.Runs[i]
+		if r.Policy != w.policy || r.Routers != w.routers || r.Requests != 9 || r.Errors != 0 || r.SameWorkerRate == nil {
+			t.Errorf("run %d: %+v; want %s with %d routers, 9 requests, no errors, a same-worker rate", i, r, w.policy, w.routers)
+		}
+	}
+}
+
+func TestBenchRoutersFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want []int
+	}{
+		{nil, []int{1}},
+		{[]string{"--routers", "2"}, []int{2}},
+		{[]string{"--routers", "1,2,4"}, []int{1, 2, 4}},
+		{[]string{"--routers", " 4 , 1,"}, []int{4, 1}},
+		{[]string{"--routers", "1,2", "--routers", "8"}, []int{8}}, // the last one counts
+	} {
+		var c benchConfig
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		c.register(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Errorf("%q: %v", tt.args, err)
+			continue
+		}
+		if !slices.Equal(c.run.Routers, tt.want) {
+			t.Errorf("%q: routers %v, want %v", tt.args, c.run.Routers, tt.want)
+		}
+	}
+}
+
 func TestBenchFlagErrors(t *testing.T) {
-	for _, args := range [][]string{
-		{"--policies", "nope"},
-		{"--policies", "round_robin:smallest_tree"},
-		{"--workload", "trace"},
-		{"--workload", "zipf"},
-		{"--workload", "unique", "--requests", "1"},         // no --target
-		{"--workload", "unique", "--target", "127.0.0.1:1"}, // neither --duration nor --requests
-		{"extra"},
+	for _, tt := range []struct {
+		args []string
+		want string // in the error; "" for any error
+	}{
+		{[]string{"--policies", "nope"}, ""},
+		{[]string{"--policies", "round_robin:smallest_tree"}, ""},
+		{[]string{"--workload", "trace"}, ""},
+		{[]string{"--workload", "zipf"}, ""},
+		{[]string{"--workload", "unique", "--requests", "1"}, ""},         // no --target
+		{[]string{"--workload", "unique", "--target", "127.0.0.1:1"}, ""}, // neither --duration nor --requests
+		{[]string{"extra"}, ""},
+		{[]string{"--routers", "0"}, "routers"},
+		{[]string{"--routers", "1,-2"}, "routers"},
+		{[]string{"--routers", "two"}, "routers"},
+		{[]string{"--routers", "1.5"}, "routers"},
+		{[]string{"--routers", "2,2"}, "routers"},
+		{[]string{"--routers", ","}, "routers"},
+		{[]string{"--routers", "2", "--target", "127.0.0.1:1"}, "--routers"},
 	} {
 		var out, errOut bytes.Buffer
-		if err := runBench(context.Background(), args, &out, &errOut); err == nil {
-			t.Errorf("bench %q: no error", args)
+		err := runBench(context.Background(), tt.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("bench %q: %v, want an error naming %q", tt.args, err, tt.want)
 		}
 	}
 }
