@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -103,6 +104,15 @@ type Config struct {
 	// (25: RDMA-class). A decode engine spends prompt tokens x
 	// KVBytesPerToken / speed (times TimeScale) on each transfer.
 	KVTransferGBps float64
+	// KVEvents makes SubscribeKvEvents stream the cache's changes (see
+	// events.go). Off, it answers UNIMPLEMENTED on both protocols, as an
+	// engine started without KV events does, so a router's fallback to
+	// approximating the cache can be tested.
+	KVEvents bool
+	// KVEventHistory is how many of the latest KV event batches are kept
+	// for subscribers that resume with a start_sequence_number. 0 keeps
+	// none: resuming then works only from the next batch.
+	KVEventHistory int
 	// Faults are the initial injected faults (see Engine.SetFaults).
 	Faults Faults
 	// TLS, when set, makes Start serve gRPC over TLS with this server
@@ -160,6 +170,8 @@ func DefaultConfig() Config {
 		Role:                RoleRegular,
 		BootstrapTimeout:    30 * time.Second,
 		KVTransferGBps:      25,
+		KVEvents:            true,
+		KVEventHistory:      1024,
 	}
 }
 
@@ -186,6 +198,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.BootstrapPort, "bootstrap-port", c.BootstrapPort, "prefill role: port of the bootstrap endpoint decode engines fetch rooms from (0: a free port)")
 	fs.DurationVar(&c.BootstrapTimeout, "bootstrap-timeout", c.BootstrapTimeout, "decode role: how long to wait for a bootstrap room before failing the request")
 	fs.Float64Var(&c.KVTransferGBps, "kv-transfer-gbps", c.KVTransferGBps, "decode role: KV transfer speed from the prefill engine in GB/s (25 is RDMA-class)")
+	fs.Var((*onOffValue)(&c.KVEvents), "kv-events", `publish KV cache events on SubscribeKvEvents: "on" or "off" (off: SubscribeKvEvents answers UNIMPLEMENTED)`)
+	fs.IntVar(&c.KVEventHistory, "kv-event-history", c.KVEventHistory, "KV event batches kept for subscribers resuming from a sequence number")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
 	fs.IntVar(&c.Faults.StallAfterTokens, "stall-after", c.Faults.StallAfterTokens, "fault: stop sending after this many tokens and hold the stream (0: never)")
@@ -205,6 +219,30 @@ func (v *uint32Value) Set(s string) error {
 		return err
 	}
 	*v = uint32Value(n)
+	return nil
+}
+
+// onOffValue is a flag.Value for a switch written as a state: "on" or "off"
+// ("true" and "false" too, any case). It takes a value, so "--kv-events off"
+// reads as it does on an engine's command line.
+type onOffValue bool
+
+func (v *onOffValue) String() string {
+	if v != nil && *v {
+		return "on"
+	}
+	return "off"
+}
+
+func (v *onOffValue) Set(s string) error {
+	switch strings.ToLower(s) {
+	case "on", "true":
+		*v = true
+	case "off", "false":
+		*v = false
+	default:
+		return fmt.Errorf("want on or off, got %q", s)
+	}
 	return nil
 }
 
@@ -254,6 +292,8 @@ func (c *Config) validate() error {
 		return bad("Faults.DropAfterTokens", "must be >= 0, got %d", c.Faults.DropAfterTokens)
 	case c.Faults.StallAfterTokens < 0:
 		return bad("Faults.StallAfterTokens", "must be >= 0, got %d", c.Faults.StallAfterTokens)
+	case c.KVEventHistory < 0:
+		return bad("KVEventHistory", "must be >= 0, got %d", c.KVEventHistory)
 	}
 	return nil
 }

@@ -25,6 +25,9 @@
 //     Tokens a request generates, and its prompt's partial last page, are
 //     private and not limited by capacity (no preemption is modelled), but
 //     they count as used in load reports.
+//   - KV events: every change to the cache is published on SubscribeKvEvents,
+//     one stored event per page, numbered per process from 0, with a bounded
+//     replay history. See events.go.
 //   - Disaggregation (Config.Role): a prefill engine completes legs after
 //     prefill and publishes their KV under a bootstrap room; a decode engine
 //     fetches the room, charges the transfer, and decodes with no prefill.
@@ -34,6 +37,7 @@ package sim
 import (
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -111,6 +115,9 @@ type Stats struct {
 	CachedPromptTokens uint64 // of those, served from the prefix cache
 	GeneratedTokens    uint64 // output tokens produced
 	KVSubscribers      int    // open SubscribeKvEvents streams
+	// KVNextSequence is the sequence number the next KV event batch will
+	// carry: the number of batches this engine published so far.
+	KVNextSequence uint64
 
 	// Prefill role: rooms published on the bootstrap endpoint, fetched by
 	// decode engines, expired unfetched, and held now.
@@ -164,9 +171,11 @@ func newEngine(cfg Config, host string) (*Engine, error) {
 		log:    log.With("component", "sim", "protocol", cfg.Protocol),
 		start:  time.Now(),
 		closed: make(chan struct{}),
-		cache:  newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize),
+		// A fresh random hash seed per engine, so block hashes are this
+		// process's own names (see pageCache).
+		cache:  newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize, rand.Int64()),
 		reqs:   map[string]*request{},
-		events: newEventHub(),
+		events: newEventHub(cfg.KVEventHistory),
 		tok:    tok,
 	}
 	e.tput.since = e.start
@@ -250,6 +259,7 @@ func (e *Engine) Stats() Stats {
 		CachedPromptTokens: c.cachedPromptTokens,
 		GeneratedTokens:    c.generatedTokens,
 		KVSubscribers:      len(e.events.subs),
+		KVNextSequence:     e.events.next,
 		RoomWaits:          c.roomWaits,
 		RoomTimeouts:       c.roomTimeouts,
 		TransferTokens:     c.transferTokens,
@@ -261,6 +271,18 @@ func (e *Engine) Stats() Stats {
 		st.RoomsHeld = bs.held
 	}
 	return st
+}
+
+// CachedPages returns every page in the prefix cache as its full token path
+// from the root (its ancestors' tokens, then its own), sorted, so that a
+// test in any package can compare a copy of the cache rebuilt from KV events
+// with the engine's own, page for page. The slices belong to the caller.
+// The result grows with the number of pages times their depth: it is meant
+// for tests' small caches, not for a production-sized one.
+func (e *Engine) CachedPages() [][]uint32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cache.paths()
 }
 
 func (e *Engine) transferringLocked() int {

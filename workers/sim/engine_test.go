@@ -378,6 +378,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"PrefillTokensPerSec", func(c *Config) { c.PrefillTokensPerSec = 0 }},
 		{"MaxRunning", func(c *Config) { c.MaxRunning = 0 }},
 		{"TimeScale", func(c *Config) { c.TimeScale = -1 }},
+		{"KVEventHistory", func(c *Config) { c.KVEventHistory = -1 }},
 	}
 	for _, tt := range tests {
 		cfg := DefaultConfig()

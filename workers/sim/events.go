@@ -11,24 +11,54 @@ import (
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 )
 
-// KV events tell a router which blocks entered and left an engine's cache, so
-// it can keep an exact picture of the cache instead of guessing from routing
-// history. Every cache operation that changes the cache publishes one batch,
-// numbered from 1 without gaps.
+// KV events tell a router which pages (blocks) entered and left an engine's
+// cache, so that it can hold an exact copy of the cache instead of guessing
+// from its routing history. The router's recovery paths are tested against
+// this stream, so it behaves as an engine's does:
 //
-// A subscriber gets a bounded buffer. The engine never waits for a
-// subscriber: one that falls kvSubscriberBuffer batches behind is dropped,
-// and its stream ends with RESOURCE_EXHAUSTED; it can resubscribe, resuming
-// from the last sequence number it saw if that is still in the history.
-const (
-	kvSubscriberBuffer = 1024 // batches buffered per subscriber
-	kvHistoryLen       = 256  // batches kept for resuming subscribers
-)
+//   - Numbering. Every engine step that changes the cache publishes one
+//     batch with all of its changes, evictions included: queueing a request
+//     (its prompt's pages, if admitted), ending one (a finished request's
+//     output pages, then the prompts of requests admitted behind it), a
+//     flush. Batches are numbered per engine process from 0, without gaps. A
+//     new Engine (Server.Restart) starts at 0 again, which a subscriber sees
+//     as numbers going backwards.
+//   - Content. A stored event carries exactly one block: one page, its
+//     tokens, block_size the page size, and parent_block_hash the hash of the
+//     page before it (absent for a page off the root); a chain of k new pages
+//     is k consecutive stored events. An eviction is a removed event naming
+//     the evicted hashes; flushing an idle cache is one cleared event. A
+//     subscriber that applies every event in order holds exactly the cache
+//     (Engine.CachedPages).
+//   - Names. Block hashes are chained from a seed each Engine draws at random
+//     (see pageCache), as vLLM seeds its block hashes per process: nobody
+//     outside the engine can compute them, and after a restart the same
+//     content has new names.
+//   - Replay. The last Config.KVEventHistory batches are kept. A subscription
+//     with start_sequence_number 0 gets batches from now on. One with start >
+//     0 that the history still covers (oldest kept <= start <= next) gets the
+//     kept batches numbered start and later, then the live ones, with nothing
+//     lost or sent twice in between: the replay is read and the subscriber
+//     registered under the lock publishing holds. A start older than the
+//     history is refused with OUT_OF_RANGE; a start beyond the next number
+//     (the subscriber is talking to a restarted process) gets batches from
+//     now on, numbered lower than it expected.
+//   - Back-pressure. The engine never waits for a subscriber. Each one has a
+//     buffer of kvSubscriberBuffer batches; one that falls further behind is
+//     dropped, and its stream ends with RESOURCE_EXHAUSTED. It can resubscribe
+//     from the next number it expected if the history still holds it.
+//   - Off. With Config.KVEvents false, SubscribeKvEvents answers UNIMPLEMENTED
+//     on both protocols, as an engine started without KV events does.
 
+// kvSubscriberBuffer is how many batches a subscriber may fall behind before
+// it is dropped.
+const kvSubscriberBuffer = 1024
+
+// eventHub is the engine's side of the KV event stream; Engine.mu guards it.
 type eventHub struct {
-	seq     uint64
+	next    uint64 // the sequence number of the next batch
 	eventID uint64
-	history []*smgcommon.KvEventBatch // the last kvHistoryLen batches, oldest first
+	history kvHistory
 	subs    map[*kvSubscriber]struct{}
 }
 
@@ -37,64 +67,123 @@ type kvSubscriber struct {
 	dropped chan struct{} // closed when the subscriber fell behind
 }
 
-func newEventHub() eventHub {
-	return eventHub{subs: map[*kvSubscriber]struct{}{}}
+func newEventHub(historyLen int) eventHub {
+	return eventHub{
+		history: kvHistory{limit: historyLen},
+		subs:    map[*kvSubscriber]struct{}{},
+	}
 }
 
-// publishLocked turns the cache's pending changes into one batch and hands
-// it to every subscriber without blocking.
+// kvHistory holds the last limit batches kept for replay. It grows as
+// batches come, so a large limit costs nothing until it is used, and once
+// full it is a ring, so publishing costs the same however long it is.
+type kvHistory struct {
+	limit int
+	ring  []*smgcommon.KvEventBatch
+	head  int // index of the oldest batch once the ring is full; 0 before
+}
+
+func (h *kvHistory) push(b *smgcommon.KvEventBatch) {
+	switch {
+	case h.limit == 0:
+	case len(h.ring) < h.limit:
+		h.ring = append(h.ring, b)
+	default:
+		h.ring[h.head] = b
+		h.head = (h.head + 1) % len(h.ring)
+	}
+}
+
+// held is the number of batches held; at(0) is the oldest of them.
+func (h *kvHistory) held() int                        { return len(h.ring) }
+func (h *kvHistory) at(i int) *smgcommon.KvEventBatch { return h.ring[(h.head+i)%len(h.ring)] }
+
+// replay decides where a subscription that asks to start at start begins:
+// the kept batches to send before the live ones, or OUT_OF_RANGE when
+// batches it asks for are no longer kept. See the numbering and replay rules
+// above.
+func (hub *eventHub) replay(start uint64) ([]*smgcommon.KvEventBatch, error) {
+	if start == 0 || start >= hub.next {
+		return nil, nil // from now on: nothing missed, or a restarted process
+	}
+	h := &hub.history
+	oldest := hub.next // with nothing kept, only the next batch is available
+	if h.held() > 0 {
+		oldest = h.at(0).GetSequenceNumber()
+	}
+	if start < oldest {
+		return nil, status.Errorf(codes.OutOfRange,
+			"sim: KV event batch %d is no longer kept; the oldest available is %d (history of %d batches); resubscribe from 0 and resynchronize",
+			start, oldest, h.limit)
+	}
+	var out []*smgcommon.KvEventBatch
+	for i := range h.held() {
+		if b := h.at(i); b.GetSequenceNumber() >= start {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// publishLocked turns the cache's pending changes into one batch, keeps it
+// for replay and hands it to every subscriber without blocking.
 func (e *Engine) publishLocked() {
 	changes := e.cache.drainChanges()
-	if len(changes) == 0 {
+	if len(changes) == 0 || !e.cfg.KVEvents {
 		return
 	}
 	h := &e.events
-	batch := &smgcommon.KvEventBatch{
-		Timestamp: float64(time.Now().UnixNano()) / 1e9,
-		DpRank:    proto.Int32(0),
+	msg := &smgcommon.KvEventBatch{
+		SequenceNumber: h.next,
+		Timestamp:      float64(time.Now().UnixNano()) / 1e9,
+		DpRank:         proto.Int32(0),
+		Events:         make([]*smgcommon.KvCacheEvent, len(changes)),
 	}
-	for _, c := range changes {
+	h.next++
+	for i, c := range changes {
 		h.eventID++
-		ev := &smgcommon.KvCacheEvent{EventId: h.eventID}
-		switch {
-		case c.cleared:
-			ev.Data = &smgcommon.KvCacheEvent_Cleared{Cleared: &smgcommon.KvCacheCleared{}}
-		case c.removed != nil:
-			ev.Data = &smgcommon.KvCacheEvent_Removed{Removed: &smgcommon.KvBlocksRemoved{BlockHashes: c.removed}}
-		default:
-			stored := &smgcommon.KvBlocksStored{Blocks: make([]*smgcommon.KvBlock, len(c.stored))}
-			if c.parent != nil {
-				stored.ParentBlockHash = proto.Int64(c.parent.hash)
-			}
-			for i, p := range c.stored {
-				stored.Blocks[i] = &smgcommon.KvBlock{BlockHash: p.hash, TokenIds: p.tokens, BlockSize: int32(e.cfg.PageSize)}
-			}
-			ev.Data = &smgcommon.KvCacheEvent_Stored{Stored: stored}
-		}
-		batch.Events = append(batch.Events, ev)
+		msg.Events[i] = e.kvEvent(h.eventID, c)
 	}
-	h.seq++
-	batch.SequenceNumber = h.seq
-	h.history = append(h.history, batch)
-	if len(h.history) > kvHistoryLen {
-		h.history = append(h.history[:0], h.history[len(h.history)-kvHistoryLen:]...)
-	}
+	h.history.push(msg)
 	for s := range h.subs {
 		select {
-		case s.ch <- batch:
+		case s.ch <- msg:
 		default:
 			delete(h.subs, s)
 			close(s.dropped)
-			e.log.Warn("dropped slow KV event subscriber", "sequence_number", h.seq)
+			e.log.Warn("dropped slow KV event subscriber", "sequence_number", msg.SequenceNumber)
 		}
 	}
 }
 
-// subscribeKvEvents streams event batches until ctx ends, the engine closes
-// or the subscriber falls behind. start 0 means from now; otherwise batches
-// from start on are replayed first, as far as the history reaches (a
-// subscriber sees a gap in sequence numbers if it does not reach far enough).
+// kvEvent is the wire form of one cache change.
+func (e *Engine) kvEvent(id uint64, c cacheChange) *smgcommon.KvCacheEvent {
+	ev := &smgcommon.KvCacheEvent{EventId: id}
+	switch {
+	case c.cleared:
+		ev.Data = &smgcommon.KvCacheEvent_Cleared{Cleared: &smgcommon.KvCacheCleared{}}
+	case c.removed != nil:
+		ev.Data = &smgcommon.KvCacheEvent_Removed{Removed: &smgcommon.KvBlocksRemoved{BlockHashes: c.removed}}
+	default:
+		p := c.stored
+		stored := &smgcommon.KvBlocksStored{Blocks: []*smgcommon.KvBlock{
+			{BlockHash: p.hash, TokenIds: p.tokens, BlockSize: int32(e.cfg.PageSize)},
+		}}
+		if parent, ok := e.cache.parentHash(p); ok {
+			stored.ParentBlockHash = proto.Int64(parent)
+		}
+		ev.Data = &smgcommon.KvCacheEvent_Stored{Stored: stored}
+	}
+	return ev
+}
+
+// subscribeKvEvents streams event batches from start (see the replay rules
+// above) until ctx ends, the engine closes or the subscriber falls behind.
 func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(*smgcommon.KvEventBatch) error) error {
+	if !e.cfg.KVEvents {
+		return status.Error(codes.Unimplemented,
+			"sim: this engine publishes no KV events (started with --kv-events off); SubscribeKvEvents is not available")
+	}
 	sub := &kvSubscriber{ch: make(chan *smgcommon.KvEventBatch, kvSubscriberBuffer), dropped: make(chan struct{})}
 	e.mu.Lock()
 	select {
@@ -103,14 +192,13 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 		return errClosed
 	default:
 	}
-	var replay []*smgcommon.KvEventBatch
-	if start > 0 {
-		for _, b := range e.events.history {
-			if b.SequenceNumber >= start {
-				replay = append(replay, b)
-			}
-		}
+	replay, err := e.events.replay(start)
+	if err != nil {
+		e.mu.Unlock()
+		return err
 	}
+	// Registered under the same lock as the replay was read: every batch is
+	// either in the replay or published to sub.ch, never both.
 	e.events.subs[sub] = struct{}{}
 	e.mu.Unlock()
 	defer func() {
@@ -131,8 +219,7 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 				return err
 			}
 		case <-sub.dropped:
-			return status.Errorf(codes.ResourceExhausted,
-				"sim: KV event subscriber fell %d batches behind and was dropped; resubscribe", kvSubscriberBuffer)
+			return errSubscriberDropped
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case <-e.closed:
@@ -140,3 +227,7 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 		}
 	}
 }
+
+// errSubscriberDropped ends the stream of a subscriber that fell behind.
+var errSubscriberDropped = status.Errorf(codes.ResourceExhausted,
+	"sim: KV event subscriber fell %d batches behind and was dropped; resubscribe", kvSubscriberBuffer)

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"hash/fnv"
+	"slices"
 )
 
 // pageCache is the simulated engine's paged prefix cache: a radix tree whose
@@ -21,14 +22,20 @@ import (
 // strictly increasing stamp, from the root down. Stamps are unique, so the
 // eviction order is fully determined and tests can predict it.
 //
+// Page hashes (the block hashes of KV events) are chained from a seed the
+// engine draws at random when it starts, so the same content has different
+// names in different engines and in one engine before and after a restart,
+// as with vLLM's per-process hash seed. A router can use them to link events
+// together, never to compute a block's name itself.
+//
 // pageCache is not safe for concurrent use; the engine guards it with its lock.
 type pageCache struct {
 	pageSize int
 	capacity int // pages
 
-	root   *page
-	size   int // pages in the tree, root excluded
-	pinned int // pages with pins > 0
+	root   *page // its hash is the seed the chain of page hashes starts from
+	size   int   // pages in the tree, root excluded
+	pinned int   // pages with pins > 0
 	clock  uint64
 	leaves leafHeap // evictable leaves, lazily invalidated
 
@@ -54,20 +61,23 @@ type lease struct {
 	pages []*page
 }
 
-// cacheChange is one entry of the change log: pages stored (a chain whose
-// first page hangs off parent, nil for the root), pages removed, or a flush.
+// cacheChange is one entry of the change log: one page stored, pages
+// removed, or a flush. Storing is logged page by page, so the log replayed
+// in order rebuilds the tree exactly: each stored page's parent is either
+// the root or a page logged (and not removed) before it.
 type cacheChange struct {
-	stored  []*page
-	parent  *page
+	stored  *page
 	removed []int64
 	cleared bool
 }
 
-func newPageCache(pageSize, capacityPages int) *pageCache {
+// newPageCache returns an empty cache whose page hashes are chained from
+// hashSeed (see pageCache).
+func newPageCache(pageSize, capacityPages int, hashSeed int64) *pageCache {
 	return &pageCache{
 		pageSize: pageSize,
 		capacity: capacityPages,
-		root:     &page{children: map[string]*page{}, inTree: true},
+		root:     &page{children: map[string]*page{}, inTree: true, hash: hashSeed},
 	}
 }
 
@@ -81,7 +91,8 @@ func pageKey(tokens []uint32) string {
 }
 
 // blockHash chains a page's hash to its parent's, so equal hashes mean equal
-// prefixes (up to collisions), the way vLLM and SGLang name KV blocks.
+// prefixes (up to collisions), the way vLLM and SGLang name KV blocks. A
+// page off the root chains from the root's hash, the cache's seed.
 func blockHash(parent int64, tokens []uint32) int64 {
 	h := fnv.New64a()
 	var b [8]byte
@@ -159,7 +170,6 @@ func (c *pageCache) extend(tokens []uint32, path []*page) *lease {
 	if len(path) > 0 {
 		node = path[len(path)-1]
 	}
-	var chain []*page
 	for i := len(path) * c.pageSize; i+c.pageSize <= len(tokens); i += c.pageSize {
 		if c.size >= c.capacity && !c.evictOne() {
 			break
@@ -179,15 +189,8 @@ func (c *pageCache) extend(tokens []uint32, path []*page) *lease {
 		c.clock++
 		p.stamp = c.clock
 		path = append(path, p)
-		chain = append(chain, p)
+		c.changes = append(c.changes, cacheChange{stored: p})
 		node = p
-	}
-	if len(chain) > 0 {
-		parent := chain[0].parent
-		if parent == c.root {
-			parent = nil
-		}
-		c.changes = append(c.changes, cacheChange{stored: chain, parent: parent})
 	}
 	return &lease{pages: path}
 }
@@ -291,6 +294,33 @@ func (c *pageCache) flush() {
 	}
 	for c.evictOne() {
 	}
+}
+
+// parentHash is the hash of the page p hangs off; ok is false when that is
+// the root (KV events leave parent_block_hash out then).
+func (c *pageCache) parentHash(p *page) (hash int64, ok bool) {
+	if p.parent == c.root {
+		return 0, false
+	}
+	return p.parent.hash, true
+}
+
+// paths returns every cached page as its full token path from the root (its
+// ancestors' tokens, then its own), sorted lexicographically, so that a
+// prefix comes before the paths that extend it.
+func (c *pageCache) paths() [][]uint32 {
+	out := make([][]uint32, 0, c.size)
+	var visit func(n *page, prefix []uint32)
+	visit = func(n *page, prefix []uint32) {
+		for _, ch := range n.children {
+			path := append(slices.Clip(prefix), ch.tokens...)
+			out = append(out, path)
+			visit(ch, path)
+		}
+	}
+	visit(c.root, nil)
+	slices.SortFunc(out, slices.Compare)
+	return out
 }
 
 // drainChanges returns and forgets the change log.

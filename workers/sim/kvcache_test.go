@@ -18,6 +18,15 @@ func toks(spec string) []uint32 {
 	return out
 }
 
+// spell is the inverse of toks, without the page marks.
+func spell(tokens []uint32) string {
+	r := make([]rune, len(tokens))
+	for i, t := range tokens {
+		r[i] = rune(t)
+	}
+	return string(r)
+}
+
 func TestPageCacheSpec(t *testing.T) {
 	type step struct {
 		op     string // "acquire", "release" (of acquire #n), "insert", "match"
@@ -87,7 +96,7 @@ func TestPageCacheSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newPageCache(tt.pageSize, tt.capacity)
+			c := newPageCache(tt.pageSize, tt.capacity, 1)
 			leases := map[int]*lease{}
 			for i, s := range tt.steps {
 				var got int
@@ -232,7 +241,7 @@ func TestPageCacheMatchesBruteForce(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			const pageSize, capacity = 2, 12
 			rng := rand.New(rand.NewPCG(seed, 99))
-			c := newPageCache(pageSize, capacity)
+			c := newPageCache(pageSize, capacity, int64(seed))
 			b := &bruteCache{pageSize: pageSize, capacity: capacity, paths: map[string]*bruteEntry{}}
 			// Prompts share prefixes: a few stems over a 3-letter alphabet.
 			stems := make([][]uint32, 4)
@@ -328,26 +337,106 @@ func TestPageCacheMatchesBruteForce(t *testing.T) {
 	}
 }
 
+// TestPageCacheChanges: the change log has one entry per stored page, in the
+// order the pages entered, each hanging off the page before it (or the
+// root); evictions are logged where they happen, between stores when a chain
+// needs room; a flush of an idle cache is one clear.
 func TestPageCacheChanges(t *testing.T) {
-	c := newPageCache(2, 3)
-	c.insert(toks("ab|cd"))
-	c.insert(toks("ab|ef"))
-	ch := c.drainChanges()
-	if len(ch) != 2 || len(ch[0].stored) != 2 || ch[0].parent != nil {
-		t.Fatalf("first insert: changes %+v, want one root chain of 2 pages", ch)
+	const seed = 42
+	c := newPageCache(2, 3, seed)
+	names := map[int64]string{} // page hash -> its tokens, as stored
+	// describe renders changes as "+cd<ab" (cd stored off ab), "+ab" (off
+	// the root), "-cd" (removed) and "clear", checking each hash's chain.
+	describe := func(changes []cacheChange) []string {
+		var out []string
+		for _, ch := range changes {
+			switch {
+			case ch.cleared:
+				out = append(out, "clear")
+			case ch.removed != nil:
+				for _, h := range ch.removed {
+					out = append(out, "-"+names[h])
+				}
+			default:
+				p := ch.stored
+				name := spell(p.tokens)
+				parent, hasParent := c.parentHash(p)
+				want := blockHash(seed, p.tokens)
+				if hasParent {
+					want = blockHash(parent, p.tokens)
+					name += "<" + names[parent]
+				}
+				if p.hash != want {
+					t.Errorf("page %s: hash %d, want %d chained from its parent", name, p.hash, want)
+				}
+				names[p.hash] = spell(p.tokens)
+				out = append(out, "+"+name)
+			}
+		}
+		return out
 	}
-	ab := ch[0].stored[0]
-	if ch[1].parent != ab || len(ch[1].stored) != 1 || ch[1].stored[0].hash != blockHash(ab.hash, toks("ef")) {
-		t.Fatalf("second insert should hang off ab: %+v", ch[1])
+	steps := []struct {
+		op     string // "insert" or "flush"
+		tokens string
+		want   []string
+	}{
+		{"insert", "ab|cd", []string{"+ab", "+cd<ab"}},
+		{"insert", "ab|ef", []string{"+ef<ab"}},
+		{"insert", "xy", []string{"-cd", "+xy"}},
+		{"insert", "gh|ij", []string{"-ef", "+gh", "-ab", "+ij<gh"}},
+		{"flush", "", []string{"clear"}},
 	}
-	cd := ch[0].stored[1]
-	c.insert(toks("xy"))
-	ch = c.drainChanges()
-	if len(ch) != 2 || !slices.Equal(ch[0].removed, []int64{cd.hash}) || ch[1].stored[0].key != pageKey(toks("xy")) {
-		t.Fatalf("third insert: changes %+v, want cd removed then xy stored", ch)
+	for _, s := range steps {
+		if s.op == "flush" {
+			c.flush()
+		} else {
+			c.insert(toks(s.tokens))
+		}
+		if got := describe(c.drainChanges()); !slices.Equal(got, s.want) {
+			t.Fatalf("%s %s: changes %q, want %q", s.op, s.tokens, got, s.want)
+		}
 	}
-	c.flush()
-	if ch = c.drainChanges(); len(ch) != 1 || !ch[0].cleared || c.usedPages() != 0 {
-		t.Fatalf("flush: changes %+v, %d pages left", ch, c.usedPages())
+	if c.usedPages() != 0 {
+		t.Fatalf("%d pages left after the flush", c.usedPages())
+	}
+}
+
+// TestPageCacheHashSeed: page hashes depend on the cache's seed, so two
+// engines name the same content differently; with one seed they are stable.
+func TestPageCacheHashSeed(t *testing.T) {
+	hashes := func(seed int64) []int64 {
+		c := newPageCache(2, 8, seed)
+		c.insert(toks("ab|cd"))
+		var out []int64
+		for _, ch := range c.drainChanges() {
+			out = append(out, ch.stored.hash)
+		}
+		return out
+	}
+	a, again, b := hashes(1), hashes(1), hashes(2)
+	if !slices.Equal(a, again) {
+		t.Fatalf("same seed, different hashes: %v, %v", a, again)
+	}
+	for i := range a {
+		if a[i] == b[i] {
+			t.Fatalf("page %d has hash %d under both seeds", i, a[i])
+		}
+	}
+}
+
+// TestPageCachePaths: every page appears once as its whole token path,
+// sorted, so a prefix comes before its extensions.
+func TestPageCachePaths(t *testing.T) {
+	c := newPageCache(2, 8, 1)
+	for _, p := range []string{"xy|z", "ab|ef", "ab|cd|gh"} {
+		c.insert(toks(p))
+	}
+	var got []string
+	for _, p := range c.paths() {
+		got = append(got, spell(p))
+	}
+	want := []string{"ab", "abcd", "abcdgh", "abef", "xy"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paths %q, want %q", got, want)
 	}
 }

@@ -175,12 +175,14 @@ func TestRegisterFlags(t *testing.T) {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
 	err := fs.Parse([]string{"--protocol=vllm", "-fail-after", "3", "--eos-token-id=5", "--request-overhead=1ms",
-		"--time-scale=0", "--unhealthy", "--stall-after=4", "--fail-unavailable", "--kv-capacity-tokens=1000"})
+		"--time-scale=0", "--unhealthy", "--stall-after=4", "--fail-unavailable", "--kv-capacity-tokens=1000",
+		"--kv-events", "off", "--kv-event-history=5"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := DefaultConfig()
 	want.Protocol, want.EOSTokenID, want.RequestOverhead, want.TimeScale, want.KVCapacityTokens = ProtocolVLLM, 5, time.Millisecond, 0, 1000
+	want.KVEvents, want.KVEventHistory = false, 5
 	want.Faults = Faults{DropAfterTokens: 3, Unhealthy: true, StallAfterTokens: 4, Unavailable: true}
 	if cfg != want {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
@@ -190,6 +192,41 @@ func TestRegisterFlags(t *testing.T) {
 	}
 	if f := fs.Lookup("eos-token-id"); f.DefValue != "0" {
 		t.Fatalf("eos-token-id default %q", f.DefValue)
+	}
+	if f := fs.Lookup("kv-events"); f.DefValue != "on" {
+		t.Fatalf("kv-events default %q, want on", f.DefValue)
+	}
+}
+
+// TestKVEventsFlag: --kv-events takes a state, on or off (true and false
+// too, in any case), and refuses anything else.
+func TestKVEventsFlag(t *testing.T) {
+	tests := []struct {
+		arg     string
+		want    bool
+		wantErr bool
+	}{
+		{arg: "on", want: true},
+		{arg: "off", want: false},
+		{arg: "true", want: true},
+		{arg: "false", want: false},
+		{arg: "OFF", want: false},
+		{arg: "maybe", wantErr: true},
+		{arg: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		cfg := DefaultConfig()
+		cfg.KVEvents = !tt.want
+		fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cfg.RegisterFlags(fs)
+		err := fs.Parse([]string{"--kv-events=" + tt.arg})
+		switch {
+		case tt.wantErr && err == nil:
+			t.Errorf("--kv-events=%s: accepted, want an error", tt.arg)
+		case !tt.wantErr && (err != nil || cfg.KVEvents != tt.want):
+			t.Errorf("--kv-events=%s: KVEvents %v, err %v; want %v", tt.arg, cfg.KVEvents, err, tt.want)
+		}
 	}
 }
 
