@@ -150,6 +150,22 @@ type Faults struct {
 	// non-streaming request, which has no chunks, gets out-of-vocabulary
 	// output_ids (VocabSize+i) in its completion instead.
 	GarbageStream bool
+	// KVEventDropEvery > 0 loses every N-th KV event batch of the engine
+	// process (sequence numbers N-1, 2N-1, ...): it is numbered but neither
+	// delivered nor kept for replay, so subscribers see a gap, as after
+	// events lost in transit.
+	KVEventDropEvery int
+	// KVEventDuplicateEvery > 0 delivers every N-th KV event batch
+	// (sequence numbers N-1, 2N-1, ...) twice in a row, with the same
+	// sequence number, live and on replay.
+	KVEventDuplicateEvery int
+	// KVEventDelay > 0 holds every KV event batch this long after it is
+	// published before subscribers get it, in order, as a congested
+	// transport would. Each subscriber waits on its own; the engine never
+	// does, so batches pile up in the subscriber's buffer meanwhile, and one
+	// that overflows it is dropped like any slow subscriber. It is a fault,
+	// not part of the latency model: TimeScale does not scale it.
+	KVEventDelay time.Duration
 }
 
 // DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
@@ -207,6 +223,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Faults.StallBeforeFirstToken, "stall-before-first-token", c.Faults.StallBeforeFirstToken, "fault: accept each Generate, send nothing and hold the stream")
 	fs.BoolVar(&c.Faults.GarbageStream, "garbage-stream", c.Faults.GarbageStream, "fault: stream out-of-vocabulary token ids and a completion that contradicts them")
 	fs.BoolVar(&c.Faults.NeverPublish, "never-publish", c.Faults.NeverPublish, "fault (prefill role): complete prefill legs without publishing their bootstrap rooms")
+	fs.IntVar(&c.Faults.KVEventDropEvery, "kv-event-drop-every", c.Faults.KVEventDropEvery, "fault: number every N-th KV event batch but never deliver nor keep it, a gap for subscribers (0: never)")
+	fs.IntVar(&c.Faults.KVEventDuplicateEvery, "kv-event-duplicate-every", c.Faults.KVEventDuplicateEvery, "fault: deliver every N-th KV event batch twice in a row (0: never)")
+	fs.DurationVar(&c.Faults.KVEventDelay, "kv-event-delay", c.Faults.KVEventDelay, "fault: deliver each KV event batch this long after it is published, not scaled by --time-scale (0: at once)")
 }
 
 // uint32Value is a flag.Value for a uint32 field.
@@ -294,6 +313,12 @@ func (c *Config) validate() error {
 		return bad("Faults.StallAfterTokens", "must be >= 0, got %d", c.Faults.StallAfterTokens)
 	case c.KVEventHistory < 0:
 		return bad("KVEventHistory", "must be >= 0, got %d", c.KVEventHistory)
+	case c.Faults.KVEventDropEvery < 0:
+		return bad("Faults.KVEventDropEvery", "must be >= 0, got %d", c.Faults.KVEventDropEvery)
+	case c.Faults.KVEventDuplicateEvery < 0:
+		return bad("Faults.KVEventDuplicateEvery", "must be >= 0, got %d", c.Faults.KVEventDuplicateEvery)
+	case c.Faults.KVEventDelay < 0:
+		return bad("Faults.KVEventDelay", "must be >= 0, got %v", c.Faults.KVEventDelay)
 	}
 	return nil
 }

@@ -27,7 +27,8 @@
 //     they count as used in load reports.
 //   - KV events: every change to the cache is published on SubscribeKvEvents,
 //     one stored event per page, numbered per process from 0, with a bounded
-//     replay history. See events.go.
+//     replay history and injectable losses, duplicates and delays. See
+//     events.go.
 //   - Disaggregation (Config.Role): a prefill engine completes legs after
 //     prefill and publishes their KV under a bootstrap room; a decode engine
 //     fetches the room, charges the transfer, and decodes with no prefill.
@@ -116,7 +117,8 @@ type Stats struct {
 	GeneratedTokens    uint64 // output tokens produced
 	KVSubscribers      int    // open SubscribeKvEvents streams
 	// KVNextSequence is the sequence number the next KV event batch will
-	// carry: the number of batches this engine published so far.
+	// carry: the number of batches this engine published so far, those lost
+	// to Faults.KVEventDropEvery included.
 	KVNextSequence uint64
 
 	// Prefill role: rooms published on the bootstrap endpoint, fetched by

@@ -379,6 +379,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"MaxRunning", func(c *Config) { c.MaxRunning = 0 }},
 		{"TimeScale", func(c *Config) { c.TimeScale = -1 }},
 		{"KVEventHistory", func(c *Config) { c.KVEventHistory = -1 }},
+		{"Faults.KVEventDropEvery", func(c *Config) { c.Faults.KVEventDropEvery = -1 }},
+		{"Faults.KVEventDuplicateEvery", func(c *Config) { c.Faults.KVEventDuplicateEvery = -2 }},
+		{"Faults.KVEventDelay", func(c *Config) { c.Faults.KVEventDelay = -time.Second }},
 	}
 	for _, tt := range tests {
 		cfg := DefaultConfig()

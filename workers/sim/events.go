@@ -49,10 +49,22 @@ import (
 //     from the next number it expected if the history still holds it.
 //   - Off. With Config.KVEvents false, SubscribeKvEvents answers UNIMPLEMENTED
 //     on both protocols, as an engine started without KV events does.
+//   - Faults. Faults.KVEventDropEvery loses batches (numbered, never delivered
+//     nor kept), Faults.KVEventDuplicateEvery sends batches twice,
+//     Faults.KVEventDelay holds batches back; each is deterministic, so a test
+//     can predict what a subscriber sees.
 
 // kvSubscriberBuffer is how many batches a subscriber may fall behind before
 // it is dropped.
 const kvSubscriberBuffer = 1024
+
+// kvBatch is a published batch as the engine hands it to subscribers: the
+// message and how the faults in force when it was published deliver it.
+type kvBatch struct {
+	msg       *smgcommon.KvEventBatch
+	deliverAt time.Time // not before this (Faults.KVEventDelay); zero: at once
+	twice     bool      // Faults.KVEventDuplicateEvery
+}
 
 // eventHub is the engine's side of the KV event stream; Engine.mu guards it.
 type eventHub struct {
@@ -63,7 +75,7 @@ type eventHub struct {
 }
 
 type kvSubscriber struct {
-	ch      chan *smgcommon.KvEventBatch
+	ch      chan kvBatch
 	dropped chan struct{} // closed when the subscriber fell behind
 }
 
@@ -79,11 +91,11 @@ func newEventHub(historyLen int) eventHub {
 // full it is a ring, so publishing costs the same however long it is.
 type kvHistory struct {
 	limit int
-	ring  []*smgcommon.KvEventBatch
+	ring  []kvBatch
 	head  int // index of the oldest batch once the ring is full; 0 before
 }
 
-func (h *kvHistory) push(b *smgcommon.KvEventBatch) {
+func (h *kvHistory) push(b kvBatch) {
 	switch {
 	case h.limit == 0:
 	case len(h.ring) < h.limit:
@@ -95,34 +107,41 @@ func (h *kvHistory) push(b *smgcommon.KvEventBatch) {
 }
 
 // held is the number of batches held; at(0) is the oldest of them.
-func (h *kvHistory) held() int                        { return len(h.ring) }
-func (h *kvHistory) at(i int) *smgcommon.KvEventBatch { return h.ring[(h.head+i)%len(h.ring)] }
+func (h *kvHistory) held() int        { return len(h.ring) }
+func (h *kvHistory) at(i int) kvBatch { return h.ring[(h.head+i)%len(h.ring)] }
 
 // replay decides where a subscription that asks to start at start begins:
 // the kept batches to send before the live ones, or OUT_OF_RANGE when
 // batches it asks for are no longer kept. See the numbering and replay rules
 // above.
-func (hub *eventHub) replay(start uint64) ([]*smgcommon.KvEventBatch, error) {
+func (hub *eventHub) replay(start uint64) ([]kvBatch, error) {
 	if start == 0 || start >= hub.next {
 		return nil, nil // from now on: nothing missed, or a restarted process
 	}
 	h := &hub.history
 	oldest := hub.next // with nothing kept, only the next batch is available
 	if h.held() > 0 {
-		oldest = h.at(0).GetSequenceNumber()
+		oldest = h.at(0).msg.GetSequenceNumber()
 	}
 	if start < oldest {
 		return nil, status.Errorf(codes.OutOfRange,
 			"sim: KV event batch %d is no longer kept; the oldest available is %d (history of %d batches); resubscribe from 0 and resynchronize",
 			start, oldest, h.limit)
 	}
-	var out []*smgcommon.KvEventBatch
+	var out []kvBatch
 	for i := range h.held() {
-		if b := h.at(i); b.GetSequenceNumber() >= start {
+		if b := h.at(i); b.msg.GetSequenceNumber() >= start {
 			out = append(out, b)
 		}
 	}
 	return out, nil
+}
+
+// everyNth reports whether the batch numbered seq is one of every n-th
+// batches of the process (the n-th, 2n-th, ...: seq n-1, 2n-1, ...); never
+// when n <= 0.
+func everyNth(n int, seq uint64) bool {
+	return n > 0 && (seq+1)%uint64(n) == 0
 }
 
 // publishLocked turns the cache's pending changes into one batch, keeps it
@@ -144,10 +163,20 @@ func (e *Engine) publishLocked() {
 		h.eventID++
 		msg.Events[i] = e.kvEvent(h.eventID, c)
 	}
-	h.history.push(msg)
+
+	f := e.Faults()
+	if everyNth(f.KVEventDropEvery, msg.SequenceNumber) {
+		e.log.Debug("injected fault: KV event batch lost", "sequence_number", msg.SequenceNumber)
+		return
+	}
+	b := kvBatch{msg: msg, twice: everyNth(f.KVEventDuplicateEvery, msg.SequenceNumber)}
+	if f.KVEventDelay > 0 {
+		b.deliverAt = time.Now().Add(f.KVEventDelay)
+	}
+	h.history.push(b)
 	for s := range h.subs {
 		select {
-		case s.ch <- msg:
+		case s.ch <- b:
 		default:
 			delete(h.subs, s)
 			close(s.dropped)
@@ -184,7 +213,7 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 		return status.Error(codes.Unimplemented,
 			"sim: this engine publishes no KV events (started with --kv-events off); SubscribeKvEvents is not available")
 	}
-	sub := &kvSubscriber{ch: make(chan *smgcommon.KvEventBatch, kvSubscriberBuffer), dropped: make(chan struct{})}
+	sub := &kvSubscriber{ch: make(chan kvBatch, kvSubscriberBuffer), dropped: make(chan struct{})}
 	e.mu.Lock()
 	select {
 	case <-e.closed:
@@ -208,14 +237,14 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 	}()
 
 	for _, b := range replay {
-		if err := send(b); err != nil {
+		if err := e.deliver(ctx, sub, b, send); err != nil {
 			return err
 		}
 	}
 	for {
 		select {
 		case b := <-sub.ch:
-			if err := send(b); err != nil {
+			if err := e.deliver(ctx, sub, b, send); err != nil {
 				return err
 			}
 		case <-sub.dropped:
@@ -231,3 +260,32 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 // errSubscriberDropped ends the stream of a subscriber that fell behind.
 var errSubscriberDropped = status.Errorf(codes.ResourceExhausted,
 	"sim: KV event subscriber fell %d batches behind and was dropped; resubscribe", kvSubscriberBuffer)
+
+// deliver sends b once it is due (Faults.KVEventDelay), twice if the
+// duplicate fault marked it. Waiting here holds back only this subscriber;
+// the engine keeps publishing into its buffer meanwhile.
+func (e *Engine) deliver(ctx context.Context, sub *kvSubscriber, b kvBatch, send func(*smgcommon.KvEventBatch) error) error {
+	if d := time.Until(b.deliverAt); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-sub.dropped:
+			return errSubscriberDropped
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-e.closed:
+			return errClosed
+		}
+	}
+	copies := 1
+	if b.twice {
+		copies = 2
+	}
+	for range copies {
+		if err := send(b.msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}

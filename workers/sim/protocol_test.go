@@ -176,14 +176,15 @@ func TestRegisterFlags(t *testing.T) {
 	cfg.RegisterFlags(fs)
 	err := fs.Parse([]string{"--protocol=vllm", "-fail-after", "3", "--eos-token-id=5", "--request-overhead=1ms",
 		"--time-scale=0", "--unhealthy", "--stall-after=4", "--fail-unavailable", "--kv-capacity-tokens=1000",
-		"--kv-events", "off", "--kv-event-history=5"})
+		"--kv-events", "off", "--kv-event-history=5", "--kv-event-drop-every=3", "--kv-event-duplicate-every", "2", "--kv-event-delay=50ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := DefaultConfig()
 	want.Protocol, want.EOSTokenID, want.RequestOverhead, want.TimeScale, want.KVCapacityTokens = ProtocolVLLM, 5, time.Millisecond, 0, 1000
 	want.KVEvents, want.KVEventHistory = false, 5
-	want.Faults = Faults{DropAfterTokens: 3, Unhealthy: true, StallAfterTokens: 4, Unavailable: true}
+	want.Faults = Faults{DropAfterTokens: 3, Unhealthy: true, StallAfterTokens: 4, Unavailable: true,
+		KVEventDropEvery: 3, KVEventDuplicateEvery: 2, KVEventDelay: 50 * time.Millisecond}
 	if cfg != want {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
 	}
