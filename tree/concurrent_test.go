@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// TestConcurrent runs selections, trims and tenant removals while Evict
-// runs; with -race it checks the locking, and afterwards the structure.
+// TestConcurrent runs selections, confirmations, expiries, trims, limits and
+// tenant removals while Evict runs; with -race it checks the locking, and
+// afterwards the structure.
 func TestConcurrent(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 4, MaxTokens: 4000})
 	prefixes := make([][]uint32, 8)
@@ -32,7 +33,7 @@ func TestConcurrent(t *testing.T) {
 	}
 	for g := range 4 {
 		worker(g, func(rng *rand.Rand, prompt []uint32) {
-			tr.MatchInsert(prompt, func(m Match) string {
+			m, name := tr.MatchInsert(prompt, func(m Match) string {
 				best, name := 0, fmt.Sprint("w", rng.IntN(6))
 				for _, tm := range m.Tenants {
 					if tm.Tokens > best {
@@ -41,6 +42,12 @@ func TestConcurrent(t *testing.T) {
 				}
 				return name
 			})
+			switch rng.IntN(4) {
+			case 0:
+				tr.InsertConfirmed(prompt[:rng.IntN(len(prompt)+1)], name)
+			case 1:
+				tr.ExpireSpeculative(prompt, name, m.Tick)
+			}
 		})
 	}
 	worker(10, func(rng *rand.Rand, prompt []uint32) { tr.Match(prompt) })
@@ -48,6 +55,10 @@ func TestConcurrent(t *testing.T) {
 		switch rng.IntN(20) {
 		case 0:
 			tr.RemoveTenant(fmt.Sprint("w", rng.IntN(6)))
+		case 1:
+			tr.ClearTenant(fmt.Sprint("w", rng.IntN(6)))
+		case 2:
+			tr.SetTenantLimit(fmt.Sprint("w", rng.IntN(6)), rng.IntN(2000))
 		default:
 			tr.Trim(prompt, fmt.Sprint("w", rng.IntN(6)), rng.IntN(len(prompt)+1))
 		}

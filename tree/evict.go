@@ -54,12 +54,12 @@ func (t *Tree) frontier(dst []cand) []cand {
 		for _, k := range n.kids {
 			stack = append(stack, k.n)
 			for _, hd := range k.n.holders {
-				mark[hd.tenant] = visit
+				mark[hd.id()] = visit
 			}
 		}
 		for _, hd := range n.holders {
-			if mark[hd.tenant] != visit && t.tenants[hd.tenant].live {
-				dst = append(dst, cand{n, hd.tenant, hd.aux, hd.tick})
+			if mark[hd.id()] != visit && t.tenants[hd.id()].live {
+				dst = append(dst, cand{n, hd.id(), hd.aux, hd.tick})
 			}
 		}
 	}
@@ -225,12 +225,12 @@ func (t *Tree) collect() (chunks [][]cand) {
 		for _, k := range n.kids {
 			stack = append(stack, k.n)
 			for _, hd := range k.n.holders {
-				mark[hd.tenant] = visit
+				mark[hd.id()] = visit
 			}
 		}
 		for _, hd := range n.holders {
-			if mark[hd.tenant] != visit && t.tenants[hd.tenant].live {
-				chunk = append(chunk, cand{n, hd.tenant, hd.aux, hd.tick})
+			if mark[hd.id()] != visit && t.tenants[hd.id()].live {
+				chunk = append(chunk, cand{n, hd.id(), hd.aux, hd.tick})
 			}
 		}
 		s.yield()

@@ -7,12 +7,21 @@ type Match struct {
 	// Tenants lists every tenant holding at least one page of the prompt, in
 	// no particular order.
 	Tenants []TenantMatch
+	// Tick is the logical time of the speculative insert MatchInsert made
+	// for the tenant it chose, for ExpireSpeculative to undo it later; 0 if
+	// it inserted nothing, and always 0 from Match and in the Match choose
+	// sees. It lives here rather than in a third result so that callers of
+	// MatchInsert that never expire anything stay as they are.
+	Tick uint64
 }
 
 // TenantMatch is how much of a prompt one tenant holds.
 type TenantMatch struct {
 	Tenant string
 	Tokens int // whole pages only
+	// Confirmed is the part of Tokens the tenant's engine confirmed with a
+	// KV event (the rest is speculative): Confirmed <= Tokens.
+	Confirmed int
 }
 
 // Of returns the tokens matched for tenant, 0 if it holds none.
@@ -31,12 +40,16 @@ type step struct {
 	l int
 }
 
+// reach is how far along a prompt's path a tenant holds, and holds
+// confirmed.
+type reach struct{ tokens, confirmed int32 }
+
 // scratch holds one descent's working state, reused so a selection does not
 // allocate beyond its result.
 type scratch struct {
 	path []step
-	best []int32  // by tenant id: tokens matched so far
-	seen []uint32 // ids with best > 0
+	best []reach  // by tenant id: tokens matched so far
+	seen []uint32 // ids with best.tokens > 0
 }
 
 // descend walks ids (whole pages) from the root as far as the tree matches
@@ -63,19 +76,23 @@ func (t *Tree) descend(ids []uint32, s *scratch) int {
 
 // result turns the recorded path into a Match. A tenant's match is the end
 // of the deepest path node it holds; holdings are prefix-closed, so that is
-// also the longest prefix it holds.
+// also the longest prefix it holds. The same goes for confirmed holdings.
 func (t *Tree) result(input int, s *scratch) Match {
 	if len(s.best) < len(t.tenants) {
-		s.best = make([]int32, len(t.tenants)+8)
+		s.best = make([]reach, len(t.tenants)+8)
 	}
 	pos := 0
 	for _, st := range s.path {
 		pos += st.l
 		for _, h := range st.n.holders {
-			if s.best[h.tenant] == 0 {
-				s.seen = append(s.seen, h.tenant)
+			r := &s.best[h.id()]
+			if r.tokens == 0 {
+				s.seen = append(s.seen, h.id())
 			}
-			s.best[h.tenant] = int32(pos)
+			r.tokens = int32(pos)
+			if h.confirmed() {
+				r.confirmed = int32(pos)
+			}
 		}
 	}
 	m := Match{Input: input}
@@ -90,9 +107,10 @@ func (t *Tree) result(input int, s *scratch) Match {
 	}
 	for _, id := range s.seen {
 		if t.tenants[id].live {
-			m.Tenants = append(m.Tenants, TenantMatch{t.tenants[id].name, int(s.best[id])})
+			r := s.best[id]
+			m.Tenants = append(m.Tenants, TenantMatch{t.tenants[id].name, int(r.tokens), int(r.confirmed)})
 		}
-		s.best[id] = 0
+		s.best[id] = reach{}
 	}
 	s.seen = s.seen[:0]
 	return m
@@ -117,8 +135,11 @@ func (t *Tree) Match(ids []uint32) Match {
 // MatchInsert matches ids against every tenant, asks choose which tenant
 // will serve them ("" for none), and inserts ids' whole pages for that
 // tenant along the path it already found: one descent for the selection and
-// the update. choose runs under the tree's lock: it must be quick and must
-// not call the tree. It returns the match and choose's answer.
+// the update. The insert is speculative (the engine will hold the prompt once
+// it ran it): holdings already confirmed stay confirmed, and the returned
+// Match's Tick lets the caller expire the rest with ExpireSpeculative if no
+// KV event confirms them. choose runs under the tree's lock: it must be quick
+// and must not call the tree. It returns the match and choose's answer.
 func (t *Tree) MatchInsert(ids []uint32, choose func(Match) string) (Match, string) {
 	return t.MatchInsertPriority(ids, 0, choose)
 }
@@ -136,18 +157,31 @@ func (t *Tree) MatchInsertPriority(ids []uint32, priority int32, choose func(Mat
 	m := t.result(len(ids), s)
 	name := choose(m)
 	if name != "" && len(ids) > 0 {
-		t.insert(ids, pos, s.path, name, priority)
-		t.enforceBudget()
+		id := t.insert(ids, pos, s.path, name, priority, false)
+		m.Tick = t.clock
+		t.enforce(id)
 	}
 	return m, name
 }
 
 // Insert records that tenant now holds ids' whole pages (and so every prefix
-// of them), touching them for eviction.
+// of them), touching them for eviction. Like MatchInsert, it inserts
+// speculative holdings and leaves confirmed ones confirmed.
 func (t *Tree) Insert(ids []uint32, tenant string) { t.InsertPriority(ids, tenant, 0) }
 
 // InsertPriority is Insert with the request's priority.
 func (t *Tree) InsertPriority(ids []uint32, tenant string, priority int32) {
+	t.insertPath(ids, tenant, priority, false)
+}
+
+// InsertConfirmed records that tenant's engine reported holding ids' whole
+// pages (a KV event): it inserts them as Insert does and marks every holding
+// along the path confirmed, the ancestors' included, so confirmed holdings
+// stay prefix-closed as the engine's cache is. The caller passes the full
+// path from the root (Mirror's Span.Path).
+func (t *Tree) InsertConfirmed(ids []uint32, tenant string) { t.insertPath(ids, tenant, 0, true) }
+
+func (t *Tree) insertPath(ids []uint32, tenant string, priority int32, confirm bool) {
 	ids = t.cut(ids)
 	if len(ids) == 0 || tenant == "" {
 		return
@@ -158,15 +192,15 @@ func (t *Tree) InsertPriority(ids []uint32, tenant string, priority int32) {
 	defer t.mu.Unlock()
 	s := &t.scratch
 	pos := t.descend(ids, s)
-	t.insert(ids, pos, s.path, tenant, priority)
-	t.enforceBudget()
+	t.enforce(t.insert(ids, pos, s.path, tenant, priority, confirm))
 }
 
 // insert adds tenant along a path descend found: every path node (the last
 // one split where the match ended inside it, so the tenant holds exactly the
 // prompt and eviction sees exactly what was touched), then a new leaf for
-// what the tree did not hold.
-func (t *Tree) insert(ids []uint32, pos int, path []step, name string, priority int32) {
+// what the tree did not hold. It returns the tenant's id; the insert's tick
+// is t.clock.
+func (t *Tree) insert(ids []uint32, pos int, path []step, name string, priority int32, confirm bool) uint32 {
 	id := t.intern(name)
 	t.clock++
 	now := t.clock
@@ -176,7 +210,7 @@ func (t *Tree) insert(ids []uint32, pos int, path []step, name string, priority 
 		if st.l < len(n.tokens) {
 			n = t.split(n, st.l)
 		}
-		t.touch(n, id, now, priority)
+		t.touch(n, id, now, priority, confirm)
 		parent = n
 	}
 	if pos < len(ids) {
@@ -184,8 +218,9 @@ func (t *Tree) insert(ids []uint32, pos int, path []step, name string, priority 
 		parent.addKid(leaf)
 		t.nodes++
 		t.unique += len(leaf.tokens)
-		t.touch(leaf, id, now, priority)
+		t.touch(leaf, id, now, priority, confirm)
 	}
+	return id
 }
 
 func clone(s []uint32) []uint32 {
@@ -194,8 +229,15 @@ func clone(s []uint32) []uint32 {
 	return c
 }
 
-// touch records an access by tenant id to n, adding the tenant if new.
-func (t *Tree) touch(n *node, id uint32, now uint64, priority int32) {
+// touch records an access by tenant id to n, adding the tenant if new, and
+// confirms the holding if confirm is set (a confirmed holding never goes
+// back to speculative).
+//
+// Every touch also stamps the holding's last access, which ExpireSpeculative
+// compares with a decision's tick. Orders that keep the last access in tick
+// already have it; FIFO and FILO keep the creation time there and stamp the
+// last access's low 32 bits into aux, which they do not otherwise use.
+func (t *Tree) touch(n *node, id uint32, now uint64, priority int32, confirm bool) {
 	if i := n.holderIndex(id); i >= 0 {
 		h := &n.holders[i]
 		switch t.order {
@@ -209,20 +251,46 @@ func (t *Tree) touch(n *node, id uint32, now uint64, priority int32) {
 		case orderPriority:
 			h.tick = now
 			h.aux = max(h.aux, priority)
+		case orderFIFO, orderFILO:
+			h.aux = int32(uint32(now))
+		}
+		if confirm && !h.confirmed() {
+			h.word |= confirmedBit
+			t.tenants[id].confirmed += len(n.tokens)
+			t.confirmed += len(n.tokens)
 		}
 		return
 	}
-	h := holder{tenant: id, tick: now}
+	h := holder{word: id, tick: now}
 	switch t.order {
 	case orderLFU:
 		h.aux = 1
 	case orderPriority:
 		h.aux = priority
+	case orderFIFO, orderFILO:
+		h.aux = int32(uint32(now))
+	}
+	tn := &t.tenants[id]
+	if confirm {
+		h.word |= confirmedBit
+		tn.confirmed += len(n.tokens)
+		t.confirmed += len(n.tokens)
 	}
 	n.holders = append(n.holders, h)
-	t.tenants[id].refs++
-	t.tenants[id].tokens += len(n.tokens)
+	tn.refs++
+	tn.tokens += len(n.tokens)
 	t.tokens += len(n.tokens)
+}
+
+// touchedBy reports whether holding h was last accessed at or before tick.
+// FIFO and FILO compare the low 32 bits in serial-number arithmetic (see
+// touch), which is exact while the two are less than 2^31 inserts apart:
+// hours of traffic, where an expiry comes seconds after its decision.
+func (t *Tree) touchedBy(h holder, tick uint64) bool {
+	if t.order == orderFIFO || t.order == orderFILO {
+		return int32(uint32(tick)-uint32(h.aux)) >= 0
+	}
+	return h.tick <= tick
 }
 
 // split cuts n after k tokens (a page boundary): a new node takes the first
@@ -244,7 +312,7 @@ func (t *Tree) split(n *node, k int) *node {
 	}
 	copy(u.holders, n.holders)
 	for _, h := range u.holders {
-		t.tenants[h.tenant].refs++
+		t.tenants[h.id()].refs++
 	}
 	p.kids[slot].n = u // same first page, same slot
 	n.parent = u
@@ -255,15 +323,19 @@ func (t *Tree) split(n *node, k int) *node {
 
 // removeHolder drops holder i of n, and n itself once nobody holds it.
 func (t *Tree) removeHolder(n *node, i int) {
-	id := n.holders[i].tenant
+	h := n.holders[i]
 	last := len(n.holders) - 1
 	n.holders[i] = n.holders[last]
 	n.holders = n.holders[:last]
-	tn := &t.tenants[id]
+	tn := &t.tenants[h.id()]
 	tn.refs--
 	if tn.live {
 		tn.tokens -= len(n.tokens)
 		t.tokens -= len(n.tokens)
+		if h.confirmed() {
+			tn.confirmed -= len(n.tokens)
+			t.confirmed -= len(n.tokens)
+		}
 	}
 	t.prune(n)
 }

@@ -3,6 +3,7 @@ package tree
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -11,12 +12,19 @@ import (
 
 // ref is the brute-force model: per tenant, the set of page paths it holds
 // (every whole-page prefix of what was inserted), each with the logical time
-// it was last touched. Keys are the tokens as fixed-width bytes, so a key's
-// prefix is a path's prefix.
+// it was last touched and whether a KV event confirmed it; and the tenants'
+// limits. Keys are the tokens as fixed-width bytes, so a key's prefix is a
+// path's prefix.
 type ref struct {
-	ps    int
-	clock uint64
-	held  map[string]map[string]uint64
+	ps     int
+	clock  uint64
+	held   map[string]map[string]page
+	limits map[string]int
+}
+
+type page struct {
+	tick      uint64
+	confirmed bool
 }
 
 func key(ids []uint32) string {
@@ -29,30 +37,50 @@ func key(ids []uint32) string {
 
 func (r *ref) cut(ids []uint32) []uint32 { return ids[:len(ids)-len(ids)%r.ps] }
 
-func (r *ref) match(ids []uint32, tenant string) int {
+// match returns how much of ids tenant holds, and holds confirmed.
+func (r *ref) match(ids []uint32, tenant string) (tokens, confirmed int) {
 	ids = r.cut(ids)
-	k := 0
-	for k < len(ids) {
-		if _, ok := r.held[tenant][key(ids[:k+r.ps])]; !ok {
+	for tokens < len(ids) {
+		p, ok := r.held[tenant][key(ids[:tokens+r.ps])]
+		if !ok {
 			break
 		}
-		k += r.ps
+		tokens += r.ps
+		if p.confirmed && confirmed == tokens-r.ps {
+			confirmed = tokens
+		}
 	}
-	return k
+	return tokens, confirmed
 }
 
-func (r *ref) insert(ids []uint32, tenant string) {
+// insert returns the insert's tick, 0 if it inserted nothing.
+func (r *ref) insert(ids []uint32, tenant string, confirm bool) uint64 {
 	ids = r.cut(ids)
 	if len(ids) == 0 {
-		return
+		return 0
 	}
 	r.clock++
 	if r.held[tenant] == nil {
-		r.held[tenant] = map[string]uint64{}
+		r.held[tenant] = map[string]page{}
 	}
 	for k := r.ps; k <= len(ids); k += r.ps {
-		r.held[tenant][key(ids[:k])] = r.clock
+		kk := key(ids[:k])
+		r.held[tenant][kk] = page{r.clock, confirm || r.held[tenant][kk].confirmed}
 	}
+	return r.clock
+}
+
+// dropFrom drops tenant's pages whose path starts with prefix p, and returns
+// the tokens dropped.
+func (r *ref) dropFrom(tenant, p string) int {
+	n := 0
+	for k := range r.held[tenant] {
+		if strings.HasPrefix(k, p) {
+			delete(r.held[tenant], k)
+			n += r.ps
+		}
+	}
+	return n
 }
 
 func (r *ref) trim(ids []uint32, tenant string, keep int) {
@@ -61,72 +89,130 @@ func (r *ref) trim(ids []uint32, tenant string, keep int) {
 	if keep >= len(ids) {
 		return
 	}
-	p := key(ids[:keep+r.ps])
-	for k := range r.held[tenant] {
-		if strings.HasPrefix(k, p) {
-			delete(r.held[tenant], k)
+	r.dropFrom(tenant, key(ids[:keep+r.ps]))
+}
+
+// expire follows ExpireSpeculative page by page: the first page on ids' path
+// held speculatively and touched at or before tick goes, with all below it.
+func (r *ref) expire(ids []uint32, tenant string, tick uint64) int {
+	ids = r.cut(ids)
+	if tick == 0 {
+		return 0
+	}
+	for k := r.ps; k <= len(ids); k += r.ps {
+		p, ok := r.held[tenant][key(ids[:k])]
+		if !ok {
+			return 0
+		}
+		if !p.confirmed && p.tick <= tick {
+			return r.dropFrom(tenant, key(ids[:k]))
 		}
 	}
+	return 0
 }
 
 func (r *ref) tokens(tenant string) int { return len(r.held[tenant]) * r.ps }
 
-// syncEvict replaces the model's holdings with what the tree kept after an
-// eviction, checking that the tree kept a prefix-closed subset of what the
-// model holds, and (for LRU) that nothing evicted was touched after anything
-// kept.
-func (r *ref) syncEvict(t *testing.T, tr *Tree, lru bool) {
-	t.Helper()
-	kept := map[string]map[string]uint64{}
-	tr.Walk(func(tenant string, path []uint32) {
-		if kept[tenant] == nil {
-			kept[tenant] = map[string]uint64{}
-		}
-		for k := r.ps; k <= len(path); k += r.ps {
-			kk := key(path[:k])
-			tick, ok := r.held[tenant][kk]
-			if !ok {
-				t.Fatalf("after Evict %s holds %v, which it never held", tenant, path[:k])
-			}
-			kept[tenant][kk] = tick
-		}
-	})
-	var newestGone, oldestKept uint64 = 0, ^uint64(0)
-	for tenant, paths := range r.held {
-		for k, tick := range paths {
-			if _, ok := kept[tenant][k]; ok {
-				oldestKept = min(oldestKept, tick)
-			} else {
-				newestGone = max(newestGone, tick)
-			}
+func (r *ref) confirmed(tenant string) int {
+	n := 0
+	for _, p := range r.held[tenant] {
+		if p.confirmed {
+			n += r.ps
 		}
 	}
-	if lru && newestGone > oldestKept {
-		t.Fatalf("LRU evicted a path touched at %d but kept one touched at %d", newestGone, oldestKept)
-	}
-	r.held = kept
+	return n
 }
 
-// syncInline follows the eviction an insert did by itself when it took the
-// tree over budget, and checks that the budget held.
-func (r *ref) syncInline(t *testing.T, tr *Tree, cfg Config) {
+// sync replaces the model's holdings (of tenant only, if not "") with what
+// the tree kept after an eviction, checking that the tree kept a subset of
+// what the model holds, and for LRU that nothing evicted was touched after
+// anything kept: across tenants (global), or within each tenant. Holdings
+// being prefix-closed is checkInvariants' job.
+func (r *ref) sync(t *testing.T, tr *Tree, only string, lru, global bool) {
 	t.Helper()
+	for tenant, pages := range r.held {
+		if only != "" && tenant != only {
+			continue
+		}
+		kept := map[string]page{}
+		for _, path := range tr.Holdings(tenant, false) {
+			kk := key(path)
+			p, ok := pages[kk]
+			if !ok {
+				t.Fatalf("after eviction %s holds %v, which it never held", tenant, path)
+			}
+			kept[kk] = p
+		}
+		r.held[tenant] = kept
+		if lru && !global && len(kept) > 0 {
+			checkLRU(t, map[string]map[string]page{tenant: pages}, map[string]map[string]page{tenant: kept})
+		}
+	}
+}
+
+// checkLRU checks that nothing in before but not in after was touched after
+// anything in after.
+func checkLRU(t *testing.T, before, after map[string]map[string]page) {
+	t.Helper()
+	var newestGone, oldestKept uint64 = 0, ^uint64(0)
+	for tenant, pages := range before {
+		for k, p := range pages {
+			if _, ok := after[tenant][k]; ok {
+				oldestKept = min(oldestKept, p.tick)
+			} else {
+				newestGone = max(newestGone, p.tick)
+			}
+		}
+	}
+	if newestGone > oldestKept {
+		t.Fatalf("LRU evicted a path touched at %d but kept one touched at %d", newestGone, oldestKept)
+	}
+}
+
+func (r *ref) syncEvict(t *testing.T, tr *Tree, lru bool) {
+	t.Helper()
+	before := maps.Clone(r.held)
+	r.sync(t, tr, "", lru, true)
+	if lru {
+		checkLRU(t, before, r.held)
+	}
+}
+
+// syncInline follows the eviction an insert for tenant did by itself when it
+// took the tenant over its limit or the tree over budget, and checks that
+// both held.
+func (r *ref) syncInline(t *testing.T, tr *Tree, cfg Config, tenant string) {
+	t.Helper()
+	lru := cfg.Policy == "lru"
 	total := 0
 	for tn := range r.held {
 		total += r.tokens(tn)
 	}
-	if cfg.MaxTokens == 0 || total <= cfg.MaxTokens {
-		return
+	if limit := r.limits[tenant]; limit > 0 && r.tokens(tenant) > limit {
+		// The limit evicted some of tenant's holdings, and then the budget
+		// may have evicted anyone's: the LRU order holds within each tenant.
+		r.sync(t, tr, "", lru, false)
+		if n := tr.TenantTokens(tenant); n > limit {
+			t.Fatalf("%s holds %d tokens after an insert, limit %d", tenant, n, limit)
+		}
+	} else if cfg.MaxTokens > 0 && total > cfg.MaxTokens {
+		r.syncEvict(t, tr, lru)
 	}
-	r.syncEvict(t, tr, cfg.Policy == "lru")
-	if s := tr.Stats(); s.Tokens > cfg.MaxTokens {
+	if s := tr.Stats(); cfg.MaxTokens > 0 && s.Tokens > cfg.MaxTokens {
 		t.Fatalf("%d tokens after an insert, budget %d", s.Tokens, cfg.MaxTokens)
 	}
 }
 
+// decision is an insert the model may expire later.
+type decision struct {
+	ids    []uint32
+	tenant string
+	tick   uint64
+}
+
 // run drives a tree and the model through ops decoded from b, checking
-// every match and counter after every op. It is shared by the random test
-// and the fuzz test.
+// every match, counter and holding after every op. It is shared by the
+// random test and the fuzz test.
 func run(t *testing.T, b []byte) {
 	t.Helper()
 	next := func() byte {
@@ -143,7 +229,7 @@ func run(t *testing.T, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &ref{ps: cfg.PageSize, held: map[string]map[string]uint64{}}
+	r := &ref{ps: cfg.PageSize, held: map[string]map[string]page{}, limits: map[string]int{}}
 	tenants := []string{"a", "b", "c", "d"}
 	alphabet := 2 + uint32(next()%2)
 	ids := func() []uint32 {
@@ -154,15 +240,21 @@ func run(t *testing.T, b []byte) {
 		}
 		return s
 	}
+	var decisions []decision
+	record := func(in []uint32, tn string, tick uint64) {
+		if tick > 0 {
+			decisions = append(decisions, decision{in, tn, tick})
+		}
+	}
 	for step := 0; len(b) > 0; step++ {
-		op := next() % 16
+		op := next() % 24
 		switch {
-		case op < 5:
+		case op < 4:
 			in, tn := ids(), tenants[next()%4]
 			tr.Insert(in, tn)
-			r.insert(in, tn)
-			r.syncInline(t, tr, cfg)
-		case op < 9:
+			record(in, tn, r.insert(in, tn, false))
+			r.syncInline(t, tr, cfg, tn)
+		case op < 8:
 			in := ids()
 			pick := next()
 			var seen Match
@@ -173,43 +265,104 @@ func run(t *testing.T, b []byte) {
 				}
 				return tenants[pick%4]
 			})
-			if !slices.Equal(m.Tenants, seen.Tenants) || m.Input != seen.Input {
+			if !slices.Equal(m.Tenants, seen.Tenants) || m.Input != seen.Input || seen.Tick != 0 {
 				t.Fatalf("step %d: MatchInsert returned %v, choose saw %v", step, m, seen)
 			}
 			checkMatch(t, step, r, m, in)
+			var tick uint64
 			if got != "" {
-				r.insert(in, got)
-				r.syncInline(t, tr, cfg)
+				tick = r.insert(in, got, false)
+				record(in, got, tick)
+				r.syncInline(t, tr, cfg, got)
 			}
-		case op < 11:
+			if m.Tick != tick {
+				t.Fatalf("step %d: MatchInsert's Tick = %d, want %d", step, m.Tick, tick)
+			}
+		case op < 10:
 			in := ids()
 			checkMatch(t, step, r, tr.Match(in), in)
-		case op < 13:
+		case op < 11:
 			tr.Evict()
 			r.syncEvict(t, tr, cfg.Policy == "lru")
 			if s := tr.Stats(); cfg.MaxTokens > 0 && s.Tokens > cfg.MaxTokens {
 				t.Fatalf("step %d: %d tokens after Evict, budget %d", step, s.Tokens, cfg.MaxTokens)
 			}
-		case op < 14:
+		case op < 12:
 			tn := tenants[next()%4]
-			tr.RemoveTenant(tn)
+			if next()%2 == 0 {
+				tr.RemoveTenant(tn)
+				delete(r.limits, tn)
+			} else {
+				tr.ClearTenant(tn)
+			}
 			delete(r.held, tn)
-		default:
+		case op < 14:
 			in, tn, keep := ids(), tenants[next()%4], int(next()%14)
 			tr.Trim(in, tn, keep)
 			r.trim(in, tn, keep)
-		}
-		total := 0
-		for _, tn := range tenants {
-			if got, want := tr.TenantTokens(tn), r.tokens(tn); got != want {
-				t.Fatalf("step %d: TenantTokens(%s) = %d, want %d", step, tn, got, want)
+		case op < 17:
+			in, tn := ids(), tenants[next()%4]
+			tr.InsertConfirmed(in, tn)
+			r.insert(in, tn, true)
+			r.syncInline(t, tr, cfg, tn)
+		case op < 21:
+			d := decision{ids(), tenants[next()%4], uint64(next()) % (r.clock + 1)}
+			if pick := int(next()); pick%4 != 0 && len(decisions) > 0 {
+				d = decisions[pick%len(decisions)]
 			}
-			total += r.tokens(tn)
+			got := tr.ExpireSpeculative(d.ids, d.tenant, d.tick)
+			if want := r.expire(d.ids, d.tenant, d.tick); got != want {
+				t.Fatalf("step %d: ExpireSpeculative(%v, %s, %d) = %d, want %d", step, d.ids, d.tenant, d.tick, got, want)
+			}
+		default:
+			tn, limit := tenants[next()%4], int(next()%8)*cfg.PageSize
+			tr.SetTenantLimit(tn, limit)
+			r.limits[tn] = limit
+			if limit > 0 && r.tokens(tn) > limit {
+				r.sync(t, tr, tn, cfg.Policy == "lru", false)
+			}
 		}
-		if s := tr.Stats(); s.Tokens != total {
-			t.Fatalf("step %d: Stats.Tokens = %d, want %d", step, s.Tokens, total)
-		}
+		checkCounters(t, step, r, tr, tenants)
 		checkInvariants(t, tr)
+	}
+}
+
+// checkCounters compares the tree's counters and holdings with the model's.
+func checkCounters(t *testing.T, step int, r *ref, tr *Tree, tenants []string) {
+	t.Helper()
+	total, confirmed := 0, 0
+	s := tr.Stats()
+	for _, tn := range tenants {
+		if got, want := tr.TenantTokens(tn), r.tokens(tn); got != want {
+			t.Fatalf("step %d: TenantTokens(%s) = %d, want %d", step, tn, got, want)
+		}
+		if got, want := s.TenantConfirmed[tn], r.confirmed(tn); got != want {
+			t.Fatalf("step %d: TenantConfirmed[%s] = %d, want %d", step, tn, got, want)
+		}
+		if limit := r.limits[tn]; limit > 0 && r.tokens(tn) > limit {
+			t.Fatalf("step %d: %s holds %d tokens, limit %d", step, tn, r.tokens(tn), limit)
+		}
+		for _, confirmedOnly := range []bool{false, true} {
+			var want []string
+			for k, p := range r.held[tn] {
+				if p.confirmed || !confirmedOnly {
+					want = append(want, k)
+				}
+			}
+			slices.Sort(want)
+			var got []string
+			for _, path := range tr.Holdings(tn, confirmedOnly) {
+				got = append(got, key(path))
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d: Holdings(%s, %v) has %d pages, want %d", step, tn, confirmedOnly, len(got), len(want))
+			}
+		}
+		total += r.tokens(tn)
+		confirmed += r.confirmed(tn)
+	}
+	if s.Tokens != total || s.ConfirmedTokens != confirmed {
+		t.Fatalf("step %d: Stats.Tokens/ConfirmedTokens = %d/%d, want %d/%d", step, s.Tokens, s.ConfirmedTokens, total, confirmed)
 	}
 }
 
@@ -219,12 +372,18 @@ func checkMatch(t *testing.T, step int, r *ref, m Match, in []uint32) {
 		t.Fatalf("step %d: Input = %d, want %d", step, m.Input, want)
 	}
 	for _, tn := range []string{"a", "b", "c", "d"} {
-		if got, want := m.Of(tn), r.match(in, tn); got != want {
+		want, wantConfirmed := r.match(in, tn)
+		if got := m.Of(tn); got != want {
 			t.Fatalf("step %d: match %v for %s = %d, want %d (all %v)", step, in, tn, got, want, m.Tenants)
+		}
+		for _, tm := range m.Tenants {
+			if tm.Tenant == tn && tm.Confirmed != wantConfirmed {
+				t.Fatalf("step %d: match %v for %s confirmed %d, want %d", step, in, tn, tm.Confirmed, wantConfirmed)
+			}
 		}
 	}
 	for _, tm := range m.Tenants {
-		if tm.Tokens <= 0 {
+		if tm.Tokens <= 0 || tm.Confirmed > tm.Tokens {
 			t.Fatalf("step %d: %v lists a tenant with no match", step, m.Tenants)
 		}
 	}
@@ -235,8 +394,9 @@ func checkInvariants(t *testing.T, tr *Tree) {
 	t.Helper()
 	tr.mu.RLock()
 	defer tr.mu.RUnlock()
-	nodes, unique, tokens := 0, 0, 0
+	nodes, unique, tokens, confirmed := 0, 0, 0, 0
 	perTenant := make([]int, len(tr.tenants))
+	perConfirmed := make([]int, len(tr.tenants))
 	refs := make([]int, len(tr.tenants))
 	var walk func(n *node)
 	walk = func(n *node) {
@@ -259,12 +419,20 @@ func checkInvariants(t *testing.T, tr *Tree) {
 			nodes++
 			unique += len(c.tokens)
 			for _, h := range c.holders {
-				refs[h.tenant]++
-				if tr.tenants[h.tenant].live {
-					perTenant[h.tenant] += len(c.tokens)
+				id := h.id()
+				refs[id]++
+				if tr.tenants[id].live {
+					perTenant[id] += len(c.tokens)
 					tokens += len(c.tokens)
-					if n != &tr.root && n.holderIndex(h.tenant) < 0 {
+					if n != &tr.root && n.holderIndex(id) < 0 {
 						panic("holdings not prefix-closed")
+					}
+					if h.confirmed() {
+						perConfirmed[id] += len(c.tokens)
+						confirmed += len(c.tokens)
+						if n != &tr.root && !n.holders[n.holderIndex(id)].confirmed() {
+							panic("confirmed holdings not prefix-closed")
+						}
 					}
 				}
 			}
@@ -272,12 +440,13 @@ func checkInvariants(t *testing.T, tr *Tree) {
 		}
 	}
 	walk(&tr.root)
-	if nodes != tr.nodes || unique != tr.unique || tokens != tr.tokens {
-		t.Fatalf("counters nodes/unique/tokens = %d/%d/%d, walk says %d/%d/%d", tr.nodes, tr.unique, tr.tokens, nodes, unique, tokens)
+	if nodes != tr.nodes || unique != tr.unique || tokens != tr.tokens || confirmed != tr.confirmed {
+		t.Fatalf("counters nodes/unique/tokens/confirmed = %d/%d/%d/%d, walk says %d/%d/%d/%d",
+			tr.nodes, tr.unique, tr.tokens, tr.confirmed, nodes, unique, tokens, confirmed)
 	}
 	for id, tn := range tr.tenants {
-		if tn.refs != refs[id] || tn.live && tn.tokens != perTenant[id] {
-			t.Fatalf("tenant %d %+v: walk says refs %d tokens %d", id, tn, refs[id], perTenant[id])
+		if tn.refs != refs[id] || tn.live && (tn.tokens != perTenant[id] || tn.confirmed != perConfirmed[id]) {
+			t.Fatalf("tenant %d %+v: walk says refs %d tokens %d confirmed %d", id, tn, refs[id], perTenant[id], perConfirmed[id])
 		}
 	}
 }
@@ -303,6 +472,7 @@ func FuzzTree(f *testing.F) {
 	f.Add([]byte{1, 1, 8, 1, 2, 6, 1, 1, 1, 0, 0, 4, 6, 1, 1, 1, 1, 2, 11, 13, 1, 15, 4, 0, 1, 1, 1, 2})
 	f.Add([]byte{3, 2, 30, 0, 6, 13, 0, 1, 2, 1, 0, 1, 2, 1, 0, 1, 2, 1, 0, 7, 13, 0, 1, 2, 1, 2, 2, 2, 0, 3, 12})
 	f.Add([]byte("insert match evict trim remove: a page-aligned multi-tenant tree"))
+	f.Add([]byte("confirm, expire and limit: speculative holdings in a tree of KV events"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) > 4096 {
 			b = b[:4096]

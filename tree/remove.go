@@ -52,9 +52,11 @@ func (s *slicer) yield() {
 
 // Trim makes tenant hold at most keep tokens (rounded down to whole pages) of
 // ids' path: the node where ids continue past keep, and everything below it,
-// lose the tenant. The cache_aware policy calls it when an engine reports it
-// had less cached than the tree predicted, since the engine evicted that part
-// (and, its cache being prefix-closed, everything that extends it).
+// lose the tenant, confirmed and speculative holdings alike. The cache_aware
+// policy calls it when an engine reports it had less cached than the tree
+// predicted, since the engine evicted that part (and, its cache being
+// prefix-closed, everything that extends it); a KV removal event does the
+// same with the removed page's path (Mirror's Span) and keep its start.
 func (t *Tree) Trim(ids []uint32, tenant string, keep int) {
 	ps := t.pageSize
 	ids = t.cut(ids)
@@ -92,11 +94,68 @@ func (t *Tree) Trim(ids []uint32, tenant string, keep int) {
 	if c == nil || c.holderIndex(id) < 0 {
 		return
 	}
+	t.dropBelow(c, id)
+}
+
+// dropBelow removes tenant id from c and everything below c, and returns the
+// stored tokens removed. The caller holds the write lock and has checked
+// that id holds c.
+func (t *Tree) dropBelow(c *node, id uint32) (tokens int) {
 	for _, n := range t.heldBelow(c, id, nil) {
 		if i := n.holderIndex(id); i >= 0 {
+			tokens += len(n.tokens)
 			t.removeHolder(n, i)
 		}
 	}
+	return tokens
+}
+
+// ExpireSpeculative undoes one routing decision's speculative insert for
+// tenant, made at tick (Match.Tick from MatchInsert), if no KV event
+// confirmed it meanwhile. Along ids' path it finds the first node the tenant
+// holds speculatively and last touched at or before tick, and drops the
+// tenant's holdings there and below; it returns the stored tokens dropped.
+//
+// Dropping the whole subtree is right because every insert touches its whole
+// path: nothing below that node was touched later, and (confirmed holdings
+// being prefix-closed) nothing below it is confirmed. Nodes above it stay:
+// they are confirmed, or a later decision touched them and will expire them
+// itself. A tick of 0 (MatchInsert inserted nothing) expires nothing. The
+// cost is ids' path plus what is dropped, not the tree.
+func (t *Tree) ExpireSpeculative(ids []uint32, tenant string, tick uint64) (expiredTokens int) {
+	ps := t.pageSize
+	ids = t.cut(ids)
+	if tick == 0 || len(ids) == 0 {
+		return 0
+	}
+	t.waiting.Add(1)
+	t.mu.Lock()
+	t.waiting.Add(-1)
+	defer t.mu.Unlock()
+	id, ok := t.ids[tenant]
+	if !ok {
+		return 0
+	}
+	n, pos := &t.root, 0
+	for pos < len(ids) {
+		c := n.child(ids[pos : pos+ps])
+		if c == nil {
+			return 0
+		}
+		i := c.holderIndex(id)
+		if i < 0 {
+			return 0
+		}
+		if h := c.holders[i]; !h.confirmed() && t.touchedBy(h, tick) {
+			return t.dropBelow(c, id)
+		}
+		l := ps + commonPrefix(c.tokens[ps:], ids[pos+ps:], ps)
+		if l < len(c.tokens) {
+			return 0 // ids end or leave the tree inside c
+		}
+		n, pos = c, pos+l
+	}
+	return 0
 }
 
 // heldBelow appends to dst the nodes of c's subtree held by tenant id,
@@ -123,12 +182,28 @@ func (t *Tree) heldBelow(c *node, id uint32, dst []*node) []*node {
 	return dst
 }
 
-// RemoveTenant forgets a tenant (a worker that left). The tenant disappears
-// from matches and stats at once; its holder entries are then swept in
-// slices, so a large tenant does not stall routing. A tenant of the same name
-// inserted meanwhile starts afresh.
-func (t *Tree) RemoveTenant(tenant string) {
+// RemoveTenant forgets a tenant (a worker that left), its settings
+// (SetTenantLimit) included. The tenant disappears from matches and stats at
+// once; its holder entries are then swept in slices, so a large tenant does
+// not stall routing. A tenant of the same name inserted meanwhile starts
+// afresh.
+func (t *Tree) RemoveTenant(tenant string) { t.drop(tenant, true) }
+
+// ClearTenant drops everything tenant holds, confirmed and speculative, but
+// keeps its settings: for an engine that cleared its cache (or whose event
+// stream was reset) and stays in the fleet. Like RemoveTenant it works in
+// slices, and inserts for the name meanwhile start afresh.
+func (t *Tree) ClearTenant(tenant string) { t.drop(tenant, false) }
+
+// drop retires tenant's id: the name is unbound at once (a later insert
+// interns a fresh id) and the old id's entries are swept in slices.
+func (t *Tree) drop(tenant string, settings bool) {
+	t.waiting.Add(1)
 	t.mu.Lock()
+	t.waiting.Add(-1)
+	if settings {
+		delete(t.limits, tenant)
+	}
 	id, ok := t.ids[tenant]
 	if !ok {
 		t.mu.Unlock()
@@ -138,7 +213,8 @@ func (t *Tree) RemoveTenant(tenant string) {
 	tn := &t.tenants[id]
 	tn.live = false
 	t.tokens -= tn.tokens
-	tn.tokens = 0
+	t.confirmed -= tn.confirmed
+	tn.tokens, tn.confirmed = 0, 0
 	t.mu.Unlock()
 	t.sweep(id)
 }

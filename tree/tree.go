@@ -15,6 +15,14 @@
 // node has at least one holder, the sum also bounds the tokens the tree stores
 // (Stats.UniqueTokens), so MaxTokens bounds the tree's memory too.
 //
+// Two sources say what a tenant holds. Routing decisions insert
+// speculative holdings (the engine will hold this prefix in a moment), so a
+// burst of requests for a new prefix stays together before the engine's KV
+// event arrives; they expire unless confirmed (ExpireSpeculative). KV events
+// insert confirmed holdings (InsertConfirmed): the engine said it holds them.
+// Confirmed holdings are prefix-closed too, so a confirmed node's ancestors
+// are confirmed and a speculative node's descendants are speculative.
+//
 // Locking: one RWMutex. Match reads under the read lock; MatchInsert, Insert
 // and Trim write under the write lock and touch only the prompt's path, so
 // their cost does not grow with the tree. Evict and RemoveTenant touch much of
@@ -77,12 +85,24 @@ func parseOrder(s string) (order, error) {
 	return 0, fmt.Errorf("tree: unknown eviction policy %q (want lru, lfu, fifo, mru, filo or priority)", s)
 }
 
-// holder records that a tenant holds a node, with what eviction needs.
+// holder records that a tenant holds a node, with what eviction needs. word
+// is the tenant id with confirmedBit set for a confirmed holding: a flag of
+// its own would grow the holder from 16 bytes to 24, and holders are most
+// of a large tree's memory after the tokens.
 type holder struct {
-	tenant uint32
-	aux    int32
-	tick   uint64
+	word uint32
+	aux  int32
+	tick uint64
 }
+
+// confirmedBit marks a holding an engine's KV event confirmed. Tenant ids
+// are indices into Tree.tenants and freed ids are reused, so an id reaches
+// this bit only with 2^31 tenants in the tree at once (tens of gigabytes of
+// tenant records alone); intern refuses that anyway.
+const confirmedBit = 1 << 31
+
+func (h holder) id() uint32      { return h.word &^ confirmedBit }
+func (h holder) confirmed() bool { return h.word&confirmedBit != 0 }
 
 // kid is a child edge, keyed by the child's first token so a lookup is a
 // binary search without touching the child; children sharing a first token
@@ -105,7 +125,7 @@ func (n *node) deleted() bool { return n.tokens == nil }
 
 func (n *node) holderIndex(id uint32) int {
 	for i := range n.holders {
-		if n.holders[i].tenant == id {
+		if n.holders[i].word&^confirmedBit == id {
 			return i
 		}
 	}
@@ -167,10 +187,12 @@ func (n *node) kidSlot(c *node) int {
 // tenant is an interned tenant name. Ids are small so holders stay small and
 // matches accumulate in a slice instead of a map.
 type tenant struct {
-	name   string
-	tokens int // stored tokens held (0 once removed)
-	refs   int // holder entries naming this id, live or not
-	live   bool
+	name      string
+	tokens    int // stored tokens held (0 once removed)
+	confirmed int // the part of tokens held confirmed
+	limit     int // most stored tokens the tenant may hold, 0 for no limit
+	refs      int // holder entries naming this id, live or not
+	live      bool
 }
 
 // Tree is a multi-tenant token radix tree. It is safe for concurrent use.
@@ -186,14 +208,16 @@ type Tree struct {
 	maxTokens int
 	order     order
 
-	root    node
-	ids     map[string]uint32
-	tenants []tenant
-	free    []uint32 // ids with no holders left, ready for reuse
-	nodes   int      // nodes except the root
-	tokens  int      // stored tokens: sum of live tenants' tokens
-	unique  int      // tokens in nodes, each node once
-	clock   uint64   // logical time, one tick per insert
+	root      node
+	ids       map[string]uint32
+	tenants   []tenant
+	free      []uint32       // ids with no holders left, ready for reuse
+	limits    map[string]int // SetTenantLimit's settings by name: they outlive ClearTenant
+	nodes     int            // nodes except the root
+	tokens    int            // stored tokens: sum of live tenants' tokens
+	confirmed int            // the part of tokens held confirmed
+	unique    int            // tokens in nodes, each node once
+	clock     uint64         // logical time, one tick per insert
 
 	scratch scratch   // for writers (under mu)
 	pool    sync.Pool // *scratch for readers
@@ -219,7 +243,7 @@ func New(cfg Config) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tree{pageSize: cfg.PageSize, maxTokens: cfg.MaxTokens, order: o, ids: map[string]uint32{}}
+	t := &Tree{pageSize: cfg.PageSize, maxTokens: cfg.MaxTokens, order: o, ids: map[string]uint32{}, limits: map[string]int{}}
 	t.pool.New = func() any { return new(scratch) }
 	return t, nil
 }
@@ -269,12 +293,16 @@ func (t *Tree) intern(name string) uint32 {
 		return id
 	}
 	var id uint32
+	tn := tenant{name: name, limit: t.limits[name], live: true}
 	if n := len(t.free); n > 0 {
 		id, t.free = t.free[n-1], t.free[:n-1]
-		t.tenants[id] = tenant{name: name, live: true}
+		t.tenants[id] = tn
 	} else {
+		if len(t.tenants) >= confirmedBit {
+			panic("tree: 2^31 tenants: the id would collide with the confirmed bit")
+		}
 		id = uint32(len(t.tenants))
-		t.tenants = append(t.tenants, tenant{name: name, live: true})
+		t.tenants = append(t.tenants, tn)
 	}
 	t.ids[name] = id
 	return id

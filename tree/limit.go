@@ -1,0 +1,88 @@
+package tree
+
+// A tenant's limit is its engine's KV capacity: the engine cannot hold more,
+// so the tree never credits a worker with more than that, whatever room the
+// global budget has left. It holds after every insert, as the budget does:
+// an insert that takes the tenant over its limit evicts that tenant's
+// holdings, in the tree's eviction order, down to a sixteenth under the
+// limit before it releases the write lock.
+//
+// The order is the plain eviction order, speculative and confirmed alike.
+// That is what the engine does to make room (it evicts its least recently
+// used pages, and says so in removal events that Trim applies), and the
+// speculative holdings are usually the newest: preferring them would throw
+// away exactly the prefix a burst of requests is about to reuse.
+//
+// Cost: finding the tenant's frontier walks the nodes it holds (and looks at
+// their children), not the whole tree: O(the tenant's nodes), at most
+// limit/PageSize of them. The low-water mark makes that walk happen once per
+// limit/16 tokens newly inserted for the tenant, so amortized it is about
+// 16/PageSize node visits per inserted token.
+
+// SetTenantLimit caps the stored tokens tenant may hold; maxTokens <= 0
+// removes the cap. The setting is kept by name: it applies to a tenant not
+// in the tree yet, and survives ClearTenant; RemoveTenant drops it. If the
+// tenant already holds more, it is evicted down to the low-water mark at
+// once.
+func (t *Tree) SetTenantLimit(tenant string, maxTokens int) {
+	t.waiting.Add(1)
+	t.mu.Lock()
+	t.waiting.Add(-1)
+	defer t.mu.Unlock()
+	maxTokens = max(maxTokens, 0)
+	if maxTokens == 0 {
+		delete(t.limits, tenant)
+	} else {
+		t.limits[tenant] = maxTokens
+	}
+	if id, ok := t.ids[tenant]; ok {
+		t.tenants[id].limit = maxTokens
+		t.enforceLimit(id)
+	}
+}
+
+// enforce keeps tenant id within its limit and then the tree within its
+// budget, after an insert for id. The caller holds the write lock.
+func (t *Tree) enforce(id uint32) {
+	t.enforceLimit(id)
+	t.enforceBudget()
+}
+
+// enforceLimit evicts tenant id's frontier, in eviction order, down to
+// 15/16 of its limit if it is over it. The caller holds the write lock.
+func (t *Tree) enforceLimit(id uint32) {
+	tn := &t.tenants[id]
+	if tn.limit == 0 || tn.tokens <= tn.limit {
+		return
+	}
+	h := &candHeap{order: t.order, items: t.tenantFrontier(id)}
+	h.heapify()
+	target := tn.limit - tn.limit/16
+	for len(h.items) > 0 && tn.tokens > target {
+		t.evictOne(h, h.pop())
+	}
+}
+
+// tenantFrontier returns tenant id's frontier pairs: the nodes it holds
+// where it holds no child. Holdings are prefix-closed, so the walk enters
+// only nodes the tenant holds.
+func (t *Tree) tenantFrontier(id uint32) []cand {
+	var dst []cand
+	stack := []*node{&t.root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		leaf := true
+		for _, k := range n.kids {
+			if k.n.holderIndex(id) >= 0 {
+				stack = append(stack, k.n)
+				leaf = false
+			}
+		}
+		if leaf && n != &t.root {
+			h := n.holders[n.holderIndex(id)]
+			dst = append(dst, cand{n, id, h.aux, h.tick})
+		}
+	}
+	return dst
+}
