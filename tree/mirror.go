@@ -1,0 +1,415 @@
+package tree
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Mirror follows one engine's KV events (one per engine and data-parallel
+// rank) and turns them into token paths the tree can apply. Engines name
+// each cached block (page) with a 64-bit hash chained to its parent's and
+// seeded per process, so the router cannot compute them; it learns them:
+// a stored block brings its tokens and its parent's hash, and a removal
+// names only hashes. The mirror keeps what it learned, bounded by maxBlocks,
+// and resolves a block to its path from the root by walking parents.
+//
+// A block is attached when its chain of parents reaches the root: only then
+// is its path known, and only then does the engine's prefix cache let a
+// request reuse it. A block whose parent is unknown (the subscription joined
+// mid-stream, or the parent was removed while its children stayed) is kept
+// detached: it matches nothing and is reported by nothing until its parent
+// is stored, when it attaches with everything waiting below it. Store and
+// Remove report what joined and left the attached set as Spans, which the
+// caller applies to the tree: InsertConfirmed(span.Path, worker) for each
+// attached Span, Trim(span.Path, worker, len(span.Path)-span.Pages*pageSize)
+// for each detached one (detached first, when a call returns both).
+//
+// A Mirror is not safe for concurrent use: the caller serializes its calls
+// (a subscription applies its events from one goroutine).
+type Mirror struct {
+	pageSize  int
+	maxBlocks int
+
+	blocks   map[int64]*mirrorBlock
+	kids     map[int64][]*mirrorBlock // by parent hash, known or not: the blocks stored below it
+	detached int                      // blocks in blocks that are not attached
+	unknown  int                      // hashes Remove did not know, since NewMirror
+
+	// chain caches the attached path Store extended last: chain[i] is the
+	// block at depth i+1, path their tokens. Engines send a chain one block
+	// per event, so the next Store usually extends it by one page instead
+	// of walking the parents from the root.
+	chain []*mirrorBlock
+	path  []uint32
+
+	arena []uint32 // the paths of one call's Spans, except the one aliasing path
+	dfs   []uint32 // the path of the block a walk below a block is at
+	stack []mirrorFrame
+	up    []*mirrorBlock // scratch: blocks between one and the cached chain
+	seen  map[int64]struct{}
+}
+
+// mirrorBlock is one block the engine stored.
+type mirrorBlock struct {
+	hash      int64
+	parent    int64 // 0 when !hasParent
+	hasParent bool
+	attached  bool
+	depth     int          // when attached: blocks from the root through this one
+	up        *mirrorBlock // when attached: the parent, nil under the root
+	slot      int          // index in kids[parent]
+	tokens    []uint32
+}
+
+// mirrorFrame is one step of a walk below a block: the block, where its
+// tokens start in dfs, and how many blocks the current Span has through it.
+type mirrorFrame struct {
+	b   *mirrorBlock
+	off int
+	run int
+}
+
+// MirrorBlock is one stored block: the engine's hash and the page's tokens.
+type MirrorBlock struct {
+	Hash   int64
+	Tokens []uint32
+}
+
+// Span is a run of pages that joined (Store) or left (Remove) the set of
+// blocks reachable from the root. Spans cover each such block exactly once;
+// a run of blocks each the only one joining (or leaving) below the one
+// before comes as one Span.
+//
+// Path may share memory with the Mirror: it is valid only until the next
+// call on the Mirror, and must not be written to. Copy what you keep.
+type Span struct {
+	// Path is the full token path from the root through the span's last
+	// page.
+	Path []uint32
+	// Pages is how many trailing pages of Path the span covers.
+	Pages int
+}
+
+var (
+	// ErrPageSize: a stored block's token count is not the page size.
+	ErrPageSize = errors.New("tree: block size differs from the page size")
+	// ErrMirrorFull: the mirror holds maxBlocks blocks; the caller resets
+	// (Clear, and ClearTenant on the tree) and follows the engine afresh.
+	ErrMirrorFull = errors.New("tree: mirror full")
+	// ErrBlockCycle: a stored chain repeats a hash, or names its parent
+	// again: a block would be its own ancestor.
+	ErrBlockCycle = errors.New("tree: stored chain repeats a block hash")
+)
+
+// spanArenaKeep bounds the tokens of Span paths a Mirror keeps allocated
+// between calls: a removal near the root of a large cache can return far
+// more, once.
+const spanArenaKeep = 1 << 20
+
+// NewMirror returns an empty mirror for an engine with pageSize tokens per
+// block, that holds at most maxBlocks blocks (attached or not). Both come
+// from configuration; it panics if either is not positive.
+func NewMirror(pageSize, maxBlocks int) *Mirror {
+	if pageSize <= 0 || maxBlocks <= 0 {
+		panic(fmt.Sprintf("tree: NewMirror(%d, %d): page size and block limit must be positive", pageSize, maxBlocks))
+	}
+	return &Mirror{
+		pageSize:  pageSize,
+		maxBlocks: maxBlocks,
+		blocks:    map[int64]*mirrorBlock{},
+		kids:      map[int64][]*mirrorBlock{},
+	}
+}
+
+// Len returns how many blocks the mirror knows, attached or not.
+func (m *Mirror) Len() int { return len(m.blocks) }
+
+// Detached returns how many known blocks are not reachable from the root.
+func (m *Mirror) Detached() int { return m.detached }
+
+// Unknown returns how many hashes Remove was asked to remove without
+// knowing them, since NewMirror (Clear keeps the count, as a metric would).
+// Some are expected after joining mid-stream; a steady stream of them means
+// the mirror lost track of the engine.
+func (m *Mirror) Unknown() int { return m.unknown }
+
+// Clear forgets every block: the engine cleared its cache, or the caller
+// resets after an error or a gap in the events.
+func (m *Mirror) Clear() {
+	m.blocks = map[int64]*mirrorBlock{}
+	m.kids = map[int64][]*mirrorBlock{}
+	m.detached = 0
+	m.truncate(0)
+	m.arena = nil
+}
+
+// Store records a chain of blocks hanging off parent (or off the root when
+// !hasParent), each following block off the one before it. It returns the
+// Spans that became reachable from the root: the chain, if its parent is
+// attached, and whatever was waiting below its blocks. A block already known
+// with the same parent and tokens is left as it is; one known with other
+// content is replaced, as if removed first, and what that detached comes
+// back in detached (apply it before attached).
+//
+// A block whose token count is not the page size (ErrPageSize), a chain
+// that repeats a hash (ErrBlockCycle), or one that would take the mirror
+// past maxBlocks (ErrMirrorFull) fails the call, and nothing of it is
+// applied. A chain continuing the last one stored costs O(pageSize) per
+// block; otherwise the parents are walked up to the last chain's path.
+func (m *Mirror) Store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []Span, err error) {
+	m.resetArena()
+	if err := m.check(parent, hasParent, blocks); err != nil {
+		return nil, nil, err
+	}
+	if !hasParent {
+		parent = 0
+	}
+	// Replacements first, so that the rest only attaches.
+	prev, prevHas := parent, hasParent
+	for _, b := range blocks {
+		if e := m.blocks[b.Hash]; e != nil && (e.hasParent != prevHas || e.parent != prev || !equal(e.tokens, b.Tokens)) {
+			detached = m.remove(e, detached)
+		}
+		prev, prevHas = b.Hash, true
+	}
+	first := -1 // the first block of the chain that is not attached
+	prev, prevHas = parent, hasParent
+	for i, b := range blocks {
+		e := m.blocks[b.Hash]
+		if e == nil {
+			e = m.add(b, prev, prevHas)
+		}
+		if first < 0 && !e.attached {
+			first = i
+		}
+		prev, prevHas = b.Hash, true
+	}
+	if first < 0 {
+		return nil, detached, nil
+	}
+	var above *mirrorBlock
+	if first > 0 {
+		above = m.blocks[blocks[first-1].Hash]
+	} else if hasParent {
+		above = m.blocks[parent]
+	}
+	if hasParent && (above == nil || !above.attached) {
+		return nil, detached, nil // the chain waits for its parent
+	}
+	// Attach the chain along the cached path, then what waited below it.
+	m.cacheTo(above)
+	for _, b := range blocks[first:] {
+		e := m.blocks[b.Hash]
+		m.attach(e, above)
+		m.chain = append(m.chain, e)
+		m.path = append(m.path, e.tokens...)
+		above = e
+	}
+	attached = append(attached, Span{Path: m.path[:len(m.path):len(m.path)], Pages: len(blocks) - first})
+	for _, b := range blocks[first:] {
+		e := m.blocks[b.Hash]
+		attached = m.spread(e, m.path[:e.depth*m.pageSize], true, attached)
+	}
+	return attached, detached, nil
+}
+
+// check validates a Store before anything is applied.
+func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error {
+	for i, b := range blocks {
+		if len(b.Tokens) != m.pageSize {
+			return fmt.Errorf("%w: block %d of %d (hash %d) has %d tokens, the page size is %d",
+				ErrPageSize, i+1, len(blocks), b.Hash, len(b.Tokens), m.pageSize)
+		}
+	}
+	if m.seen == nil {
+		m.seen = map[int64]struct{}{}
+	}
+	clear(m.seen)
+	if hasParent {
+		m.seen[parent] = struct{}{}
+	}
+	fresh := 0
+	for _, b := range blocks {
+		if _, dup := m.seen[b.Hash]; dup {
+			return fmt.Errorf("%w: hash %d", ErrBlockCycle, b.Hash)
+		}
+		m.seen[b.Hash] = struct{}{}
+		if m.blocks[b.Hash] == nil {
+			fresh++
+		}
+	}
+	if len(m.blocks)+fresh > m.maxBlocks {
+		return fmt.Errorf("%w: %d blocks known, %d more would pass the limit of %d",
+			ErrMirrorFull, len(m.blocks), fresh, m.maxBlocks)
+	}
+	return nil
+}
+
+// Remove forgets the blocks named by hashes and returns the Spans that left
+// the reachable set: for each attached block removed, a Span of one page for
+// it, then Spans for its attached descendants, which stay known but
+// detached (an engine may store the parent again with the same hash while
+// the children stayed). Unknown hashes are ignored and counted (Unknown).
+// The cost is the removed blocks' depths plus their descendants' paths.
+func (m *Mirror) Remove(hashes []int64) (detached []Span) {
+	m.resetArena()
+	for _, h := range hashes {
+		e := m.blocks[h]
+		if e == nil {
+			m.unknown++
+			continue
+		}
+		detached = m.remove(e, detached)
+	}
+	return detached
+}
+
+func (m *Mirror) resetArena() {
+	if cap(m.arena) > spanArenaKeep {
+		m.arena = nil
+	}
+	m.arena = m.arena[:0]
+}
+
+// add records a new block, detached.
+func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool) *mirrorBlock {
+	e := &mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent, tokens: clone(b.Tokens)}
+	m.blocks[b.Hash] = e
+	m.detached++
+	if hasParent {
+		l := m.kids[parent]
+		e.slot = len(l)
+		m.kids[parent] = append(l, e)
+	}
+	return e
+}
+
+// remove forgets e, appending the Spans that left the reachable set.
+func (m *Mirror) remove(e *mirrorBlock, spans []Span) []Span {
+	if e.attached {
+		path := m.pathOf(e)
+		spans = append(spans, Span{Path: path, Pages: 1})
+		spans = m.spread(e, path, false, spans)
+		if m.cached(e) {
+			m.truncate(e.depth - 1)
+		}
+	} else {
+		m.detached--
+	}
+	if e.hasParent {
+		l := m.kids[e.parent]
+		last := len(l) - 1
+		l[e.slot] = l[last]
+		l[e.slot].slot = e.slot
+		l[last] = nil
+		if last == 0 {
+			delete(m.kids, e.parent)
+		} else {
+			m.kids[e.parent] = l[:last]
+		}
+	}
+	delete(m.blocks, e.hash)
+	return spans
+}
+
+func (m *Mirror) attach(e, up *mirrorBlock) {
+	e.attached, e.up, e.depth = true, up, 1
+	if up != nil {
+		e.depth = up.depth + 1
+	}
+	m.detached--
+}
+
+func (m *Mirror) detach(e *mirrorBlock) {
+	e.attached, e.up, e.depth = false, nil, 0
+	m.detached++
+}
+
+// spread attaches (or detaches) the blocks below from that are not (or
+// are) attached, from's path being base, and appends a Span for each run
+// down to a leaf of what changed. It walks with an explicit stack: the
+// engine decides how deep chains go.
+func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []Span) []Span {
+	m.stack = m.stack[:0]
+	push := func(parent *mirrorBlock, off int) int {
+		pushed := 0
+		for _, c := range m.kids[parent.hash] {
+			if c.attached == attach {
+				continue
+			}
+			if attach {
+				m.attach(c, parent)
+			} else {
+				m.detach(c)
+			}
+			m.stack = append(m.stack, mirrorFrame{b: c, off: off, run: 1})
+			pushed++
+		}
+		return pushed
+	}
+	if push(from, len(base)) == 0 {
+		return spans // the usual case: copying base would cost O(depth)
+	}
+	m.dfs = append(m.dfs[:0], base...)
+	for len(m.stack) > 0 {
+		f := m.stack[len(m.stack)-1]
+		m.stack = m.stack[:len(m.stack)-1]
+		m.dfs = append(m.dfs[:f.off], f.b.tokens...)
+		if push(f.b, len(m.dfs)) > 0 {
+			// The child walked next continues this run.
+			m.stack[len(m.stack)-1].run = f.run + 1
+			continue
+		}
+		start := len(m.arena)
+		m.arena = append(m.arena, m.dfs...)
+		spans = append(spans, Span{Path: m.arena[start:len(m.arena):len(m.arena)], Pages: f.run})
+	}
+	return spans
+}
+
+// cached reports whether attached block e is on the cached chain.
+func (m *Mirror) cached(e *mirrorBlock) bool {
+	return e.depth <= len(m.chain) && m.chain[e.depth-1] == e
+}
+
+// truncate cuts the cached chain to its first d blocks.
+func (m *Mirror) truncate(d int) {
+	clear(m.chain[d:]) // let removed blocks go
+	m.chain = m.chain[:d]
+	m.path = m.path[:d*m.pageSize]
+}
+
+// climb collects in m.up the blocks from e up to, not including, its
+// deepest ancestor on the cached chain, and returns that ancestor's depth
+// (0: none, the path starts at the root).
+func (m *Mirror) climb(e *mirrorBlock) int {
+	m.up = m.up[:0]
+	for ; e != nil; e = e.up {
+		if m.cached(e) {
+			return e.depth
+		}
+		m.up = append(m.up, e)
+	}
+	return 0
+}
+
+// cacheTo makes the cached chain end at attached block e (nil: the root).
+func (m *Mirror) cacheTo(e *mirrorBlock) {
+	m.truncate(m.climb(e))
+	for i := len(m.up) - 1; i >= 0; i-- {
+		m.chain = append(m.chain, m.up[i])
+		m.path = append(m.path, m.up[i].tokens...)
+	}
+}
+
+// pathOf returns attached block e's path in the arena, leaving the cached
+// chain as it is (Spans returned earlier in the call may alias it).
+func (m *Mirror) pathOf(e *mirrorBlock) []uint32 {
+	start := len(m.arena)
+	d := m.climb(e)
+	m.arena = append(m.arena, m.path[:d*m.pageSize]...)
+	for i := len(m.up) - 1; i >= 0; i-- {
+		m.arena = append(m.arena, m.up[i].tokens...)
+	}
+	return m.arena[start:len(m.arena):len(m.arena)]
+}
