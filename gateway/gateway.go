@@ -232,6 +232,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	var runners []policy.Runner
 	newPolicy := func(name string, role workers.Role) (policy.Policy, error) {
 		o := cfg.Options
+		if o.Logger == nil {
+			o.Logger = log
+		}
 		if cfg.LearnBlockSize {
 			o.CacheAware.BlockSize = learnedPageSize(g.Registry.WithRole(role))
 		}

@@ -66,6 +66,11 @@ type CacheAware struct {
 	smallestTree  bool
 	evictInterval time.Duration
 
+	// events keeps the tree's confirmed entries from the engines' KV
+	// events; spec expires the speculative ones of workers that have them.
+	*eventMirror
+	spec *speculations
+
 	lastIndex     atomic.Pointer[workerIndex]
 	evictedTokens atomic.Uint64
 	acc           struct {
@@ -93,6 +98,8 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 		return nil, fmt.Errorf("cache_aware tree: %w", err)
 	}
 	c.tree = t
+	c.eventMirror = newEventMirror(treeIndex{t}, cfg.BlockSize, o.Logger)
+	c.spec = newSpeculations(cfg.SpeculativeTTL, speculationTokens)
 	return c, nil
 }
 
@@ -128,10 +135,17 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*worke
 		PredictedCachedTokens: s.matched[s.chosen],
 		Branch:                s.branch,
 		Reason:                c.reason(s, len(req.InputIDs)),
+		tick:                  m.Tick,
 	}
 	d.Matched = make(map[string]int, len(candidates))
+	d.Confirmed = make(map[string]int, len(m.Tenants))
 	for i, w := range ws {
 		d.Matched[w.URL()] = s.matched[i]
+	}
+	for _, t := range m.Tenants {
+		if t.Confirmed > 0 {
+			d.Confirmed[t.Tenant] = t.Confirmed
+		}
 	}
 	if len(ws) < len(candidates) { // the unhealthy ones, rarely more than a few
 		for _, w := range candidates {
@@ -226,6 +240,10 @@ func (c *CacheAware) indexOf(ws []*workers.Worker) map[string]int {
 	for i, w := range ws {
 		x.urls[i] = w.URL()
 		x.pos[x.urls[i]] = i
+		// An engine holds no more than its KV cache, so neither may its
+		// share of the tree. New candidate sets are rare, and this is
+		// where a new worker first shows up.
+		c.tree.SetTenantLimit(x.urls[i], w.Info().KVCapacityTokens)
 	}
 	c.lastIndex.Store(x)
 	return x.pos
@@ -285,7 +303,10 @@ func (c *CacheAware) reason(s *snapshot, inputLen int) string {
 // Forget removes a worker from the tree. The router calls it when a worker is
 // removed from the fleet; a worker that only turns unhealthy keeps its tree,
 // since it may recover with its cache intact, and Select skips it meanwhile.
-func (c *CacheAware) Forget(url string) { c.tree.RemoveTenant(url) }
+func (c *CacheAware) Forget(url string) {
+	c.eventMirror.forget(url)
+	c.tree.RemoveTenant(url)
+}
 
 // Run evicts the tree down to MaxTreeSize tokens every EvictionInterval until
 // ctx ends. The tree evicts in short slices, so selections keep running
@@ -293,6 +314,8 @@ func (c *CacheAware) Forget(url string) { c.tree.RemoveTenant(url) }
 func (c *CacheAware) Run(ctx context.Context) {
 	t := time.NewTicker(c.evictInterval)
 	defer t.Stop()
+	exp := time.NewTicker(speculationSweep)
+	defer exp.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -301,6 +324,8 @@ func (c *CacheAware) Run(ctx context.Context) {
 			if n := c.tree.Evict(); n > 0 {
 				c.evictedTokens.Add(uint64(n))
 			}
+		case now := <-exp.C:
+			c.spec.expire(now, c.tree)
 		}
 	}
 }
@@ -310,3 +335,8 @@ func (c *CacheAware) TreeStats() tree.Stats { return c.tree.Stats() }
 
 // EvictedTokens is the number of tokens Run has evicted so far.
 func (c *CacheAware) EvictedTokens() uint64 { return c.evictedTokens.Load() }
+
+// SpeculativeExpired is the number of routing decisions whose speculative
+// pages expired unconfirmed on workers with KV events: the engine did not
+// store what the router expected it to.
+func (c *CacheAware) SpeculativeExpired() uint64 { return c.spec.Expired() }

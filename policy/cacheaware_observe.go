@@ -1,5 +1,7 @@
 package policy
 
+import "time"
+
 // Accuracy compares cache_aware's predictions (Decision.PredictedCachedTokens)
 // with the cached_tokens the engines reported. The seed claims "100% accurate
 // prefix match"; these counters measure ours (kvgate_cache_prediction_*).
@@ -56,8 +58,21 @@ func (c *CacheAware) Accuracy() Accuracy {
 // both in their prefix cache, so the next turn of a conversation, which
 // repeats the reply, is predicted exactly instead of underpredicted.
 //
+// Workers with KV events need none of this: the events say what the engine
+// stored and evicted, prompt and output alike. Their outcome only counts
+// towards accuracy, and the decision's speculative insert is set to expire
+// (see speculations): whatever the engine confirmed has become confirmed by
+// then, and the rest it never stored.
+//
 // DryRun decisions and decisions without a worker are ignored.
 func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
+	if req != nil && !req.DryRun && d.Worker != nil && c.isExact(d.Worker.URL()) {
+		if o.Err == nil || o.CachedTokens > 0 {
+			c.count(d.PredictedCachedTokens, max(o.CachedTokens, 0))
+		}
+		c.spec.add(req.InputIDs, d.Worker.URL(), d.tick, time.Now())
+		return
+	}
 	c.observe(req, d, o)
 	if req != nil && !req.DryRun && d.Worker != nil && o.Err == nil && len(o.OutputIDs) > 1 {
 		seq := make([]uint32, 0, len(req.InputIDs)+len(o.OutputIDs)-1)
@@ -79,6 +94,15 @@ func (c *CacheAware) observe(req *Request, d Decision, o Outcome) {
 	}
 
 	predicted, reported := d.PredictedCachedTokens, max(o.CachedTokens, 0)
+	c.count(predicted, reported)
+	if reported < predicted {
+		c.tree.Trim(req.InputIDs, url, reported/c.pageSize*c.pageSize)
+		c.tree.Insert(req.InputIDs, url)
+	}
+}
+
+// count adds one prediction to the accuracy counters.
+func (c *CacheAware) count(predicted, reported int) {
 	c.acc.observations.Add(1)
 	switch {
 	case reported == predicted:
@@ -86,8 +110,6 @@ func (c *CacheAware) observe(req *Request, d Decision, o Outcome) {
 	case reported < predicted:
 		c.acc.over.Add(1)
 		c.acc.absErr.Add(uint64(predicted - reported))
-		c.tree.Trim(req.InputIDs, url, reported/c.pageSize*c.pageSize)
-		c.tree.Insert(req.InputIDs, url)
 	default:
 		c.acc.under.Add(1)
 		c.acc.absErr.Add(uint64(reported - predicted))

@@ -1,5 +1,7 @@
 package policy
 
+import "time"
+
 // CachedRings returns how many rings a prefix_hash or consistent_hashing
 // policy caches, -1 for other policies.
 func CachedRings(p Policy) int {
@@ -10,4 +12,13 @@ func CachedRings(p Policy) int {
 		return p.rings.cachedRings()
 	}
 	return -1
+}
+
+// ExpireSpeculations runs cache_aware's speculative expiry as its loop would
+// at now.
+func ExpireSpeculations(c *CacheAware, now time.Time) { c.spec.expire(now, c.tree) }
+
+// Holdings returns the pages the tree holds for worker (see tree.Holdings).
+func Holdings(c *CacheAware, worker string, confirmedOnly bool) [][]uint32 {
+	return c.tree.Holdings(worker, confirmedOnly)
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -20,6 +21,9 @@ type Options struct {
 	Intn Intn
 	// Now is the clock for idle expiry; nil means time.Now.
 	Now func() time.Time
+	// Logger receives what policies have to say (unusable KV events); nil
+	// means slog.Default().
+	Logger *slog.Logger
 
 	CacheAware CacheAwareConfig
 	PrefixHash PrefixHashConfig
@@ -68,6 +72,11 @@ type CacheAwareConfig struct {
 	EvictionPolicy string
 	// BlockSize (--block-size) is the tree's page size in tokens; ≥ 1.
 	BlockSize int
+	// SpeculativeTTL (--speculative-ttl-ms) is how long after a request
+	// ends the pages its routing decision inserted for a worker with KV
+	// events stay in the tree unless an event confirms them; ≥ 0. It covers
+	// the events still on their way when the request ends.
+	SpeculativeTTL time.Duration
 }
 
 // DefaultCacheAwareConfig returns the seed's cache_aware settings.
@@ -81,6 +90,7 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		MaxTreeSize:         1 << 26,
 		EvictionPolicy:      "lru",
 		BlockSize:           16,
+		SpeculativeTTL:      500 * time.Millisecond,
 	}
 }
 
@@ -110,6 +120,9 @@ func (c CacheAwareConfig) Validate() error {
 	}
 	if c.MaxTreeSize < max(c.BlockSize, 1) {
 		errs = append(errs, fmt.Errorf("--max-tree-size %d: must be at least one page (%d tokens)", c.MaxTreeSize, max(c.BlockSize, 1)))
+	}
+	if c.SpeculativeTTL < 0 {
+		errs = append(errs, fmt.Errorf("--speculative-ttl-ms %d: must be ≥ 0", c.SpeculativeTTL.Milliseconds()))
 	}
 	if !slices.Contains(evictionPolicies, strings.ToLower(c.EvictionPolicy)) {
 		errs = append(errs, fmt.Errorf("--eviction-policy %q: want %s", c.EvictionPolicy, strings.Join(evictionPolicies, ", ")))

@@ -56,6 +56,15 @@ type Decision struct {
 	// Matched is, for cache-aware policies, the prompt tokens each candidate
 	// (by URL) holds according to the policy's tree; nil otherwise.
 	Matched map[string]int
+	// Confirmed is the part of Matched the workers' engines confirmed
+	// through their KV events (the rest is speculative: expected from the
+	// router's own recent decisions). Workers with no confirmed tokens are
+	// absent.
+	Confirmed map[string]int
+
+	// tick is the logical time of the policy's speculative insert, so the
+	// insert can be expired once the request is over.
+	tick uint64
 }
 
 // Outcome is what happened to a dispatched request, as the worker reported it.

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/policy"
 )
 
 func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvgatev1.ExplainResponse, error) {
@@ -42,7 +43,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 			Reason:                "prefill: " + p.dec.Prefill.Reason + "; decode: " + p.dec.Decode.Reason,
 			PromptTokens:          uint32(len(j.inputIDs)),
 			PredictedCachedTokens: uint32(p.dec.Prefill.PredictedCachedTokens),
-			Workers:               a.views(p.dec.Prefill.Matched),
+			Workers:               a.views(p.dec.Prefill),
 			PrefillWorker:         p.dec.Prefill.Worker.URL(),
 			PrefillBranch:         p.dec.Prefill.Branch,
 		}, nil
@@ -55,23 +56,26 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 			Reason:                dec.Reason,
 			PromptTokens:          uint32(len(j.inputIDs)),
 			PredictedCachedTokens: uint32(dec.PredictedCachedTokens),
-			Workers:               a.views(dec.Matched),
+			Workers:               a.views(dec),
 		}, nil
 	}
 }
 
-// views describes every worker as a policy saw it.
-func (a *admin) views(matched map[string]int) []*kvgatev1.WorkerView {
+// views describes every worker as a policy saw it for dec.
+func (a *admin) views(dec policy.Decision) []*kvgatev1.WorkerView {
 	var out []*kvgatev1.WorkerView
 	for _, w := range a.reg.Snapshot() {
+		matched, confirmed := dec.Matched[w.URL()], min(dec.Confirmed[w.URL()], dec.Matched[w.URL()])
 		out = append(out, &kvgatev1.WorkerView{
-			Address:       w.URL(),
-			Health:        healthPB(w),
-			Breaker:       breakerPB(w.Breaker().State()),
-			Draining:      w.Draining(),
-			Load:          uint32(w.Load()),
-			InFlight:      uint32(w.InFlight()),
-			MatchedTokens: uint32(matched[w.URL()]),
+			Address:           w.URL(),
+			Health:            healthPB(w),
+			Breaker:           breakerPB(w.Breaker().State()),
+			Draining:          w.Draining(),
+			Load:              uint32(w.Load()),
+			InFlight:          uint32(w.InFlight()),
+			MatchedTokens:     uint32(matched),
+			ConfirmedTokens:   uint32(confirmed),
+			SpeculativeTokens: uint32(matched - confirmed),
 		})
 	}
 	return out
