@@ -103,7 +103,10 @@ type KVEventSource interface {
 }
 
 // KVEventStream yields an engine's event batches in order. Errors are gRPC
-// status errors (UNIMPLEMENTED: the engine publishes no events).
+// status errors (UNIMPLEMENTED: the engine publishes no events; DATA_LOSS:
+// a batch broke the protocol), or io.EOF when the engine closed the stream.
+// The stream has no Close: it belongs to the ctx given to SubscribeKVEvents,
+// and Recv returns once that ctx ends.
 type KVEventStream interface {
 	Recv() (*KVEventBatch, error)
 }

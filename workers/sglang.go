@@ -184,3 +184,9 @@ func (b *sglangBackend) Tokenizer(ctx context.Context) ([]byte, error) {
 	}
 	return readTokenizer(st)
 }
+
+// SubscribeKVEvents opens the scheduler's KV event stream (see
+// KVEventSource); cancelling ctx closes it.
+func (b *sglangBackend) SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error) {
+	return openKVEvents(ctx, b.c.SubscribeKvEvents, start)
+}

@@ -140,3 +140,9 @@ func (b *vllmBackend) Tokenizer(ctx context.Context) ([]byte, error) {
 	}
 	return readTokenizer(st)
 }
+
+// SubscribeKVEvents opens the engine's KV event stream (see KVEventSource);
+// cancelling ctx closes it.
+func (b *vllmBackend) SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error) {
+	return openKVEvents(ctx, b.c.SubscribeKvEvents, start)
+}
