@@ -1,0 +1,453 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// kvSub is one worker's subscription: a loop that opens the engine's event
+// stream, checks each batch's sequence number, hands the handler what may be
+// applied, and reconnects when the stream breaks.
+//
+// Sequence numbers. expected holds, per data-parallel rank, the number the
+// next batch must carry; it is empty after a fresh start (the handler knows
+// nothing of the worker then, or was just reset), and the first batch of a
+// rank on a fresh stream sets its baseline. A rank's batch numbered:
+//   - as expected is applied;
+//   - above it means lost batches (a gap): every rank is reset and the
+//     subscription starts again from 0, which an engine reads as "from now";
+//   - below it, on a stream that resumed after a break, and as the first
+//     batch of that rank on it, means the engine restarted and numbers
+//     afresh: the rank is reset and the batch is its new baseline;
+//   - below it otherwise is a duplicate on the same stream, skipped.
+//
+// A broken stream resumes at the rank's next expected number, so that an
+// engine that kept its history replays what was missed. The request names
+// one start for the whole engine, so with several ranks known there is no
+// start that fits them all: every rank is reset and the subscription starts
+// again from 0 (a resync).
+//
+// Mode. The handler treats a worker as approximate until told otherwise.
+// The first batch received, or the stream open for ConfirmAfter without an
+// error, makes it exact (SetKVEventMode true); a stream broken for longer
+// than MaxBackoff makes it approximate again until a stream is confirmed;
+// UNIMPLEMENTED makes it approximate for good and ends the subscription.
+type kvSub struct {
+	url     string
+	src     KVEventSource
+	handler KVEventHandler
+	cfg     *KVSubscriptionConfig
+	log     *slog.Logger
+	cancel  context.CancelFunc
+
+	// callMu orders every handler call with stop: once stop has returned
+	// no handler call starts for this worker.
+	callMu  sync.Mutex
+	stopped bool
+
+	statMu sync.Mutex
+	st     KVEventStatus
+
+	// The rest belongs to run's goroutine.
+	expected    map[int]uint64
+	exact       bool        // what the handler was last told
+	brokenSince time.Time   // when the stream last failed; zero while it works
+	distrust    *time.Timer // fires MaxBackoff after brokenSince while exact
+	backoff     time.Duration
+}
+
+func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.CancelFunc) *kvSub {
+	return &kvSub{
+		url:      url,
+		src:      src,
+		handler:  s.cfg.Handler,
+		cfg:      &s.cfg,
+		log:      s.log.With("worker", url),
+		cancel:   cancel,
+		st:       KVEventStatus{Mode: KVModeConnecting},
+		expected: map[int]uint64{},
+		backoff:  s.cfg.InitialBackoff,
+	}
+}
+
+// stop ends the subscription: no handler call starts after it returns, and
+// the goroutine returns soon. It is idempotent.
+func (k *kvSub) stop() {
+	k.callMu.Lock()
+	k.stopped = true
+	k.callMu.Unlock()
+	k.cancel()
+}
+
+func (k *kvSub) isStopped() bool {
+	k.callMu.Lock()
+	defer k.callMu.Unlock()
+	return k.stopped
+}
+
+// call runs f on the handler unless the subscription was stopped, and
+// reports whether it ran.
+func (k *kvSub) call(f func(h KVEventHandler)) bool {
+	k.callMu.Lock()
+	defer k.callMu.Unlock()
+	if k.stopped {
+		return false
+	}
+	f(k.handler)
+	return true
+}
+
+func (k *kvSub) status() KVEventStatus {
+	k.statMu.Lock()
+	defer k.statMu.Unlock()
+	return k.st
+}
+
+func (k *kvSub) update(f func(st *KVEventStatus)) {
+	k.statMu.Lock()
+	f(&k.st)
+	k.statMu.Unlock()
+}
+
+// kvNext is what the subscription does once a stream has ended.
+type kvNext int
+
+const (
+	kvBackOff  kvNext = iota // wait (backoff), then subscribe again
+	kvAtOnce                 // subscribe again now
+	kvFinished               // stop: ctx ended or the engine has no events
+)
+
+// run subscribes until ctx ends or the engine turns out to have no events.
+func (k *kvSub) run(ctx context.Context) {
+	defer k.stopDistrust()
+	var start uint64
+	for {
+		next, how := k.stream(ctx, start)
+		switch how {
+		case kvFinished:
+			return
+		case kvBackOff:
+			if !k.sleep(ctx) {
+				return
+			}
+		}
+		start = next
+	}
+}
+
+// kvRecv is one result of a stream's Recv, stamped when it arrived.
+type kvRecv struct {
+	b   *KVEventBatch
+	err error
+	at  time.Time
+}
+
+// stream opens one stream from start and follows it until it ends; it
+// returns the start of the next subscription and when to open it.
+func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := k.src.SubscribeKVEvents(sctx, start)
+	if err != nil {
+		return k.failed(ctx, start, err, false)
+	}
+	k.update(func(s *KVEventStatus) { s.Connected = true })
+	defer k.update(func(s *KVEventStatus) { s.Connected = false })
+
+	// Recv blocks, and the confirmation and distrust timers must fire
+	// meanwhile; a pump goroutine receives so that this one can wait for
+	// all three and remain the only one that calls the handler.
+	recv := make(chan kvRecv)
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		kvPump(sctx, st, recv)
+	}()
+	defer func() {
+		cancel()
+		<-pumped
+	}()
+
+	confirm := time.NewTimer(k.cfg.ConfirmAfter)
+	defer confirm.Stop()
+	seen := map[int]bool{} // ranks with a batch on this stream
+	progress := false      // a valid batch arrived on this stream
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, kvFinished
+		case <-confirm.C:
+			k.confirm()
+		case <-k.distrustC():
+			k.distrustNow()
+		case r := <-recv:
+			if r.err != nil {
+				return k.failed(ctx, start, r.err, progress)
+			}
+			progress = true
+			if !k.batch(r.b, r.at, seen) {
+				return 0, kvAtOnce
+			}
+		}
+	}
+}
+
+// kvPump hands st's results to out until the stream fails or ctx ends.
+func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv) {
+	for {
+		b, err := st.Recv()
+		select {
+		case out <- kvRecv{b: b, err: err, at: time.Now()}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// batch applies, skips or refuses one batch received at at, following the
+// rules in kvSub's comment. It returns false for a gap: the subscription
+// must start again from 0.
+func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
+	lag := time.Duration(0)
+	if !b.Timestamp.IsZero() {
+		lag = max(at.Sub(b.Timestamp), 0)
+		if k.cfg.Metrics.Lag != nil {
+			k.cfg.Metrics.Lag(k.url, lag)
+		}
+	}
+	k.update(func(s *KVEventStatus) { s.LastBatch, s.Lag = at, lag })
+
+	rank := b.DPRank
+	first := !seen[rank]
+	seen[rank] = true
+	next, known := k.expected[rank]
+	ok := true
+	switch {
+	case !known || b.Seq == next:
+		k.apply(b)
+	case b.Seq > next:
+		k.log.Warn("KV events lost: sequence gap; resetting the worker's cache mirror and subscribing afresh",
+			"rank", rank, "expected", next, "received", b.Seq)
+		k.update(func(s *KVEventStatus) { s.Gaps++ })
+		if k.cfg.Metrics.Gap != nil {
+			k.cfg.Metrics.Gap(k.url)
+		}
+		k.forget()
+		ok = false
+	case first:
+		// Only a resumed stream can open below the expected number: the
+		// engine restarted and counts again from its start.
+		k.log.Info("engine restarted (KV event numbers went backwards); resetting the worker's cache mirror",
+			"rank", rank, "expected", next, "received", b.Seq)
+		k.update(func(s *KVEventStatus) { s.Resets++ })
+		if k.cfg.Metrics.Reset != nil {
+			k.cfg.Metrics.Reset(k.url)
+		}
+		k.call(func(h KVEventHandler) { h.ResetKVEvents(k.url, rank) })
+		k.apply(b)
+	default:
+		k.log.Debug("duplicate KV event batch skipped", "rank", rank, "expected", next, "received", b.Seq)
+		k.update(func(s *KVEventStatus) { s.Duplicates++ })
+		if k.cfg.Metrics.Duplicate != nil {
+			k.cfg.Metrics.Duplicate(k.url)
+		}
+	}
+	k.confirm()
+	return ok
+}
+
+// apply hands b to the handler and counts it.
+func (k *kvSub) apply(b *KVEventBatch) {
+	if !k.call(func(h KVEventHandler) { h.ApplyKVEvents(k.url, b) }) {
+		return
+	}
+	k.expected[b.DPRank] = b.Seq + 1
+	var n [KVCleared + 1]int
+	for _, e := range b.Events {
+		if e.Kind <= KVCleared {
+			n[e.Kind]++
+		}
+	}
+	k.update(func(s *KVEventStatus) {
+		s.Batches++
+		s.Stored += uint64(n[KVStored])
+		s.Removed += uint64(n[KVRemoved])
+		s.Cleared += uint64(n[KVCleared])
+		s.LastSeq, s.HasLastSeq = b.Seq, true
+	})
+	if k.cfg.Metrics.Applied != nil {
+		for kind := KVStored; kind <= KVCleared; kind++ {
+			if n[kind] > 0 {
+				k.cfg.Metrics.Applied(k.url, kind, n[kind])
+			}
+		}
+	}
+}
+
+// forget resets every rank the handler has heard of, before a fresh start.
+func (k *kvSub) forget() {
+	for _, rank := range slices.Sorted(maps.Keys(k.expected)) {
+		k.call(func(h KVEventHandler) { h.ResetKVEvents(k.url, rank) })
+	}
+	clear(k.expected)
+}
+
+// failed handles a stream (or a subscription) that ended with err and
+// returns where and when to subscribe next.
+func (k *kvSub) failed(ctx context.Context, start uint64, err error, progress bool) (uint64, kvNext) {
+	if ctx.Err() != nil {
+		return 0, kvFinished // closed by us: the worker left, or Run ended
+	}
+	code, text := kvStreamError(err)
+	k.update(func(s *KVEventStatus) { s.Failures++; s.LastError = text })
+	if k.cfg.Metrics.Failure != nil {
+		k.cfg.Metrics.Failure(k.url, code)
+	}
+	wasWorking := k.brokenSince.IsZero()
+	k.broken()
+
+	switch code {
+	case codes.Unimplemented:
+		k.log.Info("engine publishes no KV events; its cache is approximated from routing decisions", "err", err)
+		k.forget()
+		k.setMode(false, KVModeApproximate)
+		return 0, kvFinished
+	case codes.OutOfRange, codes.DataLoss:
+		k.log.Warn("KV event stream cannot continue; resetting the worker's cache mirror and subscribing afresh",
+			"code", code, "err", err)
+		k.resync()
+		// At once, unless the same request would just fail again.
+		if progress || start != 0 {
+			return 0, kvAtOnce
+		}
+		return 0, kvBackOff
+	}
+
+	if wasWorking {
+		k.log.Warn("KV event stream broken; reconnecting", "code", code, "err", err)
+	} else {
+		k.log.Debug("KV event stream still broken", "code", code, "err", err)
+	}
+	switch len(k.expected) {
+	case 0:
+		return 0, kvBackOff
+	case 1:
+		for _, next := range k.expected {
+			return next, kvBackOff
+		}
+	}
+	// One start cannot resume several ranks' numbering.
+	k.resync()
+	return 0, kvBackOff
+}
+
+// resync counts a deliberate fresh start and forgets every rank.
+func (k *kvSub) resync() {
+	k.update(func(s *KVEventStatus) { s.Resyncs++ })
+	if k.cfg.Metrics.Resync != nil {
+		k.cfg.Metrics.Resync(k.url)
+	}
+	k.forget()
+}
+
+// confirm records that the stream works: the backoff starts over, and the
+// handler is told the worker's events are the truth.
+func (k *kvSub) confirm() {
+	k.brokenSince = time.Time{}
+	k.stopDistrust()
+	k.backoff = k.cfg.InitialBackoff
+	if !k.exact {
+		k.log.Info("KV events flowing; the worker's cache is mirrored from its events")
+		k.setMode(true, KVModeEvents)
+	}
+}
+
+// broken records that the stream failed, and arms the distrust timer.
+func (k *kvSub) broken() {
+	if !k.brokenSince.IsZero() {
+		return
+	}
+	k.brokenSince = time.Now()
+	if k.exact {
+		k.distrust = time.NewTimer(k.cfg.MaxBackoff)
+	}
+}
+
+func (k *kvSub) distrustC() <-chan time.Time {
+	if k.distrust == nil {
+		return nil
+	}
+	return k.distrust.C
+}
+
+func (k *kvSub) stopDistrust() {
+	if k.distrust != nil {
+		k.distrust.Stop()
+		k.distrust = nil
+	}
+}
+
+// distrustNow runs when the stream has been broken for MaxBackoff: the
+// mirror may be missing anything since, so routing for the worker goes back
+// to approximate until a stream is confirmed.
+func (k *kvSub) distrustNow() {
+	k.distrust = nil
+	if k.exact {
+		k.log.Warn("KV event stream broken for too long; the worker's cache is approximated until it is back",
+			"since", k.brokenSince)
+		k.setMode(false, KVModeApproximate)
+	}
+}
+
+func (k *kvSub) setMode(exact bool, mode KVEventMode) {
+	k.exact = exact
+	k.call(func(h KVEventHandler) { h.SetKVEventMode(k.url, exact) })
+	k.update(func(s *KVEventStatus) { s.Mode = mode })
+}
+
+// sleep waits the current backoff, jittered, and doubles it for next time.
+// It returns false if ctx ended first.
+func (k *kvSub) sleep(ctx context.Context) bool {
+	d := k.backoff
+	if j := k.cfg.Jitter; j > 0 {
+		d += time.Duration((2*rand.Float64() - 1) * j * float64(d))
+	}
+	k.backoff = min(2*k.backoff, k.cfg.MaxBackoff)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-k.distrustC():
+			k.distrustNow()
+		}
+	}
+}
+
+// kvStreamError is the gRPC code and the text of the error a KV event
+// stream ended with. An engine that closes the stream without an error
+// status (io.EOF) counts as UNAVAILABLE: the stream is gone and another must
+// be opened.
+func kvStreamError(err error) (codes.Code, string) {
+	if errors.Is(err, io.EOF) {
+		return codes.Unavailable, "the engine closed the KV event stream"
+	}
+	return status.Code(err), err.Error()
+}
