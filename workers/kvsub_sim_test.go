@@ -1,0 +1,349 @@
+package workers_test
+
+// KV event subscriptions end to end: real gRPC over loopback to the
+// simulated engine, both protocols. These tests hold whatever number the
+// engine counts from and however many blocks it puts in one stored event;
+// they check what must be true either way.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// runKVSubscriptions runs subscriptions over reg with quick backoffs until
+// the test ends or stop is called, and checks that Run returns when told.
+func runKVSubscriptions(t *testing.T, reg *workers.Registry, rec *kvRecorder) (subs *workers.KVSubscriptions, stop func()) {
+	t.Helper()
+	cfg := workers.DefaultKVSubscriptionConfig(rec)
+	cfg.InitialBackoff = 10 * time.Millisecond
+	cfg.MaxBackoff = 5 * time.Second
+	var err error
+	subs, err = workers.NewKVSubscriptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- subs.Run(ctx, reg) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return after its context ended")
+		}
+	})
+	t.Cleanup(stop)
+	return subs, stop
+}
+
+// generate runs one request to completion on w.
+func generate(t *testing.T, w *workers.Worker, id string, prompt []uint32) {
+	t.Helper()
+	s, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: id, InputIDs: prompt,
+		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](2), IgnoreEOS: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain(t, s)
+}
+
+// storedPages is every stored block's tokens applied for url, as strings.
+func storedPages(rec *kvRecorder, url string) map[string]bool {
+	pages := map[string]bool{}
+	for _, b := range rec.applied(url) {
+		for _, e := range b.Events {
+			for _, bl := range e.Blocks {
+				pages[fmt.Sprint(bl.Tokens)] = true
+			}
+		}
+	}
+	return pages
+}
+
+// hasPages reports whether every whole page of prompt was applied as stored.
+func hasPages(rec *kvRecorder, url string, prompt []uint32, page int) bool {
+	stored := storedPages(rec, url)
+	for i := 0; i+page <= len(prompt); i += page {
+		if !stored[fmt.Sprint(prompt[i:i+page])] {
+			return false
+		}
+	}
+	return true
+}
+
+// waitKV fails the test unless cond holds within 10 s (the gRPC channel's own
+// reconnection after an engine restart takes about a second).
+func waitKV(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func mode(subs *workers.KVSubscriptions, url string) workers.KVEventMode {
+	st, _ := subs.Status(url)
+	return st.Mode
+}
+
+// TestKVEventsFromSim: the engine's batches reach the handler in order, the
+// stored blocks are the prompt's pages chained from the root, removals name
+// blocks stored before, and the worker is in events mode.
+func TestKVEventsFromSim(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := startSim(t, p.name) // 16-token pages, 8192 tokens of KV
+			reg := workers.NewRegistry()
+			_ = reg.Add(w)
+			rec := newKVRecorder()
+			subs, _ := runKVSubscriptions(t, reg, rec)
+			waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+
+			first := seq(1000, 64)
+			generate(t, w, "a", first)
+			waitKV(t, "the prompt's pages as stored events", func() bool { return hasPages(rec, w.URL(), first, 16) })
+			if m := mode(subs, w.URL()); m != workers.KVModeEvents {
+				t.Errorf("mode %q after events, want events", m)
+			}
+
+			// Fill the cache past its capacity so that the engine evicts.
+			for i := range 10 {
+				generate(t, w, fmt.Sprint("fill", i), seq(uint32(20000+2000*i), 1024))
+			}
+			waitKV(t, "removals", func() bool { st, _ := subs.Status(w.URL()); return st.Removed > 0 })
+			// The engine is idle now; let the status catch up with the handler.
+			var batches []*workers.KVEventBatch
+			var st workers.KVEventStatus
+			waitKV(t, "the status to count every batch", func() bool {
+				st, _ = subs.Status(w.URL())
+				batches = rec.applied(w.URL())
+				return st.Batches == uint64(len(batches))
+			})
+			known := map[int64]bool{}
+			for i, b := range batches {
+				if i > 0 && b.Seq != batches[i-1].Seq+1 {
+					t.Fatalf("batch %d has sequence number %d after %d", i, b.Seq, batches[i-1].Seq)
+				}
+				if b.DPRank != 0 || b.Timestamp.IsZero() {
+					t.Errorf("batch %d: rank %d, timestamp %v", b.Seq, b.DPRank, b.Timestamp)
+				}
+				for _, e := range b.Events {
+					switch e.Kind {
+					case workers.KVStored:
+						if e.HasParent && !known[e.Parent] {
+							t.Errorf("batch %d stores under parent %d, never stored", b.Seq, e.Parent)
+						}
+						for _, bl := range e.Blocks {
+							if len(bl.Tokens) != 16 || bl.BlockSize != 16 {
+								t.Errorf("batch %d: block of %d tokens, size %d; want 16", b.Seq, len(bl.Tokens), bl.BlockSize)
+							}
+							known[bl.Hash] = true
+						}
+					case workers.KVRemoved:
+						for _, h := range e.Hashes {
+							if !known[h] {
+								t.Errorf("batch %d removes block %d, never stored", b.Seq, h)
+							}
+							delete(known, h)
+						}
+					}
+				}
+			}
+			if got := rec.log(w.URL()); slices.Contains(got, "reset 0") || slices.Contains(got, "approximate") {
+				t.Errorf("a healthy stream reset or went approximate: %q", got)
+			}
+			if !st.Connected || !st.HasLastSeq || st.LastSeq != batches[len(batches)-1].Seq || st.Stored == 0 || st.Gaps+st.Resets+st.Resyncs+st.Duplicates+st.Failures != 0 {
+				t.Errorf("status %+v after %d batches", st, len(batches))
+			}
+		})
+	}
+}
+
+// TestKVEventsEngineRestart: an engine killed and restarted at the same
+// address numbers its batches afresh; the subscription resumes, sees the
+// numbers go backwards, resets the worker's mirror and carries on in events
+// mode with the new engine's batches.
+func TestKVEventsEngineRestart(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := startSim(t, p.name)
+			reg := workers.NewRegistry()
+			_ = reg.Add(w)
+			rec := newKVRecorder()
+			subs, _ := runKVSubscriptions(t, reg, rec)
+			waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			before, before2 := seq(3000, 48), seq(5000, 48)
+			generate(t, w, "before", before)
+			generate(t, w, "before-2", before2)
+			waitKV(t, "events before the restart", func() bool {
+				return hasPages(rec, w.URL(), before, 16) && hasPages(rec, w.URL(), before2, 16)
+			})
+			applied := len(rec.applied(w.URL()))
+
+			srv.Kill()
+			waitKV(t, "the stream to break", func() bool { st, _ := subs.Status(w.URL()); return st.Failures > 0 })
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			// Resubscribed to the new engine before it publishes anything, so
+			// that its first batch is numbered below what the old one reached.
+			waitKV(t, "the restarted engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			after := seq(7000, 48)
+			generate(t, w, "after", after)
+			waitKV(t, "events after the restart", func() bool { return hasPages(rec, w.URL(), after, 16) })
+
+			st, _ := subs.Status(w.URL())
+			if st.Resets != 1 || st.Gaps != 0 || st.Mode != workers.KVModeEvents {
+				t.Errorf("status after the restart: %+v", st)
+			}
+			log := rec.log(w.URL())
+			reset := slices.Index(log, "reset 0")
+			if reset < 0 || slices.Index(log[reset:], "approximate") >= 0 {
+				t.Fatalf("handler calls %q: want a reset, and no approximate mode after it", log)
+			}
+			// After the reset, the new engine's batches only.
+			newBatches := rec.applied(w.URL())[applied:]
+			if len(newBatches) == 0 || newBatches[0].Seq >= rec.applied(w.URL())[applied-1].Seq {
+				t.Errorf("first batch after the restart numbered %d, the last before %d", newBatches[0].Seq, rec.applied(w.URL())[applied-1].Seq)
+			}
+		})
+	}
+}
+
+// TestKVEventsWorkerRemoved: removing a worker closes its stream on the
+// engine, ends its goroutines, and no event reaches the handler after.
+func TestKVEventsWorkerRemoved(t *testing.T) {
+	srv, w := startSim(t, sim.ProtocolVLLM)
+	reg := workers.NewRegistry()
+	_ = reg.Add(w)
+	rec := newKVRecorder()
+	subs, _ := runKVSubscriptions(t, reg, rec)
+	waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+	if kvGoroutines(t, w.URL()) == 0 {
+		t.Fatal("no goroutine labelled with the worker's subscription")
+	}
+
+	if _, err := reg.Remove(w.URL()); err != nil {
+		t.Fatal(err)
+	}
+	calls := len(rec.log(w.URL()))
+	waitKV(t, "the engine to see the stream closed", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
+	waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
+	generate(t, w, "after-removal", seq(100, 64))
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.log(w.URL()); len(got) != calls {
+		t.Errorf("handler calls after removal: %q", got[calls:])
+	}
+	if _, ok := subs.Status(w.URL()); ok {
+		t.Error("a removed worker still has a status")
+	}
+}
+
+// TestKVEventsRunEnds: cancelling Run's context closes every stream and
+// ends every subscription goroutine.
+func TestKVEventsRunEnds(t *testing.T) {
+	reg := workers.NewRegistry()
+	var srvs []*sim.Server
+	for _, p := range simProtocols {
+		srv, w := startSim(t, p.name)
+		_ = reg.Add(w)
+		srvs = append(srvs, srv)
+	}
+	_, stop := runKVSubscriptions(t, reg, newKVRecorder())
+	for _, srv := range srvs {
+		waitKV(t, "the engines to see their subscribers", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+	}
+
+	stop()
+	// Run waits for its own goroutines (the synctest scenarios hold it to
+	// that exactly); gRPC's goroutine watching each call ends a moment
+	// after the call, and carries the label too.
+	for _, w := range reg.Snapshot() {
+		waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
+	}
+	for _, srv := range srvs {
+		waitKV(t, "the engines to see the streams closed", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
+	}
+}
+
+// TestKVEventsJoinedLate: a worker Join registered as a placeholder (its
+// engine was not up) has no subscription; the connected worker that replaces
+// it gets one, and its events flow.
+func TestKVEventsJoinedLate(t *testing.T) {
+	addr := freeAddr(t)
+	reg := workers.NewRegistry()
+	rec := newKVRecorder()
+	subs, _ := runKVSubscriptions(t, reg, rec)
+	p, err := workers.Join(t.Context(), reg, addr, workers.ConnectOptions{Timeout: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Connected() {
+		t.Fatal("the engine is not up yet, but Join connected")
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, ok := subs.Status(p.URL()); ok {
+		t.Error("a placeholder got a subscription")
+	}
+
+	cfg := simConfig()
+	cfg.Protocol = sim.ProtocolSGLang
+	srv, err := sim.Start(cfg, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	waitKV(t, "the connected worker's subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+	w, _ := reg.Get(addr)
+	defer w.Close()
+	prompt := seq(10, 32)
+	generate(t, w, "late", prompt)
+	waitKV(t, "the late engine's events", func() bool { return hasPages(rec, w.URL(), prompt, 16) })
+}
+
+// TestKVEventsUnimplemented: a gRPC server without SubscribeKvEvents (here
+// one with no engine service at all, which answers UNIMPLEMENTED as an
+// engine started without KV events does) leaves the worker approximate, once,
+// with no retry loop.
+func TestKVEventsUnimplemented(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			conn := dial(t, otherService(t))
+			conn.Connect() // connect before Run, so no transport goroutine is started (and labelled) by the subscription
+			b, err := workers.NewBackend(p.proto, conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := workers.NewWorker("grpc://"+conn.Target(), p.proto, workers.RoleRegular, workers.ModelInfo{}, b, nil)
+			reg := workers.NewRegistry()
+			_ = reg.Add(w)
+			rec := newKVRecorder()
+			subs, _ := runKVSubscriptions(t, reg, rec)
+
+			waitKV(t, "approximate mode", func() bool { return mode(subs, w.URL()) == workers.KVModeApproximate })
+			waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
+			time.Sleep(100 * time.Millisecond) // ten initial backoffs
+			st, _ := subs.Status(w.URL())
+			if st.Failures != 1 || st.Connected || st.LastError == "" {
+				t.Errorf("status %+v: want one failure and no retry", st)
+			}
+			if got := rec.log(w.URL()); !slices.Equal(got, []string{"approximate"}) {
+				t.Errorf("handler calls %q, want one approximate", got)
+			}
+		})
+	}
+}
