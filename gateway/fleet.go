@@ -80,8 +80,11 @@ func waitConnected(ctx context.Context, reg *workers.Registry) error {
 // forgetRemoved makes the policies drop what they keep about workers that
 // left the fleet (a placeholder replaced by its connected worker keeps its
 // URL and is not forgotten).
-func forgetRemoved(reg *workers.Registry, pols ...policy.Policy) (stop func()) {
+func forgetRemoved(reg *workers.Registry, route *kvRoute, pols ...policy.Policy) (stop func()) {
 	return reg.Watch(func(c workers.Change) {
+		if route != nil && len(c.Removed) > 0 {
+			route.settle()
+		}
 		added := make(map[string]bool, len(c.Added))
 		for _, w := range c.Added {
 			added[w.URL()] = true

@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -72,6 +71,13 @@ type Config struct {
 	// when they answer.
 	WaitForWorkers bool
 	StartupTimeout time.Duration
+	// KVEvents subscribes to every worker's KV events when a policy mirrors
+	// the engines' caches (cache_aware, vllm_cache_aware), so the policy's
+	// view of each cache is exact; engines without events stay approximate.
+	// KVSubscription tunes the subscriptions (its Handler, Logger and
+	// Metrics are the gateway's).
+	KVEvents       bool
+	KVSubscription workers.KVSubscriptionConfig
 	// Breaker configures every worker's circuit breaker.
 	Breaker workers.BreakerConfig
 	// WorkerTLS is the TLS configuration for grpcs:// workers; nil: the
@@ -113,6 +119,8 @@ func DefaultConfig() Config {
 		LoadPollInterval: workers.DefaultLoadPollInterval,
 		StartupTimeout:   60 * time.Second,
 		Breaker:          workers.DefaultBreakerConfig(),
+		KVEvents:         true,
+		KVSubscription:   workers.DefaultKVSubscriptionConfig(nil),
 		DrainTimeout:     30 * time.Second,
 		Reliability:      server.DefaultReliability(),
 		Admission:        server.DefaultAdmissionConfig(),
@@ -127,6 +135,9 @@ type Gateway struct {
 	// Policy is the regular policy, or with PD the prefill policy.
 	Policy policy.Policy
 	Text   *textmodel.Model
+	// KVEvents are the workers' KV event subscriptions; nil when no policy
+	// consumes them or Config.KVEvents is off.
+	KVEvents *workers.KVSubscriptions
 
 	log          *slog.Logger
 	pd           *pd.Dispatcher
@@ -196,11 +207,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 	}
 	breaker := cfg.Breaker
-	var metrics atomic.Pointer[server.Metrics] // set once the server exists
+	metrics := server.NewMetrics(g.Registry)
 	breaker.OnChange = func(url string, from, to workers.BreakerState) {
-		if m := metrics.Load(); m != nil {
-			m.BreakerChanged(to)
-		}
+		metrics.BreakerChanged(to)
 		if to == workers.BreakerOpen {
 			log.Warn("circuit breaker open: the worker gets no requests until its timeout", "worker", url, "from", from.String(),
 				"timeout", cfg.Breaker.Timeout)
@@ -244,6 +253,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 		return p, err
 	}
+	byRole := map[workers.Role]policy.Policy{}
 	if cfg.PD {
 		if g.Policy, err = newPolicy(cfg.PrefillPolicy, workers.RolePrefill); err != nil {
 			return nil, err
@@ -253,12 +263,33 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			return nil, err
 		}
 		g.pd = pd.New(pd.Config{Prefill: g.Policy, Decode: dec, BootstrapPorts: ports})
-		g.watches = append(g.watches, forgetRemoved(g.Registry, g.Policy, dec))
+		byRole[workers.RolePrefill], byRole[workers.RoleDecode] = g.Policy, dec
 	} else {
 		if g.Policy, err = newPolicy(cfg.Policy, workers.RoleRegular); err != nil {
 			return nil, err
 		}
-		g.watches = append(g.watches, forgetRemoved(g.Registry, g.Policy))
+		byRole[workers.RoleRegular] = g.Policy
+	}
+	// The policies that mirror the engines' caches get their KV events;
+	// with none, nobody subscribes.
+	var route *kvRoute
+	if cfg.KVEvents {
+		route = newKVRoute(g.Registry, byRole)
+	}
+	pols := make([]policy.Policy, 0, len(byRole))
+	for _, p := range byRole {
+		pols = append(pols, p)
+	}
+	g.watches = append(g.watches, forgetRemoved(g.Registry, route, pols...))
+	var subs *workers.KVSubscriptions
+	if route != nil {
+		sc := cfg.KVSubscription
+		sc.Handler, sc.Logger = route, log
+		sc.Metrics = metrics.KVEventMetrics()
+		if subs, err = workers.NewKVSubscriptions(sc); err != nil {
+			return nil, fmt.Errorf("KV event subscription: %w", err)
+		}
+		g.KVEvents = subs
 	}
 
 	g.Text = cfg.Text
@@ -270,11 +301,11 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	rel, adm := cfg.Reliability, cfg.Admission
 	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
 		PD: g.pd, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g,
-		Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log), SeparateAdmin: cfg.SeparateAdmin})
+		Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log), SeparateAdmin: cfg.SeparateAdmin,
+		Metrics: metrics, KVEvents: kvStatus(subs)})
 	if err != nil {
 		return nil, err
 	}
-	metrics.Store(g.Server.Metrics())
 
 	bg := g.bgCtx
 	// A worker that joins late, or is added or removed, changes the
@@ -292,6 +323,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	}
 	g.bg.Go(func() { workers.RunHealthChecks(bg, g.Registry, health, log) })
 	g.bg.Go(func() { workers.RunLoadPolls(bg, g.Registry, cfg.LoadPollInterval, log) })
+	if subs != nil {
+		g.bg.Go(func() { subs.Run(bg, g.Registry) })
+	}
 	return g, nil
 }
 
@@ -344,4 +378,13 @@ func learnedPageSize(ws []*workers.Worker) int {
 		}
 	}
 	return 16
+}
+
+// kvStatus is subs as the server's status source, nil when there are none
+// (a nil *KVSubscriptions in the interface would not compare equal to nil).
+func kvStatus(subs *workers.KVSubscriptions) server.KVEventStatuser {
+	if subs == nil {
+		return nil
+	}
+	return subs
 }

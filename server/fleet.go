@@ -57,7 +57,7 @@ func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	a.s.log.InfoContext(ctx, "worker added", "worker", w.URL(), "connected", w.Connected())
-	return &kvgatev1.AddWorkerResponse{Worker: workerPB(w)}, nil
+	return &kvgatev1.AddWorkerResponse{Worker: a.workerPB(w)}, nil
 }
 
 func (a *admin) RemoveWorker(ctx context.Context, req *kvgatev1.RemoveWorkerRequest) (*kvgatev1.RemoveWorkerResponse, error) {
@@ -74,13 +74,13 @@ func (a *admin) RemoveWorker(ctx context.Context, req *kvgatev1.RemoveWorkerRequ
 	case err != nil:
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
-	return &kvgatev1.RemoveWorkerResponse{Worker: workerPB(w), Aborted: uint32(cut)}, nil
+	return &kvgatev1.RemoveWorkerResponse{Worker: a.workerPB(w), Aborted: uint32(cut)}, nil
 }
 
 // workerPB describes a worker as ListWorkers shows it.
-func workerPB(w *workers.Worker) *kvgatev1.Worker {
+func (a *admin) workerPB(w *workers.Worker) *kvgatev1.Worker {
 	el := w.EngineLoad()
-	return &kvgatev1.Worker{
+	pb := &kvgatev1.Worker{
 		Address:       w.URL(),
 		Protocol:      protocolPB(w.Protocol()),
 		Role:          rolePB(w.Role()),
@@ -94,6 +94,33 @@ func workerPB(w *workers.Worker) *kvgatev1.Worker {
 		Draining:      w.Draining(),
 		Connecting:    !w.Connected(),
 	}
+	if a.s.kvEvents != nil {
+		if st, ok := a.s.kvEvents.Status(w.URL()); ok {
+			pb.KvEvents = kvEventStreamPB(st)
+		}
+	}
+	return pb
+}
+
+// kvEventStreamPB describes a worker's KV event subscription.
+func kvEventStreamPB(st workers.KVEventStatus) *kvgatev1.KvEventStream {
+	pb := &kvgatev1.KvEventStream{
+		Mode:       string(st.Mode),
+		Connected:  st.Connected,
+		LagSeconds: st.Lag.Seconds(),
+		Batches:    st.Batches,
+		Events:     st.Stored + st.Removed + st.Cleared,
+		Gaps:       st.Gaps,
+		Resets:     st.Resets,
+		Resyncs:    st.Resyncs,
+		Duplicates: st.Duplicates,
+		Failures:   st.Failures,
+		LastError:  st.LastError,
+	}
+	if st.HasLastSeq {
+		pb.LastSequenceNumber = &st.LastSeq
+	}
+	return pb
 }
 
 func healthPB(w *workers.Worker) kvgatev1.Health {

@@ -22,6 +22,8 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
+	kv kvEventMetrics
+
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
 	ttft       prometheus.Histogram
@@ -149,6 +151,8 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		&workerCollector{reg: reg},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.kv = newKVEventMetrics()
+	m.Registry.MustRegister(m.kv.collectors()...)
 	return m
 }
 

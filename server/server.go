@@ -60,6 +60,9 @@ type Config struct {
 	Admission *AdmissionConfig
 	// Fleet, when set, serves Admin.AddWorker and Admin.RemoveWorker.
 	Fleet Fleet
+	// KVEvents, when set, reports each worker's KV event subscription for
+	// ListWorkers.
+	KVEvents KVEventStatuser
 	// Credentials secure the listeners (TLS, mutual TLS); nil: plaintext.
 	Credentials credentials.TransportCredentials
 	// Auth checks API keys; nil: every service is open.
@@ -123,6 +126,7 @@ type Server struct {
 
 	admission *admission
 	fleet     Fleet
+	kvEvents  KVEventStatuser
 	// active counts requests in the pipeline, retrying those of them that
 	// are waiting for or running a retry (the retry budget's two terms).
 	active, retrying atomic.Int64
@@ -171,14 +175,15 @@ func New(cfg Config) (*Server, error) {
 		maxMsg = DefaultMaxRequestBytes
 	}
 	s := &Server{
-		cfg:     resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
-		reg:     cfg.Registry,
-		policy:  cfg.Policy,
-		metrics: cfg.Metrics,
-		log:     cfg.Logger,
-		text:    cfg.Text,
-		fleet:   cfg.Fleet,
-		health:  health.NewServer(),
+		cfg:      resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
+		reg:      cfg.Registry,
+		policy:   cfg.Policy,
+		metrics:  cfg.Metrics,
+		log:      cfg.Logger,
+		text:     cfg.Text,
+		fleet:    cfg.Fleet,
+		kvEvents: cfg.KVEvents,
+		health:   health.NewServer(),
 	}
 	s.hardStop, s.endRequests = context.WithCancel(context.Background())
 	if cfg.PD != nil {
@@ -210,6 +215,9 @@ func New(cfg Config) (*Server, error) {
 		if err := s.metrics.Registry.Register(treeCollector{model: model, tree: t}); err != nil {
 			return nil, fmt.Errorf("server: tree metrics: %w", err)
 		}
+	}
+	if err := s.metrics.Registry.Register(kvEventCollector{reg: s.reg, status: cfg.KVEvents, policy: s.policy}); err != nil {
+		return nil, fmt.Errorf("server: KV event metrics: %w", err)
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -369,7 +377,7 @@ type admin struct {
 func (a *admin) ListWorkers(context.Context, *kvgatev1.ListWorkersRequest) (*kvgatev1.ListWorkersResponse, error) {
 	resp := &kvgatev1.ListWorkersResponse{}
 	for _, w := range a.reg.Snapshot() {
-		resp.Workers = append(resp.Workers, workerPB(w))
+		resp.Workers = append(resp.Workers, a.workerPB(w))
 	}
 	return resp, nil
 }

@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"sync"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// kvRoute hands each worker's KV events to the policy that places requests
+// on it (with prefill/decode disaggregation the prefill and decode policies
+// differ), and keeps a removed worker's late events away from the policy
+// that has forgotten it.
+//
+// A removed worker's subscription stops inside the registry notification,
+// but watchers run in registration order, so the policy's Forget may come
+// first while one of the worker's batches is being applied: that batch would
+// bring the forgotten worker back into the tree. Every delivery therefore
+// holds a read lock while it checks that the worker is registered and
+// applies the batch, and the watcher takes the write lock before the policy
+// forgets: by then the registry no longer has the worker, so deliveries that
+// were under way have finished and later ones are turned away.
+type kvRoute struct {
+	reg    *workers.Registry
+	byRole map[workers.Role]workers.KVEventHandler
+
+	mu sync.RWMutex
+}
+
+// newKVRoute returns the route for the policies that consume KV events, or
+// nil when none does: then nobody subscribes.
+func newKVRoute(reg *workers.Registry, byRole map[workers.Role]policy.Policy) *kvRoute {
+	r := &kvRoute{reg: reg, byRole: map[workers.Role]workers.KVEventHandler{}}
+	for role, p := range byRole {
+		if h, ok := p.(workers.KVEventHandler); ok {
+			r.byRole[role] = h
+		}
+	}
+	if len(r.byRole) == 0 {
+		return nil
+	}
+	return r
+}
+
+// handler returns the handler of worker's policy; call with r.mu held.
+func (r *kvRoute) handler(worker string) workers.KVEventHandler {
+	w, ok := r.reg.Get(worker)
+	if !ok {
+		return nil
+	}
+	return r.byRole[w.Role()]
+}
+
+func (r *kvRoute) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if h := r.handler(worker); h != nil {
+		h.ApplyKVEvents(worker, b)
+	}
+}
+
+func (r *kvRoute) ResetKVEvents(worker string, rank int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if h := r.handler(worker); h != nil {
+		h.ResetKVEvents(worker, rank)
+	}
+}
+
+func (r *kvRoute) SetKVEventMode(worker string, exact bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if h := r.handler(worker); h != nil {
+		h.SetKVEventMode(worker, exact)
+	}
+}
+
+// settle returns once no delivery that may have seen the registry before
+// the change being notified is under way.
+func (r *kvRoute) settle() {
+	r.mu.Lock()
+	r.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
+}
