@@ -227,7 +227,9 @@ func TestTenantLimit(t *testing.T) {
 		// A limit of 34 evicts down to 34 - 34/16 = 32: one prompt.
 		{"the least recently used goes first", 34, []op{{"spec", "a", x}, {"spec", "a", y}, {"spec", "a", x}, {"spec", "a", z}},
 			map[string]int{"a": 32}, [][]uint32{y}},
-		{"confirmed holdings are evicted like any other", 34, []op{{"conf", "a", x}, {"spec", "a", y}, {"spec", "a", z}},
+		{"speculative holdings go before confirmed ones", 34, []op{{"conf", "a", x}, {"spec", "a", y}, {"spec", "a", z}},
+			map[string]int{"a": 32}, [][]uint32{y}},
+		{"confirmed holdings go when nothing speculative is left", 34, []op{{"conf", "a", x}, {"conf", "a", y}, {"conf", "a", z}},
 			map[string]int{"a": 32}, [][]uint32{x}},
 		{"other tenants are not touched", 17, []op{{"spec", "b", x}, {"spec", "a", y}, {"spec", "a", z}, {"spec", "b", y}},
 			map[string]int{"a": 16, "b": 32}, [][]uint32{y}},

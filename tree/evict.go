@@ -7,6 +7,14 @@ package tree
 // (touching a node touches its ancestors), so taking the least recently used
 // frontier pair each time evicts in true LRU order.
 //
+// Speculative holdings go before confirmed ones, whatever the order: a
+// confirmed holding is what an engine said it holds (its KV events), and
+// evicting one the engine still holds would make the tree wrong until the
+// page is stored again, while a speculative one is only the router's
+// expectation. Confirmed holdings are prefix-closed, so a speculative one is
+// never an ancestor of a confirmed one, and the order stays one an engine
+// could have followed.
+//
 // Evict first collects the frontier under the read lock (matches go on
 // beside it), then pops candidates from a heap under the write lock; both in
 // slices of about holdSlice. Between slices the tree may change, so a popped
@@ -59,7 +67,7 @@ func (t *Tree) frontier(dst []cand) []cand {
 		}
 		for _, hd := range n.holders {
 			if mark[hd.id()] != visit && t.tenants[hd.id()].live {
-				dst = append(dst, cand{n, hd.id(), hd.aux, hd.tick})
+				dst = append(dst, cand{n, hd.id(), hd.aux, hd.tick, hd.confirmed()})
 			}
 		}
 	}
@@ -79,8 +87,8 @@ func (t *Tree) evictOne(h *candHeap, c cand) int {
 	if i < 0 || !n.leafFor(c.tenant) {
 		return 0
 	}
-	if hd := n.holders[i]; hd.aux != c.aux || hd.tick != c.tick {
-		c.aux, c.tick = hd.aux, hd.tick
+	if hd := n.holders[i]; hd.aux != c.aux || hd.tick != c.tick || hd.confirmed() != c.confirmed {
+		c.aux, c.tick, c.confirmed = hd.aux, hd.tick, hd.confirmed()
 		h.push(c)
 		return 0
 	}
@@ -90,7 +98,7 @@ func (t *Tree) evictOne(h *candHeap, c cand) int {
 	if p != &t.root && !p.deleted() {
 		if j := p.holderIndex(c.tenant); j >= 0 && p.leafFor(c.tenant) {
 			hd := p.holders[j]
-			h.push(cand{p, c.tenant, hd.aux, hd.tick})
+			h.push(cand{p, c.tenant, hd.aux, hd.tick, hd.confirmed()})
 		}
 	}
 	return evicted
@@ -98,19 +106,24 @@ func (t *Tree) evictOne(h *candHeap, c cand) int {
 
 // cand is an eviction candidate with the key it had when queued.
 type cand struct {
-	n      *node
-	tenant uint32
-	aux    int32
-	tick   uint64
+	n         *node
+	tenant    uint32
+	aux       int32
+	tick      uint64
+	confirmed bool
 }
 
-// candHeap is a binary min-heap in eviction order.
+// candHeap is a binary min-heap in eviction order: every speculative
+// holding before every confirmed one, each kind in the configured order.
 type candHeap struct {
 	order order
 	items []cand
 }
 
 func (h *candHeap) less(a, b *cand) bool {
+	if a.confirmed != b.confirmed {
+		return !a.confirmed
+	}
 	switch h.order {
 	case orderMRU, orderFILO:
 		return a.tick > b.tick
@@ -230,7 +243,7 @@ func (t *Tree) collect() (chunks [][]cand) {
 		}
 		for _, hd := range n.holders {
 			if mark[hd.id()] != visit && t.tenants[hd.id()].live {
-				chunk = append(chunk, cand{n, hd.id(), hd.aux, hd.tick})
+				chunk = append(chunk, cand{n, hd.id(), hd.aux, hd.tick, hd.confirmed()})
 			}
 		}
 		s.yield()

@@ -7,11 +7,14 @@ package tree
 // holdings, in the tree's eviction order, down to a sixteenth under the
 // limit before it releases the write lock.
 //
-// The order is the plain eviction order, speculative and confirmed alike.
-// That is what the engine does to make room (it evicts its least recently
-// used pages, and says so in removal events that Trim applies), and the
-// speculative holdings are usually the newest: preferring them would throw
-// away exactly the prefix a burst of requests is about to reuse.
+// Speculative holdings go first, then confirmed ones, each in the tree's
+// eviction order. Confirmed holdings mirror the engine, which cannot hold
+// more than its capacity, so with events flowing they never exceed the
+// limit on their own: what takes a tenant over is speculation. Evicting a
+// confirmed page the engine still holds would make the tree wrong until the
+// page is stored again; when the engine does make room for the speculated
+// prompt, its removal events say which pages went. For a tenant without
+// events every holding is speculative, and the order is the plain one.
 //
 // Cost: finding the tenant's frontier walks the nodes it holds (and looks at
 // their children), not the whole tree: O(the tenant's nodes), at most
@@ -48,8 +51,9 @@ func (t *Tree) enforce(id uint32) {
 	t.enforceBudget()
 }
 
-// enforceLimit evicts tenant id's frontier, in eviction order, down to
-// 15/16 of its limit if it is over it. The caller holds the write lock.
+// enforceLimit evicts tenant id's frontier, speculative holdings first and
+// each kind in eviction order, down to 15/16 of its limit if it is over it.
+// The caller holds the write lock.
 func (t *Tree) enforceLimit(id uint32) {
 	tn := &t.tenants[id]
 	if tn.limit == 0 || tn.tokens <= tn.limit {
@@ -81,7 +85,7 @@ func (t *Tree) tenantFrontier(id uint32) []cand {
 		}
 		if leaf && n != &t.root {
 			h := n.holders[n.holderIndex(id)]
-			dst = append(dst, cand{n, id, h.aux, h.tick})
+			dst = append(dst, cand{n, id, h.aux, h.tick, h.confirmed()})
 		}
 	}
 	return dst

@@ -145,8 +145,52 @@ func (r *ref) sync(t *testing.T, tr *Tree, only string, lru, global bool) {
 		}
 		r.held[tenant] = kept
 		if lru && !global && len(kept) > 0 {
-			checkLRU(t, map[string]map[string]page{tenant: pages}, map[string]map[string]page{tenant: kept})
+			checkLimitOrder(t, pages, kept)
 		}
+	}
+}
+
+// checkLimitOrder checks a tenant limit's eviction from before to after:
+// speculative pages go before confirmed ones, and each kind least recently
+// used first.
+func checkLimitOrder(t *testing.T, before, after map[string]page) {
+	t.Helper()
+	checkEvictionOrder(t, map[string]map[string]page{"": before}, map[string]map[string]page{"": after})
+}
+
+// checkEvictionOrder checks an eviction from before to after (tenant →
+// pages): speculative pages go before confirmed ones, and each kind least
+// recently used first.
+func checkEvictionOrder(t *testing.T, before, after map[string]map[string]page) {
+	t.Helper()
+	split := func(m map[string]map[string]page, confirmed bool) map[string]map[string]page {
+		out := map[string]map[string]page{}
+		for tn, pages := range m {
+			out[tn] = map[string]page{}
+			for k, p := range pages {
+				if p.confirmed == confirmed {
+					out[tn][k] = p
+				}
+			}
+		}
+		return out
+	}
+	count := func(m map[string]map[string]page) (n int) {
+		for _, pages := range m {
+			n += len(pages)
+		}
+		return n
+	}
+	specBefore, specAfter := split(before, false), split(after, false)
+	confBefore, confAfter := split(before, true), split(after, true)
+	if count(confAfter) < count(confBefore) && count(specAfter) > 0 {
+		t.Fatalf("eviction took a confirmed page while %d speculative ones stayed", count(specAfter))
+	}
+	if count(specAfter) > 0 {
+		checkLRU(t, specBefore, specAfter)
+	}
+	if count(confAfter) > 0 {
+		checkLRU(t, confBefore, confAfter)
 	}
 }
 
@@ -174,7 +218,7 @@ func (r *ref) syncEvict(t *testing.T, tr *Tree, lru bool) {
 	before := maps.Clone(r.held)
 	r.sync(t, tr, "", lru, true)
 	if lru {
-		checkLRU(t, before, r.held)
+		checkEvictionOrder(t, before, r.held)
 	}
 }
 
