@@ -340,3 +340,10 @@ func (c *CacheAware) EvictedTokens() uint64 { return c.evictedTokens.Load() }
 // pages expired unconfirmed on workers with KV events: the engine did not
 // store what the router expected it to.
 func (c *CacheAware) SpeculativeExpired() uint64 { return c.spec.Expired() }
+
+// Holdings returns every page the tree holds for worker as its full token
+// path (only the confirmed ones with confirmedOnly), sorted. It walks the
+// tree under its read lock: for tests and debugging, not the routing path.
+func (c *CacheAware) Holdings(worker string, confirmedOnly bool) [][]uint32 {
+	return c.tree.Holdings(worker, confirmedOnly)
+}

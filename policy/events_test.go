@@ -98,7 +98,7 @@ func TestCacheAwareResetForgetsTheWorker(t *testing.T) {
 	}
 	// The hashes the reset forgot resolve nothing any more.
 	p.ApplyKVEvents(ws[0].URL(), batch(1, engineChain(caTokens(2, 16), 16, 104, ptr(int64(103)))...))
-	if got := policy.Holdings(p, ws[0].URL(), false); len(got) != 0 {
+	if got := p.Holdings(ws[0].URL(), false); len(got) != 0 {
 		t.Fatalf("worker 0 holds %d pages after a reset and an orphan store", len(got))
 	}
 }
@@ -109,7 +109,7 @@ func TestCacheAwareRefusesEventsOfAnotherPageSize(t *testing.T) {
 	url := ws[0].URL()
 	p.SetKVEventMode(url, true)
 	p.ApplyKVEvents(url, batch(0, engineChain(caTokens(1, 64), 32, 100, nil)...))
-	if got := policy.Holdings(p, url, false); len(got) != 0 {
+	if got := p.Holdings(url, false); len(got) != 0 {
 		t.Fatalf("32-token blocks in a 16-token tree: %d pages held, want none", len(got))
 	}
 	if st := p.EventStats(); st.ExactWorkers != 0 {

@@ -17,8 +17,3 @@ func CachedRings(p Policy) int {
 // ExpireSpeculations runs cache_aware's speculative expiry as its loop would
 // at now.
 func ExpireSpeculations(c *CacheAware, now time.Time) { c.spec.expire(now, c.tree) }
-
-// Holdings returns the pages the tree holds for worker (see tree.Holdings).
-func Holdings(c *CacheAware, worker string, confirmedOnly bool) [][]uint32 {
-	return c.tree.Holdings(worker, confirmedOnly)
-}

@@ -229,6 +229,8 @@ func TestTenantLimit(t *testing.T) {
 			map[string]int{"a": 32}, [][]uint32{y}},
 		{"speculative holdings go before confirmed ones", 34, []op{{"conf", "a", x}, {"spec", "a", y}, {"spec", "a", z}},
 			map[string]int{"a": 32}, [][]uint32{y}},
+		{"confirmed holdings at the limit stay whole", 32, []op{{"conf", "a", x}, {"conf", "a", y}, {"spec", "a", z}},
+			map[string]int{"a": 32}, [][]uint32{z}},
 		{"confirmed holdings go when nothing speculative is left", 34, []op{{"conf", "a", x}, {"conf", "a", y}, {"conf", "a", z}},
 			map[string]int{"a": 32}, [][]uint32{x}},
 		{"other tenants are not touched", 17, []op{{"spec", "b", x}, {"spec", "a", y}, {"spec", "a", z}, {"spec", "b", y}},

@@ -61,8 +61,14 @@ func (t *Tree) enforceLimit(id uint32) {
 	}
 	h := &candHeap{order: t.order, items: t.tenantFrontier(id)}
 	h.heapify()
+	// Speculative holdings go down to the low-water mark; confirmed ones
+	// (reached only when nothing speculative is left) only as far as the
+	// limit: they are what the engine holds, and it holds at most that.
 	target := tn.limit - tn.limit/16
 	for len(h.items) > 0 && tn.tokens > target {
+		if h.items[0].confirmed && tn.tokens <= tn.limit {
+			break
+		}
 		t.evictOne(h, h.pop())
 	}
 }
