@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvgate/kvgate/tree"
 )
 
 // Options configures the policies built by New: one small config per policy
@@ -25,20 +27,22 @@ type Options struct {
 	// means slog.Default().
 	Logger *slog.Logger
 
-	CacheAware CacheAwareConfig
-	PrefixHash PrefixHashConfig
-	Manual     ManualConfig
-	Bucket     BucketConfig
+	CacheAware     CacheAwareConfig
+	PrefixHash     PrefixHashConfig
+	Manual         ManualConfig
+	Bucket         BucketConfig
+	VllmCacheAware VllmCacheAwareConfig
 }
 
 // DefaultOptions returns every policy's defaults: the seeds' values, plus
 // the bounds the seeds lack (ManualConfig.MaxKeys).
 func DefaultOptions() Options {
 	return Options{
-		CacheAware: DefaultCacheAwareConfig(),
-		PrefixHash: DefaultPrefixHashConfig(),
-		Manual:     DefaultManualConfig(),
-		Bucket:     DefaultBucketConfig(),
+		CacheAware:     DefaultCacheAwareConfig(),
+		PrefixHash:     DefaultPrefixHashConfig(),
+		Manual:         DefaultManualConfig(),
+		Bucket:         DefaultBucketConfig(),
+		VllmCacheAware: DefaultVllmCacheAwareConfig(),
 	}
 }
 
@@ -234,6 +238,81 @@ func (c BucketConfig) Validate() error {
 	}
 	if c.AdjustInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--bucket-adjust-interval-secs %v: must be > 0", c.AdjustInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// VllmCacheAwareConfig configures vllm_cache_aware, the seed's block cache
+// tracker (vllm-cache-aware-design.md §9-10): route to the worker holding
+// the most leading blocks of the prompt when they are more than
+// CacheThreshold of its whole blocks and that worker's load is below
+// LoadFactor × the average.
+type VllmCacheAwareConfig struct {
+	// BlockSize (--vllm-block-size) is the engines' tokens per KV block,
+	// ≥ 1. It must match the vLLM engines' --block-size: blocks of another
+	// size never line up with what an engine caches.
+	BlockSize int
+	// MaxBlocksPerBackend (--vllm-max-blocks-per-backend) bounds the blocks
+	// tracked per worker, ≥ 1; the tracker holds it within a quarter at
+	// all times and exactly after each periodic eviction.
+	MaxBlocksPerBackend int
+	// EvictionInterval (--vllm-eviction-interval-secs) is the time between
+	// evictions down to MaxBlocksPerBackend, ≥ 0. 0 turns them off: the
+	// bound still holds (within a quarter), since recording evicts.
+	EvictionInterval time.Duration
+	// CacheThreshold (--vllm-cache-threshold) is in [0, 1]. The match must
+	// exceed it, as in the seed: 0 routes by cache whenever a block
+	// matches, 1 never does.
+	CacheThreshold float64
+	// LoadFactor (--vllm-load-factor) is ≥ 1: below the average, some
+	// worker holding the cache would always count as overloaded.
+	LoadFactor float64
+	// BlockHash (--vllm-block-hash) names the block keys: BlockHashChained
+	// (each key names the whole prefix) or BlockHashPosition (the seed's
+	// position ‖ tokens, which predicts blocks a worker does not hold
+	// when prompts share a block at the same position after differing;
+	// see BENCHMARKS.md).
+	BlockHash string
+}
+
+// Block key variants of --vllm-block-hash.
+const (
+	BlockHashChained  = tree.HashChained
+	BlockHashPosition = tree.HashPosition
+)
+
+// DefaultVllmCacheAwareConfig returns the seed's settings and chained keys.
+func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
+	return VllmCacheAwareConfig{
+		BlockSize:           16,
+		MaxBlocksPerBackend: 100_000,
+		EvictionInterval:    60 * time.Second,
+		CacheThreshold:      0.3,
+		LoadFactor:          1.25,
+		BlockHash:           BlockHashChained,
+	}
+}
+
+// Validate reports the settings out of range, naming their flags.
+func (c VllmCacheAwareConfig) Validate() error {
+	var errs []error
+	if c.BlockSize < 1 {
+		errs = append(errs, fmt.Errorf("--vllm-block-size %d: must be ≥ 1", c.BlockSize))
+	}
+	if c.MaxBlocksPerBackend < 1 {
+		errs = append(errs, fmt.Errorf("--vllm-max-blocks-per-backend %d: must be ≥ 1", c.MaxBlocksPerBackend))
+	}
+	if c.EvictionInterval < 0 {
+		errs = append(errs, fmt.Errorf("--vllm-eviction-interval-secs %v: must be ≥ 0 (0: no periodic eviction)", c.EvictionInterval))
+	}
+	if !(c.CacheThreshold >= 0 && c.CacheThreshold <= 1) { // also refuses NaN
+		errs = append(errs, fmt.Errorf("--vllm-cache-threshold %g: must be within [0, 1]", c.CacheThreshold))
+	}
+	if err := checkRatio("--vllm-load-factor", c.LoadFactor); err != nil {
+		errs = append(errs, err)
+	}
+	if c.BlockHash != BlockHashChained && c.BlockHash != BlockHashPosition {
+		errs = append(errs, fmt.Errorf("--vllm-block-hash %q: want %s or %s", c.BlockHash, BlockHashChained, BlockHashPosition))
 	}
 	return errors.Join(errs...)
 }

@@ -126,6 +126,7 @@ var constructors = map[string]func(Options) (Policy, error){
 	"consistent_hashing": func(o Options) (Policy, error) { return NewConsistentHashing(o), nil },
 	"manual":             func(o Options) (Policy, error) { return NewManual(o) },
 	"bucket":             func(o Options) (Policy, error) { return NewBucket(o) },
+	"vllm_cache_aware":   func(o Options) (Policy, error) { return NewVllmCacheAware(o) },
 }
 
 // Names lists the policies New accepts, sorted.

@@ -148,6 +148,11 @@ func TestForgetter(t *testing.T) {
 		},
 		"prefix_hash":        wantNoRingWith,
 		"consistent_hashing": wantNoRingWith,
+		"vllm_cache_aware": func(t *testing.T, p policy.Policy, ws []*workers.Worker) {
+			if _, ok := p.(*policy.VllmCacheAware).IndexStats().BackendBlocks[ws[0].URL()]; ok {
+				t.Fatal("worker 0 still in the block index")
+			}
+		},
 	}
 	for _, name := range policy.Names() {
 		t.Run(name, func(t *testing.T) {

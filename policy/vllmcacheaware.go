@@ -1,0 +1,229 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvgate/kvgate/tree"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// VllmCacheAware is the seed's vllm_cache_aware policy
+// (vllm-cache-aware-design.md §9.1): instead of a token tree it keeps a
+// table of KV blocks (tree.BlockIndex), which mirrors vLLM's automatic
+// prefix caching at its own granularity, and sends a request to the worker
+// holding the most leading blocks of its prompt, unless that worker is busy.
+//
+// The decision, over the healthy candidates:
+//
+//  1. cache_hit: the best match (most leading blocks; equal matches go to
+//     the less loaded, then the earlier candidate) covers more than
+//     CacheThreshold of the prompt's whole blocks, and its worker's load is
+//     acceptable: below LoadFactor × the average load, or the lowest load
+//     there is (which covers an idle fleet).
+//  2. overloaded: the match was good enough but the load was not; the
+//     least loaded worker (ties: the earlier candidate).
+//  3. cache_miss: otherwise the least loaded worker.
+//
+// The ratio counts whole blocks on both sides, as the seed does: a prompt
+// shorter than one block has none and is always a miss. Whatever the branch,
+// the prompt's blocks are then recorded for the chosen worker (not for a
+// DryRun), since serving it puts them in that engine's cache.
+//
+// Unlike cache_aware, matching and recording are two steps: two concurrent
+// requests with the same new prefix may both miss and land on different
+// workers, as in the seed.
+//
+// Predictions can be made exact from the engines' KV events: Confirm,
+// Unconfirm and Clear apply stored, removed and cleared blocks. The index is
+// bounded per worker (MaxBlocksPerBackend, within a quarter at all times);
+// Run trims it exactly every EvictionInterval. It is safe for concurrent use.
+type VllmCacheAware struct {
+	index         *tree.BlockIndex
+	blockSize     int
+	threshold     float64
+	loadFactor    float64
+	evictInterval time.Duration
+	evicted       atomic.Uint64
+}
+
+// NewVllmCacheAware builds a vllm_cache_aware policy configured by
+// o.VllmCacheAware, or returns its validation error.
+func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
+	cfg := o.VllmCacheAware
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	x, err := tree.NewBlockIndex(tree.BlockIndexConfig{
+		BlockSize:           cfg.BlockSize,
+		MaxBlocksPerBackend: cfg.MaxBlocksPerBackend,
+		Hash:                cfg.BlockHash,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("vllm_cache_aware block index: %w", err)
+	}
+	return &VllmCacheAware{
+		index:         x,
+		blockSize:     cfg.BlockSize,
+		threshold:     cfg.CacheThreshold,
+		loadFactor:    cfg.LoadFactor,
+		evictInterval: cfg.EvictionInterval,
+	}, nil
+}
+
+func (*VllmCacheAware) Name() string { return "vllm_cache_aware" }
+
+// Select chooses among the healthy candidates; see VllmCacheAware for the
+// rules. Decision.Matched holds every candidate's match in tokens, healthy
+// or not, so Explain can show a better-matching worker that was passed over.
+func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+	ws := healthy(req, candidates)
+	if len(ws) == 0 {
+		return Decision{}, ErrNoHealthyWorker
+	}
+	keys := p.index.Keys(req.InputIDs)
+	urls := make([]string, len(ws))
+	for i, w := range ws {
+		urls[i] = w.URL()
+	}
+	matched := p.index.Match(keys, urls)
+
+	loads := make([]int, len(ws))
+	sum, best, least := 0, 0, 0
+	for i, w := range ws {
+		loads[i] = w.Load()
+		sum += loads[i]
+		if loads[i] < loads[least] {
+			least = i
+		}
+		if matched[i] > matched[best] || matched[i] == matched[best] && loads[i] < loads[best] {
+			best = i
+		}
+	}
+	s := vcaChoice{ws: ws, loads: loads, matched: matched, best: best, blocks: len(keys)}
+	s.avg = float64(sum) / float64(len(ws))
+	if s.blocks > 0 {
+		s.ratio = float64(matched[best]) / float64(s.blocks)
+	}
+	// The lowest load is acceptable whatever the average: the fallback
+	// could only pick a worker as loaded and without the cache.
+	acceptable := loads[best] == loads[least] || float64(loads[best]) < p.loadFactor*s.avg
+	switch {
+	case s.ratio > p.threshold && acceptable:
+		s.chosen, s.branch = best, "cache_hit"
+	case s.ratio > p.threshold:
+		s.chosen, s.branch = least, "overloaded"
+	default:
+		s.chosen, s.branch = least, "cache_miss"
+	}
+	chosen := ws[s.chosen]
+	if !req.DryRun {
+		p.index.Record(keys, chosen.URL())
+	}
+
+	d := Decision{
+		Worker:                chosen,
+		PredictedCachedTokens: matched[s.chosen] * p.blockSize,
+		Branch:                s.branch,
+		Reason:                p.reason(&s),
+		Matched:               make(map[string]int, len(candidates)),
+	}
+	for i, u := range urls {
+		d.Matched[u] = matched[i] * p.blockSize
+	}
+	if len(ws) < len(candidates) { // the unhealthy ones, rarely more than a few
+		var rest []string
+		for _, w := range candidates {
+			if _, ok := d.Matched[w.URL()]; !ok {
+				rest = append(rest, w.URL())
+			}
+		}
+		for i, n := range p.index.Match(keys, rest) {
+			d.Matched[rest[i]] = n * p.blockSize
+		}
+	}
+	return d, nil
+}
+
+// vcaChoice is what a selection found, for its reason.
+type vcaChoice struct {
+	ws                   []*workers.Worker
+	loads, matched       []int
+	best, chosen, blocks int
+	avg, ratio           float64
+	branch               string
+}
+
+// reason says why s.chosen won, for logs and Explain.
+func (p *VllmCacheAware) reason(s *vcaChoice) string {
+	b, c := s.best, s.chosen
+	switch s.branch {
+	case "cache_hit":
+		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%), load %d (average %.2f, limit ×%g)",
+			s.ws[c].URL(), s.matched[c], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[c], s.avg, p.loadFactor)
+	case "overloaded":
+		return fmt.Sprintf("overloaded: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%) but its load %d is not below %.2f (×%g the average %.2f); least loaded %s (load %d)",
+			s.ws[b].URL(), s.matched[b], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[b], p.loadFactor*s.avg, p.loadFactor, s.avg, s.ws[c].URL(), s.loads[c])
+	}
+	return fmt.Sprintf("cache_miss: best match %d of %d prompt blocks (%.0f%%, not above %.0f%%); least loaded %s (load %d)",
+		s.matched[b], s.blocks, 100*s.ratio, 100*p.threshold, s.ws[c].URL(), s.loads[c])
+}
+
+// Confirm records that worker holds the blocks of path, a token sequence
+// from the start of a prompt: for a KV "stored" event, with the path from
+// the root through the stored blocks. A partial last block is ignored.
+func (p *VllmCacheAware) Confirm(worker string, path []uint32) {
+	p.index.Record(p.index.Keys(path), worker)
+}
+
+// Unconfirm removes worker's hold on the last pages whole blocks (of
+// --vllm-block-size tokens) of path, a token sequence from the start of a
+// prompt: for a KV "removed" event, with the path from the root through the
+// removed blocks. Engines remove the deepest blocks first; removing blocks
+// in the middle of what a worker holds would leave the binary search
+// counting the blocks beyond them.
+func (p *VllmCacheAware) Unconfirm(worker string, path []uint32, pages int) {
+	if pages <= 0 {
+		return
+	}
+	keys := p.index.Keys(path)
+	p.index.RemoveBlocks(worker, keys[len(keys)-min(pages, len(keys)):])
+}
+
+// Clear forgets everything worker holds: for a KV "cleared" event, or an
+// engine that restarted.
+func (p *VllmCacheAware) Clear(worker string) { p.index.RemoveBackend(worker) }
+
+// Forget drops a worker removed from the fleet. A worker that only turns
+// unhealthy keeps its blocks, since it may recover with its cache intact.
+func (p *VllmCacheAware) Forget(url string) { p.index.RemoveBackend(url) }
+
+// Run evicts every worker down to MaxBlocksPerBackend every
+// EvictionInterval until ctx ends (with no interval, it only waits).
+func (p *VllmCacheAware) Run(ctx context.Context) {
+	if p.evictInterval <= 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(p.evictInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := p.index.Evict(); n > 0 {
+				p.evicted.Add(uint64(n))
+			}
+		}
+	}
+}
+
+// IndexStats reports the block index's size (blocks, per-worker blocks,
+// approximate bytes).
+func (p *VllmCacheAware) IndexStats() tree.BlockIndexStats { return p.index.Stats() }
+
+// EvictedBlocks is the number of (block, worker) holdings Run has evicted.
+func (p *VllmCacheAware) EvictedBlocks() uint64 { return p.evicted.Load() }
