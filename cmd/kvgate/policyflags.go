@@ -35,12 +35,19 @@ type policyFlags struct {
 	maxIdleSecs          int
 	manualMaxKeys        int
 	bucketAdjustSecs     int
+
+	vllmBlockSize      int
+	vllmMaxBlocks      int
+	vllmEvictionSecs   int
+	vllmCacheThreshold float64
+	vllmLoadFactor     float64
+	vllmBlockHash      string
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
 	p.fs = fs
 	d := policy.DefaultOptions()
-	ca, ph, m, b := d.CacheAware, d.PrefixHash, d.Manual, d.Bucket
+	ca, ph, m, b, v := d.CacheAware, d.PrefixHash, d.Manual, d.Bucket, d.VllmCacheAware
 	fs.Float64Var(&p.cacheThreshold, "cache-threshold", ca.CacheThreshold,
 		"cache_aware: route by cache when the longest match covers at least this share of the prompt, in [0, 1] (0: whenever any page matches)")
 	fs.IntVar(&p.balanceAbs, "balance-abs-threshold", ca.BalanceAbsThreshold,
@@ -69,6 +76,18 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 		"manual: most routing keys remembered at once (least recently used forgotten first), ≥ 1; about 130 bytes each")
 	fs.IntVar(&p.bucketAdjustSecs, "bucket-adjust-interval-secs", int(b.AdjustInterval/time.Second),
 		"bucket: seconds between boundary adjustments, ≥ 1")
+	fs.IntVar(&p.vllmBlockSize, "vllm-block-size", v.BlockSize,
+		"vllm_cache_aware: tokens per KV block, ≥ 1; must match the vLLM engines' --block-size")
+	fs.IntVar(&p.vllmMaxBlocks, "vllm-max-blocks-per-backend", v.MaxBlocksPerBackend,
+		"vllm_cache_aware: blocks tracked per worker (least recently used evicted first), ≥ 1; about 40 bytes each")
+	fs.IntVar(&p.vllmEvictionSecs, "vllm-eviction-interval-secs", int(v.EvictionInterval/time.Second),
+		"vllm_cache_aware: seconds between evictions down to --vllm-max-blocks-per-backend, ≥ 0 (0: none; recording still keeps each worker within a quarter over)")
+	fs.Float64Var(&p.vllmCacheThreshold, "vllm-cache-threshold", v.CacheThreshold,
+		"vllm_cache_aware: route by cache when the matched share of the prompt's whole blocks is above this, in [0, 1]")
+	fs.Float64Var(&p.vllmLoadFactor, "vllm-load-factor", v.LoadFactor,
+		"vllm_cache_aware: skip the cached worker when its load is not below this factor times the average (unless it is the least loaded), ≥ 1")
+	fs.StringVar(&p.vllmBlockHash, "vllm-block-hash", v.BlockHash,
+		"vllm_cache_aware: block keys: chained (each names its whole prefix) or position (the seed's; over-predicts when prompts share a block at the same position after differing)")
 }
 
 // given reports whether flag name was set on the command line.
@@ -118,5 +137,13 @@ func (p *policyFlags) options() policy.Options {
 	if p.given("balance-rel-threshold") {
 		o.Bucket.BalanceRelThreshold = p.balanceRel
 	}
+
+	v := &o.VllmCacheAware
+	v.BlockSize = p.vllmBlockSize
+	v.MaxBlocksPerBackend = p.vllmMaxBlocks
+	v.EvictionInterval = secs(p.vllmEvictionSecs)
+	v.CacheThreshold = p.vllmCacheThreshold
+	v.LoadFactor = p.vllmLoadFactor
+	v.BlockHash = p.vllmBlockHash
 	return o
 }

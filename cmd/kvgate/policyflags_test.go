@@ -27,7 +27,8 @@ func parsePolicyFlags(t *testing.T, args ...string) policy.Options {
 // (the tree's page size learned as 16 from workers that report none).
 func TestPolicyFlagsDefaults(t *testing.T) {
 	got, want := parsePolicyFlags(t), policy.DefaultOptions()
-	if got.CacheAware != want.CacheAware || got.PrefixHash != want.PrefixHash || got.Manual != want.Manual || got.Bucket != want.Bucket {
+	if got.CacheAware != want.CacheAware || got.PrefixHash != want.PrefixHash || got.Manual != want.Manual || got.Bucket != want.Bucket ||
+		got.VllmCacheAware != want.VllmCacheAware {
 		t.Fatalf("options from no flags:\n%+v\nwant\n%+v", got, want)
 	}
 }
@@ -63,6 +64,18 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 			func(o policy.Options) bool { return o.CacheAware.BlockSize == 32 }},
 		{"--manual-max-keys", []string{"--manual-max-keys", "10"},
 			func(o policy.Options) bool { return o.Manual.MaxKeys == 10 }},
+		{"vllm_cache_aware's flags", []string{"--vllm-block-size", "32", "--vllm-max-blocks-per-backend", "500",
+			"--vllm-eviction-interval-secs", "9", "--vllm-cache-threshold", "0.5", "--vllm-load-factor", "2", "--vllm-block-hash", "position"},
+			func(o policy.Options) bool {
+				return o.VllmCacheAware == policy.VllmCacheAwareConfig{BlockSize: 32, MaxBlocksPerBackend: 500,
+					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition}
+			}},
+		{"--vllm-cache-threshold 0 and --vllm-eviction-interval-secs 0 are 0", []string{"--vllm-cache-threshold", "0", "--vllm-eviction-interval-secs", "0"},
+			func(o policy.Options) bool {
+				return o.VllmCacheAware.CacheThreshold == 0 && o.VllmCacheAware.EvictionInterval == 0
+			}},
+		{"vllm_cache_aware's flags leave cache_aware alone", []string{"--vllm-block-size", "32", "--vllm-cache-threshold", "0.9"},
+			func(o policy.Options) bool { return o.CacheAware.BlockSize == 16 && o.CacheAware.CacheThreshold == 0.3 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if o := parsePolicyFlags(t, tc.args...); !tc.check(o) {
@@ -89,6 +102,12 @@ func TestPolicyFlagsRefused(t *testing.T) {
 		{"prefix_hash", []string{"--prefix-token-count", "0"}, "--prefix-token-count"},
 		{"manual", []string{"--max-idle-secs", "0"}, "--max-idle-secs"},
 		{"manual", []string{"--assignment-mode", "sticky"}, "--assignment-mode"},
+		{"vllm_cache_aware", []string{"--vllm-block-size", "0"}, "--vllm-block-size"},
+		{"vllm_cache_aware", []string{"--vllm-max-blocks-per-backend", "0"}, "--vllm-max-blocks-per-backend"},
+		{"vllm_cache_aware", []string{"--vllm-eviction-interval-secs", "-1"}, "--vllm-eviction-interval-secs"},
+		{"vllm_cache_aware", []string{"--vllm-cache-threshold", "1.1"}, "--vllm-cache-threshold"},
+		{"vllm_cache_aware", []string{"--vllm-load-factor", "0.8"}, "--vllm-load-factor"},
+		{"vllm_cache_aware", []string{"--vllm-block-hash", "md5"}, "--vllm-block-hash"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := policy.New(tc.policy, parsePolicyFlags(t, tc.args...))
@@ -110,7 +129,9 @@ func TestPolicyFlagsHelpStatesNoMagicZero(t *testing.T) {
 			t.Errorf("--%s: %q", f.Name, f.Usage)
 		}
 	})
-	for name, want := range map[string]string{"cache-threshold": "0.3", "max-tree-size": "67108864", "balance-abs-threshold": "64", "eviction-interval": "120"} {
+	for name, want := range map[string]string{"cache-threshold": "0.3", "max-tree-size": "67108864", "balance-abs-threshold": "64", "eviction-interval": "120",
+		"vllm-block-size": "16", "vllm-max-blocks-per-backend": "100000", "vllm-eviction-interval-secs": "60",
+		"vllm-cache-threshold": "0.3", "vllm-load-factor": "1.25", "vllm-block-hash": "chained"} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s default %s, want %s", name, got, want)
 		}
