@@ -384,16 +384,21 @@ func (x *BlockIndex) eachShard(keys []uint64, fn func(s *blockShard, at []int32)
 // when the backend's holdings are prefix-closed (chained keys); with position
 // keys it may exceed VerifiedMatch. Match changes nothing: use Touch or
 // Record for the backend chosen.
+//
+// The searches of all backends run together (see split): a probe reads every
+// holder of a block at once, so backends that agree share their probes, and
+// 256 backends holding the same system prompt cost a few searches, not 256.
 func (x *BlockIndex) Match(keys []uint64, backends []string) []int {
 	out := make([]int, len(backends))
 	if len(keys) == 0 || len(backends) == 0 {
 		return out
 	}
-	var stack [32]uint32
-	ids := stack[:0]
-	if len(backends) > len(stack) {
+	var idStack [32]uint32
+	ids := idStack[:0]
+	if len(backends) > len(idStack) {
 		ids = make([]uint32, 0, len(backends))
 	}
+	top := uint32(0)
 	x.backendsMu.RLock()
 	for _, name := range backends {
 		var id uint32 // 0: not a backend the index knows
@@ -401,33 +406,66 @@ func (x *BlockIndex) Match(keys []uint64, backends []string) []int {
 			id = b.id
 		}
 		ids = append(ids, id)
+		top = max(top, id)
 	}
 	x.backendsMu.RUnlock()
 
+	var candStack [32]int32
+	cands := candStack[:0]
 	s := x.shard(keys[0])
 	s.mu.RLock()
 	for i, id := range ids {
 		if id != 0 && s.holds(keys[0], id) {
-			out[i] = 1
+			cands = append(cands, int32(i))
 		}
 	}
 	s.mu.RUnlock()
-	for i, id := range ids {
-		if out[i] == 0 {
-			continue
+	if len(cands) == 0 {
+		return out
+	}
+	var markStack [64]bool
+	mark := markStack[:0]
+	if int(top) >= len(markStack) {
+		mark = make([]bool, top+1)
+	} else {
+		mark = markStack[:top+1]
+	}
+	x.split(keys, ids, cands, 1, len(keys), out, mark)
+	return out
+}
+
+// split runs the seed's binary search for every backend of cands (positions
+// in ids) at once. Each holds blocks [0, lo) by the search so far and at most
+// hi; the probe of block mid-1 divides them into those holding it, whose
+// search goes on in [mid, hi], and the others, in [lo, mid-1]: for each
+// backend the probes are exactly those of its own binary search. The
+// recursion is at most log2(len(keys)) deep. mark is scratch indexed by
+// backend id, all false between calls.
+func (x *BlockIndex) split(keys []uint64, ids []uint32, cands []int32, lo, hi int, out []int, mark []bool) {
+	for len(cands) > 0 {
+		if lo >= hi {
+			for _, c := range cands {
+				out[c] = lo
+			}
+			return
 		}
-		lo, hi := 1, len(keys)
-		for lo < hi {
-			mid := lo + (hi-lo+1)/2
-			if x.holds(keys[mid-1], id) {
-				lo = mid
-			} else {
-				hi = mid - 1
+		mid := lo + (hi-lo+1)/2
+		key := keys[mid-1]
+		s := x.shard(key)
+		s.mu.RLock()
+		s.mark(key, mark, true)
+		held := 0 // cands[:held] hold the block
+		for i, c := range cands {
+			if mark[ids[c]] {
+				cands[held], cands[i] = cands[i], cands[held]
+				held++
 			}
 		}
-		out[i] = lo
+		s.mark(key, mark, false)
+		s.mu.RUnlock()
+		x.split(keys, ids, cands[:held], mid, hi, out, mark)
+		cands, hi = cands[held:], mid-1
 	}
-	return out
 }
 
 // VerifiedMatch is the number of leading blocks of keys backend holds,
@@ -472,6 +510,25 @@ func (s *blockShard) holds(key uint64, id uint32) bool {
 		}
 	}
 	return false
+}
+
+// mark sets mark[id] to v for each holder id of key that mark covers; s.mu
+// is held.
+func (s *blockShard) mark(key uint64, mark []bool, v bool) {
+	e, ok := s.blocks[key]
+	if !ok {
+		return
+	}
+	if int(e.id) < len(mark) {
+		mark[e.id] = v
+	}
+	if e.more != 0 {
+		for _, h := range s.more[e.more-1] {
+			if int(h.id) < len(mark) {
+				mark[h.id] = v
+			}
+		}
+	}
 }
 
 // upsert makes id a holder of key as of epoch and reports whether it was not
