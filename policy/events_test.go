@@ -191,3 +191,35 @@ func TestCacheAwareTenantLimitIsTheEngineCapacity(t *testing.T) {
 		t.Fatalf("worker with a 256-token cache holds %d tokens in the tree", got)
 	}
 }
+
+func TestVllmCacheAwareAppliesKVEvents(t *testing.T) {
+	ws := fleet(2)
+	a, b := ws[0], ws[1]
+	prompt := caTokens(1, 64)
+	p, err := policy.NewVllmCacheAware(policy.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	explain := func() policy.Decision {
+		d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, DryRun: true}, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	p.SetKVEventMode(a.URL(), true)
+	p.ApplyKVEvents(a.URL(), batch(0, engineChain(prompt, 16, 100, nil)...))
+	if d := explain(); d.Worker != a || d.Matched[a.URL()] != 64 || d.Matched[b.URL()] != 0 {
+		t.Fatalf("after a's stored events: %s matched %v, want a with 64", d.Worker.URL(), d.Matched)
+	}
+	// Removing the second page takes the pages below it: the engine cannot
+	// reach them without it.
+	p.ApplyKVEvents(a.URL(), batch(1, removed(101)))
+	if d := explain(); d.Matched[a.URL()] != 16 {
+		t.Fatalf("after removing a's second page: matched %v, want 16 on a", d.Matched)
+	}
+	p.ApplyKVEvents(a.URL(), batch(2, workers.KVEvent{Kind: workers.KVCleared}))
+	if d := explain(); d.Matched[a.URL()] != 0 {
+		t.Fatalf("after a clear: matched %v, want nothing", d.Matched)
+	}
+}

@@ -47,6 +47,9 @@ type VllmCacheAware struct {
 	loadFactor    float64
 	evictInterval time.Duration
 	evicted       atomic.Uint64
+
+	// Workers with KV events confirm and remove blocks through it.
+	*eventMirror
 }
 
 // NewVllmCacheAware builds a vllm_cache_aware policy configured by
@@ -64,13 +67,15 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vllm_cache_aware block index: %w", err)
 	}
-	return &VllmCacheAware{
+	p := &VllmCacheAware{
 		index:         x,
 		blockSize:     cfg.BlockSize,
 		threshold:     cfg.CacheThreshold,
 		loadFactor:    cfg.LoadFactor,
 		evictInterval: cfg.EvictionInterval,
-	}, nil
+	}
+	p.eventMirror = newEventMirror(blockIndex{p}, cfg.BlockSize, o.Logger)
+	return p, nil
 }
 
 func (*VllmCacheAware) Name() string { return "vllm_cache_aware" }
@@ -198,7 +203,21 @@ func (p *VllmCacheAware) Clear(worker string) { p.index.RemoveBackend(worker) }
 
 // Forget drops a worker removed from the fleet. A worker that only turns
 // unhealthy keeps its blocks, since it may recover with its cache intact.
-func (p *VllmCacheAware) Forget(url string) { p.index.RemoveBackend(url) }
+func (p *VllmCacheAware) Forget(url string) {
+	p.eventMirror.forget(url)
+	p.index.RemoveBackend(url)
+}
+
+// blockIndex is vllm_cache_aware's block index seen as an eventMirror's
+// index: stored blocks are recorded for the worker, removed ones (and
+// whatever the engine cannot reach below them) dropped.
+type blockIndex struct{ p *VllmCacheAware }
+
+func (x blockIndex) confirm(worker string, path []uint32) { x.p.Confirm(worker, path) }
+func (x blockIndex) drop(worker string, path []uint32, pages int) {
+	x.p.Unconfirm(worker, path, pages)
+}
+func (x blockIndex) clear(worker string) { x.p.Clear(worker) }
 
 // Run evicts every worker down to MaxBlocksPerBackend every
 // EvictionInterval until ctx ends (with no interval, it only waits).

@@ -29,6 +29,7 @@ type policyFlags struct {
 	maxTreeSize          int
 	evictionPolicy       string
 	blockSize            int
+	speculativeTTLMs     int
 	prefixTokenCount     int
 	prefixHashLoadFactor float64
 	assignmentMode       string
@@ -64,6 +65,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 		"cache_aware: tree eviction order: lru, lfu, fifo, mru, filo, priority")
 	fs.IntVar(&p.blockSize, "block-size", 0,
 		fmt.Sprintf("cache_aware: tree page size in tokens, ≥ 1; 0 (the default) means the workers' KV page size where they report it, else %d", ca.BlockSize))
+	fs.IntVar(&p.speculativeTTLMs, "speculative-ttl-ms", int(ca.SpeculativeTTL/time.Millisecond),
+		"cache_aware, workers with KV events: how long after a request ends the pages its routing decision expected on the worker stay in the tree unless an event confirmed them, ≥ 0")
 	fs.IntVar(&p.prefixTokenCount, "prefix-token-count", ph.TokenCount,
 		"prefix_hash: leading tokens hashed, ≥ 1")
 	fs.Float64Var(&p.prefixHashLoadFactor, "prefix-hash-load-factor", ph.LoadFactor,
@@ -114,6 +117,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.MaxTreeSize = p.maxTreeSize
 	ca.EvictionPolicy = p.evictionPolicy
 	ca.BlockSize = p.blockSize
+	ca.SpeculativeTTL = time.Duration(p.speculativeTTLMs) * time.Millisecond
 	if ca.BlockSize == 0 {
 		// The gateway learns it from the workers (LearnBlockSize); until
 		// then the default keeps the options valid.

@@ -43,6 +43,7 @@ type serveConfig struct {
 	loadPollInterval     time.Duration
 	startupTimeout       time.Duration
 	waitForWorkers       bool
+	kvEvents             sim.OnOff
 	drainTimeoutSecs     float64
 	workerTLS            struct{ ca, cert, key string }
 	tls                  struct{ cert, key, clientCA string }
@@ -80,6 +81,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.healthFailures, "health-failure-threshold", 3, "consecutive failed health checks that mark a worker unhealthy")
 	fs.IntVar(&c.healthSuccesses, "health-success-threshold", 2, "consecutive passed health checks that mark an unhealthy worker healthy again")
 	fs.DurationVar(&c.loadPollInterval, "load-poll-interval", time.Second, "time between GetLoads polls of each worker")
+	c.kvEvents = true
+	fs.Var(&c.kvEvents, "kv-events", "on: subscribe to every worker's KV cache events when the policy mirrors the engines' caches (cache_aware, vllm_cache_aware), so its view is exact; workers without events stay approximate. off: approximate for all")
 	fs.BoolVar(&c.waitForWorkers, "wait-for-workers", false, "at start-up, wait until at least one worker answers (up to --worker-startup-timeout) and fail if none does; without it kvgate starts at once and workers that do not answer yet join when they do")
 	fs.DurationVar(&c.startupTimeout, "worker-startup-timeout", 60*time.Second, "with --wait-for-workers: how long to wait for a worker to answer")
 	fs.Float64Var(&c.drainTimeoutSecs, "worker-drain-timeout-secs", 30, "Admin.RemoveWorker: how long a removed worker's requests may take to finish when the call gives no timeout")
@@ -289,6 +292,7 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 		SuccessThreshold: c.healthSuccesses,
 	}
 	g.LoadPollInterval = c.loadPollInterval
+	g.KVEvents = bool(c.kvEvents)
 	g.StartupTimeout = c.startupTimeout
 	g.WaitForWorkers = c.waitForWorkers
 	g.DrainTimeout = time.Duration(c.drainTimeoutSecs * float64(time.Second))

@@ -214,7 +214,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.BootstrapPort, "bootstrap-port", c.BootstrapPort, "prefill role: port of the bootstrap endpoint decode engines fetch rooms from (0: a free port)")
 	fs.DurationVar(&c.BootstrapTimeout, "bootstrap-timeout", c.BootstrapTimeout, "decode role: how long to wait for a bootstrap room before failing the request")
 	fs.Float64Var(&c.KVTransferGBps, "kv-transfer-gbps", c.KVTransferGBps, "decode role: KV transfer speed from the prefill engine in GB/s (25 is RDMA-class)")
-	fs.Var((*onOffValue)(&c.KVEvents), "kv-events", `publish KV cache events on SubscribeKvEvents: "on" or "off" (off: SubscribeKvEvents answers UNIMPLEMENTED)`)
+	fs.Var((*OnOff)(&c.KVEvents), "kv-events", `publish KV cache events on SubscribeKvEvents: "on" or "off" (off: SubscribeKvEvents answers UNIMPLEMENTED)`)
 	fs.IntVar(&c.KVEventHistory, "kv-event-history", c.KVEventHistory, "KV event batches kept for subscribers resuming from a sequence number")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
@@ -241,19 +241,19 @@ func (v *uint32Value) Set(s string) error {
 	return nil
 }
 
-// onOffValue is a flag.Value for a switch written as a state: "on" or "off"
+// OnOff is a flag.Value for a switch written as a state: "on" or "off"
 // ("true" and "false" too, any case). It takes a value, so "--kv-events off"
 // reads as it does on an engine's command line.
-type onOffValue bool
+type OnOff bool
 
-func (v *onOffValue) String() string {
+func (v *OnOff) String() string {
 	if v != nil && *v {
 		return "on"
 	}
 	return "off"
 }
 
-func (v *onOffValue) Set(s string) error {
+func (v *OnOff) Set(s string) error {
 	switch strings.ToLower(s) {
 	case "on", "true":
 		*v = true
