@@ -46,19 +46,22 @@ type Fleet struct {
 	serving sync.WaitGroup // the routers' Serve calls
 }
 
-// ParsePolicy splits a policy label such as "cache_aware:smallest_tree" into
-// the policy name and its options.
+// ParsePolicy splits a policy label such as "cache_aware:smallest_tree" or
+// "vllm_cache_aware:position" into the policy name and its options.
 func ParsePolicy(label string) (string, policy.Options, error) {
 	opts := policy.DefaultOptions()
 	name, variant, hasVariant := strings.Cut(label, ":")
 	if !slices.Contains(policy.Names(), name) {
 		return "", opts, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
 	}
-	if hasVariant {
-		if name != "cache_aware" || (variant != "smallest_tree" && variant != "least_loaded") {
-			return "", opts, fmt.Errorf("policy %q: only cache_aware takes a variant (cache_aware:least_loaded or cache_aware:smallest_tree)", label)
-		}
+	switch {
+	case !hasVariant:
+	case name == "cache_aware" && (variant == "smallest_tree" || variant == "least_loaded"):
 		opts.CacheAware.CacheMissFallback = variant
+	case name == "vllm_cache_aware" && (variant == "chained" || variant == "position"):
+		opts.VllmCacheAware.BlockHash = variant
+	default:
+		return "", opts, fmt.Errorf("policy %q: only cache_aware (cache_aware:least_loaded, cache_aware:smallest_tree) and vllm_cache_aware (vllm_cache_aware:chained, vllm_cache_aware:position) take a variant", label)
 	}
 	return name, opts, nil
 }
