@@ -469,3 +469,62 @@ func TestReplicasAgreeOnConversations(t *testing.T) {
 		}
 	}
 }
+
+func TestRemovedWorkerLeavesNoTraceInTheView(t *testing.T) {
+	// Events keep arriving while a worker is removed; none of them may bring
+	// it back into the tree once the policy has forgotten it.
+	f := eventFleet(t, "sglang", 3, nil)
+	waitMode(t, f.admin, "events")
+	ca := cacheAware(t, f.g)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		traffic(t, f.router, 9, 120)
+	}()
+	time.Sleep(20 * time.Millisecond) // some traffic under way
+	removed := f.workerURL(0)
+	if _, err := f.admin.RemoveWorker(context.Background(), &kvgatev1.RemoveWorkerRequest{Address: removed, DrainTimeoutSecs: 5}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	evictAll(t, f, 600_000) // the removed engine keeps publishing; nobody listens
+	if n, ok := ca.TreeStats().TenantTokens[removed]; ok {
+		t.Fatalf("the removed worker holds %d tokens in the tree", n)
+	}
+	if got := ca.Holdings(removed, false); len(got) != 0 {
+		t.Fatalf("the removed worker holds %d pages", len(got))
+	}
+}
+
+func TestKVEventMetrics(t *testing.T) {
+	f := eventFleet(t, "sglang", 2, nil)
+	waitMode(t, f.admin, "events")
+	traffic(t, f.router, 11, 40)
+	waitExact(t, cacheAware(t, f.g), f)
+	mfs, err := f.srv.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "type" {
+					name += "{" + l.GetValue() + "}"
+				}
+			}
+			got[name] += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	for name, min := range map[string]float64{
+		"kvgate_kv_events_applied_total{stored}": 1,
+		"kvgate_worker_kv_events":                2, // both workers on events
+		"kvgate_kv_event_lag_seconds":            1,
+		"kvgate_cache_speculative_expired_total": 0,
+	} {
+		if v, ok := got[name]; !ok || v < min {
+			t.Errorf("%s = %v (exported: %v), want at least %v", name, v, ok, min)
+		}
+	}
+}
