@@ -180,15 +180,15 @@ func TestCacheAwareApproximateWorkersKeepTheirEntries(t *testing.T) {
 	}
 }
 
-func TestCacheAwareTenantLimitIsTheEngineCapacity(t *testing.T) {
+func TestCacheAwareWorkerShareIsBoundedByTheEngineCapacity(t *testing.T) {
 	w := workers.NewWorker("grpc://127.0.0.1:9000", workers.ProtocolSGLang, workers.RoleRegular,
 		workers.ModelInfo{KVCapacityTokens: 256}, nil, nil)
 	p := newCA(t, nil)
-	for i := range 10 {
+	for i := range 20 {
 		caSelect(t, p, caTokens(i+1, 64), w)
 	}
-	if got := p.TreeStats().TenantTokens[w.URL()]; got > 256 {
-		t.Fatalf("worker with a 256-token cache holds %d tokens in the tree", got)
+	if got := p.TreeStats().TenantTokens[w.URL()]; got > 2*256 {
+		t.Fatalf("worker with a 256-token cache holds %d tokens in the tree; its share is at most twice that", got)
 	}
 }
 
