@@ -1,6 +1,10 @@
 package policy
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvgate/kvgate/tree"
+)
 
 // Accuracy compares cache_aware's predictions (Decision.PredictedCachedTokens)
 // with the cached_tokens the engines reported. The seed claims "100% accurate
@@ -58,19 +62,33 @@ func (c *CacheAware) Accuracy() Accuracy {
 // both in their prefix cache, so the next turn of a conversation, which
 // repeats the reply, is predicted exactly instead of underpredicted.
 //
-// Workers with KV events need none of this: the events say what the engine
-// stored and evicted, prompt and output alike. Their outcome only counts
-// towards accuracy, and the decision's speculative insert is set to expire
-// (see speculations): whatever the engine confirmed has become confirmed by
-// then, and the rest it never stored.
+// Workers with KV events need no correction: the events say what the
+// engine stored and evicted, prompt and output alike. Their outcome counts
+// towards accuracy; a completed reply is inserted speculatively (its stored
+// events can reach the router after the client's next turn does), and the
+// insert is set to expire (see speculations): whatever the engine confirmed
+// has become confirmed by then, and the rest it never stored.
 //
 // DryRun decisions and decisions without a worker are ignored.
 func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 	if req != nil && !req.DryRun && d.Worker != nil && c.isExact(d.Worker.URL()) {
+		url := d.Worker.URL()
 		if o.Err == nil || o.CachedTokens > 0 {
 			c.count(d.PredictedCachedTokens, max(o.CachedTokens, 0))
 		}
-		c.spec.add(req.InputIDs, d.Worker.URL(), d.tick, time.Now())
+		ids, tick := req.InputIDs, d.tick
+		if o.Err == nil && len(o.OutputIDs) > 1 {
+			// The engine stores the reply's pages as the request ends,
+			// and their events may reach the router after the client's
+			// next turn does: expect them now, like the prompt's. The
+			// insert touches the prompt's path too, so its expiry covers
+			// both.
+			ids = make([]uint32, 0, len(req.InputIDs)+len(o.OutputIDs)-1)
+			ids = append(append(ids, req.InputIDs...), o.OutputIDs[:len(o.OutputIDs)-1]...)
+			m, _ := c.tree.MatchInsert(ids, func(tree.Match) string { return url })
+			tick = m.Tick
+		}
+		c.spec.add(ids, url, tick, time.Now())
 		return
 	}
 	c.observe(req, d, o)
