@@ -25,7 +25,7 @@ func engineTraffic(prompts, promptTokens, keep int) []*workers.KVEventBatch {
 	next := int64(1_000)
 	for i := range prompts {
 		own := caTokens(i+2, promptTokens-len(system))
-		parent := int64(len(system)/page) // the system prompt's last hash
+		parent := int64(len(system) / page) // the system prompt's last hash
 		evs := engineChain(own, page, next, &parent)
 		var hashes []int64
 		for j := range evs {
