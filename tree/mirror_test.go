@@ -3,7 +3,6 @@ package tree
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,18 +217,7 @@ func runMirror(t *testing.T, b []byte) {
 }
 
 func TestMirrorAgainstReference(t *testing.T) {
-	rounds := 2000
-	if testing.Short() {
-		rounds = 200
-	}
-	for seed := range rounds {
-		rng := rand.New(rand.NewPCG(uint64(seed), 11))
-		b := make([]byte, 32+rng.IntN(600))
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runMirror(t, b) })
-	}
+	randomRuns(t, 2000, 200, 11, 32, 600, runMirror)
 }
 
 func FuzzMirror(f *testing.F) {

@@ -496,17 +496,23 @@ func checkInvariants(t *testing.T, tr *Tree) {
 }
 
 func TestAgainstReference(t *testing.T) {
-	rounds := 400
+	randomRuns(t, 400, 50, 7, 64, 1500, run)
+}
+
+// randomRuns calls check with rounds random op streams (short of them
+// with -short), each of minLen plus up to span bytes, seeded by round and
+// stream so that a failing subtest can be rerun alone.
+func randomRuns(t *testing.T, rounds, short int, stream uint64, minLen, span int, check func(*testing.T, []byte)) {
 	if testing.Short() {
-		rounds = 50
+		rounds = short
 	}
 	for seed := range rounds {
-		rng := rand.New(rand.NewPCG(uint64(seed), 7))
-		b := make([]byte, 64+rng.IntN(1500))
+		rng := rand.New(rand.NewPCG(uint64(seed), stream))
+		b := make([]byte, minLen+rng.IntN(span))
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { run(t, b) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { check(t, b) })
 	}
 }
 
