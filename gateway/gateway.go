@@ -302,7 +302,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
 		PD: g.pd, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g,
 		Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log), SeparateAdmin: cfg.SeparateAdmin,
-		Metrics: metrics, KVEvents: kvStatus(subs)})
+		Metrics: metrics, KVEvents: kvStatusOf(subs, route)})
 	if err != nil {
 		return nil, err
 	}
@@ -380,11 +380,11 @@ func learnedPageSize(ws []*workers.Worker) int {
 	return 16
 }
 
-// kvStatus is subs as the server's status source, nil when there are none
-// (a nil *KVSubscriptions in the interface would not compare equal to nil).
-func kvStatus(subs *workers.KVSubscriptions) server.KVEventStatuser {
+// kvStatusOf is the server's status source for subs, nil when there are
+// none (a nil pointer in the interface would not compare equal to nil).
+func kvStatusOf(subs *workers.KVSubscriptions, route *kvRoute) server.KVEventStatuser {
 	if subs == nil {
 		return nil
 	}
-	return subs
+	return kvStatus{subs: subs, route: route}
 }

@@ -81,3 +81,36 @@ func (r *kvRoute) settle() {
 	r.mu.Lock()
 	r.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
 }
+
+// unusabler is implemented by the policies that can refuse a worker's
+// events (policy.CacheAware, policy.VllmCacheAware).
+type unusabler interface{ KVEventsUnusable(worker string) string }
+
+// kvStatus reports each worker's subscription as ListWorkers and the
+// metrics show it: the stream's own state, except that a worker whose
+// events its policy refused (a block size other than its page size) is
+// approximate, with the reason as its last error.
+type kvStatus struct {
+	subs  *workers.KVSubscriptions
+	route *kvRoute
+}
+
+func (k kvStatus) Status(url string) (workers.KVEventStatus, bool) {
+	st, ok := k.subs.Status(url)
+	if !ok {
+		return st, ok
+	}
+	w, found := k.route.reg.Get(url)
+	if !found {
+		return st, true
+	}
+	k.route.mu.RLock()
+	h := k.route.handler(w.URL())
+	k.route.mu.RUnlock()
+	if u, isU := h.(unusabler); isU {
+		if why := u.KVEventsUnusable(w.URL()); why != "" {
+			st.Mode, st.LastError = workers.KVModeApproximate, why
+		}
+	}
+	return st, true
+}

@@ -210,6 +210,20 @@ func (e *eventMirror) setExact(worker string, exact bool) {
 	e.mu.Unlock()
 }
 
+// KVEventsUnusable says why worker's events are ignored (a block size other
+// than the index's page size), or "" when they are not: ListWorkers then
+// shows the worker as approximate whatever its stream's state.
+func (e *eventMirror) KVEventsUnusable(worker string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, rm := range e.mirrors {
+		if k.worker == worker && rm.unusable != "" {
+			return rm.unusable
+		}
+	}
+	return ""
+}
+
 // isExact reports whether worker's cache is known from its events.
 func (e *eventMirror) isExact(worker string) bool {
 	e.mu.Lock()

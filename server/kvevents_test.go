@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -526,5 +527,26 @@ func TestKVEventMetrics(t *testing.T) {
 		if v, ok := got[name]; !ok || v < min {
 			t.Errorf("%s = %v (exported: %v), want at least %v", name, v, ok, min)
 		}
+	}
+}
+
+func TestKVEventsOfAnotherBlockSizeAreRefusedLoudly(t *testing.T) {
+	// A vLLM engine does not report its block size; one whose blocks are 32
+	// tokens behind a router whose tree pages are 16 must not be matched
+	// page by page: the worker is shown approximate, with the reason.
+	f := startFleet(t, fleetOptions{protocol: "vllm", workers: 1, policy: "cache_aware", sim: func(i int, c *sim.Config) {
+		bigVocab(i, c)
+		c.PageSize = 32
+	}})
+	if _, err := f.generate(context.Background(), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 100),
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the worker shown approximate, with the reason", func() bool {
+		st := kvStatus(t, f, 0)
+		return st.GetMode() == "approximate" && strings.Contains(st.GetLastError(), "32 tokens")
+	})
+	if got := cacheAware(t, f.g).Holdings(f.workerURL(0), true); len(got) != 0 {
+		t.Fatalf("%d pages confirmed from 32-token blocks in a 16-token tree", len(got))
 	}
 }
