@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -25,11 +26,17 @@ var (
 	targetWorkerHeaders = []string{"x-target-worker", "x-smg-target-worker"}
 	// implicitKeyHeaders identify a session when the client names none.
 	implicitKeyHeaders = []string{"authorization", "x-forwarded-for", "cookie"}
+	// requestIDHeaders name the request when its request_id field is empty,
+	// as a proxy in front of kvgate or a client's tracing sets them.
+	requestIDHeaders = []string{"x-request-id"}
 )
 
 func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStreamingServer[kvgatev1.GenerateResponse]) error {
 	j, err := r.s.generateJob(req)
 	if err != nil {
+		return err
+	}
+	if err := j.adoptRequestID(stream.Context(), req.GetRequestId()); err != nil {
 		return err
 	}
 	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
@@ -47,6 +54,9 @@ func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStrea
 func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServer[kvgatev1.ChatResponse]) error {
 	j, err := r.s.chatJob(req)
 	if err != nil {
+		return err
+	}
+	if err := j.adoptRequestID(stream.Context(), req.GetRequestId()); err != nil {
 		return err
 	}
 	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
@@ -97,6 +107,27 @@ func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, e
 		return nil, err
 	}
 	return &job{id: requestID, sampling: sp, stream: stream, start: time.Now()}, nil
+}
+
+// adoptRequestID names the job after the call's x-request-id metadata when
+// the request's own request_id (given) is empty. Like request_id, it is a
+// label: the id sent to an engine is still unique per attempt.
+func (j *job) adoptRequestID(ctx context.Context, given string) error {
+	if given != "" {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := firstHeader(md, requestIDHeaders)
+	switch {
+	case v == "":
+		return nil
+	case len(v) > maxRequestIDBytes:
+		return invalid("x-request-id metadata is %d bytes; the limit is %d", len(v), maxRequestIDBytes)
+	case !utf8.ValidString(v):
+		return invalid("x-request-id metadata is not valid UTF-8")
+	}
+	j.id = v
+	return nil
 }
 
 // policyRequest is what the policy sees of a job and its metadata.

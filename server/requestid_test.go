@@ -1,0 +1,53 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+)
+
+func TestXRequestIDNamesARequestWithoutOne(t *testing.T) {
+	f := startFleet(t, fleetOptions{})
+	tests := []struct {
+		name      string
+		requestID string // the request_id field
+		header    string // x-request-id metadata
+		want      string // the id on every response; "" means generated
+		code      codes.Code
+	}{
+		{"the header names the request", "", "trace-7", "trace-7", codes.OK},
+		{"the field wins over the header", "mine", "trace-7", "mine", codes.OK},
+		{"neither: kvgate makes one", "", "", "", codes.OK},
+		{"a header over the limit is refused", "", strings.Repeat("x", 257), "", codes.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tt.header != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, "x-request-id", tt.header)
+			}
+			r, err := f.readGenerate(ctx, &kvgatev1.GenerateRequest{RequestId: tt.requestID, InputIds: prompt(1, 8),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+			if status.Code(err) != tt.code {
+				t.Fatalf("status %v (%v), want %v", status.Code(err), err, tt.code)
+			}
+			if tt.code != codes.OK {
+				if !strings.Contains(err.Error(), "x-request-id") {
+					t.Fatalf("error %q does not name x-request-id", err)
+				}
+				return
+			}
+			for _, id := range r.ids {
+				if tt.want != "" && id != tt.want || tt.want == "" && id == "" {
+					t.Fatalf("response request_id %q, want %q", id, tt.want)
+				}
+			}
+		})
+	}
+}
