@@ -16,6 +16,7 @@ all: build
 
 build:
 	go build ./...
+	go build -buildvcs=auto -o $(BIN)/kvgate ./cmd/kvgate
 
 ## test: the whole test suite with the race detector.
 test: testdata
@@ -79,7 +80,7 @@ bench: SHELL := /bin/bash
 bench: .SHELLFLAGS := -o pipefail -c
 bench:
 	mkdir -p $(BENCH_RESULTS)
-	go build -o $(BIN)/kvgate ./cmd/kvgate
+	go build -buildvcs=auto -o $(BIN)/kvgate ./cmd/kvgate
 	$(BIN)/kvgate bench --workload shared-prefix --qps 4 --requests 128 --policies round_robin,cache_aware \
 		--json $(BENCH_RESULTS)/shared-prefix-unloaded.json | tee $(BENCH_RESULTS)/shared-prefix-unloaded.txt
 	$(BIN)/kvgate bench --workload shared-prefix --qps 160 --policies $(BENCH_POLICIES) \

@@ -30,6 +30,7 @@ Usage:
                          print token ids (with --batch: JSON array in, JSON array out)
   kvgate chat-template --model-path DIR | --template FILE --messages FILE | --cases FILE
                          render a chat template
+  kvgate version         print the version, the commit it was built from and the Go release
 
 Run "kvgate <command> -h" for the flags of a command.
 `
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return runTokenize(args[1:], os.Stdin, os.Stdout, stderr)
 	case "chat-template":
 		return runChatTemplate(args[1:], os.Stdout, stderr)
+	case "version", "-version", "--version":
+		return version(os.Stdout)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stderr, usage)
 		return nil
