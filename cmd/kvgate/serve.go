@@ -117,11 +117,21 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg serveConfig
 	fs := flag.NewFlagSet("kvgate serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfg.register(fs)
+	// A mistake gets one message (flagError's), not the flag package's
+	// echo and the whole flag list; -h gets the list.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(joinMultiValues(args, "worker-urls", "decode")); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "Usage of kvgate serve:")
+			fs.PrintDefaults()
+			return err
+		}
+		return flagError(err, "serve")
 	}
+	fs.SetOutput(stderr)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
@@ -263,6 +273,17 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	proto, err := workers.ParseProtocol(c.workerProtocol)
 	if err != nil {
 		return g, func() {}, err
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--health-check-interval", c.healthInterval}, {"--health-check-timeout", c.healthTimeout}, {"--load-poll-interval", c.loadPollInterval}} {
+		if d.v <= 0 {
+			return g, func() {}, fmt.Errorf("%s is %v; it must be > 0", d.flag, d.v)
+		}
+	}
+	if c.healthFailures < 1 || c.healthSuccesses < 1 {
+		return g, func() {}, fmt.Errorf("--health-failure-threshold (%d) and --health-success-threshold (%d) must be ≥ 1", c.healthFailures, c.healthSuccesses)
 	}
 	for _, name := range []string{c.policy, c.prefillPolicy, c.decodePolicy} {
 		if !slices.Contains(policy.Names(), name) {

@@ -142,6 +142,14 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--max-concurrent-requests", "0"}, "--max-concurrent-requests"},
 		{[]string{"--cache-threshold", "1.5"}, "--cache-threshold"},
 		{[]string{"--tls-cert-file", "x.pem"}, "--tls-key-file"},
+		{[]string{"--health-check-interval", "0"}, "--health-check-interval is 0s; it must be > 0"},
+		{[]string{"--health-check-timeout", "-1s"}, "--health-check-timeout"},
+		{[]string{"--load-poll-interval", "0"}, "--load-poll-interval"},
+		{[]string{"--health-failure-threshold", "0"}, "--health-failure-threshold"},
+		{[]string{"--dp-aware"}, "--dp-aware is an SMG flag kvgate does not implement yet"},
+		{[]string{"--service-discovery"}, "Kubernetes service discovery"},
+		{[]string{"--fastest-please"}, "unknown flag --fastest-please; kvgate serve -h lists the flags"},
+		{[]string{"--port", "x"}, "invalid value"},
 	}
 	for _, tc := range tests {
 		err := run(context.Background(), append([]string{"serve", "--port", "0", "--prometheus-port", "-1"}, tc.args...), io.Discard)
