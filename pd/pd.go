@@ -66,6 +66,10 @@ func New(cfg Config) *Dispatcher {
 	return &Dispatcher{cfg: cfg, intn: intn, rooms: make(map[int32]struct{}), ports: ports}
 }
 
+// DecodePolicyName is the name of the policy placing decode legs, which
+// labels their decisions in metrics.
+func (d *Dispatcher) DecodePolicyName() string { return d.cfg.Decode.Name() }
+
 // SetBootstrapPort records the bootstrap port of a prefill worker added at
 // run time (0 forgets it: the worker's reported port is used).
 func (d *Dispatcher) SetBootstrapPort(url string, port int) {

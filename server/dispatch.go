@@ -134,7 +134,8 @@ func (p *single) end(out policy.Outcome) {
 type pdDispatcher struct {
 	s       *Server
 	pd      *pd.Dispatcher
-	prefill string // the prefill policy's name, which labels decisions
+	prefill string // the policies' names, which label decisions
+	decode  string
 }
 
 func (d *pdDispatcher) policyName() string { return d.prefill }
@@ -160,7 +161,11 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placemen
 		return nil, err
 	}
 	if !dryRun {
-		d.s.metrics.decisions.WithLabelValues("pd_prefill:"+d.prefill, dec.Prefill.Branch).Inc()
+		m, pre, dc := d.s.metrics, "pd_prefill:"+d.prefill, "pd_decode:"+d.decode
+		m.decisions.WithLabelValues(pre, dec.Prefill.Branch).Inc()
+		m.decisions.WithLabelValues(dc, dec.Decode.Branch).Inc()
+		m.selections.WithLabelValues(dec.Prefill.Worker.URL(), pre).Inc()
+		m.selections.WithLabelValues(dec.Decode.Worker.URL(), dc).Inc()
 	}
 	return &pair{s: d.s, d: d, preq: preq, dec: dec, slots: slots}, nil
 }

@@ -58,6 +58,15 @@ func TestPDStreamsTheDecodeLegAndReusesThePrefillCache(t *testing.T) {
 			if err != nil || resp.PrefillWorker != c.PrefillWorker || resp.PrefillBranch != "cache_hit" {
 				t.Fatalf("explain: %v, %v; want a cache_hit on %s", resp, err, c.PrefillWorker)
 			}
+			// Both legs' decisions are counted, each under its policy.
+			for _, leg := range []struct{ policy, worker string }{{"pd_prefill:cache_aware", c.PrefillWorker}, {"pd_decode:power_of_two", c.Worker}} {
+				if n := counter(t, f, "kvgate_policy_decisions_total", "policy", leg.policy); n != 2 {
+					t.Errorf("%s decisions counted %v, want 2", leg.policy, n)
+				}
+				if n := counter(t, f, "kvgate_worker_selections_total", "policy", leg.policy, "worker", leg.worker); n < 1 {
+					t.Errorf("%s selections of %s counted %v", leg.policy, leg.worker, n)
+				}
+			}
 		})
 	}
 }

@@ -187,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.hardStop, s.endRequests = context.WithCancel(context.Background())
 	if cfg.PD != nil {
-		s.disp = &pdDispatcher{s: s, pd: cfg.PD, prefill: cfg.Policy.Name()}
+		s.disp = &pdDispatcher{s: s, pd: cfg.PD, prefill: cfg.Policy.Name(), decode: cfg.PD.DecodePolicyName()}
 	} else {
 		s.disp = &regularDispatcher{s: s, policy: cfg.Policy}
 	}
