@@ -84,7 +84,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots}
 	if !dryRun {
 		p.release = dec.Worker.Acquire()
-		d.s.metrics.decisions.WithLabelValues(d.policy.Name(), dec.Branch).Inc()
+		d.s.metrics.decided(d.policy.Name(), dec)
 		d.s.metrics.selections.WithLabelValues(dec.Worker.URL(), d.policy.Name()).Inc()
 	}
 	return p, nil
@@ -162,8 +162,8 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placemen
 	}
 	if !dryRun {
 		m, pre, dc := d.s.metrics, "pd_prefill:"+d.prefill, "pd_decode:"+d.decode
-		m.decisions.WithLabelValues(pre, dec.Prefill.Branch).Inc()
-		m.decisions.WithLabelValues(dc, dec.Decode.Branch).Inc()
+		m.decided(pre, dec.Prefill)
+		m.decided(dc, dec.Decode)
 		m.selections.WithLabelValues(dec.Prefill.Worker.URL(), pre).Inc()
 		m.selections.WithLabelValues(dec.Decode.Worker.URL(), dc).Inc()
 	}

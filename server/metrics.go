@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/tokenize/cache"
+	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -23,6 +24,11 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	kv kvEventMetrics
+	// The seeds' metrics under their names (smg_ → kvgate_), beside
+	// kvgate's own, so that their PromQL and alerts work unchanged.
+	cacheHits, cacheMisses prometheus.Counter
+	branches               *prometheus.CounterVec
+	policyLatency          *prometheus.HistogramVec
 
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
@@ -153,6 +159,17 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.kv = newKVEventMetrics()
 	m.Registry.MustRegister(m.kv.collectors()...)
+	m.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_router_cache_hits_total",
+		Help: "Decisions of a cache-aware policy that sent the request where its prefix is cached (branch cache_hit; the seed's smg_router_cache_hits_total)."})
+	m.cacheMisses = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_router_cache_misses_total",
+		Help: "Decisions of a cache-aware policy taken on any other rule (cache_miss, imbalance, overloaded; the seed's smg_router_cache_misses_total)."})
+	m.branches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_worker_selection_policy_branch_total",
+		Help: "Routing decisions by policy and the rule that decided (the seed's smg_worker_selection_policy_branch_total; the same as kvgate_policy_decisions_total)."},
+		[]string{"policy", "branch"})
+	m.policyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvgate_request_latency_seconds",
+		Help: "Generation requests' end-to-end latency by the policy that placed them (the seed's smg_request_latency_seconds).", Buckets: latencyBuckets},
+		[]string{"policy"})
+	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency)
 	return m
 }
 
@@ -177,6 +194,10 @@ type workerCollector struct{ reg *workers.Registry }
 var (
 	descActive = prometheus.NewDesc("kvgate_worker_active_requests",
 		"Requests this router has in flight on the worker.", []string{"worker"}, nil)
+	// descRequestsActive is descActive under the seed's name
+	// (smg_worker_requests_active), so its PromQL works unchanged.
+	descRequestsActive = prometheus.NewDesc("kvgate_worker_requests_active",
+		"Requests this router has in flight on each worker (the seed's smg_worker_requests_active).", []string{"worker"}, nil)
 	descHealthy = prometheus.NewDesc("kvgate_worker_healthy",
 		"1 when the worker passes health checks and may receive requests, else 0.", []string{"worker"}, nil)
 	descLoad = prometheus.NewDesc("kvgate_worker_load",
@@ -194,7 +215,7 @@ var (
 )
 
 func (c *workerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActive, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining} {
+	for _, d := range []*prometheus.Desc{descActive, descRequestsActive, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining} {
 		ch <- d
 	}
 }
@@ -207,6 +228,7 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		el := w.EngineLoad()
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(w.InFlight()), w.URL())
+		ch <- prometheus.MustNewConstMetric(descRequestsActive, prometheus.GaugeValue, float64(w.InFlight()), w.URL())
 		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, w.URL())
 		ch <- prometheus.MustNewConstMetric(descLoad, prometheus.GaugeValue, float64(w.Load()), w.URL())
 		ch <- prometheus.MustNewConstMetric(descEngineRunning, prometheus.GaugeValue, float64(el.Running), w.URL())
@@ -337,6 +359,11 @@ type treeCollector struct {
 }
 
 var (
+	// descTreeSize is the seed's smg_router_cache_tree_size, in the unit of
+	// kvgate's --max-tree-size (tokens), so the seed's alert (above 90% of
+	// the maximum) holds with the prefix changed.
+	descTreeSize = prometheus.NewDesc("kvgate_router_cache_tree_size",
+		"The routing tree's size in the unit --max-tree-size bounds: stored tokens (the seed's smg_router_cache_tree_size).", []string{"model"}, nil)
 	descTreeTokens = prometheus.NewDesc("kvgate_tree_tokens",
 		"Tokens stored in the routing tree.", []string{"model"}, nil)
 	descTreeNodes = prometheus.NewDesc("kvgate_tree_nodes",
@@ -346,6 +373,7 @@ var (
 )
 
 func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTreeSize
 	ch <- descTreeTokens
 	ch <- descTreeNodes
 	ch <- descTreeWorkerTokens
@@ -353,9 +381,25 @@ func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c treeCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.tree.TreeStats()
+	ch <- prometheus.MustNewConstMetric(descTreeSize, prometheus.GaugeValue, float64(st.Tokens), c.model)
 	ch <- prometheus.MustNewConstMetric(descTreeTokens, prometheus.GaugeValue, float64(st.Tokens), c.model)
 	ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(st.Nodes), c.model)
 	for w, n := range st.TenantTokens {
 		ch <- prometheus.MustNewConstMetric(descTreeWorkerTokens, prometheus.GaugeValue, float64(n), c.model, w)
+	}
+}
+
+// decided counts one routing decision of policy, and for cache-aware
+// policies (those that predict a match) a cache hit or miss.
+func (m *Metrics) decided(policy string, d policy.Decision) {
+	m.decisions.WithLabelValues(policy, d.Branch).Inc()
+	m.branches.WithLabelValues(policy, d.Branch).Inc()
+	if d.Matched == nil {
+		return
+	}
+	if d.Branch == "cache_hit" {
+		m.cacheHits.Inc()
+	} else {
+		m.cacheMisses.Inc()
 	}
 }

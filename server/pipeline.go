@@ -35,6 +35,9 @@ func (s *Server) run(ctx context.Context, j *job) error {
 
 	s.active.Add(1)
 	defer s.active.Add(-1)
+	defer func() {
+		s.metrics.policyLatency.WithLabelValues(s.disp.policyName()).Observe(time.Since(j.start).Seconds())
+	}()
 
 	var failures []*failure
 	releaseRetry := func() {}

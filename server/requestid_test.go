@@ -51,3 +51,41 @@ func TestXRequestIDNamesARequestWithoutOne(t *testing.T) {
 		})
 	}
 }
+
+// TestSeedMetricNames checks the seeds' metrics exist under their names with
+// smg_ replaced by kvgate_, so that their PromQL and alerts work unchanged.
+func TestSeedMetricNames(t *testing.T) {
+	f := startFleet(t, fleetOptions{policy: "cache_aware"})
+	ids := prompt(1, 64)
+	for range 2 { // a miss, then a hit
+		if _, err := f.readGenerate(context.Background(), &kvgatev1.GenerateRequest{InputIds: ids,
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		want float64
+	}{
+		{"kvgate_router_cache_hits_total", 1},
+		{"kvgate_router_cache_misses_total", 1},
+		{"kvgate_worker_selection_policy_branch_total", 2},
+	} {
+		if got := counter(t, f, tt.name); got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	mfs, err := f.srv.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, mf := range mfs {
+		have[mf.GetName()] = true
+	}
+	for _, name := range []string{"kvgate_router_cache_tree_size", "kvgate_worker_requests_active", "kvgate_request_latency_seconds", "kvgate_worker_load"} {
+		if !have[name] {
+			t.Errorf("%s is not exported", name)
+		}
+	}
+}
