@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
