@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tree"
@@ -29,6 +30,9 @@ type Metrics struct {
 	cacheHits, cacheMisses prometheus.Counter
 	branches               *prometheus.CounterVec
 	policyLatency          *prometheus.HistogramVec
+	// Tokens of completed requests by worker, as the engines reported
+	// them: cached / prompt is an engine's real prefix-cache hit ratio.
+	promptTokens, completionTokens, cachedTokens *prometheus.CounterVec
 
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
@@ -169,7 +173,14 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.policyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvgate_request_latency_seconds",
 		Help: "Generation requests' end-to-end latency by the policy that placed them (the seed's smg_request_latency_seconds).", Buckets: latencyBuckets},
 		[]string{"policy"})
-	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency)
+	tokens := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"worker"})
+	}
+	m.promptTokens = tokens("kvgate_worker_prompt_tokens_total", "Prompt tokens of completed requests, by the worker that served them.")
+	m.completionTokens = tokens("kvgate_worker_completion_tokens_total", "Generated tokens of completed requests, by worker.")
+	m.cachedTokens = tokens("kvgate_worker_cached_tokens_total",
+		"Prompt tokens the worker's engine reported cached (not recomputed); divided by the prompt tokens, its real prefix-cache hit ratio.")
+	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens)
 	return m
 }
 
@@ -402,4 +413,11 @@ func (m *Metrics) decided(policy string, d policy.Decision) {
 	} else {
 		m.cacheMisses.Inc()
 	}
+}
+
+// countTokens adds a completed request's usage to its worker's counters.
+func (m *Metrics) countTokens(worker string, u *kvgatev1.Usage) {
+	m.promptTokens.WithLabelValues(worker).Add(float64(u.GetPromptTokens()))
+	m.completionTokens.WithLabelValues(worker).Add(float64(u.GetCompletionTokens()))
+	m.cachedTokens.WithLabelValues(worker).Add(float64(u.GetCachedTokens()))
 }

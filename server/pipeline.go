@@ -130,6 +130,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	if err := j.send(nil, done); err != nil {
 		return s.classify(ctx, actx, p, err, len(rel.output))
 	}
+	s.metrics.countTokens(done.Worker, done.GetUsage())
 	log.InfoContext(ctx, "generate done",
 		"prompt_tokens", done.Usage.PromptTokens,
 		"cached_tokens", done.Usage.CachedTokens,

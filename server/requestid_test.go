@@ -75,6 +75,16 @@ func TestSeedMetricNames(t *testing.T) {
 			t.Errorf("%s = %v, want %v", tt.name, got, tt.want)
 		}
 	}
+	// Token counters: two 64-token prompts, the second found cached.
+	if got := counter(t, f, "kvgate_worker_prompt_tokens_total"); got != 128 {
+		t.Errorf("prompt tokens %v, want 128", got)
+	}
+	if got := counter(t, f, "kvgate_worker_cached_tokens_total"); got != 64 {
+		t.Errorf("cached tokens %v, want 64", got)
+	}
+	if got := counter(t, f, "kvgate_worker_completion_tokens_total"); got < 2 || got > 4 {
+		t.Errorf("completion tokens %v, want 2 to 4", got)
+	}
 	mfs, err := f.srv.Metrics().Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
