@@ -209,6 +209,8 @@ var (
 	// (smg_worker_requests_active), so its PromQL works unchanged.
 	descRequestsActive = prometheus.NewDesc("kvgate_worker_requests_active",
 		"Requests this router has in flight on each worker (the seed's smg_worker_requests_active).", []string{"worker"}, nil)
+	descEngineHitRate = prometheus.NewDesc("kvgate_worker_engine_cache_hit_rate",
+		"The engine's own prefix-cache hit rate, as it reported it at the last load poll (0 when it reports none).", []string{"worker"}, nil)
 	descHealthy = prometheus.NewDesc("kvgate_worker_healthy",
 		"1 when the worker passes health checks and may receive requests, else 0.", []string{"worker"}, nil)
 	descLoad = prometheus.NewDesc("kvgate_worker_load",
@@ -226,7 +228,7 @@ var (
 )
 
 func (c *workerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActive, descRequestsActive, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining} {
+	for _, d := range []*prometheus.Desc{descActive, descRequestsActive, descEngineHitRate, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining} {
 		ch <- d
 	}
 }
@@ -245,6 +247,7 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descEngineRunning, prometheus.GaugeValue, float64(el.Running), w.URL())
 		ch <- prometheus.MustNewConstMetric(descEngineWaiting, prometheus.GaugeValue, float64(el.Waiting), w.URL())
 		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, el.TokenUsage, w.URL())
+		ch <- prometheus.MustNewConstMetric(descEngineHitRate, prometheus.GaugeValue, el.CacheHitRate, w.URL())
 		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue(w.Breaker().State()), w.URL())
 		draining := 0.0
 		if w.Draining() {
@@ -375,6 +378,8 @@ var (
 	// the maximum) holds with the prefix changed.
 	descTreeSize = prometheus.NewDesc("kvgate_router_cache_tree_size",
 		"The routing tree's size in the unit --max-tree-size bounds: stored tokens (the seed's smg_router_cache_tree_size).", []string{"model"}, nil)
+	descTreeBudget = prometheus.NewDesc("kvgate_tree_max_tokens",
+		"The routing tree's budget in stored tokens (--max-tree-size): divide kvgate_router_cache_tree_size by it for the share used.", []string{"model"}, nil)
 	descTreeTokens = prometheus.NewDesc("kvgate_tree_tokens",
 		"Tokens stored in the routing tree.", []string{"model"}, nil)
 	descTreeNodes = prometheus.NewDesc("kvgate_tree_nodes",
@@ -384,6 +389,7 @@ var (
 )
 
 func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTreeBudget
 	ch <- descTreeSize
 	ch <- descTreeTokens
 	ch <- descTreeNodes
@@ -392,6 +398,7 @@ func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c treeCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.tree.TreeStats()
+	ch <- prometheus.MustNewConstMetric(descTreeBudget, prometheus.GaugeValue, float64(st.MaxTokens), c.model)
 	ch <- prometheus.MustNewConstMetric(descTreeSize, prometheus.GaugeValue, float64(st.Tokens), c.model)
 	ch <- prometheus.MustNewConstMetric(descTreeTokens, prometheus.GaugeValue, float64(st.Tokens), c.model)
 	ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(st.Nodes), c.model)

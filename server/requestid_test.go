@@ -93,7 +93,8 @@ func TestSeedMetricNames(t *testing.T) {
 	for _, mf := range mfs {
 		have[mf.GetName()] = true
 	}
-	for _, name := range []string{"kvgate_router_cache_tree_size", "kvgate_worker_requests_active", "kvgate_request_latency_seconds", "kvgate_worker_load"} {
+	for _, name := range []string{"kvgate_router_cache_tree_size", "kvgate_worker_requests_active", "kvgate_request_latency_seconds", "kvgate_worker_load",
+		"kvgate_tree_max_tokens", "kvgate_worker_engine_cache_hit_rate"} {
 		if !have[name] {
 			t.Errorf("%s is not exported", name)
 		}

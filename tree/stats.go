@@ -14,6 +14,8 @@ type Stats struct {
 	UniqueTokens int
 	// TenantTokens is each live tenant's stored tokens.
 	TenantTokens map[string]int
+	// MaxTokens is the budget (Config.MaxTokens; 0: unbounded).
+	MaxTokens int
 	// ConfirmedTokens is the part of Tokens held confirmed (by KV events);
 	// TenantConfirmed splits it by tenant, with an entry for every tenant
 	// in TenantTokens.
