@@ -33,6 +33,7 @@ type Metrics struct {
 	// Tokens of completed requests by worker, as the engines reported
 	// them: cached / prompt is an engine's real prefix-cache hit ratio.
 	promptTokens, completionTokens, cachedTokens *prometheus.CounterVec
+	itl                                          prometheus.Histogram
 
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
@@ -180,7 +181,10 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.completionTokens = tokens("kvgate_worker_completion_tokens_total", "Generated tokens of completed requests, by worker.")
 	m.cachedTokens = tokens("kvgate_worker_cached_tokens_total",
 		"Prompt tokens the worker's engine reported cached (not recomputed); divided by the prompt tokens, its real prefix-cache hit ratio.")
-	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens)
+	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvgate_inter_token_latency_seconds",
+		Help:    "Time between consecutive output tokens reaching the router (a chunk of several tokens shares its gap among them).",
+		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .25, .5, 1}})
+	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens, m.itl)
 	return m
 }
 

@@ -33,6 +33,7 @@ type relay struct {
 	last    workers.Chunk // the engine's latest running totals
 	stopped bool          // a stop string matched here, not in the engine
 	firstAt time.Time     // when the first token arrived
+	lastAt  time.Time     // when the latest tokens arrived
 
 	timer *time.Timer // cancels the attempt when the engine goes quiet
 	first atomic.Bool // a token has arrived (read by the timer)
@@ -114,14 +115,23 @@ func (r *relay) send(ids []uint32) error {
 	if len(ids) == 0 || r.stopped {
 		return nil
 	}
+	now := time.Now()
 	if len(r.output) == 0 {
 		r.first.Store(true)
-		r.firstAt = time.Now()
+		r.firstAt = now
 		r.s.metrics.ttft.Observe(r.firstAt.Sub(r.j.start).Seconds())
 		if pp, ok := r.p.(*pair); ok {
 			pp.firstToken(r.firstAt, r.j.start)
 		}
+	} else {
+		// Engines may send several tokens in one chunk: each counts the
+		// gap divided among them, as a client reading tokens would see.
+		gap := now.Sub(r.lastAt).Seconds() / float64(len(ids))
+		for range ids {
+			r.s.metrics.itl.Observe(gap)
+		}
 	}
+	r.lastAt = now
 	index := len(r.output)
 	r.output = append(r.output, ids...)
 	delta := ""

@@ -94,7 +94,7 @@ func TestSeedMetricNames(t *testing.T) {
 		have[mf.GetName()] = true
 	}
 	for _, name := range []string{"kvgate_router_cache_tree_size", "kvgate_worker_requests_active", "kvgate_request_latency_seconds", "kvgate_worker_load",
-		"kvgate_tree_max_tokens", "kvgate_worker_engine_cache_hit_rate"} {
+		"kvgate_tree_max_tokens", "kvgate_worker_engine_cache_hit_rate", "kvgate_inter_token_latency_seconds"} {
 		if !have[name] {
 			t.Errorf("%s is not exported", name)
 		}
