@@ -44,3 +44,47 @@ func TestReadmeDocumentsEveryServeFlag(t *testing.T) {
 		}
 	})
 }
+
+// readmeMetrics reads README's metrics table and reports whether a metric
+// name is documented there: written out, or abbreviated after a full name in
+// the same row ("`kvgate_x_observations_total`, `_exact_total`" documents
+// kvgate_x_exact_total).
+func readmeMetrics(t *testing.T) func(name string) bool {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "\n## Metrics")
+	if start < 0 {
+		t.Fatal("README has no Metrics section")
+	}
+	section := readme[start+1:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	names := map[string]bool{}
+	for _, row := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(row, "| `kvgate_") {
+			continue
+		}
+		cell := strings.Split(row, "|")[1]
+		var base string
+		for _, f := range strings.Split(cell, "`") {
+			f = strings.TrimSpace(f)
+			switch {
+			case strings.HasPrefix(f, "kvgate_"):
+				base = f
+				names[f] = true
+			case strings.HasPrefix(f, "_") && base != "":
+				for i := range base {
+					if base[i] == '_' {
+						names[base[:i]+f] = true
+					}
+				}
+			}
+		}
+	}
+	return func(name string) bool { return names[name] }
+}
