@@ -46,7 +46,8 @@ type eventMirror struct {
 
 	mu      sync.Mutex
 	mirrors map[mirrorKey]*rankMirror
-	exact   map[string]bool // workers whose events are the truth
+	exact   map[string]bool   // workers whose events are the truth
+	refused map[string]string // workers whose events cannot be used, and why
 
 	applied   [4]atomic.Uint64 // events applied, by workers.KVEventKind
 	unusable  atomic.Uint64    // batches ignored because the worker's events cannot be used
@@ -58,12 +59,10 @@ type mirrorKey struct {
 	rank   int
 }
 
-// rankMirror follows one rank of one worker. unusable, once set, says why
-// its events are ignored (a page size the index cannot represent).
+// rankMirror follows one rank of one worker.
 type rankMirror struct {
-	mu       sync.Mutex
-	m        *tree.Mirror
-	unusable string
+	mu sync.Mutex
+	m  *tree.Mirror
 }
 
 // defaultMirrorBlocks bounds one worker's mirror when its engine does not
@@ -76,10 +75,12 @@ func newEventMirror(idx cacheIndex, pageSize int, log *slog.Logger) *eventMirror
 		log = slog.Default()
 	}
 	return &eventMirror{idx: idx, pageSize: pageSize, maxBlocks: defaultMirrorBlocks, log: log,
-		mirrors: map[mirrorKey]*rankMirror{}, exact: map[string]bool{}}
+		mirrors: map[mirrorKey]*rankMirror{}, exact: map[string]bool{}, refused: map[string]string{}}
 }
 
-func (e *eventMirror) rank(worker string, rank int) *rankMirror {
+// rank returns the mirror of worker's rank, and why the worker's events are
+// refused ("" when they are not).
+func (e *eventMirror) rank(worker string, rank int) (*rankMirror, string) {
 	k := mirrorKey{worker, rank}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -88,18 +89,18 @@ func (e *eventMirror) rank(worker string, rank int) *rankMirror {
 		rm = &rankMirror{m: tree.NewMirror(e.pageSize, e.maxBlocks)}
 		e.mirrors[k] = rm
 	}
-	return rm
+	return rm, e.refused[worker]
 }
 
 // ApplyKVEvents applies one batch of worker's events to the index.
 func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
-	rm := e.rank(worker, b.DPRank)
-	rm.mu.Lock()
-	defer rm.mu.Unlock()
-	if rm.unusable != "" {
+	rm, refused := e.rank(worker, b.DPRank)
+	if refused != "" {
 		e.unusable.Add(1)
 		return
 	}
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
 	evs := b.Events
 	for i := 0; i < len(evs); {
 		ev := &evs[i]
@@ -139,10 +140,12 @@ func (e *eventMirror) store(worker string, rm *rankMirror, parent int64, hasPare
 	case errors.Is(err, tree.ErrPageSize):
 		// Matching pages of one size against an index of another would
 		// be silently wrong; the worker falls back to the approximate mode.
-		rm.unusable = err.Error()
 		rm.m.Clear()
 		e.idx.clear(worker)
-		e.setExact(worker, false)
+		e.mu.Lock()
+		e.refused[worker] = err.Error()
+		delete(e.exact, worker)
+		e.mu.Unlock()
 		e.log.Error("KV events unusable: the worker stays on the approximate mode", "worker", worker, "err", err)
 		return false
 	case errors.Is(err, tree.ErrMirrorFull):
@@ -178,7 +181,7 @@ func toMirrorBlocks(dst []tree.MirrorBlock, bs []workers.KVBlock) []tree.MirrorB
 // ResetKVEvents forgets what worker's rank said: the index drops everything
 // it holds for the worker, which the following batches rebuild.
 func (e *eventMirror) ResetKVEvents(worker string, rank int) {
-	rm := e.rank(worker, rank)
+	rm, _ := e.rank(worker, rank)
 	rm.mu.Lock()
 	rm.m.Clear()
 	e.idx.clear(worker)
@@ -188,26 +191,13 @@ func (e *eventMirror) ResetKVEvents(worker string, rank int) {
 // SetKVEventMode records whether worker's events are the truth about its
 // cache. A worker whose events turned out unusable stays approximate.
 func (e *eventMirror) SetKVEventMode(worker string, exact bool) {
-	if exact {
-		e.mu.Lock()
-		for k, rm := range e.mirrors {
-			if k.worker == worker && rm.unusable != "" {
-				exact = false
-			}
-		}
-		e.mu.Unlock()
-	}
-	e.setExact(worker, exact)
-}
-
-func (e *eventMirror) setExact(worker string, exact bool) {
 	e.mu.Lock()
-	if exact {
+	defer e.mu.Unlock()
+	if exact && e.refused[worker] == "" {
 		e.exact[worker] = true
 	} else {
 		delete(e.exact, worker)
 	}
-	e.mu.Unlock()
 }
 
 // KVEventsUnusable says why worker's events are ignored (a block size other
@@ -216,12 +206,7 @@ func (e *eventMirror) setExact(worker string, exact bool) {
 func (e *eventMirror) KVEventsUnusable(worker string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for k, rm := range e.mirrors {
-		if k.worker == worker && rm.unusable != "" {
-			return rm.unusable
-		}
-	}
-	return ""
+	return e.refused[worker]
 }
 
 // isExact reports whether worker's cache is known from its events.
@@ -236,6 +221,7 @@ func (e *eventMirror) forget(worker string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.exact, worker)
+	delete(e.refused, worker)
 	for k := range e.mirrors {
 		if k.worker == worker {
 			delete(e.mirrors, k)

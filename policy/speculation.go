@@ -100,10 +100,3 @@ func (s *speculations) expire(now time.Time, t *tree.Tree) {
 
 // Expired is the number of speculative inserts that expired unconfirmed.
 func (s *speculations) Expired() uint64 { return s.expired.Load() }
-
-// pending is the number of inserts waiting to expire.
-func (s *speculations) pending() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.q) - s.head
-}
