@@ -28,21 +28,18 @@ type kvEventMetrics struct {
 }
 
 func newKVEventMetrics() kvEventMetrics {
-	perWorker := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"worker"})
-	}
 	return kvEventMetrics{
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_kv_events_applied_total",
 			Help: "KV cache events applied to the router's view of the engines' caches, by type (stored, removed, cleared).",
 		}, []string{"type"}),
-		gaps: perWorker("kvgate_kv_event_gaps_total",
+		gaps: workerCounter("kvgate_kv_event_gaps_total",
 			"Skipped KV event sequence numbers (lost events): the worker's view was cleared and its stream restarted from scratch."),
-		resets: perWorker("kvgate_kv_event_resets_total",
+		resets: workerCounter("kvgate_kv_event_resets_total",
 			"KV event sequence numbers that went backwards (the engine restarted): the worker's view was cleared."),
-		resyncs: perWorker("kvgate_kv_event_resyncs_total",
+		resyncs: workerCounter("kvgate_kv_event_resyncs_total",
 			"KV event streams restarted from scratch because the engine could not replay what was missed (OUT_OF_RANGE, DATA_LOSS)."),
-		duplicates: perWorker("kvgate_kv_event_duplicates_total",
+		duplicates: workerCounter("kvgate_kv_event_duplicates_total",
 			"KV event batches received twice and skipped."),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_kv_event_subscription_failures_total",

@@ -174,12 +174,9 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.policyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvgate_request_latency_seconds",
 		Help: "Generation requests' end-to-end latency by the policy that placed them (the seed's smg_request_latency_seconds).", Buckets: latencyBuckets},
 		[]string{"policy"})
-	tokens := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"worker"})
-	}
-	m.promptTokens = tokens("kvgate_worker_prompt_tokens_total", "Prompt tokens of completed requests, by the worker that served them.")
-	m.completionTokens = tokens("kvgate_worker_completion_tokens_total", "Generated tokens of completed requests, by worker.")
-	m.cachedTokens = tokens("kvgate_worker_cached_tokens_total",
+	m.promptTokens = workerCounter("kvgate_worker_prompt_tokens_total", "Prompt tokens of completed requests, by the worker that served them.")
+	m.completionTokens = workerCounter("kvgate_worker_completion_tokens_total", "Generated tokens of completed requests, by worker.")
+	m.cachedTokens = workerCounter("kvgate_worker_cached_tokens_total",
 		"Prompt tokens the worker's engine reported cached (not recomputed); divided by the prompt tokens, its real prefix-cache hit ratio.")
 	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvgate_inter_token_latency_seconds",
 		Help:    "Time between consecutive output tokens reaching the router (a chunk of several tokens shares its gap among them).",
@@ -431,4 +428,9 @@ func (m *Metrics) countTokens(worker string, u *kvgatev1.Usage) {
 	m.promptTokens.WithLabelValues(worker).Add(float64(u.GetPromptTokens()))
 	m.completionTokens.WithLabelValues(worker).Add(float64(u.GetCompletionTokens()))
 	m.cachedTokens.WithLabelValues(worker).Add(float64(u.GetCachedTokens()))
+}
+
+// workerCounter is a counter with one series per worker.
+func workerCounter(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"worker"})
 }
