@@ -182,7 +182,8 @@ func evictAll(t *testing.T, f *fleet, seed uint32) {
 	// (after a gap, say) are unknown to the router too, and the second
 	// round evicts those.
 	ctx := context.Background()
-	for round, i := range []int{0, 0, 1, 1, 2, 2, 3, 3}[:2*len(f.sims)] {
+	for round := range 2 * len(f.sims) {
+		i := round / 2
 		s := f.sims[i]
 		old := map[string]bool{}
 		for _, p := range s.Engine().CachedPages() {
@@ -304,7 +305,6 @@ func TestKVEventMirrorFollowsAnEngineRestart(t *testing.T) {
 func confirmedSubset(t *testing.T, ca *policy.CacheAware, f *fleet) {
 	t.Helper()
 	for i, s := range f.sims {
-		var extra []uint32
 		eventually(t, fmt.Sprintf("worker %d's confirmed pages to be the engine's", i), func() bool {
 			engine := map[string]bool{}
 			for _, p := range s.Engine().CachedPages() {
@@ -312,13 +312,11 @@ func confirmedSubset(t *testing.T, ca *policy.CacheAware, f *fleet) {
 			}
 			for _, p := range ca.Holdings(f.workerURL(i), true) {
 				if !engine[fmt.Sprint(p)] {
-					extra = p
 					return false
 				}
 			}
 			return true
 		})
-		_ = extra
 	}
 }
 

@@ -10,19 +10,7 @@ import (
 // Every flag of `kvgate serve` is documented in README's table, with the
 // default the binary really has.
 func TestReadmeDocumentsEveryServeFlag(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	start := strings.Index(readme, "### `kvgate serve`")
-	if start < 0 {
-		t.Fatal("README has no `kvgate serve` flag section")
-	}
-	section := readme[start:]
-	if end := strings.Index(section[1:], "\n### "); end >= 0 {
-		section = section[:end+1]
-	}
+	section := readmeSection(t, "### `kvgate serve`")
 	var cfg serveConfig
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfg.register(fs)
@@ -51,19 +39,7 @@ func TestReadmeDocumentsEveryServeFlag(t *testing.T) {
 // kvgate_x_exact_total).
 func readmeMetrics(t *testing.T) func(name string) bool {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	start := strings.Index(readme, "\n## Metrics")
-	if start < 0 {
-		t.Fatal("README has no Metrics section")
-	}
-	section := readme[start+1:]
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end]
-	}
+	section := readmeSection(t, "## Metrics")
 	names := map[string]bool{}
 	for _, row := range strings.Split(section, "\n") {
 		if !strings.HasPrefix(row, "| `kvgate_") {
@@ -87,4 +63,28 @@ func readmeMetrics(t *testing.T) func(name string) bool {
 		}
 	}
 	return func(name string) bool { return names[name] }
+}
+
+// readmeSection returns README's section under heading ("## X" or
+// "### X"), up to the next heading of the same level or the next "## ".
+func readmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "\n"+heading+"\n")
+	if start < 0 {
+		t.Fatalf("README has no %q section", heading)
+	}
+	section := readme[start+1:]
+	end := len(section)
+	level := heading[:strings.Index(heading, " ")+1] // "## " or "### "
+	for _, next := range []string{"\n## ", "\n" + level} {
+		if j := strings.Index(section[len(heading):], next); j >= 0 {
+			end = min(end, len(heading)+j+1)
+		}
+	}
+	return section[:end]
 }
