@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"time"
@@ -100,6 +101,17 @@ func (p *policyFlags) given(name string) bool {
 		p.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
 	}
 	return found
+}
+
+// validate checks every policy's settings, not only the chosen policy's, and
+// before anything starts: a value out of range is a mistake on the command
+// line whichever policy it was meant for, and refusing it only once the
+// workers have joined (when the policy is built) would hide it behind a
+// start-up that looked fine.
+func (p *policyFlags) validate() error {
+	o := p.options()
+	return errors.Join(o.CacheAware.Validate(), o.PrefixHash.Validate(), o.Manual.Validate(),
+		o.Bucket.Validate(), o.VllmCacheAware.Validate())
 }
 
 // options turns the flags into policy options; the tree's page size comes

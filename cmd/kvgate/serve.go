@@ -282,6 +282,9 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 			return g, func() {}, fmt.Errorf("%s is %v; it must be > 0", d.flag, d.v)
 		}
 	}
+	if err := c.routing.validate(); err != nil {
+		return g, func() {}, err
+	}
 	if c.healthFailures < 1 || c.healthSuccesses < 1 {
 		return g, func() {}, fmt.Errorf("--health-failure-threshold (%d) and --health-success-threshold (%d) must be ≥ 1", c.healthFailures, c.healthSuccesses)
 	}
