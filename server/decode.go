@@ -130,10 +130,23 @@ func undecodable(m proto.Message) (string, bool) {
 	return "", false
 }
 
+// maxFieldSearchDepth bounds how deep invalidUTF8Field looks into nested
+// messages: google.protobuf.Struct and Value nest as deep as a client
+// likes, and nothing recurses on client data without a limit.
+const maxFieldSearchDepth = 100
+
 // invalidUTF8Field finds the first string field in the wire bytes of a
 // message of type md that is not valid UTF-8, as a path like
-// "messages[1].content"; "" when there is none.
+// "messages[1].content"; "" when there is none within
+// maxFieldSearchDepth levels.
 func invalidUTF8Field(md protoreflect.MessageDescriptor, b []byte, prefix string) string {
+	return invalidUTF8FieldAt(md, b, prefix, 0)
+}
+
+func invalidUTF8FieldAt(md protoreflect.MessageDescriptor, b []byte, prefix string, depth int) string {
+	if depth >= maxFieldSearchDepth {
+		return ""
+	}
 	seen := map[protowire.Number]int{}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -166,7 +179,7 @@ func invalidUTF8Field(md protoreflect.MessageDescriptor, b []byte, prefix string
 			}
 		case protoreflect.MessageKind:
 			// A map entry is a message of its key and value.
-			if f := invalidUTF8Field(fd.Message(), v, name+"."); f != "" {
+			if f := invalidUTF8FieldAt(fd.Message(), v, name+".", depth+1); f != "" {
 				return f
 			}
 		}

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
@@ -19,25 +22,30 @@ import (
 
 // JSON nested a million levels deep (2 MB) in any JSON field a client
 // controls once overflowed the stack (fatal, the whole process). Now it is
-// refused with INVALID_ARGUMENT naming the field and the limit.
+// refused with INVALID_ARGUMENT naming the field and the limit: as JSON text
+// (a tool call's arguments in OpenAI's form) and as google.protobuf.Struct
+// or Value, nested as deep as protobuf's own decoder lets through.
 func TestDeeplyNestedJSONIsRefused(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1, text: true})
 	deep := strings.Repeat("[", 1_000_000) + strings.Repeat("]", 1_000_000)
-	deepObject := strings.Repeat(`{"a":`, 400_000) + "1" + strings.Repeat("}", 400_000)
+	const levels = 2000 // about 5,000 messages deep: protobuf's decoder takes up to 10,000
 	user := []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}}
+	call := func(args *structpb.Value) []*kvgatev1.ChatMessage {
+		return []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"},
+			{Role: "assistant", ToolCalls: []*kvgatev1.ToolCall{{Function: &kvgatev1.FunctionCall{Name: "f", Arguments: args}}}}}
+	}
+	deepStruct := &structpb.Struct{Fields: map[string]*structpb.Value{"x": nestedValue(levels)}}
 	tests := []struct {
 		name  string
 		req   *kvgatev1.ChatRequest
 		field string
 	}{
-		{"chat_template_kwargs", &kvgatev1.ChatRequest{Messages: user,
-			ChatTemplateKwargs: &kvgatev1.ChatTemplateKwargs{Json: `{"x":` + deep + `}`}}, "chat_template_kwargs.json"},
+		{"chat_template_kwargs", &kvgatev1.ChatRequest{Messages: user, ChatTemplateKwargs: deepStruct}, "chat_template_kwargs"},
 		{"a tool's parameters", &kvgatev1.ChatRequest{Messages: user, Tools: []*kvgatev1.Tool{{
-			Function: &kvgatev1.FunctionDefinition{Name: "f", ParametersJson: deepObject}}}}, "tools[0].function.parameters_json"},
-		{"a tool call's arguments", &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{
-			{Role: "user", Content: "hi"},
-			{Role: "assistant", ToolCalls: []*kvgatev1.ToolCall{{Function: &kvgatev1.FunctionCall{Name: "f", Arguments: deep}}}},
-		}}, "messages[1].tool_calls[0].function.arguments"},
+			Function: &kvgatev1.FunctionDefinition{Name: "f", Parameters: deepStruct}}}}, "tools[0].function.parameters"},
+		{"a tool call's arguments", &kvgatev1.ChatRequest{Messages: call(nestedValue(levels))}, "messages[1].tool_calls[0].function.arguments"},
+		{"a tool call's arguments as JSON text", &kvgatev1.ChatRequest{Messages: call(structpb.NewStringValue(deep))},
+			"messages[1].tool_calls[0].function.arguments"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +61,67 @@ func TestDeeplyNestedJSONIsRefused(t *testing.T) {
 			}
 		})
 	}
+
+	// 200,000 levels (about 1 MB) of Values in a tool's parameters, as
+	// bytes no generated client would build without recursing as deep: the
+	// decoder refuses them, and the request is INVALID_ARGUMENT.
+	params := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("a")) // Struct.fields entry: key
+	params = protowire.AppendBytes(protowire.AppendTag(params, 2, protowire.BytesType), deepValueWire(200_000))
+	params = protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), params)       // Struct.fields
+	fn := protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), params)          // FunctionDefinition.parameters
+	tool := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), fn)            // Tool.function
+	msg := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("user")) // ChatMessage.role
+	req := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), msg)            // ChatRequest.messages
+	req = protowire.AppendBytes(protowire.AppendTag(req, 3, protowire.BytesType), tool)            // ChatRequest.tools
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/kvgate.v1.Router/Chat", grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(&req); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseSend()
+	var resp []byte
+	if err := st.RecvMsg(&resp); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("200,000 levels of Values: %v, want INVALID_ARGUMENT", err)
+	}
 	f.mustGenerate(t, &kvgatev1.GenerateRequest{Text: "still serving"})
+}
+
+// nestedValue is levels of arrays and objects around a 1, built without
+// recursion.
+func nestedValue(levels int) *structpb.Value {
+	v := structpb.NewNumberValue(1)
+	for i := range levels {
+		if i%2 == 0 {
+			v = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{v}})
+		} else {
+			v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"a": v}})
+		}
+	}
+	return v
+}
+
+// deepValueWire is the wire form of levels nested lists around an empty
+// Value ([[[...]]]), written outside in without recursion: each level is
+// Value.list_value (6) holding ListValue.values (1).
+func deepValueWire(levels int) []byte {
+	var headers [][]byte
+	size := 0
+	for range levels {
+		for _, num := range []protowire.Number{1, 6} {
+			h := protowire.AppendVarint(protowire.AppendTag(nil, num, protowire.BytesType), uint64(size))
+			size += len(h)
+			headers = append(headers, h)
+		}
+	}
+	out := make([]byte, 0, size)
+	for i := len(headers) - 1; i >= 0; i-- {
+		out = append(out, headers[i]...)
+	}
+	return out
 }
 
 // Prompts refused for not fitting the model once filled the tokenizer cache

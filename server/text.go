@@ -104,8 +104,9 @@ func (s *Server) encode(text string, addSpecial bool, what string) ([]uint32, fu
 }
 
 // conversation converts the request to the values a chat template sees:
-// messages and tools as ordered maps, JSON fields decoded with their key
-// order kept, since templates print them with tojson.
+// messages and tools as ordered maps, JSON fields as jsonvalues.go converts
+// them (keys sorted, since a Struct has no order and templates print them
+// with tojson).
 func conversation(req *kvgatev1.ChatRequest) (textmodel.Conversation, error) {
 	c := textmodel.Conversation{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
 	for i, m := range req.GetMessages() {
@@ -120,7 +121,7 @@ func conversation(req *kvgatev1.ChatRequest) (textmodel.Conversation, error) {
 			for k, tc := range m.GetToolCalls() {
 				fn := template.NewOrderedMap()
 				fn.Set("name", tc.GetFunction().GetName())
-				args, err := jsonValue(tc.GetFunction().GetArguments(), fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", i, k))
+				args, err := argumentsValue(tc.GetFunction().GetArguments(), fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", i, k))
 				if err != nil {
 					return c, err
 				}
@@ -149,8 +150,8 @@ func conversation(req *kvgatev1.ChatRequest) (textmodel.Conversation, error) {
 		if d := t.GetFunction().GetDescription(); d != "" {
 			fn.Set("description", d)
 		}
-		if p := t.GetFunction().GetParametersJson(); p != "" {
-			params, err := jsonValue(p, fmt.Sprintf("tools[%d].function.parameters_json", i))
+		if p := t.GetFunction().GetParameters(); p != nil {
+			params, err := structValue(p, fmt.Sprintf("tools[%d].function.parameters", i))
 			if err != nil {
 				return c, err
 			}
@@ -161,27 +162,14 @@ func conversation(req *kvgatev1.ChatRequest) (textmodel.Conversation, error) {
 		tool.Set("function", fn)
 		c.Tools = append(c.Tools, tool)
 	}
-	if kw := req.GetChatTemplateKwargs().GetJson(); kw != "" {
-		v, err := jsonValue(kw, "chat_template_kwargs.json")
+	if kw := req.GetChatTemplateKwargs(); kw != nil {
+		m, err := structValue(kw, "chat_template_kwargs")
 		if err != nil {
 			return c, err
-		}
-		m, ok := v.(*template.OrderedMap)
-		if !ok {
-			return c, invalid("chat_template_kwargs.json must be a JSON object")
 		}
 		c.Kwargs = m
 	}
 	return c, nil
-}
-
-// jsonValue decodes a JSON text field for a template; field names it in errors.
-func jsonValue(s, field string) (any, error) {
-	v, err := template.DecodeJSON([]byte(s))
-	if err != nil {
-		return nil, invalid("%s is not valid JSON: %v", field, err)
-	}
-	return v, nil
 }
 
 func orDefault(s, def string) string {

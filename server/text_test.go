@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 )
@@ -203,13 +205,20 @@ func TestBadTextAndChatInput(t *testing.T) {
 		}, []string{"Only user and assistant roles are supported!"}},
 		{"tool call arguments not JSON", func() error {
 			_, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "assistant",
-				ToolCalls: []*kvgatev1.ToolCall{{Function: &kvgatev1.FunctionCall{Name: "f", Arguments: "{oops"}}}}}})
+				ToolCalls: []*kvgatev1.ToolCall{{Function: &kvgatev1.FunctionCall{Name: "f", Arguments: structpb.NewStringValue("{oops")}}}}}})
 			return err
 		}, []string{"messages[0].tool_calls[0].function.arguments"}},
-		{"template kwargs not an object", func() error {
-			_, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Messages: user, ChatTemplateKwargs: &kvgatev1.ChatTemplateKwargs{Json: "[1]"}})
+		{"template kwargs holding NaN", func() error {
+			kw := &structpb.Struct{Fields: map[string]*structpb.Value{"x": structpb.NewNumberValue(math.NaN())}}
+			_, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Messages: user, ChatTemplateKwargs: kw})
 			return err
-		}, []string{"chat_template_kwargs"}},
+		}, []string{"chat_template_kwargs", "finite"}},
+		{"tool parameters holding a Value with no kind", func() error {
+			params := &structpb.Struct{Fields: map[string]*structpb.Value{"type": {}}}
+			_, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Messages: user, Tools: []*kvgatev1.Tool{
+				{}, {Function: &kvgatev1.FunctionDefinition{Name: "f", Parameters: params}}}})
+			return err
+		}, []string{"tools[1].function.parameters", "no kind"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

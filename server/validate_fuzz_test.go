@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 )
@@ -148,7 +149,9 @@ func FuzzRequestCodec(f *testing.F) {
 	for _, m := range []proto.Message{
 		&kvgatev1.GenerateRequest{RequestId: "r", InputIds: []uint32{1, 2, 3}, Stream: true,
 			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto.Uint32(8), Stop: []string{"</s>"}}},
-		&kvgatev1.ChatRequest{},
+		&kvgatev1.ChatRequest{Tools: []*kvgatev1.Tool{{Function: &kvgatev1.FunctionDefinition{Name: "f",
+			Parameters: &structpb.Struct{Fields: map[string]*structpb.Value{"type": structpb.NewStringValue("object")}}}}},
+			ChatTemplateKwargs: &structpb.Struct{Fields: map[string]*structpb.Value{"enable_thinking": structpb.NewBoolValue(false)}}},
 		&kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{Generate: &kvgatev1.GenerateRequest{Text: "hi"}}},
 	} {
 		b, err := proto.Marshal(m)

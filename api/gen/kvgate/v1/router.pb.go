@@ -18,6 +18,7 @@ package kvgatev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -694,8 +695,10 @@ type ChatRequest struct {
 	Messages []*ChatMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Tools the model may call, passed to the chat template as `tools`.
 	Tools []*Tool `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
-	// Extra template variables (for example {"enable_thinking": false}).
-	ChatTemplateKwargs *ChatTemplateKwargs `protobuf:"bytes,4,opt,name=chat_template_kwargs,json=chatTemplateKwargs,proto3" json:"chat_template_kwargs,omitempty"`
+	// Extra template variables, as a JSON object: for example
+	// {"enable_thinking": false}. Each key becomes a variable of the template.
+	// Numbers without a fractional part reach the template as integers.
+	ChatTemplateKwargs *structpb.Struct `protobuf:"bytes,8,opt,name=chat_template_kwargs,json=chatTemplateKwargs,proto3" json:"chat_template_kwargs,omitempty"`
 	// End the prompt with the header of an assistant turn. Default true.
 	AddGenerationPrompt *bool           `protobuf:"varint,5,opt,name=add_generation_prompt,json=addGenerationPrompt,proto3,oneof" json:"add_generation_prompt,omitempty"`
 	SamplingParams      *SamplingParams `protobuf:"bytes,6,opt,name=sampling_params,json=samplingParams,proto3" json:"sampling_params,omitempty"`
@@ -756,7 +759,7 @@ func (x *ChatRequest) GetTools() []*Tool {
 	return nil
 }
 
-func (x *ChatRequest) GetChatTemplateKwargs() *ChatTemplateKwargs {
+func (x *ChatRequest) GetChatTemplateKwargs() *structpb.Struct {
 	if x != nil {
 		return x.ChatTemplateKwargs
 	}
@@ -784,53 +787,6 @@ func (x *ChatRequest) GetStream() bool {
 	return false
 }
 
-// ChatTemplateKwargs are template variables given as a JSON object, so that
-// their order and types reach the template as the client wrote them.
-type ChatTemplateKwargs struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// A JSON object, for example {"enable_thinking": false}.
-	Json          string `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ChatTemplateKwargs) Reset() {
-	*x = ChatTemplateKwargs{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ChatTemplateKwargs) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ChatTemplateKwargs) ProtoMessage() {}
-
-func (x *ChatTemplateKwargs) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ChatTemplateKwargs.ProtoReflect.Descriptor instead.
-func (*ChatTemplateKwargs) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *ChatTemplateKwargs) GetJson() string {
-	if x != nil {
-		return x.Json
-	}
-	return ""
-}
-
 // ChatMessage is one turn of a conversation, as chat templates expect it.
 type ChatMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -852,7 +808,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[8]
+	mi := &file_kvgate_v1_router_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +820,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[8]
+	mi := &file_kvgate_v1_router_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +833,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -935,7 +891,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[9]
+	mi := &file_kvgate_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +903,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[9]
+	mi := &file_kvgate_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +916,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolCall) GetId() string {
@@ -988,16 +944,19 @@ func (x *ToolCall) GetFunction() *FunctionCall {
 type FunctionCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// The arguments as a JSON object. Templates see it as an object (parsed,
-	// key order kept), as transformers passes it.
-	Arguments     string `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// The arguments, usually a JSON object such as {"city": "Paris"}. A string
+	// is read as JSON text (OpenAI's form, "{\"city\": \"Paris\"}"), and the
+	// template sees what it holds with its key order kept; unset is {}.
+	// Objects given as objects reach the template with their keys sorted, as
+	// google.protobuf.Struct keeps no order.
+	Arguments     *structpb.Value `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FunctionCall) Reset() {
 	*x = FunctionCall{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	mi := &file_kvgate_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +968,7 @@ func (x *FunctionCall) String() string {
 func (*FunctionCall) ProtoMessage() {}
 
 func (x *FunctionCall) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	mi := &file_kvgate_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +981,7 @@ func (x *FunctionCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionCall.ProtoReflect.Descriptor instead.
 func (*FunctionCall) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FunctionCall) GetName() string {
@@ -1032,11 +991,11 @@ func (x *FunctionCall) GetName() string {
 	return ""
 }
 
-func (x *FunctionCall) GetArguments() string {
+func (x *FunctionCall) GetArguments() *structpb.Value {
 	if x != nil {
 		return x.Arguments
 	}
-	return ""
+	return nil
 }
 
 // Tool describes a tool the model may call.
@@ -1051,7 +1010,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	mi := &file_kvgate_v1_router_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1022,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	mi := &file_kvgate_v1_router_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1035,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Tool) GetType() string {
@@ -1098,15 +1057,16 @@ type FunctionDefinition struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	// JSON schema of the parameters, as a JSON object (key order kept).
-	ParametersJson string `protobuf:"bytes,3,opt,name=parameters_json,json=parametersJson,proto3" json:"parameters_json,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// JSON schema of the parameters, as a JSON object. The template sees its
+	// keys sorted at every level, as google.protobuf.Struct keeps no order.
+	Parameters    *structpb.Struct `protobuf:"bytes,4,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FunctionDefinition) Reset() {
 	*x = FunctionDefinition{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	mi := &file_kvgate_v1_router_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1078,7 @@ func (x *FunctionDefinition) String() string {
 func (*FunctionDefinition) ProtoMessage() {}
 
 func (x *FunctionDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	mi := &file_kvgate_v1_router_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1091,7 @@ func (x *FunctionDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionDefinition.ProtoReflect.Descriptor instead.
 func (*FunctionDefinition) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FunctionDefinition) GetName() string {
@@ -1148,11 +1108,11 @@ func (x *FunctionDefinition) GetDescription() string {
 	return ""
 }
 
-func (x *FunctionDefinition) GetParametersJson() string {
+func (x *FunctionDefinition) GetParameters() *structpb.Struct {
 	if x != nil {
-		return x.ParametersJson
+		return x.Parameters
 	}
-	return ""
+	return nil
 }
 
 // ChatResponse is one message of the Chat stream, shaped like GenerateResponse.
@@ -1170,7 +1130,7 @@ type ChatResponse struct {
 
 func (x *ChatResponse) Reset() {
 	*x = ChatResponse{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[13]
+	mi := &file_kvgate_v1_router_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1142,7 @@ func (x *ChatResponse) String() string {
 func (*ChatResponse) ProtoMessage() {}
 
 func (x *ChatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[13]
+	mi := &file_kvgate_v1_router_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1155,7 @@ func (x *ChatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatResponse.ProtoReflect.Descriptor instead.
 func (*ChatResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChatResponse) GetRequestId() string {
@@ -1250,7 +1210,7 @@ var File_kvgate_v1_router_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\n" +
-	"\x16kvgate/v1/router.proto\x12\tkvgate.v1\"\xbd\x01\n" +
+	"\x16kvgate/v1/router.proto\x12\tkvgate.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xbd\x01\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1318,14 +1278,12 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
 	"\bmessages\x18\x02 \x03(\v2\x16.kvgate.v1.ChatMessageR\bmessages\x12%\n" +
-	"\x05tools\x18\x03 \x03(\v2\x0f.kvgate.v1.ToolR\x05tools\x12O\n" +
-	"\x14chat_template_kwargs\x18\x04 \x01(\v2\x1d.kvgate.v1.ChatTemplateKwargsR\x12chatTemplateKwargs\x127\n" +
+	"\x05tools\x18\x03 \x03(\v2\x0f.kvgate.v1.ToolR\x05tools\x12I\n" +
+	"\x14chat_template_kwargs\x18\b \x01(\v2\x17.google.protobuf.StructR\x12chatTemplateKwargs\x127\n" +
 	"\x15add_generation_prompt\x18\x05 \x01(\bH\x00R\x13addGenerationPrompt\x88\x01\x01\x12B\n" +
 	"\x0fsampling_params\x18\x06 \x01(\v2\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n" +
 	"\x06stream\x18\a \x01(\bR\x06streamB\x18\n" +
-	"\x16_add_generation_prompt\"(\n" +
-	"\x12ChatTemplateKwargs\x12\x12\n" +
-	"\x04json\x18\x01 \x01(\tR\x04json\"\xd2\x01\n" +
+	"\x16_add_generation_promptJ\x04\b\x04\x10\x05\"\xd2\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x12\n" +
@@ -1338,17 +1296,19 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x123\n" +
-	"\bfunction\x18\x03 \x01(\v2\x17.kvgate.v1.FunctionCallR\bfunction\"@\n" +
+	"\bfunction\x18\x03 \x01(\v2\x17.kvgate.v1.FunctionCallR\bfunction\"^\n" +
 	"\fFunctionCall\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x02 \x01(\tR\targuments\"U\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x124\n" +
+	"\targuments\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\targumentsJ\x04\b\x02\x10\x03\"U\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x129\n" +
-	"\bfunction\x18\x02 \x01(\v2\x1d.kvgate.v1.FunctionDefinitionR\bfunction\"s\n" +
+	"\bfunction\x18\x02 \x01(\v2\x1d.kvgate.v1.FunctionDefinitionR\bfunction\"\x9a\x01\n" +
 	"\x12FunctionDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"\xa6\x01\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x127\n" +
+	"\n" +
+	"parameters\x18\x04 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"parametersJ\x04\b\x03\x10\x04R\x0fparameters_json\"\xa6\x01\n" +
 	"\fChatResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x120\n" +
@@ -1378,7 +1338,7 @@ func file_kvgate_v1_router_proto_rawDescGZIP() []byte {
 }
 
 var file_kvgate_v1_router_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kvgate_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_kvgate_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_kvgate_v1_router_proto_goTypes = []any{
 	(FinishReason)(0),          // 0: kvgate.v1.FinishReason
 	(*GenerateRequest)(nil),    // 1: kvgate.v1.GenerateRequest
@@ -1388,13 +1348,14 @@ var file_kvgate_v1_router_proto_goTypes = []any{
 	(*GenerateComplete)(nil),   // 5: kvgate.v1.GenerateComplete
 	(*Usage)(nil),              // 6: kvgate.v1.Usage
 	(*ChatRequest)(nil),        // 7: kvgate.v1.ChatRequest
-	(*ChatTemplateKwargs)(nil), // 8: kvgate.v1.ChatTemplateKwargs
-	(*ChatMessage)(nil),        // 9: kvgate.v1.ChatMessage
-	(*ToolCall)(nil),           // 10: kvgate.v1.ToolCall
-	(*FunctionCall)(nil),       // 11: kvgate.v1.FunctionCall
-	(*Tool)(nil),               // 12: kvgate.v1.Tool
-	(*FunctionDefinition)(nil), // 13: kvgate.v1.FunctionDefinition
-	(*ChatResponse)(nil),       // 14: kvgate.v1.ChatResponse
+	(*ChatMessage)(nil),        // 8: kvgate.v1.ChatMessage
+	(*ToolCall)(nil),           // 9: kvgate.v1.ToolCall
+	(*FunctionCall)(nil),       // 10: kvgate.v1.FunctionCall
+	(*Tool)(nil),               // 11: kvgate.v1.Tool
+	(*FunctionDefinition)(nil), // 12: kvgate.v1.FunctionDefinition
+	(*ChatResponse)(nil),       // 13: kvgate.v1.ChatResponse
+	(*structpb.Struct)(nil),    // 14: google.protobuf.Struct
+	(*structpb.Value)(nil),     // 15: google.protobuf.Value
 }
 var file_kvgate_v1_router_proto_depIdxs = []int32{
 	2,  // 0: kvgate.v1.GenerateRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
@@ -1402,24 +1363,26 @@ var file_kvgate_v1_router_proto_depIdxs = []int32{
 	5,  // 2: kvgate.v1.GenerateResponse.complete:type_name -> kvgate.v1.GenerateComplete
 	0,  // 3: kvgate.v1.GenerateComplete.finish_reason:type_name -> kvgate.v1.FinishReason
 	6,  // 4: kvgate.v1.GenerateComplete.usage:type_name -> kvgate.v1.Usage
-	9,  // 5: kvgate.v1.ChatRequest.messages:type_name -> kvgate.v1.ChatMessage
-	12, // 6: kvgate.v1.ChatRequest.tools:type_name -> kvgate.v1.Tool
-	8,  // 7: kvgate.v1.ChatRequest.chat_template_kwargs:type_name -> kvgate.v1.ChatTemplateKwargs
+	8,  // 5: kvgate.v1.ChatRequest.messages:type_name -> kvgate.v1.ChatMessage
+	11, // 6: kvgate.v1.ChatRequest.tools:type_name -> kvgate.v1.Tool
+	14, // 7: kvgate.v1.ChatRequest.chat_template_kwargs:type_name -> google.protobuf.Struct
 	2,  // 8: kvgate.v1.ChatRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
-	10, // 9: kvgate.v1.ChatMessage.tool_calls:type_name -> kvgate.v1.ToolCall
-	11, // 10: kvgate.v1.ToolCall.function:type_name -> kvgate.v1.FunctionCall
-	13, // 11: kvgate.v1.Tool.function:type_name -> kvgate.v1.FunctionDefinition
-	4,  // 12: kvgate.v1.ChatResponse.chunk:type_name -> kvgate.v1.GenerateChunk
-	5,  // 13: kvgate.v1.ChatResponse.complete:type_name -> kvgate.v1.GenerateComplete
-	1,  // 14: kvgate.v1.Router.Generate:input_type -> kvgate.v1.GenerateRequest
-	7,  // 15: kvgate.v1.Router.Chat:input_type -> kvgate.v1.ChatRequest
-	3,  // 16: kvgate.v1.Router.Generate:output_type -> kvgate.v1.GenerateResponse
-	14, // 17: kvgate.v1.Router.Chat:output_type -> kvgate.v1.ChatResponse
-	16, // [16:18] is the sub-list for method output_type
-	14, // [14:16] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	9,  // 9: kvgate.v1.ChatMessage.tool_calls:type_name -> kvgate.v1.ToolCall
+	10, // 10: kvgate.v1.ToolCall.function:type_name -> kvgate.v1.FunctionCall
+	15, // 11: kvgate.v1.FunctionCall.arguments:type_name -> google.protobuf.Value
+	12, // 12: kvgate.v1.Tool.function:type_name -> kvgate.v1.FunctionDefinition
+	14, // 13: kvgate.v1.FunctionDefinition.parameters:type_name -> google.protobuf.Struct
+	4,  // 14: kvgate.v1.ChatResponse.chunk:type_name -> kvgate.v1.GenerateChunk
+	5,  // 15: kvgate.v1.ChatResponse.complete:type_name -> kvgate.v1.GenerateComplete
+	1,  // 16: kvgate.v1.Router.Generate:input_type -> kvgate.v1.GenerateRequest
+	7,  // 17: kvgate.v1.Router.Chat:input_type -> kvgate.v1.ChatRequest
+	3,  // 18: kvgate.v1.Router.Generate:output_type -> kvgate.v1.GenerateResponse
+	13, // 19: kvgate.v1.Router.Chat:output_type -> kvgate.v1.ChatResponse
+	18, // [18:20] is the sub-list for method output_type
+	16, // [16:18] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_router_proto_init() }
@@ -1434,7 +1397,7 @@ func file_kvgate_v1_router_proto_init() {
 	}
 	file_kvgate_v1_router_proto_msgTypes[4].OneofWrappers = []any{}
 	file_kvgate_v1_router_proto_msgTypes[6].OneofWrappers = []any{}
-	file_kvgate_v1_router_proto_msgTypes[13].OneofWrappers = []any{
+	file_kvgate_v1_router_proto_msgTypes[12].OneofWrappers = []any{
 		(*ChatResponse_Chunk)(nil),
 		(*ChatResponse_Complete)(nil),
 	}
@@ -1444,7 +1407,7 @@ func file_kvgate_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_router_proto_rawDesc), len(file_kvgate_v1_router_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
