@@ -7,10 +7,19 @@ BUF_VERSION          := v1.75.0
 PROTOC_GEN_GO        := v1.36.12
 PROTOC_GEN_GO_GRPC   := v1.6.0
 
+# The SDK generators. protoc-gen-es is pinned in sdk/typescript/package.json
+# (with its lockfile); protoc and grpc's python plugin come from Debian
+# bookworm, at the versions of the python3-protobuf and python3-grpcio
+# runtimes the Python SDK is tested with.
+SDK_APT_PACKAGES := protobuf-compiler=3.21.12-3+deb12u1 protobuf-compiler-grpc=1.51.1-3+b1 \
+	python3-grpcio=1.51.1-3+b1 python3-protobuf=3.21.12-3+deb12u1
+SDK_PYTHON := /usr/bin/python3
+
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check bench chaos fuzz-short
+.PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check bench chaos fuzz-short \
+	sdk sdk-tools sdk-apt sdk-test
 
 all: build
 
@@ -36,6 +45,34 @@ proto: tools
 	rm -rf api/gen
 	$(BIN)/buf generate
 
+## sdk-apt: install the Debian packages of SDK_APT_PACKAGES (needs root; .ci/run does it).
+sdk-apt:
+	apt-get install -y --no-install-recommends $(SDK_APT_PACKAGES)
+
+## sdk-tools: protoc-gen-es and the TypeScript SDK's dependencies (npm ci), and a check that
+## the Debian packages are installed at the pinned versions (make sdk-apt installs them).
+sdk-tools: sdk/typescript/node_modules/.package-lock.json
+	@for pv in $(SDK_APT_PACKAGES); do \
+		pkg=$${pv%%=*}; want=$${pv#*=}; \
+		got=$$(dpkg-query -W -f='$${Version}' $$pkg 2>/dev/null || true); \
+		if [ "$$got" != "$$want" ]; then \
+			echo "$$pkg is '$$got', the SDKs need $$want: run make sdk-apt (as root)"; exit 1; fi; \
+	done
+
+sdk/typescript/node_modules/.package-lock.json: sdk/typescript/package-lock.json
+	cd sdk/typescript && npm ci --no-audit --no-fund
+
+## sdk: regenerate the TypeScript and Python SDKs (sdk/*/) from api/proto/kvgate/v1 with buf.
+sdk: tools sdk-tools
+	$(BIN)/buf generate --template buf.gen.typescript.yaml --path api/proto/kvgate/v1
+	$(BIN)/buf generate --template buf.gen.python.yaml --path api/proto/kvgate/v1
+
+## sdk-test: each SDK's test against a live kvgate (the embedded default) started from bin/kvgate.
+sdk-test: sdk-tools
+	go build -buildvcs=auto -o $(BIN)/kvgate ./cmd/kvgate
+	cd sdk/typescript && KVGATE_BIN=$(BIN)/kvgate npm test
+	cd sdk/python && KVGATE_BIN=$(BIN)/kvgate $(SDK_PYTHON) -m unittest discover -s tests -v
+
 ## lint: buf lint on the public API.
 lint: tools
 	$(BIN)/buf lint
@@ -47,11 +84,11 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-## check: generated code is current, protos lint clean, code formatted and vetted.
-check: proto lint fmt-check vet
-	@if [ -n "$$(git status --porcelain -- api/gen)" ]; then \
-		echo "api/gen differs from what 'make proto' produces:"; \
-		git status --porcelain -- api/gen; exit 1; fi
+## check: generated code (api/gen and the SDKs) is current, protos lint clean, code formatted and vetted.
+check: proto sdk lint fmt-check vet
+	@if [ -n "$$(git status --porcelain -- api/gen sdk)" ]; then \
+		echo "api/gen or sdk/ differs from what 'make proto' and 'make sdk' produce:"; \
+		git status --porcelain -- api/gen sdk; exit 1; fi
 	@echo "check: ok"
 
 clean:
