@@ -1,0 +1,441 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/metricsdoc"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// notRouterMetrics are the prefixes of the Go runtime's and the process's
+// collectors, which /metrics carries beside the router's own and
+// docs/metrics.md does not list.
+var notRouterMetrics = []string{"go_", "process_"}
+
+func metricsDoc(t *testing.T) *metricsdoc.Doc {
+	t.Helper()
+	b, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := metricsdoc.Parse(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// scrape reads f's /metrics over HTTP, served by the handler `kvgate serve`
+// mounts on its Prometheus listener.
+func scrape(t *testing.T, f *fleet) map[string]*metricsdoc.Family {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(f.srv.Metrics().Registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d, %v", resp.StatusCode, err)
+	}
+	fams, err := metricsdoc.ParseExposition(string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// TestMetricsReferenceMatchesTheRouter drives traffic that moves every
+// metric family through routers in front of simulated engines, scrapes each
+// router's /metrics, and holds the union to docs/metrics.md both ways: every
+// documented metric is exported (with the documented type and labels) and
+// has moved, and every exported kvgate_ metric is documented. Some metrics
+// exist only in some configurations (prefill/decode, a tokenizer, a tree
+// policy, a rate limit), hence several routers.
+func TestMetricsReferenceMatchesTheRouter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives several fleets through faults")
+	}
+	doc := metricsDoc(t)
+	scenarios := []struct {
+		name string
+		run  func(t *testing.T) *fleet
+	}{
+		{"cache_aware with KV events and faults", eventsAndFaults},
+		{"approximate cache predictions", approximatePredictions},
+		{"prefill/decode", disaggregated},
+		{"text, chat and admission", textAndAdmission},
+		{"retry budget", retryBudget},
+	}
+	exported := map[string]*metricsdoc.Family{} // the union, every series kept
+	for _, sc := range scenarios {
+		ok := t.Run(sc.name, func(t *testing.T) {
+			f := sc.run(t)
+			for name, fam := range scrape(t, f) {
+				if prev, ok := exported[name]; ok {
+					if prev.Type != fam.Type {
+						t.Errorf("%s is a %s here and a %s in an earlier scenario", name, fam.Type, prev.Type)
+					}
+					prev.Series = append(prev.Series, fam.Series...)
+					continue
+				}
+				exported[name] = fam
+			}
+		})
+		if !ok {
+			t.Fatalf("scenario %q failed; the reference is not checked against partial traffic", sc.name)
+		}
+	}
+
+	for _, name := range slices.Sorted(maps.Keys(doc.Metrics)) {
+		m := doc.Metrics[name]
+		fam, ok := exported[name]
+		switch {
+		case !ok || len(fam.Series) == 0:
+			t.Errorf("docs/metrics.md:%d documents %s, which no router exported after the traffic", m.Line, name)
+			continue
+		case fam.Type != m.Type:
+			t.Errorf("docs/metrics.md:%d documents %s as a %s; it is exported as a %s", m.Line, name, m.Type, fam.Type)
+		case !fam.Moved():
+			t.Errorf("%s never moved: the traffic does not cover it", name)
+		}
+		for _, s := range fam.Series {
+			got := slices.Sorted(maps.Keys(s.Labels))
+			got = slices.DeleteFunc(got, func(l string) bool { return l == "le" && strings.HasSuffix(s.Name, "_bucket") })
+			if !slices.Equal(got, m.Labels) {
+				t.Errorf("docs/metrics.md:%d documents %s with labels %v; a series has %v (%v)", m.Line, name, m.Labels, got, s.Labels)
+				break
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(exported)) {
+		if _, ok := doc.Metrics[name]; ok || slices.ContainsFunc(notRouterMetrics, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			continue
+		}
+		t.Errorf("%s is exported but docs/metrics.md does not document it", name)
+	}
+}
+
+// eventsAndFaults runs a cache_aware router with KV events in front of
+// three engines and puts each through faults: duplicated and lost event
+// batches, a subscriber the engine drops and cannot replay to (a resync), a
+// failing engine (retries, an open breaker, an abort, speculation that
+// expires unconfirmed), and an engine restart (a reset and a broken stream).
+func eventsAndFaults(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 3, policy: "cache_aware",
+		options: func(o *policy.Options) { o.CacheAware.SpeculativeTTL = 0 },
+		sim: func(i int, c *sim.Config) {
+			smallCaches(i, c)
+			if i == 2 {
+				c.KVEventHistory = 0 // nothing to replay: a resumed stream needs a resync
+			}
+		},
+		gateway: func(c *gateway.Config) {
+			fastRetries(c)
+			c.Health.FailureThreshold = 100 // failures are seen by the request path
+			c.Breaker.FailureThreshold = 1
+		}})
+	ctx := context.Background()
+	waitMode(t, f.admin, "events")
+
+	// A miss, then a hit; then traffic with shared prefixes.
+	for range 2 {
+		f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(5000, 64), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+	}
+	traffic(t, f.router, 1, 40)
+
+	// A client mistake: a token id beyond the vocabulary.
+	if _, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: []uint32{1, 1 << 21}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("out-of-vocabulary prompt: %v, want INVALID_ARGUMENT", err)
+	}
+
+	// Duplicated batches from engine 0, lost ones from engine 1.
+	f.sims[0].Engine().SetFaults(sim.Faults{KVEventDuplicateEvery: 2})
+	f.sims[1].Engine().SetFaults(sim.Faults{KVEventDropEvery: 2})
+	for round := 0; kvStatus(t, f, 0).GetDuplicates() == 0 || kvStatus(t, f, 1).GetGaps() == 0; round++ {
+		if round == 20 {
+			t.Fatal("20 rounds of traffic showed no duplicate from engine 0 or no gap from engine 1")
+		}
+		traffic(t, f.router, uint64(10+round), 20)
+	}
+	f.sims[0].Engine().SetFaults(sim.Faults{})
+	f.sims[1].Engine().SetFaults(sim.Faults{})
+
+	// Engine 2 keeps no history. Its batches are held back until its
+	// subscriber's buffer overflows and the engine drops it; the router
+	// resumes where it was, which the engine can no longer replay
+	// (OUT_OF_RANGE), and starts again from scratch.
+	eventually(t, "a batch from engine 2", func() bool { return kvStatus(t, f, 2).GetBatches() > 0 })
+	f.sims[2].Engine().SetFaults(sim.Faults{KVEventDelay: time.Minute})
+	w, err := workers.Connect(ctx, f.workerURL(2), workers.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for round := 0; kvStatus(t, f, 2).GetResyncs() == 0; round++ {
+		if round == 40 {
+			t.Fatal("engine 2's subscriber was not resynchronized after 40 rounds of direct traffic")
+		}
+		direct(t, w, uint32(450_000+round*5_000), 100)
+	}
+	f.sims[2].Engine().SetFaults(sim.Faults{})
+
+	// Engine 1 fails every request: one the policy sends there is retried on
+	// another engine, its attempt aborted, the breaker opens, and the
+	// speculative pages of the decision expire unconfirmed.
+	f.sims[1].Engine().SetFaults(sim.Faults{Unavailable: true})
+	sent := false
+	for i := range 200 {
+		req := &kvgatev1.GenerateRequest{InputIds: prompt(uint32(700_000+1000*i), 48), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}}
+		ex, err := f.admin.Explain(ctx, &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{Generate: req}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.GetWorker() != f.workerURL(1) {
+			f.mustGenerate(t, req) // placed elsewhere: its pages move the choice next time
+			continue
+		}
+		if r := f.mustGenerate(t, req); r.complete.Worker == f.workerURL(1) {
+			t.Fatalf("served by the failing engine")
+		}
+		sent = true
+		break
+	}
+	if !sent {
+		t.Fatal("the policy never chose engine 1 in 200 fresh prompts")
+	}
+	eventually(t, "the failed decision's speculation to expire", func() bool {
+		return counter(t, f, "kvgate_cache_speculative_expired_total") > 0
+	})
+
+	// Engine 0 restarts: its event stream breaks, and the router sees the
+	// numbering start again once it routes there.
+	before := kvStatus(t, f, 0).GetLastSequenceNumber()
+	f.sims[0].Kill()
+	if err := f.sims[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the router to resubscribe to engine 0", func() bool {
+		st := kvStatus(t, f, 0)
+		return st.GetFailures() > 0 && st.GetConnected()
+	})
+	if before < 4 {
+		t.Fatalf("engine 0 had published %d batches; the restart might not be seen", before)
+	}
+	seed := uint32(300_000)
+	for round := 0; kvStatus(t, f, 0).GetResets() == 0; round++ {
+		if round == 100 {
+			t.Fatal("the router did not see engine 0's restart in 100 requests")
+		}
+		seed += 1000
+		f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(seed, 40), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
+	}
+	return f
+}
+
+// direct sends n requests of unique 32-token prompts straight to an engine,
+// bypassing the router, four at a time.
+func direct(t *testing.T, w *workers.Worker, first uint32, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for range 4 {
+		wg.Go(func() {
+			for i := range next {
+				st, err := w.Backend().Generate(context.Background(), &workers.GenerateRequest{RequestID: fmt.Sprint("direct-", first, "-", i),
+					InputIDs: prompt(first+uint32(50*i), 32), Sampling: workers.Sampling{MaxNewTokens: u32(1)}})
+				for err == nil {
+					_, err = st.Recv()
+				}
+				if err != io.EOF {
+					errs <- err
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("direct request: %v", err)
+	}
+}
+
+// approximatePredictions runs cache_aware in front of one engine without KV
+// events and makes its prediction exact, too low (the engine cached a prompt
+// sent to it directly) and too high (the engine evicted).
+func approximatePredictions(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 1, policy: "cache_aware", sim: func(i int, c *sim.Config) {
+		smallCaches(i, c)
+		c.KVEvents = false
+	}})
+	eventually(t, "the worker approximate", func() bool { return kvStatus(t, f, 0).GetMode() == "approximate" })
+	gen := func(ids []uint32) { // one request through the router
+		f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: ids, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
+	}
+	p := prompt(1000, 64)
+	gen(p) // predicted 0, reported 0: exact
+
+	w, err := workers.Connect(context.Background(), f.workerURL(0), workers.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	direct(t, w, 50_000, 1) // the engine caches prompt(50_000, 32) behind the router's back
+	gen(prompt(50_000, 64)) // predicted 0, reported 32: under
+
+	evictAll(t, f, 900_000)
+	gen(p) // predicted 48 or more, reported 0: over
+	for _, name := range []string{"kvgate_cache_prediction_exact_total", "kvgate_cache_prediction_underpredicted_total", "kvgate_cache_prediction_overpredicted_total"} {
+		if n := counter(t, f, name); n != 1 {
+			t.Errorf("%s = %v, want 1", name, n)
+		}
+	}
+	return f
+}
+
+// disaggregated runs a prefill/decode router: requests that succeed (both
+// legs, the KV handoff), then one whose prefill engines fail.
+func disaggregated(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 4, pd: true, gateway: func(c *gateway.Config) {
+		c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two"
+		fastRetries(c)
+	}})
+	req := &kvgatev1.GenerateRequest{InputIds: prompt(10, 200), Stream: true,
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}}
+	f.mustGenerate(t, req)
+	f.mustGenerate(t, req)
+	f.sims[0].Engine().SetFaults(sim.Faults{Unavailable: true})
+	f.sims[1].Engine().SetFaults(sim.Faults{Unavailable: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.generate(ctx, t, req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("both prefill engines failing: %v, want UNAVAILABLE", err)
+	}
+	return f
+}
+
+// textAndAdmission runs a router with a tokenizer and a per-key rate limit:
+// the same text twice (an L0 hit), two chats sharing their first messages
+// (an L1 hit), and a client over its rate. Each text request has a key of
+// its own, so that only the last client meets the limit.
+func textAndAdmission(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 1, text: true, gateway: func(c *gateway.Config) { c.Admission.RateLimitPerKey = 2 }})
+	keyed := func(key string) (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		return metadata.AppendToOutgoingContext(ctx, "x-routing-key", key), cancel
+	}
+	for i := range 2 {
+		ctx, cancel := keyed(fmt.Sprint("text-", i))
+		r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{Text: "the same prompt twice", SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+		cancel()
+		if err != nil || r.complete == nil {
+			t.Fatalf("text request %d: %v", i, err)
+		}
+	}
+	for i, question := range []string{"What is a KV cache?", "What is a radix tree?"} {
+		ctx, cancel := keyed(fmt.Sprint("chat-", i))
+		r, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{
+			{Role: "system", Content: "You are a terse assistant. Answer in one sentence."},
+			{Role: "user", Content: question}}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+		cancel()
+		if err != nil || r.complete == nil {
+			t.Fatalf("chat %d: %v", i, err)
+		}
+	}
+	ctx, cancel := keyed("alice")
+	defer cancel()
+	var err error
+	for i := 0; err == nil; i++ {
+		if i == 100 {
+			t.Fatal("100 requests of one key in a row were all admitted under a limit of 2 a second")
+		}
+		_, err = f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 4), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("over the rate: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	return f
+}
+
+// retryBudget runs a router that may not retry at all, in front of a failing
+// engine and a healthy one: the retry is refused.
+func retryBudget(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin",
+		gateway: func(c *gateway.Config) {
+			fastRetries(c)
+			c.Reliability.Retry.BudgetPercent, c.Reliability.Retry.MinRetryConcurrency = 0, 0
+		},
+		sim: func(i int, c *sim.Config) { c.Faults.Unavailable = i == 0 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.generate(ctx, t, longReq); status.Code(err) != codes.Unavailable { // round robin starts at worker 0
+		t.Fatalf("a failure with no retry budget: %v, want UNAVAILABLE", err)
+	}
+	return f
+}
+
+// TestMetricsReferenceQueriesReadDocumentedMetrics checks the PromQL on
+// docs/metrics.md itself: every query reads documented metrics only, and the
+// seeds' queries are there.
+func TestMetricsReferenceQueriesReadDocumentedMetrics(t *testing.T) {
+	doc := metricsDoc(t)
+	seeds := 0
+	for _, b := range doc.Blocks {
+		names, err := metricsdoc.MetricNames(b.Text)
+		if err != nil || len(names) == 0 {
+			t.Errorf("docs/metrics.md:%d: %v, names %v", b.Line, err, names)
+		}
+		for _, n := range names {
+			if _, ok := doc.BaseName(n); !ok {
+				t.Errorf("docs/metrics.md:%d reads %s, which it does not document", b.Line, n)
+			}
+		}
+		if b.Info == "promql seed" {
+			seeds++
+		}
+	}
+	if seeds != 2 {
+		t.Errorf("%d seed queries (```promql seed), want the seeds' 2", seeds)
+	}
+}
+
+// TestMarkdownTablesRender checks that the tables of README.md and
+// docs/metrics.md render as tables: every row has its header's cell count.
+func TestMarkdownTablesRender(t *testing.T) {
+	for _, path := range []string{"../README.md", "../docs/metrics.md"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range metricsdoc.TableProblems(string(b)) {
+			t.Errorf("%s: %s", path, p)
+		}
+	}
+}
