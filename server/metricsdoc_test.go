@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -399,6 +400,114 @@ func retryBudget(t *testing.T) *fleet {
 		t.Fatalf("a failure with no retry budget: %v, want UNAVAILABLE", err)
 	}
 	return f
+}
+
+// TestDashboardReadsOnlyDocumentedMetrics parses the Grafana dashboard and
+// checks every query's metric names against docs/metrics.md (a histogram's
+// _bucket, _sum and _count series count as the histogram), and the shape
+// Grafana needs to import it with a Prometheus data source of the user's
+// choosing.
+func TestDashboardReadsOnlyDocumentedMetrics(t *testing.T) {
+	doc := metricsDoc(t)
+	b, err := os.ReadFile("../deploy/grafana/kvgate-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID           string `json:"uid"`
+		Title         string `json:"title"`
+		SchemaVersion int    `json:"schemaVersion"`
+		Templating    struct {
+			List []struct {
+				Name, Type string
+				Query      any
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			ID         int                       `json:"id"`
+			Title      string                    `json:"title"`
+			Type       string                    `json:"type"`
+			Datasource json.RawMessage           `json:"datasource"`
+			GridPos    *struct{ H, W, X, Y int } `json:"gridPos"`
+			Targets    []struct {
+				Expr       string          `json:"expr"`
+				Datasource json.RawMessage `json:"datasource"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	if dash.UID == "" || dash.Title == "" || dash.SchemaVersion < 36 {
+		t.Errorf("uid %q, title %q, schemaVersion %d: want a uid, a title and the schema of Grafana 10 or later", dash.UID, dash.Title, dash.SchemaVersion)
+	}
+	hasDatasourceVar := false
+	for _, v := range dash.Templating.List {
+		if v.Name == "datasource" && v.Type == "datasource" && v.Query == "prometheus" {
+			hasDatasourceVar = true
+		}
+	}
+	if !hasDatasourceVar {
+		t.Error(`no template variable "datasource" of type datasource for prometheus`)
+	}
+	wantDS := `{"type":"prometheus","uid":"${datasource}"}`
+	ids, used := map[int]bool{}, map[string]bool{}
+	exprs := 0
+	for _, p := range dash.Panels {
+		if ids[p.ID] || p.GridPos == nil || p.Title == "" {
+			t.Errorf("panel %d %q: duplicate id, or no gridPos or title", p.ID, p.Title)
+		}
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		if compact(t, p.Datasource) != wantDS {
+			t.Errorf("panel %q: datasource %s, want %s", p.Title, p.Datasource, wantDS)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs++
+			if tg.Datasource != nil && compact(t, tg.Datasource) != wantDS {
+				t.Errorf("panel %q: a target's datasource is %s, want %s", p.Title, tg.Datasource, wantDS)
+			}
+			names, err := metricsdoc.MetricNames(tg.Expr)
+			if err != nil {
+				t.Errorf("panel %q: %v", p.Title, err)
+			}
+			if len(names) == 0 {
+				t.Errorf("panel %q: %q reads no metric", p.Title, tg.Expr)
+			}
+			for _, n := range names {
+				base, ok := doc.BaseName(n)
+				if !ok {
+					t.Errorf("panel %q reads %s, which docs/metrics.md does not document: %s", p.Title, n, tg.Expr)
+				}
+				used[base] = true
+			}
+		}
+	}
+	if exprs < 20 {
+		t.Errorf("the dashboard has %d queries; it is meant to cover the reference's groups", exprs)
+	}
+	// The seeds' metrics all have a panel.
+	for _, n := range []string{"kvgate_router_cache_hits_total", "kvgate_router_cache_misses_total", "kvgate_router_cache_tree_size",
+		"kvgate_worker_requests_active", "kvgate_worker_selection_policy_branch_total", "kvgate_request_latency_seconds", "kvgate_worker_load"} {
+		if !used[n] {
+			t.Errorf("no dashboard panel reads the seed metric %s", n)
+		}
+	}
+}
+
+func compact(t *testing.T, raw json.RawMessage) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return string(raw)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // TestMetricsReferenceQueriesReadDocumentedMetrics checks the PromQL on
