@@ -44,6 +44,10 @@ type ConnectOptions struct {
 	// Breaker configures the worker's circuit breaker; nil means
 	// DefaultBreakerConfig.
 	Breaker *BreakerConfig
+	// Propagator, when set, writes the caller's trace context into the
+	// metadata of every call to the worker (W3C traceparent); nil: calls
+	// carry none, and cost nothing extra.
+	Propagator Propagator
 }
 
 // Connect dials the engine at addr (grpc://host:port or host:port), detects its
@@ -71,6 +75,9 @@ func Connect(ctx context.Context, addr string, opts ConnectOptions) (*Worker, er
 		creds = credentials.NewTLS(cfg)
 	}
 	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
+	if opts.Propagator != nil {
+		dial = append(dial, traceInterceptors(opts.Propagator, url)...)
+	}
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = DefaultConnectTimeout

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/metadata"
 )
 
 // Protocols the simulated engine can speak.
@@ -121,6 +123,17 @@ type Config struct {
 	TLS *tls.Config
 	// Logger receives debug logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Calls, when set, is told the full method name and the incoming
+	// metadata of every RPC the engine receives, so that tests can see
+	// what a router sends beside the messages (trace context). An
+	// interface, not a func, so that Config stays comparable. Not settable
+	// by flag.
+	Calls CallObserver
+}
+
+// CallObserver sees the metadata of each RPC an engine receives.
+type CallObserver interface {
+	ObserveCall(method string, md metadata.MD)
 }
 
 // Faults are failures the engine injects, to test the router's error paths.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 )
 
 // ErrServerStopped is returned by Restart after Stop.
@@ -60,6 +62,17 @@ func (s *Server) serve() error {
 	var opts []grpc.ServerOption
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+	}
+	if on := s.cfg.Calls; on != nil {
+		opts = append(opts, grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			on.ObserveCall(info.FullMethod, md)
+			return h(ctx, req)
+		}), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			md, _ := metadata.FromIncomingContext(ss.Context())
+			on.ObserveCall(info.FullMethod, md)
+			return h(srv, ss)
+		}))
 	}
 	g := grpc.NewServer(opts...)
 	e.Register(g)
