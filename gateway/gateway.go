@@ -21,9 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/internal/auth"
+	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/server"
@@ -100,6 +102,11 @@ type Config struct {
 	Auth auth.Config
 	// SeparateAdmin serves Admin only through Gateway.ServeAdmin.
 	SeparateAdmin bool
+	// TracerProvider, when set, traces every request (see server.Config)
+	// and makes every call to an engine carry the trace's W3C traceparent.
+	// nil: tracing is off. The caller owns it and shuts it down after the
+	// gateway, which flushes the last spans.
+	TracerProvider trace.TracerProvider
 
 	Logger *slog.Logger
 }
@@ -218,6 +225,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 	}
 	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker}
+	if cfg.TracerProvider != nil {
+		g.connect.Propagator = tracing.Propagator{}
+	}
 	opts := g.connect
 	opts.Role = role
 	if err := joinAll(ctx, g.bgCtx, g.Registry, urls, opts, log); err != nil {
@@ -302,7 +312,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
 		PD: g.pd, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g,
 		Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log), SeparateAdmin: cfg.SeparateAdmin,
-		Metrics: metrics, KVEvents: kvStatusOf(subs, route)})
+		Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

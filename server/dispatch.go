@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -54,6 +56,10 @@ type placement interface {
 	decision() policy.Decision
 	// logAttrs describe the placement in log lines.
 	logAttrs() []any
+	// traceAttrs describe the decision on the selection span.
+	traceAttrs() []attribute.KeyValue
+	// legs are the engine calls an attempt makes, each with a span.
+	legs() []leg
 }
 
 // regularDispatcher serves whole requests on the registry's regular workers.
@@ -116,6 +122,12 @@ func (p *single) decision() policy.Decision   { return p.dec }
 func (p *single) logAttrs() []any {
 	return []any{"worker", p.dec.Worker.URL(), "policy", p.pol.Name(), "branch", p.dec.Branch, "decision", p.dec.Reason}
 }
+
+func (p *single) traceAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{attrPolicy.String(p.pol.Name()), attrBranch.String(p.dec.Branch),
+		attrPredictedCached.Int(p.dec.PredictedCachedTokens), attrWorker.String(p.dec.Worker.URL())}
+}
+func (p *single) legs() []leg { return []leg{{role: "regular", w: p.dec.Worker}} }
 
 func (p *single) end(out policy.Outcome) {
 	if p.release != nil {
@@ -180,6 +192,9 @@ type pair struct {
 	st         workers.PDStream
 	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended
 	slots      breakerSlots
+	// prefillSpan is the prefill leg's span, ended when that leg ends
+	// (before the decode leg, which the pipeline ends with the attempt).
+	prefillSpan trace.Span
 }
 
 func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
@@ -193,8 +208,14 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 		select {
 		case <-st.PrefillDone():
 			p.prefillEnd.Store(time.Now().UnixNano())
-			if r := st.Prefill(); r.Err == nil {
+			r := st.Prefill()
+			if r.Err == nil {
 				p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
+			}
+			if sp := p.prefillSpan; sp != nil {
+				sp.SetAttributes(attrUsagePrompt.Int(int(r.PromptTokens)), attrCachedTokens.Int(int(r.CachedTokens)))
+				endSpan(sp, r.Err)
+				sp.End()
 			}
 		case <-st.Done():
 		}
@@ -212,6 +233,19 @@ func (p *pair) blame(err error) *workers.Worker {
 		return p.dec.Prefill.Worker
 	}
 	return p.dec.Decode.Worker
+}
+
+func (p *pair) traceAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attrPolicy.String(p.d.prefill), attrBranch.String(p.dec.Prefill.Branch),
+		attrPredictedCached.Int(p.dec.Prefill.PredictedCachedTokens), attrWorker.String(p.dec.Decode.Worker.URL()),
+		attribute.String("kvgate.prefill.worker", p.dec.Prefill.Worker.URL()),
+		attribute.String("kvgate.decode.policy", p.d.decode), attribute.String("kvgate.decode.policy.branch", p.dec.Decode.Branch),
+		attribute.Int64("kvgate.pd.room", int64(p.dec.Room)),
+	}
+}
+func (p *pair) legs() []leg {
+	return []leg{{role: "prefill", w: p.dec.Prefill.Worker}, {role: "decode", w: p.dec.Decode.Worker}}
 }
 
 func (p *pair) abortOnFailure() bool      { return false }

@@ -17,9 +17,9 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 	)
 	switch r := req.GetRequest().(type) {
 	case *kvgatev1.ExplainRequest_Generate:
-		j, err = s.generateJob(r.Generate)
+		j, err = s.generateJob(ctx, r.Generate)
 	case *kvgatev1.ExplainRequest_Chat:
-		j, err = s.chatJob(r.Chat)
+		j, err = s.chatJob(ctx, r.Chat)
 	default:
 		return nil, invalid("request is empty; set generate or chat")
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/policy"
@@ -32,13 +35,16 @@ var (
 )
 
 func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStreamingServer[kvgatev1.GenerateResponse]) error {
-	j, err := r.s.generateJob(req)
+	ctx := stream.Context()
+	j, err := r.s.generateJob(ctx, req)
+	if err == nil {
+		err = j.adoptRequestID(ctx, req.GetRequestId())
+	}
 	if err != nil {
+		r.s.rejected(ctx, req.GetRequestId(), err)
 		return err
 	}
-	if err := j.adoptRequestID(stream.Context(), req.GetRequestId()); err != nil {
-		return err
-	}
+	j.traced(ctx)
 	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
 		resp := &kvgatev1.GenerateResponse{RequestId: j.id}
 		if done != nil {
@@ -48,17 +54,20 @@ func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStrea
 		}
 		return stream.Send(resp)
 	}
-	return r.s.run(stream.Context(), j)
+	return r.s.run(ctx, j)
 }
 
 func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServer[kvgatev1.ChatResponse]) error {
-	j, err := r.s.chatJob(req)
+	ctx := stream.Context()
+	j, err := r.s.chatJob(ctx, req)
+	if err == nil {
+		err = j.adoptRequestID(ctx, req.GetRequestId())
+	}
 	if err != nil {
+		r.s.rejected(ctx, req.GetRequestId(), err)
 		return err
 	}
-	if err := j.adoptRequestID(stream.Context(), req.GetRequestId()); err != nil {
-		return err
-	}
+	j.traced(ctx)
 	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
 		resp := &kvgatev1.ChatResponse{RequestId: j.id}
 		if done != nil {
@@ -68,7 +77,7 @@ func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServ
 		}
 		return stream.Send(resp)
 	}
-	return r.s.run(stream.Context(), j)
+	return r.s.run(ctx, j)
 }
 
 // job is one generation, however the client asked for it: token ids, text
@@ -89,6 +98,44 @@ type job struct {
 	// request has passed validation against the workers, so that invalid
 	// prompts never occupy the tokenizer caches.
 	commit func()
+	// span is the request's span (nil when untraced, as for Explain).
+	span trace.Span
+}
+
+// traced attaches the request span of ctx to the job and names the request
+// on it.
+func (j *job) traced(ctx context.Context) {
+	j.span = trace.SpanFromContext(ctx)
+	if j.span.IsRecording() {
+		j.span.SetAttributes(attrRequestID.String(j.id))
+	}
+}
+
+// rejected logs a request refused before the pipeline (a validation error):
+// once, with the id it would have had and the status the client gets.
+func (s *Server) rejected(ctx context.Context, given string, err error) {
+	st := status.Convert(err)
+	s.log.InfoContext(ctx, "request rejected", "request_id", rejectedID(ctx, given), "code", st.Code().String(), "error", st.Message())
+}
+
+// rejectedID is the id a rejected request is logged under: its request_id,
+// else its x-request-id metadata (as adoptRequestID would take it), else
+// none, since no id was made for it.
+func rejectedID(ctx context.Context, given string) string {
+	if given != "" {
+		return truncateID(given)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	return truncateID(firstHeader(md, requestIDHeaders))
+}
+
+// truncateID bounds a client id quoted in a log line: an oversized one is
+// the reason for the rejection and would otherwise be logged whole.
+func truncateID(id string) string {
+	if len(id) > maxRequestIDBytes {
+		return strings.ToValidUTF8(id[:maxRequestIDBytes], "") + "..."
+	}
+	return id
 }
 
 func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -74,10 +75,17 @@ func (s *Server) run(ctx context.Context, j *job) error {
 // attempt places and runs one attempt. It returns nil when the client got
 // its completion.
 func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
-	p, err := s.disp.place(ctx, j, false)
+	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
+	p, err := s.disp.place(sctx, j, false)
 	if err != nil {
+		endSpan(sel, err)
+		sel.End()
 		return &failure{err: err, placement: true}
 	}
+	if sel.IsRecording() {
+		sel.SetAttributes(p.traceAttrs()...)
+	}
+	sel.End()
 	if j.commit != nil {
 		j.commit() // the prompt fits the model: worth caching
 		j.commit = nil
@@ -89,6 +97,10 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	// done with them (completion, a stop string, a timeout, the client).
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	actx, legs := s.startLegs(actx, p, n)
+	if pp, ok := p.(*pair); ok {
+		pp.prefillSpan = legs.spans[0]
+	}
 	rel := s.newRelay(j, cancel, p)
 	defer rel.stopTimer()
 
@@ -106,9 +118,11 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 			cancel(nil)
 			s.abort(ctx, log, p.served(), id)
 		}
+		legs.end(f.status())
 		f.log(ctx, log)
 		return f
 	}
+	legs.end(nil)
 
 	out := policy.Outcome{CachedTokens: int(done.Usage.GetCachedTokens()), OutputIDs: done.OutputIds}
 	if rel.stopped {
@@ -131,6 +145,12 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		return s.classify(ctx, actx, p, err, len(rel.output))
 	}
 	s.metrics.countTokens(done.Worker, done.GetUsage())
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		u := done.GetUsage()
+		span.SetAttributes(attrWorker.String(done.Worker), attrUsagePrompt.Int(int(u.GetPromptTokens())),
+			attrCompletion.Int(int(u.GetCompletionTokens())), attrCachedTokens.Int(int(u.GetCachedTokens())),
+			attrFinishReason.String(finishName(done.FinishReason)))
+	}
 	log.InfoContext(ctx, "generate done",
 		"prompt_tokens", done.Usage.PromptTokens,
 		"cached_tokens", done.Usage.CachedTokens,

@@ -120,6 +120,9 @@ func (r *relay) send(ids []uint32) error {
 		r.first.Store(true)
 		r.firstAt = now
 		r.s.metrics.ttft.Observe(r.firstAt.Sub(r.j.start).Seconds())
+		if r.j.span != nil {
+			r.j.span.AddEvent("first_token")
+		}
 		if pp, ok := r.p.(*pair); ok {
 			pp.firstToken(r.firstAt, r.j.start)
 		}
@@ -209,4 +212,17 @@ func finishReason(s string) kvgatev1.FinishReason {
 		return kvgatev1.FinishReason_FINISH_REASON_ABORT
 	}
 	return kvgatev1.FinishReason_FINISH_REASON_UNSPECIFIED
+}
+
+// finishName is a finish reason as engines and clients spell it.
+func finishName(f kvgatev1.FinishReason) string {
+	switch f {
+	case kvgatev1.FinishReason_FINISH_REASON_STOP:
+		return "stop"
+	case kvgatev1.FinishReason_FINISH_REASON_LENGTH:
+		return "length"
+	case kvgatev1.FinishReason_FINISH_REASON_ABORT:
+		return "abort"
+	}
+	return "unspecified"
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -29,6 +31,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/auth"
+	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
@@ -73,6 +76,10 @@ type Config struct {
 	// MaxRequestBytes bounds one request message; larger ones are refused
 	// with RESOURCE_EXHAUSTED before they are decoded. 0: DefaultMaxRequestBytes.
 	MaxRequestBytes int
+	// TracerProvider, when set, traces every Router call: a server span per
+	// request (continuing a client's W3C traceparent) with a span per
+	// pipeline step. nil: tracing is off, and no trace context is read.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultMaxRequestBytes bounds a request message: 8 MiB holds a prompt of
@@ -126,7 +133,11 @@ type Server struct {
 
 	admission *admission
 	fleet     Fleet
-	kvEvents  KVEventStatuser
+	// tracer makes the request's spans (a no-op without a TracerProvider);
+	// prop reads a client's trace context from its metadata.
+	tracer   trace.Tracer
+	prop     tracing.Propagator
+	kvEvents KVEventStatuser
 	// active counts requests in the pipeline, retrying those of them that
 	// are waiting for or running a retry (the retry budget's two terms).
 	active, retrying atomic.Int64
@@ -184,6 +195,10 @@ func New(cfg Config) (*Server, error) {
 		fleet:    cfg.Fleet,
 		kvEvents: cfg.KVEvents,
 		health:   health.NewServer(),
+		tracer:   noop.NewTracerProvider().Tracer(tracerName),
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	s.hardStop, s.endRequests = context.WithCancel(context.Background())
 	if cfg.PD != nil {
@@ -235,11 +250,15 @@ func New(cfg Config) (*Server, error) {
 		s.metrics.UnaryInterceptor,
 		recovery.UnaryServerInterceptor(recoverOpts...),
 	}
-	stream := []grpc.StreamServerInterceptor{
+	var stream []grpc.StreamServerInterceptor
+	if cfg.TracerProvider != nil {
+		stream = append(stream, s.traceStream)
+	}
+	stream = append(stream,
 		selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(s.log), logOpts...), ours),
 		s.metrics.StreamInterceptor,
 		recovery.StreamServerInterceptor(recoverOpts...),
-	}
+	)
 	// Authentication comes before anything looks at the request's bytes.
 	if cfg.Auth != nil {
 		unary = append(unary, cfg.Auth.Unary())

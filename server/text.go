@@ -1,14 +1,17 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/template"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 )
@@ -22,7 +25,7 @@ func noTokenizer(field string) string {
 
 // generateJob turns a Generate request into a job: the prompt is its token
 // ids, or its text tokenized with the model's special tokens added.
-func (s *Server) generateJob(req *kvgatev1.GenerateRequest) (*job, error) {
+func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest) (*job, error) {
 	j, err := newJob(req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
 	if err != nil {
 		return nil, err
@@ -39,7 +42,11 @@ func (s *Server) generateJob(req *kvgatev1.GenerateRequest) (*job, error) {
 		if s.text == nil {
 			return nil, status.Error(codes.FailedPrecondition, noTokenizer("text"))
 		}
-		if j.inputIDs, j.commit, err = s.encode(text, true, "text"); err != nil {
+		_, span := s.startStep(ctx, "kvgate.tokenize")
+		before := s.cacheStats(span)
+		j.inputIDs, j.commit, err = s.encode(text, true, "text")
+		s.endTokenize(span, before, len(j.inputIDs), err)
+		if err != nil {
 			return nil, err
 		}
 	default:
@@ -51,7 +58,7 @@ func (s *Server) generateJob(req *kvgatev1.GenerateRequest) (*job, error) {
 // chatJob renders a conversation with the model's chat template and tokenizes
 // it. As in transformers, the template places any special tokens itself, so
 // the tokenizer adds none.
-func (s *Server) chatJob(req *kvgatev1.ChatRequest) (*job, error) {
+func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, error) {
 	j, err := newJob(req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
 	if err != nil {
 		return nil, err
@@ -72,20 +79,29 @@ func (s *Server) chatJob(req *kvgatev1.ChatRequest) (*job, error) {
 	if n, limit := len(req.GetTools()), s.admission.cfg.MaxTools; n > limit {
 		return nil, invalid("tools has %d entries; the limit is %d", n, limit)
 	}
+	_, span := s.startStep(ctx, "kvgate.chat_template")
 	conv, err := conversation(req)
 	if err != nil {
+		endSpan(span, err)
+		span.End()
 		return nil, err
 	}
 	// Rendered and tokenized in one step, so that client text can be kept
-	// from becoming control tokens (--split-special-tokens-in-content).
+	// from becoming control tokens (--split-special-tokens-in-content):
+	// the span covers both.
+	before := s.cacheStats(span)
 	j.inputIDs, j.commit, err = s.text.EncodeChat(conv)
+	defer func() { s.endTokenize(span, before, len(j.inputIDs), err) }()
 	switch {
 	case errors.Is(err, template.ErrTemplateRaised):
-		return nil, invalid("the chat template rejected the conversation: %v", err)
+		err = invalid("the chat template rejected the conversation: %v", err)
 	case errors.Is(err, textmodel.ErrProtectedTextAltered):
-		return nil, invalid("the conversation cannot be rendered with its special-token text kept as text: %v", err)
+		err = invalid("the conversation cannot be rendered with its special-token text kept as text: %v", err)
 	case err != nil:
-		return nil, invalid("the chat template cannot render or tokenize the conversation: %v", err)
+		err = invalid("the chat template cannot render or tokenize the conversation: %v", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return j, nil
 }
@@ -177,4 +193,34 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// cacheStats reads the tokenizer caches' counters before a traced
+// tokenization (only when span records: it costs a few atomic loads).
+func (s *Server) cacheStats(span trace.Span) cache.Stats {
+	if !span.IsRecording() {
+		return cache.Stats{}
+	}
+	return s.text.CacheStats()
+}
+
+// endTokenize ends a tokenization span with the prompt's length and the
+// cache that served it: "l0" (the whole text), "l1" (a prefix), or "miss".
+// The cache is read from the counters' change across the call, so under
+// concurrent tokenizations another request's hit can be attributed here;
+// it is a hint, not an account (the metrics are the account).
+func (s *Server) endTokenize(span trace.Span, before cache.Stats, tokens int, err error) {
+	if span.IsRecording() {
+		after := s.text.CacheStats()
+		hit := "miss"
+		switch {
+		case after.L0Hits > before.L0Hits:
+			hit = "l0"
+		case after.L1Hits > before.L1Hits:
+			hit = "l1"
+		}
+		span.SetAttributes(attrPromptTokens.Int(tokens), attrTokenizeCache.String(hit))
+		endSpan(span, err)
+	}
+	span.End()
 }

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"context"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// tracerName names kvgate's instrumentation in exported spans.
+const tracerName = "github.com/kvgate/kvgate/server"
+
+// Span attribute keys. The rpc.* ones are OpenTelemetry's semantic
+// conventions for gRPC; the kvgate.* ones are ours.
+const (
+	attrGRPCStatus      = attribute.Key("rpc.grpc.status_code")
+	attrRequestID       = attribute.Key("kvgate.request_id")
+	attrPromptTokens    = attribute.Key("kvgate.prompt_tokens")
+	attrTokenizeCache   = attribute.Key("kvgate.tokenize.cache")
+	attrPolicy          = attribute.Key("kvgate.policy")
+	attrBranch          = attribute.Key("kvgate.policy.branch")
+	attrPredictedCached = attribute.Key("kvgate.predicted_cached_tokens")
+	attrWorker          = attribute.Key("kvgate.worker")
+	attrWorkerURL       = attribute.Key("kvgate.worker.url")
+	attrRole            = attribute.Key("kvgate.worker.role")
+	attrAttempt         = attribute.Key("kvgate.attempt")
+	attrCachedTokens    = attribute.Key("kvgate.usage.cached_tokens")
+	attrCompletion      = attribute.Key("kvgate.usage.completion_tokens")
+	attrUsagePrompt     = attribute.Key("kvgate.usage.prompt_tokens")
+	attrFinishReason    = attribute.Key("kvgate.finish_reason")
+)
+
+// traceStream opens the request span of a Router call: it continues the
+// client's trace when the call's metadata carries a W3C traceparent, and
+// ends with the call's gRPC status. It runs first, so that everything after
+// it (admission, the access log, the pipeline) logs with the trace's ids and
+// a rejected request still leaves a span.
+func (s *Server) traceStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !admitted(info.FullMethod) {
+		return handler(srv, ss)
+	}
+	ctx := ss.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	ctx = s.prop.Extract(ctx, md)
+	name := strings.TrimPrefix(info.FullMethod, "/")
+	service, method, _ := strings.Cut(name, "/")
+	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", service), attribute.String("rpc.method", method)))
+	defer span.End()
+	err := handler(srv, &tracedStream{ServerStream: ss, ctx: ctx})
+	endSpan(span, err)
+	return err
+}
+
+// tracedStream is a server stream whose context holds the request span.
+type tracedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (t *tracedStream) Context() context.Context { return t.ctx }
+
+// endSpan records a call's or a step's outcome: its gRPC status code, and
+// an Error status with the message for anything but OK.
+func endSpan(span trace.Span, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	code := status.Code(err)
+	span.SetAttributes(attrGRPCStatus.Int(int(code)))
+	if code != codes.OK {
+		span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+	}
+}
+
+// legSpans are the client spans of one attempt's engine calls: one for a
+// regular worker, a prefill and a decode leg for a disaggregated pair.
+type legSpans struct {
+	byURL map[string]context.Context
+	spans []trace.Span
+}
+
+// startLegs opens a client span per leg of p, child of ctx's span, and
+// returns the context to start the attempt on: with one leg it holds that
+// leg's span; with two, each engine call carries its own leg's span
+// (workers.WithLegContexts).
+func (s *Server) startLegs(ctx context.Context, p placement, attempt int) (context.Context, *legSpans) {
+	legs := p.legs()
+	ls := &legSpans{byURL: make(map[string]context.Context, len(legs))}
+	var lctx context.Context
+	for _, l := range legs {
+		var span trace.Span
+		lctx, span = s.startStep(ctx, "kvgate.dispatch "+l.role, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attrWorkerURL.String(l.w.URL()), attrRole.String(l.role), attrAttempt.Int(attempt)))
+		ls.byURL[l.w.URL()] = lctx
+		ls.spans = append(ls.spans, span)
+	}
+	if len(legs) == 1 {
+		return lctx, ls
+	}
+	return workers.WithLegContexts(ctx, func(url string) context.Context { return ls.byURL[url] }), ls
+}
+
+// end closes every leg span still open with the attempt's outcome (a leg
+// that ended earlier, the prefill leg, keeps its own).
+func (ls *legSpans) end(err error) {
+	for _, sp := range ls.spans {
+		endSpan(sp, err)
+		sp.End()
+	}
+}
+
+// leg is one engine call of an attempt, for its span.
+type leg struct {
+	role string
+	w    *workers.Worker
+}
+
+// startStep opens a pipeline step's span under the request span of ctx.
+// Without a recording request span (tracing off, a trace not sampled, or an
+// Admin call such as Explain that runs the same steps) it opens nothing, so
+// that no step ever starts a trace of its own.
+func (s *Server) startStep(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return s.tracer.Start(ctx, name, opts...)
+}
