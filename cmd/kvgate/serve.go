@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +23,9 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/logging"
 	"github.com/kvgate/kvgate/internal/tlsfiles"
+	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/policy"
 
 	"github.com/kvgate/kvgate/workers"
@@ -53,6 +56,8 @@ type serveConfig struct {
 	shutdownTimeout      time.Duration
 	logLevel             string
 	logJSON              bool
+	otlpEndpoint         string
+	otlpSamplingRatio    float64
 	embeddedWorkers      int
 	embeddedProtocol     string
 	embeddedTimeScale    float64
@@ -92,6 +97,8 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long running requests may take to finish")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
+	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces over OTLP/gRPC to this collector host:port, in plaintext unless OTEL_EXPORTER_OTLP_INSECURE=false (empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; with none of them tracing is off)")
+	fs.Float64Var(&c.otlpSamplingRatio, "otlp-sampling-ratio", 1, "share of new traces recorded, 0 to 1; a request carrying a traceparent follows its caller's sampling decision")
 	fs.IntVar(&c.embeddedWorkers, "embedded-workers", 2, "without --worker-urls: how many simulated engines to start in-process")
 	fs.StringVar(&c.embeddedProtocol, "embedded-protocol", "sglang", "without --worker-urls: protocol the simulated engines speak (sglang or vllm)")
 	fs.Float64Var(&c.embeddedTimeScale, "embedded-time-scale", 1, "without --worker-urls: multiplies the simulated engines' delays (0: no delays)")
@@ -168,6 +175,16 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 	}
 	gcfg.SeparateAdmin = cfg.adminPort >= 0
 	defer stopSims()
+	traces, err := tracing.Setup(ctx, tracing.Options{Endpoint: cfg.otlpEndpoint, SamplingRatio: cfg.otlpSamplingRatio, ServiceVersion: moduleVersion()})
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: the gateway's shutdown ends the
+	// requests, then the spans still buffered are flushed.
+	defer flushTraces(ctx, log, traces)
+	if traces.Enabled {
+		gcfg.TracerProvider = traces.TracerProvider
+	}
 	g, err := gateway.New(ctx, gcfg)
 	if err != nil {
 		return err
@@ -231,7 +248,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 	}
 	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", g.Policy.Name(), "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()),
 		"admin", adminAddr, "tls", certs != nil, "mutual_tls", cfg.tls.clientCA != "",
-		"api_key", gcfg.Auth.APIKey != "", "admin_api_key", gcfg.Auth.AdminAPIKey != "")
+		"api_key", gcfg.Auth.APIKey != "", "admin_api_key", gcfg.Auth.AdminAPIKey != "", "tracing", traces.Enabled)
 	if ready != nil {
 		ready(listening{grpc: lis.Addr().String(), metrics: metricsAddr, admin: adminAddr})
 	}
@@ -423,14 +440,30 @@ func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Serve
 	return sims, nil
 }
 
+// flushTraces sends the spans still buffered when serve returns, within a
+// bound of its own: ctx has usually ended by then.
+func flushTraces(ctx context.Context, log *slog.Logger, traces *tracing.Provider) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := traces.Shutdown(fctx); err != nil {
+		log.Warn("spans not flushed", "error", err)
+	}
+}
+
+// newLogger builds the process's logger (see internal/logging).
 func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	if json {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	return logging.New(w, lvl, json), nil
+}
+
+// moduleVersion is the binary's module version, reported as the traces'
+// service.version.
+func moduleVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.Main.Version
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	return ""
 }
