@@ -137,7 +137,9 @@ func admitted(method string) bool {
 }
 
 // admissionStream applies the rate limit and the concurrency limit to the
-// Router's streaming RPCs before their handler does any work.
+// Router's streaming RPCs before their handler does any work. A refusal is
+// logged once, by the logging interceptor's line for the call, which names
+// the request by its x-request-id metadata (the request is not read yet).
 func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !admitted(info.FullMethod) {
 		return handler(srv, ss)

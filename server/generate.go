@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/policy"
@@ -41,7 +40,7 @@ func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStrea
 		err = j.adoptRequestID(ctx, req.GetRequestId())
 	}
 	if err != nil {
-		r.s.rejected(ctx, req.GetRequestId(), err)
+		r.s.rejected(ctx, req.GetRequestId())
 		return err
 	}
 	j.traced(ctx)
@@ -64,7 +63,7 @@ func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServ
 		err = j.adoptRequestID(ctx, req.GetRequestId())
 	}
 	if err != nil {
-		r.s.rejected(ctx, req.GetRequestId(), err)
+		r.s.rejected(ctx, req.GetRequestId())
 		return err
 	}
 	j.traced(ctx)
@@ -103,19 +102,22 @@ type job struct {
 }
 
 // traced attaches the request span of ctx to the job and names the request
-// on it.
+// on it and on the call's log line.
 func (j *job) traced(ctx context.Context) {
+	labelOf(ctx).set(j.id)
 	j.span = trace.SpanFromContext(ctx)
 	if j.span.IsRecording() {
 		j.span.SetAttributes(attrRequestID.String(j.id))
 	}
 }
 
-// rejected logs a request refused before the pipeline (a validation error):
-// once, with the id it would have had and the status the client gets.
-func (s *Server) rejected(ctx context.Context, given string, err error) {
-	st := status.Convert(err)
-	s.log.InfoContext(ctx, "request rejected", "request_id", rejectedID(ctx, given), "code", st.Code().String(), "error", st.Message())
+// rejected names a request refused before the pipeline (a validation
+// error) for the call's log line, which the logging interceptor writes once
+// with the status, so a rejection is logged exactly once.
+func (s *Server) rejected(ctx context.Context, given string) {
+	if given != "" {
+		labelOf(ctx).set(truncateID(given))
+	}
 }
 
 // rejectedID is the id a rejected request is logged under: its request_id,

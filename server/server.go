@@ -137,6 +137,7 @@ type Server struct {
 	// prop reads a client's trace context from its metadata.
 	tracer   trace.Tracer
 	prop     tracing.Propagator
+	traced   bool // a TracerProvider was given
 	kvEvents KVEventStatuser
 	// active counts requests in the pipeline, retrying those of them that
 	// are waiting for or running a retry (the retry budget's two terms).
@@ -198,7 +199,7 @@ func New(cfg Config) (*Server, error) {
 		tracer:   noop.NewTracerProvider().Tracer(tracerName),
 	}
 	if cfg.TracerProvider != nil {
-		s.tracer = cfg.TracerProvider.Tracer(tracerName)
+		s.tracer, s.traced = cfg.TracerProvider.Tracer(tracerName), true
 	}
 	s.hardStop, s.endRequests = context.WithCancel(context.Background())
 	if cfg.PD != nil {
@@ -241,7 +242,7 @@ func New(cfg Config) (*Server, error) {
 		s.cfg.AbortTimeout = 2 * time.Second
 	}
 
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(labelFields)}
 	recoverOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(s.recoverPanic)}
 	// Health probes and reflection would drown the request log.
 	ours := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return monitored(c.FullMethod()) })
@@ -250,15 +251,12 @@ func New(cfg Config) (*Server, error) {
 		s.metrics.UnaryInterceptor,
 		recovery.UnaryServerInterceptor(recoverOpts...),
 	}
-	var stream []grpc.StreamServerInterceptor
-	if cfg.TracerProvider != nil {
-		stream = append(stream, s.traceStream)
-	}
-	stream = append(stream,
+	stream := []grpc.StreamServerInterceptor{
+		s.requestStream,
 		selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(s.log), logOpts...), ours),
 		s.metrics.StreamInterceptor,
 		recovery.StreamServerInterceptor(recoverOpts...),
-	)
+	}
 	// Authentication comes before anything looks at the request's bytes.
 	if cfg.Auth != nil {
 		unary = append(unary, cfg.Auth.Unary())

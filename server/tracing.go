@@ -38,16 +38,21 @@ const (
 	attrFinishReason    = attribute.Key("kvgate.finish_reason")
 )
 
-// traceStream opens the request span of a Router call: it continues the
-// client's trace when the call's metadata carries a W3C traceparent, and
-// ends with the call's gRPC status. It runs first, so that everything after
-// it (admission, the access log, the pipeline) logs with the trace's ids and
-// a rejected request still leaves a span.
-func (s *Server) traceStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// requestStream prepares a Router call's context before anything else
+// sees it: the label its log line is named by, and, with tracing on, the
+// request span, which continues the client's trace when the call's
+// metadata carries a W3C traceparent and ends with the call's gRPC status.
+// It runs first, so that everything after it (admission, the access log,
+// the pipeline) logs with the request's id and trace, and a rejected
+// request still leaves a span.
+func (s *Server) requestStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !admitted(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	ctx := ss.Context()
+	ctx := withLabel(ss.Context())
+	if !s.traced {
+		return handler(srv, &tracedStream{ServerStream: ss, ctx: ctx})
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	ctx = s.prop.Extract(ctx, md)
 	name := strings.TrimPrefix(info.FullMethod, "/")
@@ -60,7 +65,7 @@ func (s *Server) traceStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	return err
 }
 
-// tracedStream is a server stream whose context holds the request span.
+// tracedStream is a server stream with the context requestStream made.
 type tracedStream struct {
 	grpc.ServerStream
 	ctx context.Context

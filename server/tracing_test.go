@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
@@ -231,3 +233,120 @@ func TestTracingChatContinuesTheClientsTrace(t *testing.T) {
 }
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// A disaggregated request has a prefill and a decode leg under its request
+// span, and each engine receives its own leg's span as its parent.
+func TestTracingPDShowsBothLegs(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			tf := startTracedFleet(t, fleetOptions{protocol: proto, workers: 4, pd: true,
+				gateway: func(c *gateway.Config) { c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two" }})
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent)
+			r, err := tf.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(10, 64),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(3), IgnoreEos: true}})
+			if err != nil || r.complete == nil {
+				t.Fatalf("Generate: %v", err)
+			}
+			tf.flush()
+			ts := tf.trace(t, clientTraceID)
+			root := ts.one(t, "kvgate.v1.Router/Generate")
+			sel := ts.one(t, "kvgate.select")
+			wantChild(t, sel, root)
+			wantAttrs(t, sel, map[string]string{"kvgate.policy": "cache_aware", "kvgate.prefill.worker": r.complete.PrefillWorker,
+				"kvgate.worker": r.complete.Worker, "kvgate.decode.policy": "power_of_two"})
+			if _, ok := ts["kvgate.tokenize"]; ok {
+				t.Error("a token-id request has a tokenize span")
+			}
+			for _, l := range []struct{ role, worker string }{{"prefill", r.complete.PrefillWorker}, {"decode", r.complete.Worker}} {
+				leg := ts.one(t, "kvgate.dispatch "+l.role)
+				wantChild(t, leg, root)
+				wantAttrs(t, leg, map[string]string{"kvgate.worker.role": l.role, "kvgate.worker.url": l.worker,
+					"kvgate.attempt": "0", "rpc.grpc.status_code": "0"})
+				// The engine behind the leg got the leg's span.
+				want := "00-" + clientTraceID + "-" + leg.SpanID() + "-01"
+				found := false
+				for i, e := range tf.engines {
+					for _, tp := range e.traceparents() {
+						if tp == want {
+							found = tf.workerURL(i) == l.worker
+						}
+					}
+				}
+				if !found {
+					t.Errorf("the %s engine %s did not receive traceparent %s", l.role, l.worker, want)
+				}
+			}
+		})
+	}
+}
+
+// A failed attempt's leg is recorded with its status, and the retry is a
+// second leg with the next attempt number; the request span ends OK.
+func TestTracingRecordsAFailedAttempt(t *testing.T) {
+	tf := startTracedFleet(t, fleetOptions{
+		sim: func(i int, c *sim.Config) { c.Faults.Unavailable = i == 0 }})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent)
+	r, err := tf.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8),
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.flush()
+	ts := tf.trace(t, clientTraceID)
+	legs := ts["kvgate.dispatch regular"]
+	if len(legs) != 2 {
+		t.Fatalf("%d dispatch spans, want 2 (a failure and its retry)", len(legs))
+	}
+	byAttempt := map[string]testutil.Span{}
+	for _, l := range legs {
+		byAttempt[l.Attr("kvgate.attempt")] = l
+	}
+	failed, retried := byAttempt["0"], byAttempt["1"]
+	if failed.Span == nil || retried.Span == nil {
+		t.Fatalf("attempts %v", byAttempt)
+	}
+	if failed.Status.GetCode().String() != "STATUS_CODE_ERROR" || failed.Attr("rpc.grpc.status_code") != "14" ||
+		failed.Attr("kvgate.worker.url") != tf.workerURL(0) {
+		t.Errorf("failed attempt: status %v, code %s, worker %s", failed.Status, failed.Attr("rpc.grpc.status_code"), failed.Attr("kvgate.worker.url"))
+	}
+	if retried.Attr("kvgate.worker.url") != r.complete.Worker || retried.Status.GetCode().String() == "STATUS_CODE_ERROR" {
+		t.Errorf("retry: worker %s, status %v", retried.Attr("kvgate.worker.url"), retried.Status)
+	}
+	if n := len(ts["kvgate.select"]); n != 2 {
+		t.Errorf("%d select spans, want 2", n)
+	}
+	root := ts.one(t, "kvgate.v1.Router/Generate")
+	wantAttrs(t, root, map[string]string{"rpc.grpc.status_code": "0"})
+}
+
+// A request the router refuses ends its span with the status as an error.
+func TestTracingRecordsARejection(t *testing.T) {
+	tf := startTracedFleet(t, fleetOptions{})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent)
+	_, err := tf.generate(ctx, t, &kvgatev1.GenerateRequest{})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty prompt: %v", err)
+	}
+	tf.flush()
+	root := tf.trace(t, clientTraceID).one(t, "kvgate.v1.Router/Generate")
+	if root.Status.GetCode().String() != "STATUS_CODE_ERROR" || root.Attr("rpc.grpc.status_code") != "3" ||
+		root.Status.GetMessage() != status.Convert(err).Message() {
+		t.Fatalf("rejected request span: status %v, code %s", root.Status, root.Attr("rpc.grpc.status_code"))
+	}
+}
+
+// With tracing off, a client's traceparent goes no further: the engines
+// receive none (no interceptor is installed).
+func TestTracingOffPropagatesNothing(t *testing.T) {
+	rec := &calls{}
+	f := startFleet(t, fleetOptions{workers: 1, sim: func(_ int, c *sim.Config) { c.Calls = rec }})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent)
+	if _, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8),
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.traceparents()
+	if len(got) != 1 || got[0] != "" {
+		t.Fatalf("the engine's Generate calls carried traceparents %q, want one call with none", got)
+	}
+}
