@@ -58,9 +58,10 @@ type tracedFleet struct {
 	recv    *testutil.OTLPReceiver
 	engines []*calls
 	flush   func()
+	tp      *tracing.Provider
 }
 
-func startTracedFleet(t *testing.T, o fleetOptions) *tracedFleet {
+func startTracedFleet(t testing.TB, o fleetOptions) *tracedFleet {
 	t.Helper()
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
@@ -73,6 +74,7 @@ func startTracedFleet(t *testing.T, o fleetOptions) *tracedFleet {
 	if !p.Enabled {
 		t.Fatal("tracing with an endpoint is not enabled")
 	}
+	tf.tp = p
 	tf.flush = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
