@@ -120,17 +120,6 @@ func (s *Server) rejected(ctx context.Context, given string) {
 	}
 }
 
-// rejectedID is the id a rejected request is logged under: its request_id,
-// else its x-request-id metadata (as adoptRequestID would take it), else
-// none, since no id was made for it.
-func rejectedID(ctx context.Context, given string) string {
-	if given != "" {
-		return truncateID(given)
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	return truncateID(firstHeader(md, requestIDHeaders))
-}
-
 // truncateID bounds a client id quoted in a log line: an oversized one is
 // the reason for the rejection and would otherwise be logged whole.
 func truncateID(id string) string {

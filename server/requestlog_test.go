@@ -205,6 +205,15 @@ func TestRequestLogLines(t *testing.T) {
 	wantLine(t, bad[0], map[string]string{"msg": "finished call", "grpc.code": "InvalidArgument",
 		"grpc.error": err.Error(), "trace_id": clientTraceID, "level": "INFO"})
 
+	// An oversized x-request-id is refused, and quoted cut short.
+	long := strings.Repeat("x", 300)
+	if _, err := tf.generate(md(long), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: sp}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("oversized x-request-id: %v", err)
+	}
+	if cut := logs.about(t, long[:256]+"..."); len(cut) != 1 || cut[0]["grpc.code"] != "InvalidArgument" {
+		t.Fatalf("lines about the oversized id: %v", cut)
+	}
+
 	// Over the concurrency limit: refused by admission, logged once.
 	held, cancelHeld := context.WithCancel(md("held-1"))
 	defer cancelHeld()
