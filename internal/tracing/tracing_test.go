@@ -124,3 +124,24 @@ func TestPropagatorRoundTripsThroughMetadata(t *testing.T) {
 		t.Fatalf("no span context injected %v", empty)
 	}
 }
+
+// OTEL_EXPORTER_OTLP_INSECURE=false makes the flag's endpoint TLS: a
+// plaintext collector then receives nothing (the flush gives up at its
+// deadline), where without the variable it receives the span (above).
+func TestInsecureFalseAsksForTLS(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "false")
+	recv := testutil.StartOTLPReceiver(t)
+	p, err := tracing.Setup(context.Background(), tracing.Options{Endpoint: recv.Addr(), SamplingRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := p.TracerProvider.Tracer("test").Start(context.Background(), "op")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = p.Shutdown(ctx) // fails: the handshake cannot succeed
+	if n := recv.Requests(); n != 0 {
+		t.Fatalf("a plaintext collector received %d exports over what should be TLS", n)
+	}
+}
