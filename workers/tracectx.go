@@ -39,11 +39,16 @@ func traceContext(ctx context.Context, url string) context.Context {
 }
 
 // injectTrace adds the trace context of ctx (or of the leg picked for url)
-// to the outgoing metadata.
+// to the outgoing metadata. Calls outside a trace (health checks, load
+// polls) are left as they are, without copying their metadata.
 func injectTrace(ctx context.Context, p Propagator, url string) context.Context {
+	add := metadata.MD{}
+	p.InjectMD(traceContext(ctx, url), add)
+	if len(add) == 0 {
+		return ctx
+	}
 	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
-	p.InjectMD(traceContext(ctx, url), md)
+	md = metadata.Join(md, add)
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
