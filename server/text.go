@@ -196,7 +196,10 @@ func orDefault(s, def string) string {
 }
 
 // cacheStats reads the tokenizer caches' counters before a traced
-// tokenization (only when span records: it costs a few atomic loads).
+// tokenization, only when span records: cache.Stats also sums the caches'
+// sizes, briefly taking each L0 shard's lock and L1's. (A per-call report
+// from the tokenizer would make this exact and lock-free; tokenize/ has
+// none yet.)
 func (s *Server) cacheStats(span trace.Span) cache.Stats {
 	if !span.IsRecording() {
 		return cache.Stats{}
