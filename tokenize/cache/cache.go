@@ -147,16 +147,32 @@ func (c *Cache) Encode(text string, addSpecial bool) ([]uint32, error) {
 // costs a copy of the entry at most. Not calling it caches nothing. ids
 // belongs to the caller, who may modify it without affecting commit.
 func (c *Cache) EncodeDeferred(text string, addSpecial bool) (ids []uint32, commit func(), err error) {
+	ids, commit, _, err = c.EncodeDeferredLookup(text, addSpecial)
+	return ids, commit, err
+}
+
+// Lookup is how the caches served one encode, for a request's trace.
+type Lookup struct {
+	L0Hit bool // the whole text's ids came from L0
+	// L1HitBytes is how many leading bytes of the text had their ids
+	// taken from L1 (0: an L1 miss, L1 off, or an L0 hit).
+	L1HitBytes int
+}
+
+// EncodeDeferredLookup is EncodeDeferred that also says how the caches
+// served the text.
+func (c *Cache) EncodeDeferredLookup(text string, addSpecial bool) (ids []uint32, commit func(), lk Lookup, err error) {
 	if c.l0 != nil {
 		if ids, ok := c.l0.get(text, addSpecial); ok {
 			c.l0Hits.Add(1)
-			return ids, noCommit, nil
+			return ids, noCommit, Lookup{L0Hit: true}, nil
 		}
 		c.l0Misses.Add(1)
 	}
-	ids, l1Insert, err := c.encodeL1(text, addSpecial)
+	var l1Insert func()
+	ids, l1Insert, lk.L1HitBytes, err = c.encodeL1(text, addSpecial)
 	if err != nil {
-		return nil, noCommit, err
+		return nil, noCommit, lk, err
 	}
 	var l0Put func()
 	if c.l0 != nil && c.l0.fits(text, len(ids)) {
@@ -164,7 +180,7 @@ func (c *Cache) EncodeDeferred(text string, addSpecial bool) (ids []uint32, comm
 		l0Put = func() { c.l0.put(text, addSpecial, private) }
 	}
 	if l1Insert == nil && l0Put == nil {
-		return ids, noCommit, nil
+		return ids, noCommit, lk, nil
 	}
 	var once sync.Once
 	return ids, func() {
@@ -176,7 +192,7 @@ func (c *Cache) EncodeDeferred(text string, addSpecial bool) (ids []uint32, comm
 				l0Put()
 			}
 		})
-	}, nil
+	}, lk, nil
 }
 
 // noCommit is the commit of an encode that has nothing to store.
@@ -185,17 +201,17 @@ func noCommit() {}
 // encodeL1 encodes text through L1: the longest cached boundary prefix is
 // reused, and the rest is encoded piece by piece. insert, when not nil,
 // stores the newly encoded pieces so that every boundary of text becomes a
-// cached prefix too.
-func (c *Cache) encodeL1(text string, add bool) (ids []uint32, insert func(), err error) {
+// cached prefix too. hit is how many leading bytes came from L1.
+func (c *Cache) encodeL1(text string, add bool) (ids []uint32, insert func(), hit int, err error) {
 	if !c.l1On[rootIndex(add)] {
 		ids, err := c.enc.Encode(text, add)
-		return ids, nil, err
+		return ids, nil, 0, err
 	}
 	var boundsBuf [32]int
 	bounds := c.scan.boundaries(boundsBuf[:0], text)
 	if len(bounds) == 0 {
 		ids, err := c.enc.Encode(text, add)
-		return ids, nil, err
+		return ids, nil, 0, err
 	}
 	pieces := make([]string, len(bounds))
 	start := 0
@@ -231,7 +247,7 @@ func (c *Cache) encodeL1(text string, add bool) (ids []uint32, insert func(), er
 	for i := len(path); i < len(pieces); i++ {
 		ids, err := c.enc.Encode(pieces[i], add && i == 0)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, done, err
 		}
 		pieceIDs[i] = ids
 		out = append(out, ids...)
@@ -239,7 +255,7 @@ func (c *Cache) encodeL1(text string, add bool) (ids []uint32, insert func(), er
 	if tail != "" {
 		ids, err := c.enc.Encode(tail, false)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, done, err
 		}
 		out = append(out, ids...)
 	}
@@ -255,7 +271,7 @@ func (c *Cache) encodeL1(text string, add bool) (ids []uint32, insert func(), er
 			insert = func() { c.l1.insert(pieces[:keep], pieceIDs[:keep], add) }
 		}
 	}
-	return out, insert, nil
+	return out, insert, done, nil
 }
 
 // Stats returns a snapshot of the counters and sizes.

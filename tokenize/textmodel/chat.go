@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvgate/kvgate/tokenize"
+	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/template"
 )
 
@@ -36,53 +38,75 @@ const maxProtectDepth = 1000
 // Template errors are Render's (raise_exception still wraps
 // template.ErrTemplateRaised).
 func (m *Model) EncodeChat(c Conversation) (ids []uint32, commit func(), err error) {
+	ids, commit, _, err = m.EncodeChatLookup(c)
+	return ids, commit, err
+}
+
+// ChatLookup is how EncodeChat spent its time and used the caches, for a
+// request's trace.
+type ChatLookup struct {
+	cache.Lookup
+	// Rendered is when the template had rendered; tokenizing came after.
+	Rendered time.Time
+}
+
+// EncodeChatLookup is EncodeChat that also reports when rendering ended and
+// how the caches served the prompt.
+func (m *Model) EncodeChatLookup(c Conversation) (ids []uint32, commit func(), lk ChatLookup, err error) {
 	noCommit := func() {}
+	encode := func(text string) ([]uint32, func(), ChatLookup, error) {
+		lk.Rendered = time.Now()
+		ids, commit, clk, err := m.EncodeDeferredLookup(text, false)
+		lk.Lookup = clk
+		return ids, commit, lk, err
+	}
 	if !m.splitContent {
 		text, err := m.Render(c)
 		if err != nil {
-			return nil, noCommit, err
+			return nil, noCommit, lk, err
 		}
-		return m.EncodeDeferred(text, false)
+		return encode(text)
 	}
 	p, err := newProtector(m.specialTexts)
 	if err != nil {
-		return nil, noCommit, err
+		return nil, noCommit, lk, err
 	}
 	pc := c
 	if pc.Messages, err = p.protectList(c.Messages, 0); err != nil {
-		return nil, noCommit, err
+		return nil, noCommit, lk, err
 	}
 	if pc.Tools, err = p.protectList(c.Tools, 0); err != nil {
-		return nil, noCommit, err
+		return nil, noCommit, lk, err
 	}
 	if c.Kwargs != nil {
 		kw, err := p.protect(c.Kwargs, 0)
 		if err != nil {
-			return nil, noCommit, err
+			return nil, noCommit, lk, err
 		}
 		pc.Kwargs = kw.(*template.OrderedMap)
 	}
 	rendered, err := m.Render(pc)
 	if err != nil {
-		return nil, noCommit, err
+		return nil, noCommit, lk, err
 	}
 	if len(p.originals) == 0 {
-		return m.EncodeDeferred(rendered, false)
+		return encode(rendered)
 	}
 	text, spans, err := p.expand(rendered)
 	if err != nil {
-		return nil, noCommit, err
+		return nil, noCommit, lk, err
 	}
+	lk.Rendered = time.Now()
 	if len(spans) == 0 {
-		return m.EncodeDeferred(text, false)
+		return encode(text)
 	}
 	// The caches key on the text alone, so an encoding that depends on
 	// where the client's text lies is never cached.
 	ids, err = m.tok.EncodeWithLiteralSpans(text, false, spans)
 	if err != nil {
-		return nil, noCommit, err
+		return nil, noCommit, lk, err
 	}
-	return ids, noCommit, nil
+	return ids, noCommit, lk, nil
 }
 
 // protector replaces, in client strings, every piece that could become a

@@ -349,6 +349,12 @@ func (m *Model) EncodeDeferred(text string, addSpecialTokens bool) (ids []uint32
 	return m.enc.EncodeDeferred(text, addSpecialTokens)
 }
 
+// EncodeDeferredLookup is EncodeDeferred that also says how the caches
+// served the text.
+func (m *Model) EncodeDeferredLookup(text string, addSpecialTokens bool) (ids []uint32, commit func(), lk cache.Lookup, err error) {
+	return m.enc.EncodeDeferredLookup(text, addSpecialTokens)
+}
+
 // CacheStats reports the tokenizer caches' counters.
 func (m *Model) CacheStats() cache.Stats { return m.enc.Stats() }
 
