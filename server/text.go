@@ -43,9 +43,9 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 			return nil, status.Error(codes.FailedPrecondition, noTokenizer("text"))
 		}
 		_, span := s.startStep(ctx, "kvgate.tokenize")
-		before := s.cacheStats(span)
-		j.inputIDs, j.commit, err = s.encode(text, true, "text")
-		s.endTokenize(span, before, len(j.inputIDs), err)
+		var lk cache.Lookup
+		j.inputIDs, j.commit, lk, err = s.encode(text, true, "text")
+		endTokenize(span, lk, len(j.inputIDs), err)
 		if err != nil {
 			return nil, err
 		}
@@ -89,9 +89,9 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	// Rendered and tokenized in one step, so that client text can be kept
 	// from becoming control tokens (--split-special-tokens-in-content):
 	// the span covers both.
-	before := s.cacheStats(span)
-	j.inputIDs, j.commit, err = s.text.EncodeChat(conv)
-	defer func() { s.endTokenize(span, before, len(j.inputIDs), err) }()
+	var lk textmodel.ChatLookup
+	j.inputIDs, j.commit, lk, err = s.text.EncodeChatLookup(conv)
+	defer func() { endTokenize(span, lk.Lookup, len(j.inputIDs), err) }()
 	switch {
 	case errors.Is(err, template.ErrTemplateRaised):
 		err = invalid("the chat template rejected the conversation: %v", err)
@@ -107,16 +107,17 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 }
 
 // encode tokenizes a prompt through the caches; commit caches it, which the
-// pipeline does only once the request proved valid.
-func (s *Server) encode(text string, addSpecial bool, what string) ([]uint32, func(), error) {
+// pipeline does only once the request proved valid. lk says how the caches
+// served it, for the request's trace.
+func (s *Server) encode(text string, addSpecial bool, what string) (ids []uint32, commit func(), lk cache.Lookup, err error) {
 	if !utf8.ValidString(text) {
-		return nil, nil, invalid("%s is not valid UTF-8", what)
+		return nil, nil, lk, invalid("%s is not valid UTF-8", what)
 	}
-	ids, commit, err := s.text.EncodeDeferred(text, addSpecial)
+	ids, commit, lk, err = s.text.EncodeDeferredLookup(text, addSpecial)
 	if err != nil {
-		return nil, nil, invalid("tokenizing %s: %v", what, err)
+		return nil, nil, lk, invalid("tokenizing %s: %v", what, err)
 	}
-	return ids, commit, nil
+	return ids, commit, lk, nil
 }
 
 // conversation converts the request to the values a chat template sees:
@@ -195,31 +196,16 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// cacheStats reads the tokenizer caches' counters before a traced
-// tokenization, only when span records: cache.Stats also sums the caches'
-// sizes, briefly taking each L0 shard's lock and L1's. (A per-call report
-// from the tokenizer would make this exact and lock-free; tokenize/ has
-// none yet.)
-func (s *Server) cacheStats(span trace.Span) cache.Stats {
-	if !span.IsRecording() {
-		return cache.Stats{}
-	}
-	return s.text.CacheStats()
-}
-
 // endTokenize ends a tokenization span with the prompt's length and the
-// cache that served it: "l0" (the whole text), "l1" (a prefix), or "miss".
-// The cache is read from the counters' change across the call, so under
-// concurrent tokenizations another request's hit can be attributed here;
-// it is a hint, not an account (the metrics are the account).
-func (s *Server) endTokenize(span trace.Span, before cache.Stats, tokens int, err error) {
+// cache that served this prompt: "l0" (the whole text), "l1" (a prefix at
+// a special-token boundary), or "miss".
+func endTokenize(span trace.Span, lk cache.Lookup, tokens int, err error) {
 	if span.IsRecording() {
-		after := s.text.CacheStats()
 		hit := "miss"
 		switch {
-		case after.L0Hits > before.L0Hits:
+		case lk.L0Hit:
 			hit = "l0"
-		case after.L1Hits > before.L1Hits:
+		case lk.L1HitBytes > 0:
 			hit = "l1"
 		}
 		span.SetAttributes(attrPromptTokens.Int(tokens), attrTokenizeCache.String(hit))
