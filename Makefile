@@ -174,7 +174,7 @@ IMAGE_CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 PODMAN          ?= podman
 PODMAN_FLAGS    ?=
 PODMAN_BUILD_FLAGS ?=
-.PHONY: image-context image
+.PHONY: image-context image image-check
 image-context:
 	@test -r $(IMAGE_CA_BUNDLE) || { echo "no CA bundle at $(IMAGE_CA_BUNDLE): install ca-certificates or set IMAGE_CA_BUNDLE"; exit 1; }
 	rm -rf $(IMAGE_CONTEXT)
@@ -188,3 +188,8 @@ image: image-context
 	$(PODMAN) $(PODMAN_FLAGS) build $(PODMAN_BUILD_FLAGS) -f Containerfile --build-arg VERSION=$(IMAGE_VERSION) \
 		-t $(IMAGE):$(IMAGE_VERSION) -t $(IMAGE):latest $(IMAGE_CONTEXT)
 
+## image-check: install podman (pinned, from apt) when missing, make image, run `kvgate version` and
+## `kvgate serve` in the container and check the router answers; SKIPPED when the host cannot run
+## containers (no user namespaces, no cgroups, ...). scripts/image-check.sh.
+image-check:
+	scripts/image-check.sh
