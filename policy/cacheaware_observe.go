@@ -69,8 +69,14 @@ func (c *CacheAware) Accuracy() Accuracy {
 // insert is set to expire (see speculations): whatever the engine confirmed
 // has become confirmed by then, and the rest it never stored.
 //
-// DryRun decisions and decisions without a worker are ignored.
+// DryRun decisions and decisions without a worker are ignored. A draining
+// worker's outcome is not observed: it takes no new requests, and it is
+// being removed, so an insert arriving after the router has forgotten it
+// would bring it back into the tree as a tenant nobody removes.
 func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
+	if d.Worker != nil && d.Worker.Draining() {
+		return
+	}
 	if req != nil && !req.DryRun && d.Worker != nil && c.isExact(d.Worker.URL()) {
 		url := d.Worker.URL()
 		if o.Err == nil || o.CachedTokens > 0 {

@@ -456,6 +456,26 @@ func TestCacheAwareObserveIgnoresDryRun(t *testing.T) {
 	}
 }
 
+// TestCacheAwareForgottenWorkerStaysForgotten: a request that completes on a
+// worker after the router forgot it (removal drains, then forgets, while the
+// request's outcome may still be on its way) puts nothing back in the tree.
+func TestCacheAwareForgottenWorkerStaysForgotten(t *testing.T) {
+	ws := fleet(2)
+	p := newCA(t, nil)
+	prompt := caTokens(1, 64)
+	req := &policy.Request{InputIDs: prompt}
+	d, err := p.Select(context.Background(), req, ws[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws[0].SetDraining(true)
+	p.Forget(ws[0].URL())
+	p.Observe(req, d, policy.Outcome{CachedTokens: 0, OutputIDs: caTokens(9, 8)})
+	if n, ok := p.TreeStats().TenantTokens[ws[0].URL()]; ok {
+		t.Fatalf("the forgotten worker is a tenant again, with %d tokens", n)
+	}
+}
+
 // TestCacheAwareTreeStaysWithinBudget: the tree's budget holds after every
 // selection, not only after Run's next eviction; Run still stops with its
 // context.
