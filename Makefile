@@ -172,7 +172,7 @@ promql-check:
 	scripts/promql-check.sh
 
 ## image: the container image (Containerfile, FROM scratch, no registry needed): a static kvgate
-## (CGO_ENABLED=0, -trimpath, stamped with its commit as make build is), the distro's CA bundle and
+## (CGO_ENABLED=0, -trimpath, -s -w: no symbol table or DWARF, while stack traces keep their names; stamped with its commit as make build is), the distro's CA bundle and
 ## passwd/group entries for uid/gid 65532 are put in IMAGE_CONTEXT, then podman builds from it.
 ## PODMAN_FLAGS passes options podman needs on the host (image-check.sh: --storage-driver vfs).
 IMAGE           ?= localhost/kvgate
@@ -187,7 +187,7 @@ image-context:
 	@test -r $(IMAGE_CA_BUNDLE) || { echo "no CA bundle at $(IMAGE_CA_BUNDLE): install ca-certificates or set IMAGE_CA_BUNDLE"; exit 1; }
 	rm -rf $(IMAGE_CONTEXT)
 	mkdir -p $(IMAGE_CONTEXT)
-	CGO_ENABLED=0 go build -trimpath -buildvcs=auto -o $(IMAGE_CONTEXT)/kvgate ./cmd/kvgate
+	CGO_ENABLED=0 go build -trimpath -buildvcs=auto -ldflags="-s -w" -o $(IMAGE_CONTEXT)/kvgate ./cmd/kvgate
 	cp $(IMAGE_CA_BUNDLE) $(IMAGE_CONTEXT)/ca-certificates.crt
 	printf 'nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin\n' > $(IMAGE_CONTEXT)/passwd
 	printf 'nonroot:x:65532:\n' > $(IMAGE_CONTEXT)/group
