@@ -8,12 +8,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -79,6 +82,9 @@ func Run(ctx context.Context, cfg Config, wl *Workload) (*Report, error) {
 	if cfg.Target != "" {
 		if !slices.Equal(routers, []int{1}) {
 			return nil, fmt.Errorf("--routers %v: a --target is one router; replicas need in-process fleets", routers)
+		}
+		if err := probeVocabulary(ctx, cfg.Target); err != nil {
+			return nil, err
 		}
 		r, err := runOnce(ctx, cfg, wl, "target", []string{cfg.Target}, nil)
 		if err != nil {
@@ -396,4 +402,35 @@ func (d *driver) send(ctx context.Context, client kvgatev1.RouterClient, prompt 
 		return nil, ""
 	}
 	return ids, o.worker
+}
+
+// probeVocabulary sends the target one request holding the largest token id
+// the token workloads draw. A router in front of engines with a smaller
+// vocabulary (the embedded default's simulated engines, say) refuses every
+// such request with INVALID_ARGUMENT; saying so once, with what to do,
+// beats a report of nothing but errors. Any other outcome, a refusal for
+// another reason or an unreachable target included, is left to the run.
+func probeVocabulary(ctx context.Context, target string) error {
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("--target %s: %w", target, err)
+	}
+	defer conn.Close()
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	one := uint32(1)
+	stream, err := kvgatev1.NewRouterClient(conn).Generate(pctx, &kvgatev1.GenerateRequest{
+		RequestId:      "kvgate-bench-vocabulary-probe",
+		InputIds:       []uint32{maxTokenID - 1},
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: &one},
+	})
+	for err == nil {
+		_, err = stream.Recv()
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "input_ids") {
+		return fmt.Errorf("--target %s refuses token id %d (%s): the token workloads draw ids below %d, Llama 3's vocabulary, "+
+			"so every request would fail; put engines with that vocabulary behind the router (kvgate sim --vocab-size %d --tokenizer-path none) "+
+			"or use --workload unique, which sends text", target, maxTokenID-1, st.Message(), maxTokenID, VocabSize)
+	}
+	return nil
 }

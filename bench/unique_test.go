@@ -57,3 +57,47 @@ func TestRunUniqueEndToEnd(t *testing.T) {
 		t.Error("neither duration nor requests: no error")
 	}
 }
+
+// TestTargetVocabularyProbe: a token workload sent to a router whose engines
+// have a smaller vocabulary stops before the run with an error that says
+// what to do; engines with Llama 3's vocabulary take it.
+func TestTargetVocabularyProbe(t *testing.T) {
+	small := sim.DefaultConfig() // the built-in tokenizer's 2,059 ids
+	small.TimeScale = 0
+	large := SimConfig()
+	large.TimeScale = 0
+	tests := []struct {
+		name    string
+		sim     sim.Config
+		wantErr string // "" for a run that completes
+	}{
+		{"engines with a small vocabulary", small, "--workload unique"},
+		{"engines with Llama 3's vocabulary", large, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			f, err := StartFleet(ctx, "round_robin", 2, tt.sim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			wl, err := Generate(tinyConfig(SharedPrefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := Run(ctx, Config{Target: f.Addr, Seed: 1}, wl)
+			switch {
+			case tt.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one naming %q", err, tt.wantErr)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case len(rep.Runs) != 1 || rep.Runs[0].Errors != 0:
+				t.Fatalf("runs %+v, want one without errors", rep.Runs)
+			}
+		})
+	}
+}
