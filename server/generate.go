@@ -36,11 +36,8 @@ var (
 func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStreamingServer[kvgatev1.GenerateResponse]) error {
 	ctx := stream.Context()
 	j, err := r.s.generateJob(ctx, req)
-	if err == nil {
-		err = j.adoptRequestID(ctx, req.GetRequestId())
-	}
 	if err != nil {
-		r.s.rejected(ctx, req.GetRequestId())
+		nameRejected(ctx, req.GetRequestId())
 		return err
 	}
 	j.traced(ctx)
@@ -59,11 +56,8 @@ func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStrea
 func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServer[kvgatev1.ChatResponse]) error {
 	ctx := stream.Context()
 	j, err := r.s.chatJob(ctx, req)
-	if err == nil {
-		err = j.adoptRequestID(ctx, req.GetRequestId())
-	}
 	if err != nil {
-		r.s.rejected(ctx, req.GetRequestId())
+		nameRejected(ctx, req.GetRequestId())
 		return err
 	}
 	j.traced(ctx)
@@ -111,10 +105,10 @@ func (j *job) traced(ctx context.Context) {
 	}
 }
 
-// rejected names a request refused before the pipeline (a validation
+// nameRejected names a request refused before the pipeline (a validation
 // error) for the call's log line, which the logging interceptor writes once
 // with the status, so a rejection is logged exactly once.
-func (s *Server) rejected(ctx context.Context, given string) {
+func nameRejected(ctx context.Context, given string) {
 	if given != "" {
 		labelOf(ctx).set(truncateID(given))
 	}
@@ -129,9 +123,17 @@ func truncateID(id string) string {
 	return id
 }
 
-func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {
+// newJob starts a job named requestID, or, when that is empty, after the
+// call's x-request-id metadata (see headerRequestID), or else a random id.
+func newJob(ctx context.Context, requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {
 	if len(requestID) > maxRequestIDBytes {
 		return nil, invalid("request_id is %d bytes; the limit is %d", len(requestID), maxRequestIDBytes)
+	}
+	if requestID == "" {
+		var err error
+		if requestID, err = headerRequestID(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if requestID == "" {
 		requestID = newRequestID()
@@ -147,25 +149,20 @@ func newJob(requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, e
 	return &job{id: requestID, sampling: sp, stream: stream, start: time.Now()}, nil
 }
 
-// adoptRequestID names the job after the call's x-request-id metadata when
-// the request's own request_id (given) is empty. Like request_id, it is a
-// label: the id sent to an engine is still unique per attempt.
-func (j *job) adoptRequestID(ctx context.Context, given string) error {
-	if given != "" {
-		return nil
-	}
+// headerRequestID is the call's x-request-id metadata, which names a
+// request whose request_id is empty ("" when there is none). Like
+// request_id, it is a label: the id sent to an engine is still unique per
+// attempt.
+func headerRequestID(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	v := firstHeader(md, requestIDHeaders)
 	switch {
-	case v == "":
-		return nil
 	case len(v) > maxRequestIDBytes:
-		return invalid("x-request-id metadata is %d bytes; the limit is %d", len(v), maxRequestIDBytes)
+		return "", invalid("x-request-id metadata is %d bytes; the limit is %d", len(v), maxRequestIDBytes)
 	case !utf8.ValidString(v):
-		return invalid("x-request-id metadata is not valid UTF-8")
+		return "", invalid("x-request-id metadata is not valid UTF-8")
 	}
-	j.id = v
-	return nil
+	return v, nil
 }
 
 // policyRequest is what the policy sees of a job and its metadata.

@@ -214,15 +214,8 @@ func finishReason(s string) kvgatev1.FinishReason {
 	return kvgatev1.FinishReason_FINISH_REASON_UNSPECIFIED
 }
 
-// finishName is a finish reason as engines and clients spell it.
+// finishName is a finish reason as engines and clients spell it ("stop",
+// "length", "abort", "unspecified"): the enum's name without its prefix.
 func finishName(f kvgatev1.FinishReason) string {
-	switch f {
-	case kvgatev1.FinishReason_FINISH_REASON_STOP:
-		return "stop"
-	case kvgatev1.FinishReason_FINISH_REASON_LENGTH:
-		return "length"
-	case kvgatev1.FinishReason_FINISH_REASON_ABORT:
-		return "abort"
-	}
-	return "unspecified"
+	return strings.ToLower(strings.TrimPrefix(f.String(), "FINISH_REASON_"))
 }

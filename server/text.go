@@ -26,7 +26,7 @@ func noTokenizer(field string) string {
 // generateJob turns a Generate request into a job: the prompt is its token
 // ids, or its text tokenized with the model's special tokens added.
 func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest) (*job, error) {
-	j, err := newJob(req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
+	j, err := newJob(ctx, req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 // it. As in transformers, the template places any special tokens itself, so
 // the tokenizer adds none.
 func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, error) {
-	j, err := newJob(req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
+	j, err := newJob(ctx, req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
 	if err != nil {
 		return nil, err
 	}
@@ -89,9 +89,9 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	// Rendered and tokenized in one step, so that client text can be kept
 	// from becoming control tokens (--split-special-tokens-in-content):
 	// the span covers both.
-	var lk textmodel.ChatLookup
+	var lk cache.Lookup
 	j.inputIDs, j.commit, lk, err = s.text.EncodeChatLookup(conv)
-	defer func() { endTokenize(span, lk.Lookup, len(j.inputIDs), err) }()
+	defer func() { endTokenize(span, lk, len(j.inputIDs), err) }()
 	switch {
 	case errors.Is(err, template.ErrTemplateRaised):
 		err = invalid("the chat template rejected the conversation: %v", err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -56,7 +57,7 @@ func FuzzValidateRequest(f *testing.F) {
 		// Both limits stay small enough to be reached by a fuzzed prompt.
 		l := limits{vocabSize: int(vocab % (1 << 20)), maxContext: int(maxCtx % (1 << 13))}
 
-		j, err := newJob(id, sp, set&1 != 0)
+		j, err := newJob(context.Background(), id, sp, set&1 != 0)
 		if err != nil {
 			wantInvalidArgument(t, "newJob", err)
 			return

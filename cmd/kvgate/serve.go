@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -175,7 +174,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 	}
 	gcfg.SeparateAdmin = cfg.adminPort >= 0
 	defer stopSims()
-	traces, err := tracing.Setup(ctx, tracing.Options{Endpoint: cfg.otlpEndpoint, SamplingRatio: cfg.otlpSamplingRatio, ServiceVersion: moduleVersion()})
+	mod, _ := buildVersion() // the traces' service.version
+	traces, err := tracing.Setup(ctx, tracing.Options{Endpoint: cfg.otlpEndpoint, SamplingRatio: cfg.otlpSamplingRatio, ServiceVersion: mod})
 	if err != nil {
 		return err
 	}
@@ -457,13 +457,4 @@ func newLogger(w io.Writer, level string, json bool) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	return logging.New(w, lvl, json), nil
-}
-
-// moduleVersion is the binary's module version, reported as the traces'
-// service.version.
-func moduleVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		return bi.Main.Version
-	}
-	return ""
 }

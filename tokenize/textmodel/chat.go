@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/kvgate/kvgate/tokenize"
 	"github.com/kvgate/kvgate/tokenize/cache"
@@ -42,30 +41,16 @@ func (m *Model) EncodeChat(c Conversation) (ids []uint32, commit func(), err err
 	return ids, commit, err
 }
 
-// ChatLookup is how EncodeChat spent its time and used the caches, for a
-// request's trace.
-type ChatLookup struct {
-	cache.Lookup
-	// Rendered is when the template had rendered; tokenizing came after.
-	Rendered time.Time
-}
-
-// EncodeChatLookup is EncodeChat that also reports when rendering ended and
-// how the caches served the prompt.
-func (m *Model) EncodeChatLookup(c Conversation) (ids []uint32, commit func(), lk ChatLookup, err error) {
+// EncodeChatLookup is EncodeChat that also says how the caches served the
+// prompt, for a request's trace.
+func (m *Model) EncodeChatLookup(c Conversation) (ids []uint32, commit func(), lk cache.Lookup, err error) {
 	noCommit := func() {}
-	encode := func(text string) ([]uint32, func(), ChatLookup, error) {
-		lk.Rendered = time.Now()
-		ids, commit, clk, err := m.EncodeDeferredLookup(text, false)
-		lk.Lookup = clk
-		return ids, commit, lk, err
-	}
 	if !m.splitContent {
 		text, err := m.Render(c)
 		if err != nil {
 			return nil, noCommit, lk, err
 		}
-		return encode(text)
+		return m.EncodeDeferredLookup(text, false)
 	}
 	p, err := newProtector(m.specialTexts)
 	if err != nil {
@@ -90,15 +75,14 @@ func (m *Model) EncodeChatLookup(c Conversation) (ids []uint32, commit func(), l
 		return nil, noCommit, lk, err
 	}
 	if len(p.originals) == 0 {
-		return encode(rendered)
+		return m.EncodeDeferredLookup(rendered, false)
 	}
 	text, spans, err := p.expand(rendered)
 	if err != nil {
 		return nil, noCommit, lk, err
 	}
-	lk.Rendered = time.Now()
 	if len(spans) == 0 {
-		return encode(text)
+		return m.EncodeDeferredLookup(text, false)
 	}
 	// The caches key on the text alone, so an encoding that depends on
 	// where the client's text lies is never cached.
