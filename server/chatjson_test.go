@@ -1,13 +1,10 @@
 package server_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -115,18 +112,8 @@ func chatWithParamsInOrder(t *testing.T, req *kvgatev1.ChatRequest, params *stru
 // rawChat sends a ChatRequest's bytes as they are and returns its completion.
 func rawChat(t *testing.T, f *fleet, req []byte) *kvgatev1.GenerateComplete {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/kvgate.v1.Router/Chat", grpc.ForceCodec(rawCodec{}))
+	b, err := rawCall(t, f, "/kvgate.v1.Router/Chat", req)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SendMsg(&req); err != nil {
-		t.Fatal(err)
-	}
-	st.CloseSend()
-	var b []byte
-	if err := st.RecvMsg(&b); err != nil {
 		t.Fatalf("Chat: %v", err)
 	}
 	var resp kvgatev1.ChatResponse

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -73,18 +72,7 @@ func TestDeeplyNestedJSONIsRefused(t *testing.T) {
 	msg := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte("user")) // ChatMessage.role
 	req := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), msg)            // ChatRequest.messages
 	req = protowire.AppendBytes(protowire.AppendTag(req, 3, protowire.BytesType), tool)            // ChatRequest.tools
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/kvgate.v1.Router/Chat", grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SendMsg(&req); err != nil {
-		t.Fatal(err)
-	}
-	st.CloseSend()
-	var resp []byte
-	if err := st.RecvMsg(&resp); status.Code(err) != codes.InvalidArgument {
+	if _, err := rawCall(t, f, "/kvgate.v1.Router/Chat", req); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("200,000 levels of Values: %v, want INVALID_ARGUMENT", err)
 	}
 	f.mustGenerate(t, &kvgatev1.GenerateRequest{Text: "still serving"})

@@ -245,6 +245,25 @@ func (rawCodec) Name() string                       { return "proto" }
 
 var _ encoding.Codec = rawCodec{}
 
+// rawCall sends msg's bytes to method as they are (unary and server
+// streaming alike) and returns the first message of the reply, raw.
+func rawCall(t *testing.T, f *fleet, method string, msg []byte) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method, grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(&msg); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseSend()
+	var resp []byte
+	err = st.RecvMsg(&resp)
+	return resp, err
+}
+
 func TestUndecodableRequestsAreInvalidArgument(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1, text: true})
 	bad := []byte{'h', 0xff, 'i'}
@@ -277,18 +296,7 @@ func TestUndecodableRequestsAreInvalidArgument(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+"/"+tc.want, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, tc.method, grpc.ForceCodec(rawCodec{}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := st.SendMsg(&tc.msg); err != nil {
-				t.Fatal(err)
-			}
-			st.CloseSend()
-			var resp []byte
-			err = st.RecvMsg(&resp)
+			_, err := rawCall(t, f, tc.method, tc.msg)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want INVALID_ARGUMENT saying %q", err, tc.want)
 			}
@@ -325,18 +333,7 @@ func TestClientSentMarkerFieldIsIgnored(t *testing.T) {
 	msg = protowire.AppendBytes(msg, []byte{1, 2, 3})
 	msg = protowire.AppendTag(msg, protowire.MaxValidNumber, protowire.BytesType)
 	msg = protowire.AppendString(msg, "spoofed reason")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/kvgate.v1.Router/Generate", grpc.ForceCodec(rawCodec{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SendMsg(&msg); err != nil {
-		t.Fatal(err)
-	}
-	st.CloseSend()
-	var resp []byte
-	if err := st.RecvMsg(&resp); err != nil {
+	if _, err := rawCall(t, f, "/kvgate.v1.Router/Generate", msg); err != nil {
 		t.Fatalf("a valid request carrying the marker field: %v", err)
 	}
 }

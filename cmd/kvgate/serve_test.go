@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/metricsdoc"
 )
 
 // defaults parses no flags, so the test starts from exactly what a user gets.
@@ -113,12 +114,13 @@ func TestEmbeddedDefaultServesGenerateAndMetrics(t *testing.T) {
 	}
 	// Every kvgate metric the router exports is documented in docs/metrics.md.
 	documented := documentedMetrics(t)
-	for _, line := range strings.Split(string(body), "\n") {
-		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			name = strings.Fields(name)[0]
-			if strings.HasPrefix(name, "kvgate_") && !documented(name) {
-				t.Errorf("docs/metrics.md lacks %s", name)
-			}
+	fams, err := metricsdoc.ParseExposition(string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range fams {
+		if strings.HasPrefix(name, "kvgate_") && !documented(name) {
+			t.Errorf("docs/metrics.md lacks %s", name)
 		}
 	}
 
