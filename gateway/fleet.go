@@ -80,7 +80,7 @@ func waitConnected(ctx context.Context, reg *workers.Registry) error {
 // forgetRemoved makes the policies drop what they keep about workers that
 // left the fleet (a placeholder replaced by its connected worker keeps its
 // URL and is not forgotten).
-func forgetRemoved(reg *workers.Registry, route *kvRoute, pols ...policy.Policy) (stop func()) {
+func forgetRemoved(reg *workers.Registry, route *kvRoute, policies func() []policy.Policy) (stop func()) {
 	return reg.Watch(func(c workers.Change) {
 		if route != nil && len(c.Removed) > 0 {
 			route.settle()
@@ -93,7 +93,7 @@ func forgetRemoved(reg *workers.Registry, route *kvRoute, pols ...policy.Policy)
 			if added[w.URL()] {
 				continue
 			}
-			for _, p := range pols {
+			for _, p := range policies() {
 				if f, ok := p.(policy.Forgetter); ok {
 					f.Forget(w.URL())
 				}
@@ -107,9 +107,9 @@ func forgetRemoved(reg *workers.Registry, route *kvRoute, pols ...policy.Policy)
 // unhealthy and joins when it answers.
 func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
 	switch {
-	case g.pd == nil && role != workers.RoleRegular:
+	case !g.pdMode && role != workers.RoleRegular:
 		return nil, fmt.Errorf("a %s worker needs a router started with --pd-disaggregation", role)
-	case g.pd != nil && role == workers.RoleRegular:
+	case g.pdMode && role == workers.RoleRegular:
 		return nil, errors.New("with --pd-disaggregation a worker is a prefill or a decode worker")
 	case bootstrapPort != 0 && role != workers.RolePrefill:
 		return nil, errors.New("bootstrap_port is for prefill workers")
@@ -126,7 +126,7 @@ func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role,
 		return nil, err
 	}
 	if bootstrapPort > 0 {
-		g.pd.SetBootstrapPort(w.URL(), bootstrapPort)
+		g.models.setBootstrapPort(w.URL(), bootstrapPort)
 	}
 	logRegistered(g.log, w)
 	g.Server.UpdateHealth()
@@ -155,8 +155,8 @@ func (g *Gateway) RemoveWorker(ctx context.Context, addr string, drain time.Dura
 	if _, err := g.Registry.Remove(w.URL()); err != nil {
 		return nil, 0, err
 	}
-	if g.pd != nil {
-		g.pd.SetBootstrapPort(w.URL(), 0)
+	if g.pdMode {
+		g.models.setBootstrapPort(w.URL(), 0)
 	}
 	_ = w.Close()
 	g.Server.UpdateHealth()

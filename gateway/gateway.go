@@ -60,6 +60,12 @@ type Config struct {
 	// and text, Chat and stop strings answer FAILED_PRECONDITION.
 	TokenIDsOnly bool
 	TextSources  textmodel.Sources
+	// IGW serves several models behind one router (--enable-igw): workers
+	// are grouped by the model they report, and each model gets its own
+	// policies, tree and tokenizer, from ModelTexts[name], else
+	// TextSources, else one of its workers. Requests name their model.
+	IGW          bool
+	ModelTexts   map[string]textmodel.Sources
 	TextOptions  textmodel.Options
 	FetchTimeout time.Duration
 
@@ -146,8 +152,15 @@ type Gateway struct {
 	// consumes them or Config.KVEvents is off.
 	KVEvents *workers.KVSubscriptions
 
-	log          *slog.Logger
-	pd           *pd.Dispatcher
+	log *slog.Logger
+	// igw tells models apart by the name their workers report; otherwise
+	// the one model (named "") has every worker. pdMode: with PD.
+	igw, pdMode bool
+	models      models
+	// starting has a channel per model being set up or served, closed
+	// when it is served (--enable-igw).
+	startMu      sync.Mutex
+	starting     map[string]chan struct{}
 	connect      workers.ConnectOptions // how AddWorker connects
 	drainTimeout time.Duration
 	bgCtx        context.Context
@@ -188,7 +201,8 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err := cfg.Breaker.Validate(); err != nil {
 		return nil, fmt.Errorf("circuit breaker: %w", err)
 	}
-	g := &Gateway{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout}
+	g := &Gateway{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout, igw: cfg.IGW, pdMode: cfg.PD,
+		starting: map[string]chan struct{}{}}
 	// Background work (health checks, load polls, policies' loops, workers
 	// joining late) lives until Close.
 	g.bgCtx, g.stopBG = context.WithCancel(context.WithoutCancel(ctx))
@@ -213,6 +227,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			}
 		}
 	}
+	g.models.ports = ports
 	breaker := cfg.Breaker
 	metrics := server.NewMetrics(g.Registry)
 	breaker.OnChange = func(url string, from, to workers.BreakerState) {
@@ -248,49 +263,16 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 	}
 
-	var runners []policy.Runner
-	newPolicy := func(name string, role workers.Role) (policy.Policy, error) {
-		o := cfg.Options
-		if o.Logger == nil {
-			o.Logger = log
+	route := &kvRoute{reg: g.Registry, policyOf: func(w *workers.Worker) policy.Policy {
+		if m := g.models.get(g.modelKey(w)); m != nil {
+			return m.byRole[w.Role()]
 		}
-		if cfg.LearnBlockSize {
-			o.CacheAware.BlockSize = learnedPageSize(g.Registry.WithRole(role))
-		}
-		p, err := policy.New(name, o)
-		if r, ok := p.(policy.Runner); ok {
-			runners = append(runners, r)
-		}
-		return p, err
+		return nil
+	}}
+	if !cfg.KVEvents || !consumesKVEvents(cfg) {
+		route = nil // nobody subscribes
 	}
-	byRole := map[workers.Role]policy.Policy{}
-	if cfg.PD {
-		if g.Policy, err = newPolicy(cfg.PrefillPolicy, workers.RolePrefill); err != nil {
-			return nil, err
-		}
-		dec, err := newPolicy(cfg.DecodePolicy, workers.RoleDecode)
-		if err != nil {
-			return nil, err
-		}
-		g.pd = pd.New(pd.Config{Prefill: g.Policy, Decode: dec, BootstrapPorts: ports})
-		byRole[workers.RolePrefill], byRole[workers.RoleDecode] = g.Policy, dec
-	} else {
-		if g.Policy, err = newPolicy(cfg.Policy, workers.RoleRegular); err != nil {
-			return nil, err
-		}
-		byRole[workers.RoleRegular] = g.Policy
-	}
-	// The policies that mirror the engines' caches get their KV events;
-	// with none, nobody subscribes.
-	var route *kvRoute
-	if cfg.KVEvents {
-		route = newKVRoute(g.Registry, byRole)
-	}
-	pols := make([]policy.Policy, 0, len(byRole))
-	for _, p := range byRole {
-		pols = append(pols, p)
-	}
-	g.watches = append(g.watches, forgetRemoved(g.Registry, route, pols...))
+	g.watches = append(g.watches, forgetRemoved(g.Registry, route, g.models.policies))
 	var subs *workers.KVSubscriptions
 	if route != nil {
 		sc := cfg.KVSubscription
@@ -302,28 +284,49 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		g.KVEvents = subs
 	}
 
-	g.Text = cfg.Text
-	if g.Text == nil && !cfg.TokenIDsOnly {
-		if g.Text, err = loadText(ctx, cfg, g.Registry, log); err != nil {
+	rel, adm := cfg.Reliability, cfg.Admission
+	scfg := server.Config{Registry: g.Registry, Logger: log, Reliability: &rel, Admission: &adm,
+		MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g, Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log),
+		SeparateAdmin: cfg.SeparateAdmin, Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider}
+	if cfg.IGW {
+		// Each model is served when its first worker connects, now or later.
+		scfg.MultiModel = true
+		if g.Server, err = server.New(scfg); err != nil {
 			return nil, err
 		}
-	}
-	rel, adm := cfg.Reliability, cfg.Admission
-	g.Server, err = server.New(server.Config{Registry: g.Registry, Policy: g.Policy, Logger: log, Text: g.Text,
-		PD: g.pd, Reliability: &rel, Admission: &adm, MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g,
-		Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log), SeparateAdmin: cfg.SeparateAdmin,
-		Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider})
-	if err != nil {
-		return nil, err
+		g.watches = append(g.watches, g.watchModels(cfg))
+		wctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
+		err = g.waitModels(wctx, cfg)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		m, err := g.buildModel(cfg, "", g.Registry.Snapshot())
+		if err != nil {
+			return nil, err
+		}
+		g.models.publish(m)
+		g.Policy = m.main
+		g.Text = cfg.Text
+		if g.Text == nil && !cfg.TokenIDsOnly {
+			if g.Text, err = loadText(ctx, cfg, g.Registry, log); err != nil {
+				return nil, err
+			}
+		}
+		scfg.Policy, scfg.Text, scfg.PD, scfg.PageSize = m.main, g.Text, m.pd, m.pageSize
+		if g.Text != nil {
+			scfg.TokenizerSource = sourceName(cfg.TextSources)
+		}
+		if g.Server, err = server.New(scfg); err != nil {
+			return nil, err
+		}
 	}
 
 	bg := g.bgCtx
 	// A worker that joins late, or is added or removed, changes the
 	// router's health.
 	g.watches = append(g.watches, g.Registry.Watch(func(workers.Change) { g.Server.UpdateHealth() }))
-	for _, r := range runners {
-		g.bg.Go(func() { r.Run(bg) })
-	}
 	health := cfg.Health
 	health.OnChange = func(w *workers.Worker, healthy bool) {
 		g.Server.UpdateHealth()

@@ -21,25 +21,12 @@ import (
 // forgets: by then the registry no longer has the worker, so deliveries that
 // were under way have finished and later ones are turned away.
 type kvRoute struct {
-	reg    *workers.Registry
-	byRole map[workers.Role]workers.KVEventHandler
+	reg *workers.Registry
+	// policyOf is the policy placing requests on a worker (its model's,
+	// for its role); nil while its model is not served yet.
+	policyOf func(*workers.Worker) policy.Policy
 
 	mu sync.RWMutex
-}
-
-// newKVRoute returns the route for the policies that consume KV events, or
-// nil when none does: then nobody subscribes.
-func newKVRoute(reg *workers.Registry, byRole map[workers.Role]policy.Policy) *kvRoute {
-	r := &kvRoute{reg: reg, byRole: map[workers.Role]workers.KVEventHandler{}}
-	for role, p := range byRole {
-		if h, ok := p.(workers.KVEventHandler); ok {
-			r.byRole[role] = h
-		}
-	}
-	if len(r.byRole) == 0 {
-		return nil
-	}
-	return r
 }
 
 // handler returns the handler of worker's policy; call with r.mu held.
@@ -48,7 +35,8 @@ func (r *kvRoute) handler(worker string) workers.KVEventHandler {
 	if !ok {
 		return nil
 	}
-	return r.byRole[w.Role()]
+	h, _ := r.policyOf(w).(workers.KVEventHandler)
+	return h
 }
 
 func (r *kvRoute) ApplyKVEvents(worker string, b *workers.KVEventBatch) {

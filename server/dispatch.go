@@ -65,13 +65,14 @@ type placement interface {
 // regularDispatcher serves whole requests on the registry's regular workers.
 type regularDispatcher struct {
 	s      *Server
+	r      *route
 	policy policy.Policy
 }
 
 func (d *regularDispatcher) policyName() string { return d.policy.Name() }
 
 func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
-	candidates := d.s.reg.WithRole(workers.RoleRegular)
+	candidates := d.r.candidates(d.s.reg, workers.RoleRegular)
 	if err := checkCandidates("", candidates, j); err != nil {
 		return nil, err
 	}
@@ -145,6 +146,7 @@ func (p *single) end(out policy.Outcome) {
 // registry's prefill and decode workers.
 type pdDispatcher struct {
 	s       *Server
+	r       *route
 	pd      *pd.Dispatcher
 	prefill string // the policies' names, which label decisions
 	decode  string
@@ -153,7 +155,7 @@ type pdDispatcher struct {
 func (d *pdDispatcher) policyName() string { return d.prefill }
 
 func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
-	prefills, decodes := d.s.reg.WithRole(workers.RolePrefill), d.s.reg.WithRole(workers.RoleDecode)
+	prefills, decodes := d.r.candidates(d.s.reg, workers.RolePrefill), d.r.candidates(d.s.reg, workers.RoleDecode)
 	if err := checkCandidates("prefill ", prefills, j); err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		return nil, err
 	}
 	j.metadata = metadata.New(req.GetMetadata())
-	p, err := s.disp.place(ctx, j, true)
+	p, err := j.route.disp.place(ctx, j, true)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		// policy's.
 		return &kvgatev1.ExplainResponse{
 			Worker:                p.dec.Decode.Worker.URL(),
-			Policy:                s.disp.policyName(),
+			Policy:                j.route.disp.policyName(),
 			Branch:                p.dec.Decode.Branch,
 			Reason:                "prefill: " + p.dec.Prefill.Reason + "; decode: " + p.dec.Decode.Reason,
 			PromptTokens:          uint32(len(j.inputIDs)),
@@ -51,7 +51,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		dec := p.decision()
 		return &kvgatev1.ExplainResponse{
 			Worker:                dec.Worker.URL(),
-			Policy:                s.disp.policyName(),
+			Policy:                j.route.disp.policyName(),
 			Branch:                dec.Branch,
 			Reason:                dec.Reason,
 			PromptTokens:          uint32(len(j.inputIDs)),

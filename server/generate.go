@@ -76,7 +76,9 @@ func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServ
 // job is one generation, however the client asked for it: token ids, text
 // or a conversation all become a prompt of ids and a way to send replies.
 type job struct {
-	id       string
+	id string
+	// route is the model the request runs on.
+	route    *route
 	inputIDs []uint32
 	sampling *kvgatev1.SamplingParams
 	stream   bool

@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
-	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -82,7 +81,7 @@ type speculationStatser interface{ SpeculativeExpired() uint64 }
 type kvEventCollector struct {
 	reg    *workers.Registry
 	status KVEventStatuser
-	policy policy.Policy
+	routes *routes
 }
 
 var (
@@ -109,7 +108,13 @@ func (c kvEventCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descKVEventMode, prometheus.GaugeValue, v, w.URL())
 	}
-	if s, ok := c.policy.(speculationStatser); ok {
-		ch <- prometheus.MustNewConstMetric(descSpeculativeExpired, prometheus.CounterValue, float64(s.SpeculativeExpired()))
+	expired, any := 0.0, false
+	for _, r := range c.routes.all() {
+		if s, ok := r.Policy.(speculationStatser); ok {
+			expired, any = expired+float64(s.SpeculativeExpired()), true
+		}
+	}
+	if any {
+		ch <- prometheus.MustNewConstMetric(descSpeculativeExpired, prometheus.CounterValue, expired)
 	}
 }

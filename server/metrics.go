@@ -310,8 +310,9 @@ func (m *Metrics) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 // cacheStatser is what the tokenizer cache collector reads.
 type cacheStatser interface{ CacheStats() cache.Stats }
 
-// tokenizerCollector reports the tokenizer caches' counters at scrape time.
-type tokenizerCollector struct{ text cacheStatser }
+// tokenizerCollector reports the tokenizer caches' counters at scrape time,
+// summed over the models served.
+type tokenizerCollector struct{ routes *routes }
 
 var (
 	descCacheHits = prometheus.NewDesc("kvgate_tokenizer_cache_hits_total",
@@ -333,7 +334,21 @@ func (tokenizerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c tokenizerCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.text.CacheStats()
+	var s cache.Stats
+	texts := 0
+	for _, r := range c.routes.all() {
+		if r.Text == nil {
+			continue
+		}
+		texts++
+		t := r.Text.CacheStats()
+		s.L0Hits, s.L0Misses, s.L0Entries, s.L0Bytes = s.L0Hits+t.L0Hits, s.L0Misses+t.L0Misses, s.L0Entries+t.L0Entries, s.L0Bytes+t.L0Bytes
+		s.L1Hits, s.L1Misses, s.L1Entries, s.L1Bytes = s.L1Hits+t.L1Hits, s.L1Misses+t.L1Misses, s.L1Entries+t.L1Entries, s.L1Bytes+t.L1Bytes
+		s.L1HitBytes += t.L1HitBytes
+	}
+	if texts == 0 {
+		return // no tokenizer: no tokenizer caches
+	}
 	for _, l := range []struct {
 		level          string
 		hits, misses   uint64
@@ -367,11 +382,8 @@ func (m *Metrics) observePrediction(predicted, reported int) {
 // treeStatser is implemented by policies that keep a token tree.
 type treeStatser interface{ TreeStats() tree.Stats }
 
-// treeCollector reports the routing tree's size at scrape time.
-type treeCollector struct {
-	model string
-	tree  treeStatser
-}
+// treeCollector reports each model's routing tree's size at scrape time.
+type treeCollector struct{ s *Server }
 
 var (
 	// descTreeSize is the seed's smg_router_cache_tree_size, in the unit of
@@ -398,13 +410,23 @@ func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c treeCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.tree.TreeStats()
-	ch <- prometheus.MustNewConstMetric(descTreeBudget, prometheus.GaugeValue, float64(st.MaxTokens), c.model)
-	ch <- prometheus.MustNewConstMetric(descTreeSize, prometheus.GaugeValue, float64(st.Tokens), c.model)
-	ch <- prometheus.MustNewConstMetric(descTreeTokens, prometheus.GaugeValue, float64(st.Tokens), c.model)
-	ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(st.Nodes), c.model)
-	for w, n := range st.TenantTokens {
-		ch <- prometheus.MustNewConstMetric(descTreeWorkerTokens, prometheus.GaugeValue, float64(n), c.model, w)
+	for _, r := range c.s.routes.all() {
+		t, ok := r.Policy.(treeStatser)
+		if !ok {
+			continue
+		}
+		model := r.Name
+		if model == "" {
+			model = c.s.servedModel()
+		}
+		st := t.TreeStats()
+		ch <- prometheus.MustNewConstMetric(descTreeBudget, prometheus.GaugeValue, float64(st.MaxTokens), model)
+		ch <- prometheus.MustNewConstMetric(descTreeSize, prometheus.GaugeValue, float64(st.Tokens), model)
+		ch <- prometheus.MustNewConstMetric(descTreeTokens, prometheus.GaugeValue, float64(st.Tokens), model)
+		ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(st.Nodes), model)
+		for w, n := range st.TenantTokens {
+			ch <- prometheus.MustNewConstMetric(descTreeWorkerTokens, prometheus.GaugeValue, float64(n), model, w)
+		}
 	}
 }
 

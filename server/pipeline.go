@@ -37,7 +37,7 @@ func (s *Server) run(ctx context.Context, j *job) error {
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	defer func() {
-		s.metrics.policyLatency.WithLabelValues(s.disp.policyName()).Observe(time.Since(j.start).Seconds())
+		s.metrics.policyLatency.WithLabelValues(j.route.disp.policyName()).Observe(time.Since(j.start).Seconds())
 	}()
 
 	var failures []*failure
@@ -76,7 +76,7 @@ func (s *Server) run(ctx context.Context, j *job) error {
 // its completion.
 func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
-	p, err := s.disp.place(sctx, j, false)
+	p, err := j.route.disp.place(sctx, j, false)
 	if err != nil {
 		endSpan(sel, err)
 		sel.End()

@@ -41,9 +41,9 @@ type relay struct {
 
 func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p placement) *relay {
 	r := &relay{s: s, j: j, p: p}
-	if s.text != nil {
+	if text := j.route.Text; text != nil {
 		sp := j.sampling
-		r.ds = s.text.NewStream(detok.Options{
+		r.ds = text.NewStream(detok.Options{
 			SkipSpecialTokens: sp.SkipSpecialTokens == nil || *sp.SkipSpecialTokens,
 			StopStrings:       sp.GetStop(),
 			NoStopTrim:        sp.GetNoStopTrim(),

@@ -41,7 +41,17 @@ import (
 // Config wires a Server to its fleet.
 type Config struct {
 	Registry *workers.Registry
-	Policy   policy.Policy
+	// Policy, Text and PD are the router's one model when it serves one
+	// (MultiModel false): every worker serves it.
+	Policy policy.Policy
+	// MultiModel serves several models told apart by the model field of
+	// requests (--enable-igw): Policy, Text and PD must then be unset, and
+	// each model is added with AddModel when its workers join.
+	MultiModel bool
+	// TokenizerSource and PageSize describe the one model for ListModels
+	// (see Model).
+	TokenizerSource string
+	PageSize        int
 	// Metrics may be nil; the server then creates its own.
 	Metrics *Metrics
 	// Logger may be nil: slog.Default().
@@ -125,11 +135,9 @@ func (r Reliability) Validate() error {
 type Server struct {
 	cfg     resolved
 	reg     *workers.Registry
-	policy  policy.Policy
-	disp    dispatcher
+	routes  routes
 	metrics *Metrics
 	log     *slog.Logger
-	text    *textmodel.Model
 
 	admission *admission
 	fleet     Fleet
@@ -165,8 +173,13 @@ const routerService = "kvgate.v1.Router"
 // New builds a server with its services and interceptors registered. Call
 // Serve to start it.
 func New(cfg Config) (*Server, error) {
-	if cfg.Registry == nil || cfg.Policy == nil {
-		return nil, fmt.Errorf("server: Registry and Policy are required")
+	switch {
+	case cfg.Registry == nil:
+		return nil, errors.New("server: Registry is required")
+	case cfg.MultiModel && (cfg.Policy != nil || cfg.Text != nil || cfg.PD != nil):
+		return nil, errors.New("server: with MultiModel, models are added with AddModel")
+	case !cfg.MultiModel && cfg.Policy == nil:
+		return nil, errors.New("server: Policy is required")
 	}
 	rel := DefaultReliability()
 	if cfg.Reliability != nil {
@@ -189,10 +202,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:      resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
 		reg:      cfg.Registry,
-		policy:   cfg.Policy,
+		routes:   routes{multi: cfg.MultiModel},
 		metrics:  cfg.Metrics,
 		log:      cfg.Logger,
-		text:     cfg.Text,
 		fleet:    cfg.Fleet,
 		kvEvents: cfg.KVEvents,
 		health:   health.NewServer(),
@@ -202,10 +214,10 @@ func New(cfg Config) (*Server, error) {
 		s.tracer, s.traced = cfg.TracerProvider.Tracer(tracerName), true
 	}
 	s.hardStop, s.endRequests = context.WithCancel(context.Background())
-	if cfg.PD != nil {
-		s.disp = &pdDispatcher{s: s, pd: cfg.PD, prefill: cfg.Policy.Name(), decode: cfg.PD.DecodePolicyName()}
-	} else {
-		s.disp = &regularDispatcher{s: s, policy: cfg.Policy}
+	if !cfg.MultiModel {
+		if err := s.AddModel(Model{Policy: cfg.Policy, Text: cfg.Text, PD: cfg.PD, TokenizerSource: cfg.TokenizerSource, PageSize: cfg.PageSize}); err != nil {
+			return nil, err
+		}
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)
@@ -218,22 +230,11 @@ func New(cfg Config) (*Server, error) {
 		}, func() float64 { return float64(l.keys()) }))
 	}
 	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
-	if s.text != nil {
-		if err := s.metrics.Registry.Register(tokenizerCollector{s.text}); err != nil {
-			return nil, fmt.Errorf("server: tokenizer cache metrics: %w", err)
+	for _, c := range []prometheus.Collector{tokenizerCollector{&s.routes}, treeCollector{s: s},
+		kvEventCollector{reg: s.reg, status: cfg.KVEvents, routes: &s.routes}} {
+		if err := s.metrics.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
-	}
-	if t, ok := s.policy.(treeStatser); ok {
-		model := ""
-		if ws := s.reg.Snapshot(); len(ws) > 0 {
-			model = ws[0].Info().Model
-		}
-		if err := s.metrics.Registry.Register(treeCollector{model: model, tree: t}); err != nil {
-			return nil, fmt.Errorf("server: tree metrics: %w", err)
-		}
-	}
-	if err := s.metrics.Registry.Register(kvEventCollector{reg: s.reg, status: cfg.KVEvents, policy: s.policy}); err != nil {
-		return nil, fmt.Errorf("server: KV event metrics: %w", err)
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -30,21 +30,25 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 	if err != nil {
 		return nil, err
 	}
-	if len(j.sampling.GetStop()) > 0 && s.text == nil {
+	if j.route, err = s.route(req.GetModel()); err != nil {
+		return nil, err
+	}
+	text := j.route.Text
+	if len(j.sampling.GetStop()) > 0 && text == nil {
 		return nil, status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
 	}
-	switch text := req.GetText(); {
-	case len(req.GetInputIds()) > 0 && text != "":
+	switch prompt := req.GetText(); {
+	case len(req.GetInputIds()) > 0 && prompt != "":
 		return nil, invalid("input_ids and text are both set; send the prompt one way")
 	case len(req.GetInputIds()) > 0:
 		j.inputIDs = req.GetInputIds()
-	case text != "":
-		if s.text == nil {
+	case prompt != "":
+		if text == nil {
 			return nil, status.Error(codes.FailedPrecondition, noTokenizer("text"))
 		}
 		_, span := s.startStep(ctx, "kvgate.tokenize")
 		var lk cache.Lookup
-		j.inputIDs, j.commit, lk, err = s.encode(text, true, "text")
+		j.inputIDs, j.commit, lk, err = encode(text, prompt, true, "text")
 		endTokenize(span, lk, len(j.inputIDs), err)
 		if err != nil {
 			return nil, err
@@ -63,10 +67,14 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	if err != nil {
 		return nil, err
 	}
-	if s.text == nil {
+	if j.route, err = s.route(req.GetModel()); err != nil {
+		return nil, err
+	}
+	text := j.route.Text
+	if text == nil {
 		return nil, status.Error(codes.FailedPrecondition, noTokenizer("Chat"))
 	}
-	if !s.text.HasChatTemplate() {
+	if !text.HasChatTemplate() {
 		return nil, status.Error(codes.FailedPrecondition,
 			"the model has no chat template: give one with --chat-template, or send text to Generate")
 	}
@@ -90,7 +98,7 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	// from becoming control tokens (--split-special-tokens-in-content):
 	// the span covers both.
 	var lk cache.Lookup
-	j.inputIDs, j.commit, lk, err = s.text.EncodeChatLookup(conv)
+	j.inputIDs, j.commit, lk, err = text.EncodeChatLookup(conv)
 	defer func() { endTokenize(span, lk, len(j.inputIDs), err) }()
 	switch {
 	case errors.Is(err, template.ErrTemplateRaised):
@@ -109,11 +117,11 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 // encode tokenizes a prompt through the caches; commit caches it, which the
 // pipeline does only once the request proved valid. lk says how the caches
 // served it, for the request's trace.
-func (s *Server) encode(text string, addSpecial bool, what string) (ids []uint32, commit func(), lk cache.Lookup, err error) {
+func encode(tm *textmodel.Model, text string, addSpecial bool, what string) (ids []uint32, commit func(), lk cache.Lookup, err error) {
 	if !utf8.ValidString(text) {
 		return nil, nil, lk, invalid("%s is not valid UTF-8", what)
 	}
-	ids, commit, lk, err = s.text.EncodeDeferredLookup(text, addSpecial)
+	ids, commit, lk, err = tm.EncodeDeferredLookup(text, addSpecial)
 	if err != nil {
 		return nil, nil, lk, invalid("tokenizing %s: %v", what, err)
 	}

@@ -67,6 +67,7 @@ type serveConfig struct {
 	reliability          reliabilityFlags
 	admission            admissionFlags
 	pdMode               bool
+	igw                  bool
 	decodeURLs           listFlag
 	prefillPolicy        string
 	decodePolicy         string
@@ -114,6 +115,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	c.routing.register(fs)
 	c.reliability.register(fs)
 	c.admission.register(fs)
+	fs.BoolVar(&c.igw, "enable-igw", false, "serve several models behind one router (IGW): workers are grouped by the model they report, each model has its own policies, tree, tokenizer and chat template, and requests choose one with their model field")
 	fs.BoolVar(&c.pdMode, "pd-disaggregation", false, "prefill/decode disaggregation: --worker-urls are prefill workers (each may end in @BOOTSTRAP_PORT, e.g. grpc://p1:31000@8998), --decode the decode workers")
 	fs.Var(&c.decodeURLs, "decode", "with --pd-disaggregation: decode workers; several values space-separated, comma-separated or repeated")
 	fs.StringVar(&c.prefillPolicy, "prefill-policy", "cache_aware", "with --pd-disaggregation: policy choosing the prefill worker")
@@ -246,7 +248,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		adminAddr = alis.Addr().String()
 		go func() { serveErr <- g.ServeAdmin(alis) }()
 	}
-	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", g.Policy.Name(), "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()),
+	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", cfg.policy, "igw", cfg.igw, "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()),
 		"admin", adminAddr, "tls", certs != nil, "mutual_tls", cfg.tls.clientCA != "",
 		"api_key", gcfg.Auth.APIKey != "", "admin_api_key", gcfg.Auth.AdminAPIKey != "", "tracing", traces.Enabled)
 	if ready != nil {
@@ -326,6 +328,10 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	g.Options = c.routing.options()
 	g.LearnBlockSize = c.routing.blockSize == 0
 	g.TextSources, g.TextOptions, g.FetchTimeout = c.text.src, c.text.options(), c.text.fetchTimeout
+	g.IGW = c.igw
+	if g.ModelTexts, err = c.text.models.sources(c.igw, c.text.src); err != nil {
+		return g, stop, err
+	}
 	g.Health = workers.HealthConfig{
 		Interval:         c.healthInterval,
 		Timeout:          c.healthTimeout,

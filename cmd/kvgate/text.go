@@ -12,6 +12,7 @@ import (
 // how the tokenizer caches are sized.
 type textFlags struct {
 	src          textmodel.Sources
+	models       modelPaths
 	l0Enabled    bool
 	l0MaxEntries int
 	l0MaxMemory  int64
@@ -22,7 +23,8 @@ type textFlags struct {
 }
 
 func (t *textFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.src.ModelPath, "model-path", "", "model directory (or tokenizer.json file) to load the tokenizer and chat template from; empty: ask the workers (GetTokenizer)")
+	t.models.def = &t.src.ModelPath
+	fs.Var(&t.models, "model-path", "model directory (or tokenizer.json file) to load the tokenizer and chat template from; empty: ask the workers (GetTokenizer). With --enable-igw, MODEL=PATH (repeatable) gives one model its own")
 	fs.StringVar(&t.src.TokenizerPath, "tokenizer-path", "", "tokenizer.json file or directory; overrides --model-path for the tokenizer")
 	fs.StringVar(&t.src.ChatTemplatePath, "chat-template", "", "Jinja chat template file (or chat_template.json); overrides the model's")
 	def := cache.DefaultConfig()

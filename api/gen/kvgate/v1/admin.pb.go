@@ -237,6 +237,205 @@ func (BreakerState) EnumDescriptor() ([]byte, []int) {
 	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
+type ListModelsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelsRequest) Reset() {
+	*x = ListModelsRequest{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelsRequest) ProtoMessage() {}
+
+func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
+func (*ListModelsRequest) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+type ListModelsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Models        []*Model               `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelsResponse) Reset() {
+	*x = ListModelsResponse{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelsResponse) ProtoMessage() {}
+
+func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
+func (*ListModelsResponse) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListModelsResponse) GetModels() []*Model {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// Model is one model the router serves, with its own routing context.
+type Model struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name requests give in their model field; empty for the one model of
+	// a router started without --enable-igw.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its workers' addresses (all roles).
+	Workers []string `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
+	// The policy placing its requests; with prefill/decode disaggregation the
+	// prefill policy, and decode_policy the decode legs'.
+	Policy       string `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	DecodePolicy string `protobuf:"bytes,4,opt,name=decode_policy,json=decodePolicy,proto3" json:"decode_policy,omitempty"`
+	// Where its tokenizer came from: a path, "worker <address>" (GetTokenizer),
+	// or empty when it has none (token ids only).
+	Tokenizer string `protobuf:"bytes,5,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// The tokenizer's vocabulary (largest id + 1); 0 without a tokenizer.
+	VocabSize uint32 `protobuf:"varint,6,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
+	// Where its chat template came from; empty: Chat is unavailable.
+	ChatTemplate string `protobuf:"bytes,7,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
+	// Its routing tree's page size and stored tokens (cache-aware policies).
+	PageSize      uint32 `protobuf:"varint,8,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	TreeTokens    uint64 `protobuf:"varint,9,opt,name=tree_tokens,json=treeTokens,proto3" json:"tree_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Model) Reset() {
+	*x = Model{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Model) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Model) ProtoMessage() {}
+
+func (x *Model) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Model.ProtoReflect.Descriptor instead.
+func (*Model) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Model) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Model) GetWorkers() []string {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *Model) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Model) GetDecodePolicy() string {
+	if x != nil {
+		return x.DecodePolicy
+	}
+	return ""
+}
+
+func (x *Model) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *Model) GetVocabSize() uint32 {
+	if x != nil {
+		return x.VocabSize
+	}
+	return 0
+}
+
+func (x *Model) GetChatTemplate() string {
+	if x != nil {
+		return x.ChatTemplate
+	}
+	return ""
+}
+
+func (x *Model) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *Model) GetTreeTokens() uint64 {
+	if x != nil {
+		return x.TreeTokens
+	}
+	return 0
+}
+
 type AddWorkerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// grpc://host:port, grpcs://host:port (TLS) or host:port.
@@ -254,7 +453,7 @@ type AddWorkerRequest struct {
 
 func (x *AddWorkerRequest) Reset() {
 	*x = AddWorkerRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +465,7 @@ func (x *AddWorkerRequest) String() string {
 func (*AddWorkerRequest) ProtoMessage() {}
 
 func (x *AddWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +478,7 @@ func (x *AddWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWorkerRequest.ProtoReflect.Descriptor instead.
 func (*AddWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AddWorkerRequest) GetAddress() string {
@@ -319,7 +518,7 @@ type AddWorkerResponse struct {
 
 func (x *AddWorkerResponse) Reset() {
 	*x = AddWorkerResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +530,7 @@ func (x *AddWorkerResponse) String() string {
 func (*AddWorkerResponse) ProtoMessage() {}
 
 func (x *AddWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +543,7 @@ func (x *AddWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWorkerResponse.ProtoReflect.Descriptor instead.
 func (*AddWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AddWorkerResponse) GetWorker() *Worker {
@@ -367,7 +566,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +578,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +591,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RemoveWorkerRequest) GetAddress() string {
@@ -420,7 +619,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +631,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +644,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RemoveWorkerResponse) GetWorker() *Worker {
@@ -479,7 +678,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +690,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +703,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExplainRequest) GetRequest() isExplainRequest_Request {
@@ -583,7 +782,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +794,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +807,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExplainResponse) GetWorker() string {
@@ -702,7 +901,7 @@ type WorkerView struct {
 
 func (x *WorkerView) Reset() {
 	*x = WorkerView{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +913,7 @@ func (x *WorkerView) String() string {
 func (*WorkerView) ProtoMessage() {}
 
 func (x *WorkerView) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +926,7 @@ func (x *WorkerView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerView.ProtoReflect.Descriptor instead.
 func (*WorkerView) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkerView) GetAddress() string {
@@ -801,7 +1000,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +1012,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +1025,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 type ListWorkersResponse struct {
@@ -839,7 +1038,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1050,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1063,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -908,7 +1107,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1119,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1132,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Worker) GetAddress() string {
@@ -1060,7 +1259,7 @@ type KvEventStream struct {
 
 func (x *KvEventStream) Reset() {
 	*x = KvEventStream{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1271,7 @@ func (x *KvEventStream) String() string {
 func (*KvEventStream) ProtoMessage() {}
 
 func (x *KvEventStream) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1284,7 @@ func (x *KvEventStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventStream.ProtoReflect.Descriptor instead.
 func (*KvEventStream) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KvEventStream) GetMode() string {
@@ -1176,7 +1375,22 @@ var File_kvgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\xa9\x01\n" +
+	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\x13\n" +
+	"\x11ListModelsRequest\">\n" +
+	"\x12ListModelsResponse\x12(\n" +
+	"\x06models\x18\x01 \x03(\v2\x10.kvgate.v1.ModelR\x06models\"\x92\x02\n" +
+	"\x05Model\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aworkers\x18\x02 \x03(\tR\aworkers\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\x12#\n" +
+	"\rdecode_policy\x18\x04 \x01(\tR\fdecodePolicy\x12\x1c\n" +
+	"\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x12\x1d\n" +
+	"\n" +
+	"vocab_size\x18\x06 \x01(\rR\tvocabSize\x12#\n" +
+	"\rchat_template\x18\a \x01(\tR\fchatTemplate\x12\x1b\n" +
+	"\tpage_size\x18\b \x01(\rR\bpageSize\x12\x1f\n" +
+	"\vtree_tokens\x18\t \x01(\x04R\n" +
+	"treeTokens\"\xa9\x01\n" +
 	"\x10AddWorkerRequest\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12#\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x0f.kvgate.v1.RoleR\x04role\x12/\n" +
@@ -1275,12 +1489,14 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
 	"\x12BREAKER_STATE_OPEN\x10\x02\x12\x1b\n" +
-	"\x17BREAKER_STATE_HALF_OPEN\x10\x032\xb0\x02\n" +
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x032\xfb\x02\n" +
 	"\x05Admin\x12L\n" +
 	"\vListWorkers\x12\x1d.kvgate.v1.ListWorkersRequest\x1a\x1e.kvgate.v1.ListWorkersResponse\x12@\n" +
 	"\aExplain\x12\x19.kvgate.v1.ExplainRequest\x1a\x1a.kvgate.v1.ExplainResponse\x12F\n" +
 	"\tAddWorker\x12\x1b.kvgate.v1.AddWorkerRequest\x1a\x1c.kvgate.v1.AddWorkerResponse\x12O\n" +
-	"\fRemoveWorker\x12\x1e.kvgate.v1.RemoveWorkerRequest\x1a\x1f.kvgate.v1.RemoveWorkerResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
+	"\fRemoveWorker\x12\x1e.kvgate.v1.RemoveWorkerRequest\x1a\x1f.kvgate.v1.RemoveWorkerResponse\x12I\n" +
+	"\n" +
+	"ListModels\x12\x1c.kvgate.v1.ListModelsRequest\x1a\x1d.kvgate.v1.ListModelsResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
 
 var (
 	file_kvgate_v1_admin_proto_rawDescOnce sync.Once
@@ -1295,57 +1511,63 @@ func file_kvgate_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_kvgate_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_kvgate_v1_admin_proto_goTypes = []any{
 	(Protocol)(0),                // 0: kvgate.v1.Protocol
 	(Role)(0),                    // 1: kvgate.v1.Role
 	(Health)(0),                  // 2: kvgate.v1.Health
 	(BreakerState)(0),            // 3: kvgate.v1.BreakerState
-	(*AddWorkerRequest)(nil),     // 4: kvgate.v1.AddWorkerRequest
-	(*AddWorkerResponse)(nil),    // 5: kvgate.v1.AddWorkerResponse
-	(*RemoveWorkerRequest)(nil),  // 6: kvgate.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil), // 7: kvgate.v1.RemoveWorkerResponse
-	(*ExplainRequest)(nil),       // 8: kvgate.v1.ExplainRequest
-	(*ExplainResponse)(nil),      // 9: kvgate.v1.ExplainResponse
-	(*WorkerView)(nil),           // 10: kvgate.v1.WorkerView
-	(*ListWorkersRequest)(nil),   // 11: kvgate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),  // 12: kvgate.v1.ListWorkersResponse
-	(*Worker)(nil),               // 13: kvgate.v1.Worker
-	(*KvEventStream)(nil),        // 14: kvgate.v1.KvEventStream
-	nil,                          // 15: kvgate.v1.ExplainRequest.MetadataEntry
-	(*GenerateRequest)(nil),      // 16: kvgate.v1.GenerateRequest
-	(*ChatRequest)(nil),          // 17: kvgate.v1.ChatRequest
+	(*ListModelsRequest)(nil),    // 4: kvgate.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),   // 5: kvgate.v1.ListModelsResponse
+	(*Model)(nil),                // 6: kvgate.v1.Model
+	(*AddWorkerRequest)(nil),     // 7: kvgate.v1.AddWorkerRequest
+	(*AddWorkerResponse)(nil),    // 8: kvgate.v1.AddWorkerResponse
+	(*RemoveWorkerRequest)(nil),  // 9: kvgate.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil), // 10: kvgate.v1.RemoveWorkerResponse
+	(*ExplainRequest)(nil),       // 11: kvgate.v1.ExplainRequest
+	(*ExplainResponse)(nil),      // 12: kvgate.v1.ExplainResponse
+	(*WorkerView)(nil),           // 13: kvgate.v1.WorkerView
+	(*ListWorkersRequest)(nil),   // 14: kvgate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),  // 15: kvgate.v1.ListWorkersResponse
+	(*Worker)(nil),               // 16: kvgate.v1.Worker
+	(*KvEventStream)(nil),        // 17: kvgate.v1.KvEventStream
+	nil,                          // 18: kvgate.v1.ExplainRequest.MetadataEntry
+	(*GenerateRequest)(nil),      // 19: kvgate.v1.GenerateRequest
+	(*ChatRequest)(nil),          // 20: kvgate.v1.ChatRequest
 }
 var file_kvgate_v1_admin_proto_depIdxs = []int32{
-	1,  // 0: kvgate.v1.AddWorkerRequest.role:type_name -> kvgate.v1.Role
-	0,  // 1: kvgate.v1.AddWorkerRequest.protocol:type_name -> kvgate.v1.Protocol
-	13, // 2: kvgate.v1.AddWorkerResponse.worker:type_name -> kvgate.v1.Worker
-	13, // 3: kvgate.v1.RemoveWorkerResponse.worker:type_name -> kvgate.v1.Worker
-	16, // 4: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
-	17, // 5: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
-	15, // 6: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
-	10, // 7: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
-	2,  // 8: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
-	3,  // 9: kvgate.v1.WorkerView.breaker:type_name -> kvgate.v1.BreakerState
-	13, // 10: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
-	0,  // 11: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
-	1,  // 12: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
-	2,  // 13: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
-	3,  // 14: kvgate.v1.Worker.breaker:type_name -> kvgate.v1.BreakerState
-	14, // 15: kvgate.v1.Worker.kv_events:type_name -> kvgate.v1.KvEventStream
-	11, // 16: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
-	8,  // 17: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
-	4,  // 18: kvgate.v1.Admin.AddWorker:input_type -> kvgate.v1.AddWorkerRequest
-	6,  // 19: kvgate.v1.Admin.RemoveWorker:input_type -> kvgate.v1.RemoveWorkerRequest
-	12, // 20: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
-	9,  // 21: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
-	5,  // 22: kvgate.v1.Admin.AddWorker:output_type -> kvgate.v1.AddWorkerResponse
-	7,  // 23: kvgate.v1.Admin.RemoveWorker:output_type -> kvgate.v1.RemoveWorkerResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 0: kvgate.v1.ListModelsResponse.models:type_name -> kvgate.v1.Model
+	1,  // 1: kvgate.v1.AddWorkerRequest.role:type_name -> kvgate.v1.Role
+	0,  // 2: kvgate.v1.AddWorkerRequest.protocol:type_name -> kvgate.v1.Protocol
+	16, // 3: kvgate.v1.AddWorkerResponse.worker:type_name -> kvgate.v1.Worker
+	16, // 4: kvgate.v1.RemoveWorkerResponse.worker:type_name -> kvgate.v1.Worker
+	19, // 5: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
+	20, // 6: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
+	18, // 7: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
+	13, // 8: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
+	2,  // 9: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
+	3,  // 10: kvgate.v1.WorkerView.breaker:type_name -> kvgate.v1.BreakerState
+	16, // 11: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
+	0,  // 12: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
+	1,  // 13: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
+	2,  // 14: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
+	3,  // 15: kvgate.v1.Worker.breaker:type_name -> kvgate.v1.BreakerState
+	17, // 16: kvgate.v1.Worker.kv_events:type_name -> kvgate.v1.KvEventStream
+	14, // 17: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
+	11, // 18: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
+	7,  // 19: kvgate.v1.Admin.AddWorker:input_type -> kvgate.v1.AddWorkerRequest
+	9,  // 20: kvgate.v1.Admin.RemoveWorker:input_type -> kvgate.v1.RemoveWorkerRequest
+	4,  // 21: kvgate.v1.Admin.ListModels:input_type -> kvgate.v1.ListModelsRequest
+	15, // 22: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
+	12, // 23: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
+	8,  // 24: kvgate.v1.Admin.AddWorker:output_type -> kvgate.v1.AddWorkerResponse
+	10, // 25: kvgate.v1.Admin.RemoveWorker:output_type -> kvgate.v1.RemoveWorkerResponse
+	5,  // 26: kvgate.v1.Admin.ListModels:output_type -> kvgate.v1.ListModelsResponse
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_admin_proto_init() }
@@ -1354,18 +1576,18 @@ func file_kvgate_v1_admin_proto_init() {
 		return
 	}
 	file_kvgate_v1_router_proto_init()
-	file_kvgate_v1_admin_proto_msgTypes[4].OneofWrappers = []any{
+	file_kvgate_v1_admin_proto_msgTypes[7].OneofWrappers = []any{
 		(*ExplainRequest_Generate)(nil),
 		(*ExplainRequest_Chat)(nil),
 	}
-	file_kvgate_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
+	file_kvgate_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_admin_proto_rawDesc), len(file_kvgate_v1_admin_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   12,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

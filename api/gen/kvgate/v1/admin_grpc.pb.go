@@ -25,6 +25,7 @@ const (
 	Admin_Explain_FullMethodName      = "/kvgate.v1.Admin/Explain"
 	Admin_AddWorker_FullMethodName    = "/kvgate.v1.Admin/AddWorker"
 	Admin_RemoveWorker_FullMethodName = "/kvgate.v1.Admin/RemoveWorker"
+	Admin_ListModels_FullMethodName   = "/kvgate.v1.Admin/ListModels"
 )
 
 // AdminClient is the client API for Admin service.
@@ -50,6 +51,10 @@ type AdminClient interface {
 	// rest are aborted), then the policies and trees forget it. It returns
 	// when the worker is gone.
 	RemoveWorker(ctx context.Context, in *RemoveWorkerRequest, opts ...grpc.CallOption) (*RemoveWorkerResponse, error)
+	// ListModels returns the models the router serves, each with its workers,
+	// policies, tokenizer and routing tree. A router started without
+	// --enable-igw serves one model, whatever its workers report.
+	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 }
 
 type adminClient struct {
@@ -100,6 +105,16 @@ func (c *adminClient) RemoveWorker(ctx context.Context, in *RemoveWorkerRequest,
 	return out, nil
 }
 
+func (c *adminClient) ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListModelsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListModels_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -123,6 +138,10 @@ type AdminServer interface {
 	// rest are aborted), then the policies and trees forget it. It returns
 	// when the worker is gone.
 	RemoveWorker(context.Context, *RemoveWorkerRequest) (*RemoveWorkerResponse, error)
+	// ListModels returns the models the router serves, each with its workers,
+	// policies, tokenizer and routing tree. A router started without
+	// --enable-igw serves one model, whatever its workers report.
+	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -144,6 +163,9 @@ func (UnimplementedAdminServer) AddWorker(context.Context, *AddWorkerRequest) (*
 }
 func (UnimplementedAdminServer) RemoveWorker(context.Context, *RemoveWorkerRequest) (*RemoveWorkerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveWorker not implemented")
+}
+func (UnimplementedAdminServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -238,6 +260,24 @@ func _Admin_RemoveWorker_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListModels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListModelsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListModels(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListModels_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListModels(ctx, req.(*ListModelsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -260,6 +300,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveWorker",
 			Handler:    _Admin_RemoveWorker_Handler,
+		},
+		{
+			MethodName: "ListModels",
+			Handler:    _Admin_ListModels_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -103,7 +103,11 @@ type GenerateRequest struct {
 	SamplingParams *SamplingParams `protobuf:"bytes,4,opt,name=sampling_params,json=samplingParams,proto3" json:"sampling_params,omitempty"`
 	// When true, tokens are streamed as they are produced; when false, the
 	// response stream carries only the completion.
-	Stream        bool `protobuf:"varint,5,opt,name=stream,proto3" json:"stream,omitempty"`
+	Stream bool `protobuf:"varint,5,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The model to run, as its workers report it (Admin.ListModels lists
+	// them). Optional while the router serves one model; a model the router
+	// does not serve is NOT_FOUND, naming the models it serves.
+	Model         string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,6 +175,13 @@ func (x *GenerateRequest) GetStream() bool {
 		return x.Stream
 	}
 	return false
+}
+
+func (x *GenerateRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
 }
 
 // SamplingParams controls decoding. Fields marked optional distinguish "unset"
@@ -703,7 +714,10 @@ type ChatRequest struct {
 	AddGenerationPrompt *bool           `protobuf:"varint,5,opt,name=add_generation_prompt,json=addGenerationPrompt,proto3,oneof" json:"add_generation_prompt,omitempty"`
 	SamplingParams      *SamplingParams `protobuf:"bytes,6,opt,name=sampling_params,json=samplingParams,proto3" json:"sampling_params,omitempty"`
 	// As in GenerateRequest.
-	Stream        bool `protobuf:"varint,7,opt,name=stream,proto3" json:"stream,omitempty"`
+	Stream bool `protobuf:"varint,7,opt,name=stream,proto3" json:"stream,omitempty"`
+	// As in GenerateRequest: the conversation is rendered with this model's
+	// chat template and tokenizer.
+	Model         string `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -785,6 +799,13 @@ func (x *ChatRequest) GetStream() bool {
 		return x.Stream
 	}
 	return false
+}
+
+func (x *ChatRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
 }
 
 // ChatMessage is one turn of a conversation, as chat templates expect it.
@@ -1210,14 +1231,15 @@ var File_kvgate_v1_router_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\n" +
-	"\x16kvgate/v1/router.proto\x12\tkvgate.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xbd\x01\n" +
+	"\x16kvgate/v1/router.proto\x12\tkvgate.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xd3\x01\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
 	"\tinput_ids\x18\x02 \x03(\rR\binputIds\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12B\n" +
 	"\x0fsampling_params\x18\x04 \x01(\v2\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n" +
-	"\x06stream\x18\x05 \x01(\bR\x06stream\"\xd9\x05\n" +
+	"\x06stream\x18\x05 \x01(\bR\x06stream\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\"\xd9\x05\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
 	"\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x18\n" +
@@ -1273,7 +1295,7 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\x87\x03\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\x9d\x03\n" +
 	"\vChatRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
@@ -1282,7 +1304,8 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x14chat_template_kwargs\x18\b \x01(\v2\x17.google.protobuf.StructR\x12chatTemplateKwargs\x127\n" +
 	"\x15add_generation_prompt\x18\x05 \x01(\bH\x00R\x13addGenerationPrompt\x88\x01\x01\x12B\n" +
 	"\x0fsampling_params\x18\x06 \x01(\v2\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n" +
-	"\x06stream\x18\a \x01(\bR\x06streamB\x18\n" +
+	"\x06stream\x18\a \x01(\bR\x06stream\x12\x14\n" +
+	"\x05model\x18\t \x01(\tR\x05modelB\x18\n" +
 	"\x16_add_generation_promptJ\x04\b\x04\x10\x05\"\xd2\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tokenize/textmodel"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// A Model is one model the router serves: its tokenizer and chat template,
+// and the policies that place its requests on the workers that report it.
+// Each model has its own policy instances, so its routing tree, page size and
+// budget are its own.
+type Model struct {
+	// Name is the model as its workers report it (GetModelInfo), which
+	// requests give in their model field. Empty: the router's only model,
+	// served by every worker whatever it reports.
+	Name string
+	// Text is the model's tokenizer and chat template; nil: token ids only.
+	Text *textmodel.Model
+	// Policy places whole requests, or with PD the prefill legs.
+	Policy policy.Policy
+	// PD, when set, serves the model's requests disaggregated.
+	PD *pd.Dispatcher
+	// TokenizerSource says where Text came from and PageSize is the page
+	// size of the model's routing tree, for ListModels.
+	TokenizerSource string
+	PageSize        int
+}
+
+// route is a model as the pipeline uses it: the dispatcher that places its
+// requests on its own workers.
+type route struct {
+	Model
+	disp dispatcher
+}
+
+// candidates are the workers of role serving the route's model.
+func (r *route) candidates(reg *workers.Registry, role workers.Role) []*workers.Worker {
+	ws := reg.WithRole(role)
+	if r.Name == "" {
+		return ws
+	}
+	return slices.DeleteFunc(ws, func(w *workers.Worker) bool { return w.Info().Model != r.Name })
+}
+
+// routes are the models served; the table is replaced, never changed, so
+// requests read it without a lock.
+type routes struct {
+	mu    sync.Mutex // serializes writers
+	table atomic.Pointer[map[string]*route]
+	// multi: models are told apart by name (--enable-igw); otherwise the
+	// one model, named "", serves every request.
+	multi bool
+}
+
+func (rs *routes) all() []*route {
+	m := rs.table.Load()
+	if m == nil {
+		return nil
+	}
+	out := make([]*route, 0, len(*m))
+	for _, r := range *m {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *route) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (rs *routes) add(r *route) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	next := map[string]*route{}
+	if cur := rs.table.Load(); cur != nil {
+		for k, v := range *cur {
+			next[k] = v
+		}
+	}
+	if _, dup := next[r.Name]; dup {
+		return fmt.Errorf("model %q is already served", r.Name)
+	}
+	if !rs.multi && (r.Name != "" || len(next) > 0) {
+		return fmt.Errorf("model %q: a router without --enable-igw serves one model", r.Name)
+	}
+	next[r.Name] = r
+	rs.table.Store(&next)
+	return nil
+}
+
+// maxModelName bounds the model field: names are short identifiers such as
+// "meta-llama/Llama-3.1-8B-Instruct".
+const maxModelName = 256
+
+// route finds the model a request names. Without --enable-igw the one model
+// serves every request; a name its workers do not report is NOT_FOUND, since
+// the client expects another model. With --enable-igw the name may be omitted
+// only while one model is served.
+func (s *Server) route(name string) (*route, error) {
+	if len(name) > maxModelName {
+		return nil, invalid("model is %d bytes; the limit is %d", len(name), maxModelName)
+	}
+	table := s.routes.table.Load()
+	if !s.routes.multi {
+		r := (*table)[""]
+		if name != "" && s.namesModels() && !s.servesName(name) {
+			return nil, status.Errorf(codes.NotFound, "model %q is not served here; this router serves %s",
+				name, s.describeServed())
+		}
+		return r, nil
+	}
+	if table != nil {
+		if r, ok := (*table)[name]; ok {
+			return r, nil
+		}
+	}
+	if name == "" {
+		switch rs := s.routes.all(); len(rs) {
+		case 1:
+			return rs[0], nil
+		case 0:
+			return nil, status.Error(codes.Unavailable, "no model is served yet: no worker has joined")
+		default:
+			return nil, invalid("model is empty and this router serves %d models (%s); name one", len(rs), s.describeServed())
+		}
+	}
+	if s.servesName(name) {
+		// A worker reports it, and its routing context is being set up
+		// (its tokenizer loads): a moment's wait will do.
+		return nil, status.Errorf(codes.Unavailable, "model %q is starting: its workers joined and its tokenizer is loading", name)
+	}
+	return nil, status.Errorf(codes.NotFound, "model %q is not served here; this router serves %s", name, s.describeServed())
+}
+
+// servesName reports whether a registered worker reports model name.
+func (s *Server) servesName(name string) bool {
+	for _, w := range s.reg.Snapshot() {
+		if w.Info().Model == name {
+			return true
+		}
+	}
+	return false
+}
+
+// namesModels reports whether any registered worker reports its model's
+// name (engines that do not cannot be told apart from others).
+func (s *Server) namesModels() bool {
+	return slices.ContainsFunc(s.reg.Snapshot(), func(w *workers.Worker) bool { return w.Info().Model != "" })
+}
+
+// describeServed names the models the workers report, for error messages.
+func (s *Server) describeServed() string {
+	var names []string
+	for _, w := range s.reg.Snapshot() {
+		if m := w.Info().Model; m != "" && !slices.Contains(names, m) {
+			names = append(names, m)
+		}
+	}
+	for _, r := range s.routes.all() {
+		if r.Name != "" && !slices.Contains(names, r.Name) {
+			names = append(names, r.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "no named model (its workers report none)"
+	}
+	slices.Sort(names)
+	for i, n := range names {
+		names[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(names, ", ")
+}
+
+// AddModel starts serving a model (a router built with Config.MultiModel).
+// The gateway adds each model when its first worker joins.
+func (s *Server) AddModel(m Model) error {
+	if m.Policy == nil {
+		return fmt.Errorf("model %q: a policy is required", m.Name)
+	}
+	r := &route{Model: m}
+	if m.PD != nil {
+		r.disp = &pdDispatcher{s: s, r: r, pd: m.PD, prefill: m.Policy.Name(), decode: m.PD.DecodePolicyName()}
+	} else {
+		r.disp = &regularDispatcher{s: s, r: r, policy: m.Policy}
+	}
+	return s.routes.add(r)
+}
+
+// servedModel is the model the workers report, for the metrics of a router
+// serving one model (the first worker that names one).
+func (s *Server) servedModel() string {
+	for _, w := range s.reg.Snapshot() {
+		if m := w.Info().Model; m != "" {
+			return m
+		}
+	}
+	return ""
+}
