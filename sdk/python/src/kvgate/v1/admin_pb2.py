@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from kvgate.v1 import router_pb2 as kvgate_dot_v1_dot_router__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\xa9\x01\n\x10\x41\x64\x64WorkerRequest\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x0f.kvgate.v1.RoleR\x04role\x12/\n\x08protocol\x18\x03 \x01(\x0e\x32\x13.kvgate.v1.ProtocolR\x08protocol\x12%\n\x0e\x62ootstrap_port\x18\x04 \x01(\rR\rbootstrapPort\">\n\x11\x41\x64\x64WorkerResponse\x12)\n\x06worker\x18\x01 \x01(\x0b\x32\x11.kvgate.v1.WorkerR\x06worker\"]\n\x13RemoveWorkerRequest\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12,\n\x12\x64rain_timeout_secs\x18\x02 \x01(\rR\x10\x64rainTimeoutSecs\"[\n\x14RemoveWorkerResponse\x12)\n\x06worker\x18\x01 \x01(\x0b\x32\x11.kvgate.v1.WorkerR\x06worker\x12\x18\n\x07\x61\x62orted\x18\x02 \x01(\rR\x07\x61\x62orted\"\x85\x02\n\x0e\x45xplainRequest\x12\x38\n\x08generate\x18\x01 \x01(\x0b\x32\x1a.kvgate.v1.GenerateRequestH\x00R\x08generate\x12,\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x16.kvgate.v1.ChatRequestH\x00R\x04\x63hat\x12\x43\n\x08metadata\x18\x03 \x03(\x0b\x32\'.kvgate.v1.ExplainRequest.MetadataEntryR\x08metadata\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\t\n\x07request\"\xcd\x02\n\x0f\x45xplainResponse\x12\x16\n\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n\x06policy\x18\x02 \x01(\tR\x06policy\x12\x16\n\x06\x62ranch\x18\x03 \x01(\tR\x06\x62ranch\x12\x16\n\x06reason\x18\x04 \x01(\tR\x06reason\x12#\n\rprompt_tokens\x18\x05 \x01(\rR\x0cpromptTokens\x12\x36\n\x17predicted_cached_tokens\x18\x06 \x01(\rR\x15predictedCachedTokens\x12/\n\x07workers\x18\x07 \x03(\x0b\x32\x15.kvgate.v1.WorkerViewR\x07workers\x12%\n\x0eprefill_worker\x18\x08 \x01(\tR\rprefillWorker\x12%\n\x0eprefill_branch\x18\t \x01(\tR\rprefillBranch\"\xd2\x02\n\nWorkerView\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12)\n\x06health\x18\x02 \x01(\x0e\x32\x11.kvgate.v1.HealthR\x06health\x12\x12\n\x04load\x18\x03 \x01(\rR\x04load\x12\x1b\n\tin_flight\x18\x04 \x01(\rR\x08inFlight\x12%\n\x0ematched_tokens\x18\x05 \x01(\rR\rmatchedTokens\x12\x31\n\x07\x62reaker\x18\x06 \x01(\x0e\x32\x17.kvgate.v1.BreakerStateR\x07\x62reaker\x12\x1a\n\x08\x64raining\x18\x07 \x01(\x08R\x08\x64raining\x12)\n\x10\x63onfirmed_tokens\x18\x08 \x01(\rR\x0f\x63onfirmedTokens\x12-\n\x12speculative_tokens\x18\t \x01(\rR\x11speculativeTokens\"\x14\n\x12ListWorkersRequest\"B\n\x13ListWorkersResponse\x12+\n\x07workers\x18\x01 \x03(\x0b\x32\x11.kvgate.v1.WorkerR\x07workers\"\xe5\x03\n\x06Worker\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12/\n\x08protocol\x18\x02 \x01(\x0e\x32\x13.kvgate.v1.ProtocolR\x08protocol\x12#\n\x04role\x18\x03 \x01(\x0e\x32\x0f.kvgate.v1.RoleR\x04role\x12)\n\x06health\x18\x04 \x01(\x0e\x32\x11.kvgate.v1.HealthR\x06health\x12\x1b\n\tin_flight\x18\x05 \x01(\rR\x08inFlight\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\x12%\n\x0e\x65ngine_running\x18\x07 \x01(\rR\rengineRunning\x12%\n\x0e\x65ngine_waiting\x18\x08 \x01(\rR\rengineWaiting\x12\x19\n\x08kv_usage\x18\t \x01(\x01R\x07kvUsage\x12\x31\n\x07\x62reaker\x18\n \x01(\x0e\x32\x17.kvgate.v1.BreakerStateR\x07\x62reaker\x12\x1a\n\x08\x64raining\x18\x0b \x01(\x08R\x08\x64raining\x12\x1e\n\nconnecting\x18\x0c \x01(\x08R\nconnecting\x12\x35\n\tkv_events\x18\r \x01(\x0b\x32\x18.kvgate.v1.KvEventStreamR\x08kvEvents\"\x85\x03\n\rKvEventStream\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n\tconnected\x18\x02 \x01(\x08R\tconnected\x12\x35\n\x14last_sequence_number\x18\x03 \x01(\x04H\x00R\x12lastSequenceNumber\x88\x01\x01\x12\x1f\n\x0blag_seconds\x18\x04 \x01(\x01R\nlagSeconds\x12\x18\n\x07\x62\x61tches\x18\x05 \x01(\x04R\x07\x62\x61tches\x12\x16\n\x06\x65vents\x18\x06 \x01(\x04R\x06\x65vents\x12\x12\n\x04gaps\x18\x07 \x01(\x04R\x04gaps\x12\x16\n\x06resets\x18\x08 \x01(\x04R\x06resets\x12\x18\n\x07resyncs\x18\t \x01(\x04R\x07resyncs\x12\x1e\n\nduplicates\x18\n \x01(\x04R\nduplicates\x12\x1a\n\x08\x66\x61ilures\x18\x0b \x01(\x04R\x08\x66\x61ilures\x12\x1d\n\nlast_error\x18\x0c \x01(\tR\tlastErrorB\x17\n\x15_last_sequence_number*L\n\x08Protocol\x12\x18\n\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x13\n\x0fPROTOCOL_SGLANG\x10\x01\x12\x11\n\rPROTOCOL_VLLM\x10\x02*Q\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_REGULAR\x10\x01\x12\x10\n\x0cROLE_PREFILL\x10\x02\x12\x0f\n\x0bROLE_DECODE\x10\x03*J\n\x06Health\x12\x16\n\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n\x10HEALTH_UNHEALTHY\x10\x02*|\n\x0c\x42reakerState\x12\x1d\n\x19\x42REAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x42REAKER_STATE_CLOSED\x10\x01\x12\x16\n\x12\x42REAKER_STATE_OPEN\x10\x02\x12\x1b\n\x17\x42REAKER_STATE_HALF_OPEN\x10\x03\x32\xb0\x02\n\x05\x41\x64min\x12L\n\x0bListWorkers\x12\x1d.kvgate.v1.ListWorkersRequest\x1a\x1e.kvgate.v1.ListWorkersResponse\x12@\n\x07\x45xplain\x12\x19.kvgate.v1.ExplainRequest\x1a\x1a.kvgate.v1.ExplainResponse\x12\x46\n\tAddWorker\x12\x1b.kvgate.v1.AddWorkerRequest\x1a\x1c.kvgate.v1.AddWorkerResponse\x12O\n\x0cRemoveWorker\x12\x1e.kvgate.v1.RemoveWorkerRequest\x1a\x1f.kvgate.v1.RemoveWorkerResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\x13\n\x11ListModelsRequest\">\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x10.kvgate.v1.ModelR\x06models\"\x92\x02\n\x05Model\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n\x07workers\x18\x02 \x03(\tR\x07workers\x12\x16\n\x06policy\x18\x03 \x01(\tR\x06policy\x12#\n\rdecode_policy\x18\x04 \x01(\tR\x0c\x64\x65\x63odePolicy\x12\x1c\n\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x12\x1d\n\nvocab_size\x18\x06 \x01(\rR\tvocabSize\x12#\n\rchat_template\x18\x07 \x01(\tR\x0c\x63hatTemplate\x12\x1b\n\tpage_size\x18\x08 \x01(\rR\x08pageSize\x12\x1f\n\x0btree_tokens\x18\t \x01(\x04R\ntreeTokens\"\xa9\x01\n\x10\x41\x64\x64WorkerRequest\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x0f.kvgate.v1.RoleR\x04role\x12/\n\x08protocol\x18\x03 \x01(\x0e\x32\x13.kvgate.v1.ProtocolR\x08protocol\x12%\n\x0e\x62ootstrap_port\x18\x04 \x01(\rR\rbootstrapPort\">\n\x11\x41\x64\x64WorkerResponse\x12)\n\x06worker\x18\x01 \x01(\x0b\x32\x11.kvgate.v1.WorkerR\x06worker\"]\n\x13RemoveWorkerRequest\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12,\n\x12\x64rain_timeout_secs\x18\x02 \x01(\rR\x10\x64rainTimeoutSecs\"[\n\x14RemoveWorkerResponse\x12)\n\x06worker\x18\x01 \x01(\x0b\x32\x11.kvgate.v1.WorkerR\x06worker\x12\x18\n\x07\x61\x62orted\x18\x02 \x01(\rR\x07\x61\x62orted\"\x85\x02\n\x0e\x45xplainRequest\x12\x38\n\x08generate\x18\x01 \x01(\x0b\x32\x1a.kvgate.v1.GenerateRequestH\x00R\x08generate\x12,\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x16.kvgate.v1.ChatRequestH\x00R\x04\x63hat\x12\x43\n\x08metadata\x18\x03 \x03(\x0b\x32\'.kvgate.v1.ExplainRequest.MetadataEntryR\x08metadata\x1a;\n\rMetadataEntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value:\x02\x38\x01\x42\t\n\x07request\"\xcd\x02\n\x0f\x45xplainResponse\x12\x16\n\x06worker\x18\x01 \x01(\tR\x06worker\x12\x16\n\x06policy\x18\x02 \x01(\tR\x06policy\x12\x16\n\x06\x62ranch\x18\x03 \x01(\tR\x06\x62ranch\x12\x16\n\x06reason\x18\x04 \x01(\tR\x06reason\x12#\n\rprompt_tokens\x18\x05 \x01(\rR\x0cpromptTokens\x12\x36\n\x17predicted_cached_tokens\x18\x06 \x01(\rR\x15predictedCachedTokens\x12/\n\x07workers\x18\x07 \x03(\x0b\x32\x15.kvgate.v1.WorkerViewR\x07workers\x12%\n\x0eprefill_worker\x18\x08 \x01(\tR\rprefillWorker\x12%\n\x0eprefill_branch\x18\t \x01(\tR\rprefillBranch\"\xd2\x02\n\nWorkerView\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12)\n\x06health\x18\x02 \x01(\x0e\x32\x11.kvgate.v1.HealthR\x06health\x12\x12\n\x04load\x18\x03 \x01(\rR\x04load\x12\x1b\n\tin_flight\x18\x04 \x01(\rR\x08inFlight\x12%\n\x0ematched_tokens\x18\x05 \x01(\rR\rmatchedTokens\x12\x31\n\x07\x62reaker\x18\x06 \x01(\x0e\x32\x17.kvgate.v1.BreakerStateR\x07\x62reaker\x12\x1a\n\x08\x64raining\x18\x07 \x01(\x08R\x08\x64raining\x12)\n\x10\x63onfirmed_tokens\x18\x08 \x01(\rR\x0f\x63onfirmedTokens\x12-\n\x12speculative_tokens\x18\t \x01(\rR\x11speculativeTokens\"\x14\n\x12ListWorkersRequest\"B\n\x13ListWorkersResponse\x12+\n\x07workers\x18\x01 \x03(\x0b\x32\x11.kvgate.v1.WorkerR\x07workers\"\xe5\x03\n\x06Worker\x12\x18\n\x07\x61\x64\x64ress\x18\x01 \x01(\tR\x07\x61\x64\x64ress\x12/\n\x08protocol\x18\x02 \x01(\x0e\x32\x13.kvgate.v1.ProtocolR\x08protocol\x12#\n\x04role\x18\x03 \x01(\x0e\x32\x0f.kvgate.v1.RoleR\x04role\x12)\n\x06health\x18\x04 \x01(\x0e\x32\x11.kvgate.v1.HealthR\x06health\x12\x1b\n\tin_flight\x18\x05 \x01(\rR\x08inFlight\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\x12%\n\x0e\x65ngine_running\x18\x07 \x01(\rR\rengineRunning\x12%\n\x0e\x65ngine_waiting\x18\x08 \x01(\rR\rengineWaiting\x12\x19\n\x08kv_usage\x18\t \x01(\x01R\x07kvUsage\x12\x31\n\x07\x62reaker\x18\n \x01(\x0e\x32\x17.kvgate.v1.BreakerStateR\x07\x62reaker\x12\x1a\n\x08\x64raining\x18\x0b \x01(\x08R\x08\x64raining\x12\x1e\n\nconnecting\x18\x0c \x01(\x08R\nconnecting\x12\x35\n\tkv_events\x18\r \x01(\x0b\x32\x18.kvgate.v1.KvEventStreamR\x08kvEvents\"\x85\x03\n\rKvEventStream\x12\x12\n\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n\tconnected\x18\x02 \x01(\x08R\tconnected\x12\x35\n\x14last_sequence_number\x18\x03 \x01(\x04H\x00R\x12lastSequenceNumber\x88\x01\x01\x12\x1f\n\x0blag_seconds\x18\x04 \x01(\x01R\nlagSeconds\x12\x18\n\x07\x62\x61tches\x18\x05 \x01(\x04R\x07\x62\x61tches\x12\x16\n\x06\x65vents\x18\x06 \x01(\x04R\x06\x65vents\x12\x12\n\x04gaps\x18\x07 \x01(\x04R\x04gaps\x12\x16\n\x06resets\x18\x08 \x01(\x04R\x06resets\x12\x18\n\x07resyncs\x18\t \x01(\x04R\x07resyncs\x12\x1e\n\nduplicates\x18\n \x01(\x04R\nduplicates\x12\x1a\n\x08\x66\x61ilures\x18\x0b \x01(\x04R\x08\x66\x61ilures\x12\x1d\n\nlast_error\x18\x0c \x01(\tR\tlastErrorB\x17\n\x15_last_sequence_number*L\n\x08Protocol\x12\x18\n\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x13\n\x0fPROTOCOL_SGLANG\x10\x01\x12\x11\n\rPROTOCOL_VLLM\x10\x02*Q\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_REGULAR\x10\x01\x12\x10\n\x0cROLE_PREFILL\x10\x02\x12\x0f\n\x0bROLE_DECODE\x10\x03*J\n\x06Health\x12\x16\n\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n\x0eHEALTH_HEALTHY\x10\x01\x12\x14\n\x10HEALTH_UNHEALTHY\x10\x02*|\n\x0c\x42reakerState\x12\x1d\n\x19\x42REAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x42REAKER_STATE_CLOSED\x10\x01\x12\x16\n\x12\x42REAKER_STATE_OPEN\x10\x02\x12\x1b\n\x17\x42REAKER_STATE_HALF_OPEN\x10\x03\x32\xfb\x02\n\x05\x41\x64min\x12L\n\x0bListWorkers\x12\x1d.kvgate.v1.ListWorkersRequest\x1a\x1e.kvgate.v1.ListWorkersResponse\x12@\n\x07\x45xplain\x12\x19.kvgate.v1.ExplainRequest\x1a\x1a.kvgate.v1.ExplainResponse\x12\x46\n\tAddWorker\x12\x1b.kvgate.v1.AddWorkerRequest\x1a\x1c.kvgate.v1.AddWorkerResponse\x12O\n\x0cRemoveWorker\x12\x1e.kvgate.v1.RemoveWorkerRequest\x1a\x1f.kvgate.v1.RemoveWorkerResponse\x12I\n\nListModels\x12\x1c.kvgate.v1.ListModelsRequest\x1a\x1d.kvgate.v1.ListModelsResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kvgate.v1.admin_pb2', globals())
@@ -24,38 +24,44 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._serialized_options = b'Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1'
   _EXPLAINREQUEST_METADATAENTRY._options = None
   _EXPLAINREQUEST_METADATAENTRY._serialized_options = b'8\001'
-  _PROTOCOL._serialized_start=2395
-  _PROTOCOL._serialized_end=2471
-  _ROLE._serialized_start=2473
-  _ROLE._serialized_end=2554
-  _HEALTH._serialized_start=2556
-  _HEALTH._serialized_end=2630
-  _BREAKERSTATE._serialized_start=2632
-  _BREAKERSTATE._serialized_end=2756
-  _ADDWORKERREQUEST._serialized_start=61
-  _ADDWORKERREQUEST._serialized_end=230
-  _ADDWORKERRESPONSE._serialized_start=232
-  _ADDWORKERRESPONSE._serialized_end=294
-  _REMOVEWORKERREQUEST._serialized_start=296
-  _REMOVEWORKERREQUEST._serialized_end=389
-  _REMOVEWORKERRESPONSE._serialized_start=391
-  _REMOVEWORKERRESPONSE._serialized_end=482
-  _EXPLAINREQUEST._serialized_start=485
-  _EXPLAINREQUEST._serialized_end=746
-  _EXPLAINREQUEST_METADATAENTRY._serialized_start=676
-  _EXPLAINREQUEST_METADATAENTRY._serialized_end=735
-  _EXPLAINRESPONSE._serialized_start=749
-  _EXPLAINRESPONSE._serialized_end=1082
-  _WORKERVIEW._serialized_start=1085
-  _WORKERVIEW._serialized_end=1423
-  _LISTWORKERSREQUEST._serialized_start=1425
-  _LISTWORKERSREQUEST._serialized_end=1445
-  _LISTWORKERSRESPONSE._serialized_start=1447
-  _LISTWORKERSRESPONSE._serialized_end=1513
-  _WORKER._serialized_start=1516
-  _WORKER._serialized_end=2001
-  _KVEVENTSTREAM._serialized_start=2004
-  _KVEVENTSTREAM._serialized_end=2393
-  _ADMIN._serialized_start=2759
-  _ADMIN._serialized_end=3063
+  _PROTOCOL._serialized_start=2757
+  _PROTOCOL._serialized_end=2833
+  _ROLE._serialized_start=2835
+  _ROLE._serialized_end=2916
+  _HEALTH._serialized_start=2918
+  _HEALTH._serialized_end=2992
+  _BREAKERSTATE._serialized_start=2994
+  _BREAKERSTATE._serialized_end=3118
+  _LISTMODELSREQUEST._serialized_start=60
+  _LISTMODELSREQUEST._serialized_end=79
+  _LISTMODELSRESPONSE._serialized_start=81
+  _LISTMODELSRESPONSE._serialized_end=143
+  _MODEL._serialized_start=146
+  _MODEL._serialized_end=420
+  _ADDWORKERREQUEST._serialized_start=423
+  _ADDWORKERREQUEST._serialized_end=592
+  _ADDWORKERRESPONSE._serialized_start=594
+  _ADDWORKERRESPONSE._serialized_end=656
+  _REMOVEWORKERREQUEST._serialized_start=658
+  _REMOVEWORKERREQUEST._serialized_end=751
+  _REMOVEWORKERRESPONSE._serialized_start=753
+  _REMOVEWORKERRESPONSE._serialized_end=844
+  _EXPLAINREQUEST._serialized_start=847
+  _EXPLAINREQUEST._serialized_end=1108
+  _EXPLAINREQUEST_METADATAENTRY._serialized_start=1038
+  _EXPLAINREQUEST_METADATAENTRY._serialized_end=1097
+  _EXPLAINRESPONSE._serialized_start=1111
+  _EXPLAINRESPONSE._serialized_end=1444
+  _WORKERVIEW._serialized_start=1447
+  _WORKERVIEW._serialized_end=1785
+  _LISTWORKERSREQUEST._serialized_start=1787
+  _LISTWORKERSREQUEST._serialized_end=1807
+  _LISTWORKERSRESPONSE._serialized_start=1809
+  _LISTWORKERSRESPONSE._serialized_end=1875
+  _WORKER._serialized_start=1878
+  _WORKER._serialized_end=2363
+  _KVEVENTSTREAM._serialized_start=2366
+  _KVEVENTSTREAM._serialized_end=2755
+  _ADMIN._serialized_start=3121
+  _ADMIN._serialized_end=3500
 # @@protoc_insertion_point(module_scope)

@@ -106,6 +106,16 @@ class KvEventStream(_message.Message):
     resyncs: int
     def __init__(self, mode: _Optional[str] = ..., connected: bool = ..., last_sequence_number: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., batches: _Optional[int] = ..., events: _Optional[int] = ..., gaps: _Optional[int] = ..., resets: _Optional[int] = ..., resyncs: _Optional[int] = ..., duplicates: _Optional[int] = ..., failures: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
+class ListModelsRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ["models"]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[Model]
+    def __init__(self, models: _Optional[_Iterable[_Union[Model, _Mapping]]] = ...) -> None: ...
+
 class ListWorkersRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
@@ -115,6 +125,28 @@ class ListWorkersResponse(_message.Message):
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[Worker]
     def __init__(self, workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ...) -> None: ...
+
+class Model(_message.Message):
+    __slots__ = ["chat_template", "decode_policy", "name", "page_size", "policy", "tokenizer", "tree_tokens", "vocab_size", "workers"]
+    CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    DECODE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    TREE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    chat_template: str
+    decode_policy: str
+    name: str
+    page_size: int
+    policy: str
+    tokenizer: str
+    tree_tokens: int
+    vocab_size: int
+    workers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., workers: _Optional[_Iterable[str]] = ..., policy: _Optional[str] = ..., decode_policy: _Optional[str] = ..., tokenizer: _Optional[str] = ..., vocab_size: _Optional[int] = ..., chat_template: _Optional[str] = ..., page_size: _Optional[int] = ..., tree_tokens: _Optional[int] = ...) -> None: ...
 
 class RemoveWorkerRequest(_message.Message):
     __slots__ = ["address", "drain_timeout_secs"]

@@ -37,6 +37,11 @@ class AdminStub(object):
                 request_serializer=kvgate_dot_v1_dot_admin__pb2.RemoveWorkerRequest.SerializeToString,
                 response_deserializer=kvgate_dot_v1_dot_admin__pb2.RemoveWorkerResponse.FromString,
                 )
+        self.ListModels = channel.unary_unary(
+                '/kvgate.v1.Admin/ListModels',
+                request_serializer=kvgate_dot_v1_dot_admin__pb2.ListModelsRequest.SerializeToString,
+                response_deserializer=kvgate_dot_v1_dot_admin__pb2.ListModelsResponse.FromString,
+                )
 
 
 class AdminServicer(object):
@@ -80,6 +85,15 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListModels(self, request, context):
+        """ListModels returns the models the router serves, each with its workers,
+        policies, tokenizer and routing tree. A router started without
+        --enable-igw serves one model, whatever its workers report.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -102,6 +116,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RemoveWorker,
                     request_deserializer=kvgate_dot_v1_dot_admin__pb2.RemoveWorkerRequest.FromString,
                     response_serializer=kvgate_dot_v1_dot_admin__pb2.RemoveWorkerResponse.SerializeToString,
+            ),
+            'ListModels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModels,
+                    request_deserializer=kvgate_dot_v1_dot_admin__pb2.ListModelsRequest.FromString,
+                    response_serializer=kvgate_dot_v1_dot_admin__pb2.ListModelsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,5 +200,22 @@ class Admin(object):
         return grpc.experimental.unary_unary(request, target, '/kvgate.v1.Admin/RemoveWorker',
             kvgate_dot_v1_dot_admin__pb2.RemoveWorkerRequest.SerializeToString,
             kvgate_dot_v1_dot_admin__pb2.RemoveWorkerResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListModels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvgate.v1.Admin/ListModels',
+            kvgate_dot_v1_dot_admin__pb2.ListModelsRequest.SerializeToString,
+            kvgate_dot_v1_dot_admin__pb2.ListModelsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -28,10 +28,11 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ["add_generation_prompt", "chat_template_kwargs", "messages", "request_id", "sampling_params", "stream", "tools"]
+    __slots__ = ["add_generation_prompt", "chat_template_kwargs", "messages", "model", "request_id", "sampling_params", "stream", "tools"]
     ADD_GENERATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
     CHAT_TEMPLATE_KWARGS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_PARAMS_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -39,11 +40,12 @@ class ChatRequest(_message.Message):
     add_generation_prompt: bool
     chat_template_kwargs: _struct_pb2.Struct
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    model: str
     request_id: str
     sampling_params: SamplingParams
     stream: bool
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
-    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., chat_template_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., add_generation_prompt: bool = ..., sampling_params: _Optional[_Union[SamplingParams, _Mapping]] = ..., stream: bool = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., chat_template_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., add_generation_prompt: bool = ..., sampling_params: _Optional[_Union[SamplingParams, _Mapping]] = ..., stream: bool = ..., model: _Optional[str] = ...) -> None: ...
 
 class ChatResponse(_message.Message):
     __slots__ = ["chunk", "complete", "request_id"]
@@ -104,18 +106,20 @@ class GenerateComplete(_message.Message):
     def __init__(self, output_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., matched_stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., worker: _Optional[str] = ..., text: _Optional[str] = ..., matched_stop_string: _Optional[str] = ..., prefill_worker: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ["input_ids", "request_id", "sampling_params", "stream", "text"]
+    __slots__ = ["input_ids", "model", "request_id", "sampling_params", "stream", "text"]
     INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_PARAMS_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     input_ids: _containers.RepeatedScalarFieldContainer[int]
+    model: str
     request_id: str
     sampling_params: SamplingParams
     stream: bool
     text: str
-    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., sampling_params: _Optional[_Union[SamplingParams, _Mapping]] = ..., stream: bool = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., input_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., sampling_params: _Optional[_Union[SamplingParams, _Mapping]] = ..., stream: bool = ..., model: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ["chunk", "complete", "request_id"]
