@@ -26,6 +26,7 @@ import (
 	"github.com/kvgate/kvgate/internal/tlsfiles"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tokenize/hub"
 
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -157,6 +158,11 @@ type listening struct{ grpc, metrics, admin string }
 // serve runs the router until ctx ends. ready, when not nil, is called with
 // the addresses once they accept connections.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(listening)) error {
+	src, err := cfg.text.resolve(ctx, hub.FromEnv(os.Getenv), log)
+	if err != nil {
+		return err
+	}
+	cfg.text.src = src
 	gcfg, stopSims, err := cfg.gateway(log)
 	if err != nil {
 		return err

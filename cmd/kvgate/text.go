@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/kvgate/kvgate/tokenize/cache"
+	"github.com/kvgate/kvgate/tokenize/hub"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 )
 
@@ -24,8 +28,8 @@ type textFlags struct {
 
 func (t *textFlags) register(fs *flag.FlagSet) {
 	t.models.def = &t.src.ModelPath
-	fs.Var(&t.models, "model-path", "model directory (or tokenizer.json file) to load the tokenizer and chat template from; empty: ask the workers (GetTokenizer). With --enable-igw, MODEL=PATH (repeatable) gives one model its own")
-	fs.StringVar(&t.src.TokenizerPath, "tokenizer-path", "", "tokenizer.json file or directory; overrides --model-path for the tokenizer")
+	fs.Var(&t.models, "model-path", "model directory (or tokenizer.json file), Hugging Face cache directory (models--org--name or one of its snapshots), or hub id org/name[@revision] (from the cache, else downloaded) to load the tokenizer and chat template from; empty: ask the workers (GetTokenizer). With --enable-igw, MODEL=PATH (repeatable) gives one model its own")
+	fs.StringVar(&t.src.TokenizerPath, "tokenizer-path", "", "tokenizer.json file, directory, Hugging Face cache directory or hub id, as --model-path; overrides --model-path for the tokenizer")
 	fs.StringVar(&t.src.ChatTemplatePath, "chat-template", "", "Jinja chat template file (or chat_template.json); overrides the model's")
 	def := cache.DefaultConfig()
 	fs.BoolVar(&t.l0Enabled, "tokenizer-cache-enable-l0", def.L0Enabled, "exact-match tokenizer cache (exact, so on by default)")
@@ -34,7 +38,7 @@ func (t *textFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&t.splitSpecial, "split-special-tokens-in-content", false, "Chat: tokenize special-token text inside client strings (message content, names, tool arguments) as plain text, so a user cannot forge a turn with e.g. <|im_start|>system; off by default, as Hugging Face transformers does")
 	fs.BoolVar(&t.l1Enabled, "tokenizer-cache-enable-l1", def.L1Enabled, "prefix tokenizer cache at special-token boundaries (exact, so on by default)")
 	fs.Int64Var(&t.l1MaxMemory, "tokenizer-cache-l1-max-memory", def.L1MaxBytes, "bytes the L1 cache may hold, counting keys, ids and overhead")
-	fs.DurationVar(&t.fetchTimeout, "tokenizer-fetch-timeout", 30*time.Second, "without --model-path/--tokenizer-path: how long to wait for a worker's GetTokenizer")
+	fs.DurationVar(&t.fetchTimeout, "tokenizer-fetch-timeout", 30*time.Second, "without --model-path/--tokenizer-path: how long to wait for a worker's GetTokenizer; with a hub id: how long fetching its tokenizer files may take")
 }
 
 func (t *textFlags) options() textmodel.Options {
@@ -42,4 +46,34 @@ func (t *textFlags) options() textmodel.Options {
 	c.L0Enabled, c.L0MaxEntries, c.L0MaxBytes = t.l0Enabled, t.l0MaxEntries, t.l0MaxMemory
 	c.L1Enabled, c.L1MaxBytes = t.l1Enabled, t.l1MaxMemory
 	return textmodel.Options{Cache: c, SplitSpecialTokensInContent: t.splitSpecial}
+}
+
+// resolve turns --model-path and --tokenizer-path into local paths (see
+// tokenize/hub: a hub id is read from the Hugging Face cache, else fetched
+// into it), within --tokenizer-fetch-timeout so that a slow hub cannot hold
+// the start-up, and logs what it chose: which snapshot serves is worth
+// knowing when two routers disagree.
+func (t *textFlags) resolve(ctx context.Context, hc hub.Config, log *slog.Logger) (textmodel.Sources, error) {
+	src := t.src
+	ctx, cancel := context.WithTimeout(ctx, t.fetchTimeout)
+	defer cancel()
+	hc.Logger = log
+	for _, p := range []struct {
+		flag string
+		path *string
+	}{{"--model-path", &src.ModelPath}, {"--tokenizer-path", &src.TokenizerPath}} {
+		if *p.path == "" {
+			continue
+		}
+		r, err := hc.Resolve(ctx, *p.path)
+		if err != nil {
+			return src, fmt.Errorf("%s %s: %w", p.flag, *p.path, err)
+		}
+		if r.From != "local" {
+			log.Info("model files found", "flag", p.flag, "given", *p.path, "path", r.Path, "from", r.From,
+				"repo", r.Repo, "revision", r.Revision, "commit", r.Commit)
+		}
+		*p.path = r.Path
+	}
+	return src, nil
 }
