@@ -162,6 +162,7 @@ type Gateway struct {
 	startMu      sync.Mutex
 	starting     map[string]chan struct{}
 	connect      workers.ConnectOptions // how AddWorker connects
+	vocab        *vocabGuard            // refuses engines whose vocabulary does not fit
 	drainTimeout time.Duration
 	bgCtx        context.Context
 	stopBG       context.CancelFunc
@@ -239,7 +240,8 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			log.Info("circuit breaker "+to.String(), "worker", url, "from", from.String())
 		}
 	}
-	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker}
+	g.vocab = &vocabGuard{reg: g.Registry, keyOf: g.modelKey, tokenizers: map[string]int{}}
+	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker, Admit: g.vocab.admit}
 	if cfg.TracerProvider != nil {
 		g.connect.Propagator = tracing.Propagator{}
 	}
@@ -313,6 +315,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			if g.Text, err = loadText(ctx, cfg, g.Registry, log); err != nil {
 				return nil, err
 			}
+		}
+		if err := g.vocab.arm("", g.Text); err != nil {
+			return nil, err
 		}
 		scfg.Policy, scfg.Text, scfg.PD, scfg.PageSize = m.main, g.Text, m.pd, m.pageSize
 		if g.Text != nil {

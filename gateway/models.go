@@ -216,6 +216,16 @@ func (g *Gateway) ensureModel(cfg Config, w *workers.Worker) <-chan struct{} {
 	g.bg.Go(func() {
 		defer close(ready)
 		text, source := g.loadModelText(g.bgCtx, cfg, name)
+		if err := g.vocab.arm(name, text); err != nil && text != nil {
+			// One router serves many models: a model whose tokenizer
+			// does not fit its workers keeps routing token ids.
+			g.log.Error("model's tokenizer does not fit its workers: its text, Chat and stop strings are unavailable",
+				"model", name, "error", err)
+			text, source = nil, ""
+			err = g.vocab.arm(name, nil)
+		} else if err != nil {
+			g.log.Error("model's workers disagree", "model", name, "error", err)
+		}
 		if err := g.Server.AddModel(server.Model{Name: name, Text: text, Policy: m.main, PD: m.pd,
 			TokenizerSource: source, PageSize: m.pageSize}); err != nil {
 			g.log.Error("model cannot be served", "model", name, "error", err)

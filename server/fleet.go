@@ -14,7 +14,8 @@ import (
 
 // Fleet changes the set of workers while the router runs; the gateway
 // implements it. AddWorker's errors are the request's fault (a bad address,
-// a role the router does not serve) or wrap workers.ErrWorkerExists;
+// a role the router does not serve) or wrap workers.ErrWorkerExists or
+// workers.ErrIncompatible (an engine whose model does not fit the fleet);
 // RemoveWorker's wrap workers.ErrWorkerNotFound or are the router's.
 type Fleet interface {
 	AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error)
@@ -53,6 +54,8 @@ func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (
 	switch {
 	case errors.Is(err, workers.ErrWorkerExists):
 		return nil, status.Errorf(codes.AlreadyExists, "%v", err)
+	case errors.Is(err, workers.ErrIncompatible):
+		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
 	case err != nil:
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}

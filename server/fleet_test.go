@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,5 +268,27 @@ func TestRemovedWorkerIsForgottenByTheTree(t *testing.T) {
 	}
 	if c := f.mustGenerate(t, longReq).complete; c.Worker == served {
 		t.Fatal("a request went to the removed worker")
+	}
+}
+
+// Admin.AddWorker refuses an engine whose vocabulary is smaller than the
+// router's tokenizer with FAILED_PRECONDITION and both sizes: the request
+// is well formed, the fleet is what it does not fit.
+func TestAddWorkerOfASmallerVocabularyIsAFailedPrecondition(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 1, text: true})
+	c := sim.DefaultConfig()
+	c.TimeScale, c.VocabSize, c.EOSTokenID = 0, 1000, 999
+	small, err := sim.Start(c, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(small.Stop)
+	_, err = f.admin.AddWorker(context.Background(), &kvgatev1.AddWorkerRequest{Address: small.Addr()})
+	msg := status.Convert(err).Message()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(msg, "vocab_size 1000") || !strings.Contains(msg, "2059") {
+		t.Fatalf("AddWorker: %v; want FAILED_PRECONDITION naming both vocabulary sizes", err)
+	}
+	if resp, _ := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{}); len(resp.GetWorkers()) != 1 {
+		t.Fatalf("ListWorkers: %v; want the refused worker absent", resp)
 	}
 }

@@ -48,6 +48,12 @@ type ConnectOptions struct {
 	// metadata of every call to the worker (W3C traceparent); nil: calls
 	// carry none, and cost nothing extra.
 	Propagator Propagator
+	// Admit, when set, is asked before a connected worker enters a
+	// registry through Join or JoinResult, and before a placeholder's
+	// worker replaces it: an error keeps the worker out (it should wrap
+	// ErrIncompatible). The router uses it to refuse an engine whose model
+	// does not fit the fleet. Connect itself ignores it.
+	Admit func(*Worker) error
 }
 
 // Connect dials the engine at addr (grpc://host:port or host:port), detects its

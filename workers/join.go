@@ -33,7 +33,9 @@ const (
 //
 // Join returns the worker it registered, connected or not (see
 // Worker.Connected), and an error only for a malformed address or breaker
-// configuration, or a URL already registered. log may be nil.
+// configuration, a URL already registered, or an engine that answered but
+// opts.Admit refused (a placeholder's engine that Admit refuses stays out,
+// and is retried slowly in case it is restarted). log may be nil.
 func Join(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, log *slog.Logger) (*Worker, error) {
 	a, err := ParseWorkerAddress(addr)
 	if err != nil {
@@ -63,6 +65,10 @@ func JoinResult(ctx context.Context, reg *Registry, addr string, opts ConnectOpt
 	}
 	log = orDiscard(log).With("worker", a.URL)
 	if connectErr == nil {
+		if err := admit(opts, w); err != nil {
+			_ = w.Close()
+			return nil, err
+		}
 		if err := reg.Add(w); err != nil {
 			_ = w.Close()
 			return nil, err
@@ -94,6 +100,7 @@ func rejoin(ctx context.Context, reg *Registry, p *Worker, opts ConnectOptions, 
 	}
 
 	delay := joinBackoffMin
+	refused := ""
 	for attempt := 1; ; attempt++ {
 		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
 		select {
@@ -109,6 +116,17 @@ func rejoin(ctx context.Context, reg *Registry, p *Worker, opts ConnectOptions, 
 			delay = min(2*delay, joinBackoffMax)
 			continue
 		}
+		if err := admit(opts, w); err != nil {
+			// The engine may be restarted with the right model: keep
+			// trying, slowly, and say why once per reason.
+			_ = w.Close()
+			if err.Error() != refused {
+				log.Error("worker connected but not admitted; retrying in case it is restarted", "err", err)
+				refused = err.Error()
+			}
+			delay = joinBackoffMax
+			continue
+		}
 		w.SetDraining(p.Draining())
 		if err := reg.Replace(p, w); err != nil {
 			_ = w.Close()
@@ -118,6 +136,14 @@ func rejoin(ctx context.Context, reg *Registry, p *Worker, opts ConnectOptions, 
 		log.Info("worker connected", "attempts", attempt, "protocol", w.Protocol(), "model", w.Info().Model)
 		return
 	}
+}
+
+// admit asks opts.Admit, if any, whether w may join.
+func admit(opts ConnectOptions, w *Worker) error {
+	if opts.Admit == nil {
+		return nil
+	}
+	return opts.Admit(w)
 }
 
 // newPlaceholder is the unhealthy stand-in Join registers for an engine it

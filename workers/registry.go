@@ -12,6 +12,11 @@ import (
 // same URL is already registered.
 var ErrWorkerExists = errors.New("worker already registered")
 
+// ErrIncompatible is wrapped by the errors of a ConnectOptions.Admit that
+// refuses a worker: the engine answers, but what it serves does not fit the
+// fleet (a smaller vocabulary than the tokenizer's, for instance).
+var ErrIncompatible = errors.New("worker incompatible with the fleet")
+
 // ErrWorkerNotFound is wrapped by Remove and Replace when the worker is not
 // registered (any more).
 var ErrWorkerNotFound = errors.New("worker not registered")
