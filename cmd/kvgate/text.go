@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,9 @@ import (
 	"github.com/kvgate/kvgate/tokenize/hub"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 )
+
+// defaultFetchTimeout bounds fetching a tokenizer, from a worker or the hub.
+const defaultFetchTimeout = 30 * time.Second
 
 // textFlags say where the model's tokenizer and chat template come from, and
 // how the tokenizer caches are sized.
@@ -38,7 +42,7 @@ func (t *textFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&t.splitSpecial, "split-special-tokens-in-content", false, "Chat: tokenize special-token text inside client strings (message content, names, tool arguments) as plain text, so a user cannot forge a turn with e.g. <|im_start|>system; off by default, as Hugging Face transformers does")
 	fs.BoolVar(&t.l1Enabled, "tokenizer-cache-enable-l1", def.L1Enabled, "prefix tokenizer cache at special-token boundaries (exact, so on by default)")
 	fs.Int64Var(&t.l1MaxMemory, "tokenizer-cache-l1-max-memory", def.L1MaxBytes, "bytes the L1 cache may hold, counting keys, ids and overhead")
-	fs.DurationVar(&t.fetchTimeout, "tokenizer-fetch-timeout", 30*time.Second, "without --model-path/--tokenizer-path: how long to wait for a worker's GetTokenizer; with a hub id: how long fetching its tokenizer files may take")
+	fs.DurationVar(&t.fetchTimeout, "tokenizer-fetch-timeout", defaultFetchTimeout, "without --model-path/--tokenizer-path: how long to wait for a worker's GetTokenizer; with a hub id: how long fetching its tokenizer files may take")
 }
 
 func (t *textFlags) options() textmodel.Options {
@@ -66,6 +70,9 @@ func (t *textFlags) resolve(ctx context.Context, hc hub.Config, log *slog.Logger
 			continue
 		}
 		r, err := hc.Resolve(ctx, *p.path)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return src, fmt.Errorf("%s %s: %w; --tokenizer-fetch-timeout (%v) bounds the download", p.flag, *p.path, err, t.fetchTimeout)
+		}
 		if err != nil {
 			return src, fmt.Errorf("%s %s: %w", p.flag, *p.path, err)
 		}
@@ -76,4 +83,12 @@ func (t *textFlags) resolve(ctx context.Context, hc hub.Config, log *slog.Logger
 		*p.path = r.Path
 	}
 	return src, nil
+}
+
+// modelFlags are the text flags of a tool that takes only --model-path, with
+// serve's default fetch timeout.
+func modelFlags(modelPath string) *textFlags {
+	t := &textFlags{fetchTimeout: defaultFetchTimeout}
+	t.src.ModelPath = modelPath
+	return t
 }

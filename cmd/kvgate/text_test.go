@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,6 +105,17 @@ func TestServeReadsAHubIDFromTheCache(t *testing.T) {
 		t.Fatalf("serve --model-path org/absent: %v; want the offline refusal", err)
 	}
 
+	// kvgate chat-template reads the same cache.
+	msgs := filepath.Join(t.TempDir(), "messages.json")
+	if err := os.WriteFile(msgs, []byte(`[{"role": "user", "content": "hi"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := runChatTemplate([]string{"--model-path", "org/model", "--messages", msgs}, &out, io.Discard); err != nil ||
+		!strings.HasPrefix(out.String(), "<|im_start|>user\nhi") {
+		t.Fatalf("chat-template --model-path org/model: %q, %v", out.String(), err)
+	}
+
 	cfg := defaults(t, "--port", "0", "--prometheus-port", "-1", "--embedded-time-scale", "0", "--model-path", "org/model")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -119,5 +132,23 @@ func TestServeReadsAHubIDFromTheCache(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve returned %v after shutdown", err)
+	}
+}
+
+// A hub that does not answer holds the start-up no longer than
+// --tokenizer-fetch-timeout, and the error names the flag.
+func TestModelFlagsBoundTheDownload(t *testing.T) {
+	stalled := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer stalled.Close()
+	tf := textFlags{fetchTimeout: 200 * time.Millisecond}
+	tf.src.ModelPath = "org/model"
+	began := time.Now()
+	_, err := tf.resolve(context.Background(), hub.Config{CacheDir: t.TempDir(), Endpoint: stalled.URL, Client: stalled.Client()},
+		slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "--tokenizer-fetch-timeout (200ms)") {
+		t.Fatalf("error %v; want one naming --tokenizer-fetch-timeout", err)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("resolution took %v", d)
 	}
 }

@@ -2,17 +2,20 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/kvgate/kvgate/tokenize"
+	"github.com/kvgate/kvgate/tokenize/hub"
 	"github.com/kvgate/kvgate/tokenize/template"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 )
@@ -105,7 +108,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 func runChatTemplate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvgate chat-template", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modelPath := fs.String("model-path", "", "model directory: its chat template and special tokens")
+	modelPath := fs.String("model-path", "", "model directory, Hugging Face cache directory or hub id org/name[@revision], as kvgate serve takes: its chat template and special tokens")
 	tmplPath := fs.String("template", "", "Jinja chat template file")
 	messages := fs.String("messages", "", "JSON file: a list of messages, or an object of template variables (messages, tools, add_generation_prompt, ...)")
 	cases := fs.String("cases", "", `cases file: {name: {"chat_template": ..., "data": {...}}}; writes {name: {"ok": true, "text": ...} | {"ok": false, "error": ...}}`)
@@ -162,7 +165,11 @@ func runChatTemplate(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	case *modelPath != "":
-		m, err := textmodel.Load(textmodel.Sources{ModelPath: *modelPath}, textmodel.Options{Now: clock})
+		src, err := modelFlags(*modelPath).resolve(context.Background(), hub.FromEnv(os.Getenv), slog.New(slog.NewTextHandler(stderr, nil)))
+		if err != nil {
+			return err
+		}
+		m, err := textmodel.Load(src, textmodel.Options{Now: clock})
 		if err != nil {
 			return err
 		}
