@@ -35,8 +35,10 @@ type fakeHub struct {
 	// token, when set, is required; gated answers 403 to a valid token.
 	token string
 	gated bool
-	// corrupt serves other bytes than the ETag announces for that file.
-	corrupt string
+	// corrupt serves other bytes than the ETag announces for that file;
+	// otherCommit answers files with another X-Repo-Commit than listed.
+	corrupt     string
+	otherCommit bool
 
 	mu       sync.Mutex
 	requests []string
@@ -126,6 +128,9 @@ func (h *fakeHub) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Repo-Commit", hubCommit)
+	if h.otherCommit {
+		w.Header().Set("X-Repo-Commit", commitB)
+	}
 	if h.lfs[name] {
 		sum := sha256.Sum256(body)
 		w.Header().Set("X-Linked-Etag", `"`+hex.EncodeToString(sum[:])+`"`)
@@ -287,6 +292,8 @@ func TestResolveSaysWhatToDoWhenTheHubRefuses(t *testing.T) {
 			[]string{"holds no tokenizer.json", "--tokenizer-path"}, hub.ErrNotFound},
 		{"corrupt download", func(h *fakeHub) { h.corrupt = "tokenizer_config.json" }, "org/model", "",
 			[]string{"corrupt"}, nil},
+		{"files of another commit than listed", func(h *fakeHub) { h.otherCommit = true }, "org/model", "",
+			[]string{"served commit " + commitB + ", not " + hubCommit}, nil},
 		{"hub unreachable", func(h *fakeHub) { h.srv.Close() }, "org/model", "",
 			[]string{"hf download org/model", "HF_HUB_OFFLINE"}, hub.ErrUnreachable},
 	}
@@ -342,5 +349,25 @@ func TestResolveOfflineSendsNothing(t *testing.T) {
 	_, err := c.Resolve(context.Background(), "org/model")
 	if !errors.Is(err, hub.ErrNotCached) || len(h.seen()) != 0 {
 		t.Fatalf("error %v after %d requests; want ErrNotCached and none", err, len(h.seen()))
+	}
+}
+
+// A cached snapshot that lacks the tokenizer (Python fetched config.json
+// only) is completed in place: its other files stay, the tokenizer joins.
+func TestResolveCompletesACachedSnapshot(t *testing.T) {
+	h := newFakeHub(t, simModel(t))
+	cache := t.TempDir()
+	repoDir := cacheRepo{snapshots: []snapshot{{hubCommit, []string{"config.json"}}}, refs: map[string]string{"main": hubCommit}}.write(t, cache, "org/model")
+	got, err := h.config(cache, "").Resolve(context.Background(), "org/model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.From != "hub" || got.Path != filepath.Join(repoDir, "snapshots", hubCommit) {
+		t.Fatalf("resolved %+v; want the cached snapshot, completed from the hub", got)
+	}
+	for _, name := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
+		if _, err := os.Stat(filepath.Join(got.Path, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
