@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -186,4 +187,53 @@ func TestJoinErrors(t *testing.T) {
 	if n := len(reg.Current().Workers); n != 0 {
 		t.Errorf("%d workers registered by failed Joins", n)
 	}
+}
+
+// ConnectOptions.Admit decides whether a connected engine enters the
+// registry, both when Join finds it up and when a placeholder's engine
+// starts later; a refused placeholder stays and keeps being retried.
+func TestJoinAsksAdmit(t *testing.T) {
+	refuse := func(w *workers.Worker) error {
+		return fmt.Errorf("worker %s: %w: vocab_size %d", w.URL(), workers.ErrIncompatible, w.Info().VocabSize)
+	}
+	t.Run("an engine that is up", func(t *testing.T) {
+		srv, err := sim.Start(simConfig(), "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		reg := workers.NewRegistry()
+		defer reg.Close()
+		_, err = workers.Join(t.Context(), reg, srv.Addr(), workers.ConnectOptions{Admit: refuse}, nil)
+		if !errors.Is(err, workers.ErrIncompatible) || !strings.Contains(err.Error(), "vocab_size 1000") {
+			t.Fatalf("Join: %v; want Admit's refusal", err)
+		}
+		if n := len(reg.Snapshot()); n != 0 {
+			t.Fatalf("%d workers registered; want none", n)
+		}
+		if _, err := workers.Join(t.Context(), reg, srv.Addr(), workers.ConnectOptions{}, nil); err != nil {
+			t.Fatalf("Join without Admit: %v", err)
+		}
+	})
+	t.Run("an engine that starts later", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		reg := workers.NewRegistry()
+		defer reg.Close()
+		lines := make(logLines, 64)
+		addr := freeAddr(t)
+		p, err := workers.Join(ctx, reg, addr, workers.ConnectOptions{Admit: refuse}, slog.New(lines))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := sim.Start(simConfig(), addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		waitLog(t, lines, "worker connected but not admitted")
+		if w, ok := reg.Get(p.URL()); !ok || w != p || w.Connected() {
+			t.Fatalf("registry holds %v (%v); want the placeholder", w, ok)
+		}
+	})
 }
