@@ -82,6 +82,13 @@ func (t *textFlags) resolve(ctx context.Context, hc hub.Config, log *slog.Logger
 		}
 		*p.path = r.Path
 	}
+	for name, path := range t.models.byModel {
+		r, err := hc.Resolve(ctx, path)
+		if err != nil {
+			return src, fmt.Errorf("--model-path %s=%s: %w", name, path, err)
+		}
+		t.models.byModel[name] = r.Path
+	}
 	return src, nil
 }
 
