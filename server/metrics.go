@@ -34,6 +34,7 @@ type Metrics struct {
 	// them: cached / prompt is an engine's real prefix-cache hit ratio.
 	promptTokens, completionTokens, cachedTokens *prometheus.CounterVec
 	itl                                          prometheus.Histogram
+	modelRequests                                *prometheus.CounterVec
 
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
@@ -181,7 +182,10 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvgate_inter_token_latency_seconds",
 		Help:    "Time between consecutive output tokens reaching the router (a chunk of several tokens shares its gap among them).",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .25, .5, 1}})
-	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens, m.itl)
+	m.modelRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_model_requests_total",
+		Help: "Generation requests placed, by the model they ran on (with --enable-igw, the model they named)."}, []string{"model"})
+	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens, m.itl,
+		m.modelRequests)
 	return m
 }
 
@@ -224,12 +228,15 @@ var (
 		"Fraction of the engine's KV cache in use at the last load poll.", []string{"worker"}, nil)
 	descBreaker = prometheus.NewDesc("kvgate_worker_circuit_breaker_state",
 		"The worker's circuit breaker: 0 closed, 1 open (no requests), 2 half-open (probing).", []string{"worker"}, nil)
+	descWorkerInfo = prometheus.NewDesc("kvgate_worker_info",
+		"Always 1: the worker's model, role and protocol, to join per-worker metrics by worker (e.g. * on(worker) group_left(model)).",
+		[]string{"worker", "model", "role", "protocol"}, nil)
 	descDraining = prometheus.NewDesc("kvgate_worker_draining",
 		"1 while the worker is being removed (Admin.RemoveWorker): it gets no new requests.", []string{"worker"}, nil)
 )
 
 func (c *workerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActive, descRequestsActive, descEngineHitRate, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining} {
+	for _, d := range []*prometheus.Desc{descActive, descRequestsActive, descEngineHitRate, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining, descWorkerInfo} {
 		ch <- d
 	}
 }
@@ -255,6 +262,8 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 			draining = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining, w.URL())
+		ch <- prometheus.MustNewConstMetric(descWorkerInfo, prometheus.GaugeValue, 1, w.URL(), w.Info().Model, w.Role().String(),
+			w.Protocol().String())
 	}
 }
 

@@ -36,6 +36,11 @@ func (s *Server) run(ctx context.Context, j *job) error {
 
 	s.active.Add(1)
 	defer s.active.Add(-1)
+	model := j.route.Name
+	if model == "" {
+		model = s.servedModel()
+	}
+	s.metrics.modelRequests.WithLabelValues(model).Inc()
 	defer func() {
 		s.metrics.policyLatency.WithLabelValues(j.route.disp.policyName()).Observe(time.Since(j.start).Seconds())
 	}()
