@@ -246,3 +246,22 @@ func TestSingleModelChecksTheModelField(t *testing.T) {
 		t.Fatalf("ListModels: %v %v", models, err)
 	}
 }
+
+// With prefill/decode disaggregation each model pairs its own prefill and
+// decode workers.
+func TestIGWDisaggregatesEachModelOnItsOwnPair(t *testing.T) {
+	models := []string{"alpha", "beta", "alpha", "beta"} // prefill 0, 1; decode 2, 3
+	f := startFleet(t, fleetOptions{workers: 4, pd: true, policy: "cache_aware",
+		sim:     func(i int, c *sim.Config) { c.Model = models[i] },
+		gateway: func(c *gateway.Config) { c.IGW = true },
+	})
+	for i := range 8 {
+		m := models[i%2]
+		r := f.mustGenerate(t, &kvgatev1.GenerateRequest{Model: m, InputIds: prompt(uint32(10*i+1), 40),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+		if r.complete.GetPrefillWorker() != f.workerURL(i%2) || r.complete.GetWorker() != f.workerURL(2+i%2) {
+			t.Fatalf("model %s: prefill %s, decode %s; want %s and %s", m, r.complete.GetPrefillWorker(), r.complete.GetWorker(),
+				f.workerURL(i%2), f.workerURL(2+i%2))
+		}
+	}
+}
