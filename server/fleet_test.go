@@ -25,7 +25,7 @@ func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
 	noLeaks(t)
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
 		fastRetries(c)
-		c.Breaker.FailureThreshold, c.Breaker.SuccessThreshold, c.Breaker.Timeout = 3, 2, 300*time.Millisecond
+		c.Breaker.FailureThreshold, c.Breaker.SuccessThreshold, c.Breaker.Timeout = 3, 2, 1500*time.Millisecond
 	}})
 	f.sims[0].Engine().SetFaults(sim.Faults{Unavailable: true})
 	for i := range 10 {
@@ -56,7 +56,7 @@ func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
 
 	// The engine recovers; after the timeout probes go through and close it.
 	f.sims[0].Engine().SetFaults(sim.Faults{})
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(1600 * time.Millisecond)
 	if got := breakerOf(0); got != kvgatev1.BreakerState_BREAKER_STATE_HALF_OPEN {
 		t.Fatalf("after the timeout: %v, want HALF_OPEN", got)
 	}
