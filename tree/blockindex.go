@@ -410,25 +410,34 @@ func (x *BlockIndex) Match(keys []uint64, backends []string) []int {
 	}
 	x.backendsMu.RUnlock()
 
-	var candStack [32]int32
-	cands := candStack[:0]
-	s := x.shard(keys[0])
-	s.mu.RLock()
-	for i, id := range ids {
-		if id != 0 && s.holds(keys[0], id) {
-			cands = append(cands, int32(i))
-		}
-	}
-	s.mu.RUnlock()
-	if len(cands) == 0 {
-		return out
-	}
 	var markStack [64]bool
 	mark := markStack[:0]
 	if int(top) >= len(markStack) {
 		mark = make([]bool, top+1)
 	} else {
 		mark = markStack[:top+1]
+	}
+	// Block 0 is the chat template's header in nearly every prompt, so
+	// every backend that served anything holds it: its holders are marked
+	// once and each backend looked up in the marks, where asking the
+	// block about each backend would cost backends × holders.
+	var candStack [32]int32
+	cands := candStack[:0]
+	if len(ids) > len(candStack) {
+		cands = make([]int32, 0, len(ids))
+	}
+	s := x.shard(keys[0])
+	s.mu.RLock()
+	s.mark(keys[0], mark, true)
+	for i, id := range ids {
+		if id != 0 && mark[id] {
+			cands = append(cands, int32(i))
+		}
+	}
+	s.mark(keys[0], mark, false)
+	s.mu.RUnlock()
+	if len(cands) == 0 {
+		return out
 	}
 	x.split(keys, ids, cands, 1, len(keys), out, mark)
 	return out

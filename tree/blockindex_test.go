@@ -322,6 +322,33 @@ func TestBlockIndexSharedBlocks(t *testing.T) {
 	}
 }
 
+// TestBlockIndexMatchManyBackends is Match over fleets larger than its
+// stack scratch, every backend holding the first block (a chat template's
+// header) and some holding more: each answer is what VerifiedMatch counts,
+// unknown backends and repeated names included.
+func TestBlockIndexMatchManyBackends(t *testing.T) {
+	const bs = 4
+	for _, n := range []int{1, 31, 33, 64, 65, 300} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			x := mustBlockIndex(t, tree.BlockIndexConfig{BlockSize: bs, MaxBlocksPerBackend: 100})
+			prompt := x.Keys(blocks(bs, 1, 2, 3, 4, 5, 6))
+			var names []string
+			for i := range n {
+				name := fmt.Sprintf("w%d", i)
+				names = append(names, name)
+				x.Record(prompt[:1+i%len(prompt)], name)
+			}
+			names = append(names, "unknown", names[0])
+			got := x.Match(prompt, names)
+			for i, name := range names {
+				if want := x.VerifiedMatch(prompt, name); got[i] != want {
+					t.Errorf("%s: Match %d, VerifiedMatch %d", name, got[i], want)
+				}
+			}
+		})
+	}
+}
+
 // TestBlockIndexConcurrent runs records, matches, touches, removals and
 // evictions at once; with -race it checks the locking, and afterwards that
 // the counts agree with the table.

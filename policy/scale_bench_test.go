@@ -1,0 +1,212 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// The figure: selection cost with 1,000 and 4,000 routing targets
+// (data-parallel ranks count as targets) must stay flat per request. These
+// benchmarks measure it for every policy at 10 to 4,000 workers, with the
+// per-operation p50 and p99 beside ns/op, so that a cost growing with the
+// fleet shows up as a ratio between sizes measured in one run.
+//
+//	go test -run '^$' -bench 'SelectionByFleetSize|CandidateSnapshot' -benchmem ./policy/
+//
+// Each operation is timed on its own (two clock reads, about 50 ns on the
+// benchmark machine, included in p50 and p99 but not in ns/op).
+
+// scaleSizes are the fleet sizes measured: 4,000 is 1,000 engines with four
+// data-parallel ranks each.
+var scaleSizes = []int{10, 100, 1000, 4000}
+
+// scaleWorkload is the traffic every policy sees: 2K-token prompts made of a
+// chat-template header every prompt shares (every worker that served
+// anything holds it, so the tree's first node has a holder per worker), one
+// of 64 tenants' 992-token system prompts, and a user turn of 256 to 2,048
+// tokens. Each prompt carries a session routing key for the keyed policies.
+type scaleWorkload struct {
+	reqs    []*policy.Request
+	warmups [][]uint32 // one prompt per worker, inserted for it alone
+}
+
+const (
+	scaleTenants = 64
+	scalePool    = 512 // distinct requests, cycled: after one pass, cache hits
+)
+
+func newScaleWorkload(n int) scaleWorkload {
+	r := rand.New(rand.NewPCG(1, uint64(n)))
+	header := caTokens(1, 32)
+	systems := make([][]uint32, scaleTenants)
+	for i := range systems {
+		systems[i] = caTokens(10+i, 992)
+	}
+	var w scaleWorkload
+	for i := range scalePool {
+		user := caTokens(1_000+i, 256+r.IntN(1793))
+		w.reqs = append(w.reqs, &policy.Request{
+			InputIDs:   caJoin(header, systems[i%scaleTenants], user),
+			RoutingKey: fmt.Sprintf("session-%d", i),
+		})
+	}
+	for i := range n {
+		w.warmups = append(w.warmups, caJoin(header, systems[i%scaleTenants], caTokens(10_000+i, 1024)))
+	}
+	return w
+}
+
+// scaleFleet registers n workers with in-flight loads of 0 to 2 (balanced:
+// no policy's imbalance rule fires) and returns the registry.
+func scaleFleet(b *testing.B, n int) *workers.Registry {
+	b.Helper()
+	reg := workers.NewRegistry()
+	for i, w := range fleet(n) {
+		if err := reg.Add(w); err != nil {
+			b.Fatal(err)
+		}
+		for range i % 3 {
+			w.Acquire() // held for the benchmark's life
+		}
+	}
+	return reg
+}
+
+// serverChecks is what the server does per request with the candidates
+// before the policy sees them (server/dispatch.go checkCandidates and
+// server/validate.go limitsOf): find one available worker, and the
+// smallest vocabulary and context among the healthy ones.
+func serverChecks(ws []*workers.Worker) (vocab, context int) {
+	if !slices.ContainsFunc(ws, (*workers.Worker).Available) {
+		return 0, 0
+	}
+	for _, w := range ws {
+		if !w.Healthy() {
+			continue
+		}
+		info := w.Info()
+		if info.VocabSize > 0 && (vocab == 0 || info.VocabSize < vocab) {
+			vocab = info.VocabSize
+		}
+		if info.MaxContextLength > 0 && (context == 0 || info.MaxContextLength < context) {
+			context = info.MaxContextLength
+		}
+	}
+	return vocab, context
+}
+
+// latencies records per-operation durations in a ring (the last 1M) and
+// reports their percentiles.
+type latencies struct {
+	d []time.Duration
+	n int
+}
+
+func newLatencies() *latencies { return &latencies{d: make([]time.Duration, 1<<20)} }
+
+func (l *latencies) add(d time.Duration) {
+	l.d[l.n%len(l.d)] = d
+	l.n++
+}
+
+func (l *latencies) report(b *testing.B) {
+	d := slices.Clone(l.d[:min(l.n, len(l.d))])
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	at := func(q float64) float64 { return float64(d[min(len(d)-1, int(q*float64(len(d))))].Nanoseconds()) }
+	b.ReportMetric(at(0.50), "p50-ns")
+	b.ReportMetric(at(0.99), "p99-ns")
+}
+
+// BenchmarkSelectionByFleetSize measures, per policy and fleet size:
+//
+//   - op=select: Select alone over the registry's current workers;
+//   - op=request: what one request costs the router's routing path: the
+//     registry's candidates of its role (Registry.WithRole), the server's
+//     checks on them, Select, taking and releasing the worker's load slot,
+//     and Observe for the policies that learn from outcomes (the engine
+//     reporting exactly the predicted cached tokens).
+//
+// The cache-aware policies start with every worker holding one prompt of
+// its tenant (so the tree has a tenant per worker) and one pass of the
+// request pool already placed.
+func BenchmarkSelectionByFleetSize(b *testing.B) {
+	ctx := context.Background()
+	for _, name := range policy.Names() {
+		for _, n := range scaleSizes {
+			w := newScaleWorkload(n)
+			for _, op := range []string{"select", "request"} {
+				b.Run(fmt.Sprintf("policy=%s/workers=%d/op=%s", name, n, op), func(b *testing.B) {
+					reg := scaleFleet(b, n)
+					p, err := policy.New(name, policy.DefaultOptions())
+					if err != nil {
+						b.Fatal(err)
+					}
+					all := reg.Current().Workers
+					for i, ids := range w.warmups {
+						if _, err := p.Select(ctx, &policy.Request{InputIDs: ids}, all[i:i+1]); err != nil {
+							b.Fatal(err)
+						}
+					}
+					obs, _ := p.(policy.Observer)
+					request := func(req *policy.Request) {
+						cands := reg.WithRole(workers.RoleRegular)
+						serverChecks(cands)
+						d, err := p.Select(ctx, req, cands)
+						if err != nil {
+							b.Fatal(err)
+						}
+						d.Worker.Acquire()()
+						if obs != nil {
+							obs.Observe(req, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
+						}
+					}
+					for _, req := range w.reqs {
+						request(req)
+					}
+					lat := newLatencies()
+					i := 0
+					b.ReportAllocs()
+					for b.Loop() {
+						req := w.reqs[i%len(w.reqs)]
+						i++
+						start := time.Now()
+						if op == "select" {
+							if _, err := p.Select(ctx, req, all); err != nil {
+								b.Fatal(err)
+							}
+						} else {
+							request(req)
+						}
+						lat.add(time.Since(start))
+					}
+					lat.report(b)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkCandidateSnapshot measures the per-request work before any
+// policy runs: the registry's workers of the request's role and the
+// server's checks on them.
+func BenchmarkCandidateSnapshot(b *testing.B) {
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			reg := scaleFleet(b, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				serverChecks(reg.WithRole(workers.RoleRegular))
+			}
+		})
+	}
+}
