@@ -157,14 +157,25 @@ func New(name string, opts Options) (Policy, error) {
 // excluded by it. Policies filter even though the server passes available
 // workers, because that can change between the snapshot and the selection
 // and a stale verdict is cheap to re-check.
+//
+// When every candidate may receive req, which is nearly always, the result is
+// candidates itself: a copy per request would be an allocation as large as
+// the fleet (32 KB at 4,000 workers) for nothing. Callers must not modify it.
 func healthy(req *Request, candidates []*workers.Worker) []*workers.Worker {
-	out := make([]*workers.Worker, 0, len(candidates))
-	for _, w := range candidates {
+	for i, w := range candidates {
 		if usable(req, w) {
-			out = append(out, w)
+			continue
 		}
+		out := make([]*workers.Worker, i, len(candidates)-1)
+		copy(out, candidates[:i])
+		for _, w := range candidates[i+1:] {
+			if usable(req, w) {
+				out = append(out, w)
+			}
+		}
+		return out
 	}
-	return out
+	return candidates
 }
 
 // usable reports whether w may receive req: the one place a policy asks
