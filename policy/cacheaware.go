@@ -75,7 +75,7 @@ type CacheAware struct {
 	*eventMirror
 	spec *speculations
 
-	lastIndex     atomic.Pointer[workerIndex]
+	index         indexCache
 	evictedTokens atomic.Uint64
 	acc           struct {
 		observations, exact, absErr, over, under atomic.Uint64
@@ -139,33 +139,41 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*worke
 		PredictedCachedTokens: s.matched[s.chosen],
 		Branch:                s.branch,
 		Reason:                c.reason(s, len(req.InputIDs)),
+		Matched:               &Matches{index: s.x.pos, tokens: s.matched},
+		Confirmed:             &Matches{index: s.x.pos, tokens: s.confirmed},
 		tick:                  m.Tick,
 	}
-	d.Matched = make(map[string]int, len(candidates))
-	d.Confirmed = make(map[string]int, len(m.Tenants))
-	for i, w := range ws {
-		d.Matched[w.URL()] = s.matched[i]
+	if rest := s.x.outside(candidates); rest != nil {
+		d.Matched.other, d.Confirmed.other = unavailableMatches(rest, m)
+	}
+	return d, nil
+}
+
+// unavailableMatches returns what the candidates left out of a selection
+// (rest) hold of the prompt, in tokens and confirmed tokens: Explain shows
+// them, and the selection skipped them.
+func unavailableMatches(rest []string, m tree.Match) (matched, confirmed map[string]int) {
+	matched = make(map[string]int, len(rest))
+	confirmed = make(map[string]int)
+	for _, url := range rest {
+		matched[url] = 0
 	}
 	for _, t := range m.Tenants {
-		if t.Confirmed > 0 {
-			d.Confirmed[t.Tenant] = t.Confirmed
-		}
-	}
-	if len(ws) < len(candidates) { // the unhealthy ones, rarely more than a few
-		for _, w := range candidates {
-			if _, ok := d.Matched[w.URL()]; !ok {
-				d.Matched[w.URL()] = m.Of(w.URL())
+		if _, ok := matched[t.Tenant]; ok {
+			matched[t.Tenant] = t.Tokens
+			if t.Confirmed > 0 {
+				confirmed[t.Tenant] = t.Confirmed
 			}
 		}
 	}
-	return d, nil
+	return matched, confirmed
 }
 
 // snapshot is what a selection knows before it looks at the tree.
 type snapshot struct {
 	ws       []*workers.Worker
 	loads    []int
-	index    map[string]int // URL → position in ws
+	x        *workerIndex // ws's URLs and positions
 	min, max int
 	// imbalanced reports the balance thresholds crossed; then least is the
 	// answer whatever the tree says.
@@ -174,9 +182,11 @@ type snapshot struct {
 	// configured cache-miss worker.
 	least, fallback int
 
-	// Filled in by decide: each worker's match, the best of them and its
-	// share of the prompt, and the verdict.
+	// Filled in by decide: each worker's match (and its confirmed part,
+	// nil while all are 0), the best of them and its share of the prompt,
+	// and the verdict.
 	matched    []int
+	confirmed  []int
 	bestTokens int
 	ratio      float64
 	chosen     int
@@ -184,7 +194,7 @@ type snapshot struct {
 }
 
 func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
-	s := &snapshot{ws: ws, loads: make([]int, len(ws)), index: c.indexOf(ws), matched: make([]int, len(ws))}
+	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
 	for i, w := range ws {
 		s.loads[i] = w.Load()
 		if i == 0 || s.loads[i] < s.min {
@@ -218,32 +228,10 @@ func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
 	return s
 }
 
-// workerIndex maps the URLs of a list of workers to their positions in it.
-type workerIndex struct {
-	urls []string
-	pos  map[string]int
-}
-
-// indexOf returns ws's URL → position map. With hundreds of workers building
-// it is a large part of a selection's cost, and the healthy candidates rarely
-// change between requests, so the last one built is reused while it fits.
-func (c *CacheAware) indexOf(ws []*workers.Worker) map[string]int {
-	if x := c.lastIndex.Load(); x != nil && len(x.urls) == len(ws) {
-		same := true
-		for i, w := range ws {
-			if x.urls[i] != w.URL() {
-				same = false
-				break
-			}
-		}
-		if same {
-			return x.pos
-		}
-	}
-	x := &workerIndex{urls: make([]string, len(ws)), pos: make(map[string]int, len(ws))}
-	for i, w := range ws {
-		x.urls[i] = w.URL()
-		x.pos[x.urls[i]] = i
+// indexOf returns ws's URL → position index, reusing the last one while the
+// candidates stay the same (see indexCache).
+func (c *CacheAware) indexOf(ws []*workers.Worker) *workerIndex {
+	return c.index.of(ws, func(w *workers.Worker) {
 		// An engine holds no more than its KV cache: the tree's confirmed
 		// pages for it never exceed that, and as much again is left for
 		// speculation, the prompts on their way to it (which will displace
@@ -253,10 +241,8 @@ func (c *CacheAware) indexOf(ws []*workers.Worker) map[string]int {
 		// scattered (hit rate 0.56 against 0.72 on a capacity-limited
 		// shared-prefix run). New candidate sets are rare, and this is
 		// where a new worker first shows up.
-		c.tree.SetTenantLimit(x.urls[i], speculationHeadroom*w.Info().KVCapacityTokens)
-	}
-	c.lastIndex.Store(x)
-	return x.pos
+		c.tree.SetTenantLimit(w.URL(), speculationHeadroom*w.Info().KVCapacityTokens)
+	})
 }
 
 // decide picks the worker once the match is known and records it in s. It
@@ -265,11 +251,17 @@ func (c *CacheAware) indexOf(ws []*workers.Worker) map[string]int {
 func (c *CacheAware) decide(s *snapshot, m tree.Match, inputLen int) {
 	best := -1
 	for _, t := range m.Tenants {
-		i, ok := s.index[t.Tenant]
+		i, ok := s.x.pos[t.Tenant]
 		if !ok || t.Tokens <= 0 {
 			continue // unhealthy, removed, or not a candidate
 		}
 		s.matched[i] = t.Tokens
+		if t.Confirmed > 0 {
+			if s.confirmed == nil {
+				s.confirmed = make([]int, len(s.ws))
+			}
+			s.confirmed[i] = t.Confirmed
+		}
 		if best < 0 || t.Tokens > s.matched[best] || t.Tokens == s.matched[best] &&
 			(s.loads[i] < s.loads[best] || s.loads[i] == s.loads[best] && i < best) {
 			best = i

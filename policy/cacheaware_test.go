@@ -148,7 +148,7 @@ func TestCacheAwareThresholdUsesPromptLength(t *testing.T) {
 			if d.Branch != tc.branch {
 				t.Fatalf("branch = %s (%s), want %s", d.Branch, d.Reason, tc.branch)
 			}
-			if got := d.Matched[ws[0].URL()]; got != 48 {
+			if got := d.Matched.Of(ws[0].URL()); got != 48 {
 				t.Fatalf("Matched[w0] = %d, want 48 (all: %v)", got, d.Matched)
 			}
 		})
@@ -240,7 +240,7 @@ func TestCacheAwareImbalanceSwitch(t *testing.T) {
 			// The prediction is what the least loaded worker holds: nothing.
 			wantDecision(t, d, ws[1], "imbalance", 0)
 			// Its path was inserted all the same.
-			if got := caExplain(t, p, prompt, ws...).Matched[ws[1].URL()]; got != 64 {
+			if got := caExplain(t, p, prompt, ws...).Matched.Of(ws[1].URL()); got != 64 {
 				t.Fatalf("after imbalance routing, w1 holds %d tokens of the prompt, want 64", got)
 			}
 		})
@@ -293,7 +293,7 @@ func TestCacheAwareNeverChoosesUnhealthy(t *testing.T) {
 
 	d := caSelect(t, p, prompt, ws...)
 	wantDecision(t, d, ws[1], "cache_hit", 32)
-	if got := d.Matched[ws[0].URL()]; got != 64 {
+	if got := d.Matched.Of(ws[0].URL()); got != 64 {
 		t.Fatalf("Matched[unhealthy w0] = %d, want 64: Explain shows what was passed over", got)
 	}
 
@@ -335,7 +335,7 @@ func TestCacheAwareDryRunLeavesNoTrace(t *testing.T) {
 	for range 2 {
 		d := caExplain(t, p, prompt, ws...)
 		wantDecision(t, d, ws[0], "cache_miss", 0)
-		if len(d.Matched) != 2 {
+		if d.Matched.Len() != 2 {
 			t.Fatalf("Matched = %v, want an entry per candidate", d.Matched)
 		}
 	}

@@ -72,11 +72,11 @@ func TestCacheAwareAppliesKVEvents(t *testing.T) {
 				p.ApplyKVEvents(a.URL(), batch(uint64(i), evs...))
 			}
 			d := caExplain(t, p, prompt, a, b)
-			if d.Matched[a.URL()] != tt.want || d.Confirmed[a.URL()] != tt.want {
-				t.Fatalf("a holds %d tokens, %d confirmed; want %d, all confirmed", d.Matched[a.URL()], d.Confirmed[a.URL()], tt.want)
+			if d.Matched.Of(a.URL()) != tt.want || d.Confirmed.Of(a.URL()) != tt.want {
+				t.Fatalf("a holds %d tokens, %d confirmed; want %d, all confirmed", d.Matched.Of(a.URL()), d.Confirmed.Of(a.URL()), tt.want)
 			}
-			if d.Matched[b.URL()] != 0 {
-				t.Fatalf("b holds %d tokens; events for a reached it", d.Matched[b.URL()])
+			if d.Matched.Of(b.URL()) != 0 {
+				t.Fatalf("b holds %d tokens; events for a reached it", d.Matched.Of(b.URL()))
 			}
 		})
 	}
@@ -93,7 +93,7 @@ func TestCacheAwareResetForgetsTheWorker(t *testing.T) {
 	p.ApplyKVEvents(ws[1].URL(), batch(0, engineChain(prompt, 16, 500, nil)...))
 	p.ResetKVEvents(ws[0].URL(), 0)
 	d := caExplain(t, p, prompt, ws...)
-	if d.Matched[ws[0].URL()] != 0 || d.Matched[ws[1].URL()] != 64 {
+	if d.Matched.Of(ws[0].URL()) != 0 || d.Matched.Of(ws[1].URL()) != 64 {
 		t.Fatalf("after a reset of worker 0: matched %v, want only worker 1's 64", d.Matched)
 	}
 	// The hashes the reset forgot resolve nothing any more.
@@ -135,7 +135,7 @@ func TestCacheAwareSpeculativeEntriesExpireUnlessConfirmed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Confirmed[w.URL()] != 0 {
+		if d.Confirmed.Of(w.URL()) != 0 {
 			t.Fatalf("a routing decision's own insert counts as confirmed")
 		}
 		p.Observe(req, d, policy.Outcome{})
@@ -144,19 +144,19 @@ func TestCacheAwareSpeculativeEntriesExpireUnlessConfirmed(t *testing.T) {
 	p.ApplyKVEvents(w.URL(), batch(0, engineChain(confirmedPrompt, 16, 100, nil)...))
 
 	speculative := caExplain(t, p, unconfirmedPrompt, w)
-	if speculative.Matched[w.URL()] != 64 || speculative.Confirmed[w.URL()] != 0 {
-		t.Fatalf("before expiry: matched %d confirmed %d, want 64 speculative", speculative.Matched[w.URL()], speculative.Confirmed[w.URL()])
+	if speculative.Matched.Of(w.URL()) != 64 || speculative.Confirmed.Of(w.URL()) != 0 {
+		t.Fatalf("before expiry: matched %d confirmed %d, want 64 speculative", speculative.Matched.Of(w.URL()), speculative.Confirmed.Of(w.URL()))
 	}
 	policy.ExpireSpeculations(p, time.Now()) // not due yet
-	if got := caExplain(t, p, unconfirmedPrompt, w).Matched[w.URL()]; got != 64 {
+	if got := caExplain(t, p, unconfirmedPrompt, w).Matched.Of(w.URL()); got != 64 {
 		t.Fatalf("expired before its TTL: matched %d", got)
 	}
 	policy.ExpireSpeculations(p, time.Now().Add(2*time.Second))
-	if got := caExplain(t, p, unconfirmedPrompt, w).Matched[w.URL()]; got != 0 {
+	if got := caExplain(t, p, unconfirmedPrompt, w).Matched.Of(w.URL()); got != 0 {
 		t.Fatalf("unconfirmed prompt still matched %d tokens after its TTL", got)
 	}
-	if d := caExplain(t, p, confirmedPrompt, w); d.Matched[w.URL()] != 64 || d.Confirmed[w.URL()] != 64 {
-		t.Fatalf("confirmed prompt: matched %d confirmed %d, want 64 and 64", d.Matched[w.URL()], d.Confirmed[w.URL()])
+	if d := caExplain(t, p, confirmedPrompt, w); d.Matched.Of(w.URL()) != 64 || d.Confirmed.Of(w.URL()) != 64 {
+		t.Fatalf("confirmed prompt: matched %d confirmed %d, want 64 and 64", d.Matched.Of(w.URL()), d.Confirmed.Of(w.URL()))
 	}
 	if got := p.SpeculativeExpired(); got != 1 {
 		t.Fatalf("SpeculativeExpired = %d, want 1", got)
@@ -175,7 +175,7 @@ func TestCacheAwareApproximateWorkersKeepTheirEntries(t *testing.T) {
 	}
 	p.Observe(req, d, policy.Outcome{CachedTokens: 0})
 	policy.ExpireSpeculations(p, time.Now().Add(time.Hour))
-	if got := caExplain(t, p, prompt, w).Matched[w.URL()]; got != 64 {
+	if got := caExplain(t, p, prompt, w).Matched.Of(w.URL()); got != 64 {
 		t.Fatalf("a worker without events lost its routed prompt: matched %d, want 64", got)
 	}
 }
@@ -209,17 +209,17 @@ func TestVllmCacheAwareAppliesKVEvents(t *testing.T) {
 	}
 	p.SetKVEventMode(a.URL(), true)
 	p.ApplyKVEvents(a.URL(), batch(0, engineChain(prompt, 16, 100, nil)...))
-	if d := explain(); d.Worker != a || d.Matched[a.URL()] != 64 || d.Matched[b.URL()] != 0 {
+	if d := explain(); d.Worker != a || d.Matched.Of(a.URL()) != 64 || d.Matched.Of(b.URL()) != 0 {
 		t.Fatalf("after a's stored events: %s matched %v, want a with 64", d.Worker.URL(), d.Matched)
 	}
 	// Removing the second page takes the pages below it: the engine cannot
 	// reach them without it.
 	p.ApplyKVEvents(a.URL(), batch(1, removed(101)))
-	if d := explain(); d.Matched[a.URL()] != 16 {
+	if d := explain(); d.Matched.Of(a.URL()) != 16 {
 		t.Fatalf("after removing a's second page: matched %v, want 16 on a", d.Matched)
 	}
 	p.ApplyKVEvents(a.URL(), batch(2, workers.KVEvent{Kind: workers.KVCleared}))
-	if d := explain(); d.Matched[a.URL()] != 0 {
+	if d := explain(); d.Matched.Of(a.URL()) != 0 {
 		t.Fatalf("after a clear: matched %v, want nothing", d.Matched)
 	}
 }

@@ -55,12 +55,11 @@ type Decision struct {
 	Reason string
 	// Matched is, for cache-aware policies, the prompt tokens each candidate
 	// (by URL) holds according to the policy's tree; nil otherwise.
-	Matched map[string]int
+	Matched *Matches
 	// Confirmed is the part of Matched the workers' engines confirmed
 	// through their KV events (the rest is speculative: expected from the
-	// router's own recent decisions). Workers with no confirmed tokens are
-	// absent.
-	Confirmed map[string]int
+	// router's own recent decisions); 0 for workers with none.
+	Confirmed *Matches
 
 	// tick is the logical time of the policy's speculative insert, so the
 	// insert can be expired once the request is over.

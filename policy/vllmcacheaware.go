@@ -47,6 +47,7 @@ type VllmCacheAware struct {
 	loadFactor    float64
 	evictInterval time.Duration
 	evicted       atomic.Uint64
+	cands         indexCache // the candidates' URLs, as the index's backends
 
 	// Workers with KV events confirm and remove blocks through it.
 	*eventMirror
@@ -89,11 +90,8 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*w
 		return Decision{}, ErrNoHealthyWorker
 	}
 	keys := p.index.Keys(req.InputIDs)
-	urls := make([]string, len(ws))
-	for i, w := range ws {
-		urls[i] = w.URL()
-	}
-	matched := p.index.Match(keys, urls)
+	x := p.cands.of(ws, nil)
+	matched := p.index.Match(keys, x.urls)
 
 	loads := make([]int, len(ws))
 	sum, best, least := 0, 0, 0
@@ -133,20 +131,15 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*w
 		PredictedCachedTokens: matched[s.chosen] * p.blockSize,
 		Branch:                s.branch,
 		Reason:                p.reason(&s),
-		Matched:               make(map[string]int, len(candidates)),
 	}
-	for i, u := range urls {
-		d.Matched[u] = matched[i] * p.blockSize
+	for i := range matched { // blocks to tokens, now that the reason is written
+		matched[i] *= p.blockSize
 	}
-	if len(ws) < len(candidates) { // the unhealthy ones, rarely more than a few
-		var rest []string
-		for _, w := range candidates {
-			if _, ok := d.Matched[w.URL()]; !ok {
-				rest = append(rest, w.URL())
-			}
-		}
+	d.Matched = &Matches{index: x.pos, tokens: matched}
+	if rest := x.outside(candidates); rest != nil {
+		d.Matched.other = make(map[string]int, len(rest))
 		for i, n := range p.index.Match(keys, rest) {
-			d.Matched[rest[i]] = n * p.blockSize
+			d.Matched.other[rest[i]] = n * p.blockSize
 		}
 	}
 	return d, nil

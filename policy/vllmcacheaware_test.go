@@ -162,7 +162,7 @@ func TestVllmCacheAwareThreshold(t *testing.T) {
 			if d.Branch != tc.branch {
 				t.Fatalf("branch = %s (%s), want %s", d.Branch, d.Reason, tc.branch)
 			}
-			if got, want := d.Matched[ws[0].URL()], map[bool]int{true: 48, false: 0}[tc.prompt[0] == shared[0]]; got != want {
+			if got, want := d.Matched.Of(ws[0].URL()), map[bool]int{true: 48, false: 0}[tc.prompt[0] == shared[0]]; got != want {
 				t.Fatalf("Matched[w0] = %d, want %d (all: %v)", got, want, d.Matched)
 			}
 		})
@@ -232,7 +232,7 @@ func TestVllmCacheAwareRecordsTheChosenWorker(t *testing.T) {
 	// Turn 2 shares 6 of its 10 blocks with turn 1 on w1.
 	d := vcaSelect(t, p, &policy.Request{InputIDs: turn2}, ws...)
 	wantDecision(t, d, ws[1], "cache_hit", 96)
-	if d.Matched[ws[0].URL()] != 0 || d.Matched[ws[1].URL()] != 96 {
+	if d.Matched.Of(ws[0].URL()) != 0 || d.Matched.Of(ws[1].URL()) != 96 {
 		t.Fatalf("Matched = %v", d.Matched)
 	}
 	if st := p.IndexStats(); st.BackendBlocks[ws[1].URL()] != 10 || st.BackendBlocks[ws[0].URL()] != 0 {
@@ -267,7 +267,7 @@ func TestVllmCacheAwareUnavailableWorkers(t *testing.T) {
 	ws[0].SetHealthy(false)
 	d := vcaSelect(t, p, &policy.Request{InputIDs: prompt, Exclude: []string{ws[1].URL()}}, ws...)
 	wantDecision(t, d, ws[2], "cache_miss", 0)
-	if d.Matched[ws[0].URL()] != 64 || d.Matched[ws[1].URL()] != 64 {
+	if d.Matched.Of(ws[0].URL()) != 64 || d.Matched.Of(ws[1].URL()) != 64 {
 		t.Fatalf("Matched = %v, want the unavailable workers' 64 tokens shown", d.Matched)
 	}
 	_, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, Exclude: []string{ws[1].URL(), ws[2].URL()}}, ws)
@@ -284,7 +284,7 @@ func TestVllmCacheAwareKVEvents(t *testing.T) {
 	path := caTokens(1, 160) // 10 blocks
 	predicted := func() int {
 		t.Helper()
-		return vcaSelect(t, p, &policy.Request{InputIDs: path, DryRun: true}, ws...).Matched[ws[1].URL()]
+		return vcaSelect(t, p, &policy.Request{InputIDs: path, DryRun: true}, ws...).Matched.Of(ws[1].URL())
 	}
 	steps := []struct {
 		name string

@@ -65,7 +65,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 func (a *admin) views(dec policy.Decision) []*kvgatev1.WorkerView {
 	var out []*kvgatev1.WorkerView
 	for _, w := range a.reg.Snapshot() {
-		matched, confirmed := dec.Matched[w.URL()], min(dec.Confirmed[w.URL()], dec.Matched[w.URL()])
+		matched, confirmed := dec.Matched.Of(w.URL()), min(dec.Confirmed.Of(w.URL()), dec.Matched.Of(w.URL()))
 		out = append(out, &kvgatev1.WorkerView{
 			Address:           w.URL(),
 			Health:            healthPB(w),
