@@ -94,6 +94,9 @@ func TestSnapshotWithRole(t *testing.T) {
 			t.Errorf("WithRole(%v) = %v", role, urls(got))
 		}
 	}
+	if got := workers.NewRegistry().WithRole(workers.RoleRegular); got != nil {
+		t.Errorf("empty registry: WithRole = %v, want nil", urls(got))
+	}
 }
 
 // TestRegistryWatch: watchers hear every change in generation order, a
