@@ -122,16 +122,28 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*worke
 	// lock is taken: loads, tree sizes, the imbalance verdict, the fallback.
 	s := c.snapshot(ws)
 
-	choose := func(m tree.Match) string {
-		c.decide(s, m, len(req.InputIDs))
-		return s.ws[s.chosen].URL()
-	}
+	// The common case reads the match by candidate position (a Roster):
+	// no per-worker name lookup or result entry. Explain, and a selection
+	// with unavailable candidates (whose matches it reports too), read the
+	// tree's match by name.
+	rest := s.x.outside(candidates)
 	var m tree.Match
-	if req.DryRun {
+	switch {
+	case req.DryRun:
 		m = c.tree.Match(req.InputIDs)
-		choose(m)
-	} else {
-		m, _ = c.tree.MatchInsert(req.InputIDs, choose)
+		s.fill(m)
+		c.decide(s, len(req.InputIDs))
+	case rest != nil:
+		m, _ = c.tree.MatchInsert(req.InputIDs, func(m tree.Match) string {
+			s.fill(m)
+			c.decide(s, len(req.InputIDs))
+			return s.ws[s.chosen].URL()
+		})
+	default:
+		s.confirmed, m.Tick = c.tree.MatchInsertAmong(req.InputIDs, s.x.roster, s.matched, func() int {
+			c.decide(s, len(req.InputIDs))
+			return s.chosen
+		})
 	}
 
 	d := Decision{
@@ -143,7 +155,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*worke
 		Confirmed:             &Matches{index: s.x.pos, tokens: s.confirmed},
 		tick:                  m.Tick,
 	}
-	if rest := s.x.outside(candidates); rest != nil {
+	if rest != nil {
 		d.Matched.other, d.Confirmed.other = unavailableMatches(rest, m)
 	}
 	return d, nil
@@ -207,11 +219,7 @@ func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
 	// Tree sizes are needed for the smallest_tree fallback (all workers) and
 	// to break ties among the least loaded (only those).
 	sizes := make([]int, len(ws))
-	for i, w := range ws {
-		if c.smallestTree || s.loads[i] == s.min {
-			sizes[i] = c.tree.TenantTokens(w.URL())
-		}
-	}
+	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || s.loads[i] == s.min })
 	for i := range ws {
 		if s.loads[i] < s.loads[s.least] || s.loads[i] == s.loads[s.least] && sizes[i] < sizes[s.least] {
 			s.least = i
@@ -245,15 +253,12 @@ func (c *CacheAware) indexOf(ws []*workers.Worker) *workerIndex {
 	})
 }
 
-// decide picks the worker once the match is known and records it in s. It
-// runs under the tree's write lock, so it only scans the matched tenants;
-// the reason is formatted after the lock is released.
-func (c *CacheAware) decide(s *snapshot, m tree.Match, inputLen int) {
-	best := -1
+// fill records m's matches of the candidates in s by position.
+func (s *snapshot) fill(m tree.Match) {
 	for _, t := range m.Tenants {
 		i, ok := s.x.pos[t.Tenant]
-		if !ok || t.Tokens <= 0 {
-			continue // unhealthy, removed, or not a candidate
+		if !ok {
+			continue // unavailable, removed, or not a candidate
 		}
 		s.matched[i] = t.Tokens
 		if t.Confirmed > 0 {
@@ -262,8 +267,20 @@ func (c *CacheAware) decide(s *snapshot, m tree.Match, inputLen int) {
 			}
 			s.confirmed[i] = t.Confirmed
 		}
-		if best < 0 || t.Tokens > s.matched[best] || t.Tokens == s.matched[best] &&
-			(s.loads[i] < s.loads[best] || s.loads[i] == s.loads[best] && i < best) {
+	}
+}
+
+// decide picks the worker once s.matched is filled and records it in s. It
+// runs under the tree's write lock, so it only scans the matches, an int
+// per candidate; the reason is formatted after the lock is released.
+// Among equal best matches the less loaded wins, then the earlier.
+func (c *CacheAware) decide(s *snapshot, inputLen int) {
+	best := -1
+	for i, n := range s.matched {
+		if n <= 0 {
+			continue
+		}
+		if best < 0 || n > s.matched[best] || n == s.matched[best] && s.loads[i] < s.loads[best] {
 			best = i
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -68,8 +69,9 @@ func (m *Matches) String() string { return fmt.Sprint(m.Map()) }
 // workerIndex maps the URLs of a list of workers to their positions in it.
 // It is immutable once built.
 type workerIndex struct {
-	urls []string
-	pos  map[string]int
+	urls   []string
+	pos    map[string]int
+	roster *tree.Roster // urls as cache_aware's tree tenants
 }
 
 // indexCache keeps the workerIndex of the last candidate list. Building one
@@ -103,6 +105,7 @@ func (c *indexCache) of(ws []*workers.Worker, added func(*workers.Worker)) *work
 			added(w)
 		}
 	}
+	x.roster = tree.NewRoster(x.urls)
 	c.last.Store(x)
 	return x
 }

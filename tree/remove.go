@@ -210,6 +210,7 @@ func (t *Tree) drop(tenant string, settings bool) {
 		return
 	}
 	delete(t.ids, tenant)
+	t.bindings++
 	tn := &t.tenants[id]
 	tn.live = false
 	t.tokens -= tn.tokens

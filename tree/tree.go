@@ -210,6 +210,7 @@ type Tree struct {
 
 	root      node
 	ids       map[string]uint32
+	bindings  uint64 // changes of ids, for Rosters to notice
 	tenants   []tenant
 	free      []uint32       // ids with no holders left, ready for reuse
 	limits    map[string]int // SetTenantLimit's settings by name: they outlive ClearTenant
@@ -305,5 +306,6 @@ func (t *Tree) intern(name string) uint32 {
 		t.tenants = append(t.tenants, tn)
 	}
 	t.ids[name] = id
+	t.bindings++
 	return id
 }
