@@ -143,9 +143,13 @@ type Worker struct {
 
 	mu         sync.Mutex
 	engineLoad Load
-	// inFlightAtPoll is our in-flight count when engineLoad was read, so that
-	// requests the engine has from other clients can be told apart from ours.
-	inFlightAtPoll int
+	// external is how many of the requests the engine reported at the last
+	// poll were not ours (its count less our in-flight count then), at
+	// least 0: other clients' requests. It is kept apart from engineLoad
+	// because policies read Load for every worker on every request, and
+	// one atomic read per worker costs a fraction of a mutex round trip
+	// (at 4,000 workers the mutexes were a fifth of a selection).
+	external atomic.Int64
 }
 
 // NewWorker assembles a worker from an already connected backend. It starts
@@ -238,7 +242,7 @@ func (w *Worker) WaitIdle(ctx context.Context) error {
 func (w *Worker) SetEngineLoad(l Load) {
 	w.mu.Lock()
 	w.engineLoad = l
-	w.inFlightAtPoll = w.InFlight()
+	w.external.Store(int64(max(l.Running+l.Waiting-w.InFlight(), 0)))
 	w.mu.Unlock()
 }
 
@@ -255,13 +259,7 @@ func (w *Worker) EngineLoad() Load {
 // own live figure first keeps the number exact between polls; adding the
 // engine's surplus keeps a worker shared with other clients from looking idle.
 func (w *Worker) Load() int {
-	w.mu.Lock()
-	external := w.engineLoad.Running + w.engineLoad.Waiting - w.inFlightAtPoll
-	w.mu.Unlock()
-	if external < 0 {
-		external = 0
-	}
-	return w.InFlight() + external
+	return w.InFlight() + int(w.external.Load())
 }
 
 // Close releases the worker's connection.
