@@ -91,7 +91,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*w
 	}
 	keys := p.index.Keys(req.InputIDs)
 	x := p.cands.of(ws, nil)
-	matched := p.index.Match(keys, x.urls)
+	matched := p.index.MatchAmong(keys, x.roster)
 
 	loads := make([]int, len(ws))
 	sum, best, least := 0, 0, 0

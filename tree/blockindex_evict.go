@@ -206,6 +206,7 @@ func (x *BlockIndex) RemoveBackend(backend string) {
 		return
 	}
 	delete(x.byName, backend)
+	x.bindings++
 	x.backendsMu.Unlock()
 
 	for i := range x.shards {

@@ -349,6 +349,40 @@ func TestBlockIndexMatchManyBackends(t *testing.T) {
 	}
 }
 
+// TestBlockIndexMatchAmong: a roster's matches are Match's for the same
+// names, through backends added, removed, and a new one taking a freed id.
+func TestBlockIndexMatchAmong(t *testing.T) {
+	const bs = 4
+	x := mustBlockIndex(t, tree.BlockIndexConfig{BlockSize: bs, MaxBlocksPerBackend: 100})
+	names := []string{"a", "b", "never", "d"}
+	r := tree.NewRoster(names)
+	prompt := x.Keys(blocks(bs, 1, 2, 3, 4))
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"empty", func() {}},
+		{"a, b and c record", func() {
+			x.Record(prompt, "a")
+			x.Record(prompt[:2], "b")
+			x.Record(prompt[:3], "c")
+		}},
+		{"d records", func() { x.Record(prompt[:1], "d") }},
+		{"a removed", func() { x.RemoveBackend("a") }},
+		{"e takes a freed id", func() { x.Record(prompt, "e") }},
+		{"a back", func() { x.Record(prompt[:3], "a") }},
+	}
+	for _, st := range steps {
+		st.do()
+		if got, want := x.MatchAmong(prompt, r), x.Match(prompt, names); !slices.Equal(got, want) {
+			t.Errorf("%s: MatchAmong %v, Match %v", st.name, got, want)
+		}
+	}
+	if got := x.MatchAmong(nil, r); !slices.Equal(got, make([]int, len(names))) {
+		t.Errorf("no keys: %v", got)
+	}
+}
+
 // TestBlockIndexConcurrent runs records, matches, touches, removals and
 // evictions at once; with -race it checks the locking, and afterwards that
 // the counts agree with the table.

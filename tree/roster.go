@@ -3,7 +3,8 @@ package tree
 import "sync/atomic"
 
 // Roster is a fixed list of tenant names (a policy's candidate workers)
-// that MatchInsertAmong reports matches for by position.
+// that MatchInsertAmong reports matches for by position; BlockIndex's
+// MatchAmong takes one too, as a list of backends.
 //
 // Match reports every tenant holding part of a prompt by name, and a caller
 // wanting them by position must look each name up: with a chat template's
@@ -14,18 +15,26 @@ import "sync/atomic"
 // costs an array read per holder on the prompt's path.
 //
 // A Roster is safe for concurrent use and may be shared by the selections
-// using the same candidates. Use it with one tree.
+// using the same candidates. Use it with one tree or block index: it keeps
+// one resolution, and alternating between two would redo it every time.
 type Roster struct {
 	names []string
 	res   atomic.Pointer[rosterIDs]
 }
 
-// rosterIDs is a Roster resolved against one state of a tree's bindings.
+// rosterIDs is a Roster resolved against one state of the bindings of a
+// Tree or a BlockIndex (owner), whose fields it fills.
 type rosterIDs struct {
-	t        *Tree
+	owner    any
 	bindings uint64
-	pos      []int32 // by tenant id: 1 + position in names, 0 if absent
-	ids      []int32 // by position: tenant id, -1 if not a tenant
+	// A Tree's: positions by tenant id (1 + position, 0 if absent) and
+	// tenant ids by position (-1 if not a tenant).
+	pos []int32
+	ids []int32
+	// A BlockIndex's: backend ids by position (0 if not a backend), and
+	// the largest.
+	backendIDs []uint32
+	top        uint32
 }
 
 // NewRoster returns a roster of names, which the caller must not modify
@@ -38,10 +47,10 @@ func (r *Roster) Len() int { return len(r.names) }
 // resolve returns r resolved against t's current bindings. The caller holds
 // t.mu (read or write): bindings change only under the write lock.
 func (t *Tree) resolve(r *Roster) *rosterIDs {
-	if x := r.res.Load(); x != nil && x.t == t && x.bindings == t.bindings {
+	if x := r.res.Load(); x != nil && x.owner == t && x.bindings == t.bindings {
 		return x
 	}
-	x := &rosterIDs{t: t, bindings: t.bindings, pos: make([]int32, len(t.tenants)), ids: make([]int32, len(r.names))}
+	x := &rosterIDs{owner: t, bindings: t.bindings, pos: make([]int32, len(t.tenants)), ids: make([]int32, len(r.names))}
 	for i, name := range r.names {
 		x.ids[i] = -1
 		if id, ok := t.ids[name]; ok {
