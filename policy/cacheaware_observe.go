@@ -1,10 +1,6 @@
 package policy
 
-import (
-	"time"
-
-	"github.com/kvgate/kvgate/tree"
-)
+import "time"
 
 // Accuracy compares cache_aware's predictions (Decision.PredictedCachedTokens)
 // with the cached_tokens the engines reported. The seed claims "100% accurate
@@ -91,8 +87,7 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 			// both.
 			ids = make([]uint32, 0, len(req.InputIDs)+len(o.OutputIDs)-1)
 			ids = append(append(ids, req.InputIDs...), o.OutputIDs[:len(o.OutputIDs)-1]...)
-			m, _ := c.tree.MatchInsert(ids, func(tree.Match) string { return url })
-			tick = m.Tick
+			tick = c.tree.InsertSpeculative(ids, url)
 		}
 		c.spec.add(ids, url, tick, time.Now())
 		return

@@ -233,3 +233,59 @@ func BenchmarkCandidateSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkObserveByFleetSize measures cache_aware's Observe of a completed
+// request on a worker with KV events (the exact mode): the prompt and a
+// 128-token reply are inserted speculatively, due to expire unless the
+// engine's events confirm them. Every worker holds the workload's header, as
+// in BenchmarkSelectionByFleetSize. The speculations are expired every 1,024
+// operations outside the timing, so the queue stays bounded.
+func BenchmarkObserveByFleetSize(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			w := newScaleWorkload(n)
+			reg := scaleFleet(b, n)
+			p, err := policy.NewCacheAware(policy.DefaultOptions())
+			if err != nil {
+				b.Fatal(err)
+			}
+			all := reg.Current().Workers
+			for i, ids := range w.warmups {
+				p.SetKVEventMode(all[i].URL(), true)
+				if _, err := p.Select(ctx, &policy.Request{InputIDs: ids}, all[i:i+1]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			type done struct {
+				req *policy.Request
+				d   policy.Decision
+				out policy.Outcome
+			}
+			var ds []done
+			for i, req := range w.reqs {
+				d, err := p.Select(ctx, req, all)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, done{req, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens, OutputIDs: caTokens(50_000+i, 128)}})
+			}
+			lat := newLatencies()
+			i := 0
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.ReportAllocs()
+			for b.Loop() {
+				x := ds[i%len(ds)]
+				i++
+				lat.time(func() { p.Observe(x.req, x.d, x.out) })
+				if i%1024 == 0 {
+					b.StopTimer()
+					policy.ExpireSpeculations(p, time.Now().Add(time.Hour))
+					b.StartTimer()
+				}
+			}
+			lat.report(b)
+		})
+	}
+}

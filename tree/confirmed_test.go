@@ -112,6 +112,31 @@ func TestMatchInsertReportsTick(t *testing.T) {
 	}
 }
 
+// TestInsertSpeculativeReportsTick: InsertSpeculative's tick is the one
+// MatchInsert would report for the same insert (0 where nothing is
+// inserted), and expiring by it undoes the insert.
+func TestInsertSpeculativeReportsTick(t *testing.T) {
+	viaMatch, direct := mustNew(t, Config{PageSize: 2}), mustNew(t, Config{PageSize: 2})
+	for _, tc := range []struct {
+		ids    []uint32
+		tenant string
+	}{
+		{seq(0, 4), "a"}, {seq(0, 4), ""}, {seq(0, 1), "a"}, {seq(0, 6), "b"}, {seq(10, 4), "a"},
+	} {
+		m, _ := viaMatch.MatchInsert(tc.ids, func(Match) string { return tc.tenant })
+		if got := direct.InsertSpeculative(tc.ids, tc.tenant); got != m.Tick {
+			t.Errorf("InsertSpeculative(%v, %q) = tick %d, MatchInsert's %d", tc.ids, tc.tenant, got, m.Tick)
+		}
+	}
+	if !slices.Equal(held(direct), held(viaMatch)) {
+		t.Fatalf("holdings differ: %v, MatchInsert's %v", held(direct), held(viaMatch))
+	}
+	tick := direct.InsertSpeculative(seq(20, 4), "c")
+	if n := direct.ExpireSpeculative(seq(20, 4), "c", tick); n != 4 || direct.TenantTokens("c") != 0 {
+		t.Fatalf("expiring by the returned tick: %d tokens, c still holds %d", n, direct.TenantTokens("c"))
+	}
+}
+
 // TestExpireSpeculative replays a history under every eviction order (FIFO
 // and FILO keep the last access elsewhere), expires decision number expire
 // (an index into the history's ticks) along ids, and checks what went and

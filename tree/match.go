@@ -181,10 +181,21 @@ func (t *Tree) InsertPriority(ids []uint32, tenant string, priority int32) {
 // path from the root (Mirror's Span.Path).
 func (t *Tree) InsertConfirmed(ids []uint32, tenant string) { t.insertPath(ids, tenant, 0, true) }
 
-func (t *Tree) insertPath(ids []uint32, tenant string, priority int32, confirm bool) {
+// InsertSpeculative is Insert that returns the insert's tick, for
+// ExpireSpeculative, as MatchInsert's Match.Tick does (0 if it inserted
+// nothing). It is for callers that choose the tenant themselves: it does not
+// build a Match, whose Tenants has an entry for every tenant holding part of
+// ids (every worker, for a prompt starting with a chat template's header).
+func (t *Tree) InsertSpeculative(ids []uint32, tenant string) (tick uint64) {
+	return t.insertPath(ids, tenant, 0, false)
+}
+
+// insertPath inserts ids for tenant and returns the insert's tick, 0 if it
+// inserted nothing.
+func (t *Tree) insertPath(ids []uint32, tenant string, priority int32, confirm bool) (tick uint64) {
 	ids = t.cut(ids)
 	if len(ids) == 0 || tenant == "" {
-		return
+		return 0
 	}
 	t.waiting.Add(1)
 	t.mu.Lock()
@@ -192,7 +203,10 @@ func (t *Tree) insertPath(ids []uint32, tenant string, priority int32, confirm b
 	defer t.mu.Unlock()
 	s := &t.scratch
 	pos := t.descend(ids, s)
-	t.enforce(t.insert(ids, pos, s.path, tenant, priority, confirm))
+	id := t.insert(ids, pos, s.path, tenant, priority, confirm)
+	tick = t.clock
+	t.enforce(id)
+	return tick
 }
 
 // insert adds tenant along a path descend found: every path node (the last
