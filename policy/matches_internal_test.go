@@ -2,7 +2,10 @@ package policy
 
 import (
 	"maps"
+	"slices"
 	"testing"
+
+	"github.com/kvgate/kvgate/workers"
 )
 
 // TestMatches is Decision.Matched read by URL: positions through the shared
@@ -37,5 +40,45 @@ func TestMatches(t *testing.T) {
 				t.Errorf("Map = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestIndexCache: the last index is reused for the same workers and for
+// other Worker values with the same URLs (without calling added), and
+// rebuilt, calling added for each worker, when the URLs differ.
+func TestIndexCache(t *testing.T) {
+	mk := func(urls ...string) []*workers.Worker {
+		var ws []*workers.Worker
+		for _, u := range urls {
+			ws = append(ws, workers.NewWorker(u, workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil))
+		}
+		return ws
+	}
+	ab := mk("grpc://a:1", "grpc://b:1")
+	var c indexCache
+	var added []string
+	of := func(ws []*workers.Worker) *workerIndex {
+		return c.of(ws, func(w *workers.Worker) { added = append(added, w.URL()) })
+	}
+	for _, tc := range []struct {
+		name      string
+		ws        []*workers.Worker
+		wantAdded []string
+		wantPos   map[string]int
+	}{
+		{"first list", ab, []string{"grpc://a:1", "grpc://b:1"}, map[string]int{"grpc://a:1": 0, "grpc://b:1": 1}},
+		{"same workers, another slice", slices.Clone(ab), nil, map[string]int{"grpc://a:1": 0, "grpc://b:1": 1}},
+		{"same URLs, other workers", mk("grpc://a:1", "grpc://b:1"), nil, map[string]int{"grpc://a:1": 0, "grpc://b:1": 1}},
+		{"other order", []*workers.Worker{ab[1], ab[0]}, []string{"grpc://b:1", "grpc://a:1"}, map[string]int{"grpc://b:1": 0, "grpc://a:1": 1}},
+		{"one fewer", ab[:1], []string{"grpc://a:1"}, map[string]int{"grpc://a:1": 0}},
+	} {
+		added = nil
+		x := of(tc.ws)
+		if !slices.Equal(added, tc.wantAdded) {
+			t.Errorf("%s: added %v, want %v", tc.name, added, tc.wantAdded)
+		}
+		if !maps.Equal(x.pos, tc.wantPos) || !slices.Equal(x.ws, tc.ws) || x.roster.Len() != len(tc.ws) {
+			t.Errorf("%s: index %v of %d workers, want %v", tc.name, x.pos, len(x.ws), tc.wantPos)
+		}
 	}
 }
