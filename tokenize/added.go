@@ -61,13 +61,9 @@ func newAddedVocab(raw json.RawMessage, model Model, norm Normalizer) (*addedVoc
 			return nil, fmt.Errorf("added_tokens: %w", err)
 		}
 	}
-	av := &addedVocab{
-		byID:       make(map[uint32]int),
-		byContent:  make(map[string]uint32),
-		decodeForm: make(map[uint32]string),
-	}
-	size := uint32(model.Size())
-	next := size
+	byContent := make(map[string]uint32)
+	mismatches := 0
+	next := uint32(model.Size())
 	tokens := make(map[uint32]AddedToken)
 	for _, s := range specs {
 		if s.Content == "" {
@@ -75,7 +71,7 @@ func newAddedVocab(raw json.RawMessage, model Model, norm Normalizer) (*addedVoc
 		}
 		t := AddedToken{Content: s.Content, Special: s.Special, LStrip: s.LStrip, RStrip: s.RStrip,
 			SingleWord: s.SingleWord, Normalized: s.Normalized}
-		if id, ok := av.byContent[s.Content]; ok {
+		if id, ok := byContent[s.Content]; ok {
 			t.ID = id
 		} else if id, ok := model.TokenToID(s.Content); ok {
 			t.ID = id
@@ -84,14 +80,28 @@ func newAddedVocab(raw json.RawMessage, model Model, norm Normalizer) (*addedVoc
 			next++
 		}
 		if t.ID != s.ID {
-			av.idMismatches++
+			mismatches++
 		}
-		av.byContent[s.Content] = t.ID
+		byContent[s.Content] = t.ID
 		tokens[t.ID] = t
+	}
+	av := indexAddedTokens(tokens, norm)
+	av.idMismatches = mismatches
+	return av, nil
+}
+
+// indexAddedTokens builds the added vocabulary of tokens whose ids are already assigned
+// (by id; a token's Content is unique).
+func indexAddedTokens(tokens map[uint32]AddedToken, norm Normalizer) *addedVocab {
+	av := &addedVocab{
+		byID:       make(map[uint32]int),
+		byContent:  make(map[string]uint32, len(tokens)),
+		decodeForm: make(map[uint32]string),
 	}
 	var rawPats, normPats, rawPlain, normPlain []triePattern
 	for id, t := range tokens {
 		av.tokens = append(av.tokens, t)
+		av.byContent[t.Content] = id
 		pat, normalized := t.Content, t.Normalized
 		if normalized && norm != nil {
 			pat = norm.Normalize(t.Content)
@@ -120,7 +130,7 @@ func newAddedVocab(raw json.RawMessage, model Model, norm Normalizer) (*addedVoc
 	av.norm = newTokenTrie(normPats)
 	av.rawPlain = newTokenTrie(rawPlain)
 	av.normPlain = newTokenTrie(normPlain)
-	return av, nil
+	return av
 }
 
 func (av *addedVocab) token(id uint32) (AddedToken, bool) {

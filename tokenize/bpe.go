@@ -194,35 +194,13 @@ func newBPE(raw json.RawMessage) (*bpeModel, error) {
 	if spec.EndOfWordSuffix != nil {
 		m.suffix = *spec.EndOfWordSuffix
 	}
-	maxID := -1
-	for _, id := range m.vocab {
-		maxID = max(maxID, int(id))
-	}
-	m.vocabR = make([]string, maxID+1)
-	m.hasID = make([]bool, maxID+1)
-	for tok, id := range m.vocab {
-		m.vocabR[id] = tok
-		m.hasID[id] = true
-	}
+	m.indexVocab()
 	if spec.UnkToken != nil {
 		id, ok := m.vocab[*spec.UnkToken]
 		if !ok {
 			return nil, fmt.Errorf("model: unk_token %q is not in the vocabulary", *spec.UnkToken)
 		}
 		m.unkID = int32(id)
-	}
-	for b := 0; b < 256; b++ {
-		m.byteIDs[b] = -1
-		if id, ok := m.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
-			m.byteIDs[b] = int32(id)
-		}
-	}
-	m.runeID = make([]int32, runeIDLimit)
-	for r := range m.runeID {
-		m.runeID[r] = -1
-		if id, ok := m.vocab[string(rune(r))]; ok && utf8.ValidRune(rune(r)) {
-			m.runeID[r] = int32(id)
-		}
 	}
 	pairs, err := parseMerges(spec.Merges)
 	if err != nil {
@@ -265,6 +243,34 @@ func newBPE(raw json.RawMessage) (*bpeModel, error) {
 }
 
 const metaChar = "▁"
+
+// indexVocab derives the lookup tables of m.vocab: the id → token array, the ids of the
+// <0xNN> byte-fallback tokens and the ids of single-rune tokens.
+func (m *bpeModel) indexVocab() {
+	maxID := -1
+	for _, id := range m.vocab {
+		maxID = max(maxID, int(id))
+	}
+	m.vocabR = make([]string, maxID+1)
+	m.hasID = make([]bool, maxID+1)
+	for tok, id := range m.vocab {
+		m.vocabR[id] = tok
+		m.hasID[id] = true
+	}
+	for b := 0; b < 256; b++ {
+		m.byteIDs[b] = -1
+		if id, ok := m.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+			m.byteIDs[b] = int32(id)
+		}
+	}
+	m.runeID = make([]int32, runeIDLimit)
+	for r := range m.runeID {
+		m.runeID[r] = -1
+		if id, ok := m.vocab[string(rune(r))]; ok && utf8.ValidRune(rune(r)) {
+			m.runeID[r] = int32(id)
+		}
+	}
+}
 
 // parseMerges accepts both serializations: "a b" strings and [a, b] pairs.
 func parseMerges(raw json.RawMessage) ([][2]string, error) {

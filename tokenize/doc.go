@@ -2,8 +2,11 @@
 // back, with the behaviour of a Hugging Face tokenizer.json (the `tokenizers` library,
 // version 0.23) for byte-level BPE with regex pre-tokenizers (Llama 3, Qwen2/3,
 // DeepSeek V3) and SentencePiece-style BPE with ▁ and byte fallback (Llama 2/Mistral,
-// Gemma 3). Parity is pinned by golden files produced by the reference implementation
-// (parity_test.go); the sub-packages add chat templates, caches and streaming decoding.
+// Gemma 3), and of tiktoken for tiktoken rank files (OpenAI's cl100k_base and
+// o200k_base, the tiktoken.model of Kimi K2 and of Llama 3's original checkpoint).
+// Parity is pinned by golden files produced by the reference implementations
+// (parity_test.go, tiktoken_parity_test.go); the sub-packages add chat templates, caches
+// and streaming decoding.
 //
 // # Pipeline
 //
@@ -38,6 +41,25 @@
 // the merges at load time), so the pieces can be merged independently and cached, and
 // long pieces use a priority queue over a linked list: O(n log n), never quadratic.
 //
+// # tiktoken files
+//
+// A rank file holds "<base64 token bytes> <rank>" lines and nothing else; tiktoken.go
+// turns it into the byte-level BPE above (vocabulary in byte-level spelling, id = rank,
+// a merge for every split of a token into two tokens ranked by the token, ignore_merges)
+// so that the same Tokenizer, caches and detokenizer serve it. What the file lacks comes
+// from its name (tiktoken_load.go): <encoding>.tiktoken takes the pattern and special
+// tokens tiktoken registers for cl100k_base or o200k_base; tiktoken.model takes its
+// special tokens from tokenizer_config.json's added_tokens_decoder (unnamed ids of the
+// 256 reserved after the ranks become <|reserved_token_ID|>, as Kimi K2's code names
+// them) and its pattern from the model's code, which we can only know by model: Kimi
+// K2's when auto_map names tokenization_kimi, else cl100k_base's (Meta's Llama 3 code,
+// transformers' TikTokenConverter). Encode matches special tokens anywhere, as tiktoken's
+// encode(text, allowed_special="all") and the engines serving these models do;
+// EncodeSplitSpecialTokens is encode_ordinary. tiktoken adds no BOS, so addSpecialTokens
+// changes nothing. Not reproduced: the reference tokenizers of Llama 3 and Kimi K2 feed
+// tiktoken at most 400,000 characters at a time and cut runs of more than 25,000
+// whitespace or non-whitespace characters, which can change the ids of such runs.
+//
 // # What comes from github.com/sugarme/tokenizer
 //
 // Nothing: every component here is our own, and the module does not depend on it. The
@@ -65,9 +87,11 @@
 //
 // HF compiles pre-tokenizer patterns with Oniguruma. The scanners in scan.go reproduce,
 // alternative by alternative, the leftmost-first backtracking semantics of the Llama 3,
-// Qwen, GPT-2 and DeepSeek V3 patterns (chosen by exact pattern text); scan_test.go
-// checks them against regexp2 on thousands of random strings. Oniguruma's case folding
-// of ſ to s in (?i) is reproduced (regexp2 lacks it). Character classes come from Go's
+// Qwen, GPT-2 and DeepSeek V3 patterns (chosen by exact pattern text), and scan_o200k.go
+// those of tiktoken's o200k_base and Kimi K2 (tiktoken runs Rust's fancy_regex, also
+// leftmost-first); scan_test.go checks them against regexp2 on thousands of random
+// strings. Oniguruma's case folding of ſ to s in (?i) is reproduced (regexp2 lacks it;
+// Rust's regex folds it too). Character classes come from Go's
 // unicode package (Unicode 15.0); the reference uses Unicode 16 tables, so letters added
 // in 15.1/16.0 (e.g. Garay, U+10D40–U+10D8F) are classified differently.
 package tokenize

@@ -40,6 +40,8 @@ var knownScanners = map[string]func(s string, dst [][2]int) [][2]int{
 	patDigits: scanDigits3,
 	patCJK:    scanCJK,
 	patDSWord: scanDeepSeek,
+	patO200k:  caseScanner{}.scan,
+	patKimi:   caseScanner{kimi: true}.scan,
 }
 
 type scanMatcher struct {

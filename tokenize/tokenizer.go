@@ -43,10 +43,18 @@ func usesDeferredByteLevel(pt PreTokenizer) bool {
 
 // Load reads a tokenizer from a tokenizer.json file, or from a model directory holding
 // tokenizer.json. tokenizer_config.json is read from the same directory if present.
+// A tiktoken rank file (tiktoken.model, <encoding>.tiktoken), or a directory holding one
+// and no tokenizer.json, is loaded as FromTiktoken describes.
 func Load(path string) (*Tokenizer, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if tk, ok, err := FindTiktoken(path); err != nil || ok {
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		return loadTiktoken(tk)
 	}
 	dir, file := path, filepath.Join(path, "tokenizer.json")
 	if !st.IsDir() {
