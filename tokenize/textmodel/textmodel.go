@@ -29,10 +29,12 @@ import (
 // Sources says where a model's tokenizer and chat template are, as the
 // --model-path, --tokenizer-path and --chat-template flags give them.
 type Sources struct {
-	// ModelPath is a model directory, or a tokenizer.json file.
+	// ModelPath is a model directory, or a tokenizer.json file. A tiktoken
+	// rank file (tiktoken.model, <encoding>.tiktoken) may stand in for
+	// tokenizer.json, in a directory or given alone.
 	ModelPath string
 	// TokenizerPath overrides ModelPath for the tokenizer: a tokenizer.json
-	// file or a directory holding one.
+	// or tiktoken file, or a directory holding one.
 	TokenizerPath string
 	// ChatTemplatePath is a Jinja template file (or a chat_template.json);
 	// it takes precedence over any template found beside the tokenizer.
@@ -189,7 +191,7 @@ func readDir(path string) (files, error) {
 		if err != nil {
 			return nil, err
 		}
-		fl["tokenizer.json"] = b
+		fl[singleFileKey(path)] = b
 		// tokenizer_config.json beside the file carries BOS/EOS and the template.
 		if c, err := os.ReadFile(filepath.Join(filepath.Dir(path), "tokenizer_config.json")); err == nil {
 			fl["tokenizer_config.json"] = c
@@ -202,7 +204,7 @@ func readDir(path string) (files, error) {
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if e.IsDir() || !(n == "tokenizer.json" || n == "tokenizer_config.json" || n == "chat_template.json" || strings.HasSuffix(n, ".jinja")) {
+		if e.IsDir() || !(n == "tokenizer.json" || n == "tokenizer_config.json" || n == "chat_template.json" || strings.HasSuffix(n, ".jinja") || tokenize.IsTiktokenFile(n)) {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(path, n))
@@ -211,20 +213,16 @@ func readDir(path string) (files, error) {
 		}
 		fl[n] = b
 	}
-	if _, ok := fl["tokenizer.json"]; !ok {
-		return nil, fmt.Errorf("%s holds no tokenizer.json", path)
+	if !hasTokenizer(fl) {
+		return nil, fmt.Errorf("%s holds no tokenizer.json, tiktoken.model or *.tiktoken file", path)
 	}
 	return fl, nil
 }
 
 func build(fl files, opts Options) (*Model, error) {
-	tj, ok := fl["tokenizer.json"]
-	if !ok {
-		return nil, errors.New("no tokenizer.json among the tokenizer files")
-	}
-	tok, err := tokenize.FromJSON(tj, fl["tokenizer_config.json"])
+	tok, err := newTokenizer(fl)
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer.json: %w", err)
+		return nil, err
 	}
 	m := &Model{tok: tok, now: opts.Now, specials: specialTokens(fl["tokenizer_config.json"]), splitContent: opts.SplitSpecialTokensInContent}
 	var specialTexts []string
