@@ -90,8 +90,9 @@
 // Qwen, GPT-2 and DeepSeek V3 patterns (chosen by exact pattern text), and scan_o200k.go
 // those of tiktoken's o200k_base and Kimi K2 (tiktoken runs Rust's fancy_regex, also
 // leftmost-first); scan_test.go checks them against regexp2 on thousands of random
-// strings. Oniguruma's case folding of ſ to s in (?i) is reproduced (regexp2 lacks it;
-// Rust's regex folds it too). Character classes come from Go's
+// strings. Oniguruma's case folding of ſ to s in (?i) is reproduced (regexp2 lacks it);
+// the tiktoken scanners fold it too, which no tiktoken golden pins (the ids of the cases
+// tried come out the same either way). Character classes come from Go's
 // unicode package (Unicode 15.0); the reference uses Unicode 16 tables, so letters added
 // in 15.1/16.0 (e.g. Garay, U+10D40–U+10D8F) are classified differently.
 package tokenize

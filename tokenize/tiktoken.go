@@ -47,10 +47,10 @@ type tiktokenSpec struct {
 }
 
 // parseTiktokenRanks reads a rank file into the token bytes of each rank ("" for an
-// unused rank). Blank lines are skipped; a token or rank given twice is an error.
+// unused rank). Blank lines are skipped; a rank given twice is an error (a token given
+// twice is caught by newTiktokenModel, which indexes the tokens anyway).
 func parseTiktokenRanks(data []byte) ([]string, error) {
 	var toks []string
-	seen := make(map[string]bool)
 	for n := 1; len(data) > 0; n++ {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -75,10 +75,6 @@ func parseTiktokenRanks(data []byte) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: rank: %w", n, err)
 		}
-		if seen[string(tok)] {
-			return nil, fmt.Errorf("line %d: token %q appears twice", n, tok)
-		}
-		seen[string(tok)] = true
 		for len(toks) <= int(rank) {
 			toks = append(toks, "")
 		}
@@ -98,14 +94,16 @@ func parseTiktokenRanks(data []byte) ([]string, error) {
 // any text.
 func newTiktokenModel(toks []string) (*bpeModel, error) {
 	m := &bpeModel{
-		vocab:        make(map[string]uint32, len(toks)),
-		merges:       make(map[uint64]mergeInfo, 2*len(toks)),
-		unkID:        -1,
-		ignoreMerges: true,
-		cache:        newWordCache(),
+		vocab:  make(map[string]uint32, len(toks)),
+		merges: make(map[uint64]mergeInfo, 2*len(toks)),
+		unkID:  -1,
+		cache:  newWordCache(),
 	}
 	raw := make(map[string]uint32, len(toks))
 	for id, tok := range toks {
+		if prev, dup := raw[tok]; dup && tok != "" {
+			return nil, fmt.Errorf("token %q has ranks %d and %d", tok, prev, id)
+		}
 		if tok != "" {
 			raw[tok] = uint32(id)
 			m.vocab[bytesUnicode.encode(tok)] = uint32(id)
@@ -126,7 +124,11 @@ func newTiktokenModel(toks []string) (*bpeModel, error) {
 		}
 	}
 	m.indexVocab()
+	// enableByteLevel would rebuild the raw-bytes vocabulary of ignore_merges by decoding
+	// every spelled token; raw is that map already.
+	m.ignoreMerges = false
 	m.enableByteLevel()
+	m.ignoreMerges, m.rawVocab = true, raw
 	if !m.byteLevelOK {
 		return nil, errors.New("the byte-level table is incomplete")
 	}

@@ -79,3 +79,21 @@ func TestTiktokenParity(t *testing.T) {
 		})
 	}
 }
+
+// The tiktoken goldens must split with the hand-written scanners, never regexp2.
+func TestTiktokenGoldensUseScanners(t *testing.T) {
+	for _, name := range tiktokenGoldens {
+		tok := loadTiktokenTest(t, name)
+		seq, ok := tok.pre.(sequencePreTokenizer)
+		if !ok || len(seq) == 0 {
+			t.Fatalf("%s: pre-tokenizer %T, want a sequence", name, tok.pre)
+		}
+		split, ok := seq[0].(splitPreTokenizer)
+		if !ok {
+			t.Fatalf("%s: first step %T, want a split", name, seq[0])
+		}
+		if _, ok := split.m.(scanMatcher); !ok {
+			t.Errorf("%s: the pattern runs on %T, not a scanner", name, split.m)
+		}
+	}
+}
