@@ -24,21 +24,23 @@ func joinAll(ctx, bg context.Context, reg *workers.Registry, urls []string, opts
 			return err // before dialing anything
 		}
 	}
-	ws := make([]*workers.Worker, len(urls))
+	ws := make([][]*workers.Worker, len(urls))
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
-		wg.Go(func() { ws[i], errs[i] = workers.Connect(ctx, u, opts) })
+		wg.Go(func() { ws[i], errs[i] = workers.ConnectAll(ctx, u, opts) })
 	}
 	wg.Wait()
 	var failed []error
 	for i, u := range urls {
-		w, err := workers.JoinResult(bg, reg, u, opts, ws[i], errs[i], log)
+		joined, err := workers.JoinResult(bg, reg, u, opts, ws[i], errs[i], log)
 		if err != nil {
 			failed = append(failed, err)
 			continue
 		}
-		logRegistered(log, w)
+		for _, w := range joined {
+			logRegistered(log, w)
+		}
 	}
 	return errors.Join(failed...)
 }
@@ -121,47 +123,61 @@ func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role,
 	if proto != workers.ProtocolUnknown {
 		opts.Protocol = proto
 	}
-	w, err := workers.Join(g.bgCtx, g.Registry, addr, opts, g.log)
+	ws, err := workers.JoinAll(g.bgCtx, g.Registry, addr, opts, g.log)
 	if err != nil {
 		return nil, err
 	}
 	if bootstrapPort > 0 {
-		g.models.setBootstrapPort(w.URL(), bootstrapPort)
+		g.models.setBootstrapPort(ws[0].Endpoint(), bootstrapPort)
 	}
-	logRegistered(g.log, w)
+	for _, w := range ws {
+		logRegistered(g.log, w)
+	}
 	g.Server.UpdateHealth()
-	return w, nil
+	return ws[0], nil
 }
 
 // RemoveWorker drains a worker and removes it: it gets no new requests, its
 // requests in flight may finish until drain ends, the connection is then
 // closed (cutting what is left: a request before its first token is retried
 // elsewhere, one after it ends with UNAVAILABLE), and the policies forget it.
-// It returns the worker and how many requests were cut.
+// An engine's address removes all of its data-parallel rank targets at once
+// (url@rank removes one). It returns the worker (the first rank) and how
+// many requests were cut.
 func (g *Gateway) RemoveWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
-	w, ok := g.Registry.Get(addr)
-	if !ok {
+	ws := g.Registry.Engine(addr)
+	if len(ws) == 0 {
 		return nil, 0, fmt.Errorf("worker %s: %w", addr, workers.ErrWorkerNotFound)
 	}
 	if drain <= 0 {
 		drain = g.drainTimeout
 	}
-	w.SetDraining(true)
-	g.log.Info("draining worker", "worker", w.URL(), "in_flight", w.InFlight(), "drain_timeout", drain)
 	dctx, cancel := context.WithTimeout(ctx, drain)
-	_ = w.WaitIdle(dctx)
+	for _, w := range ws {
+		w.SetDraining(true)
+		g.log.Info("draining worker", "worker", w.URL(), "in_flight", w.InFlight(), "drain_timeout", drain)
+	}
+	for _, w := range ws {
+		_ = w.WaitIdle(dctx)
+	}
 	cancel()
-	cut := w.InFlight()
-	if _, err := g.Registry.Remove(w.URL()); err != nil {
+	cut := 0
+	for _, w := range ws {
+		cut += w.InFlight()
+	}
+	if err := g.Registry.RemoveAll(ws...); err != nil {
 		return nil, 0, err
 	}
-	if g.pdMode {
-		g.models.setBootstrapPort(w.URL(), 0)
+	if g.pdMode && len(g.Registry.Engine(ws[0].Endpoint())) == 0 {
+		g.models.setBootstrapPort(ws[0].Endpoint(), 0)
 	}
-	_ = w.Close()
+	for _, w := range ws {
+		_ = w.Close()
+		g.log.Info("worker removed", "worker", w.URL())
+	}
 	g.Server.UpdateHealth()
-	g.log.Info("worker removed", "worker", w.URL(), "cut_requests", cut)
-	return w, cut, nil
+	g.log.Info("engine removed", "address", addr, "targets", len(ws), "cut_requests", cut)
+	return ws[0], cut, nil
 }
 
 // loadText finds the model's tokenizer: from the paths given, or else from

@@ -44,6 +44,9 @@ type Config struct {
 	DecodeURLs []string
 	// Protocol of every worker; workers.ProtocolUnknown asks each engine.
 	Protocol workers.Protocol
+	// DPAware makes each data-parallel rank of an engine a routing target
+	// of its own, url@rank (see workers/dprank.go).
+	DPAware bool
 	// Policy places regular requests; PrefillPolicy and DecodePolicy place
 	// the two legs with PD. Options configure them.
 	Policy, PrefillPolicy, DecodePolicy string
@@ -241,7 +244,8 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 	}
 	g.vocab = &vocabGuard{reg: g.Registry, keyOf: g.modelKey, tokenizers: map[string]int{}}
-	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker, Admit: g.vocab.admit}
+	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker, Admit: g.vocab.admit,
+		DPAware: cfg.DPAware}
 	if cfg.TracerProvider != nil {
 		g.connect.Propagator = tracing.Propagator{}
 	}

@@ -135,7 +135,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, dec Decision, preq *policy.Re
 	h := workers.Handoff{Room: dec.Room, DecodeAbortWait: d.cfg.DecodeAbortWait}
 	if dec.Prefill.Worker != nil {
 		d.mu.Lock()
-		h.BootstrapPort = d.ports[dec.Prefill.Worker.URL()]
+		// Keyed by the engine's address: a data-parallel rank target
+		// (url@rank) shares its engine's bootstrap server.
+		h.BootstrapPort = d.ports[dec.Prefill.Worker.Endpoint()]
 		d.mu.Unlock()
 	}
 	st, err := workers.RunDisaggregated(ctx, dec.Prefill.Worker, dec.Decode.Worker, req, h)

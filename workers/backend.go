@@ -46,6 +46,10 @@ type GenerateRequest struct {
 	// NoStream asks the engine for the completion only (stream=false), as
 	// vLLM's prefill leg does.
 	NoStream bool
+	// DPRank, when set, names the engine's data-parallel rank that must
+	// serve the request (data_parallel_rank); nil lets the engine choose.
+	// A rank target's backend sets it (see dprank.go).
+	DPRank *int
 }
 
 // Chunk is one message of an engine's generation stream: either incremental
@@ -82,7 +86,8 @@ type Stream interface {
 	Recv() (Chunk, error)
 }
 
-// Load is an engine's own view of its load, summed over its data-parallel ranks.
+// Load is an engine's own view of its load: summed over its data-parallel
+// ranks for a whole engine, one rank's for a rank target.
 type Load struct {
 	Running        int
 	Waiting        int

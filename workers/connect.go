@@ -54,6 +54,10 @@ type ConnectOptions struct {
 	// ErrIncompatible). The router uses it to refuse an engine whose model
 	// does not fit the fleet. Connect itself ignores it.
 	Admit func(*Worker) error
+	// DPAware makes ConnectAll (and Join) register an engine with more than
+	// one data-parallel rank as one worker per rank (see dprank.go);
+	// Connect itself always returns the whole engine.
+	DPAware bool
 }
 
 // Connect dials the engine at addr (grpc://host:port or host:port), detects its

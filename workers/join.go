@@ -35,8 +35,21 @@ const (
 // Worker.Connected), and an error only for a malformed address or breaker
 // configuration, a URL already registered, or an engine that answered but
 // opts.Admit refused (a placeholder's engine that Admit refuses stays out,
-// and is retried slowly in case it is restarted). log may be nil.
+// and is retried slowly in case it is restarted). log may be nil. With
+// opts.DPAware an engine with several data-parallel ranks is registered as
+// one worker per rank (see JoinAll); Join returns the first.
 func Join(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, log *slog.Logger) (*Worker, error) {
+	ws, err := JoinAll(ctx, reg, addr, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	return ws[0], nil
+}
+
+// JoinAll is Join returning every worker registered for the engine: one,
+// or with opts.DPAware one per data-parallel rank (a placeholder that joins
+// later becomes the ranks then).
+func JoinAll(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, log *slog.Logger) ([]*Worker, error) {
 	a, err := ParseWorkerAddress(addr)
 	if err != nil {
 		return nil, err
@@ -46,34 +59,38 @@ func Join(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, 
 			return nil, fmt.Errorf("worker %s: %w", a.URL, err)
 		}
 	}
-	if _, ok := reg.Current().Get(a.URL); ok {
+	if _, ok := reg.Current().Get(a.URL); ok || len(reg.Engine(a.URL)) > 0 {
 		return nil, fmt.Errorf("worker %s: %w", a.URL, ErrWorkerExists)
 	}
-	w, err := Connect(ctx, a.URL, opts)
-	return JoinResult(ctx, reg, a.URL, opts, w, err, log)
+	ws, err := ConnectAll(ctx, a.URL, opts)
+	return JoinResult(ctx, reg, a.URL, opts, ws, err, log)
 }
 
-// JoinResult registers the outcome of a Connect to addr already tried, as
-// Join does: w when the connect succeeded (connectErr nil), else an
+// JoinResult registers the outcome of a ConnectAll to addr already tried,
+// as JoinAll does: ws when the connect succeeded (connectErr nil), else an
 // unhealthy placeholder that keeps connecting in the background until ctx
 // ends or it is removed. Callers that connect several workers concurrently
 // use it to register them in a fixed order.
-func JoinResult(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, w *Worker, connectErr error, log *slog.Logger) (*Worker, error) {
+func JoinResult(ctx context.Context, reg *Registry, addr string, opts ConnectOptions, ws []*Worker, connectErr error, log *slog.Logger) ([]*Worker, error) {
 	a, err := ParseWorkerAddress(addr)
 	if err != nil {
 		return nil, err
 	}
 	log = orDiscard(log).With("worker", a.URL)
 	if connectErr == nil {
-		if err := admit(opts, w); err != nil {
-			_ = w.Close()
+		if err := admitAll(opts, ws); err != nil {
+			for _, w := range ws {
+				_ = w.Close()
+			}
 			return nil, err
 		}
-		if err := reg.Add(w); err != nil {
-			_ = w.Close()
+		if err := reg.AddAll(ws...); err != nil {
+			for _, w := range ws {
+				_ = w.Close()
+			}
 			return nil, err
 		}
-		return w, nil
+		return ws, nil
 	}
 	p := newPlaceholder(a.URL, opts)
 	if err := reg.Add(p); err != nil {
@@ -81,7 +98,7 @@ func JoinResult(ctx context.Context, reg *Registry, addr string, opts ConnectOpt
 	}
 	log.Warn("worker not connected at start; registered as unhealthy, retrying in the background", "err", connectErr)
 	go rejoin(ctx, reg, p, opts, log)
-	return p, nil
+	return []*Worker{p}, nil
 }
 
 // rejoin connects p's engine with backoff and puts the worker in p's place.
@@ -110,16 +127,18 @@ func rejoin(ctx context.Context, reg *Registry, p *Worker, opts ConnectOptions, 
 			return
 		case <-t.C:
 		}
-		w, err := Connect(ctx, p.url, opts)
+		ws, err := ConnectAll(ctx, p.url, opts)
 		if err != nil {
 			log.Debug("worker still not connected", "attempt", attempt, "err", err)
 			delay = min(2*delay, joinBackoffMax)
 			continue
 		}
-		if err := admit(opts, w); err != nil {
+		if err := admitAll(opts, ws); err != nil {
 			// The engine may be restarted with the right model: keep
 			// trying, slowly, and say why once per reason.
-			_ = w.Close()
+			for _, w := range ws {
+				_ = w.Close()
+			}
 			if err.Error() != refused {
 				log.Error("worker connected but not admitted; retrying in case it is restarted", "err", err)
 				refused = err.Error()
@@ -127,23 +146,34 @@ func rejoin(ctx context.Context, reg *Registry, p *Worker, opts ConnectOptions, 
 			delay = joinBackoffMax
 			continue
 		}
-		w.SetDraining(p.Draining())
-		if err := reg.Replace(p, w); err != nil {
-			_ = w.Close()
+		for _, w := range ws {
+			w.SetDraining(p.Draining())
+		}
+		if err := reg.ReplaceWith(p, ws...); err != nil {
+			for _, w := range ws {
+				_ = w.Close()
+			}
 			log.Info("worker connected after its placeholder left the registry; connection dropped", "err", err)
 			return
 		}
-		log.Info("worker connected", "attempts", attempt, "protocol", w.Protocol(), "model", w.Info().Model)
+		w := ws[0]
+		log.Info("worker connected", "attempts", attempt, "protocol", w.Protocol(), "model", w.Info().Model, "dp_ranks", len(ws))
 		return
 	}
 }
 
 // admit asks opts.Admit, if any, whether w may join.
-func admit(opts ConnectOptions, w *Worker) error {
+// admitAll asks opts.Admit about each of an engine's workers (its ranks).
+func admitAll(opts ConnectOptions, ws []*Worker) error {
 	if opts.Admit == nil {
 		return nil
 	}
-	return opts.Admit(w)
+	for _, w := range ws {
+		if err := opts.Admit(w); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newPlaceholder is the unhealthy stand-in Join registers for an engine it

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -216,6 +217,8 @@ func (s *KVSubscriptions) Run(ctx context.Context, reg *Registry) error {
 		for _, w := range c.Removed {
 			if k := s.subs[w]; k != nil {
 				gone = append(gone, k)
+			} else if w.group != nil {
+				s.rankRemovedLocked(w)
 			}
 		}
 		s.mu.Unlock()
@@ -270,24 +273,35 @@ func (s *KVSubscriptions) reconcileLocked(ctx context.Context, reg *Registry, wg
 		}
 		k.stop()
 		delete(s.subs, w)
-		if s.byURL[k.url] == k {
-			delete(s.byURL, k.url)
-		}
+		maps.DeleteFunc(s.byURL, func(_ string, v *kvSub) bool { return v == k })
 	}
 	if ctx.Err() != nil {
 		return
+	}
+	// An engine's rank targets share one subscription (see kvsub_dp.go).
+	covered := map[*dpGroup]bool{}
+	for w := range s.subs {
+		if w.group != nil {
+			covered[w.group] = true
+		}
 	}
 	for _, w := range snap.Workers {
 		if _, ok := s.subs[w]; ok || !w.Connected() {
 			continue
 		}
-		src, ok := w.Backend().(KVEventSource)
+		src, url, handler, ok := s.eventSource(w, present, covered)
 		if !ok {
 			continue
 		}
 		kctx, cancel := context.WithCancel(ctx)
-		k := newKVSub(s, w.URL(), src, cancel)
+		k := newKVSub(s, url, src, cancel)
+		k.handler = handler
 		s.subs[w], s.byURL[k.url] = k, k
+		if w.group != nil {
+			for _, m := range w.group.members {
+				s.byURL[m.url] = k
+			}
+		}
 		wg.Go(func() {
 			defer cancel()
 			pprof.Do(kctx, pprof.Labels("kv_events_worker", k.url), k.run)
@@ -299,7 +313,7 @@ func (s *KVSubscriptions) reconcileLocked(ctx context.Context, reg *Registry, wg
 // Registry.Get accepts it), or false when there is none: the worker is not
 // registered, not connected, or its backend has no events.
 func (s *KVSubscriptions) Status(url string) (KVEventStatus, bool) {
-	if u, _, err := ParseAddress(url); err == nil {
+	if u, err := canonicalName(url); err == nil {
 		url = u
 	}
 	s.mu.Lock()

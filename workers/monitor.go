@@ -69,16 +69,7 @@ func RunHealthChecks(ctx context.Context, reg *Registry, cfg HealthConfig, log *
 
 	every(ctx, cfg.Interval, func() {
 		ws := reg.Snapshot()
-		errs := make([]error, len(ws))
-		var wg sync.WaitGroup
-		for i, w := range ws {
-			wg.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-				defer cancel()
-				errs[i] = w.Backend().Health(cctx)
-			})
-		}
-		wg.Wait()
+		errs := checkConnections(ctx, ws, cfg.Timeout)
 		if ctx.Err() != nil {
 			return
 		}
@@ -112,6 +103,33 @@ func RunHealthChecks(ctx context.Context, reg *Registry, cfg HealthConfig, log *
 			}
 		}
 	})
+}
+
+// checkConnections runs one health check per connection, concurrently, and
+// returns each worker's result: the ranks of one engine share its answer,
+// since they share its process and connection.
+func checkConnections(ctx context.Context, ws []*Worker, timeout time.Duration) []error {
+	byConn := make(map[any]*error, len(ws))
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		key := w.sameConnection()
+		if byConn[key] != nil {
+			continue
+		}
+		res := new(error)
+		byConn[key] = res
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			*res = w.Backend().Health(cctx)
+		})
+	}
+	wg.Wait()
+	errs := make([]error, len(ws))
+	for i, w := range ws {
+		errs[i] = *byConn[w.sameConnection()]
+	}
+	return errs
 }
 
 // healthStreak counts one worker's consecutive check results.
@@ -166,7 +184,22 @@ func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, lo
 	}
 	every(ctx, interval, func() {
 		var wg sync.WaitGroup
+		polled := map[*dpGroup]bool{}
 		for _, w := range reg.Snapshot() {
+			if g := w.group; g != nil {
+				// One GetLoads per engine gives every rank its figure.
+				if !polled[g] {
+					polled[g] = true
+					wg.Go(func() {
+						cctx, cancel := context.WithTimeout(ctx, interval)
+						defer cancel()
+						if err := g.poll(cctx); err != nil && ctx.Err() == nil {
+							log.Debug("load poll failed", "worker", g.endpoint, "err", err)
+						}
+					})
+				}
+				continue
+			}
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, interval)
 				defer cancel()

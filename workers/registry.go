@@ -109,14 +109,21 @@ func (r *Registry) Current() *Snapshot { return r.cur.Load() }
 
 // Add registers w at the end of the order. A worker whose URL is already
 // registered is refused with ErrWorkerExists.
-func (r *Registry) Add(w *Worker) error {
+func (r *Registry) Add(w *Worker) error { return r.AddAll(w) }
+
+// AddAll registers ws at the end of the order, in one generation (an
+// engine's data-parallel ranks arrive together). If any URL is already
+// registered, or given twice, none is added and ErrWorkerExists is returned.
+func (r *Registry) AddAll(ws ...*Worker) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.cur.Load()
-	if cur.index(w.url) >= 0 {
-		return fmt.Errorf("worker %s: %w", w.url, ErrWorkerExists)
+	for i, w := range ws {
+		if cur.index(w.url) >= 0 || slices.ContainsFunc(ws[:i], func(o *Worker) bool { return o.url == w.url }) {
+			return fmt.Errorf("worker %s: %w", w.url, ErrWorkerExists)
+		}
 	}
-	r.publishLocked(append(slices.Clip(cur.Workers), w), []*Worker{w}, nil)
+	r.publishLocked(append(slices.Clip(cur.Workers), ws...), slices.Clone(ws), nil)
 	return nil
 }
 
@@ -125,7 +132,7 @@ func (r *Registry) Add(w *Worker) error {
 // (Worker.SetDraining, Worker.WaitIdle) and then closes it, so that requests
 // already on it finish.
 func (r *Registry) Remove(addr string) (*Worker, error) {
-	url, _, err := ParseAddress(addr)
+	url, err := canonicalName(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -141,12 +148,55 @@ func (r *Registry) Remove(addr string) (*Worker, error) {
 	return w, nil
 }
 
+// Engine returns the workers addr names: the worker registered under that
+// name (a whole engine, or one rank as url@rank), or else every rank target
+// of the engine at that address, in registration order. It is empty when
+// nothing matches.
+func (r *Registry) Engine(addr string) []*Worker {
+	name, err := canonicalName(addr)
+	if err != nil {
+		return nil
+	}
+	cur := r.Current()
+	if w, ok := cur.Get(name); ok {
+		return []*Worker{w}
+	}
+	var out []*Worker
+	for _, w := range cur.Workers {
+		if w.rank >= 0 && w.endpoint == name {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// RemoveAll unregisters ws in one generation (an engine's ranks leave
+// together). Every one must be registered, or none is removed and
+// ErrWorkerNotFound is returned. As with Remove, the caller closes them.
+func (r *Registry) RemoveAll(ws ...*Worker) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.cur.Load()
+	for _, w := range ws {
+		if !slices.Contains(cur.Workers, w) {
+			return fmt.Errorf("worker %s: %w", w.url, ErrWorkerNotFound)
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(cur.Workers), func(w *Worker) bool { return slices.Contains(ws, w) })
+	r.publishLocked(rest, nil, slices.Clone(ws))
+	return nil
+}
+
 // Replace puts next in old's place (same position in the order) in one new
 // generation. It is how a placeholder for an engine that was unreachable at
 // start-up becomes the connected worker (see Join). old must be registered
 // (the same *Worker, ErrWorkerNotFound otherwise); next may have another URL
 // only if no other worker has it. The caller owns old afterwards.
-func (r *Registry) Replace(old, next *Worker) error {
+func (r *Registry) Replace(old, next *Worker) error { return r.ReplaceWith(old, next) }
+
+// ReplaceWith is Replace with several workers taking old's place, in order:
+// a placeholder becomes an engine's data-parallel ranks.
+func (r *Registry) ReplaceWith(old *Worker, next ...*Worker) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.cur.Load()
@@ -154,12 +204,13 @@ func (r *Registry) Replace(old, next *Worker) error {
 	if i < 0 {
 		return fmt.Errorf("worker %s: %w", old.url, ErrWorkerNotFound)
 	}
-	if j := cur.index(next.url); j >= 0 && j != i {
-		return fmt.Errorf("worker %s: %w", next.url, ErrWorkerExists)
+	for k, n := range next {
+		if j := cur.index(n.url); (j >= 0 && j != i) || slices.ContainsFunc(next[:k], func(o *Worker) bool { return o.url == n.url }) {
+			return fmt.Errorf("worker %s: %w", n.url, ErrWorkerExists)
+		}
 	}
-	ws := slices.Clone(cur.Workers)
-	ws[i] = next
-	r.publishLocked(ws, []*Worker{next}, []*Worker{old})
+	ws := slices.Concat(cur.Workers[:i], next, cur.Workers[i+1:])
+	r.publishLocked(ws, slices.Clone(next), []*Worker{old})
 	return nil
 }
 
@@ -224,8 +275,9 @@ func (r *Registry) WithRole(role Role) []*Worker {
 
 // Get returns the worker with the given address (grpc://host:port,
 // grpcs://host:port or host:port).
+// A rank target is named url@rank (see RankName).
 func (r *Registry) Get(addr string) (*Worker, bool) {
-	url, _, err := ParseAddress(addr)
+	url, err := canonicalName(addr)
 	if err != nil {
 		return nil, false
 	}

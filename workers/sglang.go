@@ -31,6 +31,7 @@ func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Str
 		SamplingParams:      sglangSampling(&req.Sampling),
 		DisaggregatedParams: sglangDisaggregated(req.Disaggregated),
 		Stream:              !req.NoStream,
+		DataParallelRank:    sglangRank(req.DPRank),
 	})
 	if err != nil {
 		return nil, err

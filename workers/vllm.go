@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
@@ -28,6 +29,9 @@ func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Strea
 		Input:          &vllm.GenerateRequest_Tokenized{Tokenized: &vllm.TokenizedInput{InputIds: req.InputIDs}},
 		SamplingParams: vllmSampling(&req.Sampling),
 		Stream:         !req.NoStream,
+	}
+	if req.DPRank != nil {
+		m.DataParallelRank = proto.Int32(int32(*req.DPRank))
 	}
 	if req.KVTransferParamsJSON != "" {
 		kv := req.KVTransferParamsJSON

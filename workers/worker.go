@@ -131,6 +131,13 @@ type Worker struct {
 	breaker   *Breaker
 	connected bool // false for Join's placeholder
 
+	// A data-parallel rank target (see dprank.go): the engine's URL, the
+	// rank (-1 for a whole engine) and what the engine's ranks share (nil
+	// for a whole engine).
+	endpoint string
+	rank     int
+	group    *dpGroup
+
 	healthy  atomic.Bool
 	draining atomic.Bool
 	inFlight atomic.Int64
@@ -161,7 +168,7 @@ func NewWorker(url string, protocol Protocol, role Role, info ModelInfo, b Backe
 		panic(err) // the defaults validate
 	}
 	w := &Worker{url: url, protocol: protocol, role: role, info: info, backend: b, closer: closer,
-		breaker: br, connected: true, idle: make(chan struct{})}
+		breaker: br, connected: true, endpoint: url, rank: -1, idle: make(chan struct{})}
 	close(w.idle)
 	w.healthy.Store(true)
 	return w

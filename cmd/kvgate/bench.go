@@ -19,7 +19,7 @@ import (
 // benchmark fleet (roles, faults) or would break its token-id workloads
 // (vocabulary, tokenizer).
 var simFlagsSkipped = map[string]bool{
-	"model": true, "tokenizer-path": true, "vocab-size": true, "eos-token-id": true, "role": true, "bootstrap-port": true, "bootstrap-timeout": true, "kv-transfer-gbps": true,
+	"model": true, "tokenizer-path": true, "vocab-size": true, "eos-token-id": true, "role": true, "bootstrap-port": true, "bootstrap-timeout": true, "kv-transfer-gbps": true, "dp-size": true,
 	"never-publish": true, "fail-after": true, "kv-event-drop-every": true, "kv-event-duplicate-every": true, "kv-event-delay": true, "fail-unavailable": true, "stall-after": true, "unhealthy": true,
 }
 

@@ -14,8 +14,6 @@ var smgOnlyFlags = map[string]string{
 	"service-discovery-port": "Kubernetes service discovery",
 	"prefill-selector":       "Kubernetes service discovery",
 	"decode-selector":        "Kubernetes service discovery",
-	"dp-aware":               "data-parallel-aware routing",
-	"enable-igw":             "the inference gateway mode",
 }
 
 // flagError turns the flag package's parse error into one that says what to

@@ -38,6 +38,7 @@ type serveConfig struct {
 	port, promPort       int
 	workerURLs           listFlag
 	workerProtocol       string
+	dpAware              bool
 	policy               string
 	healthInterval       time.Duration
 	healthTimeout        time.Duration
@@ -79,6 +80,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.port, "port", 30000, "port to serve gRPC on (0: any free port)")
 	fs.Var(&c.workerURLs, "worker-urls", "engine workers, grpc://host:port or host:port; several values space-separated, comma-separated or repeated. Empty: start simulated engines in-process (see --embedded-*)")
 	fs.StringVar(&c.workerProtocol, "worker-protocol", "auto", "protocol of every worker: sglang, vllm, or auto (ask each engine)")
+	fs.BoolVar(&c.dpAware, "dp-aware", false, "route to each data-parallel rank of an engine as a worker of its own, named url@rank (engines reporting a data-parallel size above 1); without it an engine's ranks are one worker and the engine places each request")
 	fs.StringVar(&c.policy, "policy", "cache_aware", "routing policy: "+strings.Join(policy.Names(), ", "))
 	fs.StringVar(&c.promHost, "prometheus-host", "127.0.0.1", "address to serve Prometheus metrics on")
 	fs.IntVar(&c.promPort, "prometheus-port", 29000, "port to serve Prometheus metrics on, path /metrics (-1: disabled, 0: any free port)")
@@ -330,6 +332,7 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 		g.PD, g.DecodeURLs = true, groups[1].urls
 	}
 	g.Protocol = proto
+	g.DPAware = c.dpAware
 	g.Policy, g.PrefillPolicy, g.DecodePolicy = c.policy, c.prefillPolicy, c.decodePolicy
 	g.Options = c.routing.options()
 	g.LearnBlockSize = c.routing.blockSize == 0

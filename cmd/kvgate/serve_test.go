@@ -162,7 +162,6 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--health-check-timeout", "-1s"}, "--health-check-timeout"},
 		{[]string{"--load-poll-interval", "0"}, "--load-poll-interval"},
 		{[]string{"--health-failure-threshold", "0"}, "--health-failure-threshold"},
-		{[]string{"--dp-aware"}, "--dp-aware is an SMG flag kvgate does not implement yet"},
 		{[]string{"--service-discovery"}, "Kubernetes service discovery"},
 		{[]string{"--fastest-please"}, "unknown flag --fastest-please; kvgate serve -h lists the flags"},
 		{[]string{"--port", "x"}, "invalid value"},

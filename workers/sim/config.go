@@ -115,6 +115,10 @@ type Config struct {
 	// for subscribers that resume with a start_sequence_number. 0 keeps
 	// none: resuming then works only from the next batch.
 	KVEventHistory int
+	// DPSize is the number of data-parallel ranks, each a replica with
+	// its own scheduler, KV cache and KV events, with every capacity and
+	// throughput figure above (see dp.go). 0 or 1: one rank.
+	DPSize int
 	// Faults are the initial injected faults (see Engine.SetFaults).
 	Faults Faults
 	// TLS, when set, makes Start serve gRPC over TLS with this server
@@ -228,6 +232,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BootstrapTimeout, "bootstrap-timeout", c.BootstrapTimeout, "decode role: how long to wait for a bootstrap room before failing the request")
 	fs.Float64Var(&c.KVTransferGBps, "kv-transfer-gbps", c.KVTransferGBps, "decode role: KV transfer speed from the prefill engine in GB/s (25 is RDMA-class)")
 	fs.Var((*OnOff)(&c.KVEvents), "kv-events", `publish KV cache events on SubscribeKvEvents: "on" or "off" (off: SubscribeKvEvents answers UNIMPLEMENTED)`)
+	fs.IntVar(&c.DPSize, "dp-size", c.DPSize, "data-parallel ranks behind the address, each with its own scheduler, KV cache, loads and KV events (0 or 1: one)")
 	fs.IntVar(&c.KVEventHistory, "kv-event-history", c.KVEventHistory, "KV event batches kept for subscribers resuming from a sequence number")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
@@ -324,6 +329,10 @@ func (c *Config) validate() error {
 		return bad("Faults.DropAfterTokens", "must be >= 0, got %d", c.Faults.DropAfterTokens)
 	case c.Faults.StallAfterTokens < 0:
 		return bad("Faults.StallAfterTokens", "must be >= 0, got %d", c.Faults.StallAfterTokens)
+	case c.DPSize < 0 || c.DPSize > maxDPSize:
+		return bad("DPSize", "must be in 0..%d, got %d", maxDPSize, c.DPSize)
+	case c.DPSize > 1 && c.Role != "" && c.Role != RoleRegular:
+		return bad("DPSize", "%d needs the regular role: data-parallel ranks are not modelled with disaggregation (role %q)", c.DPSize, c.Role)
 	case c.KVEventHistory < 0:
 		return bad("KVEventHistory", "must be >= 0, got %d", c.KVEventHistory)
 	case c.Faults.KVEventDropEvery < 0:

@@ -75,6 +75,11 @@ type Engine struct {
 	events        eventHub
 	tok           *servedTokenizer // nil: GetTokenizer is UNIMPLEMENTED
 
+	// Data parallelism (see dp.go): the ranks of a front engine, nil with
+	// a single rank; and a rank's number (0 for a single-rank engine).
+	ranks []*Engine
+	rank  int32
+
 	boot     *bootstrapServer // prefill role only
 	bootHost string           // the host decode engines reach boot on
 	hc       *http.Client     // decode role only: fetches rooms
@@ -183,6 +188,11 @@ func newEngine(cfg Config, host string) (*Engine, error) {
 	e.tput.since = e.start
 	f := cfg.Faults
 	e.faults.Store(&f)
+	if cfg.DPSize > 1 {
+		if err := e.newRanks(host); err != nil {
+			return nil, err
+		}
+	}
 	switch e.role() {
 	case RolePrefill:
 		ttl := 2 * cfg.BootstrapTimeout
@@ -219,7 +229,12 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // SetFaults switches injected faults at runtime. Running streams see the new
 // faults at their next token.
-func (e *Engine) SetFaults(f Faults) { e.faults.Store(&f) }
+func (e *Engine) SetFaults(f Faults) {
+	e.faults.Store(&f)
+	for _, r := range e.ranks {
+		r.SetFaults(f)
+	}
+}
 
 // Faults returns the faults currently injected.
 func (e *Engine) Faults() Faults { return *e.faults.Load() }
@@ -229,6 +244,7 @@ func (e *Engine) Faults() Faults { return *e.faults.Load() }
 func (e *Engine) Close() {
 	e.closing.Do(func() {
 		close(e.closed)
+		e.closeRanks()
 		if e.boot != nil {
 			e.boot.close()
 		}
@@ -266,6 +282,12 @@ func (e *Engine) Stats() Stats {
 		RoomTimeouts:       c.roomTimeouts,
 		TransferTokens:     c.transferTokens,
 		Transferring:       e.transferringLocked(),
+	}
+	if e.ranks != nil {
+		st.CapacityTokens = 0 // the front engine's own cache is never used
+	}
+	for _, r := range e.ranks {
+		st.addRank(r.Stats())
 	}
 	if e.boot != nil {
 		bs := e.boot.snapshot()
@@ -312,6 +334,11 @@ func (e *Engine) usedTokensLocked() int {
 // flushCache drops the prefix cache when the engine is idle, as SGLang's
 // flush_cache does; it refuses while requests are waiting or running.
 func (e *Engine) flushCache() error {
+	for _, r := range e.ranks {
+		if err := r.flushCache(); err != nil {
+			return err
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.reqs) > 0 {
@@ -371,9 +398,13 @@ func (e *Engine) bosTokenID() int32 {
 }
 
 func (e *Engine) activeRequests() int {
+	n := 0
+	for _, r := range e.ranks {
+		n += r.activeRequests()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.reqs)
+	return n + len(e.reqs)
 }
 
 // newSampler builds a request's sampler from protocol-neutral parameters.

@@ -155,7 +155,7 @@ func (e *Engine) publishLocked() {
 	msg := &smgcommon.KvEventBatch{
 		SequenceNumber: h.next,
 		Timestamp:      float64(time.Now().UnixNano()) / 1e9,
-		DpRank:         proto.Int32(0),
+		DpRank:         e.dpRankField(),
 		Events:         make([]*smgcommon.KvCacheEvent, len(changes)),
 	}
 	h.next++
@@ -212,6 +212,9 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 	if !e.cfg.KVEvents {
 		return status.Error(codes.Unimplemented,
 			"sim: this engine publishes no KV events (started with --kv-events off); SubscribeKvEvents is not available")
+	}
+	if e.ranks != nil {
+		return e.subscribeRanks(ctx, start, send)
 	}
 	sub := &kvSubscriber{ch: make(chan kvBatch, kvSubscriberBuffer), dropped: make(chan struct{})}
 	e.mu.Lock()

@@ -436,10 +436,13 @@ func (e *Engine) endLocked(r *request, kind endKind, out []uint32) bool {
 // and reports how many it ended. Their Generate streams then complete with
 // finish_reason "abort". One call is one Abort RPC in Stats.AbortCalls.
 func (e *Engine) abort(ids ...string) int {
+	n := 0
+	for _, r := range e.ranks {
+		n += r.abort(ids...)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.counters.abortCalls++
-	n := 0
 	for _, id := range ids {
 		r, ok := e.reqs[id]
 		if !ok {

@@ -31,7 +31,12 @@ func (s *sglangServer) Generate(req *sglang.GenerateRequest, stream sglang.Sglan
 	if err != nil {
 		return err
 	}
-	return s.e.generate(stream.Context(), r, func(o output) error {
+	// SGLang's data_parallel_rank has no presence: 0 is rank 0 (see dp.go).
+	rank, err := s.e.forRank(req.GetDataParallelRank(), true)
+	if err != nil {
+		return err
+	}
+	return rank.generate(stream.Context(), r, func(o output) error {
 		resp := &sglang.GenerateResponse{RequestId: r.id}
 		if o.final == nil {
 			resp.Response = &sglang.GenerateResponse_Chunk{Chunk: &sglang.GenerateStreamChunk{
@@ -145,7 +150,7 @@ func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoReque
 		"max_total_tokens":     s.e.capacityTokens(),
 		"context_length":       c.MaxContextLength,
 		"tp_size":              1,
-		"dp_size":              1,
+		"dp_size":              s.e.DPSize(),
 		"disaggregation_mode":  mode,
 		"random_seed":          c.Seed,
 	}
@@ -169,25 +174,26 @@ func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoReque
 }
 
 func (s *sglangServer) GetLoads(_ context.Context, req *sglang.GetLoadsRequest) (*sglang.GetLoadsResponse, error) {
-	l := s.e.load()
+	loads := s.e.rankLoads()
 	resp := &sglang.GetLoadsResponse{
 		Timestamp:   time.Now().UTC().Format(time.RFC3339Nano),
 		Version:     "kvgate-sim",
-		DpRankCount: 1,
-		Aggregate: &sglang.AggregateMetrics{
-			TotalRunningReqs: int32(l.running),
-			TotalWaitingReqs: int32(l.waiting),
-			TotalReqs:        int32(l.total),
-			AvgTokenUsage:    l.tokenUsage,
-			AvgUtilization:   l.utilization,
-			AvgThroughput:    l.genTput,
-		},
+		DpRankCount: int32(len(loads)),
+		Aggregate:   sglangAggregate(loads),
 	}
-	if req.DpRank != nil && req.GetDpRank() != 0 {
-		return resp, nil // the simulator has a single data-parallel rank
+	for rank, l := range loads {
+		if req.DpRank != nil && req.GetDpRank() != int32(rank) {
+			continue // the request asks for another rank
+		}
+		resp.Loads = append(resp.Loads, s.rankLoad(int32(rank), l, req.GetInclude()))
 	}
+	return resp, nil
+}
+
+// rankLoad is one rank's SchedulerLoad with the sections include asks for.
+func (s *sglangServer) rankLoad(rank int32, l load, include []string) *sglang.SchedulerLoad {
 	sl := &sglang.SchedulerLoad{
-		DpRank:                   0,
+		DpRank:                   rank,
 		NumRunningReqs:           int32(l.running),
 		NumWaitingReqs:           int32(l.waiting),
 		NumTotalReqs:             int32(l.total),
@@ -206,7 +212,7 @@ func (s *sglangServer) GetLoads(_ context.Context, req *sglang.GetLoadsRequest) 
 			sl.Disaggregation.KvTransferSpeedGbS = s.e.cfg.KVTransferGBps
 		}
 	}
-	for _, inc := range req.GetInclude() {
+	for _, inc := range include {
 		switch inc {
 		case "memory", "all":
 			sl.Memory = &sglang.MemoryMetrics{WeightGb: 16, KvCacheGb: float64(l.maxTokens) * 131072 / 1e9, TokenCapacity: int32(l.maxTokens)}
@@ -216,8 +222,7 @@ func (s *sglangServer) GetLoads(_ context.Context, req *sglang.GetLoadsRequest) 
 			sl.Queues = &sglang.QueueMetrics{Waiting: int32(l.waiting)}
 		}
 	}
-	resp.Loads = []*sglang.SchedulerLoad{sl}
-	return resp, nil
+	return sl
 }
 
 // FlushCache drops the prefix cache if no request is waiting or running.

@@ -23,7 +23,11 @@ func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_
 	if err != nil {
 		return err
 	}
-	return s.e.generate(stream.Context(), r, func(o output) error {
+	rank, err := s.e.forRank(req.GetDataParallelRank(), req.DataParallelRank != nil)
+	if err != nil {
+		return err
+	}
+	return rank.generate(stream.Context(), r, func(o output) error {
 		resp := &vllm.GenerateResponse{}
 		if o.final == nil {
 			resp.Response = &vllm.GenerateResponse_Chunk{Chunk: &vllm.GenerateStreamChunk{
@@ -152,33 +156,35 @@ func (s *vllmServer) GetServerInfo(context.Context, *vllm.GetServerInfoRequest) 
 		LastReceiveTimestamp: float64(time.Now().UnixNano()) / 1e9,
 		UptimeSeconds:        time.Since(s.e.start).Seconds(),
 		ServerType:           "vllm-grpc",
-		DataParallelSize:     1,
+		DataParallelSize:     int32(s.e.DPSize()),
 	}, nil
 }
 
 func (s *vllmServer) GetLoads(_ context.Context, req *vllm.GetLoadsRequest) (*vllm.GetLoadsResponse, error) {
-	l := s.e.load()
+	loads := s.e.rankLoads()
 	resp := &vllm.GetLoadsResponse{
 		Timestamp:   time.Now().UTC().Format(time.RFC3339Nano),
 		Version:     "kvgate-sim",
-		DpRankCount: 1,
+		DpRankCount: int32(len(loads)),
 	}
-	if req.DpRank != nil && req.GetDpRank() != 0 {
-		return resp, nil // the simulator has a single data-parallel rank
+	for rank, l := range loads {
+		if req.DpRank != nil && req.GetDpRank() != int32(rank) {
+			continue // the request asks for another rank
+		}
+		resp.Loads = append(resp.Loads, &vllm.SchedulerLoad{
+			DpRank:             int32(rank),
+			NumRunningReqs:     int32(l.running),
+			NumWaitingReqs:     int32(l.waiting),
+			NumTotalReqs:       int32(l.total),
+			NumUsedTokens:      int32(l.usedTokens),
+			MaxTotalNumTokens:  int32(l.maxTokens),
+			TokenUsage:         l.tokenUsage,
+			GenThroughput:      l.genTput,
+			CacheHitRate:       l.cacheHitRate,
+			Utilization:        l.utilization,
+			MaxRunningRequests: int32(l.maxRunning),
+		})
 	}
-	resp.Loads = []*vllm.SchedulerLoad{{
-		DpRank:             0,
-		NumRunningReqs:     int32(l.running),
-		NumWaitingReqs:     int32(l.waiting),
-		NumTotalReqs:       int32(l.total),
-		NumUsedTokens:      int32(l.usedTokens),
-		MaxTotalNumTokens:  int32(l.maxTokens),
-		TokenUsage:         l.tokenUsage,
-		GenThroughput:      l.genTput,
-		CacheHitRate:       l.cacheHitRate,
-		Utilization:        l.utilization,
-		MaxRunningRequests: int32(l.maxRunning),
-	}}
 	return resp, nil
 }
 
