@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
@@ -149,5 +152,49 @@ func TestWithoutDPAwarenessRanksAreOneWorker(t *testing.T) {
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
 	if r.complete.GetWorker() != f.workerURL(0) {
 		t.Fatalf("served by %s", r.complete.GetWorker())
+	}
+}
+
+// Every policy treats rank targets as workers: requests go to ranks, and
+// the policies that keep a conversation in place keep it on one rank.
+func TestPoliciesRouteToRanks(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		sticky bool
+	}{
+		{"random", false}, {"round_robin", false}, {"power_of_two", false}, {"bucket", false},
+		{"cache_aware", true}, {"vllm_cache_aware", true}, {"prefix_hash", true},
+		{"consistent_hashing", true}, {"manual", true},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: "vllm", workers: 1, policy: tc.policy,
+				sim:     func(_ int, c *sim.Config) { c.DPSize = 4 },
+				gateway: func(c *gateway.Config) { c.DPAware = true }})
+			ranks := listedWorkers(t, f)
+			if len(ranks) != 4 {
+				t.Fatalf("workers %v, want 4 ranks", ranks)
+			}
+			for c := range 4 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx = metadata.AppendToOutgoingContext(ctx, "x-routing-key", fmt.Sprint("session-", c))
+				served := ""
+				for turn := range 2 {
+					r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(1+300*c), 64),
+						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2), IgnoreEos: true}})
+					if err != nil || r.complete == nil {
+						t.Fatalf("Generate: %v", err)
+					}
+					w := r.complete.GetWorker()
+					if !slices.Contains(ranks, w) {
+						t.Fatalf("served by %s, not one of the ranks %v", w, ranks)
+					}
+					if turn == 1 && tc.sticky && w != served {
+						t.Errorf("session %d: turn 2 on %s, turn 1 on %s", c, w, served)
+					}
+					served = w
+				}
+				cancel()
+			}
+		})
 	}
 }
