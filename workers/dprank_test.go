@@ -255,6 +255,12 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 			if l, err := ws[2].Backend().Loads(testCtx(t)); err != nil || l.Running != 2 {
 				t.Errorf("rank 2 Loads = %+v, %v", l, err)
 			}
+			// An abort through any rank reaches the engine, which finds the
+			// request on its rank.
+			if err := ws[0].Backend().Abort(testCtx(t), "held0"); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the abort on rank 2", func() bool { return e.Rank(2).Stats().Aborted == 1 })
 			cancel()
 
 			// One health answer for the engine, applied to every rank.
