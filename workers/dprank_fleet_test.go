@@ -64,6 +64,21 @@ func TestDPRankKVEvents(t *testing.T) {
 			if got := rec.log(ws[1].URL()); len(got) != before {
 				t.Errorf("calls for the removed rank after its removal: %v", got[before:])
 			}
+
+			// Rank 0, under which the engine's subscription was filed,
+			// leaves too: the same stream goes on for ranks 2 and 3 (a new
+			// one would miss what happens in between, and say "exact" again).
+			if _, err := reg.Remove(ws[0].URL()); err != nil {
+				t.Fatal(err)
+			}
+			generate(t, ws[3], "after-rank-0", seq(8000, 48))
+			waitKV(t, "rank 3's new pages", func() bool { return hasPages(rec, ws[3].URL(), seq(8000, 48), 16) })
+			if n := slices.Index(rec.log(ws[3].URL()), "exact"); n < 0 || slices.Contains(rec.log(ws[3].URL())[n+1:], "exact") {
+				t.Errorf("rank 3's handler calls: %v; want one stream, told exact once", rec.log(ws[3].URL()))
+			}
+			if e.Stats().KVSubscribers != 4 {
+				t.Errorf("%d subscribers on the engine's ranks, want the one stream's 4", e.Stats().KVSubscribers)
+			}
 		})
 	}
 }

@@ -215,10 +215,15 @@ func (s *KVSubscriptions) Run(ctx context.Context, reg *Registry) error {
 		var gone []*kvSub
 		s.mu.Lock()
 		for _, w := range c.Removed {
-			if k := s.subs[w]; k != nil {
-				gone = append(gone, k)
-			} else if w.group != nil {
+			k := s.subs[w]
+			switch {
+			case k == nil && w.group != nil:
 				s.rankRemovedLocked(w)
+			case k == nil:
+			case w.group != nil && s.handOverLocked(w, k, reg.Current()):
+				// The engine's other ranks keep its stream.
+			default:
+				gone = append(gone, k)
 			}
 		}
 		s.mu.Unlock()

@@ -7,6 +7,8 @@ package workers
 // a batch of rank r is applied to url@r, a reset of rank r resets url@r,
 // and the stream's mode applies to every rank.
 
+import "slices"
+
 // dpHandler is the handler of an engine's subscription when its ranks are
 // targets. gone holds the ranks removed from the registry while the others
 // stay; it is guarded by the subscription's callMu, which every handler
@@ -86,4 +88,24 @@ func (s *KVSubscriptions) rankRemovedLocked(w *Worker) {
 			k.callMu.Unlock()
 		}
 	}
+}
+
+// handOverLocked keeps an engine's subscription running when the rank it is
+// filed under (w) leaves while other ranks stay: the subscription is filed
+// under one of those, and w is no longer fed. Stopping it and starting
+// another would lose the batches in between, which the remaining ranks'
+// mirrors would never hear of. It reports false when no rank of the engine
+// is left in snap; with s.mu held.
+func (s *KVSubscriptions) handOverLocked(w *Worker, k *kvSub, snap *Snapshot) bool {
+	for _, m := range w.group.members {
+		if m == w || !slices.Contains(snap.Workers, m) {
+			continue
+		}
+		s.rankRemovedLocked(w)
+		delete(s.subs, w)
+		s.subs[m] = k
+		delete(s.byURL, w.url)
+		return true
+	}
+	return false
 }
