@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,7 +27,8 @@ var ErrInvalidTarget = errors.New("invalid target worker")
 // session. The session key is, in order of precedence:
 //
 //  1. the target worker (x-target-worker): a 0-based index into the
-//     candidates in registration order, honoured exactly or refused with
+//     candidates in registration order, or a worker's name (its URL, or
+//     url@rank for a data-parallel rank), honoured exactly or refused with
 //     ErrTargetUnavailable (branch "target");
 //  2. the routing key (x-routing-key), branch "routing_key";
 //  3. the implicit key (authorization, x-forwarded-for or cookie), branch
@@ -100,8 +102,11 @@ func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates [
 // unavailable like an unhealthy one: the client asked for that worker only.
 func selectTarget(req *Request, t string, candidates []*workers.Worker) (Decision, error) {
 	i, err := strconv.Atoi(t)
-	if err != nil || i < 0 {
-		return Decision{}, fmt.Errorf("%w: %w: x-target-worker %q is not a worker index (%s)",
+	if err != nil {
+		i = targetByName(t, candidates)
+	}
+	if i < 0 {
+		return Decision{}, fmt.Errorf("%w: %w: x-target-worker %q is not a worker index (%s) nor a worker's name",
 			ErrTargetUnavailable, ErrInvalidTarget, t, indexRange(len(candidates)))
 	}
 	if i >= len(candidates) {
@@ -113,6 +118,16 @@ func selectTarget(req *Request, t string, candidates []*workers.Worker) (Decisio
 		return Decision{}, fmt.Errorf("%w: x-target-worker %d (%s) is unhealthy or excluded", ErrTargetUnavailable, i, w.URL())
 	}
 	return Decision{Worker: w, Branch: "target", Reason: fmt.Sprintf("consistent_hashing: x-target-worker %d", i)}, nil
+}
+
+// targetByName is the index of the candidate named t (its URL in any form
+// the registry accepts, url@rank included), or -1.
+func targetByName(t string, candidates []*workers.Worker) int {
+	name, err := workers.CanonicalName(t)
+	if err != nil {
+		return -1
+	}
+	return slices.IndexFunc(candidates, func(w *workers.Worker) bool { return w.URL() == name })
 }
 
 func indexRange(n int) string {

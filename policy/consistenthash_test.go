@@ -25,6 +25,8 @@ func TestConsistentHashingKeyPrecedence(t *testing.T) {
 	}{
 		{"target beats everything", policy.Request{TargetWorker: "2", RoutingKey: "user-1", ImplicitKey: "Bearer x"}, "target", ws[2]},
 		{"target with spaces", policy.Request{TargetWorker: " 4 "}, "target", ws[4]},
+		{"target by URL", policy.Request{TargetWorker: "grpc://127.0.0.1:9003"}, "target", ws[3]},
+		{"target by host:port", policy.Request{TargetWorker: "127.0.0.1:9001", RoutingKey: "user-1"}, "target", ws[1]},
 		{"routing key beats implicit key", policy.Request{RoutingKey: "user-1", ImplicitKey: "Bearer x"}, "routing_key", byKey("user-1")},
 		{"implicit key hashes like a routing key", policy.Request{ImplicitKey: "user-1"}, "implicit_key", byKey("user-1")},
 		{"no key: random", policy.Request{}, "random", ws[3]},
@@ -53,6 +55,7 @@ func TestConsistentHashingTargetErrors(t *testing.T) {
 		{"99", true, "indices 0 to 2"},
 		{"-1", true, `"-1"`},
 		{"one", true, `x-target-worker "one"`},
+		{"grpc://127.0.0.1:1", true, "nor a worker's name"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.target, func(t *testing.T) {
@@ -243,5 +246,25 @@ func TestKeyedPoliciesConcurrentUse(t *testing.T) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// A data-parallel rank target is named url@rank, and x-target-worker takes
+// that name in any address form.
+func TestConsistentHashingTargetsARank(t *testing.T) {
+	var ws []*workers.Worker
+	for r := range 3 {
+		ws = append(ws, workers.NewWorker(workers.RankName("grpc://127.0.0.1:9100", r), workers.ProtocolVLLM,
+			workers.RoleRegular, workers.ModelInfo{}, nil, nil))
+	}
+	p := policy.NewConsistentHashing(policy.DefaultOptions())
+	for _, target := range []string{"grpc://127.0.0.1:9100@2", "127.0.0.1:9100@2", "http://127.0.0.1:9100@2", "2"} {
+		d, err := p.Select(t.Context(), &policy.Request{TargetWorker: target}, ws)
+		if err != nil || d.Worker != ws[2] || d.Branch != "target" {
+			t.Errorf("x-target-worker %q: %v by %q, %v; want rank 2", target, d.Worker, d.Branch, err)
+		}
+	}
+	if _, err := p.Select(t.Context(), &policy.Request{TargetWorker: "grpc://127.0.0.1:9100@3"}, ws); !errors.Is(err, policy.ErrInvalidTarget) {
+		t.Errorf("a rank the engine does not have: %v", err)
 	}
 }

@@ -195,6 +195,17 @@ func TestPoliciesRouteToRanks(t *testing.T) {
 				}
 				cancel()
 			}
+			if tc.policy == "consistent_hashing" {
+				// x-target-worker takes a rank's name.
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				ctx = metadata.AppendToOutgoingContext(ctx, "x-target-worker", ranks[2])
+				r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(7, 16),
+					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+				if err != nil || r.complete.GetWorker() != ranks[2] {
+					t.Errorf("x-target-worker %s: served by %s, %v", ranks[2], r.complete.GetWorker(), err)
+				}
+			}
 		})
 	}
 }

@@ -53,9 +53,10 @@ func SplitRankName(name string) (addr string, rank int, ok bool) {
 	return name[:i], r, true
 }
 
-// canonicalName is the registry's name for a worker address or a rank
-// target's name, as Registry.Get accepts them.
-func canonicalName(addr string) (string, error) {
+// CanonicalName is the registry's name for a worker address or a rank
+// target's name (grpc://host:port, host:port, either followed by @rank), as
+// Registry.Get accepts them.
+func CanonicalName(addr string) (string, error) {
 	if base, rank, ok := SplitRankName(strings.TrimSpace(addr)); ok {
 		url, _, err := ParseAddress(base)
 		if err != nil {

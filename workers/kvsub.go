@@ -318,7 +318,7 @@ func (s *KVSubscriptions) reconcileLocked(ctx context.Context, reg *Registry, wg
 // Registry.Get accepts it), or false when there is none: the worker is not
 // registered, not connected, or its backend has no events.
 func (s *KVSubscriptions) Status(url string) (KVEventStatus, bool) {
-	if u, err := canonicalName(url); err == nil {
+	if u, err := CanonicalName(url); err == nil {
 		url = u
 	}
 	s.mu.Lock()

@@ -132,7 +132,7 @@ func (r *Registry) AddAll(ws ...*Worker) error {
 // (Worker.SetDraining, Worker.WaitIdle) and then closes it, so that requests
 // already on it finish.
 func (r *Registry) Remove(addr string) (*Worker, error) {
-	url, err := canonicalName(addr)
+	url, err := CanonicalName(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (r *Registry) Remove(addr string) (*Worker, error) {
 // of the engine at that address, in registration order. It is empty when
 // nothing matches.
 func (r *Registry) Engine(addr string) []*Worker {
-	name, err := canonicalName(addr)
+	name, err := CanonicalName(addr)
 	if err != nil {
 		return nil
 	}
@@ -277,7 +277,7 @@ func (r *Registry) WithRole(role Role) []*Worker {
 // grpcs://host:port or host:port).
 // A rank target is named url@rank (see RankName).
 func (r *Registry) Get(addr string) (*Worker, bool) {
-	url, err := canonicalName(addr)
+	url, err := CanonicalName(addr)
 	if err != nil {
 		return nil, false
 	}
