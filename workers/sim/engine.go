@@ -302,7 +302,8 @@ func (e *Engine) Stats() Stats {
 // test in any package can compare a copy of the cache rebuilt from KV events
 // with the engine's own, page for page. The slices belong to the caller.
 // The result grows with the number of pages times their depth: it is meant
-// for tests' small caches, not for a production-sized one.
+// for tests' small caches, not for a production-sized one. A data-parallel
+// engine's caches are its ranks' (Rank(i).CachedPages()); its own is empty.
 func (e *Engine) CachedPages() [][]uint32 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
