@@ -118,6 +118,9 @@ type ModelInfo struct {
 // types and the engine's gRPC service.
 type Backend interface {
 	Generate(ctx context.Context, req *GenerateRequest) (Stream, error)
+	// Embed computes the embedding of one input. A vector the engine
+	// mangled (empty, not its stated dimension, not finite) is an error.
+	Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error)
 	Abort(ctx context.Context, requestID string) error
 	Health(ctx context.Context) error
 	Loads(ctx context.Context) (Load, error)

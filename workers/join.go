@@ -199,6 +199,9 @@ func (b notConnected) err() error {
 func (b notConnected) Generate(context.Context, *GenerateRequest) (Stream, error) {
 	return nil, b.err()
 }
+func (b notConnected) Embed(context.Context, *EmbedRequest) (*EmbedResult, error) {
+	return nil, b.err()
+}
 func (b notConnected) Abort(context.Context, string) error       { return b.err() }
 func (b notConnected) Health(context.Context) error              { return b.err() }
 func (b notConnected) Loads(context.Context) (Load, error)       { return Load{}, b.err() }

@@ -106,6 +106,19 @@ func decodeSGLang(m *sglang.GenerateResponse) (Chunk, bool) {
 	return Chunk{}, false
 }
 
+// Embed sends one tokenized input; SGLang's cross-encoder, multimodal and
+// data-parallel fields stay unset.
+func (b *sglangBackend) Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error) {
+	resp, err := b.c.Embed(ctx, &sglang.EmbedRequest{
+		RequestId: req.RequestID,
+		Tokenized: &sglang.TokenizedInput{InputIds: req.InputIDs},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return embedResult("sglang", resp)
+}
+
 func (b *sglangBackend) Abort(ctx context.Context, requestID string) error {
 	resp, err := b.c.Abort(ctx, &sglang.AbortRequest{RequestId: requestID, Reason: "aborted by kvgate"})
 	if err != nil {

@@ -91,6 +91,17 @@ func decodeVLLM(m *vllm.GenerateResponse) (Chunk, bool) {
 	return Chunk{}, false
 }
 
+func (b *vllmBackend) Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error) {
+	resp, err := b.c.Embed(ctx, &vllm.EmbedRequest{
+		RequestId: req.RequestID,
+		Tokenized: &vllm.TokenizedInput{InputIds: req.InputIDs},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return embedResult("vllm", resp)
+}
+
 func (b *vllmBackend) Abort(ctx context.Context, requestID string) error {
 	_, err := b.c.Abort(ctx, &vllm.AbortRequest{RequestIds: []string{requestID}})
 	return err

@@ -119,6 +119,10 @@ type Config struct {
 	// its own scheduler, KV cache and KV events, with every capacity and
 	// throughput figure above (see dp.go). 0 or 1: one rank.
 	DPSize int
+	// EmbeddingDim is the length of the vectors Embed returns (see
+	// Embedding); 0: the engine serves no embeddings and Embed answers
+	// UNIMPLEMENTED, as a generation-only engine does.
+	EmbeddingDim int
 	// Faults are the initial injected faults (see Engine.SetFaults).
 	Faults Faults
 	// TLS, when set, makes Start serve gRPC over TLS with this server
@@ -205,6 +209,7 @@ func DefaultConfig() Config {
 		KVTransferGBps:      25,
 		KVEvents:            true,
 		KVEventHistory:      1024,
+		EmbeddingDim:        4096, // the 8B model's hidden size
 	}
 }
 
@@ -234,6 +239,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*OnOff)(&c.KVEvents), "kv-events", `publish KV cache events on SubscribeKvEvents: "on" or "off" (off: SubscribeKvEvents answers UNIMPLEMENTED)`)
 	fs.IntVar(&c.DPSize, "dp-size", c.DPSize, "data-parallel ranks behind the address, each with its own scheduler, KV cache, loads and KV events (0 or 1: one)")
 	fs.IntVar(&c.KVEventHistory, "kv-event-history", c.KVEventHistory, "KV event batches kept for subscribers resuming from a sequence number")
+	fs.IntVar(&c.EmbeddingDim, "embedding-dim", c.EmbeddingDim, "length of the vectors Embed returns (0: Embed answers UNIMPLEMENTED)")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
 	fs.IntVar(&c.Faults.StallAfterTokens, "stall-after", c.Faults.StallAfterTokens, "fault: stop sending after this many tokens and hold the stream (0: never)")
@@ -333,6 +339,8 @@ func (c *Config) validate() error {
 		return bad("DPSize", "must be in 0..%d, got %d", maxDPSize, c.DPSize)
 	case c.DPSize > 1 && c.Role != "" && c.Role != RoleRegular:
 		return bad("DPSize", "%d needs the regular role: data-parallel ranks are not modelled with disaggregation (role %q)", c.DPSize, c.Role)
+	case c.EmbeddingDim < 0:
+		return bad("EmbeddingDim", "must be >= 0 (0: no embeddings), got %d", c.EmbeddingDim)
 	case c.KVEventHistory < 0:
 		return bad("KVEventHistory", "must be >= 0, got %d", c.KVEventHistory)
 	case c.Faults.KVEventDropEvery < 0:

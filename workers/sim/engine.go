@@ -120,6 +120,8 @@ type Stats struct {
 	PromptTokens       uint64 // prompt tokens of admitted requests
 	CachedPromptTokens uint64 // of those, served from the prefix cache
 	GeneratedTokens    uint64 // output tokens produced
+	Embeds             uint64 // Embed calls answered with a vector
+	EmbedTokens        uint64 // input tokens of those
 	KVSubscribers      int    // open SubscribeKvEvents streams
 	// KVNextSequence is the sequence number the next KV event batch will
 	// carry: the number of batches this engine published so far, those lost
@@ -141,6 +143,7 @@ type counters struct {
 	requests, completed, aborted, abortCalls, cancelled, failed, rejected uint64
 	promptTokens, cachedPromptTokens, generatedTokens                     uint64
 	roomWaits, roomTimeouts, transferTokens                               uint64
+	embeds, embedTokens                                                   uint64
 }
 
 // New returns an engine for cfg, or an error wrapping ErrInvalidConfig that
@@ -276,6 +279,8 @@ func (e *Engine) Stats() Stats {
 		PromptTokens:       c.promptTokens,
 		CachedPromptTokens: c.cachedPromptTokens,
 		GeneratedTokens:    c.generatedTokens,
+		Embeds:             c.embeds,
+		EmbedTokens:        c.embedTokens,
 		KVSubscribers:      len(e.events.subs),
 		KVNextSequence:     e.events.next,
 		RoomWaits:          c.roomWaits,

@@ -20,7 +20,7 @@ import (
 const sglangDefaultMaxNewTokens = 128
 
 // sglangServer translates SGLang's SglangScheduler service to the engine.
-// Embed, profiling, LoRA and stay UNIMPLEMENTED.
+// Embed is in embed.go; profiling and LoRA stay UNIMPLEMENTED.
 type sglangServer struct {
 	sglang.UnimplementedSglangSchedulerServer
 	e *Engine

@@ -11,8 +11,8 @@ import (
 	"github.com/kvgate/kvgate/api/gen/vllm"
 )
 
-// vllmServer translates vLLM's VllmEngine service to the engine. Embed and
-// stay UNIMPLEMENTED.
+// vllmServer translates vLLM's VllmEngine service to the engine; Embed is in
+// embed.go.
 type vllmServer struct {
 	vllm.UnimplementedVllmEngineServer
 	e *Engine

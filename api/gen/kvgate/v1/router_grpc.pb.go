@@ -30,6 +30,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Router_Generate_FullMethodName = "/kvgate.v1.Router/Generate"
 	Router_Chat_FullMethodName     = "/kvgate.v1.Router/Chat"
+	Router_Embed_FullMethodName    = "/kvgate.v1.Router/Embed"
 )
 
 // RouterClient is the client API for Router service.
@@ -48,6 +49,12 @@ type RouterClient interface {
 	// prompt and generates from it, streaming like Generate. It needs a
 	// tokenizer: FAILED_PRECONDITION says what to configure when there is none.
 	Chat(ctx context.Context, in *ChatRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChatResponse], error)
+	// Embed returns one embedding vector per input, in input order. The batch
+	// goes to one worker, chosen by the router's policy from the first input's
+	// tokens, which computes every input with its engine's Embed. Errors are
+	// those of Generate; with prefill/decode disaggregation, whose engines run
+	// generation legs only, Embed is FAILED_PRECONDITION.
+	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
 }
 
 type routerClient struct {
@@ -96,6 +103,16 @@ func (c *routerClient) Chat(ctx context.Context, in *ChatRequest, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Router_ChatClient = grpc.ServerStreamingClient[ChatResponse]
 
+func (c *routerClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EmbedResponse)
+	err := c.cc.Invoke(ctx, Router_Embed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RouterServer is the server API for Router service.
 // All implementations must embed UnimplementedRouterServer
 // for forward compatibility.
@@ -112,6 +129,12 @@ type RouterServer interface {
 	// prompt and generates from it, streaming like Generate. It needs a
 	// tokenizer: FAILED_PRECONDITION says what to configure when there is none.
 	Chat(*ChatRequest, grpc.ServerStreamingServer[ChatResponse]) error
+	// Embed returns one embedding vector per input, in input order. The batch
+	// goes to one worker, chosen by the router's policy from the first input's
+	// tokens, which computes every input with its engine's Embed. Errors are
+	// those of Generate; with prefill/decode disaggregation, whose engines run
+	// generation legs only, Embed is FAILED_PRECONDITION.
+	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)
 	mustEmbedUnimplementedRouterServer()
 }
 
@@ -127,6 +150,9 @@ func (UnimplementedRouterServer) Generate(*GenerateRequest, grpc.ServerStreaming
 }
 func (UnimplementedRouterServer) Chat(*ChatRequest, grpc.ServerStreamingServer[ChatResponse]) error {
 	return status.Error(codes.Unimplemented, "method Chat not implemented")
+}
+func (UnimplementedRouterServer) Embed(context.Context, *EmbedRequest) (*EmbedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Embed not implemented")
 }
 func (UnimplementedRouterServer) mustEmbedUnimplementedRouterServer() {}
 func (UnimplementedRouterServer) testEmbeddedByValue()                {}
@@ -171,13 +197,36 @@ func _Router_Chat_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Router_ChatServer = grpc.ServerStreamingServer[ChatResponse]
 
+func _Router_Embed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EmbedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RouterServer).Embed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Router_Embed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RouterServer).Embed(ctx, req.(*EmbedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Router_ServiceDesc is the grpc.ServiceDesc for Router service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Router_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "kvgate.v1.Router",
 	HandlerType: (*RouterServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Embed",
+			Handler:    _Router_Embed_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Generate",

@@ -1,0 +1,51 @@
+package workers
+
+import (
+	"math"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// EmbedRequest is one input to embed. Both engines' Embed RPCs take a single
+// tokenized sequence per call, so a batch is as many requests, each with an
+// id of its own.
+type EmbedRequest struct {
+	RequestID string
+	InputIDs  []uint32
+}
+
+// EmbedResult is an engine's embedding of one input.
+type EmbedResult struct {
+	Embedding []float32
+	// PromptTokens is the input's length as the engine counted it.
+	PromptTokens uint32
+}
+
+// engineEmbedding is what both protocols' EmbedResponse messages carry.
+type engineEmbedding interface {
+	GetEmbedding() []float32
+	GetEmbeddingDim() uint32
+	GetPromptTokens() uint32
+}
+
+// embedResult checks an engine's EmbedResponse and translates it. An engine
+// that sends no vector, a vector whose length contradicts the dimension it
+// states, or values that are not finite numbers has failed (DATA_LOSS, like
+// a stream CheckedStream refuses): a client must never get a vector that
+// compares as garbage with every other.
+func embedResult(engine string, m engineEmbedding) (*EmbedResult, error) {
+	v := m.GetEmbedding()
+	if len(v) == 0 {
+		return nil, status.Errorf(codes.DataLoss, "%s engine returned an empty embedding", engine)
+	}
+	if d := m.GetEmbeddingDim(); d != 0 && int(d) != len(v) {
+		return nil, status.Errorf(codes.DataLoss, "%s engine returned an embedding of %d values with embedding_dim %d", engine, len(v), d)
+	}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return nil, status.Errorf(codes.DataLoss, "%s engine returned an embedding whose value %d is %v", engine, i, x)
+		}
+	}
+	return &EmbedResult{Embedding: v, PromptTokens: m.GetPromptTokens()}, nil
+}

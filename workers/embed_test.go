@@ -1,0 +1,60 @@
+package workers_test
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// TestSimEmbed sends Embed through each protocol's adapter to the simulated
+// engine: the vector is the simulator's documented function of the tokens,
+// the same on both protocols, and the engine's refusals and faults arrive as
+// the statuses the router classifies.
+func TestSimEmbed(t *testing.T) {
+	ids := seq(500, 40)
+	want := sim.Embedding(ids, sim.DefaultConfig().EmbeddingDim)
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := startSim(t, p.name)
+			ctx := testCtx(t)
+			got, err := w.Backend().Embed(ctx, &workers.EmbedRequest{RequestID: "e1", InputIDs: ids})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.PromptTokens != uint32(len(ids)) || len(got.Embedding) != len(want) {
+				t.Fatalf("prompt_tokens %d, %d values; want %d, %d", got.PromptTokens, len(got.Embedding), len(ids), len(want))
+			}
+			for k := range want {
+				if got.Embedding[k] != want[k] {
+					t.Fatalf("value %d is %v; want %v", k, got.Embedding[k], want[k])
+				}
+			}
+			if st := srv.Engine().Stats(); st.Embeds != 1 || st.EmbedTokens != uint64(len(ids)) {
+				t.Errorf("engine counted %d embeds of %d tokens; want 1 of %d", st.Embeds, st.EmbedTokens, len(ids))
+			}
+
+			for _, tc := range []struct {
+				name   string
+				ids    []uint32
+				faults sim.Faults
+				code   codes.Code
+			}{
+				{"empty input", nil, sim.Faults{}, codes.InvalidArgument},
+				{"out of vocabulary", []uint32{1, 128256}, sim.Faults{}, codes.InvalidArgument},
+				{"longer than the context", seq(1, 4097), sim.Faults{}, codes.InvalidArgument},
+				{"engine unavailable", ids, sim.Faults{Unavailable: true}, codes.Unavailable},
+				{"dimension contradicts the vector", ids, sim.Faults{GarbageStream: true}, codes.DataLoss},
+			} {
+				srv.Engine().SetFaults(tc.faults)
+				_, err := w.Backend().Embed(ctx, &workers.EmbedRequest{RequestID: "e-" + tc.name, InputIDs: tc.ids})
+				if status.Code(err) != tc.code {
+					t.Errorf("%s: %v; want %v", tc.name, err, tc.code)
+				}
+			}
+		})
+	}
+}
