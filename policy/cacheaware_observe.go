@@ -65,6 +65,11 @@ func (c *CacheAware) Accuracy() Accuracy {
 // insert is set to expire (see speculations): whatever the engine confirmed
 // has become confirmed by then, and the rest it never stored.
 //
+// A success the engine reported no cached tokens for (o.Unreported, an
+// embedding) is not counted and corrects nothing: the prompt's speculative
+// insert stands, and for workers with KV events expires unless confirmed,
+// as a generation's does.
+//
 // DryRun decisions and decisions without a worker are ignored. A draining
 // worker's outcome is not observed: it takes no new requests, and it is
 // being removed, so an insert arriving after the router has forgotten it
@@ -75,7 +80,7 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 	}
 	if req != nil && !req.DryRun && d.Worker != nil && c.isExact(d.Worker.URL()) {
 		url := d.Worker.URL()
-		if o.Err == nil || o.CachedTokens > 0 {
+		if (o.Err == nil && !o.Unreported) || o.CachedTokens > 0 {
 			c.count(d.PredictedCachedTokens, max(o.CachedTokens, 0))
 		}
 		ids, tick := req.InputIDs, d.tick
@@ -105,6 +110,9 @@ func (c *CacheAware) observe(req *Request, d Decision, o Outcome) {
 		return
 	}
 	url := d.Worker.URL()
+	if o.Err == nil && o.Unreported {
+		return
+	}
 	if o.Err != nil && o.CachedTokens <= 0 {
 		if d.PredictedCachedTokens < len(req.InputIDs)/c.pageSize*c.pageSize {
 			c.tree.Trim(req.InputIDs, url, d.PredictedCachedTokens)

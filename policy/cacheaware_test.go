@@ -402,6 +402,16 @@ func TestCacheAwareObserve(t *testing.T) {
 			after:    map[string]int{"P1": 64, "P2": 32, "P1W": 96},
 			accuracy: policy.Accuracy{Observations: 1, Overpredicted: 1, AbsErrorTokens: 48},
 		}}},
+		{"a success with no report (an embedding) is not counted and keeps the insert", []step{{
+			prompt: p1w, outcome: policy.Outcome{Unreported: true},
+			after:    map[string]int{"P1": 64, "P2": 64, "P1W": 96},
+			accuracy: policy.Accuracy{},
+		}}},
+		{"a failure with no report is undone as any failure", []step{{
+			prompt: p1w, outcome: policy.Outcome{Unreported: true, Err: errors.New("unavailable")},
+			after:    map[string]int{"P1": 64, "P2": 64, "P1W": 64},
+			accuracy: policy.Accuracy{},
+		}}},
 		{"accuracy accumulates", []step{
 			{prompt: p1, outcome: policy.Outcome{CachedTokens: 64},
 				accuracy: policy.Accuracy{Observations: 1, ExactMatches: 1}},

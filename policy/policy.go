@@ -76,6 +76,10 @@ type Outcome struct {
 	OutputIDs []uint32
 	// Err is the request's failure, if it failed.
 	Err error
+	// Unreported: the engine's answer carries no cached-token count (an
+	// embedding), so CachedTokens says nothing: a success is neither
+	// counted towards the prediction's accuracy nor corrects anything.
+	Unreported bool
 }
 
 // Observer is implemented by policies that learn from outcomes (cache_aware

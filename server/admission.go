@@ -17,9 +17,9 @@ import (
 // router that accepts everything only moves the queue into goroutines and
 // memory, and every client's time to first token grows with it.
 type AdmissionConfig struct {
-	// MaxConcurrentRequests is how many generation requests (Generate,
-	// Chat) may run at once, from tokenization to their last chunk; -1: no
-	// limit.
+	// MaxConcurrentRequests is how many Router requests (Generate, Chat,
+	// Embed) may run at once, from tokenization to their last chunk or
+	// their answer; -1: no limit.
 	MaxConcurrentRequests int
 	// QueueSize is how many more may wait for a place; 0: none wait.
 	QueueSize int
@@ -35,13 +35,20 @@ type AdmissionConfig struct {
 	// MaxChatMessages and MaxTools bound a Chat request's conversation.
 	MaxChatMessages int
 	MaxTools        int
+	// MaxEmbedInputs bounds an Embed request's batch, and MaxEmbedTokens
+	// its inputs' tokens together.
+	MaxEmbedInputs int
+	MaxEmbedTokens int
 }
 
 // DefaultAdmissionConfig admits 1,024 concurrent generations with 1,024
 // more waiting up to 30 s: far beyond what a fleet of a few engines serves
 // well (an engine runs a few hundred requests at once), and low enough that
 // a flood is refused before it costs the router its memory. No per-key
-// rate limit.
+// rate limit. An Embed batch holds up to 128 inputs (so that 128 vectors of
+// an 8B embedding model, 4,096 floats each, stay within 2 MiB, half of a
+// gRPC client's default receive limit) of 262,144 tokens together (a
+// batch of 2,048-token document chunks).
 func DefaultAdmissionConfig() AdmissionConfig {
 	return AdmissionConfig{
 		MaxConcurrentRequests: 1024,
@@ -50,6 +57,8 @@ func DefaultAdmissionConfig() AdmissionConfig {
 		RateLimitKeys:         100_000,
 		MaxChatMessages:       10_000,
 		MaxTools:              1_024,
+		MaxEmbedInputs:        128,
+		MaxEmbedTokens:        262_144,
 	}
 }
 
@@ -70,6 +79,10 @@ func (c AdmissionConfig) Validate() error {
 		return fmt.Errorf("max chat messages is %d; it must be >= 1", c.MaxChatMessages)
 	case c.MaxTools < 0:
 		return fmt.Errorf("max tools is %d; it must be >= 0", c.MaxTools)
+	case c.MaxEmbedInputs < 1:
+		return fmt.Errorf("max embed inputs is %d; it must be >= 1", c.MaxEmbedInputs)
+	case c.MaxEmbedTokens < 1:
+		return fmt.Errorf("max embed tokens is %d; it must be >= 1", c.MaxEmbedTokens)
 	}
 	return nil
 }
@@ -144,18 +157,36 @@ func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 	if !admitted(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	ctx := ss.Context()
-	if l := s.admission.limiter; l != nil {
-		if !l.allow(clientKey(ctx)) {
-			s.metrics.admissionRejected.WithLabelValues("rate_limit").Inc()
-			return status.Errorf(codes.ResourceExhausted,
-				"this client key is over its rate limit of %g requests per second (--rate-limit-per-key); retry later", l.rate)
-		}
-	}
-	release, err := s.admission.acquire(ctx, s.hardStop.Done())
+	release, err := s.admit(ss.Context())
 	if err != nil {
 		return err
 	}
 	defer release()
 	return handler(srv, ss)
+}
+
+// admissionUnary is admissionStream for the Router's unary RPCs (Embed).
+func (s *Server) admissionUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !admitted(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	release, err := s.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return handler(ctx, req)
+}
+
+// admit applies the rate limit, then takes a place under the concurrency
+// limit, which release gives back.
+func (s *Server) admit(ctx context.Context) (release func(), err error) {
+	if l := s.admission.limiter; l != nil {
+		if !l.allow(clientKey(ctx)) {
+			s.metrics.admissionRejected.WithLabelValues("rate_limit").Inc()
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"this client key is over its rate limit of %g requests per second (--rate-limit-per-key); retry later", l.rate)
+		}
+	}
+	return s.admission.acquire(ctx, s.hardStop.Done())
 }

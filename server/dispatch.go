@@ -30,6 +30,9 @@ type dispatcher interface {
 	place(ctx context.Context, j *job, dryRun bool) (placement, error)
 	// policyName labels decisions in logs and metrics.
 	policyName() string
+	// embeddings refuses Embed, with the status to answer, when the
+	// dispatcher's workers cannot compute embeddings.
+	embeddings() error
 }
 
 // A placement is one attempt's chosen worker(s), holding whatever the choice
@@ -70,6 +73,7 @@ type regularDispatcher struct {
 }
 
 func (d *regularDispatcher) policyName() string { return d.policy.Name() }
+func (d *regularDispatcher) embeddings() error  { return nil }
 
 func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
 	candidates := d.r.candidates(d.s.reg, workers.RoleRegular)
@@ -137,7 +141,7 @@ func (p *single) end(out policy.Outcome) {
 	if o, ok := p.pol.(policy.Observer); ok {
 		o.Observe(p.preq, p.dec, out)
 	}
-	if out.Err == nil && p.dec.Matched != nil {
+	if out.Err == nil && !out.Unreported && p.dec.Matched != nil {
 		p.s.metrics.observePrediction(p.dec.PredictedCachedTokens, out.CachedTokens)
 	}
 }
@@ -153,6 +157,17 @@ type pdDispatcher struct {
 }
 
 func (d *pdDispatcher) policyName() string { return d.prefill }
+
+// embeddings refuses Embed: disaggregated engines run generation legs (a
+// prefill engine hands every request's KV to a decode engine), and no
+// worker here serves a whole request. An embedding model is deployed as
+// regular workers, behind a router of its own, as SMG does (its PD router
+// answers embeddings with 501).
+func (d *pdDispatcher) embeddings() error {
+	return status.Error(codes.FailedPrecondition,
+		"Embed needs regular workers, and this router serves with prefill/decode disaggregation (--pd-disaggregation), "+
+			"whose engines run generation legs only; serve the embedding model from a router of regular workers")
+}
 
 func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
 	prefills, decodes := d.r.candidates(d.s.reg, workers.RolePrefill), d.r.candidates(d.s.reg, workers.RoleDecode)
@@ -297,7 +312,7 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 		return status.Errorf(codes.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
 			side, len(ws), healthy, open)
 	}
-	return validateAgainst(j.inputIDs, j.sampling, limitsOf(ws))
+	return j.task.check(limitsOf(ws))
 }
 
 // chooseAndAcquire asks choose for the attempt's workers and takes a place in

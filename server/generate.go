@@ -95,6 +95,9 @@ type job struct {
 	commit func()
 	// span is the request's span (nil when untraced, as for Explain).
 	span trace.Span
+	// task is what the job's attempts do on their workers: generate, or
+	// embed.
+	task task
 }
 
 // traced attaches the request span of ctx to the job and names the request

@@ -33,8 +33,12 @@ type Metrics struct {
 	// Tokens of completed requests by worker, as the engines reported
 	// them: cached / prompt is an engine's real prefix-cache hit ratio.
 	promptTokens, completionTokens, cachedTokens *prometheus.CounterVec
-	itl                                          prometheus.Histogram
-	modelRequests                                *prometheus.CounterVec
+	// Input tokens of completed Embed batches, apart from the prompt
+	// tokens so that cached / prompt stays the engines' hit ratio (they
+	// report no cached tokens for embeddings).
+	embedTokens   *prometheus.CounterVec
+	itl           prometheus.Histogram
+	modelRequests *prometheus.CounterVec
 
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
@@ -179,13 +183,15 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.completionTokens = workerCounter("kvgate_worker_completion_tokens_total", "Generated tokens of completed requests, by worker.")
 	m.cachedTokens = workerCounter("kvgate_worker_cached_tokens_total",
 		"Prompt tokens the worker's engine reported cached (not recomputed); divided by the prompt tokens, its real prefix-cache hit ratio.")
+	m.embedTokens = workerCounter("kvgate_worker_embed_tokens_total",
+		"Input tokens of completed Embed requests, by the worker that embedded them (not in kvgate_worker_prompt_tokens_total).")
 	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvgate_inter_token_latency_seconds",
 		Help:    "Time between consecutive output tokens reaching the router (a chunk of several tokens shares its gap among them).",
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .25, .5, 1}})
 	m.modelRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_model_requests_total",
-		Help: "Generation requests placed, by the model they ran on (with --enable-igw, the model they named)."}, []string{"model"})
-	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens, m.itl,
-		m.modelRequests)
+		Help: "Requests placed, by the model they ran on (with --enable-igw, the model they named)."}, []string{"model"})
+	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens,
+		m.embedTokens, m.itl, m.modelRequests)
 	return m
 }
 
@@ -199,7 +205,7 @@ func (m *Metrics) registerAdmissionGauges(waiting, active *atomic.Int64) {
 		}, func() float64 { return float64(waiting.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_requests_in_flight",
-			Help: "Generation requests between placement and their last chunk.",
+			Help: "Router requests between placement and their end: generations until their last chunk, Embed batches until their answer.",
 		}, func() float64 { return float64(active.Load()) }),
 	)
 }

@@ -376,9 +376,14 @@ func textAndAdmission(t *testing.T) *fleet {
 			t.Fatalf("chat %d: %v", i, err)
 		}
 	}
+	ectx, ecancel := keyed("embed")
+	_, err := f.router.Embed(ectx, &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{Text: "an embedding"}, {InputIds: prompt(1, 4)}}})
+	ecancel()
+	if err != nil {
+		t.Fatalf("embed: %v", err)
+	}
 	ctx, cancel := keyed("alice")
 	defer cancel()
-	var err error
 	for i := 0; err == nil; i++ {
 		if i == 100 {
 			t.Fatal("100 requests of one key in a row were all admitted under a limit of 2 a second")

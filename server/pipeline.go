@@ -15,8 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -106,20 +104,15 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	if pp, ok := p.(*pair); ok {
 		pp.prefillSpan = legs.spans[0]
 	}
-	rel := s.newRelay(j, cancel, p)
-	defer rel.stopTimer()
-
-	es, err := p.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: toSampling(j.sampling)})
-	var done *kvgatev1.GenerateComplete
-	if err == nil {
-		done, err = rel.run(es)
-	}
-	if err != nil {
-		f := s.classify(ctx, actx, p, err, len(rel.output))
-		f.delivered = j.stream && len(rel.output) > 0
-		p.end(policy.Outcome{CachedTokens: int(rel.last.CachedTokens), Err: err})
+	r := j.task.exec(actx, cancel, p, id)
+	if r.err != nil {
+		f := s.classify(ctx, actx, p, r.err, r.tokens)
+		f.delivered = r.delivered
+		out := r.out
+		out.Err = r.err
+		p.end(out)
 		p.settle(f)
-		if f.cause != causeClientError && p.abortOnFailure() {
+		if f.cause != causeClientError && r.abortOnFailure && p.abortOnFailure() {
 			cancel(nil)
 			s.abort(ctx, log, p.served(), id)
 		}
@@ -128,40 +121,19 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		return f
 	}
 	legs.end(nil)
-
-	out := policy.Outcome{CachedTokens: int(done.Usage.GetCachedTokens()), OutputIDs: done.OutputIds}
-	if rel.stopped {
-		out.OutputIDs = nil // aborted on the engine, which keeps no output of it
-	}
-	p.end(out)
+	p.end(r.out)
 	p.settle(nil)
-	if rel.stopped {
-		// The engine is still generating past the stop string.
+	if r.running {
+		// The client has its answer, and the engine is still working on
+		// it (a stop string matched here).
 		cancel(nil)
 		if p.abortOnFailure() {
 			s.abort(ctx, log, p.served(), id)
 		}
 	}
-	done.Worker = p.served().URL()
-	if pp, ok := p.(*pair); ok {
-		done.PrefillWorker = pp.dec.Prefill.Worker.URL()
+	if err := r.deliver(ctx, p, log); err != nil {
+		return s.classify(ctx, actx, p, err, r.tokens)
 	}
-	if err := j.send(nil, done); err != nil {
-		return s.classify(ctx, actx, p, err, len(rel.output))
-	}
-	s.metrics.countTokens(done.Worker, done.GetUsage())
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		u := done.GetUsage()
-		span.SetAttributes(attrWorker.String(done.Worker), attrUsagePrompt.Int(int(u.GetPromptTokens())),
-			attrCompletion.Int(int(u.GetCompletionTokens())), attrCachedTokens.Int(int(u.GetCachedTokens())),
-			attrFinishReason.String(finishName(done.FinishReason)))
-	}
-	log.InfoContext(ctx, "generate done",
-		"prompt_tokens", done.Usage.PromptTokens,
-		"cached_tokens", done.Usage.CachedTokens,
-		"completion_tokens", done.Usage.CompletionTokens,
-		"finish_reason", done.FinishReason.String(),
-		"duration", time.Since(j.start))
 	return nil
 }
 

@@ -248,6 +248,7 @@ func New(cfg Config) (*Server, error) {
 	// Health probes and reflection would drown the request log.
 	ours := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return monitored(c.FullMethod()) })
 	unary := []grpc.UnaryServerInterceptor{
+		s.requestUnary,
 		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(s.log), logOpts...), ours),
 		s.metrics.UnaryInterceptor,
 		recovery.UnaryServerInterceptor(recoverOpts...),
@@ -263,7 +264,7 @@ func New(cfg Config) (*Server, error) {
 		unary = append(unary, cfg.Auth.Unary())
 		stream = append(stream, cfg.Auth.Stream())
 	}
-	unary = append(unary, rejectUndecodableUnary)
+	unary = append(unary, rejectUndecodableUnary, s.admissionUnary)
 	stream = append(stream, rejectUndecodableStream, s.admissionStream)
 	newServer := func() *grpc.Server {
 		opts := []grpc.ServerOption{

@@ -30,6 +30,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 	if err != nil {
 		return nil, err
 	}
+	j.task = &generation{s: s, j: j}
 	if j.route, err = s.route(req.GetModel()); err != nil {
 		return nil, err
 	}
@@ -67,6 +68,7 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	if err != nil {
 		return nil, err
 	}
+	j.task = &generation{s: s, j: j}
 	if j.route, err = s.route(req.GetModel()); err != nil {
 		return nil, err
 	}
@@ -208,14 +210,20 @@ func orDefault(s, def string) string {
 // cache that served this prompt: "l0" (the whole text), "l1" (a prefix at
 // a special-token boundary), or "miss".
 func endTokenize(span trace.Span, lk cache.Lookup, tokens int, err error) {
+	hit := "miss"
+	switch {
+	case lk.L0Hit:
+		hit = "l0"
+	case lk.L1HitBytes > 0:
+		hit = "l1"
+	}
+	endTokenizeAs(span, hit, tokens, err)
+}
+
+// endTokenizeAs ends a tokenization span with the prompt's length and the
+// cache label given.
+func endTokenizeAs(span trace.Span, hit string, tokens int, err error) {
 	if span.IsRecording() {
-		hit := "miss"
-		switch {
-		case lk.L0Hit:
-			hit = "l0"
-		case lk.L1HitBytes > 0:
-			hit = "l1"
-		}
 		span.SetAttributes(attrPromptTokens.Int(tokens), attrTokenizeCache.String(hit))
 		endSpan(span, err)
 	}

@@ -49,18 +49,38 @@ func (s *Server) requestStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if !admitted(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	ctx := withLabel(ss.Context())
-	if !s.traced {
+	return s.request(ss.Context(), info.FullMethod, func(ctx context.Context) error {
 		return handler(srv, &tracedStream{ServerStream: ss, ctx: ctx})
+	})
+}
+
+// requestUnary is requestStream for the Router's unary RPCs (Embed).
+func (s *Server) requestUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	if !admitted(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	err = s.request(ctx, info.FullMethod, func(ctx context.Context) error {
+		resp, err = handler(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// request runs a Router call's handler on the context requestStream
+// describes.
+func (s *Server) request(ctx context.Context, fullMethod string, handler func(context.Context) error) error {
+	ctx = withLabel(ctx)
+	if !s.traced {
+		return handler(ctx)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	ctx = s.prop.Extract(ctx, md)
-	name := strings.TrimPrefix(info.FullMethod, "/")
+	name := strings.TrimPrefix(fullMethod, "/")
 	service, method, _ := strings.Cut(name, "/")
 	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.service", service), attribute.String("rpc.method", method)))
 	defer span.End()
-	err := handler(srv, &tracedStream{ServerStream: ss, ctx: ctx})
+	err := handler(ctx)
 	endSpan(span, err)
 	return err
 }

@@ -110,6 +110,23 @@ class SDKTest(unittest.TestCase):
         _, c = self.complete(self.router.Chat(req))
         self.assertGreater(c.usage.prompt_tokens, 0)
 
+    def test_embed(self):
+        res = self.router.Embed(router_pb2.EmbedRequest(inputs=[
+            router_pb2.EmbedInput(text="What is a KV cache?"), router_pb2.EmbedInput(input_ids=PROMPT)]))
+        self.assertEqual(len(res.embeddings), 2)
+        dim = len(res.embeddings[0].embedding)
+        self.assertGreater(dim, 0)
+        for e in res.embeddings:
+            self.assertEqual(len(e.embedding), dim)
+            self.assertAlmostEqual(sum(x * x for x in e.embedding), 1, places=3)
+        self.assertEqual(res.embeddings[1].prompt_tokens, len(PROMPT))
+        self.assertEqual(res.usage.prompt_tokens, sum(e.prompt_tokens for e in res.embeddings))
+        self.assertTrue(res.worker.startswith("grpc://"), res.worker)
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.router.Embed(router_pb2.EmbedRequest())
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("inputs", cm.exception.details())
+
     def test_explain(self):
         ex = self.admin.Explain(admin_pb2.ExplainRequest(generate=router_pb2.GenerateRequest(input_ids=PROMPT)))
         self.assertEqual(ex.policy, "cache_aware")

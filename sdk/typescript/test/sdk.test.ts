@@ -78,6 +78,23 @@ test("Chat takes plain JSON for kwargs, tool parameters and arguments, and strea
   assert.equal(complete.usage?.completionTokens, 16);
 });
 
+test("Embed returns one unit vector per input, in input order, from one worker", async () => {
+  const res = await router.embed({ inputs: [{ text: "What is a KV cache?" }, { inputIds: prompt }] });
+  assert.equal(res.embeddings.length, 2);
+  const dim = res.embeddings[0].embedding.length;
+  assert.ok(dim > 0);
+  for (const e of res.embeddings) {
+    assert.equal(e.embedding.length, dim);
+    const norm = Math.sqrt(e.embedding.reduce((s, x) => s + x * x, 0));
+    assert.ok(Math.abs(norm - 1) < 1e-3, `|v| = ${norm}`);
+  }
+  assert.equal(res.embeddings[1].promptTokens, prompt.length);
+  assert.equal(res.usage?.promptTokens, res.embeddings[0].promptTokens + res.embeddings[1].promptTokens);
+  assert.match(res.worker, /^grpc:\/\//);
+  await assert.rejects(router.embed({ inputs: [] }), (err: unknown) =>
+    err instanceof ConnectError && err.code === Code.InvalidArgument && err.rawMessage.includes("inputs"));
+});
+
 test("Admin/Explain says where a request would go", async () => {
   const ex = await admin.explain({ request: { case: "generate", value: { inputIds: prompt } } });
   assert.equal(ex.policy, "cache_aware");

@@ -57,6 +57,44 @@ class ChatResponse(_message.Message):
     request_id: str
     def __init__(self, request_id: _Optional[str] = ..., chunk: _Optional[_Union[GenerateChunk, _Mapping]] = ..., complete: _Optional[_Union[GenerateComplete, _Mapping]] = ...) -> None: ...
 
+class EmbedInput(_message.Message):
+    __slots__ = ["input_ids", "text"]
+    INPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    input_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    def __init__(self, input_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class EmbedRequest(_message.Message):
+    __slots__ = ["inputs", "model", "request_id"]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedCompositeFieldContainer[EmbedInput]
+    model: str
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[EmbedInput, _Mapping]]] = ...) -> None: ...
+
+class EmbedResponse(_message.Message):
+    __slots__ = ["embeddings", "request_id", "usage", "worker"]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    embeddings: _containers.RepeatedCompositeFieldContainer[Embedding]
+    request_id: str
+    usage: Usage
+    worker: str
+    def __init__(self, request_id: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., worker: _Optional[str] = ...) -> None: ...
+
+class Embedding(_message.Message):
+    __slots__ = ["embedding", "prompt_tokens"]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    embedding: _containers.RepeatedScalarFieldContainer[float]
+    prompt_tokens: int
+    def __init__(self, embedding: _Optional[_Iterable[float]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+
 class FunctionCall(_message.Message):
     __slots__ = ["arguments", "name"]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]

@@ -25,6 +25,11 @@ class RouterStub(object):
                 request_serializer=kvgate_dot_v1_dot_router__pb2.ChatRequest.SerializeToString,
                 response_deserializer=kvgate_dot_v1_dot_router__pb2.ChatResponse.FromString,
                 )
+        self.Embed = channel.unary_unary(
+                '/kvgate.v1.Router/Embed',
+                request_serializer=kvgate_dot_v1_dot_router__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=kvgate_dot_v1_dot_router__pb2.EmbedResponse.FromString,
+                )
 
 
 class RouterServicer(object):
@@ -51,6 +56,17 @@ class RouterServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Embed returns one embedding vector per input, in input order. The batch
+        goes to one worker, chosen by the router's policy from the first input's
+        tokens, which computes every input with its engine's Embed. Errors are
+        those of Generate; with prefill/decode disaggregation, whose engines run
+        generation legs only, Embed is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -63,6 +79,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Chat,
                     request_deserializer=kvgate_dot_v1_dot_router__pb2.ChatRequest.FromString,
                     response_serializer=kvgate_dot_v1_dot_router__pb2.ChatResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=kvgate_dot_v1_dot_router__pb2.EmbedRequest.FromString,
+                    response_serializer=kvgate_dot_v1_dot_router__pb2.EmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -106,5 +127,22 @@ class Router(object):
         return grpc.experimental.unary_stream(request, target, '/kvgate.v1.Router/Chat',
             kvgate_dot_v1_dot_router__pb2.ChatRequest.SerializeToString,
             kvgate_dot_v1_dot_router__pb2.ChatResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvgate.v1.Router/Embed',
+            kvgate_dot_v1_dot_router__pb2.EmbedRequest.SerializeToString,
+            kvgate_dot_v1_dot_router__pb2.EmbedResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -21,7 +21,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file kvgate/v1/router.proto.
  */
 export const file_kvgate_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("ChZrdmdhdGUvdjEvcm91dGVyLnByb3RvEglrdmdhdGUudjEimQEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWlucHV0X2lkcxgCIAMoDRIMCgR0ZXh0GAMgASgJEjIKD3NhbXBsaW5nX3BhcmFtcxgEIAEoCzIZLmt2Z2F0ZS52MS5TYW1wbGluZ1BhcmFtcxIOCgZzdHJlYW0YBSABKAgSDQoFbW9kZWwYBiABKAkipAQKDlNhbXBsaW5nUGFyYW1zEhgKC3RlbXBlcmF0dXJlGAEgASgCSACIAQESEgoFdG9wX3AYAiABKAJIAYgBARISCgV0b3BfaxgDIAEoBUgCiAEBEhIKBW1pbl9wGAQgASgCSAOIAQESHgoRZnJlcXVlbmN5X3BlbmFsdHkYBSABKAJIBIgBARIdChBwcmVzZW5jZV9wZW5hbHR5GAYgASgCSAWIAQESHwoScmVwZXRpdGlvbl9wZW5hbHR5GAcgASgCSAaIAQESGwoObWF4X25ld190b2tlbnMYCCABKA1IB4gBARIWCg5taW5fbmV3X3Rva2VucxgJIAEoDRIWCg5zdG9wX3Rva2VuX2lkcxgKIAMoDRISCgppZ25vcmVfZW9zGAsgASgIEhEKBHNlZWQYDCABKAVICIgBARIMCgRzdG9wGA0gAygJEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYDiABKAhICYgBARIUCgxub19zdG9wX3RyaW0YDyABKAhCDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEIICgZfdG9wX2tCCAoGX21pbl9wQhQKEl9mcmVxdWVuY3lfcGVuYWx0eUITChFfcHJlc2VuY2VfcGVuYWx0eUIVChNfcmVwZXRpdGlvbl9wZW5hbHR5QhEKD19tYXhfbmV3X3Rva2Vuc0IHCgVfc2VlZEIWChRfc2tpcF9zcGVjaWFsX3Rva2VucyKOAQoQR2VuZXJhdGVSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgJEikKBWNodW5rGAIgASgLMhgua3ZnYXRlLnYxLkdlbmVyYXRlQ2h1bmtIABIvCghjb21wbGV0ZRgDIAEoCzIbLmt2Z2F0ZS52MS5HZW5lcmF0ZUNvbXBsZXRlSABCCgoIcmVzcG9uc2UiPwoNR2VuZXJhdGVDaHVuaxIRCgl0b2tlbl9pZHMYASADKA0SDQoFaW5kZXgYAiABKA0SDAoEdGV4dBgDIAEoCSKlAgoQR2VuZXJhdGVDb21wbGV0ZRISCgpvdXRwdXRfaWRzGAEgAygNEi4KDWZpbmlzaF9yZWFzb24YAiABKA4yFy5rdmdhdGUudjEuRmluaXNoUmVhc29uEiIKFW1hdGNoZWRfc3RvcF90b2tlbl9pZBgDIAEoDUgAiAEBEh8KBXVzYWdlGAQgASgLMhAua3ZnYXRlLnYxLlVzYWdlEg4KBndvcmtlchgFIAEoCRIMCgR0ZXh0GAYgASgJEiAKE21hdGNoZWRfc3RvcF9zdHJpbmcYByABKAlIAYgBARIWCg5wcmVmaWxsX3dvcmtlchgIIAEoCUIYChZfbWF0Y2hlZF9zdG9wX3Rva2VuX2lkQhYKFF9tYXRjaGVkX3N0b3Bfc3RyaW5nIlAKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0SFQoNY2FjaGVkX3Rva2VucxgDIAEoDSK5AgoLQ2hhdFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmt2Z2F0ZS52MS5DaGF0TWVzc2FnZRIeCgV0b29scxgDIAMoCzIPLmt2Z2F0ZS52MS5Ub29sEjUKFGNoYXRfdGVtcGxhdGVfa3dhcmdzGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIiChVhZGRfZ2VuZXJhdGlvbl9wcm9tcHQYBSABKAhIAIgBARIyCg9zYW1wbGluZ19wYXJhbXMYBiABKAsyGS5rdmdhdGUudjEuU2FtcGxpbmdQYXJhbXMSDgoGc3RyZWFtGAcgASgIEg0KBW1vZGVsGAkgASgJQhgKFl9hZGRfZ2VuZXJhdGlvbl9wcm9tcHRKBAgEEAUilAEKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCRIMCgRuYW1lGAMgASgJEicKCnRvb2xfY2FsbHMYBCADKAsyEy5rdmdhdGUudjEuVG9vbENhbGwSFAoMdG9vbF9jYWxsX2lkGAUgASgJEhkKEXJlYXNvbmluZ19jb250ZW50GAYgASgJIk8KCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSKQoIZnVuY3Rpb24YAyABKAsyFy5rdmdhdGUudjEuRnVuY3Rpb25DYWxsIk0KDEZ1bmN0aW9uQ2FsbBIMCgRuYW1lGAEgASgJEikKCWFyZ3VtZW50cxgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUoECAIQAyJFCgRUb29sEgwKBHR5cGUYASABKAkSLwoIZnVuY3Rpb24YAiABKAsyHS5rdmdhdGUudjEuRnVuY3Rpb25EZWZpbml0aW9uInsKEkZ1bmN0aW9uRGVmaW5pdGlvbhIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEisKCnBhcmFtZXRlcnMYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0SgQIAxAEUg9wYXJhbWV0ZXJzX2pzb24iigEKDENoYXRSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgJEikKBWNodW5rGAIgASgLMhgua3ZnYXRlLnYxLkdlbmVyYXRlQ2h1bmtIABIvCghjb21wbGV0ZRgDIAEoCzIbLmt2Z2F0ZS52MS5HZW5lcmF0ZUNvbXBsZXRlSABCCgoIcmVzcG9uc2UqeAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhcKE0ZJTklTSF9SRUFTT05fQUJPUlQQAzKKAQoGUm91dGVyEkUKCEdlbmVyYXRlEhoua3ZnYXRlLnYxLkdlbmVyYXRlUmVxdWVzdBobLmt2Z2F0ZS52MS5HZW5lcmF0ZVJlc3BvbnNlMAESOQoEQ2hhdBIWLmt2Z2F0ZS52MS5DaGF0UmVxdWVzdBoXLmt2Z2F0ZS52MS5DaGF0UmVzcG9uc2UwAUI1WjNnaXRodWIuY29tL2t2Z2F0ZS9rdmdhdGUvYXBpL2dlbi9rdmdhdGUvdjE7a3ZnYXRldjFiBnByb3RvMw", [file_google_protobuf_struct]);
+  fileDesc("ChZrdmdhdGUvdjEvcm91dGVyLnByb3RvEglrdmdhdGUudjEimQEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWlucHV0X2lkcxgCIAMoDRIMCgR0ZXh0GAMgASgJEjIKD3NhbXBsaW5nX3BhcmFtcxgEIAEoCzIZLmt2Z2F0ZS52MS5TYW1wbGluZ1BhcmFtcxIOCgZzdHJlYW0YBSABKAgSDQoFbW9kZWwYBiABKAkipAQKDlNhbXBsaW5nUGFyYW1zEhgKC3RlbXBlcmF0dXJlGAEgASgCSACIAQESEgoFdG9wX3AYAiABKAJIAYgBARISCgV0b3BfaxgDIAEoBUgCiAEBEhIKBW1pbl9wGAQgASgCSAOIAQESHgoRZnJlcXVlbmN5X3BlbmFsdHkYBSABKAJIBIgBARIdChBwcmVzZW5jZV9wZW5hbHR5GAYgASgCSAWIAQESHwoScmVwZXRpdGlvbl9wZW5hbHR5GAcgASgCSAaIAQESGwoObWF4X25ld190b2tlbnMYCCABKA1IB4gBARIWCg5taW5fbmV3X3Rva2VucxgJIAEoDRIWCg5zdG9wX3Rva2VuX2lkcxgKIAMoDRISCgppZ25vcmVfZW9zGAsgASgIEhEKBHNlZWQYDCABKAVICIgBARIMCgRzdG9wGA0gAygJEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYDiABKAhICYgBARIUCgxub19zdG9wX3RyaW0YDyABKAhCDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEIICgZfdG9wX2tCCAoGX21pbl9wQhQKEl9mcmVxdWVuY3lfcGVuYWx0eUITChFfcHJlc2VuY2VfcGVuYWx0eUIVChNfcmVwZXRpdGlvbl9wZW5hbHR5QhEKD19tYXhfbmV3X3Rva2Vuc0IHCgVfc2VlZEIWChRfc2tpcF9zcGVjaWFsX3Rva2VucyKOAQoQR2VuZXJhdGVSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgJEikKBWNodW5rGAIgASgLMhgua3ZnYXRlLnYxLkdlbmVyYXRlQ2h1bmtIABIvCghjb21wbGV0ZRgDIAEoCzIbLmt2Z2F0ZS52MS5HZW5lcmF0ZUNvbXBsZXRlSABCCgoIcmVzcG9uc2UiPwoNR2VuZXJhdGVDaHVuaxIRCgl0b2tlbl9pZHMYASADKA0SDQoFaW5kZXgYAiABKA0SDAoEdGV4dBgDIAEoCSKlAgoQR2VuZXJhdGVDb21wbGV0ZRISCgpvdXRwdXRfaWRzGAEgAygNEi4KDWZpbmlzaF9yZWFzb24YAiABKA4yFy5rdmdhdGUudjEuRmluaXNoUmVhc29uEiIKFW1hdGNoZWRfc3RvcF90b2tlbl9pZBgDIAEoDUgAiAEBEh8KBXVzYWdlGAQgASgLMhAua3ZnYXRlLnYxLlVzYWdlEg4KBndvcmtlchgFIAEoCRIMCgR0ZXh0GAYgASgJEiAKE21hdGNoZWRfc3RvcF9zdHJpbmcYByABKAlIAYgBARIWCg5wcmVmaWxsX3dvcmtlchgIIAEoCUIYChZfbWF0Y2hlZF9zdG9wX3Rva2VuX2lkQhYKFF9tYXRjaGVkX3N0b3Bfc3RyaW5nIlAKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0SFQoNY2FjaGVkX3Rva2VucxgDIAEoDSK5AgoLQ2hhdFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmt2Z2F0ZS52MS5DaGF0TWVzc2FnZRIeCgV0b29scxgDIAMoCzIPLmt2Z2F0ZS52MS5Ub29sEjUKFGNoYXRfdGVtcGxhdGVfa3dhcmdzGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIiChVhZGRfZ2VuZXJhdGlvbl9wcm9tcHQYBSABKAhIAIgBARIyCg9zYW1wbGluZ19wYXJhbXMYBiABKAsyGS5rdmdhdGUudjEuU2FtcGxpbmdQYXJhbXMSDgoGc3RyZWFtGAcgASgIEg0KBW1vZGVsGAkgASgJQhgKFl9hZGRfZ2VuZXJhdGlvbl9wcm9tcHRKBAgEEAUilAEKC0NoYXRNZXNzYWdlEgwKBHJvbGUYASABKAkSDwoHY29udGVudBgCIAEoCRIMCgRuYW1lGAMgASgJEicKCnRvb2xfY2FsbHMYBCADKAsyEy5rdmdhdGUudjEuVG9vbENhbGwSFAoMdG9vbF9jYWxsX2lkGAUgASgJEhkKEXJlYXNvbmluZ19jb250ZW50GAYgASgJIk8KCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSKQoIZnVuY3Rpb24YAyABKAsyFy5rdmdhdGUudjEuRnVuY3Rpb25DYWxsIk0KDEZ1bmN0aW9uQ2FsbBIMCgRuYW1lGAEgASgJEikKCWFyZ3VtZW50cxgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZUoECAIQAyJFCgRUb29sEgwKBHR5cGUYASABKAkSLwoIZnVuY3Rpb24YAiABKAsyHS5rdmdhdGUudjEuRnVuY3Rpb25EZWZpbml0aW9uInsKEkZ1bmN0aW9uRGVmaW5pdGlvbhIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEisKCnBhcmFtZXRlcnMYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0SgQIAxAEUg9wYXJhbWV0ZXJzX2pzb24iigEKDENoYXRSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgJEikKBWNodW5rGAIgASgLMhgua3ZnYXRlLnYxLkdlbmVyYXRlQ2h1bmtIABIvCghjb21wbGV0ZRgDIAEoCzIbLmt2Z2F0ZS52MS5HZW5lcmF0ZUNvbXBsZXRlSABCCgoIcmVzcG9uc2UiWAoMRW1iZWRSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDQoFbW9kZWwYAiABKAkSJQoGaW5wdXRzGAMgAygLMhUua3ZnYXRlLnYxLkVtYmVkSW5wdXQiLQoKRW1iZWRJbnB1dBIRCglpbnB1dF9pZHMYASADKA0SDAoEdGV4dBgCIAEoCSJ+Cg1FbWJlZFJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSKAoKZW1iZWRkaW5ncxgCIAMoCzIULmt2Z2F0ZS52MS5FbWJlZGRpbmcSHwoFdXNhZ2UYAyABKAsyEC5rdmdhdGUudjEuVXNhZ2USDgoGd29ya2VyGAQgASgJIjUKCUVtYmVkZGluZxIRCgllbWJlZGRpbmcYASADKAISFQoNcHJvbXB0X3Rva2VucxgCIAEoDSp4CgxGaW5pc2hSZWFzb24SHQoZRklOSVNIX1JFQVNPTl9VTlNQRUNJRklFRBAAEhYKEkZJTklTSF9SRUFTT05fU1RPUBABEhgKFEZJTklTSF9SRUFTT05fTEVOR1RIEAISFwoTRklOSVNIX1JFQVNPTl9BQk9SVBADMsYBCgZSb3V0ZXISRQoIR2VuZXJhdGUSGi5rdmdhdGUudjEuR2VuZXJhdGVSZXF1ZXN0Ghsua3ZnYXRlLnYxLkdlbmVyYXRlUmVzcG9uc2UwARI5CgRDaGF0EhYua3ZnYXRlLnYxLkNoYXRSZXF1ZXN0Ghcua3ZnYXRlLnYxLkNoYXRSZXNwb25zZTABEjoKBUVtYmVkEhcua3ZnYXRlLnYxLkVtYmVkUmVxdWVzdBoYLmt2Z2F0ZS52MS5FbWJlZFJlc3BvbnNlQjVaM2dpdGh1Yi5jb20va3ZnYXRlL2t2Z2F0ZS9hcGkvZ2VuL2t2Z2F0ZS92MTtrdmdhdGV2MWIGcHJvdG8z", [file_google_protobuf_struct]);
 
 /**
  * GenerateRequest asks for one generation from a prompt of token ids.
@@ -675,6 +675,144 @@ export const ChatResponseSchema: GenMessage<ChatResponse> = /*@__PURE__*/
   messageDesc(file_kvgate_v1_router, 12);
 
 /**
+ * EmbedRequest asks for the embeddings of a batch of inputs.
+ *
+ * @generated from message kvgate.v1.EmbedRequest
+ */
+export type EmbedRequest = Message<"kvgate.v1.EmbedRequest"> & {
+  /**
+   * As in GenerateRequest.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * The model to embed with, as its workers serve it; at most 256 bytes.
+   * Empty: the router's model.
+   *
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * The inputs, at least 1 and at most 128. Their tokens together may not
+   * exceed 262,144, and each input must fit the model's context.
+   *
+   * @generated from field: repeated kvgate.v1.EmbedInput inputs = 3;
+   */
+  inputs: EmbedInput[];
+};
+
+/**
+ * Describes the message kvgate.v1.EmbedRequest.
+ * Use `create(EmbedRequestSchema)` to create a new message.
+ */
+export const EmbedRequestSchema: GenMessage<EmbedRequest> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 13);
+
+/**
+ * EmbedInput is one text to embed, as token ids or as text. Exactly one of
+ * input_ids and text is required.
+ *
+ * @generated from message kvgate.v1.EmbedInput
+ */
+export type EmbedInput = Message<"kvgate.v1.EmbedInput"> & {
+  /**
+   * The input as token ids of the served model's vocabulary.
+   *
+   * @generated from field: repeated uint32 input_ids = 1;
+   */
+  inputIds: number[];
+
+  /**
+   * The input as text (valid UTF-8), tokenized by kvgate with special
+   * tokens added as the model's tokenizer adds them, as Generate's text is.
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message kvgate.v1.EmbedInput.
+ * Use `create(EmbedInputSchema)` to create a new message.
+ */
+export const EmbedInputSchema: GenMessage<EmbedInput> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 14);
+
+/**
+ * EmbedResponse holds one embedding per input of the request.
+ *
+ * @generated from message kvgate.v1.EmbedResponse
+ */
+export type EmbedResponse = Message<"kvgate.v1.EmbedResponse"> & {
+  /**
+   * The request's id, as sent by the client or generated by kvgate.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * The embeddings, in the order of the request's inputs.
+   *
+   * @generated from field: repeated kvgate.v1.Embedding embeddings = 2;
+   */
+  embeddings: Embedding[];
+
+  /**
+   * prompt_tokens is the sum over the inputs, as the worker reported them;
+   * engines report no completion or cached tokens for embeddings (0).
+   *
+   * @generated from field: kvgate.v1.Usage usage = 3;
+   */
+  usage?: Usage | undefined;
+
+  /**
+   * The worker that computed every embedding, as its URL (grpc://host:port).
+   *
+   * @generated from field: string worker = 4;
+   */
+  worker: string;
+};
+
+/**
+ * Describes the message kvgate.v1.EmbedResponse.
+ * Use `create(EmbedResponseSchema)` to create a new message.
+ */
+export const EmbedResponseSchema: GenMessage<EmbedResponse> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 15);
+
+/**
+ * Embedding is the vector of one input.
+ *
+ * @generated from message kvgate.v1.Embedding
+ */
+export type Embedding = Message<"kvgate.v1.Embedding"> & {
+  /**
+   * The vector, of the model's embedding dimension.
+   *
+   * @generated from field: repeated float embedding = 1;
+   */
+  embedding: number[];
+
+  /**
+   * The input's tokens, as the worker counted them.
+   *
+   * @generated from field: uint32 prompt_tokens = 2;
+   */
+  promptTokens: number;
+};
+
+/**
+ * Describes the message kvgate.v1.Embedding.
+ * Use `create(EmbeddingSchema)` to create a new message.
+ */
+export const EmbeddingSchema: GenMessage<Embedding> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 16);
+
+/**
  * FinishReason tells why a generation ended.
  *
  * @generated from enum kvgate.v1.FinishReason
@@ -744,6 +882,20 @@ export const Router: GenService<{
     methodKind: "server_streaming";
     input: typeof ChatRequestSchema;
     output: typeof ChatResponseSchema;
+  },
+  /**
+   * Embed returns one embedding vector per input, in input order. The batch
+   * goes to one worker, chosen by the router's policy from the first input's
+   * tokens, which computes every input with its engine's Embed. Errors are
+   * those of Generate; with prefill/decode disaggregation, whose engines run
+   * generation legs only, Embed is FAILED_PRECONDITION.
+   *
+   * @generated from rpc kvgate.v1.Router.Embed
+   */
+  embed: {
+    methodKind: "unary";
+    input: typeof EmbedRequestSchema;
+    output: typeof EmbedResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_kvgate_v1_router, 0);

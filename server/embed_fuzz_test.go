@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+)
+
+// FuzzEmbedRequest decodes arbitrary bytes as an EmbedRequest with the
+// router's codec and passes what decodes through Embed's checks (embedJob,
+// then the check against the workers' limits) on a router without a
+// tokenizer. Nothing may panic; every refusal is INVALID_ARGUMENT, or
+// FAILED_PRECONDITION for text with no tokenizer to read it; and what is
+// accepted is within every limit the API states.
+func FuzzEmbedRequest(f *testing.F) {
+	for _, m := range []*kvgatev1.EmbedRequest{
+		{RequestId: "e", Inputs: []*kvgatev1.EmbedInput{{InputIds: []uint32{1, 2, 3}}, {InputIds: []uint32{9}}}},
+		{Model: "m", Inputs: []*kvgatev1.EmbedInput{{Text: "hello"}, {InputIds: []uint32{4}, Text: "both"}, {}}},
+		{},
+	} {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, uint32(1000), uint32(8))
+	}
+	f.Add([]byte{0x1a, 0x02, 0x12, 0xff}, uint32(0), uint32(0)) // inputs[0].text: invalid UTF-8
+	codec := newRequestCodec()
+	s := &Server{disp: &regularDispatcher{}, admission: newAdmission(DefaultAdmissionConfig(), nil)}
+	f.Fuzz(func(t *testing.T, data []byte, vocab, maxCtx uint32) {
+		req := &kvgatev1.EmbedRequest{}
+		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, req); err != nil {
+			t.Fatalf("the codec failed (grpc-go would answer INTERNAL): %v", err)
+		}
+		if _, bad := undecodable(req); bad {
+			return // answered INVALID_ARGUMENT before the handler (FuzzRequestCodec)
+		}
+		j, task, err := s.embedJob(context.Background(), req)
+		if status.Code(err) == codes.FailedPrecondition {
+			return
+		}
+		if err != nil {
+			wantInvalidArgument(t, "embedJob", err)
+			return
+		}
+		cfg := s.admission.cfg
+		n, total := len(task.inputs), 0
+		if n == 0 || n > cfg.MaxEmbedInputs || len(req.GetModel()) > maxModelBytes || len(j.id) > maxRequestIDBytes {
+			t.Fatalf("accepted %d inputs, a model of %d bytes, an id of %d bytes", n, len(req.GetModel()), len(j.id))
+		}
+		for i, ids := range task.inputs {
+			if len(ids) == 0 {
+				t.Fatalf("accepted an empty inputs[%d]", i)
+			}
+			total += len(ids)
+		}
+		if total > cfg.MaxEmbedTokens || !slices.Equal(j.inputIDs, task.inputs[0]) {
+			t.Fatalf("accepted %d tokens; routing on %d ids", total, len(j.inputIDs))
+		}
+		l := limits{vocabSize: int(vocab % (1 << 16)), maxContext: int(maxCtx % (1 << 10))}
+		if err := task.check(l); err != nil {
+			wantInvalidArgument(t, "check", err)
+			return
+		}
+		for _, ids := range task.inputs {
+			if l.maxContext > 0 && len(ids) > l.maxContext {
+				t.Fatalf("check accepted %d tokens in a context of %d", len(ids), l.maxContext)
+			}
+			for _, id := range ids {
+				if l.vocabSize > 0 && int(id) >= l.vocabSize {
+					t.Fatalf("check accepted token id %d with vocab_size %d", id, l.vocabSize)
+				}
+			}
+		}
+	})
+}
