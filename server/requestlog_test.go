@@ -270,3 +270,59 @@ func TestFailedRequestLogLinesHoldEachKeyOnce(t *testing.T) {
 	}
 	wantLine(t, call[0], map[string]string{"request_id": "fail-1", "grpc.code": "Unavailable", "level": "WARN"})
 }
+
+// An Embed call is logged as a generation is: "embed done" and the call's
+// line name it by its x-request-id, in its trace; one refused by
+// admission (while a stalled Embed holds the only place) or by
+// validation has the call's line alone.
+func TestEmbedRequestLogLines(t *testing.T) {
+	var logs logBuffer
+	tf := startTracedFleet(t, fleetOptions{workers: 1, gateway: func(c *gateway.Config) {
+		c.Logger = logs.logger()
+		c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 1, 0
+		c.Reliability.FirstTokenTimeout = 0
+	}})
+	md := func(id string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "x-request-id", id, "traceparent", traceparent)
+	}
+	in := []*kvgatev1.EmbedInput{{InputIds: prompt(1, 8)}}
+	if _, err := tf.router.Embed(md("emb-done"), &kvgatev1.EmbedRequest{Inputs: in}); err != nil {
+		t.Fatal(err)
+	}
+	call := logs.about(t, "emb-done")
+	if len(call) != 2 || call[0]["msg"] != "embed done" || call[1]["msg"] != "finished call" {
+		t.Fatalf("lines about emb-done: %v, want 'embed done' and 'finished call'", call)
+	}
+	wantLine(t, call[0], map[string]string{"inputs": "1", "prompt_tokens": "8", "trace_id": clientTraceID})
+	wantLine(t, call[1], map[string]string{"grpc.method": "Embed", "grpc.code": "OK"})
+
+	if _, err := tf.router.Embed(md("emb-bad"), &kvgatev1.EmbedRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("an empty batch: %v", err)
+	}
+	if bad := logs.about(t, "emb-bad"); len(bad) != 1 || bad[0]["grpc.code"] != "InvalidArgument" {
+		t.Fatalf("lines about emb-bad: %v, want the call's line with InvalidArgument", bad)
+	}
+
+	tf.sims[0].Engine().SetFaults(sim.Faults{StallBeforeFirstToken: true})
+	held, cancelHeld := context.WithCancel(md("emb-held"))
+	heldDone := make(chan error, 1)
+	go func() {
+		_, err := tf.router.Embed(held, &kvgatev1.EmbedRequest{Inputs: in})
+		heldDone <- err
+	}()
+	eventually(t, "the stalled Embed holding the only place", func() bool {
+		return counter(t, tf.fleet, "kvgate_worker_selections_total") == 2
+	})
+	_, err := tf.router.Embed(md("emb-full"), &kvgatev1.EmbedRequest{Inputs: in})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("over the limit: %v", err)
+	}
+	if full := logs.about(t, "emb-full"); len(full) != 1 || full[0]["grpc.code"] != "ResourceExhausted" {
+		t.Fatalf("lines about emb-full: %v, want the call's line with ResourceExhausted", full)
+	}
+	cancelHeld()
+	if err := <-heldDone; status.Code(err) != codes.Canceled {
+		t.Fatalf("the cancelled Embed: %v", err)
+	}
+	logs.lines(t)
+}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,14 +27,15 @@ const (
 	traceparent   = "00-" + clientTraceID + "-" + clientSpanID + "-01"
 )
 
-// calls records the traceparent of every Generate an engine receives.
+// calls records the traceparent of every Generate and Embed an engine
+// receives.
 type calls struct {
 	mu  sync.Mutex
 	got []string // "method traceparent"
 }
 
 func (c *calls) ObserveCall(method string, md metadata.MD) {
-	if !strings.HasSuffix(method, "/Generate") {
+	if !strings.HasSuffix(method, "/Generate") && !strings.HasSuffix(method, "/Embed") {
 		return
 	}
 	tp := ""
@@ -350,5 +352,55 @@ func TestTracingOffPropagatesNothing(t *testing.T) {
 	got := rec.traceparents()
 	if len(got) != 1 || got[0] != "" {
 		t.Fatalf("the engine's Generate calls carried traceparents %q, want one call with none", got)
+	}
+}
+
+// An Embed call has the spans of any request: the request span continuing
+// the client's trace (with the usage and the worker), one tokenize span
+// for the batch's texts, the selection and the dispatch leg, whose span
+// each of the engine's Embed calls receives as its parent.
+func TestTracingEmbed(t *testing.T) {
+	tf := startTracedFleet(t, fleetOptions{text: true})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent, "x-request-id", "embed-1")
+	req := &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{Text: "first text"}, {InputIds: prompt(3, 5)}, {Text: "second text"}}}
+	resp, err := tf.router.Embed(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const againTrace = "0af7651916cd43dd8448eb211c80319d"
+	actx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+againTrace+"-b7ad6b7169203331-01")
+	if _, err := tf.router.Embed(actx, req); err != nil {
+		t.Fatal(err)
+	}
+	tf.flush()
+	wantAttrs(t, tf.trace(t, againTrace).one(t, "kvgate.tokenize"), map[string]string{"kvgate.tokenize.cache": "l0"})
+
+	ts := tf.trace(t, clientTraceID)
+	root := ts.one(t, "kvgate.v1.Router/Embed")
+	if root.ParentSpanID() != clientSpanID {
+		t.Fatalf("request span's parent %s, want the client's span %s", root.ParentSpanID(), clientSpanID)
+	}
+	tokens := itoa(resp.Usage.PromptTokens)
+	wantAttrs(t, root, map[string]string{"rpc.grpc.status_code": "0", "rpc.method": "Embed", "kvgate.request_id": "embed-1",
+		"kvgate.usage.prompt_tokens": tokens, "kvgate.worker": resp.Worker})
+	tok := ts.one(t, "kvgate.tokenize")
+	wantChild(t, tok, root)
+	wantAttrs(t, tok, map[string]string{"kvgate.prompt_tokens": tokens, "kvgate.tokenize.cache": "miss"})
+	wantChild(t, ts.one(t, "kvgate.select"), root)
+	leg := ts.one(t, "kvgate.dispatch regular")
+	wantChild(t, leg, root)
+	wantAttrs(t, leg, map[string]string{"kvgate.worker.url": resp.Worker, "rpc.grpc.status_code": "0"})
+
+	want := "00-" + clientTraceID + "-" + leg.SpanID() + "-01"
+	var got []string
+	for _, e := range tf.engines {
+		for _, tp := range e.traceparents() {
+			if strings.Contains(tp, clientTraceID) {
+				got = append(got, tp)
+			}
+		}
+	}
+	if len(got) != len(req.Inputs) || slices.ContainsFunc(got, func(tp string) bool { return tp != want }) {
+		t.Fatalf("engines received Embed traceparents %q in the client's trace, want %d of %q", got, len(req.Inputs), want)
 	}
 }

@@ -72,7 +72,7 @@ type admissionFlags struct {
 
 func (a *admissionFlags) register(fs *flag.FlagSet) {
 	d := server.DefaultAdmissionConfig()
-	fs.IntVar(&a.maxConcurrent, "max-concurrent-requests", d.MaxConcurrentRequests, "generation requests (Generate, Chat) served at once; beyond it they wait in the queue (-1: no limit)")
+	fs.IntVar(&a.maxConcurrent, "max-concurrent-requests", d.MaxConcurrentRequests, "Router requests (Generate, Chat, Embed) served at once; beyond it they wait in the queue (-1: no limit)")
 	fs.IntVar(&a.queueSize, "queue-size", d.QueueSize, "requests that may wait for a place; beyond it they are refused at once with RESOURCE_EXHAUSTED (0: none wait)")
 	fs.Float64Var(&a.queueTimeoutSec, "queue-timeout-secs", d.QueueTimeout.Seconds(), "how long a request may wait in the queue before RESOURCE_EXHAUSTED")
 	fs.Float64Var(&a.ratePerKey, "rate-limit-per-key", 0, "requests per second (and burst) each client may send, keyed by x-routing-key, else authorization, else address (0: no limit)")
