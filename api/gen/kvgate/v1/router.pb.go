@@ -1235,8 +1235,8 @@ type EmbedRequest struct {
 	// The model to embed with, as its workers serve it; at most 256 bytes.
 	// Empty: the router's model.
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	// The inputs, at least 1 and at most 128. Their tokens together may not
-	// exceed 262,144, and each input must fit the model's context.
+	// The inputs, at least 1. kvgate's default limits: at most 128 inputs,
+	// of 262,144 tokens together; each input must fit the model's context.
 	Inputs        []*EmbedInput `protobuf:"bytes,3,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

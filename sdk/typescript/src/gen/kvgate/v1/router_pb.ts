@@ -696,8 +696,8 @@ export type EmbedRequest = Message<"kvgate.v1.EmbedRequest"> & {
   model: string;
 
   /**
-   * The inputs, at least 1 and at most 128. Their tokens together may not
-   * exceed 262,144, and each input must fit the model's context.
+   * The inputs, at least 1. kvgate's default limits: at most 128 inputs,
+   * of 262,144 tokens together; each input must fit the model's context.
    *
    * @generated from field: repeated kvgate.v1.EmbedInput inputs = 3;
    */
