@@ -233,3 +233,24 @@ func TestEmbedWithCacheAware(t *testing.T) {
 		t.Errorf("%v cache_aware decisions; want 2", n)
 	}
 }
+
+// TestRejectedEmbedTextsAreNotCached: the texts of a batch the workers
+// refuse (one input beyond the context) stay out of the tokenizer caches,
+// as a rejected Generate's prompt does; those of a valid batch are cached.
+func TestRejectedEmbedTextsAreNotCached(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 1, text: true, sim: func(_ int, c *sim.Config) { c.MaxContextLength = 256 }})
+	bad := &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{Text: "a short text"}, {Text: strings.Repeat("word ", 400)}}}
+	if _, err := f.router.Embed(embedCtx(t), bad); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a batch with a text beyond the context: %v, want INVALID_ARGUMENT", err)
+	}
+	if n := tokenizerCache(t, f, "kvgate_tokenizer_cache_entries", "l0"); n != 0 {
+		t.Fatalf("%v texts of a rejected batch were cached in L0", n)
+	}
+	good := &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{Text: "a short text"}, {Text: "another one"}}}
+	if _, err := f.router.Embed(embedCtx(t), good); err != nil {
+		t.Fatal(err)
+	}
+	if n := tokenizerCache(t, f, "kvgate_tokenizer_cache_entries", "l0"); n != 2 {
+		t.Fatalf("L0 holds %v entries after a valid batch of 2 texts, want 2", n)
+	}
+}
