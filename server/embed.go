@@ -63,7 +63,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 	case len(in) > limits.MaxEmbedInputs:
 		return nil, nil, invalid("inputs has %d entries; the limit is %d", len(in), limits.MaxEmbedInputs)
 	}
-	total := 0
+	total, texts := 0, 0
 	for i, e := range in {
 		switch {
 		case len(e.GetInputIds()) > 0 && e.GetText() != "":
@@ -74,11 +74,23 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 			return nil, nil, status.Error(codes.FailedPrecondition, noTokenizer(fmt.Sprintf("inputs[%d].text", i)))
 		}
 		total += len(e.GetInputIds())
+		if e.GetText() != "" {
+			texts++
+		}
 	}
 	if total > limits.MaxEmbedTokens {
-		return nil, nil, tooManyEmbedTokens(total, limits.MaxEmbedTokens)
+		return nil, nil, invalid("inputs have %d tokens together; the limit is %d", total, limits.MaxEmbedTokens)
 	}
 	t := &embedding{s: s, j: j, inputs: make([][]uint32, len(in))}
+	if texts == 0 {
+		for i, e := range in {
+			t.inputs[i] = e.GetInputIds()
+		}
+		j.inputIDs, j.task = t.inputs[0], t
+		return j, t, nil
+	}
+	// The texts, tokenized in order until the batch's tokens pass the
+	// limit: the work done for a batch that is too long is bounded by it.
 	var commits []func()
 	_, span := s.startStep(ctx, "kvgate.tokenize")
 	var lk batchLookup
@@ -92,7 +104,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 			err = invalid("inputs[%d].text tokenizes to no tokens; an input of at least 1 token is required", i)
 		}
 		if total += len(ids); err == nil && total > limits.MaxEmbedTokens {
-			err = tooManyEmbedTokens(total, limits.MaxEmbedTokens)
+			err = invalid("inputs have more than %d tokens together (counted up to inputs[%d]); the limit is %d", limits.MaxEmbedTokens, i, limits.MaxEmbedTokens)
 		}
 		lk.add(l)
 		if err != nil {
@@ -101,24 +113,14 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 		}
 		t.inputs[i], commits = ids, append(commits, commit)
 	}
-	if lk.texts > 0 {
-		endTokenizeAs(span, lk.label(), total, nil)
-	} else {
-		span.End() // nothing was tokenized
-	}
+	endTokenizeAs(span, lk.label(), total, nil)
 	j.inputIDs, j.task = t.inputs[0], t
-	if len(commits) > 0 {
-		j.commit = func() {
-			for _, c := range commits {
-				c()
-			}
+	j.commit = func() {
+		for _, c := range commits {
+			c()
 		}
 	}
 	return j, t, nil
-}
-
-func tooManyEmbedTokens(n, limit int) error {
-	return invalid("inputs have %d tokens together (or more: counting stopped there); the limit is %d", n, limit)
 }
 
 // batchLookup counts how the tokenizer caches served a batch of texts, for

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // FuzzEmbedRequest decodes arbitrary bytes as an EmbedRequest with the
@@ -33,7 +34,10 @@ func FuzzEmbedRequest(f *testing.F) {
 	}
 	f.Add([]byte{0x1a, 0x02, 0x12, 0xff}, uint32(0), uint32(0)) // inputs[0].text: invalid UTF-8
 	codec := newRequestCodec()
-	s := &Server{disp: &regularDispatcher{}, admission: newAdmission(DefaultAdmissionConfig(), nil)}
+	s := &Server{reg: workers.NewRegistry(), admission: newAdmission(DefaultAdmissionConfig(), nil)}
+	if err := s.routes.add(&route{disp: &regularDispatcher{}}); err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte, vocab, maxCtx uint32) {
 		req := &kvgatev1.EmbedRequest{}
 		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, req); err != nil {
@@ -52,7 +56,7 @@ func FuzzEmbedRequest(f *testing.F) {
 		}
 		cfg := s.admission.cfg
 		n, total := len(task.inputs), 0
-		if n == 0 || n > cfg.MaxEmbedInputs || len(req.GetModel()) > maxModelBytes || len(j.id) > maxRequestIDBytes {
+		if n == 0 || n > cfg.MaxEmbedInputs || len(req.GetModel()) > maxModelName || len(j.id) > maxRequestIDBytes {
 			t.Fatalf("accepted %d inputs, a model of %d bytes, an id of %d bytes", n, len(req.GetModel()), len(j.id))
 		}
 		for i, ids := range task.inputs {
