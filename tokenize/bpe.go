@@ -21,6 +21,32 @@ type Model interface {
 	Size() int
 }
 
+// tokenModel is a Model with what the Tokenizer needs beyond it.
+type tokenModel interface {
+	Model
+	// idBound is the largest vocabulary id + 1 (ids may have gaps).
+	idBound() int
+	// resetCaches empties the per-word caches (cold-cache benchmarks).
+	resetCaches()
+}
+
+// newModel builds the model tokenizer.json names: BPE (the default when "type" is
+// missing, as in older files), WordPiece or Unigram.
+func newModel(raw json.RawMessage) (tokenModel, error) {
+	var c componentSpec
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	switch c.Type {
+	case "", "BPE":
+		return newBPE(raw)
+	case "WordPiece":
+		return newWordPiece(raw)
+	default:
+		return nil, fmt.Errorf("model type %q is not supported (BPE, WordPiece)", c.Type)
+	}
+}
+
 // mergeInfo is what a merge rule yields: its rank (position in the merges list, lower
 // applies first) and the id of the merged token.
 type mergeInfo struct {
@@ -297,6 +323,8 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 }
 
 func (m *bpeModel) Size() int { return len(m.vocab) }
+
+func (m *bpeModel) idBound() int { return len(m.vocabR) }
 
 func (m *bpeModel) TokenToID(tok string) (uint32, bool) {
 	id, ok := m.vocab[tok]

@@ -30,6 +30,15 @@ func newDecoder(raw json.RawMessage) (Decoder, error) {
 		return byteFallbackDecoder{}, nil
 	case "Fuse":
 		return fuseDecoder{}, nil
+	case "WordPiece":
+		s := struct {
+			Prefix  string `json:"prefix"`
+			Cleanup bool   `json:"cleanup"`
+		}{Prefix: "##", Cleanup: true}
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, fmt.Errorf("decoder WordPiece: %w", err)
+		}
+		return wordPieceDecoder{prefix: s.Prefix, cleanup: s.Cleanup}, nil
 	case "Strip":
 		var s struct {
 			Content string `json:"content"`

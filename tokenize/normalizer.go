@@ -80,6 +80,8 @@ func newNormalizer(raw json.RawMessage) (Normalizer, error) {
 		return replaceNormalizer{m: m, content: s.Content}, nil
 	case "ByteLevel":
 		return byteLevelNormalizer{}, nil
+	case "BertNormalizer":
+		return newBertNormalizer(raw)
 	case "Sequence":
 		var s struct {
 			Normalizers []json.RawMessage `json:"normalizers"`

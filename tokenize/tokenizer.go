@@ -17,7 +17,9 @@ var ErrInvalidUTF8 = errors.New("text is not valid UTF-8")
 // Tokenizer encodes text to token ids and back with the behaviour of a Hugging Face
 // tokenizer.json. It is immutable after loading and safe for concurrent use.
 type Tokenizer struct {
-	model      *bpeModel
+	model tokenModel
+	// bpe is model when it is BPE (nil otherwise): the byte-level fast path is its own.
+	bpe        *bpeModel
 	normalizer Normalizer
 	pre        PreTokenizer
 	post       PostProcessor
@@ -94,9 +96,10 @@ func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 	}
 	t := &Tokenizer{specialContent: make(map[string]bool)}
 	var err error
-	if t.model, err = newBPE(spec.Model); err != nil {
+	if t.model, err = newModel(spec.Model); err != nil {
 		return nil, err
 	}
+	t.bpe, _ = t.model.(*bpeModel)
 	if t.normalizer, err = newNormalizer(spec.Normalizer); err != nil {
 		return nil, err
 	}
@@ -106,7 +109,10 @@ func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 	if t.pre != nil {
 		t.pre = deferByteLevel(t.pre)
 		if usesDeferredByteLevel(t.pre) {
-			t.model.enableByteLevel()
+			if t.bpe == nil {
+				return nil, errors.New("tokenizer.json: the ByteLevel pre-tokenizer needs a BPE model")
+			}
+			t.bpe.enableByteLevel()
 		}
 	}
 	if t.post, err = newPostProcessor(spec.PostProcessor); err != nil {
@@ -118,7 +124,7 @@ func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 	if t.added, err = newAddedVocab(spec.AddedTokens, t.model, t.normalizer); err != nil {
 		return nil, err
 	}
-	t.vocabSize = max(t.model.Size(), len(t.model.vocabR))
+	t.vocabSize = max(t.model.Size(), t.model.idBound())
 	for _, a := range t.added.tokens {
 		if a.Special {
 			t.specialContent[a.Content] = true
@@ -182,7 +188,7 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []Span) (
 			sc.pre = t.pre.PreTokenize(sc.pre[:0], preToken{s: sub.text, atStart: sub.atStart}, sc)
 			for _, p := range sc.pre {
 				if p.byteLevel {
-					ids = t.model.tokenizeByteLevel(ids, p.s)
+					ids = t.bpe.tokenizeByteLevel(ids, p.s)
 				} else {
 					ids = t.model.Tokenize(ids, p.s)
 				}

@@ -114,7 +114,7 @@ func TestLossyUTF8(t *testing.T) {
 // The direct scan and the heap must merge identically (the heap serves long words).
 func TestMergeScanEqualsHeap(t *testing.T) {
 	for _, name := range []string{"llama2", "gemma3"} {
-		m := loadTestTokenizer(t, name).model
+		m := loadTestTokenizer(t, name).bpe
 		r := rand.New(rand.NewPCG(3, 4))
 		alphabet := []rune("▁▁▁aaabbeeinorst.,\n中文")
 		for i := 0; i < 3000; i++ {

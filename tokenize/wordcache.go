@@ -57,13 +57,17 @@ func (c *wordCache) put(k string, ids []uint32) {
 // resetCaches empties the per-word caches (benchmarks of cold encoding use it).
 func (m *bpeModel) resetCaches() {
 	for _, c := range []*wordCache{m.cache, m.rawCache} {
-		if c == nil {
-			continue
+		if c != nil {
+			c.reset()
 		}
-		for i := range c.shards {
-			c.shards[i].mu.Lock()
-			clear(c.shards[i].m)
-			c.shards[i].mu.Unlock()
-		}
+	}
+}
+
+// reset empties every shard.
+func (c *wordCache) reset() {
+	for i := range c.shards {
+		c.shards[i].mu.Lock()
+		clear(c.shards[i].m)
+		c.shards[i].mu.Unlock()
 	}
 }

