@@ -13,7 +13,8 @@ import (
 // bertNormalizer is HF's BertNormalizer, in its order: clean the text (drop NUL, U+FFFD
 // and "other" runes — control, format, private use, unassigned — and turn every
 // whitespace rune, \t \n \r included, into a space), put spaces around CJK ideographs
-// so each becomes its own word, strip accents (NFD, then drop non-spacing marks), and
+// so each becomes its own word, strip accents (NFD, then drop non-spacing marks — Mn
+// only, where the StripAccents normalizer drops every mark), and
 // lowercase. strip_accents left null follows lowercase, as in the original BERT
 // (uncased models lose their accents, cased ones keep them).
 type bertNormalizer struct {
@@ -44,7 +45,7 @@ func (n bertNormalizer) Normalize(s string) string {
 		s = n.cleanAndSpace(s)
 	}
 	if n.stripAccents {
-		s = stripAccentsNormalizer{}.Normalize(norm.NFD.String(s))
+		s = removeRunes(norm.NFD.String(s), unicode.Mn)
 	}
 	if n.lowercase {
 		s = lowercaseRunes(s)

@@ -42,8 +42,10 @@ func newModel(raw json.RawMessage) (tokenModel, error) {
 		return newBPE(raw)
 	case "WordPiece":
 		return newWordPiece(raw)
+	case "Unigram":
+		return newUnigram(raw)
 	default:
-		return nil, fmt.Errorf("model type %q is not supported (BPE, WordPiece)", c.Type)
+		return nil, fmt.Errorf("model type %q is not supported (BPE, WordPiece, Unigram)", c.Type)
 	}
 }
 

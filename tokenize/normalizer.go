@@ -82,6 +82,8 @@ func newNormalizer(raw json.RawMessage) (Normalizer, error) {
 		return byteLevelNormalizer{}, nil
 	case "BertNormalizer":
 		return newBertNormalizer(raw)
+	case "Precompiled":
+		return newPrecompiled(raw)
 	case "Sequence":
 		var s struct {
 			Normalizers []json.RawMessage `json:"normalizers"`
@@ -179,10 +181,20 @@ func (n stripNormalizer) Normalize(s string) string {
 
 type stripAccentsNormalizer struct{}
 
-// Normalize removes non-spacing marks (HF StripAccents; meant to follow NFD).
+// Normalize removes every combining mark — non-spacing (Mn), spacing (Mc) and enclosing
+// (Me) — as HF StripAccents does (it is meant to follow NFD or NFKD). BertNormalizer's
+// own accent stripping removes Mn only (stripNonspacingMarks).
 func (stripAccentsNormalizer) Normalize(s string) string {
+	return removeRunes(s, unicode.M)
+}
+
+// removeRunes drops the runes of table, returning s itself when there are none.
+func removeRunes(s string, table *unicode.RangeTable) string {
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.Is(table, r) }) < 0 {
+		return s
+	}
 	return strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Mn, r) {
+		if unicode.Is(table, r) {
 			return -1
 		}
 		return r

@@ -13,7 +13,7 @@ import (
 // over the corpus by `make testdata`; the tokenizer files are fetched by the same step.
 // TOKENIZE_TESTDATA overrides the folder (same layout), for development.
 
-var goldenTokenizers = []string{"llama3", "qwen3", "deepseek_v3", "llama2", "gemma3", "bert_uncased"}
+var goldenTokenizers = []string{"llama3", "qwen3", "deepseek_v3", "llama2", "gemma3", "bert_uncased", "albert", "albert_cased"}
 
 func testdataDir() string {
 	if d := os.Getenv("TOKENIZE_TESTDATA"); d != "" {

@@ -35,7 +35,7 @@ const ROOT = resolve(HERE, '../..')
 const TESTDATA = join(ROOT, 'tokenize/testdata')
 const GOLDEN = join(TESTDATA, 'golden')
 
-export const NAMES = ['llama3', 'qwen3', 'deepseek_v3', 'llama2', 'gemma3', 'bert_uncased']
+export const NAMES = ['llama3', 'qwen3', 'deepseek_v3', 'llama2', 'gemma3', 'bert_uncased', 'albert', 'albert_cased']
 export const LONG_DOCS = [
   ['long-4k', 'long-4k.txt'],
   ['long-64k', 'long-64k.txt'],
