@@ -94,10 +94,10 @@ check: proto sdk lint fmt-check vet
 clean:
 	rm -rf $(BIN)
 
-## testdata: fetch the five real tokenizers and the tiktoken rank files (pinned, checksummed) into
-## tokenize/testdata/tokenizers/ (git-ignored); golden: regenerate tokenize/testdata/golden/ from Hugging
-## Face tokenizers' Node binding and npm tiktoken; golden-check: regenerate into a temp dir and fail if
-## it differs from the committed files.
+## testdata: fetch the real tokenizers (pinned, checksummed; three built from real vocabularies) and the
+## tiktoken rank files into tokenize/testdata/tokenizers/ (git-ignored); golden: regenerate
+## tokenize/testdata/golden/ from Hugging Face tokenizers' Node binding and npm tiktoken; golden-check:
+## regenerate into a temp dir and fail if it differs from the committed files.
 testdata:
 	scripts/tokenizers/fetch.sh
 

@@ -40,7 +40,7 @@ function arg(name, def) {
   const i = process.argv.indexOf(`--${name}`)
   return i >= 0 ? process.argv[i + 1] : def
 }
-const tokenizers = arg('tokenizers', 'llama3,qwen3,deepseek_v3,llama2,gemma3').split(',')
+const tokenizers = arg('tokenizers', 'llama3,qwen3,deepseek_v3,llama2,gemma3,bert_uncased,albert,albert_cased').split(',')
 const docs = arg('docs', 'long-4k,long-64k').split(',')
 const minMs = Number(arg('min-ms', '2000'))
 const warmupMs = Number(arg('warmup-ms', '500'))

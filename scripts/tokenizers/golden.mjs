@@ -1,7 +1,7 @@
 // golden.mjs: expected token ids for kvgate's tokenizer parity tests, from the reference.
 //
 // The reference is Hugging Face tokenizers itself, through its official Node binding (npm
-// `tokenizers`, pinned in package.json / package-lock.json). For each of the five tokenizers in
+// `tokenizers`, pinned in package.json / package-lock.json). For each of the eight tokenizers in
 // tokenize/testdata/tokenizers/<name>/tokenizer.json (fetched by fetch.sh / `make testdata`), and
 // for every string of tokenize/testdata/corpus.json plus the two long documents, it records:
 //
