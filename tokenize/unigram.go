@@ -49,12 +49,12 @@ func newUnigram(raw json.RawMessage) (*unigramModel, error) {
 		pieces:       make([]string, len(spec.Vocab)),
 		scores:       make([]float64, len(spec.Vocab)),
 		ids:          make(map[string]uint32, len(spec.Vocab)),
-		trie:         newPieceTrie(),
 		unkID:        -1,
 		byteFallback: spec.ByteFallback,
 		cache:        newWordCache(),
 	}
 	minScore := math.Inf(1)
+	var tb pieceTrieBuilder
 	for i, entry := range spec.Vocab {
 		var pair [2]json.RawMessage
 		if err := json.Unmarshal(entry, &pair); err != nil {
@@ -68,9 +68,10 @@ func newUnigram(raw json.RawMessage) (*unigramModel, error) {
 		}
 		// A later duplicate wins, as HF's HashMap insert does.
 		m.ids[m.pieces[i]] = uint32(i)
-		m.trie.insert(m.pieces[i], uint32(i))
+		tb.insert(m.pieces[i], uint32(i))
 		minScore = min(minScore, m.scores[i])
 	}
+	m.trie = tb.freeze()
 	m.unkScore = minScore - unkPenalty
 	if spec.UnkID != nil {
 		if *spec.UnkID < 0 || *spec.UnkID >= len(m.pieces) {
@@ -209,45 +210,4 @@ func (m *unigramModel) appendUnknownReversed(dst []uint32, s string) []uint32 {
 		}
 	}
 	return append(dst, uint32(max(m.unkID, 0)))
-}
-
-// pieceTrie is a byte trie over the vocabulary, with edges in one map keyed by
-// (node, byte): compact for tens of thousands of pieces and one lookup per byte.
-type pieceTrie struct {
-	edges map[uint64]uint32 // node<<8 | byte → child node
-	value []int32           // node → piece id, -1 when no piece ends there
-}
-
-func newPieceTrie() pieceTrie {
-	return pieceTrie{edges: make(map[uint64]uint32), value: []int32{-1}}
-}
-
-func (t *pieceTrie) insert(piece string, id uint32) {
-	node := uint32(0)
-	for i := 0; i < len(piece); i++ {
-		k := uint64(node)<<8 | uint64(piece[i])
-		child, ok := t.edges[k]
-		if !ok {
-			child = uint32(len(t.value))
-			t.edges[k] = child
-			t.value = append(t.value, -1)
-		}
-		node = child
-	}
-	t.value[node] = int32(id) // a later duplicate wins, as in the string → id map
-}
-
-// walk calls visit for every piece that is a prefix of s, shortest first.
-func (t *pieceTrie) walk(s string, visit func(length int, id uint32)) {
-	node := uint32(0)
-	for i := 0; i < len(s); i++ {
-		child, ok := t.edges[uint64(node)<<8|uint64(s[i])]
-		if !ok {
-			return
-		}
-		node = child
-		if v := t.value[node]; v >= 0 {
-			visit(i+1, uint32(v))
-		}
-	}
 }
