@@ -56,6 +56,12 @@
 // cut before each ▁ that no merge rule can join to the rune before it (computed from
 // the merges at load time), so the pieces can be merged independently and cached, and
 // long pieces use a priority queue over a linked list: O(n log n), never quadratic.
+// WordPiece starts each longest-match search at the longest vocabulary entry, not at
+// the end of the word. Unigram's Viterbi walks a byte trie of the vocabulary from every
+// rune boundary, so the trie is frozen into a dense root table and sorted label runs
+// (piecetrie.go); its cost is the text's length times the depth of the matches. The
+// BertNormalizer and Precompiled passes return their input unchanged, without copying,
+// when nothing in it needs rewriting (plain ASCII words, for BERT).
 //
 // # tiktoken files
 //
