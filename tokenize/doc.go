@@ -137,6 +137,7 @@
 // strings. Oniguruma's case folding of ſ to s in (?i) is reproduced (regexp2 lacks it);
 // the tiktoken scanners fold it too, which no tiktoken golden pins (the ids of the cases
 // tried come out the same either way). Character classes come from Go's
-// unicode package (Unicode 15.0); the reference uses Unicode 16 tables, so letters added
-// in 15.1/16.0 (e.g. Garay, U+10D40–U+10D8F) are classified differently.
+// unicode package (Unicode 15.0), and Precompiled's grapheme clusters from rivo/uniseg
+// (Unicode 15.0); the reference uses Unicode 16 tables, so letters added in 15.1/16.0
+// (e.g. Garay, U+10D40–U+10D8F) are classified differently.
 package tokenize

@@ -104,23 +104,9 @@ func (m *unigramModel) IDToToken(id uint32) (string, bool) {
 	return "", false
 }
 
-// Tokenize appends the ids of word's best segmentation; words up to maxCachedWord bytes
-// are cached.
+// Tokenize appends the ids of word's best segmentation; words are cached.
 func (m *unigramModel) Tokenize(dst []uint32, word string) []uint32 {
-	if word == "" {
-		return dst
-	}
-	if len(word) <= maxCachedWord {
-		if ids, ok := m.cache.get(word); ok {
-			return append(dst, ids...)
-		}
-	}
-	n := len(dst)
-	dst = m.viterbi(dst, word)
-	if len(word) <= maxCachedWord {
-		m.cache.put(word, dst[n:])
-	}
-	return dst
+	return m.cache.through(dst, word, m.viterbi)
 }
 
 // viterbiNode is the best path ending at one byte position: its score, where its last

@@ -63,6 +63,24 @@ func (m *bpeModel) resetCaches() {
 	}
 }
 
+// through appends the ids of word, from the cache when it holds them, else from encode
+// (whose result is then cached); words longer than maxCachedWord bypass the cache.
+func (c *wordCache) through(dst []uint32, word string, encode func([]uint32, string) []uint32) []uint32 {
+	if word == "" {
+		return dst
+	}
+	if len(word) > maxCachedWord {
+		return encode(dst, word)
+	}
+	if ids, ok := c.get(word); ok {
+		return append(dst, ids...)
+	}
+	n := len(dst)
+	dst = encode(dst, word)
+	c.put(word, dst[n:])
+	return dst
+}
+
 // reset empties every shard.
 func (c *wordCache) reset() {
 	for i := range c.shards {

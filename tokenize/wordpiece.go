@@ -84,23 +84,10 @@ func (m *wordPieceModel) IDToToken(id uint32) (string, bool) {
 
 func (m *wordPieceModel) resetCaches() { m.cache.reset() }
 
-// Tokenize appends the pieces of word. Words up to maxCachedWord bytes are cached: a
-// pre-tokenized text repeats its words, and a hit skips the map probes of the search.
+// Tokenize appends the pieces of word. Words are cached: a pre-tokenized text repeats
+// its words, and a hit skips the map probes of the search.
 func (m *wordPieceModel) Tokenize(dst []uint32, word string) []uint32 {
-	if word == "" {
-		return dst
-	}
-	if len(word) <= maxCachedWord {
-		if ids, ok := m.cache.get(word); ok {
-			return append(dst, ids...)
-		}
-	}
-	n := len(dst)
-	dst = m.pieces(dst, word)
-	if len(word) <= maxCachedWord {
-		m.cache.put(word, dst[n:])
-	}
-	return dst
+	return m.cache.through(dst, word, m.pieces)
 }
 
 // pieces is the uncached greedy longest-match search.

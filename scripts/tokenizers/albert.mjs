@@ -21,6 +21,8 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
+import { clsSepTemplate, specialToken } from './pieces.mjs'
+
 const [dtsPath, outDir] = process.argv.slice(2)
 if (!dtsPath || !outDir) {
   console.error('usage: node albert.mjs INDEX_D_TS OUT_DIR')
@@ -93,15 +95,7 @@ const id = (piece) => {
   if (i < 0) throw new Error(`no piece ${piece}`)
   return i
 }
-const added = (content, lstrip = false) => ({
-  id: id(content),
-  content,
-  single_word: false,
-  lstrip,
-  rstrip: false,
-  normalized: false,
-  special: true,
-})
+const added = (content, lstrip = false) => specialToken(id(content), content, { lstrip })
 const metaspace = { type: 'Metaspace', replacement: '▁', prepend_scheme: 'always', split: true }
 
 function tokenizer({ lowercase }) {
@@ -121,25 +115,7 @@ function tokenizer({ lowercase }) {
     added_tokens: [added('<pad>'), added('<unk>'), added('[CLS]'), added('[SEP]'), added('[MASK]', true)],
     normalizer: { type: 'Sequence', normalizers },
     pre_tokenizer: metaspace,
-    post_processor: {
-      type: 'TemplateProcessing',
-      single: [
-        { SpecialToken: { id: '[CLS]', type_id: 0 } },
-        { Sequence: { id: 'A', type_id: 0 } },
-        { SpecialToken: { id: '[SEP]', type_id: 0 } },
-      ],
-      pair: [
-        { SpecialToken: { id: '[CLS]', type_id: 0 } },
-        { Sequence: { id: 'A', type_id: 0 } },
-        { SpecialToken: { id: '[SEP]', type_id: 0 } },
-        { Sequence: { id: 'B', type_id: 1 } },
-        { SpecialToken: { id: '[SEP]', type_id: 1 } },
-      ],
-      special_tokens: {
-        '[CLS]': { id: '[CLS]', ids: [id('[CLS]')], tokens: ['[CLS]'] },
-        '[SEP]': { id: '[SEP]', ids: [id('[SEP]')], tokens: ['[SEP]'] },
-      },
-    },
+    post_processor: clsSepTemplate(id('[CLS]'), id('[SEP]')),
     decoder: metaspace,
     model: {
       type: 'Unigram',

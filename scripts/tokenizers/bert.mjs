@@ -18,6 +18,8 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
+import { clsSepTemplate, specialToken } from './pieces.mjs'
+
 const [vocabPath, outDir] = process.argv.slice(2)
 if (!vocabPath || !outDir) {
   console.error('usage: node bert.mjs VOCAB_JSON OUT_DIR')
@@ -43,15 +45,7 @@ pieces.forEach((p, id) => {
   vocab[tok] = id
 })
 
-const special = (content) => ({
-  id: vocab[content],
-  content,
-  single_word: false,
-  lstrip: false,
-  rstrip: false,
-  normalized: false,
-  special: true,
-})
+const special = (content) => specialToken(vocab[content], content)
 
 const tokenizer = {
   version: '1.0',
@@ -66,25 +60,7 @@ const tokenizer = {
     lowercase: true,
   },
   pre_tokenizer: { type: 'BertPreTokenizer' },
-  post_processor: {
-    type: 'TemplateProcessing',
-    single: [
-      { SpecialToken: { id: '[CLS]', type_id: 0 } },
-      { Sequence: { id: 'A', type_id: 0 } },
-      { SpecialToken: { id: '[SEP]', type_id: 0 } },
-    ],
-    pair: [
-      { SpecialToken: { id: '[CLS]', type_id: 0 } },
-      { Sequence: { id: 'A', type_id: 0 } },
-      { SpecialToken: { id: '[SEP]', type_id: 0 } },
-      { Sequence: { id: 'B', type_id: 1 } },
-      { SpecialToken: { id: '[SEP]', type_id: 1 } },
-    ],
-    special_tokens: {
-      '[CLS]': { id: '[CLS]', ids: [vocab['[CLS]']], tokens: ['[CLS]'] },
-      '[SEP]': { id: '[SEP]', ids: [vocab['[SEP]']], tokens: ['[SEP]'] },
-    },
-  },
+  post_processor: clsSepTemplate(vocab['[CLS]'], vocab['[SEP]']),
   decoder: { type: 'WordPiece', prefix: '##', cleanup: true },
   model: {
     type: 'WordPiece',

@@ -129,6 +129,7 @@ pins() {
 	for n in "${NAMES[@]}"; do echo "pin $n ${INTEGRITY[$n]}"; done
 	echo "pin $BERT_PKG $BERT_INTEGRITY $(hash sha256 hex "$HERE/bert.mjs")"
 	echo "pin $SPM_PKG $SPM_INTEGRITY $(hash sha256 hex "$HERE/albert.mjs")"
+	echo "pin builders $(hash sha256 hex "$HERE/pieces.mjs")"
 	file_pins
 }
 
