@@ -168,8 +168,12 @@ func (m *unigramModel) viterbi(dst []uint32, word string) []uint32 {
 	for i, j := n, len(dst)-1; i < j; i, j = i+1, j-1 {
 		dst[i], dst[j] = dst[j], dst[i]
 	}
-	*bp = best
-	m.scratch.Put(bp)
+	// A lattice for a very long word is not kept: a pooled buffer would hold its memory
+	// for as long as the pool keeps it (the same bound as the pre-tokenizer's scratch).
+	if cap(best) <= 1<<14 {
+		*bp = best
+		m.scratch.Put(bp)
+	}
 	return dst
 }
 
