@@ -148,6 +148,7 @@ func fromTiktoken(toks []string, spec tiktokenSpec, tokenizerConfigJSON []byte) 
 	}
 	t := &Tokenizer{
 		model: model,
+		bpe:   model,
 		// Keep the matches, drop what lies between them (Removed, inverted), as
 		// tiktoken's find_iter loop does.
 		pre: sequencePreTokenizer{
