@@ -108,6 +108,16 @@ func forgetRemoved(reg *workers.Registry, route *kvRoute, policies func() []poli
 // Admin.AddWorker asks: an engine that does not answer yet is added
 // unhealthy and joins when it answers.
 func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
+	w, err := g.addWorker(ctx, addr, role, proto, bootstrapPort)
+	if err == nil {
+		g.Server.UpdateHealth()
+	}
+	return w, err
+}
+
+// addWorker is AddWorker without the server's health update, for callers
+// that may run before the server exists (service discovery).
+func (g *Gateway) addWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
 	switch {
 	case !g.pdMode && role != workers.RoleRegular:
 		return nil, fmt.Errorf("a %s worker needs a router started with --pd-disaggregation", role)
@@ -133,7 +143,6 @@ func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role,
 	for _, w := range ws {
 		logRegistered(g.log, w)
 	}
-	g.Server.UpdateHealth()
 	return ws[0], nil
 }
 
@@ -145,6 +154,16 @@ func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role,
 // (url@rank removes one). It returns the worker (the first rank) and how
 // many requests were cut.
 func (g *Gateway) RemoveWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
+	w, cut, err := g.removeWorker(ctx, addr, drain)
+	if err == nil {
+		g.Server.UpdateHealth()
+	}
+	return w, cut, err
+}
+
+// removeWorker is RemoveWorker without the server's health update (see
+// addWorker).
+func (g *Gateway) removeWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
 	ws := g.Registry.Engine(addr)
 	if len(ws) == 0 {
 		return nil, 0, fmt.Errorf("worker %s: %w", addr, workers.ErrWorkerNotFound)
@@ -175,7 +194,6 @@ func (g *Gateway) RemoveWorker(ctx context.Context, addr string, drain time.Dura
 		_ = w.Close()
 		g.log.Info("worker removed", "worker", w.URL())
 	}
-	g.Server.UpdateHealth()
 	g.log.Info("engine removed", "address", addr, "targets", len(ws), "cut_requests", cut)
 	return ws[0], cut, nil
 }

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/kvgate/kvgate/discovery"
 	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/pd"
@@ -111,6 +112,11 @@ type Config struct {
 	Auth auth.Config
 	// SeparateAdmin serves Admin only through Gateway.ServeAdmin.
 	SeparateAdmin bool
+	// Discovery, when set, adds and removes workers as Kubernetes pods
+	// become Ready and leave (see package discovery), beside WorkerURLs;
+	// its PD must equal PD. With it, PD needs no worker URLs.
+	Discovery *discovery.Config
+
 	// TracerProvider, when set, traces every request (see server.Config)
 	// and makes every call to an engine carry the trace's W3C traceparent.
 	// nil: tracing is off. The caller owns it and shuts it down after the
@@ -189,7 +195,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if !cfg.PD && len(cfg.DecodeURLs) > 0 {
 		return nil, errors.New("decode workers need prefill/decode disaggregation (--pd-disaggregation)")
 	}
-	if cfg.PD && (len(cfg.WorkerURLs) == 0 || len(cfg.DecodeURLs) == 0) {
+	if cfg.PD && cfg.Discovery == nil && (len(cfg.WorkerURLs) == 0 || len(cfg.DecodeURLs) == 0) {
 		return nil, errors.New("prefill/decode disaggregation needs prefill workers (--worker-urls) and decode workers (--decode)")
 	}
 	if err := cfg.Reliability.Validate(); err != nil {
@@ -260,7 +266,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			return nil, err
 		}
 	}
-	if cfg.WaitForWorkers {
+	if cfg.WaitForWorkers && cfg.Discovery == nil { // else startDiscovery waits
 		wctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 		err := waitConnected(wctx, g.Registry)
 		cancel()
@@ -301,6 +307,13 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			return nil, err
 		}
 		g.watches = append(g.watches, g.watchModels(cfg))
+		serverBuilt, err := g.startDiscovery(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if serverBuilt != nil {
+			serverBuilt()
+		}
 		wctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
 		err = g.waitModels(wctx, cfg)
 		cancel()
@@ -314,6 +327,12 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 		g.models.publish(m)
 		g.Policy = m.main
+		// Discovery starts before the tokenizer loads, so that it can
+		// come from the first engine discovered.
+		serverBuilt, err := g.startDiscovery(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
 		g.Text = cfg.Text
 		if g.Text == nil && !cfg.TokenIDsOnly {
 			if g.Text, err = loadText(ctx, cfg, g.Registry, log); err != nil {
@@ -329,6 +348,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 		if g.Server, err = server.New(scfg); err != nil {
 			return nil, err
+		}
+		if serverBuilt != nil {
+			serverBuilt()
 		}
 	}
 

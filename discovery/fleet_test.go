@@ -1,0 +1,409 @@
+package discovery_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/discovery"
+	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+const ns = "llm"
+
+// The PD selectors: distinct keys, so that one pod can match both.
+var prefillSel, decodeSel = map[string]string{"prefill": "yes"}, map[string]string{"decode": "yes"}
+
+// cluster is a router whose fleet comes from service discovery over a fake
+// Kubernetes API (client-go's own fake clientset, watches included), in
+// front of simulated engines on loopback that play the pods' engines: each
+// pod's kvgate.io/port annotation names its engine's port.
+type cluster struct {
+	t      testing.TB
+	k8s    *fake.Clientset
+	g      *gateway.Gateway
+	router kvgatev1.RouterClient
+	// watches receives every pod watch the informers open, so that a
+	// test can drop them; failWatch makes new ones fail.
+	watches   chan watch.Interface
+	failWatch atomic.Bool
+}
+
+type clusterOptions struct {
+	pd      bool
+	sel     map[string]string // regular workers; default app=engine
+	static  []string          // --worker-urls beside discovery
+	retries time.Duration     // RetryMin; default 20ms
+}
+
+func startCluster(t testing.TB, o clusterOptions) *cluster {
+	t.Helper()
+	c := &cluster{t: t, k8s: fake.NewClientset(), watches: make(chan watch.Interface, 64)}
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	c.k8s.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		if c.failWatch.Load() {
+			return true, nil, errors.New("injected: watch refused")
+		}
+		w, err := c.k8s.Tracker().Watch(pods, a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		select {
+		case c.watches <- w:
+		default:
+		}
+		return true, w, nil
+	})
+	dc := discovery.DefaultConfig()
+	dc.Client, dc.Namespace, dc.PD = c.k8s, ns, o.pd
+	dc.RetryMin = 20 * time.Millisecond
+	if o.retries > 0 {
+		dc.RetryMin = o.retries
+	}
+	dc.Drain = 2 * time.Second
+	if o.pd {
+		dc.Prefill, dc.Decode = prefillSel, decodeSel
+	} else {
+		dc.Regular = o.sel
+		if dc.Regular == nil {
+			dc.Regular = map[string]string{"app": "engine"}
+		}
+	}
+	cfg := gateway.DefaultConfig()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Policy = "round_robin"
+	cfg.PD = o.pd
+	cfg.TokenIDsOnly = true
+	cfg.LoadPollInterval = 50 * time.Millisecond
+	cfg.Health = workers.HealthConfig{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1}
+	cfg.WorkerURLs = o.static
+	cfg.Discovery = &dc
+	g, err := gateway.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.g = g
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(lis)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.router = kvgatev1.NewRouterClient(conn)
+	t.Cleanup(func() {
+		conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		g.Shutdown(ctx)
+	})
+	return c
+}
+
+// engine starts a simulated engine for a pod and stops it when the test ends.
+func engine(t testing.TB, role string) *sim.Server {
+	t.Helper()
+	c := sim.DefaultConfig()
+	c.TimeScale = 0
+	c.Logger = slog.New(slog.DiscardHandler)
+	c.Role = role
+	if role == sim.RoleDecode {
+		c.BootstrapTimeout = 300 * time.Millisecond
+	}
+	s, err := sim.Start(c, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// podOf is a Running pod for engine s with the given labels, Ready or not.
+func podOf(name string, s *sim.Server, ready bool, lbls map[string]string) *corev1.Pod {
+	_, port, _ := net.SplitHostPort(s.Addr())
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbls,
+			Annotations: map[string]string{discovery.PortAnnotation: port}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"},
+	}
+	setReady(p, ready)
+	return p
+}
+
+func setReady(p *corev1.Pod, ready bool) {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+}
+
+func (c *cluster) create(p *corev1.Pod) {
+	c.t.Helper()
+	if _, err := c.k8s.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) update(p *corev1.Pod) {
+	c.t.Helper()
+	if _, err := c.k8s.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) delete(name string) {
+	c.t.Helper()
+	if err := c.k8s.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// fleet is the router's workers as "role url" strings, sorted.
+func (c *cluster) fleet() []string {
+	var out []string
+	for _, w := range c.g.Registry.Snapshot() {
+		out = append(out, w.Role().String()+" "+w.URL())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitFleet waits until the router's workers are want (see fleet). The
+// deadline bounds a hung test; it asserts nothing about speed.
+func (c *cluster) waitFleet(want ...string) {
+	c.t.Helper()
+	slices.Sort(want)
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(c.fleet(), want) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("fleet is %q, want %q", c.fleet(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func url(s *sim.Server) string { return "grpc://" + s.Addr() }
+
+// generate sends one request through the router and reads it to the end.
+func (c *cluster) generate(ctx context.Context) (worker string, err error) {
+	stream, err := c.router.Generate(ctx, &kvgatev1.GenerateRequest{
+		InputIds:       []uint32{1, 2, 3, 4, 5, 6, 7, 8},
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto.Uint32(4), IgnoreEos: true},
+	})
+	if err != nil {
+		return "", err
+	}
+	for {
+		res, err := stream.Recv()
+		if err == io.EOF {
+			return worker, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if done := res.GetComplete(); done != nil {
+			worker = done.GetWorker()
+		}
+	}
+}
+
+// traffic sends requests without pause until stop is called, which
+// returns how many were sent and the errors.
+func (c *cluster) traffic() (stop func() (int, []error)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu   sync.Mutex
+		errs []error
+		n    int
+		wg   sync.WaitGroup
+	)
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, err := c.generate(context.Background())
+				mu.Lock()
+				n++
+				if err != nil {
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	return func() (int, []error) {
+		cancel()
+		wg.Wait()
+		return n, errs
+	}
+}
+
+// Pods join when Running and Ready and leave, drained, when they stop being
+// Ready, are deleted or change address, while requests keep flowing through
+// every change: a pod that stays Ready throughout carries the traffic, and
+// no request fails.
+func TestPodLifecycle(t *testing.T) {
+	c := startCluster(t, clusterOptions{})
+	sel := map[string]string{"app": "engine"}
+	e0, e1, e2 := engine(t, sim.RoleRegular), engine(t, sim.RoleRegular), engine(t, sim.RoleRegular)
+	stranger := engine(t, sim.RoleRegular)
+
+	c.create(podOf("stable", e0, true, sel))
+	c.waitFleet("regular " + url(e0))
+	stop := c.traffic()
+
+	steps := []struct {
+		name string
+		do   func()
+		want []string
+	}{
+		{"a pod appears, not Ready yet: it waits", func() { c.create(podOf("p1", e1, false, sel)) },
+			[]string{"regular " + url(e0)}},
+		{"a pod of other labels is not ours", func() { c.create(podOf("other", stranger, true, map[string]string{"app": "web"})) },
+			[]string{"regular " + url(e0)}},
+		{"the pod becomes Ready: it joins", func() { c.update(podOf("p1", e1, true, sel)) },
+			[]string{"regular " + url(e0), "regular " + url(e1)}},
+		{"the pod fails readiness: it is drained and removed", func() { c.update(podOf("p1", e1, false, sel)) },
+			[]string{"regular " + url(e0)}},
+		{"Ready again: it joins again", func() { c.update(podOf("p1", e1, true, sel)) },
+			[]string{"regular " + url(e0), "regular " + url(e1)}},
+		{"its address changes (a restart on another port): the old worker leaves, the new one joins",
+			func() { c.update(podOf("p1", e2, true, sel)) },
+			[]string{"regular " + url(e0), "regular " + url(e2)}},
+		{"the pod is being deleted: it leaves at once", func() {
+			p := podOf("p1", e2, true, sel)
+			now := metav1.Now()
+			p.DeletionTimestamp = &now
+			c.update(p)
+		}, []string{"regular " + url(e0)}},
+		{"the pod is deleted", func() { c.delete("p1") }, []string{"regular " + url(e0)}},
+		{"a pod created Ready joins", func() { c.create(podOf("p2", e1, true, sel)) },
+			[]string{"regular " + url(e0), "regular " + url(e1)}},
+	}
+	for _, s := range steps {
+		s.do()
+		c.waitFleet(s.want...)
+		// Let traffic run on the new fleet before the next change.
+		for range 3 {
+			if _, err := c.generate(context.Background()); err != nil {
+				t.Fatalf("after %q: %v", s.name, err)
+			}
+		}
+	}
+	n, errs := stop()
+	if len(errs) > 0 {
+		t.Errorf("%d of %d requests failed while the pods changed; first: %v", len(errs), n, errs[0])
+	}
+	if n < len(steps) {
+		t.Errorf("only %d requests were sent: the traffic did not run", n)
+	}
+}
+
+// With PD, the prefill and decode selectors give the pods their roles, a
+// prefill pod's bootstrap port comes from its annotation (SGLang's router's
+// name accepted), a pod matching both selectors joins as neither, and
+// requests are served by a prefill and a decode worker throughout.
+func TestPDRolesBySelector(t *testing.T) {
+	c := startCluster(t, clusterOptions{pd: true})
+	pre, dec, dec2 := engine(t, sim.RolePrefill), engine(t, sim.RoleDecode), engine(t, sim.RoleDecode)
+	both := engine(t, sim.RoleDecode)
+
+	p := podOf("prefill-0", pre, true, prefillSel)
+	p.Annotations[discovery.SGLangBootstrapPortAnnotation] = strconv.Itoa(pre.Engine().BootstrapPort())
+	c.create(p)
+	c.create(podOf("decode-0", dec, true, decodeSel))
+	c.create(podOf("confused", both, true, map[string]string{"prefill": "yes", "decode": "yes"}))
+	c.waitFleet("prefill "+url(pre), "decode "+url(dec))
+	// The confused pod never joins; were it to, it would be by now (it was
+	// created before the pods the fleet waited for).
+	if _, err := c.generate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFleet("prefill "+url(pre), "decode "+url(dec))
+
+	stop := c.traffic()
+	c.create(podOf("decode-1", dec2, true, decodeSel))
+	c.waitFleet("prefill "+url(pre), "decode "+url(dec), "decode "+url(dec2))
+	c.delete("decode-0")
+	c.waitFleet("prefill "+url(pre), "decode "+url(dec2))
+	for range 3 {
+		if _, err := c.generate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, errs := stop()
+	if len(errs) > 0 {
+		t.Errorf("%d of %d requests failed while the decode pods changed; first: %v", len(errs), n, errs[0])
+	}
+}
+
+// A pod that the fleet refuses (its address is already a worker, given by
+// --worker-urls) is retried with backoff, and joins once the address is
+// free, instead of being forgotten.
+func TestRefusedPodIsRetried(t *testing.T) {
+	e := engine(t, sim.RoleRegular)
+	c := startCluster(t, clusterOptions{static: []string{url(e)}})
+	c.create(podOf("p", e, true, map[string]string{"app": "engine"}))
+	c.waitFleet("regular " + url(e))
+	if _, _, err := c.g.RemoveWorker(context.Background(), url(e), time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// The static worker is gone; discovery's next attempt adds the pod's.
+	c.waitFleet("regular " + url(e))
+	c.delete("p")
+	c.waitFleet()
+}
+
+// After a dropped watch, the informers list the pods again; pods deleted
+// and added while the watch was down are removed and added.
+func TestRelistAfterDroppedWatch(t *testing.T) {
+	c := startCluster(t, clusterOptions{})
+	sel := map[string]string{"app": "engine"}
+	e0, e1, e2 := engine(t, sim.RoleRegular), engine(t, sim.RoleRegular), engine(t, sim.RoleRegular)
+	c.create(podOf("p0", e0, true, sel))
+	c.create(podOf("p1", e1, true, sel))
+	c.waitFleet("regular "+url(e0), "regular "+url(e1))
+
+	// Drop the watch and refuse the next ones, so that nothing is seen
+	// until the informer lists again.
+	c.failWatch.Store(true)
+	for drained := false; !drained; {
+		select {
+		case w := <-c.watches:
+			w.Stop()
+		default:
+			drained = true
+		}
+	}
+	c.delete("p1")
+	c.create(podOf("p2", e2, true, sel))
+	time.Sleep(50 * time.Millisecond) // the informer is blind meanwhile
+	if got := c.fleet(); !slices.Equal(got, []string{"regular " + url(e0), "regular " + url(e1)}) {
+		t.Fatalf("fleet changed while the watch was down: %q (the test's watch reactor did not take effect)", got)
+	}
+	c.failWatch.Store(false)
+	c.waitFleet("regular "+url(e0), "regular "+url(e2))
+}
