@@ -90,10 +90,9 @@ func DefaultConfig() Config {
 
 // Validate reports a configuration that cannot select a fleet, naming the
 // flag to change.
+// The Client is not checked (Run does), so that flags can be checked before
+// a client is made.
 func (c Config) Validate() error {
-	if c.Client == nil {
-		return errors.New("service discovery needs a Kubernetes client")
-	}
 	if c.Port < 1 || c.Port > 65535 {
 		return fmt.Errorf("--service-discovery-port is %d; it must be a port, 1 to 65535", c.Port)
 	}
@@ -156,6 +155,9 @@ func ParseSelector(pairs []string) (map[string]string, error) {
 func Run(ctx context.Context, fleet Fleet, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if cfg.Client == nil {
+		return errors.New("service discovery needs a Kubernetes client")
 	}
 	log := cfg.Logger
 	if log == nil {

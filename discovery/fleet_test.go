@@ -44,9 +44,10 @@ type cluster struct {
 	k8s    *fake.Clientset
 	g      *gateway.Gateway
 	router kvgatev1.RouterClient
-	// watches receives every pod watch the informers open, so that a
-	// test can drop them; failWatch makes new ones fail.
-	watches   chan watch.Interface
+	// open are the pod watches the informers opened, so that a test can
+	// drop them; failWatch makes new ones fail.
+	mu        sync.Mutex
+	open      []watch.Interface
 	failWatch atomic.Bool
 }
 
@@ -59,7 +60,7 @@ type clusterOptions struct {
 
 func startCluster(t testing.TB, o clusterOptions) *cluster {
 	t.Helper()
-	c := &cluster{t: t, k8s: fake.NewClientset(), watches: make(chan watch.Interface, 64)}
+	c := &cluster{t: t, k8s: fake.NewClientset()}
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	c.k8s.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		if c.failWatch.Load() {
@@ -69,10 +70,9 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		if err != nil {
 			return true, nil, err
 		}
-		select {
-		case c.watches <- w:
-		default:
-		}
+		c.mu.Lock()
+		c.open = append(c.open, w)
+		c.mu.Unlock()
 		return true, w, nil
 	})
 	dc := discovery.DefaultConfig()
@@ -92,6 +92,9 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	}
 	cfg := gateway.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	cfg.Policy = "round_robin"
 	cfg.PD = o.pd
 	cfg.TokenIDsOnly = true
@@ -120,7 +123,37 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		defer cancel()
 		g.Shutdown(ctx)
 	})
+	// The fake API does not replay what happened between an informer's
+	// list and its watch (a real one resumes from the list's version):
+	// pods are created once every informer watches.
+	informers := 1
+	if o.pd {
+		informers = 2
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.watching() < informers {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d informers watch pods", c.watching(), informers)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return c
+}
+
+func (c *cluster) watching() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.open)
+}
+
+// dropWatches stops every watch the informers have open.
+func (c *cluster) dropWatches() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.open {
+		w.Stop()
+	}
+	c.open = nil
 }
 
 // engine starts a simulated engine for a pod and stops it when the test ends.
@@ -390,14 +423,7 @@ func TestRelistAfterDroppedWatch(t *testing.T) {
 	// Drop the watch and refuse the next ones, so that nothing is seen
 	// until the informer lists again.
 	c.failWatch.Store(true)
-	for drained := false; !drained; {
-		select {
-		case w := <-c.watches:
-			w.Stop()
-		default:
-			drained = true
-		}
-	}
+	c.dropWatches()
 	c.delete("p1")
 	c.create(podOf("p2", e2, true, sel))
 	time.Sleep(50 * time.Millisecond) // the informer is blind meanwhile

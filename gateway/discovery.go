@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,6 +30,9 @@ func (g *Gateway) startDiscovery(ctx context.Context, cfg Config) (serverBuilt f
 	}
 	if err := dc.Validate(); err != nil {
 		return nil, err
+	}
+	if dc.Client == nil {
+		return nil, errors.New("service discovery needs a Kubernetes client")
 	}
 	if dc.Logger == nil {
 		dc.Logger = g.log

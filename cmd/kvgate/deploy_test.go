@@ -34,9 +34,12 @@ func TestDeployExamplesUseRealServeFlags(t *testing.T) {
 	}{
 		{"../../deploy/kubernetes/sidecar.yaml", func(s string) []string { return manifestFlags(s, "kvgate") },
 			[]string{"host", "prometheus-host", "worker-urls", "worker-protocol"}},
+		{"../../deploy/kubernetes/gateway.yaml", func(s string) []string { return manifestFlags(s, "kvgate") },
+			[]string{"pd-disaggregation", "service-discovery", "service-discovery-namespace", "prefill-selector", "decode-selector", "service-discovery-port"}},
 		{"../../Containerfile", containerfileFlags, []string{"host", "prometheus-host"}},
 		{"../../Containerfile.multistage", containerfileFlags, []string{"host", "prometheus-host"}},
-		{"../../README.md", readmeServeFlags, []string{"worker-urls", "policy", "pd-disaggregation", "decode", "host"}},
+		{"../../README.md", readmeServeFlags, []string{"worker-urls", "policy", "pd-disaggregation", "decode", "host",
+			"service-discovery", "prefill-selector", "decode-selector", "service-discovery-port"}},
 	}
 	known := serveFlagNames()
 	for _, src := range sources {
@@ -291,5 +294,43 @@ func TestImageServes(t *testing.T) {
 		if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "\nkvgate_requests_total{") {
 			t.Errorf("GET /metrics: %s, and no kvgate_requests_total after a Generate:\n%.500s", res.Status, body)
 		}
+	}
+}
+
+// rbac.yaml grants what service discovery uses (get, list and watch on
+// pods) in both its variants, to the service account gateway.yaml runs as.
+func TestRBACManifestCoversServiceDiscovery(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(b), "\n---\n")
+	kinds := map[string]int{}
+	for _, doc := range docs {
+		kind := regexp.MustCompile(`(?m)^kind: (\S+)$`).FindStringSubmatch(doc)
+		if kind == nil {
+			t.Fatalf("a document without a kind:\n%s", doc)
+		}
+		kinds[kind[1]]++
+		if kind[1] == "ClusterRole" || kind[1] == "Role" {
+			if !strings.Contains(doc, `resources: ["pods"]`) || !strings.Contains(doc, `verbs: ["get", "list", "watch"]`) {
+				t.Errorf("the %s does not grant get, list and watch on pods:\n%s", kind[1], doc)
+			}
+		}
+		if (kind[1] == "ClusterRoleBinding" || kind[1] == "RoleBinding") && !strings.Contains(doc, "name: kvgate\n") {
+			t.Errorf("the %s does not bind the kvgate service account:\n%s", kind[1], doc)
+		}
+	}
+	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if kinds[k] != 1 {
+			t.Errorf("rbac.yaml has %d %s documents, want 1", kinds[k], k)
+		}
+	}
+	g, err := os.ReadFile("../../deploy/kubernetes/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(g), "serviceAccountName: kvgate\n") {
+		t.Error("gateway.yaml does not run as rbac.yaml's service account kvgate")
 	}
 }

@@ -73,6 +73,7 @@ type serveConfig struct {
 	decodeURLs           listFlag
 	prefillPolicy        string
 	decodePolicy         string
+	discovery            discoveryFlags
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -123,6 +124,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Var(&c.decodeURLs, "decode", "with --pd-disaggregation: decode workers; several values space-separated, comma-separated or repeated")
 	fs.StringVar(&c.prefillPolicy, "prefill-policy", "cache_aware", "with --pd-disaggregation: policy choosing the prefill worker")
 	fs.StringVar(&c.decodePolicy, "decode-policy", "power_of_two", "with --pd-disaggregation: policy choosing the decode worker")
+	c.discovery.register(fs)
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -133,7 +135,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	// echo and the whole flag list; -h gets the list.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	if err := fs.Parse(joinMultiValues(args, "worker-urls", "decode")); err != nil {
+	if err := fs.Parse(joinMultiValues(args, multiValueFlags...)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
 			fmt.Fprintln(stderr, "Usage of kvgate serve:")
@@ -323,6 +325,9 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	if !c.pdMode && len(c.decodeURLs) > 0 {
 		return g, func() {}, errors.New("--decode needs --pd-disaggregation")
 	}
+	if g.Discovery, err = c.discovery.config(c.pdMode, log); err != nil {
+		return g, func() {}, err
+	}
 	groups, stop, err := workerGroups(c, log)
 	if err != nil {
 		return g, stop, err
@@ -378,6 +383,12 @@ type workerGroup struct {
 func workerGroups(cfg serveConfig, log *slog.Logger) (groups []workerGroup, stop func(), err error) {
 	stop = func() {}
 	urls := []string(cfg.workerURLs)
+	if cfg.discovery.enabled { // the pods are the workers; URLs given join them
+		if !cfg.pdMode {
+			return []workerGroup{{workers.RoleRegular, urls}}, stop, nil
+		}
+		return []workerGroup{{workers.RolePrefill, urls}, {workers.RoleDecode, cfg.decodeURLs}}, stop, nil
+	}
 	if !cfg.pdMode {
 		if len(urls) == 0 {
 			sims, err := startEmbedded(cfg, sim.RoleRegular, log)

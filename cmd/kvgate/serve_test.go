@@ -25,7 +25,7 @@ func defaults(t *testing.T, args ...string) serveConfig {
 	var cfg serveConfig
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	cfg.register(fs)
-	if err := fs.Parse(joinMultiValues(args, "worker-urls")); err != nil {
+	if err := fs.Parse(joinMultiValues(args, multiValueFlags...)); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
@@ -162,7 +162,12 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--health-check-timeout", "-1s"}, "--health-check-timeout"},
 		{[]string{"--load-poll-interval", "0"}, "--load-poll-interval"},
 		{[]string{"--health-failure-threshold", "0"}, "--health-failure-threshold"},
-		{[]string{"--service-discovery"}, "Kubernetes service discovery"},
+		{[]string{"--service-discovery"}, "--selector key=value"},
+		{[]string{"--service-discovery", "--pd-disaggregation", "--prefill-selector", "role=prefill"}, "--decode-selector"},
+		{[]string{"--service-discovery", "--selector", "app"}, "--selector: \"app\" is not key=value"},
+		{[]string{"--service-discovery", "--selector", "app=x", "--service-discovery-port", "0"}, "--service-discovery-port is 0"},
+		{[]string{"--selector", "app=x"}, "--selector needs --service-discovery"},
+		{[]string{"--prefill-selector", "role=prefill"}, "--prefill-selector needs --service-discovery"},
 		{[]string{"--fastest-please"}, "unknown flag --fastest-please; kvgate serve -h lists the flags"},
 		{[]string{"--port", "x"}, "invalid value"},
 	}
