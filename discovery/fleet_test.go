@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -45,7 +46,8 @@ type cluster struct {
 	g      *gateway.Gateway
 	router kvgatev1.RouterClient
 	// open are the pod watches the informers opened, so that a test can
-	// drop them; failWatch makes new ones fail.
+	// drop them; failWatch makes new ones, and lists, fail: the API is
+	// unreachable.
 	mu        sync.Mutex
 	open      []watch.Interface
 	failWatch atomic.Bool
@@ -62,6 +64,12 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	t.Helper()
 	c := &cluster{t: t, k8s: fake.NewClientset()}
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	c.k8s.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if c.failWatch.Load() {
+			return true, nil, errors.New("injected: list refused")
+		}
+		return false, nil, nil // the tracker answers
+	})
 	c.k8s.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		if c.failWatch.Load() {
 			return true, nil, errors.New("injected: watch refused")
@@ -229,7 +237,7 @@ func (c *cluster) fleet() []string {
 // deadline bounds a hung test; it asserts nothing about speed.
 func (c *cluster) waitFleet(want ...string) {
 	c.t.Helper()
-	slices.Sort(want)
+	want = sorted(want...)
 	deadline := time.Now().Add(10 * time.Second)
 	for !slices.Equal(c.fleet(), want) {
 		if time.Now().After(deadline) {
@@ -237,6 +245,12 @@ func (c *cluster) waitFleet(want ...string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+func sorted(s ...string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }
 
 func url(s *sim.Server) string { return "grpc://" + s.Addr() }
@@ -420,14 +434,15 @@ func TestRelistAfterDroppedWatch(t *testing.T) {
 	c.create(podOf("p1", e1, true, sel))
 	c.waitFleet("regular "+url(e0), "regular "+url(e1))
 
-	// Drop the watch and refuse the next ones, so that nothing is seen
-	// until the informer lists again.
+	// Drop the watch and make the API unreachable, so that nothing is
+	// seen until the informer lists again. The fake API replays nothing
+	// to a new watch, so only that list can bring the changes.
 	c.failWatch.Store(true)
 	c.dropWatches()
 	c.delete("p1")
 	c.create(podOf("p2", e2, true, sel))
 	time.Sleep(50 * time.Millisecond) // the informer is blind meanwhile
-	if got := c.fleet(); !slices.Equal(got, []string{"regular " + url(e0), "regular " + url(e1)}) {
+	if got, want := c.fleet(), sorted("regular "+url(e0), "regular "+url(e1)); !slices.Equal(got, want) {
 		t.Fatalf("fleet changed while the watch was down: %q (the test's watch reactor did not take effect)", got)
 	}
 	c.failWatch.Store(false)
