@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,6 +59,7 @@ type clusterOptions struct {
 	sel     map[string]string // regular workers; default app=engine
 	static  []string          // --worker-urls beside discovery
 	retries time.Duration     // RetryMin; default 20ms
+	log     io.Writer         // the router's log, as text; default none (-v: the test's output)
 }
 
 func startCluster(t testing.TB, o clusterOptions) *cluster {
@@ -102,6 +104,9 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if o.log != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(o.log, nil))
 	}
 	cfg.Policy = "round_robin"
 	cfg.PD = o.pd
@@ -408,12 +413,25 @@ func TestPDRolesBySelector(t *testing.T) {
 }
 
 // A pod that the fleet refuses (its address is already a worker, given by
-// --worker-urls) is retried with backoff, and joins once the address is
-// free, instead of being forgotten.
+// --worker-urls) is retried with backoff, logged once rather than at every
+// attempt, and joins once the address is free instead of being forgotten.
 func TestRefusedPodIsRetried(t *testing.T) {
 	e := engine(t, sim.RoleRegular)
-	c := startCluster(t, clusterOptions{static: []string{url(e)}})
+	var log lockedBuffer
+	c := startCluster(t, clusterOptions{static: []string{url(e)}, retries: 10 * time.Millisecond, log: &log})
 	c.create(podOf("p", e, true, map[string]string{"app": "engine"}))
+	const refused = `msg="pod not added to the fleet; retrying with backoff"`
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(log.String(), refused) { // the first refusal
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod was never refused; log:\n%s", log.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // several more attempts (10, 20, 40, 80 ms apart)
+	if n := strings.Count(log.String(), refused); n != 1 {
+		t.Errorf("the refusal was logged %d times, want once:\n%s", n, log.String())
+	}
 	c.waitFleet("regular " + url(e))
 	if _, _, err := c.g.RemoveWorker(context.Background(), url(e), time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -447,4 +465,22 @@ func TestRelistAfterDroppedWatch(t *testing.T) {
 	}
 	c.failWatch.Store(false)
 	c.waitFleet("regular "+url(e0), "regular "+url(e2))
+}
+
+// lockedBuffer is a log destination the router writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
