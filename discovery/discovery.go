@@ -116,8 +116,10 @@ func (c Config) Validate() error {
 			return errors.New("service discovery with --pd-disaggregation needs --prefill-selector and --decode-selector")
 		case len(c.Regular) > 0:
 			return errors.New("with --pd-disaggregation, pods are selected by --prefill-selector and --decode-selector, not --selector")
-		case labels.Equals(c.Prefill, c.Decode):
-			return errors.New("--prefill-selector and --decode-selector are the same: every pod would be both")
+		case contains(c.Decode, c.Prefill):
+			return errors.New("--decode-selector has every label of --prefill-selector: each decode pod would match both selectors (and join as neither)")
+		case contains(c.Prefill, c.Decode):
+			return errors.New("--prefill-selector has every label of --decode-selector: each prefill pod would match both selectors (and join as neither)")
 		}
 		return nil
 	}
@@ -128,6 +130,17 @@ func (c Config) Validate() error {
 		return errors.New("--prefill-selector and --decode-selector need --pd-disaggregation")
 	}
 	return nil
+}
+
+// contains reports whether set has every label of sub: a pod matching set
+// then matches sub too.
+func contains(set, sub map[string]string) bool {
+	for k, v := range sub {
+		if w, ok := set[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseSelector reads key=value pairs, as the selector flags give them.

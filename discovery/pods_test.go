@@ -124,7 +124,16 @@ func TestConfigValidate(t *testing.T) {
 		{"no selector", func(*Config) {}, "--selector"},
 		{"PD without decode", func(c *Config) { c.PD, c.Prefill = true, sel }, "--decode-selector"},
 		{"PD with --selector", func(c *Config) { c.PD, c.Prefill, c.Decode, c.Regular = true, sel, map[string]string{"r": "d"}, sel }, "not --selector"},
-		{"PD selectors equal", func(c *Config) { c.PD, c.Prefill, c.Decode = true, sel, map[string]string{"app": "engine"} }, "the same"},
+		{"PD selectors equal", func(c *Config) { c.PD, c.Prefill, c.Decode = true, sel, map[string]string{"app": "engine"} }, "match both"},
+		{"decode selector narrower", func(c *Config) {
+			c.PD, c.Prefill, c.Decode = true, sel, map[string]string{"app": "engine", "role": "decode"}
+		}, "--decode-selector has every label of --prefill-selector"},
+		{"prefill selector narrower", func(c *Config) {
+			c.PD, c.Prefill, c.Decode = true, map[string]string{"app": "engine", "role": "prefill"}, sel
+		}, "--prefill-selector has every label of --decode-selector"},
+		{"overlapping but distinct", func(c *Config) {
+			c.PD, c.Prefill, c.Decode = true, map[string]string{"app": "engine", "role": "prefill"}, map[string]string{"app": "engine", "role": "decode"}
+		}, ""},
 		{"PD selectors without PD", func(c *Config) { c.Regular, c.Prefill = sel, sel }, "--pd-disaggregation"},
 		{"bad label", func(c *Config) { c.Regular = map[string]string{"a b": "c"} }, "--selector"},
 		{"port 0", func(c *Config) { c.Regular, c.Port = sel, 0 }, "--service-discovery-port"},
