@@ -89,9 +89,8 @@ func DefaultConfig() Config {
 }
 
 // Validate reports a configuration that cannot select a fleet, naming the
-// flag to change.
-// The Client is not checked (Run does), so that flags can be checked before
-// a client is made.
+// flag to change. It does not check Client (Run does), so that the flags
+// can be checked before a client is made.
 func (c Config) Validate() error {
 	if c.Port < 1 || c.Port > 65535 {
 		return fmt.Errorf("--service-discovery-port is %d; it must be a port, 1 to 65535", c.Port)
