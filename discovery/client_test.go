@@ -44,8 +44,8 @@ users:
 		t.Fatal(err)
 	}
 	t.Setenv("KUBECONFIG", path)
-	client, ns, err := discovery.NewClient()
-	if err != nil || client == nil || ns != "llm" {
-		t.Fatalf("NewClient() = %v, %q, %v; want a client for namespace llm", client, ns, err)
+	pods, ns, err := discovery.NewClient()
+	if err != nil || pods == nil || ns != "llm" {
+		t.Fatalf("NewClient() = %v, %q, %v; want a client for namespace llm", pods != nil, ns, err)
 	}
 }

@@ -21,8 +21,10 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kvgate/kvgate/workers"
 )
@@ -54,11 +56,25 @@ const (
 // router's default, so that its command lines mean the same here.
 const DefaultPort = 80
 
+// PodClient lists and watches pods: what discovery needs of the Kubernetes
+// API, and all of it. client-go's typed PodInterface satisfies it. Asking
+// for no more keeps kvgate's binary free of the clientset's other API groups
+// (the full clientset and informer factory triple its size).
+//
+// A PodClient whose API cannot stream a list through a watch (client-go's
+// fake clientset) says so with a method IsWatchListSemanticsUnSupported()
+// bool returning true; the informers then list.
+type PodClient interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
 // Config says which pods are the router's workers.
 type Config struct {
-	// Client reads the pods (NewClient builds it from a kubeconfig or the
-	// pod's service account; tests give a fake clientset).
-	Client kubernetes.Interface
+	// Pods reads a namespace's pods ("": every namespace). NewClient
+	// builds it from a kubeconfig or the pod's service account; client-go's
+	// typed clients fit too (CoreV1().Pods).
+	Pods func(namespace string) PodClient
 	// Namespace to watch; "" watches every namespace the service account
 	// may list pods in (a ClusterRole).
 	Namespace string
@@ -89,7 +105,7 @@ func DefaultConfig() Config {
 }
 
 // Validate reports a configuration that cannot select a fleet, naming the
-// flag to change. It does not check Client (Run does), so that the flags
+// flag to change. It does not check Pods (Run does), so that the flags
 // can be checked before a client is made.
 func (c Config) Validate() error {
 	if c.Port < 1 || c.Port > 65535 {
@@ -168,7 +184,7 @@ func Run(ctx context.Context, fleet Fleet, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if cfg.Client == nil {
+	if cfg.Pods == nil {
 		return errors.New("service discovery needs a Kubernetes client")
 	}
 	log := cfg.Logger

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -86,7 +87,7 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		return true, w, nil
 	})
 	dc := discovery.DefaultConfig()
-	dc.Client, dc.Namespace, dc.PD = c.k8s, ns, o.pd
+	dc.Pods, dc.Namespace, dc.PD = fakePods(c.k8s), ns, o.pd
 	dc.RetryMin = 20 * time.Millisecond
 	if o.retries > 0 {
 		dc.RetryMin = o.retries
@@ -484,3 +485,14 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// fakePods is Config.Pods over client-go's fake clientset.
+func fakePods(cs *fake.Clientset) func(string) discovery.PodClient {
+	return func(ns string) discovery.PodClient { return listOnly{cs.CoreV1().Pods(ns)} }
+}
+
+// listOnly tells the informers that the fake API cannot stream a list
+// through a watch, as the fake clientset itself tells client-go's.
+type listOnly struct{ corev1client.PodInterface }
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }

@@ -8,12 +8,14 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kvgate/kvgate/workers"
@@ -49,11 +51,11 @@ type selected struct {
 // would have to watch every pod of the namespace, since Kubernetes cannot
 // OR two selectors.
 type watches struct {
-	sets      []selected
-	factories []informers.SharedInformerFactory
+	sets []selected
 	// kick holds at most one wake-up: events that arrive while the loop
 	// works collapse into one more pass over the caches.
-	kick chan struct{}
+	kick    chan struct{}
+	running sync.WaitGroup
 }
 
 func startWatches(ctx context.Context, cfg Config, log *slog.Logger) (*watches, error) {
@@ -73,14 +75,24 @@ func startWatches(ctx context.Context, cfg Config, log *slog.Logger) (*watches, 
 		UpdateFunc: func(any, any) { wake() },
 		DeleteFunc: func(any) { wake() },
 	}
+	pods := cfg.Pods(cfg.Namespace)
+	var infs []cache.SharedIndexInformer
 	for _, r := range roles {
 		if len(r.set) == 0 {
 			continue
 		}
 		sel := labels.SelectorFromSet(r.set)
-		f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.Namespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }))
-		inf := f.Core().V1().Pods().Informer()
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = sel.String()
+				return pods.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = sel.String()
+				return pods.Watch(ctx, o)
+			},
+		}
+		inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, pods), &corev1.Pod{}, 0, cache.Indexers{})
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return nil, fmt.Errorf("watch %s pods: %w", r.role, err)
 		}
@@ -97,20 +109,16 @@ func startWatches(ctx context.Context, cfg Config, log *slog.Logger) (*watches, 
 			return nil, fmt.Errorf("watch %s pods: %w", r.role, err)
 		}
 		w.sets = append(w.sets, selected{role: r.role, sel: sel, store: inf.GetStore()})
-		w.factories = append(w.factories, f)
+		infs = append(infs, inf)
 	}
-	for _, f := range w.factories {
-		f.StartWithContext(ctx)
+	for _, inf := range infs {
+		w.running.Go(func() { inf.RunWithContext(ctx) })
 	}
 	return w, nil
 }
 
 // shutdown waits for the informers, which stop when Run's context ends.
-func (w *watches) shutdown() {
-	for _, f := range w.factories {
-		f.Shutdown()
-	}
-}
+func (w *watches) shutdown() { w.running.Wait() }
 
 // desired is the fleet the caches ask for, by worker address, and for each
 // pod that cannot join although selected a note saying why (pods that are

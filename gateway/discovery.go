@@ -31,7 +31,7 @@ func (g *Gateway) startDiscovery(ctx context.Context, cfg Config) (serverBuilt f
 	if err := dc.Validate(); err != nil {
 		return nil, err
 	}
-	if dc.Client == nil {
+	if dc.Pods == nil {
 		return nil, errors.New("service discovery needs a Kubernetes client")
 	}
 	if dc.Logger == nil {

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/discovery"
@@ -33,7 +33,9 @@ func TestServeSeedServiceDiscoveryCommandLine(t *testing.T) {
 		t.Fatalf("parsed %+v", cfg.discovery)
 	}
 	k8s := fake.NewClientset()
-	cfg.discovery.client = func() (kubernetes.Interface, error) { return k8s, nil }
+	cfg.discovery.client = func() (func(string) discovery.PodClient, error) {
+		return func(ns string) discovery.PodClient { return listOnly{k8s.CoreV1().Pods(ns)} }, nil
+	}
 	for i, role := range []string{sim.RolePrefill, sim.RoleDecode} {
 		c := sim.DefaultConfig()
 		c.TimeScale, c.Role, c.Logger = 0, role, slog.New(slog.DiscardHandler)
@@ -97,3 +99,9 @@ func TestServeSeedServiceDiscoveryCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// listOnly tells the informers that the fake API cannot stream a list
+// through a watch, as the fake clientset itself tells client-go's.
+type listOnly struct{ corev1client.PodInterface }
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kvgate/kvgate/discovery"
@@ -24,7 +23,7 @@ type discoveryFlags struct {
 	namespace                string
 	// client connects to the Kubernetes API; nil: discovery.NewClient (a
 	// kubeconfig, else the pod's service account). Tests set a fake one.
-	client func() (kubernetes.Interface, error)
+	client func() (func(namespace string) discovery.PodClient, error)
 }
 
 func (d *discoveryFlags) register(fs *flag.FlagSet) {
@@ -69,12 +68,12 @@ func (d *discoveryFlags) config(pd bool, log *slog.Logger) (*discovery.Config, e
 	}
 	newClient := d.client
 	if newClient == nil {
-		newClient = func() (kubernetes.Interface, error) {
-			cs, _, err := discovery.NewClient()
-			return cs, err
+		newClient = func() (func(string) discovery.PodClient, error) {
+			pods, _, err := discovery.NewClient()
+			return pods, err
 		}
 	}
-	if c.Client, err = newClient(); err != nil {
+	if c.Pods, err = newClient(); err != nil {
 		return nil, fmt.Errorf("--service-discovery: %w", err)
 	}
 	// client-go logs through klog (a watch that fails, say); into the
