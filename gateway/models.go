@@ -181,9 +181,9 @@ func consumesKVEvents(cfg Config) bool {
 }
 
 // watchModels serves, with --enable-igw, each model as soon as a connected
-// worker reports it: its policies are built at once (so its KV events and
-// requests with token ids have a home), and its tokenizer loads in the
-// background. ready is closed for each model when it is served.
+// worker reports it: its policies are built and its route published at once
+// (so its KV events and requests with token ids have a home), and its
+// tokenizer loads in the background.
 func (g *Gateway) watchModels(cfg Config) (stop func()) {
 	return g.Registry.Watch(func(c workers.Change) {
 		for _, w := range c.Added {
@@ -195,7 +195,8 @@ func (g *Gateway) watchModels(cfg Config) (stop func()) {
 }
 
 // ensureModel starts serving w's model unless it is served or starting; it
-// returns a channel closed when the model is served.
+// returns a channel closed when the model's tokenizer has loaded (or failed
+// to).
 func (g *Gateway) ensureModel(cfg Config, w *workers.Worker) <-chan struct{} {
 	name := g.modelKey(w)
 	g.startMu.Lock()
@@ -213,6 +214,13 @@ func (g *Gateway) ensureModel(cfg Config, w *workers.Worker) <-chan struct{} {
 		return ready
 	}
 	g.models.publish(m)
+	// Served at once for token ids; its tokenizer follows.
+	if err := g.Server.AddModel(server.Model{Name: name, Policy: m.main, PD: m.pd, PageSize: m.pageSize,
+		TextLoading: true}); err != nil {
+		g.log.Error("model cannot be served", "model", name, "error", err)
+		close(ready)
+		return ready
+	}
 	g.bg.Go(func() {
 		defer close(ready)
 		text, source := g.loadModelText(g.bgCtx, cfg, name)
@@ -222,12 +230,13 @@ func (g *Gateway) ensureModel(cfg Config, w *workers.Worker) <-chan struct{} {
 			g.log.Error("model's tokenizer does not fit its workers: its text, Chat and stop strings are unavailable",
 				"model", name, "error", err)
 			text, source = nil, ""
-			err = g.vocab.arm(name, nil)
+			if err := g.vocab.arm(name, nil); err != nil {
+				g.log.Error("model's workers disagree", "model", name, "error", err)
+			}
 		} else if err != nil {
 			g.log.Error("model's workers disagree", "model", name, "error", err)
 		}
-		if err := g.Server.AddModel(server.Model{Name: name, Text: text, Policy: m.main, PD: m.pd,
-			TokenizerSource: source, PageSize: m.pageSize}); err != nil {
+		if err := g.Server.SetModelText(name, text, source); err != nil {
 			g.log.Error("model cannot be served", "model", name, "error", err)
 			return
 		}

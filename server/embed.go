@@ -71,7 +71,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 		case len(e.GetInputIds()) == 0 && e.GetText() == "":
 			return nil, nil, invalid("inputs[%d]: input_ids is empty and text is empty; an input of at least 1 token is required", i)
 		case e.GetText() != "" && text == nil:
-			return nil, nil, status.Error(codes.FailedPrecondition, noTokenizer(fmt.Sprintf("inputs[%d].text", i)))
+			return nil, nil, j.route.noText(fmt.Sprintf("inputs[%d].text", i))
 		}
 		total += len(e.GetInputIds())
 		if e.GetText() != "" {

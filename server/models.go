@@ -36,6 +36,10 @@ type Model struct {
 	// size of the model's routing tree, for ListModels.
 	TokenizerSource string
 	PageSize        int
+	// TextLoading says the tokenizer is still loading (Text is nil until
+	// SetModelText): text, Chat and stop strings answer UNAVAILABLE
+	// meanwhile, token ids are served.
+	TextLoading bool
 }
 
 // route is a model as the pipeline uses it: the dispatcher that places its
@@ -52,6 +56,16 @@ func (r *route) candidates(reg *workers.Registry, role workers.Role) []*workers.
 		return ws
 	}
 	return slices.DeleteFunc(ws, func(w *workers.Worker) bool { return w.Info().Model != r.Name })
+}
+
+// noText is the status of a request that needs the model's tokenizer when
+// it has none: UNAVAILABLE while it loads (a client retries), else
+// FAILED_PRECONDITION saying what to configure.
+func (r *route) noText(field string) error {
+	if r.TextLoading {
+		return status.Errorf(codes.Unavailable, "%s needs model %q's tokenizer, which is loading; retry in a moment", field, r.Name)
+	}
+	return status.Error(codes.FailedPrecondition, noTokenizer(field))
 }
 
 // routes are the models served; the table is replaced, never changed, so
@@ -97,6 +111,23 @@ func (rs *routes) add(r *route) error {
 	return nil
 }
 
+// replace puts r in place of the route of the same name.
+func (rs *routes) replace(r *route) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	cur := rs.table.Load()
+	if cur == nil || (*cur)[r.Name] == nil {
+		return fmt.Errorf("model %q is not served", r.Name)
+	}
+	next := make(map[string]*route, len(*cur))
+	for k, v := range *cur {
+		next[k] = v
+	}
+	next[r.Name] = r
+	rs.table.Store(&next)
+	return nil
+}
+
 // maxModelName bounds the model field: names are short identifiers such as
 // "meta-llama/Llama-3.1-8B-Instruct".
 const maxModelName = 256
@@ -134,9 +165,9 @@ func (s *Server) route(name string) (*route, error) {
 		}
 	}
 	if s.servesName(name) {
-		// A worker reports it, and its routing context is being set up
-		// (its tokenizer loads): a moment's wait will do.
-		return nil, status.Errorf(codes.Unavailable, "model %q is starting: its workers joined and its tokenizer is loading", name)
+		// A worker reports it, and its routing context is being set
+		// up: a moment's wait will do.
+		return nil, status.Errorf(codes.Unavailable, "model %q is starting: its workers are joining", name)
 	}
 	return nil, status.Errorf(codes.NotFound, "model %q is not served here; this router serves %s", name, s.describeServed())
 }
@@ -186,13 +217,36 @@ func (s *Server) AddModel(m Model) error {
 	if m.Policy == nil {
 		return fmt.Errorf("model %q: a policy is required", m.Name)
 	}
+	return s.routes.add(s.newRoute(m))
+}
+
+// SetModelText gives a model added with TextLoading its tokenizer and chat
+// template (text nil: it has none, and serves token ids only).
+func (s *Server) SetModelText(name string, text *textmodel.Model, source string) error {
+	r := s.routes.get(name)
+	if r == nil {
+		return fmt.Errorf("model %q is not served", name)
+	}
+	m := r.Model
+	m.Text, m.TokenizerSource, m.TextLoading = text, source, false
+	return s.routes.replace(s.newRoute(m))
+}
+
+func (s *Server) newRoute(m Model) *route {
 	r := &route{Model: m}
 	if m.PD != nil {
 		r.disp = &pdDispatcher{s: s, r: r, pd: m.PD, prefill: m.Policy.Name(), decode: m.PD.DecodePolicyName()}
 	} else {
 		r.disp = &regularDispatcher{s: s, r: r, policy: m.Policy}
 	}
-	return s.routes.add(r)
+	return r
+}
+
+func (rs *routes) get(name string) *route {
+	if m := rs.table.Load(); m != nil {
+		return (*m)[name]
+	}
+	return nil
 }
 
 // servedModel is the model the workers report, for the metrics of a router

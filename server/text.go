@@ -36,7 +36,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 	}
 	text := j.route.Text
 	if len(j.sampling.GetStop()) > 0 && text == nil {
-		return nil, status.Error(codes.FailedPrecondition, noTokenizer("sampling_params.stop"))
+		return nil, j.route.noText("sampling_params.stop")
 	}
 	switch prompt := req.GetText(); {
 	case len(req.GetInputIds()) > 0 && prompt != "":
@@ -45,7 +45,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 		j.inputIDs = req.GetInputIds()
 	case prompt != "":
 		if text == nil {
-			return nil, status.Error(codes.FailedPrecondition, noTokenizer("text"))
+			return nil, j.route.noText("text")
 		}
 		_, span := s.startStep(ctx, "kvgate.tokenize")
 		var lk cache.Lookup
@@ -74,7 +74,7 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	}
 	text := j.route.Text
 	if text == nil {
-		return nil, status.Error(codes.FailedPrecondition, noTokenizer("Chat"))
+		return nil, j.route.noText("Chat")
 	}
 	if !text.HasChatTemplate() {
 		return nil, status.Error(codes.FailedPrecondition,

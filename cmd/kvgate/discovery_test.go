@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -76,20 +79,14 @@ func TestServeSeedServiceDiscoveryCommandLine(t *testing.T) {
 	defer conn.Close()
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
-	// The router is ready before the pods have joined; wait for them.
-	st, err := kvgatev1.NewRouterClient(conn).Generate(rctx, &kvgatev1.GenerateRequest{
-		InputIds: []uint32{1, 2, 3, 4}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto32(4)}}, grpc.WaitForReady(true))
-	for err == nil {
-		var m *kvgatev1.GenerateResponse
-		if m, err = st.Recv(); err != nil {
+	// The router is ready before the pods have joined: until they have,
+	// requests answer UNAVAILABLE, which a client retries.
+	for {
+		err = generateOnce(rctx, conn)
+		if status.Code(err) != codes.Unavailable || rctx.Err() != nil {
 			break
 		}
-		if c := m.GetComplete(); c != nil {
-			if c.PrefillWorker == "" || c.Worker == c.PrefillWorker {
-				t.Fatalf("completion %v: want distinct prefill and decode workers", c)
-			}
-			break
-		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("Generate through the discovered fleet: %v", err)
@@ -105,3 +102,25 @@ func TestServeSeedServiceDiscoveryCommandLine(t *testing.T) {
 type listOnly struct{ corev1client.PodInterface }
 
 func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
+
+// generateOnce sends one Generate and checks its completion names distinct
+// prefill and decode workers.
+func generateOnce(ctx context.Context, conn *grpc.ClientConn) error {
+	st, err := kvgatev1.NewRouterClient(conn).Generate(ctx, &kvgatev1.GenerateRequest{
+		InputIds: []uint32{1, 2, 3, 4}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto32(4)}})
+	if err != nil {
+		return err
+	}
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		if c := m.GetComplete(); c != nil {
+			if c.PrefillWorker == "" || c.Worker == c.PrefillWorker {
+				return fmt.Errorf("completion %v: want distinct prefill and decode workers", c)
+			}
+			return nil
+		}
+	}
+}

@@ -342,8 +342,9 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	g.Options = c.routing.options()
 	g.LearnBlockSize = c.routing.blockSize == 0
 	g.TextSources, g.TextOptions, g.FetchTimeout = c.text.src, c.text.options(), c.text.fetchTimeout
-	g.IGW = c.igw
-	if g.ModelTexts, err = c.text.models.sources(c.igw, c.text.src); err != nil {
+	// As in the seeds, service discovery serves every model its pods run.
+	g.IGW = c.igw || c.discovery.enabled
+	if g.ModelTexts, err = c.text.models.sources(g.IGW, c.text.src); err != nil {
 		return g, stop, err
 	}
 	g.Health = workers.HealthConfig{
