@@ -140,6 +140,13 @@ func (b rankBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream
 	return b.Backend.Generate(ctx, &r)
 }
 
+func (b rankBackend) Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error) {
+	r := *req
+	rank := b.rank
+	r.DPRank = &rank
+	return b.Backend.Embed(ctx, &r)
+}
+
 // Loads is the rank's own load (RunLoadPolls reads every rank's at once
 // instead; this serves callers that ask one worker).
 func (b rankBackend) Loads(ctx context.Context) (Load, error) {

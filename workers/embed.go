@@ -13,6 +13,9 @@ import (
 type EmbedRequest struct {
 	RequestID string
 	InputIDs  []uint32
+	// DPRank, when set, names the data-parallel rank to run on (SGLang's
+	// EmbedRequest has the field; vLLM's has none and places it itself).
+	DPRank *int
 }
 
 // EmbedResult is an engine's embedding of one input.

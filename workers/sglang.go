@@ -106,12 +106,13 @@ func decodeSGLang(m *sglang.GenerateResponse) (Chunk, bool) {
 	return Chunk{}, false
 }
 
-// Embed sends one tokenized input; SGLang's cross-encoder, multimodal and
-// data-parallel fields stay unset.
+// Embed sends one tokenized input, on the data-parallel rank it names;
+// SGLang's cross-encoder and multimodal fields stay unset.
 func (b *sglangBackend) Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error) {
 	resp, err := b.c.Embed(ctx, &sglang.EmbedRequest{
-		RequestId: req.RequestID,
-		Tokenized: &sglang.TokenizedInput{InputIds: req.InputIDs},
+		RequestId:        req.RequestID,
+		Tokenized:        &sglang.TokenizedInput{InputIds: req.InputIDs},
+		DataParallelRank: sglangRank(req.DPRank),
 	})
 	if err != nil {
 		return nil, err
