@@ -220,7 +220,25 @@ func loadText(ctx context.Context, cfg Config, reg *workers.Registry, log *slog.
 			"timeout", cfg.FetchTimeout)
 		return nil, nil
 	}
-	for _, w := range reg.Snapshot() {
+	m, w, err := tokenizerFromWorkers(ctx, cfg, reg.Snapshot(), log)
+	if err != nil {
+		return nil, err
+	}
+	if m != nil {
+		log.Info("tokenizer loaded from worker", "worker", w.URL(), "vocab_size", m.Tokenizer().VocabSize(),
+			"chat_template", m.TemplateSource())
+		return m, nil
+	}
+	log.Warn("no tokenizer: text, Chat and stop strings are unavailable; give --model-path or --tokenizer-path")
+	return nil, nil
+}
+
+// tokenizerFromWorkers asks the connected workers of ws for their tokenizer
+// (GetTokenizer), in order, and returns the first one served with the worker
+// that served it; nil when none serves one. An archive that cannot be loaded
+// is an error: the workers serve a tokenizer kvgate cannot read.
+func tokenizerFromWorkers(ctx context.Context, cfg Config, ws []*workers.Worker, log *slog.Logger) (*textmodel.Model, *workers.Worker, error) {
+	for _, w := range ws {
 		if !w.Connected() {
 			continue
 		}
@@ -228,17 +246,14 @@ func loadText(ctx context.Context, cfg Config, reg *workers.Registry, log *slog.
 		archive, err := w.Backend().Tokenizer(fctx)
 		cancel()
 		if err != nil {
-			log.Info("worker serves no tokenizer", "worker", w.URL(), "error", err)
+			log.Info("worker serves no tokenizer", "worker", w.URL(), "model", w.Info().Model, "error", err)
 			continue
 		}
-		m, err := textmodel.FromArchive(archive, src.ChatTemplatePath, cfg.TextOptions)
+		m, err := textmodel.FromArchive(archive, cfg.TextSources.ChatTemplatePath, cfg.TextOptions)
 		if err != nil {
-			return nil, fmt.Errorf("tokenizer from worker %s: %w", w.URL(), err)
+			return nil, nil, fmt.Errorf("tokenizer from worker %s: %w", w.URL(), err)
 		}
-		log.Info("tokenizer loaded from worker", "worker", w.URL(), "vocab_size", m.Tokenizer().VocabSize(),
-			"chat_template", m.TemplateSource())
-		return m, nil
+		return m, w, nil
 	}
-	log.Warn("no tokenizer: text, Chat and stop strings are unavailable; give --model-path or --tokenizer-path")
-	return nil, nil
+	return nil, nil, nil
 }

@@ -277,22 +277,12 @@ func (g *Gateway) loadModelText(ctx context.Context, cfg Config, name string) (*
 		}
 		return m, sourceName(src)
 	}
-	for _, w := range g.modelWorkers(name) {
-		if !w.Connected() {
-			continue
-		}
-		fctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
-		archive, err := w.Backend().Tokenizer(fctx)
-		cancel()
-		if err != nil {
-			g.log.Info("worker serves no tokenizer", "worker", w.URL(), "model", name, "error", err)
-			continue
-		}
-		m, err := textmodel.FromArchive(archive, src.ChatTemplatePath, cfg.TextOptions)
-		if err != nil {
-			g.log.Error("worker's tokenizer cannot be loaded", "worker", w.URL(), "model", name, "error", err)
-			continue
-		}
+	m, w, err := tokenizerFromWorkers(ctx, cfg, g.modelWorkers(name), g.log)
+	if err != nil {
+		g.log.Error("model's tokenizer cannot be loaded: its text, Chat and stop strings are unavailable", "model", name, "error", err)
+		return nil, ""
+	}
+	if m != nil {
 		return m, "worker " + w.URL()
 	}
 	g.log.Warn("no tokenizer for model: its text, Chat and stop strings are unavailable; give --model-path "+name+"=PATH",

@@ -43,28 +43,8 @@ func TestServeDPAwareSeedLine(t *testing.T) {
 			want = append(want, fmt.Sprintf("grpc://%s@%d", s.Addr(), r))
 		}
 	}
-	cfg := defaults(t, "--dp-aware", "--worker-urls", urls[0], urls[1], "--port", "0", "--prometheus-port", "0")
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
-	var l listening
-	select {
-	case l = <-addrs:
-	case err := <-done:
-		t.Fatalf("serve ended early: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not become ready")
-	}
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("serve did not shut down")
-		}
-	}()
-
+	l := startServe(t, "--dp-aware", "--worker-urls", urls[0], urls[1], "--prometheus-port", "0")
+	ctx := context.Background()
 	conn, err := grpc.NewClient(l.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -38,27 +38,8 @@ func TestServeIGWSeedLine(t *testing.T) {
 		t.Cleanup(s.Stop)
 		urls = append(urls, "http://"+s.Addr())
 	}
-	cfg := defaults(t, "--enable-igw", "--worker-urls", urls[0], urls[1], "--port", "0", "--prometheus-port", "0")
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(l listening) { addrs <- l }) }()
-	var l listening
-	select {
-	case l = <-addrs:
-	case err := <-done:
-		t.Fatalf("serve ended early: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not become ready")
-	}
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			t.Error("serve did not shut down")
-		}
-	}()
+	l := startServe(t, "--enable-igw", "--worker-urls", urls[0], urls[1])
+	ctx := context.Background()
 	conn, err := grpc.NewClient(l.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
