@@ -32,6 +32,19 @@ type Snapshot struct {
 	Generation uint64
 	// Workers must not be modified.
 	Workers []*Worker
+	// byURL indexes Workers by URL, so that Get (once per KV event batch,
+	// per Admin call) does not scan a fleet of thousands; nil in a
+	// snapshot built by hand, which index then scans.
+	byURL map[string]int
+}
+
+// newSnapshot publishes ws as generation gen, indexed by URL.
+func newSnapshot(gen uint64, ws []*Worker) *Snapshot {
+	s := &Snapshot{Generation: gen, Workers: ws, byURL: make(map[string]int, len(ws))}
+	for i, w := range ws {
+		s.byURL[w.url] = i
+	}
+	return s
 }
 
 // WithRole returns the snapshot's workers of one role, in registration order,
@@ -68,7 +81,13 @@ func (s *Snapshot) Get(url string) (*Worker, bool) {
 }
 
 func (s *Snapshot) index(url string) int {
-	return slices.IndexFunc(s.Workers, func(w *Worker) bool { return w.url == url })
+	if s.byURL == nil {
+		return slices.IndexFunc(s.Workers, func(w *Worker) bool { return w.url == url })
+	}
+	if i, ok := s.byURL[url]; ok {
+		return i
+	}
+	return -1
 }
 
 // Change is one step from a generation to the next, as Watch reports it.
@@ -218,7 +237,7 @@ func (r *Registry) ReplaceWith(old *Worker, next ...*Worker) error {
 // r.mu held.
 func (r *Registry) publishLocked(ws []*Worker, added, removed []*Worker) {
 	gen := r.cur.Load().Generation + 1
-	r.cur.Store(&Snapshot{Generation: gen, Workers: ws})
+	r.cur.Store(newSnapshot(gen, ws))
 
 	r.watchMu.Lock()
 	fns := make([]func(Change), 0, len(r.watchers))

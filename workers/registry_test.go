@@ -183,3 +183,37 @@ func TestRegistryConcurrentReaders(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotGet: a published snapshot finds each worker by its URL through
+// its index, after removals shift positions, exactly as a snapshot built by
+// hand finds it by scanning.
+func TestSnapshotGet(t *testing.T) {
+	reg := workers.NewRegistry()
+	var ws []*workers.Worker
+	for i := range 6 {
+		w := newTestWorker(fmt.Sprintf("grpc://w%d:1", i))
+		ws = append(ws, w)
+		if err := reg.Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, gone := range []string{"grpc://w1:1", "grpc://w4:1"} {
+		if _, err := reg.Remove(gone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	published := reg.Current()
+	byHand := &workers.Snapshot{Generation: published.Generation, Workers: published.Workers}
+	for _, w := range ws {
+		want := w.URL() != "grpc://w1:1" && w.URL() != "grpc://w4:1"
+		for name, s := range map[string]*workers.Snapshot{"published": published, "by hand": byHand} {
+			got, ok := s.Get(w.URL())
+			if ok != want || (ok && got != w) {
+				t.Errorf("%s: Get(%s) = %v, %v; registered: %v", name, w.URL(), got, ok, want)
+			}
+		}
+	}
+	if _, ok := published.Get("grpc://nobody:1"); ok {
+		t.Error("Get found a worker never registered")
+	}
+}
