@@ -87,6 +87,9 @@ type Config struct {
 	// Port is the engines' gRPC port on the pods' IPs (PortAnnotation
 	// overrides it per pod).
 	Port int
+	// TLS dials the engines as grpcs://POD_IP:PORT (their certificates
+	// must be valid for the pod's IP); otherwise grpc://, plaintext.
+	TLS bool
 	// Drain is how long a leaving pod's requests may finish; 0 means the
 	// fleet's default.
 	Drain time.Duration
@@ -95,6 +98,14 @@ type Config struct {
 	// doubles the wait, from RetryMin up to RetryMax.
 	RetryMin, RetryMax time.Duration
 	Logger             *slog.Logger
+}
+
+// scheme is how the engines are dialled.
+func (c Config) scheme() string {
+	if c.TLS {
+		return "grpcs"
+	}
+	return "grpc"
 }
 
 // DefaultConfig watches every namespace for the engines' gRPC port

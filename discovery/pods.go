@@ -155,7 +155,7 @@ func (w *watches) desired(cfg Config) (map[string]target, map[string]string) {
 			notes[key] = "the pod matches both --prefill-selector and --decode-selector; it joins as neither"
 			continue
 		}
-		t, note, ok := podTarget(pods[key], roles[key][0], cfg.Port)
+		t, note, ok := podTarget(pods[key], roles[key][0], cfg.Port, cfg.scheme())
 		if note != "" {
 			notes[key] = note
 		}
@@ -172,9 +172,10 @@ func (w *watches) desired(cfg Config) (map[string]target, map[string]string) {
 }
 
 // podTarget is the worker pod asks for, if it may join now: it runs, is
-// Ready, is not being deleted, and has an IP. note explains a pod that is
-// ready but cannot join (a malformed annotation).
-func podTarget(pod *corev1.Pod, role workers.Role, port int) (t target, note string, ok bool) {
+// Ready, is not being deleted, and has an IP. Its address is
+// scheme://IP:port. note explains a pod that is ready but cannot join (a
+// malformed annotation).
+func podTarget(pod *corev1.Pod, role workers.Role, port int, scheme string) (t target, note string, ok bool) {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || !podReady(pod) {
 		return target{}, "", false
 	}
@@ -186,7 +187,7 @@ func podTarget(pod *corev1.Pod, role workers.Role, port int) (t target, note str
 		port = p
 	}
 	t = target{
-		addr: "grpc://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)),
+		addr: scheme + "://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)),
 		role: role,
 		pod:  pod.Namespace + "/" + pod.Name,
 	}

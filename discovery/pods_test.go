@@ -61,7 +61,7 @@ func TestPodTarget(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, note, ok := podTarget(tt.pod, tt.role, 8000)
+			got, note, ok := podTarget(tt.pod, tt.role, 8000, "grpc")
 			if ok != (tt.want != target{}) || got != tt.want {
 				t.Errorf("podTarget = %+v, %v; want %+v", got, ok, tt.want)
 			}
@@ -184,6 +184,19 @@ func TestParseSelector(t *testing.T) {
 			if got[k] != v {
 				t.Errorf("ParseSelector(%q)[%q] = %q, want %q", tt.in, k, got[k], v)
 			}
+		}
+	}
+}
+
+// With Config.TLS (--service-discovery-tls) pods are dialled as grpcs://.
+func TestPodTargetSchemeFollowsTLS(t *testing.T) {
+	for _, tc := range []struct {
+		tls  bool
+		want string
+	}{{false, "grpc://10.0.0.7:8000"}, {true, "grpcs://10.0.0.7:8000"}} {
+		got, _, ok := podTarget(pod(nil), workers.RoleRegular, 8000, Config{TLS: tc.tls}.scheme())
+		if !ok || got.addr != tc.want {
+			t.Errorf("TLS %v: %q, %v; want %q", tc.tls, got.addr, ok, tc.want)
 		}
 	}
 }

@@ -21,6 +21,7 @@ type discoveryFlags struct {
 	regular, prefill, decode listFlag
 	port                     int
 	namespace                string
+	tls                      bool
 	// client connects to the Kubernetes API; nil: discovery.NewClient (a
 	// kubeconfig, else the pod's service account). Tests set a fake one.
 	client func() (func(namespace string) discovery.PodClient, error)
@@ -32,6 +33,7 @@ func (d *discoveryFlags) register(fs *flag.FlagSet) {
 	fs.Var(&d.prefill, "prefill-selector", "with --service-discovery and --pd-disaggregation: labels of the prefill pods, key=value, as --selector")
 	fs.Var(&d.decode, "decode-selector", "with --service-discovery and --pd-disaggregation: labels of the decode pods, key=value, as --selector")
 	fs.IntVar(&d.port, "service-discovery-port", discovery.DefaultPort, "with --service-discovery: the engines' gRPC port on the pods' IPs (a pod's kvgate.io/port annotation overrides it)")
+	fs.BoolVar(&d.tls, "service-discovery-tls", false, "with --service-discovery: dial the discovered engines over TLS (grpcs://POD_IP:PORT, their certificates valid for the pod IP), with the --worker-tls-* settings")
 	fs.StringVar(&d.namespace, "service-discovery-namespace", "", "with --service-discovery: namespace to watch (empty: every namespace the service account may list pods in)")
 }
 
@@ -42,7 +44,7 @@ func (d *discoveryFlags) config(pd bool, log *slog.Logger) (*discovery.Config, e
 			name string
 			set  bool
 		}{{"--selector", len(d.regular) > 0}, {"--prefill-selector", len(d.prefill) > 0}, {"--decode-selector", len(d.decode) > 0},
-			{"--service-discovery-namespace", d.namespace != ""}, {"--service-discovery-port", d.port != discovery.DefaultPort}} {
+			{"--service-discovery-namespace", d.namespace != ""}, {"--service-discovery-tls", d.tls}, {"--service-discovery-port", d.port != discovery.DefaultPort}} {
 			if f.set {
 				return nil, fmt.Errorf("%s needs --service-discovery", f.name)
 			}
@@ -50,7 +52,7 @@ func (d *discoveryFlags) config(pd bool, log *slog.Logger) (*discovery.Config, e
 		return nil, nil
 	}
 	c := discovery.DefaultConfig()
-	c.PD, c.Port, c.Namespace, c.Logger = pd, d.port, d.namespace, log
+	c.PD, c.Port, c.Namespace, c.TLS, c.Logger = pd, d.port, d.namespace, d.tls, log
 	var err error
 	for _, s := range []struct {
 		flag string
