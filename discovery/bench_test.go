@@ -20,9 +20,23 @@ import (
 // client-go's fake clientset in process: a real API server adds its watch
 // latency (typically milliseconds) on top.
 //
+// It runs with one model (the router's routing context exists before the
+// pod) and with many models (--enable-igw, which kvgate serve
+// --service-discovery turns on: the pod's model gets its routing context
+// when the pod joins, and its first request with token ids is served then).
+//
 //	go test -run '^$' -bench ReadyToRouted -benchtime 200x ./discovery/
 func BenchmarkReadyToRouted(b *testing.B) {
-	c := startCluster(b, clusterOptions{})
+	for _, mode := range []struct {
+		name string
+		igw  bool
+	}{{"one_model", false}, {"igw", true}} {
+		b.Run(mode.name, func(b *testing.B) { benchReadyToRouted(b, clusterOptions{igw: mode.igw}) })
+	}
+}
+
+func benchReadyToRouted(b *testing.B, o clusterOptions) {
+	c := startCluster(b, o)
 	// Two engines taken in turn: the drain of the pod before (which ends
 	// after the worker has left the registry) never delays the next join.
 	engines := []*sim.Server{engine(b, sim.RoleRegular), engine(b, sim.RoleRegular)}

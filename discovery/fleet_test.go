@@ -3,6 +3,7 @@ package discovery_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -61,6 +62,7 @@ type clusterOptions struct {
 	static  []string          // --worker-urls beside discovery
 	retries time.Duration     // RetryMin; default 20ms
 	log     io.Writer         // the router's log, as text; default none (-v: the test's output)
+	igw     bool              // many models, as kvgate serve --service-discovery runs
 }
 
 func startCluster(t testing.TB, o clusterOptions) *cluster {
@@ -116,6 +118,7 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	cfg.Health = workers.HealthConfig{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1}
 	cfg.WorkerURLs = o.static
 	cfg.Discovery = &dc
+	cfg.IGW = o.igw
 	g, err := gateway.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -318,8 +321,17 @@ func (c *cluster) traffic() (stop func() (int, []error)) {
 // Ready, are deleted or change address, while requests keep flowing through
 // every change: a pod that stays Ready throughout carries the traffic, and
 // no request fails.
+//
+// It runs with one model and with many (--enable-igw, which kvgate serve
+// --service-discovery turns on).
 func TestPodLifecycle(t *testing.T) {
-	c := startCluster(t, clusterOptions{})
+	for _, igw := range []bool{false, true} {
+		t.Run(fmt.Sprintf("igw=%v", igw), func(t *testing.T) { testPodLifecycle(t, clusterOptions{igw: igw}) })
+	}
+}
+
+func testPodLifecycle(t *testing.T, o clusterOptions) {
+	c := startCluster(t, o)
 	sel := map[string]string{"app": "engine"}
 	e0, e1, e2 := engine(t, sim.RoleRegular), engine(t, sim.RoleRegular), engine(t, sim.RoleRegular)
 	stranger := engine(t, sim.RoleRegular)
