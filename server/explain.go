@@ -43,7 +43,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 			Reason:                "prefill: " + p.dec.Prefill.Reason + "; decode: " + p.dec.Decode.Reason,
 			PromptTokens:          uint32(len(j.inputIDs)),
 			PredictedCachedTokens: uint32(p.dec.Prefill.PredictedCachedTokens),
-			Workers:               a.views(p.dec.Prefill),
+			Workers:               a.views(j.route, p.dec.Prefill),
 			PrefillWorker:         p.dec.Prefill.Worker.URL(),
 			PrefillBranch:         p.dec.Prefill.Branch,
 		}, nil
@@ -56,15 +56,19 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 			Reason:                dec.Reason,
 			PromptTokens:          uint32(len(j.inputIDs)),
 			PredictedCachedTokens: uint32(dec.PredictedCachedTokens),
-			Workers:               a.views(dec),
+			Workers:               a.views(j.route, dec),
 		}, nil
 	}
 }
 
-// views describes every worker as a policy saw it for dec.
-func (a *admin) views(dec policy.Decision) []*kvgatev1.WorkerView {
+// views describes every worker of the request's model as a policy saw it
+// for dec.
+func (a *admin) views(r *route, dec policy.Decision) []*kvgatev1.WorkerView {
 	var out []*kvgatev1.WorkerView
 	for _, w := range a.reg.Snapshot() {
+		if r.Name != "" && w.Info().Model != r.Name {
+			continue // another model's: the policy never saw it
+		}
 		matched, confirmed := dec.Matched.Of(w.URL()), min(dec.Confirmed.Of(w.URL()), dec.Matched.Of(w.URL()))
 		out = append(out, &kvgatev1.WorkerView{
 			Address:           w.URL(),
