@@ -123,6 +123,10 @@ type Config struct {
 	// Embedding); 0: the engine serves no embeddings and Embed answers
 	// UNIMPLEMENTED, as a generation-only engine does.
 	EmbeddingDim int
+	// Scripts are answers the engine gives instead of sampling, for tests
+	// of what clients receive (see Script); the first that matches a
+	// prompt wins, and a prompt none matches is sampled as usual.
+	Scripts []Script
 	// Faults are the initial injected faults (see Engine.SetFaults).
 	Faults Faults
 	// TLS, when set, makes Start serve gRPC over TLS with this server
@@ -239,6 +243,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*OnOff)(&c.KVEvents), "kv-events", `publish KV cache events on SubscribeKvEvents: "on" or "off" (off: SubscribeKvEvents answers UNIMPLEMENTED)`)
 	fs.IntVar(&c.DPSize, "dp-size", c.DPSize, "data-parallel ranks behind the address, each with its own scheduler, KV cache, loads and KV events (0 or 1: one)")
 	fs.IntVar(&c.KVEventHistory, "kv-event-history", c.KVEventHistory, "KV event batches kept for subscribers resuming from a sequence number")
+	fs.Var(&scriptsFlag{scripts: &c.Scripts}, "script", `JSON file of answers to give instead of sampling: [{"when": text the prompt contains, "text": the answer (or "ids": token ids)}]; the first match wins`)
 	fs.IntVar(&c.EmbeddingDim, "embedding-dim", c.EmbeddingDim, "length of the vectors Embed returns (0: Embed answers UNIMPLEMENTED)")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")

@@ -74,6 +74,7 @@ type Engine struct {
 	tput          throughput
 	events        eventHub
 	tok           *servedTokenizer // nil: GetTokenizer is UNIMPLEMENTED
+	scripts       *scripts         // nil: every answer is sampled
 
 	// Data parallelism (see dp.go): the ranks of a front engine, nil with
 	// a single rank; and a rank's number (0 for a single-rank engine).
@@ -172,6 +173,10 @@ func newEngine(cfg Config, host string) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	scripts, err := compileScripts(cfg.Scripts, tok, cfg.VocabSize)
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -183,10 +188,11 @@ func newEngine(cfg Config, host string) (*Engine, error) {
 		closed: make(chan struct{}),
 		// A fresh random hash seed per engine, so block hashes are this
 		// process's own names (see pageCache).
-		cache:  newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize, rand.Int64()),
-		reqs:   map[string]*request{},
-		events: newEventHub(cfg.KVEventHistory),
-		tok:    tok,
+		cache:   newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize, rand.Int64()),
+		reqs:    map[string]*request{},
+		events:  newEventHub(cfg.KVEventHistory),
+		tok:     tok,
+		scripts: scripts,
 	}
 	e.tput.since = e.start
 	f := cfg.Faults
@@ -416,6 +422,7 @@ func (e *Engine) activeRequests() int {
 // newSampler builds a request's sampler from protocol-neutral parameters.
 func (e *Engine) newSampler(prompt []uint32, reqSeed uint64, greedy bool, minNew int, ignoreEOS bool, stopIDs []uint32) sampler {
 	return sampler{
+		script:    e.scripts.answer(prompt),
 		seed:      samplingSeed(e.cfg.Seed, reqSeed, greedy, prompt),
 		vocab:     uint64(e.cfg.VocabSize),
 		eos:       e.cfg.EOSTokenID,

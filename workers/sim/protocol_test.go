@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -185,7 +186,7 @@ func TestRegisterFlags(t *testing.T) {
 	want.KVEvents, want.KVEventHistory = false, 5
 	want.Faults = Faults{DropAfterTokens: 3, Unhealthy: true, StallAfterTokens: 4, Unavailable: true,
 		KVEventDropEvery: 3, KVEventDuplicateEvery: 2, KVEventDelay: 50 * time.Millisecond}
-	if cfg != want {
+	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("parsed %+v\nwant   %+v", cfg, want)
 	}
 	if f := fs.Lookup("kv-capacity-tokens"); !strings.Contains(f.Usage, "8B model on one H100") || f.DefValue != "400000" {

@@ -42,6 +42,8 @@ func samplingSeed(engineSeed int64, reqSeed uint64, greedy bool, prompt []uint32
 
 // sampler decides each output token of one request.
 type sampler struct {
+	// script, when set, is the answer: its tokens, then EOS.
+	script    []uint32
 	seed      uint64
 	vocab     uint64
 	eos       uint32
@@ -60,6 +62,12 @@ const eosOdds = 64
 // Before min_new_tokens, EOS and stop tokens are never produced, as engines
 // mask them. With ignore_eos, EOS may appear and does not stop.
 func (s *sampler) next(pos int) (tok uint32, stop bool) {
+	if s.script != nil {
+		if pos < len(s.script) {
+			return s.script[pos], false
+		}
+		return s.eos, true
+	}
 	x := mix64(s.seed + uint64(pos+1)*golden)
 	canStop := pos >= s.minNew
 	if canStop && !s.ignoreEOS && mix64(x)%eosOdds == 0 {

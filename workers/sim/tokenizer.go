@@ -36,9 +36,12 @@ const tokenizerChunkSize = 1 << 20
 type servedTokenizer struct {
 	zip    []byte
 	sha256 string
-	vocab  int    // largest token id + 1
-	eos    uint32 // id of tokenizer_config.json's eos_token
-	hasEOS bool
+	// json and config are tokenizer.json and tokenizer_config.json, for
+	// scripts written as text (script.go).
+	json, config []byte
+	vocab        int    // largest token id + 1
+	eos          uint32 // id of tokenizer_config.json's eos_token
+	hasEOS       bool
 }
 
 // loadTokenizer reads the tokenizer files from dir ("" = the built-in one)
@@ -76,7 +79,7 @@ func loadTokenizer(dir string) (*servedTokenizer, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: TokenizerDir %s has no tokenizer.json", ErrInvalidConfig, filepath.Clean(dir))
 	}
-	st := &servedTokenizer{zip: buf.Bytes()}
+	st := &servedTokenizer{zip: buf.Bytes(), json: tj, config: files["tokenizer_config.json"]}
 	sum := sha256.Sum256(st.zip)
 	st.sha256 = hex.EncodeToString(sum[:])
 	if err := st.readVocab(tj, files["tokenizer_config.json"]); err != nil {
