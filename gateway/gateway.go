@@ -68,10 +68,12 @@ type Config struct {
 	// are grouped by the model they report, and each model gets its own
 	// policies, tree and tokenizer, from ModelTexts[name], else
 	// TextSources, else one of its workers. Requests name their model.
-	IGW          bool
-	ModelTexts   map[string]textmodel.Sources
-	TextOptions  textmodel.Options
-	FetchTimeout time.Duration
+	IGW        bool
+	ModelTexts map[string]textmodel.Sources
+	// ReasoningParser is --reasoning-parser (see server.Config).
+	ReasoningParser string
+	TextOptions     textmodel.Options
+	FetchTimeout    time.Duration
 
 	// Health configures the health checks; LoadPollInterval the GetLoads
 	// polls.
@@ -299,7 +301,8 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	rel, adm := cfg.Reliability, cfg.Admission
 	scfg := server.Config{Registry: g.Registry, Logger: log, Reliability: &rel, Admission: &adm,
 		MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g, Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log),
-		SeparateAdmin: cfg.SeparateAdmin, Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider}
+		SeparateAdmin: cfg.SeparateAdmin, Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider,
+		ReasoningParser: cfg.ReasoningParser}
 	if cfg.IGW {
 		// Each model is served when its first worker connects, now or later.
 		scfg.MultiModel = true

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/policy"
 )
 
@@ -98,6 +99,9 @@ type job struct {
 	// task is what the job's attempts do on their workers: generate, or
 	// embed.
 	task task
+	// reasoning, when set, makes each attempt's parser of the answer's
+	// reasoning (Chat only); nil: the text is raw.
+	reasoning func() *parse.Reasoning
 }
 
 // traced attaches the request span of ctx to the job and names the request

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/tokenize/detok"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -24,16 +25,20 @@ import (
 // model cannot have produced are refused by workers.CheckedStream, which the
 // dispatchers wrap every stream in.)
 type relay struct {
-	s       *Server
-	j       *job
-	p       placement
-	ds      *detok.Stream // nil: no tokenizer, ids only
-	output  []uint32
-	text    strings.Builder
-	last    workers.Chunk // the engine's latest running totals
-	stopped bool          // a stop string matched here, not in the engine
-	firstAt time.Time     // when the first token arrived
-	lastAt  time.Time     // when the latest tokens arrived
+	s      *Server
+	j      *job
+	p      placement
+	ds     *detok.Stream // nil: no tokenizer, ids only
+	output []uint32
+	text   strings.Builder
+	// rp splits Chat's text into reasoning (kept in reasoning) and
+	// content (text); nil: the text is raw.
+	rp        *parse.Reasoning
+	reasoning strings.Builder
+	last      workers.Chunk // the engine's latest running totals
+	stopped   bool          // a stop string matched here, not in the engine
+	firstAt   time.Time     // when the first token arrived
+	lastAt    time.Time     // when the latest tokens arrived
 
 	timer *time.Timer // cancels the attempt when the engine goes quiet
 	first atomic.Bool // a token has arrived (read by the timer)
@@ -41,6 +46,9 @@ type relay struct {
 
 func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p placement) *relay {
 	r := &relay{s: s, j: j, p: p}
+	if j.reasoning != nil {
+		r.rp = j.reasoning()
+	}
 	if text := j.route.Text; text != nil {
 		sp := j.sampling
 		r.ds = text.NewStream(detok.Options{
@@ -106,6 +114,9 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 			return nil, err
 		}
 		if r.stopped {
+			if err := r.flushText(); err != nil {
+				return nil, err
+			}
 			return r.completion("", nil, c.PromptTokens, c.CachedTokens), nil
 		}
 	}
@@ -137,19 +148,54 @@ func (r *relay) send(ids []uint32) error {
 	r.lastAt = now
 	index := len(r.output)
 	r.output = append(r.output, ids...)
-	delta := ""
+	delta, reasoning := "", ""
 	if r.ds != nil {
 		d, stopped, err := r.ds.Push(ids)
 		if err != nil {
 			return errRouterBug{fmt.Errorf("detokenizing the worker's output: %w", err)}
 		}
-		delta, r.stopped = d, stopped
-		r.text.WriteString(delta)
+		r.stopped = stopped
+		reasoning, delta = r.split(d)
 	}
 	if !r.j.stream {
 		return nil
 	}
-	return r.j.send(&kvgatev1.GenerateChunk{TokenIds: ids, Index: uint32(index), Text: delta}, nil)
+	return r.j.send(&kvgatev1.GenerateChunk{TokenIds: ids, Index: uint32(index), Text: delta, ReasoningContent: reasoning}, nil)
+}
+
+// split passes a text delta through the reasoning parser, if any, and
+// records what it releases.
+func (r *relay) split(delta string) (reasoning, content string) {
+	content = delta
+	if r.rp != nil {
+		reasoning, content = r.rp.Push(delta)
+	}
+	r.reasoning.WriteString(reasoning)
+	r.text.WriteString(content)
+	return reasoning, content
+}
+
+// flushText releases what the detokenizer (unless a stop string ended the
+// text) and the reasoning parser still hold, as a last chunk when streaming.
+func (r *relay) flushText() error {
+	if r.ds == nil {
+		return nil
+	}
+	tail := ""
+	if !r.stopped {
+		tail = r.ds.Finish()
+	}
+	reasoning, content := r.split(tail)
+	if r.rp != nil {
+		rr, cc := r.rp.Flush()
+		r.reasoning.WriteString(rr)
+		r.text.WriteString(cc)
+		reasoning, content = reasoning+rr, content+cc
+	}
+	if !r.j.stream || (reasoning == "" && content == "") {
+		return nil
+	}
+	return r.j.send(&kvgatev1.GenerateChunk{Index: uint32(len(r.output)), Text: content, ReasoningContent: reasoning}, nil)
 }
 
 // complete turns the worker's completion into ours. Engines list every output
@@ -161,18 +207,11 @@ func (r *relay) complete(f *workers.Completion) (*kvgatev1.GenerateComplete, err
 			return nil, err
 		}
 	}
+	if err := r.flushText(); err != nil {
+		return nil, err
+	}
 	if r.stopped {
 		return r.completion("", nil, f.PromptTokens, f.CachedTokens), nil
-	}
-	if r.ds != nil {
-		if tail := r.ds.Finish(); tail != "" {
-			r.text.WriteString(tail)
-			if r.j.stream {
-				if err := r.j.send(&kvgatev1.GenerateChunk{Index: uint32(len(r.output)), Text: tail}, nil); err != nil {
-					return nil, err
-				}
-			}
-		}
 	}
 	c := r.completion(f.FinishReason, f.MatchedStopTokenID, f.PromptTokens, f.CachedTokens)
 	c.Usage.CompletionTokens = f.CompletionTokens
@@ -187,6 +226,7 @@ func (r *relay) completion(finish string, stopToken *uint32, prompt, cached uint
 		FinishReason:       finishReason(finish),
 		MatchedStopTokenId: stopToken,
 		Text:               r.text.String(),
+		ReasoningContent:   r.reasoning.String(),
 		Usage: &kvgatev1.Usage{
 			PromptTokens:     prompt,
 			CompletionTokens: uint32(len(r.output)),

@@ -48,6 +48,10 @@ type Config struct {
 	// requests (--enable-igw): Policy, Text and PD must then be unset, and
 	// each model is added with AddModel when its workers join.
 	MultiModel bool
+	// ReasoningParser is --reasoning-parser: how Chat answers' reasoning is
+	// split from their content ("" or "auto": detected from each model's
+	// vocabulary; "none"; or a style's name), unless a request says.
+	ReasoningParser string
 	// TokenizerSource and PageSize describe the one model for ListModels
 	// (see Model).
 	TokenizerSource string
@@ -137,7 +141,9 @@ type Server struct {
 	reg     *workers.Registry
 	routes  routes
 	metrics *Metrics
-	log     *slog.Logger
+	// reasoningParser is Config.ReasoningParser.
+	reasoningParser string
+	log             *slog.Logger
 
 	admission *admission
 	fleet     Fleet
@@ -188,6 +194,9 @@ func New(cfg Config) (*Server, error) {
 	if err := rel.Validate(); err != nil {
 		return nil, err
 	}
+	if err := ValidateReasoningParser(cfg.ReasoningParser); err != nil {
+		return nil, fmt.Errorf("--reasoning-parser: %w", err)
+	}
 	adm := DefaultAdmissionConfig()
 	if cfg.Admission != nil {
 		adm = *cfg.Admission
@@ -200,15 +209,16 @@ func New(cfg Config) (*Server, error) {
 		maxMsg = DefaultMaxRequestBytes
 	}
 	s := &Server{
-		cfg:      resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
-		reg:      cfg.Registry,
-		routes:   routes{multi: cfg.MultiModel},
-		metrics:  cfg.Metrics,
-		log:      cfg.Logger,
-		fleet:    cfg.Fleet,
-		kvEvents: cfg.KVEvents,
-		health:   health.NewServer(),
-		tracer:   noop.NewTracerProvider().Tracer(tracerName),
+		cfg:             resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
+		reg:             cfg.Registry,
+		routes:          routes{multi: cfg.MultiModel},
+		reasoningParser: cfg.ReasoningParser,
+		metrics:         cfg.Metrics,
+		log:             cfg.Logger,
+		fleet:           cfg.Fleet,
+		kvEvents:        cfg.KVEvents,
+		health:          health.NewServer(),
+		tracer:          noop.NewTracerProvider().Tracer(tracerName),
 	}
 	if cfg.TracerProvider != nil {
 		s.tracer, s.traced = cfg.TracerProvider.Tracer(tracerName), true

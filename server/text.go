@@ -113,6 +113,9 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	if err != nil {
 		return nil, err
 	}
+	if j.reasoning, err = s.reasoningFor(j, req.ReasoningParser); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/kvgate/kvgate/internal/tlsfiles"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/tokenize/hub"
 
 	"github.com/kvgate/kvgate/workers"
@@ -342,6 +343,10 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	g.Options = c.routing.options()
 	g.LearnBlockSize = c.routing.blockSize == 0
 	g.TextSources, g.TextOptions, g.FetchTimeout = c.text.src, c.text.options(), c.text.fetchTimeout
+	if err := server.ValidateReasoningParser(c.text.reasoningParser); err != nil {
+		return g, func() {}, fmt.Errorf("--reasoning-parser: %w", err)
+	}
+	g.ReasoningParser = c.text.reasoningParser
 	// As in the seeds, service discovery serves every model its pods run.
 	g.IGW = c.igw || c.discovery.enabled
 	if g.ModelTexts, err = c.text.models.sources(g.IGW, c.text.src); err != nil {

@@ -469,9 +469,13 @@ type GenerateChunk struct {
 	// The text these tokens add to the output, when kvgate has a tokenizer.
 	// Never splits a UTF-8 character; text that might begin a stop string is
 	// held back until it cannot, so a delta may be empty.
-	Text          string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// Chat only: the reasoning these tokens add, when the model's reasoning
+	// is parsed (see ChatRequest.reasoning_parser); text then carries only the
+	// answer's content.
+	ReasoningContent string `protobuf:"bytes,4,opt,name=reasoning_content,json=reasoningContent,proto3" json:"reasoning_content,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GenerateChunk) Reset() {
@@ -525,6 +529,13 @@ func (x *GenerateChunk) GetText() string {
 	return ""
 }
 
+func (x *GenerateChunk) GetReasoningContent() string {
+	if x != nil {
+		return x.ReasoningContent
+	}
+	return ""
+}
+
 // GenerateComplete ends a generation.
 type GenerateComplete struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -545,8 +556,11 @@ type GenerateComplete struct {
 	// With prefill/decode disaggregation: the worker that ran the prefill leg
 	// (worker is then the decode worker).
 	PrefillWorker string `protobuf:"bytes,8,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Chat only: the whole reasoning, when it is parsed; text is then the
+	// content alone.
+	ReasoningContent string `protobuf:"bytes,9,opt,name=reasoning_content,json=reasoningContent,proto3" json:"reasoning_content,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GenerateComplete) Reset() {
@@ -635,6 +649,13 @@ func (x *GenerateComplete) GetPrefillWorker() string {
 	return ""
 }
 
+func (x *GenerateComplete) GetReasoningContent() string {
+	if x != nil {
+		return x.ReasoningContent
+	}
+	return ""
+}
+
 // Usage counts tokens as the serving worker reported them.
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -717,9 +738,15 @@ type ChatRequest struct {
 	Stream bool `protobuf:"varint,7,opt,name=stream,proto3" json:"stream,omitempty"`
 	// As in GenerateRequest: the conversation is rendered with this model's
 	// chat template and tokenizer.
-	Model         string `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,9,opt,name=model,proto3" json:"model,omitempty"`
+	// How to split the answer's reasoning from its content: "qwen3" or
+	// "deepseek_r1" (<think>…</think>, opened by the answer or by the
+	// prompt), "none" (the raw text), or unset for the router's
+	// --reasoning-parser (which by default detects <think> in the model's
+	// vocabulary).
+	ReasoningParser *string `protobuf:"bytes,10,opt,name=reasoning_parser,json=reasoningParser,proto3,oneof" json:"reasoning_parser,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ChatRequest) Reset() {
@@ -804,6 +831,13 @@ func (x *ChatRequest) GetStream() bool {
 func (x *ChatRequest) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *ChatRequest) GetReasoningParser() string {
+	if x != nil && x.ReasoningParser != nil {
+		return *x.ReasoningParser
 	}
 	return ""
 }
@@ -1527,11 +1561,12 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x05chunk\x18\x02 \x01(\v2\x18.kvgate.v1.GenerateChunkH\x00R\x05chunk\x129\n" +
 	"\bcomplete\x18\x03 \x01(\v2\x1b.kvgate.v1.GenerateCompleteH\x00R\bcompleteB\n" +
 	"\n" +
-	"\bresponse\"V\n" +
+	"\bresponse\"\x83\x01\n" +
 	"\rGenerateChunk\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\x89\x03\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12+\n" +
+	"\x11reasoning_content\x18\x04 \x01(\tR\x10reasoningContent\"\xb6\x03\n" +
 	"\x10GenerateComplete\x12\x1d\n" +
 	"\n" +
 	"output_ids\x18\x01 \x03(\rR\toutputIds\x12<\n" +
@@ -1541,13 +1576,14 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x06worker\x18\x05 \x01(\tR\x06worker\x12\x12\n" +
 	"\x04text\x18\x06 \x01(\tR\x04text\x123\n" +
 	"\x13matched_stop_string\x18\a \x01(\tH\x01R\x11matchedStopString\x88\x01\x01\x12%\n" +
-	"\x0eprefill_worker\x18\b \x01(\tR\rprefillWorkerB\x18\n" +
+	"\x0eprefill_worker\x18\b \x01(\tR\rprefillWorker\x12+\n" +
+	"\x11reasoning_content\x18\t \x01(\tR\x10reasoningContentB\x18\n" +
 	"\x16_matched_stop_token_idB\x16\n" +
 	"\x14_matched_stop_string\"~\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\x9d\x03\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xe2\x03\n" +
 	"\vChatRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
@@ -1557,8 +1593,11 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x15add_generation_prompt\x18\x05 \x01(\bH\x00R\x13addGenerationPrompt\x88\x01\x01\x12B\n" +
 	"\x0fsampling_params\x18\x06 \x01(\v2\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n" +
 	"\x06stream\x18\a \x01(\bR\x06stream\x12\x14\n" +
-	"\x05model\x18\t \x01(\tR\x05modelB\x18\n" +
-	"\x16_add_generation_promptJ\x04\b\x04\x10\x05\"\xd2\x01\n" +
+	"\x05model\x18\t \x01(\tR\x05model\x12.\n" +
+	"\x10reasoning_parser\x18\n" +
+	" \x01(\tH\x01R\x0freasoningParser\x88\x01\x01B\x18\n" +
+	"\x16_add_generation_promptB\x13\n" +
+	"\x11_reasoning_parserJ\x04\b\x04\x10\x05\"\xd2\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x12\n" +

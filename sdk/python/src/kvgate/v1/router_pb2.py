@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16kvgate/v1/router.proto\x12\tkvgate.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xd3\x01\n\x0fGenerateRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n\tinput_ids\x18\x02 \x03(\rR\x08inputIds\x12\x12\n\x04text\x18\x03 \x01(\tR\x04text\x12\x42\n\x0fsampling_params\x18\x04 \x01(\x0b\x32\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n\x06stream\x18\x05 \x01(\x08R\x06stream\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\"\xd9\x05\n\x0eSamplingParams\x12%\n\x0btemperature\x18\x01 \x01(\x02H\x00R\x0btemperature\x88\x01\x01\x12\x18\n\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x18\n\x05top_k\x18\x03 \x01(\x05H\x02R\x04topK\x88\x01\x01\x12\x18\n\x05min_p\x18\x04 \x01(\x02H\x03R\x04minP\x88\x01\x01\x12\x30\n\x11\x66requency_penalty\x18\x05 \x01(\x02H\x04R\x10\x66requencyPenalty\x88\x01\x01\x12.\n\x10presence_penalty\x18\x06 \x01(\x02H\x05R\x0fpresencePenalty\x88\x01\x01\x12\x32\n\x12repetition_penalty\x18\x07 \x01(\x02H\x06R\x11repetitionPenalty\x88\x01\x01\x12)\n\x0emax_new_tokens\x18\x08 \x01(\rH\x07R\x0cmaxNewTokens\x88\x01\x01\x12$\n\x0emin_new_tokens\x18\t \x01(\rR\x0cminNewTokens\x12$\n\x0estop_token_ids\x18\n \x03(\rR\x0cstopTokenIds\x12\x1d\n\nignore_eos\x18\x0b \x01(\x08R\tignoreEos\x12\x17\n\x04seed\x18\x0c \x01(\x05H\x08R\x04seed\x88\x01\x01\x12\x12\n\x04stop\x18\r \x03(\tR\x04stop\x12\x33\n\x13skip_special_tokens\x18\x0e \x01(\x08H\tR\x11skipSpecialTokens\x88\x01\x01\x12 \n\x0cno_stop_trim\x18\x0f \x01(\x08R\nnoStopTrimB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x14\n\x12_frequency_penaltyB\x13\n\x11_presence_penaltyB\x15\n\x13_repetition_penaltyB\x11\n\x0f_max_new_tokensB\x07\n\x05_seedB\x16\n\x14_skip_special_tokens\"\xaa\x01\n\x10GenerateResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x30\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x18.kvgate.v1.GenerateChunkH\x00R\x05\x63hunk\x12\x39\n\x08\x63omplete\x18\x03 \x01(\x0b\x32\x1b.kvgate.v1.GenerateCompleteH\x00R\x08\x63ompleteB\n\n\x08response\"V\n\rGenerateChunk\x12\x1b\n\ttoken_ids\x18\x01 \x03(\rR\x08tokenIds\x12\x14\n\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n\x04text\x18\x03 \x01(\tR\x04text\"\x89\x03\n\x10GenerateComplete\x12\x1d\n\noutput_ids\x18\x01 \x03(\rR\toutputIds\x12<\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x17.kvgate.v1.FinishReasonR\x0c\x66inishReason\x12\x36\n\x15matched_stop_token_id\x18\x03 \x01(\rH\x00R\x12matchedStopTokenId\x88\x01\x01\x12&\n\x05usage\x18\x04 \x01(\x0b\x32\x10.kvgate.v1.UsageR\x05usage\x12\x16\n\x06worker\x18\x05 \x01(\tR\x06worker\x12\x12\n\x04text\x18\x06 \x01(\tR\x04text\x12\x33\n\x13matched_stop_string\x18\x07 \x01(\tH\x01R\x11matchedStopString\x88\x01\x01\x12%\n\x0eprefill_worker\x18\x08 \x01(\tR\rprefillWorkerB\x18\n\x16_matched_stop_token_idB\x16\n\x14_matched_stop_string\"~\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\rR\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\rR\x10\x63ompletionTokens\x12#\n\rcached_tokens\x18\x03 \x01(\rR\x0c\x63\x61\x63hedTokens\"\x9d\x03\n\x0b\x43hatRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x32\n\x08messages\x18\x02 \x03(\x0b\x32\x16.kvgate.v1.ChatMessageR\x08messages\x12%\n\x05tools\x18\x03 \x03(\x0b\x32\x0f.kvgate.v1.ToolR\x05tools\x12I\n\x14\x63hat_template_kwargs\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructR\x12\x63hatTemplateKwargs\x12\x37\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x00R\x13\x61\x64\x64GenerationPrompt\x88\x01\x01\x12\x42\n\x0fsampling_params\x18\x06 \x01(\x0b\x32\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n\x06stream\x18\x07 \x01(\x08R\x06stream\x12\x14\n\x05model\x18\t \x01(\tR\x05modelB\x18\n\x16_add_generation_promptJ\x04\x08\x04\x10\x05\"\xd2\x01\n\x0b\x43hatMessage\x12\x12\n\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\x12\x32\n\ntool_calls\x18\x04 \x03(\x0b\x32\x13.kvgate.v1.ToolCallR\ttoolCalls\x12 \n\x0ctool_call_id\x18\x05 \x01(\tR\ntoolCallId\x12+\n\x11reasoning_content\x18\x06 \x01(\tR\x10reasoningContent\"c\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04type\x18\x02 \x01(\tR\x04type\x12\x33\n\x08\x66unction\x18\x03 \x01(\x0b\x32\x17.kvgate.v1.FunctionCallR\x08\x66unction\"^\n\x0c\x46unctionCall\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x34\n\targuments\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueR\targumentsJ\x04\x08\x02\x10\x03\"U\n\x04Tool\x12\x12\n\x04type\x18\x01 \x01(\tR\x04type\x12\x39\n\x08\x66unction\x18\x02 \x01(\x0b\x32\x1d.kvgate.v1.FunctionDefinitionR\x08\x66unction\"\x9a\x01\n\x12\x46unctionDefinition\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12\x37\n\nparameters\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\nparametersJ\x04\x08\x03\x10\x04R\x0fparameters_json\"\xa6\x01\n\x0c\x43hatResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x30\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x18.kvgate.v1.GenerateChunkH\x00R\x05\x63hunk\x12\x39\n\x08\x63omplete\x18\x03 \x01(\x0b\x32\x1b.kvgate.v1.GenerateCompleteH\x00R\x08\x63ompleteB\n\n\x08response\"r\n\x0c\x45mbedRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\x12-\n\x06inputs\x18\x03 \x03(\x0b\x32\x15.kvgate.v1.EmbedInputR\x06inputs\"=\n\nEmbedInput\x12\x1b\n\tinput_ids\x18\x01 \x03(\rR\x08inputIds\x12\x12\n\x04text\x18\x02 \x01(\tR\x04text\"\xa4\x01\n\rEmbedResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x34\n\nembeddings\x18\x02 \x03(\x0b\x32\x14.kvgate.v1.EmbeddingR\nembeddings\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x10.kvgate.v1.UsageR\x05usage\x12\x16\n\x06worker\x18\x04 \x01(\tR\x06worker\"N\n\tEmbedding\x12\x1c\n\tembedding\x18\x01 \x03(\x02R\tembedding\x12#\n\rprompt_tokens\x18\x02 \x01(\rR\x0cpromptTokens*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xc6\x01\n\x06Router\x12\x45\n\x08Generate\x12\x1a.kvgate.v1.GenerateRequest\x1a\x1b.kvgate.v1.GenerateResponse0\x01\x12\x39\n\x04\x43hat\x12\x16.kvgate.v1.ChatRequest\x1a\x17.kvgate.v1.ChatResponse0\x01\x12:\n\x05\x45mbed\x12\x17.kvgate.v1.EmbedRequest\x1a\x18.kvgate.v1.EmbedResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16kvgate/v1/router.proto\x12\tkvgate.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xd3\x01\n\x0fGenerateRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n\tinput_ids\x18\x02 \x03(\rR\x08inputIds\x12\x12\n\x04text\x18\x03 \x01(\tR\x04text\x12\x42\n\x0fsampling_params\x18\x04 \x01(\x0b\x32\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n\x06stream\x18\x05 \x01(\x08R\x06stream\x12\x14\n\x05model\x18\x06 \x01(\tR\x05model\"\xd9\x05\n\x0eSamplingParams\x12%\n\x0btemperature\x18\x01 \x01(\x02H\x00R\x0btemperature\x88\x01\x01\x12\x18\n\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x18\n\x05top_k\x18\x03 \x01(\x05H\x02R\x04topK\x88\x01\x01\x12\x18\n\x05min_p\x18\x04 \x01(\x02H\x03R\x04minP\x88\x01\x01\x12\x30\n\x11\x66requency_penalty\x18\x05 \x01(\x02H\x04R\x10\x66requencyPenalty\x88\x01\x01\x12.\n\x10presence_penalty\x18\x06 \x01(\x02H\x05R\x0fpresencePenalty\x88\x01\x01\x12\x32\n\x12repetition_penalty\x18\x07 \x01(\x02H\x06R\x11repetitionPenalty\x88\x01\x01\x12)\n\x0emax_new_tokens\x18\x08 \x01(\rH\x07R\x0cmaxNewTokens\x88\x01\x01\x12$\n\x0emin_new_tokens\x18\t \x01(\rR\x0cminNewTokens\x12$\n\x0estop_token_ids\x18\n \x03(\rR\x0cstopTokenIds\x12\x1d\n\nignore_eos\x18\x0b \x01(\x08R\tignoreEos\x12\x17\n\x04seed\x18\x0c \x01(\x05H\x08R\x04seed\x88\x01\x01\x12\x12\n\x04stop\x18\r \x03(\tR\x04stop\x12\x33\n\x13skip_special_tokens\x18\x0e \x01(\x08H\tR\x11skipSpecialTokens\x88\x01\x01\x12 \n\x0cno_stop_trim\x18\x0f \x01(\x08R\nnoStopTrimB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x14\n\x12_frequency_penaltyB\x13\n\x11_presence_penaltyB\x15\n\x13_repetition_penaltyB\x11\n\x0f_max_new_tokensB\x07\n\x05_seedB\x16\n\x14_skip_special_tokens\"\xaa\x01\n\x10GenerateResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x30\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x18.kvgate.v1.GenerateChunkH\x00R\x05\x63hunk\x12\x39\n\x08\x63omplete\x18\x03 \x01(\x0b\x32\x1b.kvgate.v1.GenerateCompleteH\x00R\x08\x63ompleteB\n\n\x08response\"\x83\x01\n\rGenerateChunk\x12\x1b\n\ttoken_ids\x18\x01 \x03(\rR\x08tokenIds\x12\x14\n\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n\x04text\x18\x03 \x01(\tR\x04text\x12+\n\x11reasoning_content\x18\x04 \x01(\tR\x10reasoningContent\"\xb6\x03\n\x10GenerateComplete\x12\x1d\n\noutput_ids\x18\x01 \x03(\rR\toutputIds\x12<\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x17.kvgate.v1.FinishReasonR\x0c\x66inishReason\x12\x36\n\x15matched_stop_token_id\x18\x03 \x01(\rH\x00R\x12matchedStopTokenId\x88\x01\x01\x12&\n\x05usage\x18\x04 \x01(\x0b\x32\x10.kvgate.v1.UsageR\x05usage\x12\x16\n\x06worker\x18\x05 \x01(\tR\x06worker\x12\x12\n\x04text\x18\x06 \x01(\tR\x04text\x12\x33\n\x13matched_stop_string\x18\x07 \x01(\tH\x01R\x11matchedStopString\x88\x01\x01\x12%\n\x0eprefill_worker\x18\x08 \x01(\tR\rprefillWorker\x12+\n\x11reasoning_content\x18\t \x01(\tR\x10reasoningContentB\x18\n\x16_matched_stop_token_idB\x16\n\x14_matched_stop_string\"~\n\x05Usage\x12#\n\rprompt_tokens\x18\x01 \x01(\rR\x0cpromptTokens\x12+\n\x11\x63ompletion_tokens\x18\x02 \x01(\rR\x10\x63ompletionTokens\x12#\n\rcached_tokens\x18\x03 \x01(\rR\x0c\x63\x61\x63hedTokens\"\xe2\x03\n\x0b\x43hatRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x32\n\x08messages\x18\x02 \x03(\x0b\x32\x16.kvgate.v1.ChatMessageR\x08messages\x12%\n\x05tools\x18\x03 \x03(\x0b\x32\x0f.kvgate.v1.ToolR\x05tools\x12I\n\x14\x63hat_template_kwargs\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructR\x12\x63hatTemplateKwargs\x12\x37\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x00R\x13\x61\x64\x64GenerationPrompt\x88\x01\x01\x12\x42\n\x0fsampling_params\x18\x06 \x01(\x0b\x32\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n\x06stream\x18\x07 \x01(\x08R\x06stream\x12\x14\n\x05model\x18\t \x01(\tR\x05model\x12.\n\x10reasoning_parser\x18\n \x01(\tH\x01R\x0freasoningParser\x88\x01\x01\x42\x18\n\x16_add_generation_promptB\x13\n\x11_reasoning_parserJ\x04\x08\x04\x10\x05\"\xd2\x01\n\x0b\x43hatMessage\x12\x12\n\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n\x07\x63ontent\x18\x02 \x01(\tR\x07\x63ontent\x12\x12\n\x04name\x18\x03 \x01(\tR\x04name\x12\x32\n\ntool_calls\x18\x04 \x03(\x0b\x32\x13.kvgate.v1.ToolCallR\ttoolCalls\x12 \n\x0ctool_call_id\x18\x05 \x01(\tR\ntoolCallId\x12+\n\x11reasoning_content\x18\x06 \x01(\tR\x10reasoningContent\"c\n\x08ToolCall\x12\x0e\n\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n\x04type\x18\x02 \x01(\tR\x04type\x12\x33\n\x08\x66unction\x18\x03 \x01(\x0b\x32\x17.kvgate.v1.FunctionCallR\x08\x66unction\"^\n\x0c\x46unctionCall\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x34\n\targuments\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueR\targumentsJ\x04\x08\x02\x10\x03\"U\n\x04Tool\x12\x12\n\x04type\x18\x01 \x01(\tR\x04type\x12\x39\n\x08\x66unction\x18\x02 \x01(\x0b\x32\x1d.kvgate.v1.FunctionDefinitionR\x08\x66unction\"\x9a\x01\n\x12\x46unctionDefinition\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12 \n\x0b\x64\x65scription\x18\x02 \x01(\tR\x0b\x64\x65scription\x12\x37\n\nparameters\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\nparametersJ\x04\x08\x03\x10\x04R\x0fparameters_json\"\xa6\x01\n\x0c\x43hatResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x30\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x18.kvgate.v1.GenerateChunkH\x00R\x05\x63hunk\x12\x39\n\x08\x63omplete\x18\x03 \x01(\x0b\x32\x1b.kvgate.v1.GenerateCompleteH\x00R\x08\x63ompleteB\n\n\x08response\"r\n\x0c\x45mbedRequest\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x14\n\x05model\x18\x02 \x01(\tR\x05model\x12-\n\x06inputs\x18\x03 \x03(\x0b\x32\x15.kvgate.v1.EmbedInputR\x06inputs\"=\n\nEmbedInput\x12\x1b\n\tinput_ids\x18\x01 \x03(\rR\x08inputIds\x12\x12\n\x04text\x18\x02 \x01(\tR\x04text\"\xa4\x01\n\rEmbedResponse\x12\x1d\n\nrequest_id\x18\x01 \x01(\tR\trequestId\x12\x34\n\nembeddings\x18\x02 \x03(\x0b\x32\x14.kvgate.v1.EmbeddingR\nembeddings\x12&\n\x05usage\x18\x03 \x01(\x0b\x32\x10.kvgate.v1.UsageR\x05usage\x12\x16\n\x06worker\x18\x04 \x01(\tR\x06worker\"N\n\tEmbedding\x12\x1c\n\tembedding\x18\x01 \x03(\x02R\tembedding\x12#\n\rprompt_tokens\x18\x02 \x01(\rR\x0cpromptTokens*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xc6\x01\n\x06Router\x12\x45\n\x08Generate\x12\x1a.kvgate.v1.GenerateRequest\x1a\x1b.kvgate.v1.GenerateResponse0\x01\x12\x39\n\x04\x43hat\x12\x16.kvgate.v1.ChatRequest\x1a\x17.kvgate.v1.ChatResponse0\x01\x12:\n\x05\x45mbed\x12\x17.kvgate.v1.EmbedRequest\x1a\x18.kvgate.v1.EmbedResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kvgate.v1.router_pb2', globals())
@@ -22,42 +22,42 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1'
-  _FINISHREASON._serialized_start=3463
-  _FINISHREASON._serialized_end=3583
+  _FINISHREASON._serialized_start=3623
+  _FINISHREASON._serialized_end=3743
   _GENERATEREQUEST._serialized_start=68
   _GENERATEREQUEST._serialized_end=279
   _SAMPLINGPARAMS._serialized_start=282
   _SAMPLINGPARAMS._serialized_end=1011
   _GENERATERESPONSE._serialized_start=1014
   _GENERATERESPONSE._serialized_end=1184
-  _GENERATECHUNK._serialized_start=1186
-  _GENERATECHUNK._serialized_end=1272
-  _GENERATECOMPLETE._serialized_start=1275
-  _GENERATECOMPLETE._serialized_end=1668
-  _USAGE._serialized_start=1670
-  _USAGE._serialized_end=1796
-  _CHATREQUEST._serialized_start=1799
-  _CHATREQUEST._serialized_end=2212
-  _CHATMESSAGE._serialized_start=2215
-  _CHATMESSAGE._serialized_end=2425
-  _TOOLCALL._serialized_start=2427
-  _TOOLCALL._serialized_end=2526
-  _FUNCTIONCALL._serialized_start=2528
-  _FUNCTIONCALL._serialized_end=2622
-  _TOOL._serialized_start=2624
-  _TOOL._serialized_end=2709
-  _FUNCTIONDEFINITION._serialized_start=2712
-  _FUNCTIONDEFINITION._serialized_end=2866
-  _CHATRESPONSE._serialized_start=2869
-  _CHATRESPONSE._serialized_end=3035
-  _EMBEDREQUEST._serialized_start=3037
-  _EMBEDREQUEST._serialized_end=3151
-  _EMBEDINPUT._serialized_start=3153
-  _EMBEDINPUT._serialized_end=3214
-  _EMBEDRESPONSE._serialized_start=3217
-  _EMBEDRESPONSE._serialized_end=3381
-  _EMBEDDING._serialized_start=3383
-  _EMBEDDING._serialized_end=3461
-  _ROUTER._serialized_start=3586
-  _ROUTER._serialized_end=3784
+  _GENERATECHUNK._serialized_start=1187
+  _GENERATECHUNK._serialized_end=1318
+  _GENERATECOMPLETE._serialized_start=1321
+  _GENERATECOMPLETE._serialized_end=1759
+  _USAGE._serialized_start=1761
+  _USAGE._serialized_end=1887
+  _CHATREQUEST._serialized_start=1890
+  _CHATREQUEST._serialized_end=2372
+  _CHATMESSAGE._serialized_start=2375
+  _CHATMESSAGE._serialized_end=2585
+  _TOOLCALL._serialized_start=2587
+  _TOOLCALL._serialized_end=2686
+  _FUNCTIONCALL._serialized_start=2688
+  _FUNCTIONCALL._serialized_end=2782
+  _TOOL._serialized_start=2784
+  _TOOL._serialized_end=2869
+  _FUNCTIONDEFINITION._serialized_start=2872
+  _FUNCTIONDEFINITION._serialized_end=3026
+  _CHATRESPONSE._serialized_start=3029
+  _CHATRESPONSE._serialized_end=3195
+  _EMBEDREQUEST._serialized_start=3197
+  _EMBEDREQUEST._serialized_end=3311
+  _EMBEDINPUT._serialized_start=3313
+  _EMBEDINPUT._serialized_end=3374
+  _EMBEDRESPONSE._serialized_start=3377
+  _EMBEDRESPONSE._serialized_end=3541
+  _EMBEDDING._serialized_start=3543
+  _EMBEDDING._serialized_end=3621
+  _ROUTER._serialized_start=3746
+  _ROUTER._serialized_end=3944
 # @@protoc_insertion_point(module_scope)

@@ -28,11 +28,12 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ["add_generation_prompt", "chat_template_kwargs", "messages", "model", "request_id", "sampling_params", "stream", "tools"]
+    __slots__ = ["add_generation_prompt", "chat_template_kwargs", "messages", "model", "reasoning_parser", "request_id", "sampling_params", "stream", "tools"]
     ADD_GENERATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
     CHAT_TEMPLATE_KWARGS_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    REASONING_PARSER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_PARAMS_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -41,11 +42,12 @@ class ChatRequest(_message.Message):
     chat_template_kwargs: _struct_pb2.Struct
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     model: str
+    reasoning_parser: str
     request_id: str
     sampling_params: SamplingParams
     stream: bool
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
-    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., chat_template_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., add_generation_prompt: bool = ..., sampling_params: _Optional[_Union[SamplingParams, _Mapping]] = ..., stream: bool = ..., model: _Optional[str] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., chat_template_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., add_generation_prompt: bool = ..., sampling_params: _Optional[_Union[SamplingParams, _Mapping]] = ..., stream: bool = ..., model: _Optional[str] = ..., reasoning_parser: _Optional[str] = ...) -> None: ...
 
 class ChatResponse(_message.Message):
     __slots__ = ["chunk", "complete", "request_id"]
@@ -114,22 +116,25 @@ class FunctionDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
-    __slots__ = ["index", "text", "token_ids"]
+    __slots__ = ["index", "reasoning_content", "text", "token_ids"]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     index: int
+    reasoning_content: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., index: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
 
 class GenerateComplete(_message.Message):
-    __slots__ = ["finish_reason", "matched_stop_string", "matched_stop_token_id", "output_ids", "prefill_worker", "text", "usage", "worker"]
+    __slots__ = ["finish_reason", "matched_stop_string", "matched_stop_token_id", "output_ids", "prefill_worker", "reasoning_content", "text", "usage", "worker"]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     MATCHED_STOP_STRING_FIELD_NUMBER: _ClassVar[int]
     MATCHED_STOP_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     PREFILL_WORKER_FIELD_NUMBER: _ClassVar[int]
+    REASONING_CONTENT_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
@@ -138,10 +143,11 @@ class GenerateComplete(_message.Message):
     matched_stop_token_id: int
     output_ids: _containers.RepeatedScalarFieldContainer[int]
     prefill_worker: str
+    reasoning_content: str
     text: str
     usage: Usage
     worker: str
-    def __init__(self, output_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., matched_stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., worker: _Optional[str] = ..., text: _Optional[str] = ..., matched_stop_string: _Optional[str] = ..., prefill_worker: _Optional[str] = ...) -> None: ...
+    def __init__(self, output_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., matched_stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., worker: _Optional[str] = ..., text: _Optional[str] = ..., matched_stop_string: _Optional[str] = ..., prefill_worker: _Optional[str] = ..., reasoning_content: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ["input_ids", "model", "request_id", "sampling_params", "stream", "text"]
