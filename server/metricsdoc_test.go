@@ -338,6 +338,17 @@ func disaggregated(t *testing.T) *fleet {
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}}
 	f.mustGenerate(t, req)
 	f.mustGenerate(t, req)
+	// The handoff is measured when the router has seen the prefill leg end
+	// before the decode leg's first token; with engines that take no time
+	// on a loaded machine, the two legs' streams can be read the other way
+	// round, so send requests until one is measured (each is a real
+	// handoff; a bounded number, so a metric that never moves still fails).
+	for i := 0; i < 50; i++ {
+		if fam := scrape(t, f)["kvgate_pd_kv_transfer_seconds"]; fam != nil && fam.Moved() {
+			break
+		}
+		f.mustGenerate(t, req)
+	}
 	f.sims[0].Engine().SetFaults(sim.Faults{Unavailable: true})
 	f.sims[1].Engine().SetFaults(sim.Faults{Unavailable: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
