@@ -73,7 +73,9 @@ func (t *textFlags) resolve(ctx context.Context, hc hub.Config, log *slog.Logger
 			continue
 		}
 		r, err := hc.Resolve(ctx, *p.path)
-		if errors.Is(err, context.DeadlineExceeded) {
+		// The deadline may surface as whatever the transport saw when it
+		// cut the connection (an EOF on a body): ask the context.
+		if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded)) {
 			return src, fmt.Errorf("%s %s: %w; --tokenizer-fetch-timeout (%v) bounds the download", p.flag, *p.path, err, t.fetchTimeout)
 		}
 		if err != nil {
@@ -87,6 +89,9 @@ func (t *textFlags) resolve(ctx context.Context, hc hub.Config, log *slog.Logger
 	}
 	for name, path := range t.models.byModel {
 		r, err := hc.Resolve(ctx, path)
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return src, fmt.Errorf("--model-path %s=%s: %w; --tokenizer-fetch-timeout (%v) bounds the download", name, path, err, t.fetchTimeout)
+		}
 		if err != nil {
 			return src, fmt.Errorf("--model-path %s=%s: %w", name, path, err)
 		}
