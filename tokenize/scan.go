@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -180,17 +181,30 @@ func llamaAt(s string, i, maxDigits int) int {
 		}
 	}
 	if c&clsN != 0 {
-		j := i + n
-		for k := 1; k < maxDigits && j < len(s); k++ {
-			r2, n2 := at(s, j)
-			if classOf(r2)&clsN == 0 {
-				break
-			}
-			j += n2
-		}
-		return j
+		return digitRun(s, i+n, maxDigits-1)
 	}
-	// ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+	if k := punctRun(s, i, r, "\r\n"); k >= 0 {
+		return k
+	}
+	return whitespaceTail(s, i, true)
+}
+
+// digitRun ends \p{N}{1,max+1}: j follows the first digit, and up to more
+// digits follow it.
+func digitRun(s string, j, more int) int {
+	for k := 0; k < more && j < len(s); k++ {
+		r, n := at(s, j)
+		if classOf(r)&clsN == 0 {
+			break
+		}
+		j += n
+	}
+	return j
+}
+
+// punctRun matches ` ?[^\s\p{L}\p{N}]+[trail]*` at i (r: the rune there) and
+// returns its end, or -1 when it does not match.
+func punctRun(s string, i int, r rune, trail string) int {
 	other := func(j int) bool {
 		if j >= len(s) {
 			return false
@@ -202,17 +216,17 @@ func llamaAt(s string, i, maxDigits int) int {
 	if r == ' ' && other(i+1) {
 		k = i + 1
 	}
-	if other(k) {
-		for other(k) {
-			_, n2 := at(s, k)
-			k += n2
-		}
-		for k < len(s) && (s[k] == '\r' || s[k] == '\n') {
-			k++
-		}
-		return k
+	if !other(k) {
+		return -1
 	}
-	return whitespaceTail(s, i, true)
+	for other(k) {
+		_, n := at(s, k)
+		k += n
+	}
+	for k < len(s) && strings.IndexByte(trail, s[k]) >= 0 {
+		k++
+	}
+	return k
 }
 
 // scanGPT2 implements the GPT-2 pattern used by the ByteLevel pre-tokenizer:

@@ -104,38 +104,15 @@ func (sc caseScanner) at(s string, i int) int {
 	if e := sc.word(s, i, r, n); e >= 0 {
 		return e
 	}
-	c := classOf(r)
-	if c&clsN != 0 {
-		j := i + n
-		for k := 1; k < 3 && j < len(s); k++ {
-			r2, n2 := at(s, j)
-			if classOf(r2)&clsN == 0 {
-				break
-			}
-			j += n2
-		}
-		return j
+	if classOf(r)&clsN != 0 {
+		return digitRun(s, i+n, 2)
 	}
-	// ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
-	other := func(j int) bool {
-		if j >= len(s) {
-			return false
-		}
-		r2, _ := at(s, j)
-		return classOf(r2)&(clsL|clsN|clsS) == 0
+	// ` ?[^\s\p{L}\p{N}]+[\r\n/]*` (Kimi's: `[\r\n]*`)
+	trail := "\r\n/"
+	if sc.kimi {
+		trail = "\r\n"
 	}
-	k := i
-	if r == ' ' && other(i+1) {
-		k = i + 1
-	}
-	if other(k) {
-		for other(k) {
-			_, n2 := at(s, k)
-			k += n2
-		}
-		for k < len(s) && (s[k] == '\r' || s[k] == '\n' || (s[k] == '/' && !sc.kimi)) {
-			k++
-		}
+	if k := punctRun(s, i, r, trail); k >= 0 {
 		return k
 	}
 	return whitespaceTail(s, i, true)
