@@ -28,9 +28,7 @@ package tree
 // tenant already holds more, it is evicted down to the low-water mark at
 // once.
 func (t *Tree) SetTenantLimit(tenant string, maxTokens int) {
-	t.waiting.Add(1)
-	t.mu.Lock()
-	t.waiting.Add(-1)
+	t.lockSelection()
 	defer t.mu.Unlock()
 	maxTokens = max(maxTokens, 0)
 	if maxTokens == 0 {

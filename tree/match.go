@@ -122,9 +122,7 @@ func (t *Tree) result(input int, s *scratch) Match {
 func (t *Tree) Match(ids []uint32) Match {
 	ids = t.cut(ids)
 	s := t.pool.Get().(*scratch)
-	t.waiting.Add(1)
-	t.mu.RLock()
-	t.waiting.Add(-1)
+	t.rlockSelection()
 	t.descend(ids, s)
 	m := t.result(len(ids), s)
 	t.mu.RUnlock()
@@ -148,9 +146,7 @@ func (t *Tree) MatchInsert(ids []uint32, choose func(Match) string) (Match, stri
 // "priority" eviction order keeps per (node, tenant) as the highest seen.
 func (t *Tree) MatchInsertPriority(ids []uint32, priority int32, choose func(Match) string) (Match, string) {
 	ids = t.cut(ids)
-	t.waiting.Add(1)
-	t.mu.Lock()
-	t.waiting.Add(-1)
+	t.lockSelection()
 	defer t.mu.Unlock()
 	s := &t.scratch
 	pos := t.descend(ids, s)
@@ -197,9 +193,7 @@ func (t *Tree) insertPath(ids []uint32, tenant string, priority int32, confirm b
 	if len(ids) == 0 || tenant == "" {
 		return 0
 	}
-	t.waiting.Add(1)
-	t.mu.Lock()
-	t.waiting.Add(-1)
+	t.lockSelection()
 	defer t.mu.Unlock()
 	s := &t.scratch
 	pos := t.descend(ids, s)

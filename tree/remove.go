@@ -128,9 +128,7 @@ func (t *Tree) ExpireSpeculative(ids []uint32, tenant string, tick uint64) (expi
 	if tick == 0 || len(ids) == 0 {
 		return 0
 	}
-	t.waiting.Add(1)
-	t.mu.Lock()
-	t.waiting.Add(-1)
+	t.lockSelection()
 	defer t.mu.Unlock()
 	id, ok := t.ids[tenant]
 	if !ok {
@@ -198,9 +196,7 @@ func (t *Tree) ClearTenant(tenant string) { t.drop(tenant, false) }
 // drop retires tenant's id: the name is unbound at once (a later insert
 // interns a fresh id) and the old id's entries are swept in slices.
 func (t *Tree) drop(tenant string, settings bool) {
-	t.waiting.Add(1)
-	t.mu.Lock()
-	t.waiting.Add(-1)
+	t.lockSelection()
 	if settings {
 		delete(t.limits, tenant)
 	}

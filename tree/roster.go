@@ -69,9 +69,7 @@ func (t *Tree) TenantTokensAmong(r *Roster, dst []int, need func(i int) bool) {
 	if len(dst) != len(r.names) {
 		panic("tree: TenantTokensAmong: dst and roster differ in length")
 	}
-	t.waiting.Add(1)
-	t.mu.RLock()
-	t.waiting.Add(-1)
+	t.rlockSelection()
 	defer t.mu.RUnlock()
 	x := t.resolve(r)
 	for i, id := range x.ids {
@@ -126,9 +124,7 @@ func (t *Tree) MatchInsertAmong(ids []uint32, r *Roster, tokens []int, choose fu
 		panic("tree: MatchInsertAmong: tokens and roster differ in length")
 	}
 	ids = t.cut(ids)
-	t.waiting.Add(1)
-	t.mu.Lock()
-	t.waiting.Add(-1)
+	t.lockSelection()
 	defer t.mu.Unlock()
 	s := &t.scratch
 	pos := t.descend(ids, s)

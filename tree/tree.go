@@ -195,6 +195,21 @@ type tenant struct {
 	live      bool
 }
 
+// lockSelection takes mu for a selection (or another short write), counted
+// in waiting while it waits, so that Evict and RemoveTenant step aside.
+func (t *Tree) lockSelection() {
+	t.waiting.Add(1)
+	t.mu.Lock()
+	t.waiting.Add(-1)
+}
+
+// rlockSelection is lockSelection for a read.
+func (t *Tree) rlockSelection() {
+	t.waiting.Add(1)
+	t.mu.RLock()
+	t.waiting.Add(-1)
+}
+
 // Tree is a multi-tenant token radix tree. It is safe for concurrent use.
 type Tree struct {
 	mu      sync.RWMutex
