@@ -66,7 +66,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 func (a *admin) views(r *route, dec policy.Decision) []*kvgatev1.WorkerView {
 	var out []*kvgatev1.WorkerView
 	for _, w := range a.reg.Snapshot() {
-		if r.Name != "" && w.Info().Model != r.Name {
+		if !r.serves(w) {
 			continue // another model's: the policy never saw it
 		}
 		matched, confirmed := dec.Matched.Of(w.URL()), min(dec.Confirmed.Of(w.URL()), dec.Matched.Of(w.URL()))

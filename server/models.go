@@ -49,13 +49,17 @@ type route struct {
 	disp dispatcher
 }
 
+// serves reports whether w is one of the route's workers: every worker for
+// the one model, else those that report its name.
+func (r *route) serves(w *workers.Worker) bool { return r.Name == "" || w.Info().Model == r.Name }
+
 // candidates are the workers of role serving the route's model.
 func (r *route) candidates(reg *workers.Registry, role workers.Role) []*workers.Worker {
 	ws := reg.WithRole(role)
 	if r.Name == "" {
 		return ws
 	}
-	return slices.DeleteFunc(ws, func(w *workers.Worker) bool { return w.Info().Model != r.Name })
+	return slices.DeleteFunc(ws, func(w *workers.Worker) bool { return !r.serves(w) })
 }
 
 // noText is the status of a request that needs the model's tokenizer when
@@ -174,7 +178,7 @@ func (s *Server) route(name string) (*route, error) {
 
 // servesName reports whether a registered worker reports model name.
 func (s *Server) servesName(name string) bool {
-	for _, w := range s.reg.Snapshot() {
+	for _, w := range s.reg.Current().Workers {
 		if w.Info().Model == name {
 			return true
 		}
@@ -185,13 +189,13 @@ func (s *Server) servesName(name string) bool {
 // namesModels reports whether any registered worker reports its model's
 // name (engines that do not cannot be told apart from others).
 func (s *Server) namesModels() bool {
-	return slices.ContainsFunc(s.reg.Snapshot(), func(w *workers.Worker) bool { return w.Info().Model != "" })
+	return slices.ContainsFunc(s.reg.Current().Workers, func(w *workers.Worker) bool { return w.Info().Model != "" })
 }
 
 // describeServed names the models the workers report, for error messages.
 func (s *Server) describeServed() string {
 	var names []string
-	for _, w := range s.reg.Snapshot() {
+	for _, w := range s.reg.Current().Workers {
 		if m := w.Info().Model; m != "" && !slices.Contains(names, m) {
 			names = append(names, m)
 		}
@@ -252,7 +256,7 @@ func (rs *routes) get(name string) *route {
 // servedModel is the model the workers report, for the metrics of a router
 // serving one model (the first worker that names one).
 func (s *Server) servedModel() string {
-	for _, w := range s.reg.Snapshot() {
+	for _, w := range s.reg.Current().Workers {
 		if m := w.Info().Model; m != "" {
 			return m
 		}

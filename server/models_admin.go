@@ -4,7 +4,6 @@ import (
 	"context"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/workers"
 )
 
 func (a *admin) ListModels(context.Context, *kvgatev1.ListModelsRequest) (*kvgatev1.ListModelsResponse, error) {
@@ -14,8 +13,8 @@ func (a *admin) ListModels(context.Context, *kvgatev1.ListModelsRequest) (*kvgat
 		if r.PD != nil {
 			m.DecodePolicy = r.PD.DecodePolicyName()
 		}
-		for _, role := range []workers.Role{workers.RoleRegular, workers.RolePrefill, workers.RoleDecode} {
-			for _, w := range r.candidates(a.reg, role) {
+		for _, w := range a.reg.Snapshot() {
+			if r.serves(w) {
 				m.Workers = append(m.Workers, w.URL())
 			}
 		}
