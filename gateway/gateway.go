@@ -416,11 +416,11 @@ func (g *Gateway) Close() {
 	})
 }
 
-// learnedPageSize is the KV page size the workers report (the first that
-// reports one; engines of one model share it), else 16.
-func learnedPageSize(ws []*workers.Worker) int {
+// learnedPageSize is the KV page size the workers of role among ws report
+// (the first that reports one; engines of one model share it), else 16.
+func learnedPageSize(ws []*workers.Worker, role workers.Role) int {
 	for _, w := range ws {
-		if ps := w.Info().PageSize; ps > 0 {
+		if ps := w.Info().PageSize; ps > 0 && w.Role() == role {
 			return ps
 		}
 	}

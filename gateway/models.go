@@ -101,7 +101,7 @@ func (g *Gateway) buildModel(cfg Config, name string, ws []*workers.Worker) (*mo
 			o.Logger = g.log
 		}
 		if cfg.LearnBlockSize {
-			o.CacheAware.BlockSize = learnedPageSize(withRole(ws, role))
+			o.CacheAware.BlockSize = learnedPageSize(ws, role)
 		}
 		if role != workers.RoleDecode {
 			m.pageSize = o.CacheAware.BlockSize
@@ -149,16 +149,6 @@ func (ms *models) publish(m *modelCtx) {
 	}
 	next[m.name] = m
 	ms.byName.Store(&next)
-}
-
-func withRole(ws []*workers.Worker, role workers.Role) []*workers.Worker {
-	var out []*workers.Worker
-	for _, w := range ws {
-		if w.Role() == role {
-			out = append(out, w)
-		}
-	}
-	return out
 }
 
 // consumesKVEvents reports whether any of the named policies mirrors the
