@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
@@ -47,6 +48,9 @@ type Model struct {
 type route struct {
 	Model
 	disp dispatcher
+	// thinks: the tokenizer has <think> and </think> tokens, so
+	// --reasoning-parser auto parses the model's reasoning.
+	thinks bool
 }
 
 // serves reports whether w is one of the route's workers: every worker for
@@ -238,6 +242,11 @@ func (s *Server) SetModelText(name string, text *textmodel.Model, source string)
 
 func (s *Server) newRoute(m Model) *route {
 	r := &route{Model: m}
+	if m.Text != nil {
+		_, start := m.Text.Tokenizer().TokenToID(parse.Qwen3.Start)
+		_, end := m.Text.Tokenizer().TokenToID(parse.Qwen3.End)
+		r.thinks = start && end
+	}
 	if m.PD != nil {
 		r.disp = &pdDispatcher{s: s, r: r, pd: m.PD, prefill: m.Policy.Name(), decode: m.PD.DecodePolicyName()}
 	} else {

@@ -38,10 +38,7 @@ func (s *Server) reasoningFor(j *job, requested *string) (func() *parse.Reasonin
 	case reasoningNone:
 		return nil, nil
 	case "", reasoningAuto:
-		tok := tm.Tokenizer()
-		_, hasStart := tok.TokenToID(parse.Qwen3.Start)
-		_, hasEnd := tok.TokenToID(parse.Qwen3.End)
-		if !hasStart || !hasEnd {
+		if !j.route.thinks {
 			return nil, nil
 		}
 		style = parse.Qwen3
