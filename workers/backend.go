@@ -27,6 +27,68 @@ type Sampling struct {
 	StopTokenIDs      []uint32
 	IgnoreEOS         bool
 	Seed              *int32
+	// Constraint restricts the output to a language (structured output);
+	// the zero value leaves it free.
+	Constraint Constraint
+}
+
+// ConstraintKind names the language a structured-output constraint holds
+// the output to.
+type ConstraintKind int
+
+// Constraint kinds. Both engine protocols carry each of them in the oneof
+// constraint of their SamplingParams.
+const (
+	// NoConstraint leaves the output free.
+	NoConstraint ConstraintKind = iota
+	// JSONSchema: the output is a JSON document valid against Value, a
+	// JSON schema as JSON text.
+	JSONSchema
+	// Regex: the output matches Value, a regular expression.
+	Regex
+	// EBNF: the output is a sentence of Value, an EBNF grammar whose start
+	// symbol is root (the xgrammar/GBNF dialect both engines accept).
+	EBNF
+	// StructuralTag: Value is a structural tag as JSON text (SGLang's
+	// format): free text, with each trigger's structure constrained.
+	StructuralTag
+)
+
+// Constraint is one structured-output constraint. The router validates
+// Value before dispatch; adapters pass it to the engine's field verbatim.
+type Constraint struct {
+	Kind  ConstraintKind
+	Value string
+}
+
+// LogprobRequest asks the engine for log-probabilities.
+type LogprobRequest struct {
+	// Output asks for the log-probability of every generated token.
+	Output bool
+	// Prompt asks for the log-probability of every prompt token (the
+	// first has none).
+	Prompt bool
+	// TopK is how many most likely alternatives to report per token,
+	// 0 for none; it applies to output and prompt tokens alike.
+	TopK int
+}
+
+// Logprob is one token's log-probability and its most likely alternatives.
+type Logprob struct {
+	TokenID uint32
+	Value   float32
+	// Missing is set for the first prompt token, which has no
+	// log-probability (Value is then 0).
+	Missing bool
+	// Top are the TopK most likely tokens at this position, most likely
+	// first.
+	Top []TopLogprob
+}
+
+// TopLogprob is one alternative at a position.
+type TopLogprob struct {
+	TokenID uint32
+	Value   float32
 }
 
 // GenerateRequest is one generation, in the router's protocol-neutral terms.
@@ -50,6 +112,8 @@ type GenerateRequest struct {
 	// serve the request (data_parallel_rank); nil lets the engine choose.
 	// A rank target's backend sets it (see dprank.go).
 	DPRank *int
+	// Logprobs, when set, asks for log-probabilities.
+	Logprobs *LogprobRequest
 }
 
 // Chunk is one message of an engine's generation stream: either incremental
@@ -61,6 +125,12 @@ type Chunk struct {
 	PromptTokens     uint32
 	CompletionTokens uint32
 	CachedTokens     uint32
+	// Logprobs are the log-probabilities of TokenIDs, one per token, when
+	// they were asked for.
+	Logprobs []Logprob
+	// PromptLogprobs are the prompt's, when asked for, on the message that
+	// first carries them.
+	PromptLogprobs []Logprob
 	// Final is set on the last message of the stream.
 	Final *Completion
 }
@@ -77,6 +147,13 @@ type Completion struct {
 	// KVTransferParamsJSON is the kv_transfer_params_json a vLLM prefill
 	// engine returns for the decode leg; empty otherwise.
 	KVTransferParamsJSON string
+	// Logprobs are the log-probabilities of the output tokens the engine
+	// reports with its completion (with stream=false, all of them; when
+	// streaming, engines may repeat them or send none).
+	Logprobs []Logprob
+	// PromptLogprobs are the prompt's, when asked for and not sent on a
+	// chunk before.
+	PromptLogprobs []Logprob
 }
 
 // Stream yields an engine's generation messages in order. Recv returns the
