@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/tokenize/detok"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -30,25 +29,26 @@ type relay struct {
 	p      placement
 	ds     *detok.Stream // nil: no tokenizer, ids only
 	output []uint32
-	text   strings.Builder
-	// rp splits Chat's text into reasoning (kept in reasoning) and
-	// content (text); nil: the text is raw.
-	rp        *parse.Reasoning
-	reasoning strings.Builder
-	last      workers.Chunk // the engine's latest running totals
-	stopped   bool          // a stop string matched here, not in the engine
-	firstAt   time.Time     // when the first token arrived
-	lastAt    time.Time     // when the latest tokens arrived
+	// ans shapes the text into content, reasoning and tool calls.
+	ans *answer
+	// lp converts log-probabilities; logprobs are the output's so far, in
+	// step with output, and prompt the prompt's once the engine sent them
+	// (promptSent: on a chunk already).
+	lp         logprobs
+	logprobs   []*kvgatev1.TokenLogprob
+	prompt     []*kvgatev1.TokenLogprob
+	promptSent bool
+	last       workers.Chunk // the engine's latest running totals
+	stopped    bool          // a stop string matched here, not in the engine
+	firstAt    time.Time     // when the first token arrived
+	lastAt     time.Time     // when the latest tokens arrived
 
 	timer *time.Timer // cancels the attempt when the engine goes quiet
 	first atomic.Bool // a token has arrived (read by the timer)
 }
 
 func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p placement) *relay {
-	r := &relay{s: s, j: j, p: p}
-	if j.reasoning != nil {
-		r.rp = j.reasoning()
-	}
+	r := &relay{s: s, j: j, p: p, ans: newAnswer(j), lp: logprobs{text: j.route.Text}}
 	if text := j.route.Text; text != nil {
 		sp := j.sampling
 		r.ds = text.NewStream(detok.Options{
@@ -104,13 +104,14 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 			return nil, err
 		}
 		r.last = c
+		r.gotPrompt(c.PromptLogprobs)
 		if c.Final != nil {
 			return r.complete(c.Final)
 		}
 		if len(c.TokenIDs) > 0 {
 			r.heard()
 		}
-		if err := r.send(c.TokenIDs); err != nil {
+		if err := r.send(c.TokenIDs, c.Logprobs); err != nil {
 			return nil, err
 		}
 		if r.stopped {
@@ -122,7 +123,17 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 	}
 }
 
-func (r *relay) send(ids []uint32) error {
+// gotPrompt keeps the prompt's log-probabilities the first time the engine
+// sends them.
+func (r *relay) gotPrompt(lps []workers.Logprob) {
+	if len(lps) > 0 && r.prompt == nil {
+		r.prompt = r.lp.convert(lps)
+	}
+}
+
+// send relays new tokens and their log-probabilities (lps, one per id, or
+// none).
+func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 	if len(ids) == 0 || r.stopped {
 		return nil
 	}
@@ -148,35 +159,47 @@ func (r *relay) send(ids []uint32) error {
 	r.lastAt = now
 	index := len(r.output)
 	r.output = append(r.output, ids...)
-	delta, reasoning := "", ""
+	var lps []*kvgatev1.TokenLogprob
+	if len(engineLps) == len(ids) {
+		lps = r.lp.convert(engineLps)
+		r.logprobs = append(r.logprobs, lps...)
+	}
+	var out shaped
 	if r.ds != nil {
 		d, stopped, err := r.ds.Push(ids)
 		if err != nil {
 			return errRouterBug{fmt.Errorf("detokenizing the worker's output: %w", err)}
 		}
 		r.stopped = stopped
-		reasoning, delta = r.split(d)
+		out = r.ans.push(d)
 	}
 	if !r.j.stream {
 		return nil
 	}
-	return r.j.send(&kvgatev1.GenerateChunk{TokenIds: ids, Index: uint32(index), Text: delta, ReasoningContent: reasoning}, nil)
+	c := r.chunk(out)
+	c.TokenIds, c.Index, c.Logprobs = ids, uint32(index), lps
+	return r.j.send(c, nil)
 }
 
-// split passes a text delta through the reasoning parser, if any, and
-// records what it releases.
-func (r *relay) split(delta string) (reasoning, content string) {
-	content = delta
-	if r.rp != nil {
-		reasoning, content = r.rp.Push(delta)
+// chunk is a stream message carrying what the answer released, and the
+// prompt's log-probabilities if no chunk carried them yet.
+func (r *relay) chunk(out shaped) *kvgatev1.GenerateChunk {
+	c := &kvgatev1.GenerateChunk{
+		Index:             uint32(len(r.output)),
+		Text:              out.content,
+		ReasoningContent:  out.reasoning,
+		ToolCalls:         out.calls,
+		MalformedToolCall: out.malformed,
 	}
-	r.reasoning.WriteString(reasoning)
-	r.text.WriteString(content)
-	return reasoning, content
+	if r.prompt != nil && !r.promptSent {
+		c.PromptLogprobs, r.promptSent = r.prompt, true
+	}
+	return c
 }
 
 // flushText releases what the detokenizer (unless a stop string ended the
-// text) and the reasoning parser still hold, as a last chunk when streaming.
+// text) and the answer's parsers still hold, as a last chunk when
+// streaming.
 func (r *relay) flushText() error {
 	if r.ds == nil {
 		return nil
@@ -185,27 +208,31 @@ func (r *relay) flushText() error {
 	if !r.stopped {
 		tail = r.ds.Finish()
 	}
-	reasoning, content := r.split(tail)
-	if r.rp != nil {
-		rr, cc := r.rp.Flush()
-		r.reasoning.WriteString(rr)
-		r.text.WriteString(cc)
-		reasoning, content = reasoning+rr, content+cc
-	}
-	if !r.j.stream || (reasoning == "" && content == "") {
+	out := r.ans.push(tail).merge(r.ans.flush())
+	if !r.j.stream || out.empty() {
 		return nil
 	}
-	return r.j.send(&kvgatev1.GenerateChunk{Index: uint32(len(r.output)), Text: content, ReasoningContent: reasoning}, nil)
+	return r.j.send(r.chunk(out), nil)
 }
 
 // complete turns the worker's completion into ours. Engines list every output
 // token in the completion; tokens there that never arrived as chunks are sent
 // as a last chunk, so a streaming client always receives the whole output.
 func (r *relay) complete(f *workers.Completion) (*kvgatev1.GenerateComplete, error) {
+	r.gotPrompt(f.PromptLogprobs)
 	if n := len(r.output); len(f.OutputIDs) > n {
-		if err := r.send(f.OutputIDs[len(r.output):]); err != nil {
+		var lps []workers.Logprob
+		if len(f.Logprobs) == len(f.OutputIDs) && len(r.logprobs) == n {
+			lps = f.Logprobs[n:]
+		}
+		if err := r.send(f.OutputIDs[n:], lps); err != nil {
 			return nil, err
 		}
+	}
+	if len(r.logprobs) < len(r.output) && len(f.Logprobs) == len(f.OutputIDs) && len(f.OutputIDs) == len(r.output) {
+		// The engine streamed the tokens without their log-probabilities
+		// and listed them all at the end.
+		r.logprobs = r.lp.convert(f.Logprobs)
 	}
 	if err := r.flushText(); err != nil {
 		return nil, err
@@ -225,14 +252,17 @@ func (r *relay) completion(finish string, stopToken *uint32, prompt, cached uint
 		OutputIds:          r.output,
 		FinishReason:       finishReason(finish),
 		MatchedStopTokenId: stopToken,
-		Text:               r.text.String(),
-		ReasoningContent:   r.reasoning.String(),
+		PromptLogprobs:     r.prompt,
 		Usage: &kvgatev1.Usage{
 			PromptTokens:     prompt,
 			CompletionTokens: uint32(len(r.output)),
 			CachedTokens:     cached,
 		},
 	}
+	if len(r.logprobs) == len(r.output) {
+		c.Logprobs = r.logprobs
+	}
+	r.ans.fill(c)
 	if r.stopped {
 		c.FinishReason = kvgatev1.FinishReason_FINISH_REASON_STOP
 		if str, _ := r.ds.Matched(); str != "" {

@@ -112,7 +112,7 @@ func validateSampling(sp *kvgatev1.SamplingParams) error {
 	if n := len(sp.StopTokenIds); n > maxStopTokenIDs {
 		return invalid("sampling_params.stop_token_ids has %d ids; the limit is %d", n, maxStopTokenIDs)
 	}
-	return nil
+	return validateLogprobs(sp)
 }
 
 func (r floatRule) interval() string {

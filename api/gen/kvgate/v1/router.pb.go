@@ -42,6 +42,9 @@ const (
 	FinishReason_FINISH_REASON_LENGTH FinishReason = 2
 	// The worker aborted the request.
 	FinishReason_FINISH_REASON_ABORT FinishReason = 3
+	// Chat only: the answer stopped after calling tools (tool_calls is not
+	// empty); the engine stopped as for STOP.
+	FinishReason_FINISH_REASON_TOOL_CALLS FinishReason = 4
 )
 
 // Enum value maps for FinishReason.
@@ -51,12 +54,14 @@ var (
 		1: "FINISH_REASON_STOP",
 		2: "FINISH_REASON_LENGTH",
 		3: "FINISH_REASON_ABORT",
+		4: "FINISH_REASON_TOOL_CALLS",
 	}
 	FinishReason_value = map[string]int32{
 		"FINISH_REASON_UNSPECIFIED": 0,
 		"FINISH_REASON_STOP":        1,
 		"FINISH_REASON_LENGTH":      2,
 		"FINISH_REASON_ABORT":       3,
+		"FINISH_REASON_TOOL_CALLS":  4,
 	}
 )
 
@@ -223,9 +228,31 @@ type SamplingParams struct {
 	// text. Default true.
 	SkipSpecialTokens *bool `protobuf:"varint,14,opt,name=skip_special_tokens,json=skipSpecialTokens,proto3,oneof" json:"skip_special_tokens,omitempty"`
 	// Keep a matched stop string at the end of the output text.
-	NoStopTrim    bool `protobuf:"varint,15,opt,name=no_stop_trim,json=noStopTrim,proto3" json:"no_stop_trim,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NoStopTrim bool `protobuf:"varint,15,opt,name=no_stop_trim,json=noStopTrim,proto3" json:"no_stop_trim,omitempty"`
+	// Structured output: at most one constraint, which the engine enforces
+	// while sampling. kvgate checks it before dispatch (INVALID_ARGUMENT
+	// names the field and what is wrong) and passes it to the engine's own
+	// field. Each is at most 256 KiB.
+	//
+	// Types that are valid to be assigned to Constraint:
+	//
+	//	*SamplingParams_JsonSchema
+	//	*SamplingParams_Regex
+	//	*SamplingParams_Ebnf
+	//	*SamplingParams_StructuralTag
+	Constraint isSamplingParams_Constraint `protobuf_oneof:"constraint"`
+	// Return the log-probability of each generated token, per chunk and in
+	// the completion.
+	Logprobs bool `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// With logprobs or prompt_logprobs: how many of the most likely tokens
+	// to report at each position, at most 20.
+	TopLogprobs uint32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// Return the log-probability of each prompt token (the first has none),
+	// on the first chunk and in the completion. With prefill/decode
+	// disaggregation they come from the prefill worker.
+	PromptLogprobs bool `protobuf:"varint,22,opt,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -363,6 +390,106 @@ func (x *SamplingParams) GetNoStopTrim() bool {
 	return false
 }
 
+func (x *SamplingParams) GetConstraint() isSamplingParams_Constraint {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetJsonSchema() string {
+	if x != nil {
+		if x, ok := x.Constraint.(*SamplingParams_JsonSchema); ok {
+			return x.JsonSchema
+		}
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetRegex() string {
+	if x != nil {
+		if x, ok := x.Constraint.(*SamplingParams_Regex); ok {
+			return x.Regex
+		}
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetEbnf() string {
+	if x != nil {
+		if x, ok := x.Constraint.(*SamplingParams_Ebnf); ok {
+			return x.Ebnf
+		}
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetStructuralTag() string {
+	if x != nil {
+		if x, ok := x.Constraint.(*SamplingParams_StructuralTag); ok {
+			return x.StructuralTag
+		}
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *SamplingParams) GetTopLogprobs() uint32 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetPromptLogprobs() bool {
+	if x != nil {
+		return x.PromptLogprobs
+	}
+	return false
+}
+
+type isSamplingParams_Constraint interface {
+	isSamplingParams_Constraint()
+}
+
+type SamplingParams_JsonSchema struct {
+	// The output is a JSON document valid against this JSON schema, as
+	// JSON text (its key order is kept, and engines generate properties in
+	// that order).
+	JsonSchema string `protobuf:"bytes,16,opt,name=json_schema,json=jsonSchema,proto3,oneof"`
+}
+
+type SamplingParams_Regex struct {
+	// The output matches this regular expression.
+	Regex string `protobuf:"bytes,17,opt,name=regex,proto3,oneof"`
+}
+
+type SamplingParams_Ebnf struct {
+	// The output is a sentence of this EBNF grammar (the GBNF/xgrammar
+	// dialect; the start rule is named root).
+	Ebnf string `protobuf:"bytes,18,opt,name=ebnf,proto3,oneof"`
+}
+
+type SamplingParams_StructuralTag struct {
+	// A structural tag, as JSON text in SGLang's format: free text, with
+	// the structure that follows each trigger constrained.
+	StructuralTag string `protobuf:"bytes,19,opt,name=structural_tag,json=structuralTag,proto3,oneof"`
+}
+
+func (*SamplingParams_JsonSchema) isSamplingParams_Constraint() {}
+
+func (*SamplingParams_Regex) isSamplingParams_Constraint() {}
+
+func (*SamplingParams_Ebnf) isSamplingParams_Constraint() {}
+
+func (*SamplingParams_StructuralTag) isSamplingParams_Constraint() {}
+
 // GenerateResponse is one message of the Generate stream: zero or more chunks
 // followed by exactly one completion.
 type GenerateResponse struct {
@@ -474,8 +601,20 @@ type GenerateChunk struct {
 	// is parsed (see ChatRequest.reasoning_parser); text then carries only the
 	// answer's content.
 	ReasoningContent string `protobuf:"bytes,4,opt,name=reasoning_content,json=reasoningContent,proto3" json:"reasoning_content,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Chat only: the tool calls these tokens add, when tool calls are parsed
+	// (see ChatRequest.tool_call_parser). A call's first delta carries its
+	// index, id and name; later deltas carry fragments of its arguments'
+	// JSON text, to be concatenated.
+	ToolCalls []*ToolCallDelta `protobuf:"bytes,5,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// The log-probabilities of token_ids, one per token, when asked for.
+	Logprobs []*TokenLogprob `protobuf:"bytes,6,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// The prompt's log-probabilities, on the first chunk, when asked for.
+	PromptLogprobs []*TokenLogprob `protobuf:"bytes,7,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	// Chat only: text includes the raw text of a tool call that did not
+	// parse (invalid JSON, an undeclared function, an answer cut short).
+	MalformedToolCall bool `protobuf:"varint,8,opt,name=malformed_tool_call,json=malformedToolCall,proto3" json:"malformed_tool_call,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GenerateChunk) Reset() {
@@ -536,6 +675,255 @@ func (x *GenerateChunk) GetReasoningContent() string {
 	return ""
 }
 
+func (x *GenerateChunk) GetToolCalls() []*ToolCallDelta {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *GenerateChunk) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *GenerateChunk) GetPromptLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.PromptLogprobs
+	}
+	return nil
+}
+
+func (x *GenerateChunk) GetMalformedToolCall() bool {
+	if x != nil {
+		return x.MalformedToolCall
+	}
+	return false
+}
+
+// ToolCallDelta is part of one tool call, streamed.
+type ToolCallDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's position among the answer's tool calls, from 0.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The call's id, on its first delta.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The function's name, on the call's first delta.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The next fragment of the arguments' JSON text.
+	Arguments string `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// The call announced at index did not parse after all: discard it. Its
+	// raw text arrives in the same chunk's text, with malformed_tool_call
+	// set, and index is free for the next call.
+	Invalid       bool `protobuf:"varint,5,opt,name=invalid,proto3" json:"invalid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallDelta) Reset() {
+	*x = ToolCallDelta{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallDelta) ProtoMessage() {}
+
+func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
+func (*ToolCallDelta) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ToolCallDelta) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetInvalid() bool {
+	if x != nil {
+		return x.Invalid
+	}
+	return false
+}
+
+// TokenLogprob is one token's log-probability and its likeliest
+// alternatives.
+type TokenLogprob struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TokenId uint32                 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// The natural log of the token's probability; unset for the first prompt
+	// token, which has none.
+	Logprob *float32 `protobuf:"fixed32,2,opt,name=logprob,proto3,oneof" json:"logprob,omitempty"`
+	// The token's text, when kvgate has a tokenizer (bytes that are not
+	// valid UTF-8 on their own are written as U+FFFD).
+	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The top_logprobs likeliest tokens at this position, likeliest first.
+	TopLogprobs   []*TopLogprob `protobuf:"bytes,4,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TokenLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetLogprob() float32 {
+	if x != nil && x.Logprob != nil {
+		return *x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TokenLogprob) GetTopLogprobs() []*TopLogprob {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return nil
+}
+
+// TopLogprob is one alternative at a position.
+type TopLogprob struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	TokenId uint32                 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	Logprob float32                `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// As TokenLogprob.token.
+	Token         string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TopLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
 // GenerateComplete ends a generation.
 type GenerateComplete struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -559,13 +947,23 @@ type GenerateComplete struct {
 	// Chat only: the whole reasoning, when it is parsed; text is then the
 	// content alone.
 	ReasoningContent string `protobuf:"bytes,9,opt,name=reasoning_content,json=reasoningContent,proto3" json:"reasoning_content,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Chat only: the answer's tool calls, when they are parsed; text is then
+	// the content alone. Each call's arguments are a JSON object.
+	ToolCalls []*ToolCall `protobuf:"bytes,10,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// Chat only: text includes the raw text of a tool call that did not
+	// parse.
+	MalformedToolCall bool `protobuf:"varint,11,opt,name=malformed_tool_call,json=malformedToolCall,proto3" json:"malformed_tool_call,omitempty"`
+	// The log-probabilities of output_ids, one per token, when asked for.
+	Logprobs []*TokenLogprob `protobuf:"bytes,12,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// The prompt's log-probabilities, when asked for.
+	PromptLogprobs []*TokenLogprob `protobuf:"bytes,13,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateComplete) Reset() {
 	*x = GenerateComplete{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[4]
+	mi := &file_kvgate_v1_router_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +975,7 @@ func (x *GenerateComplete) String() string {
 func (*GenerateComplete) ProtoMessage() {}
 
 func (x *GenerateComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[4]
+	mi := &file_kvgate_v1_router_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +988,7 @@ func (x *GenerateComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateComplete.ProtoReflect.Descriptor instead.
 func (*GenerateComplete) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{4}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GenerateComplete) GetOutputIds() []uint32 {
@@ -656,6 +1054,34 @@ func (x *GenerateComplete) GetReasoningContent() string {
 	return ""
 }
 
+func (x *GenerateComplete) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *GenerateComplete) GetMalformedToolCall() bool {
+	if x != nil {
+		return x.MalformedToolCall
+	}
+	return false
+}
+
+func (x *GenerateComplete) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *GenerateComplete) GetPromptLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.PromptLogprobs
+	}
+	return nil
+}
+
 // Usage counts tokens as the serving worker reported them.
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -669,7 +1095,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[5]
+	mi := &file_kvgate_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +1107,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[5]
+	mi := &file_kvgate_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +1120,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{5}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -745,13 +1171,24 @@ type ChatRequest struct {
 	// --reasoning-parser (which by default detects <think> in the model's
 	// vocabulary).
 	ReasoningParser *string `protobuf:"bytes,10,opt,name=reasoning_parser,json=reasoningParser,proto3,oneof" json:"reasoning_parser,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How to find tool calls in the answer: "hermes" (also Qwen2.5 and
+	// Qwen3), "llama3", "mistral", "deepseek_v3", "harmony" (gpt-oss),
+	// "none" (the raw text), or unset for the router's --tool-call-parser
+	// (which by default detects the format from the chat template). Calls
+	// are parsed only when the request has tools.
+	ToolCallParser *string `protobuf:"bytes,11,opt,name=tool_call_parser,json=toolCallParser,proto3,oneof" json:"tool_call_parser,omitempty"`
+	// Whether and which tool the model must call. Unset is "auto".
+	ToolChoice *ToolChoice `protobuf:"bytes,12,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// The shape of the answer, as in OpenAI's API; maps onto
+	// sampling_params' constraint, of which at most one may be given.
+	ResponseFormat *ResponseFormat `protobuf:"bytes,13,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ChatRequest) Reset() {
 	*x = ChatRequest{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[6]
+	mi := &file_kvgate_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +1200,7 @@ func (x *ChatRequest) String() string {
 func (*ChatRequest) ProtoMessage() {}
 
 func (x *ChatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[6]
+	mi := &file_kvgate_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +1213,7 @@ func (x *ChatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatRequest.ProtoReflect.Descriptor instead.
 func (*ChatRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{6}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ChatRequest) GetRequestId() string {
@@ -842,6 +1279,214 @@ func (x *ChatRequest) GetReasoningParser() string {
 	return ""
 }
 
+func (x *ChatRequest) GetToolCallParser() string {
+	if x != nil && x.ToolCallParser != nil {
+		return *x.ToolCallParser
+	}
+	return ""
+}
+
+func (x *ChatRequest) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *ChatRequest) GetResponseFormat() *ResponseFormat {
+	if x != nil {
+		return x.ResponseFormat
+	}
+	return nil
+}
+
+// ToolChoice says whether the model may, must or must not call tools.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "auto" (the model decides; calls are parsed from its answer), "none"
+	// (the answer is not parsed for calls; the template still sees the
+	// tools), "required" (the answer is one or more calls, enforced by a JSON
+	// schema constraint over the tools' parameters), or empty with function
+	// set.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The function the model must call, enforced by a JSON schema constraint
+	// on its parameters; it must be one of the request's tools.
+	Function      string `protobuf:"bytes,2,opt,name=function,proto3" json:"function,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ToolChoice) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ToolChoice) GetFunction() string {
+	if x != nil {
+		return x.Function
+	}
+	return ""
+}
+
+// ResponseFormat constrains the answer's shape.
+type ResponseFormat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "text" (free), "json_object" (any JSON object), or "json_schema".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// With type "json_schema".
+	JsonSchema    *JSONSchemaFormat `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseFormat) Reset() {
+	*x = ResponseFormat{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseFormat) ProtoMessage() {}
+
+func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
+func (*ResponseFormat) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ResponseFormat) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetJsonSchema() *JSONSchemaFormat {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return nil
+}
+
+// JSONSchemaFormat is a named JSON schema for ResponseFormat.
+type JSONSchemaFormat struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The schema. google.protobuf.Struct keeps no key order, so properties
+	// are generated in sorted order; sampling_params.json_schema keeps yours.
+	Schema *structpb.Struct `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
+	// Accepted for OpenAI compatibility: the schema is always enforced.
+	Strict        bool `protobuf:"varint,4,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JSONSchemaFormat) Reset() {
+	*x = JSONSchemaFormat{}
+	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JSONSchemaFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JSONSchemaFormat) ProtoMessage() {}
+
+func (x *JSONSchemaFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JSONSchemaFormat.ProtoReflect.Descriptor instead.
+func (*JSONSchemaFormat) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *JSONSchemaFormat) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JSONSchemaFormat) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *JSONSchemaFormat) GetSchema() *structpb.Struct {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
+func (x *JSONSchemaFormat) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
 // ChatMessage is one turn of a conversation, as chat templates expect it.
 type ChatMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -863,7 +1508,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[7]
+	mi := &file_kvgate_v1_router_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1520,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[7]
+	mi := &file_kvgate_v1_router_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1533,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{7}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -946,7 +1591,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[8]
+	mi := &file_kvgate_v1_router_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1603,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[8]
+	mi := &file_kvgate_v1_router_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1616,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1011,7 +1656,7 @@ type FunctionCall struct {
 
 func (x *FunctionCall) Reset() {
 	*x = FunctionCall{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[9]
+	mi := &file_kvgate_v1_router_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1668,7 @@ func (x *FunctionCall) String() string {
 func (*FunctionCall) ProtoMessage() {}
 
 func (x *FunctionCall) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[9]
+	mi := &file_kvgate_v1_router_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1681,7 @@ func (x *FunctionCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionCall.ProtoReflect.Descriptor instead.
 func (*FunctionCall) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{9}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FunctionCall) GetName() string {
@@ -1065,7 +1710,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	mi := &file_kvgate_v1_router_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1722,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[10]
+	mi := &file_kvgate_v1_router_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1735,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{10}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Tool) GetType() string {
@@ -1121,7 +1766,7 @@ type FunctionDefinition struct {
 
 func (x *FunctionDefinition) Reset() {
 	*x = FunctionDefinition{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	mi := &file_kvgate_v1_router_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1778,7 @@ func (x *FunctionDefinition) String() string {
 func (*FunctionDefinition) ProtoMessage() {}
 
 func (x *FunctionDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[11]
+	mi := &file_kvgate_v1_router_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1791,7 @@ func (x *FunctionDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionDefinition.ProtoReflect.Descriptor instead.
 func (*FunctionDefinition) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{11}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FunctionDefinition) GetName() string {
@@ -1185,7 +1830,7 @@ type ChatResponse struct {
 
 func (x *ChatResponse) Reset() {
 	*x = ChatResponse{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	mi := &file_kvgate_v1_router_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1842,7 @@ func (x *ChatResponse) String() string {
 func (*ChatResponse) ProtoMessage() {}
 
 func (x *ChatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[12]
+	mi := &file_kvgate_v1_router_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1855,7 @@ func (x *ChatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatResponse.ProtoReflect.Descriptor instead.
 func (*ChatResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{12}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChatResponse) GetRequestId() string {
@@ -1278,7 +1923,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[13]
+	mi := &file_kvgate_v1_router_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1935,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[13]
+	mi := &file_kvgate_v1_router_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1948,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{13}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EmbedRequest) GetRequestId() string {
@@ -1342,7 +1987,7 @@ type EmbedInput struct {
 
 func (x *EmbedInput) Reset() {
 	*x = EmbedInput{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[14]
+	mi := &file_kvgate_v1_router_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1999,7 @@ func (x *EmbedInput) String() string {
 func (*EmbedInput) ProtoMessage() {}
 
 func (x *EmbedInput) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[14]
+	mi := &file_kvgate_v1_router_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +2012,7 @@ func (x *EmbedInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedInput.ProtoReflect.Descriptor instead.
 func (*EmbedInput) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{14}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EmbedInput) GetInputIds() []uint32 {
@@ -1402,7 +2047,7 @@ type EmbedResponse struct {
 
 func (x *EmbedResponse) Reset() {
 	*x = EmbedResponse{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[15]
+	mi := &file_kvgate_v1_router_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +2059,7 @@ func (x *EmbedResponse) String() string {
 func (*EmbedResponse) ProtoMessage() {}
 
 func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[15]
+	mi := &file_kvgate_v1_router_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +2072,7 @@ func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
 func (*EmbedResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{15}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EmbedResponse) GetRequestId() string {
@@ -1471,7 +2116,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_kvgate_v1_router_proto_msgTypes[16]
+	mi := &file_kvgate_v1_router_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +2128,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_router_proto_msgTypes[16]
+	mi := &file_kvgate_v1_router_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +2141,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{16}
+	return file_kvgate_v1_router_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Embedding) GetEmbedding() []float32 {
@@ -1525,26 +2170,37 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12B\n" +
 	"\x0fsampling_params\x18\x04 \x01(\v2\x19.kvgate.v1.SamplingParamsR\x0esamplingParams\x12\x16\n" +
 	"\x06stream\x18\x05 \x01(\bR\x06stream\x12\x14\n" +
-	"\x05model\x18\x06 \x01(\tR\x05model\"\xd9\x05\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\"\xc9\a\n" +
 	"\x0eSamplingParams\x12%\n" +
-	"\vtemperature\x18\x01 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x18\n" +
-	"\x05top_p\x18\x02 \x01(\x02H\x01R\x04topP\x88\x01\x01\x12\x18\n" +
-	"\x05top_k\x18\x03 \x01(\x05H\x02R\x04topK\x88\x01\x01\x12\x18\n" +
-	"\x05min_p\x18\x04 \x01(\x02H\x03R\x04minP\x88\x01\x01\x120\n" +
-	"\x11frequency_penalty\x18\x05 \x01(\x02H\x04R\x10frequencyPenalty\x88\x01\x01\x12.\n" +
-	"\x10presence_penalty\x18\x06 \x01(\x02H\x05R\x0fpresencePenalty\x88\x01\x01\x122\n" +
-	"\x12repetition_penalty\x18\a \x01(\x02H\x06R\x11repetitionPenalty\x88\x01\x01\x12)\n" +
-	"\x0emax_new_tokens\x18\b \x01(\rH\aR\fmaxNewTokens\x88\x01\x01\x12$\n" +
+	"\vtemperature\x18\x01 \x01(\x02H\x01R\vtemperature\x88\x01\x01\x12\x18\n" +
+	"\x05top_p\x18\x02 \x01(\x02H\x02R\x04topP\x88\x01\x01\x12\x18\n" +
+	"\x05top_k\x18\x03 \x01(\x05H\x03R\x04topK\x88\x01\x01\x12\x18\n" +
+	"\x05min_p\x18\x04 \x01(\x02H\x04R\x04minP\x88\x01\x01\x120\n" +
+	"\x11frequency_penalty\x18\x05 \x01(\x02H\x05R\x10frequencyPenalty\x88\x01\x01\x12.\n" +
+	"\x10presence_penalty\x18\x06 \x01(\x02H\x06R\x0fpresencePenalty\x88\x01\x01\x122\n" +
+	"\x12repetition_penalty\x18\a \x01(\x02H\aR\x11repetitionPenalty\x88\x01\x01\x12)\n" +
+	"\x0emax_new_tokens\x18\b \x01(\rH\bR\fmaxNewTokens\x88\x01\x01\x12$\n" +
 	"\x0emin_new_tokens\x18\t \x01(\rR\fminNewTokens\x12$\n" +
 	"\x0estop_token_ids\x18\n" +
 	" \x03(\rR\fstopTokenIds\x12\x1d\n" +
 	"\n" +
 	"ignore_eos\x18\v \x01(\bR\tignoreEos\x12\x17\n" +
-	"\x04seed\x18\f \x01(\x05H\bR\x04seed\x88\x01\x01\x12\x12\n" +
+	"\x04seed\x18\f \x01(\x05H\tR\x04seed\x88\x01\x01\x12\x12\n" +
 	"\x04stop\x18\r \x03(\tR\x04stop\x123\n" +
-	"\x13skip_special_tokens\x18\x0e \x01(\bH\tR\x11skipSpecialTokens\x88\x01\x01\x12 \n" +
+	"\x13skip_special_tokens\x18\x0e \x01(\bH\n" +
+	"R\x11skipSpecialTokens\x88\x01\x01\x12 \n" +
 	"\fno_stop_trim\x18\x0f \x01(\bR\n" +
-	"noStopTrimB\x0e\n" +
+	"noStopTrim\x12!\n" +
+	"\vjson_schema\x18\x10 \x01(\tH\x00R\n" +
+	"jsonSchema\x12\x16\n" +
+	"\x05regex\x18\x11 \x01(\tH\x00R\x05regex\x12\x14\n" +
+	"\x04ebnf\x18\x12 \x01(\tH\x00R\x04ebnf\x12'\n" +
+	"\x0estructural_tag\x18\x13 \x01(\tH\x00R\rstructuralTag\x12\x1a\n" +
+	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
+	"\ftop_logprobs\x18\x15 \x01(\rR\vtopLogprobs\x12'\n" +
+	"\x0fprompt_logprobs\x18\x16 \x01(\bR\x0epromptLogprobsB\f\n" +
+	"\n" +
+	"constraintB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\b\n" +
 	"\x06_top_kB\b\n" +
@@ -1561,12 +2217,35 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x05chunk\x18\x02 \x01(\v2\x18.kvgate.v1.GenerateChunkH\x00R\x05chunk\x129\n" +
 	"\bcomplete\x18\x03 \x01(\v2\x1b.kvgate.v1.GenerateCompleteH\x00R\bcompleteB\n" +
 	"\n" +
-	"\bresponse\"\x83\x01\n" +
+	"\bresponse\"\xe3\x02\n" +
 	"\rGenerateChunk\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12+\n" +
-	"\x11reasoning_content\x18\x04 \x01(\tR\x10reasoningContent\"\xb6\x03\n" +
+	"\x11reasoning_content\x18\x04 \x01(\tR\x10reasoningContent\x127\n" +
+	"\n" +
+	"tool_calls\x18\x05 \x03(\v2\x18.kvgate.v1.ToolCallDeltaR\ttoolCalls\x123\n" +
+	"\blogprobs\x18\x06 \x03(\v2\x17.kvgate.v1.TokenLogprobR\blogprobs\x12@\n" +
+	"\x0fprompt_logprobs\x18\a \x03(\v2\x17.kvgate.v1.TokenLogprobR\x0epromptLogprobs\x12.\n" +
+	"\x13malformed_tool_call\x18\b \x01(\bR\x11malformedToolCall\"\x81\x01\n" +
+	"\rToolCallDelta\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x04 \x01(\tR\targuments\x12\x18\n" +
+	"\ainvalid\x18\x05 \x01(\bR\ainvalid\"\xa4\x01\n" +
+	"\fTokenLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x1d\n" +
+	"\alogprob\x18\x02 \x01(\x02H\x00R\alogprob\x88\x01\x01\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\x128\n" +
+	"\ftop_logprobs\x18\x04 \x03(\v2\x15.kvgate.v1.TopLogprobR\vtopLogprobsB\n" +
+	"\n" +
+	"\b_logprob\"W\n" +
+	"\n" +
+	"TopLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\"\x91\x05\n" +
 	"\x10GenerateComplete\x12\x1d\n" +
 	"\n" +
 	"output_ids\x18\x01 \x03(\rR\toutputIds\x12<\n" +
@@ -1577,13 +2256,19 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x04text\x18\x06 \x01(\tR\x04text\x123\n" +
 	"\x13matched_stop_string\x18\a \x01(\tH\x01R\x11matchedStopString\x88\x01\x01\x12%\n" +
 	"\x0eprefill_worker\x18\b \x01(\tR\rprefillWorker\x12+\n" +
-	"\x11reasoning_content\x18\t \x01(\tR\x10reasoningContentB\x18\n" +
+	"\x11reasoning_content\x18\t \x01(\tR\x10reasoningContent\x122\n" +
+	"\n" +
+	"tool_calls\x18\n" +
+	" \x03(\v2\x13.kvgate.v1.ToolCallR\ttoolCalls\x12.\n" +
+	"\x13malformed_tool_call\x18\v \x01(\bR\x11malformedToolCall\x123\n" +
+	"\blogprobs\x18\f \x03(\v2\x17.kvgate.v1.TokenLogprobR\blogprobs\x12@\n" +
+	"\x0fprompt_logprobs\x18\r \x03(\v2\x17.kvgate.v1.TokenLogprobR\x0epromptLogprobsB\x18\n" +
 	"\x16_matched_stop_token_idB\x16\n" +
 	"\x14_matched_stop_string\"~\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xe2\x03\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xa2\x05\n" +
 	"\vChatRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +
@@ -1595,9 +2280,27 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x06stream\x18\a \x01(\bR\x06stream\x12\x14\n" +
 	"\x05model\x18\t \x01(\tR\x05model\x12.\n" +
 	"\x10reasoning_parser\x18\n" +
-	" \x01(\tH\x01R\x0freasoningParser\x88\x01\x01B\x18\n" +
+	" \x01(\tH\x01R\x0freasoningParser\x88\x01\x01\x12-\n" +
+	"\x10tool_call_parser\x18\v \x01(\tH\x02R\x0etoolCallParser\x88\x01\x01\x126\n" +
+	"\vtool_choice\x18\f \x01(\v2\x15.kvgate.v1.ToolChoiceR\n" +
+	"toolChoice\x12B\n" +
+	"\x0fresponse_format\x18\r \x01(\v2\x19.kvgate.v1.ResponseFormatR\x0eresponseFormatB\x18\n" +
 	"\x16_add_generation_promptB\x13\n" +
-	"\x11_reasoning_parserJ\x04\b\x04\x10\x05\"\xd2\x01\n" +
+	"\x11_reasoning_parserB\x13\n" +
+	"\x11_tool_call_parserJ\x04\b\x04\x10\x05\"<\n" +
+	"\n" +
+	"ToolChoice\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1a\n" +
+	"\bfunction\x18\x02 \x01(\tR\bfunction\"b\n" +
+	"\x0eResponseFormat\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12<\n" +
+	"\vjson_schema\x18\x02 \x01(\v2\x1b.kvgate.v1.JSONSchemaFormatR\n" +
+	"jsonSchema\"\x91\x01\n" +
+	"\x10JSONSchemaFormat\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12/\n" +
+	"\x06schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06schema\x12\x16\n" +
+	"\x06strict\x18\x04 \x01(\bR\x06strict\"\xd2\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x12\n" +
@@ -1649,12 +2352,13 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\x06worker\x18\x04 \x01(\tR\x06worker\"N\n" +
 	"\tEmbedding\x12\x1c\n" +
 	"\tembedding\x18\x01 \x03(\x02R\tembedding\x12#\n" +
-	"\rprompt_tokens\x18\x02 \x01(\rR\fpromptTokens*x\n" +
+	"\rprompt_tokens\x18\x02 \x01(\rR\fpromptTokens*\x96\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x02\x12\x17\n" +
-	"\x13FINISH_REASON_ABORT\x10\x032\xc6\x01\n" +
+	"\x13FINISH_REASON_ABORT\x10\x03\x12\x1c\n" +
+	"\x18FINISH_REASON_TOOL_CALLS\x10\x042\xc6\x01\n" +
 	"\x06Router\x12E\n" +
 	"\bGenerate\x12\x1a.kvgate.v1.GenerateRequest\x1a\x1b.kvgate.v1.GenerateResponse0\x01\x129\n" +
 	"\x04Chat\x12\x16.kvgate.v1.ChatRequest\x1a\x17.kvgate.v1.ChatResponse0\x01\x12:\n" +
@@ -1673,60 +2377,77 @@ func file_kvgate_v1_router_proto_rawDescGZIP() []byte {
 }
 
 var file_kvgate_v1_router_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kvgate_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_kvgate_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_kvgate_v1_router_proto_goTypes = []any{
 	(FinishReason)(0),          // 0: kvgate.v1.FinishReason
 	(*GenerateRequest)(nil),    // 1: kvgate.v1.GenerateRequest
 	(*SamplingParams)(nil),     // 2: kvgate.v1.SamplingParams
 	(*GenerateResponse)(nil),   // 3: kvgate.v1.GenerateResponse
 	(*GenerateChunk)(nil),      // 4: kvgate.v1.GenerateChunk
-	(*GenerateComplete)(nil),   // 5: kvgate.v1.GenerateComplete
-	(*Usage)(nil),              // 6: kvgate.v1.Usage
-	(*ChatRequest)(nil),        // 7: kvgate.v1.ChatRequest
-	(*ChatMessage)(nil),        // 8: kvgate.v1.ChatMessage
-	(*ToolCall)(nil),           // 9: kvgate.v1.ToolCall
-	(*FunctionCall)(nil),       // 10: kvgate.v1.FunctionCall
-	(*Tool)(nil),               // 11: kvgate.v1.Tool
-	(*FunctionDefinition)(nil), // 12: kvgate.v1.FunctionDefinition
-	(*ChatResponse)(nil),       // 13: kvgate.v1.ChatResponse
-	(*EmbedRequest)(nil),       // 14: kvgate.v1.EmbedRequest
-	(*EmbedInput)(nil),         // 15: kvgate.v1.EmbedInput
-	(*EmbedResponse)(nil),      // 16: kvgate.v1.EmbedResponse
-	(*Embedding)(nil),          // 17: kvgate.v1.Embedding
-	(*structpb.Struct)(nil),    // 18: google.protobuf.Struct
-	(*structpb.Value)(nil),     // 19: google.protobuf.Value
+	(*ToolCallDelta)(nil),      // 5: kvgate.v1.ToolCallDelta
+	(*TokenLogprob)(nil),       // 6: kvgate.v1.TokenLogprob
+	(*TopLogprob)(nil),         // 7: kvgate.v1.TopLogprob
+	(*GenerateComplete)(nil),   // 8: kvgate.v1.GenerateComplete
+	(*Usage)(nil),              // 9: kvgate.v1.Usage
+	(*ChatRequest)(nil),        // 10: kvgate.v1.ChatRequest
+	(*ToolChoice)(nil),         // 11: kvgate.v1.ToolChoice
+	(*ResponseFormat)(nil),     // 12: kvgate.v1.ResponseFormat
+	(*JSONSchemaFormat)(nil),   // 13: kvgate.v1.JSONSchemaFormat
+	(*ChatMessage)(nil),        // 14: kvgate.v1.ChatMessage
+	(*ToolCall)(nil),           // 15: kvgate.v1.ToolCall
+	(*FunctionCall)(nil),       // 16: kvgate.v1.FunctionCall
+	(*Tool)(nil),               // 17: kvgate.v1.Tool
+	(*FunctionDefinition)(nil), // 18: kvgate.v1.FunctionDefinition
+	(*ChatResponse)(nil),       // 19: kvgate.v1.ChatResponse
+	(*EmbedRequest)(nil),       // 20: kvgate.v1.EmbedRequest
+	(*EmbedInput)(nil),         // 21: kvgate.v1.EmbedInput
+	(*EmbedResponse)(nil),      // 22: kvgate.v1.EmbedResponse
+	(*Embedding)(nil),          // 23: kvgate.v1.Embedding
+	(*structpb.Struct)(nil),    // 24: google.protobuf.Struct
+	(*structpb.Value)(nil),     // 25: google.protobuf.Value
 }
 var file_kvgate_v1_router_proto_depIdxs = []int32{
 	2,  // 0: kvgate.v1.GenerateRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
 	4,  // 1: kvgate.v1.GenerateResponse.chunk:type_name -> kvgate.v1.GenerateChunk
-	5,  // 2: kvgate.v1.GenerateResponse.complete:type_name -> kvgate.v1.GenerateComplete
-	0,  // 3: kvgate.v1.GenerateComplete.finish_reason:type_name -> kvgate.v1.FinishReason
-	6,  // 4: kvgate.v1.GenerateComplete.usage:type_name -> kvgate.v1.Usage
-	8,  // 5: kvgate.v1.ChatRequest.messages:type_name -> kvgate.v1.ChatMessage
-	11, // 6: kvgate.v1.ChatRequest.tools:type_name -> kvgate.v1.Tool
-	18, // 7: kvgate.v1.ChatRequest.chat_template_kwargs:type_name -> google.protobuf.Struct
-	2,  // 8: kvgate.v1.ChatRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
-	9,  // 9: kvgate.v1.ChatMessage.tool_calls:type_name -> kvgate.v1.ToolCall
-	10, // 10: kvgate.v1.ToolCall.function:type_name -> kvgate.v1.FunctionCall
-	19, // 11: kvgate.v1.FunctionCall.arguments:type_name -> google.protobuf.Value
-	12, // 12: kvgate.v1.Tool.function:type_name -> kvgate.v1.FunctionDefinition
-	18, // 13: kvgate.v1.FunctionDefinition.parameters:type_name -> google.protobuf.Struct
-	4,  // 14: kvgate.v1.ChatResponse.chunk:type_name -> kvgate.v1.GenerateChunk
-	5,  // 15: kvgate.v1.ChatResponse.complete:type_name -> kvgate.v1.GenerateComplete
-	15, // 16: kvgate.v1.EmbedRequest.inputs:type_name -> kvgate.v1.EmbedInput
-	17, // 17: kvgate.v1.EmbedResponse.embeddings:type_name -> kvgate.v1.Embedding
-	6,  // 18: kvgate.v1.EmbedResponse.usage:type_name -> kvgate.v1.Usage
-	1,  // 19: kvgate.v1.Router.Generate:input_type -> kvgate.v1.GenerateRequest
-	7,  // 20: kvgate.v1.Router.Chat:input_type -> kvgate.v1.ChatRequest
-	14, // 21: kvgate.v1.Router.Embed:input_type -> kvgate.v1.EmbedRequest
-	3,  // 22: kvgate.v1.Router.Generate:output_type -> kvgate.v1.GenerateResponse
-	13, // 23: kvgate.v1.Router.Chat:output_type -> kvgate.v1.ChatResponse
-	16, // 24: kvgate.v1.Router.Embed:output_type -> kvgate.v1.EmbedResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	8,  // 2: kvgate.v1.GenerateResponse.complete:type_name -> kvgate.v1.GenerateComplete
+	5,  // 3: kvgate.v1.GenerateChunk.tool_calls:type_name -> kvgate.v1.ToolCallDelta
+	6,  // 4: kvgate.v1.GenerateChunk.logprobs:type_name -> kvgate.v1.TokenLogprob
+	6,  // 5: kvgate.v1.GenerateChunk.prompt_logprobs:type_name -> kvgate.v1.TokenLogprob
+	7,  // 6: kvgate.v1.TokenLogprob.top_logprobs:type_name -> kvgate.v1.TopLogprob
+	0,  // 7: kvgate.v1.GenerateComplete.finish_reason:type_name -> kvgate.v1.FinishReason
+	9,  // 8: kvgate.v1.GenerateComplete.usage:type_name -> kvgate.v1.Usage
+	15, // 9: kvgate.v1.GenerateComplete.tool_calls:type_name -> kvgate.v1.ToolCall
+	6,  // 10: kvgate.v1.GenerateComplete.logprobs:type_name -> kvgate.v1.TokenLogprob
+	6,  // 11: kvgate.v1.GenerateComplete.prompt_logprobs:type_name -> kvgate.v1.TokenLogprob
+	14, // 12: kvgate.v1.ChatRequest.messages:type_name -> kvgate.v1.ChatMessage
+	17, // 13: kvgate.v1.ChatRequest.tools:type_name -> kvgate.v1.Tool
+	24, // 14: kvgate.v1.ChatRequest.chat_template_kwargs:type_name -> google.protobuf.Struct
+	2,  // 15: kvgate.v1.ChatRequest.sampling_params:type_name -> kvgate.v1.SamplingParams
+	11, // 16: kvgate.v1.ChatRequest.tool_choice:type_name -> kvgate.v1.ToolChoice
+	12, // 17: kvgate.v1.ChatRequest.response_format:type_name -> kvgate.v1.ResponseFormat
+	13, // 18: kvgate.v1.ResponseFormat.json_schema:type_name -> kvgate.v1.JSONSchemaFormat
+	24, // 19: kvgate.v1.JSONSchemaFormat.schema:type_name -> google.protobuf.Struct
+	15, // 20: kvgate.v1.ChatMessage.tool_calls:type_name -> kvgate.v1.ToolCall
+	16, // 21: kvgate.v1.ToolCall.function:type_name -> kvgate.v1.FunctionCall
+	25, // 22: kvgate.v1.FunctionCall.arguments:type_name -> google.protobuf.Value
+	18, // 23: kvgate.v1.Tool.function:type_name -> kvgate.v1.FunctionDefinition
+	24, // 24: kvgate.v1.FunctionDefinition.parameters:type_name -> google.protobuf.Struct
+	4,  // 25: kvgate.v1.ChatResponse.chunk:type_name -> kvgate.v1.GenerateChunk
+	8,  // 26: kvgate.v1.ChatResponse.complete:type_name -> kvgate.v1.GenerateComplete
+	21, // 27: kvgate.v1.EmbedRequest.inputs:type_name -> kvgate.v1.EmbedInput
+	23, // 28: kvgate.v1.EmbedResponse.embeddings:type_name -> kvgate.v1.Embedding
+	9,  // 29: kvgate.v1.EmbedResponse.usage:type_name -> kvgate.v1.Usage
+	1,  // 30: kvgate.v1.Router.Generate:input_type -> kvgate.v1.GenerateRequest
+	10, // 31: kvgate.v1.Router.Chat:input_type -> kvgate.v1.ChatRequest
+	20, // 32: kvgate.v1.Router.Embed:input_type -> kvgate.v1.EmbedRequest
+	3,  // 33: kvgate.v1.Router.Generate:output_type -> kvgate.v1.GenerateResponse
+	19, // 34: kvgate.v1.Router.Chat:output_type -> kvgate.v1.ChatResponse
+	22, // 35: kvgate.v1.Router.Embed:output_type -> kvgate.v1.EmbedResponse
+	33, // [33:36] is the sub-list for method output_type
+	30, // [30:33] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_router_proto_init() }
@@ -1734,14 +2455,20 @@ func file_kvgate_v1_router_proto_init() {
 	if File_kvgate_v1_router_proto != nil {
 		return
 	}
-	file_kvgate_v1_router_proto_msgTypes[1].OneofWrappers = []any{}
+	file_kvgate_v1_router_proto_msgTypes[1].OneofWrappers = []any{
+		(*SamplingParams_JsonSchema)(nil),
+		(*SamplingParams_Regex)(nil),
+		(*SamplingParams_Ebnf)(nil),
+		(*SamplingParams_StructuralTag)(nil),
+	}
 	file_kvgate_v1_router_proto_msgTypes[2].OneofWrappers = []any{
 		(*GenerateResponse_Chunk)(nil),
 		(*GenerateResponse_Complete)(nil),
 	}
-	file_kvgate_v1_router_proto_msgTypes[4].OneofWrappers = []any{}
-	file_kvgate_v1_router_proto_msgTypes[6].OneofWrappers = []any{}
-	file_kvgate_v1_router_proto_msgTypes[12].OneofWrappers = []any{
+	file_kvgate_v1_router_proto_msgTypes[5].OneofWrappers = []any{}
+	file_kvgate_v1_router_proto_msgTypes[7].OneofWrappers = []any{}
+	file_kvgate_v1_router_proto_msgTypes[9].OneofWrappers = []any{}
+	file_kvgate_v1_router_proto_msgTypes[18].OneofWrappers = []any{
 		(*ChatResponse_Chunk)(nil),
 		(*ChatResponse_Complete)(nil),
 	}
@@ -1751,7 +2478,7 @@ func file_kvgate_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_router_proto_rawDesc), len(file_kvgate_v1_router_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

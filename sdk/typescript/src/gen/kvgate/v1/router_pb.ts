@@ -21,7 +21,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file kvgate/v1/router.proto.
  */
 export const file_kvgate_v1_router: GenFile = /*@__PURE__*/
-  fileDesc("ChZrdmdhdGUvdjEvcm91dGVyLnByb3RvEglrdmdhdGUudjEimQEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWlucHV0X2lkcxgCIAMoDRIMCgR0ZXh0GAMgASgJEjIKD3NhbXBsaW5nX3BhcmFtcxgEIAEoCzIZLmt2Z2F0ZS52MS5TYW1wbGluZ1BhcmFtcxIOCgZzdHJlYW0YBSABKAgSDQoFbW9kZWwYBiABKAkipAQKDlNhbXBsaW5nUGFyYW1zEhgKC3RlbXBlcmF0dXJlGAEgASgCSACIAQESEgoFdG9wX3AYAiABKAJIAYgBARISCgV0b3BfaxgDIAEoBUgCiAEBEhIKBW1pbl9wGAQgASgCSAOIAQESHgoRZnJlcXVlbmN5X3BlbmFsdHkYBSABKAJIBIgBARIdChBwcmVzZW5jZV9wZW5hbHR5GAYgASgCSAWIAQESHwoScmVwZXRpdGlvbl9wZW5hbHR5GAcgASgCSAaIAQESGwoObWF4X25ld190b2tlbnMYCCABKA1IB4gBARIWCg5taW5fbmV3X3Rva2VucxgJIAEoDRIWCg5zdG9wX3Rva2VuX2lkcxgKIAMoDRISCgppZ25vcmVfZW9zGAsgASgIEhEKBHNlZWQYDCABKAVICIgBARIMCgRzdG9wGA0gAygJEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYDiABKAhICYgBARIUCgxub19zdG9wX3RyaW0YDyABKAhCDgoMX3RlbXBlcmF0dXJlQggKBl90b3BfcEIICgZfdG9wX2tCCAoGX21pbl9wQhQKEl9mcmVxdWVuY3lfcGVuYWx0eUITChFfcHJlc2VuY2VfcGVuYWx0eUIVChNfcmVwZXRpdGlvbl9wZW5hbHR5QhEKD19tYXhfbmV3X3Rva2Vuc0IHCgVfc2VlZEIWChRfc2tpcF9zcGVjaWFsX3Rva2VucyKOAQoQR2VuZXJhdGVSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgJEikKBWNodW5rGAIgASgLMhgua3ZnYXRlLnYxLkdlbmVyYXRlQ2h1bmtIABIvCghjb21wbGV0ZRgDIAEoCzIbLmt2Z2F0ZS52MS5HZW5lcmF0ZUNvbXBsZXRlSABCCgoIcmVzcG9uc2UiWgoNR2VuZXJhdGVDaHVuaxIRCgl0b2tlbl9pZHMYASADKA0SDQoFaW5kZXgYAiABKA0SDAoEdGV4dBgDIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgEIAEoCSLAAgoQR2VuZXJhdGVDb21wbGV0ZRISCgpvdXRwdXRfaWRzGAEgAygNEi4KDWZpbmlzaF9yZWFzb24YAiABKA4yFy5rdmdhdGUudjEuRmluaXNoUmVhc29uEiIKFW1hdGNoZWRfc3RvcF90b2tlbl9pZBgDIAEoDUgAiAEBEh8KBXVzYWdlGAQgASgLMhAua3ZnYXRlLnYxLlVzYWdlEg4KBndvcmtlchgFIAEoCRIMCgR0ZXh0GAYgASgJEiAKE21hdGNoZWRfc3RvcF9zdHJpbmcYByABKAlIAYgBARIWCg5wcmVmaWxsX3dvcmtlchgIIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgJIAEoCUIYChZfbWF0Y2hlZF9zdG9wX3Rva2VuX2lkQhYKFF9tYXRjaGVkX3N0b3Bfc3RyaW5nIlAKBVVzYWdlEhUKDXByb21wdF90b2tlbnMYASABKA0SGQoRY29tcGxldGlvbl90b2tlbnMYAiABKA0SFQoNY2FjaGVkX3Rva2VucxgDIAEoDSLtAgoLQ2hhdFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmt2Z2F0ZS52MS5DaGF0TWVzc2FnZRIeCgV0b29scxgDIAMoCzIPLmt2Z2F0ZS52MS5Ub29sEjUKFGNoYXRfdGVtcGxhdGVfa3dhcmdzGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIiChVhZGRfZ2VuZXJhdGlvbl9wcm9tcHQYBSABKAhIAIgBARIyCg9zYW1wbGluZ19wYXJhbXMYBiABKAsyGS5rdmdhdGUudjEuU2FtcGxpbmdQYXJhbXMSDgoGc3RyZWFtGAcgASgIEg0KBW1vZGVsGAkgASgJEh0KEHJlYXNvbmluZ19wYXJzZXIYCiABKAlIAYgBAUIYChZfYWRkX2dlbmVyYXRpb25fcHJvbXB0QhMKEV9yZWFzb25pbmdfcGFyc2VySgQIBBAFIpQBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRInCgp0b29sX2NhbGxzGAQgAygLMhMua3ZnYXRlLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgGIAEoCSJPCghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEikKCGZ1bmN0aW9uGAMgASgLMhcua3ZnYXRlLnYxLkZ1bmN0aW9uQ2FsbCJNCgxGdW5jdGlvbkNhbGwSDAoEbmFtZRgBIAEoCRIpCglhcmd1bWVudHMYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWVKBAgCEAMiRQoEVG9vbBIMCgR0eXBlGAEgASgJEi8KCGZ1bmN0aW9uGAIgASgLMh0ua3ZnYXRlLnYxLkZ1bmN0aW9uRGVmaW5pdGlvbiJ7ChJGdW5jdGlvbkRlZmluaXRpb24SDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEoECAMQBFIPcGFyYW1ldGVyc19qc29uIooBCgxDaGF0UmVzcG9uc2USEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgVjaHVuaxgCIAEoCzIYLmt2Z2F0ZS52MS5HZW5lcmF0ZUNodW5rSAASLwoIY29tcGxldGUYAyABKAsyGy5rdmdhdGUudjEuR2VuZXJhdGVDb21wbGV0ZUgAQgoKCHJlc3BvbnNlIlgKDEVtYmVkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEiUKBmlucHV0cxgDIAMoCzIVLmt2Z2F0ZS52MS5FbWJlZElucHV0Ii0KCkVtYmVkSW5wdXQSEQoJaW5wdXRfaWRzGAEgAygNEgwKBHRleHQYAiABKAkifgoNRW1iZWRSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgJEigKCmVtYmVkZGluZ3MYAiADKAsyFC5rdmdhdGUudjEuRW1iZWRkaW5nEh8KBXVzYWdlGAMgASgLMhAua3ZnYXRlLnYxLlVzYWdlEg4KBndvcmtlchgEIAEoCSI1CglFbWJlZGRpbmcSEQoJZW1iZWRkaW5nGAEgAygCEhUKDXByb21wdF90b2tlbnMYAiABKA0qeAoMRmluaXNoUmVhc29uEh0KGUZJTklTSF9SRUFTT05fVU5TUEVDSUZJRUQQABIWChJGSU5JU0hfUkVBU09OX1NUT1AQARIYChRGSU5JU0hfUkVBU09OX0xFTkdUSBACEhcKE0ZJTklTSF9SRUFTT05fQUJPUlQQAzLGAQoGUm91dGVyEkUKCEdlbmVyYXRlEhoua3ZnYXRlLnYxLkdlbmVyYXRlUmVxdWVzdBobLmt2Z2F0ZS52MS5HZW5lcmF0ZVJlc3BvbnNlMAESOQoEQ2hhdBIWLmt2Z2F0ZS52MS5DaGF0UmVxdWVzdBoXLmt2Z2F0ZS52MS5DaGF0UmVzcG9uc2UwARI6CgVFbWJlZBIXLmt2Z2F0ZS52MS5FbWJlZFJlcXVlc3QaGC5rdmdhdGUudjEuRW1iZWRSZXNwb25zZUI1WjNnaXRodWIuY29tL2t2Z2F0ZS9rdmdhdGUvYXBpL2dlbi9rdmdhdGUvdjE7a3ZnYXRldjFiBnByb3RvMw", [file_google_protobuf_struct]);
+  fileDesc("ChZrdmdhdGUvdjEvcm91dGVyLnByb3RvEglrdmdhdGUudjEimQEKD0dlbmVyYXRlUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhEKCWlucHV0X2lkcxgCIAMoDRIMCgR0ZXh0GAMgASgJEjIKD3NhbXBsaW5nX3BhcmFtcxgEIAEoCzIZLmt2Z2F0ZS52MS5TYW1wbGluZ1BhcmFtcxIOCgZzdHJlYW0YBSABKAgSDQoFbW9kZWwYBiABKAkixQUKDlNhbXBsaW5nUGFyYW1zEhgKC3RlbXBlcmF0dXJlGAEgASgCSAGIAQESEgoFdG9wX3AYAiABKAJIAogBARISCgV0b3BfaxgDIAEoBUgDiAEBEhIKBW1pbl9wGAQgASgCSASIAQESHgoRZnJlcXVlbmN5X3BlbmFsdHkYBSABKAJIBYgBARIdChBwcmVzZW5jZV9wZW5hbHR5GAYgASgCSAaIAQESHwoScmVwZXRpdGlvbl9wZW5hbHR5GAcgASgCSAeIAQESGwoObWF4X25ld190b2tlbnMYCCABKA1ICIgBARIWCg5taW5fbmV3X3Rva2VucxgJIAEoDRIWCg5zdG9wX3Rva2VuX2lkcxgKIAMoDRISCgppZ25vcmVfZW9zGAsgASgIEhEKBHNlZWQYDCABKAVICYgBARIMCgRzdG9wGA0gAygJEiAKE3NraXBfc3BlY2lhbF90b2tlbnMYDiABKAhICogBARIUCgxub19zdG9wX3RyaW0YDyABKAgSFQoLanNvbl9zY2hlbWEYECABKAlIABIPCgVyZWdleBgRIAEoCUgAEg4KBGVibmYYEiABKAlIABIYCg5zdHJ1Y3R1cmFsX3RhZxgTIAEoCUgAEhAKCGxvZ3Byb2JzGBQgASgIEhQKDHRvcF9sb2dwcm9icxgVIAEoDRIXCg9wcm9tcHRfbG9ncHJvYnMYFiABKAhCDAoKY29uc3RyYWludEIOCgxfdGVtcGVyYXR1cmVCCAoGX3RvcF9wQggKBl90b3Bfa0IICgZfbWluX3BCFAoSX2ZyZXF1ZW5jeV9wZW5hbHR5QhMKEV9wcmVzZW5jZV9wZW5hbHR5QhUKE19yZXBldGl0aW9uX3BlbmFsdHlCEQoPX21heF9uZXdfdG9rZW5zQgcKBV9zZWVkQhYKFF9za2lwX3NwZWNpYWxfdG9rZW5zIo4BChBHZW5lcmF0ZVJlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAkSKQoFY2h1bmsYAiABKAsyGC5rdmdhdGUudjEuR2VuZXJhdGVDaHVua0gAEi8KCGNvbXBsZXRlGAMgASgLMhsua3ZnYXRlLnYxLkdlbmVyYXRlQ29tcGxldGVIAEIKCghyZXNwb25zZSKCAgoNR2VuZXJhdGVDaHVuaxIRCgl0b2tlbl9pZHMYASADKA0SDQoFaW5kZXgYAiABKA0SDAoEdGV4dBgDIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgEIAEoCRIsCgp0b29sX2NhbGxzGAUgAygLMhgua3ZnYXRlLnYxLlRvb2xDYWxsRGVsdGESKQoIbG9ncHJvYnMYBiADKAsyFy5rdmdhdGUudjEuVG9rZW5Mb2dwcm9iEjAKD3Byb21wdF9sb2dwcm9icxgHIAMoCzIXLmt2Z2F0ZS52MS5Ub2tlbkxvZ3Byb2ISGwoTbWFsZm9ybWVkX3Rvb2xfY2FsbBgIIAEoCCJcCg1Ub29sQ2FsbERlbHRhEg0KBWluZGV4GAEgASgNEgoKAmlkGAIgASgJEgwKBG5hbWUYAyABKAkSEQoJYXJndW1lbnRzGAQgASgJEg8KB2ludmFsaWQYBSABKAgifgoMVG9rZW5Mb2dwcm9iEhAKCHRva2VuX2lkGAEgASgNEhQKB2xvZ3Byb2IYAiABKAJIAIgBARINCgV0b2tlbhgDIAEoCRIrCgx0b3BfbG9ncHJvYnMYBCADKAsyFS5rdmdhdGUudjEuVG9wTG9ncHJvYkIKCghfbG9ncHJvYiI+CgpUb3BMb2dwcm9iEhAKCHRva2VuX2lkGAEgASgNEg8KB2xvZ3Byb2IYAiABKAISDQoFdG9rZW4YAyABKAki4wMKEEdlbmVyYXRlQ29tcGxldGUSEgoKb3V0cHV0X2lkcxgBIAMoDRIuCg1maW5pc2hfcmVhc29uGAIgASgOMhcua3ZnYXRlLnYxLkZpbmlzaFJlYXNvbhIiChVtYXRjaGVkX3N0b3BfdG9rZW5faWQYAyABKA1IAIgBARIfCgV1c2FnZRgEIAEoCzIQLmt2Z2F0ZS52MS5Vc2FnZRIOCgZ3b3JrZXIYBSABKAkSDAoEdGV4dBgGIAEoCRIgChNtYXRjaGVkX3N0b3Bfc3RyaW5nGAcgASgJSAGIAQESFgoOcHJlZmlsbF93b3JrZXIYCCABKAkSGQoRcmVhc29uaW5nX2NvbnRlbnQYCSABKAkSJwoKdG9vbF9jYWxscxgKIAMoCzITLmt2Z2F0ZS52MS5Ub29sQ2FsbBIbChNtYWxmb3JtZWRfdG9vbF9jYWxsGAsgASgIEikKCGxvZ3Byb2JzGAwgAygLMhcua3ZnYXRlLnYxLlRva2VuTG9ncHJvYhIwCg9wcm9tcHRfbG9ncHJvYnMYDSADKAsyFy5rdmdhdGUudjEuVG9rZW5Mb2dwcm9iQhgKFl9tYXRjaGVkX3N0b3BfdG9rZW5faWRCFgoUX21hdGNoZWRfc3RvcF9zdHJpbmciUAoFVXNhZ2USFQoNcHJvbXB0X3Rva2VucxgBIAEoDRIZChFjb21wbGV0aW9uX3Rva2VucxgCIAEoDRIVCg1jYWNoZWRfdG9rZW5zGAMgASgNIoEECgtDaGF0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEigKCG1lc3NhZ2VzGAIgAygLMhYua3ZnYXRlLnYxLkNoYXRNZXNzYWdlEh4KBXRvb2xzGAMgAygLMg8ua3ZnYXRlLnYxLlRvb2wSNQoUY2hhdF90ZW1wbGF0ZV9rd2FyZ3MYCCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EiIKFWFkZF9nZW5lcmF0aW9uX3Byb21wdBgFIAEoCEgAiAEBEjIKD3NhbXBsaW5nX3BhcmFtcxgGIAEoCzIZLmt2Z2F0ZS52MS5TYW1wbGluZ1BhcmFtcxIOCgZzdHJlYW0YByABKAgSDQoFbW9kZWwYCSABKAkSHQoQcmVhc29uaW5nX3BhcnNlchgKIAEoCUgBiAEBEh0KEHRvb2xfY2FsbF9wYXJzZXIYCyABKAlIAogBARIqCgt0b29sX2Nob2ljZRgMIAEoCzIVLmt2Z2F0ZS52MS5Ub29sQ2hvaWNlEjIKD3Jlc3BvbnNlX2Zvcm1hdBgNIAEoCzIZLmt2Z2F0ZS52MS5SZXNwb25zZUZvcm1hdEIYChZfYWRkX2dlbmVyYXRpb25fcHJvbXB0QhMKEV9yZWFzb25pbmdfcGFyc2VyQhMKEV90b29sX2NhbGxfcGFyc2VySgQIBBAFIiwKClRvb2xDaG9pY2USDAoEbW9kZRgBIAEoCRIQCghmdW5jdGlvbhgCIAEoCSJQCg5SZXNwb25zZUZvcm1hdBIMCgR0eXBlGAEgASgJEjAKC2pzb25fc2NoZW1hGAIgASgLMhsua3ZnYXRlLnYxLkpTT05TY2hlbWFGb3JtYXQibgoQSlNPTlNjaGVtYUZvcm1hdBIMCgRuYW1lGAEgASgJEhMKC2Rlc2NyaXB0aW9uGAIgASgJEicKBnNjaGVtYRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDgoGc3RyaWN0GAQgASgIIpQBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRInCgp0b29sX2NhbGxzGAQgAygLMhMua3ZnYXRlLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgGIAEoCSJPCghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgR0eXBlGAIgASgJEikKCGZ1bmN0aW9uGAMgASgLMhcua3ZnYXRlLnYxLkZ1bmN0aW9uQ2FsbCJNCgxGdW5jdGlvbkNhbGwSDAoEbmFtZRgBIAEoCRIpCglhcmd1bWVudHMYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWVKBAgCEAMiRQoEVG9vbBIMCgR0eXBlGAEgASgJEi8KCGZ1bmN0aW9uGAIgASgLMh0ua3ZnYXRlLnYxLkZ1bmN0aW9uRGVmaW5pdGlvbiJ7ChJGdW5jdGlvbkRlZmluaXRpb24SDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIrCgpwYXJhbWV0ZXJzGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEoECAMQBFIPcGFyYW1ldGVyc19qc29uIooBCgxDaGF0UmVzcG9uc2USEgoKcmVxdWVzdF9pZBgBIAEoCRIpCgVjaHVuaxgCIAEoCzIYLmt2Z2F0ZS52MS5HZW5lcmF0ZUNodW5rSAASLwoIY29tcGxldGUYAyABKAsyGy5rdmdhdGUudjEuR2VuZXJhdGVDb21wbGV0ZUgAQgoKCHJlc3BvbnNlIlgKDEVtYmVkUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg0KBW1vZGVsGAIgASgJEiUKBmlucHV0cxgDIAMoCzIVLmt2Z2F0ZS52MS5FbWJlZElucHV0Ii0KCkVtYmVkSW5wdXQSEQoJaW5wdXRfaWRzGAEgAygNEgwKBHRleHQYAiABKAkifgoNRW1iZWRSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgJEigKCmVtYmVkZGluZ3MYAiADKAsyFC5rdmdhdGUudjEuRW1iZWRkaW5nEh8KBXVzYWdlGAMgASgLMhAua3ZnYXRlLnYxLlVzYWdlEg4KBndvcmtlchgEIAEoCSI1CglFbWJlZGRpbmcSEQoJZW1iZWRkaW5nGAEgAygCEhUKDXByb21wdF90b2tlbnMYAiABKA0qlgEKDEZpbmlzaFJlYXNvbhIdChlGSU5JU0hfUkVBU09OX1VOU1BFQ0lGSUVEEAASFgoSRklOSVNIX1JFQVNPTl9TVE9QEAESGAoURklOSVNIX1JFQVNPTl9MRU5HVEgQAhIXChNGSU5JU0hfUkVBU09OX0FCT1JUEAMSHAoYRklOSVNIX1JFQVNPTl9UT09MX0NBTExTEAQyxgEKBlJvdXRlchJFCghHZW5lcmF0ZRIaLmt2Z2F0ZS52MS5HZW5lcmF0ZVJlcXVlc3QaGy5rdmdhdGUudjEuR2VuZXJhdGVSZXNwb25zZTABEjkKBENoYXQSFi5rdmdhdGUudjEuQ2hhdFJlcXVlc3QaFy5rdmdhdGUudjEuQ2hhdFJlc3BvbnNlMAESOgoFRW1iZWQSFy5rdmdhdGUudjEuRW1iZWRSZXF1ZXN0Ghgua3ZnYXRlLnYxLkVtYmVkUmVzcG9uc2VCNVozZ2l0aHViLmNvbS9rdmdhdGUva3ZnYXRlL2FwaS9nZW4va3ZnYXRlL3YxO2t2Z2F0ZXYxYgZwcm90bzM", [file_google_protobuf_struct]);
 
 /**
  * GenerateRequest asks for one generation from a prompt of token ids.
@@ -202,6 +202,77 @@ export type SamplingParams = Message<"kvgate.v1.SamplingParams"> & {
    * @generated from field: bool no_stop_trim = 15;
    */
   noStopTrim: boolean;
+
+  /**
+   * Structured output: at most one constraint, which the engine enforces
+   * while sampling. kvgate checks it before dispatch (INVALID_ARGUMENT
+   * names the field and what is wrong) and passes it to the engine's own
+   * field. Each is at most 256 KiB.
+   *
+   * @generated from oneof kvgate.v1.SamplingParams.constraint
+   */
+  constraint: {
+    /**
+     * The output is a JSON document valid against this JSON schema, as
+     * JSON text (its key order is kept, and engines generate properties in
+     * that order).
+     *
+     * @generated from field: string json_schema = 16;
+     */
+    value: string;
+    case: "jsonSchema";
+  } | {
+    /**
+     * The output matches this regular expression.
+     *
+     * @generated from field: string regex = 17;
+     */
+    value: string;
+    case: "regex";
+  } | {
+    /**
+     * The output is a sentence of this EBNF grammar (the GBNF/xgrammar
+     * dialect; the start rule is named root).
+     *
+     * @generated from field: string ebnf = 18;
+     */
+    value: string;
+    case: "ebnf";
+  } | {
+    /**
+     * A structural tag, as JSON text in SGLang's format: free text, with
+     * the structure that follows each trigger constrained.
+     *
+     * @generated from field: string structural_tag = 19;
+     */
+    value: string;
+    case: "structuralTag";
+  } | { case: undefined; value?: undefined };
+
+  /**
+   * Return the log-probability of each generated token, per chunk and in
+   * the completion.
+   *
+   * @generated from field: bool logprobs = 20;
+   */
+  logprobs: boolean;
+
+  /**
+   * With logprobs or prompt_logprobs: how many of the most likely tokens
+   * to report at each position, at most 20.
+   *
+   * @generated from field: uint32 top_logprobs = 21;
+   */
+  topLogprobs: number;
+
+  /**
+   * Return the log-probability of each prompt token (the first has none),
+   * on the first chunk and in the completion. With prefill/decode
+   * disaggregation they come from the prefill worker.
+   *
+   * @generated from field: bool prompt_logprobs = 22;
+   */
+  promptLogprobs: boolean;
 };
 
 /**
@@ -292,6 +363,38 @@ export type GenerateChunk = Message<"kvgate.v1.GenerateChunk"> & {
    * @generated from field: string reasoning_content = 4;
    */
   reasoningContent: string;
+
+  /**
+   * Chat only: the tool calls these tokens add, when tool calls are parsed
+   * (see ChatRequest.tool_call_parser). A call's first delta carries its
+   * index, id and name; later deltas carry fragments of its arguments'
+   * JSON text, to be concatenated.
+   *
+   * @generated from field: repeated kvgate.v1.ToolCallDelta tool_calls = 5;
+   */
+  toolCalls: ToolCallDelta[];
+
+  /**
+   * The log-probabilities of token_ids, one per token, when asked for.
+   *
+   * @generated from field: repeated kvgate.v1.TokenLogprob logprobs = 6;
+   */
+  logprobs: TokenLogprob[];
+
+  /**
+   * The prompt's log-probabilities, on the first chunk, when asked for.
+   *
+   * @generated from field: repeated kvgate.v1.TokenLogprob prompt_logprobs = 7;
+   */
+  promptLogprobs: TokenLogprob[];
+
+  /**
+   * Chat only: text includes the raw text of a tool call that did not
+   * parse (invalid JSON, an undeclared function, an answer cut short).
+   *
+   * @generated from field: bool malformed_tool_call = 8;
+   */
+  malformedToolCall: boolean;
 };
 
 /**
@@ -300,6 +403,131 @@ export type GenerateChunk = Message<"kvgate.v1.GenerateChunk"> & {
  */
 export const GenerateChunkSchema: GenMessage<GenerateChunk> = /*@__PURE__*/
   messageDesc(file_kvgate_v1_router, 3);
+
+/**
+ * ToolCallDelta is part of one tool call, streamed.
+ *
+ * @generated from message kvgate.v1.ToolCallDelta
+ */
+export type ToolCallDelta = Message<"kvgate.v1.ToolCallDelta"> & {
+  /**
+   * The call's position among the answer's tool calls, from 0.
+   *
+   * @generated from field: uint32 index = 1;
+   */
+  index: number;
+
+  /**
+   * The call's id, on its first delta.
+   *
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * The function's name, on the call's first delta.
+   *
+   * @generated from field: string name = 3;
+   */
+  name: string;
+
+  /**
+   * The next fragment of the arguments' JSON text.
+   *
+   * @generated from field: string arguments = 4;
+   */
+  arguments: string;
+
+  /**
+   * The call announced at index did not parse after all: discard it. Its
+   * raw text arrives in the same chunk's text, with malformed_tool_call
+   * set, and index is free for the next call.
+   *
+   * @generated from field: bool invalid = 5;
+   */
+  invalid: boolean;
+};
+
+/**
+ * Describes the message kvgate.v1.ToolCallDelta.
+ * Use `create(ToolCallDeltaSchema)` to create a new message.
+ */
+export const ToolCallDeltaSchema: GenMessage<ToolCallDelta> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 4);
+
+/**
+ * TokenLogprob is one token's log-probability and its likeliest
+ * alternatives.
+ *
+ * @generated from message kvgate.v1.TokenLogprob
+ */
+export type TokenLogprob = Message<"kvgate.v1.TokenLogprob"> & {
+  /**
+   * @generated from field: uint32 token_id = 1;
+   */
+  tokenId: number;
+
+  /**
+   * The natural log of the token's probability; unset for the first prompt
+   * token, which has none.
+   *
+   * @generated from field: optional float logprob = 2;
+   */
+  logprob?: number | undefined;
+
+  /**
+   * The token's text, when kvgate has a tokenizer (bytes that are not
+   * valid UTF-8 on their own are written as U+FFFD).
+   *
+   * @generated from field: string token = 3;
+   */
+  token: string;
+
+  /**
+   * The top_logprobs likeliest tokens at this position, likeliest first.
+   *
+   * @generated from field: repeated kvgate.v1.TopLogprob top_logprobs = 4;
+   */
+  topLogprobs: TopLogprob[];
+};
+
+/**
+ * Describes the message kvgate.v1.TokenLogprob.
+ * Use `create(TokenLogprobSchema)` to create a new message.
+ */
+export const TokenLogprobSchema: GenMessage<TokenLogprob> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 5);
+
+/**
+ * TopLogprob is one alternative at a position.
+ *
+ * @generated from message kvgate.v1.TopLogprob
+ */
+export type TopLogprob = Message<"kvgate.v1.TopLogprob"> & {
+  /**
+   * @generated from field: uint32 token_id = 1;
+   */
+  tokenId: number;
+
+  /**
+   * @generated from field: float logprob = 2;
+   */
+  logprob: number;
+
+  /**
+   * As TokenLogprob.token.
+   *
+   * @generated from field: string token = 3;
+   */
+  token: string;
+};
+
+/**
+ * Describes the message kvgate.v1.TopLogprob.
+ * Use `create(TopLogprobSchema)` to create a new message.
+ */
+export const TopLogprobSchema: GenMessage<TopLogprob> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 6);
 
 /**
  * GenerateComplete ends a generation.
@@ -369,6 +597,36 @@ export type GenerateComplete = Message<"kvgate.v1.GenerateComplete"> & {
    * @generated from field: string reasoning_content = 9;
    */
   reasoningContent: string;
+
+  /**
+   * Chat only: the answer's tool calls, when they are parsed; text is then
+   * the content alone. Each call's arguments are a JSON object.
+   *
+   * @generated from field: repeated kvgate.v1.ToolCall tool_calls = 10;
+   */
+  toolCalls: ToolCall[];
+
+  /**
+   * Chat only: text includes the raw text of a tool call that did not
+   * parse.
+   *
+   * @generated from field: bool malformed_tool_call = 11;
+   */
+  malformedToolCall: boolean;
+
+  /**
+   * The log-probabilities of output_ids, one per token, when asked for.
+   *
+   * @generated from field: repeated kvgate.v1.TokenLogprob logprobs = 12;
+   */
+  logprobs: TokenLogprob[];
+
+  /**
+   * The prompt's log-probabilities, when asked for.
+   *
+   * @generated from field: repeated kvgate.v1.TokenLogprob prompt_logprobs = 13;
+   */
+  promptLogprobs: TokenLogprob[];
 };
 
 /**
@@ -376,7 +634,7 @@ export type GenerateComplete = Message<"kvgate.v1.GenerateComplete"> & {
  * Use `create(GenerateCompleteSchema)` to create a new message.
  */
 export const GenerateCompleteSchema: GenMessage<GenerateComplete> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 4);
+  messageDesc(file_kvgate_v1_router, 7);
 
 /**
  * Usage counts tokens as the serving worker reported them.
@@ -407,7 +665,7 @@ export type Usage = Message<"kvgate.v1.Usage"> & {
  * Use `create(UsageSchema)` to create a new message.
  */
 export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 5);
+  messageDesc(file_kvgate_v1_router, 8);
 
 /**
  * ChatRequest asks for the model's reply to a conversation.
@@ -482,6 +740,32 @@ export type ChatRequest = Message<"kvgate.v1.ChatRequest"> & {
    * @generated from field: optional string reasoning_parser = 10;
    */
   reasoningParser?: string | undefined;
+
+  /**
+   * How to find tool calls in the answer: "hermes" (also Qwen2.5 and
+   * Qwen3), "llama3", "mistral", "deepseek_v3", "harmony" (gpt-oss),
+   * "none" (the raw text), or unset for the router's --tool-call-parser
+   * (which by default detects the format from the chat template). Calls
+   * are parsed only when the request has tools.
+   *
+   * @generated from field: optional string tool_call_parser = 11;
+   */
+  toolCallParser?: string | undefined;
+
+  /**
+   * Whether and which tool the model must call. Unset is "auto".
+   *
+   * @generated from field: kvgate.v1.ToolChoice tool_choice = 12;
+   */
+  toolChoice?: ToolChoice | undefined;
+
+  /**
+   * The shape of the answer, as in OpenAI's API; maps onto
+   * sampling_params' constraint, of which at most one may be given.
+   *
+   * @generated from field: kvgate.v1.ResponseFormat response_format = 13;
+   */
+  responseFormat?: ResponseFormat | undefined;
 };
 
 /**
@@ -489,7 +773,107 @@ export type ChatRequest = Message<"kvgate.v1.ChatRequest"> & {
  * Use `create(ChatRequestSchema)` to create a new message.
  */
 export const ChatRequestSchema: GenMessage<ChatRequest> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 6);
+  messageDesc(file_kvgate_v1_router, 9);
+
+/**
+ * ToolChoice says whether the model may, must or must not call tools.
+ *
+ * @generated from message kvgate.v1.ToolChoice
+ */
+export type ToolChoice = Message<"kvgate.v1.ToolChoice"> & {
+  /**
+   * "auto" (the model decides; calls are parsed from its answer), "none"
+   * (the answer is not parsed for calls; the template still sees the
+   * tools), "required" (the answer is one or more calls, enforced by a JSON
+   * schema constraint over the tools' parameters), or empty with function
+   * set.
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * The function the model must call, enforced by a JSON schema constraint
+   * on its parameters; it must be one of the request's tools.
+   *
+   * @generated from field: string function = 2;
+   */
+  function: string;
+};
+
+/**
+ * Describes the message kvgate.v1.ToolChoice.
+ * Use `create(ToolChoiceSchema)` to create a new message.
+ */
+export const ToolChoiceSchema: GenMessage<ToolChoice> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 10);
+
+/**
+ * ResponseFormat constrains the answer's shape.
+ *
+ * @generated from message kvgate.v1.ResponseFormat
+ */
+export type ResponseFormat = Message<"kvgate.v1.ResponseFormat"> & {
+  /**
+   * "text" (free), "json_object" (any JSON object), or "json_schema".
+   *
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * With type "json_schema".
+   *
+   * @generated from field: kvgate.v1.JSONSchemaFormat json_schema = 2;
+   */
+  jsonSchema?: JSONSchemaFormat | undefined;
+};
+
+/**
+ * Describes the message kvgate.v1.ResponseFormat.
+ * Use `create(ResponseFormatSchema)` to create a new message.
+ */
+export const ResponseFormatSchema: GenMessage<ResponseFormat> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 11);
+
+/**
+ * JSONSchemaFormat is a named JSON schema for ResponseFormat.
+ *
+ * @generated from message kvgate.v1.JSONSchemaFormat
+ */
+export type JSONSchemaFormat = Message<"kvgate.v1.JSONSchemaFormat"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string description = 2;
+   */
+  description: string;
+
+  /**
+   * The schema. google.protobuf.Struct keeps no key order, so properties
+   * are generated in sorted order; sampling_params.json_schema keeps yours.
+   *
+   * @generated from field: google.protobuf.Struct schema = 3;
+   */
+  schema?: JsonObject | undefined;
+
+  /**
+   * Accepted for OpenAI compatibility: the schema is always enforced.
+   *
+   * @generated from field: bool strict = 4;
+   */
+  strict: boolean;
+};
+
+/**
+ * Describes the message kvgate.v1.JSONSchemaFormat.
+ * Use `create(JSONSchemaFormatSchema)` to create a new message.
+ */
+export const JSONSchemaFormatSchema: GenMessage<JSONSchemaFormat> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_router, 12);
 
 /**
  * ChatMessage is one turn of a conversation, as chat templates expect it.
@@ -545,7 +929,7 @@ export type ChatMessage = Message<"kvgate.v1.ChatMessage"> & {
  * Use `create(ChatMessageSchema)` to create a new message.
  */
 export const ChatMessageSchema: GenMessage<ChatMessage> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 7);
+  messageDesc(file_kvgate_v1_router, 13);
 
 /**
  * ToolCall is a function call made by the assistant.
@@ -576,7 +960,7 @@ export type ToolCall = Message<"kvgate.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 8);
+  messageDesc(file_kvgate_v1_router, 14);
 
 /**
  * FunctionCall names a function and its arguments.
@@ -606,7 +990,7 @@ export type FunctionCall = Message<"kvgate.v1.FunctionCall"> & {
  * Use `create(FunctionCallSchema)` to create a new message.
  */
 export const FunctionCallSchema: GenMessage<FunctionCall> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 9);
+  messageDesc(file_kvgate_v1_router, 15);
 
 /**
  * Tool describes a tool the model may call.
@@ -632,7 +1016,7 @@ export type Tool = Message<"kvgate.v1.Tool"> & {
  * Use `create(ToolSchema)` to create a new message.
  */
 export const ToolSchema: GenMessage<Tool> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 10);
+  messageDesc(file_kvgate_v1_router, 16);
 
 /**
  * FunctionDefinition describes a callable function.
@@ -664,7 +1048,7 @@ export type FunctionDefinition = Message<"kvgate.v1.FunctionDefinition"> & {
  * Use `create(FunctionDefinitionSchema)` to create a new message.
  */
 export const FunctionDefinitionSchema: GenMessage<FunctionDefinition> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 11);
+  messageDesc(file_kvgate_v1_router, 17);
 
 /**
  * ChatResponse is one message of the Chat stream, shaped like GenerateResponse.
@@ -700,7 +1084,7 @@ export type ChatResponse = Message<"kvgate.v1.ChatResponse"> & {
  * Use `create(ChatResponseSchema)` to create a new message.
  */
 export const ChatResponseSchema: GenMessage<ChatResponse> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 12);
+  messageDesc(file_kvgate_v1_router, 18);
 
 /**
  * EmbedRequest asks for the embeddings of a batch of inputs.
@@ -737,7 +1121,7 @@ export type EmbedRequest = Message<"kvgate.v1.EmbedRequest"> & {
  * Use `create(EmbedRequestSchema)` to create a new message.
  */
 export const EmbedRequestSchema: GenMessage<EmbedRequest> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 13);
+  messageDesc(file_kvgate_v1_router, 19);
 
 /**
  * EmbedInput is one text to embed, as token ids or as text. Exactly one of
@@ -767,7 +1151,7 @@ export type EmbedInput = Message<"kvgate.v1.EmbedInput"> & {
  * Use `create(EmbedInputSchema)` to create a new message.
  */
 export const EmbedInputSchema: GenMessage<EmbedInput> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 14);
+  messageDesc(file_kvgate_v1_router, 20);
 
 /**
  * EmbedResponse holds one embedding per input of the request.
@@ -810,7 +1194,7 @@ export type EmbedResponse = Message<"kvgate.v1.EmbedResponse"> & {
  * Use `create(EmbedResponseSchema)` to create a new message.
  */
 export const EmbedResponseSchema: GenMessage<EmbedResponse> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 15);
+  messageDesc(file_kvgate_v1_router, 21);
 
 /**
  * Embedding is the vector of one input.
@@ -838,7 +1222,7 @@ export type Embedding = Message<"kvgate.v1.Embedding"> & {
  * Use `create(EmbeddingSchema)` to create a new message.
  */
 export const EmbeddingSchema: GenMessage<Embedding> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_router, 16);
+  messageDesc(file_kvgate_v1_router, 22);
 
 /**
  * FinishReason tells why a generation ended.
@@ -871,6 +1255,14 @@ export enum FinishReason {
    * @generated from enum value: FINISH_REASON_ABORT = 3;
    */
   ABORT = 3,
+
+  /**
+   * Chat only: the answer stopped after calling tools (tool_calls is not
+   * empty); the engine stopped as for STOP.
+   *
+   * @generated from enum value: FINISH_REASON_TOOL_CALLS = 4;
+   */
+  TOOL_CALLS = 4,
 }
 
 /**
