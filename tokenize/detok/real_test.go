@@ -291,3 +291,39 @@ func TestCostIsLinear(t *testing.T) {
 		t.Logf("%d ids, %.2f ids decoded per id", len(ids), perID)
 	}
 }
+
+// TestKeepSpecial: with SkipSpecialTokens, the kept special ids' text stays
+// (a tool-call parser's markers) while every other special token is dropped,
+// exactly as decoding the ids without the dropped ones renders them.
+func TestKeepSpecial(t *testing.T) {
+	tk := load(t, "qwen3")
+	im, ok := tk.TokenToID("<|im_start|>")
+	if !ok || !tk.IsSpecial(im) {
+		t.Fatal("<|im_start|> is not a special token of qwen3")
+	}
+	text := "<|im_start|>assistant\nCall<|im_end|> then <|im_start|>again 日本<|im_end|>"
+	ids, err := tk.Encode(text, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []uint32
+	for _, id := range ids {
+		if !tk.IsSpecial(id) || id == im {
+			kept = append(kept, id)
+		}
+	}
+	want, err := tk.Decode(kept, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(want, "<|im_start|>") || strings.Contains(want, "<|im_end|>") {
+		t.Fatalf("the expectation itself is wrong: %q", want)
+	}
+	r := rand.New(rand.NewPCG(5, 7))
+	for range 20 {
+		got, _ := streamAll(t, tk, ids, detok.Options{SkipSpecialTokens: true, KeepSpecial: []uint32{im}}, r)
+		if got != want {
+			t.Fatalf("streamed %q, want %q", got, want)
+		}
+	}
+}

@@ -64,6 +64,10 @@ type Options struct {
 	StopTokenIDs      []uint32
 	NoStopTrim        bool     // keep the matched stop string (or stop token text) in the output
 	PromptIDs         []uint32 // optional: the prompt, as decoding context for the first tokens
+	// KeepSpecial are special ids whose text is kept even with
+	// SkipSpecialTokens: the markers an output parser reads (a tool-call
+	// format's [TOOL_CALLS], say), while end-of-turn tokens stay out.
+	KeepSpecial []uint32
 }
 
 const (
@@ -98,6 +102,7 @@ func NewStream(dec Decoder, opts Options) *Stream {
 	s := &Stream{dec: dec, opts: opts}
 	s.opts.StopStrings = slices.DeleteFunc(slices.Clone(opts.StopStrings), func(x string) bool { return x == "" })
 	s.opts.StopTokenIDs = slices.Clone(opts.StopTokenIDs)
+	s.opts.KeepSpecial = slices.Clone(opts.KeepSpecial)
 	s.opts.PromptIDs = nil
 	s.appendIDs(opts.PromptIDs)
 	s.readOffset = len(s.ids)
@@ -170,7 +175,7 @@ func (s *Stream) isStopToken(id uint32) bool { return slices.Contains(s.opts.Sto
 
 func (s *Stream) appendIDs(ids []uint32) {
 	for _, id := range ids {
-		if s.opts.SkipSpecialTokens && s.dec.IsSpecial(id) {
+		if s.opts.SkipSpecialTokens && s.dec.IsSpecial(id) && !slices.Contains(s.opts.KeepSpecial, id) {
 			continue
 		}
 		s.ids = append(s.ids, id)
@@ -249,7 +254,9 @@ func (s *Stream) decode(from, to int) (string, error) {
 	if from == to {
 		return "", nil
 	}
-	return s.dec.Decode(s.ids[from:to], s.opts.SkipSpecialTokens)
+	// The window holds no special id but the kept ones (appendIDs dropped
+	// the others), so decoding it whole is decoding it skipping them.
+	return s.dec.Decode(s.ids[from:to], s.opts.SkipSpecialTokens && len(s.opts.KeepSpecial) == 0)
 }
 
 func commonPrefix(a, b string) int {
