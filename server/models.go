@@ -48,7 +48,8 @@ type Model struct {
 type route struct {
 	Model
 	disp dispatcher
-	// thinks: the tokenizer has <think> and </think> tokens, so
+	// thinks: the chat template writes <think> (or, without a template,
+	// the vocabulary has <think> and </think> tokens), so
 	// --reasoning-parser auto parses the model's reasoning.
 	thinks bool
 }
@@ -243,9 +244,7 @@ func (s *Server) SetModelText(name string, text *textmodel.Model, source string)
 func (s *Server) newRoute(m Model) *route {
 	r := &route{Model: m}
 	if m.Text != nil {
-		_, start := m.Text.Tokenizer().TokenToID(parse.Qwen3.Start)
-		_, end := m.Text.Tokenizer().TokenToID(parse.Qwen3.End)
-		r.thinks = start && end
+		r.thinks = thinks(m.Text)
 	}
 	if m.PD != nil {
 		r.disp = &pdDispatcher{s: s, r: r, pd: m.PD, prefill: m.Policy.Name(), decode: m.PD.DecodePolicyName()}
@@ -253,6 +252,19 @@ func (s *Server) newRoute(m Model) *route {
 		r.disp = &regularDispatcher{s: s, r: r, policy: m.Policy}
 	}
 	return r
+}
+
+// thinks reports whether a model writes its reasoning in <think> blocks: a
+// chat template renders the markers its model answers with (Qwen3's and
+// DeepSeek-R1's write <think>; DeepSeek V3's, whose vocabulary also has
+// the tokens, does not); without a template, the vocabulary tells.
+func thinks(m *textmodel.Model) bool {
+	if tmpl := m.TemplateText(); tmpl != "" {
+		return strings.Contains(tmpl, parse.Qwen3.Start)
+	}
+	_, start := m.Tokenizer().TokenToID(parse.Qwen3.Start)
+	_, end := m.Tokenizer().TokenToID(parse.Qwen3.End)
+	return start && end
 }
 
 func (rs *routes) get(name string) *route {

@@ -8,8 +8,8 @@ import (
 // the styles' names.
 const (
 	// reasoningAuto (the default) parses <think> blocks when the model's
-	// vocabulary has <think> and </think> tokens (Qwen3, DeepSeek-R1 and
-	// their kin), and leaves the text raw otherwise.
+	// chat template writes <think> (Qwen3, DeepSeek-R1 and their kin; see
+	// thinks), and leaves the text raw otherwise.
 	reasoningAuto = "auto"
 	reasoningNone = "none"
 )

@@ -85,7 +85,9 @@ func TestChatSplitsReasoning(t *testing.T) {
 		{"deepseek_r1: the prompt opens the block", tmpl, "deepseek_r1", "the capital of Germany?",
 			"Paris is the capital; say so briefly.", "**Paris**", codes.OK},
 		{"none: raw text", "", "none", "the capital of France?", "", qwen3, codes.OK},
-		{"the router's default: no <think> token in this vocabulary", "", "", "the capital of France?", "", qwen3, codes.OK},
+		{"the router's default: the template writes no <think>", "", "", "the capital of France?", "", qwen3, codes.OK},
+		{"the router's default: the template writes <think>", tmpl, "", "the capital of Germany?",
+			"Paris is the capital; say so briefly.", "**Paris**", codes.OK},
 		{"an unknown parser", "", "mistral", "the capital of France?", "", "", codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,7 +36,7 @@ func (t *textFlags) register(fs *flag.FlagSet) {
 	t.models.def = &t.src.ModelPath
 	fs.Var(&t.models, "model-path", "model directory (or tokenizer.json file), Hugging Face cache directory (models--org--name or one of its snapshots), or hub id org/name[@revision] (from the cache, else downloaded) to load the tokenizer and chat template from; empty: ask the workers (GetTokenizer). With --enable-igw, MODEL=PATH (repeatable) gives one model its own")
 	fs.StringVar(&t.src.TokenizerPath, "tokenizer-path", "", "tokenizer.json file, directory, Hugging Face cache directory or hub id, as --model-path; overrides --model-path for the tokenizer")
-	fs.StringVar(&t.reasoningParser, "reasoning-parser", "auto", "Chat: how answers' reasoning is split from their content (reasoning_content): auto (<think> blocks when the model's vocabulary has <think> and </think>), none (raw text), qwen3 or deepseek_r1; a request's reasoning_parser overrides it")
+	fs.StringVar(&t.reasoningParser, "reasoning-parser", "auto", "Chat: how answers' reasoning is split from their content (reasoning_content): auto (<think> blocks when the chat template writes <think>, or without a template when the vocabulary has <think> and </think>), none (raw text), qwen3 or deepseek_r1; a request's reasoning_parser overrides it")
 	fs.StringVar(&t.src.ChatTemplatePath, "chat-template", "", "Jinja chat template file (or chat_template.json); overrides the model's")
 	def := cache.DefaultConfig()
 	fs.BoolVar(&t.l0Enabled, "tokenizer-cache-enable-l0", def.L0Enabled, "exact-match tokenizer cache (exact, so on by default)")

@@ -75,6 +75,7 @@ type Model struct {
 	enc      *cache.Cache
 	tmpl     *template.Template // nil: the model has no chat template
 	tmplFrom string
+	tmplSrc  string
 	specials map[string]any // bos_token, eos_token, ... for templates
 	now      func() time.Time
 	// splitContent is Options.SplitSpecialTokensInContent; specialTexts are
@@ -243,7 +244,7 @@ func build(fl files, opts Options) (*Model, error) {
 		if m.tmpl, err = template.Compile(src); err != nil {
 			return nil, fmt.Errorf("chat template (%s): %w", from, err)
 		}
-		m.tmplFrom = from
+		m.tmplFrom, m.tmplSrc = from, src
 	}
 	// The cache scans for every added token, special or not: each one splits
 	// the text before tokenization.
@@ -325,6 +326,11 @@ func (m *Model) HasChatTemplate() bool { return m.tmpl != nil }
 
 // TemplateSource names where the chat template came from.
 func (m *Model) TemplateSource() string { return m.tmplFrom }
+
+// TemplateText is the chat template's Jinja source ("" without one), which
+// tells what the model's answers look like: the markers it renders for
+// reasoning and tool calls are the ones its answers use.
+func (m *Model) TemplateText() string { return m.tmplSrc }
 
 // Encode tokenizes text through the caches and caches the result: it is
 // EncodeDeferred followed by commit. Use EncodeDeferred for requests that
