@@ -1,0 +1,156 @@
+package constraint
+
+import (
+	"fmt"
+	"regexp/syntax"
+	"strings"
+)
+
+// CheckRegex reports whether s is a regular expression the engines accept.
+// It checks the size bound, then parses s with Go's regexp/syntax in Perl
+// mode, which covers the syntax xgrammar's regex converter reads: literals,
+// escapes, classes with ranges and \d \w \s, groups (capturing, (?:...),
+// named), alternation, the quantifiers * + ? {m} {m,} {m,n} and their lazy
+// forms, and the ^ $ anchors.
+//
+// Counted repetitions above Go's limit of 1000 (a{1,2000}) are accepted:
+// xgrammar and outlines take them, so the check parses them with the count
+// lowered to 1000 rather than refusing a usable pattern.
+//
+// What Go's parser rejects that a Python-regex user may write, and what the
+// engines do with it:
+//   - lookahead (?=...) (?!...) and lookbehind (?<=...) (?<!...): xgrammar rejects them
+//     ("Lookahead is not supported yet." in RegexConverter::HandleGroupModifier,
+//     cpp/regex_converter.cc), and llguidance's Rust-regex dialect has none either;
+//   - backreferences \1 \k<name>: xgrammar rejects them ("Backreference is not
+//     supported yet." in RegexConverter::HandleEscape), and no automaton can match them;
+//   - atomic groups (?>...) and possessive quantifiers a*+: not regular, refused too;
+//   - Python's \Z end anchor: Go spells it \z; refused here.
+//
+// Known gaps (accepted here, refused by xgrammar, which may leave the request
+// to fail on the engine): word boundaries \b \B, Unicode classes \pL, and
+// inline flags such as (?i) ("Group modifier flag is not supported yet.").
+// They are accepted because outlines and llguidance take them and the router
+// does not know which backend a worker runs.
+func CheckRegex(s string, lim Limits) error {
+	lim = lim.withDefaults()
+	if err := lim.checkSize("the regular expression", s); err != nil {
+		return err
+	}
+	return checkRegex(s, lim)
+}
+
+// checkRegex is CheckRegex after the size check; JSON Schema patterns use it
+// with the schema's limits.
+func checkRegex(s string, lim Limits) error {
+	_, err := syntax.Parse(clampRepeats(s), syntax.Perl)
+	if err == nil {
+		return nil
+	}
+	var se *syntax.Error
+	if !asSyntaxError(err, &se) {
+		return fmt.Errorf("invalid regular expression: %v", err)
+	}
+	switch {
+	case se.Code == syntax.ErrInvalidRepeatOp && (strings.Contains(se.Expr, "*+") || strings.Contains(se.Expr, "++") || strings.Contains(se.Expr, "?+")):
+		return fmt.Errorf("invalid regular expression: possessive quantifier %q is not supported", se.Expr)
+	case se.Code == syntax.ErrInvalidPerlOp && (strings.HasPrefix(se.Expr, "(?=") || strings.HasPrefix(se.Expr, "(?!")):
+		return fmt.Errorf("invalid regular expression: lookahead %q is not supported by the engines", se.Expr)
+	case strings.HasPrefix(se.Expr, "(?<=") || strings.HasPrefix(se.Expr, "(?<!"):
+		return fmt.Errorf("invalid regular expression: lookbehind %q is not supported by the engines", se.Expr)
+	case se.Code == syntax.ErrInvalidPerlOp && strings.HasPrefix(se.Expr, "(?>"):
+		return fmt.Errorf("invalid regular expression: atomic group %q is not supported", se.Expr)
+	case se.Code == syntax.ErrInvalidEscape && len(se.Expr) == 2 && (se.Expr[1] >= '1' && se.Expr[1] <= '9' || se.Expr[1] == 'k'):
+		return fmt.Errorf("invalid regular expression: backreference %q is not supported by the engines", se.Expr)
+	}
+	return fmt.Errorf("invalid regular expression: %s: %q", se.Code, se.Expr)
+}
+
+func asSyntaxError(err error, se **syntax.Error) bool {
+	e, ok := err.(*syntax.Error)
+	if ok {
+		*se = e
+	}
+	return ok
+}
+
+// clampRepeats lowers the counts of {m}, {m,} and {m,n} above 1000 to 1000,
+// outside character classes and escapes, so that Go's parser, which caps
+// counts at 1000, judges the rest of the pattern. It is one linear pass.
+func clampRepeats(s string) string {
+	if !strings.Contains(s, "{") {
+		return s
+	}
+	var b strings.Builder
+	inClass := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\' && i+1 < len(s):
+			b.WriteByte(c)
+			b.WriteByte(s[i+1])
+			i++
+			continue
+		case inClass:
+			if c == ']' {
+				inClass = false
+			}
+		case c == '[':
+			inClass = true
+			// A ] right after [ or [^ is a literal.
+			b.WriteByte(c)
+			if i+1 < len(s) && s[i+1] == '^' {
+				b.WriteByte('^')
+				i++
+			}
+			if i+1 < len(s) && s[i+1] == ']' {
+				b.WriteByte(']')
+				i++
+			}
+			continue
+		case c == '{':
+			if j, out, ok := clampCount(s, i); ok {
+				b.WriteString(out)
+				i = j - 1
+				continue
+			}
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// clampCount reads a repeat {m}, {m,} or {m,n} at s[i] and returns the index
+// after it and the clamped text.
+func clampCount(s string, i int) (int, string, bool) {
+	j := i + 1
+	num := func() (string, bool) {
+		start := j
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		return s[start:j], j > start
+	}
+	clamp := func(n string) string {
+		if len(strings.TrimLeft(n, "0")) > 4 || (len(strings.TrimLeft(n, "0")) == 4 && strings.TrimLeft(n, "0") > "1000") {
+			return "1000"
+		}
+		return n
+	}
+	lo, ok := num()
+	if !ok {
+		return 0, "", false
+	}
+	out := "{" + clamp(lo)
+	if j < len(s) && s[j] == ',' {
+		j++
+		out += ","
+		if hi, ok := num(); ok {
+			out += clamp(hi)
+		}
+	}
+	if j >= len(s) || s[j] != '}' {
+		return 0, "", false
+	}
+	return j + 1, out + "}", true
+}

@@ -1,0 +1,96 @@
+package constraint
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCheckRegexAccepts(t *testing.T) {
+	for _, tc := range []struct{ name, re string }{
+		{"ISO date", `^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$`},
+		{"email", `[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}`},
+		{"US phone", `\(?\d{3}\)?[-. ]?\d{3}[-. ]?\d{4}`},
+		{"E.164 phone", `\+[1-9]\d{1,14}`},
+		{"UUID", `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`},
+		{"IPv4", `((25[0-5]|2[0-4]\d|[01]?\d\d?)\.){3}(25[0-5]|2[0-4]\d|[01]?\d\d?)`},
+		{"lazy quantifier", `<b>.*?</b>`},
+		{"non-capturing and named groups", `(?:ab)+(?P<year>\d{4})(?<month>\d{2})`},
+		{"choice of words", `(yes|no|maybe)`},
+		{"unicode", `[\p{L}\s]+|[À-ÿ]+`},
+		{"empty", ``},
+		{"repeat above Go's 1000", `[a-z]{1,5000}`},
+		{"open repeat above 1000", `x{2000,}`},
+		{"brace that is no repeat", `a{b}`},
+		{"repeat-like text in a class", `[{5000}]`},
+		{"escaped brace", `\{5000\}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := CheckRegex(tc.re, Limits{}); err != nil {
+				t.Fatalf("CheckRegex(%q) = %v", tc.re, err)
+			}
+		})
+	}
+}
+
+func TestCheckRegexRejects(t *testing.T) {
+	for _, tc := range []struct{ name, re, want string }{
+		{"unclosed class", `[a-z`, "missing closing ]"},
+		{"unclosed group", `(ab`, "missing closing )"},
+		{"unopened group", `ab)`, "unexpected )"},
+		{"nothing to repeat", `*a`, "missing argument to repetition operator"},
+		{"lookahead", `^(?=.*\d).{8,}$`, `lookahead "(?=" is not supported by the engines`},
+		{"negative lookahead", `a(?!b)`, "lookahead"},
+		{"lookbehind", `(?<=\$)\d+`, "lookbehind"},
+		{"negative lookbehind", `(?<!x)y`, "lookbehind"},
+		{"backreference", `(a)\1`, `backreference "\\1" is not supported by the engines`},
+		{"atomic group", `(?>a+)b`, "atomic group"},
+		{"possessive quantifier", `a*+b`, "possessive quantifier"},
+		{"bad escape", `\q`, "invalid escape sequence"},
+		{"reversed range", `[z-a]`, "invalid character class range"},
+		{"reversed repeat", `a{5,2}`, "invalid repeat count"},
+		{"Python end anchor", `abc\Z`, "invalid escape sequence"},
+		{"size bound", strings.Repeat("a", DefaultMaxBytes+1), "over the limit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckRegex(tc.re, Limits{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("CheckRegex(%.40q) = %v, want an error containing %q", tc.re, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestClampRepeats(t *testing.T) {
+	for in, want := range map[string]string{
+		`a{5000}`:       `a{1000}`,
+		`a{1,5000}`:     `a{1,1000}`,
+		`a{1001,}`:      `a{1000,}`,
+		`a{1000}`:       `a{1000}`,
+		`a{0999,01000}`: `a{0999,01000}`,
+		`[{5000}]`:      `[{5000}]`,
+		`[]{5000}]`:     `[]{5000}]`,
+		`\{5000}`:       `\{5000}`,
+		`a{x}`:          `a{x}`,
+	} {
+		if got := clampRepeats(in); got != want {
+			t.Errorf("clampRepeats(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func BenchmarkCheckRegex(b *testing.B) {
+	for name, re := range map[string]string{
+		"email":        `[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}`,
+		"256 KiB alts": strings.TrimSuffix(strings.Repeat("abc|", DefaultMaxBytes/4), "|"),
+		"deep groups":  strings.Repeat("(", 1000) + strings.Repeat(")", 1000),
+		"many repeats": strings.Repeat("a{2000}", 1000),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(re)))
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = CheckRegex(re, Limits{})
+			}
+		})
+	}
+}
