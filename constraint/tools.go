@@ -1,0 +1,194 @@
+package constraint
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Tool is a function the model may call, as the chat request declares it.
+type Tool struct {
+	Name string
+	// Parameters is the JSON schema of the function's arguments; empty means
+	// {"type":"object"}.
+	Parameters []byte
+}
+
+// ToolCall is one call parsed from an answer generated under
+// RequiredToolSchema.
+type ToolCall struct {
+	Name string
+	// Arguments is the call's arguments as compact JSON object text, the
+	// form an OpenAI tool_calls[].function.arguments carries.
+	Arguments string
+}
+
+// RequiredToolSchema returns the JSON schema that enforces tool_choice
+// "required" through structured output: the answer is a non-empty JSON array
+// of calls, each {"name": <one of the tools' names>, "parameters": <that
+// tool's parameters>}:
+//
+//	{"type":"array","minItems":1,"items":{"type":"object","anyOf":[
+//	  {"properties":{"name":{"type":"string","enum":["get_weather"]},"parameters":{...}},
+//	   "required":["name","parameters"]}, ...]}}
+//
+// This is the shape vLLM's OpenAI server builds for tool_choice "required"
+// (_get_json_schema_from_tool in vllm/entrypoints/openai/protocol.py, checked
+// with the search tool), so an answer parses the same way whichever engine
+// produced it. One difference: vLLM lifts every tool's $defs to the top and
+// refuses two tools that define the same name differently; here each tool's
+// local references are rewritten to point into the tool's own place in the
+// combined schema, so tools never collide and any local reference keeps
+// resolving.
+//
+// Errors: no tools, a tool without a name, two tools with one name, or a
+// parameters schema CheckJSONSchema refuses (the message names the tool).
+func RequiredToolSchema(tools []Tool) (string, error) {
+	if len(tools) == 0 {
+		return "", errors.New(`tool_choice "required" needs at least one tool`)
+	}
+	seen := map[string]bool{}
+	b := []byte(`{"type":"array","minItems":1,"items":{"type":"object","anyOf":[`)
+	for i, t := range tools {
+		if t.Name == "" {
+			return "", fmt.Errorf("tool %d has no name", i)
+		}
+		if seen[t.Name] {
+			return "", fmt.Errorf("tool %q is declared twice", t.Name)
+		}
+		seen[t.Name] = true
+		params, err := toolParameters(t)
+		if err != nil {
+			return "", err
+		}
+		at := "/items/anyOf/" + strconv.Itoa(i) + "/properties/parameters"
+		rewriteRefs(params, at)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"properties":{"name":{"type":"string","enum":[`...)
+		b = appendJSONString(b, t.Name)
+		b = append(b, `]},"parameters":`...)
+		b = appendJSON(b, params)
+		b = append(b, `},"required":["name","parameters"]}`...)
+	}
+	b = append(b, `]}}`...)
+	return string(b), nil
+}
+
+// NamedToolSchema returns the JSON schema for a tool_choice that names one
+// function: the answer is that function's arguments object, so the schema is
+// its parameters schema ({"type":"object"} when it declares none), as vLLM
+// does for a named tool_choice.
+func NamedToolSchema(tools []Tool, name string) (string, error) {
+	for _, t := range tools {
+		if t.Name == name {
+			params, err := toolParameters(t)
+			if err != nil {
+				return "", err
+			}
+			return string(appendJSON(nil, params)), nil
+		}
+	}
+	names := make([]string, 0, len(tools))
+	for _, t := range tools {
+		names = append(names, strconv.Quote(t.Name))
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "", fmt.Errorf("tool_choice names %q but the request declares no tools", name)
+	}
+	return "", fmt.Errorf("tool_choice names %q, which is not a declared tool (declared: %s)", name, strings.Join(names, ", "))
+}
+
+// toolParameters parses and checks a tool's parameters schema.
+func toolParameters(t Tool) (*jval, error) {
+	text := strings.TrimSpace(string(t.Parameters))
+	if text == "" {
+		text = `{"type":"object"}`
+	}
+	lim := Limits{}.withDefaults()
+	if err := lim.checkSize("the parameters of tool "+strconv.Quote(t.Name), text); err != nil {
+		return nil, err
+	}
+	v, err := parseJSON(text, lim)
+	if err == nil {
+		err = checkSchemaValue(v, "", lim)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parameters of tool %q: %w", t.Name, err)
+	}
+	return v, nil
+}
+
+// isDataKeyword reports whether a keyword holds JSON data, not schemas: a
+// "$ref" member inside it is a value and must not be rewritten.
+func isDataKeyword(key string) bool {
+	switch key {
+	case "enum", "const", "default", "examples":
+		return true
+	}
+	return false
+}
+
+// rewriteRefs prefixes every local $ref in schema v with the pointer at
+// which v is placed in a larger document. Recursion follows the nesting
+// parseJSON bounded.
+func rewriteRefs(v *jval, at string) {
+	switch v.kind {
+	case jArray:
+		for _, el := range v.arr {
+			rewriteRefs(el, at)
+		}
+	case jObject:
+		for i := range v.obj {
+			m := &v.obj[i]
+			if m.key == "$ref" && m.val.kind == jString && strings.HasPrefix(m.val.str, "#") {
+				m.val = &jval{kind: jString, str: "#" + at + strings.TrimPrefix(m.val.str, "#")}
+				continue
+			}
+			if !isDataKeyword(m.key) {
+				rewriteRefs(m.val, at)
+			}
+		}
+	}
+}
+
+// ParseRequiredToolOutput parses an answer generated under RequiredToolSchema
+// into its calls, in order. It is an error when the answer is not a
+// non-empty JSON array of objects each with a string "name" and an object
+// "parameters" (other members are ignored, as the schema allows them).
+func ParseRequiredToolOutput(answer string) ([]ToolCall, error) {
+	var raw []map[string]json.RawMessage
+	dec := json.NewDecoder(strings.NewReader(answer))
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("tool calls: want a JSON array of {name, parameters} objects: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("tool calls: unexpected text after the JSON array")
+	}
+	if len(raw) == 0 {
+		return nil, errors.New("tool calls: the array is empty (or null)")
+	}
+	calls := make([]ToolCall, 0, len(raw))
+	for i, obj := range raw {
+		var name string
+		if n := bytes.TrimSpace(obj["name"]); len(n) == 0 || n[0] != '"' || json.Unmarshal(n, &name) != nil {
+			return nil, fmt.Errorf("tool call %d: want a string name", i)
+		}
+		params := bytes.TrimSpace(obj["parameters"])
+		if len(params) == 0 || params[0] != '{' {
+			return nil, fmt.Errorf("tool call %d (%s): want an object of parameters", i, name)
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, params); err != nil {
+			return nil, fmt.Errorf("tool call %d (%s): %w", i, name, err)
+		}
+		calls = append(calls, ToolCall{Name: name, Arguments: buf.String()})
+	}
+	return calls, nil
+}
