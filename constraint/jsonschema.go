@@ -86,6 +86,28 @@ type schemaChecker struct {
 	lim    Limits
 	walked map[*jval]bool // values already checked as schemas
 	refs   []schemaRef
+	// index holds the member maps of large objects that references went
+	// through, so resolving many references into a big $defs stays linear.
+	index map[*jval]map[string]*jval
+}
+
+// member looks key up in object v, through an index for large objects.
+func (c *schemaChecker) member(v *jval, key string) *jval {
+	if len(v.obj) < 16 {
+		return v.get(key)
+	}
+	m, ok := c.index[v]
+	if !ok {
+		if c.index == nil {
+			c.index = map[*jval]map[string]*jval{}
+		}
+		m = make(map[string]*jval, len(v.obj))
+		for _, mem := range v.obj {
+			m[mem.key] = mem.val // the last of a repeated key wins, as in get
+		}
+		c.index[v] = m
+	}
+	return m[key]
 }
 
 // showPointer prints a JSON pointer for a message; the empty pointer is the
@@ -320,8 +342,10 @@ func (c *schemaChecker) resolve(ref string) (*jval, string, error) {
 	if !ok {
 		return nil, "", errRefNotLocal
 	}
-	if unescaped, err := url.PathUnescape(frag); err == nil {
-		frag = unescaped
+	if strings.IndexByte(frag, '%') >= 0 {
+		if unescaped, err := url.PathUnescape(frag); err == nil {
+			frag = unescaped
+		}
 	}
 	if frag != "" && frag[0] != '/' {
 		return nil, "", errRefNotPointer
@@ -330,14 +354,16 @@ func (c *schemaChecker) resolve(ref string) (*jval, string, error) {
 	if frag == "" {
 		return v, ptr, nil
 	}
-	unescape := strings.NewReplacer("~1", "/", "~0", "~")
 	for _, tok := range strings.Split(frag[1:], "/") {
-		tok = unescape.Replace(tok)
+		if strings.IndexByte(tok, '~') >= 0 {
+			// ~1 first, then ~0, as RFC 6901 orders it, so "~01" is "~1".
+			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		}
 		parent := ptr
 		ptr += "/" + escapeToken(tok)
 		switch v.kind {
 		case jObject:
-			next := v.get(tok)
+			next := c.member(v, tok)
 			if next == nil {
 				return nil, "", fmt.Errorf("does not resolve: %s has no member %q", showPointer(parent), tok)
 			}
