@@ -23,7 +23,9 @@ import (
 // # comments; rule options (value[temperature=0.7] ::= ...); the lookahead
 // assertion (= ...); and xgrammar's macros TagDispatch, TokenTagDispatch,
 // Token and ExcludeToken, whose rule arguments must be defined. Line breaks
-// are insignificant: a rule ends where the next name ::= begins.
+// are insignificant, but a rule name must begin a line (xgrammar's lexer
+// requires it): a rule ends where the next name ::= begins. Empty
+// alternatives (ws ::= | " ") are accepted, as llama.cpp's GBNF takes them.
 //
 // Rejected, with the line and column: syntax errors, a raw newline inside a
 // literal or a class, \d \w \s inside a class (xgrammar rejects them), an
@@ -38,11 +40,16 @@ import (
 // column 10") and llama.cpp's grammars/README.md ("GBNF Guide": rules,
 // literals, classes, * + ? {m,n}, # comments).
 //
-// Known gaps: left recursion is accepted (xgrammar supports it; llama.cpp
-// refuses it, which does not matter here because neither engine runs
-// llama.cpp); repetition bounds are not capped, so a huge {m,n} passes here
-// and may be slow to compile; xgrammar's macro arguments are checked only for
-// balance and for their rule references.
+// Known gaps: xgrammar's parser (cpp/grammar_parser.cc) wants at least one
+// element in every alternative, so it refuses the empty alternatives GBNF
+// allows (write "" instead); the lookahead assertion is accepted anywhere,
+// where xgrammar takes it only at the end of a rule; columns count
+// characters where xgrammar's count bytes; xgrammar's macro arguments are
+// checked only for balance and for their rule references. Left recursion is
+// accepted (xgrammar supports it; llama.cpp refuses it, which does not matter
+// because neither engine runs llama.cpp's parser). Repetition bounds up to
+// 10^15 (xgrammar's limit) are accepted; xgrammar compiles large ones with a
+// counter rather than by unrolling, so they are not a compile-time bomb.
 func CheckEBNF(s string, lim Limits) error {
 	lim = lim.withDefaults()
 	if err := lim.checkSize("the grammar", s); err != nil {
@@ -74,6 +81,7 @@ type ebnfParser struct {
 	lim     Limits
 	defined map[string]bool
 	refs    []ebnfRef
+	tokEnd  int // where the last token of the current rule's body ended
 }
 
 func (p *ebnfParser) errorAt(pos int, format string, args ...any) error {
@@ -162,6 +170,9 @@ func (p *ebnfParser) grammar() error {
 		if rules++; rules > p.lim.MaxNodes {
 			return p.errorAt(start, "more than %d rules", p.lim.MaxNodes)
 		}
+		if rules > 1 && !strings.ContainsAny(p.s[p.tokEnd:start], "\n\r") {
+			return p.errorAt(start, "rule name %q must begin a line", name)
+		}
 		if p.defined[name] {
 			return p.errorAt(start, "rule %q is defined twice", name)
 		}
@@ -235,9 +246,6 @@ func (p *ebnfParser) alternatives(depth int) error {
 		if p.pos < len(p.s) && p.s[p.pos] == '|' {
 			p.pos++
 			p.skip()
-			if p.pos >= len(p.s) || p.s[p.pos] == '|' || p.s[p.pos] == ')' || p.atRuleStart() {
-				return p.errorf("unexpected %s after |, want an alternative", p.found())
-			}
 			continue
 		}
 		return nil
@@ -261,31 +269,23 @@ func (p *ebnfParser) item(depth int) error {
 	if err := p.primary(depth); err != nil {
 		return err
 	}
-	if p.pos >= len(p.s) {
-		return nil
-	}
-	// A quantifier follows its item on the same line; llama.cpp allows
-	// spaces between them.
-	save := p.pos
-	for p.pos < len(p.s) && (p.s[p.pos] == ' ' || p.s[p.pos] == '\t') {
-		p.pos++
-	}
+	p.tokEnd = p.pos
+	// A quantifier may follow after white space, line breaks or comments:
+	// xgrammar's lexer drops them all between tokens.
+	p.skip()
 	if p.pos >= len(p.s) || strings.IndexByte("*+?{", p.s[p.pos]) < 0 {
-		p.pos = save
 		return nil
 	}
-	quantified := false
-	switch p.s[p.pos] {
-	case '*', '+', '?':
-		p.pos++
-		quantified = true
-	case '{':
+	if p.s[p.pos] == '{' {
 		if err := p.repeatRange(); err != nil {
 			return err
 		}
-		quantified = true
+	} else {
+		p.pos++
 	}
-	if quantified && p.pos < len(p.s) && strings.IndexByte("*+?{", p.s[p.pos]) >= 0 {
+	p.tokEnd = p.pos
+	p.skip()
+	if p.pos < len(p.s) && strings.IndexByte("*+?{", p.s[p.pos]) >= 0 {
 		return p.errorf("two quantifiers on one item; wrap the item in ( ) first")
 	}
 	return nil
@@ -387,7 +387,7 @@ func (p *ebnfParser) macroArgs(depth int) error {
 func (p *ebnfParser) repeatRange() error {
 	open := p.pos
 	p.pos++
-	num := func() (int, bool) {
+	num := func() (int64, bool) {
 		p.skip()
 		start := p.pos
 		for p.pos < len(p.s) && p.s[p.pos] >= '0' && p.s[p.pos] <= '9' {
@@ -396,9 +396,9 @@ func (p *ebnfParser) repeatRange() error {
 		if p.pos == start {
 			return 0, false
 		}
-		n, err := strconv.Atoi(p.s[start:p.pos])
-		if err != nil {
-			n = int(^uint(0) >> 1)
+		n, err := strconv.ParseInt(p.s[start:p.pos], 10, 64)
+		if err != nil || n > 1e15 {
+			n = -1 // reported by the caller
 		}
 		return n, true
 	}
@@ -406,10 +406,17 @@ func (p *ebnfParser) repeatRange() error {
 	if !ok {
 		return p.errorf("unexpected %s, want the lower bound of {m,n} (write {0,n} for at most n)", p.found())
 	}
+	if lo < 0 {
+		return p.errorAt(open, "repetition bound above 10^15, xgrammar's limit")
+	}
 	p.skip()
 	if p.pos < len(p.s) && p.s[p.pos] == ',' {
 		p.pos++
-		if hi, ok := num(); ok && hi < lo {
+		hi, ok := num()
+		if ok && hi < 0 {
+			return p.errorAt(open, "repetition bound above 10^15, xgrammar's limit")
+		}
+		if ok && hi < lo {
 			return p.errorAt(open, "repetition {%d,%d} has its lower bound above the upper", lo, hi)
 		}
 		p.skip()

@@ -64,6 +64,8 @@ func TestCheckEBNFAccepts(t *testing.T) {
 		{"TagDispatch macro", "root ::= TagDispatch(\n  (\"<tool_call>\", call),\n  loop_after_dispatch=true,\n  excludes=()\n)\ncall ::= \"{\" [^}]* \"}\""},
 		{"Token macros", "root ::= Token(128010) content ExcludeToken(1, 2)\ncontent ::= [a-z]+"},
 		{"no space around ::=", `root::="a"`},
+		{"empty alternatives (GBNF)", "root ::= \"a\" || \"b\" |\nws ::= | \" \""},
+		{"quantifier on the next line", "root ::= \"a\"\n  *"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := CheckEBNF(tc.g, Limits{}); err != nil {
@@ -93,9 +95,10 @@ func TestCheckEBNFRejects(t *testing.T) {
 		{"stray )", `root ::= "a")`, `line 1, column 13: unexpected ')' in rule "root"`},
 		{"missing lower bound", `root ::= "a"{,4}`, `want the lower bound of {m,n}`},
 		{"bounds reversed", `root ::= "a"{4,2}`, `repetition {4,2} has its lower bound above the upper`},
+		{"bound above 10^15", `root ::= "a"{0,9999999999999999}`, `line 1, column 13: repetition bound above 10^15`},
 		{"two quantifiers", `root ::= "a"++`, `line 1, column 14: two quantifiers on one item`},
-		{"dangling |", `root ::= "a" |`, `want an alternative`},
-		{"double |", `root ::= "a" || "b"`, `want an alternative`},
+		{"two rules on one line", `root ::= a a ::= "x"`, `line 1, column 12: rule name "a" must begin a line`},
+		{"two quantifiers apart", "root ::= \"a\"+ # more\n +", `line 2, column 2: two quantifiers on one item`},
 		{"single quotes", `root ::= 'a'`, `line 1, column 10: unexpected '\''`},
 		{"name starting with a digit", `1root ::= "a"`, `line 1, column 1: unexpected '1', want a rule name`},
 		{"error on line 3", "root ::= a\n\na ::= \"x\" ]", `line 3, column 11: unexpected ']'`},
