@@ -36,11 +36,13 @@ import (
 //
 //	at /properties/city/type: "strin" is not a JSON Schema type
 //
-// Known gaps vs the engines: remote references and $anchor/$id references are
-// refused (xgrammar resolves only local JSON pointers); a schema this accepts
-// may still use a keyword one backend does not enforce (outlines and
-// llguidance each support a different subset), which the engine then ignores
-// or refuses at compile time.
+// Known gaps vs the engines: remote, $id-relative and $anchor references
+// are refused, because nothing here fetches documents and a reference that
+// does not resolve within the schema is what makes a compile fail; an engine
+// set up to resolve them would accept what this refuses. A schema this
+// accepts may still use a keyword one backend does not enforce (xgrammar,
+// outlines and llguidance each support a different subset), which that engine
+// then ignores or refuses at compile time.
 func CheckJSONSchema(s string, lim Limits) error {
 	lim = lim.withDefaults()
 	if err := lim.checkSize("the JSON schema", s); err != nil {

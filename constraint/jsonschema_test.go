@@ -152,7 +152,16 @@ func hostileJSON() []hostileDoc {
 	for i := range defs {
 		defs[i] = `"d` + itoa(i) + `":{"$ref":"#/$defs/d` + itoa((i+1)%len(defs)) + `"}`
 	}
+	// Each level's $defs holds the next, and every level refers to the root,
+	// to its own parent and to the innermost level.
+	var nested strings.Builder
+	inner := "#" + strings.Repeat("/$defs/a", 30)
+	for i := 0; i < 30; i++ {
+		nested.WriteString(`{"anyOf":[{"$ref":"#"},{"$ref":"` + inner + `"},{"$ref":"#` + strings.Repeat("/$defs/a", max(i-1, 0)) + `"}],"$defs":{"a":`)
+	}
+	nested.WriteString(`{"$ref":"#"}` + strings.Repeat("}}", 30))
 	return []hostileDoc{
+		{name: "30 nested $defs referring up, down and to the root", doc: nested.String(), accept: true},
 		{name: "1 MB of [", doc: strings.Repeat("[", 1<<20)},
 		{name: `1 MB of {"a":`, doc: strings.Repeat(`{"a":`, 1<<20/5)},
 		{name: "100k properties", doc: `{"type":"object","properties":{` + strings.Join(props, ",") + `}}`},
