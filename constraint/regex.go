@@ -13,9 +13,12 @@ import (
 // named), alternation, the quantifiers * + ? {m} {m,} {m,n} and their lazy
 // forms, and the ^ $ anchors.
 //
-// Counted repetitions above Go's limit of 1000 (a{1,2000}) are accepted:
-// xgrammar and outlines take them, so the check parses them with the count
-// lowered to 1000 rather than refusing a usable pattern.
+// Counted repetitions are not held to Go's limits: Go refuses a count above
+// 1000 (a{1,2000}) and nested counts whose product passes 1000 (a hostname's
+// (\w{1,63}\.){1,127}), which xgrammar and outlines compile. The check
+// verifies each count's minimum is not above its maximum itself, then lets
+// Go's parser judge the rest of the pattern with every count lowered to at
+// most 1.
 //
 // What Go's parser rejects that a Python-regex user may write, and what the
 // engines do with it:
@@ -43,7 +46,11 @@ func CheckRegex(s string, lim Limits) error {
 // checkRegex is CheckRegex after the size check; JSON Schema patterns use it
 // with the schema's limits.
 func checkRegex(s string, lim Limits) error {
-	_, err := syntax.Parse(clampRepeats(s), syntax.Perl)
+	lowered, err := lowerRepeats(s)
+	if err != nil {
+		return err
+	}
+	_, err = syntax.Parse(lowered, syntax.Perl)
 	if err == nil {
 		return nil
 	}
@@ -74,12 +81,12 @@ func asSyntaxError(err error, se **syntax.Error) bool {
 	return ok
 }
 
-// clampRepeats lowers the counts of {m}, {m,} and {m,n} above 1000 to 1000,
-// outside character classes and escapes, so that Go's parser, which caps
-// counts at 1000, judges the rest of the pattern. It is one linear pass.
-func clampRepeats(s string) string {
+// lowerRepeats rewrites {m}, {m,} and {m,n} outside character classes and
+// escapes with each count lowered to at most 1, after checking m <= n. It is
+// one linear pass.
+func lowerRepeats(s string) (string, error) {
 	if !strings.Contains(s, "{") {
-		return s
+		return s, nil
 	}
 	var b strings.Builder
 	inClass := false
@@ -109,7 +116,11 @@ func clampRepeats(s string) string {
 			}
 			continue
 		case c == '{':
-			if j, out, ok := clampCount(s, i); ok {
+			j, out, ok, err := lowerCount(s, i)
+			if err != nil {
+				return "", err
+			}
+			if ok {
 				b.WriteString(out)
 				i = j - 1
 				continue
@@ -117,12 +128,12 @@ func clampRepeats(s string) string {
 		}
 		b.WriteByte(c)
 	}
-	return b.String()
+	return b.String(), nil
 }
 
-// clampCount reads a repeat {m}, {m,} or {m,n} at s[i] and returns the index
-// after it and the clamped text.
-func clampCount(s string, i int) (int, string, bool) {
+// lowerCount reads a repeat {m}, {m,} or {m,n} at s[i] (digits only, as Go
+// and Python read one) and returns the index after it and the lowered text.
+func lowerCount(s string, i int) (int, string, bool, error) {
 	j := i + 1
 	num := func() (string, bool) {
 		start := j
@@ -131,26 +142,43 @@ func clampCount(s string, i int) (int, string, bool) {
 		}
 		return s[start:j], j > start
 	}
-	clamp := func(n string) string {
-		if len(strings.TrimLeft(n, "0")) > 4 || (len(strings.TrimLeft(n, "0")) == 4 && strings.TrimLeft(n, "0") > "1000") {
-			return "1000"
+	lower := func(n string) string {
+		if strings.TrimLeft(n, "0") == "" {
+			return "0"
 		}
-		return n
+		return "1"
 	}
 	lo, ok := num()
 	if !ok {
-		return 0, "", false
+		return 0, "", false, nil
 	}
-	out := "{" + clamp(lo)
+	out := "{" + lower(lo)
+	hi, haveHi := "", false
 	if j < len(s) && s[j] == ',' {
 		j++
 		out += ","
-		if hi, ok := num(); ok {
-			out += clamp(hi)
+		if hi, haveHi = num(); haveHi {
+			out += lower(hi)
 		}
 	}
 	if j >= len(s) || s[j] != '}' {
-		return 0, "", false
+		return 0, "", false, nil
 	}
-	return j + 1, out + "}", true
+	if haveHi && compareDecimal(lo, hi) > 0 {
+		return 0, "", false, fmt.Errorf("invalid regular expression: invalid repeat count: %q has its minimum above its maximum", s[i:j+1])
+	}
+	return j + 1, out + "}", true, nil
+}
+
+// compareDecimal compares two strings of decimal digits by value, whatever
+// their length, so that no count overflows.
+func compareDecimal(a, b string) int {
+	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+	if len(a) != len(b) {
+		if len(a) < len(b) {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a, b)
 }

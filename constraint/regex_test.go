@@ -19,6 +19,8 @@ func TestCheckRegexAccepts(t *testing.T) {
 		{"unicode", `[\p{L}\s]+|[À-ÿ]+`},
 		{"empty", ``},
 		{"repeat above Go's 1000", `[a-z]{1,5000}`},
+		{"hostname: nested repeats past Go's product cap", `(\w{1,63}\.){1,127}\w{2,63}`},
+		{"nested fixed repeats", `((a{100}){100}){100}`},
 		{"open repeat above 1000", `x{2000,}`},
 		{"brace that is no repeat", `a{b}`},
 		{"repeat-like text in a class", `[{5000}]`},
@@ -47,7 +49,8 @@ func TestCheckRegexRejects(t *testing.T) {
 		{"possessive quantifier", `a*+b`, "possessive quantifier"},
 		{"bad escape", `\q`, "invalid escape sequence"},
 		{"reversed range", `[z-a]`, "invalid character class range"},
-		{"reversed repeat", `a{5,2}`, "invalid repeat count"},
+		{"reversed repeat", `a{5,2}`, `invalid repeat count: "{5,2}" has its minimum above its maximum`},
+		{"repeat of nothing", `{2}x`, "missing argument to repetition operator"},
 		{"Python end anchor", `abc\Z`, "invalid escape sequence"},
 		{"size bound", strings.Repeat("a", DefaultMaxBytes+1), "over the limit"},
 	} {
@@ -60,20 +63,31 @@ func TestCheckRegexRejects(t *testing.T) {
 	}
 }
 
-func TestClampRepeats(t *testing.T) {
+func TestLowerRepeats(t *testing.T) {
 	for in, want := range map[string]string{
-		`a{5000}`:       `a{1000}`,
-		`a{1,5000}`:     `a{1,1000}`,
-		`a{1001,}`:      `a{1000,}`,
-		`a{1000}`:       `a{1000}`,
-		`a{0999,01000}`: `a{0999,01000}`,
-		`[{5000}]`:      `[{5000}]`,
-		`[]{5000}]`:     `[]{5000}]`,
-		`\{5000}`:       `\{5000}`,
-		`a{x}`:          `a{x}`,
+		`a{5000}`:        `a{1}`,
+		`a{0,5000}`:      `a{0,1}`,
+		`a{1001,}`:       `a{1,}`,
+		`a{0}`:           `a{0}`,
+		`a{00,01000}`:    `a{0,1}`,
+		`(b{2}){3,4}`:    `(b{1}){1,1}`,
+		`[{5000}]`:       `[{5000}]`,
+		`[]{5000}]`:      `[]{5000}]`,
+		`[^]{5}]x{5}`:    `[^]{5}]x{1}`,
+		`\{5000}`:        `\{5000}`,
+		`a{x}`:           `a{x}`,
+		`a{,5}`:          `a{,5}`,
+		`a{2,`:           `a{2,`,
+		`a{99999999999}`: `a{1}`,
 	} {
-		if got := clampRepeats(in); got != want {
-			t.Errorf("clampRepeats(%q) = %q, want %q", in, got, want)
+		got, err := lowerRepeats(in)
+		if err != nil || got != want {
+			t.Errorf("lowerRepeats(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{`a{5,2}`, `a{100000000000000000000,99}`, `[a]{3,02}`} {
+		if _, err := lowerRepeats(in); err == nil || !strings.Contains(err.Error(), "minimum above its maximum") {
+			t.Errorf("lowerRepeats(%q) = %v, want a minimum-above-maximum error", in, err)
 		}
 	}
 }
