@@ -18,7 +18,9 @@ import (
 // (\w{1,63}\.){1,127}), which xgrammar and outlines compile. The check
 // verifies each count's minimum is not above its maximum itself, then lets
 // Go's parser judge the rest of the pattern with every count lowered to at
-// most 1.
+// most 1. Escapes Go spells otherwise are translated first: \uHHHH and
+// \u{H...} (JSON Schema patterns are ECMA-262 regular expressions, and
+// xgrammar reads both) and the control escape \cX.
 //
 // What Go's parser rejects that a Python-regex user may write, and what the
 // engines do with it:
@@ -27,7 +29,10 @@ import (
 //     cpp/regex_converter.cc), and llguidance's Rust-regex dialect has none either;
 //   - backreferences \1 \k<name>: xgrammar rejects them ("Backreference is not
 //     supported yet." in RegexConverter::HandleEscape), and no automaton can match them;
-//   - atomic groups (?>...) and possessive quantifiers a*+: not regular, refused too;
+//   - atomic groups (?>...): xgrammar refuses every (?X group modifier but named and
+//     non-capturing groups ("Group modifier flag is not supported yet.");
+//   - possessive quantifiers a*+: xgrammar refuses them ("Two consecutive repetition
+//     modifiers are not allowed.");
 //   - Python's \Z end anchor: Go spells it \z; refused here.
 //
 // Known gaps (accepted here, refused by xgrammar, which may leave the request
@@ -40,13 +45,13 @@ func CheckRegex(s string, lim Limits) error {
 	if err := lim.checkSize("the regular expression", s); err != nil {
 		return err
 	}
-	return checkRegex(s, lim)
+	return checkRegex(s)
 }
 
-// checkRegex is CheckRegex after the size check; JSON Schema patterns use it
-// with the schema's limits.
-func checkRegex(s string, lim Limits) error {
-	lowered, err := lowerRepeats(s)
+// checkRegex is CheckRegex after the size check; JSON Schema patterns, whose
+// size the schema's bound already covers, use it directly.
+func checkRegex(s string) error {
+	lowered, err := toGoSyntax(s)
 	if err != nil {
 		return err
 	}
@@ -57,6 +62,12 @@ func checkRegex(s string, lim Limits) error {
 	var se *syntax.Error
 	if !asSyntaxError(err, &se) {
 		return fmt.Errorf("invalid regular expression: %v", err)
+	}
+	// Quote the caller's text, not the rewritten one, when the original
+	// fails the same way.
+	var orig *syntax.Error
+	if _, err := syntax.Parse(s, syntax.Perl); lowered != s && asSyntaxError(err, &orig) && orig.Code == se.Code {
+		se = orig
 	}
 	switch {
 	case se.Code == syntax.ErrInvalidRepeatOp && (strings.Contains(se.Expr, "*+") || strings.Contains(se.Expr, "++") || strings.Contains(se.Expr, "?+")):
@@ -81,11 +92,13 @@ func asSyntaxError(err error, se **syntax.Error) bool {
 	return ok
 }
 
-// lowerRepeats rewrites {m}, {m,} and {m,n} outside character classes and
-// escapes with each count lowered to at most 1, after checking m <= n. It is
-// one linear pass.
-func lowerRepeats(s string) (string, error) {
-	if !strings.Contains(s, "{") {
+// toGoSyntax rewrites what Go's parser reads differently from the engines,
+// in one linear pass: {m}, {m,} and {m,n} outside character classes get each
+// count lowered to at most 1 (after checking m <= n), and the escapes of
+// JavaScript and Python that Go lacks, \uHHHH, \u{H...} and \cX, become
+// \x{...}.
+func toGoSyntax(s string) (string, error) {
+	if !strings.ContainsAny(s, "{\\") {
 		return s, nil
 	}
 	var b strings.Builder
@@ -94,6 +107,11 @@ func lowerRepeats(s string) (string, error) {
 		c := s[i]
 		switch {
 		case c == '\\' && i+1 < len(s):
+			if n, out := goEscape(s, i); n > 0 {
+				b.WriteString(out)
+				i += n - 1
+				continue
+			}
 			b.WriteByte(c)
 			b.WriteByte(s[i+1])
 			i++
@@ -129,6 +147,35 @@ func lowerRepeats(s string) (string, error) {
 		b.WriteByte(c)
 	}
 	return b.String(), nil
+}
+
+// goEscape translates the escape at s[i] (a backslash) when Go spells it
+// otherwise: \uHHHH and \u{H...} (JSON Schema patterns are ECMA-262 regular
+// expressions, and Python has \uHHHH) and \cX, a control character. It
+// returns the length read and the replacement, or 0 to keep the escape.
+func goEscape(s string, i int) (int, string) {
+	rest := s[i+1:]
+	isHex := func(c byte) bool {
+		return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+	}
+	switch {
+	case len(rest) >= 5 && rest[0] == 'u' && isHex(rest[1]) && isHex(rest[2]) && isHex(rest[3]) && isHex(rest[4]):
+		return 6, `\x{` + rest[1:5] + `}`
+	case len(rest) >= 3 && rest[0] == 'u' && rest[1] == '{':
+		end := strings.IndexByte(rest, '}')
+		if end < 3 {
+			return 0, ""
+		}
+		for k := 2; k < end; k++ {
+			if !isHex(rest[k]) {
+				return 0, ""
+			}
+		}
+		return end + 2, `\x` + rest[1:end+1]
+	case len(rest) >= 2 && rest[0] == 'c' && (rest[1] >= 'a' && rest[1] <= 'z' || rest[1] >= 'A' && rest[1] <= 'Z'):
+		return 3, fmt.Sprintf(`\x{%02x}`, rest[1]%32)
+	}
+	return 0, ""
 }
 
 // lowerCount reads a repeat {m}, {m,} or {m,n} at s[i] (digits only, as Go

@@ -21,6 +21,8 @@ func TestCheckRegexAccepts(t *testing.T) {
 		{"repeat above Go's 1000", `[a-z]{1,5000}`},
 		{"hostname: nested repeats past Go's product cap", `(\w{1,63}\.){1,127}\w{2,63}`},
 		{"nested fixed repeats", `((a{100}){100}){100}`},
+		{"ECMA-262 unicode escapes (JSON Schema)", `^[^\u0000-\u001f"\\]*\u00e9\u{1F600}$`},
+		{"control escape", `a\cJb`},
 		{"open repeat above 1000", `x{2000,}`},
 		{"brace that is no repeat", `a{b}`},
 		{"repeat-like text in a class", `[{5000}]`},
@@ -51,7 +53,9 @@ func TestCheckRegexRejects(t *testing.T) {
 		{"reversed range", `[z-a]`, "invalid character class range"},
 		{"reversed repeat", `a{5,2}`, `invalid repeat count: "{5,2}" has its minimum above its maximum`},
 		{"repeat of nothing", `{2}x`, "missing argument to repetition operator"},
+		{"two counted repeats, quoted as written", `a{2}{3}`, "invalid nested repetition operator: \"{2}{3}\""},
 		{"Python end anchor", `abc\Z`, "invalid escape sequence"},
+		{"short unicode escape", `\u12`, "invalid escape sequence"},
 		{"size bound", strings.Repeat("a", DefaultMaxBytes+1), "over the limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,31 +67,36 @@ func TestCheckRegexRejects(t *testing.T) {
 	}
 }
 
-func TestLowerRepeats(t *testing.T) {
+func TestToGoSyntax(t *testing.T) {
 	for in, want := range map[string]string{
-		`a{5000}`:        `a{1}`,
-		`a{0,5000}`:      `a{0,1}`,
-		`a{1001,}`:       `a{1,}`,
-		`a{0}`:           `a{0}`,
-		`a{00,01000}`:    `a{0,1}`,
-		`(b{2}){3,4}`:    `(b{1}){1,1}`,
-		`[{5000}]`:       `[{5000}]`,
-		`[]{5000}]`:      `[]{5000}]`,
-		`[^]{5}]x{5}`:    `[^]{5}]x{1}`,
-		`\{5000}`:        `\{5000}`,
-		`a{x}`:           `a{x}`,
-		`a{,5}`:          `a{,5}`,
-		`a{2,`:           `a{2,`,
-		`a{99999999999}`: `a{1}`,
+		`a{5000}`:          `a{1}`,
+		`a{0,5000}`:        `a{0,1}`,
+		`a{1001,}`:         `a{1,}`,
+		`a{0}`:             `a{0}`,
+		`a{00,01000}`:      `a{0,1}`,
+		`(b{2}){3,4}`:      `(b{1}){1,1}`,
+		`[{5000}]`:         `[{5000}]`,
+		`[]{5000}]`:        `[]{5000}]`,
+		`[^]{5}]x{5}`:      `[^]{5}]x{1}`,
+		`\{5000}`:          `\{5000}`,
+		`a{x}`:             `a{x}`,
+		`a{,5}`:            `a{,5}`,
+		`a{2,`:             `a{2,`,
+		`a{99999999999}`:   `a{1}`,
+		`[^\u0000-\u001F]`: `[^\x{0000}-\x{001F}]`,
+		`\u{1F600}`:        `\x{1F600}`,
+		`\cJ\cj`:           `\x{0a}\x{0a}`,
+		`\\u0041`:          `\\u0041`,
+		`\u12`:             `\u12`,
 	} {
-		got, err := lowerRepeats(in)
+		got, err := toGoSyntax(in)
 		if err != nil || got != want {
-			t.Errorf("lowerRepeats(%q) = %q, %v; want %q", in, got, err, want)
+			t.Errorf("toGoSyntax(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, in := range []string{`a{5,2}`, `a{100000000000000000000,99}`, `[a]{3,02}`} {
-		if _, err := lowerRepeats(in); err == nil || !strings.Contains(err.Error(), "minimum above its maximum") {
-			t.Errorf("lowerRepeats(%q) = %v, want a minimum-above-maximum error", in, err)
+		if _, err := toGoSyntax(in); err == nil || !strings.Contains(err.Error(), "minimum above its maximum") {
+			t.Errorf("toGoSyntax(%q) = %v, want a minimum-above-maximum error", in, err)
 		}
 	}
 }
