@@ -24,7 +24,8 @@ import (
 //   - minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number, or draft-04's boolean),
 //     multipleOf (positive): numbers; minLength, maxLength, minItems, maxItems, minProperties,
 //     maxProperties: non-negative integers; each min no greater than its max;
-//   - pattern: a regular expression CheckRegex accepts; format: a string;
+//   - pattern: a regular expression CheckRegex accepts (so the lookahead Pydantic 2.12 writes
+//     into a Decimal field's pattern is refused here, as xgrammar refuses it); format: a string;
 //   - $ref: a local reference ("#", "#/$defs/x", "#/definitions/x", any JSON pointer with ~0 ~1
 //     escapes and URI percent-escapes) that resolves to a schema in the document.
 //
