@@ -183,7 +183,7 @@ func (c *schemaChecker) keyword(parent *jval, key string, v *jval, ptr string) e
 		}
 		for _, m := range effective(v.obj) {
 			if key == "patternProperties" {
-				if err := checkRegex(m.key); err != nil {
+				if err := checkRegex(m.key, c.lim); err != nil {
 					return c.errorf(ptr, "property pattern %q: %v", m.key, err)
 				}
 			}
@@ -240,7 +240,7 @@ func (c *schemaChecker) keyword(parent *jval, key string, v *jval, ptr string) e
 		if v.kind != jString {
 			return c.errorf(ptr, "pattern must be a string, not %s", v.kind)
 		}
-		if err := checkRegex(v.str); err != nil {
+		if err := checkRegex(v.str, c.lim); err != nil {
 			return c.errorf(ptr, "%v", err)
 		}
 	case "format":

@@ -57,6 +57,9 @@ func TestCheckRegexRejects(t *testing.T) {
 		{"Python end anchor", `abc\Z`, "invalid escape sequence"},
 		{"short unicode escape", `\u12`, "invalid escape sequence"},
 		{"size bound", strings.Repeat("a", DefaultMaxBytes+1), "over the limit"},
+		{"nesting bound", strings.Repeat("(", 65) + strings.Repeat(")", 65), "groups nested deeper than 64, the limit, at byte 64"},
+		{"possessive deep inside", strings.Repeat("(?:a", 50) + "*+" + strings.Repeat(")", 50), `possessive quantifier "*+"`},
+		{"long unclosed text is cut", "(" + strings.Repeat("a", 1000), `missing closing ): "(aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"...`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckRegex(tc.re, Limits{})
@@ -89,13 +92,13 @@ func TestToGoSyntax(t *testing.T) {
 		`\\u0041`:          `\\u0041`,
 		`\u12`:             `\u12`,
 	} {
-		got, err := toGoSyntax(in)
+		got, err := toGoSyntax(in, DefaultMaxDepth)
 		if err != nil || got != want {
 			t.Errorf("toGoSyntax(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, in := range []string{`a{5,2}`, `a{100000000000000000000,99}`, `[a]{3,02}`} {
-		if _, err := toGoSyntax(in); err == nil || !strings.Contains(err.Error(), "minimum above its maximum") {
+		if _, err := toGoSyntax(in, DefaultMaxDepth); err == nil || !strings.Contains(err.Error(), "minimum above its maximum") {
 			t.Errorf("toGoSyntax(%q) = %v, want a minimum-above-maximum error", in, err)
 		}
 	}
@@ -106,6 +109,7 @@ func BenchmarkCheckRegex(b *testing.B) {
 		"email":        `[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\.[a-zA-Z]{2,}`,
 		"256 KiB alts": strings.TrimSuffix(strings.Repeat("abc|", DefaultMaxBytes/4), "|"),
 		"deep groups":  strings.Repeat("(", 1000) + strings.Repeat(")", 1000),
+		"256 KiB of (": strings.Repeat("(", DefaultMaxBytes),
 		"many repeats": strings.Repeat("a{2000}", 1000),
 	} {
 		b.Run(name, func(b *testing.B) {

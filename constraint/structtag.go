@@ -178,7 +178,7 @@ func (st *stagChecker) format(f *jval, ptr string) error {
 		if err != nil {
 			return err
 		}
-		if err := checkRegex(v.str); err != nil {
+		if err := checkRegex(v.str, st.lim); err != nil {
 			return stagErr(ptr+"/pattern", "%v", err)
 		}
 	case "sequence", "or":
