@@ -64,7 +64,7 @@ func CheckEBNF(s string, lim Limits) error {
 	}
 	for _, r := range p.refs {
 		if !p.defined[r.name] {
-			return p.errorAt(r.pos, "rule %q is not defined", r.name)
+			return p.errorAt(r.pos, "rule %s is not defined", quoteShort(r.name))
 		}
 	}
 	return nil
@@ -171,10 +171,10 @@ func (p *ebnfParser) grammar() error {
 			return p.errorAt(start, "more than %d rules", p.lim.MaxNodes)
 		}
 		if rules > 1 && !strings.ContainsAny(p.s[p.tokEnd:start], "\n\r") {
-			return p.errorAt(start, "rule name %q must begin a line", name)
+			return p.errorAt(start, "rule name %s must begin a line", quoteShort(name))
 		}
 		if p.defined[name] {
-			return p.errorAt(start, "rule %q is defined twice", name)
+			return p.errorAt(start, "rule %s is defined twice", quoteShort(name))
 		}
 		p.defined[name] = true
 		p.skip()
@@ -185,19 +185,19 @@ func (p *ebnfParser) grammar() error {
 			p.skip()
 		}
 		if !strings.HasPrefix(p.s[p.pos:], "::=") {
-			return p.errorf("unexpected %s after rule name %q, want ::=", p.found(), name)
+			return p.errorf("unexpected %s after rule name %s, want ::=", p.found(), quoteShort(name))
 		}
 		p.pos += 3
 		p.skip()
 		if p.pos >= len(p.s) || p.atRuleStart() {
-			return p.errorf("rule %q has an empty body (write \"\" for the empty string)", name)
+			return p.errorf("rule %s has an empty body (write \"\" for the empty string)", quoteShort(name))
 		}
 		if err := p.alternatives(1); err != nil {
 			return err
 		}
 		p.skip()
 		if p.pos < len(p.s) && !p.atRuleStart() {
-			return p.errorf("unexpected %s in rule %q", p.found(), name)
+			return p.errorf("unexpected %s in rule %s", p.found(), quoteShort(name))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // CheckJSONSchema reports whether s is a JSON schema the engines can compile:
@@ -72,7 +73,7 @@ func checkSchemaValue(root *jval, base string, lim Limits) error {
 		r := c.refs[i]
 		target, tptr, err := c.resolve(r.ref)
 		if err != nil {
-			return fmt.Errorf("at %s: $ref %q %w", showPointer(c.base+r.at+"/$ref"), r.ref, err)
+			return fmt.Errorf("at %s: $ref %s %w", showPointer(c.base+r.at+"/$ref"), quoteShort(r.ref), err)
 		}
 		if err := c.schema(target, tptr); err != nil {
 			return err
@@ -118,6 +119,16 @@ func (c *schemaChecker) member(v *jval, key string) *jval {
 func showPointer(p string) string {
 	if p == "" {
 		return "the root"
+	}
+	if len(p) > 200 { // keep a message short whatever the key lengths
+		head, tail := 80, len(p)-80
+		for head > 0 && !utf8.RuneStart(p[head]) {
+			head--
+		}
+		for tail < len(p) && !utf8.RuneStart(p[tail]) {
+			tail++
+		}
+		return p[:head] + "..." + p[tail:]
 	}
 	return p
 }
@@ -167,7 +178,7 @@ func (c *schemaChecker) schema(v *jval, ptr string) error {
 	} {
 		lo, hi := v.get(pair[0]), v.get(pair[1])
 		if lo != nil && hi != nil && lo.kind == jNumber && hi.kind == jNumber && lo.num() > hi.num() {
-			return c.errorf(ptr, "%s %s is greater than %s %s", pair[0], lo.str, pair[1], hi.str)
+			return c.errorf(ptr, "%s %s is greater than %s %s", pair[0], lo.describe(), pair[1], hi.describe())
 		}
 	}
 	return nil
@@ -184,7 +195,7 @@ func (c *schemaChecker) keyword(parent *jval, key string, v *jval, ptr string) e
 		for _, m := range effective(v.obj) {
 			if key == "patternProperties" {
 				if err := checkRegex(m.key, c.lim); err != nil {
-					return c.errorf(ptr, "property pattern %q: %v", m.key, err)
+					return c.errorf(ptr, "property pattern %s: %v", quoteShort(m.key), err)
 				}
 			}
 			if err := c.schema(m.val, ptr+"/"+escapeToken(m.key)); err != nil {
@@ -368,13 +379,13 @@ func (c *schemaChecker) resolve(ref string) (*jval, string, error) {
 		case jObject:
 			next := c.member(v, tok)
 			if next == nil {
-				return nil, "", fmt.Errorf("does not resolve: %s has no member %q", showPointer(parent), tok)
+				return nil, "", fmt.Errorf("does not resolve: %s has no member %s", showPointer(parent), quoteShort(tok))
 			}
 			v = next
 		case jArray:
 			i, err := strconv.Atoi(tok)
 			if err != nil || i < 0 || i >= len(v.arr) || (len(tok) > 1 && tok[0] == '0') {
-				return nil, "", fmt.Errorf("does not resolve: %q is not an index of the array at %s", tok, showPointer(parent))
+				return nil, "", fmt.Errorf("does not resolve: %s is not an index of the array at %s", quoteShort(tok), showPointer(parent))
 			}
 			v = v.arr[i]
 		default:

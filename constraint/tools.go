@@ -58,7 +58,7 @@ func RequiredToolSchema(tools []Tool) (string, error) {
 			return "", fmt.Errorf("tool %d has no name", i)
 		}
 		if seen[t.Name] {
-			return "", fmt.Errorf("tool %q is declared twice", t.Name)
+			return "", fmt.Errorf("tool %s is declared twice", quoteShort(t.Name))
 		}
 		seen[t.Name] = true
 		params, err := toolParameters(t)
@@ -96,13 +96,16 @@ func NamedToolSchema(tools []Tool, name string) (string, error) {
 	}
 	names := make([]string, 0, len(tools))
 	for _, t := range tools {
-		names = append(names, strconv.Quote(t.Name))
+		names = append(names, quoteShort(t.Name))
 	}
 	sort.Strings(names)
-	if len(names) == 0 {
-		return "", fmt.Errorf("tool_choice names %q but the request declares no tools", name)
+	if len(names) > 10 { // the message goes back in a gRPC status
+		names = append(names[:10], fmt.Sprintf("and %d more", len(names)-10))
 	}
-	return "", fmt.Errorf("tool_choice names %q, which is not a declared tool (declared: %s)", name, strings.Join(names, ", "))
+	if len(names) == 0 {
+		return "", fmt.Errorf("tool_choice names %s but the request declares no tools", quoteShort(name))
+	}
+	return "", fmt.Errorf("tool_choice names %s, which is not a declared tool (declared: %s)", quoteShort(name), strings.Join(names, ", "))
 }
 
 // toolParameters parses and checks a tool's parameters schema.
@@ -112,7 +115,7 @@ func toolParameters(t Tool) (*jval, error) {
 		text = `{"type":"object"}`
 	}
 	lim := Limits{}.withDefaults()
-	if err := lim.checkSize("the parameters of tool "+strconv.Quote(t.Name), text); err != nil {
+	if err := lim.checkSize("the parameters of tool "+quoteShort(t.Name), text); err != nil {
 		return nil, err
 	}
 	v, err := parseJSON(text, lim)
@@ -120,7 +123,7 @@ func toolParameters(t Tool) (*jval, error) {
 		err = checkSchemaValue(v, "", lim)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("parameters of tool %q: %w", t.Name, err)
+		return nil, fmt.Errorf("parameters of tool %s: %w", quoteShort(t.Name), err)
 	}
 	return v, nil
 }
