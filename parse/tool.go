@@ -184,11 +184,15 @@ func isNameByte(c byte) bool {
 //     closing marker missing, keeps the call: the engine's stop strings
 //     may have eaten the marker.
 //
-// Memory: what is received and not released is at most the longest
-// marker's prefix (plus, per format, a header or name of bounded length
-// and whitespace being trimmed); JSON text is released as scanned. The
-// current call's raw text is kept besides (it is what a retraction puts
-// into content) and dropped when the call completes.
+// Memory: what is received and not released is shorter than the longest
+// marker (a harmony header is held whole, up to maxHeaderLen bytes; a
+// name, up to maxNameLen; leading whitespace being trimmed is kept aside);
+// JSON text is released as scanned, and the scanner keeps one byte per
+// open container, at most maxJSONDepth. Two things grow with one call,
+// never with the answer: the current call's raw text, kept so that a
+// retraction can put it into content and dropped when the call completes,
+// and arguments written before the name in a {"name", "arguments"}
+// object, which cannot be released until the name is validated.
 //
 // A ToolParser is not safe for concurrent use.
 type ToolParser struct {

@@ -346,3 +346,29 @@ func ExampleToolParser() {
 	fmt.Printf("%q %+v\n", a.Content, a.Calls)
 	// Output: "Checking.\n" [{Index:0 Name:get_weather Arguments:{"city": "Paris"}}]
 }
+
+// The parser holds back no more than it must: after each byte, the input
+// it has neither released nor consumed as a call's text is shorter than
+// its longest marker (a harmony header, at most maxHeaderLen bytes, is
+// held whole). Whitespace kept aside for trimming is not counted.
+func TestToolParsersHoldBackOnlyWhatTheyMust(t *testing.T) {
+	for format, cases := range toolCases() {
+		f := mustFormat(t, format)
+		bound := 0
+		for _, m := range f.Markers() {
+			bound = max(bound, len(m))
+		}
+		if f.HandlesReasoning() {
+			bound = maxHeaderLen + len(hmMessage)
+		}
+		for _, tc := range cases {
+			p := NewToolParser(f, ToolOptions{Tools: tc.tools})
+			for i := range len(tc.answer) {
+				p.Push(tc.answer[i : i+1])
+				if held := len(p.in) + len(p.partial); held > bound {
+					t.Fatalf("%s/%s: after %q it holds %q", format, tc.name, tc.answer[:i+1], p.in)
+				}
+			}
+		}
+	}
+}
