@@ -23,14 +23,15 @@ import (
 
 // engineStream adapts an engine's server stream of M to Stream. decode turns one
 // engine message into a Chunk; ok is false for a message that carries neither a
-// chunk nor a completion, which is skipped.
+// chunk nor a completion, which is skipped, and an error (DATA_LOSS) is a
+// message whose content breaks the protocol, which ends the stream.
 //
 // The wrapper guarantees what the router relies on: the completion is followed
 // by io.EOF, and a stream that ends without a completion is an error, never a
 // quiet success with half the tokens.
 type engineStream[M any] struct {
 	in        grpc.ServerStreamingClient[M]
-	decode    func(*M) (c Chunk, ok bool)
+	decode    func(*M) (c Chunk, ok bool, err error)
 	engine    string // "sglang" or "vllm", for messages
 	requestID string
 
@@ -64,7 +65,11 @@ func (s *engineStream[M]) Recv() (Chunk, error) {
 			s.err = err
 			return Chunk{}, err
 		}
-		c, ok := s.decode(m)
+		c, ok, err := s.decode(m)
+		if err != nil {
+			s.err = err
+			return Chunk{}, err
+		}
 		if !ok {
 			continue
 		}

@@ -25,23 +25,49 @@ func NewSGLangBackend(conn grpc.ClientConnInterface) Backend {
 }
 
 func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
-	in, err := b.c.Generate(ctx, &sglang.GenerateRequest{
+	sp := sglangSampling(&req.Sampling)
+	if err := setSGLangConstraint(sp, req.Sampling.Constraint); err != nil {
+		return nil, err
+	}
+	m := &sglang.GenerateRequest{
 		RequestId:           req.RequestID,
 		Tokenized:           &sglang.TokenizedInput{InputIds: req.InputIDs},
-		SamplingParams:      sglangSampling(&req.Sampling),
+		SamplingParams:      sp,
 		DisaggregatedParams: sglangDisaggregated(req.Disaggregated),
 		Stream:              !req.NoStream,
 		DataParallelRank:    sglangRank(req.DPRank),
-	})
+	}
+	want := wantLogprobs(req.Logprobs)
+	setSGLangLogprobs(m, want)
+	in, err := b.c.Generate(ctx, m)
 	if err != nil {
 		return nil, err
 	}
 	return &engineStream[sglang.GenerateResponse]{
 		in:        in,
-		decode:    decodeSGLang,
+		decode:    func(m *sglang.GenerateResponse) (Chunk, bool, error) { return decodeSGLang(m, want) },
 		engine:    "sglang",
 		requestID: req.RequestID,
 	}, nil
+}
+
+// setSGLangLogprobs asks for want's log-probabilities: return_logprob (5)
+// for output or prompt, top_logprobs_num (7) alternatives per position, and
+// logprob_start_len (6), the first prompt position to report: 0 for the
+// whole prompt, -1 for none (SGLang's default, "only output tokens"; see
+// GenerateReqInput in sgl-project/sglang docs/references/sampling_params.md).
+// SGLang always reports the output's with return_logprob; when only the
+// prompt's were asked for, decodeSGLang drops them.
+func setSGLangLogprobs(m *sglang.GenerateRequest, want *LogprobRequest) {
+	if want == nil {
+		return
+	}
+	m.ReturnLogprob = true
+	m.TopLogprobsNum = int32(want.TopK)
+	m.LogprobStartLen = -1
+	if want.Prompt {
+		m.LogprobStartLen = 0
+	}
 }
 
 // sglangSampling spells out SGLang's defaults for every unset field, because
@@ -92,18 +118,44 @@ func sglangDisaggregated(h *Handoff) *sglang.DisaggregatedParams {
 	}
 }
 
-func decodeSGLang(m *sglang.GenerateResponse) (Chunk, bool) {
+// decodeSGLang translates one message, with the log-probabilities want
+// asked for.
+func decodeSGLang(m *sglang.GenerateResponse, want *LogprobRequest) (Chunk, bool, error) {
+	var c Chunk
+	var err error
 	switch r := m.GetResponse().(type) {
 	case *sglang.GenerateResponse_Chunk:
-		return chunkOf(r.Chunk), true
+		c = chunkOf(r.Chunk)
+		if want != nil {
+			c.Logprobs, c.PromptLogprobs, err = sglangLogprobs(r.Chunk.GetOutputLogprobs(), r.Chunk.GetInputLogprobs(), "chunk")
+		}
 	case *sglang.GenerateResponse_Complete:
 		var matched *uint32
 		if ms, ok := r.Complete.GetMatchedStop().(*sglang.GenerateComplete_MatchedTokenId); ok {
 			matched = &ms.MatchedTokenId
 		}
-		return completionOf(r.Complete, matched), true
+		c = completionOf(r.Complete, matched)
+		if want != nil {
+			c.Final.Logprobs, c.Final.PromptLogprobs, err = sglangLogprobs(r.Complete.GetOutputLogprobs(), r.Complete.GetInputLogprobs(), "completion")
+		}
+	default:
+		return Chunk{}, false, nil
 	}
-	return Chunk{}, false
+	if err != nil {
+		return Chunk{}, false, err
+	}
+	logprobFilter(want, &c)
+	return c, true, nil
+}
+
+// sglangLogprobs decodes a message's output and input log-probabilities.
+func sglangLogprobs(out *sglang.OutputLogProbs, in *sglang.InputLogProbs, where string) (output, prompt []Logprob, err error) {
+	if output, err = outputLogprobs("sglang", where+" output_logprobs", out); err != nil {
+		return nil, nil, err
+	}
+	prompt, err = inputLogprobs("sglang", where+" input_logprobs", in.GetTokenLogprobs(), in.GetTokenIds(), in.GetTopLogprobs(),
+		func(v *sglang.InputTokenLogProb) (float32, bool) { return v.GetValue(), v != nil && v.Value != nil })
+	return output, prompt, err
 }
 
 // Embed sends one tokenized input, on the data-parallel rank it names;

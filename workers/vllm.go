@@ -24,10 +24,16 @@ func NewVLLMBackend(conn grpc.ClientConnInterface) Backend {
 }
 
 func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
+	sp := vllmSampling(&req.Sampling)
+	if err := setVLLMConstraint(sp, req.Sampling.Constraint); err != nil {
+		return nil, err
+	}
+	want := wantLogprobs(req.Logprobs)
+	setVLLMLogprobs(sp, want)
 	m := &vllm.GenerateRequest{
 		RequestId:      req.RequestID,
 		Input:          &vllm.GenerateRequest_Tokenized{Tokenized: &vllm.TokenizedInput{InputIds: req.InputIDs}},
-		SamplingParams: vllmSampling(&req.Sampling),
+		SamplingParams: sp,
 		Stream:         !req.NoStream,
 	}
 	if req.DPRank != nil {
@@ -43,7 +49,7 @@ func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Strea
 	}
 	return &engineStream[vllm.GenerateResponse]{
 		in:        in,
-		decode:    decodeVLLM,
+		decode:    func(m *vllm.GenerateResponse) (Chunk, bool, error) { return decodeVLLM(m, want) },
 		engine:    "vllm",
 		requestID: req.RequestID,
 	}, nil
@@ -75,20 +81,63 @@ func vllmSampling(s *Sampling) *vllm.SamplingParams {
 	return p
 }
 
-func decodeVLLM(m *vllm.GenerateResponse) (Chunk, bool) {
+// setVLLMLogprobs asks for want's log-probabilities. vLLM's logprobs (22)
+// and prompt_logprobs (23) are each the number of alternatives per position;
+// set, they ask for the log-probability of every output (prompt) token plus
+// that many most likely alternatives, so 0 asks for the tokens' own only and
+// unset asks for nothing.
+func setVLLMLogprobs(p *vllm.SamplingParams, want *LogprobRequest) {
+	if want == nil {
+		return
+	}
+	k := int32(want.TopK)
+	if want.Output {
+		p.Logprobs = &k
+	}
+	if want.Prompt {
+		p.PromptLogprobs = &k
+	}
+}
+
+// decodeVLLM translates one message, with the log-probabilities want asked
+// for.
+func decodeVLLM(m *vllm.GenerateResponse, want *LogprobRequest) (Chunk, bool, error) {
+	var c Chunk
+	var err error
 	switch r := m.GetResponse().(type) {
 	case *vllm.GenerateResponse_Chunk:
-		return chunkOf(r.Chunk), true
+		c = chunkOf(r.Chunk)
+		if want != nil {
+			c.Logprobs, c.PromptLogprobs, err = vllmLogprobs(r.Chunk.GetOutputLogprobs(), r.Chunk.GetInputLogprobs(), "chunk")
+		}
 	case *vllm.GenerateResponse_Complete:
 		var matched *uint32
 		if ms, ok := r.Complete.GetMatchedStop().(*vllm.GenerateComplete_MatchedTokenId); ok {
 			matched = &ms.MatchedTokenId
 		}
-		c := completionOf(r.Complete, matched)
+		c = completionOf(r.Complete, matched)
 		c.Final.KVTransferParamsJSON = r.Complete.GetKvTransferParamsJson()
-		return c, true
+		if want != nil {
+			c.Final.Logprobs, c.Final.PromptLogprobs, err = vllmLogprobs(r.Complete.GetOutputLogprobs(), r.Complete.GetInputLogprobs(), "completion")
+		}
+	default:
+		return Chunk{}, false, nil
 	}
-	return Chunk{}, false
+	if err != nil {
+		return Chunk{}, false, err
+	}
+	logprobFilter(want, &c)
+	return c, true, nil
+}
+
+// vllmLogprobs decodes a message's output and input log-probabilities.
+func vllmLogprobs(out *vllm.OutputLogProbs, in *vllm.InputLogProbs, where string) (output, prompt []Logprob, err error) {
+	if output, err = outputLogprobs("vllm", where+" output_logprobs", out); err != nil {
+		return nil, nil, err
+	}
+	prompt, err = inputLogprobs("vllm", where+" input_logprobs", in.GetTokenLogprobs(), in.GetTokenIds(), in.GetTopLogprobs(),
+		func(v *vllm.InputTokenLogProb) (float32, bool) { return v.GetValue(), v != nil && v.Value != nil })
+	return output, prompt, err
 }
 
 func (b *vllmBackend) Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error) {
