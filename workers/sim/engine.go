@@ -33,6 +33,11 @@
 //     prefill and publishes their KV under a bootstrap room; a decode engine
 //     fetches the room, charges the transfer, and decodes with no prefill.
 //     See pd.go and bootstrap.go.
+//   - Log-probabilities, when asked for, are a deterministic function of
+//     position and token (logprobs.go); a decode leg reports no prompt's.
+//   - Structured output: a json_schema constraint is answered with the
+//     schema's minimal instance (structured.go, jsonschema.go); other
+//     constraint kinds are accepted and ignored.
 package sim
 
 import (
@@ -52,6 +57,7 @@ import (
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/tokenize"
 )
 
 // Engine is one simulated engine. Its methods are safe for concurrent use.
@@ -75,6 +81,9 @@ type Engine struct {
 	events        eventHub
 	tok           *servedTokenizer // nil: GetTokenizer is UNIMPLEMENTED
 	scripts       *scripts         // nil: every answer is sampled
+	// encoder tokenizes structured answers (structured.go); nil without
+	// a tokenizer.
+	encoder func() (*tokenize.Tokenizer, error)
 
 	// Data parallelism (see dp.go): the ranks of a front engine, nil with
 	// a single rank; and a rank's number (0 for a single-rank engine).
@@ -193,6 +202,7 @@ func newEngine(cfg Config, host string) (*Engine, error) {
 		events:  newEventHub(cfg.KVEventHistory),
 		tok:     tok,
 		scripts: scripts,
+		encoder: newEncoder(tok),
 	}
 	e.tput.since = e.start
 	f := cfg.Faults

@@ -263,7 +263,9 @@ func (e *Engine) finishPrefill(ctx context.Context, r *request, cached uint32, s
 		out = []uint32{tok}
 		e.progress(r)
 		if r.stream {
-			if err := send(output{tokens: out, promptTokens: uint32(len(r.prompt)), completionTokens: 1, cachedToks: cached}); err != nil {
+			o := output{tokens: out, promptTokens: uint32(len(r.prompt)), completionTokens: 1, cachedToks: cached,
+				logprobs: r.lp.outputLogprobs(len(r.prompt), out, 0, e.cfg.VocabSize), promptLogprobs: e.promptLogprobs(r)}
+			if err := send(o); err != nil {
 				e.end(r, endCancelled, nil)
 				return err
 			}
@@ -283,7 +285,14 @@ func (e *Engine) finishPrefill(ctx context.Context, r *request, cached uint32, s
 	if e.cfg.Protocol == ProtocolVLLM {
 		c.kvTransferJSON = e.vllmKVParams(r.id)
 	}
-	return send(output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached, final: c})
+	fin := output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached, final: c}
+	if !r.stream {
+		fin.logprobs = r.lp.outputLogprobs(len(r.prompt), out, 0, e.cfg.VocabSize)
+	}
+	if !r.stream || len(out) == 0 { // no chunk carried them
+		fin.promptLogprobs = e.promptLogprobs(r)
+	}
+	return send(fin)
 }
 
 // newBootstrapClient is a decode engine's HTTP client for bootstrap

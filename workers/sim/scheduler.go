@@ -32,6 +32,7 @@ type request struct {
 	stream bool
 	sample sampler
 	pd     *pdLeg // nil: a regular request
+	lp     logprobSpec
 
 	// Guarded by Engine.mu.
 	state     reqState
@@ -48,7 +49,10 @@ type request struct {
 type output struct {
 	tokens                                     []uint32
 	promptTokens, completionTokens, cachedToks uint32
-	final                                      *completion
+	// logprobs are tokens' (or, on the completion, the whole output's)
+	// log-probabilities, promptLogprobs the prompt's, when asked for.
+	logprobs, promptLogprobs []tokenLogprob
+	final                    *completion
 }
 
 type completion struct {
@@ -147,6 +151,7 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 	}
 	var matched *uint32
 	finish := "length"
+	sentPrompt := false // the prompt's log-probabilities went out on a chunk
 	for len(out) < r.maxNew {
 		if len(out) > 0 {
 			if err := e.sleepUntil(ctx, r, next); err != nil { // decode step
@@ -162,8 +167,13 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 			if e.Faults().GarbageStream {
 				sent = uint32(e.cfg.VocabSize + len(out) - 1)
 			}
-			err := send(output{tokens: []uint32{sent}, promptTokens: uint32(len(r.prompt)),
-				completionTokens: uint32(len(out)), cachedToks: cached})
+			o := output{tokens: []uint32{sent}, promptTokens: uint32(len(r.prompt)),
+				completionTokens: uint32(len(out)), cachedToks: cached,
+				logprobs: r.lp.outputLogprobs(len(r.prompt), out, len(out)-1, e.cfg.VocabSize)}
+			if !sentPrompt {
+				o.promptLogprobs, sentPrompt = e.promptLogprobs(r), true
+			}
+			err := send(o)
 			if err != nil {
 				e.end(r, endCancelled, nil)
 				return err
@@ -183,8 +193,25 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 	if !r.stream && e.Faults().GarbageStream {
 		out = garbage(e.cfg.VocabSize, len(out))
 	}
-	return send(output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached,
-		final: &completion{outputIDs: out, finishReason: finish, matched: matched}})
+	fin := output{promptTokens: uint32(len(r.prompt)), completionTokens: uint32(len(out)), cachedToks: cached,
+		final: &completion{outputIDs: out, finishReason: finish, matched: matched}}
+	if !r.stream {
+		fin.logprobs = r.lp.outputLogprobs(len(r.prompt), out, 0, e.cfg.VocabSize)
+	}
+	if !sentPrompt {
+		fin.promptLogprobs = e.promptLogprobs(r)
+	}
+	return send(fin)
+}
+
+// promptLogprobs are r's prompt log-probabilities when asked for, from an
+// engine that computed the prompt: a decode leg received its KV cache and
+// reports none.
+func (e *Engine) promptLogprobs(r *request) []tokenLogprob {
+	if r.pd != nil && !r.pd.prefill {
+		return nil
+	}
+	return r.lp.promptLogprobs(r.prompt, e.cfg.VocabSize)
 }
 
 // garbage returns n out-of-vocabulary ids, vocab+i at position i

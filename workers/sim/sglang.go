@@ -41,11 +41,13 @@ func (s *sglangServer) Generate(req *sglang.GenerateRequest, stream sglang.Sglan
 		if o.final == nil {
 			resp.Response = &sglang.GenerateResponse_Chunk{Chunk: &sglang.GenerateStreamChunk{
 				TokenIds: o.tokens, PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+				OutputLogprobs: sglangOutputLogprobs(o.logprobs), InputLogprobs: sglangInputLogprobs(o.promptLogprobs),
 			}}
 		} else {
 			c := &sglang.GenerateComplete{
 				OutputIds: o.final.outputIDs, FinishReason: o.final.finishReason,
 				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+				OutputLogprobs: sglangOutputLogprobs(o.logprobs), InputLogprobs: sglangInputLogprobs(o.promptLogprobs),
 			}
 			if o.final.matched != nil {
 				c.MatchedStop = &sglang.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
@@ -92,14 +94,95 @@ func (s *sglangServer) request(req *sglang.GenerateRequest) (*request, error) {
 		}
 		seed = uint64(int64(n.NumberValue))
 	}
+	lp, err := s.logprobs(req, len(prompt))
+	if err != nil {
+		return nil, err
+	}
+	sample := e.newSampler(prompt, seed, sp.GetTemperature() == 0, int(sp.GetMinNewTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds())
+	if c, ok := sp.GetConstraint().(*sglang.SamplingParams_JsonSchema); ok {
+		if sample.script, err = e.schemaAnswer(c.JsonSchema); err != nil {
+			return nil, err
+		}
+	}
 	return &request{
 		id:     req.GetRequestId(),
 		prompt: prompt,
 		maxNew: maxNew,
 		stream: req.GetStream(),
-		sample: e.newSampler(prompt, seed, sp.GetTemperature() == 0, int(sp.GetMinNewTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds()),
+		sample: sample,
 		pd:     leg,
+		lp:     lp,
 	}, nil
+}
+
+// logprobs reads what req asks for: with return_logprob, every output
+// token's, and the prompt's from logprob_start_len on when it is not
+// negative (SGLang's -1: output only); top_logprobs_num alternatives for
+// each.
+func (s *sglangServer) logprobs(req *sglang.GenerateRequest, promptLen int) (logprobSpec, error) {
+	if !req.GetReturnLogprob() {
+		return logprobSpec{}, nil
+	}
+	k := int(req.GetTopLogprobsNum())
+	if err := s.e.checkTopK("top_logprobs_num", k); err != nil {
+		return logprobSpec{}, err
+	}
+	start := int(req.GetLogprobStartLen())
+	if start >= promptLen {
+		return logprobSpec{}, s.e.invalid("logprob_start_len (%d) is not below the number of input tokens (%d)", start, promptLen)
+	}
+	return logprobSpec{output: true, outputTopK: k, prompt: start >= 0, promptStart: max(start, 0), promptTopK: k}, nil
+}
+
+// sglangOutputLogprobs is lps in SGLang's parallel arrays; nil for none.
+func sglangOutputLogprobs(lps []tokenLogprob) *sglang.OutputLogProbs {
+	if len(lps) == 0 {
+		return nil
+	}
+	m := &sglang.OutputLogProbs{}
+	for _, lp := range lps {
+		m.TokenLogprobs = append(m.TokenLogprobs, lp.value)
+		m.TokenIds = append(m.TokenIds, lp.id)
+	}
+	m.TopLogprobs = sglangTops(lps)
+	return m
+}
+
+// sglangInputLogprobs is lps as SGLang's prompt log-probabilities; nil for
+// none.
+func sglangInputLogprobs(lps []tokenLogprob) *sglang.InputLogProbs {
+	if len(lps) == 0 {
+		return nil
+	}
+	m := &sglang.InputLogProbs{}
+	for _, lp := range lps {
+		v := &sglang.InputTokenLogProb{}
+		if !lp.missing {
+			v.Value = &lp.value
+		}
+		m.TokenLogprobs = append(m.TokenLogprobs, v)
+		m.TokenIds = append(m.TokenIds, lp.id)
+	}
+	m.TopLogprobs = sglangTops(lps)
+	return m
+}
+
+// sglangTops are the positions' alternatives, one entry per position, or
+// none when no position has any.
+func sglangTops(lps []tokenLogprob) []*sglang.TopLogProbs {
+	if !hasTops(lps) {
+		return nil
+	}
+	tops := make([]*sglang.TopLogProbs, len(lps))
+	for i, lp := range lps {
+		t := &sglang.TopLogProbs{}
+		for _, a := range lp.top {
+			t.Values = append(t.Values, a.value)
+			t.TokenIds = append(t.TokenIds, a.id)
+		}
+		tops[i] = t
+	}
+	return tops
 }
 
 func (s *sglangServer) HealthCheck(context.Context, *sglang.HealthCheckRequest) (*sglang.HealthCheckResponse, error) {

@@ -32,11 +32,13 @@ func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_
 		if o.final == nil {
 			resp.Response = &vllm.GenerateResponse_Chunk{Chunk: &vllm.GenerateStreamChunk{
 				TokenIds: o.tokens, PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+				OutputLogprobs: vllmOutputLogprobs(o.logprobs), InputLogprobs: vllmInputLogprobs(o.promptLogprobs),
 			}}
 		} else {
 			c := &vllm.GenerateComplete{
 				OutputIds: o.final.outputIDs, FinishReason: o.final.finishReason,
 				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
+				OutputLogprobs: vllmOutputLogprobs(o.logprobs), InputLogprobs: vllmInputLogprobs(o.promptLogprobs),
 			}
 			if o.final.matched != nil {
 				c.MatchedStop = &vllm.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
@@ -97,14 +99,100 @@ func (s *vllmServer) request(req *vllm.GenerateRequest) (*request, error) {
 		seed = uint64(int64(sp.GetSeed()))
 	}
 	greedy := sp.Temperature != nil && sp.GetTemperature() == 0
+	lp, err := s.logprobs(sp)
+	if err != nil {
+		return nil, err
+	}
+	sample := e.newSampler(prompt, seed, greedy, int(sp.GetMinTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds())
+	switch c := sp.GetConstraint().(type) {
+	case *vllm.SamplingParams_JsonSchema:
+		sample.script, err = e.schemaAnswer(c.JsonSchema)
+	case *vllm.SamplingParams_JsonObject:
+		if c.JsonObject {
+			sample.script, err = e.encodeAnswer("{}")
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
 	return &request{
 		id:     req.GetRequestId(),
 		prompt: prompt,
 		maxNew: maxNew,
 		stream: req.GetStream(),
-		sample: e.newSampler(prompt, seed, greedy, int(sp.GetMinTokens()), sp.GetIgnoreEos(), sp.GetStopTokenIds()),
+		sample: sample,
 		pd:     leg,
+		lp:     lp,
 	}, nil
+}
+
+// logprobs reads what sp asks for: logprobs set, every output token's with
+// that many alternatives; prompt_logprobs set, the prompt's likewise.
+func (s *vllmServer) logprobs(sp *vllm.SamplingParams) (logprobSpec, error) {
+	var lp logprobSpec
+	if sp.Logprobs != nil {
+		lp.output, lp.outputTopK = true, int(sp.GetLogprobs())
+		if err := s.e.checkTopK("logprobs", lp.outputTopK); err != nil {
+			return lp, err
+		}
+	}
+	if sp.PromptLogprobs != nil {
+		lp.prompt, lp.promptTopK = true, int(sp.GetPromptLogprobs())
+		if err := s.e.checkTopK("prompt_logprobs", lp.promptTopK); err != nil {
+			return lp, err
+		}
+	}
+	return lp, nil
+}
+
+// vllmOutputLogprobs is lps in vLLM's parallel arrays; nil for none.
+func vllmOutputLogprobs(lps []tokenLogprob) *vllm.OutputLogProbs {
+	if len(lps) == 0 {
+		return nil
+	}
+	m := &vllm.OutputLogProbs{}
+	for _, lp := range lps {
+		m.TokenLogprobs = append(m.TokenLogprobs, lp.value)
+		m.TokenIds = append(m.TokenIds, lp.id)
+	}
+	m.TopLogprobs = vllmTops(lps)
+	return m
+}
+
+// vllmInputLogprobs is lps as vLLM's prompt log-probabilities; nil for none.
+func vllmInputLogprobs(lps []tokenLogprob) *vllm.InputLogProbs {
+	if len(lps) == 0 {
+		return nil
+	}
+	m := &vllm.InputLogProbs{}
+	for _, lp := range lps {
+		v := &vllm.InputTokenLogProb{}
+		if !lp.missing {
+			v.Value = &lp.value
+		}
+		m.TokenLogprobs = append(m.TokenLogprobs, v)
+		m.TokenIds = append(m.TokenIds, lp.id)
+	}
+	m.TopLogprobs = vllmTops(lps)
+	return m
+}
+
+// vllmTops are the positions' alternatives, one entry per position, or none
+// when no position has any.
+func vllmTops(lps []tokenLogprob) []*vllm.TopLogProbs {
+	if !hasTops(lps) {
+		return nil
+	}
+	tops := make([]*vllm.TopLogProbs, len(lps))
+	for i, lp := range lps {
+		t := &vllm.TopLogProbs{}
+		for _, a := range lp.top {
+			t.Values = append(t.Values, a.value)
+			t.TokenIds = append(t.TokenIds, a.id)
+		}
+		tops[i] = t
+	}
+	return tops
 }
 
 func (s *vllmServer) HealthCheck(context.Context, *vllm.HealthCheckRequest) (*vllm.HealthCheckResponse, error) {
