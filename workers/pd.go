@@ -33,6 +33,17 @@ package workers
 //
 // Each leg counts as one request in flight on its worker (Worker.Acquire)
 // from its start until it ended.
+//
+// Log-probabilities: the prefill leg asks for the prompt's only and the
+// decode leg for the output's only, since the decode engine receives the
+// prompt's KV cache instead of computing it. The prefill leg's prompt
+// log-probabilities are handed to the caller on the first item Recv returns
+// after the prefill leg ended, so a disaggregated request answers like a
+// single-engine one. When the decode leg's completion comes first (SGLang
+// runs both legs at once), Recv waits for the prefill leg's end before
+// returning it, bounded by the caller's context; a prefill leg that failed,
+// or a caller that went away meanwhile, leaves the completion without
+// prompt log-probabilities.
 
 import (
 	"context"
@@ -181,11 +192,13 @@ func RunDisaggregated(ctx context.Context, prefill, decode *Worker, req *Generat
 		h.DecodeAbortWait = DefaultDecodeAbortWait
 	}
 	s := &pdStream{
-		prefill:   newLeg("prefill", prefill, req.RequestID),
-		decode:    newLeg("decode", decode, req.RequestID),
-		abortWait: h.DecodeAbortWait,
-		ready:     make(chan struct{}),
-		done:      make(chan struct{}),
+		prefill:    newLeg("prefill", prefill, req.RequestID),
+		decode:     newLeg("decode", decode, req.RequestID),
+		abortWait:  h.DecodeAbortWait,
+		ready:      make(chan struct{}),
+		done:       make(chan struct{}),
+		ctx:        ctx,
+		wantPrompt: wantLogprobs(req.Logprobs) != nil && req.Logprobs.Prompt,
 	}
 	go func() {
 		<-s.prefill.done
@@ -283,6 +296,12 @@ type pdStream struct {
 	prefillRes PrefillResult
 	decodeRes  DecodeResult
 	decodeSet  bool
+	// promptLogprobs are the prefill leg's, set before it ends.
+	promptLogprobs []Logprob
+
+	// The prompt's log-probabilities: asked for, and handed on (Recv only).
+	ctx                    context.Context // the caller's
+	wantPrompt, promptSent bool
 
 	done chan struct{}
 }
@@ -311,6 +330,7 @@ func (s *pdStream) Recv() (Chunk, error) {
 	case s.first != nil:
 		c := *s.first
 		s.first = nil
+		s.mergePrompt(&c)
 		s.seen(c)
 		return c, nil
 	case s.eof:
@@ -334,8 +354,54 @@ func (s *pdStream) Recv() (Chunk, error) {
 		s.endDecode(DecodeResult{Err: s.err})
 		return Chunk{}, s.err
 	}
+	s.mergePrompt(&c)
 	s.seen(c)
 	return c, nil
+}
+
+// mergePrompt hands the prefill leg's prompt log-probabilities on with c,
+// once: on a chunk if the prefill leg has ended by then, on the completion
+// after waiting for the prefill leg's end (or the caller's). The decode
+// leg's own, which it was not asked for, never reach here.
+func (s *pdStream) mergePrompt(c *Chunk) {
+	if !s.wantPrompt || s.promptSent {
+		return
+	}
+	if c.Final == nil && !s.prefill.ended() {
+		return
+	}
+	if c.Final != nil {
+		select {
+		case <-s.prefill.done:
+		case <-s.ctx.Done():
+			s.promptSent = true
+			return
+		}
+	}
+	s.promptSent = true
+	s.mu.Lock()
+	lps := s.promptLogprobs
+	s.mu.Unlock()
+	if c.Final != nil {
+		c.Final.PromptLogprobs = lps
+	} else {
+		c.PromptLogprobs = lps
+	}
+}
+
+// legLogprobs is what a leg asks for of want: the prompt's for the prefill
+// leg, the output's for the decode leg.
+func legLogprobs(want *LogprobRequest, prefill bool) *LogprobRequest {
+	want = wantLogprobs(want)
+	switch {
+	case want == nil:
+		return nil
+	case prefill && want.Prompt:
+		return &LogprobRequest{Prompt: true, TopK: want.TopK}
+	case !prefill && want.Output:
+		return &LogprobRequest{Output: true, TopK: want.TopK}
+	}
+	return nil
 }
 
 // seen ends the decode leg once its completion has been read: the engine's
@@ -393,6 +459,15 @@ func (s *pdStream) drainPrefill(started time.Time) (kvParams string) {
 			break
 		}
 		r.PromptTokens, r.CachedTokens = c.PromptTokens, c.CachedTokens
+		lps := c.PromptLogprobs
+		if c.Final != nil && lps == nil {
+			lps = c.Final.PromptLogprobs
+		}
+		if lps != nil {
+			s.mu.Lock()
+			s.promptLogprobs = lps
+			s.mu.Unlock()
+		}
 		if c.Final != nil {
 			kvParams = c.Final.KVTransferParamsJSON
 			_, _ = s.prefill.st.Recv() // io.EOF: releases the call

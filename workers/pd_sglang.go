@@ -29,11 +29,13 @@ func runSGLang(ctx context.Context, s *pdStream, req *GenerateRequest, h Handoff
 	go func() {
 		defer wg.Done()
 		pr := legReq
+		pr.Logprobs = legLogprobs(req.Logprobs, true)
 		perr = s.prefill.start(ctx, &pr)
 	}()
 	go func() {
 		defer wg.Done()
 		dr := legReq
+		dr.Logprobs = legLogprobs(req.Logprobs, false)
 		derr = s.decode.start(ctx, &dr)
 	}()
 	wg.Wait()

@@ -30,6 +30,7 @@ func runVLLM(ctx context.Context, s *pdStream, req *GenerateRequest, _ Handoff) 
 	pr.NoStream = true
 	pr.KVTransferParamsJSON = vllmRemoteDecode
 	pr.Disaggregated = nil
+	pr.Logprobs = legLogprobs(req.Logprobs, true)
 
 	started := time.Now()
 	if err := s.prefill.start(ctx, &pr); err != nil {
@@ -66,6 +67,7 @@ func runVLLM(ctx context.Context, s *pdStream, req *GenerateRequest, _ Handoff) 
 	dr.KVTransferParamsJSON = kv
 	dr.Disaggregated = nil
 	dr.NoStream = false
+	dr.Logprobs = legLogprobs(req.Logprobs, false)
 	if err := s.decode.start(ctx, &dr); err != nil {
 		s.endDecode(DecodeResult{Err: err})
 		s.fail(err)
