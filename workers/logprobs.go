@@ -100,21 +100,29 @@ func malformedLogprobs(engine, where, format string, args ...any) error {
 	return status.Errorf(codes.DataLoss, "%s engine sent malformed %s: "+format, append([]any{engine, where}, args...)...)
 }
 
-// logprobFilter keeps what a request asked for: an engine may report more
-// (SGLang's return_logprob brings output log-probabilities with the
-// prompt's), and a leg that did not ask must not hand them on.
-func logprobFilter(want *LogprobRequest, c *Chunk) {
-	want = wantLogprobs(want)
-	if want == nil || !want.Output {
-		c.Logprobs = nil
-		if c.Final != nil {
-			c.Final.Logprobs = nil
-		}
+// withLogprobs finishes decoding an engine message into c: when want asks
+// for anything, read decodes the message's log-probabilities, which go on
+// the chunk or on its completion, and only what want asked for is kept (an
+// engine may report more: SGLang's return_logprob brings the output's with
+// the prompt's, and a PD leg must not hand on what it was not asked for).
+func withLogprobs(c Chunk, want *LogprobRequest, read func() (out, prompt []Logprob, err error)) (Chunk, bool, error) {
+	if want == nil {
+		return c, true, nil
 	}
-	if want == nil || !want.Prompt {
-		c.PromptLogprobs = nil
-		if c.Final != nil {
-			c.Final.PromptLogprobs = nil
-		}
+	out, prompt, err := read()
+	if err != nil {
+		return Chunk{}, false, err
 	}
+	if !want.Output {
+		out = nil
+	}
+	if !want.Prompt {
+		prompt = nil
+	}
+	if c.Final != nil {
+		c.Final.Logprobs, c.Final.PromptLogprobs = out, prompt
+	} else {
+		c.Logprobs, c.PromptLogprobs = out, prompt
+	}
+	return c, true, nil
 }

@@ -121,31 +121,21 @@ func sglangDisaggregated(h *Handoff) *sglang.DisaggregatedParams {
 // decodeSGLang translates one message, with the log-probabilities want
 // asked for.
 func decodeSGLang(m *sglang.GenerateResponse, want *LogprobRequest) (Chunk, bool, error) {
-	var c Chunk
-	var err error
 	switch r := m.GetResponse().(type) {
 	case *sglang.GenerateResponse_Chunk:
-		c = chunkOf(r.Chunk)
-		if want != nil {
-			c.Logprobs, c.PromptLogprobs, err = sglangLogprobs(r.Chunk.GetOutputLogprobs(), r.Chunk.GetInputLogprobs(), "chunk")
-		}
+		return withLogprobs(chunkOf(r.Chunk), want, func() (out, prompt []Logprob, err error) {
+			return sglangLogprobs(r.Chunk.GetOutputLogprobs(), r.Chunk.GetInputLogprobs(), "chunk")
+		})
 	case *sglang.GenerateResponse_Complete:
 		var matched *uint32
 		if ms, ok := r.Complete.GetMatchedStop().(*sglang.GenerateComplete_MatchedTokenId); ok {
 			matched = &ms.MatchedTokenId
 		}
-		c = completionOf(r.Complete, matched)
-		if want != nil {
-			c.Final.Logprobs, c.Final.PromptLogprobs, err = sglangLogprobs(r.Complete.GetOutputLogprobs(), r.Complete.GetInputLogprobs(), "completion")
-		}
-	default:
-		return Chunk{}, false, nil
+		return withLogprobs(completionOf(r.Complete, matched), want, func() (out, prompt []Logprob, err error) {
+			return sglangLogprobs(r.Complete.GetOutputLogprobs(), r.Complete.GetInputLogprobs(), "completion")
+		})
 	}
-	if err != nil {
-		return Chunk{}, false, err
-	}
-	logprobFilter(want, &c)
-	return c, true, nil
+	return Chunk{}, false, nil
 }
 
 // sglangLogprobs decodes a message's output and input log-probabilities.

@@ -102,32 +102,23 @@ func setVLLMLogprobs(p *vllm.SamplingParams, want *LogprobRequest) {
 // decodeVLLM translates one message, with the log-probabilities want asked
 // for.
 func decodeVLLM(m *vllm.GenerateResponse, want *LogprobRequest) (Chunk, bool, error) {
-	var c Chunk
-	var err error
 	switch r := m.GetResponse().(type) {
 	case *vllm.GenerateResponse_Chunk:
-		c = chunkOf(r.Chunk)
-		if want != nil {
-			c.Logprobs, c.PromptLogprobs, err = vllmLogprobs(r.Chunk.GetOutputLogprobs(), r.Chunk.GetInputLogprobs(), "chunk")
-		}
+		return withLogprobs(chunkOf(r.Chunk), want, func() (out, prompt []Logprob, err error) {
+			return vllmLogprobs(r.Chunk.GetOutputLogprobs(), r.Chunk.GetInputLogprobs(), "chunk")
+		})
 	case *vllm.GenerateResponse_Complete:
 		var matched *uint32
 		if ms, ok := r.Complete.GetMatchedStop().(*vllm.GenerateComplete_MatchedTokenId); ok {
 			matched = &ms.MatchedTokenId
 		}
-		c = completionOf(r.Complete, matched)
+		c := completionOf(r.Complete, matched)
 		c.Final.KVTransferParamsJSON = r.Complete.GetKvTransferParamsJson()
-		if want != nil {
-			c.Final.Logprobs, c.Final.PromptLogprobs, err = vllmLogprobs(r.Complete.GetOutputLogprobs(), r.Complete.GetInputLogprobs(), "completion")
-		}
-	default:
-		return Chunk{}, false, nil
+		return withLogprobs(c, want, func() (out, prompt []Logprob, err error) {
+			return vllmLogprobs(r.Complete.GetOutputLogprobs(), r.Complete.GetInputLogprobs(), "completion")
+		})
 	}
-	if err != nil {
-		return Chunk{}, false, err
-	}
-	logprobFilter(want, &c)
-	return c, true, nil
+	return Chunk{}, false, nil
 }
 
 // vllmLogprobs decodes a message's output and input log-probabilities.

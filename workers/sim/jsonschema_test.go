@@ -103,7 +103,7 @@ func FuzzSchemaInstance(f *testing.F) {
 	f.Fuzz(func(t *testing.T, schema []byte) {
 		start := time.Now()
 		got, err := schemaInstance(schema)
-		if d := time.Since(start); d > 2*time.Second {
+		if d := time.Since(start); d > 10*time.Second {
 			t.Fatalf("took %v", d)
 		}
 		if err != nil {

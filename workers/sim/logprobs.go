@@ -100,12 +100,59 @@ func (e *Engine) checkTopK(field string, k int) error {
 	return nil
 }
 
-// hasTops reports whether any position has alternatives.
-func hasTops(lps []tokenLogprob) bool {
-	for _, lp := range lps {
-		if len(lp.top) > 0 {
-			return true
-		}
+// Both protocols carry log-probabilities as the same parallel arrays in
+// messages of their own; these build the arrays, and the protocol files wrap
+// them.
+
+func lpValues(lps []tokenLogprob) []float32 {
+	out := make([]float32, len(lps))
+	for i, lp := range lps {
+		out[i] = lp.value
 	}
-	return false
+	return out
+}
+
+func lpIDs(lps []tokenLogprob) []uint32 {
+	out := make([]uint32, len(lps))
+	for i, lp := range lps {
+		out[i] = lp.id
+	}
+	return out
+}
+
+// lpWrapped is the prompt's values, each wrapped by wrap (nil for the
+// missing first).
+func lpWrapped[W any](lps []tokenLogprob, wrap func(*float32) W) []W {
+	out := make([]W, len(lps))
+	for i := range lps {
+		var v *float32
+		if !lps[i].missing {
+			v = &lps[i].value
+		}
+		out[i] = wrap(v)
+	}
+	return out
+}
+
+// lpTops are the positions' alternatives, one message (made by mk) per
+// position, or none when no position has any.
+func lpTops[T any](lps []tokenLogprob, mk func(values []float32, ids []uint32) T) []T {
+	has := false
+	for _, lp := range lps {
+		has = has || len(lp.top) > 0
+	}
+	if !has {
+		return nil
+	}
+	out := make([]T, len(lps))
+	for i, lp := range lps {
+		var values []float32
+		var ids []uint32
+		for _, a := range lp.top {
+			values = append(values, a.value)
+			ids = append(ids, a.id)
+		}
+		out[i] = mk(values, ids)
+	}
+	return out
 }

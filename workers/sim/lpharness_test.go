@@ -147,66 +147,51 @@ func runLP(t *testing.T, srv *Server, q lpReq) lpResult {
 	}
 }
 
-// topsOf reads position i's alternatives; the arrays must line up.
-func topsOf(t interface {
+type topMsg interface {
 	GetValues() []float32
 	GetTokenIds() []uint32
-}) []altLogprob {
-	var out []altLogprob
-	for j, v := range t.GetValues() {
-		id := uint32(1 << 31) // marks a missing id
-		if j < len(t.GetTokenIds()) {
-			id = t.GetTokenIds()[j]
-		}
-		out = append(out, altLogprob{id: id, value: v})
-	}
-	return out
 }
 
-func sgOut(m *sglang.OutputLogProbs) []tokenLogprob {
+// decodeLPs reads parallel arrays back into tokenLogprob, value unwrapping
+// each entry (ok false: no value). A missing id shows as 1<<31, so a test
+// comparing ids sees arrays that do not line up.
+func decodeLPs[V any, T topMsg](vals []V, ids []uint32, tops []T, value func(V) (float32, bool)) []tokenLogprob {
+	idAt := func(ids []uint32, i int) uint32 {
+		if i < len(ids) {
+			return ids[i]
+		}
+		return 1 << 31
+	}
 	var out []tokenLogprob
-	for i, v := range m.GetTokenLogprobs() {
-		lp := tokenLogprob{id: m.GetTokenIds()[i], value: v}
-		if tops := m.GetTopLogprobs(); len(tops) > 0 {
-			lp.top = topsOf(tops[i])
+	for i, w := range vals {
+		v, ok := value(w)
+		lp := tokenLogprob{id: idAt(ids, i), value: v, missing: !ok}
+		if len(tops) > 0 {
+			for j, tv := range tops[i].GetValues() {
+				lp.top = append(lp.top, altLogprob{id: idAt(tops[i].GetTokenIds(), j), value: tv})
+			}
 		}
 		out = append(out, lp)
 	}
 	return out
+}
+
+func plain(v float32) (float32, bool) { return v, true }
+
+func sgOut(m *sglang.OutputLogProbs) []tokenLogprob {
+	return decodeLPs(m.GetTokenLogprobs(), m.GetTokenIds(), m.GetTopLogprobs(), plain)
 }
 
 func sgIn(m *sglang.InputLogProbs) []tokenLogprob {
-	var out []tokenLogprob
-	for i, v := range m.GetTokenLogprobs() {
-		lp := tokenLogprob{id: m.GetTokenIds()[i], value: v.GetValue(), missing: v.Value == nil}
-		if tops := m.GetTopLogprobs(); len(tops) > 0 {
-			lp.top = topsOf(tops[i])
-		}
-		out = append(out, lp)
-	}
-	return out
+	return decodeLPs(m.GetTokenLogprobs(), m.GetTokenIds(), m.GetTopLogprobs(),
+		func(v *sglang.InputTokenLogProb) (float32, bool) { return v.GetValue(), v.Value != nil })
 }
 
 func vlOut(m *vllm.OutputLogProbs) []tokenLogprob {
-	var out []tokenLogprob
-	for i, v := range m.GetTokenLogprobs() {
-		lp := tokenLogprob{id: m.GetTokenIds()[i], value: v}
-		if tops := m.GetTopLogprobs(); len(tops) > 0 {
-			lp.top = topsOf(tops[i])
-		}
-		out = append(out, lp)
-	}
-	return out
+	return decodeLPs(m.GetTokenLogprobs(), m.GetTokenIds(), m.GetTopLogprobs(), plain)
 }
 
 func vlIn(m *vllm.InputLogProbs) []tokenLogprob {
-	var out []tokenLogprob
-	for i, v := range m.GetTokenLogprobs() {
-		lp := tokenLogprob{id: m.GetTokenIds()[i], value: v.GetValue(), missing: v.Value == nil}
-		if tops := m.GetTopLogprobs(); len(tops) > 0 {
-			lp.top = topsOf(tops[i])
-		}
-		out = append(out, lp)
-	}
-	return out
+	return decodeLPs(m.GetTokenLogprobs(), m.GetTokenIds(), m.GetTopLogprobs(),
+		func(v *vllm.InputTokenLogProb) (float32, bool) { return v.GetValue(), v.Value != nil })
 }

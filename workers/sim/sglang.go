@@ -139,13 +139,7 @@ func sglangOutputLogprobs(lps []tokenLogprob) *sglang.OutputLogProbs {
 	if len(lps) == 0 {
 		return nil
 	}
-	m := &sglang.OutputLogProbs{}
-	for _, lp := range lps {
-		m.TokenLogprobs = append(m.TokenLogprobs, lp.value)
-		m.TokenIds = append(m.TokenIds, lp.id)
-	}
-	m.TopLogprobs = sglangTops(lps)
-	return m
+	return &sglang.OutputLogProbs{TokenLogprobs: lpValues(lps), TokenIds: lpIDs(lps), TopLogprobs: lpTops(lps, sglangTop)}
 }
 
 // sglangInputLogprobs is lps as SGLang's prompt log-probabilities; nil for
@@ -154,35 +148,12 @@ func sglangInputLogprobs(lps []tokenLogprob) *sglang.InputLogProbs {
 	if len(lps) == 0 {
 		return nil
 	}
-	m := &sglang.InputLogProbs{}
-	for _, lp := range lps {
-		v := &sglang.InputTokenLogProb{}
-		if !lp.missing {
-			v.Value = &lp.value
-		}
-		m.TokenLogprobs = append(m.TokenLogprobs, v)
-		m.TokenIds = append(m.TokenIds, lp.id)
-	}
-	m.TopLogprobs = sglangTops(lps)
-	return m
+	return &sglang.InputLogProbs{TokenIds: lpIDs(lps), TopLogprobs: lpTops(lps, sglangTop),
+		TokenLogprobs: lpWrapped(lps, func(v *float32) *sglang.InputTokenLogProb { return &sglang.InputTokenLogProb{Value: v} })}
 }
 
-// sglangTops are the positions' alternatives, one entry per position, or
-// none when no position has any.
-func sglangTops(lps []tokenLogprob) []*sglang.TopLogProbs {
-	if !hasTops(lps) {
-		return nil
-	}
-	tops := make([]*sglang.TopLogProbs, len(lps))
-	for i, lp := range lps {
-		t := &sglang.TopLogProbs{}
-		for _, a := range lp.top {
-			t.Values = append(t.Values, a.value)
-			t.TokenIds = append(t.TokenIds, a.id)
-		}
-		tops[i] = t
-	}
-	return tops
+func sglangTop(values []float32, ids []uint32) *sglang.TopLogProbs {
+	return &sglang.TopLogProbs{Values: values, TokenIds: ids}
 }
 
 func (s *sglangServer) HealthCheck(context.Context, *sglang.HealthCheckRequest) (*sglang.HealthCheckResponse, error) {

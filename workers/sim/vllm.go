@@ -150,13 +150,7 @@ func vllmOutputLogprobs(lps []tokenLogprob) *vllm.OutputLogProbs {
 	if len(lps) == 0 {
 		return nil
 	}
-	m := &vllm.OutputLogProbs{}
-	for _, lp := range lps {
-		m.TokenLogprobs = append(m.TokenLogprobs, lp.value)
-		m.TokenIds = append(m.TokenIds, lp.id)
-	}
-	m.TopLogprobs = vllmTops(lps)
-	return m
+	return &vllm.OutputLogProbs{TokenLogprobs: lpValues(lps), TokenIds: lpIDs(lps), TopLogprobs: lpTops(lps, vllmTop)}
 }
 
 // vllmInputLogprobs is lps as vLLM's prompt log-probabilities; nil for none.
@@ -164,35 +158,12 @@ func vllmInputLogprobs(lps []tokenLogprob) *vllm.InputLogProbs {
 	if len(lps) == 0 {
 		return nil
 	}
-	m := &vllm.InputLogProbs{}
-	for _, lp := range lps {
-		v := &vllm.InputTokenLogProb{}
-		if !lp.missing {
-			v.Value = &lp.value
-		}
-		m.TokenLogprobs = append(m.TokenLogprobs, v)
-		m.TokenIds = append(m.TokenIds, lp.id)
-	}
-	m.TopLogprobs = vllmTops(lps)
-	return m
+	return &vllm.InputLogProbs{TokenIds: lpIDs(lps), TopLogprobs: lpTops(lps, vllmTop),
+		TokenLogprobs: lpWrapped(lps, func(v *float32) *vllm.InputTokenLogProb { return &vllm.InputTokenLogProb{Value: v} })}
 }
 
-// vllmTops are the positions' alternatives, one entry per position, or none
-// when no position has any.
-func vllmTops(lps []tokenLogprob) []*vllm.TopLogProbs {
-	if !hasTops(lps) {
-		return nil
-	}
-	tops := make([]*vllm.TopLogProbs, len(lps))
-	for i, lp := range lps {
-		t := &vllm.TopLogProbs{}
-		for _, a := range lp.top {
-			t.Values = append(t.Values, a.value)
-			t.TokenIds = append(t.TokenIds, a.id)
-		}
-		tops[i] = t
-	}
-	return tops
+func vllmTop(values []float32, ids []uint32) *vllm.TopLogProbs {
+	return &vllm.TopLogProbs{Values: values, TokenIds: ids}
 }
 
 func (s *vllmServer) HealthCheck(context.Context, *vllm.HealthCheckRequest) (*vllm.HealthCheckResponse, error) {
