@@ -62,27 +62,44 @@ func CheckJSONSchema(s string, lim Limits) error {
 // that errors point into the document the caller sent; references resolve
 // against the schema itself, as the engines resolve them.
 func checkSchemaValue(root *jval, base string, lim Limits) error {
+	_, err := walkSchema(root, base, lim)
+	return err
+}
+
+// walkSchema checks a parsed schema and returns the $ref values it found in
+// schema positions (not inside enum, const or unknown keywords), which is
+// what the tool schemas rewrite.
+func walkSchema(root *jval, base string, lim Limits) ([]*jval, error) {
 	c := &schemaChecker{root: root, base: base, lim: lim, walked: map[*jval]bool{}}
 	if err := c.schema(root, ""); err != nil {
-		return err
+		return nil, err
 	}
 	// Resolve every $ref. A target that sits where no keyword made it a
 	// schema (an OpenAPI-style "#/components/schemas/x") is checked here, at
 	// most once, and may add references of its own.
 	for i := 0; i < len(c.refs); i++ {
 		r := c.refs[i]
-		target, tptr, err := c.resolve(r.ref)
+		target, tptr, err := c.resolve(r.val.str)
 		if err != nil {
-			return fmt.Errorf("at %s: $ref %s %w", showPointer(c.base+r.at+"/$ref"), quoteShort(r.ref), err)
+			return nil, fmt.Errorf("at %s: $ref %s %w", showPointer(c.base+r.at+"/$ref"), quoteShort(r.val.str), err)
 		}
 		if err := c.schema(target, tptr); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	vals := make([]*jval, len(c.refs))
+	for i, r := range c.refs {
+		vals[i] = r.val
+	}
+	return vals, nil
 }
 
-type schemaRef struct{ at, ref string }
+// schemaRef is a $ref met in a schema position: the pointer of the schema
+// holding it and its string value.
+type schemaRef struct {
+	at  string
+	val *jval
+}
 
 type schemaChecker struct {
 	root   *jval
@@ -262,7 +279,7 @@ func (c *schemaChecker) keyword(parent *jval, key string, v *jval, ptr string) e
 		if v.kind != jString {
 			return c.errorf(ptr, "$ref must be a string, not %s", v.kind)
 		}
-		c.refs = append(c.refs, schemaRef{at: strings.TrimSuffix(ptr, "/$ref"), ref: v.str})
+		c.refs = append(c.refs, schemaRef{at: strings.TrimSuffix(ptr, "/$ref"), val: v})
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Tool is a function the model may call, as the chat request declares it.
@@ -41,9 +42,10 @@ type ToolCall struct {
 // with the search tool), so an answer parses the same way whichever engine
 // produced it. One difference: vLLM lifts every tool's $defs to the top and
 // refuses two tools that define the same name differently; here each tool's
-// local references are rewritten to point into the tool's own place in the
-// combined schema, so tools never collide and any local reference keeps
-// resolving.
+// local references (those in schema positions, as CheckJSONSchema finds
+// them; a const or enum value that looks like a reference is data and stays)
+// are rewritten to point into the tool's own place in the combined schema,
+// so tools never collide and any local reference keeps resolving.
 //
 // Errors: no tools, a tool without a name, two tools with one name, or a
 // parameters schema CheckJSONSchema refuses (the message names the tool).
@@ -57,16 +59,26 @@ func RequiredToolSchema(tools []Tool) (string, error) {
 		if t.Name == "" {
 			return "", fmt.Errorf("tool %d has no name", i)
 		}
+		if !utf8.ValidString(t.Name) {
+			return "", fmt.Errorf("tool %d's name is not valid UTF-8", i)
+		}
 		if seen[t.Name] {
 			return "", fmt.Errorf("tool %s is declared twice", quoteShort(t.Name))
 		}
 		seen[t.Name] = true
-		params, err := toolParameters(t)
+		params, refs, err := toolParameters(t)
 		if err != nil {
 			return "", err
 		}
+		// Point each local reference at the tool's place in the combined
+		// schema. The values are the parse's own, so rewriting them in place
+		// touches nothing else.
 		at := "/items/anyOf/" + strconv.Itoa(i) + "/properties/parameters"
-		rewriteRefs(params, at)
+		for _, r := range refs {
+			if strings.HasPrefix(r.str, "#") {
+				r.str = "#" + at + r.str[1:]
+			}
+		}
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -87,7 +99,7 @@ func RequiredToolSchema(tools []Tool) (string, error) {
 func NamedToolSchema(tools []Tool, name string) (string, error) {
 	for _, t := range tools {
 		if t.Name == name {
-			params, err := toolParameters(t)
+			params, _, err := toolParameters(t)
 			if err != nil {
 				return "", err
 			}
@@ -108,57 +120,26 @@ func NamedToolSchema(tools []Tool, name string) (string, error) {
 	return "", fmt.Errorf("tool_choice names %s, which is not a declared tool (declared: %s)", quoteShort(name), strings.Join(names, ", "))
 }
 
-// toolParameters parses and checks a tool's parameters schema.
-func toolParameters(t Tool) (*jval, error) {
+// toolParameters parses and checks a tool's parameters schema, and returns
+// it with the $ref values in its schema positions.
+func toolParameters(t Tool) (*jval, []*jval, error) {
 	text := strings.TrimSpace(string(t.Parameters))
 	if text == "" {
 		text = `{"type":"object"}`
 	}
 	lim := Limits{}.withDefaults()
 	if err := lim.checkSize("the parameters of tool "+quoteShort(t.Name), text); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	v, err := parseJSON(text, lim)
+	var refs []*jval
 	if err == nil {
-		err = checkSchemaValue(v, "", lim)
+		refs, err = walkSchema(v, "", lim)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("parameters of tool %s: %w", quoteShort(t.Name), err)
+		return nil, nil, fmt.Errorf("parameters of tool %s: %w", quoteShort(t.Name), err)
 	}
-	return v, nil
-}
-
-// isDataKeyword reports whether a keyword holds JSON data, not schemas: a
-// "$ref" member inside it is a value and must not be rewritten.
-func isDataKeyword(key string) bool {
-	switch key {
-	case "enum", "const", "default", "examples":
-		return true
-	}
-	return false
-}
-
-// rewriteRefs prefixes every local $ref in schema v with the pointer at
-// which v is placed in a larger document. Recursion follows the nesting
-// parseJSON bounded.
-func rewriteRefs(v *jval, at string) {
-	switch v.kind {
-	case jArray:
-		for _, el := range v.arr {
-			rewriteRefs(el, at)
-		}
-	case jObject:
-		for i := range v.obj {
-			m := &v.obj[i]
-			if m.key == "$ref" && m.val.kind == jString && strings.HasPrefix(m.val.str, "#") {
-				m.val = &jval{kind: jString, str: "#" + at + strings.TrimPrefix(m.val.str, "#")}
-				continue
-			}
-			if !isDataKeyword(m.key) {
-				rewriteRefs(m.val, at)
-			}
-		}
-	}
+	return v, refs, nil
 }
 
 // ParseRequiredToolOutput parses an answer generated under RequiredToolSchema

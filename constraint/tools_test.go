@@ -96,6 +96,7 @@ func TestRequiredToolSchemaErrors(t *testing.T) {
 	}{
 		{"no tools", nil, `tool_choice "required" needs at least one tool`},
 		{"nameless tool", []Tool{{Name: ""}}, "tool 0 has no name"},
+		{"name not UTF-8", []Tool{{Name: "a"}, {Name: "\xff"}}, "tool 1's name is not valid UTF-8"},
 		{"duplicate names", []Tool{{Name: "a"}, {Name: "a"}}, `tool "a" is declared twice`},
 		{"bad parameters", []Tool{{Name: "a", Parameters: []byte(`{"type":"obj"}`)}}, `parameters of tool "a": at /type: "obj" is not a JSON Schema type`},
 		{"parameters not JSON", []Tool{{Name: "a", Parameters: []byte(`{`)}}, `parameters of tool "a": invalid JSON`},
@@ -251,4 +252,38 @@ func validate(t *testing.T, schema, doc string) string {
 		return ""
 	}
 	return check(root, d, 0)
+}
+
+// Only references in schema positions move: a property named "default" or
+// "enum" is a schema, while the value of a const or an enum is data that
+// merely looks like a reference.
+func TestRequiredToolSchemaRewritesOnlySchemaRefs(t *testing.T) {
+	schema, err := RequiredToolSchema([]Tool{{Name: "set", Parameters: []byte(`{
+		"type": "object",
+		"properties": {
+			"default": {"$ref": "#/$defs/V"},
+			"enum": {"$ref": "#/$defs/V"},
+			"marker": {"const": {"$ref": "#/not/a/reference"}},
+			"choice": {"enum": [{"$ref": "#/data"}]},
+			"self": {"$ref": "#"}
+		},
+		"$defs": {"V": {"type": "integer"}}
+	}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckJSONSchema(schema, Limits{}); err != nil {
+		t.Fatalf("combined schema does not check: %v\n%s", err, schema)
+	}
+	for _, want := range []string{
+		`"default":{"$ref":"#/items/anyOf/0/properties/parameters/$defs/V"}`,
+		`"enum":{"$ref":"#/items/anyOf/0/properties/parameters/$defs/V"}`,
+		`"marker":{"const":{"$ref":"#/not/a/reference"}}`,
+		`"choice":{"enum":[{"$ref":"#/data"}]}`,
+		`"self":{"$ref":"#/items/anyOf/0/properties/parameters"}`,
+	} {
+		if !strings.Contains(schema, want) {
+			t.Errorf("schema lacks %s:\n%s", want, schema)
+		}
+	}
 }
