@@ -249,8 +249,21 @@ func FuzzCheckJSONSchema(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if err := CheckJSONSchema(s, Limits{}); err == nil && !json.Valid([]byte(s)) {
+		if CheckJSONSchema(s, Limits{}) != nil {
+			return
+		}
+		if !json.Valid([]byte(s)) {
 			t.Fatalf("accepted text that is not valid JSON: %q", s)
+		}
+		// An accepted schema used as a tool's parameters gives a required-tool
+		// schema that checks too: every rewritten reference still resolves.
+		// The wrapper adds a few levels and values, hence the looser limits.
+		combined, err := RequiredToolSchema([]Tool{{Name: "f", Parameters: []byte(s)}})
+		if err != nil {
+			t.Fatalf("RequiredToolSchema refused an accepted schema %q: %v", s, err)
+		}
+		if err := CheckJSONSchema(combined, Limits{MaxDepth: DefaultMaxDepth + 8, MaxNodes: DefaultMaxNodes + 64, MaxBytes: 2 * DefaultMaxBytes}); err != nil {
+			t.Fatalf("combined schema for %q does not check: %v\n%s", s, err, combined)
 		}
 	})
 }
