@@ -433,14 +433,24 @@ func number(v any) (float64, bool) {
 	return f, true
 }
 
-// formatInstances are fixed strings valid in the formats engines enforce.
-var formatInstances = map[string]string{
-	"date-time": "2000-01-01T00:00:00Z",
-	"date":      "2000-01-01",
-	"time":      "00:00:00Z",
-	"email":     "a@example.com",
-	"uuid":      "00000000-0000-0000-0000-000000000000",
-	"uri":       "https://example.com",
+// formatInstance is a fixed string valid in format f, for the formats
+// engines enforce; false for the others.
+func formatInstance(f string) (string, bool) {
+	switch f {
+	case "date-time":
+		return "2000-01-01T00:00:00Z", true
+	case "date":
+		return "2000-01-01", true
+	case "time":
+		return "00:00:00Z", true
+	case "email":
+		return "a@example.com", true
+	case "uuid":
+		return "00000000-0000-0000-0000-000000000000", true
+	case "uri":
+		return "https://example.com", true
+	}
+	return "", false
 }
 
 func stringValue(s map[string]any) (any, error) {
@@ -456,7 +466,7 @@ func stringValue(s map[string]any) (any, error) {
 		return nil, err
 	}
 	if f, ok := s["format"].(string); ok {
-		if v, known := formatInstances[f]; known {
+		if v, known := formatInstance(f); known {
 			if n := len([]rune(v)); n < minLen || (maxLen >= 0 && n > maxLen) {
 				return nil, schemaErr("format %q does not fit the length bounds", f)
 			}
