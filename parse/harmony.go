@@ -57,8 +57,8 @@ var (
 func (p *ToolParser) stepHarmony(final bool) bool {
 	switch p.st {
 	case hmHeader:
-		if p.hold == "" && strings.HasPrefix(p.in, hmStart) {
-			p.hold = hmStart
+		if len(p.hold) == 0 && strings.HasPrefix(p.in, hmStart) {
+			p.hold = append(p.hold[:0], hmStart...)
 			p.consume(len(hmStart))
 		}
 		window := p.in[:min(len(p.in), maxHeaderLen+len(hmMessage))]
@@ -73,8 +73,8 @@ func (p *ToolParser) stepHarmony(final bool) bool {
 		}
 		// Not a header: its markers are text, and what follows is
 		// content until the next message.
-		p.emit(p.hold)
-		p.hold = ""
+		p.emit(string(p.hold))
+		p.hold = p.hold[:0]
 		if strings.HasPrefix(p.in, hmChannel) {
 			p.emit(hmChannel)
 			p.consume(len(hmChannel))
@@ -128,7 +128,7 @@ func (p *ToolParser) stepHarmony(final bool) bool {
 		case -1:
 			return false
 		case 0:
-			p.hold = hmStart
+			p.hold = append(p.hold[:0], hmStart...)
 			p.consume(len(hmStart))
 		}
 		p.st = hmHeader
@@ -162,14 +162,14 @@ func (p *ToolParser) harmonyHeader(h string) bool {
 	n := len(h) + len(hmMessage)
 	if recipient == "" {
 		p.consume(n)
-		p.hold = ""
+		p.hold = p.hold[:0]
 		p.thinking = channel == "analysis"
 		p.st = hmBody
 		return true
 	}
-	p.in = p.hold + p.in
+	p.in = string(p.hold) + p.in
 	n += len(p.hold)
-	p.hold = ""
+	p.hold = p.hold[:0]
 	p.begin(n, true)
 	p.st = hmResync
 	if name, ok := strings.CutPrefix(recipient, functionsPrefix); ok {

@@ -32,7 +32,7 @@ func (p *ToolParser) stepLlama3(final bool) bool {
 	switch p.st {
 	case llamaStart:
 		rest := strings.TrimLeft(p.in, " \t\r\n")
-		p.hold += p.in[:len(p.in)-len(rest)]
+		p.hold = append(p.hold, p.in[:len(p.in)-len(rest)]...)
 		p.in = rest
 		if rest == "" {
 			return false
@@ -88,14 +88,14 @@ func (p *ToolParser) llamaCallStart(final bool, otherwise int) bool {
 		if which == 0 {
 			n = len(llamaPythonTag)
 		}
-		p.in = p.hold + p.in
+		p.in = string(p.hold) + p.in
 		n += len(p.hold)
-		p.hold = ""
+		p.hold = p.hold[:0]
 		p.begin(n, false)
 		p.st = llamaJSON
 	default:
-		p.emit(p.hold)
-		p.hold = ""
+		p.emit(string(p.hold))
+		p.hold = p.hold[:0]
 		p.st = otherwise
 	}
 	return true
@@ -104,6 +104,6 @@ func (p *ToolParser) llamaCallStart(final bool, otherwise int) bool {
 // finishLlama3: an answer of whitespace alone is no content.
 func (p *ToolParser) finishLlama3() {
 	if p.st == llamaStart {
-		p.hold = ""
+		p.hold = p.hold[:0]
 	}
 }

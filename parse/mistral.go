@@ -44,31 +44,31 @@ func (p *ToolParser) stepMistral(final bool) bool {
 		if p.emitUntil(mistralCallsMarkers, final, &p.content) < 0 {
 			return false
 		}
-		p.hold = mistralCalls
+		p.hold = append(p.hold[:0], mistralCalls...)
 		p.consume(len(mistralCalls))
 		p.st = mistralStart
 	case mistralStart:
 		rest := strings.TrimLeft(p.in, " \t\r\n")
-		p.hold += p.in[:len(p.in)-len(rest)]
+		p.hold = append(p.hold, p.in[:len(p.in)-len(rest)]...)
 		p.in = rest
 		switch {
 		case rest == "":
 			return false
 		case rest[0] == '[':
-			p.hold, p.base, p.elem = "", 1, false
+			p.hold, p.base, p.elem = p.hold[:0], 1, false
 			p.scan.reset()
 			p.scan.step('[')
 			p.consume(1)
 			p.st = mistralArray
 		case isNameByte(rest[0]):
-			p.in = p.hold + p.in
+			p.in = string(p.hold) + p.in
 			n := len(p.hold)
-			p.hold = ""
+			p.hold = p.hold[:0]
 			p.begin(n, true)
 			p.st = mistralName
 		default:
-			p.emit(p.hold)
-			p.hold = ""
+			p.emit(string(p.hold))
+			p.hold = p.hold[:0]
 			p.out.Malformed = true
 			p.st = mistralContent
 		}
@@ -163,7 +163,7 @@ func (p *ToolParser) leaveArray(st int) {
 
 // finishMistral: [TOOL_CALLS] with nothing after it is a call cut short.
 func (p *ToolParser) finishMistral() {
-	if p.st == mistralStart && p.hold != "" {
+	if p.st == mistralStart && len(p.hold) > 0 {
 		p.out.Malformed = true
 	}
 }

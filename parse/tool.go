@@ -7,7 +7,7 @@ import (
 
 // ToolFormat is one model family's tool-call format.
 type ToolFormat struct {
-	// Name is the --tool-call-parser name.
+	// Name selects the format (ToolFormatNamed).
 	Name string
 	kind toolKind
 	// markers are the special-token strings of the format; detect is the
@@ -26,10 +26,7 @@ const (
 	kindHarmony
 )
 
-// ToolFormats are the formats by name, in the order DetectToolFormat tries
-// them: the formats with the rarest markers first, so that a template that
-// mentions several (a Hermes fine-tune of Llama) is read by the one it
-// writes its calls with.
+// ToolFormats are the formats kvgate parses.
 func ToolFormats() []ToolFormat {
 	return []ToolFormat{
 		{Name: "hermes", kind: kindHermes, markers: []string{hermesOpen, hermesClose}, detect: hermesOpen},
@@ -66,8 +63,10 @@ func (f ToolFormat) HandlesReasoning() bool { return f.kind == kindHarmony }
 // source writes, false when none: a template that renders tool calls
 // spells out the markers its model was trained to write.
 func DetectToolFormat(template string) (ToolFormat, bool) {
-	// harmony and deepseek first: their markers are unmistakable, while
-	// "<tool_call>" may appear in any template's instructions.
+	// The rarest markers first: harmony's and deepseek's cannot be
+	// anything else, and hermes goes before llama3 so that a Hermes
+	// fine-tune of Llama 3.1, whose template may still mention
+	// <|python_tag|>, is read by the format it writes its calls in.
 	order := []toolKind{kindHarmony, kindDeepSeekV3, kindMistral, kindHermes, kindLlama3}
 	formats := ToolFormats()
 	for _, k := range order {
@@ -215,7 +214,7 @@ type ToolParser struct {
 	// hold is format text kept aside: llama3's leading whitespace,
 	// mistral's [TOOL_CALLS] before its form is known, harmony's
 	// <|start|>.
-	hold string
+	hold []byte
 	// elem: inside an element of mistral's array of calls.
 	elem bool
 	// fenced: the deepseek call is in the V3 form, its JSON in a fence.
@@ -261,8 +260,8 @@ func (p *ToolParser) Flush() Delta {
 		}
 	}
 	p.finish()
-	p.emit(p.hold + p.in)
-	p.hold, p.in = "", ""
+	p.emit(string(p.hold) + p.in)
+	p.hold, p.in = p.hold[:0], ""
 	return p.release()
 }
 

@@ -372,3 +372,35 @@ func TestToolParsersHoldBackOnlyWhatTheyMust(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkToolParserHostile pushes answers written to find a quadratic
+// path, byte by byte, at 64 KB and 1 MB: whitespace a format holds while
+// it decides (llama3's leading whitespace, after mistral's [TOOL_CALLS]),
+// nesting up to the depth bound, and a marker repeated without end.
+func BenchmarkToolParserHostile(b *testing.B) {
+	hostile := []struct{ name, prefix, unit string }{
+		{"spaces", "", " "},
+		{"after-marker", "[TOOL_CALLS]", " "},
+		{"nesting", "", "<tool_call>" + strings.Repeat("[", maxJSONDepth) + "]"},
+		{"markers", "", "<tool_call>{<|start|>" + dsCallBegin},
+		{"long-string", `<tool_call>{"name": "f", "arguments": {"a": "`, "x"},
+		{"harmony-heads", "", "<|channel|>analysis<|message|>"},
+	}
+	for _, f := range ToolFormats() {
+		for _, h := range hostile {
+			for _, size := range []int{64 << 10, 1 << 20} {
+				answer := h.prefix + strings.Repeat(h.unit, size/len(h.unit)+1)
+				b.Run(fmt.Sprintf("%s/%s/%dKB", f.Name, h.name, size>>10), func(b *testing.B) {
+					b.SetBytes(int64(len(answer)))
+					for range b.N {
+						p := NewToolParser(f, ToolOptions{})
+						for i := range len(answer) {
+							p.Push(answer[i : i+1])
+						}
+						p.Flush()
+					}
+				})
+			}
+		}
+	}
+}
