@@ -116,8 +116,9 @@ func (p *ToolParser) stepDeepSeek(final bool) bool {
 		p.st = dsSepped
 	case dsSepped:
 		// V3 writes a type, "function", then the name; in V3.1 what came
-		// before the separator was the name.
-		if p.in == "" {
+		// before the separator was the name. Only a V3.1 function called
+		// "function" waits for the next byte to tell.
+		if p.call.name == "function" && p.in == "" {
 			return false
 		}
 		p.fenced = p.call.name == "function" && isNameByte(p.in[0])

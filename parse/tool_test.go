@@ -143,12 +143,13 @@ func TestToolParsersAreTheSameForEveryChunking(t *testing.T) {
 // end: after each byte, the arguments released so far are a prefix of
 // the call's final arguments that grows with the text.
 func TestToolParsersStreamArguments(t *testing.T) {
-	for _, tc := range []struct{ format, answer, name, args string }{
-		{"hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>", "get_weather", `{"city": "Paris", "days": 3}`},
-		{"llama3", `{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}`, "get_weather", `{"city": "Paris", "days": 3}`},
-		{"mistral", `[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}`, "get_weather", `{"city": "Paris", "days": 3}`},
-		{"deepseek_v3", dsCallsBegin + dsCallBegin + "get_weather" + dsSep + `{"city": "Paris", "days": 3}` + dsCallEnd + dsCallsEnd, "get_weather", `{"city": "Paris", "days": 3}`},
-		{"harmony", `<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>`, "get_weather", `{"city": "Paris", "days": 3}`},
+	for _, tc := range []struct{ format, answer, name, args, namedBy string }{
+		{"hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>", "get_weather", `{"city": "Paris", "days": 3}`, `"get_weather"`},
+		{"llama3", `{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}`, "get_weather", `{"city": "Paris", "days": 3}`, `"get_weather"`},
+		{"mistral", `[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}`, "get_weather", `{"city": "Paris", "days": 3}`, mistralArgs},
+		{"deepseek_v3", dsCallsBegin + dsCallBegin + "get_weather" + dsSep + `{"city": "Paris", "days": 3}` + dsCallEnd + dsCallsEnd, "get_weather", `{"city": "Paris", "days": 3}`, dsSep},
+		{"deepseek_v3", dsCallsBegin + dsCallBegin + "function" + dsSep + "get_weather\n```json\n" + `{"city": "Paris", "days": 3}` + "\n```" + dsCallEnd + dsCallsEnd, "get_weather", `{"city": "Paris", "days": 3}`, "get_weather\n"},
+		{"harmony", `<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>`, "get_weather", `{"city": "Paris", "days": 3}`, hmMessage},
 	} {
 		t.Run(tc.format, func(t *testing.T) {
 			p := NewToolParser(mustFormat(t, tc.format), ToolOptions{})
@@ -156,8 +157,12 @@ func TestToolParsersStreamArguments(t *testing.T) {
 			// The arguments' value ends at its '}' (the wrapper's own '}'
 			// and the end marker follow it).
 			argsEnd := strings.Index(tc.answer, tc.args) + len(tc.args)
+			namedBy := strings.Index(tc.answer, tc.namedBy) + len(tc.namedBy)
 			for i := range len(tc.answer) {
 				a.Add(p.Push(tc.answer[i : i+1]))
+				if i+1 >= namedBy && (len(a.Calls) != 1 || a.Calls[0].Name != tc.name) {
+					t.Fatalf("name not announced after %q: %+v", tc.answer[:i+1], a.Calls)
+				}
 				if i+1 < argsEnd {
 					continue
 				}
