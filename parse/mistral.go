@@ -16,7 +16,8 @@ import "strings"
 // [TOOL_CALLS] and what follows it, and after a call or the array. In the
 // array form the raw text of a malformed call is its element; an array
 // that stops being JSON ends the calls there, the rest being content
-// (with Malformed set) until the next [TOOL_CALLS]. In the named form a
+// (with Malformed set) until the next [TOOL_CALLS], and if that happens
+// before its first element, "[TOOL_CALLS][" is content too. In the named form a
 // malformed call is its whole text from [TOOL_CALLS], and the content
 // after it runs to the next [TOOL_CALLS].
 const (
@@ -55,7 +56,9 @@ func (p *ToolParser) stepMistral(final bool) bool {
 		case rest == "":
 			return false
 		case rest[0] == '[':
-			p.hold, p.base, p.elem = p.hold[:0], 1, false
+			// The opening text is kept until the first element: an array
+			// that breaks before it is content, markers and all.
+			p.hold, p.base, p.elem = append(p.hold, '['), 1, false
 			p.scan.reset()
 			p.scan.step('[')
 			p.consume(1)
@@ -137,6 +140,7 @@ func (p *ToolParser) stepMistralArray() bool {
 	b := p.in[0]
 	switch {
 	case b == '{' && p.scan.expectsValue():
+		p.hold = p.hold[:0]
 		p.begin(0, false)
 		p.elem = true
 	case isJSONSpace(b) || b == ',' || b == ']':
@@ -145,8 +149,12 @@ func (p *ToolParser) stepMistralArray() bool {
 			p.leaveArray(mistralContent)
 			return true
 		}
+		if len(p.hold) > 0 {
+			p.hold = append(p.hold, b)
+		}
 		p.consume(1)
 		if p.scan.done() {
+			p.hold = p.hold[:0]
 			p.leaveArray(mistralAfter)
 		}
 	default:
@@ -157,13 +165,21 @@ func (p *ToolParser) stepMistralArray() bool {
 	return true
 }
 
+// leaveArray ends the array of calls; an array left before its first
+// element releases its opening text as content.
 func (p *ToolParser) leaveArray(st int) {
+	if len(p.hold) > 0 {
+		p.emit(string(p.hold))
+		p.hold = p.hold[:0]
+		p.out.Malformed = true
+	}
 	p.base, p.elem, p.st = 0, false, st
 }
 
-// finishMistral: [TOOL_CALLS] with nothing after it is a call cut short.
+// finishMistral: [TOOL_CALLS] (and the array's '[') with nothing after it
+// is a call cut short.
 func (p *ToolParser) finishMistral() {
-	if p.st == mistralStart && len(p.hold) > 0 {
+	if (p.st == mistralStart || p.st == mistralArray) && len(p.hold) > 0 {
 		p.out.Malformed = true
 	}
 }

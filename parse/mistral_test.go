@@ -37,6 +37,12 @@ var mistralCases = []toolCase{
 		want: Answer{Content: "Sure.[TOOL_CALLS]", Malformed: true}},
 	{name: "the array stops being JSON", answer: `[TOOL_CALLS][{"name": "a", "arguments": {}} oops]`,
 		want: Answer{Content: "oops]", Calls: calls("a", `{}`), Malformed: true}},
+	{name: "an array that breaks before its first element", answer: "Sure. [TOOL_CALLS] [oops]",
+		want: Answer{Content: "Sure. [TOOL_CALLS] [oops]", Malformed: true}},
+	{name: "the answer ends after the array opens", answer: "[TOOL_CALLS][ ",
+		want: Answer{Content: "[TOOL_CALLS][ ", Malformed: true}},
+	{name: "an empty array is no call", answer: "[TOOL_CALLS][]",
+		want: Answer{}},
 	{name: "a name without [ARGS]", answer: "[TOOL_CALLS]get_weather {}",
 		want: Answer{Content: "[TOOL_CALLS]get_weather {}", Malformed: true}},
 }
