@@ -72,8 +72,10 @@ type Config struct {
 	ModelTexts map[string]textmodel.Sources
 	// ReasoningParser is --reasoning-parser (see server.Config).
 	ReasoningParser string
-	TextOptions     textmodel.Options
-	FetchTimeout    time.Duration
+	// ToolCallParser is --tool-call-parser (see server.Config).
+	ToolCallParser string
+	TextOptions    textmodel.Options
+	FetchTimeout   time.Duration
 
 	// Health configures the health checks; LoadPollInterval the GetLoads
 	// polls.
@@ -302,7 +304,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	scfg := server.Config{Registry: g.Registry, Logger: log, Reliability: &rel, Admission: &adm,
 		MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g, Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log),
 		SeparateAdmin: cfg.SeparateAdmin, Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider,
-		ReasoningParser: cfg.ReasoningParser}
+		ReasoningParser: cfg.ReasoningParser, ToolCallParser: cfg.ToolCallParser}
 	if cfg.IGW {
 		// Each model is served when its first worker connects, now or later.
 		scfg.MultiModel = true

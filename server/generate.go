@@ -15,6 +15,7 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // router implements kvgate.v1.Router.
@@ -102,6 +103,14 @@ type job struct {
 	// reasoning, when set, makes each attempt's parser of the answer's
 	// reasoning (Chat only); nil: the text is raw.
 	reasoning func() *parse.Reasoning
+	// tools, when set, makes each attempt's parser of the answer's tool
+	// calls (Chat with tools only); keepSpecial are the special tokens that
+	// parser reads, kept in the text.
+	tools       func() toolParser
+	keepSpecial []uint32
+	// constraint, when set, constrains the output in place of
+	// sampling_params' (Chat's response_format and tool_choice).
+	constraint workers.Constraint
 }
 
 // traced attaches the request span of ctx to the job and names the request

@@ -56,6 +56,7 @@ func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p placement) *
 			StopStrings:       sp.GetStop(),
 			NoStopTrim:        sp.GetNoStopTrim(),
 			PromptIDs:         j.inputIDs,
+			KeepSpecial:       j.keepSpecial,
 		})
 	}
 	if d := s.cfg.FirstTokenTimeout; d > 0 {
@@ -262,13 +263,13 @@ func (r *relay) completion(finish string, stopToken *uint32, prompt, cached uint
 	if len(r.logprobs) == len(r.output) {
 		c.Logprobs = r.logprobs
 	}
-	r.ans.fill(c)
 	if r.stopped {
 		c.FinishReason = kvgatev1.FinishReason_FINISH_REASON_STOP
 		if str, _ := r.ds.Matched(); str != "" {
 			c.MatchedStopString = &str
 		}
 	}
+	r.ans.fill(c)
 	return c
 }
 

@@ -52,6 +52,10 @@ type Config struct {
 	// split from their content ("" or "auto": detected from each model's
 	// vocabulary; "none"; or a style's name), unless a request says.
 	ReasoningParser string
+	// ToolCallParser is --tool-call-parser: how Chat answers' tool calls are
+	// found ("" or "auto": the format the model's chat template writes;
+	// "none"; or a format's name), unless a request says.
+	ToolCallParser string
 	// TokenizerSource and PageSize describe the one model for ListModels
 	// (see Model).
 	TokenizerSource string
@@ -141,8 +145,9 @@ type Server struct {
 	reg     *workers.Registry
 	routes  routes
 	metrics *Metrics
-	// reasoningParser is Config.ReasoningParser.
+	// reasoningParser and toolCallParser are Config's.
 	reasoningParser string
+	toolCallParser  string
 	log             *slog.Logger
 
 	admission *admission
@@ -197,6 +202,9 @@ func New(cfg Config) (*Server, error) {
 	if err := ValidateReasoningParser(cfg.ReasoningParser); err != nil {
 		return nil, fmt.Errorf("--reasoning-parser: %w", err)
 	}
+	if err := ValidateToolCallParser(cfg.ToolCallParser); err != nil {
+		return nil, fmt.Errorf("--tool-call-parser: %w", err)
+	}
 	adm := DefaultAdmissionConfig()
 	if cfg.Admission != nil {
 		adm = *cfg.Admission
@@ -213,6 +221,7 @@ func New(cfg Config) (*Server, error) {
 		reg:             cfg.Registry,
 		routes:          routes{multi: cfg.MultiModel},
 		reasoningParser: cfg.ReasoningParser,
+		toolCallParser:  cfg.ToolCallParser,
 		metrics:         cfg.Metrics,
 		log:             cfg.Logger,
 		fleet:           cfg.Fleet,

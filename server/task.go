@@ -66,9 +66,11 @@ func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, 
 	rel := s.newRelay(j, cancel, p)
 	defer rel.stopTimer()
 
-	es, err := p.start(actx, &workers.GenerateRequest{
-		RequestID: id, InputIDs: j.inputIDs, Sampling: toSampling(j.sampling), Logprobs: logprobRequest(j.sampling),
-	})
+	smp := toSampling(j.sampling)
+	if j.constraint.Kind != workers.NoConstraint {
+		smp.Constraint = j.constraint
+	}
+	es, err := p.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: smp, Logprobs: logprobRequest(j.sampling)})
 	var done *kvgatev1.GenerateComplete
 	if err == nil {
 		done, err = rel.run(es)

@@ -116,6 +116,9 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	if j.reasoning, err = s.reasoningFor(j, req.ReasoningParser); err != nil {
 		return nil, err
 	}
+	if err := s.chatTools(j, req); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 

@@ -112,6 +112,9 @@ func validateSampling(sp *kvgatev1.SamplingParams) error {
 	if n := len(sp.StopTokenIds); n > maxStopTokenIDs {
 		return invalid("sampling_params.stop_token_ids has %d ids; the limit is %d", n, maxStopTokenIDs)
 	}
+	if err := validateConstraint(sp); err != nil {
+		return err
+	}
 	return validateLogprobs(sp)
 }
 
@@ -180,5 +183,6 @@ func toSampling(sp *kvgatev1.SamplingParams) workers.Sampling {
 		StopTokenIDs:      sp.StopTokenIds,
 		IgnoreEOS:         sp.IgnoreEos,
 		Seed:              sp.Seed,
+		Constraint:        samplingConstraint(sp),
 	}
 }

@@ -347,6 +347,10 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 		return g, func() {}, fmt.Errorf("--reasoning-parser: %w", err)
 	}
 	g.ReasoningParser = c.text.reasoningParser
+	if err := server.ValidateToolCallParser(c.text.toolCallParser); err != nil {
+		return g, func() {}, fmt.Errorf("--tool-call-parser: %w", err)
+	}
+	g.ToolCallParser = c.text.toolCallParser
 	// As in the seeds, service discovery serves every model its pods run.
 	g.IGW = c.igw || c.discovery.enabled
 	if g.ModelTexts, err = c.text.models.sources(g.IGW, c.text.src); err != nil {

@@ -23,13 +23,15 @@ type textFlags struct {
 	models modelPaths
 	// reasoningParser is --reasoning-parser.
 	reasoningParser string
-	l0Enabled       bool
-	l0MaxEntries    int
-	l0MaxMemory     int64
-	splitSpecial    bool
-	l1Enabled       bool
-	l1MaxMemory     int64
-	fetchTimeout    time.Duration
+	// toolCallParser is --tool-call-parser.
+	toolCallParser string
+	l0Enabled      bool
+	l0MaxEntries   int
+	l0MaxMemory    int64
+	splitSpecial   bool
+	l1Enabled      bool
+	l1MaxMemory    int64
+	fetchTimeout   time.Duration
 }
 
 func (t *textFlags) register(fs *flag.FlagSet) {
@@ -37,6 +39,7 @@ func (t *textFlags) register(fs *flag.FlagSet) {
 	fs.Var(&t.models, "model-path", "model directory (or tokenizer.json file), Hugging Face cache directory (models--org--name or one of its snapshots), or hub id org/name[@revision] (from the cache, else downloaded) to load the tokenizer and chat template from; empty: ask the workers (GetTokenizer). With --enable-igw, MODEL=PATH (repeatable) gives one model its own")
 	fs.StringVar(&t.src.TokenizerPath, "tokenizer-path", "", "tokenizer.json file, directory, Hugging Face cache directory or hub id, as --model-path; overrides --model-path for the tokenizer")
 	fs.StringVar(&t.reasoningParser, "reasoning-parser", "auto", "Chat: how answers' reasoning is split from their content (reasoning_content): auto (<think> blocks when the chat template writes <think>, or without a template when the vocabulary has <think> and </think>), none (raw text), qwen3 or deepseek_r1; a request's reasoning_parser overrides it")
+	fs.StringVar(&t.toolCallParser, "tool-call-parser", "auto", "Chat with tools: how tool calls are found in answers (tool_calls on chunks and completion): auto (the format whose markers the chat template writes), none (raw text), hermes (also Qwen2.5/Qwen3), llama3, mistral, deepseek_v3 or harmony (gpt-oss); a request's tool_call_parser overrides it")
 	fs.StringVar(&t.src.ChatTemplatePath, "chat-template", "", "Jinja chat template file (or chat_template.json); overrides the model's")
 	def := cache.DefaultConfig()
 	fs.BoolVar(&t.l0Enabled, "tokenizer-cache-enable-l0", def.L0Enabled, "exact-match tokenizer cache (exact, so on by default)")
