@@ -10,8 +10,9 @@ package parse
 //	</tool_call>
 //
 // Trimmed: whitespace between <tool_call> and the object, between the
-// object and </tool_call>, and after </tool_call> (the newline between two
-// calls, or before the content that follows them). Content before a call
+// object and </tool_call>, and after the </tool_call> of a call (the
+// newline between two calls, or before the content that follows them). A
+// malformed call's text is content as written, whitespace included. Content before a call
 // is released as written, its whitespace included.
 const (
 	hermesOpen  = "<tool_call>"
@@ -77,9 +78,11 @@ func (p *ToolParser) stepHermes(final bool) bool {
 		case -1:
 			return false
 		case 0:
+			// A failed call's text is content as the model wrote it, the
+			// whitespace after it included.
 			p.emit(hermesClose)
 			p.consume(len(hermesClose))
-			p.st = hermesAfter
+			p.st = hermesContent
 		case 1:
 			p.st = hermesContent
 		}

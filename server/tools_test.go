@@ -150,7 +150,7 @@ func TestChatToolCallsQwen3(t *testing.T) {
 				{Name: "get_weather", Arguments: `{"city":"Berlin \"Mitte\"","days":1}`}},
 			Finish: kvgatev1.FinishReason_FINISH_REASON_TOOL_CALLS}},
 		{"a call whose JSON is invalid", "this is broken", false, chatAnswer{
-			Reasoning: "Hmm.", Content: "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}\n</tool_call>Sorry.",
+			Reasoning: "Hmm.", Content: "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}\n</tool_call>\nSorry.",
 			Malformed: true, Finish: kvgatev1.FinishReason_FINISH_REASON_STOP}},
 		{"a call and trailing content", "Oslo?", false, chatAnswer{
 			Reasoning: "ok", Content: "I asked for Oslo.",
