@@ -14,6 +14,11 @@ type ToolFormat struct {
 	// one a chat template writes when it offers tools.
 	markers []string
 	detect  string
+	// unlike are strings of other formats that share detect: a template
+	// that writes one of them is not this format's (Qwen3-Coder's and
+	// Qwen3.5's <tool_call><function=…>, GLM's <tool_call>name<arg_key>,
+	// whose calls are not hermes JSON).
+	unlike []string
 }
 
 type toolKind uint8
@@ -29,7 +34,7 @@ const (
 // ToolFormats are the formats kvgate parses.
 func ToolFormats() []ToolFormat {
 	return []ToolFormat{
-		{Name: "hermes", kind: kindHermes, markers: []string{hermesOpen, hermesClose}, detect: hermesOpen},
+		{Name: "hermes", kind: kindHermes, markers: []string{hermesOpen, hermesClose}, detect: hermesOpen, unlike: []string{"<function=", "<arg_key>"}},
 		{Name: "llama3", kind: kindLlama3, markers: []string{llamaPythonTag}, detect: llamaPythonTag},
 		{Name: "mistral", kind: kindMistral, markers: []string{mistralCalls, mistralArgs}, detect: mistralCalls},
 		{Name: "deepseek_v3", kind: kindDeepSeekV3, markers: []string{dsCallsBegin, dsCallsEnd, dsCallBegin, dsCallEnd, dsSep}, detect: dsCallsBegin},
@@ -71,12 +76,21 @@ func DetectToolFormat(template string) (ToolFormat, bool) {
 	formats := ToolFormats()
 	for _, k := range order {
 		for _, f := range formats {
-			if f.kind == k && strings.Contains(template, f.detect) {
+			if f.kind == k && strings.Contains(template, f.detect) && !containsAny(template, f.unlike) {
 				return f, true
 			}
 		}
 	}
 	return ToolFormat{}, false
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // ToolOptions configure a ToolParser.
