@@ -158,3 +158,51 @@ func TestChatToolCallsOnRealTokenizers(t *testing.T) {
 		})
 	}
 }
+
+// gpt-oss's harmony answer, whose channel markers are special tokens, is
+// read whole by the harmony parser: the analysis channel is the reasoning
+// (no <think> parser runs besides), a message to functions.NAME a call,
+// and the final channel the content.
+func TestChatHarmonyChannels(t *testing.T) {
+	const (
+		call = "<|channel|>analysis<|message|>The user asks about Paris.<|end|>" +
+			"<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>"
+		final = "<|channel|>analysis<|message|>Simple question.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny in Rome.<|return|>"
+	)
+	dir := simTokenizerWith(t, "<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
+	f := startFleet(t, fleetOptions{workers: 1, text: true, sim: func(_ int, c *sim.Config) {
+		c.TokenizerDir = dir
+		c.Scripts = []sim.Script{{When: "Paris", Text: call}, {When: "Rome", Text: final}}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	harmony := "harmony"
+	for _, tc := range []struct {
+		question string
+		want     chatAnswer
+	}{
+		{"Weather in Paris?", chatAnswer{Reasoning: "The user asks about Paris.",
+			Calls: []chatCall{{Name: "get_weather", Arguments: `{"city":"Paris"}`}}, Finish: kvgatev1.FinishReason_FINISH_REASON_TOOL_CALLS}},
+		{"Weather in Rome?", chatAnswer{Reasoning: "Simple question.", Content: "It is sunny in Rome.",
+			Finish: kvgatev1.FinishReason_FINISH_REASON_STOP}},
+	} {
+		for _, stream := range []bool{false, true} {
+			r, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Stream: stream, Tools: weatherTools(t), ToolCallParser: &harmony,
+				ReasoningParser: ptr("qwen3"), // ignored: harmony carries the reasoning itself
+				Messages:        []*kvgatev1.ChatMessage{{Role: "user", Content: tc.question}},
+				SamplingParams:  &kvgatev1.SamplingParams{MaxNewTokens: u32(100)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			answers := []chatAnswer{fromCompletion(t, r.complete)}
+			if stream {
+				answers = append(answers, fromChunks(t, r.chunks, r.complete.GetFinishReason()))
+			}
+			for _, got := range answers {
+				if !sameAnswer(got, tc.want) {
+					t.Fatalf("%s stream=%v:\n got %+v\nwant %+v", tc.question, stream, got, tc.want)
+				}
+			}
+		}
+	}
+}
