@@ -108,6 +108,8 @@ type job struct {
 	// parser reads, kept in the text.
 	tools       func() toolParser
 	keepSpecial []uint32
+	// model names the request's model in metrics (set by the pipeline).
+	model string
 	// constraint, when set, constrains the output in place of
 	// sampling_params' (Chat's response_format and tool_choice).
 	constraint workers.Constraint

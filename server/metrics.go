@@ -39,6 +39,7 @@ type Metrics struct {
 	embedTokens   *prometheus.CounterVec
 	itl           prometheus.Histogram
 	modelRequests *prometheus.CounterVec
+	toolCalls     *prometheus.CounterVec
 
 	requests   *prometheus.CounterVec
 	errors     *prometheus.CounterVec
@@ -190,8 +191,11 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .25, .5, 1}})
 	m.modelRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_model_requests_total",
 		Help: "Requests placed, by the model they ran on (with --enable-igw, the model they named)."}, []string{"model"})
+	m.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_tool_calls_total",
+		Help: "Chat with tools: calls parsed out of answers (result=parsed), and answers holding a call that did not parse, returned as content (result=malformed)."},
+		[]string{"model", "result"})
 	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens,
-		m.embedTokens, m.itl, m.modelRequests)
+		m.embedTokens, m.itl, m.modelRequests, m.toolCalls)
 	return m
 }
 

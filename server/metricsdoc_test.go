@@ -387,8 +387,15 @@ func textAndAdmission(t *testing.T) *fleet {
 			t.Fatalf("chat %d: %v", i, err)
 		}
 	}
+	tctx, tcancel := keyed("tools")
+	r, err := f.chat(tctx, t, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "Weather in Paris?"}},
+		Tools: weatherTools(t), ToolChoice: &kvgatev1.ToolChoice{Function: "get_weather"}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(64)}})
+	tcancel()
+	if err != nil || len(r.complete.GetToolCalls()) != 1 {
+		t.Fatalf("chat with a forced tool call: %v, %v", err, r.complete)
+	}
 	ectx, ecancel := keyed("embed")
-	_, err := f.router.Embed(ectx, &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{Text: "an embedding"}, {InputIds: prompt(1, 4)}}})
+	_, err = f.router.Embed(ectx, &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{Text: "an embedding"}, {InputIds: prompt(1, 4)}}})
 	ecancel()
 	if err != nil {
 		t.Fatalf("embed: %v", err)

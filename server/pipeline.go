@@ -38,6 +38,7 @@ func (s *Server) run(ctx context.Context, j *job) error {
 	if model == "" {
 		model = s.servedModel()
 	}
+	j.model = model
 	s.metrics.modelRequests.WithLabelValues(model).Inc()
 	defer func() {
 		s.metrics.policyLatency.WithLabelValues(j.route.disp.policyName()).Observe(time.Since(j.start).Seconds())

@@ -101,6 +101,15 @@ func (g *generation) deliver(ctx context.Context, p placement, log *slog.Logger,
 		return err
 	}
 	s.metrics.countTokens(done.Worker, done.GetUsage())
+	if j.tools != nil {
+		if n := len(done.ToolCalls); n > 0 {
+			s.metrics.toolCalls.WithLabelValues(j.model, "parsed").Add(float64(n))
+		}
+		if done.MalformedToolCall {
+			s.metrics.toolCalls.WithLabelValues(j.model, "malformed").Inc()
+		}
+		log = log.With("tool_calls", len(done.ToolCalls), "malformed_tool_call", done.MalformedToolCall)
+	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		u := done.GetUsage()
 		span.SetAttributes(attrWorker.String(done.Worker), attrUsagePrompt.Int(int(u.GetPromptTokens())),
