@@ -78,7 +78,7 @@ func (p *ToolParser) stepDeepSeek(final bool) bool {
 		case wait:
 			return false
 		case which == 0:
-			p.begin(len(dsCallBegin), true)
+			p.begin(nil, len(dsCallBegin), true)
 			p.st = dsType
 		case which == 1:
 			p.consume(len(dsCallsEnd))

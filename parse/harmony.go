@@ -167,10 +167,8 @@ func (p *ToolParser) harmonyHeader(h string) bool {
 		p.st = hmBody
 		return true
 	}
-	p.in = string(p.hold) + p.in
-	n += len(p.hold)
+	p.begin(p.hold, n, true)
 	p.hold = p.hold[:0]
-	p.begin(n, true)
 	p.st = hmResync
 	if name, ok := strings.CutPrefix(recipient, functionsPrefix); ok {
 		p.call.name = name

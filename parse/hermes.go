@@ -39,7 +39,7 @@ func (p *ToolParser) stepHermes(final bool) bool {
 		if p.emitUntil(hermesOpens, final, &p.content) < 0 {
 			return false
 		}
-		p.begin(len(hermesOpen), false)
+		p.begin(nil, len(hermesOpen), false)
 		p.st = hermesJSON
 	case hermesJSON:
 		switch p.feedJSON() {

@@ -88,10 +88,8 @@ func (p *ToolParser) llamaCallStart(final bool, otherwise int) bool {
 		if which == 0 {
 			n = len(llamaPythonTag)
 		}
-		p.in = string(p.hold) + p.in
-		n += len(p.hold)
+		p.begin(p.hold, n, false)
 		p.hold = p.hold[:0]
-		p.begin(n, false)
 		p.st = llamaJSON
 	default:
 		p.emit(string(p.hold))

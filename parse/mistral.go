@@ -64,10 +64,8 @@ func (p *ToolParser) stepMistral(final bool) bool {
 			p.consume(1)
 			p.st = mistralArray
 		case isNameByte(rest[0]):
-			p.in = string(p.hold) + p.in
-			n := len(p.hold)
+			p.begin(p.hold, 0, true)
 			p.hold = p.hold[:0]
-			p.begin(n, true)
 			p.st = mistralName
 		default:
 			p.emit(string(p.hold))
@@ -141,7 +139,7 @@ func (p *ToolParser) stepMistralArray() bool {
 	switch {
 	case b == '{' && p.scan.expectsValue():
 		p.hold = p.hold[:0]
-		p.begin(0, false)
+		p.begin(nil, 0, false)
 		p.elem = true
 	case isJSONSpace(b) || b == ',' || b == ']':
 		if !p.scan.step(b) {

@@ -126,8 +126,8 @@ type CallDelta struct {
 	Invalid bool
 }
 
-// Answer is the fold of an answer's deltas: what a client that applied
-// every Delta in order holds at the end.
+// Answer is the fold of an answer's deltas (see Fold): what a client that
+// applied every Delta in order holds at the end.
 type Answer struct {
 	Content, Reasoning string
 	Calls              []Call
@@ -138,32 +138,6 @@ type Answer struct {
 type Call struct {
 	Index           int
 	Name, Arguments string
-}
-
-// Add applies d. A retracted call is removed; since only the call being
-// parsed can be retracted, it is the last one, and the parser gives its
-// index to the next call: the indices of an answer's calls are always
-// 0..n-1, as OpenAI clients expect.
-func (a *Answer) Add(d Delta) {
-	a.Content += d.Content
-	a.Reasoning += d.Reasoning
-	a.Malformed = a.Malformed || d.Malformed
-	for _, c := range d.Calls {
-		n := len(a.Calls)
-		switch {
-		case c.Invalid:
-			if n > 0 && a.Calls[n-1].Index == c.Index {
-				a.Calls = a.Calls[:n-1]
-			}
-			if len(a.Calls) == 0 {
-				a.Calls = nil
-			}
-		case n > 0 && a.Calls[n-1].Index == c.Index:
-			a.Calls[n-1].Arguments += c.Arguments
-		default:
-			a.Calls = append(a.Calls, Call{Index: c.Index, Name: c.Name, Arguments: c.Arguments})
-		}
-	}
 }
 
 // maxNameLen bounds a function's name: a longer one is malformed, so the
@@ -344,13 +318,28 @@ func (p *ToolParser) emitUntil(markers []string, final bool, to *strings.Builder
 
 // firstMarker finds the earliest of markers in s.
 func firstMarker(s string, markers []string) (pos, which int) {
-	pos, which = len(s), -1
-	for i, m := range markers {
-		if j := strings.Index(s[:min(len(s), pos+len(m))], m); j >= 0 && j < pos {
-			pos, which = j, i
+	// Searching for each marker in turn would scan the whole input for a
+	// marker that does not occur, once per call: quadratic in an answer
+	// of many calls that arrives in one delta. Instead, stop at each byte
+	// a marker starts with and try the markers there, so the cost is the
+	// bytes up to the first marker found.
+	var starts [256]bool
+	for _, m := range markers {
+		if m != "" {
+			starts[m[0]] = true
 		}
 	}
-	return pos, which
+	for i := 0; i < len(s); i++ {
+		if !starts[s[i]] {
+			continue
+		}
+		for k, m := range markers {
+			if m != "" && strings.HasPrefix(s[i:], m) {
+				return i, k
+			}
+		}
+	}
+	return len(s), -1
 }
 
 // skipSpace consumes leading whitespace, as part of the current call's
@@ -432,11 +421,15 @@ type callState struct {
 	started bool
 }
 
-// begin starts a call whose raw text starts with the first n bytes of
-// the input (its opening marker) and whose JSON is bare or wrapped.
-func (p *ToolParser) begin(n int, bare bool) {
+// begin starts a call whose raw text starts with held (format text kept
+// aside, such as llama3's leading whitespace) and the first n bytes of the
+// input (its opening marker), and whose JSON is bare or wrapped. held is
+// written to the raw text rather than put back before the input, which
+// would copy the rest of the input once per call.
+func (p *ToolParser) begin(held []byte, n int, bare bool) {
 	p.call.active, p.call.announced, p.call.jsonDone = true, false, false
 	p.call.raw.Reset()
+	p.call.raw.Write(held)
 	p.call.name, p.call.field, p.call.bare, p.call.started = "", fieldNone, bare, false
 	p.call.key, p.call.nameText, p.call.pendingArgs = p.call.key[:0], p.call.nameText[:0], p.call.pendingArgs[:0]
 	p.call.haveName, p.call.haveAr = false, false

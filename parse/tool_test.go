@@ -46,12 +46,12 @@ func calls(nameArgs ...string) []Call {
 func foldChecked(t testing.TB, f ToolFormat, tools []string, chunks []string) Answer {
 	t.Helper()
 	p := NewToolParser(f, ToolOptions{Tools: tools})
-	var a Answer
+	var fo Fold
 	apply := func(d Delta) {
 		t.Helper()
 		for _, c := range d.Calls {
-			n := len(a.Calls)
-			last := n > 0 && a.Calls[n-1].Index == c.Index
+			n := len(fo.calls)
+			last := n > 0 && fo.calls[n-1].index == c.Index
 			switch {
 			case c.Invalid && (!last || !d.Malformed):
 				t.Fatalf("retraction of call %d, not the one streamed (or without Malformed): %+v", c.Index, d)
@@ -60,16 +60,16 @@ func foldChecked(t testing.TB, f ToolFormat, tools []string, chunks []string) An
 			case !c.Invalid && c.Name == "" && !last:
 				t.Fatalf("fragment of call %d, which was not announced: %+v", c.Index, d)
 			}
-			a.Add(Delta{Calls: []CallDelta{c}})
+			fo.Add(Delta{Calls: []CallDelta{c}})
 		}
 		d.Calls = nil
-		a.Add(d)
+		fo.Add(d)
 	}
 	for _, c := range chunks {
 		apply(p.Push(c))
 	}
 	apply(p.Flush())
-	return a
+	return fo.Answer()
 }
 
 func parseTools(t testing.TB, f ToolFormat, tools []string, chunks ...string) Answer {
@@ -153,13 +153,14 @@ func TestToolParsersStreamArguments(t *testing.T) {
 	} {
 		t.Run(tc.format, func(t *testing.T) {
 			p := NewToolParser(mustFormat(t, tc.format), ToolOptions{})
-			var a Answer
+			var fo Fold
 			// The arguments' value ends at its '}' (the wrapper's own '}'
 			// and the end marker follow it).
 			argsEnd := strings.Index(tc.answer, tc.args) + len(tc.args)
 			namedBy := strings.Index(tc.answer, tc.namedBy) + len(tc.namedBy)
 			for i := range len(tc.answer) {
-				a.Add(p.Push(tc.answer[i : i+1]))
+				fo.Add(p.Push(tc.answer[i : i+1]))
+				a := fo.Answer()
 				if i+1 >= namedBy && (len(a.Calls) != 1 || a.Calls[0].Name != tc.name) {
 					t.Fatalf("name not announced after %q: %+v", tc.answer[:i+1], a.Calls)
 				}
@@ -180,8 +181,9 @@ func TestToolParsersStreamArguments(t *testing.T) {
 // streamedUpTo is the arguments released after pushing prefix.
 func streamedUpTo(t *testing.T, format, prefix string) string {
 	p := NewToolParser(mustFormat(t, format), ToolOptions{})
-	var a Answer
-	a.Add(p.Push(prefix))
+	var fo Fold
+	fo.Add(p.Push(prefix))
+	a := fo.Answer()
 	if len(a.Calls) == 0 {
 		return ""
 	}
@@ -343,11 +345,12 @@ func BenchmarkToolParserByteByByte(b *testing.B) {
 
 func ExampleToolParser() {
 	p := NewToolParser(ToolFormats()[0], ToolOptions{Tools: []string{"get_weather"}})
-	var a Answer
+	var fo Fold
 	for _, chunk := range []string{"Checking.\n<tool", "_call>\n{\"name\": \"get_weather\", ", `"arguments": {"city": "Paris"}}`, "\n</tool_call>"} {
-		a.Add(p.Push(chunk))
+		fo.Add(p.Push(chunk))
 	}
-	a.Add(p.Flush())
+	fo.Add(p.Flush())
+	a := fo.Answer()
 	fmt.Printf("%q %+v\n", a.Content, a.Calls)
 	// Output: "Checking.\n" [{Index:0 Name:get_weather Arguments:{"city": "Paris"}}]
 }
@@ -378,23 +381,34 @@ func TestToolParsersHoldBackOnlyWhatTheyMust(t *testing.T) {
 	}
 }
 
-// BenchmarkToolParserHostile pushes answers written to find a quadratic
-// path, byte by byte, at 64 KB and 1 MB: whitespace a format holds while
-// it decides (llama3's leading whitespace, after mistral's [TOOL_CALLS]),
-// nesting up to the depth bound, and a marker repeated without end.
-func BenchmarkToolParserHostile(b *testing.B) {
-	hostile := []struct{ name, prefix, unit string }{
+// hostileAnswers are answers of about size bytes written to find a
+// quadratic path: whitespace a format holds while it decides (llama3's
+// leading whitespace, after mistral's [TOOL_CALLS]), nesting up to the
+// depth bound, a marker repeated without end, a string that never closes.
+func hostileAnswers(size int) []struct{ name, answer string } {
+	var out []struct{ name, answer string }
+	for _, h := range []struct{ name, prefix, unit string }{
 		{"spaces", "", " "},
 		{"after-marker", "[TOOL_CALLS]", " "},
 		{"nesting", "", "<tool_call>" + strings.Repeat("[", maxJSONDepth) + "]"},
 		{"markers", "", "<tool_call>{<|start|>" + dsCallBegin},
 		{"long-string", `<tool_call>{"name": "f", "arguments": {"a": "`, "x"},
 		{"harmony-heads", "", "<|channel|>analysis<|message|>"},
+	} {
+		out = append(out, struct{ name, answer string }{h.name, h.prefix + strings.Repeat(h.unit, size/len(h.unit)+1)})
 	}
+	return out
+}
+
+// BenchmarkToolParserHostile pushes answers written to find a quadratic
+// path, byte by byte, at 64 KB and 1 MB: whitespace a format holds while
+// it decides (llama3's leading whitespace, after mistral's [TOOL_CALLS]),
+// nesting up to the depth bound, and a marker repeated without end.
+func BenchmarkToolParserHostile(b *testing.B) {
 	for _, f := range ToolFormats() {
-		for _, h := range hostile {
-			for _, size := range []int{64 << 10, 1 << 20} {
-				answer := h.prefix + strings.Repeat(h.unit, size/len(h.unit)+1)
+		for _, size := range []int{64 << 10, 1 << 20} {
+			for _, h := range hostileAnswers(size) {
+				answer := h.answer
 				b.Run(fmt.Sprintf("%s/%s/%dKB", f.Name, h.name, size>>10), func(b *testing.B) {
 					b.SetBytes(int64(len(answer)))
 					for range b.N {

@@ -16,7 +16,7 @@ type answer struct {
 	// ids names the calls; id is the current id of each announced index.
 	ids    callIDs
 	id     map[int]string
-	folded parse.Answer
+	folded parse.Fold
 }
 
 // shaped is what one text delta released.
@@ -109,10 +109,11 @@ func joinDeltas(a, b parse.Delta) parse.Delta {
 // calls that stopped as usual finishes with TOOL_CALLS, as OpenAI's API
 // says finish_reason "tool_calls".
 func (a *answer) fill(c *kvgatev1.GenerateComplete) {
-	c.Text = a.folded.Content
-	c.ReasoningContent = a.folded.Reasoning
-	c.MalformedToolCall = a.folded.Malformed
-	for _, call := range a.folded.Calls {
+	whole := a.folded.Answer()
+	c.Text = whole.Content
+	c.ReasoningContent = whole.Reasoning
+	c.MalformedToolCall = whole.Malformed
+	for _, call := range whole.Calls {
 		c.ToolCalls = append(c.ToolCalls, toolCall(a.id[call.Index], call))
 	}
 	if len(c.ToolCalls) > 0 && c.FinishReason == kvgatev1.FinishReason_FINISH_REASON_STOP {
