@@ -42,15 +42,7 @@ func TestChatKeepsSpecialToolMarkers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			answers := []chatAnswer{fromCompletion(t, r.complete)}
-			if stream {
-				answers = append(answers, fromChunks(t, r.chunks, r.complete.GetFinishReason()))
-			}
-			for _, got := range answers {
-				if !sameAnswer(got, tc.want) {
-					t.Fatalf("%s stream=%v:\n got %+v\nwant %+v", tc.parser, stream, got, tc.want)
-				}
-			}
+			expectAnswer(t, tc.parser, r, stream, tc.want)
 		}
 	}
 }
@@ -145,15 +137,7 @@ func TestChatToolCallsOnRealTokenizers(t *testing.T) {
 				if stream && len(r.chunks) < 10 {
 					t.Fatalf("the answer came in %d chunks; the test wants it token by token", len(r.chunks))
 				}
-				answers := []chatAnswer{fromCompletion(t, r.complete)}
-				if stream {
-					answers = append(answers, fromChunks(t, r.chunks, r.complete.GetFinishReason()))
-				}
-				for _, got := range answers {
-					if !sameAnswer(got, tc.want) {
-						t.Fatalf("stream=%v:\n got %+v\nwant %+v", stream, got, tc.want)
-					}
-				}
+				expectAnswer(t, tc.tokenizer, r, stream, tc.want)
 			}
 		})
 	}
@@ -194,15 +178,7 @@ func TestChatHarmonyChannels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			answers := []chatAnswer{fromCompletion(t, r.complete)}
-			if stream {
-				answers = append(answers, fromChunks(t, r.chunks, r.complete.GetFinishReason()))
-			}
-			for _, got := range answers {
-				if !sameAnswer(got, tc.want) {
-					t.Fatalf("%s stream=%v:\n got %+v\nwant %+v", tc.question, stream, got, tc.want)
-				}
-			}
+			expectAnswer(t, tc.question, r, stream, tc.want)
 		}
 	}
 }

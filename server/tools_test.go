@@ -202,6 +202,27 @@ func TestChatToolCallsQwen3(t *testing.T) {
 	}
 }
 
+// answersOf is what a client makes of a Chat: the completion's answer and,
+// streamed, the chunks' folded.
+func answersOf(t testing.TB, r result, stream bool) []chatAnswer {
+	t.Helper()
+	answers := []chatAnswer{fromCompletion(t, r.complete)}
+	if stream {
+		answers = append(answers, fromChunks(t, r.chunks, r.complete.GetFinishReason()))
+	}
+	return answers
+}
+
+// expectAnswer holds every way a client reads a Chat (answersOf) to want.
+func expectAnswer(t testing.TB, label string, r result, stream bool, want chatAnswer) {
+	t.Helper()
+	for _, got := range answersOf(t, r, stream) {
+		if !sameAnswer(got, want) {
+			t.Fatalf("%s stream=%v:\n got %+v\nwant %+v", label, stream, got, want)
+		}
+	}
+}
+
 // sameAnswer compares answers, ids aside (sameIDs compares those).
 func sameAnswer(a, b chatAnswer) bool {
 	if a.Reasoning != b.Reasoning || a.Content != b.Content || a.Malformed != b.Malformed || a.Finish != b.Finish || len(a.Calls) != len(b.Calls) {
@@ -242,11 +263,7 @@ func TestChatToolChoiceForcesCalls(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					answers := []chatAnswer{fromCompletion(t, r.complete)}
-					if stream {
-						answers = append(answers, fromChunks(t, r.chunks, r.complete.GetFinishReason()))
-					}
-					for _, a := range answers {
+					for _, a := range answersOf(t, r, stream) {
 						if a.Finish != kvgatev1.FinishReason_FINISH_REASON_TOOL_CALLS || a.Malformed || len(a.Calls) == 0 || a.Content != "" {
 							t.Fatalf("stream=%v: %+v (text %q)", stream, a, r.complete.GetText())
 						}
