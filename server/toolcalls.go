@@ -75,12 +75,14 @@ func (s *Server) chatTools(j *job, req *kvgatev1.ChatRequest) error {
 	if forced {
 		return forceTools(j, tools, fn)
 	}
-	if len(tools) == 0 || mode == choiceNone {
-		return nil
-	}
 	f, ok, err := s.toolFormatFor(j, req.ToolCallParser)
 	if err != nil || !ok {
 		return err
+	}
+	// A format that also carries the reasoning (harmony's channels) is
+	// parsed whatever the tools: without it the answer is its raw channels.
+	if !f.HandlesReasoning() && (len(tools) == 0 || mode == choiceNone) {
+		return nil
 	}
 	opts := parse.ToolOptions{Tools: make([]string, 0, len(tools))}
 	for _, t := range tools {

@@ -163,15 +163,24 @@ func TestChatHarmonyChannels(t *testing.T) {
 	harmony := "harmony"
 	for _, tc := range []struct {
 		question string
+		noTools  bool
 		want     chatAnswer
 	}{
-		{"Weather in Paris?", chatAnswer{Reasoning: "The user asks about Paris.",
+		{"Weather in Paris?", false, chatAnswer{Reasoning: "The user asks about Paris.",
 			Calls: []chatCall{{Name: "get_weather", Arguments: `{"city":"Paris"}`}}, Finish: kvgatev1.FinishReason_FINISH_REASON_TOOL_CALLS}},
-		{"Weather in Rome?", chatAnswer{Reasoning: "Simple question.", Content: "It is sunny in Rome.",
+		{"Weather in Rome?", false, chatAnswer{Reasoning: "Simple question.", Content: "It is sunny in Rome.",
+			Finish: kvgatev1.FinishReason_FINISH_REASON_STOP}},
+		// Without tools the channels are still parsed: they carry the
+		// reasoning and the content.
+		{"Weather in Rome?", true, chatAnswer{Reasoning: "Simple question.", Content: "It is sunny in Rome.",
 			Finish: kvgatev1.FinishReason_FINISH_REASON_STOP}},
 	} {
 		for _, stream := range []bool{false, true} {
-			r, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Stream: stream, Tools: weatherTools(t), ToolCallParser: &harmony,
+			tools := weatherTools(t)
+			if tc.noTools {
+				tools = nil
+			}
+			r, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Stream: stream, Tools: tools, ToolCallParser: &harmony,
 				ReasoningParser: ptr("qwen3"), // ignored: harmony carries the reasoning itself
 				Messages:        []*kvgatev1.ChatMessage{{Role: "user", Content: tc.question}},
 				SamplingParams:  &kvgatev1.SamplingParams{MaxNewTokens: u32(100)}})

@@ -1175,7 +1175,8 @@ type ChatRequest struct {
 	// Qwen3), "llama3", "mistral", "deepseek_v3", "harmony" (gpt-oss),
 	// "none" (the raw text), or unset for the router's --tool-call-parser
 	// (which by default detects the format from the chat template). Calls
-	// are parsed only when the request has tools.
+	// are parsed only when the request has tools, except in "harmony",
+	// whose channels also carry the reasoning and are always parsed.
 	ToolCallParser *string `protobuf:"bytes,11,opt,name=tool_call_parser,json=toolCallParser,proto3,oneof" json:"tool_call_parser,omitempty"`
 	// Whether and which tool the model must call. Unset is "auto".
 	ToolChoice *ToolChoice `protobuf:"bytes,12,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`

@@ -746,7 +746,8 @@ export type ChatRequest = Message<"kvgate.v1.ChatRequest"> & {
    * Qwen3), "llama3", "mistral", "deepseek_v3", "harmony" (gpt-oss),
    * "none" (the raw text), or unset for the router's --tool-call-parser
    * (which by default detects the format from the chat template). Calls
-   * are parsed only when the request has tools.
+   * are parsed only when the request has tools, except in "harmony",
+   * whose channels also carry the reasoning and are always parsed.
    *
    * @generated from field: optional string tool_call_parser = 11;
    */
