@@ -253,19 +253,35 @@ func BenchmarkEvict64M(b *testing.B) {
 				idle := probeSelections(tr, probe, stop)
 				time.Sleep(time.Second)
 				close(stop)
-				idleMax := (<-idle).max
+				quiet := <-idle
 				stop = make(chan struct{})
 				busy := probeSelections(tr, probe, stop)
+				var held, longest time.Duration
+				slices, long := 0, 0
+				tr.onSlice = func(d time.Duration) {
+					held += d
+					longest = max(longest, d)
+					slices++
+					if d > time.Millisecond {
+						long++
+					}
+				}
 				start := time.Now()
 				evicted := tr.Evict()
 				took := time.Since(start)
 				close(stop)
 				r := <-busy
 				b.ReportMetric(float64(took.Milliseconds()), "evict-ms")
+				b.ReportMetric(float64(held.Milliseconds()), "lock-held-ms")
+				b.ReportMetric(float64(longest.Microseconds()), "max-slice-µs")
+				b.ReportMetric(float64(slices), "slices")
+				b.ReportMetric(float64(long), "slices>1ms")
 				b.ReportMetric(float64(r.max.Microseconds()), "max-select-µs")
 				b.ReportMetric(float64(r.over1ms), "selections>1ms")
 				b.ReportMetric(float64(r.n), "selections")
-				b.ReportMetric(float64(idleMax.Microseconds()), "idle-max-select-µs")
+				b.ReportMetric(float64(quiet.max.Microseconds()), "idle-max-select-µs")
+				b.ReportMetric(float64(quiet.over1ms), "idle-selections>1ms")
+				b.ReportMetric(float64(quiet.n), "idle-selections")
 				b.ReportMetric(float64(evicted)/float64(before.Tokens)*100, "evicted-%")
 				b.ReportMetric(float64(before.UniqueTokens), "tokens")
 				b.ReportMetric(float64(before.Nodes), "nodes")

@@ -278,18 +278,45 @@ func (h *candHeap) siftDown(i int) {
 	}
 }
 
+// evictBatch is how many candidates evictFrom takes off its heap per lock
+// slice, at most.
+const evictBatch = 256
+
 // evictFrom pops and evicts candidates until the tree is within budget (done)
 // or the heap is empty. When a pair goes, its parent may join the frontier.
+//
+// The heap is Evict's own, and with millions of candidates its operations
+// (a cache miss per level) cost more than the evictions: so they run with
+// the lock released. Before each slice the batch is topped up from the heap,
+// in order; under the lock the slice evicts from the batch, where a parent
+// that joins the frontier, or a candidate whose key changed, goes too. It
+// stops where the heap's smallest candidate comes first, so the order is
+// exactly the one a single heap gives.
 func (t *Tree) evictFrom(h *candHeap) (evicted int, done bool) {
 	s := slicer{t: t, write: true}
-	s.lock()
-	defer s.unlock()
-	for len(h.items) > 0 {
-		if !t.over() {
+	batch := &candHeap{order: h.order, items: make([]cand, 0, 2*evictBatch)}
+	for len(h.items) > 0 || len(batch.items) > 0 {
+		// Top up outside the lock; taking at least every candidate that
+		// comes before the batch's first means every slice progresses.
+		for len(h.items) > 0 && (len(batch.items) < evictBatch || h.less(&h.items[0], &batch.items[0])) {
+			batch.push(h.pop())
+		}
+		s.lock()
+		for len(batch.items) > 0 && t.over() {
+			if len(h.items) > 0 && h.less(&h.items[0], &batch.items[0]) {
+				break // a candidate still in the heap goes first
+			}
+			evicted += t.evictOne(batch, batch.pop())
+			if s.due() {
+				break
+			}
+		}
+		over := t.over()
+		s.unlock()
+		if !over {
 			return evicted, true
 		}
-		s.yield()
-		evicted += t.evictOne(h, h.pop())
+		s.stepAside()
 	}
-	return evicted, !t.over()
+	return evicted, false
 }

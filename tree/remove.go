@@ -5,13 +5,23 @@ import (
 	"time"
 )
 
-// holdSlice bounds how long Evict and RemoveTenant keep the lock before
-// letting routing in: the issue allows a selection to wait about 1 ms.
-const holdSlice = 200 * time.Microsecond
+// Evict and RemoveTenant hold the tree's lock in slices. A slice ends after
+// holdSlice, or after minSlice once a selection is waiting: the issue allows
+// a selection to wait about 1 ms on them, and the wait a selection sees is
+// what is left of the current slice (plus the scheduler's handover). The
+// budget is measured in time, not in steps, because a step's cost varies by
+// tree shape: a node of a one-page-node trie and an 8K-token node differ a
+// hundredfold. minSlice keeps the work progressing under steady traffic:
+// otherwise a stream of selections, each arriving as the last leaves, would
+// take every slice's turn.
+const (
+	holdSlice = 200 * time.Microsecond
+	minSlice  = 20 * time.Microsecond
+)
 
-// slicer holds the tree's lock in slices of at most about holdSlice, for
-// work that walks much of the tree. Between slices the tree may change, so
-// such work must hold only node pointers (checking deleted) across yield.
+// slicer holds the tree's lock in slices (see holdSlice), for work that
+// walks much of the tree. Between slices the tree may change, so such work
+// must hold only node pointers (checking deleted) across yield.
 type slicer struct {
 	t     *Tree
 	write bool
@@ -29,6 +39,9 @@ func (s *slicer) lock() {
 }
 
 func (s *slicer) unlock() {
+	if s.t.onSlice != nil {
+		s.t.onSlice(time.Since(s.start))
+	}
 	if s.write {
 		s.t.mu.Unlock()
 	} else {
@@ -36,18 +49,41 @@ func (s *slicer) unlock() {
 	}
 }
 
-// yield releases the lock for a moment once the slice is used up. Checking
-// the clock every few steps keeps its cost out of the profile.
-func (s *slicer) yield() {
-	if s.n++; s.n%8 != 0 || time.Since(s.start) < holdSlice {
-		return
+// due reports whether the slice is used up: holdSlice spent, or minSlice
+// spent with a selection waiting. The atomic load is checked every step, so
+// a waiting selection is noticed at once; the clock only every few steps
+// when nobody waits, to keep its cost out of the profile.
+func (s *slicer) due() bool {
+	s.n++
+	if s.t.waiting.Load() > 0 {
+		return time.Since(s.start) >= minSlice
 	}
+	return s.n%8 == 0 && time.Since(s.start) >= holdSlice
+}
+
+// yield releases the lock for a moment once the slice is used up.
+func (s *slicer) yield() {
+	if s.due() {
+		s.pause()
+	}
+}
+
+// pause ends the slice: it releases the lock, lets the waiting selections
+// in, and takes the lock again.
+func (s *slicer) pause() {
 	s.unlock()
+	s.stepAside()
+	s.lock()
+}
+
+// stepAside runs with the lock released: it lets the selections waiting for
+// the lock take it before the work goes on. sync.Mutex lets the unlocker
+// barge back in, and would hand over only after 1 ms.
+func (s *slicer) stepAside() {
 	runtime.Gosched()
 	for i := 0; i < 100 && s.t.waiting.Load() > 0; i++ {
 		runtime.Gosched()
 	}
-	s.lock()
 }
 
 // Trim makes tenant hold at most keep tokens (rounded down to whole pages) of
