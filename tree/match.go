@@ -50,14 +50,18 @@ type scratch struct {
 	path []step
 	best []reach  // by tenant id: tokens matched so far
 	seen []uint32 // ids with best.tokens > 0
+	seq  []uint32 // Extend's prompt and reply, or the reply's part below the prompt
 }
 
 // descend walks ids (whole pages) from the root as far as the tree matches
 // and records the path; it returns the matched length. It only reads.
-func (t *Tree) descend(ids []uint32, s *scratch) int {
+func (t *Tree) descend(ids []uint32, s *scratch) int { return t.descendFrom(&t.root, ids, s) }
+
+// descendFrom is descend from node top, ids being what follows top's path.
+func (t *Tree) descendFrom(top *node, ids []uint32, s *scratch) int {
 	ps := t.pageSize
 	s.path = s.path[:0]
-	n, pos := &t.root, 0
+	n, pos := top, 0
 	for pos < len(ids) {
 		c := n.child(ids[pos : pos+ps])
 		if c == nil {
@@ -209,10 +213,21 @@ func (t *Tree) insertPath(ids []uint32, tenant string, priority int32, confirm b
 // what the tree did not hold. It returns the tenant's id; the insert's tick
 // is t.clock.
 func (t *Tree) insert(ids []uint32, pos int, path []step, name string, priority int32, confirm bool) uint32 {
+	return t.insertBelow(&t.root, ids, pos, path, name, priority, confirm)
+}
+
+// insertBelow is insert along a path descendFrom(top) found: it touches top
+// and its ancestors too, so that, as after any insert, the tenant's whole
+// path carries the insert's tick (ExpireSpeculative relies on it). It
+// remembers where the insert ended, for Extend.
+func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name string, priority int32, confirm bool) uint32 {
 	id := t.intern(name)
 	t.clock++
 	now := t.clock
-	parent := &t.root
+	for a := top; a != &t.root; a = a.parent {
+		t.touch(a, id, now, priority, confirm)
+	}
+	parent := top
 	for _, st := range path {
 		n := st.n
 		if st.l < len(n.tokens) {
@@ -227,7 +242,9 @@ func (t *Tree) insert(ids []uint32, pos int, path []step, name string, priority 
 		t.nodes++
 		t.unique += len(leaf.tokens)
 		t.touch(leaf, id, now, priority, confirm)
+		parent = leaf
 	}
+	t.ends.remember(now, parent)
 	return id
 }
 

@@ -293,6 +293,19 @@ func run(t *testing.T, b []byte) {
 	for step := 0; len(b) > 0; step++ {
 		op := next() % 24
 		switch {
+		case op%2 == 1 && op < 4 && len(decisions) > 0:
+			// A reply joins an earlier insert's prompt: Extend must leave
+			// the tree as inserting the two together would, whatever
+			// happened to that insert's path since.
+			d, reply := decisions[int(next())%len(decisions)], ids()
+			seq := slices.Concat(d.ids, reply)
+			got := tr.Extend(d.tick, d.ids, reply, d.tenant)
+			want := r.insert(seq, d.tenant, false)
+			if got != want {
+				t.Fatalf("step %d: Extend's tick = %d, want %d", step, got, want)
+			}
+			record(seq, d.tenant, got)
+			r.syncInline(t, tr, cfg, d.tenant)
 		case op < 4:
 			in, tn := ids(), tenants[next()%4]
 			tr.Insert(in, tn)

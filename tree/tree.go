@@ -237,7 +237,8 @@ type Tree struct {
 	clock     uint64         // logical time, one tick per insert
 
 	scratch scratch   // for writers (under mu)
-	pool    sync.Pool // *scratch for readers
+	pool    sync.Pool // *scratch for readers, and Extend
+	ends    endRing   // where the latest inserts ended, for Extend
 
 	// sweepPause, if set, runs between sweep's collect and remove phases
 	// with the lock released, as if a slice ended there: tests use it to
