@@ -56,7 +56,11 @@ func (c *CacheAware) Accuracy() Accuracy {
 // A completed request's output joins its prompt in the tree (o.OutputIDs,
 // but the last token, whose KV the engine has not computed): engines keep
 // both in their prefix cache, so the next turn of a conversation, which
-// repeats the reply, is predicted exactly instead of underpredicted.
+// repeats the reply, is predicted exactly instead of underpredicted. The
+// tree continues below where Select's insert of the prompt ended
+// (tree.Extend with the decision's tick), so the prompt is neither copied
+// nor descended again; if that part of the tree changed meanwhile, Extend
+// inserts both from the root.
 //
 // Workers with KV events need no correction: the events say what the
 // engine stored and evicted, prompt and output alike. Their outcome counts
@@ -89,19 +93,19 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 			// and their events may reach the router after the client's
 			// next turn does: expect them now, like the prompt's. The
 			// insert touches the prompt's path too, so its expiry covers
-			// both.
-			ids = make([]uint32, 0, len(req.InputIDs)+len(o.OutputIDs)-1)
-			ids = append(append(ids, req.InputIDs...), o.OutputIDs[:len(o.OutputIDs)-1]...)
-			tick = c.tree.InsertSpeculative(ids, url)
+			// both. The expiry walks the path from the root, so the
+			// queue keeps prompt and reply as one slice.
+			reply := o.OutputIDs[:len(o.OutputIDs)-1]
+			tick = c.tree.Extend(d.tick, req.InputIDs, reply, url)
+			ids = make([]uint32, 0, len(req.InputIDs)+len(reply))
+			ids = append(append(ids, req.InputIDs...), reply...)
 		}
 		c.spec.add(ids, url, tick, time.Now())
 		return
 	}
 	c.observe(req, d, o)
 	if req != nil && !req.DryRun && d.Worker != nil && o.Err == nil && len(o.OutputIDs) > 1 {
-		seq := make([]uint32, 0, len(req.InputIDs)+len(o.OutputIDs)-1)
-		seq = append(append(seq, req.InputIDs...), o.OutputIDs[:len(o.OutputIDs)-1]...)
-		c.tree.Insert(seq, d.Worker.URL())
+		c.tree.Extend(d.tick, req.InputIDs, o.OutputIDs[:len(o.OutputIDs)-1], d.Worker.URL())
 	}
 }
 
