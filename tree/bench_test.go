@@ -256,31 +256,29 @@ func BenchmarkEvict64M(b *testing.B) {
 				quiet := <-idle
 				stop = make(chan struct{})
 				busy := probeSelections(tr, probe, stop)
-				var held, longest time.Duration
-				slices, long := 0, 0
-				tr.onSlice = func(d time.Duration) {
-					held += d
-					longest = max(longest, d)
-					slices++
-					if d > time.Millisecond {
-						long++
-					}
-				}
+				var sl sliceStats
+				tr.onSlice = sl.hook
 				start := time.Now()
 				evicted := tr.Evict()
 				took := time.Since(start)
+				tr.onSlice = nil
 				close(stop)
 				r := <-busy
 				b.ReportMetric(float64(took.Milliseconds()), "evict-ms")
-				b.ReportMetric(float64(held.Milliseconds()), "lock-held-ms")
-				b.ReportMetric(float64(longest.Microseconds()), "max-slice-µs")
-				b.ReportMetric(float64(slices), "slices")
-				b.ReportMetric(float64(long), "slices>1ms")
+				b.ReportMetric(float64(sl.held.Milliseconds()), "lock-held-ms")
+				b.ReportMetric(float64(sl.n), "slices")
+				b.ReportMetric(float64(sl.longest.Microseconds()), "max-slice-µs")
+				b.ReportMetric(float64(sl.over1ms), "slices>1ms")
+				b.ReportMetric(float64(sl.longestCPU.Microseconds()), "max-slice-cpu-µs")
 				b.ReportMetric(float64(r.max.Microseconds()), "max-select-µs")
 				b.ReportMetric(float64(r.over1ms), "selections>1ms")
+				b.ReportMetric(float64(r.maxWait.Microseconds()), "max-wait-µs")
+				b.ReportMetric(float64(r.waits1ms), "waits>1ms")
 				b.ReportMetric(float64(r.n), "selections")
 				b.ReportMetric(float64(quiet.max.Microseconds()), "idle-max-select-µs")
 				b.ReportMetric(float64(quiet.over1ms), "idle-selections>1ms")
+				b.ReportMetric(float64(quiet.maxWait.Microseconds()), "idle-max-wait-µs")
+				b.ReportMetric(float64(quiet.waits1ms), "idle-waits>1ms")
 				b.ReportMetric(float64(quiet.n), "idle-selections")
 				b.ReportMetric(float64(evicted)/float64(before.Tokens)*100, "evicted-%")
 				b.ReportMetric(float64(before.UniqueTokens), "tokens")
@@ -290,14 +288,50 @@ func BenchmarkEvict64M(b *testing.B) {
 	}
 }
 
+// sliceStats measures Evict's lock slices through Tree.onSlice: their
+// wall-clock length, and the CPU time the evicting thread spent in each (a
+// slice whose wall time far exceeds its CPU time was descheduled by the
+// kernel, or stopped by the runtime, while holding the lock).
+type sliceStats struct {
+	n, over1ms    int
+	held, longest time.Duration
+	longestCPU    time.Duration
+	start         time.Time
+	startThread   threadStat
+	startOK       bool
+}
+
+func (s *sliceStats) hook(begin bool) {
+	if begin {
+		s.start = time.Now()
+		s.startThread, s.startOK = readThread()
+		return
+	}
+	d := time.Since(s.start)
+	s.n++
+	s.held += d
+	s.longest = max(s.longest, d)
+	if d > time.Millisecond {
+		s.over1ms++
+	}
+	if end, ok := readThread(); ok && s.startOK && end.tid == s.startThread.tid {
+		s.longestCPU = max(s.longestCPU, end.cpu-s.startThread.cpu)
+	}
+}
+
 type probeResult struct {
 	n, over1ms int
 	max        time.Duration
+	// Selections whose own thread the kernel did not preempt meanwhile
+	// (or which moved to another thread, having parked on the lock): their
+	// time is the selection's work plus its wait for the lock.
+	waits1ms int
+	maxWait  time.Duration
 }
 
 // probeSelections selects (MatchInsert, inserting nothing, so it takes the
 // write lock as routing does) in a loop until stop closes, and reports the
-// longest selection.
+// longest selection, and the longest one not preempted itself.
 func probeSelections(tr *Tree, probe func(*rand.Rand, []uint32) []uint32, stop chan struct{}) chan probeResult {
 	out := make(chan probeResult, 1)
 	go func() {
@@ -312,12 +346,20 @@ func probeSelections(tr *Tree, probe func(*rand.Rand, []uint32) []uint32, stop c
 			default:
 			}
 			buf = probe(rng, buf)
+			th0, ok0 := readThread()
 			start := time.Now()
 			tr.MatchInsert(buf, func(Match) string { return "" })
 			d := time.Since(start)
+			th1, ok1 := readThread()
 			r.max = max(r.max, d)
 			if d > time.Millisecond {
 				r.over1ms++
+			}
+			if !(ok0 && ok1 && th0.tid == th1.tid && th1.preempted > th0.preempted) {
+				r.maxWait = max(r.maxWait, d)
+				if d > time.Millisecond {
+					r.waits1ms++
+				}
 			}
 			r.n++
 		}

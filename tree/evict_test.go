@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 )
 
 // TestEvictSlicedIsExact checks that Evict, which works in lock slices and
@@ -28,7 +27,11 @@ func TestEvictSlicedIsExact(t *testing.T) {
 					sliced.waiting.Add(1)
 				}
 				cuts := 0
-				sliced.onSlice = func(time.Duration) { cuts++ }
+				sliced.onSlice = func(begin bool) {
+					if begin {
+						cuts++
+					}
+				}
 				got := sliced.Evict()
 				sliced.waiting.Store(0)
 				want := evictWhole(whole)

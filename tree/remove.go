@@ -36,11 +36,14 @@ func (s *slicer) lock() {
 		s.t.mu.RLock()
 	}
 	s.start = time.Now()
+	if s.t.onSlice != nil {
+		s.t.onSlice(true)
+	}
 }
 
 func (s *slicer) unlock() {
 	if s.t.onSlice != nil {
-		s.t.onSlice(time.Since(s.start))
+		s.t.onSlice(false)
 	}
 	if s.write {
 		s.t.mu.Unlock()

@@ -36,7 +36,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 )
 
@@ -244,10 +243,11 @@ type Tree struct {
 	// with the lock released, as if a slice ended there: tests use it to
 	// let another writer in at exactly that point. Always nil outside tests.
 	sweepPause func()
-	// onSlice, if set, gets the length of each slice for which Evict or
-	// RemoveTenant held the lock, as it ends: the eviction benchmark
-	// reports them. Always nil outside tests.
-	onSlice func(time.Duration)
+	// onSlice, if set, runs as each slice for which Evict or RemoveTenant
+	// holds the lock begins (just after taking it) and ends (just before
+	// releasing it): the eviction benchmark measures the slices. Always
+	// nil outside tests.
+	onSlice func(begin bool)
 }
 
 // New returns an empty tree.
