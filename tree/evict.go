@@ -16,10 +16,11 @@ package tree
 // could have followed.
 //
 // Evict first collects the frontier under the read lock (matches go on
-// beside it), then pops candidates from a heap under the write lock; both in
-// slices of about holdSlice. Between slices the tree may change, so a popped
-// candidate is checked again: still there, still on the frontier, key
-// unchanged (else it goes back with its new key).
+// beside it), then evicts candidates in order from a heap it keeps with the
+// lock released, under the write lock; both in slices of at most holdSlice,
+// cut to minSlice when a selection waits (see slicer). Between slices the
+// tree may change, so a popped candidate is checked again: still there,
+// still on the frontier, key unchanged (else it goes back with its new key).
 
 // The budget holds at all times, not only after Evict: an insert that takes
 // the stored tokens over MaxTokens evicts, in the configured order and before

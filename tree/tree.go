@@ -26,8 +26,10 @@
 // Locking: one RWMutex. Match reads under the read lock; MatchInsert, Insert
 // and Trim write under the write lock and touch only the prompt's path, so
 // their cost does not grow with the tree. Evict and RemoveTenant touch much of
-// the tree, so they work in slices of at most ~holdSlice and release the lock
-// between slices: routing never waits on them for much longer than that.
+// the tree, so they work in slices of at most ~holdSlice, ended after
+// ~minSlice when a selection waits, and release the lock between slices:
+// routing waits on them for about minSlice, unless the kernel deschedules
+// the thread holding the lock.
 package tree
 
 import (
