@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// TestConcurrent runs selections, confirmations, expiries, trims, limits and
-// tenant removals while Evict runs; with -race it checks the locking, and
+// TestConcurrent runs selections, replies (Extend), confirmations, expiries,
+// trims, limits and tenant removals while Evict runs; with -race it checks the locking, and
 // afterwards the structure.
 func TestConcurrent(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 4, MaxTokens: 4000})
@@ -47,6 +47,8 @@ func TestConcurrent(t *testing.T) {
 				tr.InsertConfirmed(prompt[:rng.IntN(len(prompt)+1)], name)
 			case 1:
 				tr.ExpireSpeculative(prompt, name, m.Tick)
+			case 2:
+				tr.Extend(m.Tick, prompt, seq(rng.Uint32N(1<<20), uint32(rng.IntN(40))), name)
 			}
 		})
 	}
