@@ -110,6 +110,9 @@ type job struct {
 	keepSpecial []uint32
 	// model names the request's model in metrics (set by the pipeline).
 	model string
+	// routing is the request's routing metadata, as the policy sees it,
+	// read by the first policyRequest (nil until then).
+	routing *policy.Request
 	// constraint, when set, constrains the output in place of
 	// sampling_params' (Chat's response_format and tool_choice).
 	constraint workers.Constraint
@@ -174,8 +177,7 @@ func newJob(ctx context.Context, requestID string, sp *kvgatev1.SamplingParams, 
 // request_id, it is a label: the id sent to an engine is still unique per
 // attempt.
 func headerRequestID(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	v := firstHeader(md, requestIDHeaders)
+	v := incomingHeader(ctx, requestIDHeaders)
 	switch {
 	case len(v) > maxRequestIDBytes:
 		return "", invalid("x-request-id metadata is %d bytes; the limit is %d", len(v), maxRequestIDBytes)
@@ -185,26 +187,44 @@ func headerRequestID(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// policyRequest is what the policy sees of a job and its metadata.
+// policyRequest is what the policy sees of an attempt of the job. The
+// routing metadata is read once per job (the first attempt's call), not per
+// attempt; each attempt gets a Request of its own, since the policies may
+// keep it until the attempt ends and Exclude grows between attempts.
 func (j *job) policyRequest(ctx context.Context, dryRun bool) *policy.Request {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if j.metadata != nil {
-		md = j.metadata
+	if j.routing == nil {
+		j.routing = &policy.Request{RequestID: j.id, InputIDs: j.inputIDs}
+		if j.metadata != nil {
+			j.routing.RoutingKey = firstHeader(j.metadata, routingKeyHeaders)
+			j.routing.TargetWorker = firstHeader(j.metadata, targetWorkerHeaders)
+			j.routing.ImplicitKey = firstHeader(j.metadata, implicitKeyHeaders)
+		} else {
+			j.routing.RoutingKey = incomingHeader(ctx, routingKeyHeaders)
+			j.routing.TargetWorker = incomingHeader(ctx, targetWorkerHeaders)
+			j.routing.ImplicitKey = incomingHeader(ctx, implicitKeyHeaders)
+		}
 	}
-	return &policy.Request{
-		RequestID:    j.id,
-		InputIDs:     j.inputIDs,
-		RoutingKey:   firstHeader(md, routingKeyHeaders),
-		TargetWorker: firstHeader(md, targetWorkerHeaders),
-		ImplicitKey:  firstHeader(md, implicitKeyHeaders),
-		DryRun:       dryRun,
-		Exclude:      j.excluded,
-	}
+	r := *j.routing
+	r.InputIDs, r.DryRun, r.Exclude = j.inputIDs, dryRun, j.excluded
+	return &r
 }
 
 func firstHeader(md metadata.MD, keys []string) string {
 	for _, k := range keys {
 		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// incomingHeader is firstHeader of the call's incoming metadata, read in
+// place: metadata.FromIncomingContext copies the whole map (every key and
+// value slice) on each call, which the request path did five times per
+// request. keys must be lower case, as gRPC stores them.
+func incomingHeader(ctx context.Context, keys []string) string {
+	for _, k := range keys {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
 			return v[0]
 		}
 	}

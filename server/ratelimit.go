@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
 
@@ -73,15 +72,17 @@ func (l *rateLimiter) keys() int {
 	return l.lru.Len()
 }
 
+// authorizationHeader is the key clientKey falls back to.
+var authorizationHeader = []string{"authorization"}
+
 // clientKey identifies the client a request is rate limited as: its routing
 // key, else its authorization metadata, else its address (without the port,
 // which changes with every connection).
 func clientKey(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if k := firstHeader(md, routingKeyHeaders); k != "" {
+	if k := incomingHeader(ctx, routingKeyHeaders); k != "" {
 		return "key:" + k
 	}
-	if k := firstHeader(md, []string{"authorization"}); k != "" {
+	if k := incomingHeader(ctx, authorizationHeader); k != "" {
 		return "auth:" + k
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {

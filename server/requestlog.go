@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
-	"google.golang.org/grpc/metadata"
 )
 
 // requestLabel is the id a Router call is logged under. The call's log line
@@ -24,8 +23,7 @@ type labelKey struct{}
 // withLabel returns ctx with a label for the call, holding its x-request-id
 // metadata (bounded, since it has not been validated yet).
 func withLabel(ctx context.Context) context.Context {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return context.WithValue(ctx, labelKey{}, &requestLabel{id: truncateID(firstHeader(md, requestIDHeaders))})
+	return context.WithValue(ctx, labelKey{}, &requestLabel{id: truncateID(incomingHeader(ctx, requestIDHeaders))})
 }
 
 // labelOf returns the call's label; nil (on which set and get do nothing)
