@@ -58,13 +58,22 @@ type route struct {
 // the one model, else those that report its name.
 func (r *route) serves(w *workers.Worker) bool { return r.Name == "" || w.Info().Model == r.Name }
 
-// candidates are the workers of role serving the route's model.
+// candidates are the workers of role serving the route's model. For the one
+// model they are the registry snapshot's own slice, shared by every request
+// and never modified (the policies only read their candidates); a named
+// model's are filtered into a slice of the request's own.
 func (r *route) candidates(reg *workers.Registry, role workers.Role) []*workers.Worker {
-	ws := reg.WithRole(role)
+	ws := reg.Current().Role(role)
 	if r.Name == "" {
 		return ws
 	}
-	return slices.DeleteFunc(ws, func(w *workers.Worker) bool { return !r.serves(w) })
+	var out []*workers.Worker
+	for _, w := range ws {
+		if r.serves(w) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // noText is the status of a request that needs the model's tokenizer when

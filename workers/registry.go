@@ -36,7 +36,13 @@ type Snapshot struct {
 	// per Admin call) does not scan a fleet of thousands; nil in a
 	// snapshot built by hand, which index then scans.
 	byURL map[string]int
+	// byRole holds Workers split by role, for Role; nil in a snapshot built
+	// by hand, for which Role builds the split on each call.
+	byRole *[numRoles][]*Worker
 }
+
+// numRoles is the number of Role values, which index Snapshot.byRole.
+const numRoles = int(RoleDecode) + 1
 
 // newSnapshot publishes ws as generation gen, indexed by URL.
 func newSnapshot(gen uint64, ws []*Worker) *Snapshot {
@@ -44,7 +50,23 @@ func newSnapshot(gen uint64, ws []*Worker) *Snapshot {
 	for i, w := range ws {
 		s.byURL[w.url] = i
 	}
+	s.byRole = new([numRoles][]*Worker)
+	for r := range s.byRole {
+		s.byRole[r] = s.WithRole(Role(r))
+	}
 	return s
+}
+
+// Role returns the snapshot's workers of one role, in registration order,
+// healthy or not, or nil if none has it. Unlike WithRole's, the slice is the
+// snapshot's, computed once when it was published, and must not be
+// modified: the server asks for it on every request, and a slice per
+// request was an allocation as large as the fleet.
+func (s *Snapshot) Role(role Role) []*Worker {
+	if s.byRole == nil || role < 0 || int(role) >= numRoles {
+		return s.WithRole(role)
+	}
+	return s.byRole[role]
 }
 
 // WithRole returns the snapshot's workers of one role, in registration order,

@@ -93,9 +93,24 @@ func TestSnapshotWithRole(t *testing.T) {
 		if got := reg.WithRole(role); !slices.Equal(got, want) {
 			t.Errorf("WithRole(%v) = %v", role, urls(got))
 		}
+		if got := reg.Current().Role(role); !slices.Equal(got, want) {
+			t.Errorf("Current().Role(%v) = %v", role, urls(got))
+		}
+		hand := &workers.Snapshot{Workers: []*workers.Worker{p, d, r}}
+		if got := hand.Role(role); !slices.Equal(got, want) {
+			t.Errorf("a hand-built snapshot's Role(%v) = %v", role, urls(got))
+		}
 	}
 	if got := workers.NewRegistry().WithRole(workers.RoleRegular); got != nil {
 		t.Errorf("empty registry: WithRole = %v, want nil", urls(got))
+	}
+	if got := workers.NewRegistry().Current().Role(workers.RoleRegular); got != nil {
+		t.Errorf("empty registry: Role = %v, want nil", urls(got))
+	}
+	// Role is asked for on every request: it must not allocate.
+	snap := reg.Current()
+	if n := testing.AllocsPerRun(100, func() { _ = snap.Role(workers.RoleRegular) }); n != 0 {
+		t.Errorf("Role allocates %v times per call", n)
 	}
 }
 
