@@ -2,8 +2,7 @@ package sim
 
 import (
 	"container/heap"
-	"encoding/binary"
-	"hash/fnv"
+	"math/bits"
 	"slices"
 )
 
@@ -47,10 +46,10 @@ type pageCache struct {
 // page is one node of the tree: pageSize tokens hanging off its parent.
 type page struct {
 	parent   *page
-	key      string // tokens, encoded; the key in parent.children
+	key      pageID // the key in parent.children
 	tokens   []uint32
 	hash     int64 // chained: depends on the parent's hash and tokens
-	children map[string]*page
+	children map[pageID]*page
 	pins     int
 	stamp    uint64
 	inTree   bool
@@ -77,32 +76,51 @@ func newPageCache(pageSize, capacityPages int, hashSeed int64) *pageCache {
 	return &pageCache{
 		pageSize: pageSize,
 		capacity: capacityPages,
-		root:     &page{children: map[string]*page{}, inTree: true, hash: hashSeed},
+		root:     &page{children: map[pageID]*page{}, inTree: true, hash: hashSeed},
 	}
 }
 
-// pageKey encodes one page of tokens as a map key.
-func pageKey(tokens []uint32) string {
-	b := make([]byte, 4*len(tokens))
-	for i, t := range tokens {
-		binary.LittleEndian.PutUint32(b[4*i:], t)
+// pageID names a page among its siblings: a 128-bit hash of its tokens.
+// It replaced the tokens encoded as a string, which allocated a string per
+// page of every prompt looked up; when the engine shares a process with a
+// router (tests, benchmarks), that garbage landed on the router's p99. A
+// lookup still compares the tokens, so a collision makes a page look
+// uncached, never makes the wrong page match.
+type pageID struct{ a, b uint64 }
+
+// pageIDOf hashes tokens twice, with FNV-1a over whole tokens and with a
+// multiply-rotate mix, so that the two halves are independent.
+func pageIDOf(tokens []uint32) pageID {
+	a, b := uint64(fnvOffset64), uint64(0x9e3779b97f4a7c15)
+	for _, t := range tokens {
+		a = (a ^ uint64(t)) * fnvPrime64
+		b = bits.RotateLeft64((b^uint64(t))*0xff51afd7ed558ccd, 29) * 0xc4ceb9fe1a85ec53
 	}
-	return string(b)
+	return pageID{a, b ^ uint64(len(tokens))}
 }
+
+// The 64-bit FNV-1a constants.
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
 
 // blockHash chains a page's hash to its parent's, so equal hashes mean equal
 // prefixes (up to collisions), the way vLLM and SGLang name KV blocks. A
-// page off the root chains from the root's hash, the cache's seed.
+// page off the root chains from the root's hash, the cache's seed. It is
+// FNV-1a over the parent's hash and the tokens, little-endian, written out
+// so that hashing a page allocates nothing and makes no call per token.
 func blockHash(parent int64, tokens []uint32) int64 {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(parent))
-	h.Write(b[:])
-	for _, t := range tokens {
-		binary.LittleEndian.PutUint32(b[:4], t)
-		h.Write(b[:4])
+	h := uint64(fnvOffset64)
+	for i := range 8 {
+		h = (h ^ uint64(byte(uint64(parent)>>(8*i)))) * fnvPrime64
 	}
-	return int64(h.Sum64())
+	for _, t := range tokens {
+		for i := range 4 {
+			h = (h ^ uint64(byte(t>>(8*i)))) * fnvPrime64
+		}
+	}
+	return int64(h)
 }
 
 // matchPath returns the cached pages along tokens' whole-page prefix, without
@@ -111,8 +129,9 @@ func (c *pageCache) matchPath(tokens []uint32) []*page {
 	var path []*page
 	node := c.root
 	for i := 0; i+c.pageSize <= len(tokens); i += c.pageSize {
-		child, ok := node.children[pageKey(tokens[i:i+c.pageSize])]
-		if !ok {
+		pt := tokens[i : i+c.pageSize]
+		child, ok := node.children[pageIDOf(pt)]
+		if !ok || !slices.Equal(child.tokens, pt) {
 			break
 		}
 		path = append(path, child)
@@ -174,13 +193,17 @@ func (c *pageCache) extend(tokens []uint32, path []*page) *lease {
 		if c.size >= c.capacity && !c.evictOne() {
 			break
 		}
+		id := pageIDOf(tokens[i : i+c.pageSize])
+		if _, taken := node.children[id]; taken {
+			break // another page's tokens hash alike (see pageID): stop here, a prefix is cached
+		}
 		pt := append([]uint32(nil), tokens[i:i+c.pageSize]...)
 		p := &page{
 			parent:   node,
-			key:      pageKey(pt),
+			key:      id,
 			tokens:   pt,
 			hash:     blockHash(node.hash, pt),
-			children: map[string]*page{},
+			children: map[pageID]*page{},
 			inTree:   true,
 		}
 		node.children[p.key] = p
@@ -286,7 +309,7 @@ func (c *pageCache) walk(fn func(*page)) {
 // logged as such; otherwise the dropped pages are logged as removed.
 func (c *pageCache) flush() {
 	if c.pinned == 0 {
-		c.root.children = map[string]*page{}
+		c.root.children = map[pageID]*page{}
 		c.size = 0
 		c.leaves = c.leaves[:0]
 		c.changes = append(c.changes, cacheChange{cleared: true})

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -141,7 +143,7 @@ type bruteEntry struct {
 }
 
 func (b *bruteCache) key(tokens []uint32, pages int) string {
-	return pageKey(tokens[:pages*b.pageSize])
+	return tokensKey(tokens[:pages*b.pageSize])
 }
 
 func (b *bruteCache) match(tokens []uint32) int {
@@ -222,14 +224,23 @@ func (b *bruteCache) release(pinned []string) {
 	}
 }
 
+// tokensKey encodes tokens as a string, the brute-force model's path keys.
+func tokensKey(tokens []uint32) string {
+	b := make([]byte, 0, 4*len(tokens))
+	for _, t := range tokens {
+		b = binary.LittleEndian.AppendUint32(b, t)
+	}
+	return string(b)
+}
+
 // cachedPaths lists the real cache's pages as path keys with pin counts.
 func cachedPaths(c *pageCache) map[string]int {
 	out := map[string]int{}
 	var visit func(n *page, prefix string)
 	visit = func(n *page, prefix string) {
 		for _, ch := range n.children {
-			out[prefix+ch.key] = ch.pins
-			visit(ch, prefix+ch.key)
+			out[prefix+tokensKey(ch.tokens)] = ch.pins
+			visit(ch, prefix+tokensKey(ch.tokens))
 		}
 	}
 	visit(c.root, "")
@@ -438,5 +449,64 @@ func TestPageCachePaths(t *testing.T) {
 	want := []string{"ab", "abcd", "abcdgh", "abef", "xy"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("paths %q, want %q", got, want)
+	}
+}
+
+// TestBlockHashIsFNV1a: the hand-written blockHash is FNV-1a over the
+// parent's hash and the tokens, little-endian, as hash/fnv computes it.
+func TestBlockHashIsFNV1a(t *testing.T) {
+	for _, tc := range []struct {
+		parent int64
+		tokens []uint32
+	}{{0, nil}, {-1, []uint32{0}}, {0x1234_5678_9abc_def0, []uint32{1, 2, 3, 0xffffffff, 128000}}} {
+		h := fnv.New64a()
+		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(tc.parent)))
+		for _, tok := range tc.tokens {
+			h.Write(binary.LittleEndian.AppendUint32(nil, tok))
+		}
+		if got, want := blockHash(tc.parent, tc.tokens), int64(h.Sum64()); got != want {
+			t.Errorf("blockHash(%#x, %v) = %#x, want %#x", tc.parent, tc.tokens, got, want)
+		}
+	}
+}
+
+// TestPageIDCollisionIsAMiss: two pages whose ids collide never match each
+// other; the second is left uncached rather than put in the first's place.
+func TestPageIDCollisionIsAMiss(t *testing.T) {
+	c := newPageCache(2, 16, 1)
+	c.insert([]uint32{1, 2, 3, 4})
+	// Forge a collision: re-key the first page under the id of [7 8].
+	first := c.root.children[pageIDOf([]uint32{1, 2})]
+	delete(c.root.children, first.key)
+	first.key = pageIDOf([]uint32{7, 8})
+	c.root.children[first.key] = first
+	if got := c.match([]uint32{7, 8, 3, 4}); got != 0 {
+		t.Errorf("match of a colliding page = %d tokens, want 0", got)
+	}
+	if got := c.insert([]uint32{7, 8, 3, 4}); got != 0 {
+		t.Errorf("insert of a colliding page cached %d tokens, want 0", got)
+	}
+	if !slices.Equal(c.root.children[first.key].tokens, []uint32{1, 2}) {
+		t.Error("the colliding insert replaced the cached page")
+	}
+}
+
+// BenchmarkPageCacheMatch looks up an 8K-token prompt whose pages are all
+// cached (page size 16), as the engine does for each request.
+//
+//	go test -run '^$' -bench PageCacheMatch -benchmem ./workers/sim/
+func BenchmarkPageCacheMatch(b *testing.B) {
+	const n, pageSize = 8192, 16
+	c := newPageCache(pageSize, 2*n/pageSize, 1)
+	tokens := make([]uint32, n)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7)
+	}
+	c.insert(tokens)
+	b.ReportAllocs()
+	for range b.N {
+		if got := c.match(tokens); got != n {
+			b.Fatalf("match = %d, want %d", got, n)
+		}
 	}
 }
