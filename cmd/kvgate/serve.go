@@ -36,6 +36,7 @@ import (
 // serveConfig is everything `kvgate serve` is told on its command line.
 type serveConfig struct {
 	host, promHost       string
+	pprofAddr            string // empty: no pprof endpoint
 	port, promPort       int
 	workerURLs           listFlag
 	workerProtocol       string
@@ -84,6 +85,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.workerProtocol, "worker-protocol", "auto", "protocol of every worker: sglang, vllm, or auto (ask each engine)")
 	fs.BoolVar(&c.dpAware, "dp-aware", false, "route to each data-parallel rank of an engine as a worker of its own, named url@rank (engines reporting a data-parallel size above 1); without it an engine's ranks are one worker and the engine places each request")
 	fs.StringVar(&c.policy, "policy", "cache_aware", "routing policy: "+strings.Join(policy.Names(), ", "))
+	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve Go's pprof profiles at http://ADDR/debug/pprof/ for profiling in production; loopback only (127.0.0.1:PORT, [::1]:PORT or localhost:PORT), since it has no authentication (empty: off)")
 	fs.StringVar(&c.promHost, "prometheus-host", "127.0.0.1", "address to serve Prometheus metrics on")
 	fs.IntVar(&c.promPort, "prometheus-port", 29000, "port to serve Prometheus metrics on, path /metrics (-1: disabled, 0: any free port)")
 	fs.DurationVar(&c.healthInterval, "health-check-interval", 10*time.Second, "time between health checks of each worker")
@@ -157,8 +159,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // listening are the addresses serve listens on; admin is empty when Admin
-// is served on the gRPC port, metrics when metrics are off.
-type listening struct{ grpc, metrics, admin string }
+// is served on the gRPC port, metrics when metrics are off, pprof without
+// --pprof-addr.
+type listening struct{ grpc, metrics, admin, pprof string }
 
 // serve runs the router until ctx ends. ready, when not nil, is called with
 // the addresses once they accept connections.
@@ -206,6 +209,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 	lis, err := net.Listen("tcp", net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port)))
 	if err != nil {
 		return fmt.Errorf("listen for gRPC: %w", err)
+	}
+
+	var pprofSrv *http.Server
+	pprofAddr := ""
+	if cfg.pprofAddr != "" {
+		plis, err := listenPprof(cfg.pprofAddr)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		pprofSrv, pprofAddr = servePprof(plis, log), plis.Addr().String()
+		defer pprofSrv.Close()
 	}
 
 	var metricsSrv *http.Server
@@ -260,10 +275,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		go func() { serveErr <- g.ServeAdmin(alis) }()
 	}
 	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", cfg.policy, "igw", cfg.igw, "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()),
-		"admin", adminAddr, "tls", certs != nil, "mutual_tls", cfg.tls.clientCA != "",
+		"admin", adminAddr, "pprof", pprofAddr, "tls", certs != nil, "mutual_tls", cfg.tls.clientCA != "",
 		"api_key", gcfg.Auth.APIKey != "", "admin_api_key", gcfg.Auth.AdminAPIKey != "", "tracing", traces.Enabled)
 	if ready != nil {
-		ready(listening{grpc: lis.Addr().String(), metrics: metricsAddr, admin: adminAddr})
+		ready(listening{grpc: lis.Addr().String(), metrics: metricsAddr, admin: adminAddr, pprof: pprofAddr})
 	}
 
 	select {
