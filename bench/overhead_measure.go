@@ -161,13 +161,18 @@ cache router token prefix prompt engine worker latency request model page tree m
 sequence attention layer weight kernel server client stream queue policy balance load throughput answer`)
 
 // newOvhConversation writes a system prompt and user/assistant turns until the
-// whole, with a last turn of about n/16 tokens, holds about n tokens.
+// whole, with a last turn of about n/16 tokens, holds about n tokens. The
+// text is counted message by message: encoding splits at special tokens, so
+// a message's count does not depend on the text before its <|im_start|>
+// (encoding the whole head at each step was quadratic, minutes at 64K).
 func newOvhConversation(ref *textmodel.Model, n int, seed uint64) (*ovhConversation, error) {
 	c := &ovhConversation{ref: ref, seed: seed, tailToks: min(max(n/16, 8), 128)}
 	rng := rand.New(rand.NewPCG(seed, 2))
 	target := n - c.tailToks
-	var b strings.Builder
-	b.WriteString("<|im_start|>system\nYou are a helpful assistant.")
+	const closing = "<|im_end|>\n<|im_start|>"
+	var head, msg strings.Builder // head: the closed messages; msg: the open one
+	msg.WriteString("<|im_start|>system\nYou are a helpful assistant.")
+	headToks := 0
 	roles := []string{"user", "assistant"}
 	count := func(s string) (int, error) {
 		ids, err := ref.Encode(s, true)
@@ -176,24 +181,28 @@ func newOvhConversation(ref *textmodel.Model, n int, seed uint64) (*ovhConversat
 	for turn := 0; ; turn++ {
 		// Add words to the current message until the turn is long enough or
 		// the head reaches its target length.
+		m := 0
 		for k := 0; k < 96; k++ {
-			b.WriteString(" " + ovhWords[rng.IntN(len(ovhWords))])
+			msg.WriteString(" " + ovhWords[rng.IntN(len(ovhWords))])
 			if k%8 != 7 {
 				continue
 			}
-			m, err := count(b.String() + "<|im_end|>\n<|im_start|>")
-			if err != nil {
+			var err error
+			if m, err = count(msg.String() + closing); err != nil {
 				return nil, err
 			}
-			if m >= target {
-				b.WriteString("<|im_end|>\n<|im_start|>")
-				c.head = b.String()
+			if headToks+m >= target {
+				head.WriteString(msg.String() + closing)
+				c.head = head.String()
 				ids, err := ref.Encode(c.head, true)
 				c.headIDs = ids
 				return c, err
 			}
 		}
-		b.WriteString("<|im_end|>\n<|im_start|>" + roles[turn%2] + "\n")
+		head.WriteString(msg.String() + closing)
+		headToks += m
+		msg.Reset()
+		msg.WriteString(roles[turn%2] + "\n")
 	}
 }
 

@@ -33,6 +33,7 @@ type benchConfig struct {
 	jsonPath    string
 	plotPath    string
 	overhead    bool
+	ovh         overheadFlags
 	unique      bench.UniqueConfig
 }
 
@@ -54,6 +55,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle) to this file")
 	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
+	c.ovh.register(fs)
 	fs.StringVar(&c.run.Target, "target", "", "host:port of a running router to measure instead of in-process fleets (one run, labelled \"target\")")
 	fs.DurationVar(&c.unique.Duration, "duration", 0, "unique: run for this long (0: until --requests are sent)")
 	fs.IntVar(&c.unique.PromptBytes, "prompt-bytes", 4096, "unique: bytes of each text prompt")
@@ -97,7 +99,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
 	}
 	if c.overhead {
-		return runOverhead(ctx, &c, stdout)
+		return runOverhead(ctx, &c, stdout, stderr)
 	}
 	if c.run.Target != "" && !slices.Equal(c.run.Routers, []int{1}) {
 		return fmt.Errorf("--routers %s: --target is one running router; replicas are for in-process fleets", (*routerCounts)(&c.run.Routers))

@@ -2,22 +2,92 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/kvgate/kvgate/bench"
 )
 
+// overheadFlags are the flags of `kvgate bench --overhead` alone.
+type overheadFlags struct {
+	cpu          bool
+	promptTokens string
+	cpuBudget    time.Duration
+	routerPprof  string
+	routerArgs   string
+}
+
+func (o *overheadFlags) register(fs interface {
+	BoolVar(*bool, string, bool, string)
+	StringVar(*string, string, string, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
+}) {
+	fs.BoolVar(&o.cpu, "cpu", false, "with --overhead: measure the router's own CPU time per request instead (token ids; text missing, hitting L0, hitting L1 the tokenizer cache), with the router (kvgate serve) and the engine (kvgate sim) each in a process of its own, and the requests/s of one router")
+	fs.StringVar(&o.promptTokens, "prompt-tokens", "", "with --overhead: comma-separated prompt lengths in tokens (empty: 1024,8192; with --cpu 1024,8192,65536)")
+	fs.DurationVar(&o.cpuBudget, "cpu-budget", 2*time.Second, "with --overhead --cpu: router CPU time each case runs for (the kernel counts it in 10ms ticks)")
+	fs.StringVar(&o.routerArgs, "router-args", "", "with --overhead --cpu: more flags for the router, space-separated (e.g. '--kv-events off' leaves the KV event mirror out)")
+	fs.StringVar(&o.routerPprof, "router-pprof-addr", "", "with --overhead --cpu: the router's --pprof-addr, to profile it while the cases run (loopback host:port)")
+}
+
+func (o *overheadFlags) lengths() ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(o.promptTokens, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--prompt-tokens %q: want comma-separated positive token counts", o.promptTokens)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // runOverhead runs `kvgate bench --overhead`: the router's added latency and
-// its request rate, measured against one zero-latency simulated engine.
-// --requests and --concurrency, when given, override the defaults.
-func runOverhead(ctx context.Context, c *benchConfig, w io.Writer) error {
+// its request rate, measured against one zero-latency simulated engine; with
+// --cpu, its CPU time per request instead. --requests and --concurrency,
+// when given, override the latency table's defaults; --concurrency is the
+// clients per case with --cpu.
+func runOverhead(ctx context.Context, c *benchConfig, w, stderr io.Writer) error {
+	lengths, err := c.ovh.lengths()
+	if err != nil {
+		return err
+	}
+	if c.ovh.cpu {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--cpu starts this kvgate binary as router and engine: %w", err)
+		}
+		cfg := bench.DefaultOverheadCPUConfig()
+		cfg.Executable, cfg.Budget, cfg.PprofAddr, cfg.Stderr = exe, c.ovh.cpuBudget, c.ovh.routerPprof, stderr
+		cfg.RouterArgs = strings.Fields(c.ovh.routerArgs)
+		if len(lengths) > 0 {
+			cfg.PromptTokens = lengths
+		}
+		if c.concurrency > 0 {
+			cfg.Concurrency = c.concurrency
+		}
+		_, err = bench.RunOverheadCPU(ctx, cfg, w)
+		return err
+	}
+	if c.ovh.routerPprof != "" || c.ovh.routerArgs != "" {
+		return fmt.Errorf("--router-pprof-addr and --router-args need --cpu (without it the router runs in this process)")
+	}
 	cfg := bench.DefaultOverheadConfig()
+	if len(lengths) > 0 {
+		cfg.PromptTokens = lengths
+	}
 	if c.workload.Requests > 0 {
 		cfg.Requests = c.workload.Requests
 	}
 	if c.concurrency > 0 {
 		cfg.Concurrency = c.concurrency
 	}
-	_, err := bench.RunOverhead(ctx, cfg, w)
+	_, err = bench.RunOverhead(ctx, cfg, w)
 	return err
 }

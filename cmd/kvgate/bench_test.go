@@ -148,6 +148,10 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--routers", "2,2"}, "routers"},
 		{[]string{"--routers", ","}, "routers"},
 		{[]string{"--routers", "2", "--target", "127.0.0.1:1"}, "--routers"},
+		{[]string{"--overhead", "--prompt-tokens", "1024,x"}, "--prompt-tokens"},
+		{[]string{"--overhead", "--prompt-tokens", "-8"}, "--prompt-tokens"},
+		{[]string{"--overhead", "--router-args", "--kv-events off"}, "--cpu"},
+		{[]string{"--overhead", "--router-pprof-addr", "127.0.0.1:6060"}, "--cpu"},
 	} {
 		var out, errOut bytes.Buffer
 		err := runBench(context.Background(), tt.args, &out, &errOut)

@@ -75,3 +75,25 @@ func readmeSection(t *testing.T, heading string) string {
 	}
 	return section[:end]
 }
+
+// Every flag of `kvgate bench --overhead` has a row in README's bench table,
+// with its default. (The bench's simulated-engine flags are copied from
+// `kvgate sim`, whose own table documents them.)
+func TestReadmeDocumentsOverheadFlags(t *testing.T) {
+	section := readmeSection(t, "### `kvgate bench`")
+	var o overheadFlags
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	o.register(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		i := strings.Index(section, "| `--"+f.Name+"` |")
+		if i < 0 {
+			t.Errorf("README's bench table lacks --%s", f.Name)
+			return
+		}
+		line := section[i:]
+		line = line[:strings.Index(line, "\n")]
+		if def := f.DefValue; def != "" && def != "false" && !strings.Contains(line, "`"+def+"`") {
+			t.Errorf("README documents --%s without its default `%s`: %s", f.Name, def, line)
+		}
+	})
+}

@@ -1,0 +1,605 @@
+package bench
+
+// `kvgate bench --overhead --cpu`: the router's own CPU time per request,
+// with the router and the engine in processes of their own.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/tokenize/textmodel"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Input kinds of the CPU measurement, beside OverheadInputTokens and
+// OverheadInputTextL1Hit.
+const (
+	OverheadInputTextMiss  = "text-miss"
+	OverheadInputTextL0Hit = "text-l0-hit"
+)
+
+// OverheadCPUConfig says what `kvgate bench --overhead --cpu` measures. Zero
+// fields take the defaults of DefaultOverheadCPUConfig.
+type OverheadCPUConfig struct {
+	// Executable is the kvgate binary; the router runs as `kvgate serve`
+	// and the engine as `kvgate sim`, each a child process, so that the
+	// router's CPU time is its own, without the engine's or the clients'.
+	Executable   string
+	PromptTokens []int // prompt lengths measured; default {1024, 8192, 65536}
+	Concurrency  int   // clients sending each case's requests, default 8
+	// Budget is the router CPU time each case runs for (more CPU, finer
+	// figures: the kernel reports a process's CPU time in 10 ms ticks);
+	// default 2s. A case also stops after MaxRequests or MaxWall.
+	Budget      time.Duration
+	MaxRequests int           // default 200,000
+	MaxWall     time.Duration // default 60s
+	Warmup      int           // unmeasured requests per case first, default 200
+	// ThroughputConcurrency clients send 1K-token token-id requests for
+	// Duration, for the throughput figure; defaults 64 and 5s.
+	ThroughputConcurrency int
+	Duration              time.Duration
+	// PprofAddr, when set, is the router's --pprof-addr, to profile it
+	// while the cases run.
+	PprofAddr string
+	// RouterArgs are more flags for the router (e.g. --kv-events off, to
+	// leave the KV event mirror out of the figures).
+	RouterArgs []string
+	// Stderr receives the child processes' logs (warnings and errors);
+	// nil: discarded.
+	Stderr io.Writer
+}
+
+// DefaultOverheadCPUConfig returns the configuration BENCHMARKS.md reports.
+func DefaultOverheadCPUConfig() OverheadCPUConfig {
+	return OverheadCPUConfig{
+		PromptTokens:          []int{1024, 8192, 65536},
+		Concurrency:           8,
+		Budget:                2 * time.Second,
+		MaxRequests:           200_000,
+		MaxWall:               60 * time.Second,
+		Warmup:                200,
+		ThroughputConcurrency: 64,
+		Duration:              5 * time.Second,
+	}
+}
+
+func (c OverheadCPUConfig) withDefaults() OverheadCPUConfig {
+	d := DefaultOverheadCPUConfig()
+	if len(c.PromptTokens) == 0 {
+		c.PromptTokens = d.PromptTokens
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = d.Concurrency
+	}
+	if c.Budget <= 0 {
+		c.Budget = d.Budget
+	}
+	if c.MaxRequests <= 0 {
+		c.MaxRequests = d.MaxRequests
+	}
+	if c.MaxWall <= 0 {
+		c.MaxWall = d.MaxWall
+	}
+	if c.Warmup < 0 {
+		c.Warmup = 0
+	}
+	if c.ThroughputConcurrency <= 0 {
+		c.ThroughputConcurrency = d.ThroughputConcurrency
+	}
+	if c.Duration <= 0 {
+		c.Duration = d.Duration
+	}
+	if c.Stderr == nil {
+		c.Stderr = io.Discard
+	}
+	// Both children write their logs to it, each from a goroutine of its
+	// own (os/exec copies a non-file writer's output).
+	c.Stderr = &lockedWriter{w: c.Stderr}
+	return c
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// OverheadCPUReport is what RunOverheadCPU measured.
+type OverheadCPUReport struct {
+	Cases []OverheadCPUCase
+	// IdleCPUPerSec is the router's CPU time per second with no requests
+	// (health checks, load polls), counted in every case's figure.
+	IdleCPUPerSec time.Duration
+	// Throughput is requests/s through the router with
+	// ThroughputConcurrency clients sending 1K-token token ids, and
+	// ThroughputCPUus the router's CPU per request meanwhile.
+	Throughput      float64
+	ThroughputCPUus float64
+	// ThroughputCores is the router's CPU time over the wall time of the
+	// throughput run: how many cores it used.
+	ThroughputCores float64
+}
+
+// OverheadCPUCase is the router's CPU time per request of one input kind at
+// one prompt length.
+type OverheadCPUCase struct {
+	Input        string
+	PromptTokens int // the engine's count of the case's first prompt
+	Requests     int
+	RouterCPUus  float64 // router process CPU (user + system) per request, µs
+	PerSec       float64 // requests/s with Concurrency clients (engine, router and clients share the machine)
+}
+
+// RunOverheadCPU measures the router's CPU time per request and prints a
+// table to w. Linux only: it reads the router's /proc/PID/stat.
+func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (OverheadCPUReport, error) {
+	cfg = cfg.withDefaults()
+	var rep OverheadCPUReport
+	if cfg.Executable == "" {
+		return rep, errors.New("overhead --cpu: no kvgate executable to start the router and engine with")
+	}
+	if _, err := processCPU(os.Getpid()); err != nil {
+		return rep, fmt.Errorf("overhead --cpu reads a process's CPU time from /proc: %w", err)
+	}
+	for _, n := range cfg.PromptTokens {
+		if n < 64 {
+			return rep, fmt.Errorf("overhead --cpu: prompt length %d is too short (at least 64 tokens)", n)
+		}
+	}
+
+	tok, err := startCPURig(ctx, cfg, false)
+	if err != nil {
+		return rep, err
+	}
+	defer tok.stop()
+	if rep.IdleCPUPerSec, err = tok.idleCPU(ctx, time.Second); err != nil {
+		return rep, err
+	}
+	for _, n := range cfg.PromptTokens {
+		rng := rand.New(rand.NewPCG(uint64(n), 3))
+		c, err := tok.run(ctx, cfg, OverheadInputTokens, cfg.Concurrency, func(int) *kvgatev1.GenerateRequest {
+			ids := make([]uint32, n)
+			for j := range ids {
+				ids[j] = uint32(rng.IntN(overheadEOS))
+			}
+			return ovhRouterRequest(ids, "")
+		}, nil)
+		if err != nil {
+			return rep, fmt.Errorf("overhead --cpu, %d-token ids: %w", n, err)
+		}
+		rep.Cases = append(rep.Cases, c)
+	}
+	if err := tok.throughputCPU(ctx, cfg, &rep); err != nil {
+		return rep, err
+	}
+	tok.stop()
+
+	txt, err := startCPURig(ctx, cfg, true)
+	if err != nil {
+		return rep, err
+	}
+	defer txt.stop()
+	for _, n := range cfg.PromptTokens {
+		cs, err := txt.textCases(ctx, cfg, n)
+		if err != nil {
+			return rep, fmt.Errorf("overhead --cpu, %d-token text: %w", n, err)
+		}
+		rep.Cases = append(rep.Cases, cs...)
+	}
+	printOverheadCPU(w, cfg, rep)
+	return rep, nil
+}
+
+// cpuRig is a `kvgate sim` engine and a `kvgate serve` router in front of
+// it, each a child process, and a client of the router.
+type cpuRig struct {
+	engine, router *exec.Cmd
+	metrics        string // the router's Prometheus host:port
+	conn           *grpc.ClientConn
+	client         kvgatev1.RouterClient
+	ref            *textmodel.Model // the engine's tokenizer, for the text cases
+	waits          sync.WaitGroup
+	exited         atomic.Bool // a child process has exited
+	stopOnce       sync.Once
+}
+
+// startCPURig starts the engine (the built-in ChatML tokenizer withText,
+// else no tokenizer and Llama 3's vocabulary, as RunOverhead's) and the
+// router (cache_aware, as `kvgate serve` defaults), and waits until a
+// request goes through.
+func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText bool) (r *cpuRig, err error) {
+	r = &cpuRig{}
+	defer func() {
+		if err != nil {
+			r.stop()
+		}
+	}()
+	ports, err := freePorts(3)
+	if err != nil {
+		return r, err
+	}
+	enginePort, routerPort, metricsPort := ports[0], ports[1], ports[2]
+	simArgs := []string{"sim", "--host", "127.0.0.1", "--port", enginePort, "--time-scale", "0",
+		"--kv-capacity-tokens", "4194304", "--max-running", "4096", "--max-context-length", "262144", "--log-level", "warn"}
+	if !withText {
+		simArgs = append(simArgs, "--tokenizer-path", "none", "--vocab-size", strconv.Itoa(overheadVocab), "--eos-token-id", strconv.Itoa(overheadEOS))
+	}
+	if r.engine, err = r.start(cfg, simArgs); err != nil {
+		return r, err
+	}
+	serveArgs := []string{"serve", "--host", "127.0.0.1", "--port", routerPort, "--prometheus-port", metricsPort,
+		"--worker-urls", "grpc://127.0.0.1:" + enginePort, "--worker-protocol", "sglang", "--policy", "cache_aware",
+		"--wait-for-workers", "--worker-startup-timeout", "30s", "--log-level", "warn"}
+	if cfg.PprofAddr != "" {
+		serveArgs = append(serveArgs, "--pprof-addr", cfg.PprofAddr)
+	}
+	serveArgs = append(serveArgs, cfg.RouterArgs...)
+	if r.router, err = r.start(cfg, serveArgs); err != nil {
+		return r, err
+	}
+	r.metrics = "127.0.0.1:" + metricsPort
+	if r.conn, err = grpc.NewClient("127.0.0.1:"+routerPort, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20))); err != nil {
+		return r, fmt.Errorf("overhead --cpu: %w", err)
+	}
+	r.client = kvgatev1.NewRouterClient(r.conn)
+	probe := ovhRouterRequest([]uint32{1, 2, 3, 4}, "")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, _, err := r.send(ctx, probe)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return r, fmt.Errorf("overhead --cpu: the router did not serve a request within 60s: %w", err)
+		}
+		if r.exited.Load() {
+			return r, fmt.Errorf("overhead --cpu: a child process exited: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if withText {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		ec, err := grpc.NewClient("127.0.0.1:"+enginePort, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return r, fmt.Errorf("overhead --cpu: %w", err)
+		}
+		defer ec.Close()
+		archive, err := workers.NewSGLangBackend(ec).Tokenizer(tctx)
+		if err != nil {
+			return r, fmt.Errorf("overhead --cpu: tokenizer from the engine: %w", err)
+		}
+		if r.ref, err = textmodel.FromArchive(archive, "", textmodel.Options{}); err != nil {
+			return r, fmt.Errorf("overhead --cpu: tokenizer: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// start runs `kvgate args...` as a child, its output to cfg.Stderr.
+func (r *cpuRig) start(cfg OverheadCPUConfig, args []string) (*exec.Cmd, error) {
+	cmd := exec.Command(cfg.Executable, args...)
+	cmd.Stdout, cmd.Stderr = cfg.Stderr, cfg.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("overhead --cpu: start kvgate %s: %w", args[0], err)
+	}
+	r.waits.Go(func() {
+		_ = cmd.Wait()
+		r.exited.Store(true)
+	})
+	return cmd, nil
+}
+
+// stop ends the router, then the engine, and waits for both.
+func (r *cpuRig) stop() {
+	r.stopOnce.Do(func() {
+		if r.conn != nil {
+			_ = r.conn.Close()
+		}
+		for _, c := range []*exec.Cmd{r.router, r.engine} {
+			if c != nil && c.Process != nil {
+				_ = c.Process.Kill()
+			}
+		}
+		r.waits.Wait()
+	})
+}
+
+// freePorts returns n ports free on loopback a moment ago (the children
+// bind them; another process could take one in between, which fails the
+// run rather than measuring something else).
+func freePorts(n int) ([]string, error) {
+	var ports []string
+	var lis []net.Listener
+	defer func() {
+		for _, l := range lis {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("overhead --cpu: find a free port: %w", err)
+		}
+		lis = append(lis, l)
+		ports = append(ports, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	}
+	return ports, nil
+}
+
+// processCPU is the user + system CPU time of process pid so far, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks: USER_HZ, 100 on every
+// Linux architecture). The kernel computes them from the process's exact
+// run time, so their sum is exact to the tick.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	var ticks int64
+	for _, x := range f[11:13] {
+		v, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
+	}
+	const userHZ = 100
+	return time.Duration(ticks) * (time.Second / userHZ), nil
+}
+
+func (r *cpuRig) routerCPU() (time.Duration, error) {
+	d, err := processCPU(r.router.Process.Pid)
+	if err != nil {
+		return 0, fmt.Errorf("overhead --cpu: the router's CPU time: %w", err)
+	}
+	return d, nil
+}
+
+// idleCPU is the router's CPU time per second with no requests.
+func (r *cpuRig) idleCPU(ctx context.Context, d time.Duration) (time.Duration, error) {
+	c0, err := r.routerCPU()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	c1, err := r.routerCPU()
+	return time.Duration(float64(c1-c0) / d.Seconds()), err
+}
+
+// send sends req to the router and returns its completion's prompt token
+// count.
+func (r *cpuRig) send(ctx context.Context, req *kvgatev1.GenerateRequest) (int, bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := r.client.Generate(ctx, req)
+	if err != nil {
+		return 0, false, err
+	}
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("stream ended without a completion")
+			}
+			return 0, false, err
+		}
+		if c := m.GetComplete(); c != nil {
+			ovhDrain(st.Recv)
+			return int(c.GetUsage().GetPromptTokens()), true, nil
+		}
+	}
+}
+
+// run measures one case: cfg.Warmup requests, then clients concurrent
+// clients sending next(i) (called under a lock, so that it may draw from a
+// math/rand source) until the router has used cfg.Budget of CPU (or
+// MaxRequests, MaxWall). The router's CPU time is read once every request
+// in flight has completed, so it holds their whole cost. check, when set,
+// vets the router's tokenizer-cache counters (after minus before).
+func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, clients int,
+	next func(i int) *kvgatev1.GenerateRequest, check func(d cacheCounts, n int) error) (OverheadCPUCase, error) {
+	c := OverheadCPUCase{Input: input}
+	var (
+		seq    int
+		nextMu sync.Mutex
+	)
+	request := func() *kvgatev1.GenerateRequest {
+		nextMu.Lock()
+		defer nextMu.Unlock()
+		seq++
+		return next(seq)
+	}
+	for range cfg.Warmup {
+		n, _, err := r.send(ctx, request())
+		if err != nil {
+			return c, err
+		}
+		if c.PromptTokens == 0 {
+			c.PromptTokens = n
+		}
+	}
+	before, err := r.cacheCounts(ctx)
+	if err != nil {
+		return c, err
+	}
+	c0, err := r.routerCPU()
+	if err != nil {
+		return c, err
+	}
+	start := time.Now()
+	var (
+		done     atomic.Int64
+		stop     atomic.Bool
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range clients {
+		wg.Go(func() {
+			for !stop.Load() && ctx.Err() == nil {
+				n, _, err := r.send(ctx, request())
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+				if done.Add(1) == 1 && c.PromptTokens == 0 {
+					c.PromptTokens = n
+				}
+			}
+		})
+	}
+	for !stop.Load() {
+		time.Sleep(20 * time.Millisecond)
+		cpu, err := r.routerCPU()
+		if err != nil {
+			errOnce.Do(func() { firstErr = err })
+			stop.Store(true)
+		}
+		if cpu-c0 >= cfg.Budget || done.Load() >= int64(cfg.MaxRequests) || time.Since(start) >= cfg.MaxWall || ctx.Err() != nil {
+			stop.Store(true)
+		}
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	c1, err := r.routerCPU()
+	if err = errors.Join(firstErr, err, ctx.Err()); err != nil {
+		return c, err
+	}
+	c.Requests = int(done.Load())
+	if c.Requests == 0 {
+		return c, errors.New("no request completed")
+	}
+	c.RouterCPUus = float64(c1-c0) / float64(time.Microsecond) / float64(c.Requests)
+	c.PerSec = float64(c.Requests) / wall.Seconds()
+	if check != nil {
+		after, err := r.cacheCounts(ctx)
+		if err != nil {
+			return c, err
+		}
+		if err := check(after.minus(before), c.Requests); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// throughputCPU runs the throughput measurement: 1K-token token ids from
+// cfg.ThroughputConcurrency clients for cfg.Duration.
+func (r *cpuRig) throughputCPU(ctx context.Context, cfg OverheadCPUConfig, rep *OverheadCPUReport) error {
+	rng := rand.New(rand.NewPCG(7, 7))
+	reqs := make([]*kvgatev1.GenerateRequest, ovhThroughputPool)
+	for i := range reqs {
+		ids := make([]uint32, ovhThroughputPrompt)
+		for j := range ids {
+			ids[j] = uint32(rng.IntN(overheadEOS))
+		}
+		reqs[i] = ovhRouterRequest(ids, "")
+	}
+	tc := cfg
+	tc.Budget, tc.MaxRequests, tc.MaxWall = time.Duration(1<<62), 1<<62, cfg.Duration
+	c, err := r.run(ctx, tc, OverheadInputTokens, cfg.ThroughputConcurrency, func(i int) *kvgatev1.GenerateRequest {
+		return reqs[i%len(reqs)]
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("overhead --cpu, throughput: %w", err)
+	}
+	rep.Throughput, rep.ThroughputCPUus = c.PerSec, c.RouterCPUus
+	rep.ThroughputCores = c.RouterCPUus * c.PerSec / 1e6
+	return nil
+}
+
+// cacheCounts are the router's tokenizer cache hit counters.
+type cacheCounts struct{ l0, l1 float64 }
+
+func (a cacheCounts) minus(b cacheCounts) cacheCounts { return cacheCounts{a.l0 - b.l0, a.l1 - b.l1} }
+
+// cacheCounts scrapes kvgate_tokenizer_cache_hits_total from the router.
+func (r *cpuRig) cacheCounts(ctx context.Context) (cacheCounts, error) {
+	var c cacheCounts
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.metrics+"/metrics", nil)
+	if err != nil {
+		return c, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return c, fmt.Errorf("overhead --cpu: the router's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for prefix, dst := range map[string]*float64{
+			`kvgate_tokenizer_cache_hits_total{level="l0"} `: &c.l0,
+			`kvgate_tokenizer_cache_hits_total{level="l1"} `: &c.l1,
+		} {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				if *dst, err = strconv.ParseFloat(v, 64); err != nil {
+					return c, fmt.Errorf("overhead --cpu: metrics line %q: %w", line, err)
+				}
+			}
+		}
+	}
+	return c, sc.Err()
+}
+
+func printOverheadCPU(w io.Writer, cfg OverheadCPUConfig, rep OverheadCPUReport) {
+	fmt.Fprintf(w, "Router CPU per request: the router (kvgate serve, cache_aware) and one simulated SGLang engine at zero latency (kvgate sim) are processes of their own; CPU is the router process's user + system time (/proc/PID/stat) over the requests it served (max_new_tokens 1, streamed).\n")
+	if len(cfg.RouterArgs) > 0 {
+		fmt.Fprintf(w, "Router flags added: %s.\n", strings.Join(cfg.RouterArgs, " "))
+	}
+	fmt.Fprintf(w, "%d clients per case, after %d warm-up requests, until the router used %s of CPU (at most %d requests or %s). %d CPUs, %s/%s. Idle router: %.1f ms of CPU per second (counted in the figures).\n\n",
+		cfg.Concurrency, cfg.Warmup, cfg.Budget, cfg.MaxRequests, cfg.MaxWall, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH,
+		float64(rep.IdleCPUPerSec)/float64(time.Millisecond))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "input\tprompt tokens\trequests\trouter CPU µs/request\trequests/s\t")
+	for _, c := range rep.Cases {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t\n", c.Input, c.PromptTokens, c.Requests, c.RouterCPUus, c.PerSec)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\ntokens: fresh random token ids. text-miss: a new text each request (a unique first line, no special tokens): L0 and L1 miss. text-l0-hit: the same text each request. text-l1-hit: a ChatML conversation whose prefix up to its last special token is cached; only the last user turn changes.\n")
+	fmt.Fprintf(w, "\nThroughput, %d clients sending %d-token token-id requests for %s: %.0f requests/s through the router, at %.1f µs of router CPU per request (the router used %.2f cores; engine, router and clients share this machine).\n",
+		cfg.ThroughputConcurrency, ovhThroughputPrompt, cfg.Duration, rep.Throughput, rep.ThroughputCPUus, rep.ThroughputCores)
+}

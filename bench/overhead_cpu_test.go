@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestProcessCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	c0, err := processCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn CPU until the kernel's counter moves (it counts in 10 ms ticks).
+	deadline := time.Now().Add(10 * time.Second)
+	x := 0
+	for time.Now().Before(deadline) {
+		for i := range 1_000_000 {
+			x += i
+		}
+		if c1, err := processCPU(os.Getpid()); err != nil || c1 > c0 {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Errorf("CPU time did not grow from %v in 10s of work (%d)", c0, x)
+}
+
+func TestProcessCPUNoProcess(t *testing.T) {
+	if _, err := processCPU(-1); err == nil {
+		t.Error("processCPU(-1) succeeded")
+	}
+}
+
+// TestRunOverheadCPUSmall builds kvgate and runs the CPU measurement on
+// short prompts with a tiny budget: the rig starts, every case's cache
+// check passes, and the table is printed.
+func TestRunOverheadCPUSmall(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("builds kvgate and starts a router and an engine as processes")
+	}
+	exe := filepath.Join(t.TempDir(), "kvgate")
+	build := exec.Command("go", "build", "-o", exe, "github.com/kvgate/kvgate/cmd/kvgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, logs bytes.Buffer
+	cfg := OverheadCPUConfig{Executable: exe, PromptTokens: []int{256}, Concurrency: 2, Budget: 30 * time.Millisecond,
+		MaxRequests: 300, Warmup: 5, ThroughputConcurrency: 4, Duration: 300 * time.Millisecond, Stderr: &logs}
+	rep, err := RunOverheadCPU(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("%v\nlogs:\n%s", err, logs.String())
+	}
+	t.Logf("\n%s", out.String())
+	want := []string{OverheadInputTokens, OverheadInputTextMiss, OverheadInputTextL0Hit, OverheadInputTextL1Hit}
+	if len(rep.Cases) != len(want) {
+		t.Fatalf("cases = %+v, want %v", rep.Cases, want)
+	}
+	for i, c := range rep.Cases {
+		if c.Input != want[i] || c.Requests <= 0 || c.RouterCPUus < 0 || c.PerSec <= 0 || c.PromptTokens < 200 {
+			t.Errorf("case %d = %+v, want input %q with requests, rates and about 256 prompt tokens", i, c, want[i])
+		}
+	}
+	if rep.Throughput <= 0 {
+		t.Errorf("throughput %v requests/s", rep.Throughput)
+	}
+	if !strings.Contains(out.String(), "router CPU µs/request") {
+		t.Errorf("table lacks its header:\n%s", out.String())
+	}
+}
