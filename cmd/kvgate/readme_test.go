@@ -76,14 +76,15 @@ func readmeSection(t *testing.T, heading string) string {
 	return section[:end]
 }
 
-// Every flag of `kvgate bench --overhead` has a row in README's bench table,
-// with its default. (The bench's simulated-engine flags are copied from
-// `kvgate sim`, whose own table documents them.)
-func TestReadmeDocumentsOverheadFlags(t *testing.T) {
+// Every flag of `kvgate bench` has a row in README's bench table, with its
+// default: the workload's, the overhead rig's and the simulated engines'
+// (copied from `kvgate sim`, so a flag added there must be documented here
+// too).
+func TestReadmeDocumentsEveryBenchFlag(t *testing.T) {
 	section := readmeSection(t, "### `kvgate bench`")
-	var o overheadFlags
+	var c benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	o.register(fs)
+	c.register(fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		i := strings.Index(section, "| `--"+f.Name+"` |")
 		if i < 0 {
