@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/internal/metricsdoc"
+	"github.com/kvgate/kvgate/workers/sim"
 )
 
 // Every flag of `kvgate serve` is documented in README's table, with the
@@ -94,6 +95,27 @@ func TestReadmeDocumentsEveryBenchFlag(t *testing.T) {
 		line := section[i:]
 		line = line[:strings.Index(line, "\n")]
 		if def := f.DefValue; def != "" && def != "false" && !strings.Contains(line, "`"+def+"`") {
+			t.Errorf("README documents --%s without its default `%s`: %s", f.Name, def, line)
+		}
+	})
+}
+
+// Every flag of `kvgate sim` has a row in README's sim table, with its
+// default.
+func TestReadmeDocumentsEverySimFlag(t *testing.T) {
+	section := readmeSection(t, "### `kvgate sim`")
+	cfg := sim.DefaultConfig()
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		i := strings.Index(section, "| `--"+f.Name+"` |")
+		if i < 0 {
+			t.Errorf("README's sim table lacks --%s", f.Name)
+			return
+		}
+		line := section[i:]
+		line = line[:strings.Index(line, "\n")]
+		if def := f.DefValue; def != "" && !strings.Contains(line, "`"+def+"`") {
 			t.Errorf("README documents --%s without its default `%s`: %s", f.Name, def, line)
 		}
 	})
