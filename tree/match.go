@@ -238,7 +238,7 @@ func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name s
 	}
 	if pos < len(ids) {
 		leaf := &node{tokens: clone(ids[pos:]), parent: parent}
-		parent.addKid(leaf)
+		parent.addKid(leaf, t.pageSize)
 		t.nodes++
 		t.unique += len(leaf.tokens)
 		t.touch(leaf, id, now, priority, confirm)
@@ -328,7 +328,7 @@ func (t *Tree) touchedBy(h holder, tick uint64) bool {
 // (the copied half) is never more than the tokens of the node keeping it.
 func (t *Tree) split(n *node, k int) *node {
 	p := n.parent
-	slot := p.kidSlot(n)
+	slot := p.kidSlot(n, t.pageSize)
 	u := &node{parent: p, holders: make([]holder, len(n.holders))}
 	if k <= len(n.tokens)-k {
 		u.tokens, n.tokens = clone(n.tokens[:k]), n.tokens[k:]
@@ -341,7 +341,7 @@ func (t *Tree) split(n *node, k int) *node {
 	}
 	p.kids[slot].n = u // same first page, same slot
 	n.parent = u
-	u.kids = []kid{{n.tokens[0], n}}
+	u.kids = []kid{{pageKey(n.tokens[:t.pageSize]), n}}
 	t.nodes++
 	return u
 }
@@ -370,7 +370,7 @@ func (t *Tree) removeHolder(n *node, i int) {
 func (t *Tree) prune(n *node) {
 	for n != &t.root && len(n.holders) == 0 && len(n.kids) == 0 {
 		p := n.parent
-		i := p.kidSlot(n)
+		i := p.kidSlot(n, t.pageSize)
 		p.kids = append(p.kids[:i], p.kids[i+1:]...)
 		if len(p.kids) == 0 {
 			p.kids = nil

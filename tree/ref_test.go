@@ -459,10 +459,10 @@ func checkInvariants(t *testing.T, tr *Tree) {
 	walk = func(n *node) {
 		for i, k := range n.kids {
 			c := k.n
-			if c.parent != n || c.deleted() || k.first != c.tokens[0] {
+			if c.parent != n || c.deleted() || k.key != pageKey(c.tokens[:tr.pageSize]) {
 				panic(fmt.Sprintf("bad child edge %d of %v", i, n.tokens))
 			}
-			if i > 0 && n.kids[i-1].first > k.first {
+			if i > 0 && n.kids[i-1].key > k.key {
 				panic("children out of order")
 			}
 			if len(c.tokens)%tr.pageSize != 0 || len(c.holders) == 0 {

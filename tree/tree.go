@@ -106,12 +106,29 @@ const confirmedBit = 1 << 31
 func (h holder) id() uint32      { return h.word &^ confirmedBit }
 func (h holder) confirmed() bool { return h.word&confirmedBit != 0 }
 
-// kid is a child edge, keyed by the child's first token so a lookup is a
-// binary search without touching the child; children sharing a first token
-// (they differ later in the first page) sit next to each other.
+// kid is a child edge, keyed by a hash of the child's first page so a
+// lookup is a binary search without touching the child. Keying by the first
+// token alone made siblings that share it (every prompt that continues a
+// shared prefix with the same token, a chat template's turn header say, and
+// then differs within the page) a run compared page by page on every
+// lookup: a cost that grew with the prompts the tree had seen. Children
+// whose pages collide sit next to each other and are told apart by their
+// tokens.
 type kid struct {
-	first uint32
-	n     *node
+	key uint64
+	n   *node
+}
+
+// pageKey hashes a page for kid. The tree's pages are a few to a few
+// hundred tokens, so a multiply-xor pass is cheap; a collision only costs
+// one more comparison of tokens.
+func pageKey(page []uint32) uint64 {
+	h := uint64(len(page)) * 0x9e3779b97f4a7c15
+	for _, t := range page {
+		h = (h ^ uint64(t)) * 0xff51afd7ed558ccd
+		h ^= h >> 32
+	}
+	return h
 }
 
 // node is one edge of the radix tree: whole pages of tokens, children sorted
@@ -145,12 +162,12 @@ func (n *node) leafFor(id uint32) bool {
 	return true
 }
 
-// kidIndex returns the first index in n.kids whose key is >= first.
-func (n *node) kidIndex(first uint32) int {
+// kidIndex returns the first index in n.kids whose key is >= key.
+func (n *node) kidIndex(key uint64) int {
 	lo, hi := 0, len(n.kids)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if n.kids[m].first < first {
+		if n.kids[m].key < key {
 			lo = m + 1
 		} else {
 			hi = m
@@ -161,7 +178,8 @@ func (n *node) kidIndex(first uint32) int {
 
 // child returns the child whose first page is page, or nil.
 func (n *node) child(page []uint32) *node {
-	for i := n.kidIndex(page[0]); i < len(n.kids) && n.kids[i].first == page[0]; i++ {
+	key := pageKey(page)
+	for i := n.kidIndex(key); i < len(n.kids) && n.kids[i].key == key; i++ {
 		if c := n.kids[i].n; equal(c.tokens[:len(page)], page) {
 			return c
 		}
@@ -169,16 +187,18 @@ func (n *node) child(page []uint32) *node {
 	return nil
 }
 
-func (n *node) addKid(c *node) {
-	i := n.kidIndex(c.tokens[0])
+// addKid adds c, whose first pageSize tokens are its first page.
+func (n *node) addKid(c *node, pageSize int) {
+	key := pageKey(c.tokens[:pageSize])
+	i := n.kidIndex(key)
 	n.kids = append(n.kids, kid{})
 	copy(n.kids[i+1:], n.kids[i:])
-	n.kids[i] = kid{c.tokens[0], c}
+	n.kids[i] = kid{key, c}
 }
 
 // kidSlot returns the index of c in n.kids.
-func (n *node) kidSlot(c *node) int {
-	for i := n.kidIndex(c.tokens[0]); i < len(n.kids); i++ {
+func (n *node) kidSlot(c *node, pageSize int) int {
+	for i := n.kidIndex(pageKey(c.tokens[:pageSize])); i < len(n.kids); i++ {
 		if n.kids[i].n == c {
 			return i
 		}
