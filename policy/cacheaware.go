@@ -32,13 +32,22 @@ const speculationHeadroom = 2
 //
 // The decision, in order:
 //
-//  1. imbalance: when max_load - min_load > BalanceAbsThreshold and
+//  1. imbalance: when max_load - min_load > gap and
 //     max_load > BalanceRelThreshold × min_load over the healthy candidates,
-//     the least loaded worker (Branch "imbalance").
+//     the least loaded worker (Branch "imbalance"). The gap is the fleet's
+//     mean load, kept within [BalanceAbsThreshold/2, BalanceAbsThreshold]
+//     (see imbalanceGap).
 //  2. cache_hit: when the longest whole-page match covers at least
 //     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
-//     that match; equal matches go to the less loaded.
+//     that match. When several workers hold it (a shared system prompt the
+//     fleet has replicated ends every one's match at the same page), the
+//     least loaded of them: the match is no reason to prefer any one.
 //  3. cache_miss: otherwise the CacheMissFallback worker.
+//
+// Together, rules 1 and 2 spread a burst of conversations that share a
+// system prompt: the first worker to hold it takes requests until it is
+// past the gap, the imbalance rule then gives each other worker one (and so
+// the prompt), and from then on the matches tie and load decides.
 //
 // Whatever the branch, the chosen worker's prompt path is inserted into the
 // tree in the same descent as the match, so concurrent requests with a shared
@@ -187,6 +196,9 @@ type snapshot struct {
 	loads    []int
 	x        *workerIndex // ws's URLs and positions
 	min, max int
+	// gap is the load difference past which the fleet is imbalanced at its
+	// present total load (see imbalanceGap).
+	gap int
 	// imbalanced reports the balance thresholds crossed; then least is the
 	// answer whatever the tree says.
 	imbalanced bool
@@ -207,14 +219,17 @@ type snapshot struct {
 
 func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
+	total := 0
 	for i, w := range ws {
 		s.loads[i] = w.Load()
+		total += s.loads[i]
 		if i == 0 || s.loads[i] < s.min {
 			s.min = s.loads[i]
 		}
 		s.max = max(s.max, s.loads[i])
 	}
-	s.imbalanced = s.max-s.min > c.absThreshold && float64(s.max) > c.relThreshold*float64(s.min)
+	s.gap = c.imbalanceGap(total, len(ws))
+	s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
 
 	// Tree sizes are needed for the smallest_tree fallback (all workers) and
 	// to break ties among the least loaded (only those).
@@ -273,7 +288,9 @@ func (s *snapshot) fill(m tree.Match) {
 // decide picks the worker once s.matched is filled and records it in s. It
 // runs under the tree's write lock, so it only scans the matches, an int
 // per candidate; the reason is formatted after the lock is released.
-// Among equal best matches the less loaded wins, then the earlier.
+// Among equal best matches the less loaded wins, then the earlier: a prefix
+// several workers hold equally (a shared system prompt) says nothing about
+// which of them should serve the request, and their load does.
 func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	best := -1
 	for i, n := range s.matched {
@@ -306,7 +323,7 @@ func (c *CacheAware) reason(s *snapshot, inputLen int) string {
 	switch s.branch {
 	case "imbalance":
 		return fmt.Sprintf("imbalance: loads %d..%d differ by more than %d and ×%g; least loaded %s (%d)",
-			s.min, s.max, c.absThreshold, c.relThreshold, url, s.loads[s.chosen])
+			s.min, s.max, s.gap, c.relThreshold, url, s.loads[s.chosen])
 	case "cache_hit":
 		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt tokens (%.0f%% ≥ %.0f%%)",
 			url, s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold)
@@ -365,4 +382,24 @@ func (c *CacheAware) SpeculativeExpired() uint64 { return c.spec.Expired() }
 // tree under its read lock: for tests and debugging, not the routing path.
 func (c *CacheAware) Holdings(worker string, confirmedOnly bool) [][]uint32 {
 	return c.tree.Holdings(worker, confirmedOnly)
+}
+
+// imbalanceGap is the load difference (max − min) past which a fleet of n
+// workers carrying total requests counts as imbalanced: the fleet's mean
+// load (rounded up), kept within [BalanceAbsThreshold/2, BalanceAbsThreshold].
+//
+// The seed's fixed threshold is the upper end: past it the fleet is
+// imbalanced at any load, as before. Below it, a fixed 64 let a worker
+// that held a shared system prompt gather 64 more requests than the others
+// when the mean was 32 (256 conversations on 8 workers), twice its share,
+// before the rule moved any; those conversations then stayed (load CoV
+// 0.48). Measured against the mean, a worker is imbalanced once it carries
+// a whole average worker's load more than another. The lower end keeps the
+// rule quiet at low load, where a few requests more on one worker are noise
+// and moving them would only cost their cache hits: with the mean as the
+// only bound, the tail of a multiturn run (few conversations left, the mean
+// near 1) moved conversations off their cache.
+func (c *CacheAware) imbalanceGap(total, n int) int {
+	mean := (total + n - 1) / n
+	return min(c.absThreshold, max(mean, c.absThreshold/2))
 }

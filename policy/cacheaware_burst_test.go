@@ -54,12 +54,13 @@ func TestCacheAwareBurstOfNewPrefixes(t *testing.T) {
 	})
 
 	t.Run("a new worker joins a warm fleet", func(t *testing.T) {
-		// w0 and w1 hold 40 prompts each, w2 none. smallest_tree sends the
-		// whole burst to w2, 40 requests in flight on one worker while two
-		// idle; least_loaded spreads it.
+		// w0 and w1 hold 40 prompts each, w2 none. smallest_tree piles the
+		// burst onto w2 until the imbalance rule (33 in flight vs 0: past
+		// the gap of 32 at this load) moves the surplus; least_loaded
+		// spreads it from the start.
 		ws, got := burst(t, policy.FallbackSmallestTree, 40, []int{40, 40, 0}, fixed)
-		if got[ws[2].URL()] != 40 {
-			t.Errorf("smallest_tree: %v, want all 40 on the new worker", spread(ws, got))
+		if n := got[ws[2].URL()]; n < 33 {
+			t.Errorf("smallest_tree: %v, want ≥ 33 on the new worker", spread(ws, got))
 		}
 		ws, got = burst(t, policy.FallbackLeastLoaded, 40, []int{40, 40, 0}, fixed)
 		for _, w := range ws {
@@ -70,9 +71,10 @@ func TestCacheAwareBurstOfNewPrefixes(t *testing.T) {
 	})
 
 	t.Run("a burst past the balance threshold", func(t *testing.T) {
-		// smallest_tree piles onto w2 until the imbalance rule (load 65 vs 0)
-		// takes over; from then on the burst alternates between imbalance
-		// and the new worker.
+		// smallest_tree piles onto w2 until the imbalance rule (load 33 vs
+		// 0, past the gap of 32 at this load) takes over; from then on the
+		// burst alternates between imbalance and the new worker, which
+		// keeps the smallest tree.
 		ws, got := burst(t, policy.FallbackSmallestTree, 120, []int{200, 200, 0}, fixed)
 		if n := got[ws[2].URL()]; n < 65 {
 			t.Errorf("smallest_tree: %v, want ≥ 65 on the new worker", spread(ws, got))
@@ -81,8 +83,10 @@ func TestCacheAwareBurstOfNewPrefixes(t *testing.T) {
 
 	t.Run("a burst sharing a long system prompt", func(t *testing.T) {
 		// Not a miss at all: every request is a hit on the worker holding the
-		// system prompt, whichever fallback, until the imbalance rule (65 in
-		// flight vs 0) moves the surplus; those workers then hold it as well.
+		// system prompt, whichever fallback, until the imbalance rule (33 in
+		// flight vs 0) moves one request to each other worker; they then
+		// hold the system prompt as well, the matches tie, and equal
+		// matches go to the less loaded, so the burst evens out.
 		system := caTokens(1, 2*promptLen)
 		for _, fb := range []string{policy.FallbackSmallestTree, policy.FallbackLeastLoaded} {
 			ws := fleet(3)
@@ -95,8 +99,8 @@ func TestCacheAwareBurstOfNewPrefixes(t *testing.T) {
 				defer d.Worker.Acquire()()
 			}
 			t.Logf("%-13s burst of 100 sharing a %d-token system prompt: %v", fb, len(system), spread(ws, got))
-			if n := got[ws[0].URL()]; n < 65 {
-				t.Errorf("%s: %v, want ≥ 65 on the worker holding the system prompt", fb, spread(ws, got))
+			if r := spreadRange(ws, got); r > 1 {
+				t.Errorf("%s: %v, want an even spread (33 or 34 each)", fb, spread(ws, got))
 			}
 		}
 	})

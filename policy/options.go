@@ -48,14 +48,18 @@ func DefaultOptions() Options {
 
 // CacheAwareConfig configures cache_aware: route to the longest prefix match
 // when it covers at least CacheThreshold of the prompt, unless the fleet is
-// imbalanced: max_load - min_load > BalanceAbsThreshold and
-// max_load > BalanceRelThreshold × min_load.
+// imbalanced: max_load - min_load > gap and max_load > BalanceRelThreshold ×
+// min_load, where gap is the fleet's mean load kept within
+// [BalanceAbsThreshold/2, BalanceAbsThreshold].
 type CacheAwareConfig struct {
 	// CacheThreshold (--cache-threshold) is in [0, 1]; 0 routes by cache
 	// whenever any worker holds a page of the prompt, 1 only on a full
 	// match.
 	CacheThreshold float64
-	// BalanceAbsThreshold (--balance-abs-threshold) is ≥ 0.
+	// BalanceAbsThreshold (--balance-abs-threshold) is ≥ 0: the load
+	// difference past which the fleet is imbalanced at any load; at a
+	// lower mean load the difference that counts is the mean, but never
+	// less than half of this.
 	BalanceAbsThreshold int
 	// BalanceRelThreshold (--balance-rel-threshold) is ≥ 1: max_load is never
 	// below min_load, so a ratio under 1 would mean the same as 1.

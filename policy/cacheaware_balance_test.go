@@ -1,0 +1,192 @@
+package policy_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// TestCacheAwareSharedPrefixGoesByLoad is the rule for a match several
+// workers provide equally: the request goes to the least loaded of them,
+// and only a strictly longer match (or the imbalance rule) overrides load.
+// The fleet is four workers; system is a 1,024-token prompt every
+// conversation starts with, and each row says who holds what and how busy
+// each worker is.
+func TestCacheAwareSharedPrefixGoesByLoad(t *testing.T) {
+	system := caTokens(1, 1024)
+	own := caJoin(system, caTokens(2, 256)) // one conversation's earlier turn
+	next := caJoin(own, caTokens(3, 128))   // its next turn
+	newcomer := caJoin(system, caTokens(4, 128))
+	for _, tc := range []struct {
+		name      string
+		holds     [4][]uint32 // what each worker's tree holds
+		loads     [4]int
+		prompt    []uint32
+		want      int
+		branch    string
+		predicted int
+	}{
+		{
+			name:   "three workers hold the shared system prompt equally: the least loaded gets the request",
+			holds:  [4][]uint32{system, system, system, nil},
+			loads:  [4]int{9, 3, 6, 0},
+			prompt: newcomer, want: 1, branch: "cache_hit", predicted: 1024,
+		},
+		{
+			name:   "the idle worker without the prompt does not join the tie",
+			holds:  [4][]uint32{system, system, nil, nil},
+			loads:  [4]int{20, 25, 0, 0},
+			prompt: newcomer, want: 0, branch: "cache_hit", predicted: 1024,
+		},
+		{
+			name:   "equal loads among the holders: the earlier candidate",
+			holds:  [4][]uint32{nil, system, system, system},
+			loads:  [4]int{0, 4, 4, 4},
+			prompt: newcomer, want: 1, branch: "cache_hit", predicted: 1024,
+		},
+		{
+			name:   "a longer match on one worker still wins: a conversation stays where its history is",
+			holds:  [4][]uint32{system, own, system, system},
+			loads:  [4]int{0, 30, 0, 0},
+			prompt: next, want: 1, branch: "cache_hit", predicted: 1280,
+		},
+		{
+			name:   "a longer match on a worker past the imbalance gap: load wins",
+			holds:  [4][]uint32{system, own, system, system},
+			loads:  [4]int{0, 33, 0, 0},
+			prompt: next, want: 0, branch: "imbalance", predicted: 1024,
+		},
+		{
+			name:   "every worker holds the prompt: a plain least-loaded choice",
+			holds:  [4][]uint32{system, system, system, system},
+			loads:  [4]int{7, 7, 2, 5},
+			prompt: newcomer, want: 2, branch: "cache_hit", predicted: 1024,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := fleet(4)
+			p := newCA(t, nil)
+			for i, ids := range tc.holds {
+				if ids != nil {
+					place(t, p, ws[i], ids)
+				}
+			}
+			for i, n := range tc.loads {
+				defer busy(ws[i], n)()
+			}
+			wantDecision(t, caSelect(t, p, tc.prompt, ws...), ws[tc.want], tc.branch, tc.predicted)
+		})
+	}
+}
+
+// TestCacheAwareImbalanceScalesWithLoad is the imbalance rule at low and high
+// total load with the defaults (64 / 1.5): the gap that counts is the
+// fleet's mean load, at least 32 (half of 64) and at most 64. w0 holds the
+// prompt; the others hold nothing; the row gives every worker's load.
+func TestCacheAwareImbalanceScalesWithLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		loads      [4]int
+		imbalanced bool
+	}{
+		{"idle fleet: a handful on one worker is noise", [4]int{8, 0, 0, 0}, false},
+		{"low load: the floor of 32 holds (32 vs 0)", [4]int{32, 0, 0, 0}, false},
+		{"low load: just past the floor (33 vs 0)", [4]int{33, 0, 0, 0}, true},
+		{"mean 40: 40 more than the least is not yet past it", [4]int{60, 40, 40, 20}, false},
+		{"mean 41: 42 more than the least is", [4]int{62, 41, 41, 20}, true},
+		{"high load: the seed's 64 caps the gap (mean 100, 64 more)", [4]int{140, 100, 84, 76}, false},
+		{"high load: 65 more than the least is past it", [4]int{141, 100, 84, 76}, true},
+		{"high load: past 64 but not 1.5× the least", [4]int{300, 250, 240, 230}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := fleet(4)
+			p := newCA(t, nil)
+			prompt := caTokens(1, 64)
+			place(t, p, ws[0], prompt)
+			for i, n := range tc.loads {
+				defer busy(ws[i], n)()
+			}
+			d := caSelect(t, p, prompt, ws...)
+			if !tc.imbalanced {
+				wantDecision(t, d, ws[0], "cache_hit", 64)
+				return
+			}
+			least := 0
+			for i, n := range tc.loads {
+				if n < tc.loads[least] {
+					least = i
+				}
+			}
+			wantDecision(t, d, ws[least], "imbalance", 0)
+		})
+	}
+	t.Run("the seed's threshold stays the most the rule waits: 8 / 1.5", func(t *testing.T) {
+		ws := fleet(2)
+		p := newCA(t, func(o *policy.Options) { o.CacheAware.BalanceAbsThreshold = 8 })
+		prompt := caTokens(1, 64)
+		place(t, p, ws[0], prompt)
+		defer busy(ws[0], 9)()
+		wantDecision(t, caSelect(t, p, prompt, ws...), ws[1], "imbalance", 0)
+	})
+	t.Run("a threshold of 0: the relative rule alone", func(t *testing.T) {
+		ws := fleet(2)
+		p := newCA(t, func(o *policy.Options) { o.CacheAware.BalanceAbsThreshold = 0 })
+		prompt := caTokens(1, 64)
+		place(t, p, ws[0], prompt)
+		defer busy(ws[0], 1)()
+		wantDecision(t, caSelect(t, p, prompt, ws...), ws[1], "imbalance", 0)
+	})
+}
+
+// TestCacheAwareConversationsShareASystemPrompt places a burst of 256
+// conversations' first turns on 8 workers, all in flight at once, each
+// starting with the same 1,000-token system prompt (bench's multiturn
+// workload): the fleet ends evenly loaded, each conversation's next turn
+// follows its first, and the system prompt was computed by each worker
+// once.
+func TestCacheAwareConversationsShareASystemPrompt(t *testing.T) {
+	ws := fleet(8)
+	p := newCA(t, nil)
+	system := caTokens(1, 1000)
+	got := map[string]int{}
+	first := make([]*workers.Worker, 256)
+	misses := 0
+	for u := range first {
+		d := caSelect(t, p, caJoin(system, caTokens(100+u, 128)), ws...)
+		first[u] = d.Worker
+		got[d.Worker.URL()]++
+		if d.PredictedCachedTokens == 0 {
+			misses++
+		}
+		defer d.Worker.Acquire()()
+	}
+	t.Logf("first turns per worker: %v, %d without the system prompt", spread(ws, got), misses)
+	if cov := cov(spread(ws, got)); cov > 0.05 {
+		t.Errorf("first turns %v: load CoV %.3f, want ≤ 0.05", spread(ws, got), cov)
+	}
+	if misses > len(ws) {
+		t.Errorf("%d first turns found no system prompt, want at most one per worker (%d)", misses, len(ws))
+	}
+	for u := range 16 {
+		prompt := caJoin(system, caTokens(100+u, 128), caTokens(900+u, 128))
+		if d := caSelect(t, p, prompt, ws...); d.Worker != first[u] {
+			t.Fatalf("conversation %d's second turn went to %s (%s), its first to %s", u, d.Worker.URL(), d.Reason, first[u].URL())
+		}
+	}
+}
+
+// cov is the coefficient of variation of counts (population standard
+// deviation over the mean), as bench reports load CoV.
+func cov(counts []int) float64 {
+	var sum, sq float64
+	for _, c := range counts {
+		sum += float64(c)
+	}
+	mean := sum / float64(len(counts))
+	for _, c := range counts {
+		sq += (float64(c) - mean) * (float64(c) - mean)
+	}
+	return math.Sqrt(sq/float64(len(counts))) / mean
+}
