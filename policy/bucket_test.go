@@ -27,7 +27,7 @@ func TestBucketBandsByPromptLength(t *testing.T) {
 		ws := fleet(tc.workers)
 		d := mustSelect(t, must(policy.NewBucket(policy.DefaultOptions())), ofLen(tc.length), ws)
 		if d.Worker != ws[tc.want] || d.Branch != "bucket" {
-			t.Errorf("%d workers, %d tokens: %s by %q, want %s (%s)", tc.workers, tc.length, d.Worker, d.Branch, ws[tc.want], d.Reason)
+			t.Errorf("%d workers, %d tokens: %s by %q, want %s (%s)", tc.workers, tc.length, d.Worker, d.Branch, ws[tc.want], d.Why())
 		}
 	}
 	if got := must(policy.NewBucket(policy.DefaultOptions())).Boundaries(4); !slices.Equal(got, []int{1024, 2048, 3072}) {
@@ -123,7 +123,7 @@ func TestBucketImbalanceFallsBackToLeastLoaded(t *testing.T) {
 			}
 			d := mustSelect(t, must(policy.NewBucket(tc.opts)), ofLen(100), ws)
 			if d.Worker != ws[tc.want] || d.Branch != tc.wantBranch {
-				t.Fatalf("chose %s by %q, want %s by %q (%s)", d.Worker, d.Branch, ws[tc.want], tc.wantBranch, d.Reason)
+				t.Fatalf("chose %s by %q, want %s by %q (%s)", d.Worker, d.Branch, ws[tc.want], tc.wantBranch, d.Why())
 			}
 		})
 	}

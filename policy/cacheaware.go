@@ -155,17 +155,26 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*worke
 		})
 	}
 
+	// The matches and the reason live in the snapshot, which the selection
+	// allocated anyway: recording them costs nothing, and the reason is
+	// formatted only for a dry run (Explain) or when Why is called.
+	s.c, s.inputLen = c, len(req.InputIDs)
+	s.matchedM = Matches{index: s.x.pos, tokens: s.matched}
+	s.confirmedM = Matches{index: s.x.pos, tokens: s.confirmed}
+	if rest != nil {
+		s.matchedM.other, s.confirmedM.other = unavailableMatches(rest, m)
+	}
 	d := Decision{
 		Worker:                s.ws[s.chosen],
 		PredictedCachedTokens: s.matched[s.chosen],
 		Branch:                s.branch,
-		Reason:                c.reason(s, len(req.InputIDs)),
-		Matched:               &Matches{index: s.x.pos, tokens: s.matched},
-		Confirmed:             &Matches{index: s.x.pos, tokens: s.confirmed},
+		Matched:               &s.matchedM,
+		Confirmed:             &s.confirmedM,
 		tick:                  m.Tick,
+		why:                   s,
 	}
-	if rest != nil {
-		d.Matched.other, d.Confirmed.other = unavailableMatches(rest, m)
+	if req.DryRun {
+		d.Reason = s.reason()
 	}
 	return d, nil
 }
@@ -215,6 +224,13 @@ type snapshot struct {
 	ratio      float64
 	chosen     int
 	branch     string
+
+	// Filled in by Select for the decision, which points into the
+	// snapshot instead of allocating its own: the matches by URL, and
+	// what the reason is built from (policy, prompt length).
+	matchedM, confirmedM Matches
+	c                    *CacheAware
+	inputLen             int
 }
 
 func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
@@ -317,8 +333,9 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	}
 }
 
-// reason says why s.chosen won, for logs and Explain.
-func (c *CacheAware) reason(s *snapshot, inputLen int) string {
+// reason says why s.chosen won, for logs and Explain (Decision.Why).
+func (s *snapshot) reason() string {
+	c, inputLen := s.c, s.inputLen
 	url := s.ws[s.chosen].URL()
 	switch s.branch {
 	case "imbalance":

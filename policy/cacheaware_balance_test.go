@@ -172,7 +172,7 @@ func TestCacheAwareConversationsShareASystemPrompt(t *testing.T) {
 	for u := range 16 {
 		prompt := caJoin(system, caTokens(100+u, 128), caTokens(900+u, 128))
 		if d := caSelect(t, p, prompt, ws...); d.Worker != first[u] {
-			t.Fatalf("conversation %d's second turn went to %s (%s), its first to %s", u, d.Worker.URL(), d.Reason, first[u].URL())
+			t.Fatalf("conversation %d's second turn went to %s (%s), its first to %s", u, d.Worker.URL(), d.Why(), first[u].URL())
 		}
 	}
 }

@@ -159,3 +159,31 @@ func BenchmarkCacheAwareSelect(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCacheAwareSelectWhy is BenchmarkCacheAwareSelect with the
+// decision's reason read, as a log line written for every request would:
+// the cost Decision.Why defers.
+func BenchmarkCacheAwareSelectWhy(b *testing.B) {
+	ws := fleet(64)
+	p, err := policy.NewCacheAware(policy.DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	system := caTokens(1, 1024)
+	for i, w := range ws {
+		if _, err := p.Select(context.Background(), &policy.Request{InputIDs: caJoin(system, caTokens(i+2, 512))}, []*workers.Worker{w}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	req := &policy.Request{InputIDs: caJoin(system, caTokens(3, 512), caTokens(7, 256))}
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := p.Select(context.Background(), req, ws)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if d.Why() == "" {
+			b.Fatal("no reason")
+		}
+	}
+}

@@ -76,9 +76,9 @@ func wantDecision(t *testing.T, d policy.Decision, w *workers.Worker, branch str
 	t.Helper()
 	if d.Worker != w || d.Branch != branch || d.PredictedCachedTokens != predicted {
 		t.Fatalf("decision = %s %s predicted %d (%s), want %s %s predicted %d",
-			d.Worker.URL(), d.Branch, d.PredictedCachedTokens, d.Reason, w.URL(), branch, predicted)
+			d.Worker.URL(), d.Branch, d.PredictedCachedTokens, d.Why(), w.URL(), branch, predicted)
 	}
-	if d.Reason == "" {
+	if d.Why() == "" {
 		t.Fatalf("decision has no reason")
 	}
 }
@@ -146,7 +146,7 @@ func TestCacheAwareThresholdUsesPromptLength(t *testing.T) {
 			place(t, p, ws[0], shared)
 			d := caSelect(t, p, tc.prompt, ws...)
 			if d.Branch != tc.branch {
-				t.Fatalf("branch = %s (%s), want %s", d.Branch, d.Reason, tc.branch)
+				t.Fatalf("branch = %s (%s), want %s", d.Branch, d.Why(), tc.branch)
 			}
 			if got := d.Matched.Of(ws[0].URL()); got != 48 {
 				t.Fatalf("Matched[w0] = %d, want 48 (all: %v)", got, d.Matched)
@@ -182,8 +182,8 @@ func TestCacheAwareMissFallbacks(t *testing.T) {
 			defer release()
 			d := caSelect(t, p, prompt, ws...)
 			wantDecision(t, d, ws[tc.want], "cache_miss", tc.predicted)
-			if !strings.Contains(d.Reason, tc.fallback) {
-				t.Fatalf("reason %q does not name the fallback", d.Reason)
+			if !strings.Contains(d.Why(), tc.fallback) {
+				t.Fatalf("reason %q does not name the fallback", d.Why())
 			}
 		})
 	}
@@ -552,4 +552,25 @@ func TestCacheAwareConcurrentUse(t *testing.T) {
 	wg.Wait()
 	cancel()
 	<-done
+}
+
+func TestCacheAwareReasonOnDemand(t *testing.T) {
+	ws := fleet(2)
+	p := newCA(t, nil)
+	prompt := caTokens(1, 64)
+	place(t, p, ws[0], prompt)
+	dry := caExplain(t, p, prompt, ws...)
+	if dry.Reason == "" {
+		t.Fatal("a dry run (Explain) has no Reason: Explain reads the field")
+	}
+	d := caSelect(t, p, prompt, ws...)
+	if d.Reason != "" {
+		t.Fatalf("a routed decision built its Reason %q: it is built only when Why asks", d.Reason)
+	}
+	if d.Why() != dry.Why() {
+		t.Fatalf("Why() = %q, want what the dry run said: %q", d.Why(), dry.Why())
+	}
+	if got := d.Matched.Of(ws[0].URL()); got != 64 {
+		t.Fatalf("Matched[w0] = %d, want 64", got)
+	}
 }

@@ -35,7 +35,7 @@ func TestConsistentHashingKeyPrecedence(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := mustSelect(t, p, &tc.req, ws)
 			if d.Branch != tc.wantBranch || (tc.want != nil && d.Worker != tc.want) {
-				t.Fatalf("chose %s by %q, want %s by %q (%s)", d.Worker, d.Branch, tc.want, tc.wantBranch, d.Reason)
+				t.Fatalf("chose %s by %q, want %s by %q (%s)", d.Worker, d.Branch, tc.want, tc.wantBranch, d.Why())
 			}
 		})
 	}
@@ -174,8 +174,8 @@ func TestConsistentHashingReasonHidesKeys(t *testing.T) {
 	ws := fleet(2)
 	p := policy.NewConsistentHashing(policy.DefaultOptions())
 	for _, req := range []policy.Request{{ImplicitKey: "Bearer sk-secret"}, {RoutingKey: "user-secret"}} {
-		if d := mustSelect(t, p, &req, ws); strings.Contains(d.Reason, "secret") {
-			t.Fatalf("reason %q reveals the key", d.Reason)
+		if d := mustSelect(t, p, &req, ws); strings.Contains(d.Why(), "secret") {
+			t.Fatalf("reason %q reveals the key", d.Why())
 		}
 	}
 }

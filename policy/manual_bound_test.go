@@ -78,8 +78,8 @@ func TestManualForget(t *testing.T) {
 	if d := sel("b", ws...); d.Worker != ws[0] || d.Branch != "failover" { // draws 0 of ws 0, 2
 		t.Fatalf("setup: b failed over to %s, want worker 0 as backup", d.Worker.URL())
 	}
-	if d := sel("b", ws...); !strings.HasSuffix(d.Reason, "unhealthy, backup") {
-		t.Fatalf("setup: b has no backup: %s", d.Reason)
+	if d := sel("b", ws...); !strings.HasSuffix(d.Why(), "unhealthy, backup") {
+		t.Fatalf("setup: b has no backup: %s", d.Why())
 	}
 
 	p.Forget(ws[0].URL())
@@ -87,8 +87,8 @@ func TestManualForget(t *testing.T) {
 		t.Fatalf("%d keys after forgetting worker 0, want 1 (b)", n)
 	}
 	rest := ws[1:] // worker 0 has left the fleet
-	if d := sel("b", rest...); !strings.Contains(d.Reason, "new backup") {
-		t.Fatalf("b still had the forgotten backup: %s", d.Reason)
+	if d := sel("b", rest...); !strings.Contains(d.Why(), "new backup") {
+		t.Fatalf("b still had the forgotten backup: %s", d.Why())
 	}
 	ws[1].SetHealthy(true)
 	if d := sel("b", rest...); d.Worker != ws[1] || d.Branch != "sticky" {

@@ -70,7 +70,7 @@ func TestManualAssignmentModes(t *testing.T) {
 			}
 			d := mustSelect(t, p, &policy.Request{RoutingKey: "new"}, ws)
 			if d.Worker != ws[tc.want] || d.Branch != "assigned" {
-				t.Fatalf("chose %s by %q, want %s (%s)", d.Worker, d.Branch, ws[tc.want], d.Reason)
+				t.Fatalf("chose %s by %q, want %s (%s)", d.Worker, d.Branch, ws[tc.want], d.Why())
 			}
 		})
 	}
@@ -115,7 +115,7 @@ func TestManualFailoverToBackupAndBack(t *testing.T) {
 		}
 		d := mustSelect(t, p, req, ws)
 		if d.Worker != ws[s.want] || d.Branch != s.wantBranch {
-			t.Fatalf("%s: chose %s by %q, want %s by %q (%s)", s.name, d.Worker, d.Branch, ws[s.want], s.wantBranch, d.Reason)
+			t.Fatalf("%s: chose %s by %q, want %s by %q (%s)", s.name, d.Worker, d.Branch, ws[s.want], s.wantBranch, d.Why())
 		}
 	}
 }

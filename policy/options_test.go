@@ -106,7 +106,7 @@ func TestCacheThresholdZeroRoutesByAnyMatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		if d.Branch != tc.branch || tc.branch == "cache_hit" && d.Worker != ws[1] {
-			t.Errorf("threshold %g: %s to %s (%s), want %s", tc.threshold, d.Branch, d.Worker.URL(), d.Reason, tc.branch)
+			t.Errorf("threshold %g: %s to %s (%s), want %s", tc.threshold, d.Branch, d.Worker.URL(), d.Why(), tc.branch)
 		}
 	}
 }

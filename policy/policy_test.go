@@ -116,7 +116,7 @@ func TestPowerOfTwoPicksLessLoadedOfTheSample(t *testing.T) {
 				t.Fatal(err)
 			}
 			if d.Worker != ws[tc.want] {
-				t.Fatalf("chose %s, want %s (%s)", d.Worker.URL(), ws[tc.want].URL(), d.Reason)
+				t.Fatalf("chose %s, want %s (%s)", d.Worker.URL(), ws[tc.want].URL(), d.Why())
 			}
 		})
 	}

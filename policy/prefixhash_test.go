@@ -122,10 +122,10 @@ func TestPrefixHashOverloadedOwnerSpillsToNextOnRing(t *testing.T) {
 			}()
 			d := mustSelect(t, p, req, ws)
 			if d.Branch != tc.wantBranch {
-				t.Fatalf("branch %q, want %q (%s)", d.Branch, tc.wantBranch, d.Reason)
+				t.Fatalf("branch %q, want %q (%s)", d.Branch, tc.wantBranch, d.Why())
 			}
 			if (d.Worker == owner) != (tc.wantBranch == "ring") {
-				t.Fatalf("chose %s (owner %s): %s", d.Worker, owner, d.Reason)
+				t.Fatalf("chose %s (owner %s): %s", d.Worker, owner, d.Why())
 			}
 			// The spill goes to a fixed neighbour, not wherever: repeat it.
 			if again := mustSelect(t, p, req, ws); again.Worker != d.Worker {

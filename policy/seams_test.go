@@ -53,7 +53,7 @@ func TestExcludeIsUnavailableForThatRequest(t *testing.T) {
 						t.Fatalf("request %d excluding %v: %v", i, exclude, err)
 					}
 					if slices.Contains(urls, d.Worker.URL()) {
-						t.Fatalf("request %d went to excluded %s (%s)", i, d.Worker.URL(), d.Reason)
+						t.Fatalf("request %d went to excluded %s (%s)", i, d.Worker.URL(), d.Why())
 					}
 				}
 			}

@@ -160,7 +160,7 @@ func TestVllmCacheAwareThreshold(t *testing.T) {
 			vcaPlace(t, p, ws[0], shared)
 			d := vcaSelect(t, p, &policy.Request{InputIDs: tc.prompt}, ws...)
 			if d.Branch != tc.branch {
-				t.Fatalf("branch = %s (%s), want %s", d.Branch, d.Reason, tc.branch)
+				t.Fatalf("branch = %s (%s), want %s", d.Branch, d.Why(), tc.branch)
 			}
 			if got, want := d.Matched.Of(ws[0].URL()), map[bool]int{true: 48, false: 0}[tc.prompt[0] == shared[0]]; got != want {
 				t.Fatalf("Matched[w0] = %d, want %d (all: %v)", got, want, d.Matched)
@@ -204,8 +204,8 @@ func TestVllmCacheAwareLoadFactor(t *testing.T) {
 				predicted = 64
 			}
 			wantDecision(t, d, ws[tc.want], tc.branch, predicted)
-			if tc.branch == "overloaded" && !strings.Contains(d.Reason, ws[0].URL()) {
-				t.Fatalf("reason %q does not name the overloaded worker", d.Reason)
+			if tc.branch == "overloaded" && !strings.Contains(d.Why(), ws[0].URL()) {
+				t.Fatalf("reason %q does not name the overloaded worker", d.Why())
 			}
 		})
 	}
@@ -222,7 +222,7 @@ func TestVllmCacheAwareRecordsTheChosenWorker(t *testing.T) {
 
 	dry := vcaSelect(t, p, &policy.Request{InputIDs: turn1, DryRun: true}, ws...)
 	if st := p.IndexStats(); st.Entries != 0 {
-		t.Fatalf("a dry run recorded %d blocks (decision %s)", st.Entries, dry.Reason)
+		t.Fatalf("a dry run recorded %d blocks (decision %s)", st.Entries, dry.Why())
 	}
 
 	release := busy(ws[0], 1)
@@ -323,7 +323,7 @@ func TestVllmCacheAwarePositionKeys(t *testing.T) {
 		vcaPlace(t, p, ws[0], caJoin(a, z, c, d), caJoin(b, x))
 		got := vcaSelect(t, p, &policy.Request{InputIDs: caJoin(b, y, c, d), DryRun: true}, ws...)
 		if got.PredictedCachedTokens != tc.predicted {
-			t.Errorf("%s keys: predicted %d tokens, want %d (%s)", tc.hash, got.PredictedCachedTokens, tc.predicted, got.Reason)
+			t.Errorf("%s keys: predicted %d tokens, want %d (%s)", tc.hash, got.PredictedCachedTokens, tc.predicted, got.Why())
 		}
 	}
 }
