@@ -82,7 +82,7 @@ func TestCacheAwareSharedPrefixGoesByLoad(t *testing.T) {
 }
 
 // TestCacheAwareImbalanceScalesWithLoad is the imbalance rule at low and high
-// total load with the defaults (64 / 1.5): the gap that counts is the
+// total load with the defaults (64 / 1.5): the gap that counts is twice the
 // fleet's mean load, at least 32 (half of 64) and at most 64. w0 holds the
 // prompt; the others hold nothing; the row gives every worker's load.
 func TestCacheAwareImbalanceScalesWithLoad(t *testing.T) {
@@ -94,8 +94,8 @@ func TestCacheAwareImbalanceScalesWithLoad(t *testing.T) {
 		{"idle fleet: a handful on one worker is noise", [4]int{8, 0, 0, 0}, false},
 		{"low load: the floor of 32 holds (32 vs 0)", [4]int{32, 0, 0, 0}, false},
 		{"low load: just past the floor (33 vs 0)", [4]int{33, 0, 0, 0}, true},
-		{"mean 40: 40 more than the least is not yet past it", [4]int{60, 40, 40, 20}, false},
-		{"mean 41: 42 more than the least is", [4]int{62, 41, 41, 20}, true},
+		{"mean 20: 40 more than the least is not yet past twice it", [4]int{50, 10, 10, 10}, false},
+		{"mean 20: 44 more than the least is", [4]int{52, 10, 10, 8}, true},
 		{"high load: the seed's 64 caps the gap (mean 100, 64 more)", [4]int{140, 100, 84, 76}, false},
 		{"high load: 65 more than the least is past it", [4]int{141, 100, 84, 76}, true},
 		{"high load: past 64 but not 1.5× the least", [4]int{300, 250, 240, 230}, false},

@@ -49,7 +49,7 @@ func DefaultOptions() Options {
 // CacheAwareConfig configures cache_aware: route to the longest prefix match
 // when it covers at least CacheThreshold of the prompt, unless the fleet is
 // imbalanced: max_load - min_load > gap and max_load > BalanceRelThreshold ×
-// min_load, where gap is the fleet's mean load kept within
+// min_load, where gap is twice the fleet's mean load kept within
 // [BalanceAbsThreshold/2, BalanceAbsThreshold].
 type CacheAwareConfig struct {
 	// CacheThreshold (--cache-threshold) is in [0, 1]; 0 routes by cache
@@ -57,9 +57,9 @@ type CacheAwareConfig struct {
 	// match.
 	CacheThreshold float64
 	// BalanceAbsThreshold (--balance-abs-threshold) is ≥ 0: the load
-	// difference past which the fleet is imbalanced at any load; at a
-	// lower mean load the difference that counts is the mean, but never
-	// less than half of this.
+	// difference past which the fleet is imbalanced at any load; while the
+	// mean load is under half of it, the difference that counts is twice
+	// the mean, but never less than half of this.
 	BalanceAbsThreshold int
 	// BalanceRelThreshold (--balance-rel-threshold) is ≥ 1: max_load is never
 	// below min_load, so a ratio under 1 would mean the same as 1.
