@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -119,13 +120,20 @@ func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (worke
 	return workers.CheckedStream(st, p.dec.Worker.Info().VocabSize), nil
 }
 
+// why logs a decision's reason, which policies build only when asked
+// (Decision.Why): a logger at a level that drops the line never asks. One
+// pointer wide, it goes into the attributes without an allocation.
+type why struct{ d *policy.Decision }
+
+func (w why) LogValue() slog.Value { return slog.StringValue(w.d.Why()) }
+
 func (p *single) settle(f *failure)           { p.slots.settle(f) }
 func (p *single) served() *workers.Worker     { return p.dec.Worker }
 func (p *single) blame(error) *workers.Worker { return p.dec.Worker }
 func (p *single) abortOnFailure() bool        { return true }
 func (p *single) decision() policy.Decision   { return p.dec }
 func (p *single) logAttrs() []any {
-	return []any{"worker", p.dec.Worker.URL(), "policy", p.pol.Name(), "branch", p.dec.Branch, "decision", p.dec.Reason}
+	return []any{"worker", p.dec.Worker.URL(), "policy", p.pol.Name(), "branch", p.dec.Branch, "decision", why{&p.dec}}
 }
 
 func (p *single) traceAttrs() []attribute.KeyValue {
@@ -269,7 +277,7 @@ func (p *pair) abortOnFailure() bool      { return false }
 func (p *pair) decision() policy.Decision { return p.dec.Decode }
 func (p *pair) logAttrs() []any {
 	return []any{"prefill", p.dec.Prefill.Worker.URL(), "decode", p.dec.Decode.Worker.URL(), "room", p.dec.Room,
-		"prefill_branch", p.dec.Prefill.Branch, "decision", p.dec.Prefill.Reason}
+		"prefill_branch", p.dec.Prefill.Branch, "decision", why{&p.dec.Prefill}}
 }
 
 // end records the PD figures; the dispatcher has observed the legs itself

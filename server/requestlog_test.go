@@ -326,3 +326,18 @@ func TestEmbedRequestLogLines(t *testing.T) {
 	}
 	logs.lines(t)
 }
+
+// A request's log lines say why its worker was chosen, though cache_aware
+// builds that sentence only when it is asked for.
+func TestRequestLogLinesSayWhy(t *testing.T) {
+	var logs logBuffer
+	f := startFleet(t, fleetOptions{workers: 2, policy: "cache_aware", gateway: func(c *gateway.Config) { c.Logger = logs.logger() }})
+	f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 64), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
+	done := logs.find(t, "generate done")
+	if len(done) != 1 {
+		t.Fatalf("%d 'generate done' lines, want 1", len(done))
+	}
+	if why, _ := done[0]["decision"].(string); why == "" {
+		t.Fatalf("the line has no decision: %v", done[0])
+	}
+}

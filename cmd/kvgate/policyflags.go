@@ -53,7 +53,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.cacheThreshold, "cache-threshold", ca.CacheThreshold,
 		"cache_aware: route by cache when the longest match covers at least this share of the prompt, in [0, 1] (0: whenever any page matches)")
 	fs.IntVar(&p.balanceAbs, "balance-abs-threshold", ca.BalanceAbsThreshold,
-		fmt.Sprintf("cache_aware, bucket: load difference (max - min) above which the fleet counts as imbalanced, ≥ 0 (bucket's default when not given: %d)", b.BalanceAbsThreshold))
+		fmt.Sprintf("cache_aware, bucket: load difference (max - min) above which the fleet counts as imbalanced, ≥ 0 (bucket's default when not given: %d); cache_aware counts a smaller difference while the fleet's mean load is under half of it: twice the mean, but not less than half the threshold", b.BalanceAbsThreshold))
 	fs.Float64Var(&p.balanceRel, "balance-rel-threshold", ca.BalanceRelThreshold,
 		fmt.Sprintf("cache_aware, bucket: load ratio (max / min) above which the fleet counts as imbalanced, ≥ 1 (bucket's default when not given: %g)", b.BalanceRelThreshold))
 	fs.StringVar(&p.cacheMissFallback, "cache-miss-fallback", ca.CacheMissFallback,
