@@ -82,40 +82,36 @@ func readmeSection(t *testing.T, heading string) string {
 // (copied from `kvgate sim`, so a flag added there must be documented here
 // too).
 func TestReadmeDocumentsEveryBenchFlag(t *testing.T) {
-	section := readmeSection(t, "### `kvgate bench`")
 	var c benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	c.register(fs)
-	fs.VisitAll(func(f *flag.Flag) {
-		i := strings.Index(section, "| `--"+f.Name+"` |")
-		if i < 0 {
-			t.Errorf("README's bench table lacks --%s", f.Name)
-			return
-		}
-		line := section[i:]
-		line = line[:strings.Index(line, "\n")]
-		if def := f.DefValue; def != "" && def != "false" && !strings.Contains(line, "`"+def+"`") {
-			t.Errorf("README documents --%s without its default `%s`: %s", f.Name, def, line)
-		}
-	})
+	tableDocuments(t, "### `kvgate bench`", fs)
 }
 
 // Every flag of `kvgate sim` has a row in README's sim table, with its
 // default.
 func TestReadmeDocumentsEverySimFlag(t *testing.T) {
-	section := readmeSection(t, "### `kvgate sim`")
 	cfg := sim.DefaultConfig()
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
+	tableDocuments(t, "### `kvgate sim`", fs)
+}
+
+// tableDocuments checks that the README section under heading has a row
+// for every flag of fs, quoting its default (false for a switch needs no
+// quote).
+func tableDocuments(t *testing.T, heading string, fs *flag.FlagSet) {
+	t.Helper()
+	section := readmeSection(t, heading)
 	fs.VisitAll(func(f *flag.Flag) {
 		i := strings.Index(section, "| `--"+f.Name+"` |")
 		if i < 0 {
-			t.Errorf("README's sim table lacks --%s", f.Name)
+			t.Errorf("README's %s table lacks --%s", heading, f.Name)
 			return
 		}
 		line := section[i:]
 		line = line[:strings.Index(line, "\n")]
-		if def := f.DefValue; def != "" && !strings.Contains(line, "`"+def+"`") {
+		if def := f.DefValue; def != "" && def != "false" && !strings.Contains(line, "`"+def+"`") {
 			t.Errorf("README documents --%s without its default `%s`: %s", f.Name, def, line)
 		}
 	})
