@@ -30,16 +30,6 @@ func (s shaped) empty() bool {
 	return s.reasoning == "" && s.content == "" && len(s.calls) == 0
 }
 
-// merge joins two releases that go out as one chunk.
-func (s shaped) merge(t shaped) shaped {
-	return shaped{
-		reasoning: s.reasoning + t.reasoning,
-		content:   s.content + t.content,
-		calls:     append(s.calls, t.calls...),
-		malformed: s.malformed || t.malformed,
-	}
-}
-
 // newAnswer makes an attempt's answer shaper from the job's parsers.
 func newAnswer(j *job) *answer {
 	a := &answer{ids: newCallIDs(j.id)}
@@ -55,35 +45,50 @@ func newAnswer(j *job) *answer {
 
 // push shapes the next text delta.
 func (a *answer) push(delta string) shaped {
-	var reasoning string
-	if a.rp != nil {
-		reasoning, delta = a.rp.Push(delta)
-	}
-	return a.release(reasoning, delta, false)
+	var out shaped
+	a.shape(&out, delta, false)
+	return out
 }
 
-// flush releases what the parsers still hold at the end of the answer.
-func (a *answer) flush() shaped {
-	var reasoning, content string
-	if a.rp != nil {
-		reasoning, content = a.rp.Flush()
-	}
-	return a.release(reasoning, content, true)
+// finish shapes the answer's last text and releases what the parsers still
+// hold.
+func (a *answer) finish(tail string) shaped {
+	var out shaped
+	a.shape(&out, tail, true)
+	return out
 }
 
-// release passes content through the tool-call parser (flushing it at the
-// end) and folds the result.
-func (a *answer) release(reasoning, content string, end bool) shaped {
-	d := parse.Delta{Reasoning: reasoning, Content: content}
-	if a.tp != nil {
-		t := a.tp.Push(content)
+// shape passes text through the reasoning parser, then its content through
+// the tool-call parser, flushing both at the end, and adds what they
+// release to out.
+func (a *answer) shape(out *shaped, text string, end bool) {
+	reasoning, content := "", text
+	if a.rp != nil {
+		reasoning, content = a.rp.Push(text)
 		if end {
-			t = joinDeltas(t, a.tp.Flush())
+			r, c := a.rp.Flush()
+			reasoning, content = reasoning+r, content+c
 		}
-		d = parse.Delta{Reasoning: reasoning + t.Reasoning, Content: t.Content, Calls: t.Calls, Malformed: t.Malformed}
 	}
+	if a.tp == nil {
+		a.add(out, parse.Delta{Reasoning: reasoning, Content: content})
+		return
+	}
+	d := a.tp.Push(content)
+	d.Reasoning = reasoning + d.Reasoning
+	a.add(out, d)
+	if end {
+		a.add(out, a.tp.Flush())
+	}
+}
+
+// add folds d into the answer and appends it to out, naming each call as
+// it is announced.
+func (a *answer) add(out *shaped, d parse.Delta) {
 	a.folded.Add(d)
-	out := shaped{reasoning: d.Reasoning, content: d.Content, malformed: d.Malformed}
+	out.reasoning += d.Reasoning
+	out.content += d.Content
+	out.malformed = out.malformed || d.Malformed
 	for _, c := range d.Calls {
 		td := &kvgatev1.ToolCallDelta{Index: uint32(c.Index), Name: c.Name, Arguments: c.Arguments, Invalid: c.Invalid}
 		if c.Name != "" && !c.Invalid {
@@ -91,17 +96,6 @@ func (a *answer) release(reasoning, content string, end bool) shaped {
 			td.Id = a.id[c.Index]
 		}
 		out.calls = append(out.calls, td)
-	}
-	return out
-}
-
-// joinDeltas is a followed by b, as one delta.
-func joinDeltas(a, b parse.Delta) parse.Delta {
-	return parse.Delta{
-		Content:   a.Content + b.Content,
-		Reasoning: a.Reasoning + b.Reasoning,
-		Calls:     append(a.Calls, b.Calls...),
-		Malformed: a.Malformed || b.Malformed,
 	}
 }
 

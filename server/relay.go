@@ -209,7 +209,7 @@ func (r *relay) flushText() error {
 	if !r.stopped {
 		tail = r.ds.Finish()
 	}
-	out := r.ans.push(tail).merge(r.ans.flush())
+	out := r.ans.finish(tail)
 	if !r.j.stream || out.empty() {
 		return nil
 	}
