@@ -52,6 +52,11 @@ type route struct {
 	// the vocabulary has <think> and </think> tokens), so
 	// --reasoning-parser auto parses the model's reasoning.
 	thinks bool
+	// toolFormat is the tool-call format the chat template writes
+	// (detected: false when it writes none), which --tool-call-parser
+	// auto parses.
+	toolFormat parse.ToolFormat
+	detected   bool
 }
 
 // serves reports whether w is one of the route's workers: every worker for
@@ -254,6 +259,7 @@ func (s *Server) newRoute(m Model) *route {
 	r := &route{Model: m}
 	if m.Text != nil {
 		r.thinks = thinks(m.Text)
+		r.toolFormat, r.detected = parse.DetectToolFormat(m.Text.TemplateText())
 	}
 	if m.PD != nil {
 		r.disp = &pdDispatcher{s: s, r: r, pd: m.PD, prefill: m.Policy.Name(), decode: m.PD.DecodePolicyName()}

@@ -107,8 +107,7 @@ func (s *Server) toolFormatFor(j *job, requested *string) (f parse.ToolFormat, o
 	case toolsNone:
 		return f, false, nil
 	case "", toolsAuto:
-		f, ok = parse.DetectToolFormat(j.route.Text.TemplateText())
-		return f, ok, nil
+		return j.route.toolFormat, j.route.detected, nil
 	}
 	if f, err = parse.ToolFormatNamed(name); err != nil {
 		if requested != nil {
