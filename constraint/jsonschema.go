@@ -155,7 +155,7 @@ func escapeToken(s string) string {
 	if !strings.ContainsAny(s, "~/") {
 		return s
 	}
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1") // ~ first, as RFC 6901 says
 }
 
 func isJSONSchemaType(name string) bool {

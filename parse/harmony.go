@@ -85,15 +85,12 @@ func (p *ToolParser) stepHarmony(final bool) bool {
 		if p.thinking {
 			to = &p.reasoning
 		}
-		switch p.emitUntil(hmBodyEnds, final, to) {
-		case -1:
+		which := p.emitUntil(hmBodyEnds, final, to)
+		if which < 0 {
 			return false
-		case 0:
-			p.consume(len(hmEnd))
-		case 1:
-			p.consume(len(hmReturn))
-		case 2:
-			p.consume(len(hmCall))
+		}
+		if end := hmBodyEnds[which]; end != hmStart {
+			p.consume(len(end)) // the message's end marker; <|start|> begins the next
 		}
 		p.st = hmBetween
 	case hmJSON:
@@ -137,9 +134,9 @@ func (p *ToolParser) stepHarmony(final bool) bool {
 		if which < 0 {
 			return false
 		}
-		if which < 3 {
-			p.emit(hmBodyEnds[which])
-			p.consume(len(hmBodyEnds[which]))
+		if end := hmBodyEnds[which]; end != hmStart {
+			p.emit(end)
+			p.consume(len(end))
 		}
 		p.st = hmBetween
 	}
@@ -149,7 +146,7 @@ func (p *ToolParser) stepHarmony(final bool) bool {
 // harmonyHeader routes the message whose header (after <|start|>, before
 // <|message|>) is h, the input's first len(h) bytes.
 func (p *ToolParser) harmonyHeader(h string) bool {
-	fields := strings.Fields(strings.NewReplacer(hmChannel, " "+hmChannel, hmConstrain, " ").Replace(h))
+	fields := strings.Fields(strings.ReplaceAll(strings.ReplaceAll(h, hmChannel, " "+hmChannel), hmConstrain, " "))
 	channel, recipient := "", ""
 	for _, f := range fields {
 		switch {

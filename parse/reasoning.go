@@ -112,9 +112,6 @@ func NewReasoning(style ReasoningStyle, open bool) *Reasoning {
 	return r
 }
 
-// InReasoning reports whether the text so far ends inside a reasoning block.
-func (r *Reasoning) InReasoning() bool { return r.state == inReasoning }
-
 // Push takes the next delta and returns the reasoning and content it
 // releases.
 func (r *Reasoning) Push(delta string) (reasoning, content string) {

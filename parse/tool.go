@@ -173,7 +173,9 @@ func isNameByte(c byte) bool {
 //
 // Memory: what is received and not released is shorter than the longest
 // marker (a harmony header is held whole, up to maxHeaderLen bytes; a
-// name, up to maxNameLen; leading whitespace being trimmed is kept aside);
+// name, up to maxNameLen, or 4×maxNameLen bytes of a JSON string that
+// escapes it, and a wrapper key up to maxKeyLen+1; leading whitespace
+// being trimmed is kept aside);
 // JSON text is released as scanned, and the scanner keeps one byte per
 // open container, at most maxJSONDepth. Two things grow with one call,
 // never with the answer: the current call's raw text, kept so that a

@@ -14,7 +14,6 @@ const (
 	// fieldNameValue, fieldArgsValue: inside the value.
 	fieldNameValue
 	fieldArgsValue
-	fieldOther
 )
 
 // maxKeyLen bounds how much of a wrapper's key is kept: longer keys are
@@ -125,7 +124,7 @@ func (p *ToolParser) feedJSON() jsonResult {
 				}
 				c.field, c.haveAr = fieldArgs, true
 			default:
-				c.field = fieldOther
+				c.field = fieldNone // another key: its value is skipped
 			}
 			c.key = c.key[:0]
 		case startsValue && wasDepth == wrapper && c.field == fieldName:
