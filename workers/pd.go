@@ -452,6 +452,7 @@ func (s *pdStream) setDecode(r DecodeResult) {
 // returns the kv_transfer_params_json of its completion.
 func (s *pdStream) drainPrefill(started time.Time) (kvParams string) {
 	var r PrefillResult
+	var prompt []Logprob // the prompt's log-probabilities, when the leg sent them
 	for {
 		c, err := s.prefill.st.Recv()
 		if err != nil {
@@ -459,14 +460,10 @@ func (s *pdStream) drainPrefill(started time.Time) (kvParams string) {
 			break
 		}
 		r.PromptTokens, r.CachedTokens = c.PromptTokens, c.CachedTokens
-		lps := c.PromptLogprobs
-		if c.Final != nil && lps == nil {
-			lps = c.Final.PromptLogprobs
-		}
-		if lps != nil {
-			s.mu.Lock()
-			s.promptLogprobs = lps
-			s.mu.Unlock()
+		if c.PromptLogprobs != nil {
+			prompt = c.PromptLogprobs
+		} else if c.Final != nil && c.Final.PromptLogprobs != nil {
+			prompt = c.Final.PromptLogprobs
 		}
 		if c.Final != nil {
 			kvParams = c.Final.KVTransferParamsJSON
@@ -475,6 +472,9 @@ func (s *pdStream) drainPrefill(started time.Time) (kvParams string) {
 		}
 	}
 	r.Duration = time.Since(started)
+	s.mu.Lock()
+	s.promptLogprobs = prompt // read once the leg has ended (mergePrompt)
+	s.mu.Unlock()
 	s.endPrefill(r)
 	return kvParams
 }

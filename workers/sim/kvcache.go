@@ -91,7 +91,7 @@ type pageID struct{ a, b uint64 }
 // pageIDOf hashes tokens twice, with FNV-1a over whole tokens and with a
 // multiply-rotate mix, so that the two halves are independent.
 func pageIDOf(tokens []uint32) pageID {
-	a, b := uint64(fnvOffset64), uint64(0x9e3779b97f4a7c15)
+	a, b := uint64(fnvOffset64), uint64(golden)
 	for _, t := range tokens {
 		a = (a ^ uint64(t)) * fnvPrime64
 		b = bits.RotateLeft64((b^uint64(t))*0xff51afd7ed558ccd, 29) * 0xc4ceb9fe1a85ec53
