@@ -305,12 +305,23 @@ func (r *overheadRig) sendDirect(ctx context.Context, ids []uint32) (time.Durati
 // sendRouter sends req to the router and returns the time until the
 // completion arrived and its prompt token count.
 func (r *overheadRig) sendRouter(ctx context.Context, req *kvgatev1.GenerateRequest) (time.Duration, int, error) {
+	d, n, err := ovhSendRouter(ctx, r.router, req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("router: %w", err)
+	}
+	return d, n, nil
+}
+
+// ovhSendRouter sends req through a router and returns the time until the
+// completion arrived and its prompt token count; the rest of the stream is
+// drained.
+func ovhSendRouter(ctx context.Context, router kvgatev1.RouterClient, req *kvgatev1.GenerateRequest) (time.Duration, int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
-	st, err := r.router.Generate(ctx, req)
+	st, err := router.Generate(ctx, req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("router: %w", err)
+		return 0, 0, err
 	}
 	for {
 		m, err := st.Recv()
@@ -318,7 +329,7 @@ func (r *overheadRig) sendRouter(ctx context.Context, req *kvgatev1.GenerateRequ
 			if errors.Is(err, io.EOF) {
 				err = errors.New("stream ended without a completion")
 			}
-			return 0, 0, fmt.Errorf("router: %w", err)
+			return 0, 0, err
 		}
 		if c := m.GetComplete(); c != nil {
 			d := time.Since(start)

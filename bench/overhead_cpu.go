@@ -256,7 +256,7 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText bool) (r *
 	probe := ovhRouterRequest([]uint32{1, 2, 3, 4}, "")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, _, err := r.send(ctx, probe)
+		_, err := r.send(ctx, probe)
 		if err == nil {
 			break
 		}
@@ -341,26 +341,9 @@ func (r *cpuRig) idleCPU(ctx context.Context, d time.Duration) (time.Duration, e
 
 // send sends req to the router and returns its completion's prompt token
 // count.
-func (r *cpuRig) send(ctx context.Context, req *kvgatev1.GenerateRequest) (int, bool, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := r.client.Generate(ctx, req)
-	if err != nil {
-		return 0, false, err
-	}
-	for {
-		m, err := st.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("stream ended without a completion")
-			}
-			return 0, false, err
-		}
-		if c := m.GetComplete(); c != nil {
-			ovhDrain(st.Recv)
-			return int(c.GetUsage().GetPromptTokens()), true, nil
-		}
-	}
+func (r *cpuRig) send(ctx context.Context, req *kvgatev1.GenerateRequest) (int, error) {
+	_, n, err := ovhSendRouter(ctx, r.client, req)
+	return n, err
 }
 
 // run measures one case: cfg.Warmup requests, then clients concurrent
@@ -383,7 +366,7 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 		return next(seq)
 	}
 	for range cfg.Warmup {
-		n, _, err := r.send(ctx, request())
+		n, err := r.send(ctx, request())
 		if err != nil {
 			return c, err
 		}
@@ -410,7 +393,7 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 	for range clients {
 		wg.Go(func() {
 			for !stop.Load() && ctx.Err() == nil {
-				n, _, err := r.send(ctx, request())
+				n, err := r.send(ctx, request())
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
 					stop.Store(true)
