@@ -536,6 +536,9 @@ func TestKVEventsOfAnotherBlockSizeAreRefusedLoudly(t *testing.T) {
 		bigVocab(i, c)
 		c.PageSize = 32
 	}})
+	// The engine's events for the request must reach a stream already open:
+	// one opened after them would see nothing to refuse.
+	waitMode(t, f.admin, "events")
 	if _, err := f.generate(context.Background(), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 100),
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}); err != nil {
 		t.Fatal(err)
