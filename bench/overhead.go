@@ -270,9 +270,21 @@ func (r *overheadRig) close() {
 // would, and returns the time until the completion arrived and its prompt
 // token count.
 func (r *overheadRig) sendDirect(ctx context.Context, ids []uint32) (time.Duration, int, error) {
+	d, n, err := ovhSendEngine(ctx, r.direct, fmt.Sprintf("bench-%d", r.seq.Add(1)), ids)
+	if err != nil {
+		return 0, 0, fmt.Errorf("engine: %w", err)
+	}
+	return d, n, nil
+}
+
+// ovhSendEngine sends ids to an SGLang engine (or through a relay to one)
+// as the router's adapter would, for one streamed token, and returns the
+// time until the completion arrived and its prompt token count; the rest of
+// the stream is drained.
+func ovhSendEngine(ctx context.Context, engine sglang.SglangSchedulerClient, id string, ids []uint32) (time.Duration, int, error) {
 	one := uint32(1)
 	req := &sglang.GenerateRequest{
-		RequestId: fmt.Sprintf("bench-%d", r.seq.Add(1)),
+		RequestId: id,
 		Tokenized: &sglang.TokenizedInput{InputIds: ids},
 		SamplingParams: &sglang.SamplingParams{
 			Temperature: 1, TopP: 1, TopK: -1, RepetitionPenalty: 1, MaxNewTokens: &one, N: 1,
@@ -282,9 +294,9 @@ func (r *overheadRig) sendDirect(ctx context.Context, ids []uint32) (time.Durati
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
-	st, err := r.direct.Generate(ctx, req)
+	st, err := engine.Generate(ctx, req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("engine: %w", err)
+		return 0, 0, err
 	}
 	for {
 		m, err := st.Recv()
@@ -292,7 +304,7 @@ func (r *overheadRig) sendDirect(ctx context.Context, ids []uint32) (time.Durati
 			if errors.Is(err, io.EOF) {
 				err = errors.New("stream ended without a completion")
 			}
-			return 0, 0, fmt.Errorf("engine: %w", err)
+			return 0, 0, err
 		}
 		if c := m.GetComplete(); c != nil {
 			d := time.Since(start)

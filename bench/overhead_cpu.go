@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -32,6 +33,10 @@ import (
 const (
 	OverheadInputTextMiss  = "text-miss"
 	OverheadInputTextL0Hit = "text-l0-hit"
+	// OverheadInputRelay is the floor: the token-id cases sent through
+	// `kvgate relay` (internal/relay), which forwards each call without
+	// decoding it, with its CPU per request in the router's column.
+	OverheadInputRelay = "relay-floor"
 )
 
 // OverheadCPUConfig says what `kvgate bench --overhead --cpu` measures. Zero
@@ -157,7 +162,7 @@ func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (Ov
 		}
 	}
 
-	tok, err := startCPURig(ctx, cfg, false)
+	tok, err := startCPURig(ctx, cfg, false, false)
 	if err != nil {
 		return rep, err
 	}
@@ -165,26 +170,26 @@ func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (Ov
 	if rep.IdleCPUPerSec, err = tok.idleCPU(ctx, time.Second); err != nil {
 		return rep, err
 	}
-	for _, n := range cfg.PromptTokens {
-		rng := rand.New(rand.NewPCG(uint64(n), 3))
-		c, err := tok.run(ctx, cfg, OverheadInputTokens, cfg.Concurrency, func(int) *kvgatev1.GenerateRequest {
-			ids := make([]uint32, n)
-			for j := range ids {
-				ids[j] = uint32(rng.IntN(overheadEOS))
-			}
-			return ovhRouterRequest(ids, "")
-		}, nil)
-		if err != nil {
-			return rep, fmt.Errorf("overhead --cpu, %d-token ids: %w", n, err)
-		}
-		rep.Cases = append(rep.Cases, c)
+	if err := tok.tokenCases(ctx, cfg, OverheadInputTokens, &rep); err != nil {
+		return rep, err
 	}
 	if err := tok.throughputCPU(ctx, cfg, &rep); err != nil {
 		return rep, err
 	}
 	tok.stop()
 
-	txt, err := startCPURig(ctx, cfg, true)
+	// The same requests through `kvgate relay`: the floor.
+	floor, err := startCPURig(ctx, cfg, false, true)
+	if err != nil {
+		return rep, err
+	}
+	defer floor.stop()
+	if err := floor.tokenCases(ctx, cfg, OverheadInputRelay, &rep); err != nil {
+		return rep, err
+	}
+	floor.stop()
+
+	txt, err := startCPURig(ctx, cfg, true, false)
 	if err != nil {
 		return rep, err
 	}
@@ -207,17 +212,21 @@ type cpuRig struct {
 	metrics        string // the router's Prometheus host:port
 	conn           *grpc.ClientConn
 	client         kvgatev1.RouterClient
-	ref            *textmodel.Model // the engine's tokenizer, for the text cases
-	waits          sync.WaitGroup
-	exited         atomic.Bool // a child process has exited
-	stopOnce       sync.Once
+	// relay is set when `kvgate relay` stands in for the router: requests
+	// then go to the engine through it, as the router's adapter sends them.
+	relay    sglang.SglangSchedulerClient
+	ref      *textmodel.Model // the engine's tokenizer, for the text cases
+	waits    sync.WaitGroup
+	exited   atomic.Bool // a child process has exited
+	seq      atomic.Uint64
+	stopOnce sync.Once
 }
 
 // startCPURig starts the engine (the built-in ChatML tokenizer withText,
 // else no tokenizer and Llama 3's vocabulary, as RunOverhead's) and the
-// router (cache_aware, as `kvgate serve` defaults), and waits until a
-// request goes through.
-func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText bool) (r *cpuRig, err error) {
+// router (cache_aware, as `kvgate serve` defaults), or with relay `kvgate
+// relay` in its place, and waits until a request goes through.
+func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay bool) (r *cpuRig, err error) {
 	r = &cpuRig{}
 	defer func() {
 		if err != nil {
@@ -237,14 +246,17 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText bool) (r *
 	if r.engine, err = r.start(cfg, simArgs); err != nil {
 		return r, err
 	}
-	serveArgs := []string{"serve", "--host", "127.0.0.1", "--port", routerPort, "--prometheus-port", metricsPort,
+	frontArgs := []string{"serve", "--host", "127.0.0.1", "--port", routerPort, "--prometheus-port", metricsPort,
 		"--worker-urls", "grpc://127.0.0.1:" + enginePort, "--worker-protocol", "sglang", "--policy", "cache_aware",
 		"--wait-for-workers", "--worker-startup-timeout", "30s", "--log-level", "warn"}
 	if cfg.PprofAddr != "" {
-		serveArgs = append(serveArgs, "--pprof-addr", cfg.PprofAddr)
+		frontArgs = append(frontArgs, "--pprof-addr", cfg.PprofAddr)
 	}
-	serveArgs = append(serveArgs, cfg.RouterArgs...)
-	if r.router, err = r.start(cfg, serveArgs); err != nil {
+	frontArgs = append(frontArgs, cfg.RouterArgs...)
+	if relay {
+		frontArgs = []string{"relay", "--host", "127.0.0.1", "--port", routerPort, "--upstream", "127.0.0.1:" + enginePort}
+	}
+	if r.router, err = r.start(cfg, frontArgs); err != nil {
 		return r, err
 	}
 	r.metrics = "127.0.0.1:" + metricsPort
@@ -253,6 +265,9 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText bool) (r *
 		return r, fmt.Errorf("overhead --cpu: %w", err)
 	}
 	r.client = kvgatev1.NewRouterClient(r.conn)
+	if relay {
+		r.relay = sglang.NewSglangSchedulerClient(r.conn)
+	}
 	probe := ovhRouterRequest([]uint32{1, 2, 3, 4}, "")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -342,6 +357,10 @@ func (r *cpuRig) idleCPU(ctx context.Context, d time.Duration) (time.Duration, e
 // send sends req to the router and returns its completion's prompt token
 // count.
 func (r *cpuRig) send(ctx context.Context, req *kvgatev1.GenerateRequest) (int, error) {
+	if r.relay != nil {
+		_, n, err := ovhSendEngine(ctx, r.relay, fmt.Sprintf("bench-%d", r.seq.Add(1)), req.GetInputIds())
+		return n, err
+	}
 	_, n, err := ovhSendRouter(ctx, r.client, req)
 	return n, err
 }
@@ -374,9 +393,12 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 			c.PromptTokens = n
 		}
 	}
-	before, err := r.cacheCounts(ctx)
-	if err != nil {
-		return c, err
+	var before cacheCounts
+	if check != nil {
+		var err error
+		if before, err = r.cacheCounts(ctx); err != nil {
+			return c, err
+		}
 	}
 	c0, err := r.routerCPU()
 	if err != nil {
@@ -440,6 +462,27 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 	return c, nil
 }
 
+// tokenCases measures fresh token ids at each of cfg.PromptTokens, labelled
+// input; the ids are drawn from a source seeded by the length, so the
+// router and the relay get the same requests.
+func (r *cpuRig) tokenCases(ctx context.Context, cfg OverheadCPUConfig, input string, rep *OverheadCPUReport) error {
+	for _, n := range cfg.PromptTokens {
+		rng := rand.New(rand.NewPCG(uint64(n), 3))
+		c, err := r.run(ctx, cfg, input, cfg.Concurrency, func(int) *kvgatev1.GenerateRequest {
+			ids := make([]uint32, n)
+			for j := range ids {
+				ids[j] = uint32(rng.IntN(overheadEOS))
+			}
+			return ovhRouterRequest(ids, "")
+		}, nil)
+		if err != nil {
+			return fmt.Errorf("overhead --cpu, %s, %d tokens: %w", input, n, err)
+		}
+		rep.Cases = append(rep.Cases, c)
+	}
+	return nil
+}
+
 // throughputCPU runs the throughput measurement: 1K-token token ids from
 // cfg.ThroughputConcurrency clients for cfg.Duration.
 func (r *cpuRig) throughputCPU(ctx context.Context, cfg OverheadCPUConfig, rep *OverheadCPUReport) error {
@@ -479,7 +522,7 @@ func printOverheadCPU(w io.Writer, cfg OverheadCPUConfig, rep OverheadCPUReport)
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t\n", c.Input, c.PromptTokens, c.Requests, c.RouterCPUus, c.PerSec)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\ntokens: fresh random token ids. text-miss: a new text each request (a unique first line, no special tokens): L0 and L1 miss. text-l0-hit: the same text each request. text-l1-hit: a ChatML conversation whose prefix up to its last special token is cached; only the last user turn changes.\n")
+	fmt.Fprintf(w, "\ntokens: fresh random token ids. relay-floor: the same ids through kvgate relay instead of the router, a transparent gRPC relay that forwards each message undecoded: what any grpc-go router pays per request. text-miss: a new text each request (a unique first line, no special tokens): L0 and L1 miss. text-l0-hit: the same text each request. text-l1-hit: a ChatML conversation whose prefix up to its last special token is cached; only the last user turn changes.\n")
 	fmt.Fprintf(w, "\nThroughput, %d clients sending %d-token token-id requests for %s: %.0f requests/s through the router, at %.1f µs of router CPU per request (the router used %.2f cores; engine, router and clients share this machine).\n",
 		cfg.ThroughputConcurrency, ovhThroughputPrompt, cfg.Duration, rep.Throughput, rep.ThroughputCPUus, rep.ThroughputCores)
 }

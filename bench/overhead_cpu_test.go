@@ -65,7 +65,7 @@ func TestRunOverheadCPUSmall(t *testing.T) {
 		t.Fatalf("%v\nlogs:\n%s", err, logs.String())
 	}
 	t.Logf("\n%s", out.String())
-	want := []string{OverheadInputTokens, OverheadInputTextMiss, OverheadInputTextL0Hit, OverheadInputTextL1Hit}
+	want := []string{OverheadInputTokens, OverheadInputRelay, OverheadInputTextMiss, OverheadInputTextL0Hit, OverheadInputTextL1Hit}
 	if len(rep.Cases) != len(want) {
 		t.Fatalf("cases = %+v, want %v", rep.Cases, want)
 	}

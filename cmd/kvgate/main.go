@@ -26,6 +26,8 @@ Usage:
   kvgate serve [flags]   run the router (no --worker-urls: two simulated engines in-process)
   kvgate sim [flags]     run a simulated SGLang or vLLM engine
   kvgate bench [flags]   compare routing policies on a workload (shared-prefix, multiturn, trace)
+  kvgate relay --upstream HOST:PORT
+                         forward every gRPC call unchanged (the CPU bench's floor)
   kvgate tokenize --tokenizer PATH [--add-special-tokens] [--batch] TEXT
                          print token ids (with --batch: JSON array in, JSON array out)
   kvgate chat-template --model-path DIR | --template FILE --messages FILE | --cases FILE
@@ -61,6 +63,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return runSim(ctx, args[1:], stderr)
 	case "bench":
 		return runBench(ctx, args[1:], os.Stdout, stderr)
+	case "relay":
+		return runRelay(ctx, args[1:], stderr)
 	case "tokenize":
 		return runTokenize(args[1:], os.Stdin, os.Stdout, stderr)
 	case "chat-template":

@@ -97,6 +97,14 @@ func TestReadmeDocumentsEverySimFlag(t *testing.T) {
 	tableDocuments(t, "### `kvgate sim`", fs)
 }
 
+// Every flag of `kvgate relay` has a row in README's relay table.
+func TestReadmeDocumentsEveryRelayFlag(t *testing.T) {
+	var c relayConfig
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	c.register(fs)
+	tableDocuments(t, "### `kvgate relay`", fs)
+}
+
 // tableDocuments checks that the README section under heading has a row
 // for every flag of fs, quoting its default (false for a switch needs no
 // quote).
