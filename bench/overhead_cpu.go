@@ -133,6 +133,15 @@ type OverheadCPUReport struct {
 	// ThroughputCores is the router's CPU time over the wall time of the
 	// throughput run: how many cores it used.
 	ThroughputCores float64
+	// RelayThroughput is the same measurement through `kvgate relay`
+	// instead of the router: what the machine allows any grpc-go relay.
+	RelayThroughput Throughput
+}
+
+// Throughput is requests/s with many clients, and the front process's CPU
+// per request and cores used meanwhile.
+type Throughput struct {
+	PerSec, CPUus, Cores float64
 }
 
 // OverheadCPUCase is the router's CPU time per request of one input kind at
@@ -173,9 +182,11 @@ func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (Ov
 	if err := tok.tokenCases(ctx, cfg, OverheadInputTokens, &rep); err != nil {
 		return rep, err
 	}
-	if err := tok.throughputCPU(ctx, cfg, &rep); err != nil {
+	t, err := tok.throughputCPU(ctx, cfg)
+	if err != nil {
 		return rep, err
 	}
+	rep.Throughput, rep.ThroughputCPUus, rep.ThroughputCores = t.PerSec, t.CPUus, t.Cores
 	tok.stop()
 
 	// The same requests through `kvgate relay`: the floor.
@@ -185,6 +196,9 @@ func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (Ov
 	}
 	defer floor.stop()
 	if err := floor.tokenCases(ctx, cfg, OverheadInputRelay, &rep); err != nil {
+		return rep, err
+	}
+	if rep.RelayThroughput, err = floor.throughputCPU(ctx, cfg); err != nil {
 		return rep, err
 	}
 	floor.stop()
@@ -485,7 +499,7 @@ func (r *cpuRig) tokenCases(ctx context.Context, cfg OverheadCPUConfig, input st
 
 // throughputCPU runs the throughput measurement: 1K-token token ids from
 // cfg.ThroughputConcurrency clients for cfg.Duration.
-func (r *cpuRig) throughputCPU(ctx context.Context, cfg OverheadCPUConfig, rep *OverheadCPUReport) error {
+func (r *cpuRig) throughputCPU(ctx context.Context, cfg OverheadCPUConfig) (Throughput, error) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	reqs := make([]*kvgatev1.GenerateRequest, ovhThroughputPool)
 	for i := range reqs {
@@ -501,11 +515,9 @@ func (r *cpuRig) throughputCPU(ctx context.Context, cfg OverheadCPUConfig, rep *
 		return reqs[i%len(reqs)]
 	}, nil)
 	if err != nil {
-		return fmt.Errorf("overhead --cpu, throughput: %w", err)
+		return Throughput{}, fmt.Errorf("overhead --cpu, throughput: %w", err)
 	}
-	rep.Throughput, rep.ThroughputCPUus = c.PerSec, c.RouterCPUus
-	rep.ThroughputCores = c.RouterCPUus * c.PerSec / 1e6
-	return nil
+	return Throughput{PerSec: c.PerSec, CPUus: c.RouterCPUus, Cores: c.RouterCPUus * c.PerSec / 1e6}, nil
 }
 
 func printOverheadCPU(w io.Writer, cfg OverheadCPUConfig, rep OverheadCPUReport) {
@@ -525,4 +537,6 @@ func printOverheadCPU(w io.Writer, cfg OverheadCPUConfig, rep OverheadCPUReport)
 	fmt.Fprintf(w, "\ntokens: fresh random token ids. relay-floor: the same ids through kvgate relay instead of the router, a transparent gRPC relay that forwards each message undecoded: what any grpc-go router pays per request. text-miss: a new text each request (a unique first line, no special tokens): L0 and L1 miss. text-l0-hit: the same text each request. text-l1-hit: a ChatML conversation whose prefix up to its last special token is cached; only the last user turn changes.\n")
 	fmt.Fprintf(w, "\nThroughput, %d clients sending %d-token token-id requests for %s: %.0f requests/s through the router, at %.1f µs of router CPU per request (the router used %.2f cores; engine, router and clients share this machine).\n",
 		cfg.ThroughputConcurrency, ovhThroughputPrompt, cfg.Duration, rep.Throughput, rep.ThroughputCPUus, rep.ThroughputCores)
+	fmt.Fprintf(w, "The same through kvgate relay: %.0f requests/s, at %.1f µs of relay CPU per request (%.2f cores).\n",
+		rep.RelayThroughput.PerSec, rep.RelayThroughput.CPUus, rep.RelayThroughput.Cores)
 }

@@ -74,8 +74,8 @@ func TestRunOverheadCPUSmall(t *testing.T) {
 			t.Errorf("case %d = %+v, want input %q with requests, rates and about 256 prompt tokens", i, c, want[i])
 		}
 	}
-	if rep.Throughput <= 0 {
-		t.Errorf("throughput %v requests/s", rep.Throughput)
+	if rep.Throughput <= 0 || rep.RelayThroughput.PerSec <= 0 {
+		t.Errorf("throughput %v requests/s through the router, %v through the relay", rep.Throughput, rep.RelayThroughput.PerSec)
 	}
 	if !strings.Contains(out.String(), "router CPU µs/request") {
 		t.Errorf("table lacks its header:\n%s", out.String())
