@@ -1,0 +1,110 @@
+package policy_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// lruEngine produces the KV events of a full engine serving fresh prompts,
+// as workers/sim's page cache emits them: each request's pages are stored
+// one event per page, chained by parent hash, and, once the cache is full,
+// each store is preceded by the removal of the least recently used leaf
+// (pageCache.extend evicts one leaf, logged, before it logs the page it
+// makes room for). Every prompt is fresh and shares nothing, so the leaves
+// evicted are the oldest prompt's pages, last page first: removal events of
+// one hash each, interleaved with the new prompt's stored events, all in the
+// one batch the engine publishes when it admits the request.
+type lruEngine struct {
+	pageSize, capacity int
+	next               int64
+	chains             [][]int64 // live prompts' hashes, oldest first
+	pages              int
+	seq                uint64
+}
+
+// request returns the batch the engine publishes when it admits prompt.
+func (e *lruEngine) request(prompt []uint32) *workers.KVEventBatch {
+	b := &workers.KVEventBatch{Seq: e.seq}
+	e.seq++
+	var chain []int64
+	for i := 0; i+e.pageSize <= len(prompt); i += e.pageSize {
+		if e.pages >= e.capacity {
+			old := e.chains[0]
+			b.Events = append(b.Events, removed(old[len(old)-1]))
+			e.pages--
+			if old = old[:len(old)-1]; len(old) == 0 {
+				e.chains = e.chains[1:]
+			} else {
+				e.chains[0] = old
+			}
+		}
+		e.next++
+		ev := workers.KVEvent{Kind: workers.KVStored, Blocks: []workers.KVBlock{{Hash: e.next, Tokens: prompt[i : i+e.pageSize]}}}
+		if len(chain) > 0 {
+			ev.Parent, ev.HasParent = chain[len(chain)-1], true
+		}
+		b.Events = append(b.Events, ev)
+		chain = append(chain, e.next)
+		e.pages++
+	}
+	e.chains = append(e.chains, chain)
+	return b
+}
+
+// BenchmarkKVEventsPerRequest measures what one fresh request's KV events
+// cost the router once its engine is full (issue 14's "cost per request"):
+// cache_aware selects the prompt (a speculative insert, as the router does
+// before the engine runs it), then the engine's batch for it is applied: the
+// prompt's pages stored one event per page, each after the removal of one
+// page of the oldest prompt. Only the batch is timed; ns/op and allocs/op
+// are per request's worth of events.
+func BenchmarkKVEventsPerRequest(b *testing.B) {
+	for _, tokens := range []int{1024, 8192} {
+		b.Run(fmt.Sprintf("prompt=%d", tokens), func(b *testing.B) {
+			const page = 16
+			ws := fleet(1)
+			w := ws[0]
+			p := mustCA(b)
+			p.SetKVEventMode(w.URL(), true)
+			// 32 prompts fill the engine; the tree's default budget
+			// holds far more.
+			eng := &lruEngine{pageSize: page, capacity: 32 * tokens / page}
+			rng := rand.New(rand.NewPCG(1, uint64(tokens)))
+			prompt := func() []uint32 {
+				ids := make([]uint32, tokens)
+				for i := range ids {
+					ids[i] = rng.Uint32N(150_000)
+				}
+				return ids
+			}
+			serve := func(ids []uint32) *workers.KVEventBatch {
+				if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, ws); err != nil {
+					b.Fatal(err)
+				}
+				return eng.request(ids)
+			}
+			for range 48 { // fill the engine, then some
+				p.ApplyKVEvents(w.URL(), serve(prompt()))
+			}
+			events := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				bt := serve(prompt())
+				events += len(bt.Events)
+				b.StartTimer()
+				p.ApplyKVEvents(w.URL(), bt)
+			}
+			b.ReportMetric(float64(events)/float64(b.N), "events/op")
+			if st := p.EventStats(); st.Overflows != 0 {
+				b.Fatalf("mirror overflowed: %+v", st)
+			}
+		})
+	}
+}
