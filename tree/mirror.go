@@ -47,6 +47,15 @@ type Mirror struct {
 	stack []mirrorFrame
 	up    []*mirrorBlock // scratch: blocks between one and the cached chain
 	seen  map[int64]struct{}
+
+	// run is the block on top of the last Span of the current call, when
+	// that Span is a run of removed blocks that nothing followed (no
+	// descendant Spans after it): runAt is its index. A removal of run's
+	// parent joins that Span instead of walking up for a path of its own,
+	// so an engine evicting a chain leaf first, one block after another,
+	// costs one path per call, not one per block.
+	run   *mirrorBlock
+	runAt int
 }
 
 // mirrorBlock is one block the engine stored.
@@ -250,7 +259,10 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 // it, then Spans for its attached descendants, which stay known but
 // detached (an engine may store the parent again with the same hash while
 // the children stayed). Unknown hashes are ignored and counted (Unknown).
-// The cost is the removed blocks' depths plus their descendants' paths.
+// A block named right after its only departing child (a chain evicted leaf
+// first, as LRU engines do) joins that child's Span rather than starting
+// one, so such a chain costs one path however long it is. The cost is the
+// depths of the blocks that start a Span plus their descendants' paths.
 func (m *Mirror) Remove(hashes []int64) (detached []Span) {
 	m.resetArena()
 	for _, h := range hashes {
@@ -264,11 +276,13 @@ func (m *Mirror) Remove(hashes []int64) (detached []Span) {
 	return detached
 }
 
+// resetArena starts a call: Spans of earlier calls are invalid from here.
 func (m *Mirror) resetArena() {
 	if cap(m.arena) > spanArenaKeep {
 		m.arena = nil
 	}
 	m.arena = m.arena[:0]
+	m.run = nil
 }
 
 // add records a new block, detached.
@@ -287,9 +301,23 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool) *mirrorBlock {
 // remove forgets e, appending the Spans that left the reachable set.
 func (m *Mirror) remove(e *mirrorBlock, spans []Span) []Span {
 	if e.attached {
-		path := m.pathOf(e)
-		spans = append(spans, Span{Path: path, Pages: 1})
+		var path []uint32
+		if r := m.run; r != nil && r.up == e && m.runAt == len(spans)-1 {
+			// e's child left last, alone: e tops its Span now, and
+			// e's path is that Span's path up to e.
+			s := &spans[m.runAt]
+			s.Pages++
+			path = s.Path[:len(s.Path)-(s.Pages-1)*m.pageSize]
+		} else {
+			path = m.pathOf(e)
+			spans = append(spans, Span{Path: path, Pages: 1})
+		}
+		n := len(spans)
 		spans = m.spread(e, path, false, spans)
+		m.run, m.runAt = nil, 0
+		if len(spans) == n {
+			m.run, m.runAt = e, n-1
+		}
 		if m.cached(e) {
 			m.truncate(e.depth - 1)
 		}
