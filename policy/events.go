@@ -63,6 +63,11 @@ type mirrorKey struct {
 type rankMirror struct {
 	mu sync.Mutex
 	m  *tree.Mirror
+
+	// Scratch of ApplyKVEvents, under mu: the chain being gathered and
+	// the removals to apply before it.
+	blocks []tree.MirrorBlock
+	gone   []int64
 }
 
 // defaultMirrorBlocks bounds one worker's mirror when its engine does not
@@ -93,6 +98,17 @@ func (e *eventMirror) rank(worker string, rank int) (*rankMirror, string) {
 }
 
 // ApplyKVEvents applies one batch of worker's events to the index.
+//
+// A full engine makes room for each new page by evicting a leaf, so the
+// batch that admits a prompt interleaves its stored pages with removals of
+// an older prompt's pages, last page first (as workers/sim and SGLang's
+// radix cache do). Applied in that order, every stored page is a chain of
+// its own and every removal a path of its own, each costing a descent of
+// the index from the root: quadratic in the prompt's pages. So a removal
+// that commutes with the chain being gathered (see gather) is applied
+// before it, with the other such removals in one Mirror.Remove, which
+// returns a run of a chain evicted leaf first as one Span; the chain is
+// then one insertion. The index ends as it would in the events' order.
 func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 	rm, refused := e.rank(worker, b.DPRank)
 	if refused != "" {
@@ -106,23 +122,21 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 		ev := &evs[i]
 		switch ev.Kind {
 		case workers.KVStored:
-			// Gather the run of stored events that continue this chain.
-			blocks := toMirrorBlocks(nil, ev.Blocks)
-			j := i + 1
-			for ; j < len(evs) && evs[j].Kind == workers.KVStored && evs[j].HasParent &&
-				len(blocks) > 0 && evs[j].Parent == blocks[len(blocks)-1].Hash; j++ {
-				blocks = toMirrorBlocks(blocks, evs[j].Blocks)
+			j, stored, hoisted := rm.gather(evs, i)
+			if len(rm.gone) > 0 {
+				e.remove(worker, rm, rm.gone)
+				e.applied[workers.KVRemoved].Add(uint64(hoisted))
 			}
-			e.applied[workers.KVStored].Add(uint64(j - i))
-			if !e.store(worker, rm, ev.Parent, ev.HasParent, blocks) {
+			e.applied[workers.KVStored].Add(uint64(stored))
+			ok := e.storeChain(worker, rm, evs[i:j], stored)
+			clear(rm.blocks) // keep no tokens of the batch
+			if !ok {
 				return
 			}
 			i = j
 			continue
 		case workers.KVRemoved:
-			for _, s := range rm.m.Remove(ev.Hashes) {
-				e.idx.drop(worker, s.Path, s.Pages)
-			}
+			e.remove(worker, rm, ev.Hashes)
 		case workers.KVCleared:
 			rm.m.Clear()
 			e.idx.clear(worker)
@@ -132,10 +146,103 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 	}
 }
 
+// gather collects into rm.blocks the chain that stored event evs[i] starts:
+// it and the stored events after it that continue it, each naming the
+// chain's last block as its parent. Removed events between them join
+// rm.gone, to be applied before the chain, when every hash they name is a
+// block the mirror knows, not the chain's parent, and a leaf once the
+// hashes before it in rm.gone are removed (Mirror.LeafAfter), and every
+// block of the chain so far is new to the mirror (so none of them is named).
+// Such a removal detaches only the block itself, which is neither in the
+// chain nor above it nor below it, so it commutes with storing the chain.
+// It returns the index after the last event taken, and how many stored and
+// removed events were taken.
+func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoisted int) {
+	first := &evs[i]
+	rm.blocks = toMirrorBlocks(rm.blocks[:0], first.Blocks)
+	rm.gone = rm.gone[:0]
+	fresh := true
+	for _, b := range first.Blocks {
+		fresh = fresh && !rm.m.Known(b.Hash)
+	}
+	continues := func(ev *workers.KVEvent) bool {
+		return ev.Kind == workers.KVStored && ev.HasParent && len(rm.blocks) > 0 &&
+			ev.Parent == rm.blocks[len(rm.blocks)-1].Hash
+	}
+	commutes := func(ev *workers.KVEvent) bool {
+		if !fresh || ev.Kind != workers.KVRemoved {
+			return false
+		}
+		n := len(rm.gone)
+		for _, h := range ev.Hashes {
+			if first.HasParent && h == first.Parent || !rm.m.LeafAfter(h, rm.gone) {
+				rm.gone = rm.gone[:n]
+				return false
+			}
+			rm.gone = append(rm.gone, h)
+		}
+		return true
+	}
+	stored, next = 1, i+1
+	for j := i + 1; j < len(evs); j++ {
+		ev := &evs[j]
+		switch {
+		case continues(ev):
+			for _, b := range ev.Blocks {
+				fresh = fresh && !rm.m.Known(b.Hash)
+			}
+			rm.blocks = toMirrorBlocks(rm.blocks, ev.Blocks)
+			stored, next = stored+1, j+1
+			continue
+		case j+1 < len(evs) && continues(&evs[j+1]) && commutes(ev):
+			hoisted++
+			continue
+		}
+		break
+	}
+	return next, stored, hoisted
+}
+
+// remove applies the removal of hashes.
+func (e *eventMirror) remove(worker string, rm *rankMirror, hashes []int64) {
+	for _, s := range rm.m.Remove(hashes) {
+		e.idx.drop(worker, s.Path, s.Pages)
+	}
+}
+
+// storeChain stores the chain gather collected from evs (stored events
+// taken, with the removals applied before it) in one call. A chain that
+// repeats a hash is refused whole (tree.ErrBlockCycle), where its events
+// one by one would store the blocks before the repeat and then move the
+// repeated block: so it is stored event by event then. False means the rest
+// of the batch is to be ignored.
+func (e *eventMirror) storeChain(worker string, rm *rankMirror, evs []workers.KVEvent, stored int) bool {
+	first := &evs[0]
+	attached, detached, err := rm.m.Store(first.Parent, first.HasParent, rm.blocks)
+	if stored == 1 || !errors.Is(err, tree.ErrBlockCycle) {
+		return e.stored(worker, rm, attached, detached, err)
+	}
+	for k := range evs {
+		if ev := &evs[k]; ev.Kind == workers.KVStored {
+			rm.blocks = toMirrorBlocks(rm.blocks[:0], ev.Blocks)
+			if !e.store(worker, rm, ev.Parent, ev.HasParent, rm.blocks) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // store applies one chain; false means the rest of the batch is to be
 // ignored.
 func (e *eventMirror) store(worker string, rm *rankMirror, parent int64, hasParent bool, blocks []tree.MirrorBlock) bool {
 	attached, detached, err := rm.m.Store(parent, hasParent, blocks)
+	return e.stored(worker, rm, attached, detached, err)
+}
+
+// stored applies what a Store returned; false means the rest of the batch
+// is to be ignored.
+func (e *eventMirror) stored(worker string, rm *rankMirror, attached, detached []tree.Span, err error) bool {
 	switch {
 	case errors.Is(err, tree.ErrPageSize):
 		// Matching pages of one size against an index of another would

@@ -1,0 +1,37 @@
+package tree
+
+// Known reports whether the mirror knows block h, attached or not.
+func (m *Mirror) Known(h int64) bool { return m.blocks[h] != nil }
+
+// LeafAfter reports whether block h is known and would be a leaf once the
+// blocks named in gone are removed: every block stored below h is in gone.
+// Removing such a block detaches nothing but itself, so it commutes with
+// storing blocks that are not h and do not hang below it; the caller uses
+// that to apply an engine's evictions before the new chain they were
+// interleaved with. gone is searched from its end, where an engine evicting
+// a chain leaf first has just named h's child; a block with more children
+// than leafAfterScan, or children further back, is reported as no leaf.
+func (m *Mirror) LeafAfter(h int64, gone []int64) bool {
+	if m.blocks[h] == nil {
+		return false
+	}
+	kids := m.kids[h]
+	if len(kids) > leafAfterScan {
+		return false
+	}
+	tail := gone[max(0, len(gone)-leafAfterScan):]
+next:
+	for _, k := range kids {
+		for i := len(tail) - 1; i >= 0; i-- {
+			if tail[i] == k.hash {
+				continue next
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// leafAfterScan bounds the work of LeafAfter: the children it checks and
+// how far back in gone it looks for each.
+const leafAfterScan = 8
