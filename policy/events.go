@@ -68,6 +68,22 @@ type rankMirror struct {
 	// the removals to apply before it.
 	blocks []tree.MirrorBlock
 	gone   []int64
+	// chain holds the hashes of blocks[:indexed], built only when a
+	// removal names a hash the mirror does not know (see gather).
+	chain   map[int64]struct{}
+	indexed int
+}
+
+// inChain reports whether h is the hash of a block gathered so far.
+func (rm *rankMirror) inChain(h int64) bool {
+	if rm.chain == nil {
+		rm.chain = map[int64]struct{}{}
+	}
+	for ; rm.indexed < len(rm.blocks); rm.indexed++ {
+		rm.chain[rm.blocks[rm.indexed].Hash] = struct{}{}
+	}
+	_, ok := rm.chain[h]
+	return ok
 }
 
 // defaultMirrorBlocks bounds one worker's mirror when its engine does not
@@ -149,18 +165,24 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 // gather collects into rm.blocks the chain that stored event evs[i] starts:
 // it and the stored events after it that continue it, each naming the
 // chain's last block as its parent. Removed events between them join
-// rm.gone, to be applied before the chain, when every hash they name is a
-// block the mirror knows, not the chain's parent, and a leaf once the
-// hashes before it in rm.gone are removed (Mirror.LeafAfter), and every
-// block of the chain so far is new to the mirror (so none of them is named).
-// Such a removal detaches only the block itself, which is neither in the
-// chain nor above it nor below it, so it commutes with storing the chain.
+// rm.gone, to be applied before the chain, when every block of the chain so
+// far is new to the mirror and every hash they name is not the chain's
+// parent and either a block the mirror knows that is a leaf once the
+// hashes before it in rm.gone are removed (Mirror.LeafAfter), or a hash
+// the mirror does not know (blocks stored before a reset) that is not in
+// the chain so far. Such a removal detaches at most the block itself, which
+// is neither in the chain nor above it nor below it, so it commutes with
+// storing the chain.
 // It returns the index after the last event taken, and how many stored and
 // removed events were taken.
 func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoisted int) {
 	first := &evs[i]
 	rm.blocks = toMirrorBlocks(rm.blocks[:0], first.Blocks)
 	rm.gone = rm.gone[:0]
+	if rm.indexed > 0 {
+		clear(rm.chain)
+		rm.indexed = 0
+	}
 	fresh := true
 	for _, b := range first.Blocks {
 		fresh = fresh && !rm.m.Known(b.Hash)
@@ -175,7 +197,13 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 		}
 		n := len(rm.gone)
 		for _, h := range ev.Hashes {
-			if first.HasParent && h == first.Parent || !rm.m.LeafAfter(h, rm.gone) {
+			ok := !(first.HasParent && h == first.Parent)
+			if ok && rm.m.Known(h) {
+				ok = rm.m.LeafAfter(h, rm.gone)
+			} else if ok {
+				ok = !rm.inChain(h)
+			}
+			if !ok {
 				rm.gone = rm.gone[:n]
 				return false
 			}
