@@ -30,10 +30,11 @@ type Mirror struct {
 	pageSize  int
 	maxBlocks int
 
-	blocks   map[int64]*mirrorBlock
-	kids     map[int64][]*mirrorBlock // by parent hash, known or not: the blocks stored below it
-	detached int                      // blocks in blocks that are not attached
-	unknown  int                      // hashes Remove did not know, since NewMirror
+	blocks  map[int64]*mirrorBlock
+	orphans map[int64][]*mirrorBlock // by parent hash: the blocks stored below a block not known
+
+	detached int // blocks in blocks that are not attached
+	unknown  int // hashes Remove did not know, since NewMirror
 
 	// chain caches the attached path Store extended last: chain[i] is the
 	// block at depth i+1, path their tokens. Engines send a chain one block
@@ -46,6 +47,7 @@ type Mirror struct {
 	dfs   []uint32 // the path of the block a walk below a block is at
 	stack []mirrorFrame
 	up    []*mirrorBlock // scratch: blocks between one and the cached chain
+	found []*mirrorBlock // scratch: Store's blocks, by index in its chain
 	seen  map[int64]struct{}
 
 	// run is the block on top of the last Span of the current call, when
@@ -66,7 +68,8 @@ type mirrorBlock struct {
 	attached  bool
 	depth     int          // when attached: blocks from the root through this one
 	up        *mirrorBlock // when attached: the parent, nil under the root
-	slot      int          // index in kids[parent]
+	slot      int          // index in the parent's kids, or in orphans[parent]
+	kids      []*mirrorBlock
 	tokens    []uint32
 }
 
@@ -126,7 +129,7 @@ func NewMirror(pageSize, maxBlocks int) *Mirror {
 		pageSize:  pageSize,
 		maxBlocks: maxBlocks,
 		blocks:    map[int64]*mirrorBlock{},
-		kids:      map[int64][]*mirrorBlock{},
+		orphans:   map[int64][]*mirrorBlock{},
 	}
 }
 
@@ -146,7 +149,7 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
 	m.blocks = map[int64]*mirrorBlock{}
-	m.kids = map[int64][]*mirrorBlock{}
+	m.orphans = map[int64][]*mirrorBlock{}
 	m.detached = 0
 	m.truncate(0)
 	m.arena = nil
@@ -173,50 +176,59 @@ func (m *Mirror) Store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	if !hasParent {
 		parent = 0
 	}
-	// Replacements first, so that the rest only attaches.
+	// found[i] is blocks[i]'s block (check looked each up once): the
+	// maps are large and their lookups cache misses, so a chain's blocks
+	// are looked up once per call, not once per pass.
+	found := m.found
+	defer clear(found) // keep no removed block alive
+	// Replacements first, so that the rest only attaches. The parent is
+	// not in the chain (check), so they leave it as it is.
 	prev, prevHas := parent, hasParent
-	for _, b := range blocks {
-		if e := m.blocks[b.Hash]; e != nil && (e.hasParent != prevHas || e.parent != prev || !equal(e.tokens, b.Tokens)) {
+	for i, b := range blocks {
+		if e := found[i]; e != nil && (e.hasParent != prevHas || e.parent != prev || !equal(e.tokens, b.Tokens)) {
 			detached = m.remove(e, detached)
+			found[i] = nil
 		}
 		prev, prevHas = b.Hash, true
 	}
+	var up *mirrorBlock // the parent's block, nil for the root or an unknown parent
+	if hasParent {
+		up = m.blocks[parent]
+	}
+	top := up
 	first := -1 // the first block of the chain that is not attached
 	prev, prevHas = parent, hasParent
 	for i, b := range blocks {
-		e := m.blocks[b.Hash]
+		e := found[i]
 		if e == nil {
-			e = m.add(b, prev, prevHas)
+			e = m.add(b, prev, prevHas, up)
+			found[i] = e
 		}
 		if first < 0 && !e.attached {
 			first = i
 		}
-		prev, prevHas = b.Hash, true
+		prev, prevHas, up = b.Hash, true, e
 	}
 	if first < 0 {
 		return nil, detached, nil
 	}
-	var above *mirrorBlock
+	above := top
 	if first > 0 {
-		above = m.blocks[blocks[first-1].Hash]
-	} else if hasParent {
-		above = m.blocks[parent]
+		above = found[first-1]
 	}
 	if hasParent && (above == nil || !above.attached) {
 		return nil, detached, nil // the chain waits for its parent
 	}
 	// Attach the chain along the cached path, then what waited below it.
 	m.cacheTo(above)
-	for _, b := range blocks[first:] {
-		e := m.blocks[b.Hash]
+	for _, e := range found[first:] {
 		m.attach(e, above)
 		m.chain = append(m.chain, e)
 		m.path = append(m.path, e.tokens...)
 		above = e
 	}
 	attached = append(attached, Span{Path: m.path[:len(m.path):len(m.path)], Pages: len(blocks) - first})
-	for _, b := range blocks[first:] {
-		e := m.blocks[b.Hash]
+	for _, e := range found[first:] {
 		attached = m.spread(e, m.path[:e.depth*m.pageSize], true, attached)
 	}
 	return attached, detached, nil
@@ -238,16 +250,21 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 		m.seen[parent] = struct{}{}
 	}
 	fresh := 0
+	m.found = m.found[:0]
 	for _, b := range blocks {
 		if _, dup := m.seen[b.Hash]; dup {
+			clear(m.found)
 			return fmt.Errorf("%w: hash %d", ErrBlockCycle, b.Hash)
 		}
 		m.seen[b.Hash] = struct{}{}
-		if m.blocks[b.Hash] == nil {
+		e := m.blocks[b.Hash]
+		if e == nil {
 			fresh++
 		}
+		m.found = append(m.found, e)
 	}
 	if len(m.blocks)+fresh > m.maxBlocks {
+		clear(m.found)
 		return fmt.Errorf("%w: %d blocks known, %d more would pass the limit of %d",
 			ErrMirrorFull, len(m.blocks), fresh, m.maxBlocks)
 	}
@@ -285,15 +302,27 @@ func (m *Mirror) resetArena() {
 	m.run = nil
 }
 
-// add records a new block, detached.
-func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool) *mirrorBlock {
+// add records a new block, detached, below up, the parent's block (nil
+// when the parent is the root or not known). Blocks that waited for its
+// hash become its children.
+func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up *mirrorBlock) *mirrorBlock {
 	e := &mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent, tokens: clone(b.Tokens)}
 	m.blocks[b.Hash] = e
 	m.detached++
-	if hasParent {
-		l := m.kids[parent]
+	if len(m.orphans) > 0 {
+		if l, ok := m.orphans[b.Hash]; ok {
+			e.kids = l
+			delete(m.orphans, b.Hash)
+		}
+	}
+	switch {
+	case up != nil:
+		e.slot = len(up.kids)
+		up.kids = append(up.kids, e)
+	case hasParent:
+		l := m.orphans[parent]
 		e.slot = len(l)
-		m.kids[parent] = append(l, e)
+		m.orphans[parent] = append(l, e)
 	}
 	return e
 }
@@ -325,16 +354,33 @@ func (m *Mirror) remove(e *mirrorBlock, spans []Span) []Span {
 		m.detached--
 	}
 	if e.hasParent {
-		l := m.kids[e.parent]
+		up := e.up
+		if up == nil {
+			up = m.blocks[e.parent]
+		}
+		var l []*mirrorBlock
+		if up != nil {
+			l = up.kids
+		} else {
+			l = m.orphans[e.parent]
+		}
 		last := len(l) - 1
 		l[e.slot] = l[last]
 		l[e.slot].slot = e.slot
 		l[last] = nil
-		if last == 0 {
-			delete(m.kids, e.parent)
-		} else {
-			m.kids[e.parent] = l[:last]
+		switch {
+		case up != nil:
+			up.kids = l[:last]
+		case last == 0:
+			delete(m.orphans, e.parent)
+		default:
+			m.orphans[e.parent] = l[:last]
 		}
+	}
+	if len(e.kids) > 0 {
+		// They stay known, waiting for e's hash to be stored again.
+		m.orphans[e.hash] = e.kids
+		e.kids = nil
 	}
 	delete(m.blocks, e.hash)
 	return spans
@@ -361,7 +407,7 @@ func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []S
 	m.stack = m.stack[:0]
 	push := func(parent *mirrorBlock, off int) int {
 		pushed := 0
-		for _, c := range m.kids[parent.hash] {
+		for _, c := range parent.kids {
 			if c.attached == attach {
 				continue
 			}

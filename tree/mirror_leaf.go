@@ -12,10 +12,11 @@ func (m *Mirror) Known(h int64) bool { return m.blocks[h] != nil }
 // a chain leaf first has just named h's child; a block with more children
 // than leafAfterScan, or children further back, is reported as no leaf.
 func (m *Mirror) LeafAfter(h int64, gone []int64) bool {
-	if m.blocks[h] == nil {
+	b := m.blocks[h]
+	if b == nil {
 		return false
 	}
-	kids := m.kids[h]
+	kids := b.kids
 	if len(kids) > leafAfterScan {
 		return false
 	}
