@@ -162,11 +162,19 @@ func (t *Tree) dropBelow(c *node, id uint32) (tokens int) {
 // itself. A tick of 0 (MatchInsert inserted nothing) expires nothing. The
 // cost is ids' path plus what is dropped, not the tree.
 func (t *Tree) ExpireSpeculative(ids []uint32, tenant string, tick uint64) (expiredTokens int) {
+	return t.ExpireSpeculativeReply(ids, nil, tenant, tick)
+}
+
+// ExpireSpeculativeReply is ExpireSpeculative of prompt followed by reply
+// (Extend's insert, whose tick it takes), without the caller joining the
+// two into one slice.
+func (t *Tree) ExpireSpeculativeReply(prompt, reply []uint32, tenant string, tick uint64) (expiredTokens int) {
 	ps := t.pageSize
-	ids = t.cut(ids)
-	if tick == 0 || len(ids) == 0 {
+	s := cutPair(prompt, reply, ps)
+	if tick == 0 || s.len() == 0 {
 		return 0
 	}
+	var buf []uint32 // a page across the two parts
 	t.lockSelection()
 	defer t.mu.Unlock()
 	id, ok := t.ids[tenant]
@@ -174,8 +182,10 @@ func (t *Tree) ExpireSpeculative(ids []uint32, tenant string, tick uint64) (expi
 		return 0
 	}
 	n, pos := &t.root, 0
-	for pos < len(ids) {
-		c := n.child(ids[pos : pos+ps])
+	for pos < s.len() {
+		var page []uint32
+		page, buf = s.page(pos, ps, buf)
+		c := n.child(page)
 		if c == nil {
 			return 0
 		}
@@ -186,13 +196,63 @@ func (t *Tree) ExpireSpeculative(ids []uint32, tenant string, tick uint64) (expi
 		if h := c.holders[i]; !h.confirmed() && t.touchedBy(h, tick) {
 			return t.dropBelow(c, id)
 		}
-		l := ps + commonPrefix(c.tokens[ps:], ids[pos+ps:], ps)
+		l := ps + s.commonPrefix(c.tokens[ps:], pos+ps, ps)
 		if l < len(c.tokens) {
 			return 0 // ids end or leave the tree inside c
 		}
 		n, pos = c, pos+l
 	}
 	return 0
+}
+
+// pair is a token sequence in two parts, a then b, both whole pages
+// together (cutPair).
+type pair struct{ a, b []uint32 }
+
+// cutPair is a followed by b, cut to whole pages.
+func cutPair(a, b []uint32, ps int) pair {
+	n := len(a) + len(b)
+	n -= n % ps
+	if n <= len(a) {
+		return pair{a[:n], nil}
+	}
+	return pair{a, b[:n-len(a)]}
+}
+
+func (p pair) len() int { return len(p.a) + len(p.b) }
+
+// from returns the sequence from pos on, as two parts.
+func (p pair) from(pos int) ([]uint32, []uint32) {
+	if pos <= len(p.a) {
+		return p.a[pos:], p.b
+	}
+	return nil, p.b[pos-len(p.a):]
+}
+
+// page returns the ps tokens at pos: a slice of one part, or of buf when
+// the page spans both (buf is returned for reuse).
+func (p pair) page(pos, ps int, buf []uint32) (page, _ []uint32) {
+	a, b := p.from(pos)
+	if len(a) >= ps {
+		return a[:ps], buf
+	}
+	if len(a) == 0 {
+		return b[:ps], buf
+	}
+	buf = append(append(buf[:0], a...), b[:ps-len(a)]...)
+	return buf, buf
+}
+
+// commonPrefix is commonPrefix of tokens and the sequence from pos on.
+func (p pair) commonPrefix(tokens []uint32, pos, ps int) int {
+	a, b := p.from(pos)
+	n := min(len(tokens), len(a))
+	if !equal(tokens[:n], a[:n]) || n == len(tokens) || len(b) == 0 {
+		return commonPrefix(tokens, a, ps)
+	}
+	// tokens continue past a: the rest is compared with b.
+	l := n + commonPrefix(tokens[n:], b, 1)
+	return l - l%ps
 }
 
 // heldBelow appends to dst the nodes of c's subtree held by tenant id,
