@@ -87,20 +87,19 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 		if (o.Err == nil && !o.Unreported) || o.CachedTokens > 0 {
 			c.count(d.PredictedCachedTokens, max(o.CachedTokens, 0))
 		}
-		ids, tick := req.InputIDs, d.tick
+		var reply []uint32
+		tick := d.tick
 		if o.Err == nil && len(o.OutputIDs) > 1 {
 			// The engine stores the reply's pages as the request ends,
 			// and their events may reach the router after the client's
 			// next turn does: expect them now, like the prompt's. The
 			// insert touches the prompt's path too, so its expiry covers
-			// both. The expiry walks the path from the root, so the
-			// queue keeps prompt and reply as one slice.
-			reply := o.OutputIDs[:len(o.OutputIDs)-1]
+			// both; the queue keeps the two slices, not a copy of them
+			// joined.
+			reply = o.OutputIDs[:len(o.OutputIDs)-1]
 			tick = c.tree.Extend(d.tick, req.InputIDs, reply, url)
-			ids = make([]uint32, 0, len(req.InputIDs)+len(reply))
-			ids = append(append(ids, req.InputIDs...), reply...)
 		}
-		c.spec.add(ids, url, tick, time.Now())
+		c.spec.add(req.InputIDs, reply, url, tick, time.Now())
 		return
 	}
 	c.observe(req, d, o)

@@ -35,9 +35,11 @@ func (x treeIndex) drop(worker string, path []uint32, pages int) {
 }
 func (x treeIndex) clear(worker string) { x.t.ClearTenant(worker) }
 
-// speculation is one decision's speculative insert, due to expire.
+// speculation is one decision's speculative insert, due to expire: the
+// prompt, and the reply Extend inserted below it, if any.
 type speculation struct {
 	ids    []uint32
+	reply  []uint32
 	worker string
 	tick   uint64
 	due    time.Time
@@ -62,12 +64,13 @@ func newSpeculations(ttl time.Duration, maxTokens int) *speculations {
 	return &speculations{ttl: ttl, maxTokens: maxTokens}
 }
 
-// add queues the insert of ids for worker at tick, for expiry ttl after now.
-// The queue keeps a reference to ids, which the request no longer changes.
-func (s *speculations) add(ids []uint32, worker string, tick uint64, now time.Time) {
+// add queues the insert of ids followed by reply for worker at tick, for
+// expiry ttl after now. The queue keeps references to ids and reply, which
+// the request no longer changes.
+func (s *speculations) add(ids, reply []uint32, worker string, tick uint64, now time.Time) {
 	s.mu.Lock()
-	s.q = append(s.q, speculation{ids: ids, worker: worker, tick: tick, due: now.Add(s.ttl)})
-	s.tokens += len(ids)
+	s.q = append(s.q, speculation{ids: ids, reply: reply, worker: worker, tick: tick, due: now.Add(s.ttl)})
+	s.tokens += len(ids) + len(reply)
 	s.mu.Unlock()
 }
 
@@ -90,9 +93,9 @@ func (s *speculations) expire(now time.Time, t *tree.Tree) {
 		sp := s.q[s.head]
 		s.q[s.head] = speculation{}
 		s.head++
-		s.tokens -= len(sp.ids)
+		s.tokens -= len(sp.ids) + len(sp.reply)
 		s.mu.Unlock()
-		if t.ExpireSpeculative(sp.ids, sp.worker, sp.tick) > 0 {
+		if t.ExpireSpeculativeReply(sp.ids, sp.reply, sp.worker, sp.tick) > 0 {
 			s.expired.Add(1)
 		}
 	}
