@@ -224,26 +224,7 @@ func BenchmarkEvict64M(b *testing.B) {
 	for _, shape := range []string{"prompts", "pages"} {
 		b.Run(shape, func(b *testing.B) {
 			for range b.N {
-				var tr *Tree
-				var probe func(rng *rand.Rand, buf []uint32) []uint32
-				if shape == "prompts" {
-					c := newCorpus()
-					n := (64 << 20) / (benchPrompt - benchSystem)
-					tr = build(b, c, n, tenantNames(64))
-					probe = func(rng *rand.Rand, buf []uint32) []uint32 { return c.prompt(rng.IntN(n), buf) }
-				} else {
-					tr = buildTrie(b, 21) // 4M one-page nodes, 64M tokens
-					probe = func(rng *rand.Rand, buf []uint32) []uint32 {
-						buf = buf[:0]
-						for d := range 21 {
-							bit := rng.Uint32() & 1
-							for j := range 16 {
-								buf = append(buf, uint32(d)<<8|bit<<4|uint32(j))
-							}
-						}
-						return buf
-					}
-				}
+				tr, probe, _ := build64M(b, shape)
 				before := tr.Stats()
 				tr.maxTokens = before.Tokens - before.Tokens/10
 				runtime.GC()
@@ -286,6 +267,44 @@ func BenchmarkEvict64M(b *testing.B) {
 			}
 		})
 	}
+}
+
+// build64M builds a tree of about 64M tokens of the given shape ("prompts":
+// the traffic shape over 64 tenants; "pages": a full binary trie of 4M
+// one-page nodes, the worst shape for a walk) and returns it with probe,
+// which writes a random prompt the tree holds into buf, and fresh, which
+// writes prompt i of a series the tree has never seen.
+func build64M(b *testing.B, shape string) (tr *Tree, probe, fresh func(rng *rand.Rand, i int, buf []uint32) []uint32) {
+	if shape == "prompts" {
+		c := newCorpus()
+		n := (64 << 20) / (benchPrompt - benchSystem)
+		tr = build(b, c, n, tenantNames(64))
+		probe = func(rng *rand.Rand, _ int, buf []uint32) []uint32 { return c.prompt(rng.IntN(n), buf) }
+		fresh = func(_ *rand.Rand, i int, buf []uint32) []uint32 { return c.prompt(n+i, buf) }
+		return tr, probe, fresh
+	}
+	const depth = 21
+	tr = buildTrie(b, depth) // 4M one-page nodes, 64M tokens
+	path := func(rng *rand.Rand, buf []uint32) []uint32 {
+		buf = buf[:0]
+		for d := range depth {
+			bit := rng.Uint32() & 1
+			for j := range 16 {
+				buf = append(buf, uint32(d)<<8|bit<<4|uint32(j))
+			}
+		}
+		return buf
+	}
+	probe = func(rng *rand.Rand, _ int, buf []uint32) []uint32 { return path(rng, buf) }
+	// A known path whose last page is new: one new one-page leaf.
+	fresh = func(rng *rand.Rand, i int, buf []uint32) []uint32 {
+		buf = path(rng, buf)
+		for j := range 16 {
+			buf[16*(depth-1)+j] = 1<<31 | uint32(i)<<4 | uint32(j)
+		}
+		return buf
+	}
+	return tr, probe, fresh
 }
 
 // sliceStats measures Evict's lock slices through Tree.onSlice: their
@@ -332,7 +351,7 @@ type probeResult struct {
 // probeSelections selects (MatchInsert, inserting nothing, so it takes the
 // write lock as routing does) in a loop until stop closes, and reports the
 // longest selection, and the longest one not preempted itself.
-func probeSelections(tr *Tree, probe func(*rand.Rand, []uint32) []uint32, stop chan struct{}) chan probeResult {
+func probeSelections(tr *Tree, probe func(*rand.Rand, int, []uint32) []uint32, stop chan struct{}) chan probeResult {
 	out := make(chan probeResult, 1)
 	go func() {
 		rng := rand.New(rand.NewPCG(5, 5))
@@ -345,7 +364,7 @@ func probeSelections(tr *Tree, probe func(*rand.Rand, []uint32) []uint32, stop c
 				return
 			default:
 			}
-			buf = probe(rng, buf)
+			buf = probe(rng, r.n, buf)
 			th0, ok0 := readThread()
 			start := time.Now()
 			tr.MatchInsert(buf, func(Match) string { return "" })
@@ -402,6 +421,74 @@ func BenchmarkInsertAtBudget(b *testing.B) {
 			b.StopTimer()
 			reportLatencies(b, lat)
 			b.ReportMetric(float64(walks)/float64(b.N), "walks/op")
+		})
+	}
+}
+
+// BenchmarkInsertAtBudget64M inserts prompts the tree has never seen into a
+// 64M-token tree held at its budget, so that every insert crosses it and
+// evicts inline, while a goroutine keeps selecting (MatchInsert, inserting
+// nothing, under the write lock as routing does) and records the longest it
+// waited: the wait the budget's inline eviction costs routing. "pages"
+// inserts a one-page leaf each time into the trie of one-page nodes, where
+// a walk of the tree is the costliest; "prompts" an 8K-token prompt (7K new
+// tokens) into the traffic shape. Run with -benchtime 1x.
+func BenchmarkInsertAtBudget64M(b *testing.B) {
+	for _, shape := range []string{"prompts", "pages"} {
+		b.Run(shape, func(b *testing.B) {
+			inserts := 2000
+			if shape == "prompts" {
+				inserts = 500
+			}
+			for range b.N {
+				tr, probe, fresh := build64M(b, shape)
+				before := tr.Stats()
+				setBudget(tr, before.Tokens)
+				names := tenantNames(64)
+				runtime.GC()
+				stop := make(chan struct{})
+				idle := probeSelections(tr, probe, stop)
+				time.Sleep(time.Second)
+				close(stop)
+				quiet := <-idle
+				stop = make(chan struct{})
+				busy := probeSelections(tr, probe, stop)
+				rng := rand.New(rand.NewPCG(9, 9))
+				var buf []uint32
+				lat := make([]time.Duration, 0, inserts)
+				start := time.Now()
+				for i := range inserts {
+					buf = fresh(rng, i, buf)
+					t0 := time.Now()
+					tr.Insert(buf, names[i%len(names)])
+					lat = append(lat, time.Since(t0))
+					// Leave the probe room to run between inserts, as
+					// routing's selections would be.
+					runtime.Gosched()
+				}
+				took := time.Since(start)
+				close(stop)
+				r := <-busy
+				if s := tr.Stats(); s.Tokens > before.Tokens {
+					b.Fatalf("%d tokens after the inserts, budget %d", s.Tokens, before.Tokens)
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "insert-p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "insert-p99-µs")
+				b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "insert-max-µs")
+				b.ReportMetric(float64(took.Milliseconds()), "inserts-ms")
+				b.ReportMetric(float64(r.max.Microseconds()), "max-select-µs")
+				b.ReportMetric(float64(r.over1ms), "selections>1ms")
+				b.ReportMetric(float64(r.maxWait.Microseconds()), "max-wait-µs")
+				b.ReportMetric(float64(r.waits1ms), "waits>1ms")
+				b.ReportMetric(float64(r.n), "selections")
+				b.ReportMetric(float64(quiet.maxWait.Microseconds()), "idle-max-wait-µs")
+				b.ReportMetric(float64(quiet.waits1ms), "idle-waits>1ms")
+				b.ReportMetric(float64(quiet.n), "idle-selections")
+				b.ReportMetric(float64(before.Tokens), "budget")
+				b.ReportMetric(float64(before.Nodes), "nodes")
+				b.ReportMetric(0, "ns/op")
+			}
 		})
 	}
 }
