@@ -55,9 +55,15 @@ func tenantNames(n int) []string {
 	return s
 }
 
-// build inserts prompts 0..n-1, prompt i for tenant i%len(tenants).
-func build(b *testing.B, c *corpus, n int, tenants []string) *Tree {
-	tr, err := New(Config{PageSize: 16})
+// unbounded is a budget no benchmark's tree reaches: a tree built with it
+// keeps its frontier index from the start, as kvgate's (which always has a
+// budget) does, and a benchmark lowers it afterwards with setBudget.
+const unbounded = 1 << 62
+
+// build inserts prompts 0..n-1, prompt i for tenant i%len(tenants), into a
+// tree of budget maxTokens.
+func build(b *testing.B, c *corpus, n int, tenants []string, maxTokens int) *Tree {
+	tr, err := New(Config{PageSize: 16, MaxTokens: maxTokens})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,8 +110,8 @@ func benchSelect(b *testing.B, unique, tenants int, readOnly bool) {
 	c := newCorpus()
 	names := tenantNames(tenants)
 	n := unique / (benchPrompt - benchSystem)
-	tr := build(b, c, n, names)
-	tr.maxTokens = tr.Stats().Tokens
+	tr := build(b, c, n, names, unbounded)
+	setBudget(tr, tr.Stats().Tokens)
 	rng := rand.New(rand.NewPCG(3, 3))
 	choose := longestOr(rng, names)
 	var buf []uint32
@@ -174,14 +180,14 @@ func BenchmarkMemory(b *testing.B) {
 		for range b.N {
 			c := newCorpus()
 			before := heapBytes()
-			tr := build(b, c, 10_000_000/(benchPrompt-benchSystem), tenantNames(64))
+			tr := build(b, c, 10_000_000/(benchPrompt-benchSystem), tenantNames(64), 0)
 			reportMemory(b, tr, heapBytes()-before)
 		}
 	})
 	b.Run("pages", func(b *testing.B) {
 		for range b.N {
 			before := heapBytes()
-			tr := buildTrie(b, 19)
+			tr := buildTrie(b, 19, 0)
 			reportMemory(b, tr, heapBytes()-before)
 		}
 	})
@@ -197,9 +203,10 @@ func reportMemory(b *testing.B, tr *Tree, heap uint64) {
 }
 
 // buildTrie inserts all 2^depth paths of a binary trie of 16-token pages, so
-// every node is exactly one page; paths spread over 64 tenants.
-func buildTrie(b *testing.B, depth int) *Tree {
-	tr, err := New(Config{PageSize: 16})
+// every node is exactly one page; paths spread over 64 tenants. The tree's
+// budget is maxTokens.
+func buildTrie(b *testing.B, depth int, maxTokens int) *Tree {
+	tr, err := New(Config{PageSize: 16, MaxTokens: maxTokens})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -226,7 +233,7 @@ func BenchmarkEvict64M(b *testing.B) {
 			for range b.N {
 				tr, probe, _ := build64M(b, shape)
 				before := tr.Stats()
-				tr.maxTokens = before.Tokens - before.Tokens/10
+				setBudget(tr, before.Tokens-before.Tokens/10)
 				runtime.GC()
 				// The same probe with nothing else running first: the
 				// machine's own hiccups, to read the figure against.
@@ -278,13 +285,13 @@ func build64M(b *testing.B, shape string) (tr *Tree, probe, fresh func(rng *rand
 	if shape == "prompts" {
 		c := newCorpus()
 		n := (64 << 20) / (benchPrompt - benchSystem)
-		tr = build(b, c, n, tenantNames(64))
+		tr = build(b, c, n, tenantNames(64), unbounded)
 		probe = func(rng *rand.Rand, _ int, buf []uint32) []uint32 { return c.prompt(rng.IntN(n), buf) }
 		fresh = func(_ *rand.Rand, i int, buf []uint32) []uint32 { return c.prompt(n+i, buf) }
 		return tr, probe, fresh
 	}
 	const depth = 21
-	tr = buildTrie(b, depth) // 4M one-page nodes, 64M tokens
+	tr = buildTrie(b, depth, unbounded) // 4M one-page nodes, 64M tokens
 	path := func(rng *rand.Rand, buf []uint32) []uint32 {
 		buf = buf[:0]
 		for d := range depth {
@@ -397,7 +404,7 @@ func BenchmarkInsertAtBudget(b *testing.B) {
 			c := newCorpus()
 			names := tenantNames(16)
 			n := unique / (benchPrompt - benchSystem)
-			tr := build(b, c, n, names)
+			tr := build(b, c, n, names, unbounded)
 			setBudget(tr, tr.Stats().Tokens)
 			var buf []uint32
 			lat := make([]time.Duration, 0, b.N)

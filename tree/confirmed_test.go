@@ -249,7 +249,7 @@ func TestTenantLimit(t *testing.T) {
 		gone    [][]uint32     // prompts a no longer holds at all
 	}{
 		{"under the limit nothing goes", 32, []op{{"spec", "a", x}, {"conf", "a", y}}, map[string]int{"a": 32}, nil},
-		// A limit of 34 evicts down to 34 - 34/16 = 32: one prompt.
+		// A limit of 34 evicts until a holds at most 34: one prompt.
 		{"the least recently used goes first", 34, []op{{"spec", "a", x}, {"spec", "a", y}, {"spec", "a", x}, {"spec", "a", z}},
 			map[string]int{"a": 32}, [][]uint32{y}},
 		{"speculative holdings go before confirmed ones", 34, []op{{"conf", "a", x}, {"spec", "a", y}, {"spec", "a", z}},
@@ -262,8 +262,8 @@ func TestTenantLimit(t *testing.T) {
 			map[string]int{"a": 16, "b": 32}, [][]uint32{y}},
 		{"a prompt over the limit keeps the part it shares", 24, []op{{"spec", "a", x[:8]}, {"spec", "a", seq(0, 32)}},
 			map[string]int{"a": 8}, nil},
-		{"down to 15/16 of the limit", 64, []op{{"spec", "a", seq(0, 64)}, {"spec", "a", cat(seq(0, 60), seq(900, 4))}},
-			map[string]int{"a": 60}, nil},
+		{"down to the limit, not under it", 64, []op{{"spec", "a", seq(0, 64)}, {"spec", "a", cat(seq(0, 60), seq(900, 4))}},
+			map[string]int{"a": 64}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -296,10 +296,10 @@ func TestSetTenantLimitEvictsAtOnce(t *testing.T) {
 		tr.Insert(seq(uint32(i*100), 16), "a")
 	}
 	tr.SetTenantLimit("a", 64)
-	if n := tr.TenantTokens("a"); n != 48 { // 64 - 64/16 = 60, in whole prompts
-		t.Fatalf("a holds %d tokens after SetTenantLimit(64), want 48", n)
+	if n := tr.TenantTokens("a"); n != 64 {
+		t.Fatalf("a holds %d tokens after SetTenantLimit(64), want 64", n)
 	}
-	for i := range 5 {
+	for i := range 4 {
 		if n := tr.Match(seq(uint32(i*100), 16)).Of("a"); n != 0 {
 			t.Fatalf("prompt %d (among the least recent) kept %d tokens", i, n)
 		}
@@ -308,8 +308,8 @@ func TestSetTenantLimitEvictsAtOnce(t *testing.T) {
 	for i := range 8 {
 		tr.Insert(seq(uint32(1000+i*100), 16), "a")
 	}
-	if n := tr.TenantTokens("a"); n != 48+128 {
-		t.Fatalf("a holds %d tokens with no limit, want %d", n, 48+128)
+	if n := tr.TenantTokens("a"); n != 64+128 {
+		t.Fatalf("a holds %d tokens with no limit, want %d", n, 64+128)
 	}
 }
 

@@ -24,29 +24,29 @@ package tree
 
 // The budget holds at all times, not only after Evict: an insert that takes
 // the stored tokens over MaxTokens evicts, in the configured order and before
-// it releases the write lock, down to the low-water mark (MaxTokens less a
-// sixteenth). Nobody ever sees the tree over budget, and the walk that finds
-// the frontier (one pass over the tree, under the write lock) is paid once
-// per MaxTokens/16 inserted tokens rather than on every insert at the cap.
-// That walk is the one moment readers wait: about a node's visit per node
-// (BenchmarkInsertAtBudget measures it). The periodic Evict stays for
-// decay; it works in slices and rarely finds anything to do.
-
-// lowWater is where an inline eviction stops: far enough under the budget
-// that the next inserts do not trigger another walk at once.
-func (t *Tree) lowWater() int { return t.maxTokens - t.maxTokens/16 }
+// it releases the write lock, until they are within it again. It pops the
+// frontier index (frontier.go) rather than walking the tree, so it costs
+// what it evicts: about the pages the insert added, a few heap operations
+// each. Nobody ever sees the tree over budget. (A walk of the whole tree
+// for the frontier held the lock for 5.6 s on a 64M-token tree of one-page
+// nodes; it evicted down to a sixteenth under the budget so as to walk only
+// once per MaxTokens/16 inserted tokens, which the index no longer needs.)
+// The periodic Evict stays for decay and for a budget lowered meanwhile; it
+// works in slices and rarely finds anything to do.
 
 // enforceBudget evicts under the held write lock, if the last insert took
-// the tree over budget, down to lowWater.
+// the tree over budget, until it is within it.
 func (t *Tree) enforceBudget() {
 	if t.maxTokens == 0 || t.tokens <= t.maxTokens {
 		return
 	}
-	h := &candHeap{order: t.order, items: t.frontier(nil)}
-	h.heapify()
-	target := t.lowWater()
-	for len(h.items) > 0 && t.tokens > target {
-		t.evictOne(h, h.pop())
+	x := t.index()
+	for t.tokens > t.maxTokens {
+		id, e, ok := x.popMin()
+		if !ok {
+			return
+		}
+		t.evictEntry(id, e)
 	}
 }
 
@@ -122,18 +122,24 @@ type candHeap struct {
 }
 
 func (h *candHeap) less(a, b *cand) bool {
-	if a.confirmed != b.confirmed {
-		return !a.confirmed
+	return keyLess(h.order, a.confirmed, a.aux, a.tick, b.confirmed, b.aux, b.tick)
+}
+
+// keyLess reports whether the holding keyed (ac, aa, at) goes before the
+// one keyed (bc, ba, bt) under order o.
+func keyLess(o order, ac bool, aa int32, at uint64, bc bool, ba int32, bt uint64) bool {
+	if ac != bc {
+		return !ac
 	}
-	switch h.order {
+	switch o {
 	case orderMRU, orderFILO:
-		return a.tick > b.tick
+		return at > bt
 	case orderLFU, orderPriority:
-		if a.aux != b.aux {
-			return a.aux < b.aux
+		if aa != ba {
+			return aa < ba
 		}
 	}
-	return a.tick < b.tick
+	return at < bt
 }
 
 func (h *candHeap) push(c cand) {

@@ -4,8 +4,8 @@ package tree
 // so the tree never credits a worker with more than that, whatever room the
 // global budget has left. It holds after every insert, as the budget does:
 // an insert that takes the tenant over its limit evicts that tenant's
-// holdings, in the tree's eviction order, down to a sixteenth under the
-// limit before it releases the write lock.
+// holdings, in the tree's eviction order, until it is within the limit
+// again, before it releases the write lock.
 //
 // Speculative holdings go first, then confirmed ones, each in the tree's
 // eviction order. Confirmed holdings mirror the engine, which cannot hold
@@ -16,11 +16,10 @@ package tree
 // prompt, its removal events say which pages went. For a tenant without
 // events every holding is speculative, and the order is the plain one.
 //
-// Cost: finding the tenant's frontier walks the nodes it holds (and looks at
-// their children), not the whole tree: O(the tenant's nodes), at most
-// limit/PageSize of them. The low-water mark makes that walk happen once per
-// limit/16 tokens newly inserted for the tenant, so amortized it is about
-// 16/PageSize node visits per inserted token.
+// Cost: the tenant's heap in the frontier index (frontier.go) gives its
+// frontier in order, so an insert's eviction costs what it evicts, about
+// what the insert added. Lowering a limit under what a tenant holds evicts
+// the difference at once.
 
 // SetTenantLimit caps the stored tokens tenant may hold; maxTokens <= 0
 // removes the cap. The setting is kept by name: it applies to a tenant not
@@ -35,6 +34,7 @@ func (t *Tree) SetTenantLimit(tenant string, maxTokens int) {
 		delete(t.limits, tenant)
 	} else {
 		t.limits[tenant] = maxTokens
+		t.index() // kept from now on
 	}
 	if id, ok := t.ids[tenant]; ok {
 		t.tenants[id].limit = maxTokens
@@ -50,47 +50,19 @@ func (t *Tree) enforce(id uint32) {
 }
 
 // enforceLimit evicts tenant id's frontier, speculative holdings first and
-// each kind in eviction order, down to 15/16 of its limit if it is over it.
-// The caller holds the write lock.
+// each kind in eviction order, until it is within its limit. The caller
+// holds the write lock.
 func (t *Tree) enforceLimit(id uint32) {
 	tn := &t.tenants[id]
 	if tn.limit == 0 || tn.tokens <= tn.limit {
 		return
 	}
-	h := &candHeap{order: t.order, items: t.tenantFrontier(id)}
-	h.heapify()
-	// Speculative holdings go down to the low-water mark; confirmed ones
-	// (reached only when nothing speculative is left) only as far as the
-	// limit: they are what the engine holds, and it holds at most that.
-	target := tn.limit - tn.limit/16
-	for len(h.items) > 0 && tn.tokens > target {
-		if h.items[0].confirmed && tn.tokens <= tn.limit {
-			break
+	x := t.index()
+	for tn.tokens > tn.limit {
+		e, ok := x.pop(id)
+		if !ok {
+			return
 		}
-		t.evictOne(h, h.pop())
+		t.evictEntry(id, e)
 	}
-}
-
-// tenantFrontier returns tenant id's frontier pairs: the nodes it holds
-// where it holds no child. Holdings are prefix-closed, so the walk enters
-// only nodes the tenant holds.
-func (t *Tree) tenantFrontier(id uint32) []cand {
-	var dst []cand
-	stack := []*node{&t.root}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		leaf := true
-		for _, k := range n.kids {
-			if k.n.holderIndex(id) >= 0 {
-				stack = append(stack, k.n)
-				leaf = false
-			}
-		}
-		if leaf && n != &t.root {
-			h := n.holders[n.holderIndex(id)]
-			dst = append(dst, cand{n, id, h.aux, h.tick, h.confirmed()})
-		}
-	}
-	return dst
 }

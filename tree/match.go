@@ -245,6 +245,9 @@ func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name s
 		parent = leaf
 	}
 	t.ends.remember(now, parent)
+	if t.idx != nil {
+		t.noteFrontier(parent, id) // the only node of the path that can be
+	}
 	return id
 }
 
@@ -346,9 +349,12 @@ func (t *Tree) split(n *node, k int) *node {
 	return u
 }
 
-// removeHolder drops holder i of n, and n itself once nobody holds it.
+// removeHolder drops holder i of n, and n itself once nobody holds it. The
+// tenant's holding of n's parent may join its frontier: the frontier index
+// learns of it.
 func (t *Tree) removeHolder(n *node, i int) {
 	h := n.holders[i]
+	p := n.parent
 	last := len(n.holders) - 1
 	n.holders[i] = n.holders[last]
 	n.holders = n.holders[:last]
@@ -363,6 +369,14 @@ func (t *Tree) removeHolder(n *node, i int) {
 		}
 	}
 	t.prune(n)
+	if t.idx != nil {
+		switch {
+		case tn.refs == 0:
+			t.idx.reset(h.id())
+		case tn.live:
+			t.noteFrontier(p, h.id())
+		}
+	}
 }
 
 // prune deletes n, and then its ancestors, while they are held by nobody and

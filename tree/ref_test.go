@@ -506,6 +506,9 @@ func checkInvariants(t *testing.T, tr *Tree) {
 			t.Fatalf("tenant %d %+v: walk says refs %d tokens %d confirmed %d", id, tn, refs[id], perTenant[id], perConfirmed[id])
 		}
 	}
+	if err := checkIndex(tr); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestAgainstReference(t *testing.T) {

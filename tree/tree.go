@@ -257,6 +257,10 @@ type Tree struct {
 	unique    int            // tokens in nodes, each node once
 	clock     uint64         // logical time, one tick per insert
 
+	// idx is the frontier index for inline eviction (frontier.go): made
+	// with the tree if it has a budget, else with the first tenant limit.
+	idx *frontierIndex
+
 	scratch scratch   // for writers (under mu)
 	pool    sync.Pool // *scratch for readers, and Extend
 	ends    endRing   // where the latest inserts ended, for Extend
@@ -289,6 +293,9 @@ func New(cfg Config) (*Tree, error) {
 	}
 	t := &Tree{pageSize: cfg.PageSize, maxTokens: cfg.MaxTokens, order: o, ids: map[string]uint32{}, limits: map[string]int{}}
 	t.pool.New = func() any { return new(scratch) }
+	if cfg.MaxTokens > 0 {
+		t.idx = newFrontierIndex(o)
+	}
 	return t, nil
 }
 

@@ -1,0 +1,181 @@
+package tree
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// checkIndex checks the frontier index against a walk of the tree: every
+// live tenant's frontier pair has an entry with its current key, every
+// current entry is a frontier pair, the heaps and the heap of tenants are
+// in order, and no heap outgrew its bound. The caller holds the lock.
+func checkIndex(tr *Tree) error {
+	x := tr.idx
+	if x == nil {
+		return nil
+	}
+	type pair struct {
+		n  *node
+		id uint32
+	}
+	want := map[pair]fentry{}
+	for _, c := range tr.frontier(nil) {
+		want[pair{c.n, c.tenant}] = fentry{c.n, c.tick, c.aux, c.confirmed}
+	}
+	got := map[pair]bool{}
+	for id, h := range x.heaps {
+		for i := range h {
+			if i > 0 && x.less(&h[i], &h[(i-1)/2]) {
+				return fmt.Errorf("tenant %d's heap out of order at %d", id, i)
+			}
+			if !tr.current(uint32(id), &h[i]) {
+				continue
+			}
+			p := pair{h[i].n, uint32(id)}
+			if _, ok := want[p]; !ok {
+				return fmt.Errorf("tenant %d: current entry for %v, which is not on its frontier", id, h[i].n.tokens)
+			}
+			got[p] = true
+		}
+		if len(h) > 2*tr.tenants[id].refs+64 {
+			return fmt.Errorf("tenant %d: %d entries for %d holder entries", id, len(h), tr.tenants[id].refs)
+		}
+		if (len(h) > 0) != (x.at[id] >= 0) || x.at[id] >= 0 && x.tops[x.at[id]] != uint32(id) {
+			return fmt.Errorf("tenant %d: at %d with %d entries", id, x.at[id], len(h))
+		}
+	}
+	for p := range want {
+		if !got[p] {
+			return fmt.Errorf("tenant %d: frontier pair %v %p %+v has no current entry", p.id, p.n.tokens, p.n, p.n.holders)
+		}
+	}
+	for i := 1; i < len(x.tops); i++ {
+		if x.topLess(i, (i-1)/2) {
+			return fmt.Errorf("tenants' heap out of order at %d", i)
+		}
+	}
+	return nil
+}
+
+// TestInlineEvictionIsExact checks that the inline eviction of an insert
+// over a tenant's limit or the budget, which pops the frontier index,
+// evicts exactly what the walk it replaced evicts: one heap of the walked
+// frontier (the tenant's, then everyone's), popped until within bounds. Two
+// trees follow the same random history, in every order: one with a budget
+// and limits, the other without, evicted by the walk after each operation.
+// Trims, expiries, Extend, tenant removals and the periodic Evict (under a
+// budget lowered for a moment) keep changing the frontier in between.
+func TestInlineEvictionIsExact(t *testing.T) {
+	seeds := 4
+	if testing.Short() {
+		seeds = 1
+	}
+	for _, policy := range []string{"lru", "lfu", "fifo", "mru", "filo", "priority"} {
+		for seed := range seeds {
+			t.Run(fmt.Sprintf("%s/%d", policy, seed), func(t *testing.T) {
+				const budget = 300
+				limits := map[string]int{"w0": 60, "w1": 120}
+				inline := mustNew(t, Config{PageSize: 1, Policy: policy, MaxTokens: budget})
+				walked := mustNew(t, Config{PageSize: 1, Policy: policy})
+				for tn, l := range limits {
+					inline.SetTenantLimit(tn, l)
+				}
+				walked.idx = nil // SetTenantLimit is not called on it: it keeps none
+				rng := rand.New(rand.NewPCG(uint64(seed), 11))
+				var ticks []decision
+				for step := range 2000 {
+					ids := make([]uint32, 1+rng.IntN(10))
+					for j := range ids {
+						ids[j] = rng.Uint32N(3)
+					}
+					tn := fmt.Sprint("w", rng.IntN(5))
+					inserted := true
+					switch op := rng.IntN(20); {
+					case op < 10:
+						p := rng.Int32N(4)
+						inline.InsertPriority(ids, tn, p)
+						walked.InsertPriority(ids, tn, p)
+						ticks = append(ticks, decision{ids, tn, inline.clock})
+					case op < 13:
+						inline.InsertConfirmed(ids, tn)
+						walked.InsertConfirmed(ids, tn)
+					case op < 15 && len(ticks) > 0:
+						d := ticks[rng.IntN(len(ticks))]
+						reply := []uint32{rng.Uint32N(3), rng.Uint32N(3)}
+						inline.Extend(d.tick, d.ids, reply, d.tenant)
+						walked.Extend(d.tick, d.ids, reply, d.tenant)
+						tn = d.tenant
+					case op < 17:
+						inserted = false
+						k := rng.IntN(len(ids))
+						inline.Trim(ids, tn, k)
+						walked.Trim(ids, tn, k)
+					case op < 19 && len(ticks) > 0:
+						inserted = false
+						d := ticks[rng.IntN(len(ticks))]
+						if a, b := inline.ExpireSpeculative(d.ids, d.tenant, d.tick), walked.ExpireSpeculative(d.ids, d.tenant, d.tick); a != b {
+							t.Fatalf("step %d: ExpireSpeculative dropped %d and %d", step, a, b)
+						}
+					case step%200 == 0:
+						inserted = false
+						for _, tr := range []*Tree{inline, walked} {
+							setBudget(tr, budget*9/10)
+							tr.Evict()
+							setBudget(tr, 0)
+						}
+						setBudget(inline, budget)
+						if rng.IntN(2) == 0 {
+							inline.ClearTenant(tn)
+							walked.ClearTenant(tn)
+						}
+					default:
+						inserted = false
+					}
+					if inserted {
+						walkEvict(walked, tn, limits[tn], budget)
+					}
+					for i := range 5 {
+						name := fmt.Sprint("w", i)
+						g, w := sortedHoldings(inline, name), sortedHoldings(walked, name)
+						if !slices.EqualFunc(g, w, slices.Equal) {
+							t.Fatalf("step %d: %s keeps %d paths after the index's eviction, %d after the walk's", step, name, len(g), len(w))
+						}
+					}
+					if step%100 == 0 {
+						checkInvariants(t, inline)
+					}
+				}
+			})
+		}
+	}
+}
+
+// walkEvict is the inline eviction as it was before the index: tenant's
+// walked frontier in one heap, popped until it is within limit (0 for
+// none), then every tenant's until the tree is within budget.
+func walkEvict(tr *Tree, tenant string, limit, budget int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	id := tr.ids[tenant]
+	if tn := &tr.tenants[id]; limit > 0 && tn.tokens > limit {
+		h := &candHeap{order: tr.order}
+		for _, c := range tr.frontier(nil) {
+			if c.tenant == id {
+				h.items = append(h.items, c)
+			}
+		}
+		h.heapify()
+		for len(h.items) > 0 && tn.tokens > limit {
+			tr.evictOne(h, h.pop())
+		}
+	}
+	if tr.tokens > budget {
+		h := &candHeap{order: tr.order, items: tr.frontier(nil)}
+		h.heapify()
+		for len(h.items) > 0 && tr.tokens > budget {
+			tr.evictOne(h, h.pop())
+		}
+	}
+}
