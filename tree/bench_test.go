@@ -191,6 +191,23 @@ func BenchmarkMemory(b *testing.B) {
 			reportMemory(b, tr, heapBytes()-before)
 		}
 	})
+	// The same with a budget, as kvgate's tree always has: the frontier
+	// index (frontier.go) is the difference.
+	b.Run("prompts-budget", func(b *testing.B) {
+		for range b.N {
+			c := newCorpus()
+			before := heapBytes()
+			tr := build(b, c, 10_000_000/(benchPrompt-benchSystem), tenantNames(64), unbounded)
+			reportMemory(b, tr, heapBytes()-before)
+		}
+	})
+	b.Run("pages-budget", func(b *testing.B) {
+		for range b.N {
+			before := heapBytes()
+			tr := buildTrie(b, 19, unbounded)
+			reportMemory(b, tr, heapBytes()-before)
+		}
+	})
 }
 
 func reportMemory(b *testing.B, tr *Tree, heap uint64) {
@@ -394,10 +411,12 @@ func probeSelections(tr *Tree, probe func(*rand.Rand, int, []uint32) []uint32, s
 }
 
 // BenchmarkInsertAtBudget inserts unique 8K-token prompts into a tree held
-// at its budget, so inserts keep crossing it and evict inline. The p50 is an
-// insert that did not cross the cap; max is one that walked the tree to
-// evict down to the low-water mark: the longest a selection waits on the
-// budget. walks/op says how rarely that happens.
+// at its budget, so inserts keep crossing it and evict inline: each evicts
+// about what it adds, popping the frontier index. walks/op counts the
+// inserts after which the tree held fewer tokens than before: each such
+// insert walked the whole tree before the index (evicting down to a
+// sixteenth under the budget), and is rare now that eviction stops at the
+// budget.
 func BenchmarkInsertAtBudget(b *testing.B) {
 	for _, unique := range []int{4 << 20, 16 << 20} {
 		b.Run(fmt.Sprintf("%dM", unique>>20), func(b *testing.B) {

@@ -8,8 +8,8 @@ import (
 )
 
 // TestEvictSlicedIsExact checks that Evict, which works in lock slices and
-// runs its heap's operations with the lock released (see evictFrom), evicts
-// exactly what one heap popped under one lock evicts, in every order. The
+// pops the frontier index (see frontier.go), evicts exactly what one heap
+// of the walked frontier popped under one lock evicts, in every order. The
 // tree has thousands of candidates (many batches) and deep chains, so
 // parents keep joining the frontier with keys anywhere in the order: under
 // LFU and priority a joining parent often comes before what is still in the

@@ -59,7 +59,7 @@ func newFrontierIndex(o order) *frontierIndex {
 	return &frontierIndex{order: o, rng: 0x9e3779b97f4a7c15}
 }
 
-// less is the eviction order (see candHeap.less).
+// less is the eviction order (see keyLess).
 func (x *frontierIndex) less(a, b *fentry) bool {
 	return keyLess(x.order, a.conf, a.aux, a.tick, b.conf, b.aux, b.tick)
 }
@@ -260,17 +260,18 @@ func (t *Tree) current(id uint32, e *fentry) bool {
 }
 
 // noteFrontier pushes tenant id's holding of n, if n is on its frontier,
-// and probes the tenant's heap. The caller holds the write lock and checked
-// that the tree has an index.
-func (t *Tree) noteFrontier(n *node, id uint32) {
-	if n == &t.root || n.deleted() {
-		return
+// and probes the tenant's heap if probe is set. The caller holds the write
+// lock and checked that the tree has an index.
+func (t *Tree) noteFrontier(n *node, id uint32, probe bool) {
+	if n != &t.root && !n.deleted() {
+		if i := n.holderIndex(id); i >= 0 && n.leafFor(id) {
+			h := n.holders[i]
+			t.idx.push(id, fentry{n, h.tick, h.aux, h.confirmed()})
+		}
 	}
-	if i := n.holderIndex(id); i >= 0 && n.leafFor(id) {
-		h := n.holders[i]
-		t.idx.push(id, fentry{n, h.tick, h.aux, h.confirmed()})
+	if probe {
+		t.probe(id)
 	}
-	t.probe(id)
 }
 
 // probe checks two random entries of tenant id's heap and drops the stale
@@ -322,6 +323,6 @@ func (t *Tree) evictEntry(id uint32, e fentry) int {
 		return 0
 	}
 	evicted := len(e.n.tokens)
-	t.removeHolder(e.n, e.n.holderIndex(id))
+	t.dropHolder(e.n, e.n.holderIndex(id), false)
 	return evicted
 }

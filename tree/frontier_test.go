@@ -232,3 +232,89 @@ func TestFrontierIndexCompacts(t *testing.T) {
 	}
 	checkInvariants(t, tr)
 }
+
+// candHeap is a binary min-heap of walked frontier pairs in eviction order:
+// the eviction the index replaced, kept as the tests' reference.
+type candHeap struct {
+	order order
+	items []cand
+}
+
+func (h *candHeap) less(a, b *cand) bool {
+	return keyLess(h.order, a.confirmed, a.aux, a.tick, b.confirmed, b.aux, b.tick)
+}
+
+func (h *candHeap) push(c cand) {
+	h.items = append(h.items, c)
+	for i := len(h.items) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(&h.items[i], &h.items[p]) {
+			break
+		}
+		h.items[i], h.items[p] = h.items[p], h.items[i]
+		i = p
+	}
+}
+
+func (h *candHeap) pop() cand {
+	top := h.items[0]
+	last := len(h.items) - 1
+	h.items[0] = h.items[last]
+	h.items = h.items[:last]
+	h.siftDown(0)
+	return top
+}
+
+func (h *candHeap) heapify() {
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.siftDown(i)
+	}
+}
+
+func (h *candHeap) siftDown(i int) {
+	n := len(h.items)
+	for {
+		l, m := 2*i+1, i
+		if l < n && h.less(&h.items[l], &h.items[m]) {
+			m = l
+		}
+		if r := l + 1; r < n && h.less(&h.items[r], &h.items[m]) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h.items[i], h.items[m] = h.items[m], h.items[i]
+		i = m
+	}
+}
+
+// evictOne evicts candidate c if it is still valid, pushing it back with its
+// new key if that changed, and pushing its parent if that joins the
+// frontier. It returns the stored tokens removed. The caller holds the write
+// lock.
+func (t *Tree) evictOne(h *candHeap, c cand) int {
+	n := c.n
+	if n.deleted() || !t.tenants[c.tenant].live {
+		return 0
+	}
+	i := n.holderIndex(c.tenant)
+	if i < 0 || !n.leafFor(c.tenant) {
+		return 0
+	}
+	if hd := n.holders[i]; hd.aux != c.aux || hd.tick != c.tick || hd.confirmed() != c.confirmed {
+		c.aux, c.tick, c.confirmed = hd.aux, hd.tick, hd.confirmed()
+		h.push(c)
+		return 0
+	}
+	p := n.parent
+	evicted := len(n.tokens)
+	t.removeHolder(n, i)
+	if p != &t.root && !p.deleted() {
+		if j := p.holderIndex(c.tenant); j >= 0 && p.leafFor(c.tenant) {
+			hd := p.holders[j]
+			h.push(cand{p, c.tenant, hd.aux, hd.tick, hd.confirmed()})
+		}
+	}
+	return evicted
+}

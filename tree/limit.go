@@ -24,8 +24,7 @@ package tree
 // SetTenantLimit caps the stored tokens tenant may hold; maxTokens <= 0
 // removes the cap. The setting is kept by name: it applies to a tenant not
 // in the tree yet, and survives ClearTenant; RemoveTenant drops it. If the
-// tenant already holds more, it is evicted down to the low-water mark at
-// once.
+// tenant already holds more, it is evicted down to the limit at once.
 func (t *Tree) SetTenantLimit(tenant string, maxTokens int) {
 	t.lockSelection()
 	defer t.mu.Unlock()

@@ -246,7 +246,7 @@ func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name s
 	}
 	t.ends.remember(now, parent)
 	if t.idx != nil {
-		t.noteFrontier(parent, id) // the only node of the path that can be
+		t.noteFrontier(parent, id, true) // the only node of the path that can be
 	}
 	return id
 }
@@ -352,7 +352,11 @@ func (t *Tree) split(n *node, k int) *node {
 // removeHolder drops holder i of n, and n itself once nobody holds it. The
 // tenant's holding of n's parent may join its frontier: the frontier index
 // learns of it.
-func (t *Tree) removeHolder(n *node, i int) {
+func (t *Tree) removeHolder(n *node, i int) { t.dropHolder(n, i, true) }
+
+// dropHolder is removeHolder; probe is false where the pair's index entry
+// was just popped, so the removal leaves no stale entry to probe for.
+func (t *Tree) dropHolder(n *node, i int, probe bool) {
 	h := n.holders[i]
 	p := n.parent
 	last := len(n.holders) - 1
@@ -374,7 +378,7 @@ func (t *Tree) removeHolder(n *node, i int) {
 		case tn.refs == 0:
 			t.idx.reset(h.id())
 		case tn.live:
-			t.noteFrontier(p, h.id())
+			t.noteFrontier(p, h.id(), probe)
 		}
 	}
 }

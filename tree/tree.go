@@ -48,8 +48,8 @@ type Config struct {
 	PageSize int
 	// MaxTokens is the budget in stored tokens (each node counted once per
 	// tenant holding it). It holds after every insert: one that crosses it
-	// evicts, in the eviction order, down to 15/16 of it. 0 means
-	// unbounded.
+	// evicts, in the eviction order, until the tree is within it again,
+	// at the cost of what it evicts (see frontier.go). 0 means unbounded.
 	MaxTokens int
 	// Policy is the eviction order: "lru" (default), "lfu", "fifo", "mru",
 	// "filo" or "priority" (lowest priority first, then least recently used).
