@@ -482,12 +482,24 @@ func BenchmarkInsertAtBudget64M(b *testing.B) {
 				rng := rand.New(rand.NewPCG(9, 9))
 				var buf []uint32
 				lat := make([]time.Duration, 0, inserts)
+				// An insert's CPU time on its thread, the machine's other
+				// load left out; an insert whose goroutine moved to another
+				// thread meanwhile (preempted, or parked on the lock) is
+				// counted in moved instead.
+				var maxCPU time.Duration
+				moved := 0
 				start := time.Now()
 				for i := range inserts {
 					buf = fresh(rng, i, buf)
+					th0, ok0 := readThread()
 					t0 := time.Now()
 					tr.Insert(buf, names[i%len(names)])
 					lat = append(lat, time.Since(t0))
+					if th1, ok1 := readThread(); ok0 && ok1 && th0.tid == th1.tid {
+						maxCPU = max(maxCPU, th1.cpu-th0.cpu)
+					} else {
+						moved++
+					}
 					// Leave the probe room to run between inserts, as
 					// routing's selections would be.
 					runtime.Gosched()
@@ -502,6 +514,8 @@ func BenchmarkInsertAtBudget64M(b *testing.B) {
 				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "insert-p50-µs")
 				b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "insert-p99-µs")
 				b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "insert-max-µs")
+				b.ReportMetric(float64(maxCPU.Microseconds()), "insert-max-cpu-µs")
+				b.ReportMetric(float64(moved), "inserts-moved")
 				b.ReportMetric(float64(took.Milliseconds()), "inserts-ms")
 				b.ReportMetric(float64(r.max.Microseconds()), "max-select-µs")
 				b.ReportMetric(float64(r.over1ms), "selections>1ms")

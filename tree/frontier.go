@@ -8,15 +8,23 @@ package tree
 // ordered by their heaps' first entries, for the budget's global order.
 //
 // Entries are invalidated lazily. The index keeps one invariant: every
-// frontier pair of a live tenant has an entry with its current key. So an
-// entry whose pair is gone or whose key has changed since is stale and can
-// be dropped wherever it is found: a newer one stands for the pair. What
-// changes the frontier or a frontier pair's key:
+// frontier pair of a live tenant has an entry whose key comes no later in
+// the eviction order than the pair's current key. Popping the first entry
+// then finds the first frontier pair: an entry whose pair is gone or off
+// the frontier is dropped, one whose key has moved on is pushed again with
+// its current key, and one with its pair's key is the first pair, since any
+// pair before it would have had an entry before it. What changes the
+// frontier or moves a frontier pair's key:
 //
 //   - an insert touches every node on its path (and their ancestors), but
 //     each of those has the tenant's next path node below it, so only the
-//     node where the insert ends can be on the tenant's frontier: insertBelow
-//     pushes it, if it is (a new leaf always is);
+//     node where the insert ends can be on the tenant's frontier. A touch
+//     only moves a key later (a later tick, one more use, a higher priority,
+//     speculative to confirmed; FIFO and FILO keep the creation time),
+//     except under MRU, where a later access comes earlier: so insertBelow
+//     pushes the end node when the tenant's holding there is new, and under
+//     MRU whenever it is on the frontier. A known prompt's insert, routing's
+//     common case, pushes nothing;
 //   - a split copies a node's holders to a new upper half that has the lower
 //     half, which keeps the node's identity and its entries, below it: no
 //     frontier pair changes;
@@ -24,18 +32,13 @@ package tree
 //     may put its parent on the frontier with the key it has: removeHolder
 //     pushes it then.
 //
-// Adding a child to a frontier pair touches it (every insert touches its
-// whole path), so its entry goes stale at the same moment it leaves the
-// frontier: a current entry is on the frontier. (FIFO and FILO compare
-// the last access's low 32 bits, which could repeat after 2^32 inserts;
-// eviction checks the frontier anyway.)
-//
-// Stale entries are dropped when popped, and by probes: every push, and
-// every removal of a pair, checks two entries of the tenant's heap at random
+// Stale entries (pair gone, or off the frontier) are dropped when popped,
+// and by probes: every push, and every removal of a pair other than by
+// popping its entry, checks two entries of the tenant's heap at random
 // positions and drops them if stale. A stale entry comes with a push or a
-// removal, so in expectation at most half a heap is stale; a heap that still
-// grows past twice its tenant's holder entries (plus a margin) is compacted
-// whole, which bounds the index's memory at that in all cases.
+// removal, so in expectation at most about half a heap is stale; a heap that
+// still grows past twice its tenant's holder entries (plus a margin) is
+// compacted whole, which bounds the index's memory at that in all cases.
 
 // fentry is a frontier index entry: a node and the key its tenant's holding
 // had when the entry was pushed. The tenant is the heap's.
@@ -245,18 +248,23 @@ func (t *Tree) index() *frontierIndex {
 	return t.idx
 }
 
-// current reports whether e (of tenant id's heap) is not stale: its tenant
-// live, its node still held by it, with the key e has.
-func (t *Tree) current(id uint32, e *fentry) bool {
+// live returns the holding e (of tenant id's heap) stands for, if it is
+// still on the tenant's frontier; false if e is stale.
+func (t *Tree) live(id uint32, e *fentry) (holder, bool) {
 	if !t.tenants[id].live || e.n.deleted() {
-		return false
+		return holder{}, false
 	}
 	i := e.n.holderIndex(id)
-	if i < 0 {
-		return false
+	if i < 0 || !e.n.leafFor(id) {
+		return holder{}, false
 	}
-	h := e.n.holders[i]
-	return h.tick == e.tick && h.aux == e.aux && h.confirmed() == e.conf
+	return e.n.holders[i], true
+}
+
+// sameKey reports whether e has h's key, as far as the order goes.
+func (x *frontierIndex) sameKey(e *fentry, h holder) bool {
+	return !keyLess(x.order, e.conf, e.aux, e.tick, h.confirmed(), h.aux, h.tick) &&
+		!keyLess(x.order, h.confirmed(), h.aux, h.tick, e.conf, e.aux, e.tick)
 }
 
 // noteFrontier pushes tenant id's holding of n, if n is on its frontier,
@@ -288,7 +296,7 @@ func (t *Tree) probe(id uint32) {
 		if len(h) == 0 {
 			return
 		}
-		if i := int(x.rand() % uint64(len(h))); !t.current(id, &h[i]) {
+		if i := int(x.rand() % uint64(len(h))); !t.stays(id, &h[i]) {
 			x.removeAt(id, i)
 		}
 	}
@@ -303,7 +311,7 @@ func (t *Tree) compact(id uint32) {
 	h := x.heaps[id]
 	kept := h[:0]
 	for i := range h {
-		if t.current(id, &h[i]) {
+		if t.stays(id, &h[i]) {
 			kept = append(kept, h[i])
 		}
 	}
@@ -315,11 +323,23 @@ func (t *Tree) compact(id uint32) {
 	x.fixTop(id)
 }
 
-// evictEntry evicts e's pair (e popped from tenant id's heap) if e is
-// current and the pair on the frontier, and returns the stored tokens
-// removed; a stale entry is dropped. The caller holds the write lock.
+// stays reports whether e is not stale.
+func (t *Tree) stays(id uint32, e *fentry) bool {
+	_, ok := t.live(id, e)
+	return ok
+}
+
+// evictEntry evicts e's pair (e popped from tenant id's heap) if e has its
+// key, and returns the stored tokens removed; a stale entry is dropped, and
+// one whose key moved on pushed again with its key. The caller holds the
+// write lock.
 func (t *Tree) evictEntry(id uint32, e fentry) int {
-	if !t.current(id, &e) || !e.n.leafFor(id) {
+	h, ok := t.live(id, &e)
+	if !ok {
+		return 0
+	}
+	if !t.idx.sameKey(&e, h) {
+		t.idx.push(id, fentry{e.n, h.tick, h.aux, h.confirmed()})
 		return 0
 	}
 	evicted := len(e.n.tokens)

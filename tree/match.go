@@ -227,13 +227,13 @@ func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name s
 	for a := top; a != &t.root; a = a.parent {
 		t.touch(a, id, now, priority, confirm)
 	}
-	parent := top
+	parent, added := top, false
 	for _, st := range path {
 		n := st.n
 		if st.l < len(n.tokens) {
 			n = t.split(n, st.l)
 		}
-		t.touch(n, id, now, priority, confirm)
+		added = t.touch(n, id, now, priority, confirm)
 		parent = n
 	}
 	if pos < len(ids) {
@@ -241,12 +241,15 @@ func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name s
 		parent.addKid(leaf, t.pageSize)
 		t.nodes++
 		t.unique += len(leaf.tokens)
-		t.touch(leaf, id, now, priority, confirm)
+		added = t.touch(leaf, id, now, priority, confirm)
 		parent = leaf
 	}
 	t.ends.remember(now, parent)
-	if t.idx != nil {
-		t.noteFrontier(parent, id, true) // the only node of the path that can be
+	// The frontier index learns of the one node of the path that can be on
+	// the tenant's frontier, if the holding is new there, or if touching it
+	// moved it earlier in the order (MRU; see frontier.go).
+	if t.idx != nil && (added || t.order == orderMRU) {
+		t.noteFrontier(parent, id, true)
 	}
 	return id
 }
@@ -265,7 +268,8 @@ func clone(s []uint32) []uint32 {
 // compares with a decision's tick. Orders that keep the last access in tick
 // already have it; FIFO and FILO keep the creation time there and stamp the
 // last access's low 32 bits into aux, which they do not otherwise use.
-func (t *Tree) touch(n *node, id uint32, now uint64, priority int32, confirm bool) {
+// It reports whether the tenant's holding of n is new.
+func (t *Tree) touch(n *node, id uint32, now uint64, priority int32, confirm bool) (added bool) {
 	if i := n.holderIndex(id); i >= 0 {
 		h := &n.holders[i]
 		switch t.order {
@@ -287,7 +291,7 @@ func (t *Tree) touch(n *node, id uint32, now uint64, priority int32, confirm boo
 			t.tenants[id].confirmed += len(n.tokens)
 			t.confirmed += len(n.tokens)
 		}
-		return
+		return false
 	}
 	h := holder{word: id, tick: now}
 	switch t.order {
@@ -308,6 +312,7 @@ func (t *Tree) touch(n *node, id uint32, now uint64, priority int32, confirm boo
 	tn.refs++
 	tn.tokens += len(n.tokens)
 	t.tokens += len(n.tokens)
+	return true
 }
 
 // touchedBy reports whether holding h was last accessed at or before tick.
