@@ -96,6 +96,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots}
 	if !dryRun {
 		p.release = dec.Worker.Acquire()
+		p.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
 		d.s.metrics.decided(d.policy.Name(), dec)
 		d.s.metrics.selections.WithLabelValues(dec.Worker.URL(), d.policy.Name()).Inc()
 	}
@@ -109,7 +110,17 @@ type single struct {
 	preq    *policy.Request
 	dec     policy.Decision
 	release func()
-	slots   breakerSlots
+	// prefilled ends the worker's count of this attempt's prefill tokens
+	// (Worker.Prefilling): at the first token, or at the end.
+	prefilled func()
+	slots     breakerSlots
+}
+
+// firstToken tells the worker's accounting that the prompt is prefilled.
+func (p *single) firstToken() {
+	if p.prefilled != nil {
+		p.prefilled()
+	}
 }
 
 func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
@@ -146,6 +157,7 @@ func (p *single) end(out policy.Outcome) {
 	if p.release != nil {
 		p.release()
 	}
+	p.firstToken()
 	if o, ok := p.pol.(policy.Observer); ok {
 		o.Observe(p.preq, p.dec, out)
 	}

@@ -146,8 +146,11 @@ func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 		if r.j.span != nil {
 			r.j.span.AddEvent("first_token")
 		}
-		if pp, ok := r.p.(*pair); ok {
-			pp.firstToken(r.firstAt, r.j.start)
+		switch p := r.p.(type) {
+		case *pair:
+			p.firstToken(r.firstAt, r.j.start)
+		case *single:
+			p.firstToken()
 		}
 	} else {
 		// Engines may send several tokens in one chunk: each counts the

@@ -141,6 +141,10 @@ type Worker struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	inFlight atomic.Int64
+	// prefill is the prompt tokens this router has sent the engine and
+	// expects it to compute (not found in its cache) whose first token has
+	// not come back yet: the engine's prefill queue, as far as we know it.
+	prefill atomic.Int64
 
 	// idleMu orders the 0 <-> 1 transitions of inFlight with idle, which
 	// is closed whenever nothing is in flight, so that WaitIdle needs no
@@ -223,6 +227,24 @@ func (w *Worker) Acquire() (release func()) {
 		})
 	}
 }
+
+// Prefilling counts n prompt tokens the worker has yet to prefill for a
+// request sent to it, until done is called: at the request's first token,
+// or at its end when no token came. done is idempotent, so the request path
+// calls it at both. A cost-aware policy reads the sum (PendingPrefill) as
+// the work queued ahead of a new request; the engine's polled load says how
+// many requests wait, not how long their prompts are.
+func (w *Worker) Prefilling(n int) (done func()) {
+	if n <= 0 {
+		return func() {}
+	}
+	w.prefill.Add(int64(n))
+	var once sync.Once
+	return func() { once.Do(func() { w.prefill.Add(-int64(n)) }) }
+}
+
+// PendingPrefill is the prompt tokens counted by Prefilling and not yet done.
+func (w *Worker) PendingPrefill() int { return int(w.prefill.Load()) }
 
 // Idle returns a channel that is closed once no request is in flight on the
 // worker (at once if none is now). A request acquired later does not reopen
