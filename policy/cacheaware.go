@@ -30,7 +30,8 @@ const speculationHeadroom = 2
 // in its KV cache, and sends a request to the worker holding the longest part
 // of its prompt, unless the fleet is imbalanced, in which case load wins.
 //
-// The decision, in order:
+// The decision, in the seed's mode (ModeSeed; in ModeCost the worker of
+// least cost wins instead, see costModel), in order:
 //
 //  1. imbalance: when max_load - min_load > gap and
 //     max_load > BalanceRelThreshold × min_load over the healthy candidates,
@@ -78,6 +79,8 @@ type CacheAware struct {
 	relThreshold  float64
 	smallestTree  bool
 	evictInterval time.Duration
+	// cost, in ModeCost, replaces the seed's rule (see costModel).
+	cost *costModel
 
 	// events keeps the tree's confirmed entries from the engines' KV
 	// events; spec expires the speculative ones of workers that have them.
@@ -109,6 +112,9 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 	t, err := tree.New(tree.Config{PageSize: cfg.BlockSize, MaxTokens: cfg.MaxTreeSize, Policy: cfg.EvictionPolicy})
 	if err != nil {
 		return nil, fmt.Errorf("cache_aware tree: %w", err)
+	}
+	if cfg.Mode == ModeCost {
+		c.cost = &costModel{decodeWeight: cfg.DecodeWeight}
 	}
 	c.tree = t
 	c.eventMirror = newEventMirror(treeIndex{t}, cfg.BlockSize, o.Logger)
@@ -231,6 +237,11 @@ type snapshot struct {
 	matchedM, confirmedM Matches
 	c                    *CacheAware
 	inputLen             int
+
+	// In ModeCost: each candidate's queue, held KV and capacity, read
+	// with the loads, and the choice decide makes from them.
+	costLoads []costLoad
+	costc     costChoice
 }
 
 func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
@@ -245,12 +256,20 @@ func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
 		s.max = max(s.max, s.loads[i])
 	}
 	s.gap = c.imbalanceGap(total, len(ws))
-	s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
+	if c.cost == nil {
+		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
+	}
 
-	// Tree sizes are needed for the smallest_tree fallback (all workers) and
-	// to break ties among the least loaded (only those).
+	// Tree sizes are needed for the smallest_tree fallback (all workers),
+	// the cost mode (all) and to break ties among the least loaded (only
+	// those).
 	sizes := make([]int, len(ws))
-	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || s.loads[i] == s.min })
+	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || c.cost != nil || s.loads[i] == s.min })
+	if c.cost != nil {
+		// The cost weighs load itself; the imbalance rule would override it.
+		s.costLoads = costLoads(ws, func(i int) int { return sizes[i] })
+		s.costc.terms = make([]costTerms, len(ws))
+	}
 	for i := range ws {
 		if s.loads[i] < s.loads[s.least] || s.loads[i] == s.loads[s.least] && sizes[i] < sizes[s.least] {
 			s.least = i
@@ -323,6 +342,11 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	if inputLen > 0 {
 		s.ratio = float64(s.bestTokens) / float64(inputLen)
 	}
+	if c.cost != nil {
+		c.cost.choose(&s.costc, inputLen, s.matched, s.loads, s.costLoads)
+		s.chosen, s.branch = s.costc.chosen, s.costc.branch()
+		return
+	}
 	switch {
 	case s.imbalanced:
 		s.chosen, s.branch = s.least, "imbalance"
@@ -336,6 +360,9 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 // reason says why s.chosen won, for logs and Explain (Decision.Why).
 func (s *snapshot) reason() string {
 	c, inputLen := s.c, s.inputLen
+	if c.cost != nil {
+		return s.costc.reason(*c.cost, s.ws, inputLen)
+	}
 	url := s.ws[s.chosen].URL()
 	switch s.branch {
 	case "imbalance":

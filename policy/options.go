@@ -85,6 +85,14 @@ type CacheAwareConfig struct {
 	// events stay in the tree unless an event confirms them; ≥ 0. It covers
 	// the events still on their way when the request ends.
 	SpeculativeTTL time.Duration
+	// Mode (--cache-aware-mode) is the selection rule: ModeSeed (the
+	// threshold and balance rules above) or ModeCost (the least cost; see
+	// costModel). In ModeCost the threshold and balance settings are unused.
+	Mode string
+	// DecodeWeight (--cache-aware-decode-weight) is, in ModeCost, the
+	// weight of a worker's held KV tokens against prompt tokens to
+	// prefill; ≥ 0 and finite.
+	DecodeWeight float64
 }
 
 // DefaultCacheAwareConfig returns the seed's cache_aware settings.
@@ -99,7 +107,28 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		EvictionPolicy:      "lru",
 		BlockSize:           16,
 		SpeculativeTTL:      500 * time.Millisecond,
+		Mode:                ModeSeed,
+		DecodeWeight:        DefaultDecodeWeight,
 	}
+}
+
+// DefaultDecodeWeight is the cost mode's weight of held KV tokens: a tenth
+// of a prompt token each, so that a worker's running requests tell where
+// prefill queues are equal, without outweighing a match (a 12K-token prompt
+// matched saves as much as 120K tokens held elsewhere cost).
+const DefaultDecodeWeight = 0.1
+
+// checkMode refuses a selection mode other than ModeSeed and ModeCost, and a
+// decode weight that is negative, infinite or NaN.
+func checkMode(mode string, weight float64) error {
+	var errs []error
+	if mode != ModeSeed && mode != ModeCost {
+		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (the seed's threshold and balance rules) or %s (least prefill, queue and decode cost)", mode, ModeSeed, ModeCost))
+	}
+	if !(weight >= 0) || math.IsInf(weight, 1) {
+		errs = append(errs, fmt.Errorf("--cache-aware-decode-weight %g: must be ≥ 0 and finite", weight))
+	}
+	return errors.Join(errs...)
 }
 
 // evictionPolicies are the tree's eviction orders, as --eviction-policy names them.
@@ -134,6 +163,9 @@ func (c CacheAwareConfig) Validate() error {
 	}
 	if !slices.Contains(evictionPolicies, strings.ToLower(c.EvictionPolicy)) {
 		errs = append(errs, fmt.Errorf("--eviction-policy %q: want %s", c.EvictionPolicy, strings.Join(evictionPolicies, ", ")))
+	}
+	if err := checkMode(c.Mode, c.DecodeWeight); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -277,6 +309,11 @@ type VllmCacheAwareConfig struct {
 	// when prompts share a block at the same position after differing;
 	// see BENCHMARKS.md).
 	BlockHash string
+	// Mode (--cache-aware-mode) and DecodeWeight
+	// (--cache-aware-decode-weight) are as CacheAwareConfig's; in ModeCost
+	// the threshold and load factor are unused.
+	Mode         string
+	DecodeWeight float64
 }
 
 // Block key variants of --vllm-block-hash.
@@ -294,6 +331,8 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		CacheThreshold:      0.3,
 		LoadFactor:          1.25,
 		BlockHash:           BlockHashChained,
+		Mode:                ModeSeed,
+		DecodeWeight:        DefaultDecodeWeight,
 	}
 }
 
@@ -317,6 +356,9 @@ func (c VllmCacheAwareConfig) Validate() error {
 	}
 	if c.BlockHash != BlockHashChained && c.BlockHash != BlockHashPosition {
 		errs = append(errs, fmt.Errorf("--vllm-block-hash %q: want %s or %s", c.BlockHash, BlockHashChained, BlockHashPosition))
+	}
+	if err := checkMode(c.Mode, c.DecodeWeight); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -27,6 +27,9 @@ import (
 //     least loaded worker (ties: the earlier candidate).
 //  3. cache_miss: otherwise the least loaded worker.
 //
+// In ModeCost the worker of least cost wins instead (see costModel), its
+// match counted in tokens (whole blocks).
+//
 // The ratio counts whole blocks on both sides, as the seed does: a prompt
 // shorter than one block has none and is always a miss. Whatever the branch,
 // the prompt's blocks are then recorded for the chosen worker (not for a
@@ -48,6 +51,8 @@ type VllmCacheAware struct {
 	evictInterval time.Duration
 	evicted       atomic.Uint64
 	cands         indexCache // the candidates' URLs, as the index's backends
+	// cost, in ModeCost, replaces the seed's rule (see costModel).
+	cost *costModel
 
 	// Workers with KV events confirm and remove blocks through it.
 	*eventMirror
@@ -74,6 +79,9 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 		threshold:     cfg.CacheThreshold,
 		loadFactor:    cfg.LoadFactor,
 		evictInterval: cfg.EvictionInterval,
+	}
+	if cfg.Mode == ModeCost {
+		p.cost = &costModel{decodeWeight: cfg.DecodeWeight}
 	}
 	p.eventMirror = newEventMirror(blockIndex{p}, cfg.BlockSize, o.Logger)
 	return p, nil
@@ -114,6 +122,15 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*w
 	// could only pick a worker as loaded and without the cache.
 	acceptable := loads[best] == loads[least] || float64(loads[best]) < p.loadFactor*s.avg
 	switch {
+	case p.cost != nil:
+		s.cost = &costChoice{terms: make([]costTerms, len(ws))}
+		tokens := make([]int, len(ws))
+		for i, n := range matched {
+			tokens[i] = n * p.blockSize
+		}
+		held := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
+		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, held))
+		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
 		s.chosen, s.branch = best, "cache_hit"
 	case s.ratio > p.threshold:
@@ -152,11 +169,17 @@ type vcaChoice struct {
 	best, chosen, blocks int
 	avg, ratio           float64
 	branch               string
+	// In ModeCost: the candidates' costs, and the prompt's length.
+	cost     *costChoice
+	inputLen int
 }
 
 // reason says why s.chosen won, for logs and Explain.
 func (p *VllmCacheAware) reason(s *vcaChoice) string {
 	b, c := s.best, s.chosen
+	if s.cost != nil {
+		return s.cost.reason(*p.cost, s.ws, s.inputLen)
+	}
 	switch s.branch {
 	case "cache_hit":
 		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%), load %d (average %.2f, limit ×%g)",

@@ -270,6 +270,18 @@ func (x *BlockIndex) backend(name string) *blockBackend {
 	}
 }
 
+// BackendBlocks is how many blocks backend holds in the index (0 for one it
+// does not know); one atomic read, for a selection to weigh how full a
+// worker's cache is.
+func (x *BlockIndex) BackendBlocks(backend string) int {
+	x.backendsMu.RLock()
+	defer x.backendsMu.RUnlock()
+	if b := x.byName[backend]; b != nil {
+		return int(b.blocks.Load())
+	}
+	return 0
+}
+
 // epochs reserves n epochs and returns the newest; block i of an operation
 // gets newest - i, so its deepest block is its oldest.
 func (x *BlockIndex) epochs(n int) uint64 { return x.epoch.Add(uint64(n)) }

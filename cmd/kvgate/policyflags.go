@@ -31,6 +31,8 @@ type policyFlags struct {
 	evictionPolicy       string
 	blockSize            int
 	speculativeTTLMs     int
+	cacheAwareMode       string
+	decodeWeight         float64
 	prefixTokenCount     int
 	prefixHashLoadFactor float64
 	assignmentMode       string
@@ -68,6 +70,10 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 		fmt.Sprintf("cache_aware: tree page size in tokens, ≥ 1; 0 (the default) means the workers' KV page size where they report it, else %d", ca.BlockSize))
 	fs.IntVar(&p.speculativeTTLMs, "speculative-ttl-ms", int(ca.SpeculativeTTL/time.Millisecond),
 		"cache_aware, workers with KV events: how long after a request ends the pages its routing decision expected on the worker stay in the tree unless an event confirmed them, ≥ 0")
+	fs.StringVar(&p.cacheAwareMode, "cache-aware-mode", ca.Mode,
+		"cache_aware, vllm_cache_aware: selection rule: seed (the longest match over --cache-threshold unless the fleet is imbalanced) or cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least)")
+	fs.Float64Var(&p.decodeWeight, "cache-aware-decode-weight", ca.DecodeWeight,
+		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of a worker's KV tokens held by running requests against prompt tokens to prefill, ≥ 0")
 	fs.IntVar(&p.prefixTokenCount, "prefix-token-count", ph.TokenCount,
 		"prefix_hash: leading tokens hashed, ≥ 1")
 	fs.Float64Var(&p.prefixHashLoadFactor, "prefix-hash-load-factor", ph.LoadFactor,
@@ -110,8 +116,12 @@ func (p *policyFlags) given(name string) bool {
 // start-up that looked fine.
 func (p *policyFlags) validate() error {
 	o := p.options()
+	// The two cache-aware policies share --cache-aware-mode and its
+	// weight: vllm_cache_aware's are checked with cache_aware's, once.
+	v := o.VllmCacheAware
+	v.Mode, v.DecodeWeight = policy.ModeSeed, 0
 	return errors.Join(o.CacheAware.Validate(), o.PrefixHash.Validate(), o.Manual.Validate(),
-		o.Bucket.Validate(), o.VllmCacheAware.Validate())
+		o.Bucket.Validate(), v.Validate())
 }
 
 // options turns the flags into policy options; the tree's page size comes
@@ -130,6 +140,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.EvictionPolicy = p.evictionPolicy
 	ca.BlockSize = p.blockSize
 	ca.SpeculativeTTL = time.Duration(p.speculativeTTLMs) * time.Millisecond
+	ca.Mode, ca.DecodeWeight = p.cacheAwareMode, p.decodeWeight
 	if ca.BlockSize == 0 {
 		// The gateway learns it from the workers (LearnBlockSize); until
 		// then the default keeps the options valid.
@@ -161,5 +172,6 @@ func (p *policyFlags) options() policy.Options {
 	v.CacheThreshold = p.vllmCacheThreshold
 	v.LoadFactor = p.vllmLoadFactor
 	v.BlockHash = p.vllmBlockHash
+	v.Mode, v.DecodeWeight = p.cacheAwareMode, p.decodeWeight
 	return o
 }

@@ -68,7 +68,13 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 			"--vllm-eviction-interval-secs", "9", "--vllm-cache-threshold", "0.5", "--vllm-load-factor", "2", "--vllm-block-hash", "position"},
 			func(o policy.Options) bool {
 				return o.VllmCacheAware == policy.VllmCacheAwareConfig{BlockSize: 32, MaxBlocksPerBackend: 500,
-					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition}
+					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition,
+					Mode: policy.ModeSeed, DecodeWeight: policy.DefaultDecodeWeight}
+			}},
+		{"--cache-aware-mode and its weight reach both cache-aware policies", []string{"--cache-aware-mode", "cost", "--cache-aware-decode-weight", "0"},
+			func(o policy.Options) bool {
+				return o.CacheAware.Mode == policy.ModeCost && o.VllmCacheAware.Mode == policy.ModeCost &&
+					o.CacheAware.DecodeWeight == 0 && o.VllmCacheAware.DecodeWeight == 0
 			}},
 		{"--vllm-cache-threshold 0 and --vllm-eviction-interval-secs 0 are 0", []string{"--vllm-cache-threshold", "0", "--vllm-eviction-interval-secs", "0"},
 			func(o policy.Options) bool {
@@ -108,6 +114,10 @@ func TestPolicyFlagsRefused(t *testing.T) {
 		{"vllm_cache_aware", []string{"--vllm-cache-threshold", "1.1"}, "--vllm-cache-threshold"},
 		{"vllm_cache_aware", []string{"--vllm-load-factor", "0.8"}, "--vllm-load-factor"},
 		{"vllm_cache_aware", []string{"--vllm-block-hash", "md5"}, "--vllm-block-hash"},
+		{"cache_aware", []string{"--cache-aware-mode", "dynamo"}, "--cache-aware-mode"},
+		{"vllm_cache_aware", []string{"--cache-aware-mode", "fast"}, "--cache-aware-mode"},
+		{"cache_aware", []string{"--cache-aware-decode-weight", "-1"}, "--cache-aware-decode-weight"},
+		{"vllm_cache_aware", []string{"--cache-aware-decode-weight", "NaN"}, "--cache-aware-decode-weight"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := policy.New(tc.policy, parsePolicyFlags(t, tc.args...))

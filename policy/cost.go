@@ -1,0 +1,175 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Selection modes of cache_aware and vllm_cache_aware (--cache-aware-mode).
+const (
+	// ModeSeed is the seeds' rule: the longest match when it covers enough
+	// of the prompt (a threshold) and the fleet is not imbalanced (a load
+	// rule), else the least loaded worker.
+	ModeSeed = "seed"
+	// ModeCost sends a request where it costs least (see costModel): the
+	// prefill its prompt still needs there, the prefill queued ahead of it
+	// and the KV its decoding requests hold, all in prompt tokens.
+	ModeCost = "cost"
+)
+
+// costModel is the cost-aware mode's rule, in the spirit of Dynamo's KV
+// router: a request goes to the worker where
+//
+//	cost = prefill + evict + queue + DecodeWeight × held + wait
+//
+// is smallest, every term in prompt tokens:
+//
+//   - prefill: the prompt's tokens the worker must compute, the prompt less
+//     the part of the match its cache can still hold (keep, below);
+//   - evict: the pages those tokens will push out of a full cache, which
+//     other prompts would have found there: prefill × the share of the
+//     worker's KV capacity the router's tree (or block index) says its
+//     cache holds. A cache with room loses nothing; a full one loses as
+//     much as it writes, so a prompt written where its prefix already is
+//     costs the fleet's caches less than a copy of it elsewhere;
+//   - queue: the prompt tokens this router has sent the worker to compute
+//     whose first token has not come back (workers.Worker.PendingPrefill):
+//     the prefill ahead of this one;
+//   - held: the KV tokens the engine's running requests hold (UsedTokens of
+//     its last GetLoads), weighted as decode work: a busy batch slows
+//     every step, prefill chunks included, and pins pages;
+//   - wait: the prompt's tokens that do not fit beside what is held and
+//     queued (keep), which wait for running requests to end.
+//
+// keep = capacity − held − queue bounds what of its cache a worker can still
+// offer this request: held pages are pinned, and the queued prefills write
+// that much more before this request starts, evicting the least recently
+// used pages the match may be among. capacity is the engine's reported
+// MaxTotalTokens, else its KVCapacityTokens; when neither is known, keep is
+// unbounded.
+//
+// Ties go to the longer match, then the lower load (requests in flight),
+// then the earlier candidate.
+type costModel struct {
+	decodeWeight float64
+}
+
+// costLoad is what a candidate's cost needs besides its match, read before
+// the selection looks at the match.
+type costLoad struct {
+	queue, held, capacity int
+	// fullness is the share of capacity the policy's index holds for the
+	// worker, in [0, 1]; 0 when the capacity is unknown.
+	fullness float64
+}
+
+// costLoads reads every candidate's queue, held KV and capacity; cached(i)
+// is the tokens the policy's index holds for candidate i.
+func costLoads(ws []*workers.Worker, cached func(i int) int) []costLoad {
+	out := make([]costLoad, len(ws))
+	for i, w := range ws {
+		l := w.EngineLoad()
+		capacity := l.MaxTotalTokens
+		if capacity <= 0 {
+			capacity = w.Info().KVCapacityTokens
+		}
+		c := costLoad{queue: max(w.PendingPrefill(), 0), held: max(l.UsedTokens, 0), capacity: max(capacity, 0)}
+		if c.capacity > 0 {
+			c.fullness = min(float64(max(cached(i), 0))/float64(c.capacity), 1)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// costTerms is one candidate's cost, term by term.
+type costTerms struct {
+	matched, kept, prefill, evict, queue, held, wait int
+	total                                            float64
+}
+
+// terms prices a prompt of inputLen tokens, matched tokens of which the
+// candidate holds, on a candidate with load l.
+func (m costModel) terms(inputLen, matched int, l costLoad) costTerms {
+	t := costTerms{matched: matched, kept: matched, queue: l.queue, held: l.held}
+	if l.capacity > 0 {
+		keep := max(l.capacity-l.held-l.queue, 0)
+		t.kept = min(matched, keep)
+		t.wait = max(inputLen-keep, 0)
+	}
+	t.prefill = max(inputLen-t.kept, 0)
+	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
+	t.total = float64(t.prefill+t.evict+t.queue+t.wait) + m.decodeWeight*float64(t.held)
+	return t
+}
+
+// costChoice is a cost-aware selection: every candidate's terms and the
+// winner.
+type costChoice struct {
+	terms  []costTerms
+	chosen int
+}
+
+// choose prices every candidate into c.terms (as long as matched) and picks
+// the cheapest. It allocates nothing: cache_aware calls it under its tree's
+// lock.
+func (m costModel) choose(c *costChoice, inputLen int, matched, loads []int, cl []costLoad) {
+	c.chosen = 0
+	for i := range matched {
+		c.terms[i] = m.terms(inputLen, matched[i], cl[i])
+		b := c.terms[c.chosen]
+		switch t := c.terms[i]; {
+		case i == 0:
+		case t.total < b.total,
+			t.total == b.total && t.matched > b.matched,
+			t.total == b.total && t.matched == b.matched && loads[i] < loads[c.chosen]:
+			c.chosen = i
+		}
+	}
+}
+
+// branch names a cost-aware decision as the seed's branches do, so the
+// decision metrics read alike: a hit when the chosen worker holds part of
+// the prompt.
+func (c costChoice) branch() string {
+	if c.terms[c.chosen].matched > 0 {
+		return "cache_hit"
+	}
+	return "cache_miss"
+}
+
+// reason says what the chosen worker's cost was made of, and the runner-up's.
+func (c costChoice) reason(m costModel, ws []*workers.Worker, inputLen int) string {
+	var b strings.Builder
+	t := c.terms[c.chosen]
+	fmt.Fprintf(&b, "%s: %s costs %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen))
+	second := -1
+	for i, u := range c.terms {
+		if i != c.chosen && (second < 0 || u.total < c.terms[second].total) {
+			second = i
+		}
+	}
+	if second >= 0 {
+		fmt.Fprintf(&b, "; next %s costs %.0f", ws[second].URL(), c.terms[second].total)
+	}
+	return b.String()
+}
+
+// format writes the terms of one candidate's cost.
+func (t costTerms) format(m costModel, inputLen int) string {
+	s := fmt.Sprintf("%.0f = prefill %d (%d prompt − %d cached", t.total, t.prefill, inputLen, t.kept)
+	if t.kept < t.matched {
+		s += fmt.Sprintf(" of %d matched", t.matched)
+	}
+	s += ")"
+	if t.evict > 0 {
+		s += fmt.Sprintf(" + evict %d", t.evict)
+	}
+	s += fmt.Sprintf(" + queue %d + %g × held %d", t.queue, m.decodeWeight, t.held)
+	if t.wait > 0 {
+		s += fmt.Sprintf(" + wait %d", t.wait)
+	}
+	return s
+}
