@@ -46,22 +46,55 @@ type Fleet struct {
 	serving sync.WaitGroup // the routers' Serve calls
 }
 
-// ParsePolicy splits a policy label such as "cache_aware:smallest_tree" or
-// "vllm_cache_aware:position" into the policy name and its options.
+// Pooled labels the pooled reference run: one simulated engine with the
+// whole fleet's KV capacity, prefill rate and batch (see PooledSim), behind
+// a router. No routing can do better than a fleet that is one engine: it
+// holds every prefix once, in a cache as large as all of theirs, and never
+// queues a request behind one engine while another idles.
+const Pooled = "pooled"
+
+// PooledSim returns cfg scaled to stand for n engines pooled into one: n
+// times the KV capacity, prefill throughput and running requests, and a
+// decode step that grows per running request n times more slowly (a batch n
+// times larger costs what each engine's share of it costs). The unlimited
+// cache of the oracle ignores capacity; this reference keeps it, and
+// replays the workload through the same latency model.
+func PooledSim(cfg sim.Config, n int) sim.Config {
+	cfg.KVCapacityTokens *= n
+	cfg.PrefillTokensPerSec *= float64(n)
+	cfg.MaxRunning *= n
+	cfg.DecodeMsPerRunning /= float64(n)
+	return cfg
+}
+
+// ParsePolicy splits a policy label such as "cache_aware:smallest_tree",
+// "cache_aware:cost:smallest_tree" or "vllm_cache_aware:position" into the
+// policy name and its options. Pooled is round_robin (over its one engine).
 func ParsePolicy(label string) (string, policy.Options, error) {
 	opts := policy.DefaultOptions()
-	name, variant, hasVariant := strings.Cut(label, ":")
-	if !slices.Contains(policy.Names(), name) {
-		return "", opts, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
+	if label == Pooled {
+		return "round_robin", opts, nil
 	}
-	switch {
-	case !hasVariant:
-	case name == "cache_aware" && (variant == "smallest_tree" || variant == "least_loaded"):
-		opts.CacheAware.CacheMissFallback = variant
-	case name == "vllm_cache_aware" && (variant == "chained" || variant == "position"):
-		opts.VllmCacheAware.BlockHash = variant
-	default:
-		return "", opts, fmt.Errorf("policy %q: only cache_aware (cache_aware:least_loaded, cache_aware:smallest_tree) and vllm_cache_aware (vllm_cache_aware:chained, vllm_cache_aware:position) take a variant", label)
+	name, variants, hasVariant := strings.Cut(label, ":")
+	if !slices.Contains(policy.Names(), name) {
+		return "", opts, fmt.Errorf("unknown policy %q (available: %s, and %s, the pooled reference)", name, strings.Join(policy.Names(), ", "), Pooled)
+	}
+	if !hasVariant {
+		return name, opts, nil
+	}
+	for _, variant := range strings.Split(variants, ":") {
+		switch {
+		case name == "cache_aware" && (variant == policy.FallbackSmallestTree || variant == policy.FallbackLeastLoaded):
+			opts.CacheAware.CacheMissFallback = variant
+		case name == "cache_aware" && (variant == policy.ModeSeed || variant == policy.ModeCost):
+			opts.CacheAware.Mode = variant
+		case name == "vllm_cache_aware" && (variant == "chained" || variant == "position"):
+			opts.VllmCacheAware.BlockHash = variant
+		case name == "vllm_cache_aware" && (variant == policy.ModeSeed || variant == policy.ModeCost):
+			opts.VllmCacheAware.Mode = variant
+		default:
+			return "", opts, fmt.Errorf("policy %q: only cache_aware (:least_loaded, :smallest_tree, :seed, :cost) and vllm_cache_aware (:chained, :position, :seed, :cost) take variants", label)
+		}
 	}
 	return name, opts, nil
 }

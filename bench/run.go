@@ -25,8 +25,8 @@ import (
 // Config is one `kvgate bench` invocation.
 type Config struct {
 	// Policies are run one after the other, each against a fresh fleet.
-	// Labels are policy names, or cache_aware:least_loaded and
-	// cache_aware:smallest_tree for cache_aware's miss fallbacks.
+	// Labels are policy names with variants (see ParsePolicy), or Pooled
+	// for the pooled reference: one engine as large as the fleet.
 	Policies []string
 	// Workers is the number of simulated engines per fleet.
 	Workers int
@@ -114,7 +114,11 @@ func (c Config) replicated() bool {
 // runFleet runs wl against a fresh fleet of cfg.Workers engines with
 // routers replicas in front.
 func runFleet(ctx context.Context, cfg Config, wl *Workload, label string, routers int) (PolicyRun, error) {
-	f, err := StartReplicatedFleet(ctx, label, cfg.Workers, routers, cfg.Sim)
+	n, sc := cfg.Workers, cfg.Sim
+	if label == Pooled {
+		n, sc = 1, PooledSim(sc, cfg.Workers)
+	}
+	f, err := StartReplicatedFleet(ctx, label, n, routers, sc)
 	if err != nil {
 		return PolicyRun{}, err
 	}
