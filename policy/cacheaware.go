@@ -114,7 +114,7 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 		return nil, fmt.Errorf("cache_aware tree: %w", err)
 	}
 	if cfg.Mode == ModeCost {
-		c.cost = &costModel{decodeWeight: cfg.DecodeWeight}
+		c.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
 	}
 	c.tree = t
 	c.eventMirror = newEventMirror(treeIndex{t}, cfg.BlockSize, o.Logger)

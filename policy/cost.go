@@ -22,7 +22,7 @@ const (
 // costModel is the cost-aware mode's rule, in the spirit of Dynamo's KV
 // router: a request goes to the worker where
 //
-//	cost = prefill + evict + queue + DecodeWeight × held + wait
+//	cost = prefill + EvictWeight × evict + queue + DecodeWeight × held + wait
 //
 // is smallest, every term in prompt tokens:
 //
@@ -33,7 +33,10 @@ const (
 //     worker's KV capacity the router's tree (or block index) says its
 //     cache holds. A cache with room loses nothing; a full one loses as
 //     much as it writes, so a prompt written where its prefix already is
-//     costs the fleet's caches less than a copy of it elsewhere;
+//     costs the fleet's caches less than a copy of it elsewhere.
+//     EvictWeight is how many later prefills a lost page costs: more than
+//     one, since a page that was worth keeping serves every prompt that
+//     shares it, and the present request's queue is paid once;
 //   - queue: the prompt tokens this router has sent the worker to compute
 //     whose first token has not come back (workers.Worker.PendingPrefill):
 //     the prefill ahead of this one;
@@ -53,7 +56,7 @@ const (
 // Ties go to the longer match, then the lower load (requests in flight),
 // then the earlier candidate.
 type costModel struct {
-	decodeWeight float64
+	decodeWeight, evictWeight float64
 }
 
 // costLoad is what a candidate's cost needs besides its match, read before
@@ -101,7 +104,7 @@ func (m costModel) terms(inputLen, matched int, l costLoad) costTerms {
 	}
 	t.prefill = max(inputLen-t.kept, 0)
 	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
-	t.total = float64(t.prefill+t.evict+t.queue+t.wait) + m.decodeWeight*float64(t.held)
+	t.total = float64(t.prefill+t.queue+t.wait) + m.evictWeight*float64(t.evict) + m.decodeWeight*float64(t.held)
 	return t
 }
 
@@ -165,7 +168,7 @@ func (t costTerms) format(m costModel, inputLen int) string {
 	}
 	s += ")"
 	if t.evict > 0 {
-		s += fmt.Sprintf(" + evict %d", t.evict)
+		s += fmt.Sprintf(" + %g × evict %d", m.evictWeight, t.evict)
 	}
 	s += fmt.Sprintf(" + queue %d + %g × held %d", t.queue, m.decodeWeight, t.held)
 	if t.wait > 0 {

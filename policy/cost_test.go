@@ -26,6 +26,7 @@ var costCases = []struct {
 	name   string
 	a, b   costWorker
 	weight float64 // --cache-aware-decode-weight; 0 in the cases that leave it out
+	evict  float64 // --cache-aware-evict-weight; 0 in the cases that leave it out
 	want   string  // "A" or "B"
 	branch string
 	reason []string // parts of the chosen worker's reason
@@ -50,15 +51,21 @@ var costCases = []struct {
 		a: costWorker{holds: 768, held: 2_000}, want: "A", branch: "cache_hit"},
 	{name: "a full cache keeps only part of the match, and the rest of the prompt waits",
 		a: costWorker{holds: 768, capacity: 2048, held: 1792}, b: costWorker{capacity: 100_000}, want: "B", branch: "cache_miss"},
-	{name: "a cache with room keeps the whole match",
+	{name: "a cache with room keeps the whole match", evict: 1,
 		a: costWorker{holds: 768, capacity: 4096, held: 1024, queue: 512}, b: costWorker{capacity: 100_000},
-		want: "A", branch: "cache_hit", reason: []string{"prefill 256 (1024 prompt − 768 cached) + evict 48 + queue 512"}},
-	{name: "a copy of the prompt in a full cache evicts as much as it writes",
+		want: "A", branch: "cache_hit", reason: []string{"prefill 256 (1024 prompt − 768 cached) + 1 × evict 48 + queue 512"}},
+	{name: "a copy of the prompt in a full cache evicts as much as it writes", evict: 1,
 		a: costWorker{other: 2048, capacity: 2048}, b: costWorker{capacity: 2048},
 		want: "B", branch: "cache_miss", reason: []string{"costs 1024 = prefill 1024 (1024 prompt − 0 cached) + queue 0", "next grpc://a:1 costs 2048"}},
-	{name: "in full caches, the rest of a prompt beside its prefix evicts less than a copy",
+	{name: "in full caches, the rest of a prompt beside its prefix evicts less than a copy", evict: 1,
 		a: costWorker{holds: 768, other: 1280, capacity: 2048}, b: costWorker{other: 2048, capacity: 2048},
-		want: "A", branch: "cache_hit", reason: []string{"costs 512 = prefill 256 (1024 prompt − 768 cached) + evict 256 + queue 0"}},
+		want: "A", branch: "cache_hit", reason: []string{"costs 512 = prefill 256 (1024 prompt − 768 cached) + 1 × evict 256 + queue 0"}},
+	{name: "in full caches, a queue outweighs a prefix when a lost page costs one prefill", evict: 1,
+		a: costWorker{holds: 768, other: 7424, capacity: 8192, queue: 2000}, b: costWorker{other: 8192, capacity: 8192},
+		want: "B", branch: "cache_miss", reason: []string{"costs 2048 = prefill 1024 (1024 prompt − 0 cached) + 1 × evict 1024", "next grpc://a:1 costs 2512"}},
+	{name: "in full caches, a prefix outweighs the queue when a lost page costs four", evict: 4,
+		a: costWorker{holds: 768, other: 7424, capacity: 8192, queue: 2000}, b: costWorker{other: 8192, capacity: 8192},
+		want: "A", branch: "cache_hit", reason: []string{"costs 3280 = prefill 256 (1024 prompt − 768 cached) + 4 × evict 256 + queue 2000", "next grpc://b:1 costs 5120"}},
 	{name: "the match beyond what the cache can keep is named",
 		a: costWorker{holds: 768, capacity: 1536, held: 1024}, b: costWorker{capacity: 1536, held: 1024, queue: 2048},
 		want: "A", branch: "cache_hit", reason: []string{"(1024 prompt − 512 cached of 768 matched)", "wait 512"}},
@@ -95,8 +102,8 @@ func TestCostModeSpecification(t *testing.T) {
 			t.Run(pol+"/"+tc.name, func(t *testing.T) {
 				build := func(mode string) policy.Policy {
 					o := policy.DefaultOptions()
-					o.CacheAware.Mode, o.CacheAware.DecodeWeight = mode, tc.weight
-					o.VllmCacheAware.Mode, o.VllmCacheAware.DecodeWeight = mode, tc.weight
+					o.CacheAware.Mode, o.CacheAware.DecodeWeight, o.CacheAware.EvictWeight = mode, tc.weight, tc.evict
+					o.VllmCacheAware.Mode, o.VllmCacheAware.DecodeWeight, o.VllmCacheAware.EvictWeight = mode, tc.weight, tc.evict
 					p, err := policy.New(pol, o)
 					if err != nil {
 						t.Fatal(err)

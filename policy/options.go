@@ -93,6 +93,10 @@ type CacheAwareConfig struct {
 	// weight of a worker's held KV tokens against prompt tokens to
 	// prefill; ≥ 0 and finite.
 	DecodeWeight float64
+	// EvictWeight (--cache-aware-evict-weight) is, in ModeCost, the
+	// weight of the cached tokens a prompt's new pages push out of a full
+	// cache; ≥ 0 and finite.
+	EvictWeight float64
 }
 
 // DefaultCacheAwareConfig returns the seed's cache_aware settings.
@@ -109,6 +113,7 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		SpeculativeTTL:      500 * time.Millisecond,
 		Mode:                ModeSeed,
 		DecodeWeight:        DefaultDecodeWeight,
+		EvictWeight:         DefaultEvictWeight,
 	}
 }
 
@@ -118,15 +123,27 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 // matched saves as much as 120K tokens held elsewhere cost).
 const DefaultDecodeWeight = 0.1
 
-// checkMode refuses a selection mode other than ModeSeed and ModeCost, and a
-// decode weight that is negative, infinite or NaN.
-func checkMode(mode string, weight float64) error {
+// DefaultEvictWeight is the cost mode's weight of the pages a prompt evicts
+// from a full cache: each costs four later prefills of it. Measured on the
+// Mooncake synthetic trace (BENCHMARKS.md, trace replay): at 1 the cost mode
+// traded matches for queues and its hit rate fell below the seed's rule; at
+// 4 it kept the seed's hit rate with half its TTFT.
+const DefaultEvictWeight = 4
+
+// checkMode refuses a selection mode other than ModeSeed and ModeCost, and
+// weights that are negative, infinite or NaN.
+func checkMode(mode string, decode, evict float64) error {
 	var errs []error
 	if mode != ModeSeed && mode != ModeCost {
-		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (the seed's threshold and balance rules) or %s (least prefill, queue and decode cost)", mode, ModeSeed, ModeCost))
+		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (the seed's threshold and balance rules) or %s (least prefill, eviction, queue and decode cost)", mode, ModeSeed, ModeCost))
 	}
-	if !(weight >= 0) || math.IsInf(weight, 1) {
-		errs = append(errs, fmt.Errorf("--cache-aware-decode-weight %g: must be ≥ 0 and finite", weight))
+	for _, w := range []struct {
+		flag string
+		v    float64
+	}{{"--cache-aware-decode-weight", decode}, {"--cache-aware-evict-weight", evict}} {
+		if !(w.v >= 0) || math.IsInf(w.v, 1) {
+			errs = append(errs, fmt.Errorf("%s %g: must be ≥ 0 and finite", w.flag, w.v))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -164,7 +181,7 @@ func (c CacheAwareConfig) Validate() error {
 	if !slices.Contains(evictionPolicies, strings.ToLower(c.EvictionPolicy)) {
 		errs = append(errs, fmt.Errorf("--eviction-policy %q: want %s", c.EvictionPolicy, strings.Join(evictionPolicies, ", ")))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -309,11 +326,12 @@ type VllmCacheAwareConfig struct {
 	// when prompts share a block at the same position after differing;
 	// see BENCHMARKS.md).
 	BlockHash string
-	// Mode (--cache-aware-mode) and DecodeWeight
-	// (--cache-aware-decode-weight) are as CacheAwareConfig's; in ModeCost
+	// Mode (--cache-aware-mode), DecodeWeight
+	// (--cache-aware-decode-weight) and EvictWeight
+	// (--cache-aware-evict-weight) are as CacheAwareConfig's; in ModeCost
 	// the threshold and load factor are unused.
-	Mode         string
-	DecodeWeight float64
+	Mode                      string
+	DecodeWeight, EvictWeight float64
 }
 
 // Block key variants of --vllm-block-hash.
@@ -333,6 +351,7 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		BlockHash:           BlockHashChained,
 		Mode:                ModeSeed,
 		DecodeWeight:        DefaultDecodeWeight,
+		EvictWeight:         DefaultEvictWeight,
 	}
 }
 
@@ -357,7 +376,7 @@ func (c VllmCacheAwareConfig) Validate() error {
 	if c.BlockHash != BlockHashChained && c.BlockHash != BlockHashPosition {
 		errs = append(errs, fmt.Errorf("--vllm-block-hash %q: want %s or %s", c.BlockHash, BlockHashChained, BlockHashPosition))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -81,7 +81,7 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 		evictInterval: cfg.EvictionInterval,
 	}
 	if cfg.Mode == ModeCost {
-		p.cost = &costModel{decodeWeight: cfg.DecodeWeight}
+		p.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
 	}
 	p.eventMirror = newEventMirror(blockIndex{p}, cfg.BlockSize, o.Logger)
 	return p, nil

@@ -33,6 +33,7 @@ type policyFlags struct {
 	speculativeTTLMs     int
 	cacheAwareMode       string
 	decodeWeight         float64
+	evictWeight          float64
 	prefixTokenCount     int
 	prefixHashLoadFactor float64
 	assignmentMode       string
@@ -74,6 +75,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 		"cache_aware, vllm_cache_aware: selection rule: seed (the longest match over --cache-threshold unless the fleet is imbalanced) or cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least)")
 	fs.Float64Var(&p.decodeWeight, "cache-aware-decode-weight", ca.DecodeWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of a worker's KV tokens held by running requests against prompt tokens to prefill, ≥ 0")
+	fs.Float64Var(&p.evictWeight, "cache-aware-evict-weight", ca.EvictWeight,
+		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of the cached tokens a prompt's new pages push out of a full cache (later prefills each costs) against prompt tokens to prefill, ≥ 0")
 	fs.IntVar(&p.prefixTokenCount, "prefix-token-count", ph.TokenCount,
 		"prefix_hash: leading tokens hashed, ≥ 1")
 	fs.Float64Var(&p.prefixHashLoadFactor, "prefix-hash-load-factor", ph.LoadFactor,
@@ -119,7 +122,7 @@ func (p *policyFlags) validate() error {
 	// The two cache-aware policies share --cache-aware-mode and its
 	// weight: vllm_cache_aware's are checked with cache_aware's, once.
 	v := o.VllmCacheAware
-	v.Mode, v.DecodeWeight = policy.ModeSeed, 0
+	v.Mode, v.DecodeWeight, v.EvictWeight = policy.ModeSeed, 0, 0
 	return errors.Join(o.CacheAware.Validate(), o.PrefixHash.Validate(), o.Manual.Validate(),
 		o.Bucket.Validate(), v.Validate())
 }
@@ -140,7 +143,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.EvictionPolicy = p.evictionPolicy
 	ca.BlockSize = p.blockSize
 	ca.SpeculativeTTL = time.Duration(p.speculativeTTLMs) * time.Millisecond
-	ca.Mode, ca.DecodeWeight = p.cacheAwareMode, p.decodeWeight
+	ca.Mode, ca.DecodeWeight, ca.EvictWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight
 	if ca.BlockSize == 0 {
 		// The gateway learns it from the workers (LearnBlockSize); until
 		// then the default keeps the options valid.
@@ -172,6 +175,6 @@ func (p *policyFlags) options() policy.Options {
 	v.CacheThreshold = p.vllmCacheThreshold
 	v.LoadFactor = p.vllmLoadFactor
 	v.BlockHash = p.vllmBlockHash
-	v.Mode, v.DecodeWeight = p.cacheAwareMode, p.decodeWeight
+	v.Mode, v.DecodeWeight, v.EvictWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight
 	return o
 }
