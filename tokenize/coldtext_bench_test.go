@@ -23,6 +23,10 @@ import (
 //	KVGATE_COLD_TOKENIZERS  comma-separated directories under testdata/tokenizers
 //	KVGATE_COLD_IDS         optional: directory to write kvgate-<tokenizer>-<group>.ids into
 //	                        (the ids in decimal, space-separated), for the script to compare
+//	KVGATE_COLD_RESET       optional, for profiles: "1" loads each tokenizer once and empties
+//	                        its per-word caches before every encode instead (what a fresh load
+//	                        gives the word caches, without the loads filling the profile), so
+//	                        that -benchtime 200x takes seconds, not minutes
 //
 // Besides ns/op (wall time), it reports cpu-ns/op, the process's user+system CPU time over the
 // encode, which load from other processes on the machine inflates much less than wall time.
@@ -43,6 +47,7 @@ func BenchmarkColdText(b *testing.B) {
 	}
 	slices.Sort(files)
 	idsDir := os.Getenv("KVGATE_COLD_IDS")
+	reset := os.Getenv("KVGATE_COLD_RESET") == "1"
 	for _, name := range strings.Split(os.Getenv("KVGATE_COLD_TOKENIZERS"), ",") {
 		path := filepath.Join(testdataDir(), "tokenizers", name)
 		b.Run(name, func(b *testing.B) {
@@ -54,7 +59,7 @@ func BenchmarkColdText(b *testing.B) {
 				}
 				group := strings.TrimSuffix(filepath.Base(f), ".txt")
 				b.Run(group, func(b *testing.B) {
-					ids := encodeCold(b, path, string(text))
+					ids := encodeCold(b, path, string(text), reset)
 					if idsDir != "" {
 						writeIDs(b, filepath.Join(idsDir, fmt.Sprintf("kvgate-%s-%s.ids", name, group)), ids)
 					}
@@ -64,18 +69,25 @@ func BenchmarkColdText(b *testing.B) {
 	}
 }
 
-// encodeCold times Encode on a freshly loaded tokenizer at every iteration.
-func encodeCold(b *testing.B, path, text string) []uint32 {
+// encodeCold times Encode on a freshly loaded tokenizer at every iteration, or with reset on
+// one tokenizer whose per-word caches are emptied before every iteration.
+func encodeCold(b *testing.B, path, text string, reset bool) []uint32 {
 	b.SetBytes(int64(len(text)))
 	var ids []uint32
 	var cpu time.Duration
+	var tok *Tokenizer
+	var err error
 	for b.Loop() {
 		b.StopTimer()
-		tok, err := Load(path)
-		if err != nil {
-			b.Fatalf("%v: run scripts/tokenizers/cold.sh, which fetches what it needs", err)
+		switch {
+		case reset && tok != nil:
+			tok.model.resetCaches()
+		default:
+			if tok, err = Load(path); err != nil {
+				b.Fatalf("%v: run scripts/tokenizers/cold.sh, which fetches what it needs", err)
+			}
+			runtime.GC()
 		}
-		runtime.GC()
 		b.StartTimer()
 		c0 := processCPU(b)
 		if ids, err = tok.Encode(text, false); err != nil {
