@@ -19,7 +19,9 @@ import (
 // Request is what a policy may look at to place a request.
 type Request struct {
 	RequestID string
-	// InputIDs is the prompt as token ids.
+	// InputIDs is the prompt as token ids. A policy may keep the slice
+	// beyond the call (cache_aware's speculations do, until they expire):
+	// the caller never modifies it once it has been passed.
 	InputIDs []uint32
 	// RoutingKey is the client's x-routing-key (or x-smg-routing-key) metadata.
 	RoutingKey string
@@ -91,7 +93,9 @@ type Outcome struct {
 	CachedTokens int
 	// OutputIDs are the generated tokens of a completed request. Engines
 	// keep the prompt and the output (but its last token) in their prefix
-	// cache, so a policy that mirrors the cache can add them.
+	// cache, so a policy that mirrors the cache can add them. As with
+	// Request.InputIDs, a policy may keep the slice, and the caller never
+	// modifies it afterwards (a pooled decoder must hand over a copy).
 	OutputIDs []uint32
 	// Err is the request's failure, if it failed.
 	Err error
