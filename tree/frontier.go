@@ -36,9 +36,14 @@ package tree
 // and by probes: every push, and every removal of a pair other than by
 // popping its entry, checks two entries of the tenant's heap at random
 // positions and drops them if stale. A stale entry comes with a push or a
-// removal, so in expectation at most about half a heap is stale; a heap that
-// still grows past twice its tenant's holder entries (plus a margin) is
-// compacted whole, which bounds the index's memory at that in all cases.
+// removal (a pair leaves the frontier when an insert adds a new holding
+// below it), so in expectation at most about half a heap is stale. An entry
+// that escapes the probes while its pair is off the frontier counts again
+// when the pair rejoins it, beside the one pushed then; it goes stale again
+// when the pair next leaves, so such duplicates do not pile up
+// (TestFrontierIndexChurn). A heap that still grows past twice its tenant's
+// holder entries (plus a margin) is compacted whole, which bounds the
+// index's memory at that in all cases.
 
 // fentry is a frontier index entry: a node and the key its tenant's holding
 // had when the entry was pushed. The tenant is the heap's.
@@ -56,6 +61,9 @@ type frontierIndex struct {
 	tops  []uint32   // tenant ids with a non-empty heap, a min-heap by heaps[id][0]
 	at    []int32    // by tenant id: position in tops, -1 for none
 	rng   uint64     // xorshift state for the probes
+	// compactions counts whole-heap compactions: the probes should make
+	// them rare (TestFrontierIndexChurn).
+	compactions int
 }
 
 func newFrontierIndex(o order) *frontierIndex {
@@ -308,6 +316,7 @@ func (t *Tree) probe(id uint32) {
 // compact drops every stale entry of tenant id's heap.
 func (t *Tree) compact(id uint32) {
 	x := t.idx
+	x.compactions++
 	h := x.heaps[id]
 	kept := h[:0]
 	for i := range h {

@@ -312,3 +312,39 @@ func (t *Tree) evictOne(h *candHeap, c cand) int {
 	}
 	return evicted
 }
+
+// TestFrontierIndexChurn checks that the probes keep the index small under
+// the churn routing makes without evicting anything: speculative prompts
+// inserted below a shared prefix and expired or trimmed again, re-touched
+// prompts, a frontier node leaving and rejoining the frontier over and over.
+// No heap may need a whole compaction.
+func TestFrontierIndexChurn(t *testing.T) {
+	for _, policy := range []string{"lru", "lfu", "fifo", "mru", "filo", "priority"} {
+		t.Run(policy, func(t *testing.T) {
+			tr := mustNew(t, Config{PageSize: 1, Policy: policy, MaxTokens: 1 << 30})
+			shared := []uint32{1, 2, 3}
+			tr.Insert(shared, "a")
+			rng := rand.New(rand.NewPCG(3, 3))
+			for i := range 20000 {
+				p := append(slices.Clone(shared), uint32(10+rng.IntN(4)), uint32(i))
+				tick := tr.InsertSpeculative(p, "a")
+				tr.Insert(shared, "a") // a known prompt: the shared node is touched
+				switch rng.IntN(3) {
+				case 0:
+					tr.ExpireSpeculative(p, "a", tick)
+				case 1:
+					tr.Trim(p, "a", len(shared))
+				default:
+					tr.Trim(p, "a", len(shared)+1)
+				}
+			}
+			checkInvariants(t, tr)
+			if n := tr.idx.compactions; n > 0 {
+				t.Errorf("%d whole-heap compactions", n)
+			}
+			if n, refs := len(tr.idx.heaps[tr.ids["a"]]), tr.tenants[tr.ids["a"]].refs; n > 2*refs+64 {
+				t.Errorf("%d entries for %d holder entries", n, refs)
+			}
+		})
+	}
+}
