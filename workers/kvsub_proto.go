@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 )
@@ -25,34 +23,41 @@ var (
 	_ KVEventSource = (*vllmBackend)(nil)
 )
 
-// subscribeKvEventsCall is the SubscribeKvEvents method of both protocols'
-// generated clients, which share its request and response messages.
-type subscribeKvEventsCall func(ctx context.Context, in *smgcommon.SubscribeKvEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[smgcommon.KvEventBatch], error)
-
-// openKVEvents opens an engine's event stream through call. The stream
-// belongs to ctx: cancelling ctx is how a subscriber closes it.
-func openKVEvents(ctx context.Context, call subscribeKvEventsCall, start uint64) (KVEventStream, error) {
-	in, err := call(ctx, &smgcommon.SubscribeKvEventsRequest{StartSequenceNumber: start})
+// openKVEvents opens an engine's event stream: method is the protocol's
+// SubscribeKvEvents, whose request and response messages both protocols
+// share. The stream belongs to ctx: cancelling ctx is how a subscriber
+// closes it. Batches are decoded from their bytes (see kvWire), not through
+// the generated types.
+func openKVEvents(ctx context.Context, conn grpc.ClientConnInterface, method string, start uint64) (KVEventStream, error) {
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method, grpc.ForceCodecV2(newKVWireCodec()))
 	if err != nil {
 		return nil, err
 	}
-	return &kvEventStream{in: in}, nil
+	if err := st.SendMsg(&smgcommon.SubscribeKvEventsRequest{StartSequenceNumber: start}); err != nil {
+		return nil, err
+	}
+	if err := st.CloseSend(); err != nil {
+		return nil, err
+	}
+	return &kvEventStream{in: st}, nil
 }
 
-// kvEventStream translates an engine's stream of KvEventBatch messages.
+// kvEventStream decodes an engine's stream of KvEventBatch messages.
 type kvEventStream struct {
-	in grpc.ServerStreamingClient[smgcommon.KvEventBatch]
+	in  grpc.ClientStream
+	buf []byte
+	dec kvWire
 }
 
 // Recv returns the next batch. Errors from the engine or the transport are
 // passed through as the gRPC statuses they are (io.EOF for a stream the
-// engine closed); a batch that breaks the protocol is a DATA_LOSS error.
+// engine closed); a batch that breaks the protocol, or is not a batch at
+// all, is a DATA_LOSS error.
 func (s *kvEventStream) Recv() (*KVEventBatch, error) {
-	m, err := s.in.Recv()
-	if err != nil {
+	if err := s.in.RecvMsg(&s.buf); err != nil {
 		return nil, err
 	}
-	return kvEventBatchOf(m)
+	return s.dec.decode(s.buf)
 }
 
 // maxKVRank bounds the data-parallel ranks an engine may name, and so the
@@ -62,68 +67,3 @@ const maxKVRank = 4096
 // maxKVTimestamp is the last second time.Time can hold as Unix nanoseconds
 // (in 2262); an engine's clock beyond it is a corrupt field, not a date.
 const maxKVTimestamp = float64(math.MaxInt64 / int64(time.Second))
-
-// kvEventBatchOf translates one engine batch. It refuses, with a DATA_LOSS
-// status naming the event and block, what no engine sends on purpose and no
-// mirror could apply faithfully: an event without data, a stored event
-// without blocks, a block without tokens, a negative block size, a rank
-// outside [0, maxKVRank), a timestamp that is not a time. Fields the router
-// does not use (event_id, cache_level) are dropped.
-func kvEventBatchOf(m *smgcommon.KvEventBatch) (*KVEventBatch, error) {
-	seq := m.GetSequenceNumber()
-	bad := func(format string, args ...any) error {
-		return status.Errorf(codes.DataLoss, "KV event batch %d breaks the protocol: "+format, append([]any{seq}, args...)...)
-	}
-	b := &KVEventBatch{Seq: seq, Events: make([]KVEvent, 0, len(m.GetEvents()))}
-
-	switch ts := m.GetTimestamp(); {
-	case math.IsNaN(ts) || ts < 0 || ts > maxKVTimestamp:
-		return nil, bad("timestamp %v is not a time", ts)
-	case ts > 0: // 0: the engine did not say
-		sec, frac := math.Modf(ts)
-		b.Timestamp = time.Unix(int64(sec), int64(frac*1e9))
-	}
-	if m.DpRank != nil {
-		if *m.DpRank < 0 || *m.DpRank >= maxKVRank {
-			return nil, bad("dp_rank %d outside [0, %d)", *m.DpRank, maxKVRank)
-		}
-		b.DPRank = int(*m.DpRank)
-	}
-
-	for i, e := range m.GetEvents() {
-		var ev KVEvent
-		switch d := e.GetData().(type) {
-		case *smgcommon.KvCacheEvent_Stored:
-			blocks := d.Stored.GetBlocks()
-			if len(blocks) == 0 {
-				return nil, bad("event %d stores no blocks", i)
-			}
-			ev = KVEvent{Kind: KVStored, Blocks: make([]KVBlock, len(blocks))}
-			if p := d.Stored.ParentBlockHash; p != nil {
-				ev.Parent, ev.HasParent = *p, true
-			}
-			for j, bl := range blocks {
-				if len(bl.GetTokenIds()) == 0 {
-					return nil, bad("event %d block %d has no tokens", i, j)
-				}
-				if bl.GetBlockSize() < 0 {
-					return nil, bad("event %d block %d has block_size %d", i, j, bl.GetBlockSize())
-				}
-				kb := KVBlock{Hash: bl.GetBlockHash(), Tokens: bl.GetTokenIds(), BlockSize: int(bl.GetBlockSize())}
-				if bl.LoraId != nil {
-					id := *bl.LoraId
-					kb.LoRAID = &id
-				}
-				ev.Blocks[j] = kb
-			}
-		case *smgcommon.KvCacheEvent_Removed:
-			ev = KVEvent{Kind: KVRemoved, Hashes: d.Removed.GetBlockHashes()}
-		case *smgcommon.KvCacheEvent_Cleared:
-			ev = KVEvent{Kind: KVCleared}
-		default:
-			return nil, bad("event %d carries no data", i)
-		}
-		b.Events = append(b.Events, ev)
-	}
-	return b, nil
-}

@@ -48,15 +48,30 @@ func TestKVEventBatchProtocolViolations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.batch.SequenceNumber = 41
-			b, err := kvEventBatchOf(tt.batch)
-			if b != nil || status.Code(err) != codes.DataLoss {
-				t.Fatalf("got %+v, %v; want no batch and DATA_LOSS", b, err)
-			}
-			if msg := status.Convert(err).Message(); !strings.Contains(msg, "batch 41") || !strings.Contains(msg, tt.says) {
-				t.Errorf("message %q does not name batch 41 and %q", msg, tt.says)
+			for name, decode := range decoders {
+				b, err := decode(t, tt.batch)
+				if b != nil || status.Code(err) != codes.DataLoss {
+					t.Fatalf("%s: got %+v, %v; want no batch and DATA_LOSS", name, b, err)
+				}
+				if msg := status.Convert(err).Message(); !strings.Contains(msg, "batch 41") || !strings.Contains(msg, tt.says) {
+					t.Errorf("%s: message %q does not name batch 41 and %q", name, msg, tt.says)
+				}
 			}
 		})
 	}
+}
+
+// decoders are the two ways a batch is read: the wire decoder the stream
+// uses, and the generated types with kvEventBatchOf, its reference.
+var decoders = map[string]func(t *testing.T, m *smgcommon.KvEventBatch) (*KVEventBatch, error){
+	"wire": func(t *testing.T, m *smgcommon.KvEventBatch) (*KVEventBatch, error) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return new(kvWire).decode(b)
+	},
+	"generated": func(_ *testing.T, m *smgcommon.KvEventBatch) (*KVEventBatch, error) { return kvEventBatchOf(m) },
 }
 
 // TestKVEventBatchLenient: what is unusual but harmless passes.
@@ -74,8 +89,10 @@ func TestKVEventBatchLenient(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := kvEventBatchOf(tt.batch); err != nil {
-				t.Error(err)
+			for name, decode := range decoders {
+				if _, err := decode(t, tt.batch); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
 			}
 		})
 	}

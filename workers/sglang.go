@@ -15,13 +15,14 @@ import (
 
 // sglangBackend speaks sglang.grpc.scheduler.SglangScheduler.
 type sglangBackend struct {
-	c sglang.SglangSchedulerClient
+	c    sglang.SglangSchedulerClient
+	conn grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
 }
 
 // NewSGLangBackend returns the adapter for an SGLang engine reachable over conn.
 // Errors from the engine are returned as the gRPC status errors they arrive as.
 func NewSGLangBackend(conn grpc.ClientConnInterface) Backend {
-	return &sglangBackend{c: sglang.NewSglangSchedulerClient(conn)}
+	return &sglangBackend{c: sglang.NewSglangSchedulerClient(conn), conn: conn}
 }
 
 func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
@@ -245,5 +246,5 @@ func (b *sglangBackend) Tokenizer(ctx context.Context) ([]byte, error) {
 // SubscribeKVEvents opens the scheduler's KV event stream (see
 // KVEventSource); cancelling ctx closes it.
 func (b *sglangBackend) SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error) {
-	return openKVEvents(ctx, b.c.SubscribeKvEvents, start)
+	return openKVEvents(ctx, b.conn, sglang.SglangScheduler_SubscribeKvEvents_FullMethodName, start)
 }

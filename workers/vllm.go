@@ -14,13 +14,14 @@ import (
 
 // vllmBackend speaks vllm.grpc.engine.VllmEngine.
 type vllmBackend struct {
-	c vllm.VllmEngineClient
+	c    vllm.VllmEngineClient
+	conn grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
 }
 
 // NewVLLMBackend returns the adapter for a vLLM engine reachable over conn.
 // Errors from the engine are returned as the gRPC status errors they arrive as.
 func NewVLLMBackend(conn grpc.ClientConnInterface) Backend {
-	return &vllmBackend{c: vllm.NewVllmEngineClient(conn)}
+	return &vllmBackend{c: vllm.NewVllmEngineClient(conn), conn: conn}
 }
 
 func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
@@ -199,5 +200,5 @@ func (b *vllmBackend) Tokenizer(ctx context.Context) ([]byte, error) {
 // SubscribeKVEvents opens the engine's KV event stream (see KVEventSource);
 // cancelling ctx closes it.
 func (b *vllmBackend) SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error) {
-	return openKVEvents(ctx, b.c.SubscribeKvEvents, start)
+	return openKVEvents(ctx, b.conn, vllm.VllmEngine_SubscribeKvEvents_FullMethodName, start)
 }

@@ -1,0 +1,458 @@
+package workers
+
+// A KV event batch is decoded from its wire bytes straight into a
+// KVEventBatch. Through the generated types a batch cost an allocation per
+// event, per oneof wrapper, per block and per token slice, and then a
+// translation allocating again: with a full engine (a removal and a store
+// for every page of every request) that decoding and its garbage were most
+// of what the KV event mirror cost the router. Here a batch is parsed once
+// into scratch space the stream reuses and copied out into a handful of
+// slabs (events, blocks, tokens, hashes), and checked as kvEventBatchOf
+// checks the generated message: the two agree on every input
+// (FuzzKVEventWire), the generated path being the reference.
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Field numbers of smg.grpc.common's KV event messages (common.proto).
+const (
+	fBatchSeq       = 1 // KvEventBatch.sequence_number, uint64
+	fBatchTimestamp = 2 // KvEventBatch.timestamp, double
+	fBatchEvents    = 3 // KvEventBatch.events, repeated KvCacheEvent
+	fBatchDPRank    = 4 // KvEventBatch.dp_rank, optional int32
+
+	fEventStored  = 2 // KvCacheEvent.stored, KvBlocksStored (oneof data)
+	fEventRemoved = 3 // KvCacheEvent.removed, KvBlocksRemoved (oneof data)
+	fEventCleared = 4 // KvCacheEvent.cleared, KvCacheCleared (oneof data)
+
+	fStoredBlocks = 1 // KvBlocksStored.blocks, repeated KvBlock
+	fStoredParent = 2 // KvBlocksStored.parent_block_hash, optional int64
+
+	fBlockHash   = 1 // KvBlock.block_hash, int64
+	fBlockTokens = 2 // KvBlock.token_ids, repeated uint32
+	fBlockSize   = 3 // KvBlock.block_size, int32
+	fBlockLoRA   = 4 // KvBlock.lora_id, optional int64
+
+	fRemovedHashes = 1 // KvBlocksRemoved.block_hashes, repeated int64
+)
+
+// kvWire decodes one stream's batches; its scratch space is reused from
+// batch to batch, so it serves one goroutine.
+type kvWire struct {
+	raw    []byte // the message's bytes
+	events []wireEvent
+	blocks []wireBlock
+	tokens []uint32
+	hashes []int64
+}
+
+// wireEvent is an event as parsed: its blocks and hashes are ranges of the
+// decoder's scratch slices.
+type wireEvent struct {
+	kind             KVEventKind
+	set              bool // a oneof case was present
+	parent           int64
+	hasParent        bool
+	blockLo, blockHi int
+	hashLo, hashHi   int
+}
+
+type wireBlock struct {
+	hash         int64
+	tokLo, tokHi int
+	size         int32
+	lora         int64
+	hasLoRA      bool
+}
+
+// errWire says the bytes are not a KvEventBatch at all.
+type errWire struct{ why string }
+
+func (e errWire) Error() string { return e.why }
+
+// decode parses b into a batch, with the checks of kvEventBatchOf.
+func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
+	d.events, d.blocks, d.tokens, d.hashes = d.events[:0], d.blocks[:0], d.tokens[:0], d.hashes[:0]
+	var (
+		seq       uint64
+		ts        float64
+		rank      int32
+		hasRank   bool
+		malformed error
+	)
+	fail := func(why string) { malformed = errWire{why} }
+	for len(b) > 0 && malformed == nil {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			fail("a field's tag")
+			break
+		}
+		b = b[n:]
+		switch {
+		case num == fBatchSeq && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				fail("sequence_number")
+				break
+			}
+			seq, b = v, b[m:]
+		case num == fBatchTimestamp && typ == protowire.Fixed64Type:
+			v, m := protowire.ConsumeFixed64(b)
+			if m < 0 {
+				fail("timestamp")
+				break
+			}
+			ts, b = math.Float64frombits(v), b[m:]
+		case num == fBatchDPRank && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				fail("dp_rank")
+				break
+			}
+			rank, hasRank, b = int32(v), true, b[m:]
+		case num == fBatchEvents && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				fail("events")
+				break
+			}
+			b = b[m:]
+			if err := d.event(v); err != nil {
+				malformed = err
+			}
+		default:
+			m := protowire.ConsumeFieldValue(num, typ, b)
+			if m < 0 {
+				fail(fmt.Sprintf("field %d", num))
+				break
+			}
+			b = b[m:]
+		}
+	}
+	bad := func(format string, args ...any) error {
+		return status.Errorf(codes.DataLoss, "KV event batch %d breaks the protocol: "+format, append([]any{seq}, args...)...)
+	}
+	if malformed != nil {
+		return nil, status.Errorf(codes.DataLoss, "a KV event batch is not a valid smg.grpc.common.KvEventBatch: %v is malformed", malformed)
+	}
+
+	out := &KVEventBatch{Seq: seq}
+	switch {
+	case math.IsNaN(ts) || ts < 0 || ts > maxKVTimestamp:
+		return nil, bad("timestamp %v is not a time", ts)
+	case ts > 0:
+		sec, frac := math.Modf(ts)
+		out.Timestamp = time.Unix(int64(sec), int64(frac*1e9))
+	}
+	if hasRank {
+		if rank < 0 || rank >= maxKVRank {
+			return nil, bad("dp_rank %d outside [0, %d)", rank, maxKVRank)
+		}
+		out.DPRank = int(rank)
+	}
+
+	// Check, then copy out of the scratch space into slabs of the batch's
+	// own: the handler may keep the batch past the next decode.
+	nb, nl := 0, 0
+	for i := range d.events {
+		e := &d.events[i]
+		switch {
+		case !e.set:
+			return nil, bad("event %d carries no data", i)
+		case e.kind == KVStored && e.blockHi == e.blockLo:
+			return nil, bad("event %d stores no blocks", i)
+		}
+		if e.kind != KVStored {
+			continue
+		}
+		for j := e.blockLo; j < e.blockHi; j++ {
+			bl := &d.blocks[j]
+			if bl.tokHi == bl.tokLo {
+				return nil, bad("event %d block %d has no tokens", i, j-e.blockLo)
+			}
+			if bl.size < 0 {
+				return nil, bad("event %d block %d has block_size %d", i, j-e.blockLo, bl.size)
+			}
+			if bl.hasLoRA {
+				nl++
+			}
+		}
+		nb += e.blockHi - e.blockLo
+	}
+	out.Events = make([]KVEvent, len(d.events))
+	blocks := make([]KVBlock, 0, nb)
+	tokens := make([]uint32, 0, len(d.tokens))
+	hashes := make([]int64, 0, len(d.hashes))
+	var loras []int64
+	if nl > 0 {
+		loras = make([]int64, 0, nl)
+	}
+	for i := range d.events {
+		e := &d.events[i]
+		ev := &out.Events[i]
+		ev.Kind = e.kind
+		switch e.kind {
+		case KVStored:
+			ev.Parent, ev.HasParent = e.parent, e.hasParent
+			lo := len(blocks)
+			for j := e.blockLo; j < e.blockHi; j++ {
+				bl := &d.blocks[j]
+				t0 := len(tokens)
+				tokens = append(tokens, d.tokens[bl.tokLo:bl.tokHi]...)
+				kb := KVBlock{Hash: bl.hash, Tokens: tokens[t0:len(tokens):len(tokens)], BlockSize: int(bl.size)}
+				if bl.hasLoRA {
+					loras = append(loras, bl.lora)
+					kb.LoRAID = &loras[len(loras)-1]
+				}
+				blocks = append(blocks, kb)
+			}
+			ev.Blocks = blocks[lo:len(blocks):len(blocks)]
+		case KVRemoved:
+			h0 := len(hashes)
+			hashes = append(hashes, d.hashes[e.hashLo:e.hashHi]...)
+			ev.Hashes = hashes[h0:len(hashes):len(hashes)]
+		}
+	}
+	return out, nil
+}
+
+// event parses one KvCacheEvent. As protobuf merges a message field that
+// appears twice, a second stored (or removed) of the same event adds its
+// blocks (hashes) to the first's; a different case replaces it, as a oneof
+// does.
+func (d *kvWire) event(b []byte) error {
+	d.events = append(d.events, wireEvent{})
+	e := &d.events[len(d.events)-1]
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errWire{"an event's tag"}
+		}
+		b = b[n:]
+		if typ == protowire.BytesType && (num == fEventStored || num == fEventRemoved || num == fEventCleared) {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return errWire{"an event's data"}
+			}
+			b = b[m:]
+			kind := KVCleared
+			switch num {
+			case fEventStored:
+				kind = KVStored
+			case fEventRemoved:
+				kind = KVRemoved
+			}
+			if !e.set || e.kind != kind {
+				*e = wireEvent{kind: kind, set: true, blockLo: len(d.blocks), blockHi: len(d.blocks),
+					hashLo: len(d.hashes), hashHi: len(d.hashes)}
+			}
+			var err error
+			switch kind {
+			case KVStored:
+				err = d.stored(e, v)
+			case KVRemoved:
+				err = d.removed(e, v)
+			case KVCleared:
+				err = skipAll(v)
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return errWire{fmt.Sprintf("an event's field %d", num)}
+		}
+		b = b[m:]
+	}
+	return nil
+}
+
+func (d *kvWire) stored(e *wireEvent, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errWire{"a stored event's tag"}
+		}
+		b = b[n:]
+		switch {
+		case num == fStoredBlocks && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return errWire{"a block"}
+			}
+			b = b[m:]
+			if err := d.block(v); err != nil {
+				return err
+			}
+			e.blockHi = len(d.blocks)
+		case num == fStoredParent && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return errWire{"parent_block_hash"}
+			}
+			b = b[m:]
+			e.parent, e.hasParent = int64(v), true
+		default:
+			m := protowire.ConsumeFieldValue(num, typ, b)
+			if m < 0 {
+				return errWire{fmt.Sprintf("a stored event's field %d", num)}
+			}
+			b = b[m:]
+		}
+	}
+	return nil
+}
+
+func (d *kvWire) block(b []byte) error {
+	bl := wireBlock{tokLo: len(d.tokens)}
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errWire{"a block's tag"}
+		}
+		b = b[n:]
+		var m int
+		switch {
+		case num == fBlockHash && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			bl.hash = int64(v)
+		case num == fBlockSize && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			bl.size = int32(v)
+		case num == fBlockLoRA && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			bl.lora, bl.hasLoRA = int64(v), true
+		case num == fBlockTokens && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			d.tokens = append(d.tokens, uint32(v))
+		case num == fBlockTokens && typ == protowire.BytesType:
+			var v []byte
+			v, m = protowire.ConsumeBytes(b)
+			if m >= 0 && !appendPacked(&d.tokens, v) {
+				return errWire{"token_ids"}
+			}
+		default:
+			m = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if m < 0 {
+			return errWire{fmt.Sprintf("a block's field %d", num)}
+		}
+		b = b[m:]
+	}
+	bl.tokHi = len(d.tokens)
+	d.blocks = append(d.blocks, bl)
+	return nil
+}
+
+func (d *kvWire) removed(e *wireEvent, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errWire{"a removed event's tag"}
+		}
+		b = b[n:]
+		var m int
+		switch {
+		case num == fRemovedHashes && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			d.hashes = append(d.hashes, int64(v))
+		case num == fRemovedHashes && typ == protowire.BytesType:
+			var v []byte
+			v, m = protowire.ConsumeBytes(b)
+			if m >= 0 {
+				for len(v) > 0 {
+					x, k := protowire.ConsumeVarint(v)
+					if k < 0 {
+						return errWire{"block_hashes"}
+					}
+					d.hashes = append(d.hashes, int64(x))
+					v = v[k:]
+				}
+			}
+		default:
+			m = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if m < 0 {
+			return errWire{fmt.Sprintf("a removed event's field %d", num)}
+		}
+		b = b[m:]
+	}
+	e.hashHi = len(d.hashes)
+	return nil
+}
+
+// appendPacked appends packed varints to dst as uint32s, as protobuf reads
+// a uint32 (the low 32 bits); false when b does not end on a whole varint.
+func appendPacked(dst *[]uint32, b []byte) bool {
+	for len(b) > 0 {
+		v, k := protowire.ConsumeVarint(b)
+		if k < 0 {
+			return false
+		}
+		*dst = append(*dst, uint32(v))
+		b = b[k:]
+	}
+	return true
+}
+
+// skipAll checks that b is a sequence of well-formed fields.
+func skipAll(b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errWire{"a field's tag"}
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return errWire{fmt.Sprintf("field %d", num)}
+		}
+		b = b[m:]
+	}
+	return nil
+}
+
+// kvWireCodec sends the subscription request as protobuf does and hands
+// each received message over as its bytes (into a *[]byte, reusing its
+// capacity), for kvWire to decode.
+type kvWireCodec struct{ encoding.CodecV2 }
+
+func newKVWireCodec() kvWireCodec { return kvWireCodec{encoding.GetCodecV2("proto")} }
+
+func (c kvWireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	*p = (*p)[:0]
+	for _, buf := range data {
+		*p = append(*p, buf.ReadOnlyData()...)
+	}
+	return nil
+}
+
+// consumeTag is protowire.ConsumeTag refusing, as protobuf's decoder does,
+// a field number above the largest valid one.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && !num.IsValid() {
+		return 0, 0, -1
+	}
+	return num, typ, n
+}

@@ -1,0 +1,195 @@
+package workers
+
+import (
+	"reflect"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
+)
+
+// wireSeeds are batches as engines send them and as protobuf allows them to
+// be sent: packed and unpacked repeated fields, a message field repeated
+// (merged), a oneof case replaced by another, unknown fields and fields of
+// the wrong wire type (both skipped), negative int32s (ten-byte varints).
+func wireSeeds(t testing.TB) [][]byte {
+	full, err := proto.Marshal(&smgcommon.KvEventBatch{SequenceNumber: 3, Timestamp: 1.5, DpRank: proto.Int32(1),
+		Events: []*smgcommon.KvCacheEvent{
+			{Data: &smgcommon.KvCacheEvent_Stored{Stored: &smgcommon.KvBlocksStored{ParentBlockHash: proto.Int64(-2),
+				Blocks: []*smgcommon.KvBlock{
+					{BlockHash: 5, TokenIds: []uint32{1, 2}, BlockSize: 2, LoraId: proto.Int64(1)},
+					{BlockHash: -6, TokenIds: []uint32{3, 1 << 31}, BlockSize: 2}}}}},
+			{Data: &smgcommon.KvCacheEvent_Removed{Removed: &smgcommon.KvBlocksRemoved{BlockHashes: []int64{5, -6}}}},
+			{Data: &smgcommon.KvCacheEvent_Cleared{Cleared: &smgcommon.KvCacheCleared{}}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := protowire.AppendTag
+	msg := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	field := func(num protowire.Number, body []byte) []byte {
+		return protowire.AppendBytes(tag(nil, num, protowire.BytesType), body)
+	}
+	varint := func(num protowire.Number, v uint64) []byte {
+		return protowire.AppendVarint(tag(nil, num, protowire.VarintType), v)
+	}
+	block := msg(varint(fBlockHash, 9), varint(fBlockTokens, 4), varint(fBlockTokens, 1<<40), // unpacked, a token past 32 bits
+		varint(fBlockSize, uint64(1<<64-16)), varint(99, 1)) // a negative size (refused) and an unknown field
+	okBlock := msg(varint(fBlockHash, 9), field(fBlockTokens, protowire.AppendVarint(nil, 7)), varint(fBlockSize, 16))
+	stored := func(blocks ...[]byte) []byte {
+		var b []byte
+		for _, bl := range blocks {
+			b = append(b, field(fStoredBlocks, bl)...)
+		}
+		return b
+	}
+	return [][]byte{
+		full,
+		nil, // an empty batch
+		msg(varint(fBatchSeq, 1), field(fBatchEvents, field(fEventStored, stored(block)))),
+		// stored twice in one event: merged, two blocks, the second parent wins.
+		msg(field(fBatchEvents, msg(field(fEventStored, msg(stored(okBlock), varint(fStoredParent, 1))),
+			field(fEventStored, msg(stored(okBlock), varint(fStoredParent, 2)))))),
+		// stored, then removed: the oneof keeps the last case.
+		msg(field(fBatchEvents, msg(field(fEventStored, stored(okBlock)), field(fEventRemoved, varint(fRemovedHashes, 3))))),
+		// removed, stored, removed: the second removed starts afresh.
+		msg(field(fBatchEvents, msg(field(fEventRemoved, varint(fRemovedHashes, 3)), field(fEventStored, stored(okBlock)),
+			field(fEventRemoved, field(fRemovedHashes, protowire.AppendVarint(protowire.AppendVarint(nil, 4), 5)))))),
+		// a events field of the wrong wire type, skipped; a negative dp_rank.
+		msg(varint(fBatchEvents, 4), varint(fBatchDPRank, uint64(1<<64-1))),
+		// truncated: a block's bytes end inside a varint.
+		msg(field(fBatchEvents, field(fEventStored, stored([]byte{byte(fBlockHash << 3), 0x80})))),
+	}
+}
+
+// TestKVWireIsTheGeneratedDecoding: on every seed the wire decoder returns
+// what the generated types and kvEventBatchOf return, or both refuse.
+func TestKVWireIsTheGeneratedDecoding(t *testing.T) {
+	for i, b := range wireSeeds(t) {
+		checkWireAgrees(t, i, b)
+	}
+}
+
+// FuzzKVEventWire: whatever bytes an engine sends, the wire decoder never
+// panics and agrees with the generated decoding: the same batch, or both
+// refuse (the wire decoder always with DATA_LOSS).
+func FuzzKVEventWire(f *testing.F) {
+	for _, b := range wireSeeds(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkWireAgrees(t, 0, data) })
+}
+
+func checkWireAgrees(t *testing.T, i int, data []byte) {
+	t.Helper()
+	var d kvWire
+	got, gotErr := d.decode(data)
+	var m smgcommon.KvEventBatch
+	var want *KVEventBatch
+	wantErr := proto.Unmarshal(data, &m)
+	if wantErr == nil {
+		want, wantErr = kvEventBatchOf(&m)
+	}
+	if gotErr != nil {
+		if status.Code(gotErr) != codes.DataLoss {
+			t.Fatalf("seed %d: refused with %v, want DATA_LOSS", i, gotErr)
+		}
+		if wantErr == nil {
+			t.Fatalf("seed %d: the wire decoder refuses what the generated types accept: %v", i, gotErr)
+		}
+		if s, ok := status.FromError(wantErr); ok && s.Code() == codes.DataLoss && status.Convert(gotErr).Message() != s.Message() {
+			t.Fatalf("seed %d: refused with %q, the reference with %q", i, status.Convert(gotErr).Message(), s.Message())
+		}
+		return
+	}
+	if wantErr != nil {
+		t.Fatalf("seed %d: the wire decoder accepts what the generated types refuse (%v): %+v", i, wantErr, got)
+	}
+	if !reflect.DeepEqual(normalize(got), normalize(want)) {
+		t.Fatalf("seed %d: wire decoder\n%+v\ngenerated\n%+v", i, normalize(got), normalize(want))
+	}
+	// A second decode with the same scratch space gives the same batch,
+	// and the first batch is untouched by it.
+	again, err := d.decode(data)
+	if err != nil || !reflect.DeepEqual(normalize(again), normalize(want)) || !reflect.DeepEqual(normalize(got), normalize(want)) {
+		t.Fatalf("seed %d: decoding again gave %+v, %v", i, again, err)
+	}
+}
+
+// normalize makes empty slices nil, so a batch compares by content.
+func normalize(b *KVEventBatch) *KVEventBatch {
+	c := *b
+	c.Events = nil
+	for _, e := range b.Events {
+		if len(e.Blocks) == 0 {
+			e.Blocks = nil
+		}
+		if len(e.Hashes) == 0 {
+			e.Hashes = nil
+		}
+		bs := make([]KVBlock, len(e.Blocks))
+		for j, bl := range e.Blocks {
+			if len(bl.Tokens) == 0 {
+				bl.Tokens = nil
+			}
+			bs[j] = bl
+		}
+		if e.Blocks != nil {
+			e.Blocks = bs
+		}
+		c.Events = append(c.Events, e)
+	}
+	return &c
+}
+
+// BenchmarkKVEventDecode: one full engine's batch for an 8K-token request
+// (a removal and a store per page, 512 of each), through the generated
+// types and through the wire decoder.
+func BenchmarkKVEventDecode(b *testing.B) {
+	var events []*smgcommon.KvCacheEvent
+	for p := range 512 {
+		events = append(events, &smgcommon.KvCacheEvent{Data: &smgcommon.KvCacheEvent_Removed{
+			Removed: &smgcommon.KvBlocksRemoved{BlockHashes: []int64{int64(1e6 + p)}}}})
+		toks := make([]uint32, 16)
+		for k := range toks {
+			toks[k] = uint32(p*16 + k)
+		}
+		events = append(events, &smgcommon.KvCacheEvent{Data: &smgcommon.KvCacheEvent_Stored{Stored: &smgcommon.KvBlocksStored{
+			ParentBlockHash: proto.Int64(int64(p)), Blocks: []*smgcommon.KvBlock{{BlockHash: int64(p + 1), TokenIds: toks, BlockSize: 16}}}}})
+	}
+	data, err := proto.Marshal(&smgcommon.KvEventBatch{SequenceNumber: 1, Events: events})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("generated", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m smgcommon.KvEventBatch
+			if err := proto.Unmarshal(data, &m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := kvEventBatchOf(&m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("wire", func(b *testing.B) {
+		b.ReportAllocs()
+		var d kvWire
+		for b.Loop() {
+			if _, err := d.decode(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
