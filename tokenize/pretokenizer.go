@@ -46,10 +46,13 @@ func (sc *scratch) takeBuf() []preToken {
 
 func (sc *scratch) putBuf(b []preToken) { sc.free = append(sc.free, b) }
 
+// scratchKeep is the largest buffer, in elements, that a pooled scratch keeps.
+const scratchKeep = 1 << 14
+
 // release drops references into the caller's text, so a pooled scratch does not keep
 // a large input alive, and frees buffers that grew unusually large.
 func (sc *scratch) release() {
-	const keep = 1 << 14
+	const keep = scratchKeep
 	clearOrDrop(&sc.segs, keep)
 	clearOrDrop(&sc.nsegs, keep)
 	clearOrDrop(&sc.pre, keep)
@@ -60,6 +63,23 @@ func (sc *scratch) release() {
 		sc.matches = nil
 	}
 }
+
+// reserve returns s emptied, with room for at least n elements. The pre-token buffers start
+// empty in a new tokenizer's scratch, and again after release dropped them for a long input;
+// sizing them once from the text's length saves a cold 64 KB encode of prose, code or JSON
+// about half of the 5-15 MB that growing them by doubling allocated (BenchmarkColdText;
+// BENCHMARKS.md, the cold tokenizer section).
+func reserve[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+// preTokenGuess estimates the pre-tokens of n bytes of text: about one per four bytes of
+// prose (code and JSON have more, CJK text far fewer), at most what release keeps, so that a
+// reserved buffer stays in the pool. A guess too small only means the buffer grows as before.
+func preTokenGuess(n int) int { return min(n/4+8, scratchKeep) }
 
 func clearOrDrop[T any](s *[]T, keep int) {
 	if cap(*s) > keep {
@@ -198,8 +218,9 @@ func isPunctuation(r rune) bool {
 type sequencePreTokenizer []PreTokenizer
 
 func (seq sequencePreTokenizer) PreTokenize(dst []preToken, p preToken, sc *scratch) []preToken {
-	cur := append(sc.takeBuf(), p)
-	next := sc.takeBuf()
+	guess := preTokenGuess(len(p.s))
+	cur := append(reserve(sc.takeBuf(), guess), p)
+	next := reserve(sc.takeBuf(), guess)
 	for _, pt := range seq {
 		next = next[:0]
 		for _, c := range cur {
@@ -274,7 +295,7 @@ func splitBy(dst []preToken, p preToken, m matcher, behavior splitBehavior, inve
 	if p.s == "" {
 		return dst
 	}
-	matches := m.FindAll(p.s, sc.matches[:0])
+	matches := m.FindAll(p.s, reserve(sc.matches, preTokenGuess(len(p.s))))
 	sc.matches = matches[:0]
 	emit := func(start, end int) {
 		if end > start {
@@ -291,7 +312,7 @@ func splitBy(dst []preToken, p preToken, m matcher, behavior splitBehavior, inve
 		emit(prev, len(p.s))
 		return dst
 	}
-	spans := sc.spans[:0]
+	spans := reserve(sc.spans, 2*len(matches)+1)
 	prev := 0
 	for _, mt := range matches {
 		if mt[0] > prev {
@@ -304,7 +325,7 @@ func splitBy(dst []preToken, p preToken, m matcher, behavior splitBehavior, inve
 		spans = append(spans, span{prev, len(p.s), invert})
 	}
 	sc.spans = spans[:0]
-	out := sc.out[:0]
+	out := reserve(sc.out, len(spans))
 	switch behavior {
 	case behaviorRemoved:
 		for _, s := range spans {

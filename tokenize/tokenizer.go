@@ -185,7 +185,7 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []Span) (
 				ids = t.model.Tokenize(ids, sub.text)
 				continue
 			}
-			sc.pre = t.pre.PreTokenize(sc.pre[:0], preToken{s: sub.text, atStart: sub.atStart}, sc)
+			sc.pre = t.pre.PreTokenize(reserve(sc.pre, preTokenGuess(len(sub.text))), preToken{s: sub.text, atStart: sub.atStart}, sc)
 			for _, p := range sc.pre {
 				if p.byteLevel {
 					ids = t.bpe.tokenizeByteLevel(ids, p.s)
