@@ -336,16 +336,8 @@ func (d *kvWire) block(b []byte) error {
 			var v uint64
 			v, m = protowire.ConsumeVarint(b)
 			bl.lora, bl.hasLoRA = int64(v), true
-		case num == fBlockTokens && typ == protowire.VarintType:
-			var v uint64
-			v, m = protowire.ConsumeVarint(b)
-			d.tokens = append(d.tokens, uint32(v))
-		case num == fBlockTokens && typ == protowire.BytesType:
-			var v []byte
-			v, m = protowire.ConsumeBytes(b)
-			if m >= 0 && !appendPacked(&d.tokens, v) {
-				return errWire{"token_ids"}
-			}
+		case num == fBlockTokens && (typ == protowire.VarintType || typ == protowire.BytesType):
+			m = appendVarints(&d.tokens, typ, b)
 		default:
 			m = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -368,23 +360,8 @@ func (d *kvWire) removed(e *wireEvent, b []byte) error {
 		b = b[n:]
 		var m int
 		switch {
-		case num == fRemovedHashes && typ == protowire.VarintType:
-			var v uint64
-			v, m = protowire.ConsumeVarint(b)
-			d.hashes = append(d.hashes, int64(v))
-		case num == fRemovedHashes && typ == protowire.BytesType:
-			var v []byte
-			v, m = protowire.ConsumeBytes(b)
-			if m >= 0 {
-				for len(v) > 0 {
-					x, k := protowire.ConsumeVarint(v)
-					if k < 0 {
-						return errWire{"block_hashes"}
-					}
-					d.hashes = append(d.hashes, int64(x))
-					v = v[k:]
-				}
-			}
+		case num == fRemovedHashes && (typ == protowire.VarintType || typ == protowire.BytesType):
+			m = appendVarints(&d.hashes, typ, b)
 		default:
 			m = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -397,18 +374,29 @@ func (d *kvWire) removed(e *wireEvent, b []byte) error {
 	return nil
 }
 
-// appendPacked appends packed varints to dst as uint32s, as protobuf reads
-// a uint32 (the low 32 bits); false when b does not end on a whole varint.
-func appendPacked(dst *[]uint32, b []byte) bool {
-	for len(b) > 0 {
-		v, k := protowire.ConsumeVarint(b)
-		if k < 0 {
-			return false
+// appendVarints appends a repeated varint field's values to dst, as
+// protobuf reads them (a uint32 keeps the low 32 bits), whether the field
+// is unpacked (typ VarintType: one value) or packed (BytesType: a run of
+// them), and returns the bytes of b it took; -1 when b does not hold a
+// whole field.
+func appendVarints[T uint32 | int64](dst *[]T, typ protowire.Type, b []byte) int {
+	if typ == protowire.VarintType {
+		v, m := protowire.ConsumeVarint(b)
+		if m >= 0 {
+			*dst = append(*dst, T(v))
 		}
-		*dst = append(*dst, uint32(v))
-		b = b[k:]
+		return m
 	}
-	return true
+	packed, m := protowire.ConsumeBytes(b)
+	for m >= 0 && len(packed) > 0 {
+		v, k := protowire.ConsumeVarint(packed)
+		if k < 0 {
+			return -1
+		}
+		*dst = append(*dst, T(v))
+		packed = packed[k:]
+	}
+	return m
 }
 
 // skipAll checks that b is a sequence of well-formed fields.
