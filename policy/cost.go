@@ -43,15 +43,19 @@ const (
 //   - held: the KV tokens the engine's running requests hold (UsedTokens of
 //     its last GetLoads), weighted as decode work: a busy batch slows
 //     every step, prefill chunks included, and pins pages;
-//   - wait: the prompt's tokens that do not fit beside what is held and
-//     queued (keep), which wait for running requests to end.
+//   - wait: the prompt's tokens that do not fit beside what is held
+//     (keep), which wait for running requests to end.
 //
-// keep = capacity − held − queue bounds what of its cache a worker can still
-// offer this request: held pages are pinned, and the queued prefills write
-// that much more before this request starts, evicting the least recently
-// used pages the match may be among. capacity is the engine's reported
+// keep = capacity − held bounds what of its cache a worker can still offer
+// this request: held pages are pinned by running requests, and a match
+// beyond the rest cannot be in the cache. capacity is the engine's reported
 // MaxTotalTokens, else its KVCapacityTokens; when neither is known, keep is
-// unbounded.
+// unbounded. The queue is not taken from keep: an engine matches a prompt's
+// prefix when it admits the request, and admission does not wait for the
+// prefills ahead of it (the simulator's does not; a first version that
+// assumed it did counted every match as lost once queues passed the cache's
+// size, and on the overloaded conversation trace its hit rate fell to
+// round_robin's).
 //
 // Ties go to the longer match, then the lower load (requests in flight),
 // then the earlier candidate.
@@ -98,7 +102,7 @@ type costTerms struct {
 func (m costModel) terms(inputLen, matched int, l costLoad) costTerms {
 	t := costTerms{matched: matched, kept: matched, queue: l.queue, held: l.held}
 	if l.capacity > 0 {
-		keep := max(l.capacity-l.held-l.queue, 0)
+		keep := max(l.capacity-l.held, 0)
 		t.kept = min(matched, keep)
 		t.wait = max(inputLen-keep, 0)
 	}
@@ -167,7 +171,7 @@ func (t costTerms) format(m costModel, inputLen int) string {
 		s += fmt.Sprintf(" of %d matched", t.matched)
 	}
 	s += ")"
-	if t.evict > 0 {
+	if t.evict > 0 && m.evictWeight > 0 {
 		s += fmt.Sprintf(" + %g × evict %d", m.evictWeight, t.evict)
 	}
 	s += fmt.Sprintf(" + queue %d + %g × held %d", t.queue, m.decodeWeight, t.held)
