@@ -128,8 +128,8 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*w
 		for i, n := range matched {
 			tokens[i] = n * p.blockSize
 		}
-		held := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
-		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, held))
+		cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
+		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached))
 		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
 		s.chosen, s.branch = best, "cache_hit"
