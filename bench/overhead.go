@@ -38,6 +38,17 @@ type OverheadConfig struct {
 	Warmup       int           // unmeasured requests per case and path first, default 200
 	Concurrency  int           // concurrent clients of the throughput measurement, default 64
 	Duration     time.Duration // length of each throughput measurement, default 5s
+	// Executable, when set, is the kvgate binary to run the router (`kvgate
+	// serve`) and the engine (`kvgate sim`) as child processes, as
+	// RunOverheadCPU does, instead of both in this process: the router's
+	// latency then carries no garbage collection or scheduling of the
+	// engine's or the clients' goroutines, only the machine's sharing.
+	Executable string
+	// RouterArgs are more flags for the router process (with Executable).
+	RouterArgs []string
+	// Stderr receives the child processes' logs (with Executable); nil:
+	// discarded.
+	Stderr io.Writer
 }
 
 // DefaultOverheadConfig returns the configuration BENCHMARKS.md reports.
@@ -122,40 +133,57 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig, w io.Writer) (Overhead
 		}
 	}
 
-	tok, err := startOverheadRig(ctx, false)
+	tok, err := cfg.start(ctx, false)
 	if err != nil {
 		return rep, err
 	}
 	defer tok.close()
 	for _, n := range cfg.PromptTokens {
-		c, err := tok.tokenCase(ctx, cfg, n)
+		c, err := tokenCase(ctx, tok, cfg, n)
 		if err != nil {
 			return rep, err
 		}
 		rep.Cases = append(rep.Cases, c)
 	}
 
-	txt, err := startOverheadRig(ctx, true)
+	txt, err := cfg.start(ctx, true)
 	if err != nil {
 		return rep, err
 	}
 	defer txt.close()
 	for _, n := range cfg.PromptTokens {
-		c, err := txt.textCase(ctx, cfg, n)
+		c, err := textCase(ctx, txt, cfg, n)
 		if err != nil {
 			return rep, err
 		}
 		rep.Cases = append(rep.Cases, c)
 	}
 
-	if rep.EngineRequestsPerSec, err = tok.throughput(ctx, cfg, false); err != nil {
+	if rep.EngineRequestsPerSec, err = throughput(ctx, tok, cfg, false); err != nil {
 		return rep, err
 	}
-	if rep.MaxRequestsPerSec, err = tok.throughput(ctx, cfg, true); err != nil {
+	if rep.MaxRequestsPerSec, err = throughput(ctx, tok, cfg, true); err != nil {
 		return rep, err
 	}
 	printOverhead(w, cfg, rep)
 	return rep, nil
+}
+
+// ovhRig is a rig of RunOverhead: the two paths, and how to end them.
+type ovhRig interface {
+	ovhPaths
+	close()
+}
+
+// start starts a rig for the latency cases: in this process, or with
+// Executable set, the router and engine as child processes.
+func (c OverheadConfig) start(ctx context.Context, withText bool) (ovhRig, error) {
+	if c.Executable == "" {
+		return startOverheadRig(ctx, withText)
+	}
+	pc := DefaultOverheadCPUConfig()
+	pc.Executable, pc.RouterArgs, pc.Stderr = c.Executable, c.RouterArgs, c.Stderr
+	return startCPURig(ctx, pc.withDefaults(), withText, false)
 }
 
 // overheadRig is one simulated engine, a router in front of it, and a client
@@ -247,6 +275,13 @@ func startOverheadRig(ctx context.Context, withText bool) (r *overheadRig, err e
 	}
 	r.direct, r.router = sglang.NewSglangSchedulerClient(dc), kvgatev1.NewRouterClient(rc)
 	return r, nil
+}
+
+func (r *overheadRig) reference() *textmodel.Model { return r.ref }
+
+func (r *overheadRig) cacheHits(context.Context) (cacheCounts, error) {
+	st := r.text.CacheStats()
+	return cacheCounts{l0: float64(st.L0Hits), l1: float64(st.L1Hits)}, nil
 }
 
 func (r *overheadRig) close() {

@@ -175,7 +175,7 @@ func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (Ov
 	if err != nil {
 		return rep, err
 	}
-	defer tok.stop()
+	defer tok.close()
 	if rep.IdleCPUPerSec, err = tok.idleCPU(ctx, time.Second); err != nil {
 		return rep, err
 	}
@@ -187,27 +187,27 @@ func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (Ov
 		return rep, err
 	}
 	rep.Throughput, rep.ThroughputCPUus, rep.ThroughputCores = t.PerSec, t.CPUus, t.Cores
-	tok.stop()
+	tok.close()
 
 	// The same requests through `kvgate relay`: the floor.
 	floor, err := startCPURig(ctx, cfg, false, true)
 	if err != nil {
 		return rep, err
 	}
-	defer floor.stop()
+	defer floor.close()
 	if err := floor.tokenCases(ctx, cfg, OverheadInputRelay, &rep); err != nil {
 		return rep, err
 	}
 	if rep.RelayThroughput, err = floor.throughputCPU(ctx, cfg); err != nil {
 		return rep, err
 	}
-	floor.stop()
+	floor.close()
 
 	txt, err := startCPURig(ctx, cfg, true, false)
 	if err != nil {
 		return rep, err
 	}
-	defer txt.stop()
+	defer txt.close()
 	for _, n := range cfg.PromptTokens {
 		cs, err := txt.textCases(ctx, cfg, n)
 		if err != nil {
@@ -224,8 +224,9 @@ func RunOverheadCPU(ctx context.Context, cfg OverheadCPUConfig, w io.Writer) (Ov
 type cpuRig struct {
 	engine, router *exec.Cmd
 	metrics        string // the router's Prometheus host:port
-	conn           *grpc.ClientConn
+	conns          []*grpc.ClientConn
 	client         kvgatev1.RouterClient
+	direct         sglang.SglangSchedulerClient // the engine itself
 	// relay is set when `kvgate relay` stands in for the router: requests
 	// then go to the engine through it, as the router's adapter sends them.
 	relay    sglang.SglangSchedulerClient
@@ -244,7 +245,7 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	r = &cpuRig{}
 	defer func() {
 		if err != nil {
-			r.stop()
+			r.close()
 		}
 	}()
 	ports, err := freePorts(3)
@@ -274,13 +275,26 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 		return r, err
 	}
 	r.metrics = "127.0.0.1:" + metricsPort
-	if r.conn, err = grpc.NewClient("127.0.0.1:"+routerPort, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20))); err != nil {
-		return r, fmt.Errorf("overhead --cpu: %w", err)
+	dial := func(port string) (*grpc.ClientConn, error) {
+		c, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			return nil, fmt.Errorf("overhead --cpu: %w", err)
+		}
+		r.conns = append(r.conns, c)
+		return c, nil
 	}
-	r.client = kvgatev1.NewRouterClient(r.conn)
+	front, err := dial(routerPort)
+	if err != nil {
+		return r, err
+	}
+	engine, err := dial(enginePort)
+	if err != nil {
+		return r, err
+	}
+	r.client, r.direct = kvgatev1.NewRouterClient(front), sglang.NewSglangSchedulerClient(engine)
 	if relay {
-		r.relay = sglang.NewSglangSchedulerClient(r.conn)
+		r.relay = sglang.NewSglangSchedulerClient(front)
 	}
 	probe := ovhRouterRequest([]uint32{1, 2, 3, 4}, "")
 	deadline := time.Now().Add(60 * time.Second)
@@ -300,12 +314,7 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	if withText {
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		ec, err := grpc.NewClient("127.0.0.1:"+enginePort, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return r, fmt.Errorf("overhead --cpu: %w", err)
-		}
-		defer ec.Close()
-		archive, err := workers.NewSGLangBackend(ec).Tokenizer(tctx)
+		archive, err := workers.NewSGLangBackend(engine).Tokenizer(tctx)
 		if err != nil {
 			return r, fmt.Errorf("overhead --cpu: tokenizer from the engine: %w", err)
 		}
@@ -330,11 +339,11 @@ func (r *cpuRig) start(cfg OverheadCPUConfig, args []string) (*exec.Cmd, error) 
 	return cmd, nil
 }
 
-// stop ends the router, then the engine, and waits for both.
-func (r *cpuRig) stop() {
+// close ends the router, then the engine, and waits for both.
+func (r *cpuRig) close() {
 	r.stopOnce.Do(func() {
-		if r.conn != nil {
-			_ = r.conn.Close()
+		for _, c := range r.conns {
+			_ = c.Close()
 		}
 		for _, c := range []*exec.Cmd{r.router, r.engine} {
 			if c != nil && c.Process != nil {
@@ -367,6 +376,24 @@ func (r *cpuRig) idleCPU(ctx context.Context, d time.Duration) (time.Duration, e
 	c1, err := r.routerCPU()
 	return time.Duration(float64(c1-c0) / d.Seconds()), err
 }
+
+func (r *cpuRig) sendDirect(ctx context.Context, ids []uint32) (time.Duration, int, error) {
+	d, n, err := ovhSendEngine(ctx, r.direct, fmt.Sprintf("bench-direct-%d", r.seq.Add(1)), ids)
+	if err != nil {
+		return 0, 0, fmt.Errorf("engine: %w", err)
+	}
+	return d, n, nil
+}
+
+func (r *cpuRig) sendRouter(ctx context.Context, req *kvgatev1.GenerateRequest) (time.Duration, int, error) {
+	d, n, err := ovhSendRouter(ctx, r.client, req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("router: %w", err)
+	}
+	return d, n, nil
+}
+
+func (r *cpuRig) reference() *textmodel.Model { return r.ref }
 
 // send sends req to the router and returns its completion's prompt token
 // count.
@@ -410,7 +437,7 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 	var before cacheCounts
 	if check != nil {
 		var err error
-		if before, err = r.cacheCounts(ctx); err != nil {
+		if before, err = r.cacheHits(ctx); err != nil {
 			return c, err
 		}
 	}
@@ -465,7 +492,7 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 	c.RouterCPUus = float64(c1-c0) / float64(time.Microsecond) / float64(c.Requests)
 	c.PerSec = float64(c.Requests) / wall.Seconds()
 	if check != nil {
-		after, err := r.cacheCounts(ctx)
+		after, err := r.cacheHits(ctx)
 		if err != nil {
 			return c, err
 		}

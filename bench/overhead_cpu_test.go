@@ -43,6 +43,17 @@ func TestProcessCPUNoProcess(t *testing.T) {
 	}
 }
 
+// buildKvgate builds the kvgate binary into a temporary directory.
+func buildKvgate(t testing.TB) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "kvgate")
+	build := exec.Command("go", "build", "-o", exe, "github.com/kvgate/kvgate/cmd/kvgate")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return exe
+}
+
 // TestRunOverheadCPUSmall builds kvgate and runs the CPU measurement on
 // short prompts with a tiny budget: the rig starts, every case's cache
 // check passes, and the table is printed.
@@ -50,11 +61,7 @@ func TestRunOverheadCPUSmall(t *testing.T) {
 	if testing.Short() || runtime.GOOS != "linux" {
 		t.Skip("builds kvgate and starts a router and an engine as processes")
 	}
-	exe := filepath.Join(t.TempDir(), "kvgate")
-	build := exec.Command("go", "build", "-o", exe, "github.com/kvgate/kvgate/cmd/kvgate")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	exe := buildKvgate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out, logs bytes.Buffer

@@ -28,10 +28,26 @@ type ovhPair struct {
 	req *kvgatev1.GenerateRequest
 }
 
+// ovhPaths are the two ways a latency case sends its requests: straight to
+// the engine and through the router in front of it. The in-process rig
+// (overheadRig) and the rig of child processes (cpuRig) both provide them.
+type ovhPaths interface {
+	// sendDirect sends ids straight to the engine and returns the time
+	// until the completion arrived and its prompt token count.
+	sendDirect(ctx context.Context, ids []uint32) (time.Duration, int, error)
+	// sendRouter sends req through the router, likewise.
+	sendRouter(ctx context.Context, req *kvgatev1.GenerateRequest) (time.Duration, int, error)
+	// cacheHits are the router's tokenizer-cache hit counts so far.
+	cacheHits(ctx context.Context) (cacheCounts, error)
+	// reference is the engine's tokenizer without caches (nil for an
+	// engine without one), to write texts and their ids.
+	reference() *textmodel.Model
+}
+
 // measure runs warmup then cfg.Requests iterations of next, each sending its
 // pair to the engine and to the router one after the other (the order
 // alternates), and returns the two latency samples.
-func (r *overheadRig) measure(ctx context.Context, cfg OverheadConfig, next func(i int) (ovhPair, error)) (direct, routed []time.Duration, err error) {
+func measure(ctx context.Context, r ovhPaths, cfg OverheadConfig, next func(i int) (ovhPair, error)) (direct, routed []time.Duration, err error) {
 	direct = make([]time.Duration, 0, cfg.Requests)
 	routed = make([]time.Duration, 0, cfg.Requests)
 	for i := range cfg.Warmup + cfg.Requests {
@@ -68,7 +84,7 @@ func (r *overheadRig) measure(ctx context.Context, cfg OverheadConfig, next func
 // tokenCase: fresh random prompts of n token ids, a different one for each
 // request, so that the engine and the router's tree see the same work on
 // both paths (a miss, then an insertion).
-func (r *overheadRig) tokenCase(ctx context.Context, cfg OverheadConfig, n int) (OverheadCase, error) {
+func tokenCase(ctx context.Context, r ovhPaths, cfg OverheadConfig, n int) (OverheadCase, error) {
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	prompt := func() []uint32 {
 		ids := make([]uint32, n)
@@ -78,7 +94,7 @@ func (r *overheadRig) tokenCase(ctx context.Context, cfg OverheadConfig, n int) 
 		return ids
 	}
 	// Same length, different ids: neither path benefits from the other's cache.
-	direct, routed, err := r.measure(ctx, cfg, func(int) (ovhPair, error) {
+	direct, routed, err := measure(ctx, r, cfg, func(int) (ovhPair, error) {
 		return ovhPair{ids: prompt(), req: ovhRouterRequest(prompt(), "")}, nil
 	})
 	if err != nil {
@@ -91,11 +107,12 @@ func (r *overheadRig) tokenCase(ctx context.Context, cfg OverheadConfig, n int) 
 // up to its last special token, is in the router's L1 cache; only the last
 // user turn changes from request to request, so L0 misses and L1 hits. The
 // engine gets the same conversation's token ids, computed without the caches.
-func (r *overheadRig) textCase(ctx context.Context, cfg OverheadConfig, n int) (OverheadCase, error) {
+func textCase(ctx context.Context, r ovhPaths, cfg OverheadConfig, n int) (OverheadCase, error) {
 	fail := func(err error) (OverheadCase, error) {
 		return OverheadCase{}, fmt.Errorf("overhead, %d-token text: %w", n, err)
 	}
-	conv, err := newOvhConversation(r.ref, n, uint64(n))
+	ref := r.reference()
+	conv, err := newOvhConversation(ref, n, uint64(n))
 	if err != nil {
 		return fail(err)
 	}
@@ -108,7 +125,7 @@ func (r *overheadRig) textCase(ctx context.Context, cfg OverheadConfig, n int) (
 		return fail(err)
 	}
 	// Check once that the composed ids are the tokenizer's own.
-	whole, err := r.ref.Encode(seed.text, true)
+	whole, err := ref.Encode(seed.text, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -116,21 +133,27 @@ func (r *overheadRig) textCase(ctx context.Context, cfg OverheadConfig, n int) (
 		return fail(errors.New("the conversation's ids do not compose at its last special token"))
 	}
 
-	before := r.text.CacheStats()
-	direct, routed, err := r.measure(ctx, cfg, func(i int) (ovhPair, error) {
+	before, err := r.cacheHits(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	direct, routed, err := measure(ctx, r, cfg, func(i int) (ovhPair, error) {
 		v, err := conv.variant(i)
 		return ovhPair{ids: v.ids, req: ovhRouterRequest(nil, v.text)}, err
 	})
 	if err != nil {
 		return fail(err)
 	}
-	after := r.text.CacheStats()
-	total := uint64(cfg.Warmup + cfg.Requests)
-	if hits := after.L1Hits - before.L1Hits; hits < total {
-		return fail(fmt.Errorf("the router's L1 cache hit %d times in %d requests", hits, total))
+	after, err := r.cacheHits(ctx)
+	if err != nil {
+		return fail(err)
 	}
-	if hits := after.L0Hits - before.L0Hits; hits > 0 {
-		return fail(fmt.Errorf("the router's L0 cache hit %d times; every text should be new", hits))
+	d, total := after.minus(before), float64(cfg.Warmup+cfg.Requests)
+	if d.l1 < total {
+		return fail(fmt.Errorf("the router's L1 cache hit %v times in %v requests", d.l1, total))
+	}
+	if d.l0 > 0 {
+		return fail(fmt.Errorf("the router's L0 cache hit %v times; every text should be new", d.l0))
 	}
 	return newOvhCase(OverheadInputTextL1Hit, n, direct, routed), nil
 }
@@ -254,7 +277,7 @@ func ovhPercentileUs(ds []time.Duration, p float64) float64 {
 // throughput runs cfg.Concurrency clients sending 1K-token token-id requests
 // (max_new_tokens 1) back to back for cfg.Duration, through the router or
 // straight to the engine, and returns completed requests per second.
-func (r *overheadRig) throughput(ctx context.Context, cfg OverheadConfig, viaRouter bool) (float64, error) {
+func throughput(ctx context.Context, r ovhPaths, cfg OverheadConfig, viaRouter bool) (float64, error) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	pool := make([][]uint32, ovhThroughputPool)
 	reqs := make([]*kvgatev1.GenerateRequest, ovhThroughputPool)
@@ -306,7 +329,14 @@ func (r *overheadRig) throughput(ctx context.Context, cfg OverheadConfig, viaRou
 }
 
 func printOverhead(w io.Writer, cfg OverheadConfig, rep OverheadReport) {
-	fmt.Fprintf(w, "Router overhead: one simulated SGLang engine at zero latency, in this process; requests over loopback gRPC, timed to the completion (max_new_tokens 1, streamed).\n")
+	where := "in this process"
+	if cfg.Executable != "" {
+		where = "the engine (kvgate sim) and the router (kvgate serve) each a process of its own"
+	}
+	fmt.Fprintf(w, "Router overhead: one simulated SGLang engine at zero latency, %s; requests over loopback gRPC, timed to the completion (max_new_tokens 1, streamed).\n", where)
+	if len(cfg.RouterArgs) > 0 {
+		fmt.Fprintf(w, "Router flags added: %s.\n", strings.Join(cfg.RouterArgs, " "))
+	}
 	fmt.Fprintf(w, "%d sequential requests per case after %d warm-up, alternating straight-to-engine and through the router (cache_aware). GOMAXPROCS %d, %s/%s.\n\n",
 		cfg.Requests, cfg.Warmup, runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -87,8 +87,8 @@ type cacheCounts struct{ l0, l1 float64 }
 
 func (a cacheCounts) minus(b cacheCounts) cacheCounts { return cacheCounts{a.l0 - b.l0, a.l1 - b.l1} }
 
-// cacheCounts scrapes kvgate_tokenizer_cache_hits_total from the router.
-func (r *cpuRig) cacheCounts(ctx context.Context) (cacheCounts, error) {
+// cacheHits scrapes kvgate_tokenizer_cache_hits_total from the router.
+func (r *cpuRig) cacheHits(ctx context.Context) (cacheCounts, error) {
 	var c cacheCounts
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.metrics+"/metrics", nil)
 	if err != nil {

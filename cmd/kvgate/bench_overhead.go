@@ -15,6 +15,7 @@ import (
 // overheadFlags are the flags of `kvgate bench --overhead` alone.
 type overheadFlags struct {
 	cpu          bool
+	processes    bool
 	promptTokens string
 	cpuBudget    time.Duration
 	routerPprof  string
@@ -27,9 +28,10 @@ func (o *overheadFlags) register(fs interface {
 	DurationVar(*time.Duration, string, time.Duration, string)
 }) {
 	fs.BoolVar(&o.cpu, "cpu", false, "with --overhead: measure the router's own CPU time per request instead (token ids; text missing, hitting L0, hitting L1 the tokenizer cache), with the router (kvgate serve) and the engine (kvgate sim) each in a process of its own, and the requests/s of one router")
+	fs.BoolVar(&o.processes, "processes", false, "with --overhead: run the router (kvgate serve) and the engine (kvgate sim) of the latency table each as a process of its own, as --cpu does, so that neither's garbage collection lands on the other's latency")
 	fs.StringVar(&o.promptTokens, "prompt-tokens", "", "with --overhead: comma-separated prompt lengths in tokens (empty: 1024,8192; with --cpu 1024,8192,65536)")
 	fs.DurationVar(&o.cpuBudget, "cpu-budget", 2*time.Second, "with --overhead --cpu: router CPU time each case runs for (the kernel counts it in 10ms ticks)")
-	fs.StringVar(&o.routerArgs, "router-args", "", "with --overhead --cpu: more flags for the router, space-separated (e.g. '--kv-events off' leaves the KV event mirror out)")
+	fs.StringVar(&o.routerArgs, "router-args", "", "with --overhead --cpu or --processes: more flags for the router, space-separated (e.g. '--kv-events off' leaves the KV event mirror out)")
 	fs.StringVar(&o.routerPprof, "router-pprof-addr", "", "with --overhead --cpu: the router's --pprof-addr, to profile it while the cases run (loopback host:port)")
 }
 
@@ -58,11 +60,13 @@ func runOverhead(ctx context.Context, c *benchConfig, w, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if c.ovh.cpu {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("--cpu starts this kvgate binary as router and engine: %w", err)
+	var exe string
+	if c.ovh.cpu || c.ovh.processes {
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("--cpu and --processes start this kvgate binary as router and engine: %w", err)
 		}
+	}
+	if c.ovh.cpu {
 		cfg := bench.DefaultOverheadCPUConfig()
 		cfg.Executable, cfg.Budget, cfg.PprofAddr, cfg.Stderr = exe, c.ovh.cpuBudget, c.ovh.routerPprof, stderr
 		cfg.RouterArgs = strings.Fields(c.ovh.routerArgs)
@@ -75,10 +79,16 @@ func runOverhead(ctx context.Context, c *benchConfig, w, stderr io.Writer) error
 		_, err = bench.RunOverheadCPU(ctx, cfg, w)
 		return err
 	}
-	if c.ovh.routerPprof != "" || c.ovh.routerArgs != "" {
-		return fmt.Errorf("--router-pprof-addr and --router-args need --cpu (without it the router runs in this process)")
+	if c.ovh.routerPprof != "" {
+		return fmt.Errorf("--router-pprof-addr needs --cpu")
+	}
+	if c.ovh.routerArgs != "" && !c.ovh.processes {
+		return fmt.Errorf("--router-args needs --cpu or --processes (without them the router runs in this process)")
 	}
 	cfg := bench.DefaultOverheadConfig()
+	if c.ovh.processes {
+		cfg.Executable, cfg.Stderr, cfg.RouterArgs = exe, stderr, strings.Fields(c.ovh.routerArgs)
+	}
 	if len(lengths) > 0 {
 		cfg.PromptTokens = lengths
 	}
