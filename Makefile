@@ -131,6 +131,7 @@ bench:
 		--policies cache_aware,prefix_hash,power_of_two,round_robin \
 		--json $(BENCH_RESULTS)/trace.json --plot $(BENCH_RESULTS)/trace.svg | tee $(BENCH_RESULTS)/trace.txt
 	$(BIN)/kvgate bench --overhead | tee $(BENCH_RESULTS)/overhead.txt
+	$(BIN)/kvgate bench --overhead --processes | tee $(BENCH_RESULTS)/overhead-processes.txt
 
 ## chaos: the full chaos run (1,000 requests while engines are killed, stalled and failing;
 ## under a minute); `go test` runs a 300-request version. Its figures go to RELIABILITY.md.
