@@ -146,6 +146,27 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig, w io.Writer) (Overhead
 		rep.Cases = append(rep.Cases, c)
 	}
 
+	if cfg.Executable != "" {
+		// The floor: the same token ids through `kvgate relay`, a front
+		// process that forwards each call undecoded. What it adds is the
+		// extra hop itself (a process to wake, a second loopback stream);
+		// what the router adds beyond it is routing.
+		relay, err := startCPURig(ctx, cfg.cpuRigConfig(), false, true)
+		if err != nil {
+			return rep, err
+		}
+		defer relay.close()
+		for _, n := range cfg.PromptTokens {
+			c, err := tokenCase(ctx, relay, cfg, n)
+			if err != nil {
+				return rep, fmt.Errorf("relay floor: %w", err)
+			}
+			c.Input = OverheadInputRelay
+			rep.Cases = append(rep.Cases, c)
+		}
+		relay.close()
+	}
+
 	txt, err := cfg.start(ctx, true)
 	if err != nil {
 		return rep, err
@@ -181,9 +202,15 @@ func (c OverheadConfig) start(ctx context.Context, withText bool) (ovhRig, error
 	if c.Executable == "" {
 		return startOverheadRig(ctx, withText)
 	}
+	return startCPURig(ctx, c.cpuRigConfig(), withText, false)
+}
+
+// cpuRigConfig is the configuration of RunOverheadCPU's rig that starts
+// this measurement's processes.
+func (c OverheadConfig) cpuRigConfig() OverheadCPUConfig {
 	pc := DefaultOverheadCPUConfig()
 	pc.Executable, pc.RouterArgs, pc.Stderr = c.Executable, c.RouterArgs, c.Stderr
-	return startCPURig(ctx, pc.withDefaults(), withText, false)
+	return pc.withDefaults()
 }
 
 // overheadRig is one simulated engine, a router in front of it, and a client

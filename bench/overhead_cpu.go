@@ -385,7 +385,16 @@ func (r *cpuRig) sendDirect(ctx context.Context, ids []uint32) (time.Duration, i
 	return d, n, nil
 }
 
+// sendRouter sends req through the front process: the router, or the
+// relay (its token ids, as the router's adapter would send them).
 func (r *cpuRig) sendRouter(ctx context.Context, req *kvgatev1.GenerateRequest) (time.Duration, int, error) {
+	if r.relay != nil {
+		d, n, err := ovhSendEngine(ctx, r.relay, fmt.Sprintf("bench-%d", r.seq.Add(1)), req.GetInputIds())
+		if err != nil {
+			return 0, 0, fmt.Errorf("relay: %w", err)
+		}
+		return d, n, nil
+	}
 	d, n, err := ovhSendRouter(ctx, r.client, req)
 	if err != nil {
 		return 0, 0, fmt.Errorf("router: %w", err)
@@ -398,11 +407,7 @@ func (r *cpuRig) reference() *textmodel.Model { return r.ref }
 // send sends req to the router and returns its completion's prompt token
 // count.
 func (r *cpuRig) send(ctx context.Context, req *kvgatev1.GenerateRequest) (int, error) {
-	if r.relay != nil {
-		_, n, err := ovhSendEngine(ctx, r.relay, fmt.Sprintf("bench-%d", r.seq.Add(1)), req.GetInputIds())
-		return n, err
-	}
-	_, n, err := ovhSendRouter(ctx, r.client, req)
+	_, n, err := r.sendRouter(ctx, req)
 	return n, err
 }
 

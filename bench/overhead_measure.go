@@ -347,6 +347,9 @@ func printOverhead(w io.Writer, cfg OverheadConfig, rep OverheadReport) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ntokens: fresh random token ids for every request. text-l1-hit: a multi-turn ChatML conversation whose prefix up to its last special token is in the router's L1 cache; only the last user turn changes (L0 miss, L1 hit); the engine gets the same ids.\n")
+	if cfg.Executable != "" {
+		fmt.Fprintf(w, "relay-floor: the tokens cases through kvgate relay in the router's place, a process that forwards each call undecoded: what the extra hop alone adds on this machine.\n")
+	}
 	fmt.Fprintf(w, "\nThroughput, %d clients sending %d-token token-id requests back to back for %s (%d distinct prompts, cycled):\n",
 		cfg.Concurrency, ovhThroughputPrompt, cfg.Duration, ovhThroughputPool)
 	fmt.Fprintf(w, "  through the router:    %8.0f requests/s\n", rep.MaxRequestsPerSec)

@@ -37,10 +37,14 @@ func TestRunOverheadSmall(t *testing.T) {
 				t.Fatalf("%v\nlogs:\n%s", err, logs.String())
 			}
 			t.Logf("took %s\n%s", time.Since(start), out.String())
-			if len(rep.Cases) != 2 {
-				t.Fatalf("cases = %+v, want one per input kind", rep.Cases)
+			inputs := []string{OverheadInputTokens, OverheadInputTextL1Hit}
+			if processes {
+				inputs = []string{OverheadInputTokens, OverheadInputRelay, OverheadInputTextL1Hit}
 			}
-			for i, want := range []string{OverheadInputTokens, OverheadInputTextL1Hit} {
+			if len(rep.Cases) != len(inputs) {
+				t.Fatalf("cases = %+v, want %v", rep.Cases, inputs)
+			}
+			for i, want := range inputs {
 				c := rep.Cases[i]
 				if c.Input != want || c.PromptTokens != 64 {
 					t.Errorf("case %d = %+v, want input %q at 64 tokens", i, c, want)
