@@ -79,6 +79,7 @@ func (c OverheadConfig) withDefaults() OverheadConfig {
 	if c.Duration <= 0 {
 		c.Duration = d.Duration
 	}
+	c.Stderr = sharedStderr(c.Stderr)
 	return c
 }
 

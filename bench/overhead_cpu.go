@@ -110,13 +110,23 @@ func (c OverheadCPUConfig) withDefaults() OverheadCPUConfig {
 	if c.Duration <= 0 {
 		c.Duration = d.Duration
 	}
-	if c.Stderr == nil {
-		c.Stderr = io.Discard
-	}
-	// Both children write their logs to it, each from a goroutine of its
-	// own (os/exec copies a non-file writer's output).
-	c.Stderr = &lockedWriter{w: c.Stderr}
+	c.Stderr = sharedStderr(c.Stderr)
 	return c
+}
+
+// sharedStderr is w (io.Discard when nil) behind one lock: every child
+// writes its logs to it, each from a goroutine of its own (os/exec copies a
+// non-file writer's output). A writer already behind one keeps it, so
+// that rigs started from one configuration share one lock.
+func sharedStderr(w io.Writer) io.Writer {
+	switch w := w.(type) {
+	case nil:
+		return io.Discard
+	case *lockedWriter:
+		return w
+	default:
+		return &lockedWriter{w: w}
+	}
 }
 
 // OverheadCPUReport is what RunOverheadCPU measured.
