@@ -139,12 +139,8 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig, w io.Writer) (Overhead
 		return rep, err
 	}
 	defer tok.close()
-	for _, n := range cfg.PromptTokens {
-		c, err := tokenCase(ctx, tok, cfg, n)
-		if err != nil {
-			return rep, err
-		}
-		rep.Cases = append(rep.Cases, c)
+	if err := rep.measureLengths(ctx, cfg, tok, OverheadInputTokens, tokenCase); err != nil {
+		return rep, err
 	}
 
 	if cfg.Executable != "" {
@@ -157,13 +153,8 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig, w io.Writer) (Overhead
 			return rep, err
 		}
 		defer relay.close()
-		for _, n := range cfg.PromptTokens {
-			c, err := tokenCase(ctx, relay, cfg, n)
-			if err != nil {
-				return rep, fmt.Errorf("relay floor: %w", err)
-			}
-			c.Input = OverheadInputRelay
-			rep.Cases = append(rep.Cases, c)
+		if err := rep.measureLengths(ctx, cfg, relay, OverheadInputRelay, tokenCase); err != nil {
+			return rep, fmt.Errorf("relay floor: %w", err)
 		}
 		relay.close()
 	}
@@ -173,12 +164,8 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig, w io.Writer) (Overhead
 		return rep, err
 	}
 	defer txt.close()
-	for _, n := range cfg.PromptTokens {
-		c, err := textCase(ctx, txt, cfg, n)
-		if err != nil {
-			return rep, err
-		}
-		rep.Cases = append(rep.Cases, c)
+	if err := rep.measureLengths(ctx, cfg, txt, OverheadInputTextL1Hit, textCase); err != nil {
+		return rep, err
 	}
 
 	if rep.EngineRequestsPerSec, err = throughput(ctx, tok, cfg, false); err != nil {
@@ -189,6 +176,21 @@ func RunOverhead(ctx context.Context, cfg OverheadConfig, w io.Writer) (Overhead
 	}
 	printOverhead(w, cfg, rep)
 	return rep, nil
+}
+
+// measureLengths adds one case per prompt length of cfg, measured by
+// measure on r and labelled input.
+func (rep *OverheadReport) measureLengths(ctx context.Context, cfg OverheadConfig, r ovhPaths, input string,
+	measure func(context.Context, ovhPaths, OverheadConfig, int) (OverheadCase, error)) error {
+	for _, n := range cfg.PromptTokens {
+		c, err := measure(ctx, r, cfg, n)
+		if err != nil {
+			return err
+		}
+		c.Input = input
+		rep.Cases = append(rep.Cases, c)
+	}
+	return nil
 }
 
 // ovhRig is a rig of RunOverhead: the two paths, and how to end them.
