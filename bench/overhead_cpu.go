@@ -309,7 +309,7 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	probe := ovhRouterRequest([]uint32{1, 2, 3, 4}, "")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := r.send(ctx, probe)
+		_, _, err := r.sendRouter(ctx, probe)
 		if err == nil {
 			break
 		}
@@ -414,13 +414,6 @@ func (r *cpuRig) sendRouter(ctx context.Context, req *kvgatev1.GenerateRequest) 
 
 func (r *cpuRig) reference() *textmodel.Model { return r.ref }
 
-// send sends req to the router and returns its completion's prompt token
-// count.
-func (r *cpuRig) send(ctx context.Context, req *kvgatev1.GenerateRequest) (int, error) {
-	_, n, err := r.sendRouter(ctx, req)
-	return n, err
-}
-
 // run measures one case: cfg.Warmup requests, then clients concurrent
 // clients sending next(i) (called under a lock, so that it may draw from a
 // math/rand source) until the router has used cfg.Budget of CPU (or
@@ -441,7 +434,7 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 		return next(seq)
 	}
 	for range cfg.Warmup {
-		n, err := r.send(ctx, request())
+		_, n, err := r.sendRouter(ctx, request())
 		if err != nil {
 			return c, err
 		}
@@ -471,7 +464,7 @@ func (r *cpuRig) run(ctx context.Context, cfg OverheadCPUConfig, input string, c
 	for range clients {
 		wg.Go(func() {
 			for !stop.Load() && ctx.Err() == nil {
-				n, err := r.send(ctx, request())
+				_, n, err := r.sendRouter(ctx, request())
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
 					stop.Store(true)
