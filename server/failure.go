@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -68,9 +69,9 @@ func (s *Server) classify(ctx, actx context.Context, p placement, err error, tok
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errShuttingDown):
 		f.cause = causeShutdown
-	case ctx.Err() != nil:
+	case clientGone(ctx) != nil:
 		f.cause = causeClientGone
-		f.err = ctx.Err()
+		f.err = clientGone(ctx)
 	case errors.As(err, &bug):
 		f.cause = causeRouter
 	default:
@@ -84,6 +85,21 @@ func (s *Server) classify(ctx, actx context.Context, p placement, err error, tok
 		}
 	}
 	return f
+}
+
+// clientGone is why the client is gone: ctx's error, or
+// context.DeadlineExceeded once ctx's deadline has passed though its timer
+// has not fired yet. The deadline is passed on to the engine, and the
+// engine's stream can end with it a moment before the router's own timer
+// cancels ctx; that is still the client's deadline, not a failing worker.
+func clientGone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // retryable: the worker failed before the client saw any token, so another
