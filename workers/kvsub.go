@@ -33,9 +33,12 @@ import (
 type KVSubscriptionConfig struct {
 	// Handler receives every worker's events. Required.
 	Handler KVEventHandler
-	// InitialBackoff is the wait before the first reconnection after a
-	// stream broke; each further failure doubles it, up to MaxBackoff. A
-	// batch received, or a stream open for ConfirmAfter, starts it over.
+	// InitialBackoff is the wait before the first new subscription after a
+	// stream broke, skipped a sequence number or was refused; each further
+	// one doubles it, up to MaxBackoff, until a stream stays healthy for
+	// StableAfter. Every new subscription waits: an engine that breaks its
+	// streams or skips numbers on purpose gets a few subscriptions a
+	// minute, not thousands.
 	InitialBackoff time.Duration
 	// MaxBackoff caps the wait between reconnections. It is also how long a
 	// stream may stay broken before the worker's mirror stops being trusted
@@ -48,6 +51,11 @@ type KVSubscriptionConfig struct {
 	// count as working when no batch arrives (an idle engine sends
 	// nothing); a batch confirms it at once.
 	ConfirmAfter time.Duration
+	// StableAfter is how long a stream must stay open without a gap or an
+	// error for the backoff to start over at InitialBackoff. A batch alone
+	// does not start it over: an engine that sends one and then skips a
+	// number would otherwise be resubscribed at once, forever. Positive.
+	StableAfter time.Duration
 	// Logger receives the subscriptions' logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives counts and lag for monitoring; its nil fields are
@@ -56,7 +64,8 @@ type KVSubscriptionConfig struct {
 }
 
 // DefaultKVSubscriptionConfig returns the defaults for handler: backoff from
-// 100 ms doubling to 30 s with ±20% jitter, and a stream confirmed after 1 s.
+// 100 ms doubling to 30 s with ±20% jitter, starting over once a stream has
+// been healthy for 10 s, and a stream confirmed after 1 s.
 func DefaultKVSubscriptionConfig(handler KVEventHandler) KVSubscriptionConfig {
 	return KVSubscriptionConfig{
 		Handler:        handler,
@@ -64,6 +73,7 @@ func DefaultKVSubscriptionConfig(handler KVEventHandler) KVSubscriptionConfig {
 		MaxBackoff:     30 * time.Second,
 		Jitter:         0.2,
 		ConfirmAfter:   time.Second,
+		StableAfter:    10 * time.Second,
 	}
 }
 
@@ -80,6 +90,8 @@ func (c KVSubscriptionConfig) Validate() error {
 		return fmt.Errorf("KV event subscriptions: Jitter %v outside [0, 1)", c.Jitter)
 	case c.ConfirmAfter < 0:
 		return fmt.Errorf("KV event subscriptions: ConfirmAfter %v is negative", c.ConfirmAfter)
+	case c.StableAfter <= 0:
+		return fmt.Errorf("KV event subscriptions: StableAfter %v must be positive (0 would start the backoff over on every stream)", c.StableAfter)
 	}
 	return nil
 }

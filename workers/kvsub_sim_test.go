@@ -347,3 +347,62 @@ func TestKVEventsUnimplemented(t *testing.T) {
 		})
 	}
 }
+
+// TestKVEventsGapsBackOff: an engine that loses every other batch (the
+// simulator's drop fault) makes every stream end in a gap. Each new
+// subscription waits the backoff, doubling from one gap to the next,
+// instead of starting again at once (which made thousands of
+// subscriptions, and as many WARN lines, in seconds). The waits are lower
+// bounds, which a loaded machine only lengthens.
+func TestKVEventsGapsBackOff(t *testing.T) {
+	srv, w := startSim(t, sim.ProtocolSGLang)
+	srv.Engine().SetFaults(sim.Faults{KVEventDropEvery: 2})
+	reg := workers.NewRegistry()
+	_ = reg.Add(w)
+	const initial = 20 * time.Millisecond
+	gaps := make(chan time.Time, 64)
+	cfg := workers.DefaultKVSubscriptionConfig(newKVRecorder())
+	cfg.InitialBackoff, cfg.MaxBackoff, cfg.Jitter = initial, time.Minute, 0
+	cfg.Metrics.Gap = func(string) { gaps <- time.Now() }
+	subs, err := workers.NewKVSubscriptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = subs.Run(ctx, reg) }()
+
+	// Traffic makes the engine publish; each request is one or more batches.
+	traffic := make(chan struct{})
+	go func() {
+		defer close(traffic)
+		for i := 0; ctx.Err() == nil; i++ {
+			st, err := w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: fmt.Sprint("gap-", i),
+				InputIDs: seq(uint32(100*i), 32), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](1), IgnoreEOS: true}})
+			for err == nil {
+				_, err = st.Recv()
+			}
+		}
+	}()
+	var at []time.Time
+	for len(at) < 5 {
+		select {
+		case g := <-gaps:
+			at = append(at, g)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d gaps in 30 s", len(at))
+		}
+	}
+	cancel()
+	<-traffic
+	want := initial
+	for i := 1; i < len(at); i++ {
+		if d := at[i].Sub(at[i-1]); d < want {
+			t.Errorf("gap %d came %v after gap %d; the backoff before it was %v", i+1, d, i, want)
+		}
+		want *= 2
+	}
+	if st, _ := subs.Status(w.URL()); st.Gaps < 5 {
+		t.Errorf("status counts %d gaps", st.Gaps)
+	}
+}

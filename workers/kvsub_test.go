@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -57,8 +59,8 @@ func TestKVSubscriptionSequence(t *testing.T) {
 			count: kvCounts{Mode: workers.KVModeEvents, Duplicates: 2},
 		},
 		{
-			name:  "a gap resets the worker and subscribes again from 0 at once",
-			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 7), opens(0, 0), batch(0, 20)},
+			name:  "a gap resets the worker and subscribes again from 0 after the backoff",
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 7), opens(0, 100*ms), batch(0, 20)},
 			want:  []string{"apply 0:5", "exact", "reset 0", "apply 0:20"},
 			count: kvCounts{Mode: workers.KVModeEvents, Gaps: 1},
 		},
@@ -82,7 +84,7 @@ func TestKVSubscriptionSequence(t *testing.T) {
 		},
 		{
 			name:  "a resumed stream that opens with a gap resets and subscribes from 0",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), opens(6, 100*ms), batch(0, 9), opens(0, 0), batch(0, 30)},
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), opens(6, 100*ms), batch(0, 9), opens(0, 200*ms), batch(0, 30)},
 			want:  []string{"apply 0:5", "exact", "reset 0", "apply 0:30"},
 			count: kvCounts{Mode: workers.KVModeEvents, Gaps: 1, Failures: 1},
 		},
@@ -93,21 +95,21 @@ func TestKVSubscriptionSequence(t *testing.T) {
 			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Failures: 1},
 		},
 		{
-			name:  "OUT_OF_RANGE resets and subscribes from 0 at once",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.OutOfRange)), opens(0, 0), batch(0, 8)},
+			name:  "OUT_OF_RANGE resets and subscribes from 0 after the backoff",
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.OutOfRange)), opens(0, 100*ms), batch(0, 8)},
 			want:  []string{"apply 0:5", "exact", "reset 0", "apply 0:8"},
 			count: kvCounts{Mode: workers.KVModeEvents, Resyncs: 1, Failures: 1},
 		},
 		{
-			name:  "DATA_LOSS (also a batch that broke the protocol) resets and subscribes from 0 at once",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.DataLoss)), opens(0, 0), batch(0, 8)},
+			name:  "DATA_LOSS (also a batch that broke the protocol) resets and subscribes from 0 after the backoff",
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.DataLoss)), opens(0, 100*ms), batch(0, 8)},
 			want:  []string{"apply 0:5", "exact", "reset 0", "apply 0:8"},
 			count: kvCounts{Mode: workers.KVModeEvents, Resyncs: 1, Failures: 1},
 		},
 		{
-			name: "a resume refused with OUT_OF_RANGE subscribes from 0 at once",
+			name: "a resume refused with OUT_OF_RANGE subscribes from 0 after the backoff",
 			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), refuseNext(code(codes.OutOfRange)),
-				opens(6, 100*ms), opens(0, 0), batch(0, 40)},
+				opens(6, 100*ms), opens(0, 200*ms), batch(0, 40)},
 			want:  []string{"apply 0:5", "exact", "reset 0", "apply 0:40"},
 			count: kvCounts{Mode: workers.KVModeEvents, Resyncs: 1, Failures: 2},
 		},
@@ -155,12 +157,29 @@ func TestKVSubscriptionSequence(t *testing.T) {
 			count: kvCounts{Mode: workers.KVModeConnecting, Failures: 1},
 		},
 		{
-			name: "the backoff doubles up to MaxBackoff and starts over once a batch arrives",
+			name: "the backoff doubles up to MaxBackoff; a batch alone does not start it over",
 			steps: []kvStep{refuseAll(unavailable), opens(0, 0), opens(0, 100*ms), opens(0, 200*ms), opens(0, 400*ms),
 				opens(0, 800*ms), opens(0, time.Second), opens(0, time.Second), refuseAll(nil), opens(0, time.Second),
-				batch(0, 3), fails(unavailable), opens(4, 100*ms)},
+				batch(0, 3), fails(unavailable), idle(900 * ms)}, // no attempt after 100 ms
 			want:  []string{"apply 0:3", "exact"},
 			count: kvCounts{Mode: workers.KVModeEvents, Failures: 8},
+		},
+		{
+			name: "the backoff starts over once a stream has stayed open without a gap or an error for StableAfter",
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), opens(6, 100*ms), batch(0, 6),
+				idle(9 * time.Second), fails(unavailable), opens(7, 200*ms), batch(0, 7),
+				idle(10 * time.Second), fails(unavailable), opens(8, 100*ms), batch(0, 8)},
+			want:  []string{"apply 0:5", "exact", "apply 0:6", "apply 0:7", "apply 0:8"},
+			count: kvCounts{Mode: workers.KVModeEvents, Failures: 3},
+		},
+		{
+			name: "an engine that keeps skipping numbers is resubscribed with a doubling backoff, not at once",
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 7), opens(0, 100*ms), batch(0, 1), batch(0, 3),
+				opens(0, 200*ms), batch(0, 1), batch(0, 3), opens(0, 400*ms), batch(0, 1), batch(0, 3),
+				opens(0, 800*ms), batch(0, 1), batch(0, 3), opens(0, time.Second)},
+			want: []string{"apply 0:5", "exact", "reset 0", "apply 0:1", "reset 0", "apply 0:1", "reset 0",
+				"apply 0:1", "reset 0", "apply 0:1", "reset 0"},
+			count: kvCounts{Mode: workers.KVModeEvents, Gaps: 5},
 		},
 		{
 			name: "a stream broken for longer than MaxBackoff makes the worker approximate until it is back",
@@ -289,12 +308,12 @@ func TestKVSubscriptionStatus(t *testing.T) {
 		h.deliver(kvItem{b: unstamped})
 		batch(0, 9)(h)
 		batch(0, 11)(h) // a gap
-		opens(0, 0)(h)
-		fails(code(codes.DataLoss))(h)
 		opens(0, 100*time.Millisecond)(h)
+		fails(code(codes.DataLoss))(h)
+		opens(0, 200*time.Millisecond)(h)
 		batch(0, 3)(h)
 		fails(code(codes.Unavailable))(h)
-		opens(4, 100*time.Millisecond)(h)
+		opens(4, 400*time.Millisecond)(h)
 		batch(0, 1)(h) // the engine restarted
 
 		st, _ := subs.Status(url)
@@ -447,6 +466,7 @@ func TestKVSubscriptionConfigValidate(t *testing.T) {
 		{"jitter of 100%", func(c *workers.KVSubscriptionConfig) { c.Jitter = 1 }, false},
 		{"negative jitter", func(c *workers.KVSubscriptionConfig) { c.Jitter = -0.1 }, false},
 		{"negative confirmation", func(c *workers.KVSubscriptionConfig) { c.ConfirmAfter = -time.Second }, false},
+		{"a backoff that starts over as soon as a stream opens", func(c *workers.KVSubscriptionConfig) { c.StableAfter = 0 }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -458,4 +478,53 @@ func TestKVSubscriptionConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKVSubscriptionWarnsOncePerMinute: an engine that skips numbers again
+// and again gets one WARN line a minute, the next saying how many were held
+// back, instead of one per resubscription.
+func TestKVSubscriptionWarnsOncePerMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const url = "grpc://10.0.0.1:30000"
+		w, src := newKVWorker(url)
+		reg := workers.NewRegistry()
+		_ = reg.Add(w)
+		logs := &testutil.Logs{Level: slog.LevelDebug}
+		cfg := kvTestConfig(newKVRecorder())
+		cfg.Logger = logs.Logger()
+		subs, err := workers.NewKVSubscriptions(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go func() { _ = subs.Run(ctx, reg) }()
+		h := &kvHarness{t: t, src: src}
+		opens(0, 0)(h)
+		gap := func() {
+			batch(0, 1)(h)
+			batch(0, 3)(h)
+		}
+		gap()
+		for _, wait := range []time.Duration{100, 200, 400, 800, 1000, 1000, 1000} {
+			opens(0, wait*time.Millisecond)(h)
+			gap()
+		}
+		if n := len(logs.Records(slog.LevelWarn)); n != 1 {
+			t.Errorf("%d WARN lines for 8 gaps within seconds, want 1", n)
+		}
+		opens(0, time.Second)(h)
+		idle(time.Minute)(h)
+		gap()
+		warns := logs.Records(slog.LevelWarn)
+		if len(warns) != 2 {
+			t.Fatalf("%d WARN lines after a minute more, want 2", len(warns))
+		}
+		if v, ok := testutil.Attr(warns[1], "suppressed"); !ok || v.Int64() != 7 {
+			t.Errorf("the second WARN line says suppressed=%v (%v), want 7", v, ok)
+		}
+		if st, _ := subs.Status(url); st.Gaps != 9 {
+			t.Errorf("status counts %d gaps, want 9", st.Gaps)
+		}
+	})
 }

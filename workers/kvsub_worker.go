@@ -25,7 +25,8 @@ import (
 // rank on a fresh stream sets its baseline. A rank's batch numbered:
 //   - as expected is applied;
 //   - above it means lost batches (a gap): every rank is reset and the
-//     subscription starts again from 0, which an engine reads as "from now";
+//     subscription starts again from 0, which an engine reads as "from now",
+//     after the backoff;
 //   - below it, on a stream that resumed after a break, and as the first
 //     batch of that rank on it, means the engine restarted and numbers
 //     afresh: the rank is reset and the batch is its new baseline;
@@ -36,6 +37,14 @@ import (
 // one start for the whole engine, so with several ranks known there is no
 // start that fits them all: every rank is reset and the subscription starts
 // again from 0 (a resync).
+//
+// Backoff. Every subscription after the first waits the backoff, whatever
+// ended the last stream (an error, a gap, a refusal), and each wait doubles
+// the next, up to MaxBackoff. Only a stream that stays open without a gap or
+// an error for StableAfter starts it over: an engine that skips a number on
+// every few batches is resubscribed a few times a minute, not at once each
+// time. WARN lines are limited to one per kvWarnEvery per worker, the next
+// one saying how many were held back.
 //
 // Mode. The handler treats a worker as approximate until told otherwise.
 // The first batch received, or the stream open for ConfirmAfter without an
@@ -64,6 +73,7 @@ type kvSub struct {
 	brokenSince time.Time   // when the stream last failed; zero while it works
 	distrust    *time.Timer // fires MaxBackoff after brokenSince while exact
 	backoff     time.Duration
+	warn        warnLimiter
 }
 
 func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.CancelFunc) *kvSub {
@@ -77,6 +87,7 @@ func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.
 		st:       KVEventStatus{Mode: KVModeConnecting},
 		expected: map[int]uint64{},
 		backoff:  s.cfg.InitialBackoff,
+		warn:     warnLimiter{every: kvWarnEvery},
 	}
 }
 
@@ -124,7 +135,6 @@ type kvNext int
 
 const (
 	kvBackOff  kvNext = iota // wait (backoff), then subscribe again
-	kvAtOnce                 // subscribe again now
 	kvFinished               // stop: ctx ended or the engine has no events
 )
 
@@ -134,13 +144,8 @@ func (k *kvSub) run(ctx context.Context) {
 	var start uint64
 	for {
 		next, how := k.stream(ctx, start)
-		switch how {
-		case kvFinished:
+		if how == kvFinished || !k.sleep(ctx) {
 			return
-		case kvBackOff:
-			if !k.sleep(ctx) {
-				return
-			}
 		}
 		start = next
 	}
@@ -181,6 +186,8 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 
 	confirm := time.NewTimer(k.cfg.ConfirmAfter)
 	defer confirm.Stop()
+	stable := time.NewTimer(k.cfg.StableAfter)
+	defer stable.Stop()
 	seen := map[int]bool{} // ranks with a batch on this stream
 	progress := false      // a valid batch arrived on this stream
 	for {
@@ -189,6 +196,8 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 			return 0, kvFinished
 		case <-confirm.C:
 			k.confirm()
+		case <-stable.C:
+			k.backoff = k.cfg.InitialBackoff
 		case <-k.distrustC():
 			k.distrustNow()
 		case r := <-recv:
@@ -197,7 +206,7 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 			}
 			progress = true
 			if !k.batch(r.b, r.at, seen) {
-				return 0, kvAtOnce
+				return 0, kvBackOff
 			}
 		}
 	}
@@ -220,7 +229,7 @@ func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv) {
 
 // batch applies, skips or refuses one batch received at at, following the
 // rules in kvSub's comment. It returns false for a gap: the subscription
-// must start again from 0.
+// must start again from 0, after the backoff.
 func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 	lag := time.Duration(0)
 	if !b.Timestamp.IsZero() {
@@ -240,8 +249,8 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 	case !known || b.Seq == next:
 		k.apply(b)
 	case b.Seq > next:
-		k.log.Warn("KV events lost: sequence gap; resetting the worker's cache mirror and subscribing afresh",
-			"rank", rank, "expected", next, "received", b.Seq)
+		k.warn.log(k.log, "KV events lost: sequence gap; resetting the worker's cache mirror and subscribing afresh after the backoff",
+			"rank", rank, "expected", next, "received", b.Seq, "backoff", k.backoff)
 		k.update(func(s *KVEventStatus) { s.Gaps++ })
 		if k.cfg.Metrics.Gap != nil {
 			k.cfg.Metrics.Gap(k.url)
@@ -327,18 +336,14 @@ func (k *kvSub) failed(ctx context.Context, start uint64, err error, progress bo
 		k.setMode(false, KVModeApproximate)
 		return 0, kvFinished
 	case codes.OutOfRange, codes.DataLoss:
-		k.log.Warn("KV event stream cannot continue; resetting the worker's cache mirror and subscribing afresh",
-			"code", code, "err", err)
+		k.warn.log(k.log, "KV event stream cannot continue; resetting the worker's cache mirror and subscribing afresh after the backoff",
+			"code", code, "err", err, "backoff", k.backoff)
 		k.resync()
-		// At once, unless the same request would just fail again.
-		if progress || start != 0 {
-			return 0, kvAtOnce
-		}
 		return 0, kvBackOff
 	}
 
 	if wasWorking {
-		k.log.Warn("KV event stream broken; reconnecting", "code", code, "err", err)
+		k.warn.log(k.log, "KV event stream broken; reconnecting after the backoff", "code", code, "err", err, "backoff", k.backoff)
 	} else {
 		k.log.Debug("KV event stream still broken", "code", code, "err", err)
 	}
@@ -364,12 +369,12 @@ func (k *kvSub) resync() {
 	k.forget()
 }
 
-// confirm records that the stream works: the backoff starts over, and the
-// handler is told the worker's events are the truth.
+// confirm records that the stream works: the handler is told the worker's
+// events are the truth. The backoff goes on: only StableAfter of health
+// starts it over (see stream).
 func (k *kvSub) confirm() {
 	k.brokenSince = time.Time{}
 	k.stopDistrust()
-	k.backoff = k.cfg.InitialBackoff
 	if !k.exact {
 		k.log.Info("KV events flowing; the worker's cache is mirrored from its events")
 		k.setMode(true, KVModeEvents)
