@@ -24,6 +24,12 @@ import (
 // attached Span, Trim(span.Path, worker, len(span.Path)-span.Pages*pageSize)
 // for each detached one (detached first, when a call returns both).
 //
+// Detached blocks are bounded apart (LimitDetached): an engine can store
+// blocks under parents it never names, which nothing would ever attach or
+// remove. Past the limit the blocks detached longest ago are forgotten
+// (Evicted counts them); the attached ones, which the index holds, are
+// never touched by it.
+//
 // A Mirror is not safe for concurrent use: the caller serializes its calls
 // (a subscription applies its events from one goroutine).
 type Mirror struct {
@@ -35,6 +41,15 @@ type Mirror struct {
 
 	detached int // blocks in blocks that are not attached
 	unknown  int // hashes Remove did not know, since NewMirror
+
+	// maxDetached bounds detached; queue holds, oldest first from qhead,
+	// the blocks in the order they were detached (each at most once, while
+	// queued), and possibly blocks attached or forgotten since, skipped
+	// when reached. evicted counts the blocks forgotten for the bound.
+	maxDetached int
+	queue       []*mirrorBlock
+	qhead       int
+	evicted     int
 
 	// chain caches the attached path Store extended last: chain[i] is the
 	// block at depth i+1, path their tokens. Engines send a chain one block
@@ -66,6 +81,7 @@ type mirrorBlock struct {
 	parent    int64 // 0 when !hasParent
 	hasParent bool
 	attached  bool
+	queued    bool         // in Mirror.queue
 	depth     int          // when attached: blocks from the root through this one
 	up        *mirrorBlock // when attached: the parent, nil under the root
 	slot      int          // index in the parent's kids, or in orphans[parent]
@@ -126,12 +142,30 @@ func NewMirror(pageSize, maxBlocks int) *Mirror {
 		panic(fmt.Sprintf("tree: NewMirror(%d, %d): page size and block limit must be positive", pageSize, maxBlocks))
 	}
 	return &Mirror{
-		pageSize:  pageSize,
-		maxBlocks: maxBlocks,
-		blocks:    map[int64]*mirrorBlock{},
-		orphans:   map[int64][]*mirrorBlock{},
+		pageSize:    pageSize,
+		maxBlocks:   maxBlocks,
+		maxDetached: maxBlocks,
+		blocks:      map[int64]*mirrorBlock{},
+		orphans:     map[int64][]*mirrorBlock{},
 	}
 }
+
+// LimitDetached bounds the detached blocks the mirror keeps to n (at first,
+// maxBlocks: no bound of their own). Each Store and Remove that leaves more
+// forgets the blocks detached longest ago until n are left, as if the
+// engine had removed them; they were reported by no Span, so the caller has
+// nothing to apply. It panics if n is negative.
+func (m *Mirror) LimitDetached(n int) {
+	if n < 0 {
+		panic(fmt.Sprintf("tree: LimitDetached(%d): the limit must not be negative", n))
+	}
+	m.maxDetached = n
+	m.trimDetached()
+}
+
+// Evicted returns how many detached blocks were forgotten for the
+// LimitDetached bound, since NewMirror (Clear keeps the count).
+func (m *Mirror) Evicted() int { return m.evicted }
 
 // Len returns how many blocks the mirror knows, attached or not.
 func (m *Mirror) Len() int { return len(m.blocks) }
@@ -151,6 +185,8 @@ func (m *Mirror) Clear() {
 	m.blocks = map[int64]*mirrorBlock{}
 	m.orphans = map[int64][]*mirrorBlock{}
 	m.detached = 0
+	clear(m.queue)
+	m.queue, m.qhead = m.queue[:0], 0
 	m.truncate(0)
 	m.arena = nil
 }
@@ -169,6 +205,12 @@ func (m *Mirror) Clear() {
 // applied. A chain continuing the last one stored costs O(pageSize) per
 // block; otherwise the parents are walked up to the last chain's path.
 func (m *Mirror) Store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []Span, err error) {
+	attached, detached, err = m.store(parent, hasParent, blocks)
+	m.trimDetached()
+	return attached, detached, err
+}
+
+func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []Span, err error) {
 	m.resetArena()
 	if err := m.check(parent, hasParent, blocks); err != nil {
 		return nil, nil, err
@@ -290,7 +332,59 @@ func (m *Mirror) Remove(hashes []int64) (detached []Span) {
 		}
 		detached = m.remove(e, detached)
 	}
+	m.trimDetached()
 	return detached
+}
+
+// trimDetached forgets the blocks detached longest ago while more than
+// maxDetached are. A detached block is in no Span and on no cached chain,
+// so forgetting it changes nothing a caller holds.
+func (m *Mirror) trimDetached() {
+	for m.detached > m.maxDetached && m.qhead < len(m.queue) {
+		e := m.queue[m.qhead]
+		m.queue[m.qhead] = nil
+		m.qhead++
+		e.queued = false
+		if e.attached || m.blocks[e.hash] != e {
+			continue // attached or forgotten since it was queued
+		}
+		m.remove(e, nil)
+		m.evicted++
+	}
+	m.compactQueue()
+}
+
+// enqueue records that e was just detached.
+func (m *Mirror) enqueue(e *mirrorBlock) {
+	if !e.queued {
+		e.queued = true
+		m.queue = append(m.queue, e)
+	}
+}
+
+// compactQueue keeps the queue's length within a constant factor of the
+// blocks known: entries of blocks forgotten since are dropped, and the
+// consumed head is reclaimed.
+func (m *Mirror) compactQueue() {
+	live := len(m.queue) - m.qhead
+	if m.qhead > live && m.qhead > 64 {
+		n := copy(m.queue, m.queue[m.qhead:])
+		clear(m.queue[n:])
+		m.queue, m.qhead = m.queue[:n], 0
+	}
+	if live <= 2*len(m.blocks)+64 {
+		return
+	}
+	kept := m.queue[:m.qhead]
+	for _, e := range m.queue[m.qhead:] {
+		if m.blocks[e.hash] == e {
+			kept = append(kept, e)
+		} else {
+			e.queued = false
+		}
+	}
+	clear(m.queue[len(kept):])
+	m.queue = kept
 }
 
 // resetArena starts a call: Spans of earlier calls are invalid from here.
@@ -309,6 +403,7 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up *mirrorBloc
 	e := &mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent, tokens: clone(b.Tokens)}
 	m.blocks[b.Hash] = e
 	m.detached++
+	m.enqueue(e)
 	if len(m.orphans) > 0 {
 		if l, ok := m.orphans[b.Hash]; ok {
 			e.kids = l
@@ -397,6 +492,7 @@ func (m *Mirror) attach(e, up *mirrorBlock) {
 func (m *Mirror) detach(e *mirrorBlock) {
 	e.attached, e.up, e.depth = false, nil, 0
 	m.detached++
+	m.enqueue(e)
 }
 
 // spread attaches (or detaches) the blocks below from that are not (or

@@ -151,6 +151,11 @@ func runMirror(t *testing.T, b []byte) {
 	}
 	ps, max := 1+int(next()%2), 1+int(next()%12)
 	m := NewMirror(ps, max)
+	// lim takes the same calls with a bound on its detached blocks; it
+	// differs from the model once it forgets one, so it is held to the
+	// bound and to its own consistency instead.
+	lim := NewMirror(ps, max)
+	lim.LimitDetached(int(next() % 4))
 	r := &mirrorRef{ps: ps, max: max, blocks: map[int64]refBlock{}}
 	tokens := func(h int64) []uint32 {
 		n := ps
@@ -186,6 +191,7 @@ func runMirror(t *testing.T, b []byte) {
 				blocks[i] = MirrorBlock{h, tokens(h)}
 			}
 			attached, detached, err := m.Store(parent, hasParent, blocks)
+			_, _, _ = lim.Store(parent, hasParent, blocks)
 			wantA, wantD, wantErr := r.store(parent, hasParent, blocks)
 			if !errors.Is(err, wantErr) || (err == nil) != (wantErr == nil) {
 				t.Fatalf("step %d: Store(%d, %v, %v) error %v, want %v", step, parent, hasParent, blocks, err, wantErr)
@@ -202,17 +208,51 @@ func runMirror(t *testing.T, b []byte) {
 				hashes[i] = int64(next() % 12)
 			}
 			got, want := pages(t, ps, m.Remove(hashes)), r.remove(hashes)
+			lim.Remove(hashes)
 			if !slices.Equal(got, want) {
 				t.Fatalf("step %d: Remove(%v) detached %q, want %q", step, hashes, got, want)
 			}
 		default:
 			m.Clear()
+			lim.Clear()
 			r.blocks = map[int64]refBlock{}
 		}
+		checkMirror(t, step, lim)
 		if m.Len() != len(r.blocks) || m.Detached() != len(r.blocks)-len(r.reachable()) || m.Unknown() != r.unknown {
 			t.Fatalf("step %d: Len/Detached/Unknown = %d/%d/%d, want %d/%d/%d", step, m.Len(), m.Detached(), m.Unknown(),
 				len(r.blocks), len(r.blocks)-len(r.reachable()), r.unknown)
 		}
+	}
+}
+
+// checkMirror holds m to its invariants: its counts agree with its blocks,
+// the detached ones are within the bound, every attached block hangs off
+// an attached parent (or the root) at the right depth, and the eviction
+// queue stays within a constant factor of the blocks known.
+func checkMirror(t *testing.T, step int, m *Mirror) {
+	t.Helper()
+	detached := 0
+	for h, e := range m.blocks {
+		if e.hash != h {
+			t.Fatalf("step %d: block %d filed under %d", step, e.hash, h)
+		}
+		if !e.attached {
+			detached++
+			continue
+		}
+		switch {
+		case e.hasParent && (e.up == nil || !e.up.attached || e.up.hash != e.parent || e.depth != e.up.depth+1):
+			t.Fatalf("step %d: attached block %d hangs off %v", step, h, e.up)
+		case !e.hasParent && (e.up != nil || e.depth != 1):
+			t.Fatalf("step %d: attached root block %d at depth %d", step, h, e.depth)
+		}
+	}
+	if detached != m.detached || m.detached > m.maxDetached || len(m.blocks) > m.maxBlocks {
+		t.Fatalf("step %d: %d detached counted %d (bound %d), %d blocks (bound %d)",
+			step, detached, m.detached, m.maxDetached, len(m.blocks), m.maxBlocks)
+	}
+	if q := len(m.queue) - m.qhead; q > 2*len(m.blocks)+64 {
+		t.Fatalf("step %d: eviction queue of %d for %d blocks", step, q, len(m.blocks))
 	}
 }
 
@@ -426,5 +466,43 @@ func BenchmarkMirrorChain(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestMirrorLimitDetached: blocks under parents the engine never names are
+// forgotten oldest first past the bound, whatever their number; attached
+// blocks are never touched by it, and a detached block still known attaches
+// when its parent comes.
+func TestMirrorLimitDetached(t *testing.T) {
+	m := NewMirror(1, 1<<20)
+	m.LimitDetached(100)
+	if a, _, err := m.Store(0, false, []MirrorBlock{{1, []uint32{1}}, {2, []uint32{2}}}); err != nil || len(a) != 1 {
+		t.Fatalf("a chain off the root: %v, %v", a, err)
+	}
+	// A flood: 100,000 blocks, each under a parent never stored.
+	for i := range int64(100_000) {
+		if _, _, err := m.Store(1_000_000+i, true, []MirrorBlock{{10 + i, []uint32{7}}}); err != nil {
+			t.Fatal(err)
+		}
+		if m.Detached() > 100 {
+			t.Fatalf("after %d orphans: %d detached, bound 100", i+1, m.Detached())
+		}
+	}
+	if m.Len() != 102 || m.Detached() != 100 || m.Evicted() != 100_000-100 {
+		t.Fatalf("Len %d, Detached %d, Evicted %d; want 102, 100, 99900", m.Len(), m.Detached(), m.Evicted())
+	}
+	if !m.Known(1) || !m.Known(2) || m.Known(10) || !m.Known(10+99_999) {
+		t.Fatal("the bound forgot an attached block, or kept the oldest orphan")
+	}
+	if len(m.orphans) != 100 {
+		t.Fatalf("%d unknown parents kept for 100 detached blocks", len(m.orphans))
+	}
+	// The newest orphan's parent arrives: it attaches.
+	a, _, err := m.Store(2, true, []MirrorBlock{{1_000_000 + 99_999, []uint32{3}}})
+	if err != nil || len(a) != 2 || key(a[1].Path) != key([]uint32{1, 2, 3, 7}) {
+		t.Fatalf("parent of a kept orphan stored: %v, %v", a, err)
+	}
+	if q := len(m.queue) - m.qhead; q > 2*m.Len()+64 {
+		t.Fatalf("eviction queue of %d for %d blocks", q, m.Len())
 	}
 }
