@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/internal/lograte"
 )
 
 // kvSub is one worker's subscription: a loop that opens the engine's event
@@ -51,6 +53,11 @@ import (
 // error, makes it exact (SetKVEventMode true); a stream broken for longer
 // than MaxBackoff makes it approximate again until a stream is confirmed;
 // UNIMPLEMENTED makes it approximate for good and ends the subscription.
+// kvWarnEvery is the least time between two WARN lines of one worker's
+// subscription: an engine that skips numbers or breaks its stream on every
+// batch would otherwise write a line per resubscription.
+const kvWarnEvery = time.Minute
+
 type kvSub struct {
 	url     string
 	src     KVEventSource
@@ -73,7 +80,7 @@ type kvSub struct {
 	brokenSince time.Time   // when the stream last failed; zero while it works
 	distrust    *time.Timer // fires MaxBackoff after brokenSince while exact
 	backoff     time.Duration
-	warn        warnLimiter
+	warn        *lograte.Limiter // one WARN line per kvWarnEvery
 }
 
 func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.CancelFunc) *kvSub {
@@ -87,7 +94,7 @@ func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.
 		st:       KVEventStatus{Mode: KVModeConnecting},
 		expected: map[int]uint64{},
 		backoff:  s.cfg.InitialBackoff,
-		warn:     warnLimiter{every: kvWarnEvery},
+		warn:     lograte.New(kvWarnEvery),
 	}
 }
 
@@ -249,7 +256,7 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 	case !known || b.Seq == next:
 		k.apply(b)
 	case b.Seq > next:
-		k.warn.log(k.log, "KV events lost: sequence gap; resetting the worker's cache mirror and subscribing afresh after the backoff",
+		k.warn.Warn(k.log, "KV events lost: sequence gap; resetting the worker's cache mirror and subscribing afresh after the backoff",
 			"rank", rank, "expected", next, "received", b.Seq, "backoff", k.backoff)
 		k.update(func(s *KVEventStatus) { s.Gaps++ })
 		if k.cfg.Metrics.Gap != nil {
@@ -336,14 +343,14 @@ func (k *kvSub) failed(ctx context.Context, start uint64, err error, progress bo
 		k.setMode(false, KVModeApproximate)
 		return 0, kvFinished
 	case codes.OutOfRange, codes.DataLoss:
-		k.warn.log(k.log, "KV event stream cannot continue; resetting the worker's cache mirror and subscribing afresh after the backoff",
+		k.warn.Warn(k.log, "KV event stream cannot continue; resetting the worker's cache mirror and subscribing afresh after the backoff",
 			"code", code, "err", err, "backoff", k.backoff)
 		k.resync()
 		return 0, kvBackOff
 	}
 
 	if wasWorking {
-		k.warn.log(k.log, "KV event stream broken; reconnecting after the backoff", "code", code, "err", err, "backoff", k.backoff)
+		k.warn.Warn(k.log, "KV event stream broken; reconnecting after the backoff", "code", code, "err", err, "backoff", k.backoff)
 	} else {
 		k.log.Debug("KV event stream still broken", "code", code, "err", err)
 	}
