@@ -191,6 +191,16 @@ type Faults struct {
 	// that overflows it is dropped like any slow subscriber. It is a fault,
 	// not part of the latency model: TimeScale does not scale it.
 	KVEventDelay time.Duration
+	// KVEventFloodBlocks > 0 makes the engine hostile to its subscribers'
+	// memory: every batch it publishes also stores this many blocks, each
+	// under a parent hash it never stored nor will (so a mirror can never
+	// attach them) and never removes, as an engine flooding a router would.
+	KVEventFloodBlocks int
+	// KVEventFloodRanks > 1 publishes the flood also as batches of
+	// data-parallel ranks 1 to KVEventFloodRanks-1, numbered per rank from
+	// 0, which an engine without ranks of its own (DPSize 0 or 1) does not
+	// have. They are sent to live subscribers only, never kept for replay.
+	KVEventFloodRanks int
 }
 
 // DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
@@ -255,6 +265,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Faults.KVEventDropEvery, "kv-event-drop-every", c.Faults.KVEventDropEvery, "fault: number every N-th KV event batch but never deliver nor keep it, a gap for subscribers (0: never)")
 	fs.IntVar(&c.Faults.KVEventDuplicateEvery, "kv-event-duplicate-every", c.Faults.KVEventDuplicateEvery, "fault: deliver every N-th KV event batch twice in a row (0: never)")
 	fs.DurationVar(&c.Faults.KVEventDelay, "kv-event-delay", c.Faults.KVEventDelay, "fault: deliver each KV event batch this long after it is published, not scaled by --time-scale (0: at once)")
+	fs.IntVar(&c.Faults.KVEventFloodBlocks, "kv-event-flood-blocks", c.Faults.KVEventFloodBlocks, "fault: every KV event batch also stores this many blocks under parents never stored, never removed (0: none)")
+	fs.IntVar(&c.Faults.KVEventFloodRanks, "kv-event-flood-ranks", c.Faults.KVEventFloodRanks, "fault: with --kv-event-flood-blocks, also publish the flood on dp ranks 1 to N-1, which the engine does not have (0 or 1: rank 0 only)")
 }
 
 // uint32Value is a flag.Value for a uint32 field.
@@ -354,6 +366,10 @@ func (c *Config) validate() error {
 		return bad("Faults.KVEventDuplicateEvery", "must be >= 0, got %d", c.Faults.KVEventDuplicateEvery)
 	case c.Faults.KVEventDelay < 0:
 		return bad("Faults.KVEventDelay", "must be >= 0, got %v", c.Faults.KVEventDelay)
+	case c.Faults.KVEventFloodBlocks < 0 || c.Faults.KVEventFloodBlocks > maxFloodBlocks:
+		return bad("Faults.KVEventFloodBlocks", "must be in [0, %d], got %d", maxFloodBlocks, c.Faults.KVEventFloodBlocks)
+	case c.Faults.KVEventFloodRanks < 0 || c.Faults.KVEventFloodRanks > maxFloodRanks:
+		return bad("Faults.KVEventFloodRanks", "must be in [0, %d], got %d", maxFloodRanks, c.Faults.KVEventFloodRanks)
 	}
 	return nil
 }

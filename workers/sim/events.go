@@ -52,7 +52,8 @@ import (
 //   - Faults. Faults.KVEventDropEvery loses batches (numbered, never delivered
 //     nor kept), Faults.KVEventDuplicateEvery sends batches twice,
 //     Faults.KVEventDelay holds batches back; each is deterministic, so a test
-//     can predict what a subscriber sees.
+//     can predict what a subscriber sees. Faults.KVEventFloodBlocks and
+//     KVEventFloodRanks make the engine hostile (see flood.go).
 
 // kvSubscriberBuffer is how many batches a subscriber may fall behind before
 // it is dropped.
@@ -72,6 +73,7 @@ type eventHub struct {
 	eventID uint64
 	history kvHistory
 	subs    map[*kvSubscriber]struct{}
+	flood   kvFlood // Faults.KVEventFloodBlocks and KVEventFloodRanks
 }
 
 type kvSubscriber struct {
@@ -163,8 +165,9 @@ func (e *Engine) publishLocked() {
 		h.eventID++
 		msg.Events[i] = e.kvEvent(h.eventID, c)
 	}
-
 	f := e.Faults()
+	msg.Events = e.floodLocked(msg.Events, f.KVEventFloodBlocks)
+
 	if everyNth(f.KVEventDropEvery, msg.SequenceNumber) {
 		e.log.Debug("injected fault: KV event batch lost", "sequence_number", msg.SequenceNumber)
 		return
@@ -183,6 +186,7 @@ func (e *Engine) publishLocked() {
 			e.log.Warn("dropped slow KV event subscriber", "sequence_number", msg.SequenceNumber)
 		}
 	}
+	e.floodRanksLocked(f)
 }
 
 // kvEvent is the wire form of one cache change.
