@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/kvgate/kvgate/internal/lograte"
 	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -33,16 +35,21 @@ type cacheIndex interface {
 // event per page) are applied as one path, so a long prompt costs one index
 // insertion, not one per page.
 //
-// Data-parallel ranks are separate caches with separate event streams; the
-// index has one tenant per worker, so it holds the union of the ranks'
-// pages, and a rank's removal or reset removes the page for the worker even
-// if another rank still holds it (an underprediction, never an
-// overprediction).
+// Everything an engine writes here is bounded, since an engine can be
+// hostile or broken: a worker's events are taken only from the
+// data-parallel rank the fleet is configured with (see wantRank), so a
+// worker has one mirror; that mirror holds at most maxBlocks blocks (a
+// byte budget, see mirrorBudget), of which at most maxDetached blocks that
+// do not attach (unknown parents), the oldest forgotten first; past
+// maxBlocks it is reset. Each bound counts the blocks it dropped (EventStats
+// Dropped) and warns at most once a minute.
 type eventMirror struct {
-	idx       cacheIndex
-	pageSize  int
-	maxBlocks int
-	log       *slog.Logger
+	idx         cacheIndex
+	pageSize    int
+	maxBlocks   int
+	maxDetached int
+	log         *slog.Logger
+	warn        [dropReasons]*lograte.Limiter
 
 	mu      sync.Mutex
 	mirrors map[mirrorKey]*rankMirror
@@ -52,7 +59,31 @@ type eventMirror struct {
 	applied   [4]atomic.Uint64 // events applied, by workers.KVEventKind
 	unusable  atomic.Uint64    // batches ignored because the worker's events cannot be used
 	overflows atomic.Uint64    // mirrors that outgrew maxBlocks and were reset
+	dropped   [dropReasons]atomic.Uint64
 }
+
+// dropReason is why a bound dropped an engine's blocks.
+type dropReason int
+
+const (
+	// dropRank: a batch of a data-parallel rank the fleet is not
+	// configured with.
+	dropRank dropReason = iota
+	// dropDetached: blocks that never attached, forgotten past the
+	// detached bound.
+	dropDetached
+	// dropOverflow: a mirror past its bound, reset.
+	dropOverflow
+	dropReasons
+)
+
+// String is the reason as EventStats.Dropped and the metric name it.
+func (r dropReason) String() string {
+	return [dropReasons]string{"rank", "detached", "overflow"}[r]
+}
+
+// eventWarnEvery is the least time between two WARN lines of one bound.
+const eventWarnEvery = time.Minute
 
 type mirrorKey struct {
 	worker string
@@ -86,17 +117,76 @@ func (rm *rankMirror) inChain(h int64) bool {
 	return ok
 }
 
-// defaultMirrorBlocks bounds one worker's mirror when its engine does not
-// report its capacity: 4M pages (64M tokens at 16 per page), far beyond any
-// single engine today. A mirror that outgrows its bound is reset.
-const defaultMirrorBlocks = 1 << 22
+// mirrorBudget bounds the memory of one worker's mirror: 512 MiB, about
+// 1.8M pages of 16 tokens (29M tokens), far beyond the cache of any single
+// engine today. mirrorBlockBytes is what a block costs beside its tokens
+// (the block, its map entries and links): BenchmarkHostileEngineMirror
+// measures about 290 bytes for a 16-token block that never attached. A
+// mirror past its bound is reset.
+const (
+	mirrorBudget     = 512 << 20
+	mirrorBlockBytes = 224
+	// maxMirrorBlocks caps the bound for tiny pages.
+	maxMirrorBlocks = 1 << 22
+	// mirrorDetachedShare is the share of a mirror's blocks that may be
+	// detached: blocks stored below a parent the mirror does not know
+	// (after joining mid-stream, legitimately) are kept, to attach if the
+	// parent comes, up to 1/8 of the bound.
+	mirrorDetachedShare = 8
+)
+
+// mirrorBlocks is the bound of a mirror of pageSize-token blocks.
+func mirrorBlocks(pageSize int) int {
+	return min(mirrorBudget/(mirrorBlockBytes+4*pageSize), maxMirrorBlocks)
+}
 
 func newEventMirror(idx cacheIndex, pageSize int, log *slog.Logger) *eventMirror {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &eventMirror{idx: idx, pageSize: pageSize, maxBlocks: defaultMirrorBlocks, log: log,
+	e := &eventMirror{idx: idx, pageSize: pageSize, log: log,
 		mirrors: map[mirrorKey]*rankMirror{}, exact: map[string]bool{}, refused: map[string]string{}}
+	for r := range e.warn {
+		e.warn[r] = lograte.New(eventWarnEvery)
+	}
+	n := mirrorBlocks(pageSize)
+	e.limit(n, n/mirrorDetachedShare)
+	return e
+}
+
+// limit sets the bounds of the mirrors made from now on.
+func (e *eventMirror) limit(maxBlocks, maxDetached int) {
+	e.maxBlocks, e.maxDetached = maxBlocks, maxDetached
+}
+
+// wantRank is the data-parallel rank whose events are worker's: r for a
+// rank target named url@r (the router routes to each rank), 0 for any
+// other worker (the engine places requests on its ranks itself, and the
+// router follows the first). Batches of other ranks are an engine
+// misconfigured, or hostile: each would be a mirror of its own.
+func wantRank(worker string) int {
+	if _, r, ok := workers.SplitRankName(worker); ok {
+		return r
+	}
+	return 0
+}
+
+// drop counts n blocks dropped for reason, and warns (at most once a
+// minute per reason).
+func (e *eventMirror) drop(r dropReason, n int, msg string, args ...any) {
+	e.dropped[r].Add(uint64(n))
+	e.warn[r].Warn(e.log, msg, append(args, "blocks", n, "reason", r.String())...)
+}
+
+// storedBlocks counts the blocks b stores.
+func storedBlocks(b *workers.KVEventBatch) int {
+	n := 0
+	for i := range b.Events {
+		if b.Events[i].Kind == workers.KVStored {
+			n += len(b.Events[i].Blocks)
+		}
+	}
+	return n
 }
 
 // rank returns the mirror of worker's rank, and why the worker's events are
@@ -108,6 +198,7 @@ func (e *eventMirror) rank(worker string, rank int) (*rankMirror, string) {
 	rm, ok := e.mirrors[k]
 	if !ok {
 		rm = &rankMirror{m: tree.NewMirror(e.pageSize, e.maxBlocks)}
+		rm.m.LimitDetached(e.maxDetached)
 		e.mirrors[k] = rm
 	}
 	return rm, e.refused[worker]
@@ -126,6 +217,11 @@ func (e *eventMirror) rank(worker string, rank int) (*rankMirror, string) {
 // returns a run of a chain evicted leaf first as one Span; the chain is
 // then one insertion. The index ends as it would in the events' order.
 func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
+	if want := wantRank(worker); b.DPRank != want {
+		e.drop(dropRank, storedBlocks(b), "KV events of a data-parallel rank the fleet is not configured with dropped",
+			"worker", worker, "rank", b.DPRank, "configured_rank", want)
+		return
+	}
 	rm, refused := e.rank(worker, b.DPRank)
 	if refused != "" {
 		e.unusable.Add(1)
@@ -133,6 +229,13 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 	}
 	rm.mu.Lock()
 	defer rm.mu.Unlock()
+	evicted := rm.m.Evicted()
+	defer func() {
+		if n := rm.m.Evicted() - evicted; n > 0 {
+			e.drop(dropDetached, n, "KV event blocks that never attached (unknown parents) forgotten past the mirror's bound",
+				"worker", worker, "bound", e.maxDetached)
+		}
+	}()
 	evs := b.Events
 	for i := 0; i < len(evs); {
 		ev := &evs[i]
@@ -287,9 +390,10 @@ func (e *eventMirror) stored(worker string, rm *rankMirror, attached, detached [
 		// More blocks than the engine can hold: events were lost without a
 		// gap in the numbers, or the engine lies. Start again.
 		e.overflows.Add(1)
+		n := rm.m.Len() + len(rm.blocks)
 		rm.m.Clear()
 		e.idx.clear(worker)
-		e.log.Warn("KV event mirror outgrew its bound and was reset", "worker", worker, "err", err)
+		e.drop(dropOverflow, n, "KV event mirror outgrew its bound and was reset", "worker", worker, "err", err)
 		return true
 	case err != nil:
 		e.log.Warn("KV event not applied", "worker", worker, "err", err)
@@ -316,6 +420,9 @@ func toMirrorBlocks(dst []tree.MirrorBlock, bs []workers.KVBlock) []tree.MirrorB
 // ResetKVEvents forgets what worker's rank said: the index drops everything
 // it holds for the worker, which the following batches rebuild.
 func (e *eventMirror) ResetKVEvents(worker string, rank int) {
+	if rank != wantRank(worker) {
+		return // its events were never taken
+	}
 	rm, _ := e.rank(worker, rank)
 	rm.mu.Lock()
 	rm.m.Clear()
@@ -374,6 +481,11 @@ type EventStats struct {
 	Unusable uint64
 	// Overflows counts worker mirrors reset for outgrowing their bound.
 	Overflows uint64
+	// Dropped counts the stored blocks a bound dropped, by reason: "rank"
+	// (a batch of a data-parallel rank the fleet is not configured with),
+	// "detached" (blocks that never attached, forgotten past the detached
+	// bound), "overflow" (the blocks of a mirror reset past its bound).
+	Dropped map[string]uint64
 	// ExactWorkers is the number of workers whose cache is known from
 	// their events.
 	ExactWorkers int
@@ -381,7 +493,11 @@ type EventStats struct {
 
 // EventStats returns the counters so far.
 func (e *eventMirror) EventStats() EventStats {
-	s := EventStats{Applied: map[string]uint64{}, Unusable: e.unusable.Load(), Overflows: e.overflows.Load()}
+	s := EventStats{Applied: map[string]uint64{}, Unusable: e.unusable.Load(), Overflows: e.overflows.Load(),
+		Dropped: map[string]uint64{}}
+	for r := range dropReasons {
+		s.Dropped[r.String()] = e.dropped[r].Load()
+	}
 	for _, k := range []workers.KVEventKind{workers.KVStored, workers.KVRemoved, workers.KVCleared} {
 		s.Applied[k.String()] = e.applied[k].Load()
 	}
