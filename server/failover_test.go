@@ -17,7 +17,7 @@ import (
 )
 
 // fastRetries makes failover quick enough for tests: short backoffs and
-// timeouts, no budget limit.
+// timeouts (the retry budget is the default).
 func fastRetries(c *gateway.Config) {
 	c.Reliability.Retry.InitialBackoff = time.Millisecond
 	c.Reliability.Retry.MaxBackoff = 5 * time.Millisecond
@@ -206,13 +206,21 @@ func TestEveryWorkerFailingEndsWithUnavailableNamingThem(t *testing.T) {
 	}
 }
 
+// The retry budget shrinks as the fleet fails: a worker whose circuit
+// breaker opened no longer counts among those able to serve. Here both
+// workers fail and a breaker opens at the first failure, so after the first
+// attempt one worker of two is able; with no percentage, no minimum and no
+// allowance per worker, its share of the one request in flight, rounded
+// down, is no retry.
 func TestRetryBudgetStopsRetryStorms(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin",
 		gateway: func(c *gateway.Config) {
 			fastRetries(c)
 			c.Reliability.Retry.BudgetPercent, c.Reliability.Retry.MinRetryConcurrency = 0, 0
+			c.Reliability.Retry.RetriesPerWorker = 0
+			c.Breaker.FailureThreshold = 1
 		},
-		sim: func(i int, c *sim.Config) { c.Faults.Unavailable = i == 0 }})
+		sim: func(_ int, c *sim.Config) { c.Faults.Unavailable = true }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := f.generate(ctx, t, longReq) // round robin starts at worker 0

@@ -131,7 +131,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}, []string{"worker"}),
 		retryBudgetExhausted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_retry_budget_exhausted_total",
-			Help: "Retries refused because retries in flight reached --retry-budget-percent of the requests in flight.",
+			Help: "Retries refused by the retry budget: retries in flight had reached what the workers able to serve take (each its share of the requests in flight, at least --retry-budget-per-worker), or --retry-budget-percent of the requests in flight when that is more.",
 		}),
 		admissionRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_admission_rejected_total",

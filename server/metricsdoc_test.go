@@ -424,6 +424,7 @@ func retryBudget(t *testing.T) *fleet {
 		gateway: func(c *gateway.Config) {
 			fastRetries(c)
 			c.Reliability.Retry.BudgetPercent, c.Reliability.Retry.MinRetryConcurrency = 0, 0
+			c.Reliability.Retry.RetriesPerWorker = 0
 		},
 		sim: func(i int, c *sim.Config) { c.Faults.Unavailable = i == 0 }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -24,16 +24,36 @@ type RetryConfig struct {
 	// Jitter spreads each wait uniformly by ± this fraction, so that the
 	// retries of requests that failed together do not arrive together.
 	Jitter float64
-	// BudgetPercent caps retries in flight at this percentage of the
-	// requests in flight (Envoy's retry budget), so that a failing fleet is
-	// not hammered with a multiple of its traffic; MinRetryConcurrency
-	// retries are always allowed, so a quiet router can still retry.
+	// The retry budget caps the retries in flight, so that a fleet failing
+	// as a whole is not hammered with a multiple of its traffic, while a
+	// fleet of which a part fails retries every request another worker can
+	// take. Each worker able to serve (healthy, not draining, its circuit
+	// breaker not open) may take, at once, as many retries as its share of
+	// the requests in flight and at least RetriesPerWorker; and the budget
+	// is never less than BudgetPercent of the requests in flight (Envoy's
+	// retry budget) nor than MinRetryConcurrency (so that a quiet router
+	// can retry).
+	//
+	// BudgetPercent alone refused retries exactly when they were needed:
+	// the requests on a worker that fails fail together, a burst as large
+	// as that worker's share of the traffic (a fourth of it when one of four
+	// workers fails, more than 20%), and with three of four failing, three
+	// fourths of the requests need the one worker left. An able worker's
+	// share of the requests in flight is what it holds already, and an
+	// engine that batches hundreds of requests takes RetriesPerWorker more
+	// at once; so the budget follows what the able part of the fleet can
+	// absorb. When the whole fleet fails, the failing workers' breakers
+	// open one by one, and the budget falls to BudgetPercent.
 	BudgetPercent       float64
 	MinRetryConcurrency int
+	RetriesPerWorker    int
 }
 
-// DefaultRetryConfig returns SMG's retry defaults and Envoy's budget (20% of
-// active requests, at least 3 concurrent retries).
+// DefaultRetryConfig returns SMG's retry defaults, Envoy's budget (20% of
+// active requests, at least 3 concurrent retries) as the budget's floor, and
+// 16 retries at once per able worker: a worker's share of a burst is no more
+// than that until a router holds 16 requests per worker, and engines batch
+// far more (SGLang and vLLM run hundreds of requests at once).
 func DefaultRetryConfig() RetryConfig {
 	return RetryConfig{
 		MaxRetries:          5,
@@ -43,6 +63,7 @@ func DefaultRetryConfig() RetryConfig {
 		Jitter:              0.2,
 		BudgetPercent:       20,
 		MinRetryConcurrency: 3,
+		RetriesPerWorker:    16,
 	}
 }
 
@@ -63,6 +84,8 @@ func (c RetryConfig) Validate() error {
 		return fmt.Errorf("--retry-budget-percent is %v; it must be in [0, 100]", c.BudgetPercent)
 	case c.MinRetryConcurrency < 0:
 		return fmt.Errorf("retry min concurrency is %d; it must be >= 0", c.MinRetryConcurrency)
+	case c.RetriesPerWorker < 0:
+		return fmt.Errorf("--retry-budget-per-worker is %d; it must be >= 0", c.RetriesPerWorker)
 	}
 	return nil
 }
@@ -88,14 +111,39 @@ func (s *Server) retryRefusal(ctx context.Context, n int) (why string, release f
 	if ctx.Err() != nil {
 		return "the request ended", nil
 	}
-	limit := max(int64(rc.MinRetryConcurrency), int64(float64(s.active.Load())*rc.BudgetPercent/100))
+	limit, able, registered := s.retryLimit()
 	if s.retrying.Add(1) > limit {
 		s.retrying.Add(-1)
 		s.metrics.retryBudgetExhausted.Inc()
-		return fmt.Sprintf("the retry budget is spent (%d retries in flight; --retry-budget-percent %g)", limit, rc.BudgetPercent), nil
+		return fmt.Sprintf("the retry budget is spent (%d retries in flight: %d of %d workers able to serve, --retry-budget-per-worker %d, --retry-budget-percent %g)",
+			limit, able, registered, rc.RetriesPerWorker, rc.BudgetPercent), nil
 	}
 	var once sync.Once
 	return "", func() { once.Do(func() { s.retrying.Add(-1) }) }
+}
+
+// retryLimit is the number of retries the budget allows in flight now, with
+// the counts of workers it was computed from.
+func (s *Server) retryLimit() (limit int64, able, registered int) {
+	ws := s.reg.Current().Workers
+	for _, w := range ws {
+		if w.Available() {
+			able++
+		}
+	}
+	return s.cfg.Retry.budget(s.active.Load(), able, len(ws)), able, len(ws)
+}
+
+// budget is the number of retries allowed in flight among active requests
+// when able of the registered workers can take a new request (see
+// RetryConfig).
+func (c RetryConfig) budget(active int64, able, registered int) int64 {
+	limit := max(int64(c.MinRetryConcurrency), int64(float64(active)*c.BudgetPercent/100))
+	if able == 0 {
+		return limit
+	}
+	perWorker := max(int64(c.RetriesPerWorker), active/int64(registered))
+	return max(limit, int64(able)*perWorker)
 }
 
 // backoff waits before retry n, or returns the context's error if the

@@ -20,6 +20,7 @@ type reliabilityFlags struct {
 	multiplier        float64
 	jitter            float64
 	budgetPercent     float64
+	budgetPerWorker   int
 	firstTokenTimeout time.Duration
 	streamIdleTimeout time.Duration
 }
@@ -35,7 +36,8 @@ func (r *reliabilityFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.maxBackoffMs, "retry-max-backoff-ms", int(d.Retry.MaxBackoff/time.Millisecond), "longest wait between retries, in milliseconds")
 	fs.Float64Var(&r.multiplier, "retry-backoff-multiplier", d.Retry.Multiplier, "each wait is this many times the previous one (>= 1)")
 	fs.Float64Var(&r.jitter, "retry-jitter-factor", d.Retry.Jitter, "spread of each wait, as a fraction (0-1) either side")
-	fs.Float64Var(&r.budgetPercent, "retry-budget-percent", d.Retry.BudgetPercent, "retries in flight may be at most this percentage of the requests in flight (at least 3 are always allowed)")
+	fs.Float64Var(&r.budgetPercent, "retry-budget-percent", d.Retry.BudgetPercent, "the retry budget's floor: retries in flight may always be this percentage of the requests in flight (and at least 3), whatever the workers' state")
+	fs.IntVar(&r.budgetPerWorker, "retry-budget-per-worker", d.Retry.RetriesPerWorker, "each worker able to serve (healthy, breaker not open) adds to the retry budget its share of the requests in flight, and at least this many retries")
 	fs.DurationVar(&r.firstTokenTimeout, "first-token-timeout", d.FirstTokenTimeout, "an attempt whose worker sends no token this long after it started fails and is retried elsewhere (0: no limit)")
 	fs.DurationVar(&r.streamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "after the first token, a worker that sends nothing for this long fails the request with UNAVAILABLE (0: no limit)")
 }
@@ -56,6 +58,7 @@ func (r *reliabilityFlags) config() server.Reliability {
 	c.Retry.Multiplier = r.multiplier
 	c.Retry.Jitter = r.jitter
 	c.Retry.BudgetPercent = r.budgetPercent
+	c.Retry.RetriesPerWorker = r.budgetPerWorker
 	c.FirstTokenTimeout = r.firstTokenTimeout
 	c.StreamIdleTimeout = r.streamIdleTimeout
 	return c
