@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/discovery"
@@ -99,6 +100,10 @@ type Config struct {
 	// WorkerTLS is the TLS configuration for grpcs:// workers; nil: the
 	// system's roots, no client certificate.
 	WorkerTLS *tls.Config
+	// WorkerDialOptions are added to every engine connection's dial
+	// options, after kvgate's own, so they win (see
+	// workers.ConnectOptions.DialOptions).
+	WorkerDialOptions []grpc.DialOption
 	// DrainTimeout is how long Admin.RemoveWorker lets a worker's requests
 	// finish when the call names no timeout.
 	DrainTimeout time.Duration
@@ -108,6 +113,11 @@ type Config struct {
 	// Admission bounds the requests accepted, MaxRequestBytes one message.
 	Admission       server.AdmissionConfig
 	MaxRequestBytes int
+	// MaxEngineAnswerBytes is the largest message accepted from an engine;
+	// requests whose answer could be larger are refused. 0:
+	// workers.DefaultMaxAnswerBytes, which every request within a
+	// workers.AnswerContextTokens context fits.
+	MaxEngineAnswerBytes int
 
 	// Credentials secure kvgate's listeners (TLS, mutual TLS); nil:
 	// plaintext.
@@ -211,6 +221,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if cfg.MaxRequestBytes < 1 {
 		return nil, fmt.Errorf("--max-request-bytes is %d; it must be >= 1", cfg.MaxRequestBytes)
 	}
+	if cfg.MaxEngineAnswerBytes < 0 {
+		return nil, fmt.Errorf("MaxEngineAnswerBytes is %d; it must be >= 0 (0: the default)", cfg.MaxEngineAnswerBytes)
+	}
 
 	if err := cfg.Breaker.Validate(); err != nil {
 		return nil, fmt.Errorf("circuit breaker: %w", err)
@@ -255,7 +268,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	}
 	g.vocab = &vocabGuard{reg: g.Registry, keyOf: g.modelKey, tokenizers: map[string]int{}}
 	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker, Admit: g.vocab.admit,
-		DPAware: cfg.DPAware}
+		DPAware: cfg.DPAware, DialOptions: cfg.WorkerDialOptions, MaxAnswerBytes: cfg.MaxEngineAnswerBytes}
 	if cfg.TracerProvider != nil {
 		g.connect.Propagator = tracing.Propagator{}
 	}
@@ -302,7 +315,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 
 	rel, adm := cfg.Reliability, cfg.Admission
 	scfg := server.Config{Registry: g.Registry, Logger: log, Reliability: &rel, Admission: &adm,
-		MaxRequestBytes: cfg.MaxRequestBytes, Fleet: g, Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log),
+		MaxRequestBytes: cfg.MaxRequestBytes, MaxEngineAnswerBytes: cfg.MaxEngineAnswerBytes, Fleet: g, Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log),
 		SeparateAdmin: cfg.SeparateAdmin, Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider,
 		ReasoningParser: cfg.ReasoningParser, ToolCallParser: cfg.ToolCallParser}
 	if cfg.IGW {

@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -77,7 +79,10 @@ func (d *regularDispatcher) policyName() string { return d.policy.Name() }
 func (d *regularDispatcher) embeddings() error  { return nil }
 
 func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
-	candidates := d.r.candidates(d.s.reg, workers.RoleRegular)
+	candidates, err := implementing(j.needs, d.r.candidates(d.s.reg, workers.RoleRegular))
+	if err != nil {
+		return nil, err
+	}
 	if err := checkCandidates("", candidates, j); err != nil {
 		return nil, err
 	}
@@ -333,6 +338,40 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 			side, len(ws), healthy, open)
 	}
 	return j.task.check(limitsOf(ws))
+}
+
+// implementing keeps the workers that may be given rpc ("": all of them).
+// When every worker has shown it lacks rpc, the answer is UNIMPLEMENTED
+// naming each worker's answer: the fleet cannot serve the call, which no
+// retry changes until an engine is replaced.
+func implementing(rpc workers.RPC, ws []*workers.Worker) ([]*workers.Worker, error) {
+	if rpc == "" || len(ws) == 0 {
+		return ws, nil
+	}
+	var out, lacking []*workers.Worker
+	for _, w := range ws {
+		if w.Implements(rpc) {
+			out = append(out, w)
+		} else {
+			lacking = append(lacking, w)
+		}
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "no worker implements %s: ", rpc)
+	for i, w := range lacking {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(lacking)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s answered %s", w.URL(), strings.Join(w.Lacking(), ", "))
+	}
+	return nil, status.Error(codes.Unimplemented, b.String())
 }
 
 // chooseAndAcquire asks choose for the attempt's workers and takes a place in

@@ -55,6 +55,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 	if err := j.route.disp.embeddings(); err != nil {
 		return nil, nil, err
 	}
+	j.needs = workers.RPCEmbed
 	in := req.GetInputs()
 	limits := s.admission.cfg
 	switch {
@@ -206,16 +207,24 @@ func (t *embedding) exec(actx context.Context, cancel context.CancelCauseFunc, p
 		})
 	}
 	wg.Wait()
+	if first == nil {
+		dim := len(results[0].Embedding)
+		for i, res := range results {
+			if len(res.Embedding) != dim {
+				first = fmt.Errorf("%w: %w", workers.ErrBadEmbedding, status.Errorf(codes.DataLoss,
+					"worker returned embeddings of %d values for inputs[0] and %d for inputs[%d]", dim, len(res.Embedding), i))
+				break
+			}
+		}
+	}
 	if first != nil {
+		if workers.Lacks(workers.RPCEmbed, first) && w.MarkLacking(workers.RPCEmbed, first) {
+			t.s.metrics.rpcLacking.WithLabelValues(w.URL(), string(workers.RPCEmbed)).Inc()
+			t.s.log.WarnContext(actx, "worker left out of Embed: it does not implement it", "worker", w.URL(),
+				"answer", first, "recheck_after", workers.LackingRecheck)
+		}
 		r.err = first
 		return r
-	}
-	dim := len(results[0].Embedding)
-	for i, res := range results {
-		if len(res.Embedding) != dim {
-			r.err = status.Errorf(codes.DataLoss, "worker returned embeddings of %d values for inputs[0] and %d for inputs[%d]", dim, len(res.Embedding), i)
-			return r
-		}
 	}
 	r.deliver = func(ctx context.Context, p placement, log *slog.Logger) error {
 		t.deliver(ctx, p, log, results)

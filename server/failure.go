@@ -32,6 +32,15 @@ const (
 	causeShutdown
 	// causeRouter: a bug in kvgate (INTERNAL).
 	causeRouter
+	// causeRouterLimit: a limit of the router's own refused the engine's
+	// answer (a message beyond the engine connections' receive limit). The
+	// engine did nothing wrong, and any other would answer as large.
+	causeRouterLimit
+	// causeUnsupported: the engine does not implement the call
+	// (UNIMPLEMENTED, or an Embed answered with an unusable vector). It
+	// says nothing about the engine's health, so it never counts against
+	// the breaker that Generate depends on.
+	causeUnsupported
 )
 
 // failure is an attempt that did not complete, classified once.
@@ -79,9 +88,16 @@ func (s *Server) classify(ctx, actx context.Context, p placement, err error, tok
 			f.err = status.Errorf(codes.Unavailable, "%v", c)
 			break
 		}
-		switch status.Code(err) {
-		case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
-			f.cause = causeClientError
+		switch {
+		case workers.LocalLimit(err):
+			f.cause = causeRouterLimit
+		case status.Code(err) == codes.Unimplemented, errors.Is(err, workers.ErrBadEmbedding):
+			f.cause = causeUnsupported
+		default:
+			switch status.Code(err) {
+			case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+				f.cause = causeClientError
+			}
 		}
 	}
 	return f
@@ -126,6 +142,11 @@ func (f *failure) status() error {
 		return status.Errorf(codes.Internal, "%s", msg)
 	case causeClientError:
 		return status.Errorf(status.Code(f.err), "worker %s: %s", f.worker.URL(), msg)
+	case causeRouterLimit:
+		return status.Errorf(codes.ResourceExhausted, "worker %s answered more than kvgate accepts from an engine "+
+			"(MaxEngineAnswerBytes; ask for fewer log-probabilities or tokens): %s", f.worker.URL(), msg)
+	case causeUnsupported:
+		return status.Errorf(codes.Unimplemented, "worker %s does not implement this call: %s", f.worker.URL(), msg)
 	}
 	if f.tokens == 0 {
 		return status.Errorf(codes.Unavailable, "worker %s failed before the first token: %s", f.worker.URL(), msg)
@@ -145,6 +166,10 @@ func (f *failure) log(ctx context.Context, log *slog.Logger) {
 		log.ErrorContext(ctx, "generate failed in the router", "error", f.err, "tokens_sent", f.tokens)
 	case causeClientError:
 		log.InfoContext(ctx, "worker refused the request", "error", f.err)
+	case causeRouterLimit:
+		log.WarnContext(ctx, "worker's answer beyond the router's receive limit", "error", f.err)
+	case causeUnsupported:
+		log.InfoContext(ctx, "worker does not implement the call", "error", f.err)
 	default:
 		log.WarnContext(ctx, "worker failed", "error", f.err, "tokens_sent", f.tokens, "retryable", f.retryable())
 	}

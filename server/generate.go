@@ -116,6 +116,9 @@ type job struct {
 	// constraint, when set, constrains the output in place of
 	// sampling_params' (Chat's response_format and tool_choice).
 	constraint workers.Constraint
+	// needs, when set, is the optional engine RPC the job's attempts call
+	// (Embed): only workers that have not shown they lack it are placed.
+	needs workers.RPC
 }
 
 // traced attaches the request span of ctx to the job and names the request

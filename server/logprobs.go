@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"strings"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -10,7 +11,7 @@ import (
 
 // maxTopLogprobs bounds sampling_params.top_logprobs, as OpenAI's API does:
 // each alternative costs the engine a sort and the response bytes per token.
-const maxTopLogprobs = 20
+const maxTopLogprobs = workers.MaxTopLogprobs
 
 // validateLogprobs checks the log-probability fields of sampling_params.
 func validateLogprobs(sp *kvgatev1.SamplingParams) error {
@@ -22,6 +23,39 @@ func validateLogprobs(sp *kvgatev1.SamplingParams) error {
 		return invalid("sampling_params.top_logprobs is %d but neither logprobs nor prompt_logprobs is set; set one to receive them", k)
 	}
 	return nil
+}
+
+// checkAnswerSize refuses a request whose answer could be larger than the
+// engine connections accept (limit bytes): the engine would compute it,
+// and gRPC would refuse it in the router. The output is bounded by
+// max_new_tokens, else by what the context leaves (unknown context: not
+// counted).
+func checkAnswerSize(ids []uint32, sp *kvgatev1.SamplingParams, l limits, limit int) error {
+	lp := logprobRequest(sp)
+	if lp == nil {
+		return nil
+	}
+	output := 0
+	switch {
+	case sp.MaxNewTokens != nil:
+		output = int(sp.GetMaxNewTokens())
+	case l.maxContext > len(ids):
+		output = l.maxContext - len(ids)
+	}
+	n := workers.AnswerBytes(len(ids), output, lp)
+	if n <= int64(limit) {
+		return nil
+	}
+	var asked []string
+	if lp.Prompt {
+		asked = append(asked, fmt.Sprintf("prompt_logprobs for %d prompt tokens", len(ids)))
+	}
+	if lp.Output {
+		asked = append(asked, fmt.Sprintf("logprobs for up to %d output tokens", output))
+	}
+	return invalid("sampling_params asks for %s at top_logprobs %d, an engine answer of up to %d bytes; "+
+		"kvgate accepts at most %d bytes from an engine: lower top_logprobs or max_new_tokens, or shorten the prompt",
+		strings.Join(asked, " and "), lp.TopK, n, limit)
 }
 
 // logprobRequest is what a request asks the engine for; nil when nothing.

@@ -58,6 +58,7 @@ type Metrics struct {
 	retryBudgetExhausted prometheus.Counter
 	admissionRejected    *prometheus.CounterVec
 	breakerTransitions   *prometheus.CounterVec
+	rpcLacking           *prometheus.CounterVec
 
 	predictions      prometheus.Counter
 	predictionsExact prometheus.Counter
@@ -141,6 +142,10 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_circuit_breaker_transitions_total",
 			Help: "Circuit breaker state changes, by the state entered (open, half_open, closed).",
 		}, []string{"state"}),
+		rpcLacking: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_worker_rpc_unimplemented_total",
+			Help: "Times a worker showed it lacks an optional engine RPC (UNIMPLEMENTED, or an unusable Embed answer) and was left out of that RPC's placements for 5 minutes, by worker and rpc; never counted against its circuit breaker.",
+		}, []string{"worker", "rpc"}),
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_cache_prediction_observations_total",
 			Help: "Completed requests whose predicted cached tokens were compared with the engine's report.",
@@ -163,7 +168,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts, m.decisions,
-		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted, m.admissionRejected, m.breakerTransitions,
+		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted, m.admissionRejected, m.breakerTransitions, m.rpcLacking,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		&workerCollector{reg: reg},
 		collectors.NewGoCollector(),

@@ -89,6 +89,7 @@ func TestMetricsReferenceMatchesTheRouter(t *testing.T) {
 		{"prefill/decode", disaggregated},
 		{"text, chat and admission", textAndAdmission},
 		{"retry budget", retryBudget},
+		{"an engine without Embed", engineWithoutEmbed},
 	}
 	exported := map[string]*metricsdoc.Family{} // the union, every series kept
 	for _, sc := range scenarios {
@@ -580,4 +581,20 @@ func TestMarkdownTablesRender(t *testing.T) {
 			t.Errorf("%s: %s", path, p)
 		}
 	}
+}
+
+// engineWithoutEmbed sends Embed to a fleet where one engine lacks it.
+func engineWithoutEmbed(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin",
+		sim: func(i int, c *sim.Config) {
+			if i == 0 {
+				c.EmbeddingDim = 0
+			}
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.router.Embed(ctx, &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{InputIds: prompt(1, 8)}}}); err != nil {
+		t.Fatalf("Embed with one engine that has it: %v", err)
+	}
+	return f
 }

@@ -45,6 +45,7 @@ func (s *Server) run(ctx context.Context, j *job) error {
 	}()
 
 	var failures []*failure
+	unsupported := 0
 	releaseRetry := func() {}
 	defer func() { releaseRetry() }()
 	for attempt := 0; ; attempt++ {
@@ -54,10 +55,19 @@ func (s *Server) run(ctx context.Context, j *job) error {
 			return nil
 		}
 		if f.placement { // nowhere to run
-			if len(failures) > 0 {
+			if len(failures) > 0 && status.Code(f.err) != codes.Unimplemented {
 				return s.giveUp(ctx, j, failures, f.err.Error())
 			}
 			return f.status()
+		}
+		if f.cause == causeUnsupported && j.needs != "" && unsupported < maxUnsupported {
+			// The worker is now left out of the call's placements (the
+			// task marked it): place again at once, which spends no retry
+			// budget, since no worker failed.
+			unsupported++
+			j.excluded = append(j.excluded, f.worker.URL())
+			s.metrics.retries.WithLabelValues(f.worker.URL()).Inc()
+			continue
 		}
 		if !f.retryable() {
 			return f.status()
@@ -75,6 +85,11 @@ func (s *Server) run(ctx context.Context, j *job) error {
 		}
 	}
 }
+
+// maxUnsupported bounds the placements of one request on workers that turn
+// out to lack its RPC: each such worker is left out of the next, so this
+// only bites when many workers learn it at once.
+const maxUnsupported = 8
 
 // attempt places and runs one attempt. It returns nil when the client got
 // its completion.
@@ -113,7 +128,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		out.Err = r.err
 		p.end(out)
 		p.settle(f)
-		if f.cause != causeClientError && r.abortOnFailure && p.abortOnFailure() {
+		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && p.abortOnFailure() {
 			cancel(nil)
 			s.abort(ctx, log, p.served(), id)
 		}

@@ -5,6 +5,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,6 +95,11 @@ type Config struct {
 	// MaxRequestBytes bounds one request message; larger ones are refused
 	// with RESOURCE_EXHAUSTED before they are decoded. 0: DefaultMaxRequestBytes.
 	MaxRequestBytes int
+	// MaxEngineAnswerBytes is the largest message the engine connections
+	// accept (workers.ConnectOptions.MaxAnswerBytes): a request whose
+	// answer could be larger is refused before it is sent. 0:
+	// workers.DefaultMaxAnswerBytes.
+	MaxEngineAnswerBytes int
 	// TracerProvider, when set, traces every Router call: a server span per
 	// request (continuing a client's W3C traceparent) with a span per
 	// pipeline step. nil: tracing is off, and no trace context is read.
@@ -175,6 +181,8 @@ type Server struct {
 type resolved struct {
 	Reliability
 	AbortTimeout time.Duration
+	// maxEngineAnswer is the largest message the engine connections accept.
+	maxEngineAnswer int
 }
 
 // routerService is the name the health service reports for generation: it is
@@ -226,7 +234,7 @@ func New(cfg Config) (*Server, error) {
 		maxMsg = DefaultMaxRequestBytes
 	}
 	s := &Server{
-		cfg:             resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout},
+		cfg:             resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout, maxEngineAnswer: cmp.Or(cfg.MaxEngineAnswerBytes, workers.DefaultMaxAnswerBytes)},
 		reg:             cfg.Registry,
 		routes:          routes{multi: cfg.MultiModel},
 		reasoningParser: cfg.ReasoningParser,

@@ -59,7 +59,12 @@ type generation struct {
 	j *job
 }
 
-func (g *generation) check(l limits) error { return validateAgainst(g.j.inputIDs, g.j.sampling, l) }
+func (g *generation) check(l limits) error {
+	if err := validateAgainst(g.j.inputIDs, g.j.sampling, l); err != nil {
+		return err
+	}
+	return checkAnswerSize(g.j.inputIDs, g.j.sampling, l, g.s.cfg.maxEngineAnswer)
+}
 
 func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, p placement, id string) attemptResult {
 	s, j := g.s, g.j

@@ -54,6 +54,10 @@ type ConnectOptions struct {
 	// ErrIncompatible). The router uses it to refuse an engine whose model
 	// does not fit the fleet. Connect itself ignores it.
 	Admit func(*Worker) error
+	// MaxAnswerBytes is the largest message accepted from the engine;
+	// 0 means DefaultMaxAnswerBytes, which holds every answer a request the
+	// router admits can produce (see AnswerBytes).
+	MaxAnswerBytes int
 	// DPAware makes ConnectAll (and Join) register an engine with more than
 	// one data-parallel rank as one worker per rank (see dprank.go);
 	// Connect itself always returns the whole engine.
@@ -84,7 +88,12 @@ func Connect(ctx context.Context, addr string, opts ConnectOptions) (*Worker, er
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts.DialOptions...)
+	maxAnswer := opts.MaxAnswerBytes
+	if maxAnswer <= 0 {
+		maxAnswer = DefaultMaxAnswerBytes
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswer))}, opts.DialOptions...)
 	if opts.Propagator != nil {
 		dial = append(dial, traceInterceptors(opts.Propagator, url)...)
 	}

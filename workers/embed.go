@@ -34,21 +34,38 @@ type engineEmbedding interface {
 
 // embedResult checks an engine's EmbedResponse and translates it. An engine
 // that sends no vector, a vector whose length contradicts the dimension it
-// states, or values that are not finite numbers has failed (DATA_LOSS, like
-// a stream CheckedStream refuses): a client must never get a vector that
-// compares as garbage with every other.
+// states, or values that are not finite numbers has failed at Embed
+// (DATA_LOSS wrapping ErrBadEmbedding): a client must never get a vector
+// that compares as garbage with every other, and the router leaves the
+// engine out of Embed (see Lacks) without holding it against Generate.
 func embedResult(engine string, m engineEmbedding) (*EmbedResult, error) {
 	v := m.GetEmbedding()
 	if len(v) == 0 {
-		return nil, status.Errorf(codes.DataLoss, "%s engine returned an empty embedding", engine)
+		return nil, badEmbedding("%s engine returned an empty embedding", engine)
 	}
 	if d := m.GetEmbeddingDim(); d != 0 && int(d) != len(v) {
-		return nil, status.Errorf(codes.DataLoss, "%s engine returned an embedding of %d values with embedding_dim %d", engine, len(v), d)
+		return nil, badEmbedding("%s engine returned an embedding of %d values with embedding_dim %d", engine, len(v), d)
 	}
 	for i, x := range v {
 		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-			return nil, status.Errorf(codes.DataLoss, "%s engine returned an embedding whose value %d is %v", engine, i, x)
+			return nil, badEmbedding("%s engine returned an embedding whose value %d is %v", engine, i, x)
 		}
 	}
 	return &EmbedResult{Embedding: v, PromptTokens: m.GetPromptTokens()}, nil
 }
+
+// badEmbedding is a DATA_LOSS status wrapping ErrBadEmbedding.
+func badEmbedding(format string, args ...any) error {
+	return dataLoss{ErrBadEmbedding, status.Newf(codes.DataLoss, format, args...)}
+}
+
+// dataLoss is an error with a gRPC status that wraps a sentinel, so that
+// both status.Code and errors.Is read it, and its message is the status's.
+type dataLoss struct {
+	sentinel error
+	st       *status.Status
+}
+
+func (e dataLoss) Error() string              { return e.st.Err().Error() }
+func (e dataLoss) Unwrap() error              { return e.sentinel }
+func (e dataLoss) GRPCStatus() *status.Status { return e.st }

@@ -130,6 +130,8 @@ type Worker struct {
 
 	breaker   *Breaker
 	connected bool // false for Join's placeholder
+	// caps are the optional RPCs the engine showed it lacks.
+	caps capabilities
 
 	// A data-parallel rank target (see dprank.go): the engine's URL, the
 	// rank (-1 for a whole engine) and what the engine's ranks share (nil
