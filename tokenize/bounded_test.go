@@ -3,6 +3,7 @@ package tokenize
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -165,16 +166,22 @@ func eightMiB() string {
 }
 
 // BenchmarkEncode8MiB measures what one 8 MiB prompt costs to tokenize:
-// whole (Encode, what a prompt within the context costs), and with a
+// whole (Encode, what a prompt within the context costs), with a
 // 131,072-token limit (EncodeLimit, what the router does for a model of
-// that context). B/op is the figure: 869 MB per Encode before windows.
+// that context; the byte bound refuses it before pre-tokenizing), and with
+// a 1,000,000-token limit, which the byte bound cannot decide, so the text
+// is tokenized window by window until the count passes it. B/op is the
+// figure: 869 MB per Encode before windows.
 func BenchmarkEncode8MiB(b *testing.B) {
 	tok := windowedTokenizers(b)["sim"]
 	text := eightMiB()
-	for _, limit := range []int{0, 131_072} {
+	if bound := tok.minTokens(text); bound >= 1_000_000 {
+		b.Fatalf("the byte bound (%d tokens) decides the 1,000,000 case too", bound)
+	}
+	for _, limit := range []int{0, 131_072, 1_000_000} {
 		name := "whole"
 		if limit > 0 {
-			name = "limit-131072"
+			name = fmt.Sprintf("limit-%d", limit)
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
