@@ -25,29 +25,34 @@ func hugeText(n int) string {
 }
 
 // A text far beyond the model's context is refused with INVALID_ARGUMENT
-// naming the field and the context, by Generate and by Explain alike.
+// naming the field and the context, by Generate, Chat and Explain alike.
 func TestHugeTextIsRefusedNamingTheContext(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1, text: true, sim: func(_ int, c *sim.Config) { c.MaxContextLength = 4096 }})
+	const want = "has more than 4095 tokens; the model's context is 4096 tokens"
 	text := hugeText(6 << 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	calls := []struct {
-		name string
-		call func() error
+		name, field string
+		call        func() error
 	}{
-		{"Generate", func() error {
+		{"Generate", "text", func() error {
 			_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{Text: text})
 			return err
 		}},
-		{"Explain", func() error {
+		{"Chat", "the rendered conversation", func() error {
+			_, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: text}}})
+			return err
+		}},
+		{"Explain", "text", func() error {
 			_, err := f.admin.Explain(ctx, &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{Generate: &kvgatev1.GenerateRequest{Text: text}}})
 			return err
 		}},
 	}
 	for _, c := range calls {
 		err := c.call()
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "text has more than 4095 tokens; the model's context is 4096 tokens") {
-			t.Errorf("%s with a 6 MiB text and a 4,096-token context: %v, want INVALID_ARGUMENT naming text and the context", c.name, err)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.field+" "+want) {
+			t.Errorf("%s with a 6 MiB text and a 4,096-token context: %v, want INVALID_ARGUMENT naming %s and the context", c.name, err, c.field)
 		}
 	}
 	// A prompt that fits is still served, through the same path.

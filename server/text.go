@@ -101,9 +101,13 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	// from becoming control tokens (--split-special-tokens-in-content):
 	// the span covers both.
 	var lk cache.Lookup
-	j.inputIDs, j.commit, lk, err = text.EncodeChatLookup(conv)
+	contextLen := s.promptContext(j.route)
+	j.inputIDs, j.commit, lk, err = text.EncodeChatLimit(conv, promptLimit(contextLen))
 	defer func() { endTokenize(span, lk, len(j.inputIDs), err) }()
 	switch {
+	case errors.Is(err, tokenize.ErrTooManyTokens):
+		err = invalid("the rendered conversation has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output",
+			promptLimit(contextLen), contextLen)
 	case errors.Is(err, template.ErrTemplateRaised):
 		err = invalid("the chat template rejected the conversation: %v", err)
 	case errors.Is(err, textmodel.ErrProtectedTextAltered):
@@ -133,10 +137,7 @@ func encode(tm *textmodel.Model, text string, addSpecial bool, what string, cont
 	if !utf8.ValidString(text) {
 		return nil, nil, lk, invalid("%s is not valid UTF-8", what)
 	}
-	limit := 0
-	if contextLen > 0 {
-		limit = contextLen - 1 // at least 1 token must remain for output
-	}
+	limit := promptLimit(contextLen)
 	ids, commit, lk, err = tm.EncodeDeferredLimit(text, addSpecial, limit)
 	if errors.Is(err, tokenize.ErrTooManyTokens) {
 		return nil, nil, lk, invalid("%s has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output", what, limit, contextLen)
@@ -146,6 +147,11 @@ func encode(tm *textmodel.Model, text string, addSpecial bool, what string, cont
 	}
 	return ids, commit, lk, nil
 }
+
+// promptLimit is the most tokens a prompt may have in a context of
+// contextLen tokens (0: unknown, no limit): at least 1 must remain for
+// output.
+func promptLimit(contextLen int) int { return max(contextLen-1, 0) }
 
 // promptContext is the largest context among the route's healthy workers:
 // a prompt longer than that fits none of them. 0 when it is unknown (a
