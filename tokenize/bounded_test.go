@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // simTokenizerJSON is the simulated engine's byte-level BPE tokenizer (a
@@ -100,9 +101,36 @@ func TestWindowedEncodeIsExact(t *testing.T) {
 				if err != nil || !slices.Equal(got, whole) {
 					t.Fatalf("window %d of %q:\n got %v (%v)\nwant %v", window, text, got, err, whole)
 				}
+				// The same with client text (literal spans) in the middle,
+				// as a rendered chat prompt has.
+				lit := []Span{runeSpan(r, text)}
+				whole, err = tok.encodeBounded(text, add, lit, 0, math.MaxInt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err = tok.encodeBounded(text, add, lit, 0, window)
+				if err != nil || !slices.Equal(got, whole) {
+					t.Fatalf("window %d of %q with literal %v:\n got %v (%v)\nwant %v", window, text, lit[0], got, err, whole)
+				}
 			}
 		})
 	}
+}
+
+// runeSpan is a random span of text that starts and ends at rune
+// boundaries.
+func runeSpan(r *rand.Rand, text string) Span {
+	a, b := r.IntN(len(text)+1), r.IntN(len(text)+1)
+	if a > b {
+		a, b = b, a
+	}
+	for a > 0 && a < len(text) && !utf8.RuneStart(text[a]) {
+		a--
+	}
+	for b < len(text) && !utf8.RuneStart(text[b]) {
+		b++
+	}
+	return Span{a, b}
 }
 
 // EncodeLimit gives Encode's ids for a text within the limit, and
