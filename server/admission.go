@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,6 +26,12 @@ type AdmissionConfig struct {
 	QueueSize int
 	// QueueTimeout is how long a request may wait in the queue.
 	QueueTimeout time.Duration
+	// RequestReadTimeout is how long a streaming call may take to send its
+	// request message after it started; 0: no limit. A call holds no
+	// admission place until its request has arrived, so a client that opens
+	// calls and sends nothing costs the others no places, and this bounds
+	// how long it holds a goroutine and a stream instead.
+	RequestReadTimeout time.Duration
 	// RateLimitPerKey, when > 0, allows each client key (the routing key,
 	// else the authorization metadata, else the peer address) this many
 	// requests per second, with bursts of as many.
@@ -42,7 +49,9 @@ type AdmissionConfig struct {
 }
 
 // DefaultAdmissionConfig admits 1,024 concurrent generations with 1,024
-// more waiting up to 30 s: far beyond what a fleet of a few engines serves
+// more waiting up to 30 s, each of whose request must arrive within 10 s of
+// its call (a request of 8 MiB, the default limit, takes under a second on
+// a 100 Mbit/s link): far beyond what a fleet of a few engines serves
 // well (an engine runs a few hundred requests at once), and low enough that
 // a flood is refused before it costs the router its memory. No per-key
 // rate limit. An Embed batch holds up to 128 inputs (so that 128 vectors of
@@ -54,6 +63,7 @@ func DefaultAdmissionConfig() AdmissionConfig {
 		MaxConcurrentRequests: 1024,
 		QueueSize:             1024,
 		QueueTimeout:          30 * time.Second,
+		RequestReadTimeout:    10 * time.Second,
 		RateLimitKeys:         100_000,
 		MaxChatMessages:       10_000,
 		MaxTools:              1_024,
@@ -71,6 +81,8 @@ func (c AdmissionConfig) Validate() error {
 		return fmt.Errorf("--queue-size is %d; it must be >= 0", c.QueueSize)
 	case c.QueueTimeout < 0:
 		return fmt.Errorf("--queue-timeout-secs is %v; it must be >= 0", c.QueueTimeout)
+	case c.RequestReadTimeout < 0:
+		return fmt.Errorf("--request-read-timeout is %v; it must be >= 0 (0: no limit)", c.RequestReadTimeout)
 	case !(c.RateLimitPerKey >= 0):
 		return fmt.Errorf("--rate-limit-per-key is %v; it must be >= 0 (0: no limit)", c.RateLimitPerKey)
 	case c.RateLimitPerKey > 0 && c.RateLimitKeys < 1:
@@ -92,8 +104,10 @@ type admission struct {
 	cfg     AdmissionConfig
 	slots   chan struct{} // nil: no limit
 	waiting atomic.Int64
-	limiter *rateLimiter // nil: no rate limit
-	m       *Metrics
+	// awaiting counts streaming calls opened whose request has not arrived.
+	awaiting atomic.Int64
+	limiter  *rateLimiter // nil: no rate limit
+	m        *Metrics
 }
 
 func newAdmission(cfg AdmissionConfig, m *Metrics) *admission {
@@ -105,6 +119,14 @@ func newAdmission(cfg AdmissionConfig, m *Metrics) *admission {
 		a.limiter = newRateLimiter(cfg.RateLimitPerKey, cfg.RateLimitKeys, time.Now)
 	}
 	return a
+}
+
+// awaitingGauge exports how many calls wait for their request message.
+func (a *admission) awaitingGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvgate_requests_awaiting_message",
+		Help: "Generate and Chat calls opened whose request message has not arrived (they hold no admission place; --request-read-timeout ends them).",
+	}, func() float64 { return float64(a.awaiting.Load()) })
 }
 
 // acquire takes a place for one request, waiting in the queue if there is
@@ -150,22 +172,81 @@ func admitted(method string) bool {
 }
 
 // admissionStream applies the rate limit and the concurrency limit to the
-// Router's streaming RPCs before their handler does any work. A refusal is
-// logged once, by the logging interceptor's line for the call, which names
-// the request by its x-request-id metadata (the request is not read yet).
+// Router's streaming RPCs once their request has arrived, not when the call
+// opens: a place held for a call that has sent nothing would let a client
+// that opens calls and never writes keep everyone else waiting. The request
+// must arrive within RequestReadTimeout. A refusal is logged once, by the
+// logging interceptor's line for the call.
 func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !admitted(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	release, err := s.admit(ss.Context())
+	as := &admittedStream{ServerStream: ss, s: s}
+	defer as.done()
+	return handler(srv, as)
+}
+
+// admittedStream is a Router call's stream whose first RecvMsg, the
+// request, is read within the read timeout and then takes the call's
+// admission place.
+type admittedStream struct {
+	grpc.ServerStream
+	s       *Server
+	read    bool   // the first message was asked for
+	release func() // gives the place back; nil: no place held
+}
+
+func (as *admittedStream) RecvMsg(m any) error {
+	if as.read {
+		return as.ServerStream.RecvMsg(m)
+	}
+	as.read = true
+	as.s.admission.awaiting.Add(1)
+	err := readWithin(as.ServerStream, m, as.s.admission.cfg.RequestReadTimeout)
+	as.s.admission.awaiting.Add(-1)
 	if err != nil {
 		return err
 	}
-	defer release()
-	return handler(srv, ss)
+	release, err := as.s.admit(as.Context())
+	if err != nil {
+		return err
+	}
+	as.release = release
+	return nil
+}
+
+// done gives back the place the call held, if it got one.
+func (as *admittedStream) done() {
+	if as.release != nil {
+		as.release()
+	}
+}
+
+// readWithin receives one message, failing with DEADLINE_EXCEEDED when it
+// has not arrived within d (0: no limit). The stream's context cannot be
+// cancelled from here, so the read runs on a goroutine of its own; when the
+// time is up the handler returns, grpc-go ends the stream, and the read
+// returns with it.
+func readWithin(ss grpc.ServerStream, m any, d time.Duration) error {
+	if d <= 0 {
+		return ss.RecvMsg(m)
+	}
+	got := make(chan error, 1)
+	go func() { got <- ss.RecvMsg(m) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-got:
+		return err
+	case <-t.C:
+		return status.Errorf(codes.DeadlineExceeded,
+			"the request message did not arrive within %v of the call's start (--request-read-timeout); send it as the call opens", d)
+	}
 }
 
 // admissionUnary is admissionStream for the Router's unary RPCs (Embed).
+// grpc-go reads and decodes a unary request before any interceptor runs,
+// so here too the place is taken only once the request has arrived.
 func (s *Server) admissionUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !admitted(info.FullMethod) {
 		return handler(ctx, req)

@@ -100,7 +100,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 			t.inputs[i] = e.GetInputIds()
 			continue
 		}
-		ids, commit, l, err := encode(text, e.GetText(), true, fmt.Sprintf("inputs[%d].text", i))
+		ids, commit, l, err := encode(text, e.GetText(), true, fmt.Sprintf("inputs[%d].text", i), s.promptContext(j.route))
 		if err == nil && len(ids) == 0 {
 			err = invalid("inputs[%d].text tokenizes to no tokens; an input of at least 1 token is required", i)
 		}

@@ -9,12 +9,17 @@ import (
 	"github.com/kvgate/kvgate/policy"
 )
 
+// Explain tokenizes and places a request as Generate or Chat would, so it
+// takes an admission place as they do: otherwise concurrent Explain calls
+// would be tokenization without a bound.
 func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvgatev1.ExplainResponse, error) {
 	s := a.s
-	var (
-		j   *job
-		err error
-	)
+	release, err := s.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var j *job
 	switch r := req.GetRequest().(type) {
 	case *kvgatev1.ExplainRequest_Generate:
 		j, err = s.generateJob(ctx, r.Generate)

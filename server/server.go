@@ -266,6 +266,7 @@ func New(cfg Config) (*Server, error) {
 		}, func() float64 { return float64(l.keys()) }))
 	}
 	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
+	s.metrics.Registry.MustRegister(s.admission.awaitingGauge())
 	for _, c := range []prometheus.Collector{tokenizerCollector{&s.routes}, treeCollector{s: s},
 		kvEventCollector{reg: s.reg, status: cfg.KVEvents, routes: &s.routes}} {
 		if err := s.metrics.Registry.Register(c); err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/tokenize"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/template"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
@@ -49,7 +50,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 		}
 		_, span := s.startStep(ctx, "kvgate.tokenize")
 		var lk cache.Lookup
-		j.inputIDs, j.commit, lk, err = encode(text, prompt, true, "text")
+		j.inputIDs, j.commit, lk, err = encode(text, prompt, true, "text", s.promptContext(j.route))
 		endTokenize(span, lk, len(j.inputIDs), err)
 		if err != nil {
 			return nil, err
@@ -100,9 +101,13 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	// from becoming control tokens (--split-special-tokens-in-content):
 	// the span covers both.
 	var lk cache.Lookup
-	j.inputIDs, j.commit, lk, err = text.EncodeChatLookup(conv)
+	contextLen := s.promptContext(j.route)
+	j.inputIDs, j.commit, lk, err = text.EncodeChatLimit(conv, promptLimit(contextLen))
 	defer func() { endTokenize(span, lk, len(j.inputIDs), err) }()
 	switch {
+	case errors.Is(err, tokenize.ErrTooManyTokens):
+		err = invalid("the rendered conversation has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output",
+			promptLimit(contextLen), contextLen)
 	case errors.Is(err, template.ErrTemplateRaised):
 		err = invalid("the chat template rejected the conversation: %v", err)
 	case errors.Is(err, textmodel.ErrProtectedTextAltered):
@@ -124,16 +129,46 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 
 // encode tokenizes a prompt through the caches; commit caches it, which the
 // pipeline does only once the request proved valid. lk says how the caches
-// served it, for the request's trace.
-func encode(tm *textmodel.Model, text string, addSpecial bool, what string) (ids []uint32, commit func(), lk cache.Lookup, err error) {
+// served it, for the request's trace. contextLen, when known (> 0), bounds
+// the work: a text is tokenized only until it is known not to fit, so that
+// a text of megabytes costs memory in proportion to the context, not to its
+// length.
+func encode(tm *textmodel.Model, text string, addSpecial bool, what string, contextLen int) (ids []uint32, commit func(), lk cache.Lookup, err error) {
 	if !utf8.ValidString(text) {
 		return nil, nil, lk, invalid("%s is not valid UTF-8", what)
 	}
-	ids, commit, lk, err = tm.EncodeDeferredLookup(text, addSpecial)
+	limit := promptLimit(contextLen)
+	ids, commit, lk, err = tm.EncodeDeferredLimit(text, addSpecial, limit)
+	if errors.Is(err, tokenize.ErrTooManyTokens) {
+		return nil, nil, lk, invalid("%s has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output", what, limit, contextLen)
+	}
 	if err != nil {
 		return nil, nil, lk, invalid("tokenizing %s: %v", what, err)
 	}
 	return ids, commit, lk, nil
+}
+
+// promptLimit is the most tokens a prompt may have in a context of
+// contextLen tokens (0: unknown, no limit): at least 1 must remain for
+// output.
+func promptLimit(contextLen int) int { return max(contextLen-1, 0) }
+
+// promptContext is the largest context among the route's healthy workers:
+// a prompt longer than that fits none of them. 0 when it is unknown (a
+// healthy worker does not report its context, or none is healthy).
+func (s *Server) promptContext(r *route) int {
+	largest := 0
+	for _, w := range s.reg.Current().Workers {
+		if !r.serves(w) || !w.Healthy() {
+			continue
+		}
+		c := w.Info().MaxContextLength
+		if c <= 0 {
+			return 0
+		}
+		largest = max(largest, c)
+	}
+	return largest
 }
 
 // conversation converts the request to the values a chat template sees:

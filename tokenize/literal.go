@@ -33,6 +33,13 @@ func (t *Tokenizer) EncodeSplitSpecialTokens(text string, addSpecialTokens bool)
 // normalized and pre-tokenized as one piece. Normalized special tokens are
 // not recognised in any piece that contains literal text.
 func (t *Tokenizer) EncodeWithLiteralSpans(text string, addSpecialTokens bool, literal []Span) ([]uint32, error) {
+	return t.EncodeWithLiteralSpansLimit(text, addSpecialTokens, literal, 0)
+}
+
+// EncodeWithLiteralSpansLimit is EncodeWithLiteralSpans that stops as
+// EncodeLimit does once the text has more than maxTokens tokens (0: no
+// limit).
+func (t *Tokenizer) EncodeWithLiteralSpansLimit(text string, addSpecialTokens bool, literal []Span, maxTokens int) ([]uint32, error) {
 	prev := 0
 	for _, s := range literal {
 		if s.Start < prev || s.End < s.Start || s.End > len(text) {
@@ -40,7 +47,7 @@ func (t *Tokenizer) EncodeWithLiteralSpans(text string, addSpecialTokens bool, l
 		}
 		prev = s.End
 	}
-	return t.encode(text, addSpecialTokens, literal)
+	return t.encodeBounded(text, addSpecialTokens, literal, maxTokens, encodeWindow)
 }
 
 // splitLiteral is addedVocab.split over the whole text, region by region:

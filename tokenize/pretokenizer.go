@@ -134,7 +134,16 @@ func newPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 		if err != nil {
 			return nil, err
 		}
-		return splitPreTokenizer{m: m, behavior: b, invert: s.Invert}, nil
+		sp := splitPreTokenizer{m: m, behavior: b, invert: s.Invert}
+		if s.Pattern.Regex != nil && !s.Invert {
+			switch {
+			case wordScanners[*s.Pattern.Regex] && b == behaviorIsolated:
+				sp.cut = cutSplits
+			case untouchingScanners[*s.Pattern.Regex]:
+				sp.cut = cutUntouched
+			}
+		}
+		return sp, nil
 	case "ByteLevel":
 		var s struct {
 			AddPrefixSpace bool  `json:"add_prefix_space"`
@@ -177,7 +186,7 @@ func newPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 		if s.Individual {
 			b = behaviorIsolated
 		}
-		return splitPreTokenizer{m: runeMatcher(unicode.IsNumber), behavior: b}, nil
+		return splitPreTokenizer{m: runeMatcher(unicode.IsNumber), behavior: b, cut: cutUntouched}, nil
 	case "Punctuation":
 		var s struct {
 			Behavior string `json:"behavior"`
@@ -192,18 +201,18 @@ func newPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 		if err != nil {
 			return nil, err
 		}
-		return splitPreTokenizer{m: runeMatcher(isPunctuation), behavior: b}, nil
+		return splitPreTokenizer{m: runeMatcher(isPunctuation), behavior: b, cut: cutUntouched}, nil
 	case "WhitespaceSplit":
-		return splitPreTokenizer{m: runeMatcher(unicode.IsSpace), behavior: behaviorRemoved}, nil
+		return splitPreTokenizer{m: runeMatcher(unicode.IsSpace), behavior: behaviorRemoved, cut: cutSplits}, nil
 	case "Whitespace":
 		m, err := newFallbackMatcher(`\w+|[^\w\s]+`)
 		if err != nil {
 			return nil, err
 		}
-		return splitPreTokenizer{m: m, behavior: behaviorRemoved, invert: true}, nil
+		return splitPreTokenizer{m: m, behavior: behaviorRemoved, invert: true, cut: cutSplits}, nil
 	case "BertPreTokenizer":
 		return sequencePreTokenizer{
-			splitPreTokenizer{m: runeMatcher(unicode.IsSpace), behavior: behaviorRemoved},
+			splitPreTokenizer{m: runeMatcher(unicode.IsSpace), behavior: behaviorRemoved, cut: cutSplits},
 			splitPreTokenizer{m: runeMatcher(isPunctuation), behavior: behaviorIsolated},
 		}, nil
 	default:
@@ -277,6 +286,9 @@ type splitPreTokenizer struct {
 	m        matcher
 	behavior splitBehavior
 	invert   bool
+	// cut says whether text may be pre-tokenized in windows around this
+	// step (see cutSafe).
+	cut cutKind
 }
 
 type span struct {

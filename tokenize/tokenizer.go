@@ -31,6 +31,11 @@ type Tokenizer struct {
 	vocabSize      int
 	cfg            Config
 	scratch        sync.Pool // *scratch
+	// cutSafe: long text is pre-tokenized in windows (see cutSafe in
+	// bounded.go); maxTokenBytes: the longest token's bytes of a byte-level
+	// BPE model, for EncodeLimit's lower bound (0: none).
+	cutSafe       bool
+	maxTokenBytes int
 }
 
 func usesDeferredByteLevel(pt PreTokenizer) bool {
@@ -134,6 +139,10 @@ func FromJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 	if t.cfg, err = parseConfig(tokenizerConfigJSON); err != nil {
 		return nil, err
 	}
+	t.cutSafe = t.pre != nil && cutSafe(t.pre)
+	if usesDeferredByteLevel(t.pre) {
+		t.maxTokenBytes = byteLevelMaxTokenBytes(t.bpe)
+	}
 	return t, nil
 }
 
@@ -146,13 +155,34 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 // encode is Encode with special tokens left as text inside the literal spans
 // (see EncodeWithLiteralSpans).
 func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []Span) ([]uint32, error) {
+	return t.encodeBounded(text, addSpecialTokens, literal, 0, encodeWindow)
+}
+
+// encodeBounded is encode that stops once the text has more than maxTokens
+// tokens (0: no limit), pre-tokenizing long inputs in windows of about
+// window bytes where the pre-tokenizer allows it.
+func (t *Tokenizer) encodeBounded(text string, addSpecialTokens bool, literal []Span, maxTokens, window int) ([]uint32, error) {
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("encode: %w", ErrInvalidUTF8)
 	}
-	ids := make([]uint32, 0, len(text)/3+4)
+	guess := len(text)/3 + 4
+	if maxTokens > 0 {
+		guess = min(guess, maxTokens+1)
+	}
+	ids := make([]uint32, 0, guess)
 	sc, _ := t.scratch.Get().(*scratch)
 	if sc == nil {
 		sc = new(scratch)
+	}
+	defer func() {
+		sc.release()
+		t.scratch.Put(sc)
+	}()
+	over := func(known int) error {
+		if maxTokens > 0 && known > maxTokens {
+			return fmt.Errorf("encode: %w", &TooManyTokensError{Limit: maxTokens, AtLeast: known})
+		}
+		return nil
 	}
 	if literal == nil {
 		sc.segs = t.added.split(sc.segs[:0], text, true, t.added.raw)
@@ -162,6 +192,9 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []Span) (
 	for _, seg := range sc.segs {
 		if seg.id >= 0 {
 			ids = append(ids, uint32(seg.id))
+			if err := over(len(ids)); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		s := seg.text
@@ -176,31 +209,53 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []Span) (
 		for _, sub := range sc.nsegs {
 			if sub.id >= 0 {
 				ids = append(ids, uint32(sub.id))
+			} else if sub.text == "" {
 				continue
-			}
-			if sub.text == "" {
-				continue
-			}
-			if t.pre == nil {
+			} else if err := over(len(ids) + t.minTokens(sub.text)); err != nil {
+				return nil, err
+			} else if t.pre == nil {
 				ids = t.model.Tokenize(ids, sub.text)
-				continue
+			} else {
+				ids = t.preTokenizeAndTokenize(ids, sub, sc, maxTokens, window)
 			}
-			sc.pre = t.pre.PreTokenize(reserve(sc.pre, preTokenGuess(len(sub.text))), preToken{s: sub.text, atStart: sub.atStart}, sc)
-			for _, p := range sc.pre {
-				if p.byteLevel {
-					ids = t.bpe.tokenizeByteLevel(ids, p.s)
-				} else {
-					ids = t.model.Tokenize(ids, p.s)
-				}
+			if err := over(len(ids)); err != nil {
+				return nil, err
 			}
 		}
 	}
-	sc.release()
-	t.scratch.Put(sc)
 	if addSpecialTokens && t.post != nil {
-		return t.post.Process(make([]uint32, 0, len(ids)+4), ids), nil
+		ids = t.post.Process(make([]uint32, 0, len(ids)+4), ids)
+		if err := over(len(ids)); err != nil {
+			return nil, err
+		}
 	}
 	return ids, nil
+}
+
+// preTokenizeAndTokenize appends the ids of one pre-tokenizer input. A long
+// input is pre-tokenized a window at a time when the pre-tokenizer is
+// cut-safe, and tokenizing stops after the window that passed maxTokens.
+func (t *Tokenizer) preTokenizeAndTokenize(ids []uint32, sub segment, sc *scratch, maxTokens, window int) []uint32 {
+	s, atStart := sub.text, sub.atStart
+	for s != "" {
+		end := len(s)
+		if t.cutSafe {
+			end = nextCut(s, window)
+		}
+		sc.pre = t.pre.PreTokenize(reserve(sc.pre, preTokenGuess(end)), preToken{s: s[:end], atStart: atStart}, sc)
+		for _, p := range sc.pre {
+			if p.byteLevel {
+				ids = t.bpe.tokenizeByteLevel(ids, p.s)
+			} else {
+				ids = t.model.Tokenize(ids, p.s)
+			}
+		}
+		if maxTokens > 0 && len(ids) > maxTokens {
+			return ids
+		}
+		s, atStart = s[end:], false
+	}
+	return ids
 }
 
 // Decode turns ids back into text. With skipSpecialTokens, special tokens are left out.

@@ -69,6 +69,7 @@ type admissionFlags struct {
 	maxConcurrent   int
 	queueSize       int
 	queueTimeoutSec float64
+	readTimeout     time.Duration
 	ratePerKey      float64
 	maxRequestBytes int
 }
@@ -78,6 +79,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.maxConcurrent, "max-concurrent-requests", d.MaxConcurrentRequests, "Router requests (Generate, Chat, Embed) served at once; beyond it they wait in the queue (-1: no limit)")
 	fs.IntVar(&a.queueSize, "queue-size", d.QueueSize, "requests that may wait for a place; beyond it they are refused at once with RESOURCE_EXHAUSTED (0: none wait)")
 	fs.Float64Var(&a.queueTimeoutSec, "queue-timeout-secs", d.QueueTimeout.Seconds(), "how long a request may wait in the queue before RESOURCE_EXHAUSTED")
+	fs.DurationVar(&a.readTimeout, "request-read-timeout", d.RequestReadTimeout, "a Generate or Chat call must send its request this soon after it opens, else DEADLINE_EXCEEDED; no admission place is held before it arrives (0: no limit)")
 	fs.Float64Var(&a.ratePerKey, "rate-limit-per-key", 0, "requests per second (and burst) each client may send, keyed by x-routing-key, else authorization, else address (0: no limit)")
 	fs.IntVar(&a.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED")
 }
@@ -87,6 +89,7 @@ func (a *admissionFlags) config() server.AdmissionConfig {
 	c.MaxConcurrentRequests = a.maxConcurrent
 	c.QueueSize = a.queueSize
 	c.QueueTimeout = time.Duration(a.queueTimeoutSec * float64(time.Second))
+	c.RequestReadTimeout = a.readTimeout
 	c.RateLimitPerKey = a.ratePerKey
 	return c
 }

@@ -44,13 +44,20 @@ func (m *Model) EncodeChat(c Conversation) (ids []uint32, commit func(), err err
 // EncodeChatLookup is EncodeChat that also says how the caches served the
 // prompt, for a request's trace.
 func (m *Model) EncodeChatLookup(c Conversation) (ids []uint32, commit func(), lk cache.Lookup, err error) {
+	return m.EncodeChatLimit(c, 0)
+}
+
+// EncodeChatLimit is EncodeChatLookup that tokenizes a long rendered
+// prompt only until it has more than maxTokens tokens (0: no limit), as
+// EncodeDeferredLimit does, with an error wrapping tokenize.ErrTooManyTokens.
+func (m *Model) EncodeChatLimit(c Conversation, maxTokens int) (ids []uint32, commit func(), lk cache.Lookup, err error) {
 	noCommit := func() {}
 	if !m.splitContent {
 		text, err := m.Render(c)
 		if err != nil {
 			return nil, noCommit, lk, err
 		}
-		return m.EncodeDeferredLookup(text, false)
+		return m.EncodeDeferredLimit(text, false, maxTokens)
 	}
 	p, err := newProtector(m.specialTexts)
 	if err != nil {
@@ -75,18 +82,18 @@ func (m *Model) EncodeChatLookup(c Conversation) (ids []uint32, commit func(), l
 		return nil, noCommit, lk, err
 	}
 	if len(p.originals) == 0 {
-		return m.EncodeDeferredLookup(rendered, false)
+		return m.EncodeDeferredLimit(rendered, false, maxTokens)
 	}
 	text, spans, err := p.expand(rendered)
 	if err != nil {
 		return nil, noCommit, lk, err
 	}
 	if len(spans) == 0 {
-		return m.EncodeDeferredLookup(text, false)
+		return m.EncodeDeferredLimit(text, false, maxTokens)
 	}
 	// The caches key on the text alone, so an encoding that depends on
 	// where the client's text lies is never cached.
-	ids, err = m.tok.EncodeWithLiteralSpans(text, false, spans)
+	ids, err = m.tok.EncodeWithLiteralSpansLimit(text, false, spans, maxTokens)
 	if err != nil {
 		return nil, noCommit, lk, err
 	}

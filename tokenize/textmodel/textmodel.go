@@ -359,6 +359,25 @@ func (m *Model) EncodeDeferredLookup(text string, addSpecialTokens bool) (ids []
 	return m.enc.EncodeDeferredLookup(text, addSpecialTokens)
 }
 
+// directBytes is the text length above which EncodeDeferredLimit tokenizes
+// without the caches: a text over 1 MiB with its ids passes the caches'
+// 2 MiB bound on one entry, so the caches would not keep it anyway.
+const directBytes = 1 << 20
+
+// EncodeDeferredLimit is EncodeDeferredLookup for a text that may have more
+// than maxTokens tokens (0: no limit): a long text is tokenized without the
+// caches and only until it passes the limit, with an error wrapping
+// tokenize.ErrTooManyTokens, so that a multi-megabyte text costs memory in
+// proportion to the limit. A text of no more bytes than maxTokens, or of at
+// most 1 MiB, goes through the caches whole (its caller checks its length).
+func (m *Model) EncodeDeferredLimit(text string, addSpecialTokens bool, maxTokens int) (ids []uint32, commit func(), lk cache.Lookup, err error) {
+	if maxTokens <= 0 || len(text) <= max(maxTokens, directBytes) {
+		return m.enc.EncodeDeferredLookup(text, addSpecialTokens)
+	}
+	ids, err = m.tok.EncodeLimit(text, addSpecialTokens, maxTokens)
+	return ids, func() {}, lk, err
+}
+
 // CacheStats reports the tokenizer caches' counters.
 func (m *Model) CacheStats() cache.Stats { return m.enc.Stats() }
 
