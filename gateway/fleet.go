@@ -107,7 +107,11 @@ func forgetRemoved(reg *workers.Registry, route *kvRoute, policies func() []poli
 // AddWorker connects to an engine and adds it to the fleet, as
 // Admin.AddWorker asks: an engine that does not answer yet is added
 // unhealthy and joins when it answers.
+// Only hosts Config.AdminWorkerAllow allows are dialed.
 func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
+	if err := g.limits.allowed(addr); err != nil {
+		return nil, err
+	}
 	w, err := g.addWorker(ctx, addr, role, proto, bootstrapPort)
 	if err == nil {
 		g.Server.UpdateHealth()
@@ -115,8 +119,10 @@ func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role,
 	return w, err
 }
 
-// addWorker is AddWorker without the server's health update, for callers
-// that may run before the server exists (service discovery).
+// addWorker is AddWorker without the server's health update and the
+// address restriction, for callers that may run before the server exists
+// (service discovery, whose pods the operator chose). The fleet's size is
+// bounded here, for both.
 func (g *Gateway) addWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
 	switch {
 	case !g.pdMode && role != workers.RoleRegular:
@@ -128,6 +134,12 @@ func (g *Gateway) addWorker(ctx context.Context, addr string, role workers.Role,
 	case bootstrapPort < 0 || bootstrapPort > 65535:
 		return nil, fmt.Errorf("bootstrap_port %d is not a port", bootstrapPort)
 	}
+	release, err := g.limits.reserve(g.Registry)
+	if err != nil {
+		g.log.Warn("worker not added: the fleet is full", "address", addr, "max_workers", g.limits.max)
+		return nil, err
+	}
+	defer release()
 	opts := g.connect
 	opts.Role = role
 	if proto != workers.ProtocolUnknown {

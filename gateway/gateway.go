@@ -126,6 +126,12 @@ type Config struct {
 	Auth auth.Config
 	// SeparateAdmin serves Admin only through Gateway.ServeAdmin.
 	SeparateAdmin bool
+	// MaxWorkers bounds the engines in the fleet (Admin.AddWorker and
+	// service discovery are refused beyond it); 0: DefaultMaxWorkers.
+	MaxWorkers int
+	// AdminWorkerAllow are the hosts Admin.AddWorker may connect to (see
+	// server.WorkerAllow); nil: the hosts of WorkerURLs and DecodeURLs.
+	AdminWorkerAllow []string
 	// Discovery, when set, adds and removes workers as Kubernetes pods
 	// become Ready and leave (see package discovery), beside WorkerURLs;
 	// its PD must equal PD. With it, PD needs no worker URLs.
@@ -186,6 +192,7 @@ type Gateway struct {
 	starting     map[string]chan struct{}
 	connect      workers.ConnectOptions // how AddWorker connects
 	vocab        *vocabGuard            // refuses engines whose vocabulary does not fit
+	limits       *fleetLimits           // bounds the fleet's growth at run time
 	drainTimeout time.Duration
 	bgCtx        context.Context
 	stopBG       context.CancelFunc
@@ -238,6 +245,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			g.Close()
 		}
 	}()
+	if g.limits, err = newFleetLimits(cfg); err != nil {
+		return nil, err
+	}
 	urls, ports := cfg.WorkerURLs, map[string]int{}
 	role := workers.RoleRegular
 	if cfg.PD {

@@ -14,8 +14,9 @@ import (
 
 // Fleet changes the set of workers while the router runs; the gateway
 // implements it. AddWorker's errors are the request's fault (a bad address,
-// a role the router does not serve) or wrap workers.ErrWorkerExists or
-// workers.ErrIncompatible (an engine whose model does not fit the fleet);
+// a role the router does not serve) or wrap workers.ErrWorkerExists,
+// workers.ErrIncompatible (an engine whose model does not fit the fleet),
+// ErrWorkerNotAllowed or ErrTooManyWorkers;
 // RemoveWorker's wrap workers.ErrWorkerNotFound or are the router's.
 type Fleet interface {
 	AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error)
@@ -54,8 +55,10 @@ func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (
 	switch {
 	case errors.Is(err, workers.ErrWorkerExists):
 		return nil, status.Errorf(codes.AlreadyExists, "%v", err)
-	case errors.Is(err, workers.ErrIncompatible):
+	case errors.Is(err, workers.ErrIncompatible), errors.Is(err, ErrWorkerNotAllowed):
 		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+	case errors.Is(err, ErrTooManyWorkers):
+		return nil, status.Errorf(codes.ResourceExhausted, "%v", err)
 	case err != nil:
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}

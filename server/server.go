@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -296,11 +298,6 @@ func New(cfg Config) (*Server, error) {
 		s.metrics.StreamInterceptor,
 		recovery.StreamServerInterceptor(recoverOpts...),
 	}
-	// Authentication comes before anything looks at the request's bytes.
-	if cfg.Auth != nil {
-		unary = append(unary, cfg.Auth.Unary())
-		stream = append(stream, cfg.Auth.Stream())
-	}
 	unary = append(unary, rejectUndecodableUnary, s.admissionUnary)
 	stream = append(stream, rejectUndecodableStream, s.admissionStream)
 	newServer := func() *grpc.Server {
@@ -310,6 +307,12 @@ func New(cfg Config) (*Server, error) {
 			grpc.ForceServerCodecV2(newRequestCodec()),
 			grpc.MaxRecvMsgSize(maxMsg),
 			grpc.NumStreamWorkers(streamWorkers),
+		}
+		// Authentication comes before anything reads the request's bytes:
+		// the tap refuses a call from its headers, on every listener, for
+		// unary and streaming RPCs alike (see auth.Authenticator.Tap).
+		if cfg.Auth != nil {
+			opts = append(opts, grpc.InTapHandle(cfg.Auth.Tap(s.refused)))
 		}
 		if cfg.Credentials != nil {
 			opts = append(opts, grpc.Creds(cfg.Credentials))
@@ -408,6 +411,29 @@ func (s *Server) UpdateHealth() {
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(routerService, st)
+}
+
+// refused counts and logs a call the authenticator refused. Such a call
+// never reaches the interceptors, so it is recorded here as they would:
+// in the request metrics by method and code, and as the access log's
+// "finished call" line at its level (INFO for UNAUTHENTICATED).
+func (s *Server) refused(ctx context.Context, fullMethod string, err error) {
+	if !monitored(fullMethod) {
+		return
+	}
+	s.metrics.observe(fullMethod, err, 0)
+	code := status.Code(err)
+	lvl := slog.Level(logging.DefaultServerCodeToLevel(code))
+	if !s.log.Enabled(ctx, lvl) {
+		return
+	}
+	service, method, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	attrs := []any{"protocol", "grpc", "grpc.component", "server", "grpc.service", service, "grpc.method", method,
+		"grpc.code", code.String(), "grpc.error", status.Convert(err).Message()}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		attrs = append(attrs, "peer.address", p.Addr.String())
+	}
+	s.log.Log(ctx, lvl, "finished call", attrs...)
 }
 
 // recoverPanic turns a handler panic into INTERNAL for that one RPC and logs

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"io"
 	"net/http"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -94,6 +97,12 @@ var containerItem = regexp.MustCompile(`^(\s*)- name: (\S+)\s*$`)
 // "- name:" item that are indented deeper than the item's dash. It reads the
 // manifest as text so that the repository needs no YAML library for it.
 func manifestFlags(manifest, container string) []string {
+	return flagNames(manifestBody(manifest, container))
+}
+
+// manifestBody returns the lines of the container named container, in every
+// document of a manifest (see manifestFlags).
+func manifestBody(manifest, container string) string {
 	var body strings.Builder
 	in, indent := false, 0
 	for _, line := range strings.Split(manifest, "\n") {
@@ -111,7 +120,73 @@ func manifestFlags(manifest, container string) []string {
 		}
 		body.WriteString(line + "\n")
 	}
-	return flagNames(body.String())
+	return body.String()
+}
+
+var manifestArg = regexp.MustCompile(`(?m)^\s*-\s+"?(--[^"\s]+)"?\s*$`)
+
+// manifestArgs returns the --flag=value items of the container's args list.
+func manifestArgs(manifest, container string) []string {
+	var args []string
+	for _, m := range manifestArg.FindAllStringSubmatch(manifestBody(manifest, container), -1) {
+		args = append(args, m[1])
+	}
+	return args
+}
+
+// containerfileCmd returns the arguments of a Containerfile's CMD (JSON form).
+func containerfileCmd(t *testing.T, s string) []string {
+	for _, line := range strings.Split(s, "\n") {
+		if rest, ok := strings.CutPrefix(line, "CMD "); ok {
+			var args []string
+			if err := json.Unmarshal([]byte(rest), &args); err != nil {
+				t.Fatalf("CMD %s: %v", rest, err)
+			}
+			return args
+		}
+	}
+	t.Fatal("no CMD")
+	return nil
+}
+
+// The image's default command and the Kubernetes manifests serve Router on
+// every interface; none of them may serve Admin there without an Admin key
+// (kvgate would refuse to start), and each keeps Admin on loopback.
+func TestDeployExamplesKeepAdminOffThePublicPort(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	sources := map[string][]string{
+		"Containerfile":            containerfileCmd(t, read("../../Containerfile"))[1:],
+		"Containerfile.multistage": containerfileCmd(t, read("../../Containerfile.multistage"))[1:],
+		"sidecar.yaml":             manifestArgs(read("../../deploy/kubernetes/sidecar.yaml"), "kvgate"),
+		"gateway.yaml":             manifestArgs(read("../../deploy/kubernetes/gateway.yaml"), "kvgate"),
+	}
+	for name, args := range sources {
+		t.Run(name, func(t *testing.T) {
+			cfg := defaults(t, args...)
+			if cfg.host != "0.0.0.0" {
+				t.Fatalf("%s serves Router on %q; the check below assumes every interface (args %q)", name, cfg.host, args)
+			}
+			if err := cfg.resolveKeys(func(string) string { return "" }); err != nil {
+				t.Fatal(err)
+			}
+			host := cfg.host
+			if cfg.adminPort >= 0 {
+				host = cfg.adminHost
+			}
+			if err := cfg.adminExposure(host); err != nil {
+				t.Fatalf("%s: kvgate would refuse to start: %v", name, err)
+			}
+			if cfg.adminPort < 0 || !loopbackHost(cfg.adminHost) {
+				t.Errorf("%s serves Admin on %s port %d, want a loopback port of its own", name, cfg.adminHost, cfg.adminPort)
+			}
+		})
+	}
 }
 
 // containerfileFlags returns the flags of a Containerfile's CMD and
@@ -242,12 +317,10 @@ func TestImageServes(t *testing.T) {
 		}
 	}
 
-	workers, err := kvgatev1.NewAdminClient(conn).ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(workers.GetWorkers()); n != 2 {
-		t.Errorf("ListWorkers: %d workers, want the embedded default's 2", n)
+	// Admin is on the container's loopback only (--admin-port=30001): the
+	// published gRPC port does not serve it.
+	if _, err := kvgatev1.NewAdminClient(conn).RemoveWorker(ctx, &kvgatev1.RemoveWorkerRequest{Address: "x:1"}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("Admin on the published port: %v, want UNIMPLEMENTED", err)
 	}
 
 	stream, err := kvgatev1.NewRouterClient(conn).Generate(ctx, &kvgatev1.GenerateRequest{

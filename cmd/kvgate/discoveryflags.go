@@ -13,7 +13,7 @@ import (
 // multiValueFlags take several values after one flag name, space-separated
 // as in the seeds (see joinMultiValues), besides comma-separated or
 // repeated.
-var multiValueFlags = []string{"worker-urls", "decode", "selector", "prefill-selector", "decode-selector"}
+var multiValueFlags = []string{"worker-urls", "decode", "selector", "prefill-selector", "decode-selector", "admin-worker-allow"}
 
 // discoveryFlags are the Kubernetes service discovery flags, named as SMG's.
 type discoveryFlags struct {

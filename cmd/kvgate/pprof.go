@@ -39,11 +39,12 @@ func listenPprof(addr string) (net.Listener, error) {
 
 // servePprof serves the runtime's profiles under /debug/pprof/ on lis, on a
 // mux of its own: importing net/http/pprof also registers its handlers on
-// http.DefaultServeMux, which kvgate never serves.
-func servePprof(lis net.Listener, log *slog.Logger) *http.Server {
+// http.DefaultServeMux, which kvgate never serves. /debug/pprof/cmdline
+// shows args (the process's command line) with the keys redacted.
+func servePprof(lis net.Listener, args []string, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", cmdlineHandler(args))
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -53,9 +53,13 @@ type serveConfig struct {
 	drainTimeoutSecs     float64
 	workerTLS            struct{ ca, cert, key string }
 	tls                  struct{ cert, key, clientCA string }
-	apiKey, adminAPIKey  string
+	apiKey, adminAPIKey  string // resolved from the two below (resolveKeys)
+	apiKeySrc            secret
+	adminAPIKeySrc       secret
 	adminPort            int
 	adminHost            string
+	maxWorkers           int
+	adminWorkerAllow     listFlag
 	shutdownTimeout      time.Duration
 	logLevel             string
 	logJSON              bool
@@ -76,6 +80,9 @@ type serveConfig struct {
 	prefillPolicy        string
 	decodePolicy         string
 	discovery            discoveryFlags
+	// cmdline is the command line /debug/pprof/cmdline shows (redacted);
+	// nil: os.Args.
+	cmdline []string
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -114,10 +121,14 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tls.cert, "tls-cert-file", "", "serve TLS with this certificate (PEM, with any intermediates); reloaded when the file changes and on SIGHUP")
 	fs.StringVar(&c.tls.key, "tls-key-file", "", "the TLS certificate's private key (PEM)")
 	fs.StringVar(&c.tls.clientCA, "tls-client-ca-file", "", "require client certificates signed by these CAs (PEM): mutual TLS")
-	fs.StringVar(&c.apiKey, "api-key", os.Getenv("KVGATE_API_KEY"), "require 'authorization: Bearer KEY' for the Router service (default: $KVGATE_API_KEY; empty: open). Also opens Admin when --admin-api-key is empty")
-	fs.StringVar(&c.adminAPIKey, "admin-api-key", os.Getenv("KVGATE_ADMIN_API_KEY"), "require 'authorization: Bearer KEY' for the Admin service; the Router key then does not open it (default: $KVGATE_ADMIN_API_KEY)")
+	fs.StringVar(&c.apiKeySrc.value, "api-key", "", "require 'authorization: Bearer KEY' for the Router service (default: $KVGATE_API_KEY; empty: open). Also opens Admin when --admin-api-key is empty. Prefer --api-key-file or the environment: a command line is visible to other users of the host")
+	fs.StringVar(&c.apiKeySrc.file, "api-key-file", "", "read --api-key from this file (surrounding white space trimmed), e.g. a mounted Kubernetes Secret")
+	fs.StringVar(&c.adminAPIKeySrc.value, "admin-api-key", "", "require 'authorization: Bearer KEY' for the Admin service; the Router key then does not open it (default: $KVGATE_ADMIN_API_KEY)")
+	fs.StringVar(&c.adminAPIKeySrc.file, "admin-api-key-file", "", "read --admin-api-key from this file (surrounding white space trimmed)")
 	fs.IntVar(&c.adminPort, "admin-port", -1, "serve the Admin service on a listener of its own on this port instead of beside Router (-1: beside Router; 0: any free port)")
-	fs.StringVar(&c.adminHost, "admin-host", "127.0.0.1", "with --admin-port: the address to serve Admin on (loopback unless set)")
+	fs.StringVar(&c.adminHost, "admin-host", "127.0.0.1", "with --admin-port: the address to serve Admin on (loopback unless set). Admin is served on a non-loopback address only with --admin-api-key: kvgate refuses to start otherwise")
+	fs.IntVar(&c.maxWorkers, "max-workers", gateway.DefaultMaxWorkers, "most engines the fleet may have: Admin.AddWorker (RESOURCE_EXHAUSTED) and service discovery add none beyond it")
+	fs.Var(&c.adminWorkerAllow, "admin-worker-allow", "hosts Admin.AddWorker may connect to: IPs, IP prefixes (10.0.0.0/8), host names, *.domain, or * for any; several values space-separated, comma-separated or repeated (default: the hosts of --worker-urls and --decode)")
 	c.text.register(fs)
 	c.routing.register(fs)
 	c.reliability.register(fs)
@@ -166,6 +177,16 @@ type listening struct{ grpc, metrics, admin, pprof string }
 // serve runs the router until ctx ends. ready, when not nil, is called with
 // the addresses once they accept connections.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(listening)) error {
+	if err := cfg.resolveKeys(os.Getenv); err != nil {
+		return err
+	}
+	adminHost := cfg.host
+	if cfg.adminPort >= 0 {
+		adminHost = cfg.adminHost
+	}
+	if err := cfg.adminExposure(adminHost); err != nil {
+		return err
+	}
 	src, err := cfg.text.resolve(ctx, hub.FromEnv(os.Getenv), log)
 	if err != nil {
 		return err
@@ -210,6 +231,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 	if err != nil {
 		return fmt.Errorf("listen for gRPC: %w", err)
 	}
+	if err := cfg.adminListenerExposure(lis.Addr()); cfg.adminPort < 0 && err != nil {
+		lis.Close()
+		return err
+	}
 
 	var pprofSrv *http.Server
 	pprofAddr := ""
@@ -219,7 +244,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 			lis.Close()
 			return err
 		}
-		pprofSrv, pprofAddr = servePprof(plis, log), plis.Addr().String()
+		cmdline := cfg.cmdline
+		if cmdline == nil {
+			cmdline = os.Args
+		}
+		pprofSrv, pprofAddr = servePprof(plis, cmdline, log), plis.Addr().String()
 		defer pprofSrv.Close()
 	}
 
@@ -270,6 +299,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		if err != nil {
 			lis.Close()
 			return fmt.Errorf("listen for Admin: %w", err)
+		}
+		if err := cfg.adminListenerExposure(alis.Addr()); err != nil {
+			alis.Close()
+			lis.Close()
+			return err
 		}
 		adminAddr = alis.Addr().String()
 		go func() { serveErr <- g.ServeAdmin(alis) }()
@@ -392,6 +426,10 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	g.Admission = c.admission.config()
 	g.MaxRequestBytes = c.admission.maxRequestBytes
 	g.Auth.APIKey, g.Auth.AdminAPIKey = c.apiKey, c.adminAPIKey
+	g.MaxWorkers = c.maxWorkers
+	if len(c.adminWorkerAllow) > 0 {
+		g.AdminWorkerAllow = c.adminWorkerAllow
+	}
 	g.Logger = log
 	return g, stop, nil
 }

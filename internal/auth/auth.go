@@ -19,6 +19,11 @@
 //   - Any other service requires the APIKey when one is set, so a service
 //     added later is closed by default rather than open.
 //
+// The check runs in grpc-go's transport (Tap), as soon as a call's headers
+// have arrived: a refused call is answered before any byte of its request
+// message is read, so a caller without a key costs the router a header
+// parse, never the decoding of a message of the maximum size.
+//
 // Keys are compared in constant time on their SHA-256 digests, so neither the
 // key's content nor its length leaks through timing. Refusals carry
 // codes.Unauthenticated and say what is expected; they never repeat the key
@@ -32,7 +37,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -40,6 +44,7 @@ import (
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 )
@@ -107,31 +112,36 @@ func New(cfg Config) *Authenticator {
 	return a
 }
 
-// Unary returns the interceptor that authenticates unary calls.
-func (a *Authenticator) Unary() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := a.Authorize(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
-	}
-}
+// Refused is told of each call the Authenticator refuses, with the call's
+// method and the status it is answered with; the server counts and logs
+// refusals through it, since a refused call never reaches the interceptors
+// that do so for the others.
+type Refused func(ctx context.Context, fullMethod string, err error)
 
-// Stream returns the interceptor that authenticates streaming calls. The
-// check runs before the handler, so a refused call never reads a message.
-func (a *Authenticator) Stream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := a.Authorize(ss.Context(), info.FullMethod); err != nil {
-			return err
+// Tap returns the transport-level check for grpc.InTapHandle. grpc-go runs it
+// once a call's headers have arrived and before the call exists: a refused
+// call is answered with its status at once, and no byte of its request
+// message is read, buffered or decoded. Interceptors run too late for that:
+// grpc-go reads and decodes a unary request whole before the first unary
+// interceptor, so a client without a key could make the router decode a
+// message of the maximum size on every call.
+//
+// refused, when not nil, is called for each refusal. The tap runs on the
+// connection's reader goroutine, so refused must return promptly.
+func (a *Authenticator) Tap(refused Refused) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		err := a.Authorize(ctx, info.FullMethodName)
+		if err != nil && refused != nil {
+			refused(ctx, info.FullMethodName, err)
 		}
-		return handler(srv, ss)
+		return ctx, err
 	}
 }
 
 // Authorize returns nil when the incoming metadata of ctx allows a call to
 // fullMethod ("/package.Service/Method"), and a codes.Unauthenticated status
-// otherwise. The interceptors use it; it is exported for servers that route
-// calls without the standard interceptor chain.
+// otherwise. Tap uses it; it is exported for servers that route calls
+// without grpc-go's transport (a relay, an HTTP front).
 func (a *Authenticator) Authorize(ctx context.Context, fullMethod string) error {
 	service, wellFormed := serviceOf(fullMethod)
 	k := a.router

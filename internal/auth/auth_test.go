@@ -39,12 +39,12 @@ type adminServer struct {
 }
 
 // serve starts a real gRPC server on loopback with the health, reflection,
-// Router and Admin services behind the interceptors of New(cfg), and returns
+// Router and Admin services behind the tap of New(cfg), and returns
 // a plaintext client connection to it.
 func serve(t *testing.T, cfg Config, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	a := New(cfg)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(a.Unary()), grpc.StreamInterceptor(a.Stream()))
+	srv := grpc.NewServer(grpc.InTapHandle(a.Tap(nil)))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	reflection.Register(srv)
 	kvgatev1.RegisterRouterServer(srv, routerServer{})
@@ -117,7 +117,7 @@ func calls() map[string]func(context.Context, *grpc.ClientConn) error {
 	}
 }
 
-func TestInterceptorsOverGRPC(t *testing.T) {
+func TestTapOverGRPC(t *testing.T) {
 	open := Config{}
 	routerOnly := Config{APIKey: routerKey}
 	both := Config{APIKey: routerKey, AdminAPIKey: adminKey}
