@@ -17,7 +17,8 @@
 #   attacker's calls   counts by gRPC status (or HTTP status, "held to the end")
 #   call ms p50/max    the attacking calls' durations
 #   router RSS MB      before the attack / peak during attack and tail / at the end
-#   fleet down s       the longest run of failed probes from the attack's start
+#   fleet down s       the longest time from the attack's start in which no probe was
+#                      served and one failed (between two successful probes' ends)
 #                      (0 is the target; "≥T (still down at the end)" if it
 #                      never came back within TAIL)
 #   probes ok/sent     with the failed probes' codes
@@ -158,11 +159,11 @@ for a in $ATTACKS; do
 		;;
 	4e)
 		fleet 4e 2 "" ""
-		attack "4e 8 Explain, 8 MiB text" big-text-explain -n 8
+		attack "4e 8 Explain, 8 MiB text" big-text-explain -n 8 -call-timeout 180s
 		;;
 	4g)
 		fleet 4g 2 "" ""
-		attack "4g $BIG_GENERATE_N Generate, 8 MiB text" big-text-generate -n "$BIG_GENERATE_N"
+		attack "4g $BIG_GENERATE_N Generate, 8 MiB text" big-text-generate -n "$BIG_GENERATE_N" -call-timeout 180s
 		;;
 	5)
 		fleet 5 2 "" "" --api-key "$API_KEY"

@@ -202,7 +202,11 @@ func run(c config) error {
 
 	peakRSS, peakG := smp.peak(attackStart)
 	ps := pr.sorted()
-	down, open := downTime(ps, attackStart, end)
+	downFrom := attackStart
+	if c.quiet {
+		downFrom = attackEnd // no probe ran during the attack
+	}
+	down, open := downTime(ps, downFrom, end)
 	downCell := fmt.Sprintf("%.1f", down.Seconds())
 	if open {
 		downCell = fmt.Sprintf("≥%.1f (still down at the end)", down.Seconds())

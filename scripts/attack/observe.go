@@ -24,8 +24,8 @@ import (
 
 // probe is one valid request of the prober: when it was sent and what it got.
 type probe struct {
-	start time.Time
-	code  codes.Code
+	start, end time.Time
+	code       codes.Code
 }
 
 // prober sends one small valid Generate every interval, each in its own
@@ -77,7 +77,7 @@ func (p *prober) one(n int) {
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: &maxNew},
 	}))
 	p.mu.Lock()
-	p.probes = append(p.probes, probe{start: start, code: status.Code(err)})
+	p.probes = append(p.probes, probe{start: start, end: time.Now(), code: status.Code(err)})
 	p.mu.Unlock()
 }
 
@@ -104,28 +104,34 @@ func (p *prober) sorted() []probe {
 	return ps
 }
 
-// downTime is the longest run of failed probes started at or after from: from
-// the first failure's start to the start of the next success, or to end
-// (open=true) when no probe succeeded after it.
+// downTime is the longest time, from `from` on, in which no valid request
+// was served although one was tried: the longest interval between the ends
+// of two successful probes (the first interval opens at from) that a failed
+// probe ended within. A run of failures with no success after it lasts until
+// end (open=true). Ends, not starts, bound it: a probe that waited in the
+// router's queue until the attack stopped succeeded only then.
 func downTime(ps []probe, from, end time.Time) (longest time.Duration, open bool) {
-	var runStart time.Time
-	in := false
+	ps = append([]probe(nil), ps...)
+	sort.Slice(ps, func(i, j int) bool { return ps[i].end.Before(ps[j].end) })
+	lastOK := from
+	failed := false
 	for _, pr := range ps {
-		if pr.start.Before(from) {
+		if pr.end.Before(from) {
 			continue
 		}
-		switch {
-		case pr.code != codes.OK && !in:
-			in, runStart = true, pr.start
-		case pr.code == codes.OK && in:
-			in = false
-			if d := pr.start.Sub(runStart); d > longest {
+		if pr.code != codes.OK {
+			failed = true
+			continue
+		}
+		if failed {
+			if d := pr.end.Sub(lastOK); d > longest {
 				longest, open = d, false
 			}
 		}
+		lastOK, failed = pr.end, false
 	}
-	if in {
-		if d := end.Sub(runStart); d >= longest {
+	if failed {
+		if d := end.Sub(lastOK); d >= longest {
 			longest, open = d, true
 		}
 	}
