@@ -38,12 +38,14 @@
 #   4g  BIG_GENERATE_N concurrent Generate with the same text
 #   5   --api-key set: 32 concurrent unary Admin/Explain carrying a ~5 MB
 #       Struct (chat_template_kwargs) and a wrong key
+#   5c  the same through Router/Chat (server-streaming): every RPC authenticates first
 #   6   a hostile engine flooding KV events (needs the simulator flag
 #       KV_FLOOD_FLAG; skipped with a line saying so when the build lacks it)
 #   7   one simulator with --kv-event-drop-every 2, watched KV_GAP_DURATION
 #       under 4 streams of load; the row adds the router's WARN lines on KV events
-#   8   Admin on the public port, no key: 1,000 AddWorker of dead 127.0.0.1
-#       ports, then RemoveWorker of every original worker
+#   8   Admin on the public port (--host ADMIN_ATTACK_HOST, as the image runs
+#       it), no key: 1,000 AddWorker of dead 127.0.0.1 ports, then
+#       RemoveWorker of every original worker
 #   9   --pprof-addr on loopback, keys given as flags: is either key in
 #       /debug/pprof/cmdline?
 #   10s 4 simulators, one with --stall-before-first-token: LOAD_REQUESTS
@@ -58,10 +60,12 @@
 # fix; the issue's 64 needs ~30 GB), KV_GAP_DURATION (16s), LOAD_REQUESTS
 # (2000), LOAD_CONCURRENCY (32), KV_FLOOD_FLAG (--kv-event-flood-blocks),
 # KV_FLOOD_ARGS ("$KV_FLOOD_FLAG 6000000 --dp-size 8"), KV_FLOOD_DURATION
-# (20s), OUT (/tmp/attack), PORT_BASE (41900).
+# (20s), ADMIN_ATTACK_HOST (0.0.0.0), OUT (/tmp/attack), PORT_BASE (41900).
+# A router that refuses to start with an attack's flags gets a "not run" row
+# with the last line of its log.
 set -euo pipefail
 
-ATTACKS=${ATTACKS-1 1q 2 3 4e 4g 5 6 7 8 9 10s 10u}
+ATTACKS=${ATTACKS-1 1q 2 3 4e 4g 5 5c 6 7 8 9 10s 10u}
 TAIL=${TAIL:-70s}
 HOLD=${HOLD:-35s}
 BIG_GENERATE_N=${BIG_GENERATE_N:-16}
@@ -75,6 +79,10 @@ KV_FLOOD_ARGS=${KV_FLOOD_ARGS:-$KV_FLOOD_FLAG 6000000 --dp-size 8}
 KV_FLOOD_DURATION=${KV_FLOOD_DURATION:-20s}
 OUT=${OUT:-/tmp/attack}
 PORT_BASE=${PORT_BASE:-41900}
+# Attack 8 starts the router as the image's command and the Kubernetes
+# manifests do, listening on every interface (the attacker still dials
+# 127.0.0.1): Admin must not be open there without a key.
+ADMIN_ATTACK_HOST=${ADMIN_ATTACK_HOST:-0.0.0.0}
 
 API_KEY=attack-router-key-7f3a91
 ADMIN_KEY=attack-admin-key-c4e2d8
@@ -89,6 +97,8 @@ go build -o "$ATK" ./scripts/attack
 # shellcheck source=processes.sh
 source "$(dirname "$0")/processes.sh"
 
+FLEET_OK=0
+URLS=
 GRPC=$PORT_BASE
 PROM=$((PORT_BASE + 9))
 PPROF=$((PORT_BASE + 8))
@@ -113,11 +123,15 @@ fleet() {
 	for i in $(seq "$nsims"); do
 		wait_port $((PORT_BASE + i))
 	done
+	URLS=$urls
 	"$BIN" serve --port "$GRPC" --prometheus-port "$PROM" --worker-urls "$urls" "$@" \
 		>"$OUT/$label.serve.log" 2>&1 &
 	SERVE=$!
 	pids+=("$SERVE")
-	wait_port "$GRPC"
+	FLEET_OK=1
+	if ! wait_port "$GRPC" 2>/dev/null; then
+		FLEET_OK=0 # a router that refuses its flags is an outcome, reported by attack
+	fi
 }
 
 # attack LABEL NAME [ATTACKER FLAGS...] runs the attacker against the fleet
@@ -126,6 +140,10 @@ attack() {
 	local label=$1 name=$2
 	shift 2
 	local row
+	if [ "$FLEET_OK" != 1 ]; then
+		echo "| $label | not run: the router did not start: $(tail -1 "$OUT/${label%% *}.serve.log" | tr '|' '/') | | | | | | | |"
+		return 0
+	fi
 	row=$("$ATK" -attack "$name" -label "$label" -router "127.0.0.1:$GRPC" -metrics "127.0.0.1:$PROM" \
 		-pid "$SERVE" -tail "$TAIL" -details "$OUT/details.txt" "$@" 2>>"$OUT/attacker.err" || true)
 	if ! kill -0 "$SERVE" 2>/dev/null; then
@@ -169,6 +187,10 @@ for a in $ATTACKS; do
 		fleet 5 2 "" "" --api-key "$API_KEY"
 		attack "5 32 × 5 MB Struct, wrong key" auth-struct -n 32 -bytes 5000000 -key "$API_KEY" -wrong-key wrong-key
 		;;
+	5c)
+		fleet 5c 2 "" "" --api-key "$API_KEY"
+		attack "5c 32 × 5 MB Struct, wrong key, via Chat" auth-struct-chat -n 32 -bytes 5000000 -key "$API_KEY" -wrong-key wrong-key
+		;;
 	6)
 		if has_sim_flag "$KV_FLOOD_FLAG"; then
 			# shellcheck disable=SC2086
@@ -187,8 +209,8 @@ for a in $ATTACKS; do
 		echo "${row% |}; router log: $warns WARN lines on KV events |"
 		;;
 	8)
-		fleet 8 2 "" ""
-		attack "8 Admin: 1,000 AddWorker + RemoveWorker all" admin -n 1000 -concurrency 16
+		fleet 8 2 "" "" --host "$ADMIN_ATTACK_HOST"
+		attack "8 Admin: 1,000 AddWorker + RemoveWorker all" admin -n 1000 -concurrency 16 -workers "$URLS"
 		;;
 	9)
 		fleet 9 2 "" "" --pprof-addr "127.0.0.1:$PPROF" --api-key "$API_KEY" --admin-api-key "$ADMIN_KEY"

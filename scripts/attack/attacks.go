@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -27,6 +29,7 @@ var attacks = map[string]attackFunc{
 	"big-text-explain":  attackBigTextExplain,
 	"big-text-generate": attackBigTextGenerate,
 	"auth-struct":       attackAuthStruct,
+	"auth-struct-chat":  attackAuthStructChat,
 	"observe":           attackObserve,
 	"admin":             attackAdmin,
 	"pprof":             attackPprof,
@@ -225,6 +228,35 @@ func attackAuthStruct(ctx context.Context, c config, conn *grpc.ClientConn, t *t
 	return nil
 }
 
+// attackAuthStructChat (item 5, every RPC): the same Struct and wrong key on
+// Router.Chat, a server-streaming RPC of the public service.
+func attackAuthStructChat(ctx context.Context, c config, conn *grpc.ClientConn, t *tally) error {
+	router := kvgatev1.NewRouterClient(conn)
+	req := &kvgatev1.ChatRequest{
+		Messages:           []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}},
+		ChatTemplateKwargs: bigStruct(c.bytes),
+		SamplingParams:     &kvgatev1.SamplingParams{MaxNewTokens: u32(1)},
+	}
+	fanOut(ctx, c.n, c.concurrency, t, func(ctx context.Context, i int) error {
+		ctx, cancel := context.WithTimeout(withKey(ctx, c.wrongKey), c.callTimeout)
+		defer cancel()
+		s, err := router.Chat(ctx, req)
+		if err != nil {
+			return err
+		}
+		for j := 0; j < 1000; j++ {
+			if _, err := s.Recv(); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+		}
+		return nil
+	})
+	return nil
+}
+
 // attackObserve watches for c.duration while c.concurrency streams send
 // small valid requests, each with a new prompt (so the engines publish KV
 // events): the attack itself comes from a hostile engine the script started.
@@ -270,9 +302,14 @@ func attackAdmin(ctx context.Context, c config, conn *grpc.ClientConn, t *tally)
 	lctx, cancel := context.WithTimeout(withKey(ctx, c.key), c.callTimeout)
 	list, err := admin.ListWorkers(lctx, &kvgatev1.ListWorkersRequest{})
 	cancel()
-	if err != nil {
-		t.add(err, 0)
-		return fmt.Errorf("ListWorkers: %w", err)
+	t.counts["ListWorkers "+status.Code(err).String()]++
+	// An attacker who cannot list the workers still knows their addresses.
+	victims := splitList(c.workers)
+	if err == nil {
+		victims = victims[:0]
+		for _, w := range list.GetWorkers() {
+			victims = append(victims, w.GetAddress())
+		}
 	}
 	g0 := goroutines(c.metrics)
 	addStart := time.Now()
@@ -288,10 +325,10 @@ func attackAdmin(ctx context.Context, c config, conn *grpc.ClientConn, t *tally)
 	addTook := time.Since(addStart)
 	g1 := goroutines(c.metrics)
 	rm := newTally()
-	for _, w := range list.GetWorkers() {
+	for _, addr := range victims {
 		start := time.Now()
 		rctx, cancel := context.WithTimeout(withKey(ctx, c.key), c.callTimeout)
-		_, err := admin.RemoveWorker(rctx, &kvgatev1.RemoveWorkerRequest{Address: w.GetAddress(), DrainTimeoutSecs: 1})
+		_, err := admin.RemoveWorker(rctx, &kvgatev1.RemoveWorkerRequest{Address: addr, DrainTimeoutSecs: 1})
 		cancel()
 		rm.add(err, time.Since(start))
 	}
@@ -309,7 +346,7 @@ func attackAdmin(ctx context.Context, c config, conn *grpc.ClientConn, t *tally)
 	}
 	t.lat = append(t.lat, add.lat...)
 	t.notef("%d AddWorker in %.1f s, goroutines %s→%s; removed %d of %d original workers",
-		c.n, addTook.Seconds(), gcell(g0), gcell(g1), rm.counts["OK"], len(list.GetWorkers()))
+		c.n, addTook.Seconds(), gcell(g0), gcell(g1), rm.counts["OK"], len(victims))
 	return nil
 }
 

@@ -45,6 +45,7 @@ type config struct {
 	pid             int
 	key, wrongKey   string
 	secrets         string
+	workers         string
 	watch           string
 	n, concurrency  int
 	bytes, ids      int
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&c.key, "key", "", "the valid API key the prober (and the attacks that need one) send")
 	flag.StringVar(&c.wrongKey, "wrong-key", "wrong-key", "auth-struct: the key the attacker sends")
 	flag.StringVar(&c.secrets, "secrets", "", "pprof: comma-separated strings that must not appear in /debug/pprof/cmdline")
+	flag.StringVar(&c.workers, "workers", "", "admin: comma-separated worker addresses to remove when ListWorkers is refused")
 	flag.StringVar(&c.watch, "watch", "", "comma-separated metrics whose change (summed over labels) the row reports")
 	flag.IntVar(&c.n, "n", 10, "calls (or streams, or workers added) the attack makes")
 	flag.IntVar(&c.concurrency, "concurrency", 0, "calls at once (0: all -n at once); observe: streams of background load")
