@@ -59,8 +59,12 @@
 # BIG_GENERATE_N (16: each request may cost the router ~0.5 GB before the
 # fix; the 64 needs ~30 GB), KV_GAP_DURATION (16s), LOAD_REQUESTS
 # (2000), LOAD_CONCURRENCY (32), KV_FLOOD_FLAG (--kv-event-flood-blocks),
-# KV_FLOOD_ARGS ("$KV_FLOOD_FLAG 6000000 --dp-size 8"), KV_FLOOD_DURATION
-# (20s), ADMIN_ATTACK_HOST (0.0.0.0), OUT (/tmp/attack), PORT_BASE (41900).
+# KV_FLOOD_ARGS ("$KV_FLOOD_FLAG 2000 --kv-event-flood-ranks 8": each
+# batch the engine publishes, one or two per request, adds 2,000 blocks with
+# unknown parents on rank 0 and on 7 ranks it does not have), KV_FLOOD_DURATION
+# (30s), SIM_BIN (the kvgate built here: the binary whose `sim` the fleets
+# run, e.g. one built from a branch that has the flood switch),
+# ADMIN_ATTACK_HOST (0.0.0.0), OUT (/tmp/attack), PORT_BASE (41900).
 # A router that refuses to start with an attack's flags gets a "not run" row
 # with the last line of its log.
 set -euo pipefail
@@ -75,8 +79,8 @@ LOAD_CONCURRENCY=${LOAD_CONCURRENCY:-32}
 # The simulator flag that makes an engine flood the router with KV events
 # (blocks with unknown parents, over several data-parallel ranks).
 KV_FLOOD_FLAG=${KV_FLOOD_FLAG:---kv-event-flood-blocks}
-KV_FLOOD_ARGS=${KV_FLOOD_ARGS:-$KV_FLOOD_FLAG 6000000 --dp-size 8}
-KV_FLOOD_DURATION=${KV_FLOOD_DURATION:-20s}
+KV_FLOOD_ARGS=${KV_FLOOD_ARGS:-$KV_FLOOD_FLAG 2000 --kv-event-flood-ranks 8}
+KV_FLOOD_DURATION=${KV_FLOOD_DURATION:-30s}
 OUT=${OUT:-/tmp/attack}
 PORT_BASE=${PORT_BASE:-41900}
 # Attack 8 starts the router as the image's command and the Kubernetes
@@ -92,6 +96,7 @@ BIN="$OUT/kvgate"
 ATK="$OUT/attack"
 go build -o "$BIN" ./cmd/kvgate
 go build -o "$ATK" ./scripts/attack
+SIM_BIN=${SIM_BIN:-$BIN}
 : >"$OUT/details.txt"
 
 # shellcheck source=processes.sh
@@ -116,7 +121,7 @@ fleet() {
 		extra=$all
 		if [ "$i" = "$nsims" ]; then extra="$all $last"; fi
 		# shellcheck disable=SC2086 # extra holds several flags
-		"$BIN" sim --port "$port" --log-level warn $extra >"$OUT/$label.sim$i.log" 2>&1 &
+		"$SIM_BIN" sim --port "$port" --log-level warn $extra >"$OUT/$label.sim$i.log" 2>&1 &
 		pids+=($!)
 		urls="$urls${urls:+,}127.0.0.1:$port"
 	done
@@ -153,7 +158,7 @@ attack() {
 }
 
 has_sim_flag() {
-	"$BIN" sim --help 2>&1 | grep -qE "^ +-${1#--}( |$)"
+	"$SIM_BIN" sim --help 2>&1 | grep -qE "^ +-${1#--}( |$)"
 }
 
 "$ATK" -header
@@ -198,7 +203,7 @@ for a in $ATTACKS; do
 			attack "6 KV event flood ($KV_FLOOD_ARGS)" observe -duration "$KV_FLOOD_DURATION" -concurrency 4 \
 				-watch kvgate_kv_events_applied_total,kvgate_tree_nodes
 		else
-			echo "| 6 KV event flood | skipped: needs sim flag $KV_FLOOD_FLAG (set KV_FLOOD_FLAG/KV_FLOOD_ARGS to the simulator's flood switch) | | | | | | | |"
+			echo "| 6 KV event flood | skipped: needs sim flag $KV_FLOOD_FLAG (set SIM_BIN to a kvgate that has it, or KV_FLOOD_FLAG/KV_FLOOD_ARGS to its flood switch) | | | | | | | |"
 		fi
 		;;
 	7)

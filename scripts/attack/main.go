@@ -25,6 +25,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -398,7 +399,7 @@ func metricsDelta(names []string, before, after map[string]float64) string {
 			continue
 		}
 		a, b := after[n], before[n] // a vector with no sample yet is 0
-		parts = append(parts, fmt.Sprintf("%s+%g", strings.TrimPrefix(n, "kvgate_"), a-b))
+		parts = append(parts, fmt.Sprintf("%s+%s", strings.TrimPrefix(n, "kvgate_"), strconv.FormatFloat(a-b, 'f', -1, 64)))
 	}
 	return strings.Join(parts, " ")
 }
