@@ -31,7 +31,10 @@
 #       (on 3ae82ed the issue's 10 calls at once open one breaker only: the
 #       retry budget stops their retries before a second worker sees 10)
 #   1q  the same with the prober paused during the attack (the attacker alone
-#       on the fleet, as in the issue; the down time counts from its end)
+#       on the fleet, as in the issue; the down time counts from its end).
+#       Probes of 1 and 1q have a 60 s deadline: once such requests are
+#       served, their 400k prompt tokens slow the engines' prefill, and the
+#       row should count failures, not that slowness
 #   2   40 Embed, 10 at a time, against simulators started with --embedding-dim 0
 #   3   1,030 Generate streams that never send their request, held HOLD
 #   4e  8 concurrent Admin/Explain with a text of 8 MiB - 4 KiB (under --max-request-bytes)
@@ -166,11 +169,11 @@ for a in $ATTACKS; do
 	case $a in
 	1)
 		fleet 1 2 "" ""
-		attack "1 40 Generate at 10, 40k ids + prompt logprobs" logprobs -n 40 -concurrency 10 -ids 40000 -watch kvgate_circuit_breaker_transitions_total
+		attack "1 40 Generate at 10, 40k ids + prompt logprobs" logprobs -n 40 -concurrency 10 -ids 40000 -call-timeout 180s -probe-timeout 60s -watch kvgate_circuit_breaker_transitions_total
 		;;
 	1q)
 		fleet 1q 2 "" ""
-		attack "1q the same, no other traffic during it" logprobs -quiet -n 40 -concurrency 10 -ids 40000 -watch kvgate_circuit_breaker_transitions_total
+		attack "1q the same, no other traffic during it" logprobs -quiet -n 40 -concurrency 10 -ids 40000 -call-timeout 180s -probe-timeout 60s -watch kvgate_circuit_breaker_transitions_total
 		;;
 	2)
 		fleet 2 2 "--embedding-dim 0" ""
