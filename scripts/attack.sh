@@ -47,7 +47,9 @@
 #   7   one simulator with --kv-event-drop-every 2, watched KV_GAP_DURATION
 #       under 4 streams of load; the row adds the router's WARN lines on KV events
 #   8   Admin on the public port (--host ADMIN_ATTACK_HOST, as the image runs
-#       it), no key: 1,000 AddWorker of dead 127.0.0.1 ports, then
+#       it), no key: 1,000 AddWorker of closed 127.0.0.1 ports (from
+#       DEAD_PORT_BASE up, below the ephemeral range: the first run named
+#       47000-47999, and the router added another program's engine there), then
 #       RemoveWorker of every original worker
 #   9   --pprof-addr on loopback, keys given as flags: is either key in
 #       /debug/pprof/cmdline?
@@ -67,7 +69,7 @@
 # unknown parents on rank 0 and on 7 ranks it does not have), KV_FLOOD_DURATION
 # (30s), SIM_BIN (the kvgate built here: the binary whose `sim` the fleets
 # run, e.g. one built from a branch that has the flood switch),
-# ADMIN_ATTACK_HOST (0.0.0.0), OUT (/tmp/attack), PORT_BASE (41900).
+# ADMIN_ATTACK_HOST (0.0.0.0), DEAD_PORT_BASE (20000), OUT (/tmp/attack), PORT_BASE (41900).
 # A router that refuses to start with an attack's flags gets a "not run" row
 # with the last line of its log.
 set -euo pipefail
@@ -90,6 +92,7 @@ PORT_BASE=${PORT_BASE:-41900}
 # manifests do, listening on every interface (the attacker still dials
 # 127.0.0.1): Admin must not be open there without a key.
 ADMIN_ATTACK_HOST=${ADMIN_ATTACK_HOST:-0.0.0.0}
+DEAD_PORT_BASE=${DEAD_PORT_BASE:-20000}
 
 API_KEY=attack-router-key-7f3a91
 ADMIN_KEY=attack-admin-key-c4e2d8
@@ -218,7 +221,7 @@ for a in $ATTACKS; do
 		;;
 	8)
 		fleet 8 2 "" "" --host "$ADMIN_ATTACK_HOST"
-		attack "8 Admin: 1,000 AddWorker + RemoveWorker all" admin -n 1000 -concurrency 16 -workers "$URLS"
+		attack "8 Admin: 1,000 AddWorker + RemoveWorker all" admin -n 1000 -concurrency 16 -workers "$URLS" -dead-port-base "$DEAD_PORT_BASE"
 		;;
 	9)
 		fleet 9 2 "" "" --pprof-addr "127.0.0.1:$PPROF" --api-key "$API_KEY" --admin-api-key "$ADMIN_KEY"

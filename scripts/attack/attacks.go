@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -311,6 +312,10 @@ func attackAdmin(ctx context.Context, c config, conn *grpc.ClientConn, t *tally)
 			victims = append(victims, w.GetAddress())
 		}
 	}
+	dead := deadAddrs(c.deadPortBase, c.n)
+	if len(dead) < c.n {
+		return fmt.Errorf("found %d closed ports from %d, want %d", len(dead), c.deadPortBase, c.n)
+	}
 	g0 := goroutines(c.metrics)
 	addStart := time.Now()
 	add := newTally()
@@ -318,7 +323,7 @@ func attackAdmin(ctx context.Context, c config, conn *grpc.ClientConn, t *tally)
 		ctx, cancel := context.WithTimeout(withKey(ctx, c.key), 10*time.Second)
 		defer cancel()
 		_, err := admin.AddWorker(ctx, &kvgatev1.AddWorkerRequest{
-			Address: fmt.Sprintf("127.0.0.1:%d", c.deadPortBase+i),
+			Address: dead[i],
 		})
 		return err
 	})
@@ -348,6 +353,24 @@ func attackAdmin(ctx context.Context, c config, conn *grpc.ClientConn, t *tally)
 	t.notef("%d AddWorker in %.1f s, goroutines %s→%s; removed %d of %d original workers",
 		c.n, addTook.Seconds(), gcell(g0), gcell(g1), rm.counts["OK"], len(victims))
 	return nil
+}
+
+// deadAddrs returns n addresses 127.0.0.1:PORT, from base up, at which
+// nothing accepts a connection now. Choose base below the kernel's ephemeral
+// range: a port there may be another program's engine, which the attacked
+// router would then send requests to.
+func deadAddrs(base, n int) []string {
+	var out []string
+	for p := base; len(out) < n && p < base+2*n && p < 65536; p++ {
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			conn.Close()
+			continue
+		}
+		out = append(out, addr)
+	}
+	return out
 }
 
 // attackPprof (item 9): fetch /debug/pprof/cmdline and look for the keys.

@@ -89,7 +89,7 @@ func main() {
 	flag.DurationVar(&c.baseline, "baseline", time.Second, "probing and sampling before the attack starts")
 	flag.DurationVar(&c.probeInterval, "probe-interval", 100*time.Millisecond, "time between probes")
 	flag.DurationVar(&c.probeTimeout, "probe-timeout", 5*time.Second, "deadline of each probe (a slower answer is a failure)")
-	flag.IntVar(&c.deadPortBase, "dead-port-base", 47000, "admin: AddWorker dials 127.0.0.1:BASE..BASE+n-1, where nothing listens")
+	flag.IntVar(&c.deadPortBase, "dead-port-base", 20000, "admin: AddWorker names -n ports of 127.0.0.1 from BASE up where nothing listens (keep it below the ephemeral range, where other programs' engines may listen)")
 	flag.BoolVar(&c.quiet, "quiet", false, "probe only after the attack (the attacker alone on the fleet, then valid clients come)")
 	flag.BoolVar(&c.header, "header", false, "print the table's header and exit")
 	flag.StringVar(&c.detailsFile, "details", "", "append the attack's failure messages to this file")
