@@ -23,18 +23,22 @@ import (
 // every call it made has ended, and at the latest soon after ctx ends.
 type attackFunc func(ctx context.Context, c config, conn *grpc.ClientConn, t *tally) error
 
-var attacks = map[string]attackFunc{
-	"logprobs":          attackLogprobs,
-	"embed":             attackEmbed,
-	"silent-streams":    attackSilentStreams,
-	"big-text-explain":  attackBigTextExplain,
-	"big-text-generate": attackBigTextGenerate,
-	"auth-struct":       attackAuthStruct,
-	"auth-struct-chat":  attackAuthStructChat,
-	"observe":           attackObserve,
-	"admin":             attackAdmin,
-	"pprof":             attackPprof,
-	"load":              attackLoad,
+// attackNamed returns the attack of a -attack name.
+func attackNamed(name string) (attackFunc, bool) {
+	f, ok := map[string]attackFunc{
+		"logprobs":          attackLogprobs,
+		"embed":             attackEmbed,
+		"silent-streams":    attackSilentStreams,
+		"big-text-explain":  attackBigTextExplain,
+		"big-text-generate": attackBigTextGenerate,
+		"auth-struct":       attackAuthStruct,
+		"auth-struct-chat":  attackAuthStructChat,
+		"observe":           attackObserve,
+		"admin":             attackAdmin,
+		"pprof":             attackPprof,
+		"load":              attackLoad,
+	}[name]
+	return f, ok
 }
 
 // fanOut runs call(i) for i in [0, n), at most conc at once (0: all), and

@@ -65,7 +65,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.attack, "attack", "", "logprobs, embed, silent-streams, big-text-explain, big-text-generate, auth-struct, observe, admin, pprof, load")
+	flag.StringVar(&c.attack, "attack", "", "logprobs, embed, silent-streams, big-text-explain, big-text-generate, auth-struct, auth-struct-chat, observe, admin, pprof, load")
 	flag.StringVar(&c.label, "label", "", "the row's first cell (default: -attack)")
 	flag.StringVar(&c.router, "router", "127.0.0.1:30000", "the router's gRPC address (127.0.0.1 only)")
 	flag.StringVar(&c.metrics, "metrics", "127.0.0.1:29000", "the router's Prometheus address (127.0.0.1 only)")
@@ -125,6 +125,9 @@ func (c *config) check() error {
 			return fmt.Errorf("%q: only 127.0.0.1:PORT may be dialled", a)
 		}
 	}
+	if _, ok := attackNamed(c.attack); !ok {
+		return fmt.Errorf("-attack %q: unknown (see -help)", c.attack)
+	}
 	if c.pid <= 0 {
 		return fmt.Errorf("-pid is required (the router's process, for its RSS)")
 	}
@@ -143,6 +146,7 @@ func dial(addr string) (*grpc.ClientConn, error) {
 }
 
 func run(c config) error {
+	attack, _ := attackNamed(c.attack) // checked by config.check
 	conn, err := dial(c.router)
 	if err != nil {
 		return err
@@ -174,7 +178,7 @@ func run(c config) error {
 
 	t := newTally()
 	actx, cancel := context.WithTimeout(context.Background(), c.attackTimeout)
-	err = attacks[c.attack](actx, c, conn, t)
+	err = attack(actx, c, conn, t)
 	cancel()
 	if err != nil {
 		t.notef("attack error: %v", err)
