@@ -28,11 +28,12 @@ func loadPlanFromEnv() loadPlan {
 	return loadPlan{name: "short", requests: 400, clients: 32}
 }
 
-// stallTimeout ends the stalls of these tests' engines: long enough that a
-// healthy engine's first token, on a machine busy with the race detector and
-// other tests, never comes later (which would make the whole fleet look as if
-// it failed).
-const stallTimeout = time.Second
+// stallTimeout ends the stall of the engine that fails: long enough that a
+// healthy engine's first token never comes later, even with 64 clients on a
+// machine busy with the race detector and other tests (at 1 s, under -race
+// on two busy cores, healthy workers timed out too, their breakers opened,
+// and the fleet failed as a whole).
+const stallTimeout = 5 * time.Second
 
 // TestPreFirstTokenFailuresAreRecoveredUnderLoad is the retry budget's
 // promise at its defaults: when part of the fleet fails, every request whose
@@ -80,6 +81,12 @@ func TestPreFirstTokenFailuresAreRecoveredUnderLoad(t *testing.T) {
 					// Real (small) delays, so that many requests are in
 					// flight when a worker fails.
 					c.TimeScale, c.RequestOverhead, c.DecodeMsPerToken = 1, 2*time.Millisecond, 2
+					if tc.pd {
+						// As stallTimeout: on a busy machine a
+						// healthy prefill's room may take longer
+						// than the harness's 300 ms.
+						c.BootstrapTimeout = stallTimeout
+					}
 				},
 				gateway: func(c *gateway.Config) {
 					if tc.stall {
@@ -158,7 +165,9 @@ func TestRetriesDoNotMultiplyTheLoadOfAFleetThatFailsWhole(t *testing.T) {
 					c.Faults = tc.faults
 				},
 				gateway: func(c *gateway.Config) {
-					c.Reliability.FirstTokenTimeout = stallTimeout
+					// Every worker fails: how soon a stall is cut
+					// does not matter here.
+					c.Reliability.FirstTokenTimeout = time.Second
 					threshold = c.Breaker.FailureThreshold
 				}})
 			vocab := f.sims[0].Engine().Config().VocabSize
