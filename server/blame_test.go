@@ -155,6 +155,15 @@ func TestWhatCountsAgainstAWorker(t *testing.T) {
 			},
 			want: codes.Unimplemented,
 		},
+		{
+			name: "Generate on engines that do not implement it",
+			o:    fleetOptions{sim: func(_ int, c *sim.Config) { c.Faults.UnimplementedGenerate = true }},
+			call: func(ctx context.Context, f *fleet) error {
+				_, err := generateCall(ctx, f, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8)})
+				return err
+			},
+			want: codes.Unimplemented,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,6 +177,9 @@ func TestWhatCountsAgainstAWorker(t *testing.T) {
 				if got := status.Code(err); got != tc.want {
 					t.Fatalf("call %d: %v; want %v", i, err, tc.want)
 				}
+			}
+			for _, s := range f.sims {
+				s.Engine().SetFaults(sim.Faults{})
 			}
 			everyWorkerServes(t, f)
 		})
@@ -218,5 +230,23 @@ func TestEmbedGoesToWorkersThatHaveIt(t *testing.T) {
 	if n := counter(t, f, "kvgate_worker_rpc_unimplemented_total", "worker", f.workerURL(0), "rpc", "Embed"); n != 1 {
 		t.Errorf("kvgate_worker_rpc_unimplemented_total = %v for the engine without Embed; want 1", n)
 	}
+	everyWorkerServes(t, f)
+}
+
+// TestGenerateSkipsAnEngineWithoutIt: in a fleet where one engine answers
+// Generate UNIMPLEMENTED (it serves only embeddings), every Generate is
+// served by the other, and the first engine's breaker stays closed.
+func TestGenerateSkipsAnEngineWithoutIt(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, sim: func(i int, c *sim.Config) { c.Faults.UnimplementedGenerate = i == 0 }})
+	for i := range 3 * workers.DefaultBreakerConfig().FailureThreshold {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		done, err := generateCall(ctx, f, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+		cancel()
+		if err != nil || done.GetWorker() != f.workerURL(1) {
+			t.Fatalf("Generate %d: served by %q, %v; want a completion from %s", i, done.GetWorker(), err, f.workerURL(1))
+		}
+	}
+	f.sims[0].Engine().SetFaults(sim.Faults{})
 	everyWorkerServes(t, f)
 }

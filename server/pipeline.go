@@ -45,7 +45,7 @@ func (s *Server) run(ctx context.Context, j *job) error {
 	}()
 
 	var failures []*failure
-	unsupported := 0
+	unsupported, lastUnsupported := 0, (*failure)(nil)
 	releaseRetry := func() {}
 	defer func() { releaseRetry() }()
 	for attempt := 0; ; attempt++ {
@@ -58,13 +58,19 @@ func (s *Server) run(ctx context.Context, j *job) error {
 			if len(failures) > 0 && status.Code(f.err) != codes.Unimplemented {
 				return s.giveUp(ctx, j, failures, f.err.Error())
 			}
+			if lastUnsupported != nil && len(failures) == 0 && status.Code(f.err) != codes.Unimplemented {
+				return lastUnsupported.status() // no worker left that might implement it
+			}
 			return f.status()
 		}
-		if f.cause == causeUnsupported && j.needs != "" && unsupported < maxUnsupported {
-			// The worker is now left out of the call's placements (the
-			// task marked it): place again at once, which spends no retry
-			// budget, since no worker failed.
+		if f.cause == causeUnsupported && !f.delivered && unsupported < maxUnsupported {
+			// The worker cannot serve this call (an Embed worker is now
+			// left out of Embed's placements; a Generate worker may lack
+			// a feature only this request uses, so it is only excluded
+			// here): place again at once, which spends no retry budget,
+			// since no worker failed.
 			unsupported++
+			lastUnsupported = f
 			j.excluded = append(j.excluded, f.worker.URL())
 			s.metrics.retries.WithLabelValues(f.worker.URL()).Inc()
 			continue

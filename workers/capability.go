@@ -47,6 +47,14 @@ func Lacks(rpc RPC, err error) bool {
 type capabilities struct {
 	mu      sync.Mutex
 	lacking map[RPC]lack
+	now     func() time.Time // nil: time.Now; tests set a fake clock
+}
+
+func (c *capabilities) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
 }
 
 type lack struct {
@@ -61,7 +69,7 @@ func (w *Worker) MarkLacking(rpc RPC, err error) bool {
 	c := &w.caps
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.clock()
 	_, already := c.lacking[rpc]
 	if already && now.Before(c.lacking[rpc].until) {
 		return false
@@ -80,7 +88,7 @@ func (w *Worker) Implements(rpc RPC) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, ok := c.lacking[rpc]
-	return !ok || !time.Now().Before(l.until)
+	return !ok || !c.clock().Before(l.until)
 }
 
 // Lacking describes the RPCs the worker is left out of, each with the
@@ -91,7 +99,7 @@ func (w *Worker) Lacking() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	now := time.Now()
+	now := c.clock()
 	for rpc, l := range c.lacking {
 		if now.Before(l.until) {
 			out = append(out, fmt.Sprintf("%s: %s", rpc, l.why))

@@ -54,9 +54,10 @@ type ConnectOptions struct {
 	// ErrIncompatible). The router uses it to refuse an engine whose model
 	// does not fit the fleet. Connect itself ignores it.
 	Admit func(*Worker) error
-	// MaxAnswerBytes is the largest message accepted from the engine;
-	// 0 means DefaultMaxAnswerBytes, which holds every answer a request the
-	// router admits can produce (see AnswerBytes).
+	// MaxAnswerBytes is the largest Generate message accepted from the
+	// engine; 0 means DefaultMaxAnswerBytes, which holds every answer a
+	// request the router admits can produce (see AnswerBytes). Every other
+	// call keeps DefaultMaxMessageBytes.
 	MaxAnswerBytes int
 	// DPAware makes ConnectAll (and Join) register an engine with more than
 	// one data-parallel rank as one worker per rank (see dprank.go);
@@ -93,7 +94,8 @@ func Connect(ctx context.Context, addr string, opts ConnectOptions) (*Worker, er
 		maxAnswer = DefaultMaxAnswerBytes
 	}
 	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswer))}, opts.DialOptions...)
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxAnswer))}, smallAnswers()...)
+	dial = append(dial, opts.DialOptions...)
 	if opts.Propagator != nil {
 		dial = append(dial, traceInterceptors(opts.Propagator, url)...)
 	}
@@ -140,6 +142,30 @@ func connect(ctx context.Context, conn *grpc.ClientConn, url string, proto Proto
 		return nil, connectError(url, "reading "+proto.String()+" model information", err)
 	}
 	return NewWorker(url, proto, role, info, b, conn.Close), nil
+}
+
+// DefaultMaxMessageBytes is the receive limit of every engine call but
+// Generate: grpc's default, 4 MiB. Only a Generate answer grows with the
+// request (log-probabilities); model information, loads, health, an
+// embedding, a tokenizer chunk or a KV event batch has no reason to be
+// larger, and an engine must not make the router hold more.
+const DefaultMaxMessageBytes = 4 << 20
+
+// smallAnswers keeps DefaultMaxMessageBytes on every engine call except the
+// Generate stream, which keeps the connection's larger limit.
+func smallAnswers() []grpc.DialOption {
+	small := grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes)
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(ctx, method, req, reply, cc, append(opts, small)...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if !strings.HasSuffix(method, "/Generate") {
+				opts = append(opts, small)
+			}
+			return streamer(ctx, desc, cc, method, opts...)
+		}),
+	}
 }
 
 // NewBackend returns the adapter for protocol p over conn.

@@ -155,6 +155,9 @@ type Faults struct {
 	DropAfterTokens int
 	// Unavailable makes Generate fail at once with UNAVAILABLE.
 	Unavailable bool
+	// UnimplementedGenerate makes Generate answer UNIMPLEMENTED, as an
+	// engine serving only embeddings does.
+	UnimplementedGenerate bool
 	// StallAfterTokens > 0 stops each stream after that many tokens and holds
 	// it (and its KV pages) until the client goes away or aborts.
 	StallAfterTokens int
@@ -257,6 +260,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EmbeddingDim, "embedding-dim", c.EmbeddingDim, "length of the vectors Embed returns (0: Embed answers UNIMPLEMENTED)")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
+	fs.BoolVar(&c.Faults.UnimplementedGenerate, "fail-unimplemented", c.Faults.UnimplementedGenerate, "fault: answer every Generate with UNIMPLEMENTED, as an engine serving only embeddings")
 	fs.IntVar(&c.Faults.StallAfterTokens, "stall-after", c.Faults.StallAfterTokens, "fault: stop sending after this many tokens and hold the stream (0: never)")
 	fs.BoolVar(&c.Faults.Unhealthy, "unhealthy", c.Faults.Unhealthy, "fault: HealthCheck answers healthy=false")
 	fs.BoolVar(&c.Faults.StallBeforeFirstToken, "stall-before-first-token", c.Faults.StallBeforeFirstToken, "fault: accept each Generate, send nothing and hold the stream")

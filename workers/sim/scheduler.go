@@ -119,6 +119,9 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 		e.mu.Unlock()
 		return status.Error(codes.Unavailable, "sim: injected fault: engine unavailable")
 	}
+	if e.Faults().UnimplementedGenerate {
+		return status.Error(codes.Unimplemented, "sim: injected fault: this engine serves no generation")
+	}
 	if r.pd != nil && !r.pd.prefill {
 		if err := e.receiveKV(ctx, r, send); err != nil {
 			return err
