@@ -88,6 +88,20 @@ var wordScanners = map[string]bool{patLlama3: true, patQwen: true, patGPT2: true
 // untouchingScanners never match an ASCII letter or a space.
 var untouchingScanners = map[string]bool{patDigits: true, patCJK: true}
 
+// regexCut is how a Split by pattern treats a window cut. A word scanner's
+// matches cover the whole text, so keeping the matches (Isolated) and
+// keeping only the matches (Removed, inverted: tiktoken's way) give the
+// same pieces.
+func regexCut(pattern string, b splitBehavior, invert bool) cutKind {
+	switch {
+	case wordScanners[pattern] && (b == behaviorIsolated && !invert || b == behaviorRemoved && invert):
+		return cutSplits
+	case untouchingScanners[pattern] && !invert:
+		return cutUntouched
+	}
+	return cutUnknown
+}
+
 // cutSafe reports whether text may be pre-tokenized in windows cut before a
 // space between two ASCII letters, with exactly the pieces of the whole:
 // some step splits there, and every step before it leaves the cut alone.

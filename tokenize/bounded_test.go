@@ -43,6 +43,8 @@ func windowedTokenizers(tb testing.TB) map[string]*Tokenizer {
 		"whitespace":   seq(map[string]any{"type": "Whitespace"}, byteLevel),
 		"bert":         seq(map[string]any{"type": "BertPreTokenizer"}, byteLevel),
 		"metaspace":    seq(map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true}, byteLevel),
+		// tiktoken's way of splitting: keep only the matches.
+		"o200k-matches-only": seq(map[string]any{"type": "Split", "pattern": map[string]any{"Regex": patO200k}, "behavior": "Removed", "invert": true}, byteLevel),
 	}
 	out := map[string]*Tokenizer{}
 	for name, pre := range variants {
@@ -66,6 +68,15 @@ func windowedTokenizers(tb testing.TB) map[string]*Tokenizer {
 		}
 		out[name] = tok
 	}
+	// A tiktoken file's tokenizer, with a few merges over the 256 bytes.
+	tik, err := fromTiktokenTest(rankFile("he", "ll", "hell", "hello", " w", "or", " wor", " world", "kv", "gate", "日本"), tiktokenSpec{pattern: patO200k})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if !tik.cutSafe {
+		tb.Fatal("tiktoken o200k: not windowed")
+	}
+	out["tiktoken-o200k"] = tik
 	return out
 }
 

@@ -135,13 +135,8 @@ func newPreTokenizer(raw json.RawMessage) (PreTokenizer, error) {
 			return nil, err
 		}
 		sp := splitPreTokenizer{m: m, behavior: b, invert: s.Invert}
-		if s.Pattern.Regex != nil && !s.Invert {
-			switch {
-			case wordScanners[*s.Pattern.Regex] && b == behaviorIsolated:
-				sp.cut = cutSplits
-			case untouchingScanners[*s.Pattern.Regex]:
-				sp.cut = cutUntouched
-			}
+		if s.Pattern.Regex != nil {
+			sp.cut = regexCut(*s.Pattern.Regex, b, s.Invert)
 		}
 		return sp, nil
 	case "ByteLevel":

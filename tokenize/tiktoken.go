@@ -152,7 +152,7 @@ func fromTiktoken(toks []string, spec tiktokenSpec, tokenizerConfigJSON []byte) 
 		// Keep the matches, drop what lies between them (Removed, inverted), as
 		// tiktoken's find_iter loop does.
 		pre: sequencePreTokenizer{
-			splitPreTokenizer{m: m, behavior: behaviorRemoved, invert: true},
+			splitPreTokenizer{m: m, behavior: behaviorRemoved, invert: true, cut: regexCut(spec.pattern, behaviorRemoved, true)},
 			byteLevelPreTokenizer{deferMapping: true},
 		},
 		decoder:        byteLevelDecoder{},
@@ -178,5 +178,7 @@ func fromTiktoken(toks []string, spec tiktokenSpec, tokenizerConfigJSON []byte) 
 	if t.cfg, err = parseConfig(tokenizerConfigJSON); err != nil {
 		return nil, err
 	}
+	t.cutSafe = cutSafe(t.pre)
+	t.maxTokenBytes = byteLevelMaxTokenBytes(model)
 	return t, nil
 }
