@@ -83,12 +83,15 @@ func (l *fleetLimits) allowed(addr string) error {
 // is full. release gives the place back once the engine is registered or
 // has failed to join.
 func (l *fleetLimits) reserve(reg *workers.Registry) (release func(), err error) {
+	// The snapshot is read under the lock: an engine whose place was
+	// released is registered already, so it is counted once, never zero
+	// times.
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	engines := map[string]bool{}
 	for _, w := range reg.Snapshot() {
 		engines[w.Endpoint()] = true
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if n := len(engines) + l.pending; n >= l.max {
 		return nil, fmt.Errorf("%w: the fleet has %d engines, the most --max-workers allows; remove one first or raise --max-workers",
 			server.ErrTooManyWorkers, n)

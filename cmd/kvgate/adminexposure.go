@@ -18,14 +18,15 @@ import (
 // adminExposure returns why Admin may not be served at host (the address
 // it listens on: --host, or --admin-host with --admin-port), or nil.
 func (c serveConfig) adminExposure(host string) error {
-	if c.adminAPIKey != "" || loopbackHost(host) {
+	// An Admin key equal to the Router key is the Router key.
+	if (c.adminAPIKey != "" && c.adminAPIKey != c.apiKey) || loopbackHost(host) {
 		return nil
 	}
 	where, flagName := "beside Router", "--host"
 	if c.adminPort >= 0 {
 		where, flagName = "on its own port", "--admin-host"
 	}
-	return fmt.Errorf("Admin would be served %s on %s (%s), which is not loopback, without --admin-api-key: any client that reaches it "+
+	return fmt.Errorf("Admin would be served %s on %s (%s), which is not loopback, without an --admin-api-key of its own: any client that reaches it "+
 		"could remove every worker or make the router dial any address. Set --admin-api-key (or --admin-api-key-file, "+
 		"$KVGATE_ADMIN_API_KEY), or serve Admin on loopback with --admin-port=PORT (--admin-host defaults to 127.0.0.1; "+
 		"reach it with kubectl port-forward or a tunnel)", where, host, flagName)

@@ -28,6 +28,7 @@ func TestAdminNeverExposedWithoutAdminKey(t *testing.T) {
 		{"beside Router on every IPv6 interface", []string{"--host", "::"}, true},
 		{"beside Router on a host's address", []string{"--host", "10.1.2.3"}, true},
 		{"the Router key is not an Admin key", []string{"--host", "0.0.0.0", "--api-key", "r"}, true},
+		{"an Admin key equal to the Router key", []string{"--host", "0.0.0.0", "--api-key", "k", "--admin-api-key", "k"}, true},
 		{"on its own port, on every interface", []string{"--admin-port", "0", "--admin-host", "0.0.0.0"}, true},
 		{"beside Router on loopback", nil, false},
 		{"beside Router on localhost", []string{"--host", "localhost"}, false},
