@@ -68,7 +68,8 @@
 # batch the engine publishes, one or two per request, adds 2,000 blocks with
 # unknown parents on rank 0 and on 7 ranks it does not have), KV_FLOOD_DURATION
 # (30s), SIM_BIN (the kvgate built here: the binary whose `sim` the fleets
-# run, e.g. one built from a branch that has the flood switch),
+# run, e.g. one built from a branch that has the flood switch), ROUTER_BIN
+# (likewise, the binary whose `serve` is attacked),
 # ADMIN_ATTACK_HOST (0.0.0.0), DEAD_PORT_BASE (20000), OUT (/tmp/attack), PORT_BASE (41900).
 # A router that refuses to start with an attack's flags gets a "not run" row
 # with the last line of its log.
@@ -103,6 +104,7 @@ ATK="$OUT/attack"
 go build -o "$BIN" ./cmd/kvgate
 go build -o "$ATK" ./scripts/attack
 SIM_BIN=${SIM_BIN:-$BIN}
+ROUTER_BIN=${ROUTER_BIN:-$BIN}
 : >"$OUT/details.txt"
 
 # shellcheck source=processes.sh
@@ -135,7 +137,7 @@ fleet() {
 		wait_port $((PORT_BASE + i))
 	done
 	URLS=$urls
-	"$BIN" serve --port "$GRPC" --prometheus-port "$PROM" --worker-urls "$urls" "$@" \
+	"$ROUTER_BIN" serve --port "$GRPC" --prometheus-port "$PROM" --worker-urls "$urls" "$@" \
 		>"$OUT/$label.serve.log" 2>&1 &
 	SERVE=$!
 	pids+=("$SERVE")
