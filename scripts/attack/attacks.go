@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -215,20 +216,54 @@ func bigStruct(n int) *structpb.Struct {
 	}}
 }
 
+// rawCodec sends bytes already encoded and receives the answer's bytes
+// undecoded, so that a call's duration is the router's time, not the
+// attacker's encoding of the same 5 MB for every call.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" } // the content subtype the router expects
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	b, ok := v.([]byte)
+	if !ok {
+		return nil, fmt.Errorf("rawCodec sends []byte, not %T", v)
+	}
+	return b, nil
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("rawCodec receives into *[]byte, not %T", v)
+	}
+	*p = append((*p)[:0], data...)
+	return nil
+}
+
+// bigChat is a Chat request whose chat_template_kwargs is a Struct of about
+// n encoded bytes.
+func bigChat(n int) *kvgatev1.ChatRequest {
+	return &kvgatev1.ChatRequest{
+		Messages:           []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}},
+		ChatTemplateKwargs: bigStruct(n),
+		SamplingParams:     &kvgatev1.SamplingParams{MaxNewTokens: u32(1)},
+	}
+}
+
 // attackAuthStruct (item 5): unary Admin.Explain calls carrying a Chat
 // request whose chat_template_kwargs is a ~5 MB Struct, sent with a wrong
 // key to a router started with --api-key.
 func attackAuthStruct(ctx context.Context, c config, conn *grpc.ClientConn, t *tally) error {
-	admin := kvgatev1.NewAdminClient(conn)
-	req := &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Chat{Chat: &kvgatev1.ChatRequest{
-		Messages:           []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}},
-		ChatTemplateKwargs: bigStruct(c.bytes),
-	}}}
+	body, err := proto.Marshal(&kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Chat{Chat: bigChat(c.bytes)}})
+	if err != nil {
+		return err
+	}
+	t.notef("%d-byte request", len(body))
 	fanOut(ctx, c.n, c.concurrency, t, func(ctx context.Context, i int) error {
 		ctx, cancel := context.WithTimeout(withKey(ctx, c.wrongKey), c.callTimeout)
 		defer cancel()
-		_, err := admin.Explain(ctx, req)
-		return err
+		var out []byte
+		return conn.Invoke(ctx, kvgatev1.Admin_Explain_FullMethodName, body, &out, grpc.ForceCodec(rawCodec{}))
 	})
 	return nil
 }
@@ -236,21 +271,28 @@ func attackAuthStruct(ctx context.Context, c config, conn *grpc.ClientConn, t *t
 // attackAuthStructChat (item 5, every RPC): the same Struct and wrong key on
 // Router.Chat, a server-streaming RPC of the public service.
 func attackAuthStructChat(ctx context.Context, c config, conn *grpc.ClientConn, t *tally) error {
-	router := kvgatev1.NewRouterClient(conn)
-	req := &kvgatev1.ChatRequest{
-		Messages:           []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}},
-		ChatTemplateKwargs: bigStruct(c.bytes),
-		SamplingParams:     &kvgatev1.SamplingParams{MaxNewTokens: u32(1)},
+	body, err := proto.Marshal(bigChat(c.bytes))
+	if err != nil {
+		return err
 	}
+	t.notef("%d-byte request", len(body))
+	desc := &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true}
 	fanOut(ctx, c.n, c.concurrency, t, func(ctx context.Context, i int) error {
 		ctx, cancel := context.WithTimeout(withKey(ctx, c.wrongKey), c.callTimeout)
 		defer cancel()
-		s, err := router.Chat(ctx, req)
+		s, err := conn.NewStream(ctx, desc, kvgatev1.Router_Chat_FullMethodName, grpc.ForceCodec(rawCodec{}))
 		if err != nil {
 			return err
 		}
+		if err := s.SendMsg(body); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if err := s.CloseSend(); err != nil {
+			return err
+		}
 		for j := 0; j < 1000; j++ {
-			if _, err := s.Recv(); err != nil {
+			var out []byte
+			if err := s.RecvMsg(&out); err != nil {
 				if errors.Is(err, io.EOF) {
 					return nil
 				}
