@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -76,6 +77,15 @@ func (m *Metrics) KVEventMetrics() workers.KVEventMetrics {
 // entries expire (cache_aware).
 type speculationStatser interface{ SpeculativeExpired() uint64 }
 
+// eventStatser is implemented by the policies that mirror the engines'
+// caches from their KV events (cache_aware, vllm_cache_aware).
+type eventStatser interface{ EventStats() policy.EventStats }
+
+// kvDropReasons are the reasons policy.EventStats.Dropped counts, each
+// exported from the start so that a rate over it is defined before a bound
+// first bites.
+var kvDropReasons = []string{"rank", "detached", "overflow"}
+
 // kvEventCollector reports, at scrape time, each worker's cache mode and
 // the speculative entries that expired unconfirmed.
 type kvEventCollector struct {
@@ -91,11 +101,15 @@ var (
 	descSpeculativeExpired = prometheus.NewDesc("kvgate_cache_speculative_expired_total",
 		"Routing decisions whose speculative cache entries expired unconfirmed on workers with KV events: the engine did not store what the router expected.",
 		nil, nil)
+	descKVBlocksDropped = prometheus.NewDesc("kvgate_kv_event_blocks_dropped_total",
+		"Blocks of the engines' KV events a bound of the router's cache mirror dropped, by reason: rank (a data-parallel rank the fleet is not configured with), detached (blocks that never attached, past their bound), overflow (a worker's mirror reset past its bound).",
+		[]string{"reason"}, nil)
 )
 
 func (kvEventCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descKVEventMode
 	ch <- descSpeculativeExpired
+	ch <- descKVBlocksDropped
 }
 
 func (c kvEventCollector) Collect(ch chan<- prometheus.Metric) {
@@ -116,5 +130,19 @@ func (c kvEventCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if any {
 		ch <- prometheus.MustNewConstMetric(descSpeculativeExpired, prometheus.CounterValue, expired)
+	}
+	dropped, mirrors := map[string]uint64{}, false
+	for _, r := range c.routes.all() {
+		if s, ok := r.Policy.(eventStatser); ok {
+			mirrors = true
+			for reason, n := range s.EventStats().Dropped {
+				dropped[reason] += n
+			}
+		}
+	}
+	if mirrors {
+		for _, reason := range kvDropReasons {
+			ch <- prometheus.MustNewConstMetric(descKVBlocksDropped, prometheus.CounterValue, float64(dropped[reason]), reason)
+		}
 	}
 }

@@ -142,7 +142,8 @@ func TestMetricsReferenceMatchesTheRouter(t *testing.T) {
 
 // eventsAndFaults runs a cache_aware router with KV events in front of
 // three engines and puts each through faults: duplicated and lost event
-// batches, a subscriber the engine drops and cannot replay to (a resync), a
+// batches, a subscriber the engine drops and cannot replay to (a resync), an
+// engine flooding blocks on a rank it does not have (dropped), a
 // failing engine (retries, an open breaker, an abort, speculation that
 // expires unconfirmed), and an engine restart (a reset and a broken stream).
 func eventsAndFaults(t *testing.T) *fleet {
@@ -205,6 +206,20 @@ func eventsAndFaults(t *testing.T) *fleet {
 		}
 		direct(t, w, uint32(450_000+round*5_000), 100)
 	}
+	f.sims[2].Engine().SetFaults(sim.Faults{})
+
+	// Engine 2 turns hostile: its batches also store blocks under parents
+	// never stored, and the same on a rank it does not have, whose batches
+	// the router drops.
+	f.sims[2].Engine().SetFaults(sim.Faults{KVEventFloodBlocks: 4, KVEventFloodRanks: 2})
+	// Its stream may be waiting out the backoff after the resync: traffic
+	// goes on until the router has heard the flood.
+	round := uint32(0)
+	eventually(t, "a block dropped for its rank", func() bool {
+		round++
+		direct(t, w, 600_000+(round%40)*5_000, 10)
+		return counter(t, f, "kvgate_kv_event_blocks_dropped_total", "reason", "rank") > 0
+	})
 	f.sims[2].Engine().SetFaults(sim.Faults{})
 
 	// Engine 1 fails every request: one the policy sends there is retried on
