@@ -46,6 +46,10 @@ type AdmissionConfig struct {
 	// its inputs' tokens together.
 	MaxEmbedInputs int
 	MaxEmbedTokens int
+	// MaxLogprobBytes bounds the log-probability bytes that the engines'
+	// answers to requests in flight may carry together (see logprobBudget);
+	// -1: no limit.
+	MaxLogprobBytes int64
 }
 
 // DefaultAdmissionConfig admits 1,024 concurrent generations with 1,024
@@ -69,6 +73,7 @@ func DefaultAdmissionConfig() AdmissionConfig {
 		MaxTools:              1_024,
 		MaxEmbedInputs:        128,
 		MaxEmbedTokens:        262_144,
+		MaxLogprobBytes:       DefaultMaxLogprobBytes,
 	}
 }
 
@@ -95,6 +100,8 @@ func (c AdmissionConfig) Validate() error {
 		return fmt.Errorf("max embed inputs is %d; it must be >= 1", c.MaxEmbedInputs)
 	case c.MaxEmbedTokens < 1:
 		return fmt.Errorf("max embed tokens is %d; it must be >= 1", c.MaxEmbedTokens)
+	case c.MaxLogprobBytes == 0 || c.MaxLogprobBytes < -1:
+		return fmt.Errorf("--max-logprob-bytes is %d; it must be >= 1, or -1 for no limit", c.MaxLogprobBytes)
 	}
 	return nil
 }
@@ -107,11 +114,12 @@ type admission struct {
 	// awaiting counts streaming calls opened whose request has not arrived.
 	awaiting atomic.Int64
 	limiter  *rateLimiter // nil: no rate limit
+	logprobs logprobBudget
 	m        *Metrics
 }
 
 func newAdmission(cfg AdmissionConfig, m *Metrics) *admission {
-	a := &admission{cfg: cfg, m: m}
+	a := &admission{cfg: cfg, m: m, logprobs: logprobBudget{limit: cfg.MaxLogprobBytes, m: m}}
 	if cfg.MaxConcurrentRequests > 0 {
 		a.slots = make(chan struct{}, cfg.MaxConcurrentRequests)
 	}

@@ -136,7 +136,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}),
 		admissionRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_admission_rejected_total",
-			Help: "Requests refused with RESOURCE_EXHAUSTED by admission control, by reason (queue_full, queue_timeout, rate_limit).",
+			Help: "Requests refused with RESOURCE_EXHAUSTED by admission control, by reason (queue_full, queue_timeout, rate_limit, logprob_bytes).",
 		}, []string{"reason"}),
 		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_circuit_breaker_transitions_total",

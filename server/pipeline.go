@@ -44,6 +44,12 @@ func (s *Server) run(ctx context.Context, j *job) error {
 		s.metrics.policyLatency.WithLabelValues(j.route.disp.policyName()).Observe(time.Since(j.start).Seconds())
 	}()
 
+	releaseLogprobs, err := s.admission.logprobs.take(j.inputIDs, j.sampling)
+	if err != nil {
+		return err
+	}
+	defer releaseLogprobs()
+
 	var failures []*failure
 	unsupported, lastUnsupported := 0, (*failure)(nil)
 	releaseRetry := func() {}
