@@ -50,7 +50,11 @@
 #       it), no key: 1,000 AddWorker of closed 127.0.0.1 ports (from
 #       DEAD_PORT_BASE up, below the ephemeral range: the first run named
 #       47000-47999, and the router added another program's engine there), then
-#       RemoveWorker of every original worker
+#       RemoveWorker of every original worker (a router that refuses to start
+#       so exposed is reported as "not run" with its reason)
+#   8d  the same attack on the public port of a router deployed as the image
+#       and the Kubernetes manifests run it (--host ADMIN_ATTACK_HOST
+#       --admin-port ADMIN: Admin on its own loopback listener)
 #   9   --pprof-addr on loopback, keys given as flags: is either key in
 #       /debug/pprof/cmdline?
 #   10s 4 simulators, one with --stall-before-first-token: LOAD_REQUESTS
@@ -76,7 +80,7 @@
 # with the last line of its log.
 set -euo pipefail
 
-ATTACKS=${ATTACKS-1 1q 2 3 4e 4g 5 5c 6 7 8 9 10s 10u}
+ATTACKS=${ATTACKS-1 1q 2 3 4e 4g 5 5c 6 7 8 8d 9 10s 10u}
 TAIL=${TAIL:-70s}
 HOLD=${HOLD:-35s}
 BIG_GENERATE_N=${BIG_GENERATE_N:-16}
@@ -116,6 +120,7 @@ URLS=
 GRPC=$PORT_BASE
 PROM=$((PORT_BASE + 9))
 PPROF=$((PORT_BASE + 8))
+ADMIN=$((PORT_BASE + 7))
 SERVE=
 
 # fleet LABEL NSIMS "FLAGS FOR EVERY SIM" "FLAGS FOR THE LAST SIM" [SERVE FLAGS...]
@@ -225,6 +230,10 @@ for a in $ATTACKS; do
 	8)
 		fleet 8 2 "" "" --host "$ADMIN_ATTACK_HOST"
 		attack "8 Admin: 1,000 AddWorker + RemoveWorker all" admin -n 1000 -concurrency 16 -workers "$URLS" -dead-port-base "$DEAD_PORT_BASE"
+		;;
+	8d)
+		fleet 8d 2 "" "" --host "$ADMIN_ATTACK_HOST" --admin-port "$ADMIN"
+		attack "8d the same on the public port, Admin on loopback --admin-port" admin -n 1000 -concurrency 16 -workers "$URLS" -dead-port-base "$DEAD_PORT_BASE"
 		;;
 	9)
 		fleet 9 2 "" "" --pprof-addr "127.0.0.1:$PPROF" --api-key "$API_KEY" --admin-api-key "$ADMIN_KEY"
