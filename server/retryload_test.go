@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -96,22 +97,7 @@ func TestPreFirstTokenFailuresAreRecoveredUnderLoad(t *testing.T) {
 				}})
 			vocab := f.sims[len(f.sims)-1].Engine().Config().VocabSize
 			reqs := chaosRequests(rand.New(rand.NewPCG(1, 0x7265747279)), plan.requests)
-			outcomes := make([]chaosOutcome, len(reqs))
-			var next atomic.Int64
-			var clients sync.WaitGroup
-			for range plan.clients {
-				clients.Go(func() {
-					for {
-						n := int(next.Add(1) - 1)
-						if n >= len(reqs) {
-							return
-						}
-						tc.fault(n, f)
-						outcomes[n] = callChaos(f, reqs[n], vocab)
-					}
-				})
-			}
-			clients.Wait()
+			outcomes := callConcurrently(f, reqs, vocab, plan.clients, func(n int) { tc.fault(n, f) })
 
 			prefirst, past, completed := logs.recovery(outcomes)
 			refused := counter(t, f, "kvgate_retry_budget_exhausted_total")
@@ -172,21 +158,7 @@ func TestRetriesDoNotMultiplyTheLoadOfAFleetThatFailsWhole(t *testing.T) {
 				}})
 			vocab := f.sims[0].Engine().Config().VocabSize
 			reqs := chaosRequests(rand.New(rand.NewPCG(2, 0x73746f726d)), plan.requests)
-			outcomes := make([]chaosOutcome, len(reqs))
-			var next atomic.Int64
-			var clients sync.WaitGroup
-			for range plan.clients {
-				clients.Go(func() {
-					for {
-						n := int(next.Add(1) - 1)
-						if n >= len(reqs) {
-							return
-						}
-						outcomes[n] = callChaos(f, reqs[n], vocab)
-					}
-				})
-			}
-			clients.Wait()
+			outcomes := callConcurrently(f, reqs, vocab, plan.clients, nil)
 
 			var attempts uint64
 			for _, s := range f.sims {
@@ -208,4 +180,30 @@ func TestRetriesDoNotMultiplyTheLoadOfAFleetThatFailsWhole(t *testing.T) {
 			}
 		})
 	}
+}
+
+// callConcurrently sends reqs through f from clients goroutines, each taking
+// the next request not yet sent, and returns every request's outcome in
+// order. before, when set, runs just before request n is sent (a fault
+// that lands at a given point of the load).
+func callConcurrently(f *fleet, reqs []*kvgatev1.GenerateRequest, vocab, clients int, before func(n int)) []chaosOutcome {
+	outcomes := make([]chaosOutcome, len(reqs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				n := int(next.Add(1) - 1)
+				if n >= len(reqs) {
+					return
+				}
+				if before != nil {
+					before(n)
+				}
+				outcomes[n] = callChaos(f, reqs[n], vocab)
+			}
+		})
+	}
+	wg.Wait()
+	return outcomes
 }
