@@ -400,7 +400,7 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 		return g, func() {}, fmt.Errorf("--tool-call-parser: %w", err)
 	}
 	g.ToolCallParser = c.text.toolCallParser
-	// As in the seeds, service discovery serves every model its pods run.
+	// As in SMG, service discovery serves every model its pods run.
 	g.IGW = c.igw || c.discovery.enabled
 	if g.ModelTexts, err = c.text.models.sources(g.IGW, c.text.src); err != nil {
 		return g, stop, err
