@@ -14,10 +14,11 @@ import (
 // DefaultMaxLogprobBytes is the default of AdmissionConfig.MaxLogprobBytes:
 // 64 MiB of log-probabilities on the engines' wire, room for the largest
 // answer the engine connections accept (workers.DefaultMaxAnswerBytes) and
-// about a dozen 40,000-token prompts at top_logprobs 20 at once. The router
-// holds such an answer about 17 times over while it converts it (one
-// message per entry, with the token's text): 40,000 × 21 entries took
-// ~90 MB of RSS, so the default keeps them near 1 GB together.
+// seven 40,000-token prompts at top_logprobs 20 at once. The router holds
+// such an answer many times over while it converts it (one message per
+// entry, with the token's text): scripts/attack.sh's row 1 measured about
+// 100 MB of RSS per such request in flight (737 MB for seven), so the
+// default keeps them under 1 GB together.
 const DefaultMaxLogprobBytes = 64 << 20
 
 // logprobBudget bounds the log-probability bytes that requests in flight
