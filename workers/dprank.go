@@ -114,13 +114,17 @@ func (g *dpGroup) poll(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("worker %s: its adapter reports no per-rank loads", g.endpoint)
 	}
+	polls := make([]LoadPoll, len(g.members))
+	for i, w := range g.members {
+		polls[i] = w.BeginLoadPoll()
+	}
 	loads, err := rl.RankLoads(ctx)
 	if err != nil {
 		return err
 	}
-	for _, w := range g.members {
+	for i, w := range g.members {
 		if l, ok := loads[w.rank]; ok {
-			w.SetEngineLoad(l)
+			polls[i].Record(l)
 		}
 	}
 	return nil

@@ -203,6 +203,7 @@ func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, lo
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, interval)
 				defer cancel()
+				poll := w.BeginLoadPoll()
 				l, err := w.Backend().Loads(cctx)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -210,7 +211,7 @@ func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, lo
 					}
 					return
 				}
-				w.SetEngineLoad(l)
+				poll.Record(l)
 			})
 		}
 		wg.Wait()

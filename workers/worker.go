@@ -143,6 +143,9 @@ type Worker struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	inFlight atomic.Int64
+	// acquired counts every Acquire ever made, so that a load poll can
+	// tell how many of our requests started while it was on the wire.
+	acquired atomic.Int64
 	// prefill is the prompt tokens this router has sent the engine and
 	// expects it to compute (not found in its cache) whose first token has
 	// not come back yet: the engine's prefill queue, as far as we know it.
@@ -214,6 +217,7 @@ func (w *Worker) Available() bool {
 // release is idempotent.
 func (w *Worker) Acquire() (release func()) {
 	w.idleMu.Lock()
+	w.acquired.Add(1)
 	if w.inFlight.Add(1) == 1 {
 		w.idle = make(chan struct{})
 	}
@@ -269,11 +273,38 @@ func (w *Worker) WaitIdle(ctx context.Context) error {
 	}
 }
 
-// SetEngineLoad records the engine's own load figures from a poll.
-func (w *Worker) SetEngineLoad(l Load) {
+// SetEngineLoad records the engine's own load figures as if polled just now:
+// BeginLoadPoll followed at once by Record.
+func (w *Worker) SetEngineLoad(l Load) { w.BeginLoadPoll().Record(l) }
+
+// LoadPoll is one poll of the engine's load, begun before the request leaves
+// for the engine. It remembers our own requests at that moment so that Record
+// can tell the engine's count of them from other clients' requests: any
+// request of ours in flight when the poll began, or started while it was on
+// the wire, may be in the engine's figures, even if it has ended by the time
+// the answer arrives. Counting only those in flight at the answer took a
+// request that had just finished for another client's, and made an idle
+// worker look busy until the next poll.
+type LoadPoll struct {
+	w                  *Worker
+	inFlight, acquired int64
+}
+
+// BeginLoadPoll marks the start of a load poll; call Record with its answer.
+func (w *Worker) BeginLoadPoll() LoadPoll {
+	return LoadPoll{w: w, acquired: w.acquired.Load(), inFlight: w.inFlight.Load()}
+}
+
+// Record stores the engine's answer to the poll. The requests not ours are
+// the engine's running and waiting less every request of ours it could have
+// counted, at least 0: it may count a few of another client's as ours, never
+// one of ours as another's.
+func (p LoadPoll) Record(l Load) {
+	w := p.w
+	ours := p.inFlight + (w.acquired.Load() - p.acquired)
 	w.mu.Lock()
 	w.engineLoad = l
-	w.external.Store(int64(max(l.Running+l.Waiting-w.InFlight(), 0)))
+	w.external.Store(max(int64(l.Running+l.Waiting)-ours, 0))
 	w.mu.Unlock()
 }
 

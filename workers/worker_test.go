@@ -169,6 +169,49 @@ func TestWorkerLoad(t *testing.T) {
 	}
 }
 
+// TestLoadPollCountsOursOnWire checks the requests of ours a poll's answer may
+// include: those in flight when the poll began and those started while it was
+// on the wire, even if they have ended when the answer arrives. None of them
+// may pass for another client's request.
+func TestLoadPollCountsOursOnWire(t *testing.T) {
+	tests := []struct {
+		name                    string
+		atBegin, started, ended int
+		engine                  workers.Load
+		want                    int
+	}{
+		{"ours ended before the answer", 1, 0, 1, workers.Load{Running: 1}, 0},
+		{"ours started and ended on the wire", 0, 1, 1, workers.Load{Running: 1}, 0},
+		{"ours started on the wire, still running", 0, 2, 0, workers.Load{Running: 2}, 2},
+		{"another client's beside ours", 1, 0, 1, workers.Load{Running: 1, Waiting: 2}, 2},
+		{"engine counts fewer than ours", 3, 1, 0, workers.Load{Running: 1}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newTestWorker("grpc://127.0.0.1:9")
+			var releases []func()
+			for range tt.atBegin {
+				releases = append(releases, w.Acquire())
+			}
+			poll := w.BeginLoadPoll()
+			for range tt.started {
+				releases = append(releases, w.Acquire())
+			}
+			for range tt.ended {
+				releases[0]()
+				releases = releases[1:]
+			}
+			poll.Record(tt.engine)
+			if got := w.Load(); got != tt.want {
+				t.Errorf("Load = %d, want %d (in flight %d)", got, tt.want, w.InFlight())
+			}
+			if got := w.EngineLoad(); got != tt.engine {
+				t.Errorf("EngineLoad = %+v, want %+v", got, tt.engine)
+			}
+		})
+	}
+}
+
 func TestWorkerIdentityAndHealth(t *testing.T) {
 	info := workers.ModelInfo{Model: "m", PageSize: 16}
 	w := workers.NewWorker("grpc://h:7", workers.ProtocolVLLM, workers.RoleDecode, info, nil, nil)
