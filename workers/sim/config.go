@@ -127,6 +127,9 @@ type Config struct {
 	// of what clients receive (see Script); the first that matches a
 	// prompt wins, and a prompt none matches is sampled as usual.
 	Scripts []Script
+	// GRPCHealth makes Start also serve the standard grpc.health.v1
+	// Health service, as some engines' gRPC servers do (rpcfaults.go).
+	GRPCHealth bool
 	// Faults are the initial injected faults (see Engine.SetFaults).
 	Faults Faults
 	// TLS, when set, makes Start serve gRPC over TLS with this server
@@ -204,6 +207,8 @@ type Faults struct {
 	// 0, which an engine without ranks of its own (DPSize 0 or 1) does not
 	// have. They are sent to live subscribers only, never kept for replay.
 	KVEventFloodRanks int
+	// RPC are partial implementations of the engine's RPCs (rpcfaults.go).
+	RPC RPCFaults
 }
 
 // DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
@@ -270,6 +275,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Faults.KVEventDuplicateEvery, "kv-event-duplicate-every", c.Faults.KVEventDuplicateEvery, "fault: deliver every N-th KV event batch twice in a row (0: never)")
 	fs.DurationVar(&c.Faults.KVEventDelay, "kv-event-delay", c.Faults.KVEventDelay, "fault: deliver each KV event batch this long after it is published, not scaled by --time-scale (0: at once)")
 	fs.IntVar(&c.Faults.KVEventFloodBlocks, "kv-event-flood-blocks", c.Faults.KVEventFloodBlocks, "fault: every KV event batch also stores this many blocks under parents never stored, never removed (0: none)")
+	c.registerRPCFlags(fs)
 	fs.IntVar(&c.Faults.KVEventFloodRanks, "kv-event-flood-ranks", c.Faults.KVEventFloodRanks, "fault: with --kv-event-flood-blocks, also publish the flood on dp ranks 1 to N-1, which the engine does not have (0 or 1: rank 0 only)")
 }
 

@@ -68,6 +68,7 @@ type Engine struct {
 	faults  atomic.Pointer[Faults]
 	closed  chan struct{}
 	closing sync.Once
+	calls   rpcCalls // per method name, for tests (rpcfaults.go)
 
 	mu            sync.Mutex
 	cache         *pageCache

@@ -59,7 +59,7 @@ func (s *Server) serve() error {
 		e.Close()
 		return fmt.Errorf("sim: listen on %s: %w", s.addr, err)
 	}
-	var opts []grpc.ServerOption
+	opts := e.rpcFaultOptions()
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
 	}
@@ -76,6 +76,7 @@ func (s *Server) serve() error {
 	}
 	g := grpc.NewServer(opts...)
 	e.Register(g)
+	e.registerStandardHealth(g)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
