@@ -138,7 +138,7 @@ func healthError(healthy bool, message string) error {
 		return nil
 	}
 	if message == "" {
-		return ErrUnhealthy
+		return ErrEmptyHealth
 	}
 	return fmt.Errorf("%w: %s", ErrUnhealthy, message)
 }

@@ -48,6 +48,9 @@ type capabilities struct {
 	mu      sync.Mutex
 	lacking map[RPC]lack
 	now     func() time.Time // nil: time.Now; tests set a fake clock
+	// probe is the health check the monitor judges the worker by
+	// (ProbeAuto until its first check).
+	probe HealthProbe
 }
 
 func (c *capabilities) clock() time.Time {
@@ -106,4 +109,21 @@ func (w *Worker) Lacking() []string {
 		}
 	}
 	return out
+}
+
+// HealthCheckInUse is the check the health monitor judges the worker by:
+// "engine", "model-info", "grpc-health" or "none", as --health-check
+// names them; "auto" until the first check has chosen one.
+func (w *Worker) HealthCheckInUse() string {
+	c := &w.caps
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.probe.String()
+}
+
+func (w *Worker) setHealthCheckInUse(p HealthProbe) {
+	c := &w.caps
+	c.mu.Lock()
+	c.probe = p
+	c.mu.Unlock()
 }

@@ -26,6 +26,13 @@ type HealthConfig struct {
 	// monitor flips a worker's health (for metrics and logs). It must not
 	// block.
 	OnChange func(w *Worker, healthy bool)
+	// Probe is what a check asks the engine (see HealthProbe); the zero
+	// value, ProbeAuto, chooses per worker from what the engine answers.
+	Probe HealthProbe
+	// OnCheck, when set, is called from the monitor's goroutine with each
+	// worker's check result, every round (nil under ProbeNone), for
+	// metrics and tests. It must not block.
+	OnCheck func(w *Worker, err error)
 }
 
 // DefaultHealthConfig returns the monitor's defaults: a check every 10 s with a
@@ -66,17 +73,31 @@ func RunHealthChecks(ctx context.Context, reg *Registry, cfg HealthConfig, log *
 	cfg = cfg.withDefaults()
 	log = orDiscard(log)
 	streaks := make(map[*Worker]*healthStreak)
+	probers := make(map[any]*prober)
 
 	every(ctx, cfg.Interval, func() {
 		ws := reg.Snapshot()
-		errs := checkConnections(ctx, ws, cfg.Timeout)
+		errs := checkConnections(ctx, ws, cfg.Timeout, func(w *Worker) *prober {
+			p := probers[w.sameConnection()]
+			if p == nil {
+				p = newProber(cfg.Probe, w.endpoint, log)
+				probers[w.sameConnection()] = p
+			}
+			return p
+		})
 		if ctx.Err() != nil {
 			return
 		}
 
 		seen := make(map[*Worker]bool, len(ws))
+		conns := make(map[any]bool, len(ws))
 		for i, w := range ws {
 			seen[w] = true
+			conns[w.sameConnection()] = true
+			w.setHealthCheckInUse(probers[w.sameConnection()].used)
+			if cfg.OnCheck != nil {
+				cfg.OnCheck(w, errs[i])
+			}
 			s := streaks[w]
 			if s == nil {
 				s = &healthStreak{healthy: w.Healthy()}
@@ -102,13 +123,18 @@ func RunHealthChecks(ctx context.Context, reg *Registry, cfg HealthConfig, log *
 				delete(streaks, w)
 			}
 		}
+		for c := range probers {
+			if !conns[c] {
+				delete(probers, c)
+			}
+		}
 	})
 }
 
-// checkConnections runs one health check per connection, concurrently, and
-// returns each worker's result: the ranks of one engine share its answer,
-// since they share its process and connection.
-func checkConnections(ctx context.Context, ws []*Worker, timeout time.Duration) []error {
+// checkConnections runs one health check per connection, concurrently, with
+// the connection's prober, and returns each worker's result: the ranks of
+// one engine share its answer, since they share its process and connection.
+func checkConnections(ctx context.Context, ws []*Worker, timeout time.Duration, proberOf func(*Worker) *prober) []error {
 	byConn := make(map[any]*error, len(ws))
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -118,10 +144,11 @@ func checkConnections(ctx context.Context, ws []*Worker, timeout time.Duration) 
 		}
 		res := new(error)
 		byConn[key] = res
+		p := proberOf(w)
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			*res = w.Backend().Health(cctx)
+			*res = p.check(cctx, w)
 		})
 	}
 	wg.Wait()
