@@ -46,6 +46,7 @@ type serveConfig struct {
 	healthTimeout        time.Duration
 	healthFailures       int
 	healthSuccesses      int
+	healthProbe          healthProbeFlag
 	loadPollInterval     time.Duration
 	startupTimeout       time.Duration
 	waitForWorkers       bool
@@ -99,6 +100,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.healthTimeout, "health-check-timeout", 5*time.Second, "how long a health check may take before it counts as failed")
 	fs.IntVar(&c.healthFailures, "health-failure-threshold", 3, "consecutive failed health checks that mark a worker unhealthy")
 	fs.IntVar(&c.healthSuccesses, "health-success-threshold", 2, "consecutive passed health checks that mark an unhealthy worker healthy again")
+	fs.Var(&c.healthProbe, "health-check", healthCheckUsage)
 	fs.DurationVar(&c.loadPollInterval, "load-poll-interval", time.Second, "time between GetLoads polls of each worker")
 	c.kvEvents = true
 	fs.Var(&c.kvEvents, "kv-events", "on: subscribe to every worker's KV cache events when the policy mirrors the engines' caches (cache_aware, vllm_cache_aware), so its view is exact; workers without events stay approximate. off: approximate for all")
@@ -410,6 +412,7 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 		Timeout:          c.healthTimeout,
 		FailureThreshold: c.healthFailures,
 		SuccessThreshold: c.healthSuccesses,
+		Probe:            workers.HealthProbe(c.healthProbe),
 	}
 	g.LoadPollInterval = c.loadPollInterval
 	g.KVEvents = bool(c.kvEvents)

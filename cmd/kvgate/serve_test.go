@@ -162,6 +162,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--health-check-timeout", "-1s"}, "--health-check-timeout"},
 		{[]string{"--load-poll-interval", "0"}, "--load-poll-interval"},
 		{[]string{"--health-failure-threshold", "0"}, "--health-failure-threshold"},
+		{[]string{"--health-check", "rpc"}, `unknown health check "rpc" (want auto, engine, model-info, grpc-health, none)`},
 		{[]string{"--service-discovery"}, "--selector key=value"},
 		{[]string{"--service-discovery", "--pd-disaggregation", "--prefill-selector", "role=prefill"}, "--decode-selector"},
 		{[]string{"--service-discovery", "--selector", "app"}, "--selector: \"app\" is not key=value"},
