@@ -17,8 +17,13 @@ import (
 // depends on, and requests needing it go to workers that have it.
 type RPC string
 
-// RPCEmbed is the engines' Embed call.
-const RPCEmbed RPC = "Embed"
+// The optional RPCs tracked.
+const (
+	// RPCEmbed is the engines' Embed call.
+	RPCEmbed RPC = "Embed"
+	// RPCGetLoads is the engines' GetLoads, which the load monitor polls.
+	RPCGetLoads RPC = "GetLoads"
+)
 
 // LackingRecheck is how long a worker that showed it lacks an RPC is left
 // out of that RPC's placements. After it, one request tries the worker

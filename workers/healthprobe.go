@@ -12,6 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/api/gen/vllm"
 )
 
 // HealthProbe is what the health monitor asks an engine to judge whether it
@@ -85,6 +88,24 @@ func standardHealthOf(ctx context.Context, b Backend) error {
 	return status.Error(codes.Unimplemented, "the adapter cannot ask grpc.health.v1")
 }
 
+// modelInfoAnswers is ProbeModelInfo's check: GetModelInfo answers. Only
+// that call: Backend.Info may ask more (vLLM's asks GetLoads for the KV
+// capacity), which an engine may lack.
+func modelInfoAnswers(ctx context.Context, b Backend) error {
+	var err error
+	switch b := b.(type) {
+	case *sglangBackend:
+		_, err = b.c.GetModelInfo(ctx, &sglang.GetModelInfoRequest{})
+	case *vllmBackend:
+		_, err = b.c.GetModelInfo(ctx, &vllm.GetModelInfoRequest{})
+	case rankBackend:
+		err = modelInfoAnswers(ctx, b.Backend)
+	default:
+		_, err = b.Info(ctx)
+	}
+	return err
+}
+
 // standardHealth asks grpc.health.v1 for the whole server's status.
 func standardHealth(ctx context.Context, conn grpc.ClientConnInterface) error {
 	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -127,8 +148,7 @@ func (p *prober) check(ctx context.Context, w *Worker) error {
 		return b.Health(ctx)
 	case ProbeModelInfo:
 		p.use(ProbeModelInfo, "configured")
-		_, err := b.Info(ctx)
-		return err
+		return modelInfoAnswers(ctx, b)
 	case ProbeGRPCHealth:
 		p.use(ProbeGRPCHealth, "configured")
 		return standardHealthOf(ctx, b)
@@ -175,8 +195,7 @@ func (p *prober) auto(ctx context.Context, b Backend) error {
 		p.noStandardUntil = now.Add(LackingRecheck)
 	}
 	p.use(ProbeModelInfo, why+"; grpc.health.v1 is not served")
-	_, err := b.Info(ctx)
-	return err
+	return modelInfoAnswers(ctx, b)
 }
 
 // use records the check in use and logs when it changes: once per

@@ -61,7 +61,7 @@ func startMonitored(t *testing.T, n int, protocol string, probe workers.HealthPr
 		}
 		m.sims, m.ws = append(m.sims, srv), append(m.ws, w)
 		base := map[string]uint64{}
-		for _, rpc := range []string{"HealthCheck", "GetModelInfo", "Check"} {
+		for _, rpc := range []string{"HealthCheck", "GetModelInfo", "Check", "GetLoads"} {
 			base[rpc] = srv.Engine().Calls(rpc)
 		}
 		m.base = append(m.base, base)
@@ -126,12 +126,16 @@ func (m *monitored) flipsSoFar() []healthFlip {
 }
 
 // TestHealthEmptyFleetStaysServing: engines whose HealthCheck answers an
-// empty message, but serve everything else, stay healthy through many
-// rounds of checks in the default mode, judged by GetModelInfo.
+// empty message, and which lack GetLoads, GetTokenizer and
+// SubscribeKvEvents, but serve Generate, stay healthy through many rounds
+// of checks in the default mode, judged by GetModelInfo alone.
 func TestHealthEmptyFleetStaysServing(t *testing.T) {
 	for _, p := range simProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			m := startMonitored(t, 2, p.name, workers.ProbeAuto, func(c *sim.Config) { c.Faults.RPC.HealthEmpty = true })
+			m := startMonitored(t, 2, p.name, workers.ProbeAuto, func(c *sim.Config) {
+				c.Faults.RPC.HealthEmpty = true
+				c.Faults.RPC.Unimplemented = "GetLoads,GetTokenizer,SubscribeKvEvents"
+			})
 			m.waitChecks(t, 10)
 			if f := m.flipsSoFar(); len(f) != 0 {
 				t.Fatalf("health flips %v; want none", f)
@@ -145,6 +149,9 @@ func TestHealthEmptyFleetStaysServing(t *testing.T) {
 				}
 				if n := m.calls(i, "GetModelInfo"); n < 10 {
 					t.Errorf("%s: %d GetModelInfo calls; want one a round", w.URL(), n)
+				}
+				if n := m.calls(i, "GetLoads"); n != 0 {
+					t.Errorf("%s: the health checks asked GetLoads %d times; want never", w.URL(), n)
 				}
 			}
 		})

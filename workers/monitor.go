@@ -203,16 +203,43 @@ const DefaultLoadPollInterval = time.Second
 // at start and then every interval (0 means DefaultLoadPollInterval), and records them with Worker.SetEngineLoad.
 // A failed poll keeps the previous figures; noticing a dead worker is the
 // health monitor's job. Each poll is bounded by interval, so polls never pile
-// up. It returns when ctx is done. log may be nil.
+// up. An engine answering UNIMPLEMENTED lacks GetLoads: it is not asked again
+// until LackingRecheck has passed (its load is then what this router has in
+// flight on it), and that is logged once per worker. It returns when ctx is
+// done. log may be nil.
 func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, log *slog.Logger) {
 	log = orDiscard(log)
 	if interval <= 0 {
 		interval = DefaultLoadPollInterval
 	}
+	var mu sync.Mutex
+	told := map[string]bool{} // workers whose missing GetLoads was logged
+	lacking := func(ws []*Worker, url string, err error) bool {
+		if !Lacks(RPCGetLoads, err) {
+			return false
+		}
+		for _, w := range ws {
+			w.MarkLacking(RPCGetLoads, err)
+		}
+		mu.Lock()
+		first := !told[url]
+		told[url] = true
+		mu.Unlock()
+		if first {
+			log.Info("engine does not implement GetLoads; its load is what this router has in flight on it, and GetLoads is asked again rarely",
+				"worker", url, "recheck_after", LackingRecheck, "err", err)
+		}
+		return true
+	}
 	every(ctx, interval, func() {
 		var wg sync.WaitGroup
 		polled := map[*dpGroup]bool{}
-		for _, w := range reg.Snapshot() {
+		ws := reg.Snapshot()
+		forgetGone(&mu, told, ws)
+		for _, w := range ws {
+			if !w.Implements(RPCGetLoads) {
+				continue
+			}
 			if g := w.group; g != nil {
 				// One GetLoads per engine gives every rank its figure.
 				if !polled[g] {
@@ -220,7 +247,7 @@ func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, lo
 					wg.Go(func() {
 						cctx, cancel := context.WithTimeout(ctx, interval)
 						defer cancel()
-						if err := g.poll(cctx); err != nil && ctx.Err() == nil {
+						if err := g.poll(cctx); err != nil && ctx.Err() == nil && !lacking(g.members, g.endpoint, err) {
 							log.Debug("load poll failed", "worker", g.endpoint, "err", err)
 						}
 					})
@@ -233,7 +260,7 @@ func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, lo
 				poll := w.BeginLoadPoll()
 				l, err := w.Backend().Loads(cctx)
 				if err != nil {
-					if ctx.Err() == nil {
+					if ctx.Err() == nil && !lacking([]*Worker{w}, w.URL(), err) {
 						log.Debug("load poll failed", "worker", w.URL(), "err", err)
 					}
 					return
@@ -243,6 +270,25 @@ func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, lo
 		}
 		wg.Wait()
 	})
+}
+
+// forgetGone drops from told the engines no worker of ws is on, so that
+// it stays as small as the registry.
+func forgetGone(mu *sync.Mutex, told map[string]bool, ws []*Worker) {
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) == 0 {
+		return
+	}
+	here := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		here[w.URL()], here[w.endpoint] = true, true
+	}
+	for url := range told {
+		if !here[url] {
+			delete(told, url)
+		}
+	}
 }
 
 // every runs f now and then at each tick of interval until ctx is done. A round
