@@ -56,6 +56,11 @@ type KVSubscriptionConfig struct {
 	// does not start it over: an engine that sends one and then skips a
 	// number would otherwise be resubscribed at once, forever. Positive.
 	StableAfter time.Duration
+	// Recheck is how long after an engine answered SubscribeKvEvents with
+	// UNIMPLEMENTED (it publishes no events; its cache is approximated)
+	// the router asks again, so that an engine restarted with events is
+	// mirrored without restarting the router. Positive.
+	Recheck time.Duration
 	// Logger receives the subscriptions' logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives counts and lag for monitoring; its nil fields are
@@ -65,7 +70,8 @@ type KVSubscriptionConfig struct {
 
 // DefaultKVSubscriptionConfig returns the defaults for handler: backoff from
 // 100 ms doubling to 30 s with ±20% jitter, starting over once a stream has
-// been healthy for 10 s, and a stream confirmed after 1 s.
+// been healthy for 10 s, a stream confirmed after 1 s, and an engine without
+// events asked again after LackingRecheck.
 func DefaultKVSubscriptionConfig(handler KVEventHandler) KVSubscriptionConfig {
 	return KVSubscriptionConfig{
 		Handler:        handler,
@@ -74,6 +80,7 @@ func DefaultKVSubscriptionConfig(handler KVEventHandler) KVSubscriptionConfig {
 		Jitter:         0.2,
 		ConfirmAfter:   time.Second,
 		StableAfter:    10 * time.Second,
+		Recheck:        LackingRecheck,
 	}
 }
 
@@ -92,6 +99,8 @@ func (c KVSubscriptionConfig) Validate() error {
 		return fmt.Errorf("KV event subscriptions: ConfirmAfter %v is negative", c.ConfirmAfter)
 	case c.StableAfter <= 0:
 		return fmt.Errorf("KV event subscriptions: StableAfter %v must be positive (0 would start the backoff over on every stream)", c.StableAfter)
+	case c.Recheck <= 0:
+		return fmt.Errorf("KV event subscriptions: Recheck %v must be positive (0 would ask an engine without events again at once)", c.Recheck)
 	}
 	return nil
 }

@@ -166,6 +166,7 @@ func kvTestConfig(h workers.KVEventHandler) workers.KVSubscriptionConfig {
 	cfg := workers.DefaultKVSubscriptionConfig(h)
 	cfg.MaxBackoff = time.Second
 	cfg.Jitter = 0
+	cfg.Recheck = 2 * time.Second
 	return cfg
 }
 

@@ -19,11 +19,14 @@ import (
 
 // runKVSubscriptions runs subscriptions over reg with quick backoffs until
 // the test ends or stop is called, and checks that Run returns when told.
-func runKVSubscriptions(t *testing.T, reg *workers.Registry, rec *kvRecorder) (subs *workers.KVSubscriptions, stop func()) {
+func runKVSubscriptions(t *testing.T, reg *workers.Registry, rec *kvRecorder, tweak ...func(*workers.KVSubscriptionConfig)) (subs *workers.KVSubscriptions, stop func()) {
 	t.Helper()
 	cfg := workers.DefaultKVSubscriptionConfig(rec)
 	cfg.InitialBackoff = 10 * time.Millisecond
 	cfg.MaxBackoff = 5 * time.Second
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	var err error
 	subs, err = workers.NewKVSubscriptions(cfg)
 	if err != nil {
@@ -315,34 +318,40 @@ func TestKVEventsJoinedLate(t *testing.T) {
 	waitKV(t, "the late engine's events", func() bool { return hasPages(rec, w.URL(), prompt, 16) })
 }
 
-// TestKVEventsUnimplemented: a gRPC server without SubscribeKvEvents (here
-// one with no engine service at all, which answers UNIMPLEMENTED as an
-// engine started without KV events does) leaves the worker approximate, once,
-// with no retry loop.
+// TestKVEventsUnimplemented: an engine answering SubscribeKvEvents
+// UNIMPLEMENTED (an engine started without KV events) leaves the worker
+// approximate at once, and is asked again only after Recheck, not at every
+// backoff (10 ms here: a retry loop would ask a dozen times meanwhile); an
+// engine that publishes events by then is mirrored from them.
 func TestKVEventsUnimplemented(t *testing.T) {
+	const recheck = 300 * time.Millisecond
 	for _, p := range simProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			conn := dial(t, otherService(t))
-			conn.Connect() // connect before Run, so no transport goroutine is started (and labelled) by the subscription
-			b, err := workers.NewBackend(p.proto, conn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w := workers.NewWorker("grpc://"+conn.Target(), p.proto, workers.RoleRegular, workers.ModelInfo{}, b, nil)
+			srv, w := startSim(t, p.name)
+			e := srv.Engine()
+			e.SetFaults(sim.Faults{RPC: sim.RPCFaults{Unimplemented: "SubscribeKvEvents"}})
 			reg := workers.NewRegistry()
 			_ = reg.Add(w)
 			rec := newKVRecorder()
-			subs, _ := runKVSubscriptions(t, reg, rec)
+			began := time.Now()
+			subs, _ := runKVSubscriptions(t, reg, rec, func(c *workers.KVSubscriptionConfig) { c.Recheck = recheck })
 
 			waitKV(t, "approximate mode", func() bool { return mode(subs, w.URL()) == workers.KVModeApproximate })
-			waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
-			time.Sleep(100 * time.Millisecond) // ten initial backoffs
-			st, _ := subs.Status(w.URL())
-			if st.Failures != 1 || st.Connected || st.LastError == "" {
-				t.Errorf("status %+v: want one failure and no retry", st)
+			e.SetFaults(sim.Faults{})
+			if err := e.WaitCalls(testCtx(t), "SubscribeKvEvents", 2); err != nil {
+				t.Fatal(err)
 			}
-			if got := rec.log(w.URL()); !slices.Equal(got, []string{"approximate"}) {
-				t.Errorf("handler calls %q, want one approximate", got)
+			if d := time.Since(began); d < recheck {
+				t.Errorf("asked again after %v; want Recheck (%v) or more", d, recheck)
+			}
+			prompt := seq(10, 32)
+			generate(t, w, "after-recheck", prompt)
+			waitKV(t, "events mode", func() bool { return mode(subs, w.URL()) == workers.KVModeEvents })
+			if n := e.Calls("SubscribeKvEvents"); n != 2 {
+				t.Errorf("%d subscriptions; want 2 (the refused one and the recheck)", n)
+			}
+			if got := rec.log(w.URL()); len(got) < 2 || got[0] != "approximate" || !slices.Contains(got, "exact") {
+				t.Errorf("handler calls %q; want approximate, then the events and exact", got)
 			}
 		})
 	}

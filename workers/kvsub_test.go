@@ -133,16 +133,18 @@ func TestKVSubscriptionSequence(t *testing.T) {
 			count: kvCounts{Mode: workers.KVModeEvents, Duplicates: 1},
 		},
 		{
-			name:  "UNIMPLEMENTED: the engine has no events; approximate for good, never retried",
-			steps: []kvStep{refuseAll(code(codes.Unimplemented)), opens(0, 0), idle(time.Hour)},
+			name: "UNIMPLEMENTED: the engine has no events; approximate, asked again only every Recheck (2 s here)",
+			steps: []kvStep{refuseAll(code(codes.Unimplemented)), opens(0, 0), opens(0, 2*time.Second),
+				opens(0, 2*time.Second), idle(time.Second)},
 			want:  []string{"approximate"},
-			count: kvCounts{Mode: workers.KVModeApproximate, Failures: 1},
+			count: kvCounts{Mode: workers.KVModeApproximate, Failures: 3},
 		},
 		{
-			name:  "UNIMPLEMENTED after events flowed (an engine restarted without them): reset, approximate, stop",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.Unimplemented)), idle(time.Hour)},
-			want:  []string{"apply 0:5", "exact", "reset 0", "approximate"},
-			count: kvCounts{Mode: workers.KVModeApproximate, Failures: 1},
+			name: "UNIMPLEMENTED after events flowed (an engine restarted without them): reset, approximate; " +
+				"events again at the recheck (restarted with them) are mirrored",
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.Unimplemented)), opens(0, 2*time.Second), batch(0, 1)},
+			want:  []string{"apply 0:5", "exact", "reset 0", "approximate", "apply 0:1", "exact"},
+			count: kvCounts{Mode: workers.KVModeEvents, Failures: 1},
 		},
 		{
 			name:  "an idle stream open for ConfirmAfter without an error is confirmed",

@@ -81,6 +81,7 @@ type kvSub struct {
 	distrust    *time.Timer // fires MaxBackoff after brokenSince while exact
 	backoff     time.Duration
 	warn        *lograte.Limiter // one WARN line per kvWarnEvery
+	noEvents    bool             // the engine answered UNIMPLEMENTED (logged once)
 }
 
 func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.CancelFunc) *kvSub {
@@ -142,19 +143,46 @@ type kvNext int
 
 const (
 	kvBackOff  kvNext = iota // wait (backoff), then subscribe again
-	kvFinished               // stop: ctx ended or the engine has no events
+	kvRecheck                // the engine has no events: ask again after Recheck
+	kvFinished               // stop: ctx ended
 )
 
-// run subscribes until ctx ends or the engine turns out to have no events.
+// run subscribes until ctx ends. An engine without events is asked again
+// only every Recheck.
 func (k *kvSub) run(ctx context.Context) {
 	defer k.stopDistrust()
 	var start uint64
 	for {
 		next, how := k.stream(ctx, start)
-		if how == kvFinished || !k.sleep(ctx) {
+		switch how {
+		case kvFinished:
 			return
+		case kvRecheck:
+			if !k.recheckLater(ctx) {
+				return
+			}
+		default:
+			if !k.sleep(ctx) {
+				return
+			}
 		}
 		start = next
+	}
+}
+
+// recheckLater waits Recheck after an engine showed it has no events; the
+// backoff starts over for the subscription that follows. It returns false
+// if ctx ended first.
+func (k *kvSub) recheckLater(ctx context.Context) bool {
+	k.stopDistrust()
+	t := time.NewTimer(k.cfg.Recheck)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		k.backoff = k.cfg.InitialBackoff
+		return true
 	}
 }
 
@@ -338,10 +366,18 @@ func (k *kvSub) failed(ctx context.Context, start uint64, err error, progress bo
 
 	switch code {
 	case codes.Unimplemented:
-		k.log.Info("engine publishes no KV events; its cache is approximated from routing decisions", "err", err)
+		if !k.noEvents {
+			k.noEvents = true
+			k.log.Info("engine publishes no KV events; its cache is approximated from routing decisions, and its events are asked for again rarely",
+				"err", err, "recheck_after", k.cfg.Recheck)
+		} else {
+			k.log.Debug("engine still publishes no KV events", "err", err)
+		}
 		k.forget()
-		k.setMode(false, KVModeApproximate)
-		return 0, kvFinished
+		if k.exact || k.status().Mode != KVModeApproximate {
+			k.setMode(false, KVModeApproximate)
+		}
+		return 0, kvRecheck
 	case codes.OutOfRange, codes.DataLoss:
 		k.warn.Warn(k.log, "KV event stream cannot continue; resetting the worker's cache mirror and subscribing afresh after the backoff",
 			"code", code, "err", err, "backoff", k.backoff)
@@ -382,6 +418,7 @@ func (k *kvSub) resync() {
 func (k *kvSub) confirm() {
 	k.brokenSince = time.Time{}
 	k.stopDistrust()
+	k.noEvents = false
 	if !k.exact {
 		k.log.Info("KV events flowing; the worker's cache is mirrored from its events")
 		k.setMode(true, KVModeEvents)
