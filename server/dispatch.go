@@ -369,7 +369,7 @@ func implementing(rpc workers.RPC, ws []*workers.Worker) ([]*workers.Worker, err
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		fmt.Fprintf(&b, "%s answered %s", w.URL(), strings.Join(w.Lacking(), ", "))
+		fmt.Fprintf(&b, "%s answered %s: %s", w.URL(), rpc, w.LackWhy(rpc))
 	}
 	return nil, status.Error(codes.Unimplemented, b.String())
 }

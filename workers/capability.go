@@ -99,6 +99,18 @@ func (w *Worker) Implements(rpc RPC) bool {
 	return !ok || !c.clock().Before(l.until)
 }
 
+// LackWhy is the engine's answer that showed the worker lacks rpc, while
+// it is left out of it; "" otherwise.
+func (w *Worker) LackWhy(rpc RPC) string {
+	c := &w.caps
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.lacking[rpc]; ok && c.clock().Before(l.until) {
+		return l.why
+	}
+	return ""
+}
+
 // Lacking describes the RPCs the worker is left out of, each with the
 // engine's answer that showed it ("Embed: UNIMPLEMENTED: ..."), for
 // Admin and error messages. nil: none.
