@@ -99,6 +99,7 @@ func (a *admin) workerPB(w *workers.Worker) *kvgatev1.Worker {
 		Breaker:       breakerPB(w.Breaker().State()),
 		Draining:      w.Draining(),
 		Connecting:    !w.Connected(),
+		HealthCheck:   w.HealthCheckInUse(),
 	}
 	if a.s.kvEvents != nil {
 		if st, ok := a.s.kvEvents.Status(w.URL()); ok {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -46,10 +47,13 @@ func TestHealthEmptyEnginesKeepServing(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("fewer than 20 rounds of health checks in 30 s")
 			}
-			for i := range f.sims {
-				w, _ := f.reg.Get(f.workerURL(i))
-				if !w.Healthy() || w.HealthCheckInUse() != "model-info" {
-					t.Errorf("%s: healthy %v, judged by %q; want healthy by model-info", w.URL(), w.Healthy(), w.HealthCheckInUse())
+			ws, err := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
+			if err != nil || len(ws.GetWorkers()) != 3 {
+				t.Fatalf("ListWorkers: %v, %v", ws, err)
+			}
+			for _, w := range ws.GetWorkers() {
+				if w.GetHealth() != kvgatev1.Health_HEALTH_HEALTHY || w.GetHealthCheck() != "model-info" {
+					t.Errorf("ListWorkers shows %s %v, judged by %q; want healthy by model-info", w.GetAddress(), w.GetHealth(), w.GetHealthCheck())
 				}
 			}
 			everyWorkerServes(t, f)

@@ -165,13 +165,14 @@ class RemoveWorkerResponse(_message.Message):
     def __init__(self, worker: _Optional[_Union[Worker, _Mapping]] = ..., aborted: _Optional[int] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ["address", "breaker", "connecting", "draining", "engine_running", "engine_waiting", "health", "in_flight", "kv_events", "kv_usage", "model", "protocol", "role"]
+    __slots__ = ["address", "breaker", "connecting", "draining", "engine_running", "engine_waiting", "health", "health_check", "in_flight", "kv_events", "kv_usage", "model", "protocol", "role"]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BREAKER_FIELD_NUMBER: _ClassVar[int]
     CONNECTING_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     ENGINE_RUNNING_FIELD_NUMBER: _ClassVar[int]
     ENGINE_WAITING_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_CHECK_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     KV_EVENTS_FIELD_NUMBER: _ClassVar[int]
@@ -186,13 +187,14 @@ class Worker(_message.Message):
     engine_running: int
     engine_waiting: int
     health: Health
+    health_check: str
     in_flight: int
     kv_events: KvEventStream
     kv_usage: float
     model: str
     protocol: Protocol
     role: Role
-    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ...) -> None: ...
+    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ..., health_check: _Optional[str] = ...) -> None: ...
 
 class WorkerView(_message.Message):
     __slots__ = ["address", "breaker", "confirmed_tokens", "draining", "health", "in_flight", "load", "matched_tokens", "speculative_tokens"]
