@@ -188,11 +188,15 @@ func (p *prober) auto(ctx context.Context, b Backend) error {
 	}
 	if now := p.now(); !now.Before(p.noStandardUntil) {
 		err := standardHealthOf(ctx, b)
-		if c := status.Code(err); c != codes.Unimplemented && c != codes.NotFound {
+		switch c := status.Code(err); {
+		case c == codes.Unimplemented || c == codes.NotFound:
+			p.noStandardUntil = now.Add(LackingRecheck)
+		case err == nil || errors.Is(err, ErrUnhealthy):
 			p.use(ProbeGRPCHealth, why+"; grpc.health.v1 is served")
 			return err
+		default:
+			return err // the call failed, which says nothing of what is served
 		}
-		p.noStandardUntil = now.Add(LackingRecheck)
 	}
 	p.use(ProbeModelInfo, why+"; grpc.health.v1 is not served")
 	return modelInfoAnswers(ctx, b)
