@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -111,18 +112,18 @@ func peerRuns(labels, peers []string) ([]peerRun, error) {
 	}
 	var runs []peerRun
 	for _, label := range labels {
-		router, policy, prefixed := strings.Cut(label, ":")
+		router, name, prefixed := strings.Cut(label, ":")
 		switch {
 		case prefixed && router == kvgateProcess:
-			if !slices.Contains([]string{"cache_aware", "round_robin", "random", "power_of_two", "prefix_hash", "consistent_hashing", "bucket", "vllm_cache_aware"}, policy) {
-				return nil, fmt.Errorf("policy %q: a kvgate process run takes a plain policy name", label)
+			if base, _, err := ParsePolicy(name); err != nil || base != name || name == Pooled {
+				return nil, fmt.Errorf("policy %q: kvgate serve runs a plain policy name (%s)", label, strings.Join(policy.Names(), ", "))
 			}
-			runs = append(runs, peerRun{kvgateProcess, policy})
+			runs = append(runs, peerRun{kvgateProcess, name})
 		case prefixed && slices.Contains(peers, router):
-			if !slices.Contains(smgPolicies, policy) {
+			if !slices.Contains(smgPolicies, name) {
 				return nil, fmt.Errorf("policy %q: %s runs here with %s", label, router, strings.Join(smgPolicies, ", "))
 			}
-			runs = append(runs, peerRun{router, policy})
+			runs = append(runs, peerRun{router, name})
 		case label == Pooled || prefixed:
 			if _, _, err := ParsePolicy(label); err != nil {
 				return nil, err

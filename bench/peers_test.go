@@ -33,6 +33,8 @@ func TestPeerRuns(t *testing.T) {
 		{name: "a policy SMG lacks here", policies: []string{"bucket"}, peers: []string{PeerSMG}, wantErr: "name kvgate:bucket"},
 		{name: "an unknown SMG policy", policies: []string{"smg:manual"}, peers: []string{PeerSMG}, wantErr: "smg runs here with"},
 		{name: "an unknown kvgate policy", policies: []string{"fastest"}, peers: []string{PeerSMG}, wantErr: "unknown policy"},
+		{name: "a variant in a kvgate process", policies: []string{"kvgate:cache_aware"}, peers: []string{PeerSMG}, want: []string{"kvgate:cache_aware"}},
+		{name: "kvgate serve takes no variant", policies: []string{"kvgate:cache_aware:cost"}, peers: []string{PeerSMG}, wantErr: "plain policy name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := PeerRuns(tc.policies, tc.peers)
