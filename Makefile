@@ -203,3 +203,23 @@ image: image-context
 ## containers (no user namespaces, no cgroups, ...). scripts/image-check.sh.
 image-check:
 	scripts/image-check.sh
+
+## smg: install SMG (smg 1.13.0 from PyPI, the Rust gateway behind a Python launcher) and its
+## dependencies, pinned, into a virtual environment under KVGATE_CACHE (outside the clone), reused
+## when that version is there; for `kvgate bench --peers smg --smg-bin $(SMG_BIN)`.
+## smg-test: kvgate and SMG side by side on a small workload (bench's TestPeersSMG, ~2 minutes).
+KVGATE_CACHE ?= $(HOME)/.cache/kvgate
+SMG_VERSION  ?= 1.13.0
+SMG_VENV     ?= $(KVGATE_CACHE)/smg-venv
+SMG_BIN      := $(SMG_VENV)/bin/smg
+SMG_PINS     := smg==$(SMG_VERSION) grpcio==1.85.3 grpcio-health-checking==1.85.1 protobuf==7.36.2 \
+                PyYAML==6.0.4 setproctitle==1.3.8 typing_extensions==4.16.0
+.PHONY: smg smg-test
+smg: $(SMG_VENV)/.smg-$(SMG_VERSION)
+$(SMG_VENV)/.smg-$(SMG_VERSION):
+	python3 -m venv $(SMG_VENV)
+	$(SMG_VENV)/bin/pip install --quiet --disable-pip-version-check $(SMG_PINS)
+	$(SMG_BIN) --help >/dev/null
+	touch $@
+smg-test: smg
+	KVGATE_SMG_BIN=$(SMG_BIN) go test -count=1 -run 'TestPeerRuns|TestPeersSMG' ./bench

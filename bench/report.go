@@ -14,6 +14,8 @@ import (
 type Report struct {
 	Workload string      `json:"workload"`
 	Runs     []PolicyRun `json:"runs"`
+	// Throughput is, with --peers, each router's most requests/s.
+	Throughput []PeerThroughput `json:"peer_throughput,omitempty"`
 }
 
 // PolicyRun is one policy's result with one number of routers.
@@ -40,8 +42,14 @@ type PolicyRun struct {
 	Requests       int      `json:"requests"`
 	Errors         int      `json:"errors"`
 
+	// Router is what a run with --peers measured of the router's process;
+	// null for routers in the bench's own process.
+	Router *RouterCost `json:"router,omitempty"`
+
 	// TTFTs are the successful requests' TTFTs in ms, sorted, for the chart.
 	TTFTs []float64 `json:"-"`
+	// outcomes are the requests' own figures, for the progress line.
+	outcomes []outcome
 }
 
 func nullable(x float64) *float64 {
@@ -133,25 +141,60 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	replicated := rep.replicated()
 	fmt.Fprintf(w, "workload: %s\n", rep.Workload)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	routersCol, sameCol := "", ""
+	peers := rep.peers()
+	routersCol, sameCol, costCol := "", "", ""
 	if replicated {
 		routersCol, sameCol = "routers\t", "same worker\t"
 	}
-	fmt.Fprintln(tw, "policy\t"+routersCol+"ttft p50\tp90\tp99\tmean\titl p50\tp99\te2e p50\tp99\treq/s\tout tok/s\thit\toracle\tpred exact\tload cov\t"+sameCol+"reqs\terrors\t")
+	if peers {
+		costCol = "engine hit\tcpu s/1k\trss MiB\t"
+	}
+	fmt.Fprintln(tw, "policy\t"+routersCol+"ttft p50\tp90\tp99\tmean\titl p50\tp99\te2e p50\tp99\treq/s\tout tok/s\thit\toracle\tpred exact\tload cov\t"+sameCol+costCol+"reqs\terrors\t")
 	for _, r := range rep.Runs {
 		if replicated {
 			routersCol = fmt.Sprintf("%d\t", r.Routers)
 			sameCol = orDash(r.SameWorkerRate) + "\t"
 		}
-		fmt.Fprintf(tw, "%s\t%s%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f\t%.3f\t%.3f\t%s\t%.3f\t%s%d\t%d\t\n",
+		if peers {
+			costCol = "-\t-\t-\t"
+			if c := r.Router; c != nil {
+				costCol = fmt.Sprintf("%.3f\t%.2f\t%.0f\t", c.EngineCacheHitRate, c.CPUSecondsPer1K, c.PeakRSSMiB)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.0f\t%.0f\t%.1f\t%.0f\t%.3f\t%.3f\t%s\t%.3f\t%s%s%d\t%d\t\n",
 			r.Policy, routersCol, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.TTFT.Mean, r.ITL.P50, r.ITL.P99, r.E2E.P50, r.E2E.P99,
-			r.RequestsPerSec, r.OutputTokensPerSec, r.CacheHitRate, r.OracleHitRate, orDash(r.PredictionExact), r.LoadCoV, sameCol, r.Requests, r.Errors)
+			r.RequestsPerSec, r.OutputTokensPerSec, r.CacheHitRate, r.OracleHitRate, orDash(r.PredictionExact), r.LoadCoV, sameCol, costCol, r.Requests, r.Errors)
 	}
 	fmt.Fprintln(tw, "(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)")
 	if replicated {
 		fmt.Fprintln(tw, "(routers = replicas, each request sent to one at random; same worker = turns after a conversation's first served where its previous turn was)")
 	}
+	if peers {
+		fmt.Fprintln(tw, "(kvgate:P and smg:P are routers in processes of their own; engine hit = the engines' own cached / prompt tokens; cpu s/1k = the router process's CPU seconds per 1,000 requests; rss = its peak resident memory)")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rep.Throughput) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "most requests/s, 1K-token prompts, one output token, engines without latency:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "router\treq/s\tcpu µs/req\tcores\treqs\terrors\t")
+	for _, t := range rep.Throughput {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%d\t%d\t\n", t.Router, t.RequestsPerSec, t.CPUusPerReq, t.Cores, t.Requests, t.Errors)
+	}
 	return tw.Flush()
+}
+
+// peers tells whether some run measured a router process (--peers).
+func (rep *Report) peers() bool {
+	for _, r := range rep.Runs {
+		if r.Router != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // orDash formats a rate to three places, or "-" when there is none.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -138,18 +137,35 @@ func runLabel(policy string, routers int, replicated bool) string {
 // runOnce drives wl through the routers at addrs, one connection each, and
 // summarizes it; f, when not nil, is the fleet behind them.
 func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, addrs []string, f *Fleet) (PolicyRun, error) {
+	fr, err := dialRouters(addrs)
+	if err != nil {
+		return PolicyRun{}, err
+	}
+	defer fr.close()
+	workers := 0
+	if f != nil {
+		workers = f.Workers
+	}
+	r, err := drive(ctx, cfg, wl, label, fr, workers, nil)
+	if err != nil {
+		return PolicyRun{}, err
+	}
+	r.PredictionExact = nullable(math.NaN())
+	if f != nil {
+		r.PredictionExact = nullable(f.PredictionExact())
+	}
+	return r, reportRun(cfg, r)
+}
+
+// drive sends wl through fr and summarizes what came back (workers is the
+// fleet's size, for the load CoV; 0: the workers seen). after, when not nil,
+// runs as soon as the last request has ended, before anything else is read
+// (a peer's CPU time, say).
+func drive(ctx context.Context, cfg Config, wl *Workload, label string, fr front, workers int, after func()) (PolicyRun, error) {
 	d := &driver{
+		front:     fr,
 		seed:      cfg.Seed,
 		routeSeed: uint64(uint32(cfg.Seed)),
-	}
-	for _, addr := range addrs {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
-		if err != nil {
-			return PolicyRun{}, fmt.Errorf("router %s: %w", addr, err)
-		}
-		defer conn.Close()
-		d.clients = append(d.clients, kvgatev1.NewRouterClient(conn))
 	}
 	if cfg.Concurrency > 0 {
 		d.sem = make(chan struct{}, cfg.Concurrency)
@@ -160,33 +176,36 @@ func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, addrs 
 	} else {
 		d.open(ctx, start, wl.Requests)
 	}
+	if after != nil {
+		after()
+	}
 	if err := ctx.Err(); err != nil {
 		return PolicyRun{}, err
 	}
-	workers := 0
-	pe := math.NaN()
-	if f != nil {
-		workers = f.Workers
-		pe = f.PredictionExact()
-	}
 	r := summarize(label, start, d.outcomes, workers)
-	r.Routers = len(addrs)
-	r.PredictionExact = nullable(pe)
+	r.Routers = fr.replicas()
 	if n := d.followUps.Load(); n > 0 {
 		r.SameWorkerRate = nullable(float64(d.sameWorker.Load()) / float64(n))
 	}
+	r.outcomes = d.outcomes
+	return r, nil
+}
+
+// reportRun prints a run's progress line and fails a run whose every
+// request failed.
+func reportRun(cfg Config, r PolicyRun) error {
 	if cfg.Progress != nil {
-		name := runLabel(label, r.Routers, cfg.replicated())
+		name := runLabel(r.Policy, r.Routers, cfg.replicated())
 		fmt.Fprintf(cfg.Progress, "%s: %d requests, %d errors, ttft p50 %.1f ms, cache hit %.3f (oracle %.3f)\n",
 			name, r.Requests, r.Errors, r.TTFT.P50, r.CacheHitRate, r.OracleHitRate)
 		if r.Errors > 0 {
-			fmt.Fprintf(cfg.Progress, "%s: first error: %v\n", name, firstErr(d.outcomes))
+			fmt.Fprintf(cfg.Progress, "%s: first error: %v\n", name, firstErr(r.outcomes))
 		}
 	}
 	if r.Requests == r.Errors && r.Requests > 0 {
-		return r, fmt.Errorf("every request failed; the first: %w", firstErr(d.outcomes))
+		return fmt.Errorf("every request failed; the first: %w", firstErr(r.outcomes))
 	}
-	return r, nil
+	return nil
 }
 
 func firstErr(os []outcome) error {
@@ -200,8 +219,8 @@ func firstErr(os []outcome) error {
 
 // driver sends a workload's requests and collects their outcomes.
 type driver struct {
-	// clients are the router replicas, one connection each.
-	clients   []kvgatev1.RouterClient
+	// front sends each request to one of the router replicas.
+	front     front
 	seed      int32
 	routeSeed uint64
 	sem       chan struct{}
@@ -216,10 +235,10 @@ type driver struct {
 	oracle   Oracle
 }
 
-// client returns the replica for the i-th request of stream (0: an open
+// replica returns the replica for the i-th request of stream (0: an open
 // workload's requests; c+1: conversation c's turns).
-func (d *driver) client(stream, i int) kvgatev1.RouterClient {
-	return d.clients[replicaIndex(d.routeSeed, stream, i, len(d.clients))]
+func (d *driver) replica(stream, i int) int {
+	return replicaIndex(d.routeSeed, stream, i, d.front.replicas())
 }
 
 // replicaIndex picks one of n replicas uniformly at random for the i-th
@@ -277,7 +296,7 @@ func (d *driver) open(ctx context.Context, start time.Time, reqs []Request) {
 		go func() {
 			defer wg.Done()
 			defer d.release()
-			d.send(ctx, d.client(0, i), r.Prompt, r.Output)
+			d.send(ctx, d.replica(0, i), r.Prompt, r.Output)
 		}()
 	}
 	wg.Wait()
@@ -309,12 +328,14 @@ func (d *driver) conversations(ctx context.Context, start time.Time, wl *Workloa
 				} else {
 					prompt = append(prompt, q...)
 				}
-				out, worker := d.send(ctx, d.client(ci+1, r), prompt, c.Output)
+				out, worker := d.send(ctx, d.replica(ci+1, r), prompt, c.Output)
 				d.release()
 				if out == nil { // failed: the conversation ends
 					return
 				}
-				if r > 0 {
+				// A front that names no worker (a peer's HTTP API) leaves
+				// the same-worker rate unknown.
+				if r > 0 && worker != "" {
 					d.followUps.Add(1)
 					if worker == prevWorker {
 						d.sameWorker.Add(1)
@@ -328,71 +349,35 @@ func (d *driver) conversations(ctx context.Context, start time.Time, wl *Workloa
 	wg.Wait()
 }
 
-// send runs one streamed Generate through client and records its outcome; it
-// returns the output ids and the worker that served them, or nil when the
-// request failed.
-func (d *driver) send(ctx context.Context, client kvgatev1.RouterClient, prompt []uint32, output int) ([]uint32, string) {
+// send runs one streamed generation through replica and records its
+// outcome; it returns the output ids and the worker that served them, or nil
+// when the request failed.
+func (d *driver) send(ctx context.Context, replica int, prompt []uint32, output int) ([]uint32, string) {
 	d.mu.Lock()
 	oracle := d.oracle.Match(prompt)
 	d.oracle.Insert(prompt)
 	d.mu.Unlock()
 
-	maxNew := uint32(output)
-	seed := d.seed
-	req := &kvgatev1.GenerateRequest{
-		InputIds: prompt,
-		Stream:   true,
-		SamplingParams: &kvgatev1.SamplingParams{
-			MaxNewTokens: &maxNew,
-			IgnoreEos:    true,
-			Seed:         &seed,
-		},
-	}
 	o := outcome{prompt: len(prompt), oracle: oracle}
-	var ids []uint32
-	// The loop leaves the stream at its completion, before io.EOF; ending
-	// the context frees gRPC's state for the stream at once rather than at
-	// the end of the run.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	t0 := time.Now()
 	last := t0
-	stream, err := client.Generate(ctx, req)
-	for err == nil {
-		var resp *kvgatev1.GenerateResponse
-		if resp, err = stream.Recv(); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = errors.New("stream ended without a completion")
-			}
-			break
-		}
+	res, err := d.front.generate(ctx, replica, genRequest{prompt: prompt, maxNew: uint32(output), seed: d.seed}, func() {
 		now := time.Now()
-		if c := resp.GetChunk(); c != nil {
-			if len(c.GetTokenIds()) == 0 {
-				continue
-			}
-			if o.ttft == 0 {
-				o.ttft = now.Sub(t0)
-			} else {
-				o.itl = append(o.itl, now.Sub(last))
-			}
-			last = now
-			continue
+		if o.ttft == 0 {
+			o.ttft = now.Sub(t0)
+		} else {
+			o.itl = append(o.itl, now.Sub(last))
 		}
-		if c := resp.GetComplete(); c != nil {
-			o.e2e = now.Sub(t0)
-			if o.ttft == 0 {
-				o.ttft = o.e2e
-			}
-			u := c.GetUsage()
-			o.prompt = int(u.GetPromptTokens())
-			o.cached = int(u.GetCachedTokens())
-			o.completion = int(u.GetCompletionTokens())
-			o.worker = c.GetWorker()
-			ids = c.GetOutputIds()
-			break
+		last = now
+	})
+	if err == nil {
+		o.e2e = time.Since(t0)
+		if o.ttft == 0 {
+			o.ttft = o.e2e
 		}
+		o.prompt, o.cached, o.completion, o.worker = res.prompt, res.cached, res.completion, res.worker
 	}
+	ids := res.outputIDs
 	o.err = err
 	o.end = time.Now()
 	d.mu.Lock()

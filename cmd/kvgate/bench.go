@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvgate/kvgate/bench"
 )
@@ -36,6 +37,8 @@ type benchConfig struct {
 	overhead    bool
 	ovh         overheadFlags
 	unique      bench.UniqueConfig
+	peers       string
+	peer        bench.PeerConfig
 }
 
 func (c *benchConfig) register(fs *flag.FlagSet) {
@@ -57,6 +60,11 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle) to this file")
 	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
 	c.ovh.register(fs)
+	fs.StringVar(&c.peers, "peers", "", "run these other routers beside kvgate (smg): each --policies entry P runs as kvgate:P (kvgate serve in a process of its own) then as smg:P, alternating, each in front of a fresh fleet of the same simulated engines; kvgate:P or smg:P runs on one router only; pooled stays in this process")
+	fs.StringVar(&c.peer.SMGBin, "smg-bin", "", "with --peers smg: SMG's launcher (empty: smg from PATH; make smg installs it)")
+	fs.StringVar(&c.peer.TokenizerDir, "peer-tokenizer", defaultPeerTokenizer, "with --peers: directory of the tokenizer of the workloads' token ids (Llama 3's), served by the simulated engines and given to SMG")
+	fs.DurationVar(&c.peer.ThroughputDuration, "peer-throughput", 5*time.Second, "with --peers: how long each router's throughput run lasts (1K-token prompts, one output token, engines without latency; 0: none)")
+	fs.IntVar(&c.peer.ThroughputConcurrency, "peer-throughput-concurrency", 64, "with --peers: clients of the throughput run")
 	fs.StringVar(&c.run.Target, "target", "", "host:port of a running router to measure instead of in-process fleets (one run, labelled \"target\")")
 	fs.DurationVar(&c.unique.Duration, "duration", 0, "unique: run for this long (0: until --requests are sent)")
 	fs.IntVar(&c.unique.PromptBytes, "prompt-bytes", 4096, "unique: bytes of each text prompt")
@@ -113,11 +121,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.run.Progress = stderr
 	for _, p := range strings.Split(c.policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
-			if _, _, err := bench.ParsePolicy(p); err != nil {
-				return err
-			}
 			c.run.Policies = append(c.run.Policies, p)
 		}
+	}
+	if err := c.checkPolicies(); err != nil {
+		return err
 	}
 	if len(c.run.Policies) == 0 && c.run.Target == "" {
 		return errors.New("--policies is empty")
@@ -133,6 +141,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	run := c.runWorkload
+	if c.peers != "" {
+		run = c.runPeers
+	}
+	rep, err := run(ctx, wl, stderr)
+	if err != nil {
+		return err
+	}
+	return c.write(rep, stdout)
+}
+
+// runWorkload runs wl in-process or against --target.
+func (c *benchConfig) runWorkload(ctx context.Context, wl *bench.Workload, stderr io.Writer) (*bench.Report, error) {
 	if c.run.Target != "" {
 		fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, router at %s\n", wl.Name, wl.Size(), c.run.Target)
 	} else {
@@ -142,10 +163,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, policies %s, %d simulated engines each%s\n", wl.Name, wl.Size(), strings.Join(c.run.Policies, ","), c.run.Workers, routers)
 	}
-	rep, err := bench.Run(ctx, c.run, wl)
-	if err != nil {
-		return err
-	}
+	return bench.Run(ctx, c.run, wl)
+}
+
+// write prints rep and writes its --json and --plot files.
+func (c *benchConfig) write(rep *bench.Report, stdout io.Writer) error {
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}

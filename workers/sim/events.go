@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -208,6 +210,19 @@ func (e *Engine) kvEvent(id uint64, c cacheChange) *smgcommon.KvCacheEvent {
 		ev.Data = &smgcommon.KvCacheEvent_Stored{Stored: stored}
 	}
 	return ev
+}
+
+// openKvEvents sends a subscription's headers at once, as the engines'
+// servicers do once they are subscribed to their publishers: a subscriber
+// learns the stream is open without waiting for a first batch, which an idle
+// engine may not publish for a long time (SMG drops a subscription that has
+// not answered in 2 s). An engine without events sends none: its
+// SubscribeKvEvents fails instead.
+func (e *Engine) openKvEvents(stream grpc.ServerStream) error {
+	if !e.cfg.KVEvents {
+		return nil
+	}
+	return stream.SendHeader(metadata.MD{})
 }
 
 // subscribeKvEvents streams event batches from start (see the replay rules

@@ -288,6 +288,9 @@ func (s *sglangServer) FlushCache(context.Context, *smgcommon.FlushCacheRequest)
 }
 
 func (s *sglangServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, stream sglang.SglangScheduler_SubscribeKvEventsServer) error {
+	if err := s.e.openKvEvents(stream); err != nil {
+		return err
+	}
 	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
 }
 

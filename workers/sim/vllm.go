@@ -248,6 +248,9 @@ func (s *vllmServer) GetLoads(_ context.Context, req *vllm.GetLoadsRequest) (*vl
 }
 
 func (s *vllmServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, stream vllm.VllmEngine_SubscribeKvEventsServer) error {
+	if err := s.e.openKvEvents(stream); err != nil {
+		return err
+	}
 	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
 }
 
