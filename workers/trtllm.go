@@ -188,7 +188,11 @@ func decodeTRTLLM(m *trtllm.GenerateResponse, want *LogprobRequest, prompt []uin
 		if ms, ok := r.Complete.GetMatchedStop().(*trtllm.GenerateComplete_MatchedTokenId); ok {
 			matched = &ms.MatchedTokenId
 		}
-		c := completionOf(trtllmComplete{r.Complete}, matched)
+		finish, err := trtllmFinish(r.Complete.GetFinishReason(), m.GetRequestId())
+		if err != nil {
+			return Chunk{}, false, err
+		}
+		c := completionOf(trtllmComplete{r.Complete, finish}, matched)
 		return withLogprobs(c, want, func() (out, in []Logprob, err error) {
 			if out, err = trtllmLogprobs("completion logprobs", r.Complete.GetLogprobs()); err != nil {
 				return nil, nil, err
@@ -201,22 +205,32 @@ func decodeTRTLLM(m *trtllm.GenerateResponse, want *LogprobRequest, prompt []uin
 }
 
 // trtllmComplete reads a GenerateComplete through the names completionOf
-// expects, and in the router's finish reasons: TensorRT-LLM says
-// "stop_word" for a matched stop string or token and "cancelled" for an
-// aborted request.
-type trtllmComplete struct{ *trtllm.GenerateComplete }
+// expects, with its finish reason already in the router's terms (see
+// trtllmFinish).
+type trtllmComplete struct {
+	*trtllm.GenerateComplete
+	finish string
+}
 
-func (c trtllmComplete) GetOutputIds() []uint32 { return c.GetOutputTokenIds() }
+func (c trtllmComplete) GetOutputIds() []uint32  { return c.GetOutputTokenIds() }
+func (c trtllmComplete) GetFinishReason() string { return c.finish }
 
-func (c trtllmComplete) GetFinishReason() string {
-	switch r := c.GenerateComplete.GetFinishReason(); strings.ToLower(r) {
+// trtllmFinish is TensorRT-LLM's finish reason in the router's terms:
+// "stop_word" (a matched stop string or token) is "stop"; "cancelled" and
+// "timeout" (the engine gave up on the request) are "abort". "error" is
+// TensorRT-LLM's servicer failing a request that produced no output: the
+// worker's failure, UNAVAILABLE so that the request is retried elsewhere
+// and the breaker counts it. Anything else passes through.
+func trtllmFinish(reason, requestID string) (string, error) {
+	switch strings.ToLower(reason) {
 	case "stop_word", "end_id":
-		return "stop"
-	case "cancelled", "canceled", "aborted":
-		return "abort"
-	default:
-		return r
+		return "stop", nil
+	case "cancelled", "canceled", "aborted", "timeout":
+		return "abort", nil
+	case "error":
+		return "", status.Errorf(codes.Unavailable, "trtllm engine failed request %q (finish_reason %q)", requestID, reason)
 	}
+	return reason, nil
 }
 
 // trtllmLogprobs decodes a list of TokenLogprob; nil when empty. A value
