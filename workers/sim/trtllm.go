@@ -12,9 +12,9 @@ import (
 
 // trtllmServer translates TensorRT-LLM's TrtllmService to the engine. It
 // keeps that protocol's shape where it differs from the others: max_tokens
-// is required, chunks carry only new tokens, the prompt's
-// log-probabilities come with the completion and leave out the first
-// token (which has none), a matched stop token is left out of a
+// is required, chunks carry only new tokens, the completion repeats every
+// output log-probability and brings the prompt's, leaving out the first
+// prompt token (which has none), a matched stop token is left out of a
 // non-streamed output unless include_stop_token_in_output asks for it,
 // HealthCheck answers a status text, and there is no GetLoads. (A streamed
 // stop token is kept: the simulator sends each token before it knows the
@@ -38,11 +38,15 @@ func (s *trtllmServer) Generate(req *trtllm.GenerateRequest, stream trtllm.Trtll
 		return err
 	}
 	keepStop := req.GetIncludeStopTokenInOutput() || req.GetStreaming()
-	var promptLps []tokenLogprob // sent with the completion
+	// The prompt's log-probabilities go with the completion, and so do the
+	// output's, all of them, streamed or not (TensorRT-LLM's servicer reads
+	// both from the finished result).
+	var promptLps, outLps []tokenLogprob
 	return rank.generate(stream.Context(), r, func(o output) error {
 		if o.promptLogprobs != nil {
 			promptLps = o.promptLogprobs
 		}
+		outLps = append(outLps, o.logprobs...)
 		resp := &trtllm.GenerateResponse{RequestId: r.id}
 		if o.final == nil {
 			resp.Response = &trtllm.GenerateResponse_Chunk{Chunk: &trtllm.GenerateStreamChunk{
@@ -51,7 +55,7 @@ func (s *trtllmServer) Generate(req *trtllm.GenerateRequest, stream trtllm.Trtll
 			}}
 			return stream.Send(resp)
 		}
-		out, lps := o.final.outputIDs, o.logprobs
+		out, lps := o.final.outputIDs, outLps
 		c := &trtllm.GenerateComplete{
 			FinishReason: o.final.finishReason,
 			PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,

@@ -128,9 +128,9 @@ func TestTRTLLMStopToken(t *testing.T) {
 }
 
 // TestTRTLLMLogprobsShape: output log-probabilities come one message per
-// token, on the chunk that carries the token (streamed) or all on the
-// completion (not streamed); the prompt's come with the completion only,
-// without the first token (which has none).
+// token, on the chunk that carries the token when streamed, and all of
+// them again on the completion; the prompt's come with the completion
+// only, without the first token (which has none).
 func TestTRTLLMLogprobsShape(t *testing.T) {
 	_, c := trtllmClient(t)
 	p := prompt(70, 10)
@@ -140,16 +140,21 @@ func TestTRTLLMLogprobsShape(t *testing.T) {
 		if r.err != nil || r.final == nil {
 			t.Fatal(r.err)
 		}
-		lps := r.final.GetLogprobs()
+		var streamed []*trtllm.TokenLogprob
 		for i, ch := range r.chunks {
 			if len(ch.GetLogprobs()) != len(ch.GetTokenIds()) {
 				t.Errorf("chunk %d: %d logprobs for %d tokens", i, len(ch.GetLogprobs()), len(ch.GetTokenIds()))
 			}
-			lps = append(lps, ch.GetLogprobs()...)
+			streamed = append(streamed, ch.GetLogprobs()...)
 		}
-		out := r.final.GetOutputTokenIds()
-		if len(lps) != len(out) || len(out) != 5 {
-			t.Fatalf("streaming %v: %d logprobs for %d tokens, want 5", streaming, len(lps), len(out))
+		lps, out := r.final.GetLogprobs(), r.final.GetOutputTokenIds()
+		if len(lps) != len(out) || len(out) != 5 || (streaming && len(streamed) != 5) {
+			t.Fatalf("streaming %v: completion has %d logprobs for %d tokens, chunks %d; want 5", streaming, len(lps), len(out), len(streamed))
+		}
+		for i := range streamed {
+			if streamed[i].GetTokenId() != lps[i].GetTokenId() || streamed[i].GetLogprob() != lps[i].GetLogprob() {
+				t.Errorf("streamed logprob %d %v, the completion's %v", i, streamed[i], lps[i])
+			}
 		}
 		for i, lp := range lps {
 			if lp.GetTokenId() != out[i] || len(lp.GetTopLogprobs()) != 2 {
