@@ -37,7 +37,7 @@ func TestEmbedThroughBothProtocols(t *testing.T) {
 	}
 	dim := sim.DefaultConfig().EmbeddingDim
 	byProtocol := map[string][]*kvgatev1.Embedding{}
-	for _, protocol := range []string{"sglang", "vllm"} {
+	for _, protocol := range protocols {
 		t.Run(protocol, func(t *testing.T) {
 			f := startFleet(t, fleetOptions{protocol: protocol, text: true})
 			resp, err := f.router.Embed(embedCtx(t), &kvgatev1.EmbedRequest{RequestId: "emb-1", Inputs: inputs})

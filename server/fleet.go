@@ -47,6 +47,8 @@ func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (
 		proto = workers.ProtocolSGLang
 	case kvgatev1.Protocol_PROTOCOL_VLLM:
 		proto = workers.ProtocolVLLM
+	case kvgatev1.Protocol_PROTOCOL_TRTLLM:
+		proto = workers.ProtocolTRTLLM
 	}
 	if req.GetBootstrapPort() > 65535 {
 		return nil, invalid("bootstrap_port is %d; a port is at most 65535", req.GetBootstrapPort())

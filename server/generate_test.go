@@ -16,7 +16,13 @@ import (
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-var protocols = []string{"sglang", "vllm"}
+// protocols are the engine protocols the simulator speaks; pdProtocols
+// those with prefill/decode disaggregation (TensorRT-LLM's is not driven
+// by kvgate).
+var (
+	protocols   = []string{"sglang", "vllm", "trtllm"}
+	pdProtocols = []string{"sglang", "vllm"}
+)
 
 func TestGenerateStreamsTokensInOrderThenCompletes(t *testing.T) {
 	for _, proto := range protocols {

@@ -37,7 +37,7 @@ type fleet struct {
 }
 
 type fleetOptions struct {
-	protocol string // sglang (default) or vllm
+	protocol string // sglang (default), vllm or trtllm
 	workers  int    // default 2
 	policy   string // default round_robin
 	// options adjusts the policy options, which start at their defaults.

@@ -162,7 +162,7 @@ func firstDiff(a, b [][]uint32) string {
 }
 
 func TestKVEventMirrorEqualsTheEnginesCaches(t *testing.T) {
-	for _, protocol := range []string{"sglang", "vllm"} {
+	for _, protocol := range protocols {
 		t.Run(protocol, func(t *testing.T) {
 			f := eventFleet(t, protocol, 3, nil)
 			waitMode(t, f.admin, "events")

@@ -14,14 +14,14 @@ import (
 )
 
 // Log-probabilities reach the client per chunk and in the completion, the
-// same streamed or not, through both protocols and through prefill/decode
+// same streamed or not, through every protocol and through prefill/decode
 // disaggregation, where the prompt's come from the prefill engine (the
 // decode engine never computes the prompt).
 func TestLogprobsThroughEveryPath(t *testing.T) {
 	for _, tc := range []struct {
 		protocol string
 		pd       bool
-	}{{"sglang", false}, {"vllm", false}, {"sglang", true}, {"vllm", true}} {
+	}{{"sglang", false}, {"vllm", false}, {"trtllm", false}, {"sglang", true}, {"vllm", true}} {
 		t.Run(fmt.Sprintf("%s pd=%v", tc.protocol, tc.pd), func(t *testing.T) {
 			workers := 1
 			if tc.pd {

@@ -25,7 +25,7 @@ func startPDFleet(t *testing.T, protocol string, tweak func(i int, c *sim.Config
 }
 
 func TestPDStreamsTheDecodeLegAndReusesThePrefillCache(t *testing.T) {
-	for _, proto := range protocols {
+	for _, proto := range pdProtocols {
 		t.Run(proto, func(t *testing.T) {
 			f := startPDFleet(t, proto, nil)
 			req := &kvgatev1.GenerateRequest{InputIds: prompt(10, 200), Stream: true,
@@ -72,7 +72,7 @@ func TestPDStreamsTheDecodeLegAndReusesThePrefillCache(t *testing.T) {
 }
 
 func TestPDFaults(t *testing.T) {
-	for _, proto := range protocols {
+	for _, proto := range pdProtocols {
 		tests := []struct {
 			name   string
 			faults func(i int, c *sim.Config)
@@ -143,7 +143,7 @@ func freed(t *testing.T, f *fleet) {
 // A failed leg before the first token retries the pair: with one prefill
 // and one decode engine failing, every request is served by the others.
 func TestPDRetriesThePairElsewhere(t *testing.T) {
-	for _, proto := range protocols {
+	for _, proto := range pdProtocols {
 		for _, bad := range []int{0, 2} { // a prefill engine, a decode engine
 			t.Run(fmt.Sprintf("%s/engine %d unavailable", proto, bad), func(t *testing.T) {
 				f := startPDFleet(t, proto, func(i int, c *sim.Config) { c.Faults.Unavailable = i == bad })

@@ -20,7 +20,7 @@ import (
 // model family's output (reasoning, tool calls) end to end.
 func TestScriptedAnswerReachesChat(t *testing.T) {
 	const answer = "<think>\nThe user wants the capital of France.\n</think>\n\nThe capital of France is Paris."
-	for _, protocol := range []string{"sglang", "vllm"} {
+	for _, protocol := range protocols {
 		t.Run(protocol, func(t *testing.T) {
 			f := startFleet(t, fleetOptions{protocol: protocol, workers: 1, text: true,
 				sim: func(_ int, c *sim.Config) {

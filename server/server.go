@@ -471,6 +471,8 @@ func protocolPB(p workers.Protocol) kvgatev1.Protocol {
 		return kvgatev1.Protocol_PROTOCOL_SGLANG
 	case workers.ProtocolVLLM:
 		return kvgatev1.Protocol_PROTOCOL_VLLM
+	case workers.ProtocolTRTLLM:
+		return kvgatev1.Protocol_PROTOCOL_TRTLLM
 	}
 	return kvgatev1.Protocol_PROTOCOL_UNSPECIFIED
 }

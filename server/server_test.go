@@ -67,20 +67,31 @@ func TestNoHealthyWorkerIsUnavailable(t *testing.T) {
 }
 
 func TestListWorkersDescribesTheFleet(t *testing.T) {
-	f := startFleet(t, fleetOptions{protocol: "vllm", workers: 2})
-	resp, err := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Workers) != 2 {
-		t.Fatalf("%d workers listed, want 2", len(resp.Workers))
-	}
-	for i, w := range resp.Workers {
-		if w.Address != f.workerURL(i) || w.Protocol != kvgatev1.Protocol_PROTOCOL_VLLM ||
-			w.Role != kvgatev1.Role_ROLE_REGULAR || w.Health != kvgatev1.Health_HEALTH_HEALTHY ||
-			w.Model != sim.DefaultConfig().Model || w.InFlight != 0 {
-			t.Errorf("worker %d = %v", i, w)
-		}
+	for _, tc := range []struct {
+		protocol string
+		want     kvgatev1.Protocol
+	}{
+		{"sglang", kvgatev1.Protocol_PROTOCOL_SGLANG},
+		{"vllm", kvgatev1.Protocol_PROTOCOL_VLLM},
+		{"trtllm", kvgatev1.Protocol_PROTOCOL_TRTLLM},
+	} {
+		t.Run(tc.protocol, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: tc.protocol, workers: 2})
+			resp, err := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Workers) != 2 {
+				t.Fatalf("%d workers listed, want 2", len(resp.Workers))
+			}
+			for i, w := range resp.Workers {
+				if w.Address != f.workerURL(i) || w.Protocol != tc.want ||
+					w.Role != kvgatev1.Role_ROLE_REGULAR || w.Health != kvgatev1.Health_HEALTH_HEALTHY ||
+					w.Model != sim.DefaultConfig().Model || w.InFlight != 0 {
+					t.Errorf("worker %d = %v", i, w)
+				}
+			}
+		})
 	}
 }
 

@@ -26,7 +26,7 @@ func TestStructuredOutputReachesTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, protocol := range []string{"sglang", "vllm"} {
+	for _, protocol := range protocols {
 		t.Run(protocol, func(t *testing.T) {
 			f := startFleet(t, fleetOptions{protocol: protocol, workers: 1, text: true})
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -160,7 +160,7 @@ func TestChatToolCallsQwen3(t *testing.T) {
 			Calls:  []chatCall{{Name: "get_weather", Arguments: `{"city":"Rome"}`}},
 			Finish: kvgatev1.FinishReason_FINISH_REASON_TOOL_CALLS}},
 	} {
-		for _, protocol := range []string{"sglang", "vllm"} {
+		for _, protocol := range protocols {
 			t.Run(tc.name+"/"+protocol, func(t *testing.T) {
 				f := startFleet(t, fleetOptions{protocol: protocol, workers: 1, text: true, chatTemplate: tmpl,
 					sim: func(_ int, c *sim.Config) { c.Scripts = scripts }})
@@ -250,7 +250,7 @@ func sameIDs(a, b chatAnswer) bool {
 // minimal valid document), and the answer is read as calls, streamed and
 // not, on both protocols.
 func TestChatToolChoiceForcesCalls(t *testing.T) {
-	for _, protocol := range []string{"sglang", "vllm"} {
+	for _, protocol := range protocols {
 		for _, choice := range []*kvgatev1.ToolChoice{{Function: "get_weather"}, {Mode: "required"}} {
 			t.Run(protocol+"/"+choice.String(), func(t *testing.T) {
 				f := startFleet(t, fleetOptions{protocol: protocol, workers: 1, text: true, chatTemplate: realTemplate(t, "Qwen/Qwen3-0.6B")})

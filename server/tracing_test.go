@@ -241,7 +241,7 @@ func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 // A disaggregated request has a prefill and a decode leg under its request
 // span, and each engine receives its own leg's span as its parent.
 func TestTracingPDShowsBothLegs(t *testing.T) {
-	for _, proto := range protocols {
+	for _, proto := range pdProtocols {
 		t.Run(proto, func(t *testing.T) {
 			tf := startTracedFleet(t, fleetOptions{protocol: proto, workers: 4, pd: true,
 				gateway: func(c *gateway.Config) { c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two" }})

@@ -32,7 +32,7 @@ import (
 type engineStream[M any] struct {
 	in        grpc.ServerStreamingClient[M]
 	decode    func(*M) (c Chunk, ok bool, err error)
-	engine    string // "sglang" or "vllm", for messages
+	engine    string // "sglang", "vllm" or "trtllm", for messages
 	requestID string
 
 	completed bool  // the completion has been returned

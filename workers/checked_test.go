@@ -26,7 +26,7 @@ func TestCheckedStream(t *testing.T) {
 		{"garbage chunks", sim.Faults{GarbageStream: true}, false, "chunk token 0 is id 128256"},
 		{"garbage completion", sim.Faults{GarbageStream: true}, true, "completion token 0 is id 128256"},
 	}
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		for _, tt := range tests {
 			t.Run(p.name+"/"+tt.name, func(t *testing.T) {
 				srv, w := startSim(t, p.name)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/api/gen/trtllm"
 	"github.com/kvgate/kvgate/api/gen/vllm"
 )
 
@@ -175,20 +176,22 @@ func NewBackend(p Protocol, conn grpc.ClientConnInterface) (Backend, error) {
 		return NewSGLangBackend(conn), nil
 	case ProtocolVLLM:
 		return NewVLLMBackend(conn), nil
+	case ProtocolTRTLLM:
+		return NewTRTLLMBackend(conn), nil
 	}
 	return nil, fmt.Errorf("no adapter for protocol %s", p)
 }
 
-// ErrUnknownEngine is Detect's answer for a server that implements neither
-// engine protocol.
-var ErrUnknownEngine = errors.New("the server speaks neither sglang.grpc.scheduler.SglangScheduler nor vllm.grpc.engine.VllmEngine")
+// ErrUnknownEngine is Detect's answer for a server that implements none of
+// the engine protocols.
+var ErrUnknownEngine = errors.New("the server speaks none of sglang.grpc.scheduler.SglangScheduler, vllm.grpc.engine.VllmEngine and trtllm.TrtllmService")
 
 // Detect asks the engine behind conn which protocol it speaks, by calling each
-// protocol's GetModelInfo in turn (SGLang first): a gRPC server answers
+// protocol's GetModelInfo in turn (SGLang, vLLM, then TensorRT-LLM): a gRPC server answers
 // UNIMPLEMENTED for a service it does not have, so a success identifies the
 // protocol and UNIMPLEMENTED moves on to the next. Any other error (the engine
 // is unreachable, or too slow for ctx) is returned, since it says nothing about
-// the protocol. A server with neither service yields ErrUnknownEngine.
+// the protocol. A server with none of the services yields ErrUnknownEngine.
 func Detect(ctx context.Context, conn grpc.ClientConnInterface) (Protocol, error) {
 	_, err := sglang.NewSglangSchedulerClient(conn).GetModelInfo(ctx, &sglang.GetModelInfoRequest{})
 	if err == nil {
@@ -200,6 +203,13 @@ func Detect(ctx context.Context, conn grpc.ClientConnInterface) (Protocol, error
 	_, err = vllm.NewVllmEngineClient(conn).GetModelInfo(ctx, &vllm.GetModelInfoRequest{})
 	if err == nil {
 		return ProtocolVLLM, nil
+	}
+	if status.Code(err) != codes.Unimplemented {
+		return ProtocolUnknown, err
+	}
+	_, err = trtllm.NewTrtllmServiceClient(conn).GetModelInfo(ctx, &trtllm.GetModelInfoRequest{})
+	if err == nil {
+		return ProtocolTRTLLM, nil
 	}
 	if status.Code(err) != codes.Unimplemented {
 		return ProtocolUnknown, err

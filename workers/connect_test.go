@@ -111,7 +111,7 @@ func TestConnectErrors(t *testing.T) {
 		{"missing port", "localhost", workers.ConnectOptions{}, codes.OK, []string{"localhost"}},
 		{"unreachable", down, workers.ConnectOptions{Timeout: 2 * time.Second}, codes.Unavailable, []string{"grpc://" + down, "unreachable"}},
 		{"unreachable, protocol given", down, workers.ConnectOptions{Protocol: workers.ProtocolVLLM, Timeout: 2 * time.Second}, codes.Unavailable, []string{"grpc://" + down, "unreachable"}},
-		{"not an engine", neither, workers.ConnectOptions{}, codes.OK, []string{"grpc://" + neither, "neither"}},
+		{"not an engine", neither, workers.ConnectOptions{}, codes.OK, []string{"grpc://" + neither, "speaks none of", "trtllm.TrtllmService"}},
 		{"wrong protocol given", sgl, workers.ConnectOptions{Protocol: workers.ProtocolVLLM}, codes.Unimplemented, []string{"grpc://" + sgl, "vllm"}},
 	}
 	for _, tt := range tests {

@@ -17,7 +17,7 @@ import (
 func TestSimEmbed(t *testing.T) {
 	ids := seq(500, 40)
 	want := sim.Embedding(ids, sim.DefaultConfig().EmbeddingDim)
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := startSim(t, p.name)
 			ctx := testCtx(t)
@@ -47,7 +47,9 @@ func TestSimEmbed(t *testing.T) {
 				{"out of vocabulary", []uint32{1, 128256}, sim.Faults{}, codes.InvalidArgument},
 				{"longer than the context", seq(1, 4097), sim.Faults{}, codes.InvalidArgument},
 				{"engine unavailable", ids, sim.Faults{Unavailable: true}, codes.Unavailable},
-				{"dimension contradicts the vector", ids, sim.Faults{GarbageStream: true}, codes.DataLoss},
+				// The dimension contradicts the vector; TensorRT-LLM's protocol
+				// states none, and its vector holds a NaN instead.
+				{"garbage vector", ids, sim.Faults{GarbageStream: true}, codes.DataLoss},
 			} {
 				srv.Engine().SetFaults(tc.faults)
 				_, err := w.Backend().Embed(ctx, &workers.EmbedRequest{RequestID: "e-" + tc.name, InputIDs: tc.ids})

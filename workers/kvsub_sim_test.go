@@ -107,7 +107,7 @@ func mode(subs *workers.KVSubscriptions, url string) workers.KVEventMode {
 // stored blocks are the prompt's pages chained from the root, removals name
 // blocks stored before, and the worker is in events mode.
 func TestKVEventsFromSim(t *testing.T) {
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := startSim(t, p.name) // 16-token pages, 8192 tokens of KV
 			reg := workers.NewRegistry()
@@ -181,7 +181,7 @@ func TestKVEventsFromSim(t *testing.T) {
 // numbers go backwards, resets the worker's mirror and carries on in events
 // mode with the new engine's batches.
 func TestKVEventsEngineRestart(t *testing.T) {
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := startSim(t, p.name)
 			reg := workers.NewRegistry()
@@ -261,7 +261,7 @@ func TestKVEventsWorkerRemoved(t *testing.T) {
 func TestKVEventsRunEnds(t *testing.T) {
 	reg := workers.NewRegistry()
 	var srvs []*sim.Server
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		srv, w := startSim(t, p.name)
 		_ = reg.Add(w)
 		srvs = append(srvs, srv)
@@ -325,7 +325,7 @@ func TestKVEventsJoinedLate(t *testing.T) {
 // engine that publishes events by then is mirrored from them.
 func TestKVEventsUnimplemented(t *testing.T) {
 	const recheck = 300 * time.Millisecond
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := startSim(t, p.name)
 			e := srv.Engine()

@@ -16,7 +16,7 @@ import (
 // engine restarts at the same address the same Worker (its gRPC connection
 // reconnects) serves again, with the restarted engine's empty cache.
 func TestEngineKilledAndRestarted(t *testing.T) {
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := startSim(t, p.name)
 			srv.Engine().SetFaults(sim.Faults{StallAfterTokens: 1})

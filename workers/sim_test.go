@@ -7,6 +7,7 @@ package workers_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,17 +52,33 @@ func seq(start uint32, n int) []uint32 {
 	return out
 }
 
-var simProtocols = []struct {
+// simProtocol is an engine protocol and what its adapter reports of the
+// simulated engine startSim serves.
+type simProtocol struct {
 	name     string
 	proto    workers.Protocol
 	pageSize int // what Info should report
-}{
-	{sim.ProtocolSGLang, workers.ProtocolSGLang, 16},
-	{sim.ProtocolVLLM, workers.ProtocolVLLM, 0}, // vLLM's protocol carries no page size
+	// eosIDs and kvCapacity are what Info should report: TensorRT-LLM's
+	// protocol carries neither.
+	eosIDs     []uint32
+	kvCapacity int
+	// loads: the protocol has GetLoads (TensorRT-LLM's has none).
+	loads bool
 }
 
+// simProtocols are the protocols with prefill/decode disaggregation and
+// data-parallel ranks: SGLang's and vLLM's.
+var simProtocols = []simProtocol{
+	{sim.ProtocolSGLang, workers.ProtocolSGLang, 16, []uint32{128001}, 8192, true},
+	{sim.ProtocolVLLM, workers.ProtocolVLLM, 0, []uint32{128001}, 8192, true}, // vLLM's protocol carries no page size
+}
+
+// allSimProtocols adds TensorRT-LLM's, for what every protocol has.
+var allSimProtocols = append(simProtocols[:len(simProtocols):len(simProtocols)],
+	simProtocol{sim.ProtocolTRTLLM, workers.ProtocolTRTLLM, 0, nil, 0, false})
+
 func TestSimConnectAndGenerate(t *testing.T) {
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := startSim(t, p.name)
 			if w.Protocol() != p.proto {
@@ -69,7 +86,7 @@ func TestSimConnectAndGenerate(t *testing.T) {
 			}
 			info := w.Info()
 			if info.Model != "kvgate-sim-8b" || info.MaxContextLength != 4096 || info.PageSize != p.pageSize ||
-				len(info.EOSTokenIDs) != 1 || info.EOSTokenIDs[0] != 128001 || info.KVCapacityTokens != 8192 {
+				!slices.Equal(info.EOSTokenIDs, p.eosIDs) || info.KVCapacityTokens != p.kvCapacity {
 				t.Errorf("Info = %+v", info)
 			}
 
@@ -105,7 +122,7 @@ func TestSimConnectAndGenerate(t *testing.T) {
 }
 
 func TestSimFaults(t *testing.T) {
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := startSim(t, p.name)
 			gen := func(id string) (workers.Stream, error) {
@@ -138,7 +155,12 @@ func TestSimFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			l, err := w.Backend().Loads(testCtx(t))
-			if err != nil || l.Running != 1 || l.UsedTokens == 0 || l.MaxTotalTokens != 8192 {
+			switch {
+			case !p.loads:
+				if status.Code(err) != codes.Unimplemented {
+					t.Errorf("Loads of a protocol without GetLoads = %+v, %v; want UNIMPLEMENTED", l, err)
+				}
+			case err != nil || l.Running != 1 || l.UsedTokens == 0 || l.MaxTotalTokens != 8192:
 				t.Errorf("Loads with one stalled request = %+v, %v", l, err)
 			}
 			if err := w.Backend().Abort(testCtx(t), "stall"); err != nil {

@@ -61,7 +61,7 @@ func startTokenizerSim(t *testing.T, protocol string) (*workers.Worker, *tokeniz
 
 func TestSimStructuredOutputThroughAdapters(t *testing.T) {
 	const schema = `{"type":"object","required":["city","population"],"properties":{"city":{"type":"string","minLength":1},"population":{"type":"integer","minimum":1}}}`
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		for _, noStream := range []bool{false, true} {
 			name := p.name + "/stream"
 			if noStream {

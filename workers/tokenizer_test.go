@@ -19,7 +19,7 @@ import (
 // TestTokenizerDownload fetches the simulated engine's built-in tokenizer
 // through each protocol's GetTokenizer and checks the files arrive intact.
 func TestTokenizerDownload(t *testing.T) {
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			cfg := sim.DefaultConfig()
 			cfg.Protocol = p.name

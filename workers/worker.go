@@ -16,6 +16,8 @@ const (
 	ProtocolUnknown Protocol = iota
 	ProtocolSGLang
 	ProtocolVLLM
+	// ProtocolTRTLLM is TensorRT-LLM's trtllm.TrtllmService.
+	ProtocolTRTLLM
 )
 
 func (p Protocol) String() string {
@@ -24,6 +26,8 @@ func (p Protocol) String() string {
 		return "sglang"
 	case ProtocolVLLM:
 		return "vllm"
+	case ProtocolTRTLLM:
+		return "trtllm"
 	}
 	return "unknown"
 }
@@ -38,8 +42,10 @@ func ParseProtocol(s string) (Protocol, error) {
 		return ProtocolSGLang, nil
 	case "vllm":
 		return ProtocolVLLM, nil
+	case "trtllm":
+		return ProtocolTRTLLM, nil
 	}
-	return ProtocolUnknown, fmt.Errorf("unknown worker protocol %q (want sglang, vllm or auto)", s)
+	return ProtocolUnknown, fmt.Errorf("unknown worker protocol %q (want sglang, vllm, trtllm or auto)", s)
 }
 
 // Role is the part a worker plays in serving.

@@ -53,7 +53,9 @@ func TestParseProtocol(t *testing.T) {
 		{"auto", workers.ProtocolUnknown, false},
 		{"SGLang", workers.ProtocolSGLang, false},
 		{" vllm ", workers.ProtocolVLLM, false},
-		{"trtllm", workers.ProtocolUnknown, true},
+		{"trtllm", workers.ProtocolTRTLLM, false},
+		{" TRTLLM", workers.ProtocolTRTLLM, false},
+		{"tensorrt", workers.ProtocolUnknown, true},
 	}
 	for _, tt := range tests {
 		got, err := workers.ParseProtocol(tt.in)

@@ -24,7 +24,7 @@ const usage = `kvgate: a gRPC-native, cache-aware router for LLM inference fleet
 
 Usage:
   kvgate serve [flags]   run the router (no --worker-urls: two simulated engines in-process)
-  kvgate sim [flags]     run a simulated SGLang or vLLM engine
+  kvgate sim [flags]     run a simulated SGLang, vLLM or TensorRT-LLM engine
   kvgate bench [flags]   compare routing policies on a workload (shared-prefix, multiturn, trace)
   kvgate relay --upstream HOST:PORT
                          forward every gRPC call unchanged (the CPU bench's floor)

@@ -17,6 +17,7 @@ import (
 const (
 	ProtocolSGLang = "sglang"
 	ProtocolVLLM   = "vllm"
+	ProtocolTRTLLM = "trtllm"
 )
 
 // Roles an engine can play in prefill/decode disaggregation (see pd.go).
@@ -52,7 +53,7 @@ var ErrInvalidConfig = errors.New("sim: invalid config")
 //
 // Every figure the simulator produces inherits these assumptions.
 type Config struct {
-	// Protocol is the worker protocol served: "sglang" or "vllm".
+	// Protocol is the worker protocol served: "sglang", "vllm" or "trtllm".
 	Protocol string
 	// Model is the served model name (also reported as the model path).
 	Model string
@@ -239,7 +240,7 @@ func DefaultConfig() Config {
 // values as defaults (call it on DefaultConfig()).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	const h100 = " (default approximates an 8B model on one H100)"
-	fs.StringVar(&c.Protocol, "protocol", c.Protocol, `worker protocol to serve: "sglang" or "vllm"`)
+	fs.StringVar(&c.Protocol, "protocol", c.Protocol, `worker protocol to serve: "sglang", "vllm" or "trtllm" (TensorRT-LLM)`)
 	fs.StringVar(&c.Model, "model", c.Model, "served model name")
 	fs.StringVar(&c.TokenizerDir, "tokenizer-path", c.TokenizerDir, `directory with the tokenizer to serve through GetTokenizer (empty: the built-in ChatML tokenizer; "none": no tokenizer)`)
 	fs.IntVar(&c.VocabSize, "vocab-size", c.VocabSize, "vocabulary size; token ids must be below it (0: the tokenizer's, with its eos_token)")
@@ -322,8 +323,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: %s %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case c.Protocol != ProtocolSGLang && c.Protocol != ProtocolVLLM:
-		return bad("Protocol", "must be %q or %q, got %q", ProtocolSGLang, ProtocolVLLM, c.Protocol)
+	case c.Protocol != ProtocolSGLang && c.Protocol != ProtocolVLLM && c.Protocol != ProtocolTRTLLM:
+		return bad("Protocol", "must be %q, %q or %q, got %q", ProtocolSGLang, ProtocolVLLM, ProtocolTRTLLM, c.Protocol)
+	case c.Protocol == ProtocolTRTLLM && c.Role != "" && c.Role != RoleRegular:
+		return bad("Role", "must be %q for protocol %q: TensorRT-LLM's disaggregation is not simulated, got %q", RoleRegular, ProtocolTRTLLM, c.Role)
+	case c.Protocol == ProtocolTRTLLM && c.DPSize > 1:
+		return bad("DPSize", "must be 0 or 1 for protocol %q: its requests cannot name a data-parallel rank, got %d", ProtocolTRTLLM, c.DPSize)
 	case c.Model == "":
 		return bad("Model", "must not be empty")
 	case c.VocabSize <= 0:

@@ -233,14 +233,16 @@ func newEngine(cfg Config, host string) (*Engine, error) {
 	return e, nil
 }
 
-// Register adds the engine's gRPC service (SGLang's SglangScheduler or vLLM's
-// VllmEngine, per Config.Protocol) to s.
+// Register adds the engine's gRPC service (SGLang's SglangScheduler, vLLM's
+// VllmEngine or TensorRT-LLM's TrtllmService, per Config.Protocol) to s.
 func (e *Engine) Register(s grpc.ServiceRegistrar) {
 	switch e.cfg.Protocol {
 	case ProtocolSGLang:
 		sglang.RegisterSglangSchedulerServer(s, &sglangServer{e: e})
 	case ProtocolVLLM:
 		vllm.RegisterVllmEngineServer(s, &vllmServer{e: e})
+	case ProtocolTRTLLM:
+		registerTRTLLM(s, e)
 	}
 }
 

@@ -1,7 +1,9 @@
 // Command dump prints the wire description (see package wire) of the engine
 // protocols in a FileDescriptorSet read from standard input, such as the one
 // `buf build --as-file-descriptor-set -o -` writes. scripts/wire-golden.sh uses
-// it to record the engines' own definitions.
+// it to record the engines' own definitions. Arguments, when given, name the
+// packages to describe instead of wire.EnginePackages (scripts/wire-golden-trtllm.sh
+// describes package trtllm alone).
 package main
 
 import (
@@ -17,13 +19,17 @@ import (
 )
 
 func main() {
-	if err := run(os.Stdin, os.Stdout); err != nil {
+	pkgs := wire.EnginePackages
+	if len(os.Args) > 1 {
+		pkgs = os.Args[1:]
+	}
+	if err := run(os.Stdin, os.Stdout, pkgs); err != nil {
 		fmt.Fprintln(os.Stderr, "dump:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in io.Reader, out io.Writer) error {
+func run(in io.Reader, out io.Writer, pkgs []string) error {
 	b, err := io.ReadAll(in)
 	if err != nil {
 		return err
@@ -36,6 +42,6 @@ func run(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("link descriptors: %w", err)
 	}
-	_, err = io.WriteString(out, wire.Describe(files, wire.EnginePackages...))
+	_, err = io.WriteString(out, wire.Describe(files, pkgs...))
 	return err
 }

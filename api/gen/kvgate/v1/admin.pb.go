@@ -30,6 +30,8 @@ const (
 	Protocol_PROTOCOL_UNSPECIFIED Protocol = 0
 	Protocol_PROTOCOL_SGLANG      Protocol = 1
 	Protocol_PROTOCOL_VLLM        Protocol = 2
+	// TensorRT-LLM's trtllm.TrtllmService.
+	Protocol_PROTOCOL_TRTLLM Protocol = 3
 )
 
 // Enum value maps for Protocol.
@@ -38,11 +40,13 @@ var (
 		0: "PROTOCOL_UNSPECIFIED",
 		1: "PROTOCOL_SGLANG",
 		2: "PROTOCOL_VLLM",
+		3: "PROTOCOL_TRTLLM",
 	}
 	Protocol_value = map[string]int32{
 		"PROTOCOL_UNSPECIFIED": 0,
 		"PROTOCOL_SGLANG":      1,
 		"PROTOCOL_VLLM":        2,
+		"PROTOCOL_TRTLLM":      3,
 	}
 )
 
@@ -1483,11 +1487,12 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\bfailures\x18\v \x01(\x04R\bfailures\x12\x1d\n" +
 	"\n" +
 	"last_error\x18\f \x01(\tR\tlastErrorB\x17\n" +
-	"\x15_last_sequence_number*L\n" +
+	"\x15_last_sequence_number*a\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPROTOCOL_SGLANG\x10\x01\x12\x11\n" +
-	"\rPROTOCOL_VLLM\x10\x02*Q\n" +
+	"\rPROTOCOL_VLLM\x10\x02\x12\x13\n" +
+	"\x0fPROTOCOL_TRTLLM\x10\x03*Q\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_REGULAR\x10\x01\x12\x10\n" +
