@@ -262,10 +262,33 @@ const zmqReplayEnd = ^uint64(0)
 
 // replay asks the replay socket for the batches from from on and returns
 // those of live's rank numbered below live, in order and without holes
-// (a reply with a hole is cut there). The reply is read to its end marker,
-// as the publisher expects, but no further than zmqReplayMax messages.
+// (a reply with a hole is cut there). A reply that serves is read to its
+// end marker, but no further than zmqReplayMax messages: a publisher that
+// writes to a subscriber gone mid-reply may hold its socket meanwhile.
+//
+// A request whose reply has not begun within zmqReplayAttempt is asked
+// again on a new connection, until ReplayTimeout: a ROUTER socket drops a
+// reply to a peer it has not finished registering.
 func (st *zmqStream) replay(from uint64, live *KVEventBatch) ([]*KVEventBatch, error) {
 	ctx, cancel := context.WithTimeout(st.ctx, st.cfg.ReplayTimeout)
+	defer cancel()
+	for {
+		out, err := st.replayOnce(ctx, from, live)
+		if !errors.Is(err, errZMQReplayNoAnswer) || ctx.Err() != nil {
+			return out, err
+		}
+	}
+}
+
+// errZMQReplayNoAnswer: the replay socket did not begin its reply in time.
+var errZMQReplayNoAnswer = errors.New("the replay socket did not answer")
+
+// zmqReplayAttempt is how long one replay request waits for its reply to
+// begin.
+const zmqReplayAttempt = 500 * time.Millisecond
+
+func (st *zmqStream) replayOnce(ctx context.Context, from uint64, live *KVEventBatch) ([]*KVEventBatch, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ep, _, _ := zmqEndpoint(st.cfg.Replay)
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithLogger(zmqQuietLog()))
@@ -277,11 +300,26 @@ func (st *zmqStream) replay(from uint64, live *KVEventBatch) ([]*KVEventBatch, e
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, req)); err != nil {
 		return nil, err
 	}
+	answered := make(chan struct{})
+	silent := time.AfterFunc(zmqReplayAttempt, func() {
+		select {
+		case <-answered:
+		default:
+			cancel()
+		}
+	})
+	defer silent.Stop()
 	var out []*KVEventBatch
-	want, cut := from, false
-	for range zmqReplayMax {
+	want := from
+	for i := range zmqReplayMax {
 		m, err := d.Recv()
+		if i == 0 {
+			close(answered)
+		}
 		if err != nil {
+			if i == 0 && ctx.Err() != nil {
+				return nil, errZMQReplayNoAnswer
+			}
 			return out, err
 		}
 		f := m.Frames
@@ -295,11 +333,13 @@ func (st *zmqStream) replay(from uint64, live *KVEventBatch) ([]*KVEventBatch, e
 		switch {
 		case seq == zmqReplayEnd:
 			return out, nil
-		case cut || seq < want || seq >= live.Seq:
+		case seq < want || seq >= live.Seq:
 			continue
 		case seq > want:
-			cut = true // the publisher no longer has want
-			continue
+			// The publisher no longer has want: the rest of its buffer
+			// (10,000 batches by default) is of no use. vLLM's ROUTER
+			// drops what it cannot deliver, so leaving is safe.
+			return out, nil
 		}
 		b, err := st.dec.decode(seq, f[1])
 		if err != nil {

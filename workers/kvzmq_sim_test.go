@@ -299,25 +299,24 @@ func TestZMQEventsPublisherRestart(t *testing.T) {
 // stops the subscription from following the engine afterwards.
 func TestZMQEventsHostilePublisher(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  sim.ZMQConfig
-		want string
+		name  string
+		fault sim.ZMQFault
+		want  string
 	}{
-		{"garbage", sim.ZMQConfig{GarbageAt: 20}, "not a valid vLLM KVEventBatch"},
-		{"huge frame", sim.ZMQConfig{HugeAt: 20, HugeBytes: 64 << 20}, "above the bound"},
+		{"garbage", sim.ZMQGarbage, "not a valid vLLM KVEventBatch"},
+		{"huge frame", sim.ZMQHuge, "above the bound"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := startZMQFleet(t, tc.cfg, false)
+			f := startZMQFleet(t, sim.ZMQConfig{}, false)
 			f.warmUp(t)
-			f.workload(t, "w", 60)
-			waitKV(t, "the hostile batch to fail the stream", func() bool {
+			f.pub.CorruptNext(tc.fault)
+			f.until(t, "the hostile batch to fail the stream", func() bool {
 				return strings.Contains(f.status().LastError, tc.want)
 			})
 			if st := f.status(); st.Failures == 0 && st.Resyncs == 0 {
 				t.Errorf("status %+v: want the stream failed", st)
 			}
 			before := f.status().Batches
-			f.workload(t, "after", 10)
 			f.until(t, "batches after the hostile one", func() bool { return f.status().Batches > before })
 		})
 	}

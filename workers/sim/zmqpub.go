@@ -61,14 +61,17 @@ type ZMQConfig struct {
 	// for replay but not sent on the PUB socket, as a PUB socket drops what
 	// a slow subscriber cannot take. 0: none.
 	SkipEvery int
-	// GarbageAt is a fault: the n-th batch (1: the first) is sent (and
-	// kept) as bytes that are not msgpack. 0: none.
-	GarbageAt int
-	// HugeAt is a fault: the n-th batch is sent as a frame of HugeBytes
-	// bytes (8 MiB when 0). 0: none.
-	HugeAt    int
-	HugeBytes int
 }
+
+// ZMQFault is a hostile payload CorruptNext puts in place of a batch.
+type ZMQFault int
+
+const (
+	// ZMQGarbage: bytes that are not msgpack.
+	ZMQGarbage ZMQFault = iota + 1
+	// ZMQHuge: a 64 MiB frame, above any subscriber's sensible bound.
+	ZMQHuge
+)
 
 // ZMQPublisher is a running publisher; Close stops it.
 type ZMQPublisher struct {
@@ -83,6 +86,16 @@ type ZMQPublisher struct {
 	replayEndpoint string
 	published      uint64 // batches published since the last (re)start
 	changed        chan struct{}
+	corrupt        ZMQFault // for the next batch; 0: none
+}
+
+// CorruptNext sends (and keeps for replay) the next batch as f instead,
+// under its sequence number: a hostile publisher at a moment the test
+// chooses.
+func (p *ZMQPublisher) CorruptNext(f ZMQFault) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.corrupt = f
 }
 
 // StartZMQPublisher publishes s's engine's KV events (the engine must have
@@ -96,9 +109,6 @@ func StartZMQPublisher(s *Server, cfg ZMQConfig, log *slog.Logger) (*ZMQPublishe
 	}
 	if cfg.Buffer == 0 {
 		cfg.Buffer = 10_000
-	}
-	if cfg.HugeBytes == 0 {
-		cfg.HugeBytes = 8 << 20
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -271,14 +281,14 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 					}
 				}
 				mu.Unlock()
-				for _, k := range send {
-					if z.replay.Send(zmq4.NewMsgFrom(id, []byte{}, binary.BigEndian.AppendUint64(nil, k.seq), k.payload)) != nil {
-						return
+				// A subscriber gone mid-reply fails a send: the rest of its
+				// reply is dropped, and the next request is served.
+				end := zmqKept{seq: ^uint64(0)}
+				for _, k := range append(send, end) {
+					if err := z.replay.Send(zmq4.NewMsgFrom(id, []byte{}, binary.BigEndian.AppendUint64(nil, k.seq), k.payload)); err != nil {
+						p.log.Debug("sim: ZMQ replay reply dropped", "err", err)
+						break
 					}
-				}
-				end := binary.BigEndian.AppendUint64(nil, ^uint64(0))
-				if z.replay.Send(zmq4.NewMsgFrom(id, []byte{}, end, []byte{})) != nil {
-					return
 				}
 			}
 		}()
@@ -294,11 +304,15 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 		from, haveLast = b.GetSequenceNumber()+1, true
 		payload := encodeZMQBatch(b, p.cfg.Shape)
 		n := seq + 1
-		switch {
-		case p.cfg.GarbageAt > 0 && seq == uint64(p.cfg.GarbageAt-1):
+		p.mu.Lock()
+		fault := p.corrupt
+		p.corrupt = 0
+		p.mu.Unlock()
+		switch fault {
+		case ZMQGarbage:
 			payload = []byte{0xc1, 0xc1, 0xc1} // 0xc1 is never used in msgpack
-		case p.cfg.HugeAt > 0 && seq == uint64(p.cfg.HugeAt-1):
-			payload = make([]byte, p.cfg.HugeBytes)
+		case ZMQHuge:
+			payload = make([]byte, 64<<20)
 		}
 		mu.Lock()
 		kept = append(kept, zmqKept{seq: seq, payload: payload})
