@@ -42,6 +42,9 @@ type ZMQEventConfig struct {
 	// subscription connects to; tcp://*:port (or a host of 0.0.0.0 or
 	// [::]) makes it bind that port instead, for publishers that connect.
 	Endpoint string
+	// Bind binds Endpoint whatever its host (an interface of this host),
+	// for publishers that connect.
+	Bind bool
 	// Replay is the publisher's ROUTER replay socket, tcp://host:port; empty
 	// when it has none (holes then reset the worker's mirror).
 	Replay string
@@ -105,6 +108,7 @@ var _ KVEventSource = (*ZMQEventSource)(nil)
 // socket. Failing to reach the publisher is UNAVAILABLE.
 func (s *ZMQEventSource) SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error) {
 	ep, bind, _ := zmqEndpoint(s.cfg.Endpoint)
+	bind = bind || s.cfg.Bind
 	ctx, cancel := context.WithCancel(ctx)
 	st := &zmqStream{cfg: &s.cfg, ctx: ctx, cancel: cancel, next: map[int]uint64{}, lost: make(chan error, 1)}
 	watch := &zmqConnWatch{lost: func(err error) {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -110,6 +111,29 @@ type zmqFleet struct {
 
 func startZMQFleet(t *testing.T, pcfg sim.ZMQConfig, withReplay bool) *zmqFleet {
 	t.Helper()
+	srv, w := startZMQSim(t)
+	pcfg.Endpoint = "tcp://127.0.0.1:0"
+	if withReplay {
+		pcfg.Replay = "tcp://127.0.0.1:0"
+	}
+	pub, err := sim.StartZMQPublisher(srv, pcfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	src, err := workers.NewZMQEventSource(workers.ZMQEventConfig{Endpoint: pub.Endpoint(), Replay: pub.ReplayEndpoint(), Topic: pcfg.Topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &zmqFleet{srv: srv, pub: pub, w: w, mirror: newPageMirror()}
+	f.subscribe(t, src)
+	return f
+}
+
+// startZMQSim serves a delay-free vLLM engine with a small cache and
+// connects a worker to it.
+func startZMQSim(t *testing.T) (*sim.Server, *workers.Worker) {
+	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Protocol = sim.ProtocolVLLM
 	cfg.TimeScale = 0
@@ -129,27 +153,18 @@ func startZMQFleet(t *testing.T, pcfg sim.ZMQConfig, withReplay bool) *zmqFleet 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
-	pcfg.Endpoint = "tcp://127.0.0.1:0"
-	if withReplay {
-		pcfg.Replay = "tcp://127.0.0.1:0"
-	}
-	pub, err := sim.StartZMQPublisher(srv, pcfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pub.Close)
-	src, err := workers.NewZMQEventSource(workers.ZMQEventConfig{Endpoint: pub.Endpoint(), Replay: pub.ReplayEndpoint(), Topic: pcfg.Topic})
-	if err != nil {
-		t.Fatal(err)
-	}
+	return srv, w
+}
+
+// subscribe follows f's worker through src until the test ends.
+func (f *zmqFleet) subscribe(t *testing.T, src workers.KVEventSource) {
+	t.Helper()
 	reg := workers.NewRegistry()
-	_ = reg.Add(w)
-	f := &zmqFleet{srv: srv, pub: pub, w: w, mirror: newPageMirror()}
+	_ = reg.Add(f.w)
 	scfg := workers.DefaultKVSubscriptionConfig(f.mirror)
 	scfg.InitialBackoff = 10 * time.Millisecond
-	scfg.Sources = map[string]workers.KVEventSource{w.URL(): src}
+	scfg.Sources = map[string]workers.KVEventSource{f.w.URL(): src}
 	f.subs = runKVSubscriptionsWith(t, reg, scfg)
-	return f
 }
 
 func (f *zmqFleet) status() workers.KVEventStatus {
@@ -340,4 +355,47 @@ func runKVSubscriptionsWith(t *testing.T, reg *workers.Registry, cfg workers.KVS
 		}
 	})
 	return subs
+}
+
+// TestZMQEventsPublisherConnects: a publisher configured to connect (vLLM
+// with an endpoint naming a host) reaches a subscription that binds, and
+// the mirror equals the engine's cache as with a publisher that binds; a
+// publisher restart is followed as well.
+func TestZMQEventsPublisherConnects(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + l.Addr().String()
+	l.Close() // a free port for the subscription to bind
+	srv, w := startZMQSim(t)
+	src, err := workers.NewZMQEventSource(workers.ZMQEventConfig{Endpoint: ep, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &zmqFleet{srv: srv, w: w, mirror: newPageMirror()}
+	f.subscribe(t, src)
+	waitKV(t, "the subscription to bind", func() bool { return f.status().Connected })
+	if f.pub, err = sim.StartZMQPublisher(srv, sim.ZMQConfig{Endpoint: ep, Connect: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.pub.Close)
+	f.warmUp(t)
+	f.workload(t, "w", 60)
+	f.waitMirror(t)
+
+	_, restarted := f.pub.Published()
+	srv.Kill()
+	waitKV(t, "the stream to break", func() bool { return f.status().Failures > 0 })
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	<-restarted
+	f.until(t, "a batch of the restarted engine", func() bool { return f.status().Resets > 0 })
+	f.workload(t, "after", 30)
+	f.settle(t, 0)
+	f.waitMirror(t)
+	if st := f.status(); st.Resets != 1 || st.Mode != workers.KVModeEvents {
+		t.Errorf("status %+v: want one reset, events mode", st)
+	}
 }

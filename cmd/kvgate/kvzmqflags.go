@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/kvgate/kvgate/workers"
@@ -44,12 +45,13 @@ func zmqSources(values []string) (map[string]workers.KVEventSource, error) {
 	return out, nil
 }
 
-// parseZMQSource reads WORKER=tcp://host:port[?replay=tcp://host:port&topic=T].
+// parseZMQSource reads
+// WORKER=tcp://host:port[?replay=tcp://host:port&topic=T&bind=true].
 func parseZMQSource(v string) (string, workers.ZMQEventConfig, error) {
 	var cfg workers.ZMQEventConfig
 	worker, ep, ok := strings.Cut(v, "=tcp://")
 	if !ok || worker == "" {
-		return "", cfg, fmt.Errorf("want WORKER=tcp://host:port[?replay=tcp://host:port&topic=T]")
+		return "", cfg, fmt.Errorf("want WORKER=tcp://host:port[?replay=tcp://host:port&topic=T&bind=true]")
 	}
 	name, err := workers.CanonicalName(worker)
 	if err != nil {
@@ -67,8 +69,12 @@ func parseZMQSource(v string) (string, workers.ZMQEventConfig, error) {
 			cfg.Replay = vs[len(vs)-1]
 		case "topic":
 			cfg.Topic = vs[len(vs)-1]
+		case "bind":
+			if cfg.Bind, err = strconv.ParseBool(vs[len(vs)-1]); err != nil {
+				return "", cfg, fmt.Errorf("bind=%q: want true or false", vs[len(vs)-1])
+			}
 		default:
-			return "", cfg, fmt.Errorf("unknown option %q (replay, topic)", k)
+			return "", cfg, fmt.Errorf("unknown option %q (replay, topic, bind)", k)
 		}
 	}
 	return name, cfg, cfg.Validate()

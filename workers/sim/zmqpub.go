@@ -48,6 +48,11 @@ const (
 type ZMQConfig struct {
 	// Endpoint is the PUB socket's address, tcp://host:port (port 0: any).
 	Endpoint string
+	// Connect makes the PUB socket connect to Endpoint, where the
+	// subscriber binds, instead of binding it (vLLM connects when its
+	// endpoint names no wildcard). It reconnects when the subscriber
+	// comes back.
+	Connect bool
 	// Replay is the ROUTER replay socket's address; empty: none.
 	Replay string
 	// Topic is the first frame of every message.
@@ -187,15 +192,24 @@ func (z *zmqSockets) close() {
 func (p *ZMQPublisher) open(ctx context.Context) (*zmqSockets, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	z := &zmqSockets{cancel: cancel}
-	z.pub = zmq4.NewPub(ctx, zmqQuiet())
 	p.mu.Lock()
 	ep, rep := p.endpoint, p.replayEndpoint
 	p.mu.Unlock()
-	if err := z.pub.Listen(ep); err != nil {
-		cancel()
-		return nil, fmt.Errorf("sim: ZMQ publisher on %s: %w", ep, err)
+	if p.cfg.Connect {
+		z.pub = zmq4.NewPub(ctx, zmqQuiet(), zmq4.WithAutomaticReconnect(true), zmq4.WithDialerMaxRetries(-1),
+			zmq4.WithDialerRetry(50*time.Millisecond))
+		if err := z.pub.Dial(ep); err != nil {
+			cancel()
+			return nil, fmt.Errorf("sim: ZMQ publisher connecting to %s: %w", ep, err)
+		}
+	} else {
+		z.pub = zmq4.NewPub(ctx, zmqQuiet())
+		if err := z.pub.Listen(ep); err != nil {
+			cancel()
+			return nil, fmt.Errorf("sim: ZMQ publisher on %s: %w", ep, err)
+		}
+		ep = "tcp://" + z.pub.Addr().String()
 	}
-	ep = "tcp://" + z.pub.Addr().String()
 	if rep != "" {
 		// A subscriber that leaves mid-reply must not hold the replay
 		// socket for the library's default five minutes.
