@@ -203,3 +203,14 @@ image: image-context
 ## containers (no user namespaces, no cgroups, ...). scripts/image-check.sh.
 image-check:
 	scripts/image-check.sh
+
+## kvzmq-golden: rewrite workers/testdata/kvzmq/*.msgpack, vLLM-shaped KV event batches encoded by
+## msgspec (pinned, from PyPI, in a virtual environment under ~/.cache/kvgate) with the struct options
+## vLLM's ZMQ publisher uses; scripts/kvzmq-golden.py.
+KVZMQ_VENV ?= $(HOME)/.cache/kvgate/kvzmq-golden-venv
+MSGSPEC_VERSION ?= 0.19.0
+.PHONY: kvzmq-golden
+kvzmq-golden:
+	test -x $(KVZMQ_VENV)/bin/python || python3 -m venv $(KVZMQ_VENV)
+	$(KVZMQ_VENV)/bin/pip install -q msgspec==$(MSGSPEC_VERSION)
+	$(KVZMQ_VENV)/bin/python scripts/kvzmq-golden.py

@@ -12,6 +12,8 @@ package workers
 
 import (
 	"encoding/binary"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -184,6 +186,12 @@ func FuzzZMQBatch(f *testing.F) {
 	f.Add([]byte(mp{}.mapN(2).str("ts").f(zmqTS).str("events").arr(1).
 		mapN(4).str("type").str("BlockStored").str("block_hashes").arr(1).bin(digest(5)).str("token_ids").ints(1).str("block_size").i(1)))
 	f.Add([]byte(mp{}.arr(2).f(zmqTS).arr(1).arr(1).str("AllBlocksCleared")))
+	golden, _ := filepath.Glob(filepath.Join("testdata", "kvzmq", "*.msgpack"))
+	for _, name := range golden {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		var d zmqDecoder
 		b, err := d.decode(1, payload)
