@@ -39,6 +39,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// zmqMaxBatchBlocks bounds the blocks (stored or removed) of one batch: a
+// block costs the router some 60 bytes decoded against 2 on the wire, so
+// the frame bound alone would let one batch take hundreds of MiB. A busy
+// engine's step stores and evicts a few thousand.
+const zmqMaxBatchBlocks = 1 << 20
+
 // maxZMQGroups bounds the cache groups a decoder remembers as not being a
 // prefix cache; hybrid models have a handful.
 const maxZMQGroups = 256
@@ -142,10 +148,14 @@ func (d *zmqDecoder) decode(seq uint64, payload []byte) (*KVEventBatch, error) {
 		return nil, zmqBatchError(seq, "events: %d announced in %d bytes", n, len(rest))
 	}
 	out.Events = make([]KVEvent, 0, n)
+	blocks := 0
 	for i := range n {
 		var ev zmqEvent
 		if rest, err = ev.read(rest); err != nil {
 			return nil, zmqBatchError(seq, "event %d: %v", i, err)
+		}
+		if blocks += len(ev.hashes); blocks > zmqMaxBatchBlocks {
+			return nil, zmqBatchError(seq, "more than %d blocks in one batch", zmqMaxBatchBlocks)
 		}
 		keep, err := d.keep(&ev)
 		if err != nil {

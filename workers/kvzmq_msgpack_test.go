@@ -163,6 +163,7 @@ func TestZMQBatchDecodeRefuses(t *testing.T) {
 		{"a rank beyond the bound", stored(mp{}.arr(3).f(zmqTS).arr(1)).i(maxKVRank), "data_parallel_rank 4096 outside"},
 		{"a negative rank", stored(mp{}.arr(3).f(zmqTS).arr(1)).i(-1), "data_parallel_rank -1 outside"},
 		{"a timestamp that is no time", mp{}.arr(2).f(-1).arr(0), "is not a time"},
+		{"more blocks than a batch may hold", zmqManyBlocks(zmqMaxBatchBlocks + 1), "more than 1048576 blocks"},
 		{"a billion events announced", append(mp{}.arr(2).f(zmqTS), 0xdd, 0x3b, 0x9a, 0xca, 0x00), "too few bytes"},
 		{"a billion hashes announced", append(mp{}.arr(2).f(zmqTS).arr(1).arr(2).str("BlockRemoved"), 0xdd, 0x3b, 0x9a, 0xca, 0x00), "too few bytes"},
 	} {
@@ -174,6 +175,18 @@ func TestZMQBatchDecodeRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// zmqManyBlocks is a batch removing n blocks, in two events.
+func zmqManyBlocks(n int) mp {
+	m := mp{}.arr(2).f(zmqTS).arr(2)
+	for _, k := range []int{n / 2, n - n/2} {
+		m = m.arr(2).str("BlockRemoved").arr(k)
+		for i := range k {
+			m = m.i(int64(i % 100))
+		}
+	}
+	return m
 }
 
 // FuzzZMQBatch: no payload makes the decoder panic, and what it accepts is
