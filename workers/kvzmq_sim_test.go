@@ -105,6 +105,7 @@ type zmqFleet struct {
 	w      *workers.Worker
 	mirror *pageMirror
 	subs   *workers.KVSubscriptions
+	reg    *workers.Registry
 	round  int // workloads run, so that each asks for new pages
 	fresh  int // requests sent by until
 }
@@ -161,6 +162,7 @@ func (f *zmqFleet) subscribe(t *testing.T, src workers.KVEventSource) {
 	t.Helper()
 	reg := workers.NewRegistry()
 	_ = reg.Add(f.w)
+	f.reg = reg
 	scfg := workers.DefaultKVSubscriptionConfig(f.mirror)
 	scfg.InitialBackoff = 10 * time.Millisecond
 	scfg.Sources = map[string]workers.KVEventSource{f.w.URL(): src}
@@ -397,5 +399,29 @@ func TestZMQEventsPublisherConnects(t *testing.T) {
 	f.waitMirror(t)
 	if st := f.status(); st.Resets != 1 || st.Mode != workers.KVModeEvents {
 		t.Errorf("status %+v: want one reset, events mode", st)
+	}
+}
+
+// TestZMQEventsWorkerRemoved: removing the worker closes its ZMQ sockets
+// (replay connections included) and ends every goroutine of its
+// subscription, the ZMQ library's among them; no event reaches the handler
+// after.
+func TestZMQEventsWorkerRemoved(t *testing.T) {
+	f := startZMQFleet(t, sim.ZMQConfig{SkipEvery: 2}, true)
+	f.warmUp(t)
+	f.workload(t, "w", 20)
+	f.settle(t, 2)
+	f.waitMirror(t)
+	if kvGoroutines(t, f.w.URL()) == 0 {
+		t.Fatal("no goroutine labelled with the worker's subscription")
+	}
+	if _, err := f.reg.Remove(f.w.URL()); err != nil {
+		t.Fatal(err)
+	}
+	calls := len(f.mirror.log(f.w.URL()))
+	waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, f.w.URL()) == 0 })
+	f.workload(t, "after", 10)
+	if got := f.mirror.log(f.w.URL()); len(got) != calls {
+		t.Errorf("handler calls after removal: %q", got[calls:])
 	}
 }
