@@ -66,7 +66,8 @@ func (d *zmqDecoder) decode(seq uint64, payload []byte) (*KVEventBatch, error) {
 	out := &KVEventBatch{Seq: seq}
 	var (
 		ts     float64
-		events []byte // the raw events array
+		events []KVEvent
+		got    bool // an events field was read
 		rank   int64
 		err    error
 	)
@@ -85,7 +86,8 @@ func (d *zmqDecoder) decode(seq uint64, payload []byte) (*KVEventBatch, error) {
 			case 0:
 				ts, b, err = readNumber(b)
 			case 1:
-				events, b, err = rawValue(b)
+				events, b, err = d.events(b)
+				got = err == nil
 			case 2:
 				rank, b, err = readOptInt(b)
 			default:
@@ -109,7 +111,8 @@ func (d *zmqDecoder) decode(seq uint64, payload []byte) (*KVEventBatch, error) {
 			case "ts":
 				ts, b, err = readNumber(b)
 			case "events":
-				events, b, err = rawValue(b)
+				events, b, err = d.events(b)
+				got = err == nil
 			case "data_parallel_rank":
 				rank, b, err = readOptInt(b)
 			default:
@@ -119,7 +122,7 @@ func (d *zmqDecoder) decode(seq uint64, payload []byte) (*KVEventBatch, error) {
 				return nil, zmqBatchError(seq, "batch field %q: %v", key, err)
 			}
 		}
-		if events == nil {
+		if !got {
 			return nil, zmqBatchError(seq, "batch has no events")
 		}
 	default:
@@ -140,37 +143,41 @@ func (d *zmqDecoder) decode(seq uint64, payload []byte) (*KVEventBatch, error) {
 	}
 	out.DPRank = int(rank)
 
-	n, rest, err := msgp.ReadArrayHeaderBytes(events)
+	out.Events = events
+	return out, nil
+}
+
+// events reads a batch's events from the front of b; a malformed one fails
+// the batch.
+func (d *zmqDecoder) events(b []byte) ([]KVEvent, []byte, error) {
+	n, rest, err := listHeader(b)
 	if err != nil {
-		return nil, zmqBatchError(seq, "events: %v", err)
+		return nil, b, err
 	}
-	if uint64(n) > uint64(len(rest)) { // every event takes a byte at least
-		return nil, zmqBatchError(seq, "events: %d announced in %d bytes", n, len(rest))
-	}
-	out.Events = make([]KVEvent, 0, n)
+	out := make([]KVEvent, 0, n)
 	blocks := 0
 	for i := range n {
 		var ev zmqEvent
 		if rest, err = ev.read(rest); err != nil {
-			return nil, zmqBatchError(seq, "event %d: %v", i, err)
+			return nil, rest, fmt.Errorf("event %d: %w", i, err)
 		}
 		if blocks += len(ev.hashes); blocks > zmqMaxBatchBlocks {
-			return nil, zmqBatchError(seq, "more than %d blocks in one batch", zmqMaxBatchBlocks)
+			return nil, rest, fmt.Errorf("more than %d blocks in one batch", zmqMaxBatchBlocks)
 		}
 		keep, err := d.keep(&ev)
 		if err != nil {
-			return nil, zmqBatchError(seq, "event %d: %v", i, err)
+			return nil, rest, fmt.Errorf("event %d: %w", i, err)
 		}
 		if !keep {
 			continue
 		}
 		e, err := ev.event()
 		if err != nil {
-			return nil, zmqBatchError(seq, "event %d: %v", i, err)
+			return nil, rest, fmt.Errorf("event %d: %w", i, err)
 		}
-		out.Events = append(out.Events, e)
+		out = append(out, e)
 	}
-	return out, nil
+	return out, rest, nil
 }
 
 // keep reports whether ev is about the prefix cache, learning the groups
@@ -275,19 +282,16 @@ func (ev *zmqEvent) read(b []byte) ([]byte, error) {
 		if n, b, err = msgp.ReadMapHeaderBytes(b); err != nil {
 			return b, err
 		}
-		// The tag may come anywhere; the fields are read after it.
-		fields := make([][2][]byte, 0, min(int(n), len(b)/2))
+		// The tag may come anywhere: a field means the same in every
+		// kind of event, so each is read where it stands.
 		for range n {
-			var key, val []byte
+			var key []byte
 			if key, b, err = msgp.ReadStringZC(b); err != nil {
 				return b, fmt.Errorf("key: %w", err)
 			}
-			if val, b, err = rawValue(b); err != nil {
-				return b, fmt.Errorf("%s: %w", key, err)
-			}
 			if string(key) == "type" {
-				tag, _, err := msgp.ReadStringZC(val)
-				if err != nil {
+				var tag []byte
+				if tag, b, err = msgp.ReadStringZC(b); err != nil {
 					return b, fmt.Errorf("type: %w", err)
 				}
 				if ev.kind, err = zmqKind(tag); err != nil {
@@ -295,15 +299,12 @@ func (ev *zmqEvent) read(b []byte) ([]byte, error) {
 				}
 				continue
 			}
-			fields = append(fields, [2][]byte{key, val})
+			if b, err = ev.field(string(key), b); err != nil {
+				return b, fmt.Errorf("%s: %w", key, err)
+			}
 		}
 		if ev.kind == 0 {
 			return b, fmt.Errorf("a map without a type")
-		}
-		for _, f := range fields {
-			if _, err := ev.field(string(f[0]), f[1]); err != nil {
-				return b, fmt.Errorf("%s: %w", f[0], err)
-			}
 		}
 	default:
 		return b, fmt.Errorf("a msgpack %v, not an event", msgp.NextType(b))
@@ -523,13 +524,4 @@ func readOptString(b []byte) (string, []byte, error) {
 	}
 	s, b, err := msgp.ReadStringZC(b)
 	return string(s), b, err
-}
-
-// rawValue returns the bytes of the value at the front of b, and the rest.
-func rawValue(b []byte) ([]byte, []byte, error) {
-	rest, err := msgp.Skip(b)
-	if err != nil {
-		return nil, b, err
-	}
-	return b[:len(b)-len(rest)], rest, nil
 }
