@@ -223,3 +223,13 @@ $(SMG_VENV)/.smg-$(SMG_VERSION):
 	touch $@
 smg-test: smg
 	KVGATE_SMG_BIN=$(SMG_BIN) go test -count=1 -run 'TestPeerRuns|TestPeersSMG' ./bench
+## kvzmq-golden: rewrite workers/testdata/kvzmq/*.msgpack, vLLM-shaped KV event batches encoded by
+## msgspec (pinned, from PyPI, in a virtual environment under ~/.cache/kvgate) with the struct options
+## vLLM's ZMQ publisher uses; scripts/kvzmq-golden.py.
+KVZMQ_VENV ?= $(KVGATE_CACHE)/kvzmq-golden-venv
+MSGSPEC_VERSION ?= 0.19.0
+.PHONY: kvzmq-golden
+kvzmq-golden:
+	test -x $(KVZMQ_VENV)/bin/python || python3 -m venv $(KVZMQ_VENV)
+	$(KVZMQ_VENV)/bin/pip install -q msgspec==$(MSGSPEC_VERSION)
+	$(KVZMQ_VENV)/bin/python scripts/kvzmq-golden.py

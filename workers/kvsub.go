@@ -66,6 +66,11 @@ type KVSubscriptionConfig struct {
 	// Metrics receives counts and lag for monitoring; its nil fields are
 	// skipped.
 	Metrics KVEventMetrics
+	// Sources names, by worker URL (as Registry.Get accepts it), the event
+	// source of engines that publish their events elsewhere than on their
+	// gRPC connection (over ZMQ: ZMQEventSource). Such a worker is followed
+	// through its source instead of SubscribeKvEvents.
+	Sources map[string]KVEventSource
 }
 
 // DefaultKVSubscriptionConfig returns the defaults for handler: backoff from

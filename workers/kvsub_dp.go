@@ -59,15 +59,19 @@ func (d *dpHandler) SetKVEventMode(_ string, exact bool) {
 func (s *KVSubscriptions) eventSource(w *Worker, present map[*Worker]bool, covered map[*dpGroup]bool) (src KVEventSource, url string, h KVEventHandler, ok bool) {
 	g := w.group
 	if g == nil {
+		if src := s.source(w.URL()); src != nil {
+			return src, w.URL(), s.cfg.Handler, true
+		}
 		src, ok = w.Backend().(KVEventSource)
 		return src, w.URL(), s.cfg.Handler, ok
 	}
 	if covered[g] {
 		return nil, "", nil, false
 	}
-	src, ok = g.backend.(KVEventSource)
-	if !ok {
-		return nil, "", nil, false
+	if src = s.source(g.endpoint); src == nil {
+		if src, ok = g.backend.(KVEventSource); !ok {
+			return nil, "", nil, false
+		}
 	}
 	covered[g] = true
 	dh := newDPHandler(s.cfg.Handler, g)
@@ -76,6 +80,20 @@ func (s *KVSubscriptions) eventSource(w *Worker, present map[*Worker]bool, cover
 		dh.gone[m.rank] = !present[m]
 	}
 	return src, g.endpoint, dh, true
+}
+
+// source is the configured event source of the worker (or engine) at url,
+// or nil when it has none and its backend's own stream is used.
+func (s *KVSubscriptions) source(url string) KVEventSource {
+	if src, ok := s.cfg.Sources[url]; ok {
+		return src
+	}
+	for name, src := range s.cfg.Sources {
+		if u, err := CanonicalName(name); err == nil && u == url {
+			return src
+		}
+	}
+	return nil
 }
 
 // rankRemovedLocked stops feeding a removed rank target from its engine's

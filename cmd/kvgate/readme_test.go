@@ -94,6 +94,8 @@ func TestReadmeDocumentsEverySimFlag(t *testing.T) {
 	cfg := sim.DefaultConfig()
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
+	var zf simZMQFlags
+	zf.register(fs)
 	tableDocuments(t, "### `kvgate sim`", fs)
 }
 

@@ -51,6 +51,7 @@ type serveConfig struct {
 	startupTimeout       time.Duration
 	waitForWorkers       bool
 	kvEvents             sim.OnOff
+	kvEventsZMQ          listFlag
 	drainTimeoutSecs     float64
 	workerTLS            struct{ ca, cert, key string }
 	tls                  struct{ cert, key, clientCA string }
@@ -103,6 +104,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Var(&c.healthProbe, "health-check", healthCheckUsage)
 	fs.DurationVar(&c.loadPollInterval, "load-poll-interval", time.Second, "time between GetLoads polls of each worker")
 	c.kvEvents = true
+	fs.Var(&c.kvEventsZMQ, "kv-events-zmq", "workers whose engine publishes its KV events over ZMQ (vLLM's --kv-events-config publisher zmq) rather than SubscribeKvEvents: WORKER=tcp://host:port[?replay=tcp://host:port&topic=T&bind=true], WORKER as --worker-urls names it; tcp://*:port or bind=true binds, for publishers that connect. Several values comma-separated or repeated")
 	fs.Var(&c.kvEvents, "kv-events", "on: subscribe to every worker's KV cache events when the policy mirrors the engines' caches (cache_aware, vllm_cache_aware), so its view is exact; workers without events stay approximate. off: approximate for all")
 	fs.BoolVar(&c.waitForWorkers, "wait-for-workers", false, "at start-up, wait until at least one worker answers (up to --worker-startup-timeout) and fail if none does; without it kvgate starts at once and workers that do not answer yet join when they do")
 	fs.DurationVar(&c.startupTimeout, "worker-startup-timeout", 60*time.Second, "with --wait-for-workers: how long to wait for a worker to answer")
@@ -416,6 +418,9 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	}
 	g.LoadPollInterval = c.loadPollInterval
 	g.KVEvents = bool(c.kvEvents)
+	if g.KVSubscription.Sources, err = zmqSources(c.kvEventsZMQ); err != nil {
+		return g, stop, err
+	}
 	g.StartupTimeout = c.startupTimeout
 	g.WaitForWorkers = c.waitForWorkers
 	g.DrainTimeout = time.Duration(c.drainTimeoutSecs * float64(time.Second))

@@ -20,6 +20,8 @@ func runSim(ctx context.Context, args []string, stderr io.Writer) error {
 	port := fs.Int("port", 31000, "port to serve the engine protocol on")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	cfg.RegisterFlags(fs)
+	var zf simZMQFlags
+	zf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,7 +41,15 @@ func runSim(ctx context.Context, args []string, stderr io.Writer) error {
 	if p := s.Engine().BootstrapPort(); p != 0 {
 		log.Info("bootstrap endpoint serving", "address", net.JoinHostPort(s.Engine().BootstrapHost(), strconv.Itoa(p)))
 	}
+	zp, err := zf.start(s, log)
+	if err != nil {
+		s.Stop()
+		return err
+	}
 	<-ctx.Done()
+	if zp != nil {
+		zp.Close()
+	}
 	s.Stop()
 	return nil
 }

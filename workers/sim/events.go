@@ -228,6 +228,13 @@ func (e *Engine) openKvEvents(stream grpc.ServerStream) error {
 // subscribeKvEvents streams event batches from start (see the replay rules
 // above) until ctx ends, the engine closes or the subscriber falls behind.
 func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(*smgcommon.KvEventBatch) error) error {
+	return e.subscribeKvEventsThen(ctx, start, send, nil)
+}
+
+// subscribeKvEventsThen is subscribeKvEvents calling registered, when not
+// nil, once the subscriber is registered: every batch published after that
+// reaches it (the ZMQ publisher must not lose the engine's first batches).
+func (e *Engine) subscribeKvEventsThen(ctx context.Context, start uint64, send func(*smgcommon.KvEventBatch) error, registered func()) error {
 	if !e.cfg.KVEvents {
 		return status.Error(codes.Unimplemented,
 			"sim: this engine publishes no KV events (started with --kv-events off); SubscribeKvEvents is not available")
@@ -252,6 +259,9 @@ func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(
 	// either in the replay or published to sub.ch, never both.
 	e.events.subs[sub] = struct{}{}
 	e.mu.Unlock()
+	if registered != nil {
+		registered()
+	}
 	defer func() {
 		e.mu.Lock()
 		delete(e.events.subs, sub)

@@ -29,6 +29,9 @@ type Server struct {
 	done    chan struct{} // closed when the current Serve returns
 	running bool
 	stopped bool
+	// served is closed when serve starts an engine, and replaced: a ZMQ
+	// publisher follows restarts with it.
+	served chan struct{}
 }
 
 // Start creates an engine for cfg and serves it on addr ("127.0.0.1:0"
@@ -90,7 +93,18 @@ func (s *Server) serve() error {
 		s.cfg.BootstrapPort = e.BootstrapPort()
 	}
 	s.engine, s.grpc, s.done, s.running = e, g, done, true
+	if s.served != nil {
+		close(s.served)
+	}
+	s.served = make(chan struct{})
 	return nil
+}
+
+// restarted returns a channel closed when the next engine starts.
+func (s *Server) restarted() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served
 }
 
 // Addr is the host:port the server listens on (also while killed).
