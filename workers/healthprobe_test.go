@@ -94,7 +94,9 @@ func startMonitored(t *testing.T, n int, protocol string, probe workers.HealthPr
 // waitChecks returns once every worker has been checked n times (rounds).
 func (m *monitored) waitChecks(t *testing.T, n int) {
 	t.Helper()
-	ctx := testCtx(t)
+	// A safety net, not a wait: on a loaded machine rounds slow down.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	for {
 		m.mu.Lock()
 		least := n
@@ -266,7 +268,9 @@ func TestHealthAutoHoldsAnEngineToItsWord(t *testing.T) {
 // waitFlip returns once the monitor has reported want.
 func (m *monitored) waitFlip(t *testing.T, want healthFlip) {
 	t.Helper()
-	ctx := testCtx(t)
+	// A safety net, not a wait: on a loaded machine rounds slow down.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	for {
 		m.mu.Lock()
 		ch := m.changed
