@@ -98,7 +98,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 	if err != nil {
 		return nil, err
 	}
-	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots}
+	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots, vocab: d.r.outputVocab(dec.Worker)}
 	if !dryRun {
 		p.release = dec.Worker.Acquire()
 		p.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
@@ -119,6 +119,8 @@ type single struct {
 	// (Worker.Prefilling): at the first token, or at the end.
 	prefilled func()
 	slots     breakerSlots
+	// vocab bounds the output ids (route.outputVocab).
+	vocab int
 }
 
 // firstToken tells the worker's accounting that the prompt is prefilled.
@@ -133,7 +135,7 @@ func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (worke
 	if err != nil {
 		return nil, err
 	}
-	return workers.CheckedStream(st, p.dec.Worker.Info().VocabSize), nil
+	return workers.CheckedStream(st, p.vocab), nil
 }
 
 // why logs a decision's reason, which policies build only when asked
@@ -245,7 +247,7 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 		return nil, err
 	}
 	p.st = st
-	checked := workers.CheckedStream(st, p.dec.Decode.Worker.Info().VocabSize)
+	checked := workers.CheckedStream(st, p.d.r.outputVocab(p.dec.Decode.Worker))
 	go func() {
 		select {
 		case <-st.PrefillDone():
@@ -337,7 +339,12 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 		return status.Errorf(codes.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
 			side, len(ws), healthy, open)
 	}
-	return j.task.check(limitsOf(ws))
+	l := limitsOf(ws)
+	if l.vocabSize == 0 {
+		// No engine reports its vocabulary: the tokenizer's holds.
+		l.vocabSize = j.route.tokenizerVocab()
+	}
+	return j.task.check(l)
 }
 
 // implementing keeps the workers that may be given rpc ("": all of them).
