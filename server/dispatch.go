@@ -121,6 +121,9 @@ type single struct {
 	slots     breakerSlots
 	// vocab bounds the output ids (route.outputVocab).
 	vocab int
+	// held is the engine's stream, which may outlive the attempt (see
+	// held.go); nil until started.
+	held *heldStream
 }
 
 // firstToken tells the worker's accounting that the prompt is prefilled.
@@ -131,11 +134,14 @@ func (p *single) firstToken() {
 }
 
 func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
-	st, err := p.dec.Worker.Backend().Generate(ctx, req)
+	sctx, stop := p.s.engineContext(ctx)
+	st, err := p.dec.Worker.Backend().Generate(sctx, req)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	return workers.CheckedStream(st, p.vocab), nil
+	p.held = holdStream(ctx, st, stop)
+	return workers.CheckedStream(p.held, p.vocab), nil
 }
 
 // why logs a decision's reason, which policies build only when asked
@@ -161,7 +167,10 @@ func (p *single) traceAttrs() []attribute.KeyValue {
 func (p *single) legs() []leg { return []leg{{role: "regular", w: p.dec.Worker}} }
 
 func (p *single) end(out policy.Outcome) {
-	if p.release != nil {
+	switch {
+	case p.held != nil:
+		p.held.release(p.release, p.s.cfg.AbortConfirmTimeout, p.s.hardStop.Done())
+	case p.release != nil:
 		p.release()
 	}
 	p.firstToken()

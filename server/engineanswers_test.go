@@ -213,3 +213,99 @@ func TestRouterEnforcesStopTokenIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestIgnoredAbortKeepsTheRequestCounted: a request the client cancels is
+// aborted, but an engine that ignores Abort keeps generating it, and the
+// worker counts it in flight until the engine's stream ends; one whose
+// stream never ends is released after --abort-confirm-timeout.
+func TestIgnoredAbortKeepsTheRequestCounted(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto+"/until the engine finishes", func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: proto, workers: 1, sim: func(_ int, c *sim.Config) {
+				c.Faults.IgnoreAbort = true
+				c.TimeScale, c.DecodeMsPerToken = 1, 20 // 100 tokens: 2 s
+			}})
+			eng := f.sims[0].Engine()
+			w, _ := f.reg.Get(f.workerURL(0))
+			cancelAfterFirstToken(t, f, 100)
+			// The release is the signal: by then the engine must have
+			// run the request to its end, long after the Abort.
+			waitIdle(t, w)
+			if st := eng.Stats(); st.Completed != 1 || st.Aborted != 0 || st.AbortCalls != 1 {
+				t.Fatalf("released when the engine had %d completed, %d aborted, %d Abort calls; want the request aborted and run to its end first",
+					st.Completed, st.Aborted, st.AbortCalls)
+			}
+		})
+		t.Run(proto+"/a stream that never ends", func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: proto, workers: 1,
+				sim:     func(_ int, c *sim.Config) { c.Faults.IgnoreAbort, c.Faults.StallAfterTokens = true, 1 },
+				gateway: func(c *gateway.Config) { c.Reliability.AbortConfirmTimeout = 300 * time.Millisecond }})
+			w, _ := f.reg.Get(f.workerURL(0))
+			start := time.Now()
+			cancelAfterFirstToken(t, f, 100)
+			waitIdle(t, w)
+			if d := time.Since(start); d < 300*time.Millisecond {
+				t.Fatalf("released after %v, before the bound", d)
+			}
+			if eng := f.sims[0].Engine(); eng.Stats().Running != 1 {
+				t.Fatal("the stalled request ended on the engine; the bound was not what released it")
+			}
+		})
+	}
+}
+
+// waitIdle waits for w to have nothing in flight.
+func waitIdle(t *testing.T, w *workers.Worker) {
+	t.Helper()
+	select {
+	case <-w.Idle():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("worker %s still has %d requests in flight", w.URL(), w.InFlight())
+	}
+}
+
+// cancelAfterFirstToken starts a streaming Generate of n tokens, reads its
+// first chunk and cancels it.
+func cancelAfterFirstToken(t *testing.T, f *fleet, n uint32) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(1, 40), Stream: true,
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(n), IgnoreEos: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMaxNewTokensAbortsOnlyAnEngineThatOverruns: the router aborts an
+// engine that generates past max_new_tokens, and never one that stops there
+// (its completion follows the last token).
+func TestMaxNewTokensAbortsOnlyAnEngineThatOverruns(t *testing.T) {
+	for _, proto := range protocols {
+		for _, overrun := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/overrun=%v", proto, overrun), func(t *testing.T) {
+				f := startFleet(t, fleetOptions{protocol: proto, workers: 1, sim: func(_ int, c *sim.Config) {
+					c.Faults.IgnoreMaxTokens = overrun
+					c.TimeScale, c.DecodeMsPerToken = 1, 20 // 5 tokens asked, 18 generated: 360 ms
+				}})
+				done := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 24), Stream: true,
+					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(5), IgnoreEos: true}}).complete
+				if len(done.OutputIds) != 5 {
+					t.Fatalf("%d output ids, want 5", len(done.OutputIds))
+				}
+				w, _ := f.reg.Get(f.workerURL(0))
+				waitIdle(t, w) // the engine's stream has ended
+				st := f.sims[0].Engine().Stats()
+				if overrun && (st.AbortCalls != 1 || st.Aborted != 1) {
+					t.Fatalf("%d Abort calls, %d aborted; want the overrunning request aborted", st.AbortCalls, st.Aborted)
+				}
+				if !overrun && (st.AbortCalls != 0 || st.Completed != 1) {
+					t.Fatalf("%d Abort calls, %d completed; want no Abort for an engine that stopped at the limit", st.AbortCalls, st.Completed)
+				}
+			})
+		}
+	}
+}
