@@ -58,6 +58,8 @@ type placement interface {
 	// abortOnFailure tells whether the pipeline must send Abort for an
 	// attempt that ended early; the PD legs abort themselves.
 	abortOnFailure() bool
+	// aborted is told how the Abort the pipeline sent (after end) fared.
+	aborted(err error)
 	// decision is the policy decision that placed the client-visible worker.
 	decision() policy.Decision
 	// logAttrs describe the placement in log lines.
@@ -155,7 +157,16 @@ func (p *single) settle(f *failure)           { p.slots.settle(f) }
 func (p *single) served() *workers.Worker     { return p.dec.Worker }
 func (p *single) blame(error) *workers.Worker { return p.dec.Worker }
 func (p *single) abortOnFailure() bool        { return true }
-func (p *single) decision() policy.Decision   { return p.dec }
+
+// aborted cuts the engine's stream at once when Abort failed: nothing else
+// would end it, and cutting the stream is the one signal left (engines
+// that honour it drop the request).
+func (p *single) aborted(err error) {
+	if err != nil && p.held != nil {
+		p.held.stop()
+	}
+}
+func (p *single) decision() policy.Decision { return p.dec }
 func (p *single) logAttrs() []any {
 	return []any{"worker", p.dec.Worker.URL(), "policy", p.pol.Name(), "branch", p.dec.Branch, "decision", why{&p.dec}}
 }
@@ -302,6 +313,7 @@ func (p *pair) legs() []leg {
 }
 
 func (p *pair) abortOnFailure() bool      { return false }
+func (p *pair) aborted(error)             {}
 func (p *pair) decision() policy.Decision { return p.dec.Decode }
 func (p *pair) logAttrs() []any {
 	return []any{"prefill", p.dec.Prefill.Worker.URL(), "decode", p.dec.Decode.Worker.URL(), "room", p.dec.Room,
