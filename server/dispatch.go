@@ -58,6 +58,8 @@ type placement interface {
 	// abortOnFailure tells whether the pipeline must send Abort for an
 	// attempt that ended early; the PD legs abort themselves.
 	abortOnFailure() bool
+	// aborted is told how the Abort the pipeline sent (after end) fared.
+	aborted(err error)
 	// decision is the policy decision that placed the client-visible worker.
 	decision() policy.Decision
 	// logAttrs describe the placement in log lines.
@@ -98,7 +100,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 	if err != nil {
 		return nil, err
 	}
-	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots}
+	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots, vocab: d.r.outputVocab(dec.Worker)}
 	if !dryRun {
 		p.release = dec.Worker.Acquire()
 		p.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
@@ -119,6 +121,11 @@ type single struct {
 	// (Worker.Prefilling): at the first token, or at the end.
 	prefilled func()
 	slots     breakerSlots
+	// vocab bounds the output ids (route.outputVocab).
+	vocab int
+	// held is the engine's stream, which may outlive the attempt (see
+	// held.go); nil until started.
+	held *heldStream
 }
 
 // firstToken tells the worker's accounting that the prompt is prefilled.
@@ -129,11 +136,14 @@ func (p *single) firstToken() {
 }
 
 func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
-	st, err := p.dec.Worker.Backend().Generate(ctx, req)
+	sctx, stop := p.s.engineContext(ctx)
+	st, err := p.dec.Worker.Backend().Generate(sctx, req)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	return workers.CheckedStream(st, p.dec.Worker.Info().VocabSize), nil
+	p.held = holdStream(ctx, st, stop)
+	return workers.CheckedStream(p.held, p.vocab), nil
 }
 
 // why logs a decision's reason, which policies build only when asked
@@ -147,7 +157,16 @@ func (p *single) settle(f *failure)           { p.slots.settle(f) }
 func (p *single) served() *workers.Worker     { return p.dec.Worker }
 func (p *single) blame(error) *workers.Worker { return p.dec.Worker }
 func (p *single) abortOnFailure() bool        { return true }
-func (p *single) decision() policy.Decision   { return p.dec }
+
+// aborted cuts the engine's stream at once when Abort failed: nothing else
+// would end it, and cutting the stream is the one signal left (engines
+// that honour it drop the request).
+func (p *single) aborted(err error) {
+	if err != nil && p.held != nil {
+		p.held.stop()
+	}
+}
+func (p *single) decision() policy.Decision { return p.dec }
 func (p *single) logAttrs() []any {
 	return []any{"worker", p.dec.Worker.URL(), "policy", p.pol.Name(), "branch", p.dec.Branch, "decision", why{&p.dec}}
 }
@@ -159,7 +178,10 @@ func (p *single) traceAttrs() []attribute.KeyValue {
 func (p *single) legs() []leg { return []leg{{role: "regular", w: p.dec.Worker}} }
 
 func (p *single) end(out policy.Outcome) {
-	if p.release != nil {
+	switch {
+	case p.held != nil:
+		p.held.release(p.release, p.s.cfg.AbortConfirmTimeout, p.s.hardStop.Done())
+	case p.release != nil:
 		p.release()
 	}
 	p.firstToken()
@@ -245,7 +267,7 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 		return nil, err
 	}
 	p.st = st
-	checked := workers.CheckedStream(st, p.dec.Decode.Worker.Info().VocabSize)
+	checked := workers.CheckedStream(st, p.d.r.outputVocab(p.dec.Decode.Worker))
 	go func() {
 		select {
 		case <-st.PrefillDone():
@@ -291,6 +313,7 @@ func (p *pair) legs() []leg {
 }
 
 func (p *pair) abortOnFailure() bool      { return false }
+func (p *pair) aborted(error)             {}
 func (p *pair) decision() policy.Decision { return p.dec.Decode }
 func (p *pair) logAttrs() []any {
 	return []any{"prefill", p.dec.Prefill.Worker.URL(), "decode", p.dec.Decode.Worker.URL(), "room", p.dec.Room,
@@ -337,7 +360,12 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 		return status.Errorf(codes.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
 			side, len(ws), healthy, open)
 	}
-	return j.task.check(limitsOf(ws))
+	l := limitsOf(ws)
+	if l.vocabSize == 0 {
+		// No engine reports its vocabulary: the tokenizer's holds.
+		l.vocabSize = j.route.tokenizerVocab()
+	}
+	return j.task.check(l)
 }
 
 // implementing keeps the workers that may be given rpc ("": all of them).

@@ -102,6 +102,15 @@ func (a *admin) workerPB(w *workers.Worker) *kvgatev1.Worker {
 		Draining:      w.Draining(),
 		Connecting:    !w.Connected(),
 		HealthCheck:   w.HealthCheckInUse(),
+		VocabSize:     uint32(max(w.Info().VocabSize, 0)),
+	}
+	if pb.VocabSize == 0 {
+		for _, r := range a.s.routes.all() {
+			if r.serves(w) {
+				pb.VocabSize = uint32(r.promptVocab(w))
+				break
+			}
+		}
 	}
 	if a.s.kvEvents != nil {
 		if st, ok := a.s.kvEvents.Status(w.URL()); ok {

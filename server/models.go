@@ -81,6 +81,38 @@ func (r *route) candidates(reg *workers.Registry, role workers.Role) []*workers.
 	return out
 }
 
+// tokenizerVocab is the size of the route's tokenizer's vocabulary, 0
+// without one.
+func (r *route) tokenizerVocab() int {
+	if r.Text == nil {
+		return 0
+	}
+	return r.Text.Tokenizer().VocabSize()
+}
+
+// promptVocab is the vocabulary w's prompt ids must fall in: the engine's
+// vocab_size, or the tokenizer's when the engine reports none (engines that
+// leave GetModelInfo's fields empty exist; checking against nothing let any
+// id reach them).
+func (r *route) promptVocab(w *workers.Worker) int {
+	if v := w.Info().VocabSize; v > 0 {
+		return v
+	}
+	return r.tokenizerVocab()
+}
+
+// outputVocab is the vocabulary w's output ids must fall in: the smaller of
+// the engine's and the tokenizer's, since the router decodes the output and
+// an id beyond the tokenizer (engines pad vocab_size to a multiple of 64 or
+// 128) has no text. An id outside it is the engine's fault.
+func (r *route) outputVocab(w *workers.Worker) int {
+	v, t := w.Info().VocabSize, r.tokenizerVocab()
+	if v <= 0 || (t > 0 && t < v) {
+		return t
+	}
+	return v
+}
+
 // noText is the status of a request that needs the model's tokenizer when
 // it has none: UNAVAILABLE while it loads (a client retries), else
 // FAILED_PRECONDITION saying what to configure.

@@ -142,7 +142,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		p.settle(f)
 		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && p.abortOnFailure() {
 			cancel(nil)
-			s.abort(ctx, log, p.served(), id)
+			p.aborted(s.abort(ctx, log, p.served(), id))
 		}
 		legs.end(f.status())
 		f.log(ctx, log)
@@ -156,7 +156,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		// it (a stop string matched here).
 		cancel(nil)
 		if p.abortOnFailure() {
-			s.abort(ctx, log, p.served(), id)
+			p.aborted(s.abort(ctx, log, p.served(), id))
 		}
 	}
 	if err := r.deliver(ctx, p, log); err != nil {
@@ -206,11 +206,13 @@ var errShuttingDown = errors.New("kvgate is shutting down")
 
 // abort asks the worker to drop an attempt, on a context of its own since
 // the request's context is usually the reason for aborting.
-func (s *Server) abort(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) {
+func (s *Server) abort(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortTimeout)
 	defer cancel()
 	s.metrics.aborts.WithLabelValues(w.URL()).Inc()
-	if err := w.Backend().Abort(actx, id); err != nil {
+	err := w.Backend().Abort(actx, id)
+	if err != nil {
 		log.WarnContext(ctx, "abort failed", "error", err)
 	}
+	return err
 }

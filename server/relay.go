@@ -40,15 +40,25 @@ type relay struct {
 	promptSent bool
 	last       workers.Chunk // the engine's latest running totals
 	stopped    bool          // a stop string matched here, not in the engine
-	firstAt    time.Time     // when the first token arrived
-	lastAt     time.Time     // when the latest tokens arrived
+	// contract is what the request allows the engine to generate; ended
+	// is its finish ("length", "stop" with endToken) once the output
+	// reached it, overrun that the engine sent tokens past it (dropped
+	// here), and early that the relay ended before the engine's
+	// completion, so the engine may still be generating.
+	contract contract
+	ended    string
+	endToken *uint32
+	overrun  bool
+	early    bool
+	firstAt  time.Time // when the first token arrived
+	lastAt   time.Time // when the latest tokens arrived
 
 	timer *time.Timer // cancels the attempt when the engine goes quiet
 	first atomic.Bool // a token has arrived (read by the timer)
 }
 
 func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p placement) *relay {
-	r := &relay{s: s, j: j, p: p, ans: newAnswer(j), lp: logprobs{text: j.route.Text}}
+	r := &relay{s: s, j: j, p: p, ans: newAnswer(j), lp: logprobs{text: j.route.Text}, contract: newContract(j.sampling)}
 	if text := j.route.Text; text != nil {
 		sp := j.sampling
 		r.ds = text.NewStream(detok.Options{
@@ -119,9 +129,36 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 			if err := r.flushText(); err != nil {
 				return nil, err
 			}
+			r.early = true
 			return r.completion("", nil, c.PromptTokens, c.CachedTokens), nil
 		}
+		if r.ended != "" {
+			return r.afterEnd(es, c)
+		}
 	}
+}
+
+// afterEnd finishes a stream whose output reached the request's end
+// (max_new_tokens or a stop id) at chunk c. An engine that keeps the
+// contract sends its completion next, which is used as usual; one that
+// sends more tokens (dropped) ignored it, and the answer is complete
+// without it: the pipeline aborts the engine's generation. A stream that
+// fails here has delivered every token the request allows, so the client
+// gets its completion all the same.
+func (r *relay) afterEnd(es workers.Stream, c workers.Chunk) (*kvgatev1.GenerateComplete, error) {
+	if !r.overrun {
+		next, err := es.Recv()
+		if err == nil && next.Final != nil {
+			r.last = next
+			return r.complete(next.Final)
+		}
+		r.overrun = err == nil
+	}
+	r.early = true
+	if err := r.flushText(); err != nil {
+		return nil, err
+	}
+	return r.completion(r.ended, r.endToken, c.PromptTokens, c.CachedTokens), nil
 }
 
 // gotPrompt keeps the prompt's log-probabilities the first time the engine
@@ -136,6 +173,24 @@ func (r *relay) gotPrompt(lps []workers.Logprob) {
 // none).
 func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 	if len(ids) == 0 || r.stopped {
+		return nil
+	}
+	if r.ended != "" {
+		r.overrun = true
+		return nil
+	}
+	keep, finish, matched := r.contract.end(len(r.output), ids)
+	if keep < len(ids) {
+		r.overrun = true
+		ids = ids[:keep]
+		if len(engineLps) > keep {
+			engineLps = engineLps[:keep]
+		}
+	}
+	if finish != "" {
+		r.ended, r.endToken = finish, matched
+	}
+	if len(ids) == 0 {
 		return nil
 	}
 	now := time.Now()
@@ -244,9 +299,18 @@ func (r *relay) complete(f *workers.Completion) (*kvgatev1.GenerateComplete, err
 	if r.stopped {
 		return r.completion("", nil, f.PromptTokens, f.CachedTokens), nil
 	}
-	c := r.completion(f.FinishReason, f.MatchedStopTokenID, f.PromptTokens, f.CachedTokens)
-	c.Usage.CompletionTokens = f.CompletionTokens
-	return c, nil
+	if r.overrun {
+		// The engine generated past the request's end; the answer ends
+		// where the request said.
+		return r.completion(r.ended, r.endToken, f.PromptTokens, f.CachedTokens), nil
+	}
+	// Usage counts the tokens relayed (r.output), never the engine's
+	// completion_tokens: engines report 0 in a last message without
+	// output_ids, or count tokens they never sent. Every token an engine
+	// generates reaches the router, in a chunk or in the completion's
+	// output_ids (CheckedStream holds the two to agree), so a larger
+	// figure of the engine's is one nothing backs, and is not billed.
+	return r.completion(f.FinishReason, f.MatchedStopTokenID, f.PromptTokens, f.CachedTokens), nil
 }
 
 // completion assembles the final message; finish "" means a stop string

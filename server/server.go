@@ -122,6 +122,11 @@ type Reliability struct {
 	// StreamIdleTimeout fails an attempt whose engine, after its first
 	// token, sent nothing for this long; 0: no limit.
 	StreamIdleTimeout time.Duration
+	// AbortConfirmTimeout bounds how long a request the router gave up on
+	// (client gone, timeout, output complete) stays counted in flight on
+	// its worker while the engine has not ended its stream: engines that
+	// ignore Abort keep working on it (see held.go). 0: released at once.
+	AbortConfirmTimeout time.Duration
 }
 
 // DefaultReliability returns SMG's retry defaults, a 60 s first-token
@@ -133,6 +138,11 @@ func DefaultReliability() Reliability {
 		Retry:             DefaultRetryConfig(),
 		FirstTokenTimeout: 60 * time.Second,
 		StreamIdleTimeout: 30 * time.Second,
+		// A generation of a few thousand tokens at tens of milliseconds
+		// a token: longer than most requests an engine runs after an
+		// ignored Abort, short enough that a stream that never ends
+		// frees its count soon.
+		AbortConfirmTimeout: 60 * time.Second,
 	}
 }
 
@@ -140,6 +150,9 @@ func DefaultReliability() Reliability {
 func (r Reliability) Validate() error {
 	if r.FirstTokenTimeout < 0 {
 		return fmt.Errorf("--first-token-timeout is %v; it must be >= 0 (0: no limit)", r.FirstTokenTimeout)
+	}
+	if r.AbortConfirmTimeout < 0 {
+		return fmt.Errorf("--abort-confirm-timeout is %v; it must be >= 0 (0: release at once)", r.AbortConfirmTimeout)
 	}
 	if r.StreamIdleTimeout < 0 {
 		return fmt.Errorf("--stream-idle-timeout is %v; it must be >= 0 (0: no limit)", r.StreamIdleTimeout)

@@ -210,6 +210,29 @@ type Faults struct {
 	KVEventFloodRanks int
 	// RPC are partial implementations of the engine's RPCs (rpcfaults.go).
 	RPC RPCFaults
+
+	// The faults below are answers real engines give that contradict what
+	// they did (see misreport.go).
+
+	// UsageZero reports completion_tokens 0 on every message and, when
+	// streaming, a completion without output_ids, as engines that count
+	// nothing in their last message do.
+	UsageZero bool
+	// ModelInfoMinimal answers GetModelInfo without vocab_size, context
+	// length or end-of-sequence ids.
+	ModelInfoMinimal bool
+	// EmitOOV replaces the output token at position EmitOOVAfter (0: the
+	// first) with VocabSize, an id outside the vocabulary.
+	EmitOOV      bool
+	EmitOOVAfter int
+	// IgnoreAbort makes Abort answer success and do nothing, and a request
+	// whose stream the client cancelled run to its natural end: it keeps
+	// its KV pages and counts as running until then.
+	IgnoreAbort bool
+	// IgnoreMaxTokens generates twice the request's max new tokens plus 8
+	// (within the context length), past its stop token ids and EOS, as an
+	// engine that drops the request's limits.
+	IgnoreMaxTokens bool
 }
 
 // DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
@@ -277,6 +300,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Faults.KVEventDelay, "kv-event-delay", c.Faults.KVEventDelay, "fault: deliver each KV event batch this long after it is published, not scaled by --time-scale (0: at once)")
 	fs.IntVar(&c.Faults.KVEventFloodBlocks, "kv-event-flood-blocks", c.Faults.KVEventFloodBlocks, "fault: every KV event batch also stores this many blocks under parents never stored, never removed (0: none)")
 	c.registerRPCFlags(fs)
+	fs.BoolVar(&c.Faults.UsageZero, "usage-zero", c.Faults.UsageZero, "fault: report completion_tokens 0, and no output_ids in a streamed completion")
+	fs.BoolVar(&c.Faults.ModelInfoMinimal, "model-info-minimal", c.Faults.ModelInfoMinimal, "fault: GetModelInfo reports no vocab_size, context length or end-of-sequence ids")
+	fs.Var(&oovFlag{&c.Faults}, "emit-oov-after", "fault: emit an id beyond the vocabulary as the output token after this many (0: the first token)")
+	fs.BoolVar(&c.Faults.IgnoreAbort, "ignore-abort", c.Faults.IgnoreAbort, "fault: Abort and stream cancellation do nothing; requests run to their end")
+	fs.BoolVar(&c.Faults.IgnoreMaxTokens, "ignore-max-tokens", c.Faults.IgnoreMaxTokens, "fault: generate twice max_new_tokens plus 8 tokens, ignoring the limit, stop_token_ids and EOS")
 	fs.IntVar(&c.Faults.KVEventFloodRanks, "kv-event-flood-ranks", c.Faults.KVEventFloodRanks, "fault: with --kv-event-flood-blocks, also publish the flood on dp ranks 1 to N-1, which the engine does not have (0 or 1: rank 0 only)")
 }
 
@@ -365,6 +393,8 @@ func (c *Config) validate() error {
 		return bad("KVTransferGBps", "must be > 0 for a decode engine, got %v", c.KVTransferGBps)
 	case c.Faults.DropAfterTokens < 0:
 		return bad("Faults.DropAfterTokens", "must be >= 0, got %d", c.Faults.DropAfterTokens)
+	case c.Faults.EmitOOVAfter < 0:
+		return bad("Faults.EmitOOVAfter", "must be >= 0, got %d", c.Faults.EmitOOVAfter)
 	case c.Faults.StallAfterTokens < 0:
 		return bad("Faults.StallAfterTokens", "must be >= 0, got %d", c.Faults.StallAfterTokens)
 	case c.DPSize < 0 || c.DPSize > maxDPSize:

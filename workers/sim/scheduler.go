@@ -122,6 +122,7 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 	if e.Faults().UnimplementedGenerate {
 		return status.Error(codes.Unimplemented, "sim: injected fault: this engine serves no generation")
 	}
+	ctx, send = e.misreport(ctx, r, send)
 	if r.pd != nil && !r.pd.prefill {
 		if err := e.receiveKV(ctx, r, send); err != nil {
 			return err
@@ -155,7 +156,7 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 	var matched *uint32
 	finish := "length"
 	sentPrompt := false // the prompt's log-probabilities went out on a chunk
-	for len(out) < r.maxNew {
+	for limit := e.outputLimit(r); len(out) < limit; {
 		if len(out) > 0 {
 			if err := e.sleepUntil(ctx, r, next); err != nil { // decode step
 				return e.interrupted(ctx, r, out, send, err)
@@ -185,7 +186,7 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 		if err := e.injectFaults(ctx, r, out); err != nil {
 			return e.interrupted(ctx, r, out, send, err)
 		}
-		if stop {
+		if stop && !e.Faults().IgnoreMaxTokens {
 			finish, matched = "stop", &tok
 			break
 		}
@@ -466,6 +467,12 @@ func (e *Engine) endLocked(r *request, kind endKind, out []uint32) bool {
 // and reports how many it ended. Their Generate streams then complete with
 // finish_reason "abort". One call is one Abort RPC in Stats.AbortCalls.
 func (e *Engine) abort(ids ...string) int {
+	if e.Faults().IgnoreAbort {
+		e.mu.Lock()
+		e.counters.abortCalls++
+		e.mu.Unlock()
+		return 0
+	}
 	n := 0
 	for _, r := range e.ranks {
 		n += r.abort(ids...)

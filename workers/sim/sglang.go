@@ -173,7 +173,7 @@ func (s *sglangServer) Abort(_ context.Context, req *sglang.AbortRequest) (*sgla
 
 func (s *sglangServer) GetModelInfo(context.Context, *sglang.GetModelInfoRequest) (*sglang.GetModelInfoResponse, error) {
 	c := s.e.cfg
-	return &sglang.GetModelInfoResponse{
+	info := &sglang.GetModelInfoResponse{
 		ModelPath:        c.Model,
 		TokenizerPath:    c.Model,
 		IsGeneration:     true,
@@ -186,7 +186,11 @@ func (s *sglangServer) GetModelInfo(context.Context, *sglang.GetModelInfoRequest
 		BosTokenId:       s.e.bosTokenID(),
 		MaxReqInputLen:   int32(c.MaxContextLength - 1),
 		Architectures:    []string{"LlamaForCausalLM"},
-	}, nil
+	}
+	if s.e.Faults().ModelInfoMinimal {
+		info.VocabSize, info.MaxContextLength, info.EosTokenIds, info.MaxReqInputLen = 0, 0, nil, 0
+	}
+	return info, nil
 }
 
 func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoRequest) (*sglang.GetServerInfoResponse, error) {

@@ -182,7 +182,7 @@ func (s *vllmServer) Abort(_ context.Context, req *vllm.AbortRequest) (*vllm.Abo
 
 func (s *vllmServer) GetModelInfo(context.Context, *vllm.GetModelInfoRequest) (*vllm.GetModelInfoResponse, error) {
 	c := s.e.cfg
-	return &vllm.GetModelInfoResponse{
+	info := &vllm.GetModelInfoResponse{
 		ModelPath:        c.Model,
 		IsGeneration:     true,
 		MaxContextLength: uint32(c.MaxContextLength),
@@ -195,7 +195,11 @@ func (s *vllmServer) GetModelInfo(context.Context, *vllm.GetModelInfoRequest) (*
 		PadTokenId:       int32(c.EOSTokenID),
 		BosTokenId:       s.e.bosTokenID(),
 		MaxReqInputLen:   int32(c.MaxContextLength - 1),
-	}, nil
+	}
+	if s.e.Faults().ModelInfoMinimal {
+		info.VocabSize, info.MaxContextLength, info.EosTokenIds, info.MaxReqInputLen = 0, 0, nil, 0
+	}
+	return info, nil
 }
 
 func (s *vllmServer) GetServerInfo(context.Context, *vllm.GetServerInfoRequest) (*vllm.GetServerInfoResponse, error) {

@@ -1108,7 +1108,11 @@ type Worker struct {
 	// What the health monitor judges the worker by (--health-check): "engine"
 	// (its HealthCheck), "model-info" (GetModelInfo answering), "grpc-health"
 	// (grpc.health.v1) or "none"; "auto" before the first check chose one.
-	HealthCheck   string `protobuf:"bytes,15,opt,name=health_check,json=healthCheck,proto3" json:"health_check,omitempty"`
+	HealthCheck string `protobuf:"bytes,15,opt,name=health_check,json=healthCheck,proto3" json:"health_check,omitempty"`
+	// The vocabulary size the router holds the worker's token ids to: the
+	// engine's vocab_size, or the model's tokenizer's when the engine reports
+	// none (0: neither is known).
+	VocabSize     uint32 `protobuf:"varint,14,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1239,6 +1243,13 @@ func (x *Worker) GetHealthCheck() string {
 		return x.HealthCheck
 	}
 	return ""
+}
+
+func (x *Worker) GetVocabSize() uint32 {
+	if x != nil {
+		return x.VocabSize
+	}
+	return 0
 }
 
 // KvEventStream is the state of one worker's KV event subscription.
@@ -1450,7 +1461,7 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x12speculative_tokens\x18\t \x01(\rR\x11speculativeTokens\"\x14\n" +
 	"\x12ListWorkersRequest\"B\n" +
 	"\x13ListWorkersResponse\x12+\n" +
-	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\x88\x04\n" +
+	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xa7\x04\n" +
 	"\x06Worker\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12/\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x13.kvgate.v1.ProtocolR\bprotocol\x12#\n" +
@@ -1468,7 +1479,9 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"connecting\x18\f \x01(\bR\n" +
 	"connecting\x125\n" +
 	"\tkv_events\x18\r \x01(\v2\x18.kvgate.v1.KvEventStreamR\bkvEvents\x12!\n" +
-	"\fhealth_check\x18\x0f \x01(\tR\vhealthCheck\"\x85\x03\n" +
+	"\fhealth_check\x18\x0f \x01(\tR\vhealthCheck\x12\x1d\n" +
+	"\n" +
+	"vocab_size\x18\x0e \x01(\rR\tvocabSize\"\x85\x03\n" +
 	"\rKvEventStream\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x125\n" +

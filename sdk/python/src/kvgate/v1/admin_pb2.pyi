@@ -166,7 +166,7 @@ class RemoveWorkerResponse(_message.Message):
     def __init__(self, worker: _Optional[_Union[Worker, _Mapping]] = ..., aborted: _Optional[int] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ["address", "breaker", "connecting", "draining", "engine_running", "engine_waiting", "health", "health_check", "in_flight", "kv_events", "kv_usage", "model", "protocol", "role"]
+    __slots__ = ["address", "breaker", "connecting", "draining", "engine_running", "engine_waiting", "health", "health_check", "in_flight", "kv_events", "kv_usage", "model", "protocol", "role", "vocab_size"]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BREAKER_FIELD_NUMBER: _ClassVar[int]
     CONNECTING_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,7 @@ class Worker(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     address: str
     breaker: BreakerState
     connecting: bool
@@ -195,7 +196,8 @@ class Worker(_message.Message):
     model: str
     protocol: Protocol
     role: Role
-    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ..., health_check: _Optional[str] = ...) -> None: ...
+    vocab_size: int
+    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ..., health_check: _Optional[str] = ..., vocab_size: _Optional[int] = ...) -> None: ...
 
 class WorkerView(_message.Message):
     __slots__ = ["address", "breaker", "confirmed_tokens", "draining", "health", "in_flight", "load", "matched_tokens", "speculative_tokens"]
