@@ -31,8 +31,7 @@ func (s *sglangServer) Generate(req *sglang.GenerateRequest, stream sglang.Sglan
 	if err != nil {
 		return err
 	}
-	// SGLang's data_parallel_rank has no presence: 0 is rank 0 (see dp.go).
-	rank, err := s.e.forRank(req.GetDataParallelRank(), true)
+	rank, err := s.e.forRank(req.GetDataParallelRank(), req.DataParallelRank != nil)
 	if err != nil {
 		return err
 	}
