@@ -21,6 +21,12 @@ import (
 // with protocol detection; both end with the test.
 func startSim(t *testing.T, protocol string) (*sim.Server, *workers.Worker) {
 	t.Helper()
+	return startSimWith(t, protocol, nil)
+}
+
+// startSimWith is startSim with the engine's configuration changed by set.
+func startSimWith(t *testing.T, protocol string, set func(*sim.Config)) (*sim.Server, *workers.Worker) {
+	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Protocol = protocol
 	cfg.TimeScale = 0
@@ -30,6 +36,9 @@ func startSim(t *testing.T, protocol string) (*sim.Server, *workers.Worker) {
 	cfg.MaxContextLength = 4096
 	cfg.KVCapacityTokens = 8192
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if set != nil {
+		set(&cfg)
+	}
 	srv, err := sim.Start(cfg, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +66,33 @@ var simProtocols = []struct {
 	pageSize int // what Info should report
 }{
 	{sim.ProtocolSGLang, workers.ProtocolSGLang, 16},
-	{sim.ProtocolVLLM, workers.ProtocolVLLM, 0}, // vLLM's protocol carries no page size
+	{sim.ProtocolVLLM, workers.ProtocolVLLM, 16}, // GetServerInfo's block_size
+}
+
+// TestEnginesReportTheirPageSize: both protocols tell the KV page size
+// (SGLang's server_args.page_size, vLLM's GetServerInfo block_size), which
+// becomes the page size of the router's tree for the engine.
+func TestEnginesReportTheirPageSize(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			cfg := sim.DefaultConfig()
+			cfg.Protocol, cfg.TimeScale, cfg.PageSize = p.name, 0, 32
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			srv, err := sim.Start(cfg, "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Stop)
+			w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = w.Close() })
+			if got := w.Info().PageSize; got != 32 {
+				t.Errorf("page size %d, want the engine's 32", got)
+			}
+		})
+	}
 }
 
 func TestSimConnectAndGenerate(t *testing.T) {

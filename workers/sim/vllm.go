@@ -216,6 +216,7 @@ func (s *vllmServer) GetServerInfo(context.Context, *vllm.GetServerInfoRequest) 
 		UptimeSeconds:        time.Since(s.e.start).Seconds(),
 		ServerType:           "vllm-grpc",
 		DataParallelSize:     int32(s.e.DPSize()),
+		BlockSize:            int32(s.e.cfg.PageSize),
 	}, nil
 }
 
