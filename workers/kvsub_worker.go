@@ -81,6 +81,7 @@ type kvSub struct {
 	distrust    *time.Timer // fires MaxBackoff after brokenSince while exact
 	backoff     time.Duration
 	warn        *lograte.Limiter // one WARN line per kvWarnEvery
+	groups      prefixGroups     // keeps the events of prefix cache groups
 }
 
 func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.CancelFunc) *kvSub {
@@ -95,6 +96,7 @@ func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.
 		expected: map[int]uint64{},
 		backoff:  s.cfg.InitialBackoff,
 		warn:     lograte.New(kvWarnEvery),
+		groups:   prefixGroups{log: s.log.With("worker", url)},
 	}
 }
 
@@ -288,6 +290,7 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 
 // apply hands b to the handler and counts it.
 func (k *kvSub) apply(b *KVEventBatch) {
+	k.groups.filter(b)
 	if !k.call(func(h KVEventHandler) { h.ApplyKVEvents(k.url, b) }) {
 		return
 	}
