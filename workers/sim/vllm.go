@@ -255,3 +255,11 @@ func (s *vllmServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, 
 func (s *vllmServer) GetTokenizer(_ *smgcommon.GetTokenizerRequest, stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {
 	return s.e.getTokenizer(stream)
 }
+
+// FlushCache drops the prefix cache if no request is waiting or running.
+func (s *vllmServer) FlushCache(context.Context, *smgcommon.FlushCacheRequest) (*smgcommon.FlushCacheResponse, error) {
+	if err := s.e.flushCache(); err != nil {
+		return &smgcommon.FlushCacheResponse{Success: false, Message: err.Error()}, nil
+	}
+	return &smgcommon.FlushCacheResponse{Success: true, Message: "cache flushed"}, nil
+}
