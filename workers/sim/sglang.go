@@ -48,6 +48,7 @@ func (s *sglangServer) Generate(req *sglang.GenerateRequest, stream sglang.Sglan
 				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
 				OutputLogprobs: sglangOutputLogprobs(o.logprobs), InputLogprobs: sglangInputLogprobs(o.promptLogprobs),
 			}
+			c.SpecAcceptedTokens, c.SpecDraftTokens = s.e.speculative(o.completionTokens)
 			if o.final.matched != nil {
 				c.MatchedStop = &sglang.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
 			}

@@ -40,6 +40,7 @@ func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_
 				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
 				OutputLogprobs: vllmOutputLogprobs(o.logprobs), InputLogprobs: vllmInputLogprobs(o.promptLogprobs),
 			}
+			c.SpecAcceptedTokens, c.SpecDraftTokens = s.e.speculative(o.completionTokens)
 			if o.final.matched != nil {
 				c.MatchedStop = &vllm.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
 			}
