@@ -233,3 +233,23 @@ kvzmq-golden:
 	test -x $(KVZMQ_VENV)/bin/python || python3 -m venv $(KVZMQ_VENV)
 	$(KVZMQ_VENV)/bin/pip install -q msgspec==$(MSGSPEC_VERSION)
 	$(KVZMQ_VENV)/bin/python scripts/kvzmq-golden.py
+## proto-parity: compare kvgate's engine protos (api/proto/sglang, vllm, smg) field by field with
+## the published smg-grpc-proto package (SMG's), installed at a pinned version into a virtual
+## environment under KVGATE_CACHE (outside the clone, reused when present); fails on any
+## difference and prints it. scripts/proto_parity.py; its PAIRS table lists the packages compared.
+KVGATE_CACHE           ?= $(HOME)/.cache/kvgate
+SMG_GRPC_PROTO_VERSION := 0.4.28
+PROTO_PARITY_PROTOBUF  := 7.36.2
+PROTO_PARITY_GRPCIO    := 1.85.3
+PROTO_VENV             := $(KVGATE_CACHE)/proto-venv
+PROTO_VENV_STAMP       := $(PROTO_VENV)/.smg-grpc-proto-$(SMG_GRPC_PROTO_VERSION)
+.PHONY: proto-parity
+proto-parity: $(BIN)/buf $(PROTO_VENV_STAMP)
+	$(PROTO_VENV)/bin/python scripts/proto_parity.py --self-test
+	$(BIN)/buf build -o $(BIN)/engine-protos.binpb
+	$(PROTO_VENV)/bin/python scripts/proto_parity.py $(BIN)/engine-protos.binpb
+$(PROTO_VENV_STAMP):
+	test -x $(PROTO_VENV)/bin/python || python3 -m venv $(PROTO_VENV)
+	$(PROTO_VENV)/bin/pip install --quiet smg-grpc-proto==$(SMG_GRPC_PROTO_VERSION) \
+		protobuf==$(PROTO_PARITY_PROTOBUF) grpcio==$(PROTO_PARITY_GRPCIO)
+	touch $@

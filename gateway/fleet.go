@@ -269,3 +269,72 @@ func tokenizerFromWorkers(ctx context.Context, cfg Config, ws []*workers.Worker,
 	}
 	return nil, nil, nil
 }
+
+// fetchTextOnJoin serves the one model's text once an engine that joins
+// after start-up serves its tokenizer (GetTokenizer). Without it a router
+// started before its engines (a sidecar beside an engine still loading its
+// model) would wait --tokenizer-fetch-timeout, then answer text and Chat
+// with FAILED_PRECONDITION until restarted. Each join (a worker connecting,
+// or one added) asks the connected workers again, until one serves a
+// tokenizer that fits them.
+func (g *Gateway) fetchTextOnJoin(cfg Config) (stop func()) {
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	stop = g.Registry.Watch(func(c workers.Change) {
+		for _, w := range c.Added {
+			if w.Connected() {
+				poke()
+				return
+			}
+		}
+	})
+	poke() // a worker may have connected before the watch began
+	bg := g.bgCtx
+	g.bg.Go(func() {
+		for {
+			select {
+			case <-kick:
+			case <-bg.Done():
+				return
+			}
+			if g.loadJoinedText(bg, cfg) {
+				return
+			}
+		}
+	})
+	return stop
+}
+
+// loadJoinedText tries the connected workers for the one model's tokenizer
+// and serves it; it reports whether the model now has one.
+func (g *Gateway) loadJoinedText(ctx context.Context, cfg Config) bool {
+	m, w, err := tokenizerFromWorkers(ctx, cfg, g.Registry.Snapshot(), g.log)
+	if err != nil {
+		g.log.Error("a worker's tokenizer cannot be loaded; text, Chat and stop strings stay unavailable", "error", err)
+		return false
+	}
+	if m == nil {
+		return false
+	}
+	if err := g.vocab.arm("", m); err != nil {
+		g.log.Error("the tokenizer a worker served does not fit the workers; text, Chat and stop strings stay unavailable",
+			"worker", w.URL(), "error", err)
+		if err := g.vocab.arm("", nil); err != nil {
+			g.log.Error("the workers disagree", "error", err)
+		}
+		return false
+	}
+	if err := g.Server.SetModelText("", m, "worker "+w.URL()); err != nil {
+		g.log.Error("the model cannot be served", "error", err)
+		return false
+	}
+	g.log.Info("tokenizer loaded from a worker that joined after start-up", "worker", w.URL(),
+		"vocab_size", m.Tokenizer().VocabSize(), "chat_template", m.TemplateSource())
+	g.textJoinedOnce.Do(func() { close(g.textJoined) })
+	return true
+}

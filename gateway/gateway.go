@@ -199,6 +199,11 @@ type Gateway struct {
 	bg           sync.WaitGroup
 	watches      []func()
 	once         sync.Once
+	// textJoined is closed the first time a tokenizer is loaded from an
+	// engine in the background, after New returned (an engine that joined
+	// late); textJoinedOnce closes it.
+	textJoined     chan struct{}
+	textJoinedOnce sync.Once
 }
 
 // New connects to the workers, builds the policies, tokenizer and server,
@@ -236,7 +241,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		return nil, fmt.Errorf("circuit breaker: %w", err)
 	}
 	g := &Gateway{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout, igw: cfg.IGW, pdMode: cfg.PD,
-		starting: map[string]chan struct{}{}}
+		starting: map[string]chan struct{}{}, textJoined: make(chan struct{})}
 	// Background work (health checks, load polls, policies' loops, workers
 	// joining late) lives until Close.
 	g.bgCtx, g.stopBG = context.WithCancel(context.WithoutCancel(ctx))
@@ -379,6 +384,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		}
 		if serverBuilt != nil {
 			serverBuilt()
+		}
+		if g.Text == nil && cfg.Text == nil && !cfg.TokenIDsOnly && cfg.TextSources.ModelPath == "" && cfg.TextSources.TokenizerPath == "" {
+			g.watches = append(g.watches, g.fetchTextOnJoin(cfg))
 		}
 	}
 

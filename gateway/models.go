@@ -232,6 +232,9 @@ func (g *Gateway) ensureModel(cfg Config, w *workers.Worker) <-chan struct{} {
 		}
 		g.log.Info("model served", "model", name, "workers", len(g.modelWorkers(name)), "page_size", m.pageSize,
 			"tokenizer", source)
+		if text != nil {
+			g.textJoinedOnce.Do(func() { close(g.textJoined) })
+		}
 	})
 	return ready
 }

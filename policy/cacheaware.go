@@ -388,6 +388,13 @@ func (c *CacheAware) Forget(url string) {
 	c.tree.RemoveTenant(url)
 }
 
+// ForgetCache drops what the tree and the event mirror hold for a worker
+// whose engine flushed its cache.
+func (c *CacheAware) ForgetCache(url string) {
+	c.eventMirror.clearCache(url)
+	c.tree.RemoveTenant(url)
+}
+
 // Run evicts the tree down to MaxTreeSize tokens every EvictionInterval until
 // ctx ends. The tree evicts in short slices, so selections keep running
 // meanwhile.

@@ -458,6 +458,18 @@ func (e *eventMirror) isExact(worker string) bool {
 	return e.exact[worker]
 }
 
+// clearCache drops worker's mirrors (every rank) after its engine flushed
+// its cache; the worker keeps its mode, as its subscription carries on.
+func (e *eventMirror) clearCache(worker string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.mirrors {
+		if k.worker == worker {
+			delete(e.mirrors, k)
+		}
+	}
+}
+
 // forget drops everything kept about a worker that left the fleet.
 func (e *eventMirror) forget(worker string) {
 	e.mu.Lock()

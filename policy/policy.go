@@ -126,6 +126,14 @@ type Forgetter interface {
 	Forget(url string)
 }
 
+// CacheForgetter is implemented by policies that mirror the workers' KV
+// caches (a tree, a block index). ForgetCache drops what the policy holds
+// of url's cache, after the engine flushed it; unlike Forget, the worker
+// stays in the fleet with the rest of its state.
+type CacheForgetter interface {
+	ForgetCache(url string)
+}
+
 // Policy selects one worker among candidates.
 type Policy interface {
 	Name() string

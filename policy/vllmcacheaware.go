@@ -224,6 +224,12 @@ func (p *VllmCacheAware) Forget(url string) {
 	p.index.RemoveBackend(url)
 }
 
+// ForgetCache drops the blocks of a worker whose engine flushed its cache.
+func (p *VllmCacheAware) ForgetCache(url string) {
+	p.eventMirror.clearCache(url)
+	p.index.RemoveBackend(url)
+}
+
 // blockIndex is vllm_cache_aware's block index seen as an eventMirror's
 // index: stored blocks are recorded for the worker, removed ones (and
 // whatever the engine cannot reach below them) dropped.

@@ -12,6 +12,9 @@
 #   - every ```promql block of docs/metrics.md: each must parse; the seeds'
 #     queries (```promql seed: the SMG documents' queries with smg_ replaced by
 #     kvgate_) must also return a result;
+#     a ```promql finite query must return finite values only (a ratio whose
+#     denominator is 0 is +Inf or NaN), and a ```promql quiet alert must
+#     return nothing on this lightly loaded router (it must not always fire);
 #   - every expr of deploy/grafana/kvgate-dashboard.json, with Grafana's
 #     variables replaced ($__rate_interval by 1m, $instance by .*): each must
 #     parse.
@@ -93,11 +96,11 @@ wait_http "http://127.0.0.1:${prom_port}/-/ready" "Prometheus"
 	--concurrency 8 >"$work/bench.log" 2>&1 || fail "kvgate bench failed"
 
 python3 - "http://127.0.0.1:${prom_port}" docs/metrics.md deploy/grafana/kvgate-dashboard.json <<'EOF' || fail "queries failed"
-import json, re, sys, time, urllib.error, urllib.parse, urllib.request
+import json, math, re, sys, time, urllib.error, urllib.parse, urllib.request
 
 prom, doc_path, dash_path = sys.argv[1:4]
 
-queries = []  # (where, expr, must_return)
+queries = []  # (where, expr, tag): tag is seed, finite, quiet or empty
 lines = open(doc_path).read().split("\n")
 i = 0
 while i < len(lines):
@@ -108,7 +111,7 @@ while i < len(lines):
         while lines[i].strip() != "```":
             body.append(lines[i])
             i += 1
-        queries.append((f"{doc_path}:{start}", "\n".join(body), m.group(1).strip() == "seed"))
+        queries.append((f"{doc_path}:{start}", "\n".join(body), m.group(1).strip()))
     i += 1
 
 def exprs(node, title=""):
@@ -124,9 +127,9 @@ def exprs(node, title=""):
 
 for title, expr in exprs(json.load(open(dash_path))):
     expr = expr.replace("$__rate_interval", "1m").replace("${instance}", ".*").replace("$instance", ".*")
-    queries.append((f"dashboard panel {title!r}", expr, False))
+    queries.append((f"dashboard panel {title!r}", expr, ""))
 
-seeds = sum(1 for q in queries if q[2])
+seeds = sum(1 for q in queries if q[2] == "seed")
 if seeds < 2:
     sys.exit(f"{doc_path} has {seeds} seed queries, want 2")
 
@@ -149,18 +152,28 @@ else:
     sys.exit("Prometheus did not scrape kvgate's requests three times within 60 s")
 
 failed = 0
-for where, expr, must_return in queries:
+for where, expr, tag in queries:
     r = query(expr)
     if r.get("status") != "success":
         print(f"FAIL {where}: {r.get('errorType')}: {r.get('error')}\n  {expr}")
         failed += 1
         continue
-    n = len(r["data"]["result"]) if r["data"]["resultType"] in ("vector", "matrix") else 1
-    if must_return and n == 0:
-        print(f"FAIL {where}: the seed query returned nothing\n  {expr}")
+    vector = r["data"]["resultType"] in ("vector", "matrix")
+    n = len(r["data"]["result"]) if vector else 1
+    problem = ""
+    if tag in ("seed", "finite") and n == 0:
+        problem = f"the {tag} query returned nothing"
+    elif tag == "finite" and vector:
+        bad = [s["value"][1] for s in r["data"]["result"] if not math.isfinite(float(s["value"][1]))]
+        if bad:
+            problem = f"values {bad} are not finite (a denominator is 0)"
+    elif tag == "quiet" and n:
+        problem = f"the alert fires on a lightly loaded router: {r['data']['result']}"
+    if problem:
+        print(f"FAIL {where}: {problem}\n  {expr}")
         failed += 1
         continue
-    print(f"ok   {where}: {n} series" + (" (seed)" if must_return else ""))
+    print(f"ok   {where}: {n} series" + (f" ({tag})" if tag else ""))
 print(f"promql-check: {len(queries) - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 EOF

@@ -21,6 +21,10 @@ import (
 type Fleet interface {
 	AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error)
 	RemoveWorker(ctx context.Context, addr string, drain time.Duration) (w *workers.Worker, cut int, err error)
+	// FlushCache flushes an engine's prefix cache and forgets what the
+	// policies mirror of it (see Admin.FlushCache); it returns the worker
+	// and the engine's message.
+	FlushCache(ctx context.Context, addr string, timeout time.Duration) (w *workers.Worker, message string, err error)
 }
 
 // maxDrainSecs bounds a RemoveWorker call's drain timeout: the call waits

@@ -562,13 +562,15 @@ func TestKVEventMetrics(t *testing.T) {
 }
 
 func TestKVEventsOfAnotherBlockSizeAreRefusedLoudly(t *testing.T) {
-	// A vLLM engine does not report its block size; one whose blocks are 32
-	// tokens behind a router whose tree pages are 16 must not be matched
-	// page by page: the worker is shown approximate, with the reason.
+	// An engine whose blocks are 32 tokens behind a router told to use
+	// 16-token pages (--block-size 16, as for a vLLM engine that does not
+	// report its block size) must not be matched page by page: the worker
+	// is shown approximate, with the reason.
 	f := startFleet(t, fleetOptions{protocol: "vllm", workers: 1, policy: "cache_aware", sim: func(i int, c *sim.Config) {
 		bigVocab(i, c)
 		c.PageSize = 32
-	}})
+	}, options: func(o *policy.Options) { o.CacheAware.BlockSize = 16 },
+		gateway: func(c *gateway.Config) { c.LearnBlockSize = false }})
 	// The engine's events for the request must reach a stream already open:
 	// one opened after them would see nothing to refuse.
 	waitMode(t, f.admin, "events")
@@ -582,5 +584,26 @@ func TestKVEventsOfAnotherBlockSizeAreRefusedLoudly(t *testing.T) {
 	})
 	if got := cacheAware(t, f.g).Holdings(f.workerURL(0), true); len(got) != 0 {
 		t.Fatalf("%d pages confirmed from 32-token blocks in a 16-token tree", len(got))
+	}
+}
+
+// TestVLLMBlockSizeBecomesTheTreesPage: a vLLM engine reports its block size
+// (GetServerInfo block_size), so a router left to learn it pages its tree
+// the same way, and the engine's 32-token blocks are confirmed as pages.
+func TestVLLMBlockSizeBecomesTheTreesPage(t *testing.T) {
+	f := startFleet(t, fleetOptions{protocol: "vllm", workers: 1, policy: "cache_aware", sim: func(i int, c *sim.Config) {
+		bigVocab(i, c)
+		c.PageSize = 32
+	}})
+	waitMode(t, f.admin, "events")
+	if _, err := f.generate(context.Background(), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 100),
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the engine's 32-token blocks confirmed in the tree", func() bool {
+		return len(cacheAware(t, f.g).Holdings(f.workerURL(0), true)) == 3 // 100 prompt tokens: 3 whole blocks
+	})
+	if st := kvStatus(t, f, 0); st.GetMode() != "events" {
+		t.Errorf("mode %q (%s), want events", st.GetMode(), st.GetLastError())
 	}
 }

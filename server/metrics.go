@@ -33,6 +33,9 @@ type Metrics struct {
 	// Tokens of completed requests by worker, as the engines reported
 	// them: cached / prompt is an engine's real prefix-cache hit ratio.
 	promptTokens, completionTokens, cachedTokens *prometheus.CounterVec
+	// specDraft and specAccepted are the engines' speculative decoding
+	// counts (GenerateComplete spec_draft_tokens, spec_accepted_tokens).
+	specDraft, specAccepted *prometheus.CounterVec
 	// Input tokens of completed Embed batches, apart from the prompt
 	// tokens so that cached / prompt stays the engines' hit ratio (they
 	// report no cached tokens for embeddings).
@@ -187,6 +190,10 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		[]string{"policy"})
 	m.promptTokens = workerCounter("kvgate_worker_prompt_tokens_total", "Prompt tokens of completed requests, by the worker that served them.")
 	m.completionTokens = workerCounter("kvgate_worker_completion_tokens_total", "Generated tokens of completed requests, by worker.")
+	m.specDraft = workerCounter("kvgate_worker_spec_draft_tokens_total",
+		"Draft tokens the worker's speculative decoding proposed for completed requests, as the engine reports them.")
+	m.specAccepted = workerCounter("kvgate_worker_spec_accepted_tokens_total",
+		"Draft tokens the worker's model accepted for completed requests, as the engine reports them; accepted / draft is the acceptance rate.")
 	m.cachedTokens = workerCounter("kvgate_worker_cached_tokens_total",
 		"Prompt tokens the worker's engine reported cached (not recomputed); divided by the prompt tokens, its real prefix-cache hit ratio.")
 	m.embedTokens = workerCounter("kvgate_worker_embed_tokens_total",
@@ -199,6 +206,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_tool_calls_total",
 		Help: "Chat with tools: calls parsed out of answers (result=parsed), and answers holding a call that did not parse, returned as content (result=malformed)."},
 		[]string{"model", "result"})
+	m.Registry.MustRegister(m.specDraft, m.specAccepted)
 	m.Registry.MustRegister(m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens,
 		m.embedTokens, m.itl, m.modelRequests, m.toolCalls)
 	return m
@@ -474,6 +482,8 @@ func (m *Metrics) countTokens(worker string, u *kvgatev1.Usage) {
 	m.promptTokens.WithLabelValues(worker).Add(float64(u.GetPromptTokens()))
 	m.completionTokens.WithLabelValues(worker).Add(float64(u.GetCompletionTokens()))
 	m.cachedTokens.WithLabelValues(worker).Add(float64(u.GetCachedTokens()))
+	m.specDraft.WithLabelValues(worker).Add(float64(u.GetSpecDraftTokens()))
+	m.specAccepted.WithLabelValues(worker).Add(float64(u.GetSpecAcceptedTokens()))
 }
 
 // workerCounter is a counter with one series per worker.

@@ -349,10 +349,12 @@ func approximatePredictions(t *testing.T) *fleet {
 // disaggregated runs a prefill/decode router: requests that succeed (both
 // legs, the KV handoff), then one whose prefill engines fail.
 func disaggregated(t *testing.T) *fleet {
-	f := startFleet(t, fleetOptions{workers: 4, pd: true, gateway: func(c *gateway.Config) {
-		c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two"
-		fastRetries(c)
-	}})
+	// The engines decode speculatively, so their draft counts are reported.
+	f := startFleet(t, fleetOptions{workers: 4, pd: true, sim: func(_ int, c *sim.Config) { c.SpecDraftTokens = 3 },
+		gateway: func(c *gateway.Config) {
+			c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two"
+			fastRetries(c)
+		}})
 	req := &kvgatev1.GenerateRequest{InputIds: prompt(10, 200), Stream: true,
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}}
 	f.mustGenerate(t, req)

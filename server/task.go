@@ -87,6 +87,7 @@ func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, 
 		return r
 	}
 	r.out = policy.Outcome{CachedTokens: int(done.Usage.GetCachedTokens()), OutputIDs: done.OutputIds}
+	speculativeUsage(done.Usage, rel.last.Final)
 	if rel.stopped || rel.early {
 		r.out.OutputIDs = nil // aborted on the engine, which keeps no output of it
 		r.running = true

@@ -29,6 +29,7 @@ func (t *Tree) Stats() Stats {
 	defer t.mu.RUnlock()
 	s := Stats{
 		Nodes: t.nodes, Tokens: t.tokens, UniqueTokens: t.unique, ConfirmedTokens: t.confirmed,
+		MaxTokens:       t.maxTokens,
 		TenantTokens:    make(map[string]int, len(t.ids)),
 		TenantConfirmed: make(map[string]int, len(t.ids)),
 	}

@@ -315,3 +315,13 @@ func TestEvictionPerTenant(t *testing.T) {
 		t.Fatalf("a holds %d after evicting its leaf, want 2", got)
 	}
 }
+
+// TestStatsReportsTheBudget: Stats carries the configured budget, which the
+// router exports as kvgate_tree_max_tokens (0 only for an unbounded tree).
+func TestStatsReportsTheBudget(t *testing.T) {
+	for _, budget := range []int{0, 16, 1 << 26} {
+		if got := mustNew(t, Config{PageSize: 16, MaxTokens: budget}).Stats().MaxTokens; got != budget {
+			t.Errorf("MaxTokens %d configured, Stats says %d", budget, got)
+		}
+	}
+}

@@ -201,6 +201,8 @@ func completionOf(c interface {
 	engineCounts
 	GetOutputIds() []uint32
 	GetFinishReason() string
+	GetSpecAcceptedTokens() uint32
+	GetSpecDraftTokens() uint32
 }, matched *uint32) Chunk {
 	fin := &Completion{
 		OutputIDs:          c.GetOutputIds(),
@@ -209,6 +211,8 @@ func completionOf(c interface {
 		PromptTokens:       c.GetPromptTokens(),
 		CompletionTokens:   c.GetCompletionTokens(),
 		CachedTokens:       c.GetCachedTokens(),
+		SpecAcceptedTokens: c.GetSpecAcceptedTokens(),
+		SpecDraftTokens:    c.GetSpecDraftTokens(),
 	}
 	return Chunk{
 		PromptTokens:     fin.PromptTokens,

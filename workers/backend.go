@@ -144,6 +144,10 @@ type Completion struct {
 	PromptTokens       uint32
 	CompletionTokens   uint32
 	CachedTokens       uint32
+	// SpecAcceptedTokens and SpecDraftTokens are the engine's speculative
+	// decoding counts: draft tokens accepted and proposed (0 without).
+	SpecAcceptedTokens uint32
+	SpecDraftTokens    uint32
 	// KVTransferParamsJSON is the kv_transfer_params_json a vLLM prefill
 	// engine returns for the decode leg; empty otherwise.
 	KVTransferParamsJSON string

@@ -23,11 +23,21 @@ var (
 	_ DPSizer    = (*vllmBackend)(nil)
 )
 
-// sglangRank is SGLang's data_parallel_rank for a request. The field is a
+// sglangGenerateRank is SGLang's data_parallel_rank for a Generate: the
+// field is optional there, so no rank (nil) lets the engine choose and rank
+// 0 is rank 0, as with vLLM.
+func sglangGenerateRank(rank *int) *int32 {
+	if rank == nil {
+		return nil
+	}
+	r := int32(*rank)
+	return &r
+}
+
+// sglangRank is SGLang's data_parallel_rank for an Embed. That field is a
 // plain int32 (no presence), so "no rank" and rank 0 are the same bytes on
 // the wire: what an engine does with 0 is its own reading (the simulator
-// reads it as rank 0 when it has several ranks). vLLM's field is optional
-// and has no such ambiguity.
+// reads it as rank 0 when it has several ranks).
 func sglangRank(rank *int) int32 {
 	if rank == nil {
 		return 0

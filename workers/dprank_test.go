@@ -195,14 +195,9 @@ func TestDPRankTargets(t *testing.T) {
 				if fin := generateOn(t, w, fmt.Sprintf("r%d-1", r), prompt); fin.CachedTokens != 0 {
 					t.Errorf("rank %d first turn: %d cached tokens", r, fin.CachedTokens)
 				}
-				v, found := varintField(t, capture.last(t), field)
-				switch {
-				case p.proto == workers.ProtocolSGLang && r == 0:
-					// proto3 without presence: 0 is absent from the wire.
-					if found {
-						t.Errorf("rank 0: field %d present with %d; SGLang's zero is not sent", field, v)
-					}
-				case !found || v != uint64(r):
+				// Both fields are optional: rank 0 is on the wire too, so the
+				// engine cannot read it as "no rank".
+				if v, found := varintField(t, capture.last(t), field); !found || v != uint64(r) {
 					t.Errorf("rank %d: field %d on the wire = %d (present %v)", r, field, v, found)
 				}
 				turn2 := append(prompt, seq(9, 16)...)

@@ -60,6 +60,27 @@ type KVEvent struct {
 	HasParent bool
 	// Removed: the blocks' hashes.
 	Hashes []int64
+	// Group is what the engine says of the cache group the blocks belong
+	// to (stored and removed); zero when it says nothing.
+	Group KVGroup
+}
+
+// KVGroup describes the cache group of an event's blocks. A hybrid model
+// (full attention beside sliding-window, linear or other layers) keeps one
+// group per kind of layer and publishes each group's blocks under the same
+// hashes; only a full-attention group's blocks are a prefix a later prompt
+// reuses whole. See prefixGroups.
+type KVGroup struct {
+	// Index is the engine's group_idx; HasIndex says it named one.
+	Index    uint32
+	HasIndex bool
+	// Kind is the group's kv_cache_spec_kind ("" when unsaid) and
+	// SlidingWindow its window in tokens (0 when unsaid); stored events
+	// only.
+	Kind          string
+	SlidingWindow uint32
+	// Remote: the blocks are in a pool the engine shares, not its own cache.
+	Remote bool
 }
 
 // KVEventBatch is one numbered batch of an engine's events. Sequence numbers

@@ -197,7 +197,8 @@ func TestSubscribeKvEventsRequestWire(t *testing.T) {
 }
 
 // TestKVEventMessagesMatchUpstream compares our generated descriptors with the
-// upstream declaration field by field: number, type, repetition and presence
+// upstream declaration (smg-grpc-proto 0.4.28; make proto-parity compares
+// every message) field by field: number, type, repetition and presence
 // (an `optional` lost in our .proto would make an absent dp_rank or parent
 // indistinguishable from 0).
 func TestKVEventMessagesMatchUpstream(t *testing.T) {
@@ -214,12 +215,15 @@ func TestKVEventMessagesMatchUpstream(t *testing.T) {
 	}{
 		{&smgcommon.SubscribeKvEventsRequest{}, []field{
 			{"start_sequence_number", 1, protoreflect.Uint64Kind, false, false},
+			{"load_records_before_first_batch", 2, protoreflect.BoolKind, false, false},
 		}},
 		{&smgcommon.KvEventBatch{}, []field{
 			{"sequence_number", 1, protoreflect.Uint64Kind, false, false},
 			{"timestamp", 2, protoreflect.DoubleKind, false, false},
 			{"events", 3, protoreflect.MessageKind, true, false},
 			{"dp_rank", 4, protoreflect.Int32Kind, false, true},
+			{"snapshot", 7, protoreflect.MessageKind, false, true},
+			{"load", 8, protoreflect.MessageKind, false, true},
 		}},
 		{&smgcommon.KvCacheEvent{}, []field{
 			{"event_id", 1, protoreflect.Uint64Kind, false, false},
@@ -230,6 +234,16 @@ func TestKVEventMessagesMatchUpstream(t *testing.T) {
 		{&smgcommon.KvBlocksStored{}, []field{
 			{"blocks", 1, protoreflect.MessageKind, true, false},
 			{"parent_block_hash", 2, protoreflect.Int64Kind, false, true},
+			{"tier", 3, protoreflect.EnumKind, false, true},
+			{"medium", 4, protoreflect.StringKind, false, true},
+			{"group_idx", 5, protoreflect.Uint32Kind, false, true},
+			{"kv_cache_spec_kind", 6, protoreflect.StringKind, false, true},
+			{"kv_cache_spec_sliding_window", 7, protoreflect.Uint32Kind, false, true},
+			{"locality", 8, protoreflect.EnumKind, false, true},
+			{"ownership", 9, protoreflect.StringKind, false, true},
+			{"session_id", 10, protoreflect.StringKind, false, true},
+			{"lora_name", 11, protoreflect.StringKind, false, true},
+			{"cache_salt", 12, protoreflect.StringKind, false, true},
 		}},
 		{&smgcommon.KvBlock{}, []field{
 			{"block_hash", 1, protoreflect.Int64Kind, false, false},
@@ -237,12 +251,20 @@ func TestKVEventMessagesMatchUpstream(t *testing.T) {
 			{"block_size", 3, protoreflect.Int32Kind, false, false},
 			{"lora_id", 4, protoreflect.Int64Kind, false, true},
 			{"cache_level", 5, protoreflect.Int32Kind, false, true},
+			{"extra_keys", 6, protoreflect.MessageKind, true, false},
 		}},
 		{&smgcommon.KvBlocksRemoved{}, []field{
 			{"block_hashes", 1, protoreflect.Int64Kind, true, false},
 			{"cache_level", 2, protoreflect.Int32Kind, false, true},
+			{"tier", 3, protoreflect.EnumKind, false, true},
+			{"medium", 4, protoreflect.StringKind, false, true},
+			{"group_idx", 5, protoreflect.Uint32Kind, false, true},
+			{"locality", 6, protoreflect.EnumKind, false, true},
+			{"ownership", 7, protoreflect.StringKind, false, true},
 		}},
-		{&smgcommon.KvCacheCleared{}, nil},
+		{&smgcommon.KvCacheCleared{}, []field{
+			{"ownership", 1, protoreflect.StringKind, false, true},
+		}},
 	}
 	for _, u := range upstream {
 		d, fields := u.msg.ProtoReflect().Descriptor(), u.fields

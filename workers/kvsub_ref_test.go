@@ -65,8 +65,13 @@ func kvEventBatchOf(m *smgcommon.KvEventBatch) (*KVEventBatch, error) {
 				}
 				ev.Blocks[j] = kb
 			}
+			st := d.Stored
+			ev.Group = KVGroup{Index: st.GetGroupIdx(), HasIndex: st.GroupIdx != nil, Kind: st.GetKvCacheSpecKind(),
+				SlidingWindow: st.GetKvCacheSpecSlidingWindow(), Remote: st.GetLocality() == smgcommon.KvCacheLocality_KV_CACHE_LOCALITY_REMOTE}
 		case *smgcommon.KvCacheEvent_Removed:
-			ev = KVEvent{Kind: KVRemoved, Hashes: d.Removed.GetBlockHashes()}
+			rm := d.Removed
+			ev = KVEvent{Kind: KVRemoved, Hashes: rm.GetBlockHashes(), Group: KVGroup{Index: rm.GetGroupIdx(), HasIndex: rm.GroupIdx != nil,
+				Remote: rm.GetLocality() == smgcommon.KvCacheLocality_KV_CACHE_LOCALITY_REMOTE}}
 		case *smgcommon.KvCacheEvent_Cleared:
 			ev = KVEvent{Kind: KVCleared}
 		default:

@@ -176,6 +176,52 @@ func TestKVEventsFromSim(t *testing.T) {
 	}
 }
 
+// TestKVEventsHybridModelKeepsThePrefixGroup: a hybrid model's engine
+// publishes a full-attention group and a sliding-window group under the
+// same block hashes; the sliding-window group frees each block as the next
+// one enters its window. Only the full-attention group's blocks are a prefix
+// a later prompt reuses whole, so only its events reach the handler: each
+// page stored once, and nothing removed while the cache has room.
+func TestKVEventsHybridModelKeepsThePrefixGroup(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := startSimWith(t, p.name, func(c *sim.Config) { c.HybridSlidingWindow = 32 })
+			reg := workers.NewRegistry()
+			_ = reg.Add(w)
+			rec := newKVRecorder()
+			subs, _ := runKVSubscriptions(t, reg, rec)
+			waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+
+			prompt := seq(1000, 64)
+			generate(t, w, "a", prompt)
+			generate(t, w, "b", append(slices.Clone(prompt), seq(5000, 32)...))
+			waitKV(t, "the prompt's pages as stored events", func() bool { return hasPages(rec, w.URL(), prompt, 16) })
+			var batches []*workers.KVEventBatch
+			waitKV(t, "the status to count every batch", func() bool {
+				st, _ := subs.Status(w.URL())
+				batches = rec.applied(w.URL())
+				return st.Batches == uint64(len(batches)) && st.Batches >= 2
+			})
+			stored := map[string]int{}
+			for _, b := range batches {
+				for _, e := range b.Events {
+					if e.Kind == workers.KVRemoved {
+						t.Errorf("batch %d removes %v: the sliding-window group's removals reached the prefix index", b.Seq, e.Hashes)
+					}
+					for _, bl := range e.Blocks {
+						stored[fmt.Sprint(bl.Tokens)]++
+					}
+				}
+			}
+			for page, n := range stored {
+				if n != 1 {
+					t.Errorf("page %s stored %d times, want once (the full-attention group's)", page, n)
+				}
+			}
+		})
+	}
+}
+
 // TestKVEventsEngineRestart: an engine killed and restarted at the same
 // address numbers its batches afresh; the subscription resumes, sees the
 // numbers go backwards, resets the worker's mirror and carries on in events

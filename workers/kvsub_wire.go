@@ -15,12 +15,16 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kvgate/kvgate/api/gen/smgcommon"
 )
 
 // Field numbers of smg.grpc.common's KV event messages (common.proto).
@@ -29,20 +33,34 @@ const (
 	fBatchTimestamp = 2 // KvEventBatch.timestamp, double
 	fBatchEvents    = 3 // KvEventBatch.events, repeated KvCacheEvent
 	fBatchDPRank    = 4 // KvEventBatch.dp_rank, optional int32
+	fBatchSnapshot  = 7 // KvEventBatch.snapshot, KvSnapshotChunk
+	fBatchLoad      = 8 // KvEventBatch.load, EngineLoad
 
 	fEventStored  = 2 // KvCacheEvent.stored, KvBlocksStored (oneof data)
 	fEventRemoved = 3 // KvCacheEvent.removed, KvBlocksRemoved (oneof data)
 	fEventCleared = 4 // KvCacheEvent.cleared, KvCacheCleared (oneof data)
 
-	fStoredBlocks = 1 // KvBlocksStored.blocks, repeated KvBlock
-	fStoredParent = 2 // KvBlocksStored.parent_block_hash, optional int64
+	fStoredBlocks   = 1 // KvBlocksStored.blocks, repeated KvBlock
+	fStoredParent   = 2 // KvBlocksStored.parent_block_hash, optional int64
+	fStoredGroup    = 5 // KvBlocksStored.group_idx, optional uint32
+	fStoredKind     = 6 // KvBlocksStored.kv_cache_spec_kind, optional string
+	fStoredWindow   = 7 // KvBlocksStored.kv_cache_spec_sliding_window, optional uint32
+	fStoredLocality = 8 // KvBlocksStored.locality, optional KvCacheLocality
 
-	fBlockHash   = 1 // KvBlock.block_hash, int64
-	fBlockTokens = 2 // KvBlock.token_ids, repeated uint32
-	fBlockSize   = 3 // KvBlock.block_size, int32
-	fBlockLoRA   = 4 // KvBlock.lora_id, optional int64
+	fBlockHash      = 1 // KvBlock.block_hash, int64
+	fBlockTokens    = 2 // KvBlock.token_ids, repeated uint32
+	fBlockSize      = 3 // KvBlock.block_size, int32
+	fBlockLoRA      = 4 // KvBlock.lora_id, optional int64
+	fBlockExtraKeys = 6 // KvBlock.extra_keys, repeated KvBlockExtraKey
 
-	fRemovedHashes = 1 // KvBlocksRemoved.block_hashes, repeated int64
+	fRemovedHashes    = 1 // KvBlocksRemoved.block_hashes, repeated int64
+	fRemovedMedium    = 4 // KvBlocksRemoved.medium, optional string
+	fRemovedGroup     = 5 // KvBlocksRemoved.group_idx, optional uint32
+	fRemovedLocality  = 6 // KvBlocksRemoved.locality, optional KvCacheLocality
+	fRemovedOwnership = 7 // KvBlocksRemoved.ownership, optional string
+
+	// kvLocalityRemote is KV_CACHE_LOCALITY_REMOTE.
+	kvLocalityRemote = 2
 )
 
 // kvWire decodes one stream's batches; its scratch space is reused from
@@ -64,6 +82,7 @@ type wireEvent struct {
 	hasParent        bool
 	blockLo, blockHi int
 	hashLo, hashHi   int
+	group            KVGroup
 }
 
 type wireBlock struct {
@@ -127,6 +146,18 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 			}
 			b = b[m:]
 			if err := d.event(v); err != nil {
+				malformed = err
+			}
+		case (num == fBatchSnapshot || num == fBatchLoad) && typ == protowire.BytesType:
+			// Not read by the router; checked as protobuf checks it.
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				fail(fmt.Sprintf("field %d", num))
+				break
+			}
+			b = b[m:]
+			md := (&smgcommon.KvEventBatch{}).ProtoReflect().Descriptor().Fields().ByNumber(num).Message()
+			if err := wellFormed(v, md); err != nil {
 				malformed = err
 			}
 		default:
@@ -216,7 +247,9 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 				blocks = append(blocks, kb)
 			}
 			ev.Blocks = blocks[lo:len(blocks):len(blocks)]
+			ev.Group = e.group
 		case KVRemoved:
+			ev.Group = e.group
 			h0 := len(hashes)
 			hashes = append(hashes, d.hashes[e.hashLo:e.hashHi]...)
 			ev.Hashes = hashes[h0:len(hashes):len(hashes)]
@@ -262,7 +295,7 @@ func (d *kvWire) event(b []byte) error {
 			case KVRemoved:
 				err = d.removed(e, v)
 			case KVCleared:
-				err = skipAll(v)
+				err = wellFormed(v, (&smgcommon.KvCacheCleared{}).ProtoReflect().Descriptor())
 			}
 			if err != nil {
 				return err
@@ -303,6 +336,36 @@ func (d *kvWire) stored(e *wireEvent, b []byte) error {
 			}
 			b = b[m:]
 			e.parent, e.hasParent = int64(v), true
+		case num == fStoredKind && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return errWire{"kv_cache_spec_kind"}
+			}
+			b = b[m:]
+			if !utf8.Valid(v) {
+				return errWire{"kv_cache_spec_kind is not UTF-8"}
+			}
+			e.group.Kind = kvGroupKind(v)
+		case typ == protowire.BytesType && kvStoredStrings(num):
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 || !utf8.Valid(v) {
+				return errWire{fmt.Sprintf("a stored event's field %d", num)}
+			}
+			b = b[m:]
+		case typ == protowire.VarintType && (num == fStoredGroup || num == fStoredWindow || num == fStoredLocality):
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return errWire{fmt.Sprintf("a stored event's field %d", num)}
+			}
+			b = b[m:]
+			switch num {
+			case fStoredGroup:
+				e.group.Index, e.group.HasIndex = uint32(v), true
+			case fStoredWindow:
+				e.group.SlidingWindow = uint32(v)
+			default:
+				e.group.Remote = int32(v) == kvLocalityRemote
+			}
 		default:
 			m := protowire.ConsumeFieldValue(num, typ, b)
 			if m < 0 {
@@ -338,6 +401,11 @@ func (d *kvWire) block(b []byte) error {
 			bl.lora, bl.hasLoRA = int64(v), true
 		case num == fBlockTokens && (typ == protowire.VarintType || typ == protowire.BytesType):
 			m = appendVarints(&d.tokens, typ, b)
+		case num == fBlockExtraKeys && typ == protowire.BytesType:
+			var v []byte
+			if v, m = protowire.ConsumeBytes(b); m >= 0 && wellFormed(v, (&smgcommon.KvBlockExtraKey{}).ProtoReflect().Descriptor()) != nil {
+				m = -1
+			}
 		default:
 			m = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -362,6 +430,20 @@ func (d *kvWire) removed(e *wireEvent, b []byte) error {
 		switch {
 		case num == fRemovedHashes && (typ == protowire.VarintType || typ == protowire.BytesType):
 			m = appendVarints(&d.hashes, typ, b)
+		case typ == protowire.BytesType && (num == fRemovedMedium || num == fRemovedOwnership):
+			var v []byte
+			v, m = protowire.ConsumeBytes(b)
+			if m >= 0 && !utf8.Valid(v) {
+				m = -1
+			}
+		case typ == protowire.VarintType && (num == fRemovedGroup || num == fRemovedLocality):
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			if num == fRemovedGroup {
+				e.group.Index, e.group.HasIndex = uint32(v), true
+			} else {
+				e.group.Remote = int32(v) == kvLocalityRemote
+			}
 		default:
 			m = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -397,6 +479,63 @@ func appendVarints[T uint32 | int64](dst *[]T, typ protowire.Type, b []byte) int
 		packed = packed[k:]
 	}
 	return m
+}
+
+// kvStoredStrings reports whether num is one of KvBlocksStored's string
+// fields the router does not read (medium, ownership, session_id, lora_name,
+// cache_salt): checked as protobuf checks them, then skipped.
+func kvStoredStrings(num protowire.Number) bool {
+	return num == 4 || num >= 9 && num <= 12
+}
+
+// wellFormed checks b as protobuf decodes a message of type md: fields well
+// formed, and a string or message known to md (of the right wire type)
+// UTF-8 or well formed in turn. It is for the parts of a batch the router
+// skips (a block's extra keys, a snapshot chunk, an engine load), so that the
+// wire decoder refuses exactly what the generated types refuse.
+func wellFormed(b []byte, md protoreflect.MessageDescriptor) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return errWire{fmt.Sprintf("a %s's tag", md.Name())}
+		}
+		b = b[n:]
+		f := md.Fields().ByNumber(num)
+		if f != nil && typ == protowire.BytesType && !f.IsList() && (f.Kind() == protoreflect.StringKind || f.Kind() == protoreflect.MessageKind) {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return errWire{fmt.Sprintf("a %s's field %d", md.Name(), num)}
+			}
+			b = b[m:]
+			if f.Kind() == protoreflect.StringKind && !utf8.Valid(v) {
+				return errWire{fmt.Sprintf("a %s's field %d is not UTF-8", md.Name(), num)}
+			}
+			if f.Kind() == protoreflect.MessageKind {
+				if err := wellFormed(v, f.Message()); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return errWire{fmt.Sprintf("a %s's field %d", md.Name(), num)}
+		}
+		b = b[m:]
+	}
+	return nil
+}
+
+// kvGroupKind is a group's kind as a string, without allocating for the
+// kinds engines publish.
+func kvGroupKind(b []byte) string {
+	// The kinds of vLLM's KV cache specs.
+	for _, k := range [...]string{"full_attention", "sliding_window", "mla_attention", "chunked_local_attention", "mamba", "cross_attention"} {
+		if string(b) == k {
+			return k
+		}
+	}
+	return string(b)
 }
 
 // skipAll checks that b is a sequence of well-formed fields.

@@ -67,6 +67,12 @@ func wireSeeds(t testing.TB) [][]byte {
 			field(fEventRemoved, field(fRemovedHashes, protowire.AppendVarint(protowire.AppendVarint(nil, 4), 5)))))),
 		// a events field of the wrong wire type, skipped; a negative dp_rank.
 		msg(varint(fBatchEvents, 4), varint(fBatchDPRank, uint64(1<<64-1))),
+		// a hybrid model's groups: a sliding-window store in a remote pool,
+		// a removal from its group; a kind that is not UTF-8.
+		msg(field(fBatchEvents, msg(field(fEventStored, msg(stored(okBlock), varint(fStoredGroup, 1),
+			field(fStoredKind, []byte("sliding_window")), varint(fStoredWindow, 32), varint(fStoredLocality, kvLocalityRemote))))),
+			field(fBatchEvents, msg(field(fEventRemoved, msg(varint(fRemovedHashes, 3), varint(fRemovedGroup, 1), varint(fRemovedLocality, 1)))))),
+		msg(field(fBatchEvents, msg(field(fEventStored, msg(stored(okBlock), field(fStoredKind, []byte{0xff, 0xfe})))))),
 		// truncated: a block's bytes end inside a varint.
 		msg(field(fBatchEvents, field(fEventStored, stored([]byte{byte(fBlockHash << 3), 0x80})))),
 	}

@@ -82,6 +82,7 @@ type kvSub struct {
 	backoff     time.Duration
 	warn        *lograte.Limiter // one WARN line per kvWarnEvery
 	noEvents    bool             // the engine answered UNIMPLEMENTED (logged once)
+	groups      prefixGroups     // keeps the events of prefix cache groups
 }
 
 func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.CancelFunc) *kvSub {
@@ -96,6 +97,7 @@ func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.
 		expected: map[int]uint64{},
 		backoff:  s.cfg.InitialBackoff,
 		warn:     lograte.New(kvWarnEvery),
+		groups:   prefixGroups{log: s.log.With("worker", url)},
 	}
 }
 
@@ -316,6 +318,7 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 
 // apply hands b to the handler and counts it.
 func (k *kvSub) apply(b *KVEventBatch) {
+	k.groups.filter(b)
 	if !k.call(func(h KVEventHandler) { h.ApplyKVEvents(k.url, b) }) {
 		return
 	}

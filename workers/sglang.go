@@ -36,7 +36,7 @@ func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Str
 		SamplingParams:      sp,
 		DisaggregatedParams: sglangDisaggregated(req.Disaggregated),
 		Stream:              !req.NoStream,
-		DataParallelRank:    sglangRank(req.DPRank),
+		DataParallelRank:    sglangGenerateRank(req.DPRank),
 	}
 	want := wantLogprobs(req.Logprobs)
 	setSGLangLogprobs(m, want)

@@ -22,6 +22,12 @@ import (
 // with protocol detection; both end with the test.
 func startSim(t *testing.T, protocol string) (*sim.Server, *workers.Worker) {
 	t.Helper()
+	return startSimWith(t, protocol, nil)
+}
+
+// startSimWith is startSim with the engine's configuration changed by set.
+func startSimWith(t *testing.T, protocol string, set func(*sim.Config)) (*sim.Server, *workers.Worker) {
+	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Protocol = protocol
 	cfg.TimeScale = 0
@@ -31,6 +37,9 @@ func startSim(t *testing.T, protocol string) (*sim.Server, *workers.Worker) {
 	cfg.MaxContextLength = 4096
 	cfg.KVCapacityTokens = 8192
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if set != nil {
+		set(&cfg)
+	}
 	srv, err := sim.Start(cfg, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -70,12 +79,38 @@ type simProtocol struct {
 // data-parallel ranks: SGLang's and vLLM's.
 var simProtocols = []simProtocol{
 	{sim.ProtocolSGLang, workers.ProtocolSGLang, 16, []uint32{128001}, 8192, true},
-	{sim.ProtocolVLLM, workers.ProtocolVLLM, 0, []uint32{128001}, 8192, true}, // vLLM's protocol carries no page size
+	{sim.ProtocolVLLM, workers.ProtocolVLLM, 16, []uint32{128001}, 8192, true}, // GetServerInfo's block_size
 }
 
 // allSimProtocols adds TensorRT-LLM's, for what every protocol has.
 var allSimProtocols = append(simProtocols[:len(simProtocols):len(simProtocols)],
 	simProtocol{sim.ProtocolTRTLLM, workers.ProtocolTRTLLM, 0, nil, 0, false})
+
+// TestEnginesReportTheirPageSize: both protocols tell the KV page size
+// (SGLang's server_args.page_size, vLLM's GetServerInfo block_size), which
+// becomes the page size of the router's tree for the engine.
+func TestEnginesReportTheirPageSize(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			cfg := sim.DefaultConfig()
+			cfg.Protocol, cfg.TimeScale, cfg.PageSize = p.name, 0, 32
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			srv, err := sim.Start(cfg, "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Stop)
+			w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = w.Close() })
+			if got := w.Info().PageSize; got != 32 {
+				t.Errorf("page size %d, want the engine's 32", got)
+			}
+		})
+	}
+}
 
 func TestSimConnectAndGenerate(t *testing.T) {
 	for _, p := range allSimProtocols {

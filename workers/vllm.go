@@ -164,9 +164,11 @@ func (b *vllmBackend) Loads(ctx context.Context) (Load, error) {
 	return sumLoads(resp.GetLoads()), nil
 }
 
-// Info reads GetModelInfo. vLLM reports no page size (PageSize stays 0, so the
-// router falls back to its configured block size); the KV capacity comes from
-// GetLoads' max_total_num_tokens when the engine implements it.
+// Info reads GetModelInfo, and the page size from GetServerInfo's
+// block_size (0, so the router falls back to its configured block size, from
+// an engine that predates the field, has not chosen its block size yet, or
+// lacks GetServerInfo); the KV capacity comes from GetLoads'
+// max_total_num_tokens when the engine implements it.
 func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 	mi, err := b.c.GetModelInfo(ctx, &vllm.GetModelInfoRequest{})
 	if err != nil {
@@ -177,6 +179,13 @@ func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 		VocabSize:        int(mi.GetVocabSize()),
 		MaxContextLength: int(mi.GetMaxContextLength()),
 		EOSTokenIDs:      tokenIDs(mi.GetEosTokenIds()),
+	}
+	si, err := b.c.GetServerInfo(ctx, &vllm.GetServerInfoRequest{})
+	switch {
+	case err == nil:
+		info.PageSize = max(int(si.GetBlockSize()), 0)
+	case status.Code(err) != codes.Unimplemented:
+		return ModelInfo{}, err
 	}
 	l, err := b.Loads(ctx)
 	if status.Code(err) == codes.Unimplemented {

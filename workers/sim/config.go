@@ -116,6 +116,14 @@ type Config struct {
 	// for subscribers that resume with a start_sequence_number. 0 keeps
 	// none: resuming then works only from the next batch.
 	KVEventHistory int
+	// HybridSlidingWindow > 0 publishes KV events as a hybrid model's
+	// engine does (see hybridEvents): the cache is group 0, full attention,
+	// and a second group of sliding-window layers with this window (in
+	// tokens) stores and frees the same blocks under the same hashes.
+	HybridSlidingWindow int
+	// SpecDraftTokens > 0 reports speculative decoding with this many draft
+	// tokens per decode step (see speculative).
+	SpecDraftTokens int
 	// DPSize is the number of data-parallel ranks, each a replica with
 	// its own scheduler, KV cache and KV events, with every capacity and
 	// throughput figure above (see dp.go). 0 or 1: one rank.
@@ -270,6 +278,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxContextLength, "max-context-length", c.MaxContextLength, "maximum prompt + generated tokens")
 	fs.Var((*uint32Value)(&c.EOSTokenID), "eos-token-id", "end-of-sequence token id, when --vocab-size is set")
 	fs.IntVar(&c.PageSize, "page-size", c.PageSize, "KV cache page size in tokens")
+	fs.IntVar(&c.HybridSlidingWindow, "hybrid-sliding-window", c.HybridSlidingWindow,
+		"publish KV events as a hybrid model: a second cache group of sliding-window layers with this window in tokens (0: one full-attention group)")
+	fs.IntVar(&c.SpecDraftTokens, "spec-draft-tokens", c.SpecDraftTokens,
+		"report speculative decoding with this many draft tokens per decode step, half of them accepted (0: none)")
 	fs.IntVar(&c.KVCapacityTokens, "kv-capacity-tokens", c.KVCapacityTokens, "KV cache capacity in tokens"+h100)
 	fs.Float64Var(&c.PrefillTokensPerSec, "prefill-tokens-per-sec", c.PrefillTokensPerSec, "prefill throughput, shared by all requests"+h100)
 	fs.DurationVar(&c.RequestOverhead, "request-overhead", c.RequestOverhead, "fixed per-request delay before the first token"+h100)

@@ -10,9 +10,9 @@ package sim
 //   - Generate goes to the rank the request names (data_parallel_rank). A
 //     request that names none goes to the rank with the fewest requests
 //     waiting and running, lowest rank first on a tie, as vLLM's engine
-//     client balances unpinned requests. SGLang's field has no presence, so
-//     for SGLang 0 is read as rank 0; vLLM's is optional, and absent means
-//     "none". A rank outside [0, N) is INVALID_ARGUMENT.
+//     client balances unpinned requests. Both protocols' field is optional
+//     in Generate, and absent means "none" (SGLang's Embed has a plain
+//     int32, where 0 is rank 0). A rank outside [0, N) is INVALID_ARGUMENT.
 //   - GetLoads reports one SchedulerLoad per rank (dp_rank, dp_rank_count
 //     N); a request for one rank (dp_rank) gets that rank's alone.
 //   - GetServerInfo reports N: SGLang in server_args.dp_size, vLLM in

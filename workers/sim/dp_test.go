@@ -42,7 +42,7 @@ func (s sglangDP) rankLoads(ctx context.Context, only *int32) (int32, []int32, [
 
 func (s sglangDP) generateOn(ctx context.Context, id string, prompt []uint32, rank *int32) error {
 	st, err := s.c.Generate(ctx, &sglang.GenerateRequest{RequestId: id, Tokenized: &sglang.TokenizedInput{InputIds: prompt},
-		SamplingParams: &sglang.SamplingParams{Temperature: 1, MaxNewTokens: u32(2)}, DataParallelRank: ptrOr(rank)})
+		SamplingParams: &sglang.SamplingParams{Temperature: 1, MaxNewTokens: u32(2)}, DataParallelRank: rank})
 	if err != nil {
 		return err
 	}
@@ -91,13 +91,6 @@ func (v vllmDP) subscribe(ctx context.Context) (func() (*smgcommon.KvEventBatch,
 		return nil, err
 	}
 	return st.Recv, nil
-}
-
-func ptrOr(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }
 
 func TestDataParallelRanks(t *testing.T) {
@@ -165,25 +158,34 @@ func TestDataParallelRanks(t *testing.T) {
 	}
 }
 
-// vLLM's rank is optional: a request without one goes to the rank with the
-// fewest requests, the lowest on a tie.
+// The rank is optional in both protocols' Generate: a request without one
+// goes to the rank with the fewest requests, the lowest on a tie.
 func TestUnpinnedRequestsGoToTheLeastLoadedRank(t *testing.T) {
-	cfg := testConfig(ProtocolVLLM)
-	cfg.DPSize = 3
-	cfg.Faults.StallBeforeFirstToken = true
-	srv, _ := startSim(t, cfg)
-	c := vllmDP{vllm.NewVllmEngineClient(dial(t, srv))}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	e := srv.Engine()
-	for i := range 3 {
-		go func() { _ = c.generateOn(ctx, fmt.Sprint("free-", i), prompt(10+i, 8), nil) }()
-		waitFor(t, fmt.Sprintf("request %d placed", i), func() bool { return e.Stats().Running == i+1 })
-	}
-	for r := range 3 {
-		if n := e.Rank(r).Stats().Running; n != 1 {
-			t.Errorf("rank %d runs %d requests, want 1 each", r, n)
-		}
+	for _, p := range []string{ProtocolSGLang, ProtocolVLLM} {
+		t.Run(p, func(t *testing.T) {
+			cfg := testConfig(p)
+			cfg.DPSize = 3
+			cfg.Faults.StallBeforeFirstToken = true
+			srv, _ := startSim(t, cfg)
+			var c interface {
+				generateOn(ctx context.Context, id string, prompt []uint32, rank *int32) error
+			} = vllmDP{vllm.NewVllmEngineClient(dial(t, srv))}
+			if p == ProtocolSGLang {
+				c = sglangDP{sglang.NewSglangSchedulerClient(dial(t, srv))}
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			e := srv.Engine()
+			for i := range 3 {
+				go func() { _ = c.generateOn(ctx, fmt.Sprint("free-", i), prompt(10+i, 8), nil) }()
+				waitFor(t, fmt.Sprintf("request %d placed", i), func() bool { return e.Stats().Running == i+1 })
+			}
+			for r := range 3 {
+				if n := e.Rank(r).Stats().Running; n != 1 {
+					t.Errorf("rank %d runs %d requests, want 1 each", r, n)
+				}
+			}
+		})
 	}
 }
 

@@ -167,6 +167,9 @@ func (e *Engine) publishLocked() {
 		h.eventID++
 		msg.Events[i] = e.kvEvent(h.eventID, c)
 	}
+	if e.cfg.HybridSlidingWindow > 0 {
+		msg.Events = hybridEvents(msg.Events, uint32(e.cfg.HybridSlidingWindow), &h.eventID)
+	}
 	f := e.Faults()
 	msg.Events = e.floodLocked(msg.Events, f.KVEventFloodBlocks)
 
@@ -223,6 +226,48 @@ func (e *Engine) openKvEvents(stream grpc.ServerStream) error {
 		return nil
 	}
 	return stream.SendHeader(metadata.MD{})
+}
+
+// Cache groups of a hybrid model (Config.HybridSlidingWindow), as vLLM
+// publishes them: one group per kind of attention layer, each storing and
+// freeing blocks under the same hashes.
+const (
+	fullAttentionGroup, slidingWindowGroup = 0, 1
+	fullAttentionKind                      = "full_attention"
+	slidingWindowKind                      = "sliding_window"
+)
+
+// hybridEvents tags events as the full-attention group's and adds the
+// sliding-window group's: each stored block again, then the removal of the
+// block before it, which has slid out of that group's window. Those
+// removals name blocks the full-attention group still holds: a subscriber
+// that applied them to its prefix index would lose what the engine can
+// reuse. nextID numbers the added events.
+func hybridEvents(events []*smgcommon.KvCacheEvent, window uint32, nextID *uint64) []*smgcommon.KvCacheEvent {
+	out := make([]*smgcommon.KvCacheEvent, 0, 3*len(events))
+	add := func(ev *smgcommon.KvCacheEvent) {
+		*nextID++
+		ev.EventId = *nextID
+		out = append(out, ev)
+	}
+	for _, ev := range events {
+		out = append(out, ev)
+		switch d := ev.Data.(type) {
+		case *smgcommon.KvCacheEvent_Stored:
+			d.Stored.GroupIdx, d.Stored.KvCacheSpecKind = proto.Uint32(fullAttentionGroup), proto.String(fullAttentionKind)
+			sw := proto.CloneOf(d.Stored)
+			sw.GroupIdx, sw.KvCacheSpecKind = proto.Uint32(slidingWindowGroup), proto.String(slidingWindowKind)
+			sw.KvCacheSpecSlidingWindow = proto.Uint32(window)
+			add(&smgcommon.KvCacheEvent{Data: &smgcommon.KvCacheEvent_Stored{Stored: sw}})
+			if d.Stored.ParentBlockHash != nil {
+				add(&smgcommon.KvCacheEvent{Data: &smgcommon.KvCacheEvent_Removed{Removed: &smgcommon.KvBlocksRemoved{
+					BlockHashes: []int64{d.Stored.GetParentBlockHash()}, GroupIdx: proto.Uint32(slidingWindowGroup)}}})
+			}
+		case *smgcommon.KvCacheEvent_Removed:
+			d.Removed.GroupIdx = proto.Uint32(fullAttentionGroup)
+		}
+	}
+	return out
 }
 
 // subscribeKvEvents streams event batches from start (see the replay rules

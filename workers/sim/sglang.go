@@ -31,8 +31,7 @@ func (s *sglangServer) Generate(req *sglang.GenerateRequest, stream sglang.Sglan
 	if err != nil {
 		return err
 	}
-	// SGLang's data_parallel_rank has no presence: 0 is rank 0 (see dp.go).
-	rank, err := s.e.forRank(req.GetDataParallelRank(), true)
+	rank, err := s.e.forRank(req.GetDataParallelRank(), req.DataParallelRank != nil)
 	if err != nil {
 		return err
 	}
@@ -49,6 +48,7 @@ func (s *sglangServer) Generate(req *sglang.GenerateRequest, stream sglang.Sglan
 				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
 				OutputLogprobs: sglangOutputLogprobs(o.logprobs), InputLogprobs: sglangInputLogprobs(o.promptLogprobs),
 			}
+			c.SpecAcceptedTokens, c.SpecDraftTokens = s.e.speculative(o.completionTokens)
 			if o.final.matched != nil {
 				c.MatchedStop = &sglang.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
 			}

@@ -40,6 +40,7 @@ func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_
 				PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
 				OutputLogprobs: vllmOutputLogprobs(o.logprobs), InputLogprobs: vllmInputLogprobs(o.promptLogprobs),
 			}
+			c.SpecAcceptedTokens, c.SpecDraftTokens = s.e.speculative(o.completionTokens)
 			if o.final.matched != nil {
 				c.MatchedStop = &vllm.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
 			}
@@ -220,6 +221,7 @@ func (s *vllmServer) GetServerInfo(context.Context, *vllm.GetServerInfoRequest) 
 		UptimeSeconds:        time.Since(s.e.start).Seconds(),
 		ServerType:           "vllm-grpc",
 		DataParallelSize:     int32(s.e.DPSize()),
+		BlockSize:            int32(s.e.cfg.PageSize),
 	}, nil
 }
 
@@ -260,4 +262,12 @@ func (s *vllmServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, 
 
 func (s *vllmServer) GetTokenizer(_ *smgcommon.GetTokenizerRequest, stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {
 	return s.e.getTokenizer(stream)
+}
+
+// FlushCache drops the prefix cache if no request is waiting or running.
+func (s *vllmServer) FlushCache(context.Context, *smgcommon.FlushCacheRequest) (*smgcommon.FlushCacheResponse, error) {
+	if err := s.e.flushCache(); err != nil {
+		return &smgcommon.FlushCacheResponse{Success: false, Message: err.Error()}, nil
+	}
+	return &smgcommon.FlushCacheResponse{Success: true, Message: "cache flushed"}, nil
 }

@@ -375,11 +375,12 @@ type GenerateRequest struct {
 	LogMetrics           bool                   `protobuf:"varint,13,opt,name=log_metrics,json=logMetrics,proto3" json:"log_metrics,omitempty"`
 	InputEmbeds          []float32              `protobuf:"fixed32,14,rep,packed,name=input_embeds,json=inputEmbeds,proto3" json:"input_embeds,omitempty"`
 	LoraId               string                 `protobuf:"bytes,15,opt,name=lora_id,json=loraId,proto3" json:"lora_id,omitempty"`
-	DataParallelRank     int32                  `protobuf:"varint,16,opt,name=data_parallel_rank,json=dataParallelRank,proto3" json:"data_parallel_rank,omitempty"`
-	Stream               bool                   `protobuf:"varint,17,opt,name=stream,proto3" json:"stream,omitempty"`
-	RequireReasoning     bool                   `protobuf:"varint,18,opt,name=require_reasoning,json=requireReasoning,proto3" json:"require_reasoning,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Absent: the engine picks a rank; present (0 included): that rank.
+	DataParallelRank *int32 `protobuf:"varint,16,opt,name=data_parallel_rank,json=dataParallelRank,proto3,oneof" json:"data_parallel_rank,omitempty"`
+	Stream           bool   `protobuf:"varint,17,opt,name=stream,proto3" json:"stream,omitempty"`
+	RequireReasoning bool   `protobuf:"varint,18,opt,name=require_reasoning,json=requireReasoning,proto3" json:"require_reasoning,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -518,8 +519,8 @@ func (x *GenerateRequest) GetLoraId() string {
 }
 
 func (x *GenerateRequest) GetDataParallelRank() int32 {
-	if x != nil {
-		return x.DataParallelRank
+	if x != nil && x.DataParallelRank != nil {
+		return *x.DataParallelRank
 	}
 	return 0
 }
@@ -1043,8 +1044,12 @@ type GenerateComplete struct {
 	InputLogprobs   *InputLogProbs                 `protobuf:"bytes,10,opt,name=input_logprobs,json=inputLogprobs,proto3" json:"input_logprobs,omitempty"`
 	Index           uint32                         `protobuf:"varint,11,opt,name=index,proto3" json:"index,omitempty"`
 	ReasoningTokens uint32                         `protobuf:"varint,12,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Speculative decoding: draft tokens accepted, and proposed (both 0
+	// without speculation).
+	SpecAcceptedTokens uint32 `protobuf:"varint,13,opt,name=spec_accepted_tokens,json=specAcceptedTokens,proto3" json:"spec_accepted_tokens,omitempty"`
+	SpecDraftTokens    uint32 `protobuf:"varint,14,opt,name=spec_draft_tokens,json=specDraftTokens,proto3" json:"spec_draft_tokens,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GenerateComplete) Reset() {
@@ -1172,6 +1177,20 @@ func (x *GenerateComplete) GetReasoningTokens() uint32 {
 	return 0
 }
 
+func (x *GenerateComplete) GetSpecAcceptedTokens() uint32 {
+	if x != nil {
+		return x.SpecAcceptedTokens
+	}
+	return 0
+}
+
+func (x *GenerateComplete) GetSpecDraftTokens() uint32 {
+	if x != nil {
+		return x.SpecDraftTokens
+	}
+	return 0
+}
+
 type isGenerateComplete_MatchedStop interface {
 	isGenerateComplete_MatchedStop()
 }
@@ -1193,8 +1212,10 @@ type OutputLogProbs struct {
 	TokenLogprobs []float32              `protobuf:"fixed32,1,rep,packed,name=token_logprobs,json=tokenLogprobs,proto3" json:"token_logprobs,omitempty"`
 	TokenIds      []uint32               `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	TopLogprobs   []*TopLogProbs         `protobuf:"bytes,3,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Log-probabilities of the ids the request named (token_ids_logprob).
+	TokenIdsLogprobs []*TopLogProbs `protobuf:"bytes,4,rep,name=token_ids_logprobs,json=tokenIdsLogprobs,proto3" json:"token_ids_logprobs,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *OutputLogProbs) Reset() {
@@ -1244,6 +1265,13 @@ func (x *OutputLogProbs) GetTokenIds() []uint32 {
 func (x *OutputLogProbs) GetTopLogprobs() []*TopLogProbs {
 	if x != nil {
 		return x.TopLogprobs
+	}
+	return nil
+}
+
+func (x *OutputLogProbs) GetTokenIdsLogprobs() []*TopLogProbs {
+	if x != nil {
+		return x.TokenIdsLogprobs
 	}
 	return nil
 }
@@ -3693,7 +3721,7 @@ const file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc = "" +
 	"\x13DisaggregatedParams\x12%\n" +
 	"\x0ebootstrap_host\x18\x01 \x01(\tR\rbootstrapHost\x12%\n" +
 	"\x0ebootstrap_port\x18\x02 \x01(\x05R\rbootstrapPort\x12%\n" +
-	"\x0ebootstrap_room\x18\x03 \x01(\x05R\rbootstrapRoom\"\x85\a\n" +
+	"\x0ebootstrap_room\x18\x03 \x01(\x05R\rbootstrapRoom\"\xa1\a\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12C\n" +
@@ -3712,10 +3740,11 @@ const file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc = "" +
 	"\vlog_metrics\x18\r \x01(\bR\n" +
 	"logMetrics\x12!\n" +
 	"\finput_embeds\x18\x0e \x03(\x02R\vinputEmbeds\x12\x17\n" +
-	"\alora_id\x18\x0f \x01(\tR\x06loraId\x12,\n" +
-	"\x12data_parallel_rank\x18\x10 \x01(\x05R\x10dataParallelRank\x12\x16\n" +
+	"\alora_id\x18\x0f \x01(\tR\x06loraId\x121\n" +
+	"\x12data_parallel_rank\x18\x10 \x01(\x05H\x00R\x10dataParallelRank\x88\x01\x01\x12\x16\n" +
 	"\x06stream\x18\x11 \x01(\bR\x06stream\x12+\n" +
-	"\x11require_reasoning\x18\x12 \x01(\bR\x10requireReasoning\"R\n" +
+	"\x11require_reasoning\x18\x12 \x01(\bR\x10requireReasoningB\x15\n" +
+	"\x13_data_parallel_rank\"R\n" +
 	"\x0eTokenizedInput\x12#\n" +
 	"\roriginal_text\x18\x01 \x01(\tR\foriginalText\x12\x1b\n" +
 	"\tinput_ids\x18\x02 \x03(\rR\binputIds\"L\n" +
@@ -3768,7 +3797,7 @@ const file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc = "" +
 	"\rhidden_states\x18\x06 \x03(\x02R\fhiddenStates\x12K\n" +
 	"\x0einput_logprobs\x18\a \x01(\v2$.sglang.grpc.scheduler.InputLogProbsR\rinputLogprobs\x12\x14\n" +
 	"\x05index\x18\b \x01(\rR\x05index\x12)\n" +
-	"\x10reasoning_tokens\x18\t \x01(\rR\x0freasoningTokens\"\xe4\x04\n" +
+	"\x10reasoning_tokens\x18\t \x01(\rR\x0freasoningTokens\"\xc2\x05\n" +
 	"\x10GenerateComplete\x12\x1d\n" +
 	"\n" +
 	"output_ids\x18\x01 \x03(\rR\toutputIds\x12#\n" +
@@ -3783,12 +3812,15 @@ const file_sglang_grpc_scheduler_sglang_scheduler_proto_rawDesc = "" +
 	"\x0einput_logprobs\x18\n" +
 	" \x01(\v2$.sglang.grpc.scheduler.InputLogProbsR\rinputLogprobs\x12\x14\n" +
 	"\x05index\x18\v \x01(\rR\x05index\x12)\n" +
-	"\x10reasoning_tokens\x18\f \x01(\rR\x0freasoningTokensB\x0e\n" +
-	"\fmatched_stop\"\x9b\x01\n" +
+	"\x10reasoning_tokens\x18\f \x01(\rR\x0freasoningTokens\x120\n" +
+	"\x14spec_accepted_tokens\x18\r \x01(\rR\x12specAcceptedTokens\x12*\n" +
+	"\x11spec_draft_tokens\x18\x0e \x01(\rR\x0fspecDraftTokensB\x0e\n" +
+	"\fmatched_stop\"\xed\x01\n" +
 	"\x0eOutputLogProbs\x12%\n" +
 	"\x0etoken_logprobs\x18\x01 \x03(\x02R\rtokenLogprobs\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12E\n" +
-	"\ftop_logprobs\x18\x03 \x03(\v2\".sglang.grpc.scheduler.TopLogProbsR\vtopLogprobs\"\xc4\x01\n" +
+	"\ftop_logprobs\x18\x03 \x03(\v2\".sglang.grpc.scheduler.TopLogProbsR\vtopLogprobs\x12P\n" +
+	"\x12token_ids_logprobs\x18\x04 \x03(\v2\".sglang.grpc.scheduler.TopLogProbsR\x10tokenIdsLogprobs\"\xc4\x01\n" +
 	"\rInputLogProbs\x12O\n" +
 	"\x0etoken_logprobs\x18\x01 \x03(\v2(.sglang.grpc.scheduler.InputTokenLogProbR\rtokenLogprobs\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12E\n" +
@@ -4103,60 +4135,61 @@ var file_sglang_grpc_scheduler_sglang_scheduler_proto_depIdxs = []int32{
 	14, // 15: sglang.grpc.scheduler.GenerateComplete.all_hidden_states:type_name -> sglang.grpc.scheduler.HiddenStates
 	11, // 16: sglang.grpc.scheduler.GenerateComplete.input_logprobs:type_name -> sglang.grpc.scheduler.InputLogProbs
 	13, // 17: sglang.grpc.scheduler.OutputLogProbs.top_logprobs:type_name -> sglang.grpc.scheduler.TopLogProbs
-	12, // 18: sglang.grpc.scheduler.InputLogProbs.token_logprobs:type_name -> sglang.grpc.scheduler.InputTokenLogProb
-	13, // 19: sglang.grpc.scheduler.InputLogProbs.top_logprobs:type_name -> sglang.grpc.scheduler.TopLogProbs
-	3,  // 20: sglang.grpc.scheduler.EmbedRequest.tokenized:type_name -> sglang.grpc.scheduler.TokenizedInput
-	5,  // 21: sglang.grpc.scheduler.EmbedRequest.mm_inputs:type_name -> sglang.grpc.scheduler.MultimodalInputs
-	0,  // 22: sglang.grpc.scheduler.EmbedRequest.sampling_params:type_name -> sglang.grpc.scheduler.SamplingParams
-	26, // 23: sglang.grpc.scheduler.ListLoadedLoRAAdaptersResponse.loaded_adapters:type_name -> sglang.grpc.scheduler.LoadedLoRAAdapter
-	49, // 24: sglang.grpc.scheduler.GetServerInfoResponse.server_args:type_name -> google.protobuf.Struct
-	49, // 25: sglang.grpc.scheduler.GetServerInfoResponse.scheduler_info:type_name -> google.protobuf.Struct
-	50, // 26: sglang.grpc.scheduler.GetServerInfoResponse.start_time:type_name -> google.protobuf.Timestamp
-	34, // 27: sglang.grpc.scheduler.GetLoadsResponse.loads:type_name -> sglang.grpc.scheduler.SchedulerLoad
-	40, // 28: sglang.grpc.scheduler.GetLoadsResponse.aggregate:type_name -> sglang.grpc.scheduler.AggregateMetrics
-	35, // 29: sglang.grpc.scheduler.SchedulerLoad.memory:type_name -> sglang.grpc.scheduler.MemoryMetrics
-	36, // 30: sglang.grpc.scheduler.SchedulerLoad.speculative:type_name -> sglang.grpc.scheduler.SpeculativeMetrics
-	37, // 31: sglang.grpc.scheduler.SchedulerLoad.lora:type_name -> sglang.grpc.scheduler.LoRAMetrics
-	38, // 32: sglang.grpc.scheduler.SchedulerLoad.disaggregation:type_name -> sglang.grpc.scheduler.DisaggregationMetrics
-	39, // 33: sglang.grpc.scheduler.SchedulerLoad.queues:type_name -> sglang.grpc.scheduler.QueueMetrics
-	49, // 34: sglang.grpc.scheduler.GetInternalStateResponse.state:type_name -> google.protobuf.Struct
-	49, // 35: sglang.grpc.scheduler.SetInternalStateRequest.state:type_name -> google.protobuf.Struct
-	4,  // 36: sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry.value:type_name -> sglang.grpc.scheduler.TensorData
-	2,  // 37: sglang.grpc.scheduler.SglangScheduler.Generate:input_type -> sglang.grpc.scheduler.GenerateRequest
-	15, // 38: sglang.grpc.scheduler.SglangScheduler.Embed:input_type -> sglang.grpc.scheduler.EmbedRequest
-	17, // 39: sglang.grpc.scheduler.SglangScheduler.HealthCheck:input_type -> sglang.grpc.scheduler.HealthCheckRequest
-	19, // 40: sglang.grpc.scheduler.SglangScheduler.Abort:input_type -> sglang.grpc.scheduler.AbortRequest
-	28, // 41: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:input_type -> sglang.grpc.scheduler.GetModelInfoRequest
-	30, // 42: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:input_type -> sglang.grpc.scheduler.GetServerInfoRequest
-	32, // 43: sglang.grpc.scheduler.SglangScheduler.GetLoads:input_type -> sglang.grpc.scheduler.GetLoadsRequest
-	51, // 44: sglang.grpc.scheduler.SglangScheduler.FlushCache:input_type -> smg.grpc.common.FlushCacheRequest
-	52, // 45: sglang.grpc.scheduler.SglangScheduler.StartProfile:input_type -> smg.grpc.common.StartProfileRequest
-	53, // 46: sglang.grpc.scheduler.SglangScheduler.StopProfile:input_type -> smg.grpc.common.StopProfileRequest
-	54, // 47: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:input_type -> smg.grpc.common.GetTokenizerRequest
-	55, // 48: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:input_type -> smg.grpc.common.SubscribeKvEventsRequest
-	21, // 49: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:input_type -> sglang.grpc.scheduler.LoadLoRAAdapterRequest
-	23, // 50: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:input_type -> sglang.grpc.scheduler.UnloadLoRAAdapterRequest
-	25, // 51: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:input_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersRequest
-	7,  // 52: sglang.grpc.scheduler.SglangScheduler.Generate:output_type -> sglang.grpc.scheduler.GenerateResponse
-	16, // 53: sglang.grpc.scheduler.SglangScheduler.Embed:output_type -> sglang.grpc.scheduler.EmbedResponse
-	18, // 54: sglang.grpc.scheduler.SglangScheduler.HealthCheck:output_type -> sglang.grpc.scheduler.HealthCheckResponse
-	20, // 55: sglang.grpc.scheduler.SglangScheduler.Abort:output_type -> sglang.grpc.scheduler.AbortResponse
-	29, // 56: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:output_type -> sglang.grpc.scheduler.GetModelInfoResponse
-	31, // 57: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:output_type -> sglang.grpc.scheduler.GetServerInfoResponse
-	33, // 58: sglang.grpc.scheduler.SglangScheduler.GetLoads:output_type -> sglang.grpc.scheduler.GetLoadsResponse
-	56, // 59: sglang.grpc.scheduler.SglangScheduler.FlushCache:output_type -> smg.grpc.common.FlushCacheResponse
-	57, // 60: sglang.grpc.scheduler.SglangScheduler.StartProfile:output_type -> smg.grpc.common.ProfileResponse
-	57, // 61: sglang.grpc.scheduler.SglangScheduler.StopProfile:output_type -> smg.grpc.common.ProfileResponse
-	58, // 62: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:output_type -> smg.grpc.common.GetTokenizerChunk
-	59, // 63: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:output_type -> smg.grpc.common.KvEventBatch
-	22, // 64: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:output_type -> sglang.grpc.scheduler.LoadLoRAAdapterResponse
-	24, // 65: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:output_type -> sglang.grpc.scheduler.UnloadLoRAAdapterResponse
-	27, // 66: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:output_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersResponse
-	52, // [52:67] is the sub-list for method output_type
-	37, // [37:52] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	13, // 18: sglang.grpc.scheduler.OutputLogProbs.token_ids_logprobs:type_name -> sglang.grpc.scheduler.TopLogProbs
+	12, // 19: sglang.grpc.scheduler.InputLogProbs.token_logprobs:type_name -> sglang.grpc.scheduler.InputTokenLogProb
+	13, // 20: sglang.grpc.scheduler.InputLogProbs.top_logprobs:type_name -> sglang.grpc.scheduler.TopLogProbs
+	3,  // 21: sglang.grpc.scheduler.EmbedRequest.tokenized:type_name -> sglang.grpc.scheduler.TokenizedInput
+	5,  // 22: sglang.grpc.scheduler.EmbedRequest.mm_inputs:type_name -> sglang.grpc.scheduler.MultimodalInputs
+	0,  // 23: sglang.grpc.scheduler.EmbedRequest.sampling_params:type_name -> sglang.grpc.scheduler.SamplingParams
+	26, // 24: sglang.grpc.scheduler.ListLoadedLoRAAdaptersResponse.loaded_adapters:type_name -> sglang.grpc.scheduler.LoadedLoRAAdapter
+	49, // 25: sglang.grpc.scheduler.GetServerInfoResponse.server_args:type_name -> google.protobuf.Struct
+	49, // 26: sglang.grpc.scheduler.GetServerInfoResponse.scheduler_info:type_name -> google.protobuf.Struct
+	50, // 27: sglang.grpc.scheduler.GetServerInfoResponse.start_time:type_name -> google.protobuf.Timestamp
+	34, // 28: sglang.grpc.scheduler.GetLoadsResponse.loads:type_name -> sglang.grpc.scheduler.SchedulerLoad
+	40, // 29: sglang.grpc.scheduler.GetLoadsResponse.aggregate:type_name -> sglang.grpc.scheduler.AggregateMetrics
+	35, // 30: sglang.grpc.scheduler.SchedulerLoad.memory:type_name -> sglang.grpc.scheduler.MemoryMetrics
+	36, // 31: sglang.grpc.scheduler.SchedulerLoad.speculative:type_name -> sglang.grpc.scheduler.SpeculativeMetrics
+	37, // 32: sglang.grpc.scheduler.SchedulerLoad.lora:type_name -> sglang.grpc.scheduler.LoRAMetrics
+	38, // 33: sglang.grpc.scheduler.SchedulerLoad.disaggregation:type_name -> sglang.grpc.scheduler.DisaggregationMetrics
+	39, // 34: sglang.grpc.scheduler.SchedulerLoad.queues:type_name -> sglang.grpc.scheduler.QueueMetrics
+	49, // 35: sglang.grpc.scheduler.GetInternalStateResponse.state:type_name -> google.protobuf.Struct
+	49, // 36: sglang.grpc.scheduler.SetInternalStateRequest.state:type_name -> google.protobuf.Struct
+	4,  // 37: sglang.grpc.scheduler.MultimodalInputs.ModelSpecificTensorsEntry.value:type_name -> sglang.grpc.scheduler.TensorData
+	2,  // 38: sglang.grpc.scheduler.SglangScheduler.Generate:input_type -> sglang.grpc.scheduler.GenerateRequest
+	15, // 39: sglang.grpc.scheduler.SglangScheduler.Embed:input_type -> sglang.grpc.scheduler.EmbedRequest
+	17, // 40: sglang.grpc.scheduler.SglangScheduler.HealthCheck:input_type -> sglang.grpc.scheduler.HealthCheckRequest
+	19, // 41: sglang.grpc.scheduler.SglangScheduler.Abort:input_type -> sglang.grpc.scheduler.AbortRequest
+	28, // 42: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:input_type -> sglang.grpc.scheduler.GetModelInfoRequest
+	30, // 43: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:input_type -> sglang.grpc.scheduler.GetServerInfoRequest
+	32, // 44: sglang.grpc.scheduler.SglangScheduler.GetLoads:input_type -> sglang.grpc.scheduler.GetLoadsRequest
+	51, // 45: sglang.grpc.scheduler.SglangScheduler.FlushCache:input_type -> smg.grpc.common.FlushCacheRequest
+	52, // 46: sglang.grpc.scheduler.SglangScheduler.StartProfile:input_type -> smg.grpc.common.StartProfileRequest
+	53, // 47: sglang.grpc.scheduler.SglangScheduler.StopProfile:input_type -> smg.grpc.common.StopProfileRequest
+	54, // 48: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:input_type -> smg.grpc.common.GetTokenizerRequest
+	55, // 49: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:input_type -> smg.grpc.common.SubscribeKvEventsRequest
+	21, // 50: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:input_type -> sglang.grpc.scheduler.LoadLoRAAdapterRequest
+	23, // 51: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:input_type -> sglang.grpc.scheduler.UnloadLoRAAdapterRequest
+	25, // 52: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:input_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersRequest
+	7,  // 53: sglang.grpc.scheduler.SglangScheduler.Generate:output_type -> sglang.grpc.scheduler.GenerateResponse
+	16, // 54: sglang.grpc.scheduler.SglangScheduler.Embed:output_type -> sglang.grpc.scheduler.EmbedResponse
+	18, // 55: sglang.grpc.scheduler.SglangScheduler.HealthCheck:output_type -> sglang.grpc.scheduler.HealthCheckResponse
+	20, // 56: sglang.grpc.scheduler.SglangScheduler.Abort:output_type -> sglang.grpc.scheduler.AbortResponse
+	29, // 57: sglang.grpc.scheduler.SglangScheduler.GetModelInfo:output_type -> sglang.grpc.scheduler.GetModelInfoResponse
+	31, // 58: sglang.grpc.scheduler.SglangScheduler.GetServerInfo:output_type -> sglang.grpc.scheduler.GetServerInfoResponse
+	33, // 59: sglang.grpc.scheduler.SglangScheduler.GetLoads:output_type -> sglang.grpc.scheduler.GetLoadsResponse
+	56, // 60: sglang.grpc.scheduler.SglangScheduler.FlushCache:output_type -> smg.grpc.common.FlushCacheResponse
+	57, // 61: sglang.grpc.scheduler.SglangScheduler.StartProfile:output_type -> smg.grpc.common.ProfileResponse
+	57, // 62: sglang.grpc.scheduler.SglangScheduler.StopProfile:output_type -> smg.grpc.common.ProfileResponse
+	58, // 63: sglang.grpc.scheduler.SglangScheduler.GetTokenizer:output_type -> smg.grpc.common.GetTokenizerChunk
+	59, // 64: sglang.grpc.scheduler.SglangScheduler.SubscribeKvEvents:output_type -> smg.grpc.common.KvEventBatch
+	22, // 65: sglang.grpc.scheduler.SglangScheduler.LoadLoRAAdapter:output_type -> sglang.grpc.scheduler.LoadLoRAAdapterResponse
+	24, // 66: sglang.grpc.scheduler.SglangScheduler.UnloadLoRAAdapter:output_type -> sglang.grpc.scheduler.UnloadLoRAAdapterResponse
+	27, // 67: sglang.grpc.scheduler.SglangScheduler.ListLoadedLoRAAdapters:output_type -> sglang.grpc.scheduler.ListLoadedLoRAAdaptersResponse
+	53, // [53:68] is the sub-list for method output_type
+	38, // [38:53] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_sglang_grpc_scheduler_sglang_scheduler_proto_init() }
@@ -4170,6 +4203,7 @@ func file_sglang_grpc_scheduler_sglang_scheduler_proto_init() {
 		(*SamplingParams_EbnfGrammar)(nil),
 		(*SamplingParams_StructuralTag)(nil),
 	}
+	file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[2].OneofWrappers = []any{}
 	file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[5].OneofWrappers = []any{}
 	file_sglang_grpc_scheduler_sglang_scheduler_proto_msgTypes[7].OneofWrappers = []any{
 		(*GenerateResponse_Chunk)(nil),

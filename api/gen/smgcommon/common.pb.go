@@ -27,6 +27,114 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Where a block is stored; cache_level says the same for older readers
+// (0 device, 1 host, 2 disk, 3 external). Unset: the device.
+type KvCacheTier int32
+
+const (
+	KvCacheTier_KV_CACHE_TIER_UNSPECIFIED KvCacheTier = 0
+	KvCacheTier_KV_CACHE_TIER_DEVICE      KvCacheTier = 1
+	KvCacheTier_KV_CACHE_TIER_HOST        KvCacheTier = 2
+	KvCacheTier_KV_CACHE_TIER_DISK        KvCacheTier = 3
+	KvCacheTier_KV_CACHE_TIER_EXTERNAL    KvCacheTier = 4
+)
+
+// Enum value maps for KvCacheTier.
+var (
+	KvCacheTier_name = map[int32]string{
+		0: "KV_CACHE_TIER_UNSPECIFIED",
+		1: "KV_CACHE_TIER_DEVICE",
+		2: "KV_CACHE_TIER_HOST",
+		3: "KV_CACHE_TIER_DISK",
+		4: "KV_CACHE_TIER_EXTERNAL",
+	}
+	KvCacheTier_value = map[string]int32{
+		"KV_CACHE_TIER_UNSPECIFIED": 0,
+		"KV_CACHE_TIER_DEVICE":      1,
+		"KV_CACHE_TIER_HOST":        2,
+		"KV_CACHE_TIER_DISK":        3,
+		"KV_CACHE_TIER_EXTERNAL":    4,
+	}
+)
+
+func (x KvCacheTier) Enum() *KvCacheTier {
+	p := new(KvCacheTier)
+	*p = x
+	return p
+}
+
+func (x KvCacheTier) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KvCacheTier) Descriptor() protoreflect.EnumDescriptor {
+	return file_smg_grpc_common_common_proto_enumTypes[0].Descriptor()
+}
+
+func (KvCacheTier) Type() protoreflect.EnumType {
+	return &file_smg_grpc_common_common_proto_enumTypes[0]
+}
+
+func (x KvCacheTier) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KvCacheTier.Descriptor instead.
+func (KvCacheTier) EnumDescriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{0}
+}
+
+// Whether the blocks are the publishing engine's own (local) or in a pool
+// it shares (remote): only local blocks say what one worker holds.
+type KvCacheLocality int32
+
+const (
+	KvCacheLocality_KV_CACHE_LOCALITY_UNSPECIFIED KvCacheLocality = 0
+	KvCacheLocality_KV_CACHE_LOCALITY_LOCAL       KvCacheLocality = 1
+	KvCacheLocality_KV_CACHE_LOCALITY_REMOTE      KvCacheLocality = 2
+)
+
+// Enum value maps for KvCacheLocality.
+var (
+	KvCacheLocality_name = map[int32]string{
+		0: "KV_CACHE_LOCALITY_UNSPECIFIED",
+		1: "KV_CACHE_LOCALITY_LOCAL",
+		2: "KV_CACHE_LOCALITY_REMOTE",
+	}
+	KvCacheLocality_value = map[string]int32{
+		"KV_CACHE_LOCALITY_UNSPECIFIED": 0,
+		"KV_CACHE_LOCALITY_LOCAL":       1,
+		"KV_CACHE_LOCALITY_REMOTE":      2,
+	}
+)
+
+func (x KvCacheLocality) Enum() *KvCacheLocality {
+	p := new(KvCacheLocality)
+	*p = x
+	return p
+}
+
+func (x KvCacheLocality) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KvCacheLocality) Descriptor() protoreflect.EnumDescriptor {
+	return file_smg_grpc_common_common_proto_enumTypes[1].Descriptor()
+}
+
+func (KvCacheLocality) Type() protoreflect.EnumType {
+	return &file_smg_grpc_common_common_proto_enumTypes[1]
+}
+
+func (x KvCacheLocality) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KvCacheLocality.Descriptor instead.
+func (KvCacheLocality) EnumDescriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{1}
+}
+
 type Modality int32
 
 const (
@@ -63,11 +171,11 @@ func (x Modality) String() string {
 }
 
 func (Modality) Descriptor() protoreflect.EnumDescriptor {
-	return file_smg_grpc_common_common_proto_enumTypes[0].Descriptor()
+	return file_smg_grpc_common_common_proto_enumTypes[2].Descriptor()
 }
 
 func (Modality) Type() protoreflect.EnumType {
-	return &file_smg_grpc_common_common_proto_enumTypes[0]
+	return &file_smg_grpc_common_common_proto_enumTypes[2]
 }
 
 func (x Modality) Number() protoreflect.EnumNumber {
@@ -76,7 +184,7 @@ func (x Modality) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Modality.Descriptor instead.
 func (Modality) EnumDescriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{0}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{2}
 }
 
 type GetTokenizerRequest struct {
@@ -173,8 +281,10 @@ type SubscribeKvEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Sequence number to resume from; 0 starts from the current state.
 	StartSequenceNumber uint64 `protobuf:"varint,1,opt,name=start_sequence_number,json=startSequenceNumber,proto3" json:"start_sequence_number,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Ask for a load record before the first batch.
+	LoadRecordsBeforeFirstBatch bool `protobuf:"varint,2,opt,name=load_records_before_first_batch,json=loadRecordsBeforeFirstBatch,proto3" json:"load_records_before_first_batch,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *SubscribeKvEventsRequest) Reset() {
@@ -214,14 +324,26 @@ func (x *SubscribeKvEventsRequest) GetStartSequenceNumber() uint64 {
 	return 0
 }
 
+func (x *SubscribeKvEventsRequest) GetLoadRecordsBeforeFirstBatch() bool {
+	if x != nil {
+		return x.LoadRecordsBeforeFirstBatch
+	}
+	return false
+}
+
 // A batch of cache events, numbered so a subscriber can detect gaps.
 type KvEventBatch struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SequenceNumber uint64                 `protobuf:"varint,1,opt,name=sequence_number,json=sequenceNumber,proto3" json:"sequence_number,omitempty"`
 	// Seconds since the Unix epoch.
-	Timestamp     float64         `protobuf:"fixed64,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	Events        []*KvCacheEvent `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
-	DpRank        *int32          `protobuf:"varint,4,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
+	Timestamp float64         `protobuf:"fixed64,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	Events    []*KvCacheEvent `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	DpRank    *int32          `protobuf:"varint,4,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
+	// Set when the batch is part of a snapshot of the cache's state, which a
+	// relay sends a subscriber it cannot resume.
+	Snapshot *KvSnapshotChunk `protobuf:"bytes,7,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// The engine's load when the batch was sent (absent from older servers).
+	Load          *EngineLoad `protobuf:"bytes,8,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -284,6 +406,646 @@ func (x *KvEventBatch) GetDpRank() int32 {
 	return 0
 }
 
+func (x *KvEventBatch) GetSnapshot() *KvSnapshotChunk {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *KvEventBatch) GetLoad() *EngineLoad {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+// Chunk index of count; together the chunks resynchronise the worker's
+// blocks (the first begins with a KvCacheCleared). unknown_before > 0 says
+// the snapshot may miss blocks stored before the relay joined.
+type KvSnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Blocks        uint64                 `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	UnknownBefore uint64                 `protobuf:"varint,4,opt,name=unknown_before,json=unknownBefore,proto3" json:"unknown_before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvSnapshotChunk) Reset() {
+	*x = KvSnapshotChunk{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvSnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvSnapshotChunk) ProtoMessage() {}
+
+func (x *KvSnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvSnapshotChunk.ProtoReflect.Descriptor instead.
+func (*KvSnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KvSnapshotChunk) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *KvSnapshotChunk) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *KvSnapshotChunk) GetBlocks() uint64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *KvSnapshotChunk) GetUnknownBefore() uint64 {
+	if x != nil {
+		return x.UnknownBefore
+	}
+	return 0
+}
+
+// An engine's load, pushed on the event stream: the figures GetLoads
+// answers. A load_only batch carries no events.
+type EngineLoad struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	RunningRequests       uint32                 `protobuf:"varint,1,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	WaitingRequests       uint32                 `protobuf:"varint,2,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	WaitingUncachedTokens *uint32                `protobuf:"varint,3,opt,name=waiting_uncached_tokens,json=waitingUncachedTokens,proto3,oneof" json:"waiting_uncached_tokens,omitempty"`
+	TokenUsage            float64                `protobuf:"fixed64,4,opt,name=token_usage,json=tokenUsage,proto3" json:"token_usage,omitempty"`
+	GenThroughput         float64                `protobuf:"fixed64,5,opt,name=gen_throughput,json=genThroughput,proto3" json:"gen_throughput,omitempty"`
+	MaxRunningRequests    uint32                 `protobuf:"varint,6,opt,name=max_running_requests,json=maxRunningRequests,proto3" json:"max_running_requests,omitempty"`
+	AgeMs                 uint32                 `protobuf:"varint,7,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	Sample                uint64                 `protobuf:"varint,8,opt,name=sample,proto3" json:"sample,omitempty"`
+	LoadOnly              bool                   `protobuf:"varint,9,opt,name=load_only,json=loadOnly,proto3" json:"load_only,omitempty"`
+	CacheHitRate          *float64               `protobuf:"fixed64,10,opt,name=cache_hit_rate,json=cacheHitRate,proto3,oneof" json:"cache_hit_rate,omitempty"`
+	NumUsedTokens         *int32                 `protobuf:"varint,11,opt,name=num_used_tokens,json=numUsedTokens,proto3,oneof" json:"num_used_tokens,omitempty"`
+	MaxTotalNumTokens     *int32                 `protobuf:"varint,12,opt,name=max_total_num_tokens,json=maxTotalNumTokens,proto3,oneof" json:"max_total_num_tokens,omitempty"`
+	Memory                *EngineMemory          `protobuf:"bytes,13,opt,name=memory,proto3,oneof" json:"memory,omitempty"`
+	Queues                *EngineQueues          `protobuf:"bytes,14,opt,name=queues,proto3,oneof" json:"queues,omitempty"`
+	Speculative           *EngineSpeculative     `protobuf:"bytes,15,opt,name=speculative,proto3,oneof" json:"speculative,omitempty"`
+	Lora                  *EngineLora            `protobuf:"bytes,16,opt,name=lora,proto3,oneof" json:"lora,omitempty"`
+	Disaggregation        *EngineDisaggregation  `protobuf:"bytes,17,opt,name=disaggregation,proto3,oneof" json:"disaggregation,omitempty"`
+	ActiveTokenUsage      *float64               `protobuf:"fixed64,18,opt,name=active_token_usage,json=activeTokenUsage,proto3,oneof" json:"active_token_usage,omitempty"`
+	EngineSilenceMs       *uint32                `protobuf:"varint,19,opt,name=engine_silence_ms,json=engineSilenceMs,proto3,oneof" json:"engine_silence_ms,omitempty"`
+	EngineReportsSteps    *bool                  `protobuf:"varint,20,opt,name=engine_reports_steps,json=engineReportsSteps,proto3,oneof" json:"engine_reports_steps,omitempty"`
+	PrefillPendingTokens  *uint32                `protobuf:"varint,21,opt,name=prefill_pending_tokens,json=prefillPendingTokens,proto3,oneof" json:"prefill_pending_tokens,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *EngineLoad) Reset() {
+	*x = EngineLoad{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineLoad) ProtoMessage() {}
+
+func (x *EngineLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineLoad.ProtoReflect.Descriptor instead.
+func (*EngineLoad) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EngineLoad) GetRunningRequests() uint32 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetWaitingRequests() uint32 {
+	if x != nil {
+		return x.WaitingRequests
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetWaitingUncachedTokens() uint32 {
+	if x != nil && x.WaitingUncachedTokens != nil {
+		return *x.WaitingUncachedTokens
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetTokenUsage() float64 {
+	if x != nil {
+		return x.TokenUsage
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetGenThroughput() float64 {
+	if x != nil {
+		return x.GenThroughput
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetMaxRunningRequests() uint32 {
+	if x != nil {
+		return x.MaxRunningRequests
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetAgeMs() uint32 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetSample() uint64 {
+	if x != nil {
+		return x.Sample
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetLoadOnly() bool {
+	if x != nil {
+		return x.LoadOnly
+	}
+	return false
+}
+
+func (x *EngineLoad) GetCacheHitRate() float64 {
+	if x != nil && x.CacheHitRate != nil {
+		return *x.CacheHitRate
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetNumUsedTokens() int32 {
+	if x != nil && x.NumUsedTokens != nil {
+		return *x.NumUsedTokens
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetMaxTotalNumTokens() int32 {
+	if x != nil && x.MaxTotalNumTokens != nil {
+		return *x.MaxTotalNumTokens
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetMemory() *EngineMemory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *EngineLoad) GetQueues() *EngineQueues {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *EngineLoad) GetSpeculative() *EngineSpeculative {
+	if x != nil {
+		return x.Speculative
+	}
+	return nil
+}
+
+func (x *EngineLoad) GetLora() *EngineLora {
+	if x != nil {
+		return x.Lora
+	}
+	return nil
+}
+
+func (x *EngineLoad) GetDisaggregation() *EngineDisaggregation {
+	if x != nil {
+		return x.Disaggregation
+	}
+	return nil
+}
+
+func (x *EngineLoad) GetActiveTokenUsage() float64 {
+	if x != nil && x.ActiveTokenUsage != nil {
+		return *x.ActiveTokenUsage
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetEngineSilenceMs() uint32 {
+	if x != nil && x.EngineSilenceMs != nil {
+		return *x.EngineSilenceMs
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetEngineReportsSteps() bool {
+	if x != nil && x.EngineReportsSteps != nil {
+		return *x.EngineReportsSteps
+	}
+	return false
+}
+
+func (x *EngineLoad) GetPrefillPendingTokens() uint32 {
+	if x != nil && x.PrefillPendingTokens != nil {
+		return *x.PrefillPendingTokens
+	}
+	return 0
+}
+
+type EngineMemory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WeightGb      float64                `protobuf:"fixed64,1,opt,name=weight_gb,json=weightGb,proto3" json:"weight_gb,omitempty"`
+	KvCacheGb     float64                `protobuf:"fixed64,2,opt,name=kv_cache_gb,json=kvCacheGb,proto3" json:"kv_cache_gb,omitempty"`
+	GraphGb       float64                `protobuf:"fixed64,3,opt,name=graph_gb,json=graphGb,proto3" json:"graph_gb,omitempty"`
+	TokenCapacity int32                  `protobuf:"varint,4,opt,name=token_capacity,json=tokenCapacity,proto3" json:"token_capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineMemory) Reset() {
+	*x = EngineMemory{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineMemory) ProtoMessage() {}
+
+func (x *EngineMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineMemory.ProtoReflect.Descriptor instead.
+func (*EngineMemory) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *EngineMemory) GetWeightGb() float64 {
+	if x != nil {
+		return x.WeightGb
+	}
+	return 0
+}
+
+func (x *EngineMemory) GetKvCacheGb() float64 {
+	if x != nil {
+		return x.KvCacheGb
+	}
+	return 0
+}
+
+func (x *EngineMemory) GetGraphGb() float64 {
+	if x != nil {
+		return x.GraphGb
+	}
+	return 0
+}
+
+func (x *EngineMemory) GetTokenCapacity() int32 {
+	if x != nil {
+		return x.TokenCapacity
+	}
+	return 0
+}
+
+type EngineQueues struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Waiting       int32                  `protobuf:"varint,1,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Grammar       int32                  `protobuf:"varint,2,opt,name=grammar,proto3" json:"grammar,omitempty"`
+	Paused        int32                  `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	Retracted     int32                  `protobuf:"varint,4,opt,name=retracted,proto3" json:"retracted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineQueues) Reset() {
+	*x = EngineQueues{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineQueues) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineQueues) ProtoMessage() {}
+
+func (x *EngineQueues) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineQueues.ProtoReflect.Descriptor instead.
+func (*EngineQueues) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EngineQueues) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *EngineQueues) GetGrammar() int32 {
+	if x != nil {
+		return x.Grammar
+	}
+	return 0
+}
+
+func (x *EngineQueues) GetPaused() int32 {
+	if x != nil {
+		return x.Paused
+	}
+	return 0
+}
+
+func (x *EngineQueues) GetRetracted() int32 {
+	if x != nil {
+		return x.Retracted
+	}
+	return 0
+}
+
+type EngineSpeculative struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AcceptLength  float64                `protobuf:"fixed64,1,opt,name=accept_length,json=acceptLength,proto3" json:"accept_length,omitempty"`
+	AcceptRate    float64                `protobuf:"fixed64,2,opt,name=accept_rate,json=acceptRate,proto3" json:"accept_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineSpeculative) Reset() {
+	*x = EngineSpeculative{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineSpeculative) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineSpeculative) ProtoMessage() {}
+
+func (x *EngineSpeculative) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineSpeculative.ProtoReflect.Descriptor instead.
+func (*EngineSpeculative) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EngineSpeculative) GetAcceptLength() float64 {
+	if x != nil {
+		return x.AcceptLength
+	}
+	return 0
+}
+
+func (x *EngineSpeculative) GetAcceptRate() float64 {
+	if x != nil {
+		return x.AcceptRate
+	}
+	return 0
+}
+
+type EngineLora struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SlotsUsed     int32                  `protobuf:"varint,1,opt,name=slots_used,json=slotsUsed,proto3" json:"slots_used,omitempty"`
+	SlotsTotal    int32                  `protobuf:"varint,2,opt,name=slots_total,json=slotsTotal,proto3" json:"slots_total,omitempty"`
+	Utilization   float64                `protobuf:"fixed64,3,opt,name=utilization,proto3" json:"utilization,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineLora) Reset() {
+	*x = EngineLora{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineLora) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineLora) ProtoMessage() {}
+
+func (x *EngineLora) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineLora.ProtoReflect.Descriptor instead.
+func (*EngineLora) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *EngineLora) GetSlotsUsed() int32 {
+	if x != nil {
+		return x.SlotsUsed
+	}
+	return 0
+}
+
+func (x *EngineLora) GetSlotsTotal() int32 {
+	if x != nil {
+		return x.SlotsTotal
+	}
+	return 0
+}
+
+func (x *EngineLora) GetUtilization() float64 {
+	if x != nil {
+		return x.Utilization
+	}
+	return 0
+}
+
+type EngineDisaggregation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "prefill", "decode" or "null".
+	Mode                     string  `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	PrefillPreallocQueueReqs int32   `protobuf:"varint,2,opt,name=prefill_prealloc_queue_reqs,json=prefillPreallocQueueReqs,proto3" json:"prefill_prealloc_queue_reqs,omitempty"`
+	PrefillInflightQueueReqs int32   `protobuf:"varint,3,opt,name=prefill_inflight_queue_reqs,json=prefillInflightQueueReqs,proto3" json:"prefill_inflight_queue_reqs,omitempty"`
+	DecodePreallocQueueReqs  int32   `protobuf:"varint,4,opt,name=decode_prealloc_queue_reqs,json=decodePreallocQueueReqs,proto3" json:"decode_prealloc_queue_reqs,omitempty"`
+	DecodeTransferQueueReqs  int32   `protobuf:"varint,5,opt,name=decode_transfer_queue_reqs,json=decodeTransferQueueReqs,proto3" json:"decode_transfer_queue_reqs,omitempty"`
+	DecodeRetractedQueueReqs int32   `protobuf:"varint,6,opt,name=decode_retracted_queue_reqs,json=decodeRetractedQueueReqs,proto3" json:"decode_retracted_queue_reqs,omitempty"`
+	KvTransferSpeedGbS       float64 `protobuf:"fixed64,7,opt,name=kv_transfer_speed_gb_s,json=kvTransferSpeedGbS,proto3" json:"kv_transfer_speed_gb_s,omitempty"`
+	KvTransferLatencyMs      float64 `protobuf:"fixed64,8,opt,name=kv_transfer_latency_ms,json=kvTransferLatencyMs,proto3" json:"kv_transfer_latency_ms,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *EngineDisaggregation) Reset() {
+	*x = EngineDisaggregation{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineDisaggregation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineDisaggregation) ProtoMessage() {}
+
+func (x *EngineDisaggregation) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineDisaggregation.ProtoReflect.Descriptor instead.
+func (*EngineDisaggregation) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *EngineDisaggregation) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *EngineDisaggregation) GetPrefillPreallocQueueReqs() int32 {
+	if x != nil {
+		return x.PrefillPreallocQueueReqs
+	}
+	return 0
+}
+
+func (x *EngineDisaggregation) GetPrefillInflightQueueReqs() int32 {
+	if x != nil {
+		return x.PrefillInflightQueueReqs
+	}
+	return 0
+}
+
+func (x *EngineDisaggregation) GetDecodePreallocQueueReqs() int32 {
+	if x != nil {
+		return x.DecodePreallocQueueReqs
+	}
+	return 0
+}
+
+func (x *EngineDisaggregation) GetDecodeTransferQueueReqs() int32 {
+	if x != nil {
+		return x.DecodeTransferQueueReqs
+	}
+	return 0
+}
+
+func (x *EngineDisaggregation) GetDecodeRetractedQueueReqs() int32 {
+	if x != nil {
+		return x.DecodeRetractedQueueReqs
+	}
+	return 0
+}
+
+func (x *EngineDisaggregation) GetKvTransferSpeedGbS() float64 {
+	if x != nil {
+		return x.KvTransferSpeedGbS
+	}
+	return 0
+}
+
+func (x *EngineDisaggregation) GetKvTransferLatencyMs() float64 {
+	if x != nil {
+		return x.KvTransferLatencyMs
+	}
+	return 0
+}
+
 type KvCacheEvent struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	EventId uint64                 `protobuf:"varint,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
@@ -299,7 +1061,7 @@ type KvCacheEvent struct {
 
 func (x *KvCacheEvent) Reset() {
 	*x = KvCacheEvent{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[4]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +1073,7 @@ func (x *KvCacheEvent) String() string {
 func (*KvCacheEvent) ProtoMessage() {}
 
 func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[4]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +1086,7 @@ func (x *KvCacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheEvent.ProtoReflect.Descriptor instead.
 func (*KvCacheEvent) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{4}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KvCacheEvent) GetEventId() uint64 {
@@ -392,17 +1154,34 @@ func (*KvCacheEvent_Cleared) isKvCacheEvent_Data() {}
 
 // Blocks that entered the cache. Consecutive blocks form a chain: the first
 // one hangs off parent_block_hash (absent for a chain from the root).
+//
+// A hybrid model (full attention beside sliding-window or linear layers)
+// keeps one cache group per kind of layer: group_idx names the group and
+// kv_cache_spec_kind its kind. Only a full-attention group's blocks are a
+// prefix a later prompt can reuse whole.
 type KvBlocksStored struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Blocks          []*KvBlock             `protobuf:"bytes,1,rep,name=blocks,proto3" json:"blocks,omitempty"`
 	ParentBlockHash *int64                 `protobuf:"varint,2,opt,name=parent_block_hash,json=parentBlockHash,proto3,oneof" json:"parent_block_hash,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Tier            *KvCacheTier           `protobuf:"varint,3,opt,name=tier,proto3,enum=smg.grpc.common.KvCacheTier,oneof" json:"tier,omitempty"`
+	// The engine's own name of the tier.
+	Medium                   *string          `protobuf:"bytes,4,opt,name=medium,proto3,oneof" json:"medium,omitempty"`
+	GroupIdx                 *uint32          `protobuf:"varint,5,opt,name=group_idx,json=groupIdx,proto3,oneof" json:"group_idx,omitempty"`
+	KvCacheSpecKind          *string          `protobuf:"bytes,6,opt,name=kv_cache_spec_kind,json=kvCacheSpecKind,proto3,oneof" json:"kv_cache_spec_kind,omitempty"`
+	KvCacheSpecSlidingWindow *uint32          `protobuf:"varint,7,opt,name=kv_cache_spec_sliding_window,json=kvCacheSpecSlidingWindow,proto3,oneof" json:"kv_cache_spec_sliding_window,omitempty"`
+	Locality                 *KvCacheLocality `protobuf:"varint,8,opt,name=locality,proto3,enum=smg.grpc.common.KvCacheLocality,oneof" json:"locality,omitempty"`
+	Ownership                *string          `protobuf:"bytes,9,opt,name=ownership,proto3,oneof" json:"ownership,omitempty"`
+	SessionId                *string          `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
+	// The namespace the hashes were computed in.
+	LoraName      *string `protobuf:"bytes,11,opt,name=lora_name,json=loraName,proto3,oneof" json:"lora_name,omitempty"`
+	CacheSalt     *string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3,oneof" json:"cache_salt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KvBlocksStored) Reset() {
 	*x = KvBlocksStored{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[5]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +1193,7 @@ func (x *KvBlocksStored) String() string {
 func (*KvBlocksStored) ProtoMessage() {}
 
 func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[5]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +1206,7 @@ func (x *KvBlocksStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksStored.ProtoReflect.Descriptor instead.
 func (*KvBlocksStored) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{5}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KvBlocksStored) GetBlocks() []*KvBlock {
@@ -444,20 +1223,92 @@ func (x *KvBlocksStored) GetParentBlockHash() int64 {
 	return 0
 }
 
+func (x *KvBlocksStored) GetTier() KvCacheTier {
+	if x != nil && x.Tier != nil {
+		return *x.Tier
+	}
+	return KvCacheTier_KV_CACHE_TIER_UNSPECIFIED
+}
+
+func (x *KvBlocksStored) GetMedium() string {
+	if x != nil && x.Medium != nil {
+		return *x.Medium
+	}
+	return ""
+}
+
+func (x *KvBlocksStored) GetGroupIdx() uint32 {
+	if x != nil && x.GroupIdx != nil {
+		return *x.GroupIdx
+	}
+	return 0
+}
+
+func (x *KvBlocksStored) GetKvCacheSpecKind() string {
+	if x != nil && x.KvCacheSpecKind != nil {
+		return *x.KvCacheSpecKind
+	}
+	return ""
+}
+
+func (x *KvBlocksStored) GetKvCacheSpecSlidingWindow() uint32 {
+	if x != nil && x.KvCacheSpecSlidingWindow != nil {
+		return *x.KvCacheSpecSlidingWindow
+	}
+	return 0
+}
+
+func (x *KvBlocksStored) GetLocality() KvCacheLocality {
+	if x != nil && x.Locality != nil {
+		return *x.Locality
+	}
+	return KvCacheLocality_KV_CACHE_LOCALITY_UNSPECIFIED
+}
+
+func (x *KvBlocksStored) GetOwnership() string {
+	if x != nil && x.Ownership != nil {
+		return *x.Ownership
+	}
+	return ""
+}
+
+func (x *KvBlocksStored) GetSessionId() string {
+	if x != nil && x.SessionId != nil {
+		return *x.SessionId
+	}
+	return ""
+}
+
+func (x *KvBlocksStored) GetLoraName() string {
+	if x != nil && x.LoraName != nil {
+		return *x.LoraName
+	}
+	return ""
+}
+
+func (x *KvBlocksStored) GetCacheSalt() string {
+	if x != nil && x.CacheSalt != nil {
+		return *x.CacheSalt
+	}
+	return ""
+}
+
 type KvBlock struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BlockHash     int64                  `protobuf:"varint,1,opt,name=block_hash,json=blockHash,proto3" json:"block_hash,omitempty"`
-	TokenIds      []uint32               `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	BlockSize     int32                  `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
-	LoraId        *int64                 `protobuf:"varint,4,opt,name=lora_id,json=loraId,proto3,oneof" json:"lora_id,omitempty"`
-	CacheLevel    *int32                 `protobuf:"varint,5,opt,name=cache_level,json=cacheLevel,proto3,oneof" json:"cache_level,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	BlockHash  int64                  `protobuf:"varint,1,opt,name=block_hash,json=blockHash,proto3" json:"block_hash,omitempty"`
+	TokenIds   []uint32               `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	BlockSize  int32                  `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	LoraId     *int64                 `protobuf:"varint,4,opt,name=lora_id,json=loraId,proto3,oneof" json:"lora_id,omitempty"`
+	CacheLevel *int32                 `protobuf:"varint,5,opt,name=cache_level,json=cacheLevel,proto3,oneof" json:"cache_level,omitempty"`
+	// What besides the token ids went into block_hash.
+	ExtraKeys     []*KvBlockExtraKey `protobuf:"bytes,6,rep,name=extra_keys,json=extraKeys,proto3" json:"extra_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KvBlock) Reset() {
 	*x = KvBlock{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[6]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +1320,7 @@ func (x *KvBlock) String() string {
 func (*KvBlock) ProtoMessage() {}
 
 func (x *KvBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[6]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +1333,7 @@ func (x *KvBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlock.ProtoReflect.Descriptor instead.
 func (*KvBlock) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{6}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KvBlock) GetBlockHash() int64 {
@@ -520,17 +1371,196 @@ func (x *KvBlock) GetCacheLevel() int32 {
 	return 0
 }
 
+func (x *KvBlock) GetExtraKeys() []*KvBlockExtraKey {
+	if x != nil {
+		return x.ExtraKeys
+	}
+	return nil
+}
+
+type KvBlockExtraKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Key:
+	//
+	//	*KvBlockExtraKey_Text
+	//	*KvBlockExtraKey_Blob
+	//	*KvBlockExtraKey_Number
+	//	*KvBlockExtraKey_Multimodal
+	Key           isKvBlockExtraKey_Key `protobuf_oneof:"key"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvBlockExtraKey) Reset() {
+	*x = KvBlockExtraKey{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvBlockExtraKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvBlockExtraKey) ProtoMessage() {}
+
+func (x *KvBlockExtraKey) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvBlockExtraKey.ProtoReflect.Descriptor instead.
+func (*KvBlockExtraKey) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *KvBlockExtraKey) GetKey() isKvBlockExtraKey_Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *KvBlockExtraKey) GetText() string {
+	if x != nil {
+		if x, ok := x.Key.(*KvBlockExtraKey_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *KvBlockExtraKey) GetBlob() []byte {
+	if x != nil {
+		if x, ok := x.Key.(*KvBlockExtraKey_Blob); ok {
+			return x.Blob
+		}
+	}
+	return nil
+}
+
+func (x *KvBlockExtraKey) GetNumber() int64 {
+	if x != nil {
+		if x, ok := x.Key.(*KvBlockExtraKey_Number); ok {
+			return x.Number
+		}
+	}
+	return 0
+}
+
+func (x *KvBlockExtraKey) GetMultimodal() *KvMultimodalKey {
+	if x != nil {
+		if x, ok := x.Key.(*KvBlockExtraKey_Multimodal); ok {
+			return x.Multimodal
+		}
+	}
+	return nil
+}
+
+type isKvBlockExtraKey_Key interface {
+	isKvBlockExtraKey_Key()
+}
+
+type KvBlockExtraKey_Text struct {
+	Text string `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
+}
+
+type KvBlockExtraKey_Blob struct {
+	Blob []byte `protobuf:"bytes,2,opt,name=blob,proto3,oneof"`
+}
+
+type KvBlockExtraKey_Number struct {
+	Number int64 `protobuf:"varint,3,opt,name=number,proto3,oneof"`
+}
+
+type KvBlockExtraKey_Multimodal struct {
+	Multimodal *KvMultimodalKey `protobuf:"bytes,4,opt,name=multimodal,proto3,oneof"`
+}
+
+func (*KvBlockExtraKey_Text) isKvBlockExtraKey_Key() {}
+
+func (*KvBlockExtraKey_Blob) isKvBlockExtraKey_Key() {}
+
+func (*KvBlockExtraKey_Number) isKvBlockExtraKey_Key() {}
+
+func (*KvBlockExtraKey_Multimodal) isKvBlockExtraKey_Key() {}
+
+// A multimodal item within a block: its identifier and where it starts.
+type KvMultimodalKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identifier    string                 `protobuf:"bytes,1,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvMultimodalKey) Reset() {
+	*x = KvMultimodalKey{}
+	mi := &file_smg_grpc_common_common_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvMultimodalKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvMultimodalKey) ProtoMessage() {}
+
+func (x *KvMultimodalKey) ProtoReflect() protoreflect.Message {
+	mi := &file_smg_grpc_common_common_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvMultimodalKey.ProtoReflect.Descriptor instead.
+func (*KvMultimodalKey) Descriptor() ([]byte, []int) {
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *KvMultimodalKey) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+func (x *KvMultimodalKey) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 type KvBlocksRemoved struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	BlockHashes   []int64                `protobuf:"varint,1,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	CacheLevel    *int32                 `protobuf:"varint,2,opt,name=cache_level,json=cacheLevel,proto3,oneof" json:"cache_level,omitempty"`
+	Tier          *KvCacheTier           `protobuf:"varint,3,opt,name=tier,proto3,enum=smg.grpc.common.KvCacheTier,oneof" json:"tier,omitempty"`
+	Medium        *string                `protobuf:"bytes,4,opt,name=medium,proto3,oneof" json:"medium,omitempty"`
+	GroupIdx      *uint32                `protobuf:"varint,5,opt,name=group_idx,json=groupIdx,proto3,oneof" json:"group_idx,omitempty"`
+	Locality      *KvCacheLocality       `protobuf:"varint,6,opt,name=locality,proto3,enum=smg.grpc.common.KvCacheLocality,oneof" json:"locality,omitempty"`
+	Ownership     *string                `protobuf:"bytes,7,opt,name=ownership,proto3,oneof" json:"ownership,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KvBlocksRemoved) Reset() {
 	*x = KvBlocksRemoved{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[7]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +1572,7 @@ func (x *KvBlocksRemoved) String() string {
 func (*KvBlocksRemoved) ProtoMessage() {}
 
 func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[7]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +1585,7 @@ func (x *KvBlocksRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlocksRemoved.ProtoReflect.Descriptor instead.
 func (*KvBlocksRemoved) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{7}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KvBlocksRemoved) GetBlockHashes() []int64 {
@@ -572,15 +1602,51 @@ func (x *KvBlocksRemoved) GetCacheLevel() int32 {
 	return 0
 }
 
+func (x *KvBlocksRemoved) GetTier() KvCacheTier {
+	if x != nil && x.Tier != nil {
+		return *x.Tier
+	}
+	return KvCacheTier_KV_CACHE_TIER_UNSPECIFIED
+}
+
+func (x *KvBlocksRemoved) GetMedium() string {
+	if x != nil && x.Medium != nil {
+		return *x.Medium
+	}
+	return ""
+}
+
+func (x *KvBlocksRemoved) GetGroupIdx() uint32 {
+	if x != nil && x.GroupIdx != nil {
+		return *x.GroupIdx
+	}
+	return 0
+}
+
+func (x *KvBlocksRemoved) GetLocality() KvCacheLocality {
+	if x != nil && x.Locality != nil {
+		return *x.Locality
+	}
+	return KvCacheLocality_KV_CACHE_LOCALITY_UNSPECIFIED
+}
+
+func (x *KvBlocksRemoved) GetOwnership() string {
+	if x != nil && x.Ownership != nil {
+		return *x.Ownership
+	}
+	return ""
+}
+
 type KvCacheCleared struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ownership     *string                `protobuf:"bytes,1,opt,name=ownership,proto3,oneof" json:"ownership,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KvCacheCleared) Reset() {
 	*x = KvCacheCleared{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[8]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +1658,7 @@ func (x *KvCacheCleared) String() string {
 func (*KvCacheCleared) ProtoMessage() {}
 
 func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[8]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +1671,14 @@ func (x *KvCacheCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCacheCleared.ProtoReflect.Descriptor instead.
 func (*KvCacheCleared) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{8}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *KvCacheCleared) GetOwnership() string {
+	if x != nil && x.Ownership != nil {
+		return *x.Ownership
+	}
+	return ""
 }
 
 type FlushCacheRequest struct {
@@ -618,7 +1691,7 @@ type FlushCacheRequest struct {
 
 func (x *FlushCacheRequest) Reset() {
 	*x = FlushCacheRequest{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[9]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +1703,7 @@ func (x *FlushCacheRequest) String() string {
 func (*FlushCacheRequest) ProtoMessage() {}
 
 func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[9]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +1716,7 @@ func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
 func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{9}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FlushCacheRequest) GetTimeoutS() float32 {
@@ -663,7 +1736,7 @@ type FlushCacheResponse struct {
 
 func (x *FlushCacheResponse) Reset() {
 	*x = FlushCacheResponse{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[10]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +1748,7 @@ func (x *FlushCacheResponse) String() string {
 func (*FlushCacheResponse) ProtoMessage() {}
 
 func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[10]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +1761,7 @@ func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
 func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{10}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FlushCacheResponse) GetSuccess() bool {
@@ -720,7 +1793,7 @@ type StartProfileRequest struct {
 
 func (x *StartProfileRequest) Reset() {
 	*x = StartProfileRequest{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[11]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1805,7 @@ func (x *StartProfileRequest) String() string {
 func (*StartProfileRequest) ProtoMessage() {}
 
 func (x *StartProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[11]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1818,7 @@ func (x *StartProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProfileRequest.ProtoReflect.Descriptor instead.
 func (*StartProfileRequest) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{11}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StartProfileRequest) GetOutputDir() string {
@@ -805,7 +1878,7 @@ type StopProfileRequest struct {
 
 func (x *StopProfileRequest) Reset() {
 	*x = StopProfileRequest{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[12]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1890,7 @@ func (x *StopProfileRequest) String() string {
 func (*StopProfileRequest) ProtoMessage() {}
 
 func (x *StopProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[12]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1903,7 @@ func (x *StopProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopProfileRequest.ProtoReflect.Descriptor instead.
 func (*StopProfileRequest) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{12}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{21}
 }
 
 type ProfileResponse struct {
@@ -843,7 +1916,7 @@ type ProfileResponse struct {
 
 func (x *ProfileResponse) Reset() {
 	*x = ProfileResponse{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[13]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +1928,7 @@ func (x *ProfileResponse) String() string {
 func (*ProfileResponse) ProtoMessage() {}
 
 func (x *ProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[13]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1941,7 @@ func (x *ProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileResponse.ProtoReflect.Descriptor instead.
 func (*ProfileResponse) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{13}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProfileResponse) GetSuccess() bool {
@@ -897,7 +1970,7 @@ type ShmHandle struct {
 
 func (x *ShmHandle) Reset() {
 	*x = ShmHandle{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[14]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1982,7 @@ func (x *ShmHandle) String() string {
 func (*ShmHandle) ProtoMessage() {}
 
 func (x *ShmHandle) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[14]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1995,7 @@ func (x *ShmHandle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmHandle.ProtoReflect.Descriptor instead.
 func (*ShmHandle) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{14}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ShmHandle) GetName() string {
@@ -964,7 +2037,7 @@ type RemoteTensorHandle struct {
 
 func (x *RemoteTensorHandle) Reset() {
 	*x = RemoteTensorHandle{}
-	mi := &file_smg_grpc_common_common_proto_msgTypes[15]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +2049,7 @@ func (x *RemoteTensorHandle) String() string {
 func (*RemoteTensorHandle) ProtoMessage() {}
 
 func (x *RemoteTensorHandle) ProtoReflect() protoreflect.Message {
-	mi := &file_smg_grpc_common_common_proto_msgTypes[15]
+	mi := &file_smg_grpc_common_common_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +2062,7 @@ func (x *RemoteTensorHandle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteTensorHandle.ProtoReflect.Descriptor instead.
 func (*RemoteTensorHandle) Descriptor() ([]byte, []int) {
-	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{15}
+	return file_smg_grpc_common_common_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoteTensorHandle) GetTransport() string {
@@ -1021,26 +2094,131 @@ const file_smg_grpc_common_common_proto_rawDesc = "" +
 	"\x13GetTokenizerRequest\"?\n" +
 	"\x11GetTokenizerChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"N\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\x94\x01\n" +
 	"\x18SubscribeKvEventsRequest\x122\n" +
-	"\x15start_sequence_number\x18\x01 \x01(\x04R\x13startSequenceNumber\"\xb6\x01\n" +
+	"\x15start_sequence_number\x18\x01 \x01(\x04R\x13startSequenceNumber\x12D\n" +
+	"\x1fload_records_before_first_batch\x18\x02 \x01(\bR\x1bloadRecordsBeforeFirstBatch\"\xb1\x02\n" +
 	"\fKvEventBatch\x12'\n" +
 	"\x0fsequence_number\x18\x01 \x01(\x04R\x0esequenceNumber\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x01R\ttimestamp\x125\n" +
 	"\x06events\x18\x03 \x03(\v2\x1d.smg.grpc.common.KvCacheEventR\x06events\x12\x1c\n" +
-	"\adp_rank\x18\x04 \x01(\x05H\x00R\x06dpRank\x88\x01\x01B\n" +
+	"\adp_rank\x18\x04 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12<\n" +
+	"\bsnapshot\x18\a \x01(\v2 .smg.grpc.common.KvSnapshotChunkR\bsnapshot\x12/\n" +
+	"\x04load\x18\b \x01(\v2\x1b.smg.grpc.common.EngineLoadR\x04loadB\n" +
 	"\n" +
-	"\b_dp_rank\"\xe7\x01\n" +
+	"\b_dp_rankJ\x04\b\x05\x10\x06J\x04\b\x06\x10\a\"|\n" +
+	"\x0fKvSnapshotChunk\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\x04R\x06blocks\x12%\n" +
+	"\x0eunknown_before\x18\x04 \x01(\x04R\runknownBefore\"\x95\n" +
+	"\n" +
+	"\n" +
+	"EngineLoad\x12)\n" +
+	"\x10running_requests\x18\x01 \x01(\rR\x0frunningRequests\x12)\n" +
+	"\x10waiting_requests\x18\x02 \x01(\rR\x0fwaitingRequests\x12;\n" +
+	"\x17waiting_uncached_tokens\x18\x03 \x01(\rH\x00R\x15waitingUncachedTokens\x88\x01\x01\x12\x1f\n" +
+	"\vtoken_usage\x18\x04 \x01(\x01R\n" +
+	"tokenUsage\x12%\n" +
+	"\x0egen_throughput\x18\x05 \x01(\x01R\rgenThroughput\x120\n" +
+	"\x14max_running_requests\x18\x06 \x01(\rR\x12maxRunningRequests\x12\x15\n" +
+	"\x06age_ms\x18\a \x01(\rR\x05ageMs\x12\x16\n" +
+	"\x06sample\x18\b \x01(\x04R\x06sample\x12\x1b\n" +
+	"\tload_only\x18\t \x01(\bR\bloadOnly\x12)\n" +
+	"\x0ecache_hit_rate\x18\n" +
+	" \x01(\x01H\x01R\fcacheHitRate\x88\x01\x01\x12+\n" +
+	"\x0fnum_used_tokens\x18\v \x01(\x05H\x02R\rnumUsedTokens\x88\x01\x01\x124\n" +
+	"\x14max_total_num_tokens\x18\f \x01(\x05H\x03R\x11maxTotalNumTokens\x88\x01\x01\x12:\n" +
+	"\x06memory\x18\r \x01(\v2\x1d.smg.grpc.common.EngineMemoryH\x04R\x06memory\x88\x01\x01\x12:\n" +
+	"\x06queues\x18\x0e \x01(\v2\x1d.smg.grpc.common.EngineQueuesH\x05R\x06queues\x88\x01\x01\x12I\n" +
+	"\vspeculative\x18\x0f \x01(\v2\".smg.grpc.common.EngineSpeculativeH\x06R\vspeculative\x88\x01\x01\x124\n" +
+	"\x04lora\x18\x10 \x01(\v2\x1b.smg.grpc.common.EngineLoraH\aR\x04lora\x88\x01\x01\x12R\n" +
+	"\x0edisaggregation\x18\x11 \x01(\v2%.smg.grpc.common.EngineDisaggregationH\bR\x0edisaggregation\x88\x01\x01\x121\n" +
+	"\x12active_token_usage\x18\x12 \x01(\x01H\tR\x10activeTokenUsage\x88\x01\x01\x12/\n" +
+	"\x11engine_silence_ms\x18\x13 \x01(\rH\n" +
+	"R\x0fengineSilenceMs\x88\x01\x01\x125\n" +
+	"\x14engine_reports_steps\x18\x14 \x01(\bH\vR\x12engineReportsSteps\x88\x01\x01\x129\n" +
+	"\x16prefill_pending_tokens\x18\x15 \x01(\rH\fR\x14prefillPendingTokens\x88\x01\x01B\x1a\n" +
+	"\x18_waiting_uncached_tokensB\x11\n" +
+	"\x0f_cache_hit_rateB\x12\n" +
+	"\x10_num_used_tokensB\x17\n" +
+	"\x15_max_total_num_tokensB\t\n" +
+	"\a_memoryB\t\n" +
+	"\a_queuesB\x0e\n" +
+	"\f_speculativeB\a\n" +
+	"\x05_loraB\x11\n" +
+	"\x0f_disaggregationB\x15\n" +
+	"\x13_active_token_usageB\x14\n" +
+	"\x12_engine_silence_msB\x17\n" +
+	"\x15_engine_reports_stepsB\x19\n" +
+	"\x17_prefill_pending_tokens\"\x8d\x01\n" +
+	"\fEngineMemory\x12\x1b\n" +
+	"\tweight_gb\x18\x01 \x01(\x01R\bweightGb\x12\x1e\n" +
+	"\vkv_cache_gb\x18\x02 \x01(\x01R\tkvCacheGb\x12\x19\n" +
+	"\bgraph_gb\x18\x03 \x01(\x01R\agraphGb\x12%\n" +
+	"\x0etoken_capacity\x18\x04 \x01(\x05R\rtokenCapacity\"x\n" +
+	"\fEngineQueues\x12\x18\n" +
+	"\awaiting\x18\x01 \x01(\x05R\awaiting\x12\x18\n" +
+	"\agrammar\x18\x02 \x01(\x05R\agrammar\x12\x16\n" +
+	"\x06paused\x18\x03 \x01(\x05R\x06paused\x12\x1c\n" +
+	"\tretracted\x18\x04 \x01(\x05R\tretracted\"Y\n" +
+	"\x11EngineSpeculative\x12#\n" +
+	"\raccept_length\x18\x01 \x01(\x01R\facceptLength\x12\x1f\n" +
+	"\vaccept_rate\x18\x02 \x01(\x01R\n" +
+	"acceptRate\"n\n" +
+	"\n" +
+	"EngineLora\x12\x1d\n" +
+	"\n" +
+	"slots_used\x18\x01 \x01(\x05R\tslotsUsed\x12\x1f\n" +
+	"\vslots_total\x18\x02 \x01(\x05R\n" +
+	"slotsTotal\x12 \n" +
+	"\vutilization\x18\x03 \x01(\x01R\vutilization\"\xca\x03\n" +
+	"\x14EngineDisaggregation\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12=\n" +
+	"\x1bprefill_prealloc_queue_reqs\x18\x02 \x01(\x05R\x18prefillPreallocQueueReqs\x12=\n" +
+	"\x1bprefill_inflight_queue_reqs\x18\x03 \x01(\x05R\x18prefillInflightQueueReqs\x12;\n" +
+	"\x1adecode_prealloc_queue_reqs\x18\x04 \x01(\x05R\x17decodePreallocQueueReqs\x12;\n" +
+	"\x1adecode_transfer_queue_reqs\x18\x05 \x01(\x05R\x17decodeTransferQueueReqs\x12=\n" +
+	"\x1bdecode_retracted_queue_reqs\x18\x06 \x01(\x05R\x18decodeRetractedQueueReqs\x122\n" +
+	"\x16kv_transfer_speed_gb_s\x18\a \x01(\x01R\x12kvTransferSpeedGbS\x123\n" +
+	"\x16kv_transfer_latency_ms\x18\b \x01(\x01R\x13kvTransferLatencyMs\"\xe7\x01\n" +
 	"\fKvCacheEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\x04R\aeventId\x129\n" +
 	"\x06stored\x18\x02 \x01(\v2\x1f.smg.grpc.common.KvBlocksStoredH\x00R\x06stored\x12<\n" +
 	"\aremoved\x18\x03 \x01(\v2 .smg.grpc.common.KvBlocksRemovedH\x00R\aremoved\x12;\n" +
 	"\acleared\x18\x04 \x01(\v2\x1f.smg.grpc.common.KvCacheClearedH\x00R\aclearedB\x06\n" +
-	"\x04data\"\x89\x01\n" +
+	"\x04data\"\xe7\x05\n" +
 	"\x0eKvBlocksStored\x120\n" +
 	"\x06blocks\x18\x01 \x03(\v2\x18.smg.grpc.common.KvBlockR\x06blocks\x12/\n" +
-	"\x11parent_block_hash\x18\x02 \x01(\x03H\x00R\x0fparentBlockHash\x88\x01\x01B\x14\n" +
-	"\x12_parent_block_hash\"\xc4\x01\n" +
+	"\x11parent_block_hash\x18\x02 \x01(\x03H\x00R\x0fparentBlockHash\x88\x01\x01\x125\n" +
+	"\x04tier\x18\x03 \x01(\x0e2\x1c.smg.grpc.common.KvCacheTierH\x01R\x04tier\x88\x01\x01\x12\x1b\n" +
+	"\x06medium\x18\x04 \x01(\tH\x02R\x06medium\x88\x01\x01\x12 \n" +
+	"\tgroup_idx\x18\x05 \x01(\rH\x03R\bgroupIdx\x88\x01\x01\x120\n" +
+	"\x12kv_cache_spec_kind\x18\x06 \x01(\tH\x04R\x0fkvCacheSpecKind\x88\x01\x01\x12C\n" +
+	"\x1ckv_cache_spec_sliding_window\x18\a \x01(\rH\x05R\x18kvCacheSpecSlidingWindow\x88\x01\x01\x12A\n" +
+	"\blocality\x18\b \x01(\x0e2 .smg.grpc.common.KvCacheLocalityH\x06R\blocality\x88\x01\x01\x12!\n" +
+	"\townership\x18\t \x01(\tH\aR\townership\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"session_id\x18\n" +
+	" \x01(\tH\bR\tsessionId\x88\x01\x01\x12 \n" +
+	"\tlora_name\x18\v \x01(\tH\tR\bloraName\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"cache_salt\x18\f \x01(\tH\n" +
+	"R\tcacheSalt\x88\x01\x01B\x14\n" +
+	"\x12_parent_block_hashB\a\n" +
+	"\x05_tierB\t\n" +
+	"\a_mediumB\f\n" +
+	"\n" +
+	"_group_idxB\x15\n" +
+	"\x13_kv_cache_spec_kindB\x1f\n" +
+	"\x1d_kv_cache_spec_sliding_windowB\v\n" +
+	"\t_localityB\f\n" +
+	"\n" +
+	"_ownershipB\r\n" +
+	"\v_session_idB\f\n" +
+	"\n" +
+	"_lora_nameB\r\n" +
+	"\v_cache_salt\"\x85\x02\n" +
 	"\aKvBlock\x12\x1d\n" +
 	"\n" +
 	"block_hash\x18\x01 \x01(\x03R\tblockHash\x12\x1b\n" +
@@ -1049,16 +2227,46 @@ const file_smg_grpc_common_common_proto_rawDesc = "" +
 	"block_size\x18\x03 \x01(\x05R\tblockSize\x12\x1c\n" +
 	"\alora_id\x18\x04 \x01(\x03H\x00R\x06loraId\x88\x01\x01\x12$\n" +
 	"\vcache_level\x18\x05 \x01(\x05H\x01R\n" +
-	"cacheLevel\x88\x01\x01B\n" +
+	"cacheLevel\x88\x01\x01\x12?\n" +
+	"\n" +
+	"extra_keys\x18\x06 \x03(\v2 .smg.grpc.common.KvBlockExtraKeyR\textraKeysB\n" +
 	"\n" +
 	"\b_lora_idB\x0e\n" +
-	"\f_cache_level\"j\n" +
+	"\f_cache_level\"\xa2\x01\n" +
+	"\x0fKvBlockExtraKey\x12\x14\n" +
+	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12\x14\n" +
+	"\x04blob\x18\x02 \x01(\fH\x00R\x04blob\x12\x18\n" +
+	"\x06number\x18\x03 \x01(\x03H\x00R\x06number\x12B\n" +
+	"\n" +
+	"multimodal\x18\x04 \x01(\v2 .smg.grpc.common.KvMultimodalKeyH\x00R\n" +
+	"multimodalB\x05\n" +
+	"\x03key\"I\n" +
+	"\x0fKvMultimodalKey\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x01 \x01(\tR\n" +
+	"identifier\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\"\x83\x03\n" +
 	"\x0fKvBlocksRemoved\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x03R\vblockHashes\x12$\n" +
 	"\vcache_level\x18\x02 \x01(\x05H\x00R\n" +
-	"cacheLevel\x88\x01\x01B\x0e\n" +
-	"\f_cache_level\"\x10\n" +
-	"\x0eKvCacheCleared\"0\n" +
+	"cacheLevel\x88\x01\x01\x125\n" +
+	"\x04tier\x18\x03 \x01(\x0e2\x1c.smg.grpc.common.KvCacheTierH\x01R\x04tier\x88\x01\x01\x12\x1b\n" +
+	"\x06medium\x18\x04 \x01(\tH\x02R\x06medium\x88\x01\x01\x12 \n" +
+	"\tgroup_idx\x18\x05 \x01(\rH\x03R\bgroupIdx\x88\x01\x01\x12A\n" +
+	"\blocality\x18\x06 \x01(\x0e2 .smg.grpc.common.KvCacheLocalityH\x04R\blocality\x88\x01\x01\x12!\n" +
+	"\townership\x18\a \x01(\tH\x05R\townership\x88\x01\x01B\x0e\n" +
+	"\f_cache_levelB\a\n" +
+	"\x05_tierB\t\n" +
+	"\a_mediumB\f\n" +
+	"\n" +
+	"_group_idxB\v\n" +
+	"\t_localityB\f\n" +
+	"\n" +
+	"_ownership\"A\n" +
+	"\x0eKvCacheCleared\x12!\n" +
+	"\townership\x18\x01 \x01(\tH\x00R\townership\x88\x01\x01B\f\n" +
+	"\n" +
+	"_ownership\"0\n" +
 	"\x11FlushCacheRequest\x12\x1b\n" +
 	"\ttimeout_s\x18\x01 \x01(\x02R\btimeoutS\"H\n" +
 	"\x12FlushCacheResponse\x12\x18\n" +
@@ -1097,7 +2305,17 @@ const file_smg_grpc_common_common_proto_rawDesc = "" +
 	"\n" +
 	"descriptor\x18\x02 \x01(\fR\n" +
 	"descriptor\x12\x16\n" +
-	"\x06nbytes\x18\x03 \x01(\x04R\x06nbytes*E\n" +
+	"\x06nbytes\x18\x03 \x01(\x04R\x06nbytes*\x92\x01\n" +
+	"\vKvCacheTier\x12\x1d\n" +
+	"\x19KV_CACHE_TIER_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14KV_CACHE_TIER_DEVICE\x10\x01\x12\x16\n" +
+	"\x12KV_CACHE_TIER_HOST\x10\x02\x12\x16\n" +
+	"\x12KV_CACHE_TIER_DISK\x10\x03\x12\x1a\n" +
+	"\x16KV_CACHE_TIER_EXTERNAL\x10\x04*o\n" +
+	"\x0fKvCacheLocality\x12!\n" +
+	"\x1dKV_CACHE_LOCALITY_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17KV_CACHE_LOCALITY_LOCAL\x10\x01\x12\x1c\n" +
+	"\x18KV_CACHE_LOCALITY_REMOTE\x10\x02*E\n" +
 	"\bModality\x12\x18\n" +
 	"\x14MODALITY_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05IMAGE\x10\x01\x12\t\n" +
@@ -1116,38 +2334,62 @@ func file_smg_grpc_common_common_proto_rawDescGZIP() []byte {
 	return file_smg_grpc_common_common_proto_rawDescData
 }
 
-var file_smg_grpc_common_common_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_smg_grpc_common_common_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_smg_grpc_common_common_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_smg_grpc_common_common_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_smg_grpc_common_common_proto_goTypes = []any{
-	(Modality)(0),                    // 0: smg.grpc.common.Modality
-	(*GetTokenizerRequest)(nil),      // 1: smg.grpc.common.GetTokenizerRequest
-	(*GetTokenizerChunk)(nil),        // 2: smg.grpc.common.GetTokenizerChunk
-	(*SubscribeKvEventsRequest)(nil), // 3: smg.grpc.common.SubscribeKvEventsRequest
-	(*KvEventBatch)(nil),             // 4: smg.grpc.common.KvEventBatch
-	(*KvCacheEvent)(nil),             // 5: smg.grpc.common.KvCacheEvent
-	(*KvBlocksStored)(nil),           // 6: smg.grpc.common.KvBlocksStored
-	(*KvBlock)(nil),                  // 7: smg.grpc.common.KvBlock
-	(*KvBlocksRemoved)(nil),          // 8: smg.grpc.common.KvBlocksRemoved
-	(*KvCacheCleared)(nil),           // 9: smg.grpc.common.KvCacheCleared
-	(*FlushCacheRequest)(nil),        // 10: smg.grpc.common.FlushCacheRequest
-	(*FlushCacheResponse)(nil),       // 11: smg.grpc.common.FlushCacheResponse
-	(*StartProfileRequest)(nil),      // 12: smg.grpc.common.StartProfileRequest
-	(*StopProfileRequest)(nil),       // 13: smg.grpc.common.StopProfileRequest
-	(*ProfileResponse)(nil),          // 14: smg.grpc.common.ProfileResponse
-	(*ShmHandle)(nil),                // 15: smg.grpc.common.ShmHandle
-	(*RemoteTensorHandle)(nil),       // 16: smg.grpc.common.RemoteTensorHandle
+	(KvCacheTier)(0),                 // 0: smg.grpc.common.KvCacheTier
+	(KvCacheLocality)(0),             // 1: smg.grpc.common.KvCacheLocality
+	(Modality)(0),                    // 2: smg.grpc.common.Modality
+	(*GetTokenizerRequest)(nil),      // 3: smg.grpc.common.GetTokenizerRequest
+	(*GetTokenizerChunk)(nil),        // 4: smg.grpc.common.GetTokenizerChunk
+	(*SubscribeKvEventsRequest)(nil), // 5: smg.grpc.common.SubscribeKvEventsRequest
+	(*KvEventBatch)(nil),             // 6: smg.grpc.common.KvEventBatch
+	(*KvSnapshotChunk)(nil),          // 7: smg.grpc.common.KvSnapshotChunk
+	(*EngineLoad)(nil),               // 8: smg.grpc.common.EngineLoad
+	(*EngineMemory)(nil),             // 9: smg.grpc.common.EngineMemory
+	(*EngineQueues)(nil),             // 10: smg.grpc.common.EngineQueues
+	(*EngineSpeculative)(nil),        // 11: smg.grpc.common.EngineSpeculative
+	(*EngineLora)(nil),               // 12: smg.grpc.common.EngineLora
+	(*EngineDisaggregation)(nil),     // 13: smg.grpc.common.EngineDisaggregation
+	(*KvCacheEvent)(nil),             // 14: smg.grpc.common.KvCacheEvent
+	(*KvBlocksStored)(nil),           // 15: smg.grpc.common.KvBlocksStored
+	(*KvBlock)(nil),                  // 16: smg.grpc.common.KvBlock
+	(*KvBlockExtraKey)(nil),          // 17: smg.grpc.common.KvBlockExtraKey
+	(*KvMultimodalKey)(nil),          // 18: smg.grpc.common.KvMultimodalKey
+	(*KvBlocksRemoved)(nil),          // 19: smg.grpc.common.KvBlocksRemoved
+	(*KvCacheCleared)(nil),           // 20: smg.grpc.common.KvCacheCleared
+	(*FlushCacheRequest)(nil),        // 21: smg.grpc.common.FlushCacheRequest
+	(*FlushCacheResponse)(nil),       // 22: smg.grpc.common.FlushCacheResponse
+	(*StartProfileRequest)(nil),      // 23: smg.grpc.common.StartProfileRequest
+	(*StopProfileRequest)(nil),       // 24: smg.grpc.common.StopProfileRequest
+	(*ProfileResponse)(nil),          // 25: smg.grpc.common.ProfileResponse
+	(*ShmHandle)(nil),                // 26: smg.grpc.common.ShmHandle
+	(*RemoteTensorHandle)(nil),       // 27: smg.grpc.common.RemoteTensorHandle
 }
 var file_smg_grpc_common_common_proto_depIdxs = []int32{
-	5, // 0: smg.grpc.common.KvEventBatch.events:type_name -> smg.grpc.common.KvCacheEvent
-	6, // 1: smg.grpc.common.KvCacheEvent.stored:type_name -> smg.grpc.common.KvBlocksStored
-	8, // 2: smg.grpc.common.KvCacheEvent.removed:type_name -> smg.grpc.common.KvBlocksRemoved
-	9, // 3: smg.grpc.common.KvCacheEvent.cleared:type_name -> smg.grpc.common.KvCacheCleared
-	7, // 4: smg.grpc.common.KvBlocksStored.blocks:type_name -> smg.grpc.common.KvBlock
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	14, // 0: smg.grpc.common.KvEventBatch.events:type_name -> smg.grpc.common.KvCacheEvent
+	7,  // 1: smg.grpc.common.KvEventBatch.snapshot:type_name -> smg.grpc.common.KvSnapshotChunk
+	8,  // 2: smg.grpc.common.KvEventBatch.load:type_name -> smg.grpc.common.EngineLoad
+	9,  // 3: smg.grpc.common.EngineLoad.memory:type_name -> smg.grpc.common.EngineMemory
+	10, // 4: smg.grpc.common.EngineLoad.queues:type_name -> smg.grpc.common.EngineQueues
+	11, // 5: smg.grpc.common.EngineLoad.speculative:type_name -> smg.grpc.common.EngineSpeculative
+	12, // 6: smg.grpc.common.EngineLoad.lora:type_name -> smg.grpc.common.EngineLora
+	13, // 7: smg.grpc.common.EngineLoad.disaggregation:type_name -> smg.grpc.common.EngineDisaggregation
+	15, // 8: smg.grpc.common.KvCacheEvent.stored:type_name -> smg.grpc.common.KvBlocksStored
+	19, // 9: smg.grpc.common.KvCacheEvent.removed:type_name -> smg.grpc.common.KvBlocksRemoved
+	20, // 10: smg.grpc.common.KvCacheEvent.cleared:type_name -> smg.grpc.common.KvCacheCleared
+	16, // 11: smg.grpc.common.KvBlocksStored.blocks:type_name -> smg.grpc.common.KvBlock
+	0,  // 12: smg.grpc.common.KvBlocksStored.tier:type_name -> smg.grpc.common.KvCacheTier
+	1,  // 13: smg.grpc.common.KvBlocksStored.locality:type_name -> smg.grpc.common.KvCacheLocality
+	17, // 14: smg.grpc.common.KvBlock.extra_keys:type_name -> smg.grpc.common.KvBlockExtraKey
+	18, // 15: smg.grpc.common.KvBlockExtraKey.multimodal:type_name -> smg.grpc.common.KvMultimodalKey
+	0,  // 16: smg.grpc.common.KvBlocksRemoved.tier:type_name -> smg.grpc.common.KvCacheTier
+	1,  // 17: smg.grpc.common.KvBlocksRemoved.locality:type_name -> smg.grpc.common.KvCacheLocality
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_smg_grpc_common_common_proto_init() }
@@ -1156,22 +2398,30 @@ func file_smg_grpc_common_common_proto_init() {
 		return
 	}
 	file_smg_grpc_common_common_proto_msgTypes[3].OneofWrappers = []any{}
-	file_smg_grpc_common_common_proto_msgTypes[4].OneofWrappers = []any{
+	file_smg_grpc_common_common_proto_msgTypes[5].OneofWrappers = []any{}
+	file_smg_grpc_common_common_proto_msgTypes[11].OneofWrappers = []any{
 		(*KvCacheEvent_Stored)(nil),
 		(*KvCacheEvent_Removed)(nil),
 		(*KvCacheEvent_Cleared)(nil),
 	}
-	file_smg_grpc_common_common_proto_msgTypes[5].OneofWrappers = []any{}
-	file_smg_grpc_common_common_proto_msgTypes[6].OneofWrappers = []any{}
-	file_smg_grpc_common_common_proto_msgTypes[7].OneofWrappers = []any{}
-	file_smg_grpc_common_common_proto_msgTypes[11].OneofWrappers = []any{}
+	file_smg_grpc_common_common_proto_msgTypes[12].OneofWrappers = []any{}
+	file_smg_grpc_common_common_proto_msgTypes[13].OneofWrappers = []any{}
+	file_smg_grpc_common_common_proto_msgTypes[14].OneofWrappers = []any{
+		(*KvBlockExtraKey_Text)(nil),
+		(*KvBlockExtraKey_Blob)(nil),
+		(*KvBlockExtraKey_Number)(nil),
+		(*KvBlockExtraKey_Multimodal)(nil),
+	}
+	file_smg_grpc_common_common_proto_msgTypes[16].OneofWrappers = []any{}
+	file_smg_grpc_common_common_proto_msgTypes[17].OneofWrappers = []any{}
+	file_smg_grpc_common_common_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_smg_grpc_common_common_proto_rawDesc), len(file_smg_grpc_common_common_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   16,
+			NumEnums:      3,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -62,8 +62,10 @@ type SamplingParams struct {
 	IncludeStopStrInOutput bool                        `protobuf:"varint,25,opt,name=include_stop_str_in_output,json=includeStopStrInOutput,proto3" json:"include_stop_str_in_output,omitempty"`
 	LogitBias              map[int32]float32           `protobuf:"bytes,26,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
 	TruncatePromptTokens   *int32                      `protobuf:"varint,27,opt,name=truncate_prompt_tokens,json=truncatePromptTokens,proto3,oneof" json:"truncate_prompt_tokens,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Apply the grammar from the first generated token on.
+	GrammarFromFirstToken bool `protobuf:"varint,28,opt,name=grammar_from_first_token,json=grammarFromFirstToken,proto3" json:"grammar_from_first_token,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -302,6 +304,13 @@ func (x *SamplingParams) GetTruncatePromptTokens() int32 {
 		return *x.TruncatePromptTokens
 	}
 	return 0
+}
+
+func (x *SamplingParams) GetGrammarFromFirstToken() bool {
+	if x != nil {
+		return x.GrammarFromFirstToken
+	}
+	return false
 }
 
 type isSamplingParams_Constraint interface {
@@ -617,8 +626,10 @@ type MultimodalInputs struct {
 	FlatKeys             map[string]string      `protobuf:"bytes,8,rep,name=flat_keys,json=flatKeys,proto3" json:"flat_keys,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	KeepOnCpuKeys        []string               `protobuf:"bytes,9,rep,name=keep_on_cpu_keys,json=keepOnCpuKeys,proto3" json:"keep_on_cpu_keys,omitempty"`
 	Modality             smgcommon.Modality     `protobuf:"varint,10,opt,name=modality,proto3,enum=smg.grpc.common.Modality" json:"modality,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Names the encoder input this item came from, when the router split one.
+	EncoderInputKey *string `protobuf:"bytes,11,opt,name=encoder_input_key,json=encoderInputKey,proto3,oneof" json:"encoder_input_key,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *MultimodalInputs) Reset() {
@@ -714,6 +725,173 @@ func (x *MultimodalInputs) GetModality() smgcommon.Modality {
 	return smgcommon.Modality(0)
 }
 
+func (x *MultimodalInputs) GetEncoderInputKey() string {
+	if x != nil && x.EncoderInputKey != nil {
+		return *x.EncoderInputKey
+	}
+	return ""
+}
+
+// Media the engine fetches and processes itself (a URL: http(s), data: or
+// file:), instead of pixels prepared by the router.
+type MediaRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Modality      smgcommon.Modality     `protobuf:"varint,1,opt,name=modality,proto3,enum=smg.grpc.common.Modality" json:"modality,omitempty"`
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MediaRef) Reset() {
+	*x = MediaRef{}
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MediaRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MediaRef) ProtoMessage() {}
+
+func (x *MediaRef) ProtoReflect() protoreflect.Message {
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MediaRef.ProtoReflect.Descriptor instead.
+func (*MediaRef) Descriptor() ([]byte, []int) {
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MediaRef) GetModality() smgcommon.Modality {
+	if x != nil {
+		return x.Modality
+	}
+	return smgcommon.Modality(0)
+}
+
+func (x *MediaRef) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+type MediaRefs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*MediaRef            `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MediaRefs) Reset() {
+	*x = MediaRefs{}
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MediaRefs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MediaRefs) ProtoMessage() {}
+
+func (x *MediaRefs) ProtoReflect() protoreflect.Message {
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MediaRefs.ProtoReflect.Descriptor instead.
+func (*MediaRefs) Descriptor() ([]byte, []int) {
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MediaRefs) GetItems() []*MediaRef {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// What a prefill engine made of its media, handed to the decode engine so it
+// needs no pixels: the expanded prompt and the processed inputs.
+type MediaIdentity struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	PromptTokenIds []uint32               `protobuf:"varint,1,rep,packed,name=prompt_token_ids,json=promptTokenIds,proto3" json:"prompt_token_ids,omitempty"`
+	MmInputs       *MultimodalInputs      `protobuf:"bytes,2,opt,name=mm_inputs,json=mmInputs,proto3" json:"mm_inputs,omitempty"`
+	ExtraMmInputs  []*MultimodalInputs    `protobuf:"bytes,3,rep,name=extra_mm_inputs,json=extraMmInputs,proto3" json:"extra_mm_inputs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MediaIdentity) Reset() {
+	*x = MediaIdentity{}
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MediaIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MediaIdentity) ProtoMessage() {}
+
+func (x *MediaIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MediaIdentity.ProtoReflect.Descriptor instead.
+func (*MediaIdentity) Descriptor() ([]byte, []int) {
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MediaIdentity) GetPromptTokenIds() []uint32 {
+	if x != nil {
+		return x.PromptTokenIds
+	}
+	return nil
+}
+
+func (x *MediaIdentity) GetMmInputs() *MultimodalInputs {
+	if x != nil {
+		return x.MmInputs
+	}
+	return nil
+}
+
+func (x *MediaIdentity) GetExtraMmInputs() []*MultimodalInputs {
+	if x != nil {
+		return x.ExtraMmInputs
+	}
+	return nil
+}
+
 type GenerateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -730,13 +908,16 @@ type GenerateRequest struct {
 	// Connector-specific handoff, passed to the engine verbatim.
 	KvTransferParamsJson *string `protobuf:"bytes,8,opt,name=kv_transfer_params_json,json=kvTransferParamsJson,proto3,oneof" json:"kv_transfer_params_json,omitempty"`
 	DataParallelRank     *int32  `protobuf:"varint,9,opt,name=data_parallel_rank,json=dataParallelRank,proto3,oneof" json:"data_parallel_rank,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Media for the engine to fetch (instead of mm_inputs; needs tokenized).
+	MediaRefs     *MediaRefs          `protobuf:"bytes,10,opt,name=media_refs,json=mediaRefs,proto3" json:"media_refs,omitempty"`
+	ExtraMmInputs []*MultimodalInputs `protobuf:"bytes,11,rep,name=extra_mm_inputs,json=extraMmInputs,proto3" json:"extra_mm_inputs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[6]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +929,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[6]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +942,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{6}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GenerateRequest) GetRequestId() string {
@@ -838,6 +1019,20 @@ func (x *GenerateRequest) GetDataParallelRank() int32 {
 	return 0
 }
 
+func (x *GenerateRequest) GetMediaRefs() *MediaRefs {
+	if x != nil {
+		return x.MediaRefs
+	}
+	return nil
+}
+
+func (x *GenerateRequest) GetExtraMmInputs() []*MultimodalInputs {
+	if x != nil {
+		return x.ExtraMmInputs
+	}
+	return nil
+}
+
 type isGenerateRequest_Input interface {
 	isGenerateRequest_Input()
 }
@@ -864,7 +1059,7 @@ type KvTransferParams struct {
 
 func (x *KvTransferParams) Reset() {
 	*x = KvTransferParams{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[7]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1071,7 @@ func (x *KvTransferParams) String() string {
 func (*KvTransferParams) ProtoMessage() {}
 
 func (x *KvTransferParams) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[7]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1084,7 @@ func (x *KvTransferParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvTransferParams.ProtoReflect.Descriptor instead.
 func (*KvTransferParams) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{7}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KvTransferParams) GetRemoteHost() string {
@@ -917,7 +1112,7 @@ type OutputLogProbs struct {
 
 func (x *OutputLogProbs) Reset() {
 	*x = OutputLogProbs{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[8]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1124,7 @@ func (x *OutputLogProbs) String() string {
 func (*OutputLogProbs) ProtoMessage() {}
 
 func (x *OutputLogProbs) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[8]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1137,7 @@ func (x *OutputLogProbs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputLogProbs.ProtoReflect.Descriptor instead.
 func (*OutputLogProbs) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{8}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OutputLogProbs) GetTokenLogprobs() []float32 {
@@ -977,7 +1172,7 @@ type InputLogProbs struct {
 
 func (x *InputLogProbs) Reset() {
 	*x = InputLogProbs{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[9]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1184,7 @@ func (x *InputLogProbs) String() string {
 func (*InputLogProbs) ProtoMessage() {}
 
 func (x *InputLogProbs) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[9]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1197,7 @@ func (x *InputLogProbs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputLogProbs.ProtoReflect.Descriptor instead.
 func (*InputLogProbs) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{9}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InputLogProbs) GetTokenLogprobs() []*InputTokenLogProb {
@@ -1035,7 +1230,7 @@ type InputTokenLogProb struct {
 
 func (x *InputTokenLogProb) Reset() {
 	*x = InputTokenLogProb{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[10]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1242,7 @@ func (x *InputTokenLogProb) String() string {
 func (*InputTokenLogProb) ProtoMessage() {}
 
 func (x *InputTokenLogProb) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[10]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1255,7 @@ func (x *InputTokenLogProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InputTokenLogProb.ProtoReflect.Descriptor instead.
 func (*InputTokenLogProb) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{10}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InputTokenLogProb) GetValue() float32 {
@@ -1080,7 +1275,7 @@ type TopLogProbs struct {
 
 func (x *TopLogProbs) Reset() {
 	*x = TopLogProbs{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[11]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1287,7 @@ func (x *TopLogProbs) String() string {
 func (*TopLogProbs) ProtoMessage() {}
 
 func (x *TopLogProbs) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[11]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1300,7 @@ func (x *TopLogProbs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogProbs.ProtoReflect.Descriptor instead.
 func (*TopLogProbs) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{11}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TopLogProbs) GetValues() []float32 {
@@ -1136,7 +1331,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[12]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1343,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[12]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1356,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{12}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GenerateResponse) GetResponse() isGenerateResponse_Response {
@@ -1221,7 +1416,7 @@ type GenerateStreamChunk struct {
 
 func (x *GenerateStreamChunk) Reset() {
 	*x = GenerateStreamChunk{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[13]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1428,7 @@ func (x *GenerateStreamChunk) String() string {
 func (*GenerateStreamChunk) ProtoMessage() {}
 
 func (x *GenerateStreamChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[13]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1441,7 @@ func (x *GenerateStreamChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateStreamChunk.ProtoReflect.Descriptor instead.
 func (*GenerateStreamChunk) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{13}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GenerateStreamChunk) GetTokenIds() []uint32 {
@@ -1316,13 +1511,18 @@ type GenerateComplete struct {
 	//	*GenerateComplete_MatchedStopStr
 	MatchedStop          isGenerateComplete_MatchedStop `protobuf_oneof:"matched_stop"`
 	KvTransferParamsJson *string                        `protobuf:"bytes,12,opt,name=kv_transfer_params_json,json=kvTransferParamsJson,proto3,oneof" json:"kv_transfer_params_json,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Speculative decoding: draft tokens the engine proposed and those it
+	// accepted (both 0 without speculation).
+	SpecAcceptedTokens uint32         `protobuf:"varint,13,opt,name=spec_accepted_tokens,json=specAcceptedTokens,proto3" json:"spec_accepted_tokens,omitempty"`
+	SpecDraftTokens    uint32         `protobuf:"varint,14,opt,name=spec_draft_tokens,json=specDraftTokens,proto3" json:"spec_draft_tokens,omitempty"`
+	MediaIdentity      *MediaIdentity `protobuf:"bytes,15,opt,name=media_identity,json=mediaIdentity,proto3" json:"media_identity,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GenerateComplete) Reset() {
 	*x = GenerateComplete{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[14]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1534,7 @@ func (x *GenerateComplete) String() string {
 func (*GenerateComplete) ProtoMessage() {}
 
 func (x *GenerateComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[14]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1547,7 @@ func (x *GenerateComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateComplete.ProtoReflect.Descriptor instead.
 func (*GenerateComplete) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{14}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerateComplete) GetOutputIds() []uint32 {
@@ -1445,6 +1645,27 @@ func (x *GenerateComplete) GetKvTransferParamsJson() string {
 	return ""
 }
 
+func (x *GenerateComplete) GetSpecAcceptedTokens() uint32 {
+	if x != nil {
+		return x.SpecAcceptedTokens
+	}
+	return 0
+}
+
+func (x *GenerateComplete) GetSpecDraftTokens() uint32 {
+	if x != nil {
+		return x.SpecDraftTokens
+	}
+	return 0
+}
+
+func (x *GenerateComplete) GetMediaIdentity() *MediaIdentity {
+	if x != nil {
+		return x.MediaIdentity
+	}
+	return nil
+}
+
 type isGenerateComplete_MatchedStop interface {
 	isGenerateComplete_MatchedStop()
 }
@@ -1471,7 +1692,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[15]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1704,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[15]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1717,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{15}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EmbedRequest) GetRequestId() string {
@@ -1524,7 +1745,7 @@ type EmbedResponse struct {
 
 func (x *EmbedResponse) Reset() {
 	*x = EmbedResponse{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[16]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1757,7 @@ func (x *EmbedResponse) String() string {
 func (*EmbedResponse) ProtoMessage() {}
 
 func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[16]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1770,7 @@ func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
 func (*EmbedResponse) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{16}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EmbedResponse) GetEmbedding() []float32 {
@@ -1581,7 +1802,7 @@ type HealthCheckRequest struct {
 
 func (x *HealthCheckRequest) Reset() {
 	*x = HealthCheckRequest{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[17]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1814,7 @@ func (x *HealthCheckRequest) String() string {
 func (*HealthCheckRequest) ProtoMessage() {}
 
 func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[17]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1827,7 @@ func (x *HealthCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckRequest.ProtoReflect.Descriptor instead.
 func (*HealthCheckRequest) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{17}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{20}
 }
 
 type HealthCheckResponse struct {
@@ -1619,7 +1840,7 @@ type HealthCheckResponse struct {
 
 func (x *HealthCheckResponse) Reset() {
 	*x = HealthCheckResponse{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[18]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1852,7 @@ func (x *HealthCheckResponse) String() string {
 func (*HealthCheckResponse) ProtoMessage() {}
 
 func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[18]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1865,7 @@ func (x *HealthCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheckResponse.ProtoReflect.Descriptor instead.
 func (*HealthCheckResponse) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{18}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HealthCheckResponse) GetHealthy() bool {
@@ -1670,7 +1891,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[19]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1903,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[19]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1916,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{19}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AbortRequest) GetRequestIds() []string {
@@ -1713,7 +1934,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[20]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1946,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[20]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1959,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{20}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{23}
 }
 
 type GetModelInfoRequest struct {
@@ -1749,7 +1970,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[21]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1982,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[21]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1995,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{21}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{24}
 }
 
 type GetModelInfoResponse struct {
@@ -1799,7 +2020,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[22]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2032,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[22]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2045,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{22}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetModelInfoResponse) GetModelPath() string {
@@ -1933,7 +2154,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[23]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2166,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[23]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2179,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{23}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{26}
 }
 
 type GetServerInfoResponse struct {
@@ -1974,13 +2195,32 @@ type GetServerInfoResponse struct {
 	KvEngineId       string `protobuf:"bytes,8,opt,name=kv_engine_id,json=kvEngineId,proto3" json:"kv_engine_id,omitempty"`
 	DataParallelSize int32  `protobuf:"varint,9,opt,name=data_parallel_size,json=dataParallelSize,proto3" json:"data_parallel_size,omitempty"`
 	ShmNamespaceId   string `protobuf:"bytes,10,opt,name=shm_namespace_id,json=shmNamespaceId,proto3" json:"shm_namespace_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	KvCacheDtype     string `protobuf:"bytes,11,opt,name=kv_cache_dtype,json=kvCacheDtype,proto3" json:"kv_cache_dtype,omitempty"`
+	// The KV cache's page size in tokens (0 while the engine has not chosen
+	// one): the page size of kvgate's tree for this engine.
+	BlockSize        int32  `protobuf:"varint,12,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	AttentionBackend string `protobuf:"bytes,13,opt,name=attention_backend,json=attentionBackend,proto3" json:"attention_backend,omitempty"`
+	ModelDtype       string `protobuf:"bytes,14,opt,name=model_dtype,json=modelDtype,proto3" json:"model_dtype,omitempty"`
+	PairingProtocol  string `protobuf:"bytes,15,opt,name=pairing_protocol,json=pairingProtocol,proto3" json:"pairing_protocol,omitempty"`
+	// Multimodal processing in the engine ("" when off) and the URL schemes it
+	// fetches for media_refs.
+	MmProcessor              string `protobuf:"bytes,16,opt,name=mm_processor,json=mmProcessor,proto3" json:"mm_processor,omitempty"`
+	MmMediaRefSchemes        string `protobuf:"bytes,17,opt,name=mm_media_ref_schemes,json=mmMediaRefSchemes,proto3" json:"mm_media_ref_schemes,omitempty"`
+	MmProcessorSource        string `protobuf:"bytes,18,opt,name=mm_processor_source,json=mmProcessorSource,proto3" json:"mm_processor_source,omitempty"`
+	MmDeviceDoNormalize      bool   `protobuf:"varint,19,opt,name=mm_device_do_normalize,json=mmDeviceDoNormalize,proto3" json:"mm_device_do_normalize,omitempty"`
+	MaxNumSeqs               int32  `protobuf:"varint,20,opt,name=max_num_seqs,json=maxNumSeqs,proto3" json:"max_num_seqs,omitempty"`
+	MmItemLimits             string `protobuf:"bytes,21,opt,name=mm_item_limits,json=mmItemLimits,proto3" json:"mm_item_limits,omitempty"`
+	MultimodalEncoderDtype   string `protobuf:"bytes,22,opt,name=multimodal_encoder_dtype,json=multimodalEncoderDtype,proto3" json:"multimodal_encoder_dtype,omitempty"`
+	EngineReasoningParser    string `protobuf:"bytes,23,opt,name=engine_reasoning_parser,json=engineReasoningParser,proto3" json:"engine_reasoning_parser,omitempty"`
+	ConstrainedDecodingStart string `protobuf:"bytes,24,opt,name=constrained_decoding_start,json=constrainedDecodingStart,proto3" json:"constrained_decoding_start,omitempty"`
+	MmEncoderBudget          int32  `protobuf:"varint,25,opt,name=mm_encoder_budget,json=mmEncoderBudget,proto3" json:"mm_encoder_budget,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[24]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2232,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[24]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2245,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{24}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetServerInfoResponse) GetActiveRequests() uint32 {
@@ -2078,6 +2318,111 @@ func (x *GetServerInfoResponse) GetShmNamespaceId() string {
 	return ""
 }
 
+func (x *GetServerInfoResponse) GetKvCacheDtype() string {
+	if x != nil {
+		return x.KvCacheDtype
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetBlockSize() int32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *GetServerInfoResponse) GetAttentionBackend() string {
+	if x != nil {
+		return x.AttentionBackend
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetModelDtype() string {
+	if x != nil {
+		return x.ModelDtype
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetPairingProtocol() string {
+	if x != nil {
+		return x.PairingProtocol
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetMmProcessor() string {
+	if x != nil {
+		return x.MmProcessor
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetMmMediaRefSchemes() string {
+	if x != nil {
+		return x.MmMediaRefSchemes
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetMmProcessorSource() string {
+	if x != nil {
+		return x.MmProcessorSource
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetMmDeviceDoNormalize() bool {
+	if x != nil {
+		return x.MmDeviceDoNormalize
+	}
+	return false
+}
+
+func (x *GetServerInfoResponse) GetMaxNumSeqs() int32 {
+	if x != nil {
+		return x.MaxNumSeqs
+	}
+	return 0
+}
+
+func (x *GetServerInfoResponse) GetMmItemLimits() string {
+	if x != nil {
+		return x.MmItemLimits
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetMultimodalEncoderDtype() string {
+	if x != nil {
+		return x.MultimodalEncoderDtype
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetEngineReasoningParser() string {
+	if x != nil {
+		return x.EngineReasoningParser
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetConstrainedDecodingStart() string {
+	if x != nil {
+		return x.ConstrainedDecodingStart
+	}
+	return ""
+}
+
+func (x *GetServerInfoResponse) GetMmEncoderBudget() int32 {
+	if x != nil {
+		return x.MmEncoderBudget
+	}
+	return 0
+}
+
 type GetLoadsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DpRank        *int32                 `protobuf:"varint,1,opt,name=dp_rank,json=dpRank,proto3,oneof" json:"dp_rank,omitempty"`
@@ -2088,7 +2433,7 @@ type GetLoadsRequest struct {
 
 func (x *GetLoadsRequest) Reset() {
 	*x = GetLoadsRequest{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[25]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2445,7 @@ func (x *GetLoadsRequest) String() string {
 func (*GetLoadsRequest) ProtoMessage() {}
 
 func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[25]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2458,7 @@ func (x *GetLoadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadsRequest) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{25}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetLoadsRequest) GetDpRank() int32 {
@@ -2142,7 +2487,7 @@ type GetLoadsResponse struct {
 
 func (x *GetLoadsResponse) Reset() {
 	*x = GetLoadsResponse{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[26]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2499,7 @@ func (x *GetLoadsResponse) String() string {
 func (*GetLoadsResponse) ProtoMessage() {}
 
 func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[26]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2512,7 @@ func (x *GetLoadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadsResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadsResponse) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{26}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLoadsResponse) GetTimestamp() string {
@@ -2199,25 +2544,26 @@ func (x *GetLoadsResponse) GetLoads() []*SchedulerLoad {
 }
 
 type SchedulerLoad struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	DpRank             int32                  `protobuf:"varint,1,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
-	NumRunningReqs     int32                  `protobuf:"varint,2,opt,name=num_running_reqs,json=numRunningReqs,proto3" json:"num_running_reqs,omitempty"`
-	NumWaitingReqs     int32                  `protobuf:"varint,3,opt,name=num_waiting_reqs,json=numWaitingReqs,proto3" json:"num_waiting_reqs,omitempty"`
-	NumTotalReqs       int32                  `protobuf:"varint,4,opt,name=num_total_reqs,json=numTotalReqs,proto3" json:"num_total_reqs,omitempty"`
-	NumUsedTokens      int32                  `protobuf:"varint,5,opt,name=num_used_tokens,json=numUsedTokens,proto3" json:"num_used_tokens,omitempty"`
-	MaxTotalNumTokens  int32                  `protobuf:"varint,6,opt,name=max_total_num_tokens,json=maxTotalNumTokens,proto3" json:"max_total_num_tokens,omitempty"`
-	TokenUsage         float64                `protobuf:"fixed64,7,opt,name=token_usage,json=tokenUsage,proto3" json:"token_usage,omitempty"`
-	GenThroughput      float64                `protobuf:"fixed64,8,opt,name=gen_throughput,json=genThroughput,proto3" json:"gen_throughput,omitempty"`
-	CacheHitRate       float64                `protobuf:"fixed64,9,opt,name=cache_hit_rate,json=cacheHitRate,proto3" json:"cache_hit_rate,omitempty"`
-	Utilization        float64                `protobuf:"fixed64,10,opt,name=utilization,proto3" json:"utilization,omitempty"`
-	MaxRunningRequests int32                  `protobuf:"varint,11,opt,name=max_running_requests,json=maxRunningRequests,proto3" json:"max_running_requests,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	DpRank                   int32                  `protobuf:"varint,1,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	NumRunningReqs           int32                  `protobuf:"varint,2,opt,name=num_running_reqs,json=numRunningReqs,proto3" json:"num_running_reqs,omitempty"`
+	NumWaitingReqs           int32                  `protobuf:"varint,3,opt,name=num_waiting_reqs,json=numWaitingReqs,proto3" json:"num_waiting_reqs,omitempty"`
+	NumTotalReqs             int32                  `protobuf:"varint,4,opt,name=num_total_reqs,json=numTotalReqs,proto3" json:"num_total_reqs,omitempty"`
+	NumUsedTokens            int32                  `protobuf:"varint,5,opt,name=num_used_tokens,json=numUsedTokens,proto3" json:"num_used_tokens,omitempty"`
+	MaxTotalNumTokens        int32                  `protobuf:"varint,6,opt,name=max_total_num_tokens,json=maxTotalNumTokens,proto3" json:"max_total_num_tokens,omitempty"`
+	TokenUsage               float64                `protobuf:"fixed64,7,opt,name=token_usage,json=tokenUsage,proto3" json:"token_usage,omitempty"`
+	GenThroughput            float64                `protobuf:"fixed64,8,opt,name=gen_throughput,json=genThroughput,proto3" json:"gen_throughput,omitempty"`
+	CacheHitRate             float64                `protobuf:"fixed64,9,opt,name=cache_hit_rate,json=cacheHitRate,proto3" json:"cache_hit_rate,omitempty"`
+	Utilization              float64                `protobuf:"fixed64,10,opt,name=utilization,proto3" json:"utilization,omitempty"`
+	MaxRunningRequests       int32                  `protobuf:"varint,11,opt,name=max_running_requests,json=maxRunningRequests,proto3" json:"max_running_requests,omitempty"`
+	NumWaitingUncachedTokens int32                  `protobuf:"varint,12,opt,name=num_waiting_uncached_tokens,json=numWaitingUncachedTokens,proto3" json:"num_waiting_uncached_tokens,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *SchedulerLoad) Reset() {
 	*x = SchedulerLoad{}
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[27]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2575,7 @@ func (x *SchedulerLoad) String() string {
 func (*SchedulerLoad) ProtoMessage() {}
 
 func (x *SchedulerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[27]
+	mi := &file_vllm_grpc_engine_vllm_engine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2588,7 @@ func (x *SchedulerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerLoad.ProtoReflect.Descriptor instead.
 func (*SchedulerLoad) Descriptor() ([]byte, []int) {
-	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{27}
+	return file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SchedulerLoad) GetDpRank() int32 {
@@ -2322,11 +2668,19 @@ func (x *SchedulerLoad) GetMaxRunningRequests() int32 {
 	return 0
 }
 
+func (x *SchedulerLoad) GetNumWaitingUncachedTokens() int32 {
+	if x != nil {
+		return x.NumWaitingUncachedTokens
+	}
+	return 0
+}
+
 var File_vllm_grpc_engine_vllm_engine_proto protoreflect.FileDescriptor
 
 const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\n" +
-	"\"vllm/grpc/engine/vllm_engine.proto\x12\x10vllm.grpc.engine\x1a\x1csmg/grpc/common/common.proto\"\xda\t\n" +
+	"\"vllm/grpc/engine/vllm_engine.proto\x12\x10vllm.grpc.engine\x1a\x1csmg/grpc/common/common.proto\"\x93\n" +
+	"\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x02H\x01R\vtemperature\x88\x01\x01\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -2361,7 +2715,8 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\x1ainclude_stop_str_in_output\x18\x19 \x01(\bR\x16includeStopStrInOutput\x12N\n" +
 	"\n" +
 	"logit_bias\x18\x1a \x03(\v2/.vllm.grpc.engine.SamplingParams.LogitBiasEntryR\tlogitBias\x129\n" +
-	"\x16truncate_prompt_tokens\x18\x1b \x01(\x05H\x06R\x14truncatePromptTokens\x88\x01\x01\x1a<\n" +
+	"\x16truncate_prompt_tokens\x18\x1b \x01(\x05H\x06R\x14truncatePromptTokens\x88\x01\x01\x127\n" +
+	"\x18grammar_from_first_token\x18\x1c \x01(\bR\x15grammarFromFirstToken\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\f\n" +
@@ -2388,7 +2743,7 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\apayload\"B\n" +
 	"\x10PlaceholderRange\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\rR\x06offset\x12\x16\n" +
-	"\x06length\x18\x02 \x01(\rR\x06length\"\xe2\x05\n" +
+	"\x06length\x18\x02 \x01(\rR\x06length\"\xa9\x06\n" +
 	"\x10MultimodalInputs\x12?\n" +
 	"\fpixel_values\x18\x02 \x01(\v2\x1c.vllm.grpc.engine.TensorDataR\vpixelValues\x12r\n" +
 	"\x16model_specific_tensors\x18\x03 \x03(\v2<.vllm.grpc.engine.MultimodalInputs.ModelSpecificTensorsEntryR\x14modelSpecificTensors\x12#\n" +
@@ -2399,14 +2754,25 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\tflat_keys\x18\b \x03(\v20.vllm.grpc.engine.MultimodalInputs.FlatKeysEntryR\bflatKeys\x12'\n" +
 	"\x10keep_on_cpu_keys\x18\t \x03(\tR\rkeepOnCpuKeys\x125\n" +
 	"\bmodality\x18\n" +
-	" \x01(\x0e2\x19.smg.grpc.common.ModalityR\bmodality\x1ae\n" +
+	" \x01(\x0e2\x19.smg.grpc.common.ModalityR\bmodality\x12/\n" +
+	"\x11encoder_input_key\x18\v \x01(\tH\x01R\x0fencoderInputKey\x88\x01\x01\x1ae\n" +
 	"\x19ModelSpecificTensorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
 	"\x05value\x18\x02 \x01(\v2\x1c.vllm.grpc.engine.TensorDataR\x05value:\x028\x01\x1a;\n" +
 	"\rFlatKeysEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0e\n" +
-	"\f_im_token_idJ\x04\b\x01\x10\x02\"\xa9\x04\n" +
+	"\f_im_token_idB\x14\n" +
+	"\x12_encoder_input_keyJ\x04\b\x01\x10\x02\"S\n" +
+	"\bMediaRef\x125\n" +
+	"\bmodality\x18\x01 \x01(\x0e2\x19.smg.grpc.common.ModalityR\bmodality\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\"=\n" +
+	"\tMediaRefs\x120\n" +
+	"\x05items\x18\x01 \x03(\v2\x1a.vllm.grpc.engine.MediaRefR\x05items\"\xc6\x01\n" +
+	"\rMediaIdentity\x12(\n" +
+	"\x10prompt_token_ids\x18\x01 \x03(\rR\x0epromptTokenIds\x12?\n" +
+	"\tmm_inputs\x18\x02 \x01(\v2\".vllm.grpc.engine.MultimodalInputsR\bmmInputs\x12J\n" +
+	"\x0fextra_mm_inputs\x18\x03 \x03(\v2\".vllm.grpc.engine.MultimodalInputsR\rextraMmInputs\"\xb1\x05\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12@\n" +
@@ -2417,7 +2783,11 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\x12kv_transfer_params\x18\x06 \x01(\v2\".vllm.grpc.engine.KvTransferParamsR\x10kvTransferParams\x12?\n" +
 	"\tmm_inputs\x18\a \x01(\v2\".vllm.grpc.engine.MultimodalInputsR\bmmInputs\x12:\n" +
 	"\x17kv_transfer_params_json\x18\b \x01(\tH\x01R\x14kvTransferParamsJson\x88\x01\x01\x121\n" +
-	"\x12data_parallel_rank\x18\t \x01(\x05H\x02R\x10dataParallelRank\x88\x01\x01B\a\n" +
+	"\x12data_parallel_rank\x18\t \x01(\x05H\x02R\x10dataParallelRank\x88\x01\x01\x12:\n" +
+	"\n" +
+	"media_refs\x18\n" +
+	" \x01(\v2\x1b.vllm.grpc.engine.MediaRefsR\tmediaRefs\x12J\n" +
+	"\x0fextra_mm_inputs\x18\v \x03(\v2\".vllm.grpc.engine.MultimodalInputsR\rextraMmInputsB\a\n" +
 	"\x05inputB\x1a\n" +
 	"\x18_kv_transfer_params_jsonB\x15\n" +
 	"\x13_data_parallel_rank\"T\n" +
@@ -2452,7 +2822,7 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\rcached_tokens\x18\x04 \x01(\rR\fcachedTokens\x12I\n" +
 	"\x0foutput_logprobs\x18\x05 \x01(\v2 .vllm.grpc.engine.OutputLogProbsR\x0eoutputLogprobs\x12F\n" +
 	"\x0einput_logprobs\x18\x06 \x01(\v2\x1f.vllm.grpc.engine.InputLogProbsR\rinputLogprobs\x12\x14\n" +
-	"\x05index\x18\a \x01(\rR\x05index\"\x88\x05\n" +
+	"\x05index\x18\a \x01(\rR\x05index\"\xae\x06\n" +
 	"\x10GenerateComplete\x12\x1d\n" +
 	"\n" +
 	"output_ids\x18\x01 \x03(\rR\toutputIds\x12#\n" +
@@ -2467,7 +2837,10 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\x10matched_token_id\x18\n" +
 	" \x01(\rH\x00R\x0ematchedTokenId\x12*\n" +
 	"\x10matched_stop_str\x18\v \x01(\tH\x00R\x0ematchedStopStr\x12:\n" +
-	"\x17kv_transfer_params_json\x18\f \x01(\tH\x01R\x14kvTransferParamsJson\x88\x01\x01B\x0e\n" +
+	"\x17kv_transfer_params_json\x18\f \x01(\tH\x01R\x14kvTransferParamsJson\x88\x01\x01\x120\n" +
+	"\x14spec_accepted_tokens\x18\r \x01(\rR\x12specAcceptedTokens\x12*\n" +
+	"\x11spec_draft_tokens\x18\x0e \x01(\rR\x0fspecDraftTokens\x12F\n" +
+	"\x0emedia_identity\x18\x0f \x01(\v2\x1f.vllm.grpc.engine.MediaIdentityR\rmediaIdentityB\x0e\n" +
 	"\fmatched_stopB\x1a\n" +
 	"\x18_kv_transfer_params_json\"m\n" +
 	"\fEmbedRequest\x12\x1d\n" +
@@ -2508,7 +2881,7 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"bosTokenId\x12)\n" +
 	"\x11max_req_input_len\x18\r \x01(\x05R\x0emaxReqInputLen\x12?\n" +
 	"\x1cdefault_sampling_params_json\x18\x0e \x01(\tR\x19defaultSamplingParamsJson\"\x16\n" +
-	"\x14GetServerInfoRequest\"\x91\x03\n" +
+	"\x14GetServerInfoRequest\"\xac\b\n" +
 	"\x15GetServerInfoResponse\x12'\n" +
 	"\x0factive_requests\x18\x01 \x01(\rR\x0eactiveRequests\x12\x1b\n" +
 	"\tis_paused\x18\x02 \x01(\bR\bisPaused\x124\n" +
@@ -2522,7 +2895,25 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"kvEngineId\x12,\n" +
 	"\x12data_parallel_size\x18\t \x01(\x05R\x10dataParallelSize\x12(\n" +
 	"\x10shm_namespace_id\x18\n" +
-	" \x01(\tR\x0eshmNamespaceId\"U\n" +
+	" \x01(\tR\x0eshmNamespaceId\x12$\n" +
+	"\x0ekv_cache_dtype\x18\v \x01(\tR\fkvCacheDtype\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\f \x01(\x05R\tblockSize\x12+\n" +
+	"\x11attention_backend\x18\r \x01(\tR\x10attentionBackend\x12\x1f\n" +
+	"\vmodel_dtype\x18\x0e \x01(\tR\n" +
+	"modelDtype\x12)\n" +
+	"\x10pairing_protocol\x18\x0f \x01(\tR\x0fpairingProtocol\x12!\n" +
+	"\fmm_processor\x18\x10 \x01(\tR\vmmProcessor\x12/\n" +
+	"\x14mm_media_ref_schemes\x18\x11 \x01(\tR\x11mmMediaRefSchemes\x12.\n" +
+	"\x13mm_processor_source\x18\x12 \x01(\tR\x11mmProcessorSource\x123\n" +
+	"\x16mm_device_do_normalize\x18\x13 \x01(\bR\x13mmDeviceDoNormalize\x12 \n" +
+	"\fmax_num_seqs\x18\x14 \x01(\x05R\n" +
+	"maxNumSeqs\x12$\n" +
+	"\x0emm_item_limits\x18\x15 \x01(\tR\fmmItemLimits\x128\n" +
+	"\x18multimodal_encoder_dtype\x18\x16 \x01(\tR\x16multimodalEncoderDtype\x126\n" +
+	"\x17engine_reasoning_parser\x18\x17 \x01(\tR\x15engineReasoningParser\x12<\n" +
+	"\x1aconstrained_decoding_start\x18\x18 \x01(\tR\x18constrainedDecodingStart\x12*\n" +
+	"\x11mm_encoder_budget\x18\x19 \x01(\x05R\x0fmmEncoderBudget\"U\n" +
 	"\x0fGetLoadsRequest\x12\x1c\n" +
 	"\adp_rank\x18\x01 \x01(\x05H\x00R\x06dpRank\x88\x01\x01\x12\x18\n" +
 	"\ainclude\x18\x02 \x03(\tR\aincludeB\n" +
@@ -2532,7 +2923,7 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\ttimestamp\x18\x01 \x01(\tR\ttimestamp\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\rdp_rank_count\x18\x03 \x01(\x05R\vdpRankCount\x125\n" +
-	"\x05loads\x18\x04 \x03(\v2\x1f.vllm.grpc.engine.SchedulerLoadR\x05loads\"\xbd\x03\n" +
+	"\x05loads\x18\x04 \x03(\v2\x1f.vllm.grpc.engine.SchedulerLoadR\x05loads\"\xfc\x03\n" +
 	"\rSchedulerLoad\x12\x17\n" +
 	"\adp_rank\x18\x01 \x01(\x05R\x06dpRank\x12(\n" +
 	"\x10num_running_reqs\x18\x02 \x01(\x05R\x0enumRunningReqs\x12(\n" +
@@ -2546,7 +2937,8 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\x0ecache_hit_rate\x18\t \x01(\x01R\fcacheHitRate\x12 \n" +
 	"\vutilization\x18\n" +
 	" \x01(\x01R\vutilization\x120\n" +
-	"\x14max_running_requests\x18\v \x01(\x05R\x12maxRunningRequests2\xa2\x06\n" +
+	"\x14max_running_requests\x18\v \x01(\x05R\x12maxRunningRequests\x12=\n" +
+	"\x1bnum_waiting_uncached_tokens\x18\f \x01(\x05R\x18numWaitingUncachedTokens2\xa7\b\n" +
 	"\n" +
 	"VllmEngine\x12S\n" +
 	"\bGenerate\x12!.vllm.grpc.engine.GenerateRequest\x1a\".vllm.grpc.engine.GenerateResponse0\x01\x12H\n" +
@@ -2557,7 +2949,11 @@ const file_vllm_grpc_engine_vllm_engine_proto_rawDesc = "" +
 	"\rGetServerInfo\x12&.vllm.grpc.engine.GetServerInfoRequest\x1a'.vllm.grpc.engine.GetServerInfoResponse\x12Q\n" +
 	"\bGetLoads\x12!.vllm.grpc.engine.GetLoadsRequest\x1a\".vllm.grpc.engine.GetLoadsResponse\x12Z\n" +
 	"\fGetTokenizer\x12$.smg.grpc.common.GetTokenizerRequest\x1a\".smg.grpc.common.GetTokenizerChunk0\x01\x12_\n" +
-	"\x11SubscribeKvEvents\x12).smg.grpc.common.SubscribeKvEventsRequest\x1a\x1d.smg.grpc.common.KvEventBatch0\x01B,Z*github.com/kvgate/kvgate/api/gen/vllm;vllmb\x06proto3"
+	"\x11SubscribeKvEvents\x12).smg.grpc.common.SubscribeKvEventsRequest\x1a\x1d.smg.grpc.common.KvEventBatch0\x01\x12U\n" +
+	"\n" +
+	"FlushCache\x12\".smg.grpc.common.FlushCacheRequest\x1a#.smg.grpc.common.FlushCacheResponse\x12V\n" +
+	"\fStartProfile\x12$.smg.grpc.common.StartProfileRequest\x1a .smg.grpc.common.ProfileResponse\x12T\n" +
+	"\vStopProfile\x12#.smg.grpc.common.StopProfileRequest\x1a .smg.grpc.common.ProfileResponseB,Z*github.com/kvgate/kvgate/api/gen/vllm;vllmb\x06proto3"
 
 var (
 	file_vllm_grpc_engine_vllm_engine_proto_rawDescOnce sync.Once
@@ -2571,7 +2967,7 @@ func file_vllm_grpc_engine_vllm_engine_proto_rawDescGZIP() []byte {
 	return file_vllm_grpc_engine_vllm_engine_proto_rawDescData
 }
 
-var file_vllm_grpc_engine_vllm_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_vllm_grpc_engine_vllm_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_vllm_grpc_engine_vllm_engine_proto_goTypes = []any{
 	(*SamplingParams)(nil),                     // 0: vllm.grpc.engine.SamplingParams
 	(*ChoiceConstraint)(nil),                   // 1: vllm.grpc.engine.ChoiceConstraint
@@ -2579,89 +2975,110 @@ var file_vllm_grpc_engine_vllm_engine_proto_goTypes = []any{
 	(*TensorData)(nil),                         // 3: vllm.grpc.engine.TensorData
 	(*PlaceholderRange)(nil),                   // 4: vllm.grpc.engine.PlaceholderRange
 	(*MultimodalInputs)(nil),                   // 5: vllm.grpc.engine.MultimodalInputs
-	(*GenerateRequest)(nil),                    // 6: vllm.grpc.engine.GenerateRequest
-	(*KvTransferParams)(nil),                   // 7: vllm.grpc.engine.KvTransferParams
-	(*OutputLogProbs)(nil),                     // 8: vllm.grpc.engine.OutputLogProbs
-	(*InputLogProbs)(nil),                      // 9: vllm.grpc.engine.InputLogProbs
-	(*InputTokenLogProb)(nil),                  // 10: vllm.grpc.engine.InputTokenLogProb
-	(*TopLogProbs)(nil),                        // 11: vllm.grpc.engine.TopLogProbs
-	(*GenerateResponse)(nil),                   // 12: vllm.grpc.engine.GenerateResponse
-	(*GenerateStreamChunk)(nil),                // 13: vllm.grpc.engine.GenerateStreamChunk
-	(*GenerateComplete)(nil),                   // 14: vllm.grpc.engine.GenerateComplete
-	(*EmbedRequest)(nil),                       // 15: vllm.grpc.engine.EmbedRequest
-	(*EmbedResponse)(nil),                      // 16: vllm.grpc.engine.EmbedResponse
-	(*HealthCheckRequest)(nil),                 // 17: vllm.grpc.engine.HealthCheckRequest
-	(*HealthCheckResponse)(nil),                // 18: vllm.grpc.engine.HealthCheckResponse
-	(*AbortRequest)(nil),                       // 19: vllm.grpc.engine.AbortRequest
-	(*AbortResponse)(nil),                      // 20: vllm.grpc.engine.AbortResponse
-	(*GetModelInfoRequest)(nil),                // 21: vllm.grpc.engine.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil),               // 22: vllm.grpc.engine.GetModelInfoResponse
-	(*GetServerInfoRequest)(nil),               // 23: vllm.grpc.engine.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),              // 24: vllm.grpc.engine.GetServerInfoResponse
-	(*GetLoadsRequest)(nil),                    // 25: vllm.grpc.engine.GetLoadsRequest
-	(*GetLoadsResponse)(nil),                   // 26: vllm.grpc.engine.GetLoadsResponse
-	(*SchedulerLoad)(nil),                      // 27: vllm.grpc.engine.SchedulerLoad
-	nil,                                        // 28: vllm.grpc.engine.SamplingParams.LogitBiasEntry
-	nil,                                        // 29: vllm.grpc.engine.MultimodalInputs.ModelSpecificTensorsEntry
-	nil,                                        // 30: vllm.grpc.engine.MultimodalInputs.FlatKeysEntry
-	(*smgcommon.ShmHandle)(nil),                // 31: smg.grpc.common.ShmHandle
-	(*smgcommon.RemoteTensorHandle)(nil),       // 32: smg.grpc.common.RemoteTensorHandle
-	(smgcommon.Modality)(0),                    // 33: smg.grpc.common.Modality
-	(*smgcommon.GetTokenizerRequest)(nil),      // 34: smg.grpc.common.GetTokenizerRequest
-	(*smgcommon.SubscribeKvEventsRequest)(nil), // 35: smg.grpc.common.SubscribeKvEventsRequest
-	(*smgcommon.GetTokenizerChunk)(nil),        // 36: smg.grpc.common.GetTokenizerChunk
-	(*smgcommon.KvEventBatch)(nil),             // 37: smg.grpc.common.KvEventBatch
+	(*MediaRef)(nil),                           // 6: vllm.grpc.engine.MediaRef
+	(*MediaRefs)(nil),                          // 7: vllm.grpc.engine.MediaRefs
+	(*MediaIdentity)(nil),                      // 8: vllm.grpc.engine.MediaIdentity
+	(*GenerateRequest)(nil),                    // 9: vllm.grpc.engine.GenerateRequest
+	(*KvTransferParams)(nil),                   // 10: vllm.grpc.engine.KvTransferParams
+	(*OutputLogProbs)(nil),                     // 11: vllm.grpc.engine.OutputLogProbs
+	(*InputLogProbs)(nil),                      // 12: vllm.grpc.engine.InputLogProbs
+	(*InputTokenLogProb)(nil),                  // 13: vllm.grpc.engine.InputTokenLogProb
+	(*TopLogProbs)(nil),                        // 14: vllm.grpc.engine.TopLogProbs
+	(*GenerateResponse)(nil),                   // 15: vllm.grpc.engine.GenerateResponse
+	(*GenerateStreamChunk)(nil),                // 16: vllm.grpc.engine.GenerateStreamChunk
+	(*GenerateComplete)(nil),                   // 17: vllm.grpc.engine.GenerateComplete
+	(*EmbedRequest)(nil),                       // 18: vllm.grpc.engine.EmbedRequest
+	(*EmbedResponse)(nil),                      // 19: vllm.grpc.engine.EmbedResponse
+	(*HealthCheckRequest)(nil),                 // 20: vllm.grpc.engine.HealthCheckRequest
+	(*HealthCheckResponse)(nil),                // 21: vllm.grpc.engine.HealthCheckResponse
+	(*AbortRequest)(nil),                       // 22: vllm.grpc.engine.AbortRequest
+	(*AbortResponse)(nil),                      // 23: vllm.grpc.engine.AbortResponse
+	(*GetModelInfoRequest)(nil),                // 24: vllm.grpc.engine.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),               // 25: vllm.grpc.engine.GetModelInfoResponse
+	(*GetServerInfoRequest)(nil),               // 26: vllm.grpc.engine.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),              // 27: vllm.grpc.engine.GetServerInfoResponse
+	(*GetLoadsRequest)(nil),                    // 28: vllm.grpc.engine.GetLoadsRequest
+	(*GetLoadsResponse)(nil),                   // 29: vllm.grpc.engine.GetLoadsResponse
+	(*SchedulerLoad)(nil),                      // 30: vllm.grpc.engine.SchedulerLoad
+	nil,                                        // 31: vllm.grpc.engine.SamplingParams.LogitBiasEntry
+	nil,                                        // 32: vllm.grpc.engine.MultimodalInputs.ModelSpecificTensorsEntry
+	nil,                                        // 33: vllm.grpc.engine.MultimodalInputs.FlatKeysEntry
+	(*smgcommon.ShmHandle)(nil),                // 34: smg.grpc.common.ShmHandle
+	(*smgcommon.RemoteTensorHandle)(nil),       // 35: smg.grpc.common.RemoteTensorHandle
+	(smgcommon.Modality)(0),                    // 36: smg.grpc.common.Modality
+	(*smgcommon.GetTokenizerRequest)(nil),      // 37: smg.grpc.common.GetTokenizerRequest
+	(*smgcommon.SubscribeKvEventsRequest)(nil), // 38: smg.grpc.common.SubscribeKvEventsRequest
+	(*smgcommon.FlushCacheRequest)(nil),        // 39: smg.grpc.common.FlushCacheRequest
+	(*smgcommon.StartProfileRequest)(nil),      // 40: smg.grpc.common.StartProfileRequest
+	(*smgcommon.StopProfileRequest)(nil),       // 41: smg.grpc.common.StopProfileRequest
+	(*smgcommon.GetTokenizerChunk)(nil),        // 42: smg.grpc.common.GetTokenizerChunk
+	(*smgcommon.KvEventBatch)(nil),             // 43: smg.grpc.common.KvEventBatch
+	(*smgcommon.FlushCacheResponse)(nil),       // 44: smg.grpc.common.FlushCacheResponse
+	(*smgcommon.ProfileResponse)(nil),          // 45: smg.grpc.common.ProfileResponse
 }
 var file_vllm_grpc_engine_vllm_engine_proto_depIdxs = []int32{
 	1,  // 0: vllm.grpc.engine.SamplingParams.choice:type_name -> vllm.grpc.engine.ChoiceConstraint
-	28, // 1: vllm.grpc.engine.SamplingParams.logit_bias:type_name -> vllm.grpc.engine.SamplingParams.LogitBiasEntry
-	31, // 2: vllm.grpc.engine.TensorData.shm:type_name -> smg.grpc.common.ShmHandle
-	32, // 3: vllm.grpc.engine.TensorData.remote:type_name -> smg.grpc.common.RemoteTensorHandle
+	31, // 1: vllm.grpc.engine.SamplingParams.logit_bias:type_name -> vllm.grpc.engine.SamplingParams.LogitBiasEntry
+	34, // 2: vllm.grpc.engine.TensorData.shm:type_name -> smg.grpc.common.ShmHandle
+	35, // 3: vllm.grpc.engine.TensorData.remote:type_name -> smg.grpc.common.RemoteTensorHandle
 	3,  // 4: vllm.grpc.engine.MultimodalInputs.pixel_values:type_name -> vllm.grpc.engine.TensorData
-	29, // 5: vllm.grpc.engine.MultimodalInputs.model_specific_tensors:type_name -> vllm.grpc.engine.MultimodalInputs.ModelSpecificTensorsEntry
+	32, // 5: vllm.grpc.engine.MultimodalInputs.model_specific_tensors:type_name -> vllm.grpc.engine.MultimodalInputs.ModelSpecificTensorsEntry
 	4,  // 6: vllm.grpc.engine.MultimodalInputs.mm_placeholders:type_name -> vllm.grpc.engine.PlaceholderRange
-	30, // 7: vllm.grpc.engine.MultimodalInputs.flat_keys:type_name -> vllm.grpc.engine.MultimodalInputs.FlatKeysEntry
-	33, // 8: vllm.grpc.engine.MultimodalInputs.modality:type_name -> smg.grpc.common.Modality
-	2,  // 9: vllm.grpc.engine.GenerateRequest.tokenized:type_name -> vllm.grpc.engine.TokenizedInput
-	0,  // 10: vllm.grpc.engine.GenerateRequest.sampling_params:type_name -> vllm.grpc.engine.SamplingParams
-	7,  // 11: vllm.grpc.engine.GenerateRequest.kv_transfer_params:type_name -> vllm.grpc.engine.KvTransferParams
-	5,  // 12: vllm.grpc.engine.GenerateRequest.mm_inputs:type_name -> vllm.grpc.engine.MultimodalInputs
-	11, // 13: vllm.grpc.engine.OutputLogProbs.top_logprobs:type_name -> vllm.grpc.engine.TopLogProbs
-	10, // 14: vllm.grpc.engine.InputLogProbs.token_logprobs:type_name -> vllm.grpc.engine.InputTokenLogProb
-	11, // 15: vllm.grpc.engine.InputLogProbs.top_logprobs:type_name -> vllm.grpc.engine.TopLogProbs
-	13, // 16: vllm.grpc.engine.GenerateResponse.chunk:type_name -> vllm.grpc.engine.GenerateStreamChunk
-	14, // 17: vllm.grpc.engine.GenerateResponse.complete:type_name -> vllm.grpc.engine.GenerateComplete
-	8,  // 18: vllm.grpc.engine.GenerateStreamChunk.output_logprobs:type_name -> vllm.grpc.engine.OutputLogProbs
-	9,  // 19: vllm.grpc.engine.GenerateStreamChunk.input_logprobs:type_name -> vllm.grpc.engine.InputLogProbs
-	8,  // 20: vllm.grpc.engine.GenerateComplete.output_logprobs:type_name -> vllm.grpc.engine.OutputLogProbs
-	9,  // 21: vllm.grpc.engine.GenerateComplete.input_logprobs:type_name -> vllm.grpc.engine.InputLogProbs
-	7,  // 22: vllm.grpc.engine.GenerateComplete.kv_transfer_params:type_name -> vllm.grpc.engine.KvTransferParams
-	2,  // 23: vllm.grpc.engine.EmbedRequest.tokenized:type_name -> vllm.grpc.engine.TokenizedInput
-	27, // 24: vllm.grpc.engine.GetLoadsResponse.loads:type_name -> vllm.grpc.engine.SchedulerLoad
-	3,  // 25: vllm.grpc.engine.MultimodalInputs.ModelSpecificTensorsEntry.value:type_name -> vllm.grpc.engine.TensorData
-	6,  // 26: vllm.grpc.engine.VllmEngine.Generate:input_type -> vllm.grpc.engine.GenerateRequest
-	15, // 27: vllm.grpc.engine.VllmEngine.Embed:input_type -> vllm.grpc.engine.EmbedRequest
-	17, // 28: vllm.grpc.engine.VllmEngine.HealthCheck:input_type -> vllm.grpc.engine.HealthCheckRequest
-	19, // 29: vllm.grpc.engine.VllmEngine.Abort:input_type -> vllm.grpc.engine.AbortRequest
-	21, // 30: vllm.grpc.engine.VllmEngine.GetModelInfo:input_type -> vllm.grpc.engine.GetModelInfoRequest
-	23, // 31: vllm.grpc.engine.VllmEngine.GetServerInfo:input_type -> vllm.grpc.engine.GetServerInfoRequest
-	25, // 32: vllm.grpc.engine.VllmEngine.GetLoads:input_type -> vllm.grpc.engine.GetLoadsRequest
-	34, // 33: vllm.grpc.engine.VllmEngine.GetTokenizer:input_type -> smg.grpc.common.GetTokenizerRequest
-	35, // 34: vllm.grpc.engine.VllmEngine.SubscribeKvEvents:input_type -> smg.grpc.common.SubscribeKvEventsRequest
-	12, // 35: vllm.grpc.engine.VllmEngine.Generate:output_type -> vllm.grpc.engine.GenerateResponse
-	16, // 36: vllm.grpc.engine.VllmEngine.Embed:output_type -> vllm.grpc.engine.EmbedResponse
-	18, // 37: vllm.grpc.engine.VllmEngine.HealthCheck:output_type -> vllm.grpc.engine.HealthCheckResponse
-	20, // 38: vllm.grpc.engine.VllmEngine.Abort:output_type -> vllm.grpc.engine.AbortResponse
-	22, // 39: vllm.grpc.engine.VllmEngine.GetModelInfo:output_type -> vllm.grpc.engine.GetModelInfoResponse
-	24, // 40: vllm.grpc.engine.VllmEngine.GetServerInfo:output_type -> vllm.grpc.engine.GetServerInfoResponse
-	26, // 41: vllm.grpc.engine.VllmEngine.GetLoads:output_type -> vllm.grpc.engine.GetLoadsResponse
-	36, // 42: vllm.grpc.engine.VllmEngine.GetTokenizer:output_type -> smg.grpc.common.GetTokenizerChunk
-	37, // 43: vllm.grpc.engine.VllmEngine.SubscribeKvEvents:output_type -> smg.grpc.common.KvEventBatch
-	35, // [35:44] is the sub-list for method output_type
-	26, // [26:35] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	33, // 7: vllm.grpc.engine.MultimodalInputs.flat_keys:type_name -> vllm.grpc.engine.MultimodalInputs.FlatKeysEntry
+	36, // 8: vllm.grpc.engine.MultimodalInputs.modality:type_name -> smg.grpc.common.Modality
+	36, // 9: vllm.grpc.engine.MediaRef.modality:type_name -> smg.grpc.common.Modality
+	6,  // 10: vllm.grpc.engine.MediaRefs.items:type_name -> vllm.grpc.engine.MediaRef
+	5,  // 11: vllm.grpc.engine.MediaIdentity.mm_inputs:type_name -> vllm.grpc.engine.MultimodalInputs
+	5,  // 12: vllm.grpc.engine.MediaIdentity.extra_mm_inputs:type_name -> vllm.grpc.engine.MultimodalInputs
+	2,  // 13: vllm.grpc.engine.GenerateRequest.tokenized:type_name -> vllm.grpc.engine.TokenizedInput
+	0,  // 14: vllm.grpc.engine.GenerateRequest.sampling_params:type_name -> vllm.grpc.engine.SamplingParams
+	10, // 15: vllm.grpc.engine.GenerateRequest.kv_transfer_params:type_name -> vllm.grpc.engine.KvTransferParams
+	5,  // 16: vllm.grpc.engine.GenerateRequest.mm_inputs:type_name -> vllm.grpc.engine.MultimodalInputs
+	7,  // 17: vllm.grpc.engine.GenerateRequest.media_refs:type_name -> vllm.grpc.engine.MediaRefs
+	5,  // 18: vllm.grpc.engine.GenerateRequest.extra_mm_inputs:type_name -> vllm.grpc.engine.MultimodalInputs
+	14, // 19: vllm.grpc.engine.OutputLogProbs.top_logprobs:type_name -> vllm.grpc.engine.TopLogProbs
+	13, // 20: vllm.grpc.engine.InputLogProbs.token_logprobs:type_name -> vllm.grpc.engine.InputTokenLogProb
+	14, // 21: vllm.grpc.engine.InputLogProbs.top_logprobs:type_name -> vllm.grpc.engine.TopLogProbs
+	16, // 22: vllm.grpc.engine.GenerateResponse.chunk:type_name -> vllm.grpc.engine.GenerateStreamChunk
+	17, // 23: vllm.grpc.engine.GenerateResponse.complete:type_name -> vllm.grpc.engine.GenerateComplete
+	11, // 24: vllm.grpc.engine.GenerateStreamChunk.output_logprobs:type_name -> vllm.grpc.engine.OutputLogProbs
+	12, // 25: vllm.grpc.engine.GenerateStreamChunk.input_logprobs:type_name -> vllm.grpc.engine.InputLogProbs
+	11, // 26: vllm.grpc.engine.GenerateComplete.output_logprobs:type_name -> vllm.grpc.engine.OutputLogProbs
+	12, // 27: vllm.grpc.engine.GenerateComplete.input_logprobs:type_name -> vllm.grpc.engine.InputLogProbs
+	10, // 28: vllm.grpc.engine.GenerateComplete.kv_transfer_params:type_name -> vllm.grpc.engine.KvTransferParams
+	8,  // 29: vllm.grpc.engine.GenerateComplete.media_identity:type_name -> vllm.grpc.engine.MediaIdentity
+	2,  // 30: vllm.grpc.engine.EmbedRequest.tokenized:type_name -> vllm.grpc.engine.TokenizedInput
+	30, // 31: vllm.grpc.engine.GetLoadsResponse.loads:type_name -> vllm.grpc.engine.SchedulerLoad
+	3,  // 32: vllm.grpc.engine.MultimodalInputs.ModelSpecificTensorsEntry.value:type_name -> vllm.grpc.engine.TensorData
+	9,  // 33: vllm.grpc.engine.VllmEngine.Generate:input_type -> vllm.grpc.engine.GenerateRequest
+	18, // 34: vllm.grpc.engine.VllmEngine.Embed:input_type -> vllm.grpc.engine.EmbedRequest
+	20, // 35: vllm.grpc.engine.VllmEngine.HealthCheck:input_type -> vllm.grpc.engine.HealthCheckRequest
+	22, // 36: vllm.grpc.engine.VllmEngine.Abort:input_type -> vllm.grpc.engine.AbortRequest
+	24, // 37: vllm.grpc.engine.VllmEngine.GetModelInfo:input_type -> vllm.grpc.engine.GetModelInfoRequest
+	26, // 38: vllm.grpc.engine.VllmEngine.GetServerInfo:input_type -> vllm.grpc.engine.GetServerInfoRequest
+	28, // 39: vllm.grpc.engine.VllmEngine.GetLoads:input_type -> vllm.grpc.engine.GetLoadsRequest
+	37, // 40: vllm.grpc.engine.VllmEngine.GetTokenizer:input_type -> smg.grpc.common.GetTokenizerRequest
+	38, // 41: vllm.grpc.engine.VllmEngine.SubscribeKvEvents:input_type -> smg.grpc.common.SubscribeKvEventsRequest
+	39, // 42: vllm.grpc.engine.VllmEngine.FlushCache:input_type -> smg.grpc.common.FlushCacheRequest
+	40, // 43: vllm.grpc.engine.VllmEngine.StartProfile:input_type -> smg.grpc.common.StartProfileRequest
+	41, // 44: vllm.grpc.engine.VllmEngine.StopProfile:input_type -> smg.grpc.common.StopProfileRequest
+	15, // 45: vllm.grpc.engine.VllmEngine.Generate:output_type -> vllm.grpc.engine.GenerateResponse
+	19, // 46: vllm.grpc.engine.VllmEngine.Embed:output_type -> vllm.grpc.engine.EmbedResponse
+	21, // 47: vllm.grpc.engine.VllmEngine.HealthCheck:output_type -> vllm.grpc.engine.HealthCheckResponse
+	23, // 48: vllm.grpc.engine.VllmEngine.Abort:output_type -> vllm.grpc.engine.AbortResponse
+	25, // 49: vllm.grpc.engine.VllmEngine.GetModelInfo:output_type -> vllm.grpc.engine.GetModelInfoResponse
+	27, // 50: vllm.grpc.engine.VllmEngine.GetServerInfo:output_type -> vllm.grpc.engine.GetServerInfoResponse
+	29, // 51: vllm.grpc.engine.VllmEngine.GetLoads:output_type -> vllm.grpc.engine.GetLoadsResponse
+	42, // 52: vllm.grpc.engine.VllmEngine.GetTokenizer:output_type -> smg.grpc.common.GetTokenizerChunk
+	43, // 53: vllm.grpc.engine.VllmEngine.SubscribeKvEvents:output_type -> smg.grpc.common.KvEventBatch
+	44, // 54: vllm.grpc.engine.VllmEngine.FlushCache:output_type -> smg.grpc.common.FlushCacheResponse
+	45, // 55: vllm.grpc.engine.VllmEngine.StartProfile:output_type -> smg.grpc.common.ProfileResponse
+	45, // 56: vllm.grpc.engine.VllmEngine.StopProfile:output_type -> smg.grpc.common.ProfileResponse
+	45, // [45:57] is the sub-list for method output_type
+	33, // [33:45] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_vllm_grpc_engine_vllm_engine_proto_init() }
@@ -2683,27 +3100,27 @@ func file_vllm_grpc_engine_vllm_engine_proto_init() {
 		(*TensorData_Remote)(nil),
 	}
 	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[5].OneofWrappers = []any{}
-	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[6].OneofWrappers = []any{
+	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[9].OneofWrappers = []any{
 		(*GenerateRequest_Tokenized)(nil),
 		(*GenerateRequest_Text)(nil),
 	}
-	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[10].OneofWrappers = []any{}
-	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[12].OneofWrappers = []any{
+	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[13].OneofWrappers = []any{}
+	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[15].OneofWrappers = []any{
 		(*GenerateResponse_Chunk)(nil),
 		(*GenerateResponse_Complete)(nil),
 	}
-	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[14].OneofWrappers = []any{
+	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[17].OneofWrappers = []any{
 		(*GenerateComplete_MatchedTokenId)(nil),
 		(*GenerateComplete_MatchedStopStr)(nil),
 	}
-	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[25].OneofWrappers = []any{}
+	file_vllm_grpc_engine_vllm_engine_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_vllm_grpc_engine_vllm_engine_proto_rawDesc), len(file_vllm_grpc_engine_vllm_engine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

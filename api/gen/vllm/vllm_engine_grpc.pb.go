@@ -36,6 +36,9 @@ const (
 	VllmEngine_GetLoads_FullMethodName          = "/vllm.grpc.engine.VllmEngine/GetLoads"
 	VllmEngine_GetTokenizer_FullMethodName      = "/vllm.grpc.engine.VllmEngine/GetTokenizer"
 	VllmEngine_SubscribeKvEvents_FullMethodName = "/vllm.grpc.engine.VllmEngine/SubscribeKvEvents"
+	VllmEngine_FlushCache_FullMethodName        = "/vllm.grpc.engine.VllmEngine/FlushCache"
+	VllmEngine_StartProfile_FullMethodName      = "/vllm.grpc.engine.VllmEngine/StartProfile"
+	VllmEngine_StopProfile_FullMethodName       = "/vllm.grpc.engine.VllmEngine/StopProfile"
 )
 
 // VllmEngineClient is the client API for VllmEngine service.
@@ -52,6 +55,10 @@ type VllmEngineClient interface {
 	GetLoads(ctx context.Context, in *GetLoadsRequest, opts ...grpc.CallOption) (*GetLoadsResponse, error)
 	GetTokenizer(ctx context.Context, in *smgcommon.GetTokenizerRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[smgcommon.GetTokenizerChunk], error)
 	SubscribeKvEvents(ctx context.Context, in *smgcommon.SubscribeKvEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[smgcommon.KvEventBatch], error)
+	// Drops the engine's prefix cache (requests running keep their blocks).
+	FlushCache(ctx context.Context, in *smgcommon.FlushCacheRequest, opts ...grpc.CallOption) (*smgcommon.FlushCacheResponse, error)
+	StartProfile(ctx context.Context, in *smgcommon.StartProfileRequest, opts ...grpc.CallOption) (*smgcommon.ProfileResponse, error)
+	StopProfile(ctx context.Context, in *smgcommon.StopProfileRequest, opts ...grpc.CallOption) (*smgcommon.ProfileResponse, error)
 }
 
 type vllmEngineClient struct {
@@ -179,6 +186,36 @@ func (c *vllmEngineClient) SubscribeKvEvents(ctx context.Context, in *smgcommon.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type VllmEngine_SubscribeKvEventsClient = grpc.ServerStreamingClient[smgcommon.KvEventBatch]
 
+func (c *vllmEngineClient) FlushCache(ctx context.Context, in *smgcommon.FlushCacheRequest, opts ...grpc.CallOption) (*smgcommon.FlushCacheResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(smgcommon.FlushCacheResponse)
+	err := c.cc.Invoke(ctx, VllmEngine_FlushCache_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *vllmEngineClient) StartProfile(ctx context.Context, in *smgcommon.StartProfileRequest, opts ...grpc.CallOption) (*smgcommon.ProfileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(smgcommon.ProfileResponse)
+	err := c.cc.Invoke(ctx, VllmEngine_StartProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *vllmEngineClient) StopProfile(ctx context.Context, in *smgcommon.StopProfileRequest, opts ...grpc.CallOption) (*smgcommon.ProfileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(smgcommon.ProfileResponse)
+	err := c.cc.Invoke(ctx, VllmEngine_StopProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // VllmEngineServer is the server API for VllmEngine service.
 // All implementations must embed UnimplementedVllmEngineServer
 // for forward compatibility.
@@ -193,6 +230,10 @@ type VllmEngineServer interface {
 	GetLoads(context.Context, *GetLoadsRequest) (*GetLoadsResponse, error)
 	GetTokenizer(*smgcommon.GetTokenizerRequest, grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error
 	SubscribeKvEvents(*smgcommon.SubscribeKvEventsRequest, grpc.ServerStreamingServer[smgcommon.KvEventBatch]) error
+	// Drops the engine's prefix cache (requests running keep their blocks).
+	FlushCache(context.Context, *smgcommon.FlushCacheRequest) (*smgcommon.FlushCacheResponse, error)
+	StartProfile(context.Context, *smgcommon.StartProfileRequest) (*smgcommon.ProfileResponse, error)
+	StopProfile(context.Context, *smgcommon.StopProfileRequest) (*smgcommon.ProfileResponse, error)
 	mustEmbedUnimplementedVllmEngineServer()
 }
 
@@ -229,6 +270,15 @@ func (UnimplementedVllmEngineServer) GetTokenizer(*smgcommon.GetTokenizerRequest
 }
 func (UnimplementedVllmEngineServer) SubscribeKvEvents(*smgcommon.SubscribeKvEventsRequest, grpc.ServerStreamingServer[smgcommon.KvEventBatch]) error {
 	return status.Error(codes.Unimplemented, "method SubscribeKvEvents not implemented")
+}
+func (UnimplementedVllmEngineServer) FlushCache(context.Context, *smgcommon.FlushCacheRequest) (*smgcommon.FlushCacheResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FlushCache not implemented")
+}
+func (UnimplementedVllmEngineServer) StartProfile(context.Context, *smgcommon.StartProfileRequest) (*smgcommon.ProfileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartProfile not implemented")
+}
+func (UnimplementedVllmEngineServer) StopProfile(context.Context, *smgcommon.StopProfileRequest) (*smgcommon.ProfileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopProfile not implemented")
 }
 func (UnimplementedVllmEngineServer) mustEmbedUnimplementedVllmEngineServer() {}
 func (UnimplementedVllmEngineServer) testEmbeddedByValue()                    {}
@@ -392,6 +442,60 @@ func _VllmEngine_SubscribeKvEvents_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type VllmEngine_SubscribeKvEventsServer = grpc.ServerStreamingServer[smgcommon.KvEventBatch]
 
+func _VllmEngine_FlushCache_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(smgcommon.FlushCacheRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VllmEngineServer).FlushCache(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VllmEngine_FlushCache_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VllmEngineServer).FlushCache(ctx, req.(*smgcommon.FlushCacheRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _VllmEngine_StartProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(smgcommon.StartProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VllmEngineServer).StartProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VllmEngine_StartProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VllmEngineServer).StartProfile(ctx, req.(*smgcommon.StartProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _VllmEngine_StopProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(smgcommon.StopProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VllmEngineServer).StopProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VllmEngine_StopProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VllmEngineServer).StopProfile(ctx, req.(*smgcommon.StopProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // VllmEngine_ServiceDesc is the grpc.ServiceDesc for VllmEngine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -422,6 +526,18 @@ var VllmEngine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLoads",
 			Handler:    _VllmEngine_GetLoads_Handler,
+		},
+		{
+			MethodName: "FlushCache",
+			Handler:    _VllmEngine_FlushCache_Handler,
+		},
+		{
+			MethodName: "StartProfile",
+			Handler:    _VllmEngine_StartProfile_Handler,
+		},
+		{
+			MethodName: "StopProfile",
+			Handler:    _VllmEngine_StopProfile_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -241,6 +241,114 @@ func (BreakerState) EnumDescriptor() ([]byte, []int) {
 	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
+type FlushCacheRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker's address, as ListWorkers shows it or as it was added.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// How long the engine may wait for its running requests to finish before
+	// it flushes, in seconds; 0: flush now, or refuse while requests run.
+	TimeoutSecs   uint32 `protobuf:"varint,2,opt,name=timeout_secs,json=timeoutSecs,proto3" json:"timeout_secs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushCacheRequest) Reset() {
+	*x = FlushCacheRequest{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushCacheRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushCacheRequest) ProtoMessage() {}
+
+func (x *FlushCacheRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushCacheRequest.ProtoReflect.Descriptor instead.
+func (*FlushCacheRequest) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FlushCacheRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *FlushCacheRequest) GetTimeoutSecs() uint32 {
+	if x != nil {
+		return x.TimeoutSecs
+	}
+	return 0
+}
+
+type FlushCacheResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker *Worker                `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// What the engine said.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushCacheResponse) Reset() {
+	*x = FlushCacheResponse{}
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushCacheResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushCacheResponse) ProtoMessage() {}
+
+func (x *FlushCacheResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushCacheResponse.ProtoReflect.Descriptor instead.
+func (*FlushCacheResponse) Descriptor() ([]byte, []int) {
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FlushCacheResponse) GetWorker() *Worker {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *FlushCacheResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ListModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -249,7 +357,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +369,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[0]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +382,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 type ListModelsResponse struct {
@@ -286,7 +394,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +406,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[1]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +419,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -349,7 +457,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +469,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[2]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +482,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Model) GetName() string {
@@ -457,7 +565,7 @@ type AddWorkerRequest struct {
 
 func (x *AddWorkerRequest) Reset() {
 	*x = AddWorkerRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +577,7 @@ func (x *AddWorkerRequest) String() string {
 func (*AddWorkerRequest) ProtoMessage() {}
 
 func (x *AddWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[3]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +590,7 @@ func (x *AddWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWorkerRequest.ProtoReflect.Descriptor instead.
 func (*AddWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddWorkerRequest) GetAddress() string {
@@ -522,7 +630,7 @@ type AddWorkerResponse struct {
 
 func (x *AddWorkerResponse) Reset() {
 	*x = AddWorkerResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +642,7 @@ func (x *AddWorkerResponse) String() string {
 func (*AddWorkerResponse) ProtoMessage() {}
 
 func (x *AddWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[4]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +655,7 @@ func (x *AddWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddWorkerResponse.ProtoReflect.Descriptor instead.
 func (*AddWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddWorkerResponse) GetWorker() *Worker {
@@ -570,7 +678,7 @@ type RemoveWorkerRequest struct {
 
 func (x *RemoveWorkerRequest) Reset() {
 	*x = RemoveWorkerRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +690,7 @@ func (x *RemoveWorkerRequest) String() string {
 func (*RemoveWorkerRequest) ProtoMessage() {}
 
 func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[5]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +703,7 @@ func (x *RemoveWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveWorkerRequest) GetAddress() string {
@@ -623,7 +731,7 @@ type RemoveWorkerResponse struct {
 
 func (x *RemoveWorkerResponse) Reset() {
 	*x = RemoveWorkerResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +743,7 @@ func (x *RemoveWorkerResponse) String() string {
 func (*RemoveWorkerResponse) ProtoMessage() {}
 
 func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[6]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +756,7 @@ func (x *RemoveWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveWorkerResponse) GetWorker() *Worker {
@@ -682,7 +790,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +802,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[7]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +815,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExplainRequest) GetRequest() isExplainRequest_Request {
@@ -786,7 +894,7 @@ type ExplainResponse struct {
 
 func (x *ExplainResponse) Reset() {
 	*x = ExplainResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +906,7 @@ func (x *ExplainResponse) String() string {
 func (*ExplainResponse) ProtoMessage() {}
 
 func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[8]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +919,7 @@ func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
 func (*ExplainResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExplainResponse) GetWorker() string {
@@ -905,7 +1013,7 @@ type WorkerView struct {
 
 func (x *WorkerView) Reset() {
 	*x = WorkerView{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1025,7 @@ func (x *WorkerView) String() string {
 func (*WorkerView) ProtoMessage() {}
 
 func (x *WorkerView) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[9]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1038,7 @@ func (x *WorkerView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerView.ProtoReflect.Descriptor instead.
 func (*WorkerView) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkerView) GetAddress() string {
@@ -1004,7 +1112,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1124,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[10]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1137,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 type ListWorkersResponse struct {
@@ -1042,7 +1150,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[11]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1162,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[11]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1175,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1119,7 +1227,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[12]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1239,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[12]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1252,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Worker) GetAddress() string {
@@ -1285,7 +1393,7 @@ type KvEventStream struct {
 
 func (x *KvEventStream) Reset() {
 	*x = KvEventStream{}
-	mi := &file_kvgate_v1_admin_proto_msgTypes[13]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1405,7 @@ func (x *KvEventStream) String() string {
 func (*KvEventStream) ProtoMessage() {}
 
 func (x *KvEventStream) ProtoReflect() protoreflect.Message {
-	mi := &file_kvgate_v1_admin_proto_msgTypes[13]
+	mi := &file_kvgate_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1418,7 @@ func (x *KvEventStream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventStream.ProtoReflect.Descriptor instead.
 func (*KvEventStream) Descriptor() ([]byte, []int) {
-	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_kvgate_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KvEventStream) GetMode() string {
@@ -1401,7 +1509,13 @@ var File_kvgate_v1_admin_proto protoreflect.FileDescriptor
 
 const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"\x13\n" +
+	"\x15kvgate/v1/admin.proto\x12\tkvgate.v1\x1a\x16kvgate/v1/router.proto\"P\n" +
+	"\x11FlushCacheRequest\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12!\n" +
+	"\ftimeout_secs\x18\x02 \x01(\rR\vtimeoutSecs\"Y\n" +
+	"\x12FlushCacheResponse\x12)\n" +
+	"\x06worker\x18\x01 \x01(\v2\x11.kvgate.v1.WorkerR\x06worker\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x13\n" +
 	"\x11ListModelsRequest\">\n" +
 	"\x12ListModelsResponse\x12(\n" +
 	"\x06models\x18\x01 \x03(\v2\x10.kvgate.v1.ModelR\x06models\"\x92\x02\n" +
@@ -1519,14 +1633,16 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
 	"\x12BREAKER_STATE_OPEN\x10\x02\x12\x1b\n" +
-	"\x17BREAKER_STATE_HALF_OPEN\x10\x032\xfb\x02\n" +
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x032\xc6\x03\n" +
 	"\x05Admin\x12L\n" +
 	"\vListWorkers\x12\x1d.kvgate.v1.ListWorkersRequest\x1a\x1e.kvgate.v1.ListWorkersResponse\x12@\n" +
 	"\aExplain\x12\x19.kvgate.v1.ExplainRequest\x1a\x1a.kvgate.v1.ExplainResponse\x12F\n" +
 	"\tAddWorker\x12\x1b.kvgate.v1.AddWorkerRequest\x1a\x1c.kvgate.v1.AddWorkerResponse\x12O\n" +
 	"\fRemoveWorker\x12\x1e.kvgate.v1.RemoveWorkerRequest\x1a\x1f.kvgate.v1.RemoveWorkerResponse\x12I\n" +
 	"\n" +
-	"ListModels\x12\x1c.kvgate.v1.ListModelsRequest\x1a\x1d.kvgate.v1.ListModelsResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
+	"ListModels\x12\x1c.kvgate.v1.ListModelsRequest\x1a\x1d.kvgate.v1.ListModelsResponse\x12I\n" +
+	"\n" +
+	"FlushCache\x12\x1c.kvgate.v1.FlushCacheRequest\x1a\x1d.kvgate.v1.FlushCacheResponseB5Z3github.com/kvgate/kvgate/api/gen/kvgate/v1;kvgatev1b\x06proto3"
 
 var (
 	file_kvgate_v1_admin_proto_rawDescOnce sync.Once
@@ -1541,63 +1657,68 @@ func file_kvgate_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_kvgate_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_kvgate_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_kvgate_v1_admin_proto_goTypes = []any{
 	(Protocol)(0),                // 0: kvgate.v1.Protocol
 	(Role)(0),                    // 1: kvgate.v1.Role
 	(Health)(0),                  // 2: kvgate.v1.Health
 	(BreakerState)(0),            // 3: kvgate.v1.BreakerState
-	(*ListModelsRequest)(nil),    // 4: kvgate.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),   // 5: kvgate.v1.ListModelsResponse
-	(*Model)(nil),                // 6: kvgate.v1.Model
-	(*AddWorkerRequest)(nil),     // 7: kvgate.v1.AddWorkerRequest
-	(*AddWorkerResponse)(nil),    // 8: kvgate.v1.AddWorkerResponse
-	(*RemoveWorkerRequest)(nil),  // 9: kvgate.v1.RemoveWorkerRequest
-	(*RemoveWorkerResponse)(nil), // 10: kvgate.v1.RemoveWorkerResponse
-	(*ExplainRequest)(nil),       // 11: kvgate.v1.ExplainRequest
-	(*ExplainResponse)(nil),      // 12: kvgate.v1.ExplainResponse
-	(*WorkerView)(nil),           // 13: kvgate.v1.WorkerView
-	(*ListWorkersRequest)(nil),   // 14: kvgate.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),  // 15: kvgate.v1.ListWorkersResponse
-	(*Worker)(nil),               // 16: kvgate.v1.Worker
-	(*KvEventStream)(nil),        // 17: kvgate.v1.KvEventStream
-	nil,                          // 18: kvgate.v1.ExplainRequest.MetadataEntry
-	(*GenerateRequest)(nil),      // 19: kvgate.v1.GenerateRequest
-	(*ChatRequest)(nil),          // 20: kvgate.v1.ChatRequest
+	(*FlushCacheRequest)(nil),    // 4: kvgate.v1.FlushCacheRequest
+	(*FlushCacheResponse)(nil),   // 5: kvgate.v1.FlushCacheResponse
+	(*ListModelsRequest)(nil),    // 6: kvgate.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),   // 7: kvgate.v1.ListModelsResponse
+	(*Model)(nil),                // 8: kvgate.v1.Model
+	(*AddWorkerRequest)(nil),     // 9: kvgate.v1.AddWorkerRequest
+	(*AddWorkerResponse)(nil),    // 10: kvgate.v1.AddWorkerResponse
+	(*RemoveWorkerRequest)(nil),  // 11: kvgate.v1.RemoveWorkerRequest
+	(*RemoveWorkerResponse)(nil), // 12: kvgate.v1.RemoveWorkerResponse
+	(*ExplainRequest)(nil),       // 13: kvgate.v1.ExplainRequest
+	(*ExplainResponse)(nil),      // 14: kvgate.v1.ExplainResponse
+	(*WorkerView)(nil),           // 15: kvgate.v1.WorkerView
+	(*ListWorkersRequest)(nil),   // 16: kvgate.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),  // 17: kvgate.v1.ListWorkersResponse
+	(*Worker)(nil),               // 18: kvgate.v1.Worker
+	(*KvEventStream)(nil),        // 19: kvgate.v1.KvEventStream
+	nil,                          // 20: kvgate.v1.ExplainRequest.MetadataEntry
+	(*GenerateRequest)(nil),      // 21: kvgate.v1.GenerateRequest
+	(*ChatRequest)(nil),          // 22: kvgate.v1.ChatRequest
 }
 var file_kvgate_v1_admin_proto_depIdxs = []int32{
-	6,  // 0: kvgate.v1.ListModelsResponse.models:type_name -> kvgate.v1.Model
-	1,  // 1: kvgate.v1.AddWorkerRequest.role:type_name -> kvgate.v1.Role
-	0,  // 2: kvgate.v1.AddWorkerRequest.protocol:type_name -> kvgate.v1.Protocol
-	16, // 3: kvgate.v1.AddWorkerResponse.worker:type_name -> kvgate.v1.Worker
-	16, // 4: kvgate.v1.RemoveWorkerResponse.worker:type_name -> kvgate.v1.Worker
-	19, // 5: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
-	20, // 6: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
-	18, // 7: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
-	13, // 8: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
-	2,  // 9: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
-	3,  // 10: kvgate.v1.WorkerView.breaker:type_name -> kvgate.v1.BreakerState
-	16, // 11: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
-	0,  // 12: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
-	1,  // 13: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
-	2,  // 14: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
-	3,  // 15: kvgate.v1.Worker.breaker:type_name -> kvgate.v1.BreakerState
-	17, // 16: kvgate.v1.Worker.kv_events:type_name -> kvgate.v1.KvEventStream
-	14, // 17: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
-	11, // 18: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
-	7,  // 19: kvgate.v1.Admin.AddWorker:input_type -> kvgate.v1.AddWorkerRequest
-	9,  // 20: kvgate.v1.Admin.RemoveWorker:input_type -> kvgate.v1.RemoveWorkerRequest
-	4,  // 21: kvgate.v1.Admin.ListModels:input_type -> kvgate.v1.ListModelsRequest
-	15, // 22: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
-	12, // 23: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
-	8,  // 24: kvgate.v1.Admin.AddWorker:output_type -> kvgate.v1.AddWorkerResponse
-	10, // 25: kvgate.v1.Admin.RemoveWorker:output_type -> kvgate.v1.RemoveWorkerResponse
-	5,  // 26: kvgate.v1.Admin.ListModels:output_type -> kvgate.v1.ListModelsResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 0: kvgate.v1.FlushCacheResponse.worker:type_name -> kvgate.v1.Worker
+	8,  // 1: kvgate.v1.ListModelsResponse.models:type_name -> kvgate.v1.Model
+	1,  // 2: kvgate.v1.AddWorkerRequest.role:type_name -> kvgate.v1.Role
+	0,  // 3: kvgate.v1.AddWorkerRequest.protocol:type_name -> kvgate.v1.Protocol
+	18, // 4: kvgate.v1.AddWorkerResponse.worker:type_name -> kvgate.v1.Worker
+	18, // 5: kvgate.v1.RemoveWorkerResponse.worker:type_name -> kvgate.v1.Worker
+	21, // 6: kvgate.v1.ExplainRequest.generate:type_name -> kvgate.v1.GenerateRequest
+	22, // 7: kvgate.v1.ExplainRequest.chat:type_name -> kvgate.v1.ChatRequest
+	20, // 8: kvgate.v1.ExplainRequest.metadata:type_name -> kvgate.v1.ExplainRequest.MetadataEntry
+	15, // 9: kvgate.v1.ExplainResponse.workers:type_name -> kvgate.v1.WorkerView
+	2,  // 10: kvgate.v1.WorkerView.health:type_name -> kvgate.v1.Health
+	3,  // 11: kvgate.v1.WorkerView.breaker:type_name -> kvgate.v1.BreakerState
+	18, // 12: kvgate.v1.ListWorkersResponse.workers:type_name -> kvgate.v1.Worker
+	0,  // 13: kvgate.v1.Worker.protocol:type_name -> kvgate.v1.Protocol
+	1,  // 14: kvgate.v1.Worker.role:type_name -> kvgate.v1.Role
+	2,  // 15: kvgate.v1.Worker.health:type_name -> kvgate.v1.Health
+	3,  // 16: kvgate.v1.Worker.breaker:type_name -> kvgate.v1.BreakerState
+	19, // 17: kvgate.v1.Worker.kv_events:type_name -> kvgate.v1.KvEventStream
+	16, // 18: kvgate.v1.Admin.ListWorkers:input_type -> kvgate.v1.ListWorkersRequest
+	13, // 19: kvgate.v1.Admin.Explain:input_type -> kvgate.v1.ExplainRequest
+	9,  // 20: kvgate.v1.Admin.AddWorker:input_type -> kvgate.v1.AddWorkerRequest
+	11, // 21: kvgate.v1.Admin.RemoveWorker:input_type -> kvgate.v1.RemoveWorkerRequest
+	6,  // 22: kvgate.v1.Admin.ListModels:input_type -> kvgate.v1.ListModelsRequest
+	4,  // 23: kvgate.v1.Admin.FlushCache:input_type -> kvgate.v1.FlushCacheRequest
+	17, // 24: kvgate.v1.Admin.ListWorkers:output_type -> kvgate.v1.ListWorkersResponse
+	14, // 25: kvgate.v1.Admin.Explain:output_type -> kvgate.v1.ExplainResponse
+	10, // 26: kvgate.v1.Admin.AddWorker:output_type -> kvgate.v1.AddWorkerResponse
+	12, // 27: kvgate.v1.Admin.RemoveWorker:output_type -> kvgate.v1.RemoveWorkerResponse
+	7,  // 28: kvgate.v1.Admin.ListModels:output_type -> kvgate.v1.ListModelsResponse
+	5,  // 29: kvgate.v1.Admin.FlushCache:output_type -> kvgate.v1.FlushCacheResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_kvgate_v1_admin_proto_init() }
@@ -1606,18 +1727,18 @@ func file_kvgate_v1_admin_proto_init() {
 		return
 	}
 	file_kvgate_v1_router_proto_init()
-	file_kvgate_v1_admin_proto_msgTypes[7].OneofWrappers = []any{
+	file_kvgate_v1_admin_proto_msgTypes[9].OneofWrappers = []any{
 		(*ExplainRequest_Generate)(nil),
 		(*ExplainRequest_Chat)(nil),
 	}
-	file_kvgate_v1_admin_proto_msgTypes[13].OneofWrappers = []any{}
+	file_kvgate_v1_admin_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvgate_v1_admin_proto_rawDesc), len(file_kvgate_v1_admin_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Admin_AddWorker_FullMethodName    = "/kvgate.v1.Admin/AddWorker"
 	Admin_RemoveWorker_FullMethodName = "/kvgate.v1.Admin/RemoveWorker"
 	Admin_ListModels_FullMethodName   = "/kvgate.v1.Admin/ListModels"
+	Admin_FlushCache_FullMethodName   = "/kvgate.v1.Admin/FlushCache"
 )
 
 // AdminClient is the client API for Admin service.
@@ -55,6 +56,13 @@ type AdminClient interface {
 	// policies, tokenizer and routing tree. A router started without
 	// --enable-igw serves one model, whatever its workers report.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// FlushCache empties a worker's prefix cache: the engine's FlushCache,
+	// then what the router's trees and KV event mirrors hold for the worker,
+	// so that routing stops counting on cached prefixes the engine dropped
+	// (after a model's weights change, for example). Every rank of a
+	// data-parallel engine is flushed. An engine that refuses (requests still
+	// running) leaves both as they were: FAILED_PRECONDITION with its reason.
+	FlushCache(ctx context.Context, in *FlushCacheRequest, opts ...grpc.CallOption) (*FlushCacheResponse, error)
 }
 
 type adminClient struct {
@@ -115,6 +123,16 @@ func (c *adminClient) ListModels(ctx context.Context, in *ListModelsRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) FlushCache(ctx context.Context, in *FlushCacheRequest, opts ...grpc.CallOption) (*FlushCacheResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlushCacheResponse)
+	err := c.cc.Invoke(ctx, Admin_FlushCache_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -142,6 +160,13 @@ type AdminServer interface {
 	// policies, tokenizer and routing tree. A router started without
 	// --enable-igw serves one model, whatever its workers report.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// FlushCache empties a worker's prefix cache: the engine's FlushCache,
+	// then what the router's trees and KV event mirrors hold for the worker,
+	// so that routing stops counting on cached prefixes the engine dropped
+	// (after a model's weights change, for example). Every rank of a
+	// data-parallel engine is flushed. An engine that refuses (requests still
+	// running) leaves both as they were: FAILED_PRECONDITION with its reason.
+	FlushCache(context.Context, *FlushCacheRequest) (*FlushCacheResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -166,6 +191,9 @@ func (UnimplementedAdminServer) RemoveWorker(context.Context, *RemoveWorkerReque
 }
 func (UnimplementedAdminServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedAdminServer) FlushCache(context.Context, *FlushCacheRequest) (*FlushCacheResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FlushCache not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -278,6 +306,24 @@ func _Admin_ListModels_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_FlushCache_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FlushCacheRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).FlushCache(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_FlushCache_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).FlushCache(ctx, req.(*FlushCacheRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -304,6 +350,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _Admin_ListModels_Handler,
+		},
+		{
+			MethodName: "FlushCache",
+			Handler:    _Admin_FlushCache_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

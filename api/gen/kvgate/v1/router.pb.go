@@ -1088,9 +1088,13 @@ type Usage struct {
 	PromptTokens     uint32                 `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	CompletionTokens uint32                 `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	// Prompt tokens the worker found in its KV cache and did not recompute.
-	CachedTokens  uint32 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CachedTokens uint32 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// Speculative decoding, as the engine reports it: draft tokens proposed,
+	// and those the model accepted (both 0 without speculation).
+	SpecDraftTokens    uint32 `protobuf:"varint,4,opt,name=spec_draft_tokens,json=specDraftTokens,proto3" json:"spec_draft_tokens,omitempty"`
+	SpecAcceptedTokens uint32 `protobuf:"varint,5,opt,name=spec_accepted_tokens,json=specAcceptedTokens,proto3" json:"spec_accepted_tokens,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -1140,6 +1144,20 @@ func (x *Usage) GetCompletionTokens() uint32 {
 func (x *Usage) GetCachedTokens() uint32 {
 	if x != nil {
 		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetSpecDraftTokens() uint32 {
+	if x != nil {
+		return x.SpecDraftTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetSpecAcceptedTokens() uint32 {
+	if x != nil {
+		return x.SpecAcceptedTokens
 	}
 	return 0
 }
@@ -2265,11 +2283,13 @@ const file_kvgate_v1_router_proto_rawDesc = "" +
 	"\blogprobs\x18\f \x03(\v2\x17.kvgate.v1.TokenLogprobR\blogprobs\x12@\n" +
 	"\x0fprompt_logprobs\x18\r \x03(\v2\x17.kvgate.v1.TokenLogprobR\x0epromptLogprobsB\x18\n" +
 	"\x16_matched_stop_token_idB\x16\n" +
-	"\x14_matched_stop_string\"~\n" +
+	"\x14_matched_stop_string\"\xdc\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\"\xa2\x05\n" +
+	"\rcached_tokens\x18\x03 \x01(\rR\fcachedTokens\x12*\n" +
+	"\x11spec_draft_tokens\x18\x04 \x01(\rR\x0fspecDraftTokens\x120\n" +
+	"\x14spec_accepted_tokens\x18\x05 \x01(\rR\x12specAcceptedTokens\"\xa2\x05\n" +
 	"\vChatRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x122\n" +

@@ -79,6 +79,22 @@ class ExplainResponse(_message.Message):
     workers: _containers.RepeatedCompositeFieldContainer[WorkerView]
     def __init__(self, worker: _Optional[str] = ..., policy: _Optional[str] = ..., branch: _Optional[str] = ..., reason: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., predicted_cached_tokens: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerView, _Mapping]]] = ..., prefill_worker: _Optional[str] = ..., prefill_branch: _Optional[str] = ...) -> None: ...
 
+class FlushCacheRequest(_message.Message):
+    __slots__ = ["address", "timeout_secs"]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    timeout_secs: int
+    def __init__(self, address: _Optional[str] = ..., timeout_secs: _Optional[int] = ...) -> None: ...
+
+class FlushCacheResponse(_message.Message):
+    __slots__ = ["message", "worker"]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    worker: Worker
+    def __init__(self, worker: _Optional[_Union[Worker, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+
 class KvEventStream(_message.Message):
     __slots__ = ["batches", "connected", "duplicates", "events", "failures", "gaps", "lag_seconds", "last_error", "last_sequence_number", "mode", "resets", "resyncs"]
     BATCHES_FIELD_NUMBER: _ClassVar[int]

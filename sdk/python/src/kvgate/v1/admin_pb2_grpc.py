@@ -42,6 +42,11 @@ class AdminStub(object):
                 request_serializer=kvgate_dot_v1_dot_admin__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=kvgate_dot_v1_dot_admin__pb2.ListModelsResponse.FromString,
                 )
+        self.FlushCache = channel.unary_unary(
+                '/kvgate.v1.Admin/FlushCache',
+                request_serializer=kvgate_dot_v1_dot_admin__pb2.FlushCacheRequest.SerializeToString,
+                response_deserializer=kvgate_dot_v1_dot_admin__pb2.FlushCacheResponse.FromString,
+                )
 
 
 class AdminServicer(object):
@@ -94,6 +99,18 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FlushCache(self, request, context):
+        """FlushCache empties a worker's prefix cache: the engine's FlushCache,
+        then what the router's trees and KV event mirrors hold for the worker,
+        so that routing stops counting on cached prefixes the engine dropped
+        (after a model's weights change, for example). Every rank of a
+        data-parallel engine is flushed. An engine that refuses (requests still
+        running) leaves both as they were: FAILED_PRECONDITION with its reason.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +138,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=kvgate_dot_v1_dot_admin__pb2.ListModelsRequest.FromString,
                     response_serializer=kvgate_dot_v1_dot_admin__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'FlushCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.FlushCache,
+                    request_deserializer=kvgate_dot_v1_dot_admin__pb2.FlushCacheRequest.FromString,
+                    response_serializer=kvgate_dot_v1_dot_admin__pb2.FlushCacheResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -217,5 +239,22 @@ class Admin(object):
         return grpc.experimental.unary_unary(request, target, '/kvgate.v1.Admin/ListModels',
             kvgate_dot_v1_dot_admin__pb2.ListModelsRequest.SerializeToString,
             kvgate_dot_v1_dot_admin__pb2.ListModelsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def FlushCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/kvgate.v1.Admin/FlushCache',
+            kvgate_dot_v1_dot_admin__pb2.FlushCacheRequest.SerializeToString,
+            kvgate_dot_v1_dot_admin__pb2.FlushCacheResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -14,7 +14,58 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file kvgate/v1/admin.proto.
  */
 export const file_kvgate_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChVrdmdhdGUvdjEvYWRtaW4ucHJvdG8SCWt2Z2F0ZS52MSITChFMaXN0TW9kZWxzUmVxdWVzdCI2ChJMaXN0TW9kZWxzUmVzcG9uc2USIAoGbW9kZWxzGAEgAygLMhAua3ZnYXRlLnYxLk1vZGVsIrMBCgVNb2RlbBIMCgRuYW1lGAEgASgJEg8KB3dvcmtlcnMYAiADKAkSDgoGcG9saWN5GAMgASgJEhUKDWRlY29kZV9wb2xpY3kYBCABKAkSEQoJdG9rZW5pemVyGAUgASgJEhIKCnZvY2FiX3NpemUYBiABKA0SFQoNY2hhdF90ZW1wbGF0ZRgHIAEoCRIRCglwYWdlX3NpemUYCCABKA0SEwoLdHJlZV90b2tlbnMYCSABKAQigQEKEEFkZFdvcmtlclJlcXVlc3QSDwoHYWRkcmVzcxgBIAEoCRIdCgRyb2xlGAIgASgOMg8ua3ZnYXRlLnYxLlJvbGUSJQoIcHJvdG9jb2wYAyABKA4yEy5rdmdhdGUudjEuUHJvdG9jb2wSFgoOYm9vdHN0cmFwX3BvcnQYBCABKA0iNgoRQWRkV29ya2VyUmVzcG9uc2USIQoGd29ya2VyGAEgASgLMhEua3ZnYXRlLnYxLldvcmtlciJCChNSZW1vdmVXb3JrZXJSZXF1ZXN0Eg8KB2FkZHJlc3MYASABKAkSGgoSZHJhaW5fdGltZW91dF9zZWNzGAIgASgNIkoKFFJlbW92ZVdvcmtlclJlc3BvbnNlEiEKBndvcmtlchgBIAEoCzIRLmt2Z2F0ZS52MS5Xb3JrZXISDwoHYWJvcnRlZBgCIAEoDSLfAQoORXhwbGFpblJlcXVlc3QSLgoIZ2VuZXJhdGUYASABKAsyGi5rdmdhdGUudjEuR2VuZXJhdGVSZXF1ZXN0SAASJgoEY2hhdBgCIAEoCzIWLmt2Z2F0ZS52MS5DaGF0UmVxdWVzdEgAEjkKCG1ldGFkYXRhGAMgAygLMicua3ZnYXRlLnYxLkV4cGxhaW5SZXF1ZXN0Lk1ldGFkYXRhRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgkKB3JlcXVlc3Qi4QEKD0V4cGxhaW5SZXNwb25zZRIOCgZ3b3JrZXIYASABKAkSDgoGcG9saWN5GAIgASgJEg4KBmJyYW5jaBgDIAEoCRIOCgZyZWFzb24YBCABKAkSFQoNcHJvbXB0X3Rva2VucxgFIAEoDRIfChdwcmVkaWN0ZWRfY2FjaGVkX3Rva2VucxgGIAEoDRImCgd3b3JrZXJzGAcgAygLMhUua3ZnYXRlLnYxLldvcmtlclZpZXcSFgoOcHJlZmlsbF93b3JrZXIYCCABKAkSFgoOcHJlZmlsbF9icmFuY2gYCSABKAki6wEKCldvcmtlclZpZXcSDwoHYWRkcmVzcxgBIAEoCRIhCgZoZWFsdGgYAiABKA4yES5rdmdhdGUudjEuSGVhbHRoEgwKBGxvYWQYAyABKA0SEQoJaW5fZmxpZ2h0GAQgASgNEhYKDm1hdGNoZWRfdG9rZW5zGAUgASgNEigKB2JyZWFrZXIYBiABKA4yFy5rdmdhdGUudjEuQnJlYWtlclN0YXRlEhAKCGRyYWluaW5nGAcgASgIEhgKEGNvbmZpcm1lZF90b2tlbnMYCCABKA0SGgoSc3BlY3VsYXRpdmVfdG9rZW5zGAkgASgNIhQKEkxpc3RXb3JrZXJzUmVxdWVzdCI5ChNMaXN0V29ya2Vyc1Jlc3BvbnNlEiIKB3dvcmtlcnMYASADKAsyES5rdmdhdGUudjEuV29ya2VyIo0DCgZXb3JrZXISDwoHYWRkcmVzcxgBIAEoCRIlCghwcm90b2NvbBgCIAEoDjITLmt2Z2F0ZS52MS5Qcm90b2NvbBIdCgRyb2xlGAMgASgOMg8ua3ZnYXRlLnYxLlJvbGUSIQoGaGVhbHRoGAQgASgOMhEua3ZnYXRlLnYxLkhlYWx0aBIRCglpbl9mbGlnaHQYBSABKA0SDQoFbW9kZWwYBiABKAkSFgoOZW5naW5lX3J1bm5pbmcYByABKA0SFgoOZW5naW5lX3dhaXRpbmcYCCABKA0SEAoIa3ZfdXNhZ2UYCSABKAESKAoHYnJlYWtlchgKIAEoDjIXLmt2Z2F0ZS52MS5CcmVha2VyU3RhdGUSEAoIZHJhaW5pbmcYCyABKAgSEgoKY29ubmVjdGluZxgMIAEoCBIrCglrdl9ldmVudHMYDSABKAsyGC5rdmdhdGUudjEuS3ZFdmVudFN0cmVhbRIUCgxoZWFsdGhfY2hlY2sYDyABKAkSEgoKdm9jYWJfc2l6ZRgOIAEoDSKLAgoNS3ZFdmVudFN0cmVhbRIMCgRtb2RlGAEgASgJEhEKCWNvbm5lY3RlZBgCIAEoCBIhChRsYXN0X3NlcXVlbmNlX251bWJlchgDIAEoBEgAiAEBEhMKC2xhZ19zZWNvbmRzGAQgASgBEg8KB2JhdGNoZXMYBSABKAQSDgoGZXZlbnRzGAYgASgEEgwKBGdhcHMYByABKAQSDgoGcmVzZXRzGAggASgEEg8KB3Jlc3luY3MYCSABKAQSEgoKZHVwbGljYXRlcxgKIAEoBBIQCghmYWlsdXJlcxgLIAEoBBISCgpsYXN0X2Vycm9yGAwgASgJQhcKFV9sYXN0X3NlcXVlbmNlX251bWJlciphCghQcm90b2NvbBIYChRQUk9UT0NPTF9VTlNQRUNJRklFRBAAEhMKD1BST1RPQ09MX1NHTEFORxABEhEKDVBST1RPQ09MX1ZMTE0QAhITCg9QUk9UT0NPTF9UUlRMTE0QAypRCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIQCgxST0xFX1JFR1VMQVIQARIQCgxST0xFX1BSRUZJTEwQAhIPCgtST0xFX0RFQ09ERRADKkoKBkhlYWx0aBIWChJIRUFMVEhfVU5TUEVDSUZJRUQQABISCg5IRUFMVEhfSEVBTFRIWRABEhQKEEhFQUxUSF9VTkhFQUxUSFkQAip8CgxCcmVha2VyU3RhdGUSHQoZQlJFQUtFUl9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEJSRUFLRVJfU1RBVEVfQ0xPU0VEEAESFgoSQlJFQUtFUl9TVEFURV9PUEVOEAISGwoXQlJFQUtFUl9TVEFURV9IQUxGX09QRU4QAzL7AgoFQWRtaW4STAoLTGlzdFdvcmtlcnMSHS5rdmdhdGUudjEuTGlzdFdvcmtlcnNSZXF1ZXN0Gh4ua3ZnYXRlLnYxLkxpc3RXb3JrZXJzUmVzcG9uc2USQAoHRXhwbGFpbhIZLmt2Z2F0ZS52MS5FeHBsYWluUmVxdWVzdBoaLmt2Z2F0ZS52MS5FeHBsYWluUmVzcG9uc2USRgoJQWRkV29ya2VyEhsua3ZnYXRlLnYxLkFkZFdvcmtlclJlcXVlc3QaHC5rdmdhdGUudjEuQWRkV29ya2VyUmVzcG9uc2USTwoMUmVtb3ZlV29ya2VyEh4ua3ZnYXRlLnYxLlJlbW92ZVdvcmtlclJlcXVlc3QaHy5rdmdhdGUudjEuUmVtb3ZlV29ya2VyUmVzcG9uc2USSQoKTGlzdE1vZGVscxIcLmt2Z2F0ZS52MS5MaXN0TW9kZWxzUmVxdWVzdBodLmt2Z2F0ZS52MS5MaXN0TW9kZWxzUmVzcG9uc2VCNVozZ2l0aHViLmNvbS9rdmdhdGUva3ZnYXRlL2FwaS9nZW4va3ZnYXRlL3YxO2t2Z2F0ZXYxYgZwcm90bzM", [file_kvgate_v1_router]);
+  fileDesc("ChVrdmdhdGUvdjEvYWRtaW4ucHJvdG8SCWt2Z2F0ZS52MSI6ChFGbHVzaENhY2hlUmVxdWVzdBIPCgdhZGRyZXNzGAEgASgJEhQKDHRpbWVvdXRfc2VjcxgCIAEoDSJIChJGbHVzaENhY2hlUmVzcG9uc2USIQoGd29ya2VyGAEgASgLMhEua3ZnYXRlLnYxLldvcmtlchIPCgdtZXNzYWdlGAIgASgJIhMKEUxpc3RNb2RlbHNSZXF1ZXN0IjYKEkxpc3RNb2RlbHNSZXNwb25zZRIgCgZtb2RlbHMYASADKAsyEC5rdmdhdGUudjEuTW9kZWwiswEKBU1vZGVsEgwKBG5hbWUYASABKAkSDwoHd29ya2VycxgCIAMoCRIOCgZwb2xpY3kYAyABKAkSFQoNZGVjb2RlX3BvbGljeRgEIAEoCRIRCgl0b2tlbml6ZXIYBSABKAkSEgoKdm9jYWJfc2l6ZRgGIAEoDRIVCg1jaGF0X3RlbXBsYXRlGAcgASgJEhEKCXBhZ2Vfc2l6ZRgIIAEoDRITCgt0cmVlX3Rva2VucxgJIAEoBCKBAQoQQWRkV29ya2VyUmVxdWVzdBIPCgdhZGRyZXNzGAEgASgJEh0KBHJvbGUYAiABKA4yDy5rdmdhdGUudjEuUm9sZRIlCghwcm90b2NvbBgDIAEoDjITLmt2Z2F0ZS52MS5Qcm90b2NvbBIWCg5ib290c3RyYXBfcG9ydBgEIAEoDSI2ChFBZGRXb3JrZXJSZXNwb25zZRIhCgZ3b3JrZXIYASABKAsyES5rdmdhdGUudjEuV29ya2VyIkIKE1JlbW92ZVdvcmtlclJlcXVlc3QSDwoHYWRkcmVzcxgBIAEoCRIaChJkcmFpbl90aW1lb3V0X3NlY3MYAiABKA0iSgoUUmVtb3ZlV29ya2VyUmVzcG9uc2USIQoGd29ya2VyGAEgASgLMhEua3ZnYXRlLnYxLldvcmtlchIPCgdhYm9ydGVkGAIgASgNIt8BCg5FeHBsYWluUmVxdWVzdBIuCghnZW5lcmF0ZRgBIAEoCzIaLmt2Z2F0ZS52MS5HZW5lcmF0ZVJlcXVlc3RIABImCgRjaGF0GAIgASgLMhYua3ZnYXRlLnYxLkNoYXRSZXF1ZXN0SAASOQoIbWV0YWRhdGEYAyADKAsyJy5rdmdhdGUudjEuRXhwbGFpblJlcXVlc3QuTWV0YWRhdGFFbnRyeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCCQoHcmVxdWVzdCLhAQoPRXhwbGFpblJlc3BvbnNlEg4KBndvcmtlchgBIAEoCRIOCgZwb2xpY3kYAiABKAkSDgoGYnJhbmNoGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIVCg1wcm9tcHRfdG9rZW5zGAUgASgNEh8KF3ByZWRpY3RlZF9jYWNoZWRfdG9rZW5zGAYgASgNEiYKB3dvcmtlcnMYByADKAsyFS5rdmdhdGUudjEuV29ya2VyVmlldxIWCg5wcmVmaWxsX3dvcmtlchgIIAEoCRIWCg5wcmVmaWxsX2JyYW5jaBgJIAEoCSLrAQoKV29ya2VyVmlldxIPCgdhZGRyZXNzGAEgASgJEiEKBmhlYWx0aBgCIAEoDjIRLmt2Z2F0ZS52MS5IZWFsdGgSDAoEbG9hZBgDIAEoDRIRCglpbl9mbGlnaHQYBCABKA0SFgoObWF0Y2hlZF90b2tlbnMYBSABKA0SKAoHYnJlYWtlchgGIAEoDjIXLmt2Z2F0ZS52MS5CcmVha2VyU3RhdGUSEAoIZHJhaW5pbmcYByABKAgSGAoQY29uZmlybWVkX3Rva2VucxgIIAEoDRIaChJzcGVjdWxhdGl2ZV90b2tlbnMYCSABKA0iFAoSTGlzdFdvcmtlcnNSZXF1ZXN0IjkKE0xpc3RXb3JrZXJzUmVzcG9uc2USIgoHd29ya2VycxgBIAMoCzIRLmt2Z2F0ZS52MS5Xb3JrZXIijQMKBldvcmtlchIPCgdhZGRyZXNzGAEgASgJEiUKCHByb3RvY29sGAIgASgOMhMua3ZnYXRlLnYxLlByb3RvY29sEh0KBHJvbGUYAyABKA4yDy5rdmdhdGUudjEuUm9sZRIhCgZoZWFsdGgYBCABKA4yES5rdmdhdGUudjEuSGVhbHRoEhEKCWluX2ZsaWdodBgFIAEoDRINCgVtb2RlbBgGIAEoCRIWCg5lbmdpbmVfcnVubmluZxgHIAEoDRIWCg5lbmdpbmVfd2FpdGluZxgIIAEoDRIQCghrdl91c2FnZRgJIAEoARIoCgdicmVha2VyGAogASgOMhcua3ZnYXRlLnYxLkJyZWFrZXJTdGF0ZRIQCghkcmFpbmluZxgLIAEoCBISCgpjb25uZWN0aW5nGAwgASgIEisKCWt2X2V2ZW50cxgNIAEoCzIYLmt2Z2F0ZS52MS5LdkV2ZW50U3RyZWFtEhQKDGhlYWx0aF9jaGVjaxgPIAEoCRISCgp2b2NhYl9zaXplGA4gASgNIosCCg1LdkV2ZW50U3RyZWFtEgwKBG1vZGUYASABKAkSEQoJY29ubmVjdGVkGAIgASgIEiEKFGxhc3Rfc2VxdWVuY2VfbnVtYmVyGAMgASgESACIAQESEwoLbGFnX3NlY29uZHMYBCABKAESDwoHYmF0Y2hlcxgFIAEoBBIOCgZldmVudHMYBiABKAQSDAoEZ2FwcxgHIAEoBBIOCgZyZXNldHMYCCABKAQSDwoHcmVzeW5jcxgJIAEoBBISCgpkdXBsaWNhdGVzGAogASgEEhAKCGZhaWx1cmVzGAsgASgEEhIKCmxhc3RfZXJyb3IYDCABKAlCFwoVX2xhc3Rfc2VxdWVuY2VfbnVtYmVyKmEKCFByb3RvY29sEhgKFFBST1RPQ09MX1VOU1BFQ0lGSUVEEAASEwoPUFJPVE9DT0xfU0dMQU5HEAESEQoNUFJPVE9DT0xfVkxMTRACEhMKD1BST1RPQ09MX1RSVExMTRADKlEKBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEhAKDFJPTEVfUkVHVUxBUhABEhAKDFJPTEVfUFJFRklMTBACEg8KC1JPTEVfREVDT0RFEAMqSgoGSGVhbHRoEhYKEkhFQUxUSF9VTlNQRUNJRklFRBAAEhIKDkhFQUxUSF9IRUFMVEhZEAESFAoQSEVBTFRIX1VOSEVBTFRIWRACKnwKDEJyZWFrZXJTdGF0ZRIdChlCUkVBS0VSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUQlJFQUtFUl9TVEFURV9DTE9TRUQQARIWChJCUkVBS0VSX1NUQVRFX09QRU4QAhIbChdCUkVBS0VSX1NUQVRFX0hBTEZfT1BFThADMsYDCgVBZG1pbhJMCgtMaXN0V29ya2VycxIdLmt2Z2F0ZS52MS5MaXN0V29ya2Vyc1JlcXVlc3QaHi5rdmdhdGUudjEuTGlzdFdvcmtlcnNSZXNwb25zZRJACgdFeHBsYWluEhkua3ZnYXRlLnYxLkV4cGxhaW5SZXF1ZXN0Ghoua3ZnYXRlLnYxLkV4cGxhaW5SZXNwb25zZRJGCglBZGRXb3JrZXISGy5rdmdhdGUudjEuQWRkV29ya2VyUmVxdWVzdBocLmt2Z2F0ZS52MS5BZGRXb3JrZXJSZXNwb25zZRJPCgxSZW1vdmVXb3JrZXISHi5rdmdhdGUudjEuUmVtb3ZlV29ya2VyUmVxdWVzdBofLmt2Z2F0ZS52MS5SZW1vdmVXb3JrZXJSZXNwb25zZRJJCgpMaXN0TW9kZWxzEhwua3ZnYXRlLnYxLkxpc3RNb2RlbHNSZXF1ZXN0Gh0ua3ZnYXRlLnYxLkxpc3RNb2RlbHNSZXNwb25zZRJJCgpGbHVzaENhY2hlEhwua3ZnYXRlLnYxLkZsdXNoQ2FjaGVSZXF1ZXN0Gh0ua3ZnYXRlLnYxLkZsdXNoQ2FjaGVSZXNwb25zZUI1WjNnaXRodWIuY29tL2t2Z2F0ZS9rdmdhdGUvYXBpL2dlbi9rdmdhdGUvdjE7a3ZnYXRldjFiBnByb3RvMw", [file_kvgate_v1_router]);
+
+/**
+ * @generated from message kvgate.v1.FlushCacheRequest
+ */
+export type FlushCacheRequest = Message<"kvgate.v1.FlushCacheRequest"> & {
+  /**
+   * The worker's address, as ListWorkers shows it or as it was added.
+   *
+   * @generated from field: string address = 1;
+   */
+  address: string;
+
+  /**
+   * How long the engine may wait for its running requests to finish before
+   * it flushes, in seconds; 0: flush now, or refuse while requests run.
+   *
+   * @generated from field: uint32 timeout_secs = 2;
+   */
+  timeoutSecs: number;
+};
+
+/**
+ * Describes the message kvgate.v1.FlushCacheRequest.
+ * Use `create(FlushCacheRequestSchema)` to create a new message.
+ */
+export const FlushCacheRequestSchema: GenMessage<FlushCacheRequest> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_admin, 0);
+
+/**
+ * @generated from message kvgate.v1.FlushCacheResponse
+ */
+export type FlushCacheResponse = Message<"kvgate.v1.FlushCacheResponse"> & {
+  /**
+   * @generated from field: kvgate.v1.Worker worker = 1;
+   */
+  worker?: Worker | undefined;
+
+  /**
+   * What the engine said.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message kvgate.v1.FlushCacheResponse.
+ * Use `create(FlushCacheResponseSchema)` to create a new message.
+ */
+export const FlushCacheResponseSchema: GenMessage<FlushCacheResponse> = /*@__PURE__*/
+  messageDesc(file_kvgate_v1_admin, 1);
 
 /**
  * @generated from message kvgate.v1.ListModelsRequest
@@ -27,7 +78,7 @@ export type ListModelsRequest = Message<"kvgate.v1.ListModelsRequest"> & {
  * Use `create(ListModelsRequestSchema)` to create a new message.
  */
 export const ListModelsRequestSchema: GenMessage<ListModelsRequest> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 0);
+  messageDesc(file_kvgate_v1_admin, 2);
 
 /**
  * @generated from message kvgate.v1.ListModelsResponse
@@ -44,7 +95,7 @@ export type ListModelsResponse = Message<"kvgate.v1.ListModelsResponse"> & {
  * Use `create(ListModelsResponseSchema)` to create a new message.
  */
 export const ListModelsResponseSchema: GenMessage<ListModelsResponse> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 1);
+  messageDesc(file_kvgate_v1_admin, 3);
 
 /**
  * Model is one model the router serves, with its own routing context.
@@ -120,7 +171,7 @@ export type Model = Message<"kvgate.v1.Model"> & {
  * Use `create(ModelSchema)` to create a new message.
  */
 export const ModelSchema: GenMessage<Model> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 2);
+  messageDesc(file_kvgate_v1_admin, 4);
 
 /**
  * @generated from message kvgate.v1.AddWorkerRequest
@@ -161,7 +212,7 @@ export type AddWorkerRequest = Message<"kvgate.v1.AddWorkerRequest"> & {
  * Use `create(AddWorkerRequestSchema)` to create a new message.
  */
 export const AddWorkerRequestSchema: GenMessage<AddWorkerRequest> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 3);
+  messageDesc(file_kvgate_v1_admin, 5);
 
 /**
  * @generated from message kvgate.v1.AddWorkerResponse
@@ -178,7 +229,7 @@ export type AddWorkerResponse = Message<"kvgate.v1.AddWorkerResponse"> & {
  * Use `create(AddWorkerResponseSchema)` to create a new message.
  */
 export const AddWorkerResponseSchema: GenMessage<AddWorkerResponse> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 4);
+  messageDesc(file_kvgate_v1_admin, 6);
 
 /**
  * @generated from message kvgate.v1.RemoveWorkerRequest
@@ -205,7 +256,7 @@ export type RemoveWorkerRequest = Message<"kvgate.v1.RemoveWorkerRequest"> & {
  * Use `create(RemoveWorkerRequestSchema)` to create a new message.
  */
 export const RemoveWorkerRequestSchema: GenMessage<RemoveWorkerRequest> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 5);
+  messageDesc(file_kvgate_v1_admin, 7);
 
 /**
  * @generated from message kvgate.v1.RemoveWorkerResponse
@@ -229,7 +280,7 @@ export type RemoveWorkerResponse = Message<"kvgate.v1.RemoveWorkerResponse"> & {
  * Use `create(RemoveWorkerResponseSchema)` to create a new message.
  */
 export const RemoveWorkerResponseSchema: GenMessage<RemoveWorkerResponse> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 6);
+  messageDesc(file_kvgate_v1_admin, 8);
 
 /**
  * ExplainRequest carries a request exactly as Generate or Chat would take it.
@@ -268,7 +319,7 @@ export type ExplainRequest = Message<"kvgate.v1.ExplainRequest"> & {
  * Use `create(ExplainRequestSchema)` to create a new message.
  */
 export const ExplainRequestSchema: GenMessage<ExplainRequest> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 7);
+  messageDesc(file_kvgate_v1_admin, 9);
 
 /**
  * ExplainResponse is the decision the policy would make now.
@@ -345,7 +396,7 @@ export type ExplainResponse = Message<"kvgate.v1.ExplainResponse"> & {
  * Use `create(ExplainResponseSchema)` to create a new message.
  */
 export const ExplainResponseSchema: GenMessage<ExplainResponse> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 8);
+  messageDesc(file_kvgate_v1_admin, 10);
 
 /**
  * WorkerView is one worker as the policy saw it for an Explain.
@@ -420,7 +471,7 @@ export type WorkerView = Message<"kvgate.v1.WorkerView"> & {
  * Use `create(WorkerViewSchema)` to create a new message.
  */
 export const WorkerViewSchema: GenMessage<WorkerView> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 9);
+  messageDesc(file_kvgate_v1_admin, 11);
 
 /**
  * @generated from message kvgate.v1.ListWorkersRequest
@@ -433,7 +484,7 @@ export type ListWorkersRequest = Message<"kvgate.v1.ListWorkersRequest"> & {
  * Use `create(ListWorkersRequestSchema)` to create a new message.
  */
 export const ListWorkersRequestSchema: GenMessage<ListWorkersRequest> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 10);
+  messageDesc(file_kvgate_v1_admin, 12);
 
 /**
  * @generated from message kvgate.v1.ListWorkersResponse
@@ -452,7 +503,7 @@ export type ListWorkersResponse = Message<"kvgate.v1.ListWorkersResponse"> & {
  * Use `create(ListWorkersResponseSchema)` to create a new message.
  */
 export const ListWorkersResponseSchema: GenMessage<ListWorkersResponse> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 11);
+  messageDesc(file_kvgate_v1_admin, 13);
 
 /**
  * Worker describes one engine the router can send requests to.
@@ -570,7 +621,7 @@ export type Worker = Message<"kvgate.v1.Worker"> & {
  * Use `create(WorkerSchema)` to create a new message.
  */
 export const WorkerSchema: GenMessage<Worker> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 12);
+  messageDesc(file_kvgate_v1_admin, 14);
 
 /**
  * KvEventStream is the state of one worker's KV event subscription.
@@ -664,7 +715,7 @@ export type KvEventStream = Message<"kvgate.v1.KvEventStream"> & {
  * Use `create(KvEventStreamSchema)` to create a new message.
  */
 export const KvEventStreamSchema: GenMessage<KvEventStream> = /*@__PURE__*/
-  messageDesc(file_kvgate_v1_admin, 13);
+  messageDesc(file_kvgate_v1_admin, 15);
 
 /**
  * Protocol is the gRPC protocol a worker's engine speaks.
@@ -876,6 +927,21 @@ export const Admin: GenService<{
     methodKind: "unary";
     input: typeof ListModelsRequestSchema;
     output: typeof ListModelsResponseSchema;
+  },
+  /**
+   * FlushCache empties a worker's prefix cache: the engine's FlushCache,
+   * then what the router's trees and KV event mirrors hold for the worker,
+   * so that routing stops counting on cached prefixes the engine dropped
+   * (after a model's weights change, for example). Every rank of a
+   * data-parallel engine is flushed. An engine that refuses (requests still
+   * running) leaves both as they were: FAILED_PRECONDITION with its reason.
+   *
+   * @generated from rpc kvgate.v1.Admin.FlushCache
+   */
+  flushCache: {
+    methodKind: "unary";
+    input: typeof FlushCacheRequestSchema;
+    output: typeof FlushCacheResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_kvgate_v1_admin, 0);

@@ -1,0 +1,5 @@
+package gateway
+
+// TextJoined is closed when the router has loaded a tokenizer from an engine
+// after start-up (one that joined late): tests wait on it instead of polling.
+func TextJoined(g *Gateway) <-chan struct{} { return g.textJoined }
