@@ -31,7 +31,7 @@ PAIRS = [
     ("smg.grpc.common", "common_pb2", True),
     ("sglang.grpc.scheduler", "sglang_scheduler_pb2", True),
     ("vllm.grpc.engine", "vllm_engine_pb2", True),
-    ("trtllm", "trtllm_service_pb2", False),
+    ("trtllm", "trtllm_service_pb2", True),
 ]
 
 # OWN_PACKAGES are kvgate's own APIs, which have no reference.
