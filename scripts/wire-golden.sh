@@ -5,7 +5,8 @@
 #
 # Usage: scripts/wire-golden.sh DIR
 #   DIR holds the engines' definitions: common.proto, sglang_scheduler.proto and
-#   vllm_engine.proto (crates/grpc_client/proto/ in the smg-project/smg repository).
+#   vllm_engine.proto, as published in the PyPI package smg-grpc-proto
+#   (smg_grpc_proto/proto/; make proto-parity pins the release, 0.4.28 now).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=${1:?usage: scripts/wire-golden.sh DIR-with-upstream-protos}

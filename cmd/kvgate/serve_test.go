@@ -141,7 +141,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--policy", "fastest"}, "unknown policy"},
-		{[]string{"--worker-protocol", "trtllm"}, "unknown worker protocol"},
+		{[]string{"--worker-protocol", "tensorrt"}, "unknown worker protocol"},
 		{[]string{"--worker-urls", "ftp://a:1"}, "grpc://"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--decode", "a:1"}, "--pd-disaggregation"},
@@ -173,7 +173,11 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--port", "x"}, "invalid value"},
 	}
 	for _, tc := range tests {
-		err := run(context.Background(), append([]string{"serve", "--port", "0", "--prometheus-port", "-1"}, tc.args...), io.Discard)
+		// A flag that has become valid would start a router that serves
+		// until cancelled: the deadline makes that row fail, not hang.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := run(ctx, append([]string{"serve", "--port", "0", "--prometheus-port", "-1"}, tc.args...), io.Discard)
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("serve %v: err = %v, want one mentioning %q", tc.args, err, tc.want)
 		}
