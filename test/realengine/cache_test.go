@@ -117,7 +117,7 @@ func TestKVEventsMirrorTheEngineCache(t *testing.T) {
 	}
 	home := s.engines[s.workerIndex(t, r.complete.GetWorker())]
 	other := s.engines[1-home.index]
-	// Every full block of the prompt is stored: 812 tokens are 50 blocks.
+	// Every full block of the prompt is stored: 812 tokens are 25 blocks.
 	stored := uint32(len(full) / blockSize * blockSize)
 	probes := []struct {
 		name string
@@ -161,6 +161,9 @@ func TestKVEventsMirrorTheEngineCache(t *testing.T) {
 // same ports and checks kvgate takes it back with an empty view of its cache.
 func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 	s := env(t)
+	if s.attached {
+		t.Skipf("%s: the engines are not this test's to kill", attachVar)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), engineStartTimeout+3*time.Minute)
 	defer cancel()
 	victim, survivor := s.engines[0], s.engines[1]

@@ -38,11 +38,18 @@ const envVar = "KVGATE_REAL_ENGINES"
 const modelName = "tiny-qwen3"
 
 // blockSize is the engines' KV block size, given to kvgate as its page size.
-const blockSize = 16
+// vLLM's CPU attention takes multiples of 32 only ("No common block size for
+// 16 (CPU_ATTN: [MultipleOf(32)])").
+const blockSize = 32
 
-// engineStartTimeout bounds an engine's start: loading vLLM on a shared
-// 2-core machine takes minutes.
-const engineStartTimeout = 8 * time.Minute
+// engineStartTimeout bounds an engine's start: loading vLLM on a busy 2-core
+// machine took 10 minutes once.
+const engineStartTimeout = 15 * time.Minute
+
+// attachVar, for working on the tests, names engines already running
+// (host:port,host:port, started as engineArgs does) instead of starting them;
+// the test that kills and restarts one then skips.
+const attachVar = "KVGATE_REAL_ENGINES_ATTACH"
 
 // suite is what TestMain started; nil when the tests skip.
 var suite *realSuite
@@ -68,15 +75,16 @@ func TestMain(m *testing.M) {
 
 // realSuite is two vLLM engines and one kvgate in front of them.
 type realSuite struct {
-	dir     string // KVGATE_REAL_ENGINES
-	python  string // the venv's python
-	model   string // the tiny model's directory
-	logs    string // where every process writes its output
-	engines [2]*engine
-	kvgate  *proc
-	conn    *grpc.ClientConn // to kvgate
-	router  kvgatev1.RouterClient
-	admin   kvgatev1.AdminClient
+	dir      string // KVGATE_REAL_ENGINES
+	python   string // the venv's python
+	model    string // the tiny model's directory
+	logs     string // where every process writes its output
+	engines  [2]*engine
+	attached bool // the engines are someone else's: never kill them
+	kvgate   *proc
+	conn     *grpc.ClientConn // to kvgate
+	router   kvgatev1.RouterClient
+	admin    kvgatev1.AdminClient
 }
 
 // env returns the running suite, or skips t when KVGATE_REAL_ENGINES is unset.
@@ -218,6 +226,12 @@ func startSuite(dir string) (*realSuite, error) {
 	for i := range s.engines {
 		s.engines[i] = &engine{index: i, port: ports[3*i], eventPort: ports[3*i+1], replay: ports[3*i+2]}
 	}
+	if attach := os.Getenv(attachVar); attach != "" {
+		if err := s.attach(attach); err != nil {
+			return s, err
+		}
+		return s, s.startKvgate(ports[6], ports[7])
+	}
 	// Both engines load at once: on two cores most of their start is imports.
 	errs := make([]error, len(s.engines))
 	var wg sync.WaitGroup
@@ -256,6 +270,41 @@ var engineEnv = []string{
 	"VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1", "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1",
 }
 
+// attach takes the engines at addrs (host:port,host:port) instead of starting
+// them.
+func (s *realSuite) attach(addrs string) error {
+	parts := strings.Split(addrs, ",")
+	if len(parts) != len(s.engines) {
+		return fmt.Errorf("%s=%q: want %d host:port", attachVar, addrs, len(s.engines))
+	}
+	s.attached = true
+	for i, a := range parts {
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return fmt.Errorf("%s: %w", attachVar, err)
+		}
+		if _, err := fmt.Sscan(port, &s.engines[i].port); err != nil {
+			return fmt.Errorf("%s: %w", attachVar, err)
+		}
+		if err := s.dialEngine(s.engines[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *realSuite) dialEngine(e *engine) error {
+	if e.conn != nil {
+		return nil
+	}
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", e.port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	e.conn, e.client = conn, vllm.NewVllmEngineClient(conn)
+	return nil
+}
+
 // startEngine starts (or restarts) e and waits until it answers HealthCheck.
 func (s *realSuite) startEngine(e *engine) error {
 	p, err := startProc(fmt.Sprintf("vllm-%d", e.index), s.logs, engineEnv, s.engineArgs(e)...)
@@ -263,12 +312,8 @@ func (s *realSuite) startEngine(e *engine) error {
 		return err
 	}
 	e.p = p
-	if e.conn == nil {
-		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", e.port), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		e.conn, e.client = conn, vllm.NewVllmEngineClient(conn)
+	if err := s.dialEngine(e); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), engineStartTimeout)
 	defer cancel()
@@ -348,7 +393,9 @@ func (s *realSuite) stop() {
 	s.kvgate.kill()
 	for _, e := range s.engines {
 		if e != nil {
-			e.p.kill()
+			if !s.attached {
+				e.p.kill()
+			}
 			if e.conn != nil {
 				e.conn.Close()
 			}
