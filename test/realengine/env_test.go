@@ -252,7 +252,7 @@ func startSuite(dir string) (*realSuite, error) {
 // float32 (these CPUs may lack BF16), prefix caching and KV events (ZMQ,
 // which the gRPC servicer relays as SubscribeKvEvents) on.
 func (s *realSuite) engineArgs(e *engine) []string {
-	events := fmt.Sprintf(`{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:%d", "replay_endpoint": "tcp://127.0.0.1:%d"}`,
+	events := fmt.Sprintf(`{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:%d", "replay_endpoint": "tcp://*:%d"}`,
 		e.eventPort, e.replay)
 	return []string{s.python, "-m", "vllm.entrypoints.launchers.grpc_server",
 		"--model", s.model, "--served-model-name", modelName,
