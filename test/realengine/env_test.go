@@ -250,7 +250,8 @@ func startSuite(dir string) (*realSuite, error) {
 
 // engineArgs is the command line of one vLLM gRPC server: the tiny model in
 // float32 (these CPUs may lack BF16), prefix caching and KV events (ZMQ,
-// which the gRPC servicer relays as SubscribeKvEvents) on.
+// which the gRPC servicer relays as SubscribeKvEvents) on. The publisher
+// binds only an endpoint of the form tcp://*:PORT; with a host it connects.
 func (s *realSuite) engineArgs(e *engine) []string {
 	events := fmt.Sprintf(`{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:%d", "replay_endpoint": "tcp://*:%d"}`,
 		e.eventPort, e.replay)
@@ -260,6 +261,8 @@ func (s *realSuite) engineArgs(e *engine) []string {
 		"--dtype", "float32", "--max-model-len", "4096", "--block-size", fmt.Sprint(blockSize),
 		"--enable-prefix-caching", "--enforce-eager", "--max-num-seqs", "16",
 		"--kv-events-config", events,
+		// Random weights would pad JSON with white space until max_tokens.
+		"--structured-outputs-config", `{"backend": "xgrammar", "disable_any_whitespace": true}`,
 	}
 }
 
