@@ -218,7 +218,7 @@ REAL_STAMP       := $(REAL_VENV)/.stamp-$(shell sha256sum $(REAL_REQS) 2>/dev/nu
 REAL_CA          := $(wildcard /etc/ssl/certs/ca-certificates.crt)
 .PHONY: real-engines real-engines-env
 real-engines: real-engines-env
-	KVGATE_REAL_ENGINES=$(KVGATE_CACHE) go test -count=1 -v -timeout 40m ./test/realengine/
+	KVGATE_REAL_ENGINES=$(KVGATE_CACHE) go test -count=1 -v -timeout 75m ./test/realengine/
 
 ## real-engines-env: the venv and the model alone (make real-engines needs them).
 real-engines-env: $(REAL_STAMP) testdata
