@@ -174,12 +174,17 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 	victim, survivor := s.engines[0], s.engines[1]
 	prefix := randomIDs(10, 256)
 	// Give the victim a cached prefix, so its restart has something to forget.
-	if _, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: prefix, SamplingParams: greedy(1)}, "x-target-worker", "0"); err != nil {
+	r0, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: prefix, SamplingParams: greedy(1)}, "x-target-worker", "0")
+	if err != nil {
 		t.Fatal(err)
 	}
+	if r0.complete.GetWorker() != victim.url() {
+		t.Fatalf("x-target-worker 0 went to %s, not %s", r0.complete.GetWorker(), victim.url())
+	}
 	waitFor(t, 30*time.Second, "the victim's prefix confirmed", func() (bool, string) {
-		got := confirmedOn(s.explain(ctx, t, prefix), victim)
-		return got == uint32(len(prefix)), fmt.Sprint(got)
+		ex := s.explain(ctx, t, prefix)
+		got := confirmedOn(ex, victim)
+		return got > 0, fmt.Sprintf("%d on the victim, %d on the survivor", got, confirmedOn(ex, survivor))
 	})
 
 	sp := &kvgatev1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: proto.Uint32(3500), IgnoreEos: true}

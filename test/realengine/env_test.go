@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	gbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -300,7 +301,13 @@ func (s *realSuite) dialEngine(e *engine) error {
 	if e.conn != nil {
 		return nil
 	}
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", e.port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Redial at least every second: the engine refuses connections for the
+	// minutes it loads, and gRPC's default backoff would then wait up to two
+	// minutes after it is ready.
+	backoff := grpc.ConnectParams{Backoff: gbackoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}
+	backoff.Backoff.MaxDelay = time.Second
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", e.port),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(backoff))
 	if err != nil {
 		return err
 	}
