@@ -252,4 +252,30 @@ $(PROTO_VENV_STAMP):
 	test -x $(PROTO_VENV)/bin/python || python3 -m venv $(PROTO_VENV)
 	$(PROTO_VENV)/bin/pip install --quiet smg-grpc-proto==$(SMG_GRPC_PROTO_VERSION) \
 		protobuf==$(PROTO_PARITY_PROTOBUF) grpcio==$(PROTO_PARITY_GRPCIO)
+## real-engines: kvgate in front of two real vLLM engines (CPU build, from PyPI at the versions of
+## scripts/realengine/requirements.txt) serving a tiny Qwen3-architecture model built offline with
+## random weights beside the Qwen3 test tokenizer; the checks are test/realengine. The venv and the
+## model are kept in KVGATE_CACHE (outside the clone) and reused while their pins are unchanged.
+KVGATE_CACHE     ?= $(HOME)/.cache/kvgate
+REAL_PYTHON      ?= python3
+REAL_UV_VERSION  := 0.13.8
+REAL_VENV        := $(KVGATE_CACHE)/vllm-venv
+REAL_MODEL       := $(KVGATE_CACHE)/tiny-qwen3
+REAL_REQS        := scripts/realengine/requirements.txt
+REAL_STAMP       := $(REAL_VENV)/.stamp-$(shell sha256sum $(REAL_REQS) 2>/dev/null | cut -c1-16)
+REAL_CA          := $(wildcard /etc/ssl/certs/ca-certificates.crt)
+.PHONY: real-engines real-engines-env
+real-engines: real-engines-env
+	KVGATE_REAL_ENGINES=$(KVGATE_CACHE) go test -count=1 -v -timeout 75m ./test/realengine/
+
+## real-engines-env: the venv and the model alone (make real-engines needs them).
+real-engines-env: $(REAL_STAMP) testdata
+	$(REAL_VENV)/bin/python scripts/realengine/build_model.py tokenize/testdata/tokenizers/qwen3 $(REAL_MODEL)
+
+$(REAL_STAMP): $(REAL_REQS)
+	rm -rf $(REAL_VENV)
+	$(REAL_PYTHON) -m venv $(REAL_VENV)
+	$(REAL_VENV)/bin/pip install -q uv==$(REAL_UV_VERSION)
+	$(if $(REAL_CA),SSL_CERT_FILE=$(REAL_CA)) $(REAL_VENV)/bin/uv pip install --python $(REAL_VENV)/bin/python \
+		--no-deps -r $(REAL_REQS)
 	touch $@

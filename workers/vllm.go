@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,12 +49,48 @@ func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Strea
 	if err != nil {
 		return nil, err
 	}
+	var d vllmDeltas
 	return &engineStream[vllm.GenerateResponse]{
-		in:        in,
-		decode:    func(m *vllm.GenerateResponse) (Chunk, bool, error) { return decodeVLLM(m, want) },
+		in: in,
+		decode: func(r *vllm.GenerateResponse) (Chunk, bool, error) {
+			c, ok, err := decodeVLLM(r, want)
+			if err == nil && ok && m.Stream {
+				d.whole(&c)
+			}
+			return c, ok, err
+		},
 		engine:    "vllm",
 		requestID: req.RequestID,
 	}, nil
+}
+
+// vllmDeltas follows a streamed Generate so that its completion lists the
+// whole output. SMG's vLLM servicer streams vLLM's delta output, and its
+// completion repeats the last chunk (its ids, their count and
+// log-probabilities) rather than listing everything, leaving the sum to the
+// client; every other engine, and the neutral Completion, lists the whole
+// output there.
+type vllmDeltas struct {
+	streamed, last []uint32
+}
+
+// whole records a chunk, or rewrites a completion that is the last chunk
+// again, after more was streamed, into the whole output. Its
+// log-probabilities are dropped: the chunks carried them.
+func (d *vllmDeltas) whole(c *Chunk) {
+	f := c.Final
+	if f == nil {
+		d.streamed = append(d.streamed, c.TokenIDs...)
+		d.last = c.TokenIDs
+		return
+	}
+	if len(f.OutputIDs) == 0 || len(f.OutputIDs) >= len(d.streamed) || !slices.Equal(f.OutputIDs, d.last) {
+		return
+	}
+	f.OutputIDs = slices.Clone(d.streamed)
+	f.CompletionTokens = uint32(len(d.streamed))
+	c.CompletionTokens = f.CompletionTokens
+	f.Logprobs = nil
 }
 
 // vllmSampling fills vLLM's SamplingParams. Its proto marks temperature, seed

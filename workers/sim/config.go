@@ -190,6 +190,11 @@ type Faults struct {
 	// non-streaming request, which has no chunks, gets out-of-vocabulary
 	// output_ids (VocabSize+i) in its completion instead.
 	GarbageStream bool
+	// CompletionRepeatsLastChunk (vLLM protocol) ends a streamed Generate
+	// as SMG's vLLM servicer does, with vLLM's delta output: the completion
+	// repeats the last chunk's token ids, their count and log-probabilities
+	// instead of listing the whole output, and leaves the sum to the client.
+	CompletionRepeatsLastChunk bool
 	// KVEventDropEvery > 0 loses every N-th KV event batch of the engine
 	// process (sequence numbers N-1, 2N-1, ...): it is numbered but neither
 	// delivered nor kept for replay, so subscribers see a gap, as after
@@ -306,6 +311,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Faults.Unhealthy, "unhealthy", c.Faults.Unhealthy, "fault: HealthCheck answers healthy=false")
 	fs.BoolVar(&c.Faults.StallBeforeFirstToken, "stall-before-first-token", c.Faults.StallBeforeFirstToken, "fault: accept each Generate, send nothing and hold the stream")
 	fs.BoolVar(&c.Faults.GarbageStream, "garbage-stream", c.Faults.GarbageStream, "fault: stream out-of-vocabulary token ids and a completion that contradicts them")
+	fs.BoolVar(&c.Faults.CompletionRepeatsLastChunk, "completion-repeats-last-chunk", c.Faults.CompletionRepeatsLastChunk, "fault (vllm protocol): end a streamed Generate with a completion that repeats the last chunk's ids instead of listing the whole output, as SMG's vLLM servicer does")
 	fs.BoolVar(&c.Faults.NeverPublish, "never-publish", c.Faults.NeverPublish, "fault (prefill role): complete prefill legs without publishing their bootstrap rooms")
 	fs.IntVar(&c.Faults.KVEventDropEvery, "kv-event-drop-every", c.Faults.KVEventDropEvery, "fault: number every N-th KV event batch but never deliver nor keep it, a gap for subscribers (0: never)")
 	fs.IntVar(&c.Faults.KVEventDuplicateEvery, "kv-event-duplicate-every", c.Faults.KVEventDuplicateEvery, "fault: deliver every N-th KV event batch twice in a row (0: never)")

@@ -27,9 +27,11 @@ func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_
 	if err != nil {
 		return err
 	}
+	var last output // the latest chunk, which a delta completion repeats
 	return rank.generate(stream.Context(), r, func(o output) error {
 		resp := &vllm.GenerateResponse{}
 		if o.final == nil {
+			last = o
 			resp.Response = &vllm.GenerateResponse_Chunk{Chunk: &vllm.GenerateStreamChunk{
 				TokenIds: o.tokens, PromptTokens: o.promptTokens, CompletionTokens: o.completionTokens, CachedTokens: o.cachedToks,
 				OutputLogprobs: vllmOutputLogprobs(o.logprobs), InputLogprobs: vllmInputLogprobs(o.promptLogprobs),
@@ -41,6 +43,10 @@ func (s *vllmServer) Generate(req *vllm.GenerateRequest, stream vllm.VllmEngine_
 				OutputLogprobs: vllmOutputLogprobs(o.logprobs), InputLogprobs: vllmInputLogprobs(o.promptLogprobs),
 			}
 			c.SpecAcceptedTokens, c.SpecDraftTokens = s.e.speculative(o.completionTokens)
+			if req.GetStream() && s.e.Faults().CompletionRepeatsLastChunk {
+				c.OutputIds, c.CompletionTokens = last.tokens, uint32(len(last.tokens))
+				c.OutputLogprobs = vllmOutputLogprobs(last.logprobs)
+			}
 			if o.final.matched != nil {
 				c.MatchedStop = &vllm.GenerateComplete_MatchedTokenId{MatchedTokenId: *o.final.matched}
 			}

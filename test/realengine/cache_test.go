@@ -1,0 +1,241 @@
+package realengine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+)
+
+// TestCancelFreesTheEngine: a client that gives up mid-stream leaves nothing
+// running on the engine (kvgate aborts it) and nothing counted in flight.
+func TestCancelFreesTheEngine(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Long enough that the engine would still be generating long after the
+	// checks below: 3,500 tokens take the tiny model minutes on these CPUs.
+	sp := &kvgatev1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: proto.Uint32(3500), IgnoreEos: true}
+	cctx, ccancel := context.WithCancel(ctx)
+	st, err := s.router.Generate(cctx, &kvgatev1.GenerateRequest{InputIds: randomIDs(4, 20), Stream: true, SamplingParams: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("first chunk: %v", err)
+	}
+	// The request is on an engine now.
+	busy := 0
+	for _, e := range s.engines {
+		n, err := e.running(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy += n
+	}
+	if busy != 1 {
+		t.Fatalf("engines report %d requests running, want the 1 streaming", busy)
+	}
+	cancelled := time.Now()
+	ccancel()
+	waitFor(t, 30*time.Second, "the engines' running requests back to 0", func() (bool, string) {
+		state := ""
+		for _, e := range s.engines {
+			n, err := e.running(ctx)
+			if err != nil || n != 0 {
+				return false, fmt.Sprintf("engine %d: %d running, %v", e.index, n, err)
+			}
+		}
+		return true, state
+	})
+	t.Logf("engine free %v after the client cancelled", time.Since(cancelled))
+	waitFor(t, 10*time.Second, "kvgate's in-flight count back to 0", func() (bool, string) {
+		ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range ws.GetWorkers() {
+			if w.GetInFlight() != 0 {
+				return false, fmt.Sprintf("%s: %d in flight", w.GetAddress(), w.GetInFlight())
+			}
+		}
+		return true, ""
+	})
+}
+
+// TestCacheAwareKeepsAPrefixOnOneEngine: requests sharing a 1,024-token prefix
+// all go to the engine that computed it, and the cached tokens the engine
+// reports for each are the ones kvgate predicted.
+func TestCacheAwareKeepsAPrefixOnOneEngine(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prefix := randomIDs(5, 1024)
+	home := ""
+	for i := range 6 {
+		// A suffix that leaves the last block partial: vLLM never reports
+		// a whole prompt cached (it recomputes the last token).
+		ids := append(slices.Clone(prefix), randomIDs(100+uint64(i), 7+i)...)
+		ex := s.explain(ctx, t, ids)
+		r, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: ids, SamplingParams: greedy(1)})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		c := r.complete
+		if i == 0 {
+			home = c.GetWorker()
+			continue
+		}
+		if c.GetWorker() != home || ex.GetWorker() != home {
+			t.Errorf("request %d: served by %s (explained %s), the prefix is on %s", i, c.GetWorker(), ex.GetWorker(), home)
+		}
+		if got, want := c.GetUsage().GetCachedTokens(), ex.GetPredictedCachedTokens(); got != want || got != uint32(len(prefix)) {
+			t.Errorf("request %d: engine reports %d cached, kvgate predicted %d; the prefix is %d", i, got, want, len(prefix))
+		}
+	}
+}
+
+// TestKVEventsMirrorTheEngineCache: what kvgate's mirror says an engine
+// holds, from the engine's own KV events, is what the engine finds in its
+// cache when asked with the same prompt.
+func TestKVEventsMirrorTheEngineCache(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prefix := randomIDs(6, 512)
+	full := append(slices.Clone(prefix), randomIDs(7, 300)...)
+	r, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: full, SamplingParams: greedy(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := s.engines[s.workerIndex(t, r.complete.GetWorker())]
+	other := s.engines[1-home.index]
+	// Every full block of the prompt is stored: 812 tokens are 25 blocks.
+	stored := uint32(len(full) / blockSize * blockSize)
+	// Each probe asks both engines, so each stores the probe's blocks: the
+	// other engine, which never saw the prompt, holds it after the first
+	// probe, and kvgate's mirror must follow that too.
+	probes := []struct {
+		name        string
+		ids         []uint32
+		home, other uint32 // tokens each holds when the probe is asked
+	}{
+		{"the prompt", full, stored, 0},
+		{"its prefix and another ending", append(slices.Clone(prefix), randomIDs(8, 40)...), uint32(len(prefix)), uint32(len(prefix))},
+		{"a prompt never sent", randomIDs(9, 200), 0, 0},
+	}
+	for _, p := range probes {
+		waitFor(t, 30*time.Second, p.name+": kvgate's mirror caught up with the engines' events", func() (bool, string) {
+			ex := s.explain(ctx, t, p.ids)
+			h, o := confirmedOn(ex, home), confirmedOn(ex, other)
+			return h == p.home && o == p.other, fmt.Sprintf("confirmed %d on %s, %d on %s; want %d and %d", h, home.url(), o, other.url(), p.home, p.other)
+		})
+		for _, e := range []struct {
+			engine *engine
+			want   uint32
+		}{{home, p.home}, {other, p.other}} {
+			cached, err := e.engine.engineCached(ctx, p.ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cached != e.want {
+				t.Errorf("%s: engine %d reports %d cached, kvgate's mirror %d", p.name, e.engine.index, cached, e.want)
+			}
+		}
+	}
+	ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws.GetWorkers() {
+		if ev := w.GetKvEvents(); ev.GetBatches() == 0 || ev.GetGaps() != 0 {
+			t.Errorf("%s: KV events %v; want batches and no gaps", w.GetAddress(), ev)
+		}
+	}
+}
+
+// TestEngineKilledMidStreamAndRestarted runs last: it kills an engine while
+// it streams, checks the fleet keeps serving on the other, restarts it on the
+// same ports and checks kvgate takes it back with an empty view of its cache.
+func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
+	s := env(t)
+	if s.attached {
+		t.Skipf("%s: the engines are not this test's to kill", attachVar)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), engineStartTimeout+3*time.Minute)
+	defer cancel()
+	victim, survivor := s.engines[0], s.engines[1]
+	prefix := randomIDs(10, 256)
+	// Give the victim a cached prefix, so its restart has something to forget.
+	r0, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: prefix, SamplingParams: greedy(1)}, "x-target-worker", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r0.complete.GetWorker() != victim.url() {
+		t.Fatalf("x-target-worker 0 went to %s, not %s", r0.complete.GetWorker(), victim.url())
+	}
+	waitFor(t, 30*time.Second, "the victim's prefix confirmed", func() (bool, string) {
+		ex := s.explain(ctx, t, prefix)
+		got := confirmedOn(ex, victim)
+		return got > 0, fmt.Sprintf("%d on the victim, %d on the survivor", got, confirmedOn(ex, survivor))
+	})
+
+	sp := &kvgatev1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: proto.Uint32(3500), IgnoreEos: true}
+	st, err := s.router.Generate(metadataCtx(ctx, "x-target-worker", "0"), &kvgatev1.GenerateRequest{InputIds: randomIDs(11, 20), Stream: true, SamplingParams: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("first chunk: %v", err)
+	}
+	victim.p.kill()
+	var streamErr error
+	for streamErr == nil {
+		_, streamErr = st.Recv()
+	}
+	// Tokens were already relayed, so the request cannot move: the client
+	// learns the worker failed, with a status it may retry, never INTERNAL.
+	if code := status.Code(streamErr); code != codes.Unavailable && code != codes.Aborted {
+		t.Errorf("stream cut by the engine's death: %v, want UNAVAILABLE or ABORTED", streamErr)
+	}
+
+	// The fleet goes on with the survivor.
+	for i := range 4 {
+		r, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: randomIDs(20+uint64(i), 30), SamplingParams: greedy(2)})
+		if err != nil || r.complete.GetWorker() != survivor.url() {
+			t.Fatalf("request %d with the victim dead: %v on %s", i, err, r.complete.GetWorker())
+		}
+	}
+
+	if err := s.startEngine(victim); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "kvgate takes the restarted engine back", func() (bool, string) {
+		ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		w := ws.GetWorkers()[0]
+		ok := w.GetHealth() == kvgatev1.Health_HEALTH_HEALTHY && w.GetBreaker() != kvgatev1.BreakerState_BREAKER_STATE_OPEN && w.GetKvEvents().GetConnected()
+		return ok, w.String()
+	})
+	r, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: randomIDs(30, 30), SamplingParams: greedy(2)}, "x-target-worker", "0")
+	if err != nil || r.complete.GetWorker() != victim.url() {
+		t.Fatalf("request to the restarted engine: %v on %s", err, r.complete.GetWorker())
+	}
+	// A new process has an empty cache; kvgate's view of it must agree.
+	waitFor(t, 30*time.Second, "the victim's view reset", func() (bool, string) {
+		got := confirmedOn(s.explain(ctx, t, prefix), victim)
+		return got == 0, fmt.Sprint(got)
+	})
+	if cached, err := victim.engineCached(ctx, prefix); err != nil || cached != 0 {
+		t.Errorf("restarted engine reports %d of the old prefix cached (%v)", cached, err)
+	}
+}
