@@ -46,16 +46,7 @@ func startMonitored(t *testing.T, n int, protocol string, probe workers.HealthPr
 		if tweak != nil {
 			tweak(&cfg)
 		}
-		srv, err := sim.Start(cfg, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
-		w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = w.Close() })
+		srv, w := serveSim(t, cfg)
 		if err := reg.Add(w); err != nil {
 			t.Fatal(err)
 		}

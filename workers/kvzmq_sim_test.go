@@ -144,16 +144,7 @@ func startZMQSim(t *testing.T) (*sim.Server, *workers.Worker) {
 	cfg.MaxContextLength = 4096
 	cfg.KVCapacityTokens = 2048 // 128 pages: a workload of 60 requests evicts
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	srv, err := sim.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	srv, w := serveSim(t, cfg)
 	return srv, w
 }
 

@@ -40,6 +40,13 @@ func startSimWith(t *testing.T, protocol string, set func(*sim.Config)) (*sim.Se
 	if set != nil {
 		set(&cfg)
 	}
+	return serveSim(t, cfg)
+}
+
+// serveSim serves a simulated engine of configuration cfg and connects a
+// worker to it with protocol detection; both end with the test.
+func serveSim(t *testing.T, cfg sim.Config) (*sim.Server, *workers.Worker) {
+	t.Helper()
 	srv, err := sim.Start(cfg, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,16 +102,7 @@ func TestEnginesReportTheirPageSize(t *testing.T) {
 			cfg := sim.DefaultConfig()
 			cfg.Protocol, cfg.TimeScale, cfg.PageSize = p.name, 0, 32
 			cfg.Logger = slog.New(slog.DiscardHandler)
-			srv, err := sim.Start(cfg, "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Stop)
-			w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = w.Close() })
+			_, w := serveSim(t, cfg)
 			if got := w.Info().PageSize; got != 32 {
 				t.Errorf("page size %d, want the engine's 32", got)
 			}

@@ -25,16 +25,7 @@ func startTokenizerSim(t *testing.T, protocol string) (*workers.Worker, *tokeniz
 	cfg.Protocol = protocol
 	cfg.TimeScale = 0
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	srv, err := sim.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	_, w := serveSim(t, cfg)
 	archive, err := w.Backend().Tokenizer(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
