@@ -155,6 +155,45 @@ func TestFailureAfterTheFirstTokenEndsTheRequest(t *testing.T) {
 	}
 }
 
+// TestEngineKilledMidStream: an engine process that dies mid-stream sends no
+// status, only a closed connection. The client must learn the request was
+// cut (UNAVAILABLE naming the worker), never see a clean end of stream
+// that passes a truncated answer for a whole one. The real-engine suite
+// (test/realengine) kills a vLLM process the same way, but cannot time the
+// kill inside an answer; the simulator, stalled after two tokens, can.
+func TestEngineKilledMidStream(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: proto, workers: 1,
+				sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 2 }})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(1, 40), Stream: true,
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100), IgnoreEos: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			f.sims[0].Kill()
+			for {
+				m, err := st.Recv()
+				if err == nil {
+					if m.GetComplete() != nil {
+						t.Fatalf("a completion after the engine died: %v", m)
+					}
+					continue
+				}
+				if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), f.workerURL(0)) {
+					t.Fatalf("stream ended with %v, want UNAVAILABLE naming the worker", err)
+				}
+				return
+			}
+		})
+	}
+}
+
 // A non-streaming call sees nothing before its completion, so a worker that
 // fails mid-generation is, for its client, a worker that failed before the
 // first token: the request is served elsewhere. (It used to end with
