@@ -162,7 +162,7 @@ func TestKVEventsMirrorTheEngineCache(t *testing.T) {
 	}
 }
 
-// TestEngineKilledMidStreamAndRestarted runs last: it kills an engine while
+// TestEngineKilledMidStreamAndRestarted kills an engine while
 // it streams, checks the fleet keeps serving on the other, restarts it on the
 // same ports and checks kvgate takes it back with an empty view of its cache.
 func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
@@ -172,15 +172,20 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), engineStartTimeout+3*time.Minute)
 	defer cancel()
-	victim, survivor := s.engines[0], s.engines[1]
+	// kvgate runs cache_aware, which does not take x-target-worker (only
+	// consistent_hashing does): the victim is the engine that served the
+	// prefix, and the prefix brings the streamed request back to it.
 	prefix := randomIDs(10, 256)
-	// Give the victim a cached prefix, so its restart has something to forget.
-	r0, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: prefix, SamplingParams: greedy(1)}, "x-target-worker", victim.url())
+	r0, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: prefix, SamplingParams: greedy(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	victim, survivor := s.engines[0], s.engines[1]
+	if r0.complete.GetWorker() == survivor.url() {
+		victim, survivor = survivor, victim
+	}
 	if r0.complete.GetWorker() != victim.url() {
-		t.Fatalf("x-target-worker went to %s, not %s", r0.complete.GetWorker(), victim.url())
+		t.Fatalf("the prefix went to %s, which is neither engine", r0.complete.GetWorker())
 	}
 	waitFor(t, 30*time.Second, "the victim's prefix confirmed", func() (bool, string) {
 		ex := s.explain(ctx, t, prefix)
@@ -189,7 +194,7 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 	})
 
 	sp := &kvgatev1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: proto.Uint32(3500), IgnoreEos: true}
-	st, err := s.router.Generate(metadataCtx(ctx, "x-target-worker", victim.url()), &kvgatev1.GenerateRequest{InputIds: randomIDs(11, 20), Stream: true, SamplingParams: sp})
+	st, err := s.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: append(slices.Clip(prefix), randomIDs(11, 20)...), Stream: true, SamplingParams: sp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,15 +259,17 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 		ok := w.GetHealth() == kvgatev1.Health_HEALTH_HEALTHY && w.GetBreaker() != kvgatev1.BreakerState_BREAKER_STATE_OPEN && w.GetKvEvents().GetConnected()
 		return ok, w.String()
 	})
-	r, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: randomIDs(30, 30), SamplingParams: greedy(2)}, "x-target-worker", victim.url())
-	if err != nil || r.complete.GetWorker() != victim.url() {
-		t.Fatalf("request to the restarted engine: %v on %s", err, r.complete.GetWorker())
-	}
 	// A new process has an empty cache; kvgate's view of it must agree.
 	waitFor(t, 30*time.Second, "the victim's view reset", func() (bool, string) {
 		got := confirmedOn(s.explain(ctx, t, prefix), victim)
 		return got == 0, fmt.Sprint(got)
 	})
+	// A prompt neither engine holds goes to the smaller tree
+	// (--cache-miss-fallback smallest_tree): the restarted engine's, empty.
+	r, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: randomIDs(30, 30), SamplingParams: greedy(2)})
+	if err != nil || r.complete.GetWorker() != victim.url() {
+		t.Fatalf("a new prompt after the restart: %v on %s, want the restarted %s", err, r.complete.GetWorker(), victim.url())
+	}
 	if cached, err := victim.engineCached(ctx, prefix); err != nil || cached != 0 {
 		t.Errorf("restarted engine reports %d of the old prefix cached (%v)", cached, err)
 	}
