@@ -162,7 +162,7 @@ func tokens(r *rand.Rand, n int) []uint32 {
 	return out
 }
 
-// rng is a generator keyed by the seed and a path of indices, so each part of
+// rng is a generator keyed by the workload seed and a path of indices, so each part of
 // a workload is independent of how many others were drawn before it.
 func rng(seed uint64, path ...uint64) *rand.Rand {
 	s := mix64(seed + 0x9e3779b97f4a7c15)

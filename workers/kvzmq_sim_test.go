@@ -215,15 +215,7 @@ func (f *zmqFleet) waitMirror(t *testing.T) {
 		st := f.status()
 		return n > 0 && st.HasLastSeq && st.LastSeq == n-1 && slices.EqualFunc(f.mirror.paths(), cachePaths(f.srv), slices.Equal)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !caughtUp() {
-		if time.Now().After(deadline) {
-			n, _ := f.pub.Published()
-			t.Fatalf("the mirror (%d pages) never equalled the engine's cache (%d pages); %d batches published, subscription %+v",
-				len(f.mirror.paths()), len(cachePaths(f.srv)), n, f.status())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitKV(t, "the mirror to equal the engine's cache, every published batch applied", caughtUp)
 }
 
 // TestZMQEventsMirrorEqualsCache: in every shape vLLM has published, with

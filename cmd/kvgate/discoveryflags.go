@@ -11,7 +11,7 @@ import (
 )
 
 // multiValueFlags take several values after one flag name, space-separated
-// as in the seeds (see joinMultiValues), besides comma-separated or
+// as SMG takes them (see joinMultiValues), besides comma-separated or
 // repeated.
 var multiValueFlags = []string{"worker-urls", "decode", "selector", "prefill-selector", "decode-selector", "admin-worker-allow"}
 

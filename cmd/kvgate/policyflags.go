@@ -9,7 +9,7 @@ import (
 	"github.com/kvgate/kvgate/policy"
 )
 
-// policyFlags are the seeds' routing flags, with their names, units and
+// policyFlags are SMG's routing flags, with their names, units and
 // defaults. Every flag is registered with the value it stands for, and any
 // value given is used as given: 0 is a value, never "the default", and
 // policy.New refuses one out of range with a message naming the flag.
@@ -60,7 +60,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.balanceRel, "balance-rel-threshold", ca.BalanceRelThreshold,
 		fmt.Sprintf("cache_aware, bucket: load ratio (max / min) above which the fleet counts as imbalanced, ≥ 1 (bucket's default when not given: %g)", b.BalanceRelThreshold))
 	fs.StringVar(&p.cacheMissFallback, "cache-miss-fallback", ca.CacheMissFallback,
-		"cache_aware: where a cache miss goes: least_loaded or smallest_tree (the seed's most cache capacity)")
+		"cache_aware: where a cache miss goes: least_loaded or smallest_tree (the worker with the most cache capacity, SMG's rule)")
 	fs.IntVar(&p.evictionIntervalSecs, "eviction-interval", int(ca.EvictionInterval/time.Second),
 		fmt.Sprintf("cache_aware: seconds between periodic tree evictions (the budget holds without them); manual: between idle-key checks; ≥ 1 (manual's default when not given: %d)", int(m.EvictionInterval/time.Second)))
 	fs.IntVar(&p.maxTreeSize, "max-tree-size", ca.MaxTreeSize,
@@ -100,7 +100,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.vllmLoadFactor, "vllm-load-factor", v.LoadFactor,
 		"vllm_cache_aware: skip the cached worker when its load is not below this factor times the average (unless it is the least loaded), ≥ 1")
 	fs.StringVar(&p.vllmBlockHash, "vllm-block-hash", v.BlockHash,
-		"vllm_cache_aware: block keys: chained (each names its whole prefix) or position (the seed's; over-predicts when prompts share a block at the same position after differing)")
+		"vllm_cache_aware: block keys: chained (each names its whole prefix) or position (SMG's; over-predicts when prompts share a block at the same position after differing)")
 }
 
 // given reports whether flag name was set on the command line.

@@ -91,7 +91,7 @@ func (e *Engine) rpcFaultsUnary(ctx context.Context, req any, info *grpc.UnarySe
 	e.calls.add(rpc)
 	f := e.Faults().RPC
 	if f.Unimplemented.Has(rpc) {
-		return nil, status.Errorf(codes.Unimplemented, "sim: injected fault: %s is not implemented", rpc)
+		return nil, status.Errorf(codes.Unimplemented, "sim: injected fault: %s answers UNIMPLEMENTED", rpc)
 	}
 	if rpc == "Embed" && f.EmbedEmpty {
 		switch req.(type) {
@@ -118,7 +118,7 @@ func (e *Engine) rpcFaultsStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 	rpc := path.Base(info.FullMethod)
 	e.calls.add(rpc)
 	if e.Faults().RPC.Unimplemented.Has(rpc) {
-		return status.Errorf(codes.Unimplemented, "sim: injected fault: %s is not implemented", rpc)
+		return status.Errorf(codes.Unimplemented, "sim: injected fault: %s answers UNIMPLEMENTED", rpc)
 	}
 	return h(srv, ss)
 }
