@@ -99,9 +99,8 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c benchConfig
 	fs := flag.NewFlagSet("kvgate bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	c.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "bench", stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -32,9 +32,8 @@ func (c *relayConfig) register(fs *flag.FlagSet) {
 func runRelay(ctx context.Context, args []string, stderr io.Writer) error {
 	var c relayConfig
 	fs := flag.NewFlagSet("kvgate relay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	c.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "relay", stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

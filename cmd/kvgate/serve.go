@@ -149,20 +149,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg serveConfig
 	fs := flag.NewFlagSet("kvgate serve", flag.ContinueOnError)
 	cfg.register(fs)
-	// A mistake gets one message (flagError's), not the flag package's
-	// echo and the whole flag list; -h gets the list.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	if err := fs.Parse(joinMultiValues(args, multiValueFlags...)); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fmt.Fprintln(stderr, "Usage of kvgate serve:")
-			fs.PrintDefaults()
-			return err
-		}
-		return flagError(err, "serve")
+	if err := parseFlags(fs, joinMultiValues(args, multiValueFlags...), "serve", stderr); err != nil {
+		return err
 	}
-	fs.SetOutput(stderr)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}

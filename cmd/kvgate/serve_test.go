@@ -170,6 +170,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--selector", "app=x"}, "--selector needs --service-discovery"},
 		{[]string{"--prefill-selector", "role=prefill"}, "--prefill-selector needs --service-discovery"},
 		{[]string{"--fastest-please"}, "unknown flag --fastest-please; kvgate serve -h lists the flags"},
+		{[]string{"--polcy", "round_robin"}, "unknown flag --polcy (did you mean --policy?); kvgate serve -h lists the flags"},
 		{[]string{"--port", "x"}, "invalid value"},
 	}
 	for _, tc := range tests {

@@ -15,14 +15,13 @@ import (
 func runSim(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg := sim.DefaultConfig()
 	fs := flag.NewFlagSet("kvgate sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	host := fs.String("host", "127.0.0.1", "address to serve the engine protocol on")
 	port := fs.Int("port", 31000, "port to serve the engine protocol on")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	cfg.RegisterFlags(fs)
 	var zf simZMQFlags
 	zf.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "sim", stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
