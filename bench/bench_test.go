@@ -274,10 +274,10 @@ func replicatedReport() *Report {
 	return rep
 }
 
-// TestWriteTable pins the table's layout. With one router per run it is
-// byte for byte the table of before replicas (the columns they add would
-// change what BENCHMARKS.md's commands print); with replicas it gains the
-// routers and same-worker columns.
+// TestWriteTable pins the table's layout and its legend: with one router
+// per run, the columns of before replicas (BENCHMARKS.md's tables keep
+// their shape); with replicas, the routers and same-worker columns, each
+// with its line in the legend.
 func TestWriteTable(t *testing.T) {
 	tests := []struct {
 		name string
@@ -288,14 +288,35 @@ func TestWriteTable(t *testing.T) {
        policy  ttft p50    p90    p99   mean  itl p50   p99  e2e p50  p99  req/s  out tok/s    hit  oracle  pred exact  load cov  reqs  errors
   cache_aware      12.0   20.0   40.0   15.0     0.00  0.00        0    0    0.0          0  0.900   0.940       0.980     0.000    10       0
   round_robin     110.0  120.0  500.0  130.0     0.00  0.00        0    0    0.0          0  0.400   0.940           -     0.000    10       1
-(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)
+columns:
+  policy        the routing policy (kvgate:P and smg:P: that router in a process of its own)
+  ttft          time to first token, ms: p50, p90, p99 and the mean
+  itl           inter-token latency, the gap between streamed tokens, ms: p50 and p99
+  e2e           request sent to its last token, ms: p50 and p99
+  req/s         successful requests per second, from the first request to the last answer; out tok/s the same for output tokens
+  hit           cached prompt tokens / prompt tokens, as the answers reported them (successful requests)
+  oracle        the hit rate one cache of unlimited size, shared by every engine, would reach on the same requests
+  pred exact    share of requests whose cached tokens the router predicted exactly before sending (- : the policy predicts none)
+  load cov      coefficient of variation (standard deviation / mean) of requests per worker: 0 is perfectly even
+  reqs, errors  requests sent, and those that failed
 `},
 		{"replicas", replicatedReport(), `workload: shared-prefix
        policy  routers  ttft p50   p90   p99  mean  itl p50   p99  e2e p50  p99  req/s  out tok/s    hit  oracle  pred exact  load cov  same worker  reqs  errors
   cache_aware        1      12.0  20.0  40.0  15.0     0.00  0.00        0    0    0.0          0  0.900   0.940       0.980     0.000        0.750    10       0
   cache_aware        2      12.0  20.0  40.0  15.0     0.00  0.00        0    0    0.0          0  0.900   0.940       0.980     0.000        0.500    10       0
-(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)
-(routers = replicas, each request sent to one at random; same worker = turns after a conversation's first served where its previous turn was)
+columns:
+  policy        the routing policy (kvgate:P and smg:P: that router in a process of its own)
+  routers       router replicas in front of the same engines, each request sent to one at random
+  ttft          time to first token, ms: p50, p90, p99 and the mean
+  itl           inter-token latency, the gap between streamed tokens, ms: p50 and p99
+  e2e           request sent to its last token, ms: p50 and p99
+  req/s         successful requests per second, from the first request to the last answer; out tok/s the same for output tokens
+  hit           cached prompt tokens / prompt tokens, as the answers reported them (successful requests)
+  oracle        the hit rate one cache of unlimited size, shared by every engine, would reach on the same requests
+  pred exact    share of requests whose cached tokens the router predicted exactly before sending (- : the policy predicts none)
+  load cov      coefficient of variation (standard deviation / mean) of requests per worker: 0 is perfectly even
+  same worker   turns after a conversation's first that went where its previous turn went
+  reqs, errors  requests sent, and those that failed
 `},
 	}
 	for _, tt := range tests {

@@ -165,16 +165,10 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			r.Policy, routersCol, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.TTFT.Mean, r.ITL.P50, r.ITL.P99, r.E2E.P50, r.E2E.P99,
 			r.RequestsPerSec, r.OutputTokensPerSec, r.CacheHitRate, r.OracleHitRate, orDash(r.PredictionExact), r.LoadCoV, sameCol, costCol, r.Requests, r.Errors)
 	}
-	fmt.Fprintln(tw, "(latencies in ms; hit = engine-reported cached / prompt tokens; oracle = unlimited shared cache)")
-	if replicated {
-		fmt.Fprintln(tw, "(routers = replicas, each request sent to one at random; same worker = turns after a conversation's first served where its previous turn was)")
-	}
-	if peers {
-		fmt.Fprintln(tw, "(kvgate:P and smg:P are routers in processes of their own; engine hit = the engines' own cached / prompt tokens; cpu s/1k = the router process's CPU seconds per 1,000 requests; rss = its peak resident memory)")
-	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeLegend(w, replicated, peers)
 	if len(rep.Throughput) == 0 {
 		return nil
 	}
@@ -203,4 +197,39 @@ func orDash(x *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.3f", *x)
+}
+
+// legend explains the table's columns, one line each, in the table's order.
+// The optional columns' lines appear only with their columns.
+var legend = []struct {
+	column, meaning string
+	when            func(replicated, peers bool) bool
+}{
+	{"policy", "the routing policy (kvgate:P and smg:P: that router in a process of its own)", nil},
+	{"routers", "router replicas in front of the same engines, each request sent to one at random", func(r, _ bool) bool { return r }},
+	{"ttft", "time to first token, ms: p50, p90, p99 and the mean", nil},
+	{"itl", "inter-token latency, the gap between streamed tokens, ms: p50 and p99", nil},
+	{"e2e", "request sent to its last token, ms: p50 and p99", nil},
+	{"req/s", "successful requests per second, from the first request to the last answer; out tok/s the same for output tokens", nil},
+	{"hit", "cached prompt tokens / prompt tokens, as the answers reported them (successful requests)", nil},
+	{"oracle", "the hit rate one cache of unlimited size, shared by every engine, would reach on the same requests", nil},
+	{"pred exact", "share of requests whose cached tokens the router predicted exactly before sending (- : the policy predicts none)", nil},
+	{"load cov", "coefficient of variation (standard deviation / mean) of requests per worker: 0 is perfectly even", nil},
+	{"same worker", "turns after a conversation's first that went where its previous turn went", func(r, _ bool) bool { return r }},
+	{"engine hit", "the engines' own cached / prompt tokens, counted by the engines", func(_, p bool) bool { return p }},
+	{"cpu s/1k", "the router process's CPU seconds (user + system) per 1,000 requests", func(_, p bool) bool { return p }},
+	{"rss MiB", "the router process's peak resident memory", func(_, p bool) bool { return p }},
+	{"reqs, errors", "requests sent, and those that failed", nil},
+}
+
+// writeLegend prints the legend for a table with the given optional columns.
+func writeLegend(w io.Writer, replicated, peers bool) {
+	fmt.Fprintln(w, "columns:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range legend {
+		if l.when == nil || l.when(replicated, peers) {
+			fmt.Fprintf(tw, "  %s\t%s\n", l.column, l.meaning)
+		}
+	}
+	tw.Flush()
 }

@@ -49,6 +49,12 @@ type Config struct {
 	Seed int32
 	// Progress, when not nil, receives a line as each run ends.
 	Progress io.Writer
+	// Live, when not nil, is a terminal: while a run lasts, one status line
+	// (requests done of the workload's, errors, elapsed, rate) is rewritten
+	// on it every LiveEvery (0: a second), and erased when the run ends.
+	// Leave it nil when the output is a file or a pipe.
+	Live      io.Writer
+	LiveEvery time.Duration
 }
 
 // outcome is what one request measured.
@@ -171,11 +177,13 @@ func drive(ctx context.Context, cfg Config, wl *Workload, label string, fr front
 		d.sem = make(chan struct{}, cfg.Concurrency)
 	}
 	start := time.Now()
+	stopLive := d.live(cfg, label, wl.Size(), start)
 	if wl.Conversations != nil {
 		d.conversations(ctx, start, wl)
 	} else {
 		d.open(ctx, start, wl.Requests)
 	}
+	stopLive()
 	if after != nil {
 		after()
 	}
@@ -232,7 +240,53 @@ type driver struct {
 
 	mu       sync.Mutex
 	outcomes []outcome
+	failed   int // outcomes with an error
 	oracle   Oracle
+}
+
+// live rewrites a status line on cfg.Live every cfg.LiveEvery until the
+// returned stop is called, which erases the line and returns once nothing
+// more will be written. total is the requests the run will send.
+func (d *driver) live(cfg Config, label string, total int, start time.Time) (stop func()) {
+	if cfg.Live == nil {
+		return func() {}
+	}
+	every := cfg.LiveEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				fmt.Fprint(cfg.Live, "\r\x1b[K")
+				return
+			case now := <-t.C:
+				d.mu.Lock()
+				n, failed := len(d.outcomes), d.failed
+				d.mu.Unlock()
+				fmt.Fprint(cfg.Live, "\r\x1b[K"+liveLine(label, n, total, failed, now.Sub(start)))
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// liveLine is the status line of a run n of whose total requests have ended,
+// failed of them in error, elapsed after its start.
+func liveLine(label string, n, total, failed int, elapsed time.Duration) string {
+	rate := 0.0
+	if s := elapsed.Seconds(); s > 0 {
+		rate = float64(n) / s
+	}
+	return fmt.Sprintf("%s: %d/%d requests, %d errors, %s, %.1f req/s", label, n, total, failed, elapsed.Truncate(time.Second), rate)
 }
 
 // replica returns the replica for the i-th request of stream (0: an open
@@ -388,6 +442,7 @@ func (d *driver) send(ctx context.Context, replica int, prompt []uint32, output 
 	}
 	d.outcomes = append(d.outcomes, o)
 	if err != nil {
+		d.failed++
 		return nil, ""
 	}
 	return ids, o.worker

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/bench"
+	"golang.org/x/term"
 )
 
 // simFlagsSkipped are the simulated engine's flags that make no sense for a
@@ -118,6 +119,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.workload.Seed = c.seed
 	c.run.Seed = int32(c.seed & 0x7fffffff)
 	c.run.Progress = stderr
+	if isTerminal(stderr) {
+		c.run.Live = stderr
+	}
 	for _, p := range strings.Split(c.policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			c.run.Policies = append(c.run.Policies, p)
@@ -283,4 +287,11 @@ func writeFile(path string, write func(io.Writer) error) error {
 		return err
 	}
 	return f.Close()
+}
+
+// isTerminal tells whether w is a terminal, where a status line rewritten in
+// place reads well; in a file or a pipe it would be noise.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -157,6 +158,26 @@ func TestBenchFlagErrors(t *testing.T) {
 		err := runBench(context.Background(), tt.args, &out, &errOut)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("bench %q: %v, want an error naming %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestStatusLineOnlyOnATerminal: a status line rewritten in place is for a
+// terminal; a file (a CI log) or a buffer gets only the per-run lines.
+func TestStatusLineOnlyOnATerminal(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	devnull, err := os.Open(os.DevNull) // a character device, yet no terminal
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	for name, w := range map[string]io.Writer{"file": f, "null device": devnull, "buffer": &strings.Builder{}} {
+		if isTerminal(w) {
+			t.Errorf("%s taken for a terminal", name)
 		}
 	}
 }
