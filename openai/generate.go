@@ -177,7 +177,7 @@ func (s *sglangStream) fill(id string, c *kvgatev1.GenerateComplete) {
 func (s *sglangStream) addLogprobs(lps []*kvgatev1.TokenLogprob) {
 	for _, lp := range lps {
 		s.out.MetaInfo.OutputTokenLogprobs = append(s.out.MetaInfo.OutputTokenLogprobs, [3]any{lp.GetLogprob(), lp.GetTokenId(), nil})
-		var top [][3]any
+		top := [][3]any{}
 		for _, t := range lp.GetTopLogprobs() {
 			top = append(top, [3]any{t.GetLogprob(), t.GetTokenId(), nil})
 		}

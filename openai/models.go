@@ -1,7 +1,11 @@
 package openai
 
 import (
+	"context"
 	"net/http"
+	"slices"
+
+	"google.golang.org/grpc"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 )
@@ -31,8 +35,43 @@ func (h *Handler) listModels(r *http.Request) ([]modelInfo, error) {
 		return nil, err
 	}
 	out := []modelInfo{}
+	var workers map[string]string // worker URL → the model it reports, read when needed
 	for _, m := range resp.GetModels() {
-		out = append(out, modelInfo{ID: m.GetName(), Object: "model", Created: h.now().Unix(), OwnedBy: "kvgate"})
+		names := []string{m.GetName()}
+		if m.GetName() == "" {
+			// A router of one model serves every request under the name
+			// its workers report (or any name, when they report none).
+			if workers == nil {
+				if workers, err = workerModels(ctx, cc); err != nil {
+					return nil, err
+				}
+			}
+			names = names[:0]
+			for _, w := range m.GetWorkers() {
+				if n := workers[w]; n != "" && !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+			}
+			if len(names) == 0 {
+				names = append(names, modelName(""))
+			}
+		}
+		for _, n := range names {
+			out = append(out, modelInfo{ID: n, Object: "model", Created: h.now().Unix(), OwnedBy: "kvgate"})
+		}
+	}
+	return out, nil
+}
+
+// workerModels maps each worker's URL to the model it reports.
+func workerModels(ctx context.Context, cc *grpc.ClientConn) (map[string]string, error) {
+	resp, err := admin(cc).ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, w := range resp.GetWorkers() {
+		out[w.GetAddress()] = w.GetModel()
 	}
 	return out, nil
 }
