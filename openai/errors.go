@@ -151,7 +151,8 @@ func jsonError(err error, max int64) *apiError {
 	case errors.As(err, &fe):
 		return invalidParam(fe.field, "%s: %s", fe.field, fe.msg)
 	case errors.As(err, &te):
-		field := te.Field
+		// Fields of an embedded struct are named with its Go name first.
+		field := strings.TrimPrefix(te.Field, "sampling.")
 		if field == "" {
 			return invalidParam("", "the request body must be a JSON object, not %s", te.Value)
 		}
