@@ -26,6 +26,11 @@ type Config struct {
 	// Listener is the in-memory listener the router's gRPC server also
 	// serves; the front dials it.
 	Listener *Listener
+	// AdminListener, when the router serves Admin on a gRPC server of its
+	// own (--admin-port), is an in-memory listener that server also
+	// serves; /v1/models calls Admin.ListModels there. nil: Admin is
+	// served beside Router, on Listener.
+	AdminListener *Listener
 	// MaxBodyBytes bounds a request body; larger ones are refused with
 	// 413 before they are read whole. 0: 8 MiB.
 	MaxBodyBytes int64
@@ -40,6 +45,7 @@ type Config struct {
 type Handler struct {
 	mux   *http.ServeMux
 	conns *conns
+	admin *conns // Admin's server, when it is apart; else conns
 	max   int64
 	log   *slog.Logger
 	now   func() time.Time
@@ -48,6 +54,10 @@ type Handler struct {
 // New returns the front. Close it after the HTTP server has stopped.
 func New(cfg Config) *Handler {
 	h := &Handler{conns: newConns(cfg.Listener, cfg.MaxClients), max: cfg.MaxBodyBytes, log: cfg.Logger, now: time.Now}
+	h.admin = h.conns
+	if cfg.AdminListener != nil {
+		h.admin = newConns(cfg.AdminListener, cfg.MaxClients)
+	}
 	if h.max <= 0 {
 		h.max = 8 << 20
 	}
@@ -72,7 +82,10 @@ func New(cfg Config) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // Close closes the in-memory connections.
-func (h *Handler) Close() { h.conns.close() }
+func (h *Handler) Close() {
+	h.conns.close()
+	h.admin.close()
+}
 
 // forwarded are the HTTP headers that become gRPC metadata of the same
 // name: API keys, request ids, trace context, and the routing headers in
@@ -84,9 +97,14 @@ var forwarded = []string{
 	"x-forwarded-for", "cookie",
 }
 
-// client returns the in-memory connection for r's client and a context
-// carrying r's forwarded headers as outgoing metadata.
+// client returns the in-memory connection to the Router service for r's
+// client and a context carrying r's forwarded headers as outgoing metadata.
 func (h *Handler) client(r *http.Request) (context.Context, *grpc.ClientConn, func(), error) {
+	return h.clientOf(h.conns, r)
+}
+
+// clientOf is client on the connections of pool.
+func (h *Handler) clientOf(pool *conns, r *http.Request) (context.Context, *grpc.ClientConn, func(), error) {
 	md := metadata.MD{}
 	for _, k := range forwarded {
 		for _, v := range r.Header.Values(k) {
@@ -96,7 +114,7 @@ func (h *Handler) client(r *http.Request) (context.Context, *grpc.ClientConn, fu
 			md.Append(k, v)
 		}
 	}
-	cc, release, err := h.conns.get(r.RemoteAddr)
+	cc, release, err := pool.get(r.RemoteAddr)
 	if err != nil {
 		return nil, nil, nil, err
 	}

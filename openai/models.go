@@ -25,7 +25,7 @@ type modelInfo struct {
 // listModels asks Admin.ListModels, with the caller's key: where Admin has
 // a key of its own, listing models needs it, as on the gRPC side.
 func (h *Handler) listModels(r *http.Request) ([]modelInfo, error) {
-	ctx, cc, release, err := h.client(r)
+	ctx, cc, release, err := h.clientOf(h.admin, r)
 	if err != nil {
 		return nil, err
 	}

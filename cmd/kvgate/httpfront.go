@@ -36,6 +36,7 @@ func (f *httpFlags) register(fs *flag.FlagSet) {
 type httpFront struct {
 	flags    httpFlags
 	lis      *openai.Listener
+	adminLis *openai.Listener // when Admin is served apart (--admin-port)
 	handler  *openai.Handler
 	srv      *http.Server
 	addr     string
@@ -45,11 +46,15 @@ type httpFront struct {
 
 // newHTTPFront prepares the front; nil when --http-port is -1. It must be
 // made before the gateway, whose credentials it wraps.
-func newHTTPFront(f httpFlags, maxBytes int, log *slog.Logger) *httpFront {
+func newHTTPFront(f httpFlags, maxBytes int, separateAdmin bool, log *slog.Logger) *httpFront {
 	if f.port < 0 {
 		return nil
 	}
-	return &httpFront{flags: f, lis: openai.NewListener(), maxBytes: int64(maxBytes), log: log}
+	h := &httpFront{flags: f, lis: openai.NewListener(), maxBytes: int64(maxBytes), log: log}
+	if separateAdmin {
+		h.adminLis = openai.NewListener()
+	}
+	return h
 }
 
 // credentials lets the in-memory connections past the gRPC server's TLS
@@ -76,7 +81,7 @@ func (h *httpFront) start(host string, g *gateway.Gateway, certs *tlsfiles.Certi
 		return fmt.Errorf("listen for HTTP: %w", err)
 	}
 	h.addr = lis.Addr().String()
-	h.handler = openai.New(openai.Config{Listener: h.lis, MaxBodyBytes: h.maxBytes, Logger: h.log})
+	h.handler = openai.New(openai.Config{Listener: h.lis, AdminListener: h.adminLis, MaxBodyBytes: h.maxBytes, Logger: h.log})
 	h.srv = &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn)}
 	if certs != nil {
 		base := certs.TLSConfig()
@@ -91,6 +96,9 @@ func (h *httpFront) start(host string, g *gateway.Gateway, certs *tlsfiles.Certi
 		}}
 	}
 	go func() { serveErr <- g.Serve(h.lis) }()
+	if h.adminLis != nil {
+		go func() { serveErr <- g.ServeAdmin(h.adminLis) }()
+	}
 	go func() {
 		serve := func() error { return h.srv.Serve(lis) }
 		if certs != nil {

@@ -2,13 +2,14 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,8 +28,10 @@ const (
 
 // httpRouter is a running `kvgate serve` with its HTTP front.
 type httpRouter struct {
-	url  string
-	sims []*sim.Server
+	url    string
+	sims   []*sim.Server
+	client *http.Client // http.DefaultClient unless the test sets one
+	stop   func()       // stops the router (and flushes its spans); idempotent
 }
 
 // startHTTPRouter starts two scripted simulated engines and `kvgate serve`
@@ -59,15 +62,24 @@ func startHTTPRouter(t *testing.T, extra ...string) *httpRouter {
 	ready := make(chan listening, 1)
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(l listening) { ready <- l }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	var once sync.Once
+	hr.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(hr.stop)
+	hr.client = http.DefaultClient
+	scheme := "http://"
+	if slices.Contains(extra, "--tls-cert-file") {
+		scheme = "https://"
+	}
 	select {
 	case l := <-ready:
-		hr.url = "http://" + l.http
+		hr.url = scheme + l.http
 	case err := <-done:
 		t.Fatalf("serve ended early: %v", err)
 	case <-time.After(30 * time.Second):
@@ -88,7 +100,7 @@ func (hr *httpRouter) post(t *testing.T, path, body string, headers ...string) *
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hr.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,5 +175,3 @@ func jsonBody(t *testing.T, v any) string {
 	}
 	return string(b)
 }
-
-var _ = bytes.NewReader

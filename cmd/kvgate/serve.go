@@ -205,7 +205,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		gcfg.Credentials = credentials.NewTLS(certs.TLSConfig())
 	}
 	gcfg.SeparateAdmin = cfg.adminPort >= 0
-	front := newHTTPFront(cfg.http, cfg.admission.maxRequestBytes, log)
+	front := newHTTPFront(cfg.http, cfg.admission.maxRequestBytes, gcfg.SeparateAdmin, log)
 	gcfg.Credentials = front.credentials(gcfg.Credentials)
 	defer stopSims()
 	mod, _ := buildVersion() // the traces' service.version
@@ -288,7 +288,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		}
 	}()
 
-	serveErr := make(chan error, 4)
+	serveErr := make(chan error, 5)
 	go func() { serveErr <- g.Serve(lis) }()
 	adminAddr := ""
 	if cfg.adminPort >= 0 {
