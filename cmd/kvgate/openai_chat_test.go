@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -167,4 +168,42 @@ func compact(t *testing.T, s string) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// Sampling options reach the engine and come back in OpenAI's shapes:
+// stop strings cut the answer (streamed and not), and logprobs come one
+// per generated token with the asked number of alternatives.
+func TestOpenAIChatOptions(t *testing.T) {
+	hr := startHTTPRouter(t)
+	question := `"messages": [{"role": "user", "content": "What is the capital of France?"}]`
+	for _, stream := range []bool{false, true} {
+		body := `{"stop": ["Paris", "Berlin"], "stream": ` + strconv.FormatBool(stream) + `, ` + question + `}`
+		resp := hr.post(t, "/v1/chat/completions", body)
+		var got chatResult
+		if stream {
+			got = chatFromStream(t, resp)
+		} else {
+			got = chatFromJSON(t, decode(t, resp.Body))
+		}
+		if got.content != "The capital of France is " || got.finishReason != "stop" {
+			t.Errorf("stream=%v: stop [Paris Berlin] gave %q (%s), want the answer cut before Paris", stream, got.content, got.finishReason)
+		}
+	}
+
+	resp := hr.post(t, "/v1/chat/completions", `{"logprobs": true, "top_logprobs": 2, `+question+`}`)
+	v := decode(t, resp.Body)
+	content, _ := path(v, "choices", 0, "logprobs", "content").([]any)
+	if n := int(path(v, "usage", "completion_tokens").(float64)); len(content) != n || n == 0 {
+		t.Fatalf("%d logprobs for %d tokens: %v", len(content), n, v)
+	}
+	for i, c := range content {
+		tops, _ := path(c, "top_logprobs").([]any)
+		if _, ok := path(c, "logprob").(float64); !ok || len(tops) != 2 {
+			t.Fatalf("logprobs.content[%d] = %v, want a logprob and 2 alternatives", i, c)
+		}
+	}
+	resp = hr.post(t, "/v1/chat/completions", `{"chat_template_kwargs": "enable_thinking", `+question+`}`)
+	if v := decode(t, resp.Body); resp.StatusCode != http.StatusBadRequest || path(v, "error", "param") != "chat_template_kwargs" {
+		t.Errorf("chat_template_kwargs as a string: %d %v, want 400 naming it", resp.StatusCode, v)
+	}
 }
