@@ -82,7 +82,7 @@ func (h *httpFront) start(host string, g *gateway.Gateway, certs *tlsfiles.Certi
 	}
 	h.addr = lis.Addr().String()
 	h.handler = openai.New(openai.Config{Listener: h.lis, AdminListener: h.adminLis, MaxBodyBytes: h.maxBytes, Logger: h.log})
-	h.srv = &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn)}
+	h.srv = &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn)}
 	if certs != nil {
 		base := certs.TLSConfig()
 		h.srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
