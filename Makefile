@@ -279,3 +279,23 @@ $(REAL_STAMP): $(REAL_REQS)
 	$(if $(REAL_CA),SSL_CERT_FILE=$(REAL_CA)) $(REAL_VENV)/bin/uv pip install --python $(REAL_VENV)/bin/python \
 		--no-deps -r $(REAL_REQS)
 	touch $@
+## openai-sdk-test: the official openai Python package (PyPI, pinned, with its dependencies, in a
+## virtual environment under KVGATE_CACHE, reused when present) and openai npm package (pinned by
+## scripts/openai-node's lockfile, npm ci) against kvgate's OpenAI-compatible HTTP front: streaming
+## chat with tool calls and reasoning, structured output (Python: the parse helper with a Pydantic
+## model), embeddings, completions from token ids and each error class (scripts/openai_sdk_check.py
+## and scripts/openai-node/check.mjs, run by cmd/kvgate's TestOpenAIPythonSDK and TestOpenAINodeSDK
+## in front of scripted simulated engines). About 20 seconds once installed.
+OPENAI_SDK_VENV ?= $(KVGATE_CACHE)/openai-sdk-venv
+OPENAI_SDK_PINS := openai==3.57.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 anyio==4.16.0 \
+                   h11==0.16.0 httpcore2==2.16.2 httpx2==2.16.2 idna==3.20 jiter==0.19.0 sniffio==1.3.1 \
+                   truststore==0.10.5 typing-inspection==0.4.5 typing_extensions==4.16.0
+.PHONY: openai-sdk-test
+openai-sdk-test: $(OPENAI_SDK_VENV)/.openai-3.57.0
+	cd scripts/openai-node && npm ci --no-audit --no-fund
+	KVGATE_OPENAI_PYTHON=$(OPENAI_SDK_VENV)/bin/python KVGATE_OPENAI_NODE=$$(command -v node) \
+		go test -count=1 -run 'TestOpenAIPythonSDK|TestOpenAINodeSDK' ./cmd/kvgate
+$(OPENAI_SDK_VENV)/.openai-3.57.0:
+	test -x $(OPENAI_SDK_VENV)/bin/python || python3 -m venv $(OPENAI_SDK_VENV)
+	$(OPENAI_SDK_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(OPENAI_SDK_PINS)
+	touch $@

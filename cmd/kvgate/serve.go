@@ -82,6 +82,7 @@ type serveConfig struct {
 	prefillPolicy        string
 	decodePolicy         string
 	discovery            discoveryFlags
+	http                 httpFlags
 	// cmdline is the command line /debug/pprof/cmdline shows (redacted);
 	// nil: os.Args.
 	cmdline []string
@@ -143,6 +144,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.prefillPolicy, "prefill-policy", "cache_aware", "with --pd-disaggregation: policy choosing the prefill worker")
 	fs.StringVar(&c.decodePolicy, "decode-policy", "power_of_two", "with --pd-disaggregation: policy choosing the decode worker")
 	c.discovery.register(fs)
+	c.http.register(fs)
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -165,7 +167,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 // listening are the addresses serve listens on; admin is empty when Admin
 // is served on the gRPC port, metrics when metrics are off, pprof without
 // --pprof-addr.
-type listening struct{ grpc, metrics, admin, pprof string }
+type listening struct{ grpc, metrics, admin, pprof, http string }
 
 // serve runs the router until ctx ends. ready, when not nil, is called with
 // the addresses once they accept connections.
@@ -203,6 +205,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		gcfg.Credentials = credentials.NewTLS(certs.TLSConfig())
 	}
 	gcfg.SeparateAdmin = cfg.adminPort >= 0
+	front := newHTTPFront(cfg.http, cfg.admission.maxRequestBytes, gcfg.SeparateAdmin, log)
+	gcfg.Credentials = front.credentials(gcfg.Credentials)
 	defer stopSims()
 	mod, _ := buildVersion() // the traces' service.version
 	traces, err := tracing.Setup(ctx, tracing.Options{Endpoint: cfg.otlpEndpoint, SamplingRatio: cfg.otlpSamplingRatio, ServiceVersion: mod})
@@ -284,7 +288,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		}
 	}()
 
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 5)
 	go func() { serveErr <- g.Serve(lis) }()
 	adminAddr := ""
 	if cfg.adminPort >= 0 {
@@ -301,11 +305,15 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		adminAddr = alis.Addr().String()
 		go func() { serveErr <- g.ServeAdmin(alis) }()
 	}
-	log.Info("kvgate serving", "grpc", lis.Addr().String(), "metrics", metricsAddr, "policy", cfg.policy, "igw", cfg.igw, "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()),
+	if err := front.start(cfg.host, g, certs, serveErr); err != nil {
+		lis.Close()
+		return err
+	}
+	log.Info("kvgate serving", "grpc", lis.Addr().String(), "http", front.address(), "metrics", metricsAddr, "policy", cfg.policy, "igw", cfg.igw, "pd", cfg.pdMode, "workers", len(g.Registry.Snapshot()),
 		"admin", adminAddr, "pprof", pprofAddr, "tls", certs != nil, "mutual_tls", cfg.tls.clientCA != "",
 		"api_key", gcfg.Auth.APIKey != "", "admin_api_key", gcfg.Auth.AdminAPIKey != "", "tracing", traces.Enabled)
 	if ready != nil {
-		ready(listening{grpc: lis.Addr().String(), metrics: metricsAddr, admin: adminAddr, pprof: pprofAddr})
+		ready(listening{grpc: lis.Addr().String(), metrics: metricsAddr, admin: adminAddr, pprof: pprofAddr, http: front.address()})
 	}
 
 	select {
@@ -316,7 +324,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 	log.Info("kvgate shutting down", "drain", cfg.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
+	frontDone := make(chan struct{})
+	go func() { front.shutdown(sctx); close(frontDone) }()
 	g.Shutdown(sctx)
+	<-frontDone
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(sctx)
 	}
