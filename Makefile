@@ -8,18 +8,24 @@ PROTOC_GEN_GO        := v1.36.12
 PROTOC_GEN_GO_GRPC   := v1.6.0
 
 # The SDK generators. protoc-gen-es is pinned in sdk/typescript/package.json
-# (with its lockfile); protoc and grpc's python plugin come from Debian
-# bookworm, at the versions of the python3-protobuf and python3-grpcio
-# runtimes the Python SDK is tested with.
-SDK_APT_PACKAGES := protobuf-compiler=3.21.12-3+deb12u1 protobuf-compiler-grpc=1.51.1-3+b1 \
-	python3-grpcio=1.51.1-3+b1 python3-protobuf=3.21.12-3+deb12u1
-SDK_PYTHON := /usr/bin/python3
+# (with its lockfile); the Python SDK's is grpcio-tools from PyPI (its bundled
+# protoc), pinned in sdk/python/tools/requirements.txt and installed into a
+# virtual environment under KVGATE_CACHE, outside the clone. SDK_PYTHON makes
+# that environment and the Python SDK's test environments; SDK_PYTHON_FLOOR
+# makes the one that tests the oldest grpcio and protobuf supported (CI may
+# give it the oldest Python supported, 3.10).
+KVGATE_CACHE     ?= $(HOME)/.cache/kvgate
+SDK_PYTHON       ?= python3
+SDK_PYTHON_FLOOR ?= $(SDK_PYTHON)
+SDK_GEN_REQS     := sdk/python/tools/requirements.txt
+SDK_GEN_VENV     := $(KVGATE_CACHE)/sdk-gen-venv
+SDK_GEN_STAMP    := $(SDK_GEN_VENV)/.stamp-$(shell sha256sum $(SDK_GEN_REQS) 2>/dev/null | cut -c1-16)
 
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
 .PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check bench chaos fuzz-short \
-	sdk sdk-tools sdk-apt sdk-test
+	sdk sdk-tools sdk-apt sdk-test sdk-install-test
 
 all: build
 
@@ -45,33 +51,46 @@ proto: tools
 	rm -rf api/gen
 	$(BIN)/buf generate
 
-## sdk-apt: install the Debian packages of SDK_APT_PACKAGES (needs root; .ci/run does it).
+## sdk-apt: nothing to install any more (the SDKs' generators and runtimes come from npm and PyPI,
+## see sdk-tools); kept so that callers keep working.
 sdk-apt:
-	apt-get install -y --no-install-recommends $(SDK_APT_PACKAGES)
+	@echo "sdk-apt: nothing to install: the SDK generators come from npm and PyPI (make sdk-tools)"
 
-## sdk-tools: protoc-gen-es and the TypeScript SDK's dependencies (npm ci), and a check that
-## the Debian packages are installed at the pinned versions (make sdk-apt installs them).
-sdk-tools: sdk/typescript/node_modules/.package-lock.json
-	@for pv in $(SDK_APT_PACKAGES); do \
-		pkg=$${pv%%=*}; want=$${pv#*=}; \
-		got=$$(dpkg-query -W -f='$${Version}' $$pkg 2>/dev/null || true); \
-		if [ "$$got" != "$$want" ]; then \
-			echo "$$pkg is '$$got', the SDKs need $$want: run make sdk-apt (as root)"; exit 1; fi; \
-	done
+## sdk-tools: protoc-gen-es and the TypeScript SDK's dependencies (npm ci), and grpcio-tools (pinned,
+## from PyPI) in a virtual environment under KVGATE_CACHE, rebuilt when its requirements change.
+sdk-tools: sdk/typescript/node_modules/.package-lock.json $(SDK_GEN_STAMP)
 
 sdk/typescript/node_modules/.package-lock.json: sdk/typescript/package-lock.json
-	cd sdk/typescript && npm ci --no-audit --no-fund
+	cd sdk/typescript && npm ci --no-audit --no-fund --ignore-scripts
 
-## sdk: regenerate the TypeScript and Python SDKs (sdk/*/) from api/proto/kvgate/v1 with buf.
+$(SDK_GEN_STAMP): $(SDK_GEN_REQS)
+	rm -rf $(SDK_GEN_VENV)
+	$(SDK_PYTHON) -m venv $(SDK_GEN_VENV)
+	$(SDK_GEN_VENV)/bin/pip install --quiet --disable-pip-version-check -r $(SDK_GEN_REQS)
+	touch $@
+
+## sdk: regenerate the TypeScript and Python SDKs (sdk/*/) from api/proto/kvgate/v1 with buf; the
+## Python plugin (sdk/python/tools/protoc-gen-kvgate-python) runs on the generator venv's python.
 sdk: tools sdk-tools
 	$(BIN)/buf generate --template buf.gen.typescript.yaml --path api/proto/kvgate/v1
-	$(BIN)/buf generate --template buf.gen.python.yaml --path api/proto/kvgate/v1
+	PATH="$(SDK_GEN_VENV)/bin:$$PATH" $(BIN)/buf generate --template buf.gen.python.yaml --path api/proto/kvgate/v1
 
-## sdk-test: each SDK's test against a live kvgate (the embedded default) started from bin/kvgate.
-sdk-test: sdk-tools
+## sdk-test: each SDK's test against a live kvgate (the embedded default) started from bin/kvgate:
+## TypeScript in sdk/typescript (npm test); Python in fresh virtual environments under KVGATE_CACHE
+## from `pip install sdk/python`, the wheel and the sdist, at both ends of the grpcio/protobuf range
+## (sdk/python/scripts/install-test.sh).
+sdk-test: sdk/typescript/node_modules/.package-lock.json
 	go build -buildvcs=auto -o $(BIN)/kvgate ./cmd/kvgate
 	cd sdk/typescript && KVGATE_BIN=$(BIN)/kvgate npm test
-	cd sdk/python && KVGATE_BIN=$(BIN)/kvgate $(SDK_PYTHON) -m unittest discover -s tests -v
+	KVGATE_BIN=$(BIN)/kvgate KVGATE_CACHE=$(KVGATE_CACHE) PYTHON=$(SDK_PYTHON) PYTHON_FLOOR=$(SDK_PYTHON_FLOOR) \
+		sdk/python/scripts/install-test.sh
+
+## sdk-install-test: @kvgate/sdk installed into fresh projects from its packed tarball, by path and
+## from a git URL (npm builds it on pack/prepare), its README example compiled with tsc --strict
+## against each and run against a live kvgate (sdk/typescript/scripts/install-test.sh).
+sdk-install-test:
+	go build -buildvcs=auto -o $(BIN)/kvgate ./cmd/kvgate
+	KVGATE_BIN=$(BIN)/kvgate sdk/typescript/scripts/install-test.sh
 
 ## lint: buf lint on the public API.
 lint: tools

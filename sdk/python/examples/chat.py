@@ -1,7 +1,7 @@
 """Streams a Generate and a Chat from kvgate, then asks Admin/Explain where a
 request would go. Run kvgate first (`kvgate serve`), then, from sdk/python:
 
-    PYTHONPATH=src /usr/bin/python3 examples/chat.py [127.0.0.1:30000]
+    pip install . && python3 examples/chat.py [127.0.0.1:30000]
 """
 import sys
 

@@ -1,23 +1,27 @@
 """The SDK against a live kvgate (its embedded simulated engines): what the
-README's Python snippets do, checked. Run from sdk/python:
+README's Python snippets do, checked, including the README's streaming example
+run as a user runs it. The package must be installed (the tests import
+kvgate.v1 from wherever pip put it, never from src/); from sdk/python:
 
-    KVGATE_BIN=../../bin/kvgate /usr/bin/python3 -m unittest discover -s tests -v
+    pip install . && KVGATE_BIN=../../bin/kvgate python3 -m unittest discover -s tests -v
+
+make sdk-test does that in fresh virtual environments (scripts/install-test.sh).
 """
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
+import grpc
+from google.protobuf import json_format
+
+from kvgate.v1 import admin_pb2, admin_pb2_grpc, router_pb2, router_pb2_grpc
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "src"))
-
-import grpc  # noqa: E402
-from google.protobuf import json_format  # noqa: E402
-
-from kvgate.v1 import admin_pb2, admin_pb2_grpc, router_pb2, router_pb2_grpc  # noqa: E402
-
+README = os.path.join(HERE, "..", "README.md")
 PROMPT = list(range(1, 33))
 
 
@@ -44,8 +48,8 @@ def start_kvgate():
 class SDKTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.proc, address = start_kvgate()
-        cls.channel = grpc.insecure_channel(address)
+        cls.proc, cls.address = start_kvgate()
+        cls.channel = grpc.insecure_channel(cls.address)
         cls.router = router_pb2_grpc.RouterStub(cls.channel)
         cls.admin = admin_pb2_grpc.AdminStub(cls.channel)
 
@@ -148,6 +152,23 @@ class SDKTest(unittest.TestCase):
                     list(call())
                 self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
                 self.assertIn(field, cm.exception.details())
+
+
+    def test_readme_example(self):
+        """The README's first python block, in its own interpreter, started in
+        an empty directory so that only the installed package can be imported."""
+        with open(README, encoding="utf-8") as f:
+            m = re.search(r"^```python\n(.*?)^```$", f.read(), re.S | re.M)
+        self.assertIsNotNone(m, "README.md has a ```python block")
+        self.assertIn('"127.0.0.1:30000"', m.group(1), "the example dials kvgate's default address")
+        code = m.group(1).replace('"127.0.0.1:30000"', repr(self.address))
+        with tempfile.TemporaryDirectory() as empty:
+            run = subprocess.run([sys.executable, "-c", code], cwd=empty, capture_output=True, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        usage = run.stdout.rstrip("\n").rsplit("\n", 1)[-1]
+        m = re.fullmatch(r"(\d+) prompt tokens, (\d+) cached, on (grpc://\S+)", usage)
+        self.assertIsNotNone(m, f"the last line is the usage: {run.stdout!r}")
+        self.assertGreater(int(m.group(1)), 0)
 
 
 if __name__ == "__main__":

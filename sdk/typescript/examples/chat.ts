@@ -1,7 +1,7 @@
 // Streams a Generate and a Chat from kvgate, then asks Admin/Explain where a
 // request would go. Run kvgate first (`kvgate serve`), then:
 //
-//	npm ci && npm run build && node dist/examples/chat.js [http://127.0.0.1:30000]
+//	npm ci && npx tsc -p tsconfig.json && node dist/examples/chat.js [http://127.0.0.1:30000]
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { fromJson } from "@bufbuild/protobuf";
