@@ -185,7 +185,7 @@ fuzz-short:
 		done; \
 	done
 
-## promql-check: the PromQL of docs/metrics.md (the seeds' queries must return data) and of the
+## promql-check: the PromQL of docs/metrics.md (SMG's documented queries must return data) and of the
 ## Grafana dashboard, run through Debian's Prometheus (installed, pinned, when missing and root)
 ## scraping `kvgate serve` on its embedded default. About 15 seconds.
 .PHONY: promql-check

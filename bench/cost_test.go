@@ -16,12 +16,12 @@ func TestParsePolicyVariants(t *testing.T) {
 	for _, tc := range []struct {
 		label, name, mode, vllmMode, fallback, hash string
 	}{
-		{"cache_aware:cost", "cache_aware", "cost", "seed", "least_loaded", "chained"},
-		{"cache_aware:seed", "cache_aware", "seed", "seed", "least_loaded", "chained"},
-		{"cache_aware:cost:smallest_tree", "cache_aware", "cost", "seed", "smallest_tree", "chained"},
-		{"vllm_cache_aware:cost", "vllm_cache_aware", "seed", "cost", "least_loaded", "chained"},
-		{"vllm_cache_aware:position:cost", "vllm_cache_aware", "seed", "cost", "least_loaded", "position"},
-		{Pooled, "round_robin", "seed", "seed", "least_loaded", "chained"},
+		{"cache_aware:cost", "cache_aware", "cost", "threshold", "least_loaded", "chained"},
+		{"cache_aware:threshold", "cache_aware", "threshold", "threshold", "least_loaded", "chained"},
+		{"cache_aware:cost:smallest_tree", "cache_aware", "cost", "threshold", "smallest_tree", "chained"},
+		{"vllm_cache_aware:cost", "vllm_cache_aware", "threshold", "cost", "least_loaded", "chained"},
+		{"vllm_cache_aware:position:cost", "vllm_cache_aware", "threshold", "cost", "least_loaded", "position"},
+		{Pooled, "round_robin", "threshold", "threshold", "least_loaded", "chained"},
 	} {
 		name, o, err := ParsePolicy(tc.label)
 		if err != nil || name != tc.name || o.CacheAware.Mode != tc.mode || o.VllmCacheAware.Mode != tc.vllmMode ||

@@ -146,7 +146,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns a router with the seeds' defaults: cache_aware (PD:
+// DefaultConfig returns a router with SMG's defaults: cache_aware (PD:
 // cache_aware prefill, power_of_two decode), health checks every 10 s, load
 // polls every second, and the server's default reliability settings.
 func DefaultConfig() Config {

@@ -24,10 +24,10 @@ import (
 
 // Config configures a Dispatcher.
 type Config struct {
-	// Prefill places the prefill leg (the seed's default: cache_aware); its
+	// Prefill places the prefill leg (SMG's default: cache_aware); its
 	// tree learns only from prefill legs that really computed the prompt.
 	Prefill policy.Policy
-	// Decode places the decode leg (the seed's default: power_of_two).
+	// Decode places the decode leg (SMG's default: power_of_two).
 	Decode policy.Policy
 	// BootstrapPorts maps a prefill worker's URL (grpc://host:port, as
 	// ParsePrefillURL returns it) to its bootstrap port, overriding the port

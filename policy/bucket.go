@@ -22,8 +22,8 @@ import (
 // the share of recent prompt tokens that came in shorter prompts, plus half
 // the share of prompts of exactly its length. With n healthy workers, the
 // prompt at position p goes to band ⌊p·n⌋. Before any traffic has been
-// measured, lengths are taken as spread evenly over 0 to 4096 tokens (the
-// seed's initial range): with two workers the boundary is 2048 tokens.
+// measured, lengths are taken as spread evenly over 0 to 4096 tokens (SMG's
+// initial range): with two workers the boundary is 2048 tokens.
 //
 // Adjustment (every BucketAdjustInterval, by Run): the prompt lengths seen
 // since the last adjustment (a uniform sample of at most 16384 of them)

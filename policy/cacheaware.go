@@ -16,7 +16,7 @@ const (
 	// (ties: the smaller tree). A burst of new prefixes spreads with the load.
 	FallbackLeastLoaded = "least_loaded"
 	// FallbackSmallestTree sends a cache miss to the worker holding the fewest
-	// tokens in the tree: the seed's "most cache capacity". A burst of new
+	// tokens in the tree: SMG's "most cache capacity". A burst of new
 	// prefixes piles onto the emptiest tree until it catches up.
 	FallbackSmallestTree = "smallest_tree"
 )
@@ -25,12 +25,12 @@ const (
 // engine's KV capacity: its cache, and as much again of expected pages.
 const speculationHeadroom = 2
 
-// CacheAware is the seed's cache_aware policy: it keeps a multi-tenant token
+// CacheAware is SMG's cache_aware policy: it keeps a multi-tenant token
 // radix tree (one tenant per worker URL) that mirrors what each engine holds
 // in its KV cache, and sends a request to the worker holding the longest part
 // of its prompt, unless the fleet is imbalanced, in which case load wins.
 //
-// The decision, in the seed's mode (ModeSeed; in ModeCost the worker of
+// The decision, in the threshold mode (ModeThreshold; in ModeCost the worker of
 // least cost wins instead, see costModel), in order:
 //
 //  1. imbalance: when max_load - min_load > gap and
@@ -57,7 +57,7 @@ const speculationHeadroom = 2
 //
 // The match ratio's denominator is the prompt's real length, not its
 // whole-page length: the ratio then says which share of the prefill the cache
-// saves, as the seed's ratio does, and a prompt shorter than one page (which
+// saves, as SMG's ratio does, and a prompt shorter than one page (which
 // no engine can reuse) is always a miss.
 //
 // CacheAware learns from outcomes (Observe). Its tree never holds more than
@@ -79,7 +79,7 @@ type CacheAware struct {
 	relThreshold  float64
 	smallestTree  bool
 	evictInterval time.Duration
-	// cost, in ModeCost, replaces the seed's rule (see costModel).
+	// cost, in ModeCost, replaces the threshold rule (see costModel).
 	cost *costModel
 
 	// events keeps the tree's confirmed entries from the engines' KV
@@ -440,9 +440,9 @@ func (c *CacheAware) Holdings(worker string, confirmedOnly bool) [][]uint32 {
 // mean load (rounded up), kept within [BalanceAbsThreshold/2,
 // BalanceAbsThreshold].
 //
-// The seed's fixed threshold is the upper end, reached once the mean is
+// SMG's fixed threshold is the upper end, reached once the mean is
 // half of it: past it the fleet is imbalanced at any load, as before, and
-// on two workers the rule is exactly the seed's. While the fleet is lightly
+// on two workers the rule is exactly SMG's. While the fleet is lightly
 // loaded the gap shrinks to half of it. With a fixed 64, a burst of 256
 // conversations sharing a system prompt on 8 workers let the first worker
 // to hold the prompt take 65 of them (the fleet's mean load then about 8)

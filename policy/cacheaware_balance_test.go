@@ -96,7 +96,7 @@ func TestCacheAwareImbalanceScalesWithLoad(t *testing.T) {
 		{"low load: just past the floor (33 vs 0)", [4]int{33, 0, 0, 0}, true},
 		{"mean 20: 40 more than the least is not yet past twice it", [4]int{50, 10, 10, 10}, false},
 		{"mean 20: 44 more than the least is", [4]int{52, 10, 10, 8}, true},
-		{"high load: the seed's 64 caps the gap (mean 100, 64 more)", [4]int{140, 100, 84, 76}, false},
+		{"high load: SMG's 64 caps the gap (mean 100, 64 more)", [4]int{140, 100, 84, 76}, false},
 		{"high load: 65 more than the least is past it", [4]int{141, 100, 84, 76}, true},
 		{"high load: past 64 but not 1.5× the least", [4]int{300, 250, 240, 230}, false},
 	} {
@@ -122,7 +122,7 @@ func TestCacheAwareImbalanceScalesWithLoad(t *testing.T) {
 			wantDecision(t, d, ws[least], "imbalance", 0)
 		})
 	}
-	t.Run("the seed's threshold stays the most the rule waits: 8 / 1.5", func(t *testing.T) {
+	t.Run("SMG's threshold stays the most the rule waits: 8 / 1.5", func(t *testing.T) {
 		ws := fleet(2)
 		p := newCA(t, func(o *policy.Options) { o.CacheAware.BalanceAbsThreshold = 8 })
 		prompt := caTokens(1, 64)

@@ -3,7 +3,7 @@ package policy
 import "time"
 
 // Accuracy compares cache_aware's predictions (Decision.PredictedCachedTokens)
-// with the cached_tokens the engines reported. The seed claims "100% accurate
+// with the cached_tokens the engines reported. SMG's documentation claims "100% accurate
 // prefix match"; these counters measure ours (kvgate_cache_prediction_*).
 type Accuracy struct {
 	// Observations counts outcomes with a cached_tokens report.

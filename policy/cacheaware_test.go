@@ -213,7 +213,7 @@ func TestCacheAwareImbalanceSwitch(t *testing.T) {
 	// iff hot-cold > 64 AND hot > 1.5 × cold: then load wins over the cache.
 	// (The gap is twice the mean load within [32, 64]; on two workers twice
 	// the mean is hot+cold ≥ hot-cold, so it is 64 wherever the difference
-	// could pass it: the seed's rule.)
+	// could pass it: SMG's rule.)
 	for _, tc := range []struct {
 		name       string
 		hot, cold  int

@@ -9,10 +9,10 @@ import (
 
 // Selection modes of cache_aware and vllm_cache_aware (--cache-aware-mode).
 const (
-	// ModeSeed is the seeds' rule: the longest match when it covers enough
+	// ModeThreshold is SMG's documented rule: the longest match when it covers enough
 	// of the prompt (a threshold) and the fleet is not imbalanced (a load
 	// rule), else the least loaded worker.
-	ModeSeed = "seed"
+	ModeThreshold = "threshold"
 	// ModeCost sends a request where it costs least (see costModel): the
 	// prefill its prompt still needs there, the prefill queued ahead of it
 	// and the KV its decoding requests hold, all in prompt tokens.
@@ -137,7 +137,7 @@ func (m costModel) choose(c *costChoice, inputLen int, matched, loads []int, cl 
 	}
 }
 
-// branch names a cost-aware decision as the seed's branches do, so the
+// branch names a cost-aware decision as the threshold rule's branches do, so the
 // decision metrics read alike: a hit when the chosen worker holds part of
 // the prompt.
 func (c costChoice) branch() string {

@@ -23,14 +23,14 @@ type costWorker struct {
 // costCases are the cost mode's rule, written as cases: a 1,024-token
 // prompt, two workers A and B, and who wins with which reason.
 var costCases = []struct {
-	name   string
-	a, b   costWorker
-	weight float64 // --cache-aware-decode-weight; 0 in the cases that leave it out
-	evict  float64 // --cache-aware-evict-weight; 0 in the cases that leave it out
-	want   string  // "A" or "B"
-	branch string
-	reason []string // parts of the chosen worker's reason
-	seed   string   // where the seed's rule sends it, when the case is about the difference
+	name      string
+	a, b      costWorker
+	weight    float64 // --cache-aware-decode-weight; 0 in the cases that leave it out
+	evict     float64 // --cache-aware-evict-weight; 0 in the cases that leave it out
+	want      string  // "A" or "B"
+	branch    string
+	reason    []string // parts of the chosen worker's reason
+	threshold string   // where the threshold rule sends it, when the case is about the difference
 }{
 	{name: "nothing anywhere: the earlier worker", want: "A", branch: "cache_miss",
 		reason: []string{"prefill 1024 (1024 prompt − 0 cached) + queue 0"}},
@@ -40,10 +40,10 @@ var costCases = []struct {
 	{name: "a match is worth less than the queue in front of it", a: costWorker{holds: 768, queue: 900}, want: "B", branch: "cache_miss"},
 	{name: "a match is worth more than a shorter queue", a: costWorker{holds: 768, queue: 700}, want: "A", branch: "cache_hit",
 		reason: []string{"queue 700", "; next grpc://b:1 costs 1024"}},
-	{name: "a match below the seed's threshold still saves prefill", a: costWorker{holds: 256, inFlight: 1},
-		want: "A", branch: "cache_hit", seed: "B"},
-	{name: "requests decoding, no prefill queued: the match wins where the seed balances",
-		a: costWorker{holds: 768, inFlight: 70}, want: "A", branch: "cache_hit", seed: "B"},
+	{name: "a match below --cache-threshold still saves prefill", a: costWorker{holds: 256, inFlight: 1},
+		want: "A", branch: "cache_hit", threshold: "B"},
+	{name: "requests decoding, no prefill queued: the match wins where the threshold rule balances",
+		a: costWorker{holds: 768, inFlight: 70}, want: "A", branch: "cache_hit", threshold: "B"},
 	{name: "decode weight: held KV tells equal prefills apart", weight: 0.1,
 		a: costWorker{held: 50_000}, b: costWorker{held: 10_000}, want: "B", branch: "cache_miss",
 		reason: []string{"0.1 × held 10000"}},
@@ -113,13 +113,13 @@ func TestCostModeSpecification(t *testing.T) {
 					}
 					return p
 				}
-				for _, mode := range []string{policy.ModeCost, policy.ModeSeed} {
+				for _, mode := range []string{policy.ModeCost, policy.ModeThreshold} {
 					want := tc.want
-					if mode == policy.ModeSeed {
-						if tc.seed == "" {
+					if mode == policy.ModeThreshold {
+						if tc.threshold == "" {
 							continue
 						}
-						want = tc.seed
+						want = tc.threshold
 					}
 					p := build(mode)
 					serve := func(ids []uint32, w *workers.Worker) {
@@ -136,7 +136,7 @@ func TestCostModeSpecification(t *testing.T) {
 					if got != want {
 						t.Fatalf("%s mode chose %s, want %s: %s", mode, got, want, d.Why())
 					}
-					if mode == policy.ModeSeed {
+					if mode == policy.ModeThreshold {
 						continue
 					}
 					if d.Branch != tc.branch {

@@ -34,8 +34,8 @@ type Options struct {
 	VllmCacheAware VllmCacheAwareConfig
 }
 
-// DefaultOptions returns every policy's defaults: the seeds' values, plus
-// the bounds the seeds lack (ManualConfig.MaxKeys).
+// DefaultOptions returns every policy's defaults: SMG's values, plus
+// the bounds SMG lacks (ManualConfig.MaxKeys).
 func DefaultOptions() Options {
 	return Options{
 		CacheAware:     DefaultCacheAwareConfig(),
@@ -85,7 +85,7 @@ type CacheAwareConfig struct {
 	// events stay in the tree unless an event confirms them; ≥ 0. It covers
 	// the events still on their way when the request ends.
 	SpeculativeTTL time.Duration
-	// Mode (--cache-aware-mode) is the selection rule: ModeSeed (the
+	// Mode (--cache-aware-mode) is the selection rule: ModeThreshold (the
 	// threshold and balance rules above) or ModeCost (the least cost; see
 	// costModel). In ModeCost the threshold and balance settings are unused.
 	Mode string
@@ -99,7 +99,7 @@ type CacheAwareConfig struct {
 	EvictWeight float64
 }
 
-// DefaultCacheAwareConfig returns the seed's cache_aware settings.
+// DefaultCacheAwareConfig returns SMG's cache_aware settings.
 func DefaultCacheAwareConfig() CacheAwareConfig {
 	return CacheAwareConfig{
 		CacheThreshold:      0.3,
@@ -111,7 +111,7 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		EvictionPolicy:      "lru",
 		BlockSize:           16,
 		SpeculativeTTL:      500 * time.Millisecond,
-		Mode:                ModeSeed,
+		Mode:                ModeThreshold,
 		DecodeWeight:        DefaultDecodeWeight,
 		EvictWeight:         DefaultEvictWeight,
 	}
@@ -126,16 +126,16 @@ const DefaultDecodeWeight = 0.1
 // DefaultEvictWeight is the cost mode's weight of the pages a prompt evicts
 // from a full cache: each costs four later prefills of it. Measured on the
 // Mooncake synthetic trace (BENCHMARKS.md, trace replay): at 1 the cost mode
-// traded matches for queues and its hit rate fell below the seed's rule; at
-// 4 it kept the seed's hit rate with half its TTFT.
+// traded matches for queues and its hit rate fell below the threshold rule's; at
+// 4 it kept the threshold rule's hit rate with half its TTFT.
 const DefaultEvictWeight = 4
 
-// checkMode refuses a selection mode other than ModeSeed and ModeCost, and
+// checkMode refuses a selection mode other than ModeThreshold and ModeCost, and
 // weights that are negative, infinite or NaN.
 func checkMode(mode string, decode, evict float64) error {
 	var errs []error
-	if mode != ModeSeed && mode != ModeCost {
-		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (the seed's threshold and balance rules) or %s (least prefill, eviction, queue and decode cost)", mode, ModeSeed, ModeCost))
+	if mode != ModeThreshold && mode != ModeCost {
+		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (SMG's threshold and balance rules) or %s (least prefill, eviction, queue and decode cost)", mode, ModeThreshold, ModeCost))
 	}
 	for _, w := range []struct {
 		flag string
@@ -198,7 +198,7 @@ type PrefixHashConfig struct {
 	LoadFactor float64
 }
 
-// DefaultPrefixHashConfig returns the seed's prefix_hash settings.
+// DefaultPrefixHashConfig returns SMG's prefix_hash settings.
 func DefaultPrefixHashConfig() PrefixHashConfig {
 	return PrefixHashConfig{TokenCount: 256, LoadFactor: 1.25}
 }
@@ -236,7 +236,7 @@ type ManualConfig struct {
 // client minting keys reaches it.
 const DefaultManualKeys = 1_000_000
 
-// DefaultManualConfig returns the seed's manual settings and the key cap.
+// DefaultManualConfig returns SMG's manual settings and the key cap.
 func DefaultManualConfig() ManualConfig {
 	return ManualConfig{
 		AssignmentMode:   "random",
@@ -264,7 +264,7 @@ func (c ManualConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// BucketConfig configures bucket: its own balance thresholds (the seed's
+// BucketConfig configures bucket: its own balance thresholds (SMG's
 // bucket defaults differ from cache_aware's) and the adjustment interval.
 type BucketConfig struct {
 	// BalanceAbsThreshold (--balance-abs-threshold) is ≥ 0.
@@ -275,7 +275,7 @@ type BucketConfig struct {
 	AdjustInterval time.Duration
 }
 
-// DefaultBucketConfig returns the seed's bucket settings.
+// DefaultBucketConfig returns SMG's bucket settings.
 func DefaultBucketConfig() BucketConfig {
 	return BucketConfig{BalanceAbsThreshold: 32, BalanceRelThreshold: 1.0001, AdjustInterval: 5 * time.Second}
 }
@@ -295,8 +295,8 @@ func (c BucketConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// VllmCacheAwareConfig configures vllm_cache_aware, the seed's block cache
-// tracker (vllm-cache-aware-design.md §9-10): route to the worker holding
+// VllmCacheAwareConfig configures vllm_cache_aware, SMG's block cache
+// tracker (SMG's vllm-cache-aware-design.md §9-10): route to the worker holding
 // the most leading blocks of the prompt when they are more than
 // CacheThreshold of its whole blocks and that worker's load is below
 // LoadFactor × the average.
@@ -314,14 +314,14 @@ type VllmCacheAwareConfig struct {
 	// bound still holds (within a quarter), since recording evicts.
 	EvictionInterval time.Duration
 	// CacheThreshold (--vllm-cache-threshold) is in [0, 1]. The match must
-	// exceed it, as in the seed: 0 routes by cache whenever a block
+	// exceed it, as in SMG: 0 routes by cache whenever a block
 	// matches, 1 never does.
 	CacheThreshold float64
 	// LoadFactor (--vllm-load-factor) is ≥ 1: below the average, some
 	// worker holding the cache would always count as overloaded.
 	LoadFactor float64
 	// BlockHash (--vllm-block-hash) names the block keys: BlockHashChained
-	// (each key names the whole prefix) or BlockHashPosition (the seed's
+	// (each key names the whole prefix) or BlockHashPosition (SMG's
 	// position ‖ tokens, which predicts blocks a worker does not hold
 	// when prompts share a block at the same position after differing;
 	// see BENCHMARKS.md).
@@ -340,7 +340,7 @@ const (
 	BlockHashPosition = tree.HashPosition
 )
 
-// DefaultVllmCacheAwareConfig returns the seed's settings and chained keys.
+// DefaultVllmCacheAwareConfig returns SMG's settings and chained keys.
 func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 	return VllmCacheAwareConfig{
 		BlockSize:           16,
@@ -349,7 +349,7 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		CacheThreshold:      0.3,
 		LoadFactor:          1.25,
 		BlockHash:           BlockHashChained,
-		Mode:                ModeSeed,
+		Mode:                ModeThreshold,
 		DecodeWeight:        DefaultDecodeWeight,
 		EvictWeight:         DefaultEvictWeight,
 	}

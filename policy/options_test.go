@@ -12,7 +12,7 @@ import (
 )
 
 // TestDefaultOptionsAreValid: every policy builds from DefaultOptions, and
-// the defaults are the seeds' (bucket keeps its own thresholds).
+// the defaults are SMG's (bucket keeps its own thresholds).
 func TestDefaultOptionsAreValid(t *testing.T) {
 	for _, name := range policy.Names() {
 		if _, err := policy.New(name, policy.DefaultOptions()); err != nil {

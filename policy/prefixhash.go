@@ -22,7 +22,7 @@ import (
 // fixed neighbour rather than scattering (branch "ring_overflow"). A worker is
 // overloaded when its load exceeds both PrefixHashLoadFactor × the average
 // load and the average plus one request, the average taken over the healthy
-// candidates counting the request being placed. The seed's rule is the first
+// candidates counting the request being placed. SMG's documented rule is the first
 // test alone; the second keeps a nearly idle fleet (loads 1, 0, 0, 0: average
 // 0.5, limit 0.625) from sending a prefix away from its cache for the sake of
 // one request. Some worker is always within the limit (the least loaded is at

@@ -10,8 +10,8 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// VllmCacheAware is the seed's vllm_cache_aware policy
-// (vllm-cache-aware-design.md §9.1): instead of a token tree it keeps a
+// VllmCacheAware is SMG's vllm_cache_aware policy
+// (SMG's vllm-cache-aware-design.md §9.1): instead of a token tree it keeps a
 // table of KV blocks (tree.BlockIndex), which mirrors vLLM's automatic
 // prefix caching at its own granularity, and sends a request to the worker
 // holding the most leading blocks of its prompt, unless that worker is busy.
@@ -30,14 +30,14 @@ import (
 // In ModeCost the worker of least cost wins instead (see costModel), its
 // match counted in tokens (whole blocks).
 //
-// The ratio counts whole blocks on both sides, as the seed does: a prompt
+// The ratio counts whole blocks on both sides, as SMG does: a prompt
 // shorter than one block has none and is always a miss. Whatever the branch,
 // the prompt's blocks are then recorded for the chosen worker (not for a
 // DryRun), since serving it puts them in that engine's cache.
 //
 // Unlike cache_aware, matching and recording are two steps: two concurrent
 // requests with the same new prefix may both miss and land on different
-// workers, as in the seed.
+// workers, as in SMG.
 //
 // Predictions can be made exact from the engines' KV events: Confirm,
 // Unconfirm and Clear apply stored, removed and cleared blocks. The index is
@@ -51,7 +51,7 @@ type VllmCacheAware struct {
 	evictInterval time.Duration
 	evicted       atomic.Uint64
 	cands         indexCache // the candidates' URLs, as the index's backends
-	// cost, in ModeCost, replaces the seed's rule (see costModel).
+	// cost, in ModeCost, replaces the threshold rule (see costModel).
 	cost *costModel
 
 	// Workers with KV events confirm and remove blocks through it.

@@ -58,7 +58,7 @@ func TestVllmCacheAwareOptions(t *testing.T) {
 	d := policy.DefaultOptions().VllmCacheAware
 	if d.BlockSize != 16 || d.MaxBlocksPerBackend != 100_000 || d.EvictionInterval != time.Minute ||
 		d.CacheThreshold != 0.3 || d.LoadFactor != 1.25 || d.BlockHash != policy.BlockHashChained {
-		t.Fatalf("defaults %+v, want the seed's (and chained keys)", d)
+		t.Fatalf("defaults %+v, want SMG's (and chained keys)", d)
 	}
 	if _, err := policy.NewVllmCacheAware(policy.Options{}); err == nil {
 		t.Fatal("zero Options accepted: zero is a value, and a zero block size is refused")
@@ -138,7 +138,7 @@ func TestVllmCacheAwareRepeatedPromptHitsSameWorker(t *testing.T) {
 }
 
 // TestVllmCacheAwareThreshold: the ratio is matched blocks over the
-// prompt's whole blocks, and must exceed the threshold (the seed's >).
+// prompt's whole blocks, and must exceed the threshold (SMG's >).
 func TestVllmCacheAwareThreshold(t *testing.T) {
 	shared := caTokens(1, 48) // w0 holds these 3 blocks
 	for _, tc := range []struct {
@@ -310,7 +310,7 @@ func TestVllmCacheAwareKVEvents(t *testing.T) {
 }
 
 // TestVllmCacheAwarePositionKeys: with --vllm-block-hash position the
-// seed's false match shows: w0 served A+Z+C+D and B+X, and a request for
+// false match of SMG's position keys shows: w0 served A+Z+C+D and B+X, and a request for
 // B+Y+C+D is predicted to find all 4 blocks there; chained keys predict 1.
 func TestVllmCacheAwarePositionKeys(t *testing.T) {
 	a, b, c, d, x, y, z := caTokens(1, 16), caTokens(2, 16), caTokens(3, 16), caTokens(4, 16), caTokens(5, 16), caTokens(6, 16), caTokens(7, 16)

@@ -9,8 +9,8 @@
 # (installed at the pinned version below when missing and run as root)
 # scraping it every second from a temporary directory, and queries
 # Prometheus' HTTP API with:
-#   - every ```promql block of docs/metrics.md: each must parse; the seeds'
-#     queries (```promql seed: the SMG documents' queries with smg_ replaced by
+#   - every ```promql block of docs/metrics.md: each must parse; SMG's
+#     documented queries (```promql smg: with smg_ replaced by
 #     kvgate_) must also return a result;
 #     a ```promql finite query must return finite values only (a ratio whose
 #     denominator is 0 is +Inf or NaN), and a ```promql quiet alert must
@@ -100,7 +100,7 @@ import json, math, re, sys, time, urllib.error, urllib.parse, urllib.request
 
 prom, doc_path, dash_path = sys.argv[1:4]
 
-queries = []  # (where, expr, tag): tag is seed, finite, quiet or empty
+queries = []  # (where, expr, tag): tag is smg, finite, quiet or empty
 lines = open(doc_path).read().split("\n")
 i = 0
 while i < len(lines):
@@ -129,9 +129,9 @@ for title, expr in exprs(json.load(open(dash_path))):
     expr = expr.replace("$__rate_interval", "1m").replace("${instance}", ".*").replace("$instance", ".*")
     queries.append((f"dashboard panel {title!r}", expr, ""))
 
-seeds = sum(1 for q in queries if q[2] == "seed")
-if seeds < 2:
-    sys.exit(f"{doc_path} has {seeds} seed queries, want 2")
+smg = sum(1 for q in queries if q[2] == "smg")
+if smg < 2:
+    sys.exit(f"{doc_path} has {smg} of SMG's queries, want 2")
 
 def query(expr):
     url = prom + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -161,7 +161,7 @@ for where, expr, tag in queries:
     vector = r["data"]["resultType"] in ("vector", "matrix")
     n = len(r["data"]["result"]) if vector else 1
     problem = ""
-    if tag in ("seed", "finite") and n == 0:
+    if tag in ("smg", "finite") and n == 0:
         problem = f"the {tag} query returned nothing"
     elif tag == "finite" and vector:
         bad = [s["value"][1] for s in r["data"]["result"] if not math.isfinite(float(s["value"][1]))]

@@ -16,7 +16,7 @@ import (
 // BenchmarkCacheMissFallback compares cache_aware's two fallbacks for a cache
 // miss in the situation that tells them apart: a worker whose tree is small
 // (it restarted, or joined a warm fleet) when a burst of new prefixes
-// arrives. smallest_tree (the seed's "most cache capacity") sends the whole
+// arrives. smallest_tree (SMG's "most cache capacity") sends the whole
 // burst to it; least_loaded spreads the burst by load. Each request then
 // repeats twice, so the hit ratio shows what each fallback does to locality.
 //

@@ -25,7 +25,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	kv kvEventMetrics
-	// The seeds' metrics under their names (smg_ → kvgate_), beside
+	// SMG's documented metrics under their names (smg_ → kvgate_), beside
 	// kvgate's own, so that their PromQL and alerts work unchanged.
 	cacheHits, cacheMisses prometheus.Counter
 	branches               *prometheus.CounterVec
@@ -179,14 +179,14 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.kv = newKVEventMetrics()
 	m.Registry.MustRegister(m.kv.collectors()...)
 	m.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_router_cache_hits_total",
-		Help: "Decisions of a cache-aware policy that sent the request where its prefix is cached (branch cache_hit; the seed's smg_router_cache_hits_total)."})
+		Help: "Decisions of a cache-aware policy that sent the request where its prefix is cached (branch cache_hit; SMG's smg_router_cache_hits_total)."})
 	m.cacheMisses = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_router_cache_misses_total",
-		Help: "Decisions of a cache-aware policy taken on any other rule (cache_miss, imbalance, overloaded; the seed's smg_router_cache_misses_total)."})
+		Help: "Decisions of a cache-aware policy taken on any other rule (cache_miss, imbalance, overloaded; SMG's smg_router_cache_misses_total)."})
 	m.branches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_worker_selection_policy_branch_total",
-		Help: "Routing decisions by policy and the rule that decided (the seed's smg_worker_selection_policy_branch_total; the same as kvgate_policy_decisions_total)."},
+		Help: "Routing decisions by policy and the rule that decided (SMG's smg_worker_selection_policy_branch_total; the same as kvgate_policy_decisions_total)."},
 		[]string{"policy", "branch"})
 	m.policyLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvgate_request_latency_seconds",
-		Help: "Generation requests' end-to-end latency by the policy that placed them (the seed's smg_request_latency_seconds).", Buckets: latencyBuckets},
+		Help: "Generation requests' end-to-end latency by the policy that placed them (SMG's smg_request_latency_seconds).", Buckets: latencyBuckets},
 		[]string{"policy"})
 	m.promptTokens = workerCounter("kvgate_worker_prompt_tokens_total", "Prompt tokens of completed requests, by the worker that served them.")
 	m.completionTokens = workerCounter("kvgate_worker_completion_tokens_total", "Generated tokens of completed requests, by worker.")
@@ -233,10 +233,10 @@ type workerCollector struct{ reg *workers.Registry }
 var (
 	descActive = prometheus.NewDesc("kvgate_worker_active_requests",
 		"Requests this router has in flight on the worker.", []string{"worker"}, nil)
-	// descRequestsActive is descActive under the seed's name
+	// descRequestsActive is descActive under SMG's name
 	// (smg_worker_requests_active), so its PromQL works unchanged.
 	descRequestsActive = prometheus.NewDesc("kvgate_worker_requests_active",
-		"Requests this router has in flight on each worker (the seed's smg_worker_requests_active).", []string{"worker"}, nil)
+		"Requests this router has in flight on each worker (SMG's smg_worker_requests_active).", []string{"worker"}, nil)
 	descEngineHitRate = prometheus.NewDesc("kvgate_worker_engine_cache_hit_rate",
 		"The engine's own prefix-cache hit rate, as it reported it at the last load poll (0 when it reports none).", []string{"worker"}, nil)
 	descHealthy = prometheus.NewDesc("kvgate_worker_healthy",
@@ -418,11 +418,11 @@ type treeStatser interface{ TreeStats() tree.Stats }
 type treeCollector struct{ s *Server }
 
 var (
-	// descTreeSize is the seed's smg_router_cache_tree_size, in the unit of
-	// kvgate's --max-tree-size (tokens), so the seed's alert (above 90% of
+	// descTreeSize is SMG's smg_router_cache_tree_size, in the unit of
+	// kvgate's --max-tree-size (tokens), so SMG's documented alert (above 90% of
 	// the maximum) holds with the prefix changed.
 	descTreeSize = prometheus.NewDesc("kvgate_router_cache_tree_size",
-		"The routing tree's size in the unit --max-tree-size bounds: stored tokens (the seed's smg_router_cache_tree_size).", []string{"model"}, nil)
+		"The routing tree's size in the unit --max-tree-size bounds: stored tokens (SMG's smg_router_cache_tree_size).", []string{"model"}, nil)
 	descTreeBudget = prometheus.NewDesc("kvgate_tree_max_tokens",
 		"The routing tree's budget in stored tokens (--max-tree-size): divide kvgate_router_cache_tree_size by it for the share used.", []string{"model"}, nil)
 	descTreeTokens = prometheus.NewDesc("kvgate_tree_tokens",

@@ -542,11 +542,11 @@ func TestDashboardReadsOnlyDocumentedMetrics(t *testing.T) {
 	if exprs < 20 {
 		t.Errorf("the dashboard has %d queries; it is meant to cover the reference's groups", exprs)
 	}
-	// The seeds' metrics all have a panel.
+	// SMG's documented metrics all have a panel.
 	for _, n := range []string{"kvgate_router_cache_hits_total", "kvgate_router_cache_misses_total", "kvgate_router_cache_tree_size",
 		"kvgate_worker_requests_active", "kvgate_worker_selection_policy_branch_total", "kvgate_request_latency_seconds", "kvgate_worker_load"} {
 		if !used[n] {
-			t.Errorf("no dashboard panel reads the seed metric %s", n)
+			t.Errorf("no dashboard panel reads SMG's metric %s", n)
 		}
 	}
 }
@@ -563,10 +563,10 @@ func compact(t *testing.T, raw json.RawMessage) string {
 
 // TestMetricsReferenceQueriesReadDocumentedMetrics checks the PromQL on
 // docs/metrics.md itself: every query reads documented metrics only, and the
-// seeds' queries are there.
+// SMG's documented queries are there.
 func TestMetricsReferenceQueriesReadDocumentedMetrics(t *testing.T) {
 	doc := metricsDoc(t)
-	seeds := 0
+	smg := 0
 	for _, b := range doc.Blocks {
 		names, err := metricsdoc.MetricNames(b.Text)
 		if err != nil || len(names) == 0 {
@@ -577,12 +577,12 @@ func TestMetricsReferenceQueriesReadDocumentedMetrics(t *testing.T) {
 				t.Errorf("docs/metrics.md:%d reads %s, which it does not document", b.Line, n)
 			}
 		}
-		if b.Info == "promql seed" {
-			seeds++
+		if b.Info == "promql smg" {
+			smg++
 		}
 	}
-	if seeds != 2 {
-		t.Errorf("%d seed queries (```promql seed), want the seeds' 2", seeds)
+	if smg != 2 {
+		t.Errorf("%d of SMG's queries (```promql smg), want SMG's 2", smg)
 	}
 }
 

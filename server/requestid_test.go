@@ -52,9 +52,9 @@ func TestXRequestIDNamesARequestWithoutOne(t *testing.T) {
 	}
 }
 
-// TestSeedMetricNames checks the seeds' metrics exist under their names with
+// TestSMGMetricNames checks SMG's documented metrics exist under their names with
 // smg_ replaced by kvgate_, so that their PromQL and alerts work unchanged.
-func TestSeedMetricNames(t *testing.T) {
+func TestSMGMetricNames(t *testing.T) {
 	f := startFleet(t, fleetOptions{policy: "cache_aware"})
 	ids := prompt(1, 64)
 	for range 2 { // a miss, then a hit

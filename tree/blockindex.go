@@ -30,11 +30,12 @@ import (
 //     fixed seed. A key names the whole prefix up to its block, as vLLM's own
 //     block hashes do, so a backend holding block k's key held the prompt's
 //     exact first k+1 blocks when it was recorded.
-//   - HashPosition: key(i) = xxh3(i ‖ tokens of block i), the seed's §7.1.
+//   - HashPosition: key(i) = xxh3(i ‖ tokens of block i), §7.1 of SMG's
+//     vllm-cache-aware-design.md.
 //     A key names only a block's position and content: two prompts that
 //     differ early but share a block at the same position share its key.
 //
-// Match follows the seed's binary search (§7.3): the candidates are the
+// Match follows SMG's binary search (§7.3): the candidates are the
 // backends holding block 0, and a candidate holds blocks [0, n) if it holds
 // block n-1. That shortcut (§8.3) is sound only when a backend's holdings are
 // prefix-closed: true for chained keys as long as blocks leave a backend from
@@ -286,8 +287,8 @@ func (x *BlockIndex) BackendBlocks(backend string) int {
 // gets newest - i, so its deepest block is its oldest.
 func (x *BlockIndex) epochs(n int) uint64 { return x.epoch.Add(uint64(n)) }
 
-// Record marks every block of keys as held by backend and just used: the
-// seed's record_request, called for the worker a request was sent to, and
+// Record marks every block of keys as held by backend and just used: SMG's
+// record_request, called for the worker a request was sent to, and
 // for blocks an engine reports stored. keys must be one prompt's keys from
 // block 0 (Keys), or a run of them. Should it take backend more than an
 // eighth over MaxBlocksPerBackend, Record starts an eviction in the

@@ -6,7 +6,7 @@ import (
 )
 
 // Evict brings every backend above MaxBlocksPerBackend down to it, dropping
-// its least recently used blocks first (the seed's §7.4, for all backends in
+// its least recently used blocks first (SMG's §7.4, for all backends in
 // one pass), and returns the number of holdings dropped. Blocks no backend
 // holds any more leave the table.
 //

@@ -1,7 +1,7 @@
 package tree
 
 // Match returns, for each of backends, the number of leading blocks of keys
-// it holds, found by the seed's binary search: a backend that does not hold
+// it holds, found by SMG's binary search: a backend that does not hold
 // block 0 matches nothing; one that does holds [0, n) for the largest n whose
 // block n-1 it holds, found in O(log len(keys)) probes. The answer is exact
 // when the backend's holdings are prefix-closed (chained keys); with position
@@ -102,7 +102,7 @@ func (x *BlockIndex) matchIDs(keys []uint64, ids []uint32, top uint32) []int {
 	return out
 }
 
-// split runs the seed's binary search for every backend of cands (positions
+// split runs SMG's binary search for every backend of cands (positions
 // in ids) at once. Each holds blocks [0, lo) by the search so far and at most
 // hi; the probe of block mid-1 divides them into those holding it, whose
 // search goes on in [mid, hi], and the others, in [lo, mid-1]: for each

@@ -106,7 +106,7 @@ func (r *blockRef) contiguous(keys []uint64, b string) int {
 	return n
 }
 
-// binarySearch is the seed's §7.3 over the model: no block 0, no match;
+// binarySearch is SMG's §7.3 over the model: no block 0, no match;
 // otherwise the largest n found by bisecting on "holds block n-1".
 func (r *blockRef) binarySearch(keys []uint64, b string) int {
 	if len(keys) == 0 || !r.has(keys[0], b) {
@@ -166,7 +166,7 @@ func checkAgainstRef(t *testing.T, step string, x *tree.BlockIndex, r *blockRef,
 		got := x.Match(keys, backends)
 		for i, b := range backends {
 			if want := r.binarySearch(keys, b); got[i] != want {
-				t.Fatalf("%s: Match for %s = %d, seed's binary search over the model %d", step, b, got[i], want)
+				t.Fatalf("%s: Match for %s = %d, SMG's binary search over the model %d", step, b, got[i], want)
 			}
 			contiguous := r.contiguous(keys, b)
 			if v := x.VerifiedMatch(keys, b); v != contiguous {
@@ -185,7 +185,7 @@ func checkAgainstRef(t *testing.T, step string, x *tree.BlockIndex, r *blockRef,
 
 // TestBlockIndexAgainstReference runs random records, touches, evictions,
 // tail removals and backend removals on an index and the model, and checks
-// after each step that both hold the same blocks, that Match is the seed's
+// after each step that both hold the same blocks, that Match is SMG's
 // binary search, and, for chained keys, that it equals the longest
 // contiguous match: chained keys and tail-first eviction keep every
 // backend's holdings prefix-closed. Mid-chain removals are checked

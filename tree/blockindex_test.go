@@ -53,7 +53,7 @@ func TestNewBlockIndexValidates(t *testing.T) {
 }
 
 // TestBlockIndexKeys is the key format: whole blocks only; position keys
-// are xxh3(little-endian position ‖ little-endian tokens) (the seed's §7.1);
+// are xxh3(little-endian position ‖ little-endian tokens) (SMG's §7.1);
 // chained keys are xxh3(previous key ‖ tokens), so a key names the prefix.
 func TestBlockIndexKeys(t *testing.T) {
 	const bs = 4
@@ -138,8 +138,8 @@ func TestBlockIndexMatch(t *testing.T) {
 
 // TestBlockIndexFalseMatch is the position hash's known weakness, and the
 // reason chained keys are the default. w1 served A+Z+C+D and B+X: it holds
-// B at position 0 and C, D at positions 2 and 3. Asked for B+Y+C+D, the
-// seed's binary search probes block 2 (C: held, so "blocks 0-2 are"), then
+// B at position 0 and C, D at positions 2 and 3. Asked for B+Y+C+D,
+// SMG's binary search probes block 2 (C: held, so "blocks 0-2 are"), then
 // block 3 (D: held), and predicts 4 blocks where w1 holds 1. With chained
 // keys C and D after B+Y are other keys than after A+Z: 1 block.
 func TestBlockIndexFalseMatch(t *testing.T) {

@@ -80,7 +80,7 @@ type Address struct {
 
 // ParseWorkerAddress reads a worker address: grpc://host:port or a bare
 // host:port (plaintext), or grpcs://host:port (TLS). http:// is read as
-// grpc:// and https:// as grpcs://, so that the seeds' examples, written for
+// grpc:// and https:// as grpcs://, so that SMG's documented examples, written for
 // HTTP workers, run unchanged. A missing host means 127.0.0.1.
 func ParseWorkerAddress(s string) (Address, error) {
 	s = strings.TrimSpace(s)

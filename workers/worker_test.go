@@ -20,7 +20,7 @@ func TestParseAddress(t *testing.T) {
 		{in: "  grpc://worker-a:50051/ ", url: "grpc://worker-a:50051", target: "worker-a:50051"},
 		{in: ":8000", url: "grpc://127.0.0.1:8000", target: "127.0.0.1:8000"},
 		{in: "grpc://[::1]:9000", url: "grpc://[::1]:9000", target: "[::1]:9000"},
-		{in: "http://worker1:8000", url: "grpc://worker1:8000", target: "worker1:8000"}, // the seeds write HTTP URLs
+		{in: "http://worker1:8000", url: "grpc://worker1:8000", target: "worker1:8000"}, // SMG's examples write HTTP URLs
 		{in: "grpcs://10.0.0.1:8000", url: "grpcs://10.0.0.1:8000", target: "10.0.0.1:8000"},
 		{in: "https://worker1:8000/", url: "grpcs://worker1:8000", target: "worker1:8000"},
 		{in: "GRPCS://worker1:8000", url: "grpcs://worker1:8000", target: "worker1:8000"},

@@ -12,7 +12,7 @@ func TestWorkerURLsAcceptEverySpelling(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"space separated, as in the seeds", []string{"--worker-urls", "grpc://a:1", "grpc://b:2", "--policy", "random"}, []string{"grpc://a:1", "grpc://b:2"}},
+		{"space separated, as in SMG's examples", []string{"--worker-urls", "grpc://a:1", "grpc://b:2", "--policy", "random"}, []string{"grpc://a:1", "grpc://b:2"}},
 		{"comma separated", []string{"--worker-urls", "grpc://a:1,grpc://b:2"}, []string{"grpc://a:1", "grpc://b:2"}},
 		{"repeated", []string{"--worker-urls", "a:1", "--worker-urls=b:2"}, []string{"a:1", "b:2"}},
 		{"single dash", []string{"-worker-urls", "a:1", "b:2"}, []string{"a:1", "b:2"}},

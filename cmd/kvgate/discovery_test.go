@@ -23,15 +23,15 @@ import (
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// The seeds' service discovery command line, space-separated values and all,
+// SMG's documented service discovery command line, space-separated values and all,
 // is accepted, and serves: pods labelled role=prefill and role=decode on a
 // (fake) Kubernetes API join as prefill and decode workers, and a request
 // goes through both. The pods' engines are simulated on loopback, each
 // pod's port annotation naming its engine's port; the flag's 8000 is what
 // pods without one would use.
-func TestServeSeedServiceDiscoveryCommandLine(t *testing.T) {
-	seed := strings.Fields("--pd-disaggregation --service-discovery --prefill-selector role=prefill --decode-selector role=decode --service-discovery-port 8000")
-	cfg := defaults(t, append(seed, "--port", "0", "--prometheus-port", "-1")...)
+func TestServeSMGServiceDiscoveryCommandLine(t *testing.T) {
+	line := strings.Fields("--pd-disaggregation --service-discovery --prefill-selector role=prefill --decode-selector role=decode --service-discovery-port 8000")
+	cfg := defaults(t, append(line, "--port", "0", "--prometheus-port", "-1")...)
 	if cfg.discovery.port != 8000 || cfg.discovery.prefill.String() != "role=prefill" || cfg.discovery.decode.String() != "role=decode" {
 		t.Fatalf("parsed %+v", cfg.discovery)
 	}

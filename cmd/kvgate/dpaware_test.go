@@ -18,14 +18,14 @@ import (
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// The seeds' DP-aware command line, `--dp-aware --worker-urls
+// SMG's documented DP-aware command line, `--dp-aware --worker-urls
 // http://worker1:8000 http://worker2:8000`, with two simulated engines of two
 // data-parallel ranks each in place of worker1 and worker2: four workers,
 // named and labelled url@rank, serving requests.
-func TestServeDPAwareSeedLine(t *testing.T) {
-	seed := defaults(t, "--dp-aware", "--worker-urls", "http://worker1:8000", "http://worker2:8000")
-	if !seed.dpAware || !slices.Equal([]string(seed.workerURLs), []string{"http://worker1:8000", "http://worker2:8000"}) {
-		t.Fatalf("seed line parsed as dp-aware %v, workers %v", seed.dpAware, seed.workerURLs)
+func TestServeDPAwareSMGLine(t *testing.T) {
+	cfg := defaults(t, "--dp-aware", "--worker-urls", "http://worker1:8000", "http://worker2:8000")
+	if !cfg.dpAware || !slices.Equal([]string(cfg.workerURLs), []string{"http://worker1:8000", "http://worker2:8000"}) {
+		t.Fatalf("SMG's line parsed as dp-aware %v, workers %v", cfg.dpAware, cfg.workerURLs)
 	}
 
 	var urls, want []string

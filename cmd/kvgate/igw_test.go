@@ -16,15 +16,15 @@ import (
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// The seeds' IGW command line, `--enable-igw --worker-urls
+// SMG's documented IGW command line, `--enable-igw --worker-urls
 // http://worker1:8000 http://worker2:8000`, with two simulated engines
 // serving two models in place of worker1 and worker2: each model's requests
 // reach its own engine, Chat renders with its engine's tokenizer, and a model
 // no engine serves is NOT_FOUND.
-func TestServeIGWSeedLine(t *testing.T) {
-	seed := defaults(t, "--enable-igw", "--worker-urls", "http://worker1:8000", "http://worker2:8000")
-	if !seed.igw || !slices.Equal([]string(seed.workerURLs), []string{"http://worker1:8000", "http://worker2:8000"}) {
-		t.Fatalf("seed line parsed as igw %v, workers %v", seed.igw, seed.workerURLs)
+func TestServeIGWSMGLine(t *testing.T) {
+	cfg := defaults(t, "--enable-igw", "--worker-urls", "http://worker1:8000", "http://worker2:8000")
+	if !cfg.igw || !slices.Equal([]string(cfg.workerURLs), []string{"http://worker1:8000", "http://worker2:8000"}) {
+		t.Fatalf("SMG's line parsed as igw %v, workers %v", cfg.igw, cfg.workerURLs)
 	}
 	var urls []string
 	models := []string{"alpha", "beta"}

@@ -14,7 +14,7 @@ import (
 // value given is used as given: 0 is a value, never "the default", and
 // policy.New refuses one out of range with a message naming the flag.
 //
-// Three flags serve two policies whose seed defaults differ: the balance
+// Three flags serve two policies whose SMG defaults differ: the balance
 // thresholds (cache_aware 64 / 1.5, bucket 32 / 1.0001) and the eviction
 // interval (cache_aware 120 s, manual 60 s). They are registered with
 // cache_aware's default; when not given on the command line, the other
@@ -72,7 +72,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.speculativeTTLMs, "speculative-ttl-ms", int(ca.SpeculativeTTL/time.Millisecond),
 		"cache_aware, workers with KV events: how long after a request ends the pages its routing decision expected on the worker stay in the tree unless an event confirmed them, ≥ 0")
 	fs.StringVar(&p.cacheAwareMode, "cache-aware-mode", ca.Mode,
-		"cache_aware, vllm_cache_aware: selection rule: seed (the longest match over --cache-threshold unless the fleet is imbalanced) or cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least)")
+		"cache_aware, vllm_cache_aware: selection rule: threshold (the longest match over --cache-threshold unless the fleet is imbalanced) or cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least)")
 	fs.Float64Var(&p.decodeWeight, "cache-aware-decode-weight", ca.DecodeWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of a worker's KV tokens held by running requests against prompt tokens to prefill, ≥ 0")
 	fs.Float64Var(&p.evictWeight, "cache-aware-evict-weight", ca.EvictWeight,
@@ -122,7 +122,7 @@ func (p *policyFlags) validate() error {
 	// The two cache-aware policies share --cache-aware-mode and its
 	// weight: vllm_cache_aware's are checked with cache_aware's, once.
 	v := o.VllmCacheAware
-	v.Mode, v.DecodeWeight, v.EvictWeight = policy.ModeSeed, 0, 0
+	v.Mode, v.DecodeWeight, v.EvictWeight = policy.ModeThreshold, 0, 0
 	return errors.Join(o.CacheAware.Validate(), o.PrefixHash.Validate(), o.Manual.Validate(),
 		o.Bucket.Validate(), v.Validate())
 }

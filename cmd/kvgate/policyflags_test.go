@@ -69,7 +69,7 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 			func(o policy.Options) bool {
 				return o.VllmCacheAware == policy.VllmCacheAwareConfig{BlockSize: 32, MaxBlocksPerBackend: 500,
 					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition,
-					Mode: policy.ModeSeed, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight}
+					Mode: policy.ModeThreshold, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight}
 			}},
 		{"--cache-aware-mode and its weights reach both cache-aware policies", []string{"--cache-aware-mode", "cost", "--cache-aware-decode-weight", "0", "--cache-aware-evict-weight", "0"},
 			func(o policy.Options) bool {

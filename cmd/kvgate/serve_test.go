@@ -187,7 +187,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 
 func proto32(v uint32) *uint32 { return &v }
 
-// TestEmbeddedPD runs the seed's PD example shape on the embedded default:
+// TestEmbeddedPD runs SMG's PD example shape on the embedded default:
 // prefill and decode simulated engines in-process.
 func TestEmbeddedPD(t *testing.T) {
 	cfg := defaults(t, "--pd-disaggregation", "--port", "0", "--prometheus-port", "-1", "--embedded-time-scale", "0",

@@ -25,7 +25,7 @@ type Metric struct {
 type Doc struct {
 	Metrics map[string]Metric
 	// Blocks are the fenced PromQL code blocks (info string "promql", with
-	// optional words after it, such as "promql seed").
+	// optional words after it, such as "promql smg").
 	Blocks []Block
 }
 

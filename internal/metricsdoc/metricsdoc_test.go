@@ -45,7 +45,7 @@ const sample = "# Metrics\n\n" +
 	"|---|---|---|---|---|\n" +
 	"| `kvgate_a_total` | counter | `worker`, `code` | requests | a \\| b |\n" +
 	"| `kvgate_b_seconds` | histogram | — | seconds | b |\n" +
-	"\n```promql seed\nrate(kvgate_a_total[5m])\n```\n"
+	"\n```promql smg\nrate(kvgate_a_total[5m])\n```\n"
 
 func TestParse(t *testing.T) {
 	d, err := Parse(sample)
@@ -59,7 +59,7 @@ func TestParse(t *testing.T) {
 	if b := d.Metrics["kvgate_b_seconds"]; b.Type != "histogram" || b.Labels != nil {
 		t.Errorf("kvgate_b_seconds = %+v", b)
 	}
-	if len(d.Blocks) != 1 || d.Blocks[0].Info != "promql seed" || d.Blocks[0].Text != "rate(kvgate_a_total[5m])" {
+	if len(d.Blocks) != 1 || d.Blocks[0].Info != "promql smg" || d.Blocks[0].Text != "rate(kvgate_a_total[5m])" {
 		t.Errorf("blocks %+v", d.Blocks)
 	}
 	for name, want := range map[string]string{"kvgate_b_seconds_bucket": "kvgate_b_seconds", "kvgate_b_seconds_count": "kvgate_b_seconds",

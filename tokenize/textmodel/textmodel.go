@@ -256,7 +256,7 @@ func build(fl files, opts Options) (*Model, error) {
 	return m, nil
 }
 
-// findTemplate picks the chat template in the seed's order: an explicit
+// findTemplate picks the chat template in SMG's order: an explicit
 // --chat-template, chat_template.json, chat_template.jinja, any other .jinja
 // file (by name), then tokenizer_config.json's chat_template.
 func findTemplate(fl files, fromConfig string) (src, from string, err error) {

@@ -64,7 +64,7 @@ func render(t *testing.T, m *textmodel.Model) string {
 	return out
 }
 
-// TestTemplateDiscoveryOrder follows the seed's order: --chat-template, then
+// TestTemplateDiscoveryOrder follows SMG's order: --chat-template, then
 // chat_template.json, chat_template.jinja, any .jinja, tokenizer_config.json.
 func TestTemplateDiscoveryOrder(t *testing.T) {
 	explicit := filepath.Join(t.TempDir(), "mine.jinja")
