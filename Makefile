@@ -25,7 +25,7 @@ BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
 .PHONY: all build test check proto tools lint vet fmt-check clean testdata golden golden-check bench chaos fuzz-short \
-	sdk sdk-tools sdk-apt sdk-test sdk-install-test
+	sdk sdk-tools sdk-test sdk-install-test
 
 all: build
 
@@ -51,10 +51,6 @@ proto: tools
 	rm -rf api/gen
 	$(BIN)/buf generate
 
-## sdk-apt: nothing to install any more (the SDKs' generators and runtimes come from npm and PyPI,
-## see sdk-tools); kept so that callers keep working.
-sdk-apt:
-	@echo "sdk-apt: nothing to install: the SDK generators come from npm and PyPI (make sdk-tools)"
 
 ## sdk-tools: protoc-gen-es and the TypeScript SDK's dependencies (npm ci), and grpcio-tools (pinned,
 ## from PyPI) in a virtual environment under KVGATE_CACHE, rebuilt when its requirements change.
