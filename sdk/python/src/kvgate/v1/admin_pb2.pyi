@@ -182,7 +182,7 @@ class RemoveWorkerResponse(_message.Message):
     def __init__(self, worker: _Optional[_Union[Worker, _Mapping]] = ..., aborted: _Optional[int] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ["address", "breaker", "connecting", "draining", "engine_running", "engine_waiting", "health", "health_check", "in_flight", "kv_events", "kv_usage", "model", "protocol", "role", "vocab_size"]
+    __slots__ = ["address", "breaker", "connecting", "draining", "engine_running", "engine_waiting", "health", "health_check", "in_flight", "kv_events", "kv_usage", "model", "page_size", "protocol", "role", "vocab_size"]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BREAKER_FIELD_NUMBER: _ClassVar[int]
     CONNECTING_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,7 @@ class Worker(_message.Message):
     KV_EVENTS_FIELD_NUMBER: _ClassVar[int]
     KV_USAGE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -210,10 +211,11 @@ class Worker(_message.Message):
     kv_events: KvEventStream
     kv_usage: float
     model: str
+    page_size: int
     protocol: Protocol
     role: Role
     vocab_size: int
-    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ..., health_check: _Optional[str] = ..., vocab_size: _Optional[int] = ...) -> None: ...
+    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ..., health_check: _Optional[str] = ..., vocab_size: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
 
 class WorkerView(_message.Message):
     __slots__ = ["address", "breaker", "confirmed_tokens", "draining", "health", "in_flight", "load", "matched_tokens", "speculative_tokens"]
