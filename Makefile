@@ -279,3 +279,12 @@ $(REAL_STAMP): $(REAL_REQS)
 	$(if $(REAL_CA),SSL_CERT_FILE=$(REAL_CA)) $(REAL_VENV)/bin/uv pip install --python $(REAL_VENV)/bin/python \
 		--no-deps -r $(REAL_REQS)
 	touch $@
+
+## real-engines-bench: kvgate and SMG (cache_aware, then round_robin, alternating) in front of the
+## same two real vLLM engines with a short shared-prefix workload (200 requests a run, the engines'
+## caches flushed between runs); tables and JSON in BENCH_OUT (a new temp dir when empty). Not in CI:
+## about 6 minutes of engine start-up and 4 of runs on 2 cores.
+BENCH_OUT ?=
+.PHONY: real-engines-bench
+real-engines-bench: real-engines-env smg
+	KVGATE_CACHE=$(KVGATE_CACHE) SMG_BIN=$(SMG_BIN) scripts/realengine/bench.sh $(BENCH_OUT)
