@@ -272,7 +272,7 @@ real-engines: real-engines-env
 real-engines-env: $(REAL_STAMP) testdata
 	$(REAL_VENV)/bin/python scripts/realengine/build_model.py tokenize/testdata/tokenizers/qwen3 $(REAL_MODEL)
 
-$(REAL_STAMP): $(REAL_REQS)
+$(REAL_STAMP): | $(REAL_REQS)
 	rm -rf $(REAL_VENV)
 	$(REAL_PYTHON) -m venv $(REAL_VENV)
 	$(REAL_VENV)/bin/pip install -q uv==$(REAL_UV_VERSION)
