@@ -288,3 +288,18 @@ BENCH_OUT ?=
 .PHONY: real-engines-bench
 real-engines-bench: real-engines-env smg
 	KVGATE_CACHE=$(KVGATE_CACHE) SMG_BIN=$(SMG_BIN) scripts/realengine/bench.sh $(BENCH_OUT)
+
+## real-engines-nixl: NIXL (nixl 1.5.1 and its nixl-cu13 build, from PyPI; it runs on CPU over UCX) into
+## KVGATE_CACHE/nixl-site, beside the vLLM venv rather than in it, for vLLM's NixlConnector.
+## real-engines-pd: prefill/decode disaggregation with two real vLLM CPU engines and NIXL behind kvgate
+## serve --pd-disaggregation (scripts/realengine/pd.sh); not in CI (about 8 minutes on 2 cores).
+NIXL_VERSION ?= 1.5.1
+NIXL_SITE    := $(KVGATE_CACHE)/nixl-site
+.PHONY: real-engines-nixl real-engines-pd
+real-engines-nixl: $(NIXL_SITE)/.nixl-$(NIXL_VERSION)
+$(NIXL_SITE)/.nixl-$(NIXL_VERSION): $(REAL_STAMP)
+	rm -rf $(NIXL_SITE)
+	$(REAL_VENV)/bin/python -m pip install -q --no-deps --target $(NIXL_SITE) nixl==$(NIXL_VERSION) nixl-cu13==$(NIXL_VERSION)
+	touch $@
+real-engines-pd: real-engines-env real-engines-nixl
+	KVGATE_CACHE=$(KVGATE_CACHE) NIXL_SITE=$(NIXL_SITE) scripts/realengine/pd.sh
