@@ -287,7 +287,7 @@ real-engines: real-engines-env
 real-engines-env: $(REAL_STAMP) testdata
 	$(REAL_VENV)/bin/python scripts/realengine/build_model.py tokenize/testdata/tokenizers/qwen3 $(REAL_MODEL)
 
-$(REAL_STAMP): $(REAL_REQS)
+$(REAL_STAMP): | $(REAL_REQS)
 	rm -rf $(REAL_VENV)
 	$(REAL_PYTHON) -m venv $(REAL_VENV)
 	$(REAL_VENV)/bin/pip install -q uv==$(REAL_UV_VERSION)
@@ -314,3 +314,27 @@ $(OPENAI_SDK_VENV)/.openai-3.57.0:
 	test -x $(OPENAI_SDK_VENV)/bin/python || python3 -m venv $(OPENAI_SDK_VENV)
 	$(OPENAI_SDK_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(OPENAI_SDK_PINS)
 	touch $@
+
+## real-engines-bench: kvgate and SMG (cache_aware, then round_robin, alternating) in front of the
+## same two real vLLM engines with a short shared-prefix workload (200 requests a run, the engines'
+## caches flushed between runs); tables and JSON in BENCH_OUT (a new temp dir when empty). Not in CI:
+## about 6 minutes of engine start-up and 4 of runs on 2 cores.
+BENCH_OUT ?=
+.PHONY: real-engines-bench
+real-engines-bench: real-engines-env smg
+	KVGATE_CACHE=$(KVGATE_CACHE) SMG_BIN=$(SMG_BIN) scripts/realengine/bench.sh $(BENCH_OUT)
+
+## real-engines-nixl: NIXL (nixl 1.5.1 and its nixl-cu13 build, from PyPI; it runs on CPU over UCX) into
+## KVGATE_CACHE/nixl-site, beside the vLLM venv rather than in it, for vLLM's NixlConnector.
+## real-engines-pd: prefill/decode disaggregation with two real vLLM CPU engines and NIXL behind kvgate
+## serve --pd-disaggregation (scripts/realengine/pd.sh); not in CI (about 8 minutes on 2 cores).
+NIXL_VERSION ?= 1.5.1
+NIXL_SITE    := $(KVGATE_CACHE)/nixl-site
+.PHONY: real-engines-nixl real-engines-pd
+real-engines-nixl: $(NIXL_SITE)/.nixl-$(NIXL_VERSION)
+$(NIXL_SITE)/.nixl-$(NIXL_VERSION): $(REAL_STAMP)
+	rm -rf $(NIXL_SITE)
+	$(REAL_VENV)/bin/python -m pip install -q --no-deps --target $(NIXL_SITE) nixl==$(NIXL_VERSION) nixl-cu13==$(NIXL_VERSION)
+	touch $@
+real-engines-pd: real-engines-env real-engines-nixl
+	KVGATE_CACHE=$(KVGATE_CACHE) NIXL_SITE=$(NIXL_SITE) scripts/realengine/pd.sh

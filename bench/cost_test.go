@@ -76,7 +76,7 @@ func TestCostModeEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			r, err := runOnce(ctx, Config{Seed: 1}, wl, label, f.Addrs, f)
+			r, err := runOnce(ctx, Config{Seed: 1}, wl, label, mustDial(t, f.Addrs), f)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -27,7 +27,7 @@ type front interface {
 
 // genRequest is one request of a workload: token ids in, a fixed number of
 // tokens out (end-of-sequence ignored), sampled with seed so every router's
-// run sees the same outputs.
+// run sees the same outputs (noSeed: none sent).
 type genRequest struct {
 	prompt []uint32
 	maxNew uint32
@@ -80,8 +80,10 @@ func (f *grpcFront) generate(ctx context.Context, replica int, g genRequest, tok
 		SamplingParams: &kvgatev1.SamplingParams{
 			MaxNewTokens: &maxNew,
 			IgnoreEos:    true,
-			Seed:         &seed,
 		},
+	}
+	if seed != noSeed {
+		req.SamplingParams.Seed = &seed
 	}
 	// The loop leaves the stream at its completion, before io.EOF; ending
 	// the context frees gRPC's state for the stream at once rather than at

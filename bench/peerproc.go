@@ -185,15 +185,15 @@ type smgEvent struct {
 }
 
 func (f *smgFront) generate(ctx context.Context, _ int, g genRequest, tokens func()) (genResult, error) {
+	sp := map[string]any{"max_new_tokens": g.maxNew, "ignore_eos": true}
+	if g.seed != noSeed {
+		sp["sampling_seed"] = g.seed
+	}
 	body, err := json.Marshal(map[string]any{
-		"model":     f.model,
-		"input_ids": g.prompt,
-		"stream":    true,
-		"sampling_params": map[string]any{
-			"max_new_tokens": g.maxNew,
-			"ignore_eos":     true,
-			"sampling_seed":  g.seed,
-		},
+		"model":           f.model,
+		"input_ids":       g.prompt,
+		"stream":          true,
+		"sampling_params": sp,
 	})
 	if err != nil {
 		return genResult{}, err

@@ -322,7 +322,7 @@ func peerThroughput(ctx context.Context, cfg Config, pc PeerConfig, run peerRun)
 		wg.Go(func() {
 			for time.Now().Before(deadline) && ctx.Err() == nil {
 				p := pool[int(next.Add(1))%len(pool)]
-				if _, err := f.front.generate(ctx, 0, genRequest{prompt: p, maxNew: 1, seed: cfg.Seed}, func() {}); err != nil {
+				if _, err := f.front.generate(ctx, 0, genRequest{prompt: p, maxNew: 1, seed: requestSeed(cfg)}, func() {}); err != nil {
 					failed.Add(1)
 					continue
 				}

@@ -156,3 +156,62 @@ func TestPeersSMG(t *testing.T) {
 		}
 	}
 }
+
+// TestPeersSMGTarget: `kvgate bench --target HOST:PORT --target-front smg`
+// measures an SMG already running (as in front of real engines), through its
+// HTTP /generate with token ids: every request succeeds, the run carries the
+// label given, and the cached tokens SMG relays are the engines' own.
+func TestPeersSMGTarget(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("starts SMG as a process")
+	}
+	if raceDetector {
+		t.Skip("each simulated engine parses Llama 3's tokenizer, minutes under the race detector; make smg-test runs this test without it")
+	}
+	smg := smgBin()
+	if smg == "" {
+		t.Skip("SMG is not installed: make smg installs it (smg 1.13.0 from PyPI) into $(KVGATE_CACHE)/smg-venv; or set KVGATE_SMG_BIN")
+	}
+	tok, err := filepath.Abs("../tokenize/testdata/tokenizers/llama3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(tok, "tokenizer.json")); err != nil {
+		t.Skipf("Llama 3's tokenizer files are not in this checkout (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	wc := DefaultWorkloadConfig()
+	wc.Name, wc.Groups, wc.PromptsPerGroup, wc.SystemTokens, wc.QuestionTokens, wc.OutputTokens = SharedPrefix, 2, 6, 256, 16, 4
+	wl, err := Generate(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := SimConfig()
+	sc.TimeScale = 0.05
+	var logs bytes.Buffer
+	pc := PeerConfig{SMGBin: smg, TokenizerDir: tok, Stderr: &logs}
+	f, err := startPeerFleet(ctx, pc, peerRun{PeerSMG, "cache_aware"}, 2, sc)
+	if err != nil {
+		t.Fatalf("starting SMG in front of 2 engines: %v\n%s", err, logs.String())
+	}
+	defer f.close()
+	addr := strings.TrimPrefix(f.front.(*smgFront).url, "http://")
+
+	cfg := Config{Target: addr, TargetFront: PeerSMG, TargetModel: sc.Model, TargetLabel: "smg:cache_aware", Concurrency: 4, Seed: 1}
+	rep, err := Run(ctx, cfg, wl)
+	if err != nil {
+		t.Fatalf("Run against SMG at %s: %v\n%s", addr, err, logs.String())
+	}
+	if len(rep.Runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(rep.Runs))
+	}
+	r := rep.Runs[0]
+	if r.Policy != "smg:cache_aware" || r.Requests != wl.Size() || r.Errors != 0 {
+		t.Fatalf("run %q: %d requests, %d errors; want smg:cache_aware, %d, none", r.Policy, r.Requests, r.Errors, wl.Size())
+	}
+	_, prompt, cached := f.engineCounts()
+	if want := float64(cached) / float64(prompt); cached == 0 || r.CacheHitRate != want {
+		t.Errorf("SMG relayed a hit rate of %v, the engines counted %v (%d of %d prompt tokens)", r.CacheHitRate, want, cached, prompt)
+	}
+}

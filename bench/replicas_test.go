@@ -71,7 +71,7 @@ func TestReplicatedFleet(t *testing.T) {
 		t.Fatalf("Addr %q, Addrs %q: want two routers, Addr the first", f.Addr, f.Addrs)
 	}
 	cfg := Config{Workers: 2, Routers: []int{2}, Sim: sc, Concurrency: 1, Seed: 1}
-	r, err := runOnce(ctx, cfg, wl, "cache_aware", f.Addrs, f)
+	r, err := runOnce(ctx, cfg, wl, "cache_aware", mustDial(t, f.Addrs), f)
 	if err != nil {
 		f.Close()
 		t.Fatal(err)
@@ -201,4 +201,14 @@ func TestRunRejectsRouterCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustDial is a client of the routers at addrs; runOnce closes it.
+func mustDial(t *testing.T, addrs []string) front {
+	t.Helper()
+	fr, err := dialRouters(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fr
 }

@@ -37,8 +37,18 @@ type Config struct {
 	// Sim configures each simulated engine (see SimConfig).
 	Sim sim.Config
 	// Target, when set, is a running router (host:port) to measure instead of
-	// in-process fleets: one run, labelled "target".
+	// in-process fleets: one run, labelled "target" or TargetLabel.
 	Target string
+	// TargetFront is the API Target serves: "" for kvgate's gRPC Router
+	// service, PeerSMG for SMG's HTTP /generate with token ids, so that a
+	// peer already running (in front of real engines, say) is measured as
+	// `--peers` measures the one it starts.
+	TargetFront string
+	// TargetModel is the model a PeerSMG target is asked for (SMG's
+	// /generate refuses a request that names no model it serves).
+	TargetModel string
+	// TargetLabel labels the target's run ("" is "target").
+	TargetLabel string
 	// Concurrency caps requests in flight (0: unlimited, which needs timed
 	// arrivals: a --qps or a trace).
 	Concurrency int
@@ -47,6 +57,10 @@ type Config struct {
 	// seeds the choice of replica, so a run can be repeated request for
 	// request.
 	Seed int32
+	// Unseeded sends no sampling seed: outputs then differ from run to run,
+	// but an engine that cannot take a seed serves (vLLM's CPU build dies on
+	// a seeded request whose prefill is split).
+	Unseeded bool
 	// Progress, when not nil, receives a line as each run ends.
 	Progress io.Writer
 	// Live, when not nil, is a terminal: while a run lasts, one status line
@@ -88,10 +102,15 @@ func Run(ctx context.Context, cfg Config, wl *Workload) (*Report, error) {
 		if !slices.Equal(routers, []int{1}) {
 			return nil, fmt.Errorf("--routers %v: a --target is one router; replicas need in-process fleets", routers)
 		}
-		if err := probeVocabulary(ctx, cfg.Target); err != nil {
+		fr, err := targetFront(ctx, cfg)
+		if err != nil {
 			return nil, err
 		}
-		r, err := runOnce(ctx, cfg, wl, "target", []string{cfg.Target}, nil)
+		label := cfg.TargetLabel
+		if label == "" {
+			label = "target"
+		}
+		r, err := runOnce(ctx, cfg, wl, label, fr, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -128,7 +147,28 @@ func runFleet(ctx context.Context, cfg Config, wl *Workload, label string, route
 		return PolicyRun{}, err
 	}
 	defer f.Close()
-	return runOnce(ctx, cfg, wl, label, f.Addrs, f)
+	fr, err := dialRouters(f.Addrs)
+	if err != nil {
+		return PolicyRun{}, err
+	}
+	return runOnce(ctx, cfg, wl, label, fr, f)
+}
+
+// targetFront is the client of cfg.Target through the front it serves.
+func targetFront(ctx context.Context, cfg Config) (front, error) {
+	switch cfg.TargetFront {
+	case "":
+		if err := probeVocabulary(ctx, cfg.Target); err != nil {
+			return nil, err
+		}
+		return dialRouters([]string{cfg.Target})
+	case PeerSMG:
+		if cfg.TargetModel == "" {
+			return nil, fmt.Errorf("--target-front %s: --target-model must name the model SMG serves (its /generate refuses a request without one)", PeerSMG)
+		}
+		return newSMGFront("http://"+cfg.Target, cfg.TargetModel), nil
+	}
+	return nil, fmt.Errorf("--target-front %q: want empty (kvgate's gRPC Router service) or %s (SMG's HTTP /generate)", cfg.TargetFront, PeerSMG)
 }
 
 // runLabel names a run: the policy, and when some run of the report has
@@ -140,13 +180,9 @@ func runLabel(policy string, routers int, replicated bool) string {
 	return fmt.Sprintf("%s ×%d", policy, routers)
 }
 
-// runOnce drives wl through the routers at addrs, one connection each, and
-// summarizes it; f, when not nil, is the fleet behind them.
-func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, addrs []string, f *Fleet) (PolicyRun, error) {
-	fr, err := dialRouters(addrs)
-	if err != nil {
-		return PolicyRun{}, err
-	}
+// runOnce drives wl through fr, and closes it, and summarizes the run; f,
+// when not nil, is the fleet behind it.
+func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, fr front, f *Fleet) (PolicyRun, error) {
 	defer fr.close()
 	workers := 0
 	if f != nil {
@@ -170,7 +206,7 @@ func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, addrs 
 func drive(ctx context.Context, cfg Config, wl *Workload, label string, fr front, workers int, after func()) (PolicyRun, error) {
 	d := &driver{
 		front:     fr,
-		seed:      cfg.Seed,
+		seed:      requestSeed(cfg),
 		routeSeed: uint64(uint32(cfg.Seed)),
 	}
 	if cfg.Concurrency > 0 {
@@ -197,6 +233,18 @@ func drive(ctx context.Context, cfg Config, wl *Workload, label string, fr front
 	}
 	r.outcomes = d.outcomes
 	return r, nil
+}
+
+// noSeed is genRequest.seed for a request that carries no seed.
+const noSeed = -1
+
+// requestSeed is the sampling seed cfg sends with each request, noSeed when
+// it is Unseeded.
+func requestSeed(cfg Config) int32 {
+	if cfg.Unseeded {
+		return noSeed
+	}
+	return cfg.Seed
 }
 
 // reportRun prints a run's progress line and fails a run whose every

@@ -107,6 +107,7 @@ func (a *admin) workerPB(w *workers.Worker) *kvgatev1.Worker {
 		Connecting:    !w.Connected(),
 		HealthCheck:   w.HealthCheckInUse(),
 		VocabSize:     uint32(max(w.Info().VocabSize, 0)),
+		PageSize:      uint32(max(w.Info().PageSize, 0)),
 	}
 	if pb.VocabSize == 0 {
 		for _, r := range a.s.routes.all() {

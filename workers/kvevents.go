@@ -94,6 +94,11 @@ type KVEventBatch struct {
 	// engine does not say.
 	DPRank int
 	Events []KVEvent
+	// LoadOnly marks a batch that carries only the engine's load
+	// (load.load_only) and no event: SMG's vLLM servicer sends one, under
+	// the number of the last batch, after a batch and each second the
+	// stream is idle. It is a heartbeat, neither applied nor a duplicate.
+	LoadOnly bool
 }
 
 // KVEventHandler applies a worker's KV events to whatever mirrors its cache.

@@ -106,6 +106,7 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 		ts        float64
 		rank      int32
 		hasRank   bool
+		loadOnly  bool
 		malformed error
 	)
 	fail := func(why string) { malformed = errWire{why} }
@@ -159,6 +160,8 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 			md := (&smgcommon.KvEventBatch{}).ProtoReflect().Descriptor().Fields().ByNumber(num).Message()
 			if err := wellFormed(v, md); err != nil {
 				malformed = err
+			} else if num == fBatchLoad {
+				loadOnly = loadOnlyOf(v)
 			}
 		default:
 			m := protowire.ConsumeFieldValue(num, typ, b)
@@ -176,7 +179,7 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 		return nil, status.Errorf(codes.DataLoss, "a KV event batch is not a valid smg.grpc.common.KvEventBatch: %v is malformed", malformed)
 	}
 
-	out := &KVEventBatch{Seq: seq}
+	out := &KVEventBatch{Seq: seq, LoadOnly: loadOnly && len(d.events) == 0}
 	switch {
 	case math.IsNaN(ts) || ts < 0 || ts > maxKVTimestamp:
 		return nil, bad("timestamp %v is not a time", ts)
@@ -582,4 +585,34 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 		return 0, 0, -1
 	}
 	return num, typ, n
+}
+
+// fLoadOnly is EngineLoad.load_only, bool.
+const fLoadOnly = 9
+
+// loadOnlyOf reads load_only from a well-formed EngineLoad (the last value
+// wins, as protobuf's).
+func loadOnlyOf(b []byte) bool {
+	on := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if num == fLoadOnly && typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return false
+			}
+			on, b = v != 0, b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return false
+		}
+		b = b[m:]
+	}
+	return on
 }

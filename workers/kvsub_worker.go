@@ -277,6 +277,11 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 	}
 	k.update(func(s *KVEventStatus) { s.LastBatch, s.Lag = at, lag })
 
+	if b.LoadOnly {
+		// A heartbeat: the stream is alive; there is nothing to apply.
+		k.confirm()
+		return true
+	}
 	rank := b.DPRank
 	first := !seen[rank]
 	seen[rank] = true

@@ -104,15 +104,32 @@ func TestCacheAwareKeepsAPrefixOnOneEngine(t *testing.T) {
 }
 
 // TestKVEventsMirrorTheEngineCache: what kvgate's mirror says an engine
-// holds, from the engine's own KV events, is what the engine finds in its
-// cache when asked with the same prompt.
+// holds, from the engine's own KV events (SubscribeKvEvents, which the gRPC
+// servicer relays from vLLM's ZMQ publisher), is what the engine finds in
+// its cache when asked with the same prompt.
 func TestKVEventsMirrorTheEngineCache(t *testing.T) {
 	s := env(t)
+	s.mirrorFollowsTheEngines(t, s.front, 6)
+}
+
+// TestZMQEventsMirrorTheEngineCache: the same, for a kvgate that takes the
+// events straight from vLLM's ZMQ publishers (--kv-events-zmq, connecting to
+// the PUB socket and its replay socket that each engine binds).
+func TestZMQEventsMirrorTheEngineCache(t *testing.T) {
+	s := env(t)
+	s.mirrorFollowsTheEngines(t, s.zmq, 40)
+}
+
+// mirrorFollowsTheEngines sends a prompt through f, then probes both engines
+// with prompts made from seed on, checking after each that f's mirror of
+// each engine equals the cached tokens the engine reports.
+func (s *realSuite) mirrorFollowsTheEngines(t *testing.T, f *front, seed uint64) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	prefix := randomIDs(6, 512)
-	full := append(slices.Clone(prefix), randomIDs(7, 300)...)
-	r, err := s.generate(ctx, &kvgatev1.GenerateRequest{InputIds: full, SamplingParams: greedy(1)})
+	prefix := randomIDs(seed, 512)
+	full := append(slices.Clone(prefix), randomIDs(seed+1, 300)...)
+	r, err := f.generate(ctx, &kvgatev1.GenerateRequest{InputIds: full, SamplingParams: greedy(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,12 +146,12 @@ func TestKVEventsMirrorTheEngineCache(t *testing.T) {
 		home, other uint32 // tokens each holds when the probe is asked
 	}{
 		{"the prompt", full, stored, 0},
-		{"its prefix and another ending", append(slices.Clone(prefix), randomIDs(8, 40)...), uint32(len(prefix)), uint32(len(prefix))},
-		{"a prompt never sent", randomIDs(9, 200), 0, 0},
+		{"its prefix and another ending", append(slices.Clone(prefix), randomIDs(seed+2, 40)...), uint32(len(prefix)), uint32(len(prefix))},
+		{"a prompt never sent", randomIDs(seed+3, 200), 0, 0},
 	}
 	for _, p := range probes {
 		waitFor(t, 30*time.Second, p.name+": kvgate's mirror caught up with the engines' events", func() (bool, string) {
-			ex := s.explain(ctx, t, p.ids)
+			ex := f.explain(ctx, t, p.ids)
 			h, o := confirmedOn(ex, home), confirmedOn(ex, other)
 			return h == p.home && o == p.other, fmt.Sprintf("confirmed %d on %s, %d on %s; want %d and %d", h, home.url(), o, other.url(), p.home, p.other)
 		})
@@ -151,13 +168,13 @@ func TestKVEventsMirrorTheEngineCache(t *testing.T) {
 			}
 		}
 	}
-	ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+	ws, err := f.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range ws.GetWorkers() {
-		if ev := w.GetKvEvents(); ev.GetBatches() == 0 || ev.GetGaps() != 0 {
-			t.Errorf("%s: KV events %v; want batches and no gaps", w.GetAddress(), ev)
+		if ev := w.GetKvEvents(); ev.GetMode() != "events" || ev.GetBatches() == 0 || ev.GetGaps() != 0 {
+			t.Errorf("%s: KV events %v; want mode events, batches and no gaps", w.GetAddress(), ev)
 		}
 	}
 }

@@ -38,7 +38,8 @@ const envVar = "KVGATE_REAL_ENGINES"
 // modelName is what the engines serve the tiny model as.
 const modelName = "tiny-qwen3"
 
-// blockSize is the engines' KV block size, given to kvgate as its page size.
+// blockSize is the engines' KV block size; kvgate is not told it, it learns
+// it from their GetServerInfo.
 // vLLM's CPU attention takes multiples of 32 only ("No common block size for
 // 16 (CPU_ATTN: [MultipleOf(32)])").
 const blockSize = 32
@@ -48,8 +49,9 @@ const blockSize = 32
 const engineStartTimeout = 25 * time.Minute
 
 // attachVar, for working on the tests, names engines already running
-// (host:port,host:port, started as engineArgs does) instead of starting them;
-// the test that kills and restarts one then skips.
+// (host:port,host:port, started as engineArgs does, their ZMQ publisher on
+// port+1 and its replay socket on port+2) instead of starting them; the test
+// that kills and restarts one then skips.
 const attachVar = "KVGATE_REAL_ENGINES_ATTACH"
 
 // suite is what TestMain started; nil when the tests skip.
@@ -74,18 +76,28 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// realSuite is two vLLM engines and one kvgate in front of them.
+// realSuite is two vLLM engines and two kvgates in front of them: the one
+// the tests use (its embedded front), which takes the engines' KV events
+// from SubscribeKvEvents, and zmq, which takes them from the engines' ZMQ
+// publishers instead.
 type realSuite struct {
 	dir      string // KVGATE_REAL_ENGINES
 	python   string // the venv's python
 	model    string // the tiny model's directory
 	logs     string // where every process writes its output
+	bin      string // the kvgate binary
 	engines  [2]*engine
 	attached bool // the engines are someone else's: never kill them
-	kvgate   *proc
-	conn     *grpc.ClientConn // to kvgate
-	router   kvgatev1.RouterClient
-	admin    kvgatev1.AdminClient
+	*front
+	zmq *front
+}
+
+// front is one kvgate process and a client of it.
+type front struct {
+	p      *proc
+	conn   *grpc.ClientConn
+	router kvgatev1.RouterClient
+	admin  kvgatev1.AdminClient
 }
 
 // env returns the running suite, or skips t when KVGATE_REAL_ENGINES is unset.
@@ -220,7 +232,7 @@ func startSuite(dir string) (*realSuite, error) {
 	}
 	s.logs = logs
 	fmt.Fprintf(os.Stderr, "real engines: logs in %s\n", logs)
-	ports, err := freePorts(8)
+	ports, err := freePorts(10)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +243,7 @@ func startSuite(dir string) (*realSuite, error) {
 		if err := s.attach(attach); err != nil {
 			return s, err
 		}
-		return s, s.startKvgate(ports[6], ports[7])
+		return s, s.startKvgates(ports[6:])
 	}
 	// Both engines load at once: on two cores most of their start is imports.
 	errs := make([]error, len(s.engines))
@@ -243,10 +255,7 @@ func startSuite(dir string) (*realSuite, error) {
 	if err := errors.Join(errs...); err != nil {
 		return s, err
 	}
-	if err := s.startKvgate(ports[6], ports[7]); err != nil {
-		return s, err
-	}
-	return s, nil
+	return s, s.startKvgates(ports[6:])
 }
 
 // engineArgs is the command line of one vLLM gRPC server: the tiny model in
@@ -287,9 +296,11 @@ func (s *realSuite) attach(addrs string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", attachVar, err)
 		}
-		if _, err := fmt.Sscan(port, &s.engines[i].port); err != nil {
+		e := s.engines[i]
+		if _, err := fmt.Sscan(port, &e.port); err != nil {
 			return fmt.Errorf("%s: %w", attachVar, err)
 		}
+		e.eventPort, e.replay = e.port+1, e.port+2
 		if err := s.dialEngine(s.engines[i]); err != nil {
 			return err
 		}
@@ -345,46 +356,65 @@ func (s *realSuite) startEngine(e *engine) error {
 	}
 }
 
-// startKvgate builds kvgate (or takes KVGATE_BIN) and starts it in front of
-// both engines, with no tokenizer of its own: it fetches the engines'.
-func (s *realSuite) startKvgate(port, promPort int) error {
-	bin := os.Getenv("KVGATE_BIN")
-	if bin == "" {
-		bin = filepath.Join(s.logs, "kvgate")
-		build := exec.Command("go", "build", "-o", bin, "github.com/kvgate/kvgate/cmd/kvgate")
+// startKvgates builds kvgate (or takes KVGATE_BIN) and starts the two
+// fronts on ports (four: each one's gRPC and Prometheus ports).
+func (s *realSuite) startKvgates(ports []int) error {
+	s.bin = os.Getenv("KVGATE_BIN")
+	if s.bin == "" {
+		s.bin = filepath.Join(s.logs, "kvgate")
+		build := exec.Command("go", "build", "-o", s.bin, "github.com/kvgate/kvgate/cmd/kvgate")
 		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build kvgate: %w\n%s", err, out)
 		}
 	}
+	var err error
+	if s.front, err = s.startKvgate("kvgate", ports[0], ports[1]); err != nil {
+		return err
+	}
+	// The engines' publishers bind (tcp://*:PORT); kvgate connects.
+	var zmqFlags []string
+	for _, e := range s.engines {
+		zmqFlags = append(zmqFlags, "--kv-events-zmq",
+			fmt.Sprintf("%s=tcp://127.0.0.1:%d?replay=tcp://127.0.0.1:%d", e.url(), e.eventPort, e.replay))
+	}
+	s.zmq, err = s.startKvgate("kvgate-zmq", ports[2], ports[3], zmqFlags...)
+	return err
+}
+
+// startKvgate starts one kvgate in front of both engines, with no tokenizer
+// of its own (it fetches the engines'), and waits until both workers are
+// healthy.
+func (s *realSuite) startKvgate(name string, port, promPort int, extra ...string) (*front, error) {
 	urls := s.engines[0].url() + "," + s.engines[1].url()
-	p, err := startProc("kvgate", s.logs, nil, bin, "serve",
+	args := append([]string{s.bin, "serve",
 		"--worker-urls", urls, "--wait-for-workers",
 		"--port", fmt.Sprint(port), "--prometheus-port", fmt.Sprint(promPort),
-		"--policy", "cache_aware", "--block-size", fmt.Sprint(blockSize),
+		"--policy", "cache_aware",
 		"--health-check-interval", "1s", "--health-success-threshold", "1",
-		"--log-level", "debug")
+		"--log-level", "debug"}, extra...)
+	p, err := startProc(name, s.logs, nil, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.kvgate = p
+	f := &front{p: p}
 	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", port), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return err
+		return f, err
 	}
-	s.conn, s.router, s.admin = conn, kvgatev1.NewRouterClient(conn), kvgatev1.NewAdminClient(conn)
+	f.conn, f.router, f.admin = conn, kvgatev1.NewRouterClient(conn), kvgatev1.NewAdminClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
-		ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+		ws, err := f.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 		if err == nil && len(ws.GetWorkers()) == 2 && healthyAll(ws.GetWorkers()) {
-			return nil
+			return f, nil
 		}
 		if p.exited() {
-			return fmt.Errorf("kvgate exited:\n%s", p.tail(40))
+			return f, fmt.Errorf("%s exited:\n%s", name, p.tail(40))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kvgate's workers not ready (%v, %v):\n%s", ws, err, p.tail(40))
+			return f, fmt.Errorf("%s's workers not ready (%v, %v):\n%s", name, ws, err, p.tail(40))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -400,7 +430,9 @@ func healthyAll(ws []*kvgatev1.Worker) bool {
 }
 
 func (s *realSuite) stop() {
-	s.kvgate.kill()
+	for _, f := range []*front{s.front, s.zmq} {
+		f.stop()
+	}
 	for _, e := range s.engines {
 		if e != nil {
 			if !s.attached {
@@ -411,7 +443,14 @@ func (s *realSuite) stop() {
 			}
 		}
 	}
-	if s.conn != nil {
-		s.conn.Close()
+}
+
+func (f *front) stop() {
+	if f == nil {
+		return
+	}
+	f.p.kill()
+	if f.conn != nil {
+		f.conn.Close()
 	}
 }

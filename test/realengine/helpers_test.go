@@ -44,11 +44,11 @@ func (r result) streamedIDs() []uint32 {
 
 // generate calls kvgate's Generate and gathers the stream; md is gRPC
 // metadata as key, value pairs.
-func (s *realSuite) generate(ctx context.Context, req *kvgatev1.GenerateRequest, md ...string) (result, error) {
+func (f *front) generate(ctx context.Context, req *kvgatev1.GenerateRequest, md ...string) (result, error) {
 	if len(md) > 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	}
-	st, err := s.router.Generate(ctx, req)
+	st, err := f.router.Generate(ctx, req)
 	if err != nil {
 		return result{}, err
 	}
@@ -74,8 +74,8 @@ func (s *realSuite) generate(ctx context.Context, req *kvgatev1.GenerateRequest,
 }
 
 // chat calls kvgate's Chat and gathers the stream.
-func (s *realSuite) chat(ctx context.Context, req *kvgatev1.ChatRequest) (result, error) {
-	st, err := s.router.Chat(ctx, req)
+func (f *front) chat(ctx context.Context, req *kvgatev1.ChatRequest) (result, error) {
+	st, err := f.router.Chat(ctx, req)
 	if err != nil {
 		return result{}, err
 	}
@@ -180,9 +180,9 @@ func (s *realSuite) workerIndex(t *testing.T, url string) int {
 }
 
 // explain asks kvgate where ids would go and what it predicts.
-func (s *realSuite) explain(ctx context.Context, t *testing.T, ids []uint32) *kvgatev1.ExplainResponse {
+func (f *front) explain(ctx context.Context, t *testing.T, ids []uint32) *kvgatev1.ExplainResponse {
 	t.Helper()
-	r, err := s.admin.Explain(ctx, &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{
+	r, err := f.admin.Explain(ctx, &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{
 		Generate: &kvgatev1.GenerateRequest{InputIds: ids}}})
 	if err != nil {
 		t.Fatalf("Explain: %v", err)

@@ -88,9 +88,31 @@ func TestDetectsVLLMAndItsModel(t *testing.T) {
 		}
 	}
 
+	// The page size is the engines' block size, which kvgate, given no
+	// --block-size, learns from their GetServerInfo.
+	si, err := s.engines[0].client.GetServerInfo(ctx, &vllm.GetServerInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.GetBlockSize() != blockSize {
+		t.Errorf("engine's GetServerInfo block_size %d, want its --block-size %d", si.GetBlockSize(), blockSize)
+	}
+	for _, w := range ws.GetWorkers() {
+		if w.GetPageSize() != blockSize {
+			t.Errorf("worker %s: ListWorkers page_size %d, want the engine's block size %d", w.GetAddress(), w.GetPageSize(), blockSize)
+		}
+	}
+	ms, err := s.admin.ListModels(ctx, &kvgatev1.ListModelsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms.GetModels()) != 1 || ms.GetModels()[0].GetPageSize() != blockSize {
+		t.Errorf("ListModels %v, want one model paged by %d", ms.GetModels(), blockSize)
+	}
+
 	// The mirror of each engine's cache follows its events, which needs
-	// blocks of the page size kvgate was given: a block of another size
-	// would leave the worker approximate.
+	// blocks of the tree's page size: a block of another size would leave
+	// the worker approximate.
 	waitFor(t, time.Minute, "both workers on KV events", func() (bool, string) {
 		ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 		if err != nil {

@@ -246,6 +246,15 @@ type Faults struct {
 	// (within the context length), past its stop token ids and EOS, as an
 	// engine that drops the request's limits.
 	IgnoreMaxTokens bool
+	// RefuseSeed (vLLM protocol) fails a Generate that carries a sampling
+	// seed with INTERNAL, as vLLM's CPU build does (its engine then dies:
+	// torch's CPU random generator has no offset for it to rewind when a
+	// seeded prompt's prefill is split).
+	RefuseSeed bool
+	// KVEventLoadEcho follows each batch of a SubscribeKvEvents stream with
+	// a load-only batch (load.load_only) repeating its sequence number, as
+	// SMG's vLLM servicer sends its load heartbeats.
+	KVEventLoadEcho bool
 }
 
 // DefaultConfig returns an SGLang engine serving "kvgate-sim-8b" in real time,
@@ -323,6 +332,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&oovFlag{&c.Faults}, "emit-oov-after", "fault: emit an id beyond the vocabulary as the output token after this many (0: the first token)")
 	fs.BoolVar(&c.Faults.IgnoreAbort, "ignore-abort", c.Faults.IgnoreAbort, "fault: Abort and stream cancellation do nothing; requests run to their end")
 	fs.BoolVar(&c.Faults.IgnoreMaxTokens, "ignore-max-tokens", c.Faults.IgnoreMaxTokens, "fault: generate twice max_new_tokens plus 8 tokens, ignoring the limit, stop_token_ids and EOS")
+	fs.BoolVar(&c.Faults.KVEventLoadEcho, "kv-event-load-echo", c.Faults.KVEventLoadEcho, "fault: follow each KV event batch of a SubscribeKvEvents stream with a load-only batch repeating its sequence number, as SMG's vLLM servicer's heartbeats do")
+	fs.BoolVar(&c.Faults.RefuseSeed, "refuse-seed", c.Faults.RefuseSeed, "fault (vllm protocol): fail a Generate that carries a sampling seed with INTERNAL, as vLLM's CPU build does")
 	fs.IntVar(&c.Faults.KVEventFloodRanks, "kv-event-flood-ranks", c.Faults.KVEventFloodRanks, "fault: with --kv-event-flood-blocks, also publish the flood on dp ranks 1 to N-1, which the engine does not have (0 or 1: rank 0 only)")
 }
 

@@ -366,3 +366,24 @@ func (e *Engine) deliver(ctx context.Context, sub *kvSubscriber, b kvBatch, send
 	}
 	return nil
 }
+
+// streamSend is what a SubscribeKvEvents stream sends each batch with:
+// send, then, with Faults.KVEventLoadEcho, a load-only batch repeating the
+// batch's number, as SMG's vLLM servicer sends its load heartbeats. The
+// ZMQ publisher never echoes: vLLM's publisher has no such batches.
+func (e *Engine) streamSend(send func(*smgcommon.KvEventBatch) error) func(*smgcommon.KvEventBatch) error {
+	return func(b *smgcommon.KvEventBatch) error {
+		if err := send(b); err != nil {
+			return err
+		}
+		if !e.Faults().KVEventLoadEcho {
+			return nil
+		}
+		return send(&smgcommon.KvEventBatch{
+			SequenceNumber: b.GetSequenceNumber(),
+			Timestamp:      float64(time.Now().UnixNano()) / 1e9,
+			DpRank:         b.DpRank,
+			Load:           &smgcommon.EngineLoad{RunningRequests: uint32(e.activeRequests()), LoadOnly: true},
+		})
+	}
+}

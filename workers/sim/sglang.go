@@ -295,7 +295,7 @@ func (s *sglangServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest
 	if err := s.e.openKvEvents(stream); err != nil {
 		return err
 	}
-	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
+	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), s.e.streamSend(stream.Send))
 }
 
 func (s *sglangServer) GetTokenizer(_ *smgcommon.GetTokenizerRequest, stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {

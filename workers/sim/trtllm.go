@@ -232,7 +232,7 @@ func (s *trtllmServer) GetServerInfo(context.Context, *trtllm.GetServerInfoReque
 }
 
 func (s *trtllmServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, stream trtllm.TrtllmService_SubscribeKvEventsServer) error {
-	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
+	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), s.e.streamSend(stream.Send))
 }
 
 func (s *trtllmServer) GetTokenizer(_ *smgcommon.GetTokenizerRequest, stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {

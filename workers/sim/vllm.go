@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
@@ -103,6 +105,9 @@ func (s *vllmServer) request(req *vllm.GenerateRequest) (*request, error) {
 	}
 	var seed uint64
 	if sp.Seed != nil {
+		if e.Faults().RefuseSeed {
+			return nil, status.Errorf(codes.Internal, "sim: engine core failed: a seeded request (seed %d) on a CPU random generator, which has no offset", sp.GetSeed())
+		}
 		seed = uint64(int64(sp.GetSeed()))
 	}
 	greedy := sp.Temperature != nil && sp.GetTemperature() == 0
@@ -263,7 +268,7 @@ func (s *vllmServer) SubscribeKvEvents(req *smgcommon.SubscribeKvEventsRequest, 
 	if err := s.e.openKvEvents(stream); err != nil {
 		return err
 	}
-	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), stream.Send)
+	return s.e.subscribeKvEvents(stream.Context(), req.GetStartSequenceNumber(), s.e.streamSend(stream.Send))
 }
 
 func (s *vllmServer) GetTokenizer(_ *smgcommon.GetTokenizerRequest, stream grpc.ServerStreamingServer[smgcommon.GetTokenizerChunk]) error {

@@ -1220,7 +1220,13 @@ type Worker struct {
 	// The vocabulary size the router holds the worker's token ids to: the
 	// engine's vocab_size, or the model's tokenizer's when the engine reports
 	// none (0: neither is known).
-	VocabSize     uint32 `protobuf:"varint,14,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
+	VocabSize uint32 `protobuf:"varint,14,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
+	// The KV cache page size in tokens the engine reports (vLLM's
+	// GetServerInfo block_size, SGLang's page_size); 0 when it reports none.
+	// The cache_aware tree pages by it unless --block-size is given, so a
+	// worker whose figure differs from ListModels' page_size is matched
+	// approximately.
+	PageSize      uint32 `protobuf:"varint,16,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1356,6 +1362,13 @@ func (x *Worker) GetHealthCheck() string {
 func (x *Worker) GetVocabSize() uint32 {
 	if x != nil {
 		return x.VocabSize
+	}
+	return 0
+}
+
+func (x *Worker) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
 	}
 	return 0
 }
@@ -1575,7 +1588,7 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x12speculative_tokens\x18\t \x01(\rR\x11speculativeTokens\"\x14\n" +
 	"\x12ListWorkersRequest\"B\n" +
 	"\x13ListWorkersResponse\x12+\n" +
-	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xa7\x04\n" +
+	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xc4\x04\n" +
 	"\x06Worker\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12/\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x13.kvgate.v1.ProtocolR\bprotocol\x12#\n" +
@@ -1595,7 +1608,8 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\tkv_events\x18\r \x01(\v2\x18.kvgate.v1.KvEventStreamR\bkvEvents\x12!\n" +
 	"\fhealth_check\x18\x0f \x01(\tR\vhealthCheck\x12\x1d\n" +
 	"\n" +
-	"vocab_size\x18\x0e \x01(\rR\tvocabSize\"\x85\x03\n" +
+	"vocab_size\x18\x0e \x01(\rR\tvocabSize\x12\x1b\n" +
+	"\tpage_size\x18\x10 \x01(\rR\bpageSize\"\x85\x03\n" +
 	"\rKvEventStream\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x125\n" +

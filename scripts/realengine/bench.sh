@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# kvgate and SMG, one after the other, in front of the same two real vLLM
+# engines (the CPU build and the tiny model `make real-engines-env` prepares),
+# with the same short shared-prefix workload: kvgate:cache_aware,
+# smg:cache_aware, kvgate:round_robin, smg:round_robin. Each router is a
+# process of its own, started fresh for its run; the engines' prefix caches
+# are flushed (FlushCache) before each run, so no run inherits another's.
+# kvgate is driven through its gRPC Router service, SMG through its HTTP
+# /generate with the same token ids (`kvgate bench --target-front smg`).
+#
+# Usage: scripts/realengine/bench.sh [OUT_DIR]   (make real-engines-bench)
+# Environment: KVGATE_CACHE (~/.cache/kvgate), SMG_BIN (the smg launcher),
+# KVGATE_BIN (built when unset), BENCH_REQUESTS_PER_GROUP (50: 4 groups of
+# 50 requests, 200 per run), ROUTERS ("kvgate smg"), POLICIES
+# ("cache_aware round_robin"), ATTACH ("host:port host:port": engines already
+# running, started as below, instead of starting two).
+#
+# The hit rate is the engines' own cached-token counts (vLLM's
+# num_cached_tokens, which both routers relay per request) over the prompt
+# tokens. Every process this script starts is killed when it exits.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+CACHE=${KVGATE_CACHE:-$HOME/.cache/kvgate}
+PY=$CACHE/vllm-venv/bin/python
+MODEL=$CACHE/tiny-qwen3
+SMG=${SMG_BIN:-$CACHE/smg-venv/bin/smg}
+OUT=${1:-$(mktemp -d -t kvgate-real-bench-XXXXXX)}
+PER_GROUP=${BENCH_REQUESTS_PER_GROUP:-50}
+ROUTERS=${ROUTERS:-kvgate smg}
+POLICIES=${POLICIES:-cache_aware round_robin}
+mkdir -p "$OUT"
+for need in "$PY" "$MODEL/config.json"; do
+	[ -e "$need" ] || { echo "$need is missing: run make real-engines-env" >&2; exit 1; }
+done
+if [[ " $ROUTERS " == *" smg "* ]] && [ ! -x "$SMG" ]; then
+	echo "$SMG is missing: run make smg" >&2
+	exit 1
+fi
+
+KVGATE=${KVGATE_BIN:-$OUT/kvgate}
+if [ -z "${KVGATE_BIN:-}" ]; then
+	go build -o "$KVGATE" ./cmd/kvgate
+fi
+
+PIDS=()
+cleanup() {
+	for pid in "${PIDS[@]}"; do
+		kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT INT TERM
+
+# start NAME CMD...: runs CMD in a process group of its own (vLLM's engine
+# core is a child), its output in $OUT/NAME.log; sets STARTED to its pid.
+start() {
+	local name=$1
+	shift
+	setsid "$@" >"$OUT/$name.log" 2>&1 &
+	STARTED=$!
+	PIDS+=("$STARTED")
+}
+
+stop() {
+	kill -9 -- "-$1" 2>/dev/null || kill -9 "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
+
+if [ -n "${ATTACH:-}" ]; then
+	read -r -a ENGINES <<<"$ATTACH"
+	[ "${#ENGINES[@]}" -eq 2 ] || { echo "ATTACH=\"$ATTACH\": want two host:port" >&2; exit 1; }
+else
+	# Free loopback ports: the engines' gRPC ports and their ZMQ publishers'.
+	read -r E0 E1 Z0 Z1 < <("$PY" - <<-'EOF'
+	import socket
+	socks = [socket.socket() for _ in range(4)]
+	for s in socks:
+	    s.bind(("127.0.0.1", 0))
+	print(*(s.getsockname()[1] for s in socks))
+	EOF
+	)
+
+	# The engines as test/realengine starts them: float32, block size 32 (vLLM's
+	# CPU attention takes multiples of 32 only), prefix caching, KV events, one
+	# compute thread and 1 GiB of KV cache each.
+	ENGINES=()
+	i=0
+	for port in $E0 $E1; do
+		events=$(( port == E0 ? Z0 : Z1 ))
+		start "vllm-$i" env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
+			VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+			"$PY" -m vllm.entrypoints.launchers.grpc_server --model "$MODEL" --served-model-name tiny-qwen3 \
+			--host 127.0.0.1 --port "$port" --dtype float32 --max-model-len 4096 --block-size 32 \
+			--enable-prefix-caching --enforce-eager --max-num-seqs 16 \
+			--kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$events\"}"
+		ENGINES+=("127.0.0.1:$port")
+		i=$((i + 1))
+	done
+	echo "bench: starting two vLLM engines (logs in $OUT; minutes on a busy machine)" >&2
+	"$PY" scripts/realengine/engine_ctl.py wait-engines 1500 "${ENGINES[@]}"
+fi
+URLS="grpc://${ENGINES[0]},grpc://${ENGINES[1]}"
+
+# --unseeded: vLLM's CPU build dies on a seeded request whose prefill is
+# split ("CPU Generator does not use offset").
+WORKLOAD=(--workload shared-prefix --groups 4 --prompts-per-group "$PER_GROUP" --system-tokens 1024
+	--question-tokens 64 --output-tokens 16 --concurrency 8 --seed 1 --unseeded)
+
+for policy in $POLICIES; do
+	for router in $ROUTERS; do
+		label=$router:$policy
+		"$PY" scripts/realengine/engine_ctl.py flush "${ENGINES[@]}"
+		read -r PORT METRICS < <("$PY" -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*(x.getsockname()[1] for x in s))')
+		case $router in
+		kvgate)
+			start "$router-$policy" "$KVGATE" serve --host 127.0.0.1 --port "$PORT" --prometheus-port "$METRICS" \
+				--worker-urls "$URLS" --policy "$policy" --wait-for-workers --log-level warn
+			pid=$STARTED
+			"$PY" scripts/realengine/engine_ctl.py wait-serving 120 "127.0.0.1:$PORT"
+			front=()
+			;;
+		smg)
+			start "$router-$policy" "$SMG" launch --host 127.0.0.1 --port "$PORT" \
+				--worker-urls "grpc://${ENGINES[0]}" "grpc://${ENGINES[1]}" --policy "$policy" \
+				--tokenizer-path "$MODEL" --prometheus-host 127.0.0.1 --prometheus-port "$METRICS" --log-level warn
+			pid=$STARTED
+			ok=
+			for _ in $(seq 120); do
+				if curl -sf -m 30 "http://127.0.0.1:$PORT/generate" -H 'Content-Type: application/json' \
+					-d '{"model":"tiny-qwen3","input_ids":[1000],"sampling_params":{"max_new_tokens":1}}' >/dev/null; then
+					ok=1
+					break
+				fi
+				sleep 1 # SMG is another process: asking again is the signal
+			done
+			[ -n "$ok" ] || { echo "bench: SMG did not answer /generate; see $OUT/$router-$policy.log" >&2; exit 1; }
+			front=(--target-front smg --target-model tiny-qwen3)
+			# The readiness request warmed a block: start from empty caches.
+			"$PY" scripts/realengine/engine_ctl.py flush "${ENGINES[@]}"
+			;;
+		esac
+		"$KVGATE" bench --target "127.0.0.1:$PORT" --target-label "$label" "${front[@]}" "${WORKLOAD[@]}" \
+			--json "$OUT/$router-$policy.json" | tee "$OUT/$router-$policy.txt"
+		stop "$pid"
+	done
+done
+echo "bench: results in $OUT (*.txt tables, *.json reports)" >&2
