@@ -18,11 +18,11 @@ func Tokens(start uint32, n int) []uint32 {
 func FirstDiff[T comparable](got, want []T) string {
 	for i := range min(len(got), len(want)) {
 		if got[i] != want[i] {
-			return fmt.Sprintf("at %d: got %v, want %v", i, got[i], want[i])
+			return fmt.Sprintf("first difference at %d: got %v, want %v (lengths %d and %d)", i, got[i], want[i], len(got), len(want))
 		}
 	}
 	if len(got) != len(want) {
-		return fmt.Sprintf("one is a prefix of the other: got %d, want %d", len(got), len(want))
+		return fmt.Sprintf("one is a prefix of the other: got length %d, want %d", len(got), len(want))
 	}
 	return ""
 }
