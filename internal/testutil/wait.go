@@ -14,9 +14,14 @@ import (
 // small machine. It bounds a hung test; it is never a speed assertion.
 const Patience = 20 * time.Second
 
-// pollEvery is how often a condition is read again. Short, so that a
-// condition that comes true costs the test a few milliseconds at most.
-const pollEvery = 2 * time.Millisecond
+// firstPoll and lastPoll bound the pause between two reads of a
+// condition: it starts short, so that a condition that comes true soon
+// costs the test a millisecond, and doubles up to lastPoll, so that a long
+// wait (a tokenizer loading) does not take the cores it waits for.
+const (
+	firstPoll = time.Millisecond
+	lastPoll  = 20 * time.Millisecond
+)
 
 // Eventually fails t unless cond holds within Patience. It is for
 // conditions nothing signals (a metric, a view kept by another goroutine);
@@ -48,17 +53,18 @@ func poll(within time.Duration, cond func() (bool, string)) (bool, string) {
 	}
 	deadline := time.NewTimer(within)
 	defer deadline.Stop()
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for {
+	pause := time.NewTimer(firstPoll)
+	defer pause.Stop()
+	for next := firstPoll; ; next = min(2*next, lastPoll) {
 		select {
 		case <-deadline.C:
 			ok, seen = cond()
 			return ok, seen
-		case <-tick.C:
+		case <-pause.C:
 			if ok, seen = cond(); ok {
 				return true, seen
 			}
+			pause.Reset(next)
 		}
 	}
 }
