@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"io"
 	"math"
 	"slices"
@@ -189,21 +190,13 @@ func equalWorkloads(a, b *Workload) bool {
 	return true
 }
 
-func seq(start, n int) []uint32 {
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = uint32(start + i)
-	}
-	return out
-}
-
 func TestOracle(t *testing.T) {
 	var o Oracle
-	p1 := seq(0, 40)                                // nothing cached yet: 0
-	p2 := append(seq(0, 35), seq(1000, 10)...)      // shares 35 with p1 -> 32 page-aligned
-	p3 := seq(500, 20)                              // new: 0
-	p4 := append(seq(0, 40), seq(2000, 8)...)       // shares 40 with p1 -> 32
-	p5 := append(append(seq(0, 40), 7, 8, 9), 1, 2) // p1 + part of its output: 45 tokens, two whole pages
+	p1 := testutil.Tokens(0, 40)                                       // nothing cached yet: 0
+	p2 := append(testutil.Tokens(0, 35), testutil.Tokens(1000, 10)...) // shares 35 with p1 -> 32 page-aligned
+	p3 := testutil.Tokens(500, 20)                                     // new: 0
+	p4 := append(testutil.Tokens(0, 40), testutil.Tokens(2000, 8)...)  // shares 40 with p1 -> 32
+	p5 := append(append(testutil.Tokens(0, 40), 7, 8, 9), 1, 2)        // p1 + part of its output: 45 tokens, two whole pages
 	o.Observe(p1, []uint32{7, 8, 9, 10, 11, 12, 13, 14, 15})
 	o.Observe(p2, nil)
 	o.Observe(p3, nil)
@@ -218,8 +211,8 @@ func TestOracle(t *testing.T) {
 		t.Fatalf("Match(p5) = %d, want 32 (45 tokens hold two whole pages)", got)
 	}
 	var o2 Oracle
-	o2.Observe(seq(0, 40), seq(100, 9))
-	if m := o2.Match(append(seq(0, 40), seq(100, 8)...)); m != 48 {
+	o2.Observe(testutil.Tokens(0, 40), testutil.Tokens(100, 9))
+	if m := o2.Match(append(testutil.Tokens(0, 40), testutil.Tokens(100, 8)...)); m != 48 {
 		t.Fatalf("prompt + output but its last token: matched %d, want 48", m)
 	}
 }

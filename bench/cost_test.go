@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -136,7 +137,7 @@ func TestPrefillCountEndsAtFirstToken(t *testing.T) {
 			defer leave()
 			maxNew := uint32(8)
 			stream, err := kvgatev1.NewRouterClient(conn).Generate(sctx, &kvgatev1.GenerateRequest{
-				InputIds: seq(1, prompt), Stream: true,
+				InputIds: testutil.Tokens(1, prompt), Stream: true,
 				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: &maxNew, IgnoreEos: true},
 			})
 			if err != nil {
@@ -147,25 +148,15 @@ func TestPrefillCountEndsAtFirstToken(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, func() bool { return w.InFlight() == 1 })
+			testutil.Eventually(t, "the request in flight", func() bool { return w.InFlight() == 1 })
 			if got := w.PendingPrefill(); got != tc.wantPending {
 				t.Fatalf("%d prefill tokens pending with the request in flight, want %d", got, tc.wantPending)
 			}
 			leave()
-			waitFor(t, func() bool { return w.InFlight() == 0 })
+			testutil.Eventually(t, "nothing in flight", func() bool { return w.InFlight() == 0 })
 			if got := w.PendingPrefill(); got != 0 {
 				t.Fatalf("after the client left: %d prefill tokens pending, want 0", got)
 			}
 		})
-	}
-}
-
-// waitFor polls cond for up to ten seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10 s")
-		}
 	}
 }

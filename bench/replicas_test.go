@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"math"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +61,7 @@ func TestReplicatedFleet(t *testing.T) {
 	sc.TimeScale = 0
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	before := runtime.NumGoroutine()
+	testutil.NoLeaks(t) // checked after Close, when the test ends
 
 	f, err := StartReplicatedFleet(ctx, "cache_aware", 2, 2, sc)
 	if err != nil {
@@ -90,14 +90,6 @@ func TestReplicatedFleet(t *testing.T) {
 	}
 	if r.SameWorkerRate != nil {
 		t.Errorf("same-worker rate %v for a workload without conversations, want null", *r.SameWorkerRate)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/discovery"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -54,6 +56,9 @@ type cluster struct {
 	mu        sync.Mutex
 	open      []watch.Interface
 	failWatch atomic.Bool
+	// refused counts the lists and watches refused while failWatch holds:
+	// each is an informer that tried to see the API and could not.
+	refused atomic.Int64
 }
 
 type clusterOptions struct {
@@ -71,12 +76,14 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	c.k8s.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if c.failWatch.Load() {
+			c.refused.Add(1)
 			return true, nil, errors.New("injected: list refused")
 		}
 		return false, nil, nil // the tracker answers
 	})
 	c.k8s.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		if c.failWatch.Load() {
+			c.refused.Add(1)
 			return true, nil, errors.New("injected: watch refused")
 		}
 		w, err := c.k8s.Tracker().Watch(pods, a.GetNamespace())
@@ -147,13 +154,10 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	if o.pd {
 		informers = 2
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for c.watching() < informers {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d informers watch pods", c.watching(), informers)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.EventuallyState(t, testutil.Patience, fmt.Sprintf("%d informers to watch pods", informers), func() (bool, string) {
+		n := c.watching()
+		return n >= informers, fmt.Sprintf("%d watch", n)
+	})
 	return c
 }
 
@@ -247,13 +251,10 @@ func (c *cluster) fleet() []string {
 func (c *cluster) waitFleet(want ...string) {
 	c.t.Helper()
 	want = sorted(want...)
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(c.fleet(), want) {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("fleet is %q, want %q", c.fleet(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.EventuallyState(c.t, testutil.Patience, fmt.Sprintf("the fleet to be %q", want), func() (bool, string) {
+		got := c.fleet()
+		return slices.Equal(got, want), fmt.Sprintf("%q", got)
+	})
 }
 
 func sorted(s ...string) []string {
@@ -434,23 +435,24 @@ func TestRefusedPodIsRetried(t *testing.T) {
 	c := startCluster(t, clusterOptions{static: []string{url(e)}, retries: 10 * time.Millisecond, log: &log})
 	c.create(podOf("p", e, true, map[string]string{"app": "engine"}))
 	const refused = `msg="pod not added to the fleet; retrying with backoff"`
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(log.String(), refused) { // the first refusal
-		if time.Now().After(deadline) {
-			t.Fatalf("the pod was never refused; log:\n%s", log.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // several more attempts (10, 20, 40, 80 ms apart)
-	if n := strings.Count(log.String(), refused); n != 1 {
-		t.Errorf("the refusal was logged %d times, want once:\n%s", n, log.String())
-	}
+	testutil.Eventually(t, "the pod's first refusal", func() bool { return strings.Contains(log.String(), refused) })
+	// Several more attempts (10, 20, 40, 80 ms apart) are refused meanwhile;
+	// the line that reports the join says how many there were.
+	testutil.Never(t, "the refusal was logged again", 200*time.Millisecond, func() bool { return strings.Count(log.String(), refused) > 1 })
 	c.waitFleet("regular " + url(e))
 	if _, _, err := c.g.RemoveWorker(context.Background(), url(e), time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	// The static worker is gone; discovery's next attempt adds the pod's.
 	c.waitFleet("regular " + url(e))
+	testutil.Eventually(t, "the join after the refusals", func() bool { return strings.Contains(log.String(), "pod added after being refused") })
+	m := regexp.MustCompile(`pod added after being refused.* attempts=(\d+)`).FindStringSubmatch(log.String())
+	if attempts, err := strconv.Atoi(m[1]); err != nil || attempts < 3 {
+		t.Errorf("the pod joined after %s attempts, want several: the once-only refusal line is untested otherwise\n%s", m[1], log.String())
+	}
+	if n := strings.Count(log.String(), refused); n != 1 {
+		t.Errorf("the refusal was logged %d times, want once:\n%s", n, log.String())
+	}
 	c.delete("p")
 	c.waitFleet()
 }
@@ -472,7 +474,9 @@ func TestRelistAfterDroppedWatch(t *testing.T) {
 	c.dropWatches()
 	c.delete("p1")
 	c.create(podOf("p2", e2, true, sel))
-	time.Sleep(50 * time.Millisecond) // the informer is blind meanwhile
+	// The informers try to see the API again and are refused: they are
+	// blind meanwhile.
+	testutil.Eventually(t, "an informer refused by the API", func() bool { return c.refused.Load() > 0 })
 	if got, want := c.fleet(), sorted("regular "+url(e0), "regular "+url(e1)); !slices.Equal(got, want) {
 		t.Fatalf("fleet changed while the watch was down: %q (the test's watch reactor did not take effect)", got)
 	}

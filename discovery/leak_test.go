@@ -2,10 +2,9 @@ package discovery_test
 
 import (
 	"context"
-	"runtime"
 	"testing"
-	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -26,14 +25,6 @@ func TestShutdownLeavesNoGoroutine(t *testing.T) {
 		})
 	}
 	cycle() // what client-go and gRPC start once per process is running by now
-	before := runtime.NumGoroutine()
+	testutil.NoLeaks(t)
 	cycle()
-	deadline := time.Now().Add(5 * time.Second) // goroutines that are ending get the time to
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := runtime.NumGoroutine(); after > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines leaked:\n%s", after-before, buf[:runtime.Stack(buf, true)])
-	}
 }

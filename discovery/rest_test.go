@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvgate/kvgate/discovery"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -103,13 +104,8 @@ func TestNewClientReadsPodsOverHTTP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- discovery.Run(ctx, fleet, cfg) }()
-	select {
-	case got := <-fleet.added:
-		if got != "regular grpc://10.0.0.7:8000" {
-			t.Errorf("added %q, want the pod's worker", got)
-		}
-	case <-time.After(10 * time.Second): // a hung test's bound, not a speed assertion
-		t.Fatal("no worker added from the API's pods")
+	if got := testutil.Receive(t, fleet.added, "a worker added from the API's pods"); got != "regular grpc://10.0.0.7:8000" {
+		t.Errorf("added %q, want the pod's worker", got)
 	}
 	cancel()
 	if err := <-done; err != context.Canceled {

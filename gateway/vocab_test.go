@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -160,13 +161,7 @@ func TestLateWorkerIsCheckedWhenItConnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	simWith(t, late, vocab(1000))
-	deadline := time.Now().Add(10 * time.Second)
-	for !logs.has("not admitted", "vocab_size 1000") {
-		if time.Now().After(deadline) {
-			t.Fatal("the late worker's refusal was not logged")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the late worker's refusal to be logged", func() bool { return logs.has("not admitted", "vocab_size 1000") })
 	if w, ok := g.Registry.Get("grpc://" + late); !ok || w.Connected() {
 		t.Fatalf("the late worker is connected (%v); want its placeholder kept", ok)
 	}

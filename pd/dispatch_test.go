@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
@@ -129,17 +130,6 @@ func (r *recorder) seen() []policy.Outcome {
 	return slices.Clone(r.outcomes)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 type pdFleet struct {
 	d                  *pd.Dispatcher
 	prefill, decode    *recorder
@@ -191,7 +181,7 @@ func (f *pdFleet) run(t *testing.T, id string, prompt []uint32) (pd.Decision, []
 		tokens = append(tokens, c.TokenIDs...)
 	}
 	<-st.Done()
-	eventually(t, "the room to be released", func() bool { return f.d.RoomsInFlight() == 0 })
+	testutil.Eventually(t, "the room to be released", func() bool { return f.d.RoomsInFlight() == 0 })
 	return dec, tokens, err
 }
 
@@ -206,7 +196,7 @@ func TestDispatchLearnsFromThePrefillLeg(t *testing.T) {
 	if err != nil || !slices.Equal(tokens, []uint32{7}) {
 		t.Fatalf("first request: %v, %v", tokens, err)
 	}
-	eventually(t, "both observations", func() bool { return len(f.prefill.seen()) == 1 && len(f.decode.seen()) == 1 })
+	testutil.Eventually(t, "both observations", func() bool { return len(f.prefill.seen()) == 1 && len(f.decode.seen()) == 1 })
 	if o := f.prefill.seen()[0]; o.Err != nil || o.CachedTokens != 0 || o.OutputIDs != nil {
 		t.Errorf("prefill outcome %+v, want the prefill engine's report (0 cached, no output)", o)
 	}
@@ -222,7 +212,7 @@ func TestDispatchLearnsFromThePrefillLeg(t *testing.T) {
 		t.Errorf("repeat went to %v (%s, predicted %d), want %v by cache_hit predicting 64",
 			second.Prefill.Worker, second.Prefill.Branch, second.Prefill.PredictedCachedTokens, first.Prefill.Worker)
 	}
-	eventually(t, "the second prefill observation", func() bool { return len(f.prefill.seen()) == 2 })
+	testutil.Eventually(t, "the second prefill observation", func() bool { return len(f.prefill.seen()) == 2 })
 	if o := f.prefill.seen()[1]; o.CachedTokens != 64 {
 		t.Errorf("repeat: the prefill engine reported %d cached tokens, want 64", o.CachedTokens)
 	}
@@ -253,7 +243,7 @@ func TestDispatchFailedPrefillTeachesNothing(t *testing.T) {
 	if !errors.As(err, &le) || le.Leg != "prefill" || status.Code(err) != codes.Unavailable {
 		t.Fatalf("err = %v, want an UNAVAILABLE prefill LegError", err)
 	}
-	eventually(t, "the prefill observation", func() bool { return len(f.prefill.seen()) == 1 })
+	testutil.Eventually(t, "the prefill observation", func() bool { return len(f.prefill.seen()) == 1 })
 	if o := f.prefill.seen()[0]; o.Err == nil {
 		t.Errorf("prefill outcome %+v, want the failure", o)
 	}

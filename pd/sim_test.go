@@ -8,41 +8,25 @@ package pd_test
 import (
 	"errors"
 	"io"
-	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-func startSim(t *testing.T, protocol, role string) (*sim.Server, *workers.Worker) {
+// pdEngine serves a test engine of protocol in role (prefill or decode) and
+// connects a worker to it in that role.
+func pdEngine(t *testing.T, protocol, role string) (*sim.Server, *workers.Worker) {
 	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Protocol, cfg.Role = protocol, role
-	cfg.TimeScale = 0
-	cfg.TokenizerDir = "none"
-	cfg.VocabSize, cfg.EOSTokenID = 128256, 128001
-	cfg.MaxContextLength, cfg.KVCapacityTokens = 4096, 8192
+	cfg := simtest.Config(protocol)
+	cfg.Role = role
 	cfg.BootstrapTimeout = time.Second
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	srv, err := sim.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	wrole := workers.RolePrefill
-	if role == sim.RoleDecode {
-		wrole = workers.RoleDecode
-	}
-	w, err := workers.Connect(t.Context(), srv.Addr(), workers.ConnectOptions{Role: wrole})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
-	return srv, w
+	return simtest.Worker(t, cfg)
 }
 
 func TestDispatchAgainstSimulatedEngines(t *testing.T) {
@@ -51,9 +35,9 @@ func TestDispatchAgainstSimulatedEngines(t *testing.T) {
 			var psrv, dsrv []*sim.Server
 			var prefills, decodes []*workers.Worker
 			for range 2 {
-				s, w := startSim(t, protocol, sim.RolePrefill)
+				s, w := pdEngine(t, protocol, sim.RolePrefill)
 				psrv, prefills = append(psrv, s), append(prefills, w)
-				s, w = startSim(t, protocol, sim.RoleDecode)
+				s, w = pdEngine(t, protocol, sim.RoleDecode)
 				dsrv, decodes = append(dsrv, s), append(decodes, w)
 			}
 			prefillPolicy := &recorder{Policy: mustPolicy(t, "cache_aware")}
@@ -101,7 +85,7 @@ func TestDispatchAgainstSimulatedEngines(t *testing.T) {
 					t.Errorf("request %d: prefill engine reported %d cached tokens of 256", i, cached)
 				}
 			}
-			eventually(t, "rooms released and outcomes observed", func() bool {
+			testutil.Eventually(t, "rooms released and outcomes observed", func() bool {
 				return d.RoomsInFlight() == 0 && len(prefillPolicy.seen()) == 3
 			})
 			var published, fetched, waits uint64

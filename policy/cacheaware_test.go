@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -508,11 +509,7 @@ func TestCacheAwareTreeStaysWithinBudget(t *testing.T) {
 		}
 	}
 	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after its context ended")
-	}
+	testutil.Receive(t, done, "Run to return after its context ended")
 }
 
 func TestCacheAwareConcurrentUse(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 func TestConsistentHashingKeyPrecedence(t *testing.T) {
 	ws := fleet(5)
-	p := policy.NewConsistentHashing(opts(func(o *policy.Options) { o.Intn = seq(3) }))
+	p := policy.NewConsistentHashing(opts(func(o *policy.Options) { o.Intn = draws(3) }))
 	byKey := func(k string) *workers.Worker {
 		return mustSelect(t, p, &policy.Request{RoutingKey: k}, ws).Worker
 	}

@@ -67,7 +67,7 @@ func TestManualKeyCap(t *testing.T) {
 // (placed afresh next time) and the backups pointing at it.
 func TestManualForget(t *testing.T) {
 	ws := fleet(3)
-	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Intn = seq(0, 1, 0, 1) })))
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Intn = draws(0, 1, 0, 1) })))
 	sel := func(key string, ws ...*workers.Worker) policy.Decision {
 		return mustSelect(t, p, &policy.Request{RoutingKey: key}, ws)
 	}

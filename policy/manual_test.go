@@ -6,15 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
-
-// clock is a settable time source for idle expiry.
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time          { return c.t }
-func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestManualKeysStayWhenWorkersAreAdded(t *testing.T) {
 	all := fleet(6)
@@ -59,7 +54,7 @@ func TestManualAssignmentModes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := fleet(len(tc.loads))
 			// Give workers their keys first, each through a one-worker fleet.
-			p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.AssignmentMode = tc.mode; o.Intn = seq(tc.draws...) })))
+			p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.AssignmentMode = tc.mode; o.Intn = draws(tc.draws...) })))
 			for w, n := range tc.keyed {
 				for i := range n {
 					mustSelect(t, p, &policy.Request{RoutingKey: fmt.Sprintf("old-%d-%d", w, i)}, ws[w:w+1])
@@ -92,7 +87,7 @@ func TestManualMinGroupSpreadsKeysEvenly(t *testing.T) {
 
 func TestManualFailoverToBackupAndBack(t *testing.T) {
 	ws := fleet(3)
-	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Intn = seq(0, 1, 0) })))
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Intn = draws(0, 1, 0) })))
 	req := &policy.Request{RoutingKey: "chat"}
 	steps := []struct {
 		name       string
@@ -122,20 +117,20 @@ func TestManualFailoverToBackupAndBack(t *testing.T) {
 
 func TestManualIdleKeysExpire(t *testing.T) {
 	ws := fleet(4)
-	c := &clock{t: time.Unix(1_700_000_000, 0)}
-	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.MaxIdle = time.Hour; o.Now = c.now; o.Intn = seq(0, 1, 2, 3) })))
+	c := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.MaxIdle = time.Hour; o.Now = c.Now; o.Intn = draws(0, 1, 2, 3) })))
 	for _, k := range []string{"a", "b", "c"} {
 		mustSelect(t, p, &policy.Request{RoutingKey: k}, ws)
-		c.advance(10 * time.Minute)
+		c.Advance(10 * time.Minute)
 	}
 	// a, b, c last used at 0, 10 and 20 minutes; at 30 minutes a again.
 	mustSelect(t, p, &policy.Request{RoutingKey: "a"}, ws)
 	// At 75 minutes only b has been idle for over an hour (c 55, a 45).
-	c.advance(45 * time.Minute)
+	c.Advance(45 * time.Minute)
 	if n := p.EvictIdle(); n != 1 || p.Keys() != 2 {
 		t.Fatalf("evicted %d, %d left; want 1 (b), 2 left", n, p.Keys())
 	}
-	c.advance(time.Hour)
+	c.Advance(time.Hour)
 	if n := p.EvictIdle(); n != 2 || p.Keys() != 0 {
 		t.Fatalf("evicted %d, %d left; want 2, 0 left", n, p.Keys())
 	}
@@ -147,16 +142,16 @@ func TestManualIdleKeysExpire(t *testing.T) {
 
 func TestManualEvictsManyKeys(t *testing.T) {
 	ws := fleet(2)
-	c := &clock{t: time.Unix(0, 0)}
+	c := testutil.NewClock(time.Unix(0, 0))
 	p := must(policy.NewManual(opts(func(o *policy.Options) {
 		o.Manual.MaxIdle = time.Minute
-		o.Now = c.now
+		o.Now = c.Now
 		o.Manual.AssignmentMode = "min_group"
 	})))
 	for i := range 5000 {
 		mustSelect(t, p, &policy.Request{RoutingKey: fmt.Sprint(i)}, ws)
 	}
-	c.advance(2 * time.Minute)
+	c.Advance(2 * time.Minute)
 	mustSelect(t, p, &policy.Request{RoutingKey: "7"}, ws) // still in use
 	if n := p.EvictIdle(); n != 4999 || p.Keys() != 1 {
 		t.Fatalf("evicted %d, %d left; want 4999, 1", n, p.Keys())
@@ -173,19 +168,19 @@ func TestManualEvictsManyKeys(t *testing.T) {
 
 func TestManualDryRunChangesNothing(t *testing.T) {
 	ws := fleet(3)
-	c := &clock{t: time.Unix(0, 0)}
-	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.MaxIdle = time.Minute; o.Now = c.now; o.Intn = seq(0, 1, 2) })))
+	c := testutil.NewClock(time.Unix(0, 0))
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.MaxIdle = time.Minute; o.Now = c.Now; o.Intn = draws(0, 1, 2) })))
 	d := mustSelect(t, p, &policy.Request{RoutingKey: "k", DryRun: true}, ws)
 	if d.Branch != "assigned" || p.Keys() != 0 {
 		t.Fatalf("dry run: branch %q, %d keys; want assigned and no key kept", d.Branch, p.Keys())
 	}
 	home := mustSelect(t, p, &policy.Request{RoutingKey: "k"}, ws).Worker
-	c.advance(50 * time.Second)
+	c.Advance(50 * time.Second)
 	mustSelect(t, p, &policy.Request{RoutingKey: "k", DryRun: true}, ws) // does not refresh
 	home.SetHealthy(false)
 	mustSelect(t, p, &policy.Request{RoutingKey: "k", DryRun: true}, ws) // does not pick a backup
 	home.SetHealthy(true)
-	c.advance(20 * time.Second)
+	c.Advance(20 * time.Second)
 	if n := p.EvictIdle(); n != 1 {
 		t.Fatalf("a dry run refreshed the key: evicted %d, want 1", n)
 	}
@@ -193,7 +188,7 @@ func TestManualDryRunChangesNothing(t *testing.T) {
 
 func TestManualNoKeyIsRandom(t *testing.T) {
 	ws := fleet(3)
-	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.AssignmentMode = "min_group"; o.Intn = seq(2) })))
+	p := must(policy.NewManual(opts(func(o *policy.Options) { o.Manual.AssignmentMode = "min_group"; o.Intn = draws(2) })))
 	if d := mustSelect(t, p, &policy.Request{}, ws); d.Worker != ws[2] || d.Branch != "random" || p.Keys() != 0 {
 		t.Fatalf("chose %s by %q with %d keys kept, want %s by random, none kept", d.Worker, d.Branch, p.Keys(), ws[2])
 	}

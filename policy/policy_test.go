@@ -33,8 +33,8 @@ func busy(w *workers.Worker, n int) func() {
 	}
 }
 
-// seq is a deterministic Intn that returns the given values in turn (mod n).
-func seq(vals ...int) policy.Intn {
+// draws is a deterministic Intn that returns the given values in turn (mod n).
+func draws(vals ...int) policy.Intn {
 	i := 0
 	return func(n int) int {
 		v := vals[i%len(vals)] % n
@@ -111,7 +111,7 @@ func TestPowerOfTwoPicksLessLoadedOfTheSample(t *testing.T) {
 			for i, l := range tc.loads {
 				defer busy(ws[i], l)()
 			}
-			d, err := policy.NewPowerOfTwo(seq(tc.draws...)).Select(context.Background(), &policy.Request{}, ws)
+			d, err := policy.NewPowerOfTwo(draws(tc.draws...)).Select(context.Background(), &policy.Request{}, ws)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kvgate/kvgate/policy"
@@ -329,35 +330,43 @@ func TestVllmCacheAwarePositionKeys(t *testing.T) {
 }
 
 // TestVllmCacheAwareRunEvicts: Run trims every worker to its budget each
-// interval; with no interval it only waits for ctx.
+// interval, not before; with no interval it only waits for ctx. The
+// policy's clock is synctest's: the interval passes without being waited
+// for.
 func TestVllmCacheAwareRunEvicts(t *testing.T) {
-	ws := fleet(1)
-	p := newVCA(t, func(c *policy.VllmCacheAwareConfig) {
-		c.MaxBlocksPerBackend = 40
-		c.EvictionInterval = 5 * time.Millisecond
-	})
-	// 45 blocks: within the eighth of slack that recording allows.
-	vcaPlace(t, p, ws[0], caTokens(1, 16*45))
-	if n := p.IndexStats().BackendBlocks[ws[0].URL()]; n != 45 {
-		t.Fatalf("before Run: %d blocks, want 45", n)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { p.Run(ctx); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for p.EvictedBlocks() < 5 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	<-done
-	if n := p.IndexStats().BackendBlocks[ws[0].URL()]; n != 40 || p.EvictedBlocks() != 5 {
-		t.Fatalf("after Run: %d blocks, %d evicted; want 40 and 5", n, p.EvictedBlocks())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ws := fleet(1)
+		const interval = 5 * time.Millisecond
+		p := newVCA(t, func(c *policy.VllmCacheAwareConfig) {
+			c.MaxBlocksPerBackend = 40
+			c.EvictionInterval = interval
+		})
+		// 45 blocks: within the eighth of slack that recording allows.
+		vcaPlace(t, p, ws[0], caTokens(1, 16*45))
+		if n := p.IndexStats().BackendBlocks[ws[0].URL()]; n != 45 {
+			t.Fatalf("before Run: %d blocks, want 45", n)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { p.Run(ctx); close(done) }()
+		time.Sleep(interval - time.Nanosecond)
+		synctest.Wait()
+		if n := p.EvictedBlocks(); n != 0 {
+			t.Fatalf("%d blocks evicted before the first interval", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		cancel()
+		<-done
+		if n := p.IndexStats().BackendBlocks[ws[0].URL()]; n != 40 || p.EvictedBlocks() != 5 {
+			t.Fatalf("after one interval: %d blocks, %d evicted; want 40 and 5", n, p.EvictedBlocks())
+		}
 
-	idle := newVCA(t, func(c *policy.VllmCacheAwareConfig) { c.EvictionInterval = 0 })
-	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	idle.Run(ctx) // returns when ctx ends
+		idle := newVCA(t, func(c *policy.VllmCacheAwareConfig) { c.EvictionInterval = 0 })
+		ctx, cancel = context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		idle.Run(ctx) // returns when ctx ends
+	})
 }
 
 // BenchmarkVllmCacheAwareSelect is BenchmarkCacheAwareSelect's selection (a

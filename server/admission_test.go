@@ -13,6 +13,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -64,7 +65,7 @@ func TestAdmissionBoundsConcurrencyAndItsQueue(t *testing.T) {
 		_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(3, 4), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
 		queued <- err
 	}()
-	eventually(t, "a request to wait in the queue", func() bool { return gauge(t, f, "kvgate_admission_queue_depth") == 1 })
+	testutil.Eventually(t, "a request to wait in the queue", func() bool { return gauge(t, f, "kvgate_admission_queue_depth") == 1 })
 	_, err = f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(4, 4), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--queue-size") {
 		t.Fatalf("queue full: %v, want RESOURCE_EXHAUSTED naming --queue-size", err)
@@ -73,7 +74,7 @@ func TestAdmissionBoundsConcurrencyAndItsQueue(t *testing.T) {
 	// A place frees up: the queued request runs. (The stalled worker then
 	// holds it too, so it is ended by the test's context.)
 	cancelSecond()
-	eventually(t, "the queued request to be admitted", func() bool { return gauge(t, f, "kvgate_admission_queue_depth") == 0 })
+	testutil.Eventually(t, "the queued request to be admitted", func() bool { return gauge(t, f, "kvgate_admission_queue_depth") == 0 })
 	select {
 	case err := <-queued:
 		if status.Code(err) == codes.ResourceExhausted {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -59,8 +61,14 @@ func chaosPlanFromEnv() chaosPlan {
 // is, and the other three take every fault.
 func TestChaos(t *testing.T) {
 	plan := chaosPlanFromEnv()
+	// Registered first, the count runs last: after the fleet has stopped
+	// and NoLeaks has waited for its goroutines to end.
 	goroutinesBefore := runtime.NumGoroutine()
-	t.Cleanup(func() { reportLeaks(t, goroutinesBefore) })
+	t.Cleanup(func() {
+		after := runtime.NumGoroutine()
+		t.Logf("chaos goroutines: before=%d after=%d leaked=%d", goroutinesBefore, after, max(0, after-goroutinesBefore))
+	})
+	testutil.NoLeaks(t)
 
 	logs := newChaosLog()
 	const workers = 4
@@ -224,7 +232,7 @@ func checkComplete(req *kvgatev1.GenerateRequest, r result, chunks []uint32, voc
 		return chaosOutcome{"inconsistent", fmt.Errorf("OK without a completion")}
 	case len(c.OutputIds) != want || int(c.Usage.GetCompletionTokens()) != want:
 		return chaosOutcome{"inconsistent", fmt.Errorf("%d output ids, usage %d; want %d", len(c.OutputIds), c.Usage.GetCompletionTokens(), want)}
-	case req.Stream && !slicesEqual(chunks, c.OutputIds):
+	case req.Stream && !slices.Equal(chunks, c.OutputIds):
 		return chaosOutcome{"inconsistent", fmt.Errorf("chunks %v, completion %v", chunks, c.OutputIds)}
 	case !req.Stream && len(chunks) > 0:
 		return chaosOutcome{"inconsistent", fmt.Errorf("chunks sent to a non-streaming call")}
@@ -237,18 +245,6 @@ func checkComplete(req *kvgatev1.GenerateRequest, r result, chunks []uint32, voc
 		}
 	}
 	return chaosOutcome{"ok", nil}
-}
-
-func slicesEqual(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // runChaos changes one of workers 1..3 every 10-100 ms until ctx ends: a
@@ -314,22 +310,6 @@ func runChaos(t *testing.T, ctx context.Context, f *fleet, rnd *rand.Rand, count
 // as any fault, so that workers spend time healthy between faults.
 var chaosKinds = []string{"heal", "heal", "kill", "unavailable", "drop_after_tokens", "stall_after_tokens",
 	"stall_before_first_token", "garbage_stream", "unhealthy"}
-
-// reportLeaks logs the goroutine count after shutdown against the count
-// before the fleet started, waiting a while for goroutines on their way out,
-// and fails the test if some are left.
-func reportLeaks(t *testing.T, before int) {
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	after := runtime.NumGoroutine()
-	t.Logf("chaos goroutines: before=%d after=%d leaked=%d", before, after, max(0, after-before))
-	if after > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines leaked:\n%s", after-before, buf[:runtime.Stack(buf, true)])
-	}
-}
 
 func formatCounts(m map[string]int) string {
 	keys := make([]string, 0, len(m))

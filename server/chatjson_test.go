@@ -3,6 +3,7 @@ package server_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -66,14 +67,14 @@ func TestChatJSONFieldsReachTheTemplate(t *testing.T) {
 	// The request as the generated client sends it, then with the tool
 	// parameters' entries on the wire in two opposite orders.
 	got := f.mustChatComplete(t, req)
-	if got.Usage.PromptTokens != uint32(len(ids)) || !equalIDs(got.OutputIds, expected.OutputIds) {
+	if got.Usage.PromptTokens != uint32(len(ids)) || !slices.Equal(got.OutputIds, expected.OutputIds) {
 		t.Fatalf("Chat: %d prompt tokens, output %v; the prompt %q is %d ids and gives %v",
 			got.Usage.PromptTokens, got.OutputIds, want, len(ids), expected.OutputIds)
 	}
 	keys := []string{"properties", "required", "type"}
 	for _, order := range [][]string{keys, {keys[2], keys[1], keys[0]}} {
 		c := rawChat(t, f, chatWithParamsInOrder(t, req, params, order))
-		if c.Usage.PromptTokens != uint32(len(ids)) || !equalIDs(c.OutputIds, expected.OutputIds) {
+		if c.Usage.PromptTokens != uint32(len(ids)) || !slices.Equal(c.OutputIds, expected.OutputIds) {
 			t.Fatalf("parameters sent in the order %v: %d prompt tokens, output %v; want the sorted rendering's %d, %v",
 				order, c.Usage.PromptTokens, c.OutputIds, len(ids), expected.OutputIds)
 		}

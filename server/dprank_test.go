@@ -14,6 +14,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -99,7 +100,7 @@ func TestDPAwareRanksAreWorkers(t *testing.T) {
 			r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: probe,
 				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
 			rankOf := r.complete.GetWorker()
-			eventually(t, "the probe's pages confirmed by its rank's events", func() bool {
+			testutil.Eventually(t, "the probe's pages confirmed by its rank's events", func() bool {
 				ex, err := f.admin.Explain(context.Background(), &kvgatev1.ExplainRequest{
 					Request: &kvgatev1.ExplainRequest_Generate{Generate: &kvgatev1.GenerateRequest{InputIds: probe}}})
 				if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -187,7 +188,7 @@ func TestEmbedFailureIsRetriedElsewhere(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			noLeaks(t)
+			testutil.NoLeaks(t)
 			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
 				fastRetries(c)
 				c.Health.FailureThreshold = 100

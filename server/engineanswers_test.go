@@ -13,6 +13,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -257,11 +258,7 @@ func TestIgnoredAbortKeepsTheRequestCounted(t *testing.T) {
 // waitIdle waits for w to have nothing in flight.
 func waitIdle(t *testing.T, w *workers.Worker) {
 	t.Helper()
-	select {
-	case <-w.Idle():
-	case <-time.After(15 * time.Second):
-		t.Fatalf("worker %s still has %d requests in flight", w.URL(), w.InFlight())
-	}
+	testutil.Receive(t, w.Idle(), "worker "+w.URL()+" to have nothing in flight")
 }
 
 // cancelAfterFirstToken starts a streaming Generate of n tokens, reads its

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -57,24 +57,6 @@ func counter(t *testing.T, f *fleet, name string, kv ...string) float64 {
 	return sum
 }
 
-// noLeaks checks, when the test ends, that the router and the engines went
-// back to the goroutines they started with. Call it before starting the
-// fleet, so that its check runs after the fleet's cleanup.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			t.Errorf("%d goroutines leaked:\n%s", n-before, buf[:runtime.Stack(buf, true)])
-		}
-	})
-}
-
 var longReq = &kvgatev1.GenerateRequest{InputIds: prompt(1, 16), Stream: true,
 	SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(12), IgnoreEos: true}}
 
@@ -90,7 +72,7 @@ func TestFailureBeforeTheFirstTokenIsRetriedElsewhere(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			noLeaks(t)
+			testutil.NoLeaks(t)
 			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
 				fastRetries(c)
 				// The request path must notice the failure by itself, not
@@ -126,7 +108,7 @@ func TestFailureAfterTheFirstTokenEndsTheRequest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			noLeaks(t)
+			testutil.NoLeaks(t)
 			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
 				sim: func(i int, c *sim.Config) {
 					if i == 0 {
@@ -150,7 +132,7 @@ func TestFailureAfterTheFirstTokenEndsTheRequest(t *testing.T) {
 				t.Fatalf("the request was sent again after its first token (%d requests on the other worker)", got)
 			}
 			eng := f.sims[0].Engine()
-			eventually(t, "the failed request to be freed on its engine", func() bool { return eng.Stats().Running == 0 })
+			testutil.Eventually(t, "the failed request to be freed on its engine", func() bool { return eng.Stats().Running == 0 })
 		})
 	}
 }
@@ -209,7 +191,7 @@ func TestNonStreamingCallIsRetriedAfterAMidGenerationFailure(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			noLeaks(t)
+			testutil.NoLeaks(t)
 			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
 				sim: func(i int, c *sim.Config) {
 					if i == 0 {
@@ -227,13 +209,13 @@ func TestNonStreamingCallIsRetriedAfterAMidGenerationFailure(t *testing.T) {
 				t.Fatalf("kvgate_retries_total for worker 0 = %v, want 1", n)
 			}
 			eng := f.sims[0].Engine()
-			eventually(t, "the failed attempt to be freed on its engine", func() bool { return eng.Stats().Running == 0 })
+			testutil.Eventually(t, "the failed attempt to be freed on its engine", func() bool { return eng.Stats().Running == 0 })
 		})
 	}
 }
 
 func TestEveryWorkerFailingEndsWithUnavailableNamingThem(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t)
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
 		sim: func(_ int, c *sim.Config) { c.Faults.Unavailable = true }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -276,7 +258,7 @@ func TestRetryBudgetStopsRetryStorms(t *testing.T) {
 // a duplicate id, and kvgate used to answer that by aborting the id: the
 // first client's stream.)
 func TestClientsSharingARequestIDDoNotTouchEachOther(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t)
 	f := startFleet(t, fleetOptions{workers: 1, gateway: fastRetries, sim: func(_ int, c *sim.Config) {
 		c.TimeScale = 1
 		c.DecodeMsPerToken = 2

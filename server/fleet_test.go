@@ -14,6 +14,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -22,10 +23,15 @@ import (
 // requests, is probed after the timeout, and closes again once probes
 // succeed. ListWorkers and Explain show the state.
 func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t)
+	// The breakers read a clock the test moves: the timeout passes without
+	// being waited for, and nothing half-opens early on a slow machine.
+	clock := testutil.NewClock(time.Unix(1000, 0))
+	const timeout = 1500 * time.Millisecond
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
 		fastRetries(c)
-		c.Breaker.FailureThreshold, c.Breaker.SuccessThreshold, c.Breaker.Timeout = 3, 2, 1500*time.Millisecond
+		c.Breaker.FailureThreshold, c.Breaker.SuccessThreshold, c.Breaker.Timeout = 3, 2, timeout
+		c.Breaker.Now = clock.Now
 	}})
 	f.sims[0].Engine().SetFaults(sim.Faults{Unavailable: true})
 	for i := range 10 {
@@ -56,7 +62,11 @@ func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
 
 	// The engine recovers; after the timeout probes go through and close it.
 	f.sims[0].Engine().SetFaults(sim.Faults{})
-	time.Sleep(1600 * time.Millisecond)
+	clock.Advance(timeout - time.Nanosecond)
+	if got := breakerOf(0); got != kvgatev1.BreakerState_BREAKER_STATE_OPEN {
+		t.Fatalf("just before the timeout: %v, want OPEN", got)
+	}
+	clock.Advance(time.Nanosecond)
 	if got := breakerOf(0); got != kvgatev1.BreakerState_BREAKER_STATE_HALF_OPEN {
 		t.Fatalf("after the timeout: %v, want HALF_OPEN", got)
 	}
@@ -73,7 +83,7 @@ func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
 // --first-token-timeout and the request is served elsewhere; the stalled
 // attempt is aborted on its engine.
 func TestStallBeforeTheFirstTokenIsRetried(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t)
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
 		sim: func(i int, c *sim.Config) { c.Faults.StallBeforeFirstToken = i == 0 }})
 	r := f.mustGenerate(t, longReq)
@@ -81,7 +91,7 @@ func TestStallBeforeTheFirstTokenIsRetried(t *testing.T) {
 		t.Fatalf("served by %s, want the healthy worker", r.complete.Worker)
 	}
 	eng := f.sims[0].Engine()
-	eventually(t, "the stalled attempt to be aborted", func() bool { return eng.Stats().AbortCalls == 1 && eng.Stats().Running == 0 })
+	testutil.Eventually(t, "the stalled attempt to be aborted", func() bool { return eng.Stats().AbortCalls == 1 && eng.Stats().Running == 0 })
 }
 
 // An engine that sends garbage (token ids outside the vocabulary) fails
@@ -127,7 +137,7 @@ func TestUnreachableWorkerJoinsWhenItAnswers(t *testing.T) {
 	}
 	t.Cleanup(s.Stop)
 	w, _ := f.reg.Get("grpc://" + late)
-	eventually(t, "the late worker to join", func() bool {
+	testutil.Eventually(t, "the late worker to join", func() bool {
 		w, _ = f.reg.Get("grpc://" + late)
 		return w.Connected() && w.Healthy()
 	})
@@ -136,7 +146,7 @@ func TestUnreachableWorkerJoinsWhenItAnswers(t *testing.T) {
 // Workers added and removed while requests run: no request is lost, the
 // removed worker's requests finish (drain), and it gets no new ones.
 func TestAddAndRemoveWorkersUnderLoad(t *testing.T) {
-	noLeaks(t)
+	testutil.NoLeaks(t)
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries, sim: func(_ int, c *sim.Config) {
 		c.TimeScale = 1
 		c.DecodeMsPerToken = 1
@@ -176,19 +186,26 @@ func TestAddAndRemoveWorkersUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	// Each change happens while requests run: after some have finished,
+	// and the next only once the last change has been seen to take effect.
+	served := func(what string, n int64) {
+		t.Helper()
+		target := ok.Load() + failed.Load() + n
+		testutil.Eventually(t, what, func() bool { return ok.Load()+failed.Load() >= target })
+	}
 	ctx := context.Background()
-	time.Sleep(100 * time.Millisecond)
+	served("requests under way", 8)
 	add, err := f.admin.AddWorker(ctx, &kvgatev1.AddWorkerRequest{Address: extra.Addr()})
 	if err != nil || add.Worker.Address != "grpc://"+extra.Addr() || add.Worker.Health != kvgatev1.Health_HEALTH_HEALTHY {
 		t.Fatalf("AddWorker: %v, %v", add, err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	testutil.Eventually(t, "the added worker to serve", func() bool { return extra.Engine().Stats().Requests > 0 })
 	rm, err := f.admin.RemoveWorker(ctx, &kvgatev1.RemoveWorkerRequest{Address: f.workerURL(0), DrainTimeoutSecs: 5})
 	if err != nil || rm.Aborted != 0 {
 		t.Fatalf("RemoveWorker: %v, %v; want it drained with nothing cut", rm, err)
 	}
 	before := f.sims[0].Engine().Stats().Requests
-	time.Sleep(100 * time.Millisecond)
+	served("requests after the removal", 8)
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n != 0 {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -195,12 +196,12 @@ func TestCancelSendsAbortToTheWorker(t *testing.T) {
 			}
 			cancel()
 			eng := f.sims[0].Engine()
-			eventually(t, "the engine to receive Abort and free the request", func() bool {
+			testutil.Eventually(t, "the engine to receive Abort and free the request", func() bool {
 				s := eng.Stats()
 				return s.AbortCalls == 1 && s.Running == 0
 			})
 			w, _ := f.reg.Get(f.workerURL(0))
-			eventually(t, "the router to release the request", func() bool { return w.InFlight() == 0 })
+			testutil.Eventually(t, "the router to release the request", func() bool { return w.InFlight() == 0 })
 		})
 	}
 }
@@ -215,7 +216,7 @@ func TestDeadlineIsPassedOnAndAborts(t *testing.T) {
 		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
 	}
 	eng := f.sims[0].Engine()
-	eventually(t, "the stalled request to be freed on the engine", func() bool { return eng.Stats().Running == 0 })
+	testutil.Eventually(t, "the stalled request to be freed on the engine", func() bool { return eng.Stats().Running == 0 })
 }
 
 func TestWorkerFailures(t *testing.T) {

@@ -257,19 +257,3 @@ func prompt(first uint32, n int) []uint32 {
 func u32(v uint32) *uint32   { return &v }
 func f32(v float32) *float32 { return &v }
 func i32(v int32) *int32     { return &v }
-
-// eventually polls cond until it holds or the deadline passes.
-//
-// The deadline is generous (15 s): a condition that holds returns at once,
-// and background work (KV event subscriptions, health checks) can wait
-// seconds for a core when CI runs every package's tests at once.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -12,6 +12,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -42,11 +43,7 @@ func TestHealthEmptyEnginesKeepServing(t *testing.T) {
 						}
 					}
 				}})
-			select {
-			case <-enough:
-			case <-time.After(30 * time.Second):
-				t.Fatal("fewer than 20 rounds of health checks in 30 s")
-			}
+			testutil.Receive(t, enough, "20 rounds of health checks")
 			ws, err := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
 			if err != nil || len(ws.GetWorkers()) != 3 {
 				t.Fatalf("ListWorkers: %v, %v", ws, err)

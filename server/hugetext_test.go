@@ -11,6 +11,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -80,7 +81,7 @@ func TestExplainIsAdmissionControlled(t *testing.T) {
 		t.Fatalf("Explain with every place taken: %v, want RESOURCE_EXHAUSTED naming --max-concurrent-requests", err)
 	}
 	release()
-	eventually(t, "the held request's place to be free", func() bool {
+	testutil.Eventually(t, "the held request's place to be free", func() bool {
 		_, err := f.admin.Explain(ctx, req)
 		return err == nil
 	})

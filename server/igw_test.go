@@ -15,6 +15,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -209,17 +210,14 @@ func TestIGWServesAModelWhoseWorkerJoinsLater(t *testing.T) {
 	}
 	// Its tokenizer loads in the background: until then the model answers
 	// UNAVAILABLE, which a client retries.
-	for {
+	testutil.Eventually(t, "model beta to answer", func() bool {
 		_, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Model: "beta", Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}},
 			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
-		if err == nil {
-			break
-		}
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+		if err != nil && (status.Code(err) != codes.Unavailable || ctx.Err() != nil) {
 			t.Fatalf("Chat beta while it starts: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 	r, err := f.chat(ctx, t, &kvgatev1.ChatRequest{Model: "beta", Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "hello"}},
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
 	if err != nil || r.complete.GetWorker() != "grpc://"+s.Addr() {

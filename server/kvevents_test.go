@@ -18,6 +18,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -72,7 +73,7 @@ func cacheAware(t *testing.T, g *gateway.Gateway) *policy.CacheAware {
 // mode.
 func waitMode(t *testing.T, admin kvgatev1.AdminClient, mode string) {
 	t.Helper()
-	eventually(t, "every worker in mode "+mode, func() bool {
+	testutil.Eventually(t, "every worker in mode "+mode, func() bool {
 		resp, err := admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
 		if err != nil {
 			return false
@@ -135,30 +136,25 @@ func waitExact(t *testing.T, ca *policy.CacheAware, f *fleet) {
 	for i, s := range f.sims {
 		url := f.workerURL(i)
 		for _, confirmedOnly := range []bool{true, false} {
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				view, engine := ca.Holdings(url, confirmedOnly), s.Engine().CachedPages()
-				if slices.EqualFunc(view, engine, slices.Equal) {
-					break
+			testutil.EventuallyState(t, testutil.Patience, fmt.Sprintf("worker %d's view to equal its engine's cache (confirmed only: %v)", i, confirmedOnly), func() (bool, string) {
+				view, engine := pageNames(ca.Holdings(url, confirmedOnly)), pageNames(s.Engine().CachedPages())
+				if slices.Equal(view, engine) {
+					return true, ""
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("worker %d (confirmed only: %v): the router holds %d pages, the engine %d; first difference: %s",
-						i, confirmedOnly, len(view), len(engine), firstDiff(view, engine))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return false, fmt.Sprintf("the router holds %d pages, the engine %d; first difference: %s",
+					len(view), len(engine), testutil.FirstDiff(view, engine))
+			})
 		}
 	}
 }
 
-func firstDiff(a, b [][]uint32) string {
-	for i := range min(len(a), len(b)) {
-		if !slices.Equal(a[i], b[i]) {
-			return fmt.Sprintf("page %d: router %d tokens ending %v, engine %d tokens ending %v",
-				i, len(a[i]), a[i][max(0, len(a[i])-3):], len(b[i]), b[i][max(0, len(b[i])-3):])
-		}
+// pageNames writes each page's token ids as one comparable string.
+func pageNames(pages [][]uint32) []string {
+	out := make([]string, len(pages))
+	for i, p := range pages {
+		out[i] = fmt.Sprint(p)
 	}
-	return fmt.Sprintf("one is a prefix of the other (%d vs %d pages)", len(a), len(b))
+	return out
 }
 
 func TestKVEventMirrorEqualsTheEnginesCaches(t *testing.T) {
@@ -259,7 +255,7 @@ func TestKVEventMirrorRecovers(t *testing.T) {
 			traffic(t, f.router, 2, 80)
 			// The fault shows, once batches have arrived, on a worker
 			// that got traffic.
-			eventually(t, tt.what, func() bool {
+			testutil.Eventually(t, tt.what, func() bool {
 				return tt.check(kvStatus(t, f, 0)) || tt.check(kvStatus(t, f, 1))
 			})
 			for _, s := range f.sims {
@@ -287,7 +283,7 @@ func caughtUp(t *testing.T, f *fleet) {
 		}
 		defer w.Close()
 		first := uint32(700_000)
-		eventually(t, fmt.Sprintf("worker %d's stream to catch up with its engine", i), func() bool {
+		testutil.Eventually(t, fmt.Sprintf("worker %d's stream to catch up with its engine", i), func() bool {
 			st := kvStatus(t, f, i)
 			if st.GetConnected() && st.GetLastSequenceNumber()+1 == s.Engine().Stats().KVNextSequence {
 				return true
@@ -314,7 +310,7 @@ func TestKVEventMirrorFollowsAnEngineRestart(t *testing.T) {
 	// The restarted engine's cache is empty; the router learns it at the
 	// new process's first batch, numbered 0.
 	seed := uint32(900_000)
-	eventually(t, "the router to see worker 0's restart", func() bool {
+	testutil.Eventually(t, "the router to see worker 0's restart", func() bool {
 		seed += 1000 // new prompts, so that some land on worker 0
 		f.generate(context.Background(), t, &kvgatev1.GenerateRequest{InputIds: prompt(seed, 40),
 			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
@@ -338,7 +334,7 @@ func TestKVEventMirrorFollowsAnEngineRestart(t *testing.T) {
 func confirmedSubset(t *testing.T, ca *policy.CacheAware, f *fleet) {
 	t.Helper()
 	for i, s := range f.sims {
-		eventually(t, fmt.Sprintf("worker %d's confirmed pages to be the engine's", i), func() bool {
+		testutil.Eventually(t, fmt.Sprintf("worker %d's confirmed pages to be the engine's", i), func() bool {
 			engine := map[string]bool{}
 			for _, p := range s.Engine().CachedPages() {
 				engine[fmt.Sprint(p)] = true
@@ -355,7 +351,7 @@ func confirmedSubset(t *testing.T, ca *policy.CacheAware, f *fleet) {
 
 func TestKVEventsUnimplementedLeavesTheWorkerApproximate(t *testing.T) {
 	f := eventFleet(t, "sglang", 2, func(i int, c *sim.Config) { c.KVEvents = i != 0 })
-	eventually(t, "worker 0 approximate, worker 1 on events", func() bool {
+	testutil.Eventually(t, "worker 0 approximate, worker 1 on events", func() bool {
 		return kvStatus(t, f, 0).GetMode() == "approximate" && kvStatus(t, f, 1).GetMode() == "events"
 	})
 	// Routing by cache still works for both: the same prompt goes back
@@ -465,7 +461,7 @@ func TestReplicasAgreeOnConversations(t *testing.T) {
 				// serve the last turn (a client thinks for longer): wait
 				// until it sees the pages the engine cached, the last
 				// turn's prompt and output but the last token.
-				eventually(t, "the other router to see the conversation", func() bool {
+				testutil.Eventually(t, "the other router to see the conversation", func() bool {
 					e, err := admins[r].Explain(ctx, &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{
 						Generate: &kvgatev1.GenerateRequest{InputIds: history}}})
 					return err == nil && int(e.GetPredictedCachedTokens()) >= (cachedBefore-1)/16*16
@@ -513,8 +509,8 @@ func TestRemovedWorkerLeavesNoTraceInTheView(t *testing.T) {
 		defer close(done)
 		traffic(t, f.router, 9, 120)
 	}()
-	time.Sleep(20 * time.Millisecond) // some traffic under way
 	removed := f.workerURL(0)
+	testutil.Eventually(t, "traffic under way on "+removed, func() bool { return f.sims[0].Engine().Stats().Requests > 0 })
 	if _, err := f.admin.RemoveWorker(context.Background(), &kvgatev1.RemoveWorkerRequest{Address: removed, DrainTimeoutSecs: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +574,7 @@ func TestKVEventsOfAnotherBlockSizeAreRefusedLoudly(t *testing.T) {
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the worker shown approximate, with the reason", func() bool {
+	testutil.Eventually(t, "the worker shown approximate, with the reason", func() bool {
 		st := kvStatus(t, f, 0)
 		return st.GetMode() == "approximate" && strings.Contains(st.GetLastError(), "32 tokens")
 	})
@@ -600,7 +596,7 @@ func TestVLLMBlockSizeBecomesTheTreesPage(t *testing.T) {
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the engine's 32-token blocks confirmed in the tree", func() bool {
+	testutil.Eventually(t, "the engine's 32-token blocks confirmed in the tree", func() bool {
 		return len(cacheAware(t, f.g).Holdings(f.workerURL(0), true)) == 3 // 100 prompt tokens: 3 whole blocks
 	})
 	if st := kvStatus(t, f, 0); st.GetMode() != "events" {

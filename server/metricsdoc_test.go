@@ -23,6 +23,7 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/metricsdoc"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -190,7 +191,7 @@ func eventsAndFaults(t *testing.T) *fleet {
 	// subscriber's buffer overflows and the engine drops it; the router
 	// resumes where it was, which the engine can no longer replay
 	// (OUT_OF_RANGE), and starts again from scratch.
-	eventually(t, "a batch from engine 2", func() bool { return kvStatus(t, f, 2).GetBatches() > 0 })
+	testutil.Eventually(t, "a batch from engine 2", func() bool { return kvStatus(t, f, 2).GetBatches() > 0 })
 	f.sims[2].Engine().SetFaults(sim.Faults{KVEventDelay: time.Minute})
 	w, err := workers.Connect(ctx, f.workerURL(2), workers.ConnectOptions{})
 	if err != nil {
@@ -215,7 +216,7 @@ func eventsAndFaults(t *testing.T) *fleet {
 	// Its stream may be waiting out the backoff after the resync: traffic
 	// goes on until the router has heard the flood.
 	round := uint32(0)
-	eventually(t, "a block dropped for its rank", func() bool {
+	testutil.Eventually(t, "a block dropped for its rank", func() bool {
 		round++
 		direct(t, w, 600_000+(round%40)*5_000, 10)
 		return counter(t, f, "kvgate_kv_event_blocks_dropped_total", "reason", "rank") > 0
@@ -246,7 +247,7 @@ func eventsAndFaults(t *testing.T) *fleet {
 	if !sent {
 		t.Fatal("the policy never chose engine 1 in 200 fresh prompts")
 	}
-	eventually(t, "the failed decision's speculation to expire", func() bool {
+	testutil.Eventually(t, "the failed decision's speculation to expire", func() bool {
 		return counter(t, f, "kvgate_cache_speculative_expired_total") > 0
 	})
 
@@ -257,7 +258,7 @@ func eventsAndFaults(t *testing.T) *fleet {
 	if err := f.sims[0].Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the router to resubscribe to engine 0", func() bool {
+	testutil.Eventually(t, "the router to resubscribe to engine 0", func() bool {
 		st := kvStatus(t, f, 0)
 		return st.GetFailures() > 0 && st.GetConnected()
 	})
@@ -321,7 +322,7 @@ func approximatePredictions(t *testing.T) *fleet {
 		smallCaches(i, c)
 		c.KVEvents = false
 	}})
-	eventually(t, "the worker approximate", func() bool { return kvStatus(t, f, 0).GetMode() == "approximate" })
+	testutil.Eventually(t, "the worker approximate", func() bool { return kvStatus(t, f, 0).GetMode() == "approximate" })
 	gen := func(ids []uint32) { // one request through the router
 		f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: ids, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
 	}

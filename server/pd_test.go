@@ -12,6 +12,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -125,7 +126,7 @@ func TestPDFaults(t *testing.T) {
 // freed waits until no engine holds a request and the router holds no load.
 func freed(t *testing.T, f *fleet) {
 	t.Helper()
-	eventually(t, "every engine and the router to free the request", func() bool {
+	testutil.Eventually(t, "every engine and the router to free the request", func() bool {
 		for _, s := range f.sims {
 			if st := s.Engine().Stats(); st.Running+st.Waiting != 0 {
 				return false

@@ -12,6 +12,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // silentCall opens a call of the given method over the fleet's connection
@@ -43,7 +44,7 @@ func TestSilentCallsHoldNoAdmissionPlace(t *testing.T) {
 			for range silent {
 				silentCall(t, f, held, method)
 			}
-			eventually(t, "the silent calls to reach the router", func() bool {
+			testutil.Eventually(t, "the silent calls to reach the router", func() bool {
 				return gauge(t, f, "kvgate_requests_awaiting_message") == silent
 			})
 			r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
@@ -51,7 +52,7 @@ func TestSilentCallsHoldNoAdmissionPlace(t *testing.T) {
 				t.Fatalf("the request beside the silent calls completed %d tokens, want 2", r.complete.GetUsage().GetCompletionTokens())
 			}
 			release()
-			eventually(t, "the silent calls to end", func() bool {
+			testutil.Eventually(t, "the silent calls to end", func() bool {
 				return gauge(t, f, "kvgate_requests_awaiting_message") == 0
 			})
 		})

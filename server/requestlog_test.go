@@ -18,6 +18,7 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/logging"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -238,10 +239,10 @@ func TestRequestLogLines(t *testing.T) {
 
 	// Cancelled by its client while the engine stalls.
 	cancelHeld()
-	eventually(t, "the cancelled request's log line", func() bool { return len(logs.find(t, "generate ended by client")) == 1 })
+	testutil.Eventually(t, "the cancelled request's log line", func() bool { return len(logs.find(t, "generate ended by client")) == 1 })
 	gone := logs.find(t, "generate ended by client")[0]
 	wantLine(t, gone, map[string]string{"request_id": "held-1", "trace_id": clientTraceID})
-	eventually(t, "the cancelled call's log line", func() bool { return len(logs.about(t, "held-1")) == 2 })
+	testutil.Eventually(t, "the cancelled call's log line", func() bool { return len(logs.about(t, "held-1")) == 2 })
 	wantLine(t, logs.about(t, "held-1")[1], map[string]string{"msg": "finished call", "grpc.code": "Canceled"})
 	logs.lines(t) // every line so far holds each key once
 }
@@ -310,7 +311,7 @@ func TestEmbedRequestLogLines(t *testing.T) {
 		_, err := tf.router.Embed(held, &kvgatev1.EmbedRequest{Inputs: in})
 		heldDone <- err
 	}()
-	eventually(t, "the stalled Embed holding the only place", func() bool {
+	testutil.Eventually(t, "the stalled Embed holding the only place", func() bool {
 		return counter(t, tf.fleet, "kvgate_worker_selections_total") == 2
 	})
 	_, err := tf.router.Embed(md("emb-full"), &kvgatev1.EmbedRequest{Inputs: in})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -22,7 +23,7 @@ func TestUnhealthyWorkerIsSkipped(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 3, policy: "round_robin", healthInterval: 10 * time.Millisecond,
 		sim: func(i int, c *sim.Config) { c.Faults.Unhealthy = i == 1 }})
 	w1, _ := f.reg.Get(f.workerURL(1))
-	eventually(t, "worker 1 to be marked unhealthy", func() bool { return !w1.Healthy() })
+	testutil.Eventually(t, "worker 1 to be marked unhealthy", func() bool { return !w1.Healthy() })
 
 	for i := range 8 {
 		c := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 4),
@@ -47,14 +48,14 @@ func TestUnhealthyWorkerIsSkipped(t *testing.T) {
 
 	// A worker that recovers is used again.
 	f.sims[1].Engine().SetFaults(sim.Faults{})
-	eventually(t, "worker 1 to recover", w1.Healthy)
+	testutil.Eventually(t, "worker 1 to recover", w1.Healthy)
 }
 
 func TestNoHealthyWorkerIsUnavailable(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 2, healthInterval: 10 * time.Millisecond,
 		sim: func(_ int, c *sim.Config) { c.Faults.Unhealthy = true }})
 	hc := healthpb.NewHealthClient(f.conn)
-	eventually(t, "the router's health to report NOT_SERVING", func() bool {
+	testutil.Eventually(t, "the router's health to report NOT_SERVING", func() bool {
 		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "kvgate.v1.Router"})
 		return err == nil && r.Status == healthpb.HealthCheckResponse_NOT_SERVING
 	})

@@ -10,6 +10,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -32,7 +33,7 @@ func TestShutdownDrainsRunningRequests(t *testing.T) {
 		f.g.Shutdown(sctx)
 	}()
 	hc := healthpb.NewHealthClient(f.conn)
-	eventually(t, "health to report NOT_SERVING", func() bool {
+	testutil.Eventually(t, "health to report NOT_SERVING", func() bool {
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err != nil || r.Status == healthpb.HealthCheckResponse_NOT_SERVING
 	})
@@ -50,11 +51,7 @@ func TestShutdownDrainsRunningRequests(t *testing.T) {
 		}
 		tokens += len(m.GetChunk().GetTokenIds())
 	}
-	select {
-	case <-stopped:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the router did not stop after its last request")
-	}
+	testutil.Receive(t, stopped, "the router to stop after its last request")
 }
 
 // A request still running when the drain period ends is aborted on its
@@ -78,5 +75,5 @@ func TestShutdownCutsWhatOutlivesTheDrain(t *testing.T) {
 		t.Fatalf("err = %v, want UNAVAILABLE saying kvgate is shutting down", err)
 	}
 	eng := f.sims[0].Engine()
-	eventually(t, "the engine to receive Abort", func() bool { return eng.Stats().AbortCalls == 1 && eng.Stats().Running == 0 })
+	testutil.Eventually(t, "the engine to receive Abort", func() bool { return eng.Stats().AbortCalls == 1 && eng.Stats().Running == 0 })
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func textOf(r result) string {
@@ -76,7 +78,7 @@ func TestChatSendsTheTemplatesTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: ids, SamplingParams: sp}).complete
-	if c.Usage.PromptTokens != uint32(len(ids)) || !equalIDs(c.OutputIds, g.OutputIds) {
+	if c.Usage.PromptTokens != uint32(len(ids)) || !slices.Equal(c.OutputIds, g.OutputIds) {
 		t.Fatalf("chat: %d prompt tokens, output %v; the rendered prompt's %d ids give %v",
 			c.Usage.PromptTokens, c.OutputIds, len(ids), g.OutputIds)
 	}
@@ -97,18 +99,6 @@ func (f *fleet) mustChatComplete(t *testing.T, req *kvgatev1.ChatRequest) *kvgat
 		t.Fatal("Chat ended without a completion")
 	}
 	return r.complete
-}
-
-func equalIDs(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestStopStringEndsTheGeneration(t *testing.T) {
@@ -149,7 +139,7 @@ func TestStopStringEndsTheGeneration(t *testing.T) {
 			t.Fatalf("finish %v, matched %q; want STOP matching %q", c.FinishReason, c.GetMatchedStopString(), stop)
 		}
 		eng := f.sims[0].Engine()
-		eventually(t, "the router to abort the generation it stopped", func() bool {
+		testutil.Eventually(t, "the router to abort the generation it stopped", func() bool {
 			return eng.Stats().AbortCalls > aborts && eng.Stats().Running == 0
 		})
 	}

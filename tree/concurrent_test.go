@@ -2,6 +2,7 @@ package tree
 
 import (
 	"fmt"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -16,7 +17,7 @@ func TestConcurrent(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 4, MaxTokens: 4000})
 	prefixes := make([][]uint32, 8)
 	for i := range prefixes {
-		prefixes[i] = seq(uint32(i*1000), 64)
+		prefixes[i] = testutil.Tokens(uint32(i*1000), 64)
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -26,7 +27,7 @@ func TestConcurrent(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for i := 0; i < 2000 && !stop.Load(); i++ {
-				prompt := append(slices.Clone(prefixes[rng.IntN(len(prefixes))]), seq(rng.Uint32N(1<<20), uint32(rng.IntN(80)))...)
+				prompt := append(slices.Clone(prefixes[rng.IntN(len(prefixes))]), testutil.Tokens(rng.Uint32N(1<<20), rng.IntN(80))...)
 				body(rng, prompt)
 			}
 		}()
@@ -48,7 +49,7 @@ func TestConcurrent(t *testing.T) {
 			case 1:
 				tr.ExpireSpeculative(prompt, name, m.Tick)
 			case 2:
-				tr.Extend(m.Tick, prompt, seq(rng.Uint32N(1<<20), uint32(rng.IntN(40))), name)
+				tr.Extend(m.Tick, prompt, testutil.Tokens(rng.Uint32N(1<<20), rng.IntN(40)), name)
 			}
 		})
 	}
@@ -92,16 +93,16 @@ func TestConcurrent(t *testing.T) {
 func TestSweepSurvivesSplitBetweenSlices(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 2})
 	// dead holds p = [0,4) and below it x = [4,12).
-	tr.Insert(seq(0, 12), "dead")
-	tr.Insert(cat(seq(0, 4), seq(100, 4)), "other") // keeps p shared, x separate
+	tr.Insert(testutil.Tokens(0, 12), "dead")
+	tr.Insert(cat(testutil.Tokens(0, 4), testutil.Tokens(100, 4)), "other") // keeps p shared, x separate
 	dead := tr.ids["dead"]
 	tr.sweepPause = func() {
 		tr.sweepPause = nil
 		// live splits x at 8: x's upper half copies dead's holder ...
-		tr.Insert(seq(0, 8), "live")
+		tr.Insert(testutil.Tokens(0, 8), "live")
 		// ... then live lets go of the whole path again.
-		tr.Trim(seq(0, 8), "live", 0)
-		tr.Trim(cat(seq(0, 4), seq(100, 4)), "other", 0)
+		tr.Trim(testutil.Tokens(0, 8), "live", 0)
+		tr.Trim(cat(testutil.Tokens(0, 4), testutil.Tokens(100, 4)), "other", 0)
 	}
 	tr.RemoveTenant("dead")
 	checkInvariants(t, tr)
@@ -131,7 +132,7 @@ func TestBudgetHoldsAfterEveryInsert(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := range 300 {
-						prompt := seq(uint32(g<<24|i<<12), 2048)
+						prompt := testutil.Tokens(uint32(g<<24|i<<12), 2048)
 						if i%2 == 0 {
 							tr.Insert(prompt, fmt.Sprint("w", g))
 						} else {

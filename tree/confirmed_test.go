@@ -2,6 +2,7 @@ package tree
 
 import (
 	"fmt"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"slices"
 	"testing"
 )
@@ -46,7 +47,7 @@ func reachOf(m Match, tenant string) [2]int {
 // TestConfirmedSpec pins how speculative and confirmed inserts combine: each
 // case replays a history (page size 4) and matches the 12-token prompt.
 func TestConfirmedSpec(t *testing.T) {
-	p := seq(0, 12)
+	p := testutil.Tokens(0, 12)
 	cases := []struct {
 		name    string
 		history []op
@@ -62,7 +63,7 @@ func TestConfirmedSpec(t *testing.T) {
 		{"each tenant has its own state", []op{{"conf", "a", p[:8]}, {"match", "b", p}, {"conf", "c", p[:4]}, {"spec", "c", p}},
 			map[string][2]int{"a": {8, 8}, "b": {12, 0}, "c": {12, 4}}},
 		{"an event below a speculative branch confirms only its path",
-			[]op{{"spec", "a", p}, {"conf", "a", cat(p[:4], seq(50, 4))}}, map[string][2]int{"a": {12, 4}}},
+			[]op{{"spec", "a", p}, {"conf", "a", cat(p[:4], testutil.Tokens(50, 4))}}, map[string][2]int{"a": {12, 4}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,19 +96,19 @@ func TestMatchInsertReportsTick(t *testing.T) {
 	var ticks []uint64
 	for _, tenant := range []string{"a", "", "b", "a"} {
 		var seen uint64 = 1
-		m, _ := tr.MatchInsert(seq(0, 4), func(m Match) string { seen = m.Tick; return tenant })
+		m, _ := tr.MatchInsert(testutil.Tokens(0, 4), func(m Match) string { seen = m.Tick; return tenant })
 		if seen != 0 {
 			t.Fatalf("choose saw Tick %d, want 0", seen)
 		}
 		ticks = append(ticks, m.Tick)
 	}
-	if m, _ := tr.MatchInsert(seq(0, 1), func(Match) string { return "a" }); m.Tick != 0 {
+	if m, _ := tr.MatchInsert(testutil.Tokens(0, 1), func(Match) string { return "a" }); m.Tick != 0 {
 		t.Fatalf("a prompt shorter than a page inserted at tick %d", m.Tick)
 	}
 	if want := []uint64{1, 0, 2, 3}; !slices.Equal(ticks, want) {
 		t.Fatalf("ticks %v, want %v (0 where nothing was inserted)", ticks, want)
 	}
-	if m := tr.Match(seq(0, 4)); m.Tick != 0 {
+	if m := tr.Match(testutil.Tokens(0, 4)); m.Tick != 0 {
 		t.Fatalf("Match reported Tick %d", m.Tick)
 	}
 }
@@ -121,7 +122,7 @@ func TestInsertSpeculativeReportsTick(t *testing.T) {
 		ids    []uint32
 		tenant string
 	}{
-		{seq(0, 4), "a"}, {seq(0, 4), ""}, {seq(0, 1), "a"}, {seq(0, 6), "b"}, {seq(10, 4), "a"},
+		{testutil.Tokens(0, 4), "a"}, {testutil.Tokens(0, 4), ""}, {testutil.Tokens(0, 1), "a"}, {testutil.Tokens(0, 6), "b"}, {testutil.Tokens(10, 4), "a"},
 	} {
 		m, _ := viaMatch.MatchInsert(tc.ids, func(Match) string { return tc.tenant })
 		if got := direct.InsertSpeculative(tc.ids, tc.tenant); got != m.Tick {
@@ -131,8 +132,8 @@ func TestInsertSpeculativeReportsTick(t *testing.T) {
 	if !slices.Equal(held(direct), held(viaMatch)) {
 		t.Fatalf("holdings differ: %v, MatchInsert's %v", held(direct), held(viaMatch))
 	}
-	tick := direct.InsertSpeculative(seq(20, 4), "c")
-	if n := direct.ExpireSpeculative(seq(20, 4), "c", tick); n != 4 || direct.TenantTokens("c") != 0 {
+	tick := direct.InsertSpeculative(testutil.Tokens(20, 4), "c")
+	if n := direct.ExpireSpeculative(testutil.Tokens(20, 4), "c", tick); n != 4 || direct.TenantTokens("c") != 0 {
 		t.Fatalf("expiring by the returned tick: %d tokens, c still holds %d", n, direct.TenantTokens("c"))
 	}
 }
@@ -142,7 +143,7 @@ func TestInsertSpeculativeReportsTick(t *testing.T) {
 // (an index into the history's ticks) along ids, and checks what went and
 // what stayed of the 12-token prompt p.
 func TestExpireSpeculative(t *testing.T) {
-	p := seq(0, 12)
+	p := testutil.Tokens(0, 12)
 	cases := []struct {
 		name    string
 		history []op
@@ -163,7 +164,7 @@ func TestExpireSpeculative(t *testing.T) {
 		{"tick 0 expires nothing", []op{{"match", "a", p}}, "a", p, -1, 0, map[string][2]int{"a": {12, 0}}},
 		{"another tenant's holdings stay", []op{{"match", "a", p}, {"match", "b", p}}, "a", p, 1, 12, map[string][2]int{"b": {12, 0}}},
 		{"an unknown tenant expires nothing", []op{{"match", "a", p}}, "z", p, 0, 0, map[string][2]int{"a": {12, 0}}},
-		{"a prompt the tenant does not hold expires nothing", []op{{"match", "a", p}}, "a", seq(40, 8), 0, 0, map[string][2]int{"a": {12, 0}}},
+		{"a prompt the tenant does not hold expires nothing", []op{{"match", "a", p}}, "a", testutil.Tokens(40, 8), 0, 0, map[string][2]int{"a": {12, 0}}},
 	}
 	for _, policy := range []string{"lru", "lfu", "fifo", "mru", "filo", "priority"} {
 		for _, c := range cases {
@@ -199,10 +200,10 @@ func TestExpireSpeculative(t *testing.T) {
 // confirmed and speculative holdings alike.
 func TestTrimRemovesConfirmed(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 2})
-	tr.InsertConfirmed(seq(0, 8), "a")
-	tr.Insert(seq(0, 12), "a")
-	tr.Trim(seq(0, 8), "a", 4)
-	if got := reachOf(tr.Match(seq(0, 12)), "a"); got != [2]int{4, 4} {
+	tr.InsertConfirmed(testutil.Tokens(0, 8), "a")
+	tr.Insert(testutil.Tokens(0, 12), "a")
+	tr.Trim(testutil.Tokens(0, 8), "a", 4)
+	if got := reachOf(tr.Match(testutil.Tokens(0, 12)), "a"); got != [2]int{4, 4} {
 		t.Fatalf("after Trim: {Tokens, Confirmed} = %v, want [4 4]", got)
 	}
 	if s := tr.Stats(); s.TenantTokens["a"] != 4 || s.TenantConfirmed["a"] != 4 || s.ConfirmedTokens != 4 {
@@ -214,21 +215,21 @@ func TestTrimRemovesConfirmed(t *testing.T) {
 func TestClearTenantKeepsSettings(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 2})
 	tr.SetTenantLimit("a", 8)
-	tr.InsertConfirmed(seq(0, 6), "a")
-	tr.Insert(seq(0, 8), "b")
+	tr.InsertConfirmed(testutil.Tokens(0, 6), "a")
+	tr.Insert(testutil.Tokens(0, 8), "b")
 	tr.ClearTenant("a")
-	if m := tr.Match(seq(0, 8)); m.Of("a") != 0 || m.Of("b") != 8 {
+	if m := tr.Match(testutil.Tokens(0, 8)); m.Of("a") != 0 || m.Of("b") != 8 {
 		t.Fatalf("after ClearTenant(a): %+v", m)
 	}
 	if s := tr.Stats(); s.Tokens != 8 || s.ConfirmedTokens != 0 || len(s.TenantTokens) != 1 {
 		t.Fatalf("stats after ClearTenant(a): %+v", s)
 	}
-	tr.Insert(seq(100, 20), "a") // the limit of 8 still applies
+	tr.Insert(testutil.Tokens(100, 20), "a") // the limit of 8 still applies
 	if n := tr.TenantTokens("a"); n > 8 {
 		t.Fatalf("a holds %d tokens after ClearTenant, limit 8", n)
 	}
 	tr.RemoveTenant("a")
-	tr.Insert(seq(100, 20), "a") // RemoveTenant dropped the limit
+	tr.Insert(testutil.Tokens(100, 20), "a") // RemoveTenant dropped the limit
 	if n := tr.TenantTokens("a"); n != 20 {
 		t.Fatalf("a holds %d tokens after RemoveTenant, want 20 (no limit)", n)
 	}
@@ -240,7 +241,7 @@ func TestClearTenantKeepsSettings(t *testing.T) {
 // case's prompts inserted one after another (each a 4-page prompt of its own
 // unless it says otherwise).
 func TestTenantLimit(t *testing.T) {
-	x, y, z := seq(0, 16), seq(100, 16), seq(200, 16)
+	x, y, z := testutil.Tokens(0, 16), testutil.Tokens(100, 16), testutil.Tokens(200, 16)
 	cases := []struct {
 		name    string
 		limit   int
@@ -260,9 +261,9 @@ func TestTenantLimit(t *testing.T) {
 			map[string]int{"a": 32}, [][]uint32{x}},
 		{"other tenants are not touched", 17, []op{{"spec", "b", x}, {"spec", "a", y}, {"spec", "a", z}, {"spec", "b", y}},
 			map[string]int{"a": 16, "b": 32}, [][]uint32{y}},
-		{"a prompt over the limit keeps the part it shares", 24, []op{{"spec", "a", x[:8]}, {"spec", "a", seq(0, 32)}},
+		{"a prompt over the limit keeps the part it shares", 24, []op{{"spec", "a", x[:8]}, {"spec", "a", testutil.Tokens(0, 32)}},
 			map[string]int{"a": 8}, nil},
-		{"down to the limit, not under it", 64, []op{{"spec", "a", seq(0, 64)}, {"spec", "a", cat(seq(0, 60), seq(900, 4))}},
+		{"down to the limit, not under it", 64, []op{{"spec", "a", testutil.Tokens(0, 64)}, {"spec", "a", cat(testutil.Tokens(0, 60), testutil.Tokens(900, 4))}},
 			map[string]int{"a": 64}, nil},
 	}
 	for _, c := range cases {
@@ -293,20 +294,20 @@ func TestTenantLimit(t *testing.T) {
 func TestSetTenantLimitEvictsAtOnce(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 4})
 	for i := range 8 {
-		tr.Insert(seq(uint32(i*100), 16), "a")
+		tr.Insert(testutil.Tokens(uint32(i*100), 16), "a")
 	}
 	tr.SetTenantLimit("a", 64)
 	if n := tr.TenantTokens("a"); n != 64 {
 		t.Fatalf("a holds %d tokens after SetTenantLimit(64), want 64", n)
 	}
 	for i := range 4 {
-		if n := tr.Match(seq(uint32(i*100), 16)).Of("a"); n != 0 {
+		if n := tr.Match(testutil.Tokens(uint32(i*100), 16)).Of("a"); n != 0 {
 			t.Fatalf("prompt %d (among the least recent) kept %d tokens", i, n)
 		}
 	}
 	tr.SetTenantLimit("a", 0)
 	for i := range 8 {
-		tr.Insert(seq(uint32(1000+i*100), 16), "a")
+		tr.Insert(testutil.Tokens(uint32(1000+i*100), 16), "a")
 	}
 	if n := tr.TenantTokens("a"); n != 64+128 {
 		t.Fatalf("a holds %d tokens with no limit, want %d", n, 64+128)

@@ -2,6 +2,7 @@ package tree
 
 import (
 	"fmt"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"slices"
 	"strings"
 	"testing"
@@ -34,23 +35,23 @@ func dump(tr *Tree) string {
 // prompt ends on a page boundary or not, and whether the reply is new, known
 // or shorter than a page.
 func TestExtendIsInsertOfBoth(t *testing.T) {
-	prompt := seq(100, 40)
+	prompt := testutil.Tokens(100, 40)
 	cases := []struct {
 		name          string
 		prompt, reply []uint32
 	}{
-		{"page-aligned prompt, new reply", prompt, seq(500, 21)},
-		{"prompt ends mid-page", prompt[:38], seq(500, 21)},
-		{"reply already held", prompt, seq(300, 12)},
-		{"reply shorter than a page", prompt, seq(500, 2)},
+		{"page-aligned prompt, new reply", prompt, testutil.Tokens(500, 21)},
+		{"prompt ends mid-page", prompt[:38], testutil.Tokens(500, 21)},
+		{"reply already held", prompt, testutil.Tokens(300, 12)},
+		{"reply shorter than a page", prompt, testutil.Tokens(500, 2)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, policy := range []string{"lru", "lfu", "fifo", "priority"} {
 				ext, ins := mustNew(t, Config{PageSize: 4, Policy: policy}), mustNew(t, Config{PageSize: 4, Policy: policy})
 				for _, tr := range []*Tree{ext, ins} {
-					tr.Insert(cat(prompt[:20], seq(900, 30)), "w1") // a branch inside the prompt
-					tr.Insert(cat(prompt, seq(300, 12)), "w0")      // a reply seen before
+					tr.Insert(cat(prompt[:20], testutil.Tokens(900, 30)), "w1") // a branch inside the prompt
+					tr.Insert(cat(prompt, testutil.Tokens(300, 12)), "w0")      // a reply seen before
 				}
 				var ticks [2]uint64
 				for i, tr := range []*Tree{ext, ins} {
@@ -84,7 +85,7 @@ func TestExtendIsInsertOfBoth(t *testing.T) {
 // prompt's end (trimmed, evicted, removed), or the tick belongs to another
 // prompt.
 func TestExtendFallsBack(t *testing.T) {
-	prompt, other, reply := seq(100, 40), seq(700, 40), seq(500, 21)
+	prompt, other, reply := testutil.Tokens(100, 40), testutil.Tokens(700, 40), testutil.Tokens(500, 21)
 	cases := []struct {
 		name      string
 		meanwhile func(tr *Tree)
@@ -94,7 +95,7 @@ func TestExtendFallsBack(t *testing.T) {
 		{"tick of another prompt", nil, func(_, o uint64) uint64 { return o }},
 		{"forgotten", func(tr *Tree) {
 			for i := range endSlots {
-				tr.Insert(seq(uint32(10_000+i%50), 4), "w2")
+				tr.Insert(testutil.Tokens(uint32(10_000+i%50), 4), "w2")
 			}
 		}, nil},
 		{"trimmed", func(tr *Tree) { tr.Trim(prompt, "w1", 8) }, nil},
@@ -110,7 +111,7 @@ func TestExtendFallsBack(t *testing.T) {
 			ext, ins := mustNew(t, Config{PageSize: 4}), mustNew(t, Config{PageSize: 4})
 			var p, o uint64
 			for _, tr := range []*Tree{ext, ins} {
-				tr.Insert(cat(prompt, seq(300, 12)), "w0")
+				tr.Insert(cat(prompt, testutil.Tokens(300, 12)), "w0")
 				o = tr.InsertSpeculative(other, "w1")
 				p = tr.InsertSpeculative(prompt, "w1")
 				if c.meanwhile != nil {

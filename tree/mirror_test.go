@@ -3,6 +3,7 @@ package tree
 import (
 	"errors"
 	"fmt"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"slices"
 	"strconv"
 	"strings"
@@ -415,7 +416,7 @@ func cmp(v, def int) int {
 
 func TestMirrorErrorsNameTheSizes(t *testing.T) {
 	m := NewMirror(16, 10)
-	_, _, err := m.Store(0, false, []MirrorBlock{{1, seq(0, 16)}, {2, seq(0, 12)}})
+	_, _, err := m.Store(0, false, []MirrorBlock{{1, testutil.Tokens(0, 16)}, {2, testutil.Tokens(0, 12)}})
 	if !errors.Is(err, ErrPageSize) || !strings.Contains(err.Error(), "12 tokens") || !strings.Contains(err.Error(), "16") {
 		t.Fatalf("error %q should name both sizes", err)
 	}
@@ -453,7 +454,7 @@ func BenchmarkMirrorChain(b *testing.B) {
 	for _, depth := range []int{64, 16384} {
 		b.Run(fmt.Sprint("depth=", depth), func(b *testing.B) {
 			m := NewMirror(16, depth)
-			tokens := seq(0, 16)
+			tokens := testutil.Tokens(0, 16)
 			b.ReportAllocs()
 			for i := range b.N {
 				h := int64(i % depth)

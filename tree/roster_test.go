@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"github.com/kvgate/kvgate/internal/testutil"
 	"slices"
 	"testing"
 )
@@ -29,8 +30,8 @@ func TestMatchInsertAmongAgreesWithMatch(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: ps})
 	names := []string{"a", "b", "never", "d"} // "c" holds pages but is not in the roster
 	r := NewRoster(names)
-	shared, x, y := seq(1, 8), seq(100, 8), seq(200, 12)
-	prompts := [][]uint32{cat(shared, x), cat(shared, y), seq(900, 3)}
+	shared, x, y := testutil.Tokens(1, 8), testutil.Tokens(100, 8), testutil.Tokens(200, 12)
+	prompts := [][]uint32{cat(shared, x), cat(shared, y), testutil.Tokens(900, 3)}
 	steps := []struct {
 		name string
 		do   func()
@@ -75,7 +76,7 @@ func TestMatchInsertAmongAgreesWithMatch(t *testing.T) {
 func TestMatchInsertAmongInsertsForChosen(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 4})
 	r := NewRoster([]string{"a", "b"})
-	prompt := seq(1, 10)
+	prompt := testutil.Tokens(1, 10)
 	tokens := make([]int, 2)
 	_, tick := tr.MatchInsertAmong(prompt, r, tokens, func() int { return 1 })
 	if tick == 0 {
@@ -116,12 +117,12 @@ func TestTenantTokensAmong(t *testing.T) {
 		}
 	}
 	check("empty")
-	tr.Insert(seq(1, 12), "a")
-	tr.Insert(seq(1, 8), "b")
+	tr.Insert(testutil.Tokens(1, 12), "a")
+	tr.Insert(testutil.Tokens(1, 8), "b")
 	check("a and b")
 	tr.RemoveTenant("a")
-	tr.Insert(seq(50, 16), "c") // may take a's id
+	tr.Insert(testutil.Tokens(50, 16), "c") // may take a's id
 	check("a removed, c added")
-	tr.Insert(seq(1, 4), "a")
+	tr.Insert(testutil.Tokens(1, 4), "a")
 	check("a back")
 }

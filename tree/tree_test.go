@@ -1,19 +1,12 @@
 package tree
 
 import (
+	"github.com/kvgate/kvgate/internal/testutil"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 )
-
-func seq(from, n uint32) []uint32 {
-	s := make([]uint32, n)
-	for i := range s {
-		s[i] = from + uint32(i)
-	}
-	return s
-}
 
 func cat(parts ...[]uint32) []uint32 { return slices.Concat(parts...) }
 
@@ -75,25 +68,25 @@ func TestMatchSpec(t *testing.T) {
 		nodes     int
 		storedFor map[string]int
 	}{
-		{"odd input is cut to whole pages", 4, []ins{{"a", seq(0, 10)}}, seq(0, 11), 8, map[string]int{"a": 8}, 1, map[string]int{"a": 8}},
-		{"short query below one page", 4, []ins{{"a", seq(0, 8)}}, seq(0, 3), 0, map[string]int{}, 1, nil},
-		{"query shorter than stored prefix", 4, []ins{{"a", seq(0, 12)}}, seq(0, 6), 4, map[string]int{"a": 4}, 1, nil},
+		{"odd input is cut to whole pages", 4, []ins{{"a", testutil.Tokens(0, 10)}}, testutil.Tokens(0, 11), 8, map[string]int{"a": 8}, 1, map[string]int{"a": 8}},
+		{"short query below one page", 4, []ins{{"a", testutil.Tokens(0, 8)}}, testutil.Tokens(0, 3), 0, map[string]int{}, 1, nil},
+		{"query shorter than stored prefix", 4, []ins{{"a", testutil.Tokens(0, 12)}}, testutil.Tokens(0, 6), 4, map[string]int{"a": 4}, 1, nil},
 		{"divergence inside a page splits at the page start", 4,
-			[]ins{{"a", seq(0, 8)}, {"b", cat(seq(0, 5), []uint32{99, 99, 99})}},
-			seq(0, 8), 8, map[string]int{"a": 8, "b": 4}, 3, map[string]int{"a": 8, "b": 8}},
+			[]ins{{"a", testutil.Tokens(0, 8)}, {"b", cat(testutil.Tokens(0, 5), []uint32{99, 99, 99})}},
+			testutil.Tokens(0, 8), 8, map[string]int{"a": 8, "b": 4}, 3, map[string]int{"a": 8, "b": 8}},
 		{"divergence at a page boundary", 4,
-			[]ins{{"a", seq(0, 8)}, {"b", cat(seq(0, 4), seq(50, 4))}},
-			cat(seq(0, 4), seq(50, 4)), 8, map[string]int{"a": 4, "b": 8}, 3, nil},
+			[]ins{{"a", testutil.Tokens(0, 8)}, {"b", cat(testutil.Tokens(0, 4), testutil.Tokens(50, 4))}},
+			cat(testutil.Tokens(0, 4), testutil.Tokens(50, 4)), 8, map[string]int{"a": 4, "b": 8}, 3, nil},
 		{"first page differs in its last token", 4,
 			[]ins{{"a", []uint32{1, 2, 3, 4}}, {"b", []uint32{1, 2, 3, 5}}},
 			[]uint32{1, 2, 3, 5}, 4, map[string]int{"b": 4}, 2, nil},
 		{"tenants sharing a prefix keep their own depths", 2,
-			[]ins{{"a", seq(0, 6)}, {"b", seq(0, 4)}, {"c", seq(0, 2)}},
-			seq(0, 6), 6, map[string]int{"a": 6, "b": 4, "c": 2}, 3, map[string]int{"a": 6, "b": 4, "c": 2}},
+			[]ins{{"a", testutil.Tokens(0, 6)}, {"b", testutil.Tokens(0, 4)}, {"c", testutil.Tokens(0, 2)}},
+			testutil.Tokens(0, 6), 6, map[string]int{"a": 6, "b": 4, "c": 2}, 3, map[string]int{"a": 6, "b": 4, "c": 2}},
 		{"same prompt twice stores once", 1,
-			[]ins{{"a", seq(0, 5)}, {"a", seq(0, 5)}},
-			seq(0, 5), 5, map[string]int{"a": 5}, 1, map[string]int{"a": 5}},
-		{"no match", 2, []ins{{"a", seq(0, 4)}}, seq(10, 4), 4, map[string]int{}, 1, nil},
+			[]ins{{"a", testutil.Tokens(0, 5)}, {"a", testutil.Tokens(0, 5)}},
+			testutil.Tokens(0, 5), 5, map[string]int{"a": 5}, 1, map[string]int{"a": 5}},
+		{"no match", 2, []ins{{"a", testutil.Tokens(0, 4)}}, testutil.Tokens(10, 4), 4, map[string]int{}, 1, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -133,8 +126,8 @@ func TestMatchSpec(t *testing.T) {
 
 func TestMatchInsertInsertsForChosenTenant(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 2})
-	tr.Insert(seq(0, 4), "a")
-	m, got := tr.MatchInsert(seq(0, 7), func(m Match) string {
+	tr.Insert(testutil.Tokens(0, 4), "a")
+	m, got := tr.MatchInsert(testutil.Tokens(0, 7), func(m Match) string {
 		if m.Input != 6 || m.Of("a") != 4 {
 			t.Errorf("choose saw %+v", m)
 		}
@@ -143,16 +136,16 @@ func TestMatchInsertInsertsForChosenTenant(t *testing.T) {
 	if got != "b" || m.Of("a") != 4 || m.Of("b") != 0 {
 		t.Fatalf("MatchInsert = %+v, %q", m, got)
 	}
-	if n := tr.Match(seq(0, 7)).Of("b"); n != 6 {
+	if n := tr.Match(testutil.Tokens(0, 7)).Of("b"); n != 6 {
 		t.Fatalf("b holds %d after MatchInsert, want 6", n)
 	}
-	if _, got := tr.MatchInsert(seq(20, 4), func(Match) string { return "" }); got != "" || tr.Stats().UniqueTokens != 6 {
+	if _, got := tr.MatchInsert(testutil.Tokens(20, 4), func(Match) string { return "" }); got != "" || tr.Stats().UniqueTokens != 6 {
 		t.Fatalf("choosing nobody inserted: %+v", tr.Stats())
 	}
 }
 
 func TestTrim(t *testing.T) {
-	prompt := seq(0, 12)
+	prompt := testutil.Tokens(0, 12)
 	cases := []struct {
 		name string
 		keep int
@@ -169,7 +162,7 @@ func TestTrim(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tr := mustNew(t, Config{PageSize: 2})
 			tr.Insert(prompt, "a")
-			tr.Insert(cat(seq(0, 8), seq(90, 4)), "a") // a branch below 8
+			tr.Insert(cat(testutil.Tokens(0, 8), testutil.Tokens(90, 4)), "a") // a branch below 8
 			tr.Insert(prompt, "b")
 			tr.Trim(prompt, "a", c.keep)
 			var got []string
@@ -197,11 +190,11 @@ func TestTrim(t *testing.T) {
 
 func TestRemoveTenant(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 1})
-	tr.Insert(seq(0, 6), "a")
-	tr.Insert(seq(0, 3), "b")
-	tr.Insert(cat(seq(0, 3), seq(50, 3)), "a")
+	tr.Insert(testutil.Tokens(0, 6), "a")
+	tr.Insert(testutil.Tokens(0, 3), "b")
+	tr.Insert(cat(testutil.Tokens(0, 3), testutil.Tokens(50, 3)), "a")
 	tr.RemoveTenant("a")
-	if m := tr.Match(seq(0, 6)); m.Of("a") != 0 || m.Of("b") != 3 {
+	if m := tr.Match(testutil.Tokens(0, 6)); m.Of("a") != 0 || m.Of("b") != 3 {
 		t.Fatalf("after RemoveTenant(a): %+v", m)
 	}
 	s := tr.Stats()
@@ -209,8 +202,8 @@ func TestRemoveTenant(t *testing.T) {
 		t.Fatalf("stats after RemoveTenant(a): %+v", s)
 	}
 	tr.RemoveTenant("nobody")
-	tr.Insert(seq(0, 2), "a") // the name comes back fresh
-	if n := tr.Match(seq(0, 6)).Of("a"); n != 2 {
+	tr.Insert(testutil.Tokens(0, 2), "a") // the name comes back fresh
+	if n := tr.Match(testutil.Tokens(0, 6)).Of("a"); n != 2 {
 		t.Fatalf("a re-added matches %d, want 2", n)
 	}
 	tr.RemoveTenant("b")
@@ -285,14 +278,14 @@ func TestEvictionOrder(t *testing.T) {
 // tenant first and stays for the other, as each engine evicts its own cache.
 func TestEvictionPerTenant(t *testing.T) {
 	tr := mustNew(t, Config{PageSize: 2})
-	tr.Insert(seq(0, 4), "a")
-	tr.Insert(seq(0, 4), "b")
-	tr.Insert(seq(0, 4), "b")
+	tr.Insert(testutil.Tokens(0, 4), "a")
+	tr.Insert(testutil.Tokens(0, 4), "b")
+	tr.Insert(testutil.Tokens(0, 4), "b")
 	setBudget(tr, 4)
 	if n := tr.Evict(); n != 4 {
 		t.Fatalf("Evict = %d, want 4", n)
 	}
-	if m := tr.Match(seq(0, 4)); m.Of("a") != 0 || m.Of("b") != 4 {
+	if m := tr.Match(testutil.Tokens(0, 4)); m.Of("a") != 0 || m.Of("b") != 4 {
 		t.Fatalf("after Evict: %+v", m)
 	}
 	if s := tr.Stats(); s.Nodes != 1 || s.Tokens != 4 {
@@ -301,17 +294,17 @@ func TestEvictionPerTenant(t *testing.T) {
 	// A deeper leaf goes before its parent even when the parent is older
 	// for another reason: only the frontier is evictable.
 	tr = mustNew(t, Config{PageSize: 2})
-	tr.Insert(seq(0, 6), "a")
+	tr.Insert(testutil.Tokens(0, 6), "a")
 	setBudget(tr, 2)
 	if n := tr.Evict(); n != 6 || tr.Stats().Tokens != 0 {
 		t.Fatalf("Evict = %d, stats %+v", n, tr.Stats())
 	}
 	tr = mustNew(t, Config{PageSize: 2})
-	tr.Insert(seq(0, 6), "a")
-	tr.Insert(seq(0, 2), "a")
+	tr.Insert(testutil.Tokens(0, 6), "a")
+	tr.Insert(testutil.Tokens(0, 2), "a")
 	setBudget(tr, 4)
 	tr.Evict()
-	if got := tr.Match(seq(0, 6)).Of("a"); got != 2 {
+	if got := tr.Match(testutil.Tokens(0, 6)).Of("a"); got != 2 {
 		t.Fatalf("a holds %d after evicting its leaf, want 2", got)
 	}
 }

@@ -6,28 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func newBreaker(t *testing.T, clock *fakeClock, changes *[]string) *workers.Breaker {
+func newBreaker(t *testing.T, clock *testutil.Clock, changes *[]string) *workers.Breaker {
 	t.Helper()
 	cfg := workers.DefaultBreakerConfig()
 	cfg.FailureThreshold, cfg.SuccessThreshold, cfg.Timeout = 3, 2, time.Minute
@@ -68,7 +51,7 @@ func TestBreakerConfigValidate(t *testing.T) {
 // TestBreakerLifecycle walks one breaker (3 failures open it for a minute, 2
 // probe successes close it, one probe at a time) through every transition.
 func TestBreakerLifecycle(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testutil.NewClock(time.Unix(1000, 0))
 	var changes []string
 	b := newBreaker(t, clock, &changes)
 
@@ -121,7 +104,7 @@ func TestBreakerLifecycle(t *testing.T) {
 // TestBreakerHalfOpenProbeLimit: a half-open breaker admits one probe at a
 // time; Allow does not take the slot; an ignored probe frees it.
 func TestBreakerHalfOpenProbeLimit(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testutil.NewClock(time.Unix(1000, 0))
 	var changes []string
 	b := newBreaker(t, clock, &changes)
 	for range 3 {
@@ -156,7 +139,7 @@ func TestBreakerHalfOpenProbeLimit(t *testing.T) {
 // TestBreakerStaleOutcomes: outcomes of attempts admitted before a state
 // change do not count after it.
 func TestBreakerStaleOutcomes(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testutil.NewClock(time.Unix(1000, 0))
 	var changes []string
 	b := newBreaker(t, clock, &changes)
 
@@ -201,7 +184,7 @@ func TestBreakerDisabled(t *testing.T) {
 // the clock moves, then checks the breaker still recovers: successes alone
 // close it.
 func TestBreakerConcurrent(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testutil.NewClock(time.Unix(1000, 0))
 	b, err := workers.NewBreaker("w", workers.BreakerConfig{FailureThreshold: 5, SuccessThreshold: 3, Timeout: time.Second, HalfOpenProbes: 1, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +222,7 @@ func TestBreakerConcurrent(t *testing.T) {
 // probe slot, exactly HalfOpenProbes win.
 func TestBreakerProbeRace(t *testing.T) {
 	for _, limit := range []int{1, 2} {
-		clock := &fakeClock{now: time.Unix(1000, 0)}
+		clock := testutil.NewClock(time.Unix(1000, 0))
 		b, err := workers.NewBreaker("w", workers.BreakerConfig{FailureThreshold: 1, SuccessThreshold: 5, Timeout: time.Second, HalfOpenProbes: limit, Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)

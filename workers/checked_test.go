@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -29,10 +31,10 @@ func TestCheckedStream(t *testing.T) {
 	for _, p := range allSimProtocols {
 		for _, tt := range tests {
 			t.Run(p.name+"/"+tt.name, func(t *testing.T) {
-				srv, w := startSim(t, p.name)
+				srv, w := simtest.Worker(t, simtest.Config(p.name))
 				srv.Engine().SetFaults(tt.faults)
 				s, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{
-					RequestID: "checked", InputIDs: seq(5, 20), NoStream: tt.noStream,
+					RequestID: "checked", InputIDs: testutil.Tokens(5, 20), NoStream: tt.noStream,
 					Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true},
 				})
 				if err != nil {

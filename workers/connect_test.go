@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -49,7 +50,7 @@ func TestDetect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := workers.Detect(testCtx(t), dial(t, tt.addr))
+			got, err := workers.Detect(testCtx(t), testutil.Dial(t, tt.addr))
 			if got != tt.want || !errors.Is(err, tt.wantErr) {
 				t.Errorf("Detect = %v, %v; want %v, %v", got, err, tt.want, tt.wantErr)
 			}

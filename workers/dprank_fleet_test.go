@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -25,15 +26,15 @@ func TestDPRankKVEvents(t *testing.T) {
 			}
 			rec := newKVRecorder()
 			subs, _ := runKVSubscriptions(t, reg, rec)
-			waitKV(t, "every rank's subscriber", func() bool { return e.Stats().KVSubscribers == 4 })
+			testutil.Eventually(t, "every rank's subscriber", func() bool { return e.Stats().KVSubscribers == 4 })
 
 			prompts := make([][]uint32, 4)
 			for r, w := range ws {
-				prompts[r] = seq(uint32(1000*(r+1)), 48)
+				prompts[r] = testutil.Tokens(uint32(1000*(r+1)), 48)
 				generate(t, w, fmt.Sprint("kv", r), prompts[r])
 			}
 			for r, w := range ws {
-				waitKV(t, fmt.Sprintf("rank %d's pages on its target", r), func() bool { return hasPages(rec, w.URL(), prompts[r], 16) })
+				testutil.Eventually(t, fmt.Sprintf("rank %d's pages on its target", r), func() bool { return hasPages(rec, w.URL(), prompts[r], 16) })
 				for o := range ws {
 					if o != r && hasPages(rec, ws[o].URL(), prompts[r], 16) {
 						t.Errorf("rank %d's pages applied to %s", r, ws[o].URL())
@@ -58,9 +59,9 @@ func TestDPRankKVEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := len(rec.log(ws[1].URL()))
-			generate(t, ws[1], "after-removal", seq(9000, 48))
-			generate(t, ws[2], "still-there", seq(7000, 48))
-			waitKV(t, "rank 2's new pages", func() bool { return hasPages(rec, ws[2].URL(), seq(7000, 48), 16) })
+			generate(t, ws[1], "after-removal", testutil.Tokens(9000, 48))
+			generate(t, ws[2], "still-there", testutil.Tokens(7000, 48))
+			testutil.Eventually(t, "rank 2's new pages", func() bool { return hasPages(rec, ws[2].URL(), testutil.Tokens(7000, 48), 16) })
 			if got := rec.log(ws[1].URL()); len(got) != before {
 				t.Errorf("calls for the removed rank after its removal: %v", got[before:])
 			}
@@ -71,8 +72,8 @@ func TestDPRankKVEvents(t *testing.T) {
 			if _, err := reg.Remove(ws[0].URL()); err != nil {
 				t.Fatal(err)
 			}
-			generate(t, ws[3], "after-rank-0", seq(8000, 48))
-			waitKV(t, "rank 3's new pages", func() bool { return hasPages(rec, ws[3].URL(), seq(8000, 48), 16) })
+			generate(t, ws[3], "after-rank-0", testutil.Tokens(8000, 48))
+			testutil.Eventually(t, "rank 3's new pages", func() bool { return hasPages(rec, ws[3].URL(), testutil.Tokens(8000, 48), 16) })
 			if n := slices.Index(rec.log(ws[3].URL()), "exact"); n < 0 || slices.Contains(rec.log(ws[3].URL())[n+1:], "exact") {
 				t.Errorf("rank 3's handler calls: %v; want one stream, told exact once", rec.log(ws[3].URL()))
 			}
@@ -156,7 +157,7 @@ func TestJoinLateEngineBecomesItsRanks(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	url := "grpc://" + addr
-	eventually(t, "the ranks to replace the placeholder", func() bool { return len(reg.Engine(url)) == 2 })
+	testutil.Eventually(t, "the ranks to replace the placeholder", func() bool { return len(reg.Engine(url)) == 2 })
 	var names []string
 	for _, w := range reg.Snapshot() {
 		names = append(names, w.URL())

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -191,7 +192,7 @@ func TestDPRankTargets(t *testing.T) {
 				// A conversation's two turns on one target: the second finds
 				// the first's pages in that rank's cache, and no other rank
 				// saw either.
-				prompt := seq(uint32(1000*(r+1)), 64)
+				prompt := testutil.Tokens(uint32(1000*(r+1)), 64)
 				if fin := generateOn(t, w, fmt.Sprintf("r%d-1", r), prompt); fin.CachedTokens != 0 {
 					t.Errorf("rank %d first turn: %d cached tokens", r, fin.CachedTokens)
 				}
@@ -200,7 +201,7 @@ func TestDPRankTargets(t *testing.T) {
 				if v, found := varintField(t, capture.last(t), field); !found || v != uint64(r) {
 					t.Errorf("rank %d: field %d on the wire = %d (present %v)", r, field, v, found)
 				}
-				turn2 := append(prompt, seq(9, 16)...)
+				turn2 := append(prompt, testutil.Tokens(9, 16)...)
 				if fin := generateOn(t, w, fmt.Sprintf("r%d-2", r), turn2); fin.CachedTokens < 64 {
 					t.Errorf("rank %d second turn: %d cached tokens, want >= 64", r, fin.CachedTokens)
 				}
@@ -227,11 +228,11 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 			defer cancel()
 			for i := range 2 {
 				if _, err := ws[2].Backend().Generate(ctx, &workers.GenerateRequest{RequestID: fmt.Sprint("held", i),
-					InputIDs: seq(5, 20), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4)}}); err != nil {
+					InputIDs: testutil.Tokens(5, 20), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4)}}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			eventually(t, "two requests running on rank 2", func() bool { return e.Rank(2).Stats().Running == 2 })
+			testutil.Eventually(t, "two requests running on rank 2", func() bool { return e.Rank(2).Stats().Running == 2 })
 
 			pctx, stop := context.WithCancel(testCtx(t))
 			done := make(chan struct{})
@@ -239,7 +240,7 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 				defer close(done)
 				workers.RunLoadPolls(pctx, reg, 10*time.Millisecond, nil)
 			}()
-			eventually(t, "rank 2 load polled", func() bool { return ws[2].EngineLoad().Running == 2 })
+			testutil.Eventually(t, "rank 2 load polled", func() bool { return ws[2].EngineLoad().Running == 2 })
 			stop()
 			<-done
 			for r, w := range ws {
@@ -255,7 +256,7 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 			if err := ws[0].Backend().Abort(testCtx(t), "held0"); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the abort on rank 2", func() bool { return e.Rank(2).Stats().Aborted == 1 })
+			testutil.Eventually(t, "the abort on rank 2", func() bool { return e.Rank(2).Stats().Aborted == 1 })
 			cancel()
 
 			// One health answer for the engine, applied to every rank.
@@ -266,7 +267,7 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 				defer close(hdone)
 				workers.RunHealthChecks(hctx, reg, workers.HealthConfig{Interval: 10 * time.Millisecond, FailureThreshold: 1}, nil)
 			}()
-			eventually(t, "every rank unhealthy", func() bool {
+			testutil.Eventually(t, "every rank unhealthy", func() bool {
 				for _, w := range ws {
 					if w.Healthy() {
 						return false
@@ -293,11 +294,11 @@ func TestDPRanksShareTheConnection(t *testing.T) {
 	}
 	// The last rank still reaches the engine; closing it closes the
 	// connection, and then nothing does.
-	generateOn(t, ws[3], "last", seq(7, 20))
+	generateOn(t, ws[3], "last", testutil.Tokens(7, 20))
 	if err := ws[3].Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ws[3].Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "closed", InputIDs: seq(7, 20)}); err == nil {
+	if _, err := ws[3].Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "closed", InputIDs: testutil.Tokens(7, 20)}); err == nil {
 		t.Fatal("Generate after the last rank closed succeeded")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -15,11 +17,11 @@ import (
 // the same on both protocols, and the engine's refusals and faults arrive as
 // the statuses the router classifies.
 func TestSimEmbed(t *testing.T) {
-	ids := seq(500, 40)
+	ids := testutil.Tokens(500, 40)
 	want := sim.Embedding(ids, sim.DefaultConfig().EmbeddingDim)
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSim(t, p.name)
+			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			ctx := testCtx(t)
 			got, err := w.Backend().Embed(ctx, &workers.EmbedRequest{RequestID: "e1", InputIDs: ids})
 			if err != nil {
@@ -45,7 +47,7 @@ func TestSimEmbed(t *testing.T) {
 			}{
 				{"empty input", nil, sim.Faults{}, codes.InvalidArgument},
 				{"out of vocabulary", []uint32{1, 128256}, sim.Faults{}, codes.InvalidArgument},
-				{"longer than the context", seq(1, 4097), sim.Faults{}, codes.InvalidArgument},
+				{"longer than the context", testutil.Tokens(1, 4097), sim.Faults{}, codes.InvalidArgument},
 				{"engine unavailable", ids, sim.Faults{Unavailable: true}, codes.Unavailable},
 				// The dimension contradicts the vector; TensorRT-LLM's protocol
 				// states none, and its vector holds a NaN instead.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -46,7 +47,7 @@ func startMonitored(t *testing.T, n int, protocol string, probe workers.HealthPr
 		if tweak != nil {
 			tweak(&cfg)
 		}
-		srv, w := serveSim(t, cfg)
+		srv, w := simtest.Worker(t, cfg)
 		if err := reg.Add(w); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -85,19 +87,6 @@ func hasPages(rec *kvRecorder, url string, prompt []uint32, page int) bool {
 	return true
 }
 
-// waitKV fails the test unless cond holds within 10 s (the gRPC channel's own
-// reconnection after an engine restart takes about a second).
-func waitKV(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func mode(subs *workers.KVSubscriptions, url string) workers.KVEventMode {
 	st, _ := subs.Status(url)
 	return st.Mode
@@ -109,29 +98,29 @@ func mode(subs *workers.KVSubscriptions, url string) workers.KVEventMode {
 func TestKVEventsFromSim(t *testing.T) {
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSim(t, p.name) // 16-token pages, 8192 tokens of KV
+			srv, w := simtest.Worker(t, simtest.Config(p.name)) // 16-token pages, 8192 tokens of KV
 			reg := workers.NewRegistry()
 			_ = reg.Add(w)
 			rec := newKVRecorder()
 			subs, _ := runKVSubscriptions(t, reg, rec)
-			waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			testutil.Eventually(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 
-			first := seq(1000, 64)
+			first := testutil.Tokens(1000, 64)
 			generate(t, w, "a", first)
-			waitKV(t, "the prompt's pages as stored events", func() bool { return hasPages(rec, w.URL(), first, 16) })
+			testutil.Eventually(t, "the prompt's pages as stored events", func() bool { return hasPages(rec, w.URL(), first, 16) })
 			if m := mode(subs, w.URL()); m != workers.KVModeEvents {
 				t.Errorf("mode %q after events, want events", m)
 			}
 
 			// Fill the cache past its capacity so that the engine evicts.
 			for i := range 10 {
-				generate(t, w, fmt.Sprint("fill", i), seq(uint32(20000+2000*i), 1024))
+				generate(t, w, fmt.Sprint("fill", i), testutil.Tokens(uint32(20000+2000*i), 1024))
 			}
-			waitKV(t, "removals", func() bool { st, _ := subs.Status(w.URL()); return st.Removed > 0 })
+			testutil.Eventually(t, "removals", func() bool { st, _ := subs.Status(w.URL()); return st.Removed > 0 })
 			// The engine is idle now; let the status catch up with the handler.
 			var batches []*workers.KVEventBatch
 			var st workers.KVEventStatus
-			waitKV(t, "the status to count every batch", func() bool {
+			testutil.Eventually(t, "the status to count every batch", func() bool {
 				st, _ = subs.Status(w.URL())
 				batches = rec.applied(w.URL())
 				return st.Batches == uint64(len(batches))
@@ -185,19 +174,21 @@ func TestKVEventsFromSim(t *testing.T) {
 func TestKVEventsHybridModelKeepsThePrefixGroup(t *testing.T) {
 	for _, p := range simProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSimWith(t, p.name, func(c *sim.Config) { c.HybridSlidingWindow = 32 })
+			cfg := simtest.Config(p.name)
+			cfg.HybridSlidingWindow = 32
+			srv, w := simtest.Worker(t, cfg)
 			reg := workers.NewRegistry()
 			_ = reg.Add(w)
 			rec := newKVRecorder()
 			subs, _ := runKVSubscriptions(t, reg, rec)
-			waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			testutil.Eventually(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 
-			prompt := seq(1000, 64)
+			prompt := testutil.Tokens(1000, 64)
 			generate(t, w, "a", prompt)
-			generate(t, w, "b", append(slices.Clone(prompt), seq(5000, 32)...))
-			waitKV(t, "the prompt's pages as stored events", func() bool { return hasPages(rec, w.URL(), prompt, 16) })
+			generate(t, w, "b", append(slices.Clone(prompt), testutil.Tokens(5000, 32)...))
+			testutil.Eventually(t, "the prompt's pages as stored events", func() bool { return hasPages(rec, w.URL(), prompt, 16) })
 			var batches []*workers.KVEventBatch
-			waitKV(t, "the status to count every batch", func() bool {
+			testutil.Eventually(t, "the status to count every batch", func() bool {
 				st, _ := subs.Status(w.URL())
 				batches = rec.applied(w.URL())
 				return st.Batches == uint64(len(batches)) && st.Batches >= 2
@@ -229,31 +220,31 @@ func TestKVEventsHybridModelKeepsThePrefixGroup(t *testing.T) {
 func TestKVEventsEngineRestart(t *testing.T) {
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSim(t, p.name)
+			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			reg := workers.NewRegistry()
 			_ = reg.Add(w)
 			rec := newKVRecorder()
 			subs, _ := runKVSubscriptions(t, reg, rec)
-			waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
-			before, before2 := seq(3000, 48), seq(5000, 48)
+			testutil.Eventually(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			before, before2 := testutil.Tokens(3000, 48), testutil.Tokens(5000, 48)
 			generate(t, w, "before", before)
 			generate(t, w, "before-2", before2)
-			waitKV(t, "events before the restart", func() bool {
+			testutil.Eventually(t, "events before the restart", func() bool {
 				return hasPages(rec, w.URL(), before, 16) && hasPages(rec, w.URL(), before2, 16)
 			})
 			applied := len(rec.applied(w.URL()))
 
 			srv.Kill()
-			waitKV(t, "the stream to break", func() bool { st, _ := subs.Status(w.URL()); return st.Failures > 0 })
+			testutil.Eventually(t, "the stream to break", func() bool { st, _ := subs.Status(w.URL()); return st.Failures > 0 })
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
 			}
 			// Resubscribed to the new engine before it publishes anything, so
 			// that its first batch is numbered below what the old one reached.
-			waitKV(t, "the restarted engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
-			after := seq(7000, 48)
+			testutil.Eventually(t, "the restarted engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			after := testutil.Tokens(7000, 48)
 			generate(t, w, "after", after)
-			waitKV(t, "events after the restart", func() bool { return hasPages(rec, w.URL(), after, 16) })
+			testutil.Eventually(t, "events after the restart", func() bool { return hasPages(rec, w.URL(), after, 16) })
 
 			st, _ := subs.Status(w.URL())
 			if st.Resets != 1 || st.Gaps != 0 || st.Mode != workers.KVModeEvents {
@@ -276,12 +267,12 @@ func TestKVEventsEngineRestart(t *testing.T) {
 // TestKVEventsWorkerRemoved: removing a worker closes its stream on the
 // engine, ends its goroutines, and no event reaches the handler after.
 func TestKVEventsWorkerRemoved(t *testing.T) {
-	srv, w := startSim(t, sim.ProtocolVLLM)
+	srv, w := simtest.Worker(t, simtest.Config(sim.ProtocolVLLM))
 	reg := workers.NewRegistry()
 	_ = reg.Add(w)
 	rec := newKVRecorder()
 	subs, _ := runKVSubscriptions(t, reg, rec)
-	waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+	testutil.Eventually(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 	if kvGoroutines(t, w.URL()) == 0 {
 		t.Fatal("no goroutine labelled with the worker's subscription")
 	}
@@ -290,10 +281,13 @@ func TestKVEventsWorkerRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := len(rec.log(w.URL()))
-	waitKV(t, "the engine to see the stream closed", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
-	waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
-	generate(t, w, "after-removal", seq(100, 64))
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, "the engine to see the stream closed", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
+	testutil.Eventually(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
+	generate(t, w, "after-removal", testutil.Tokens(100, 64))
+	handledSoFar(t, reg, subs)
+	if n := srv.Engine().Stats().KVSubscribers; n != 0 {
+		t.Fatalf("the removed worker's engine has %d subscribers again", n)
+	}
 	if got := rec.log(w.URL()); len(got) != calls {
 		t.Errorf("handler calls after removal: %q", got[calls:])
 	}
@@ -302,19 +296,37 @@ func TestKVEventsWorkerRemoved(t *testing.T) {
 	}
 }
 
+// handledSoFar returns once subs has handled every change of reg made
+// before the call: it registers a witness worker (an engine of its own) and
+// waits for the witness's subscription, which the subscriptions start only
+// from a registry view that holds every earlier change. A test that asserts
+// what did not happen (no subscription, no event) asserts it after this,
+// instead of after a pause.
+func handledSoFar(t *testing.T, reg *workers.Registry, subs *workers.KVSubscriptions) {
+	t.Helper()
+	_, witness := simtest.Worker(t, simtest.Config(sim.ProtocolSGLang))
+	if err := reg.Add(witness); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the witness worker's subscription", func() bool {
+		_, ok := subs.Status(witness.URL())
+		return ok
+	})
+}
+
 // TestKVEventsRunEnds: cancelling Run's context closes every stream and
 // ends every subscription goroutine.
 func TestKVEventsRunEnds(t *testing.T) {
 	reg := workers.NewRegistry()
 	var srvs []*sim.Server
 	for _, p := range allSimProtocols {
-		srv, w := startSim(t, p.name)
+		srv, w := simtest.Worker(t, simtest.Config(p.name))
 		_ = reg.Add(w)
 		srvs = append(srvs, srv)
 	}
 	_, stop := runKVSubscriptions(t, reg, newKVRecorder())
 	for _, srv := range srvs {
-		waitKV(t, "the engines to see their subscribers", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+		testutil.Eventually(t, "the engines to see their subscribers", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 	}
 
 	stop()
@@ -322,10 +334,10 @@ func TestKVEventsRunEnds(t *testing.T) {
 	// that exactly); gRPC's goroutine watching each call ends a moment
 	// after the call, and carries the label too.
 	for _, w := range reg.Snapshot() {
-		waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
+		testutil.Eventually(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, w.URL()) == 0 })
 	}
 	for _, srv := range srvs {
-		waitKV(t, "the engines to see the streams closed", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
+		testutil.Eventually(t, "the engines to see the streams closed", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
 	}
 }
 
@@ -344,7 +356,7 @@ func TestKVEventsJoinedLate(t *testing.T) {
 	if p.Connected() {
 		t.Fatal("the engine is not up yet, but Join connected")
 	}
-	time.Sleep(20 * time.Millisecond)
+	handledSoFar(t, reg, subs)
 	if _, ok := subs.Status(p.URL()); ok {
 		t.Error("a placeholder got a subscription")
 	}
@@ -356,12 +368,12 @@ func TestKVEventsJoinedLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	waitKV(t, "the connected worker's subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+	testutil.Eventually(t, "the connected worker's subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 	w, _ := reg.Get(addr)
 	defer w.Close()
-	prompt := seq(10, 32)
+	prompt := testutil.Tokens(10, 32)
 	generate(t, w, "late", prompt)
-	waitKV(t, "the late engine's events", func() bool { return hasPages(rec, w.URL(), prompt, 16) })
+	testutil.Eventually(t, "the late engine's events", func() bool { return hasPages(rec, w.URL(), prompt, 16) })
 }
 
 // TestKVEventsUnimplemented: an engine answering SubscribeKvEvents
@@ -373,7 +385,7 @@ func TestKVEventsUnimplemented(t *testing.T) {
 	const recheck = 300 * time.Millisecond
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSim(t, p.name)
+			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			e := srv.Engine()
 			e.SetFaults(sim.Faults{RPC: sim.RPCFaults{Unimplemented: "SubscribeKvEvents"}})
 			reg := workers.NewRegistry()
@@ -382,7 +394,7 @@ func TestKVEventsUnimplemented(t *testing.T) {
 			began := time.Now()
 			subs, _ := runKVSubscriptions(t, reg, rec, func(c *workers.KVSubscriptionConfig) { c.Recheck = recheck })
 
-			waitKV(t, "approximate mode", func() bool { return mode(subs, w.URL()) == workers.KVModeApproximate })
+			testutil.Eventually(t, "approximate mode", func() bool { return mode(subs, w.URL()) == workers.KVModeApproximate })
 			e.SetFaults(sim.Faults{})
 			if err := e.WaitCalls(testCtx(t), "SubscribeKvEvents", 2); err != nil {
 				t.Fatal(err)
@@ -390,9 +402,9 @@ func TestKVEventsUnimplemented(t *testing.T) {
 			if d := time.Since(began); d < recheck {
 				t.Errorf("asked again after %v; want Recheck (%v) or more", d, recheck)
 			}
-			prompt := seq(10, 32)
+			prompt := testutil.Tokens(10, 32)
 			generate(t, w, "after-recheck", prompt)
-			waitKV(t, "events mode", func() bool { return mode(subs, w.URL()) == workers.KVModeEvents })
+			testutil.Eventually(t, "events mode", func() bool { return mode(subs, w.URL()) == workers.KVModeEvents })
 			if n := e.Calls("SubscribeKvEvents"); n != 2 {
 				t.Errorf("%d subscriptions; want 2 (the refused one and the recheck)", n)
 			}
@@ -410,7 +422,7 @@ func TestKVEventsUnimplemented(t *testing.T) {
 // subscriptions, and as many WARN lines, in seconds). The waits are lower
 // bounds, which a loaded machine only lengthens.
 func TestKVEventsGapsBackOff(t *testing.T) {
-	srv, w := startSim(t, sim.ProtocolSGLang)
+	srv, w := simtest.Worker(t, simtest.Config(sim.ProtocolSGLang))
 	srv.Engine().SetFaults(sim.Faults{KVEventDropEvery: 2})
 	reg := workers.NewRegistry()
 	_ = reg.Add(w)
@@ -433,7 +445,7 @@ func TestKVEventsGapsBackOff(t *testing.T) {
 		defer close(traffic)
 		for i := 0; ctx.Err() == nil; i++ {
 			st, err := w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: fmt.Sprint("gap-", i),
-				InputIDs: seq(uint32(100*i), 32), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](1), IgnoreEOS: true}})
+				InputIDs: testutil.Tokens(uint32(100*i), 32), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](1), IgnoreEOS: true}})
 			for err == nil {
 				_, err = st.Recv()
 			}

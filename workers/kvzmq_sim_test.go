@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -144,7 +146,7 @@ func startZMQSim(t *testing.T) (*sim.Server, *workers.Worker) {
 	cfg.MaxContextLength = 4096
 	cfg.KVCapacityTokens = 2048 // 128 pages: a workload of 60 requests evicts
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	srv, w := serveSim(t, cfg)
+	srv, w := simtest.Worker(t, cfg)
 	return srv, w
 }
 
@@ -181,7 +183,7 @@ func (f *zmqFleet) until(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("no %s after %d requests: %+v", what, i, f.status())
 		}
 		f.fresh++
-		generate(t, f.w, fmt.Sprintf("fresh-%d", f.fresh), seq(uint32(90_000+(f.fresh*32)%38_000), 32))
+		generate(t, f.w, fmt.Sprintf("fresh-%d", f.fresh), testutil.Tokens(uint32(90_000+(f.fresh*32)%38_000), 32))
 	}
 }
 
@@ -201,7 +203,7 @@ func (f *zmqFleet) workload(t *testing.T, tag string, n int) {
 	t.Helper()
 	f.round++
 	for i := range n {
-		prompt := append(seq(uint32(1000*(i%7)), 64), seq(uint32(10_000+(f.round%4)*20_000+i*100), 48)...)
+		prompt := append(testutil.Tokens(uint32(1000*(i%7)), 64), testutil.Tokens(uint32(10_000+(f.round%4)*20_000+i*100), 48)...)
 		generate(t, f.w, fmt.Sprintf("%s-%d", tag, i), prompt)
 	}
 }
@@ -215,7 +217,7 @@ func (f *zmqFleet) waitMirror(t *testing.T) {
 		st := f.status()
 		return n > 0 && st.HasLastSeq && st.LastSeq == n-1 && slices.EqualFunc(f.mirror.paths(), cachePaths(f.srv), slices.Equal)
 	}
-	waitKV(t, "the mirror to equal the engine's cache, every published batch applied", caughtUp)
+	testutil.Eventually(t, "the mirror to equal the engine's cache, every published batch applied", caughtUp)
 }
 
 // TestZMQEventsMirrorEqualsCache: in every shape vLLM has published, with
@@ -261,7 +263,7 @@ func TestZMQEventsLostBatchesReplayed(t *testing.T) {
 		f := startZMQFleet(t, sim.ZMQConfig{SkipEvery: 3}, false)
 		f.warmUp(t)
 		f.workload(t, "w", 30)
-		waitKV(t, "a gap", func() bool { return f.status().Gaps > 0 })
+		testutil.Eventually(t, "a gap", func() bool { return f.status().Gaps > 0 })
 		if log := f.mirror.log(f.w.URL()); !slices.Contains(log, "reset 0") {
 			t.Errorf("handler calls %q: a gap must reset the mirror", log)
 		}
@@ -280,7 +282,7 @@ func TestZMQEventsPublisherRestart(t *testing.T) {
 
 	_, restarted := f.pub.Published()
 	f.srv.Kill()
-	waitKV(t, "the stream to break", func() bool { return f.status().Failures > 0 })
+	testutil.Eventually(t, "the stream to break", func() bool { return f.status().Failures > 0 })
 	if err := f.srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +362,7 @@ func TestZMQEventsPublisherConnects(t *testing.T) {
 	}
 	f := &zmqFleet{srv: srv, w: w, mirror: newPageMirror()}
 	f.subscribe(t, src)
-	waitKV(t, "the subscription to bind", func() bool { return f.status().Connected })
+	testutil.Eventually(t, "the subscription to bind", func() bool { return f.status().Connected })
 	if f.pub, err = sim.StartZMQPublisher(srv, sim.ZMQConfig{Endpoint: ep, Connect: true}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +373,7 @@ func TestZMQEventsPublisherConnects(t *testing.T) {
 
 	_, restarted := f.pub.Published()
 	srv.Kill()
-	waitKV(t, "the stream to break", func() bool { return f.status().Failures > 0 })
+	testutil.Eventually(t, "the stream to break", func() bool { return f.status().Failures > 0 })
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +404,7 @@ func TestZMQEventsWorkerRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := len(f.mirror.log(f.w.URL()))
-	waitKV(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, f.w.URL()) == 0 })
+	testutil.Eventually(t, "the subscription's goroutines to end", func() bool { return kvGoroutines(t, f.w.URL()) == 0 })
 	f.workload(t, "after", 10)
 	if got := f.mirror.log(f.w.URL()); len(got) != calls {
 		t.Errorf("handler calls after removal: %q", got[calls:])

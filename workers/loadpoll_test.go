@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -27,7 +28,7 @@ func TestLoadPollsStopOnUnimplemented(t *testing.T) {
 				if i == 0 {
 					cfg.Faults.RPC.Unimplemented = "GetLoads"
 				}
-				srv, w := serveSim(t, cfg)
+				srv, w := simtest.Worker(t, cfg)
 				if err := reg.Add(w); err != nil {
 					t.Fatal(err)
 				}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -70,14 +71,14 @@ func lpBackend(t *testing.T, p workers.Protocol, m lpMessages) workers.Backend {
 			{Response: &sglang.GenerateResponse_Chunk{Chunk: &sglang.GenerateStreamChunk{TokenIds: []uint32{7, 8}, OutputLogprobs: out, InputLogprobs: in}}},
 			{Response: &sglang.GenerateResponse_Complete{Complete: &sglang.GenerateComplete{OutputIds: []uint32{7, 8}, FinishReason: "length", OutputLogprobs: out, InputLogprobs: in}}},
 		}}
-		return workers.NewSGLangBackend(dial(t, e.start(t)))
+		return workers.NewSGLangBackend(testutil.Dial(t, e.start(t)))
 	}
 	out, in := m.vllm()
 	e := &vllmEngine{replies: []*vllm.GenerateResponse{
 		{Response: &vllm.GenerateResponse_Chunk{Chunk: &vllm.GenerateStreamChunk{TokenIds: []uint32{7, 8}, OutputLogprobs: out, InputLogprobs: in}}},
 		{Response: &vllm.GenerateResponse_Complete{Complete: &vllm.GenerateComplete{OutputIds: []uint32{7, 8}, FinishReason: "length", OutputLogprobs: out, InputLogprobs: in}}},
 	}}
-	return workers.NewVLLMBackend(dial(t, e.start(t)))
+	return workers.NewVLLMBackend(testutil.Dial(t, e.start(t)))
 }
 
 func TestLogprobsDecoded(t *testing.T) {

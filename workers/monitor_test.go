@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -80,7 +81,7 @@ func TestHealthChecksThresholds(t *testing.T) {
 				defer close(done)
 				workers.RunHealthChecks(ctx, reg, cfg, nil)
 			}()
-			eventually(t, "health checks", func() bool { return eng.healthCalls.Load() >= tt.runUntilCheck })
+			testutil.Eventually(t, "health checks", func() bool { return eng.healthCalls.Load() >= tt.runUntilCheck })
 			cancel()
 			<-done
 
@@ -105,11 +106,7 @@ func TestHealthChecksStopWithContext(t *testing.T) {
 		workers.RunHealthChecks(ctx, workers.NewRegistry(), workers.HealthConfig{}, nil)
 		workers.RunLoadPolls(ctx, workers.NewRegistry(), 0, nil)
 	}()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		t.Fatal("monitors did not return after their context ended")
-	}
+	testutil.Receive(t, done, "the monitors to return after their context ended")
 }
 
 func TestLoadPolls(t *testing.T) {
@@ -136,7 +133,7 @@ func TestLoadPolls(t *testing.T) {
 		defer close(done)
 		workers.RunLoadPolls(ctx, reg, 2*time.Millisecond, nil)
 	}()
-	eventually(t, "a load poll", func() bool { return w.EngineLoad().Running == 4 })
+	testutil.Eventually(t, "a load poll", func() bool { return w.EngineLoad().Running == 4 })
 	cancel()
 	<-done
 

@@ -14,13 +14,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -182,48 +182,6 @@ func vlComplete(prompt, cached uint32, kv *string, out ...uint32) *vllm.Generate
 
 // Checks.
 
-// waitClosed fails the test unless c is closed within 5 s.
-func waitClosed(t *testing.T, what string, c <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-c:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
-// stays fails the test if cond becomes true within d.
-func stays(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			t.Fatalf("%s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// noLeaks records the goroutine count now and, at cleanup (after the
-// test's own deferred work, before the servers stop), requires it to return
-// to that figure within 5 s.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	base := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				n := runtime.Stack(buf, true)
-				t.Errorf("goroutines: %d, baseline %d\n%s", runtime.NumGoroutine(), base, buf[:n])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	})
-}
-
 // readAll reads s to its end: the chunks' tokens, the completion, and the
 // terminal error (nil for io.EOF after a completion).
 func readAll(s workers.Stream) (tokens []uint32, fin *workers.Completion, err error) {
@@ -243,14 +201,13 @@ func readAll(s workers.Stream) (tokens []uint32, fin *workers.Completion, err er
 }
 
 // noPDGoroutines requires, at cleanup, that no goroutine of a disaggregated
-// request (its coordinator, legs, or a leg's gRPC client stream) is left
-// within 5 s. Unlike noLeaks it ignores the engines' own goroutines, such as
+// request (its coordinator, legs, or a leg's gRPC client stream) is left.
+// Unlike testutil.NoLeaks it ignores the engines' own goroutines, such as
 // the simulator's bootstrap HTTP connections.
 func noPDGoroutines(t *testing.T) {
 	t.Helper()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testutil.EventuallyState(t, testutil.Patience, "the disaggregated request's goroutines to end", func() (bool, string) {
 			buf := make([]byte, 1<<20)
 			stacks := string(buf[:runtime.Stack(buf, true)])
 			left := ""
@@ -260,14 +217,7 @@ func noPDGoroutines(t *testing.T) {
 					left += g + "\n\n"
 				}
 			}
-			if left == "" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("goroutines left behind:\n%s", left)
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return left == "", left
+		})
 	})
 }

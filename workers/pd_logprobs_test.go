@@ -18,6 +18,8 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -63,7 +65,7 @@ func TestPDSimLogprobs(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			_, pw := startPDSim(t, p.name, sim.RolePrefill, sim.Faults{})
 			_, dw := startPDSim(t, p.name, sim.RoleDecode, sim.Faults{})
-			_, single := startSim(t, p.name)
+			_, single := simtest.Worker(t, simtest.Config(p.name))
 			noPDGoroutines(t)
 			ask := &workers.LogprobRequest{Output: true, Prompt: true, TopK: 3}
 
@@ -100,7 +102,7 @@ func TestPDSimLogprobs(t *testing.T) {
 						t.Errorf("request %d: token %d (%d): %+v", i, j, got.tokens[j], lp)
 					}
 				}
-				waitClosed(t, "both legs to end", pst.Done())
+				testutil.Receive(t, pst.Done(), "both legs to end")
 			}
 		})
 	}
@@ -132,7 +134,7 @@ func TestPDSimLogprobsAskedFor(t *testing.T) {
 				if (len(got.chunkLPs) > 0) != tc.output || (len(got.prompts) > 0) != tc.prmt {
 					t.Errorf("%d output log-probabilities, prompt's %d times", len(got.chunkLPs), len(got.prompts))
 				}
-				waitClosed(t, "both legs to end", st.Done())
+				testutil.Receive(t, st.Done(), "both legs to end")
 			})
 		}
 	}
@@ -184,7 +186,7 @@ func TestPDSGLangPromptLogprobsWait(t *testing.T) {
 				return send(sgComplete(5, 0, 7))
 			})
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-			noLeaks(t)
+			testutil.NoLeaks(t)
 			req := pdRequest()
 			req.Logprobs = &workers.LogprobRequest{Output: true, Prompt: true, TopK: 2}
 			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 5})
@@ -226,7 +228,7 @@ func TestPDSGLangPromptLogprobsWait(t *testing.T) {
 			} else if len(lps) != 5 || !lps[0].Missing || lps[4].Value != -4 {
 				t.Errorf("prompt log-probabilities %+v", lps)
 			}
-			waitClosed(t, "both legs to end", st.Done())
+			testutil.Receive(t, st.Done(), "both legs to end")
 		})
 	}
 }
@@ -246,7 +248,7 @@ func TestPDVLLMLegLogprobs(t *testing.T) {
 		return send(vlComplete(5, 0, nil, 7))
 	})
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-	noLeaks(t)
+	testutil.NoLeaks(t)
 	req := pdRequest()
 	req.Logprobs = &workers.LogprobRequest{Output: true, Prompt: true, TopK: 4}
 	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 3})
@@ -267,5 +269,5 @@ func TestPDVLLMLegLogprobs(t *testing.T) {
 	if _, fin, err := readAll(st); err != nil || fin == nil || fin.PromptLogprobs != nil {
 		t.Errorf("completion %+v, %v; the prompt's were already sent", fin, err)
 	}
-	waitClosed(t, "both legs to end", st.Done())
+	testutil.Receive(t, st.Done(), "both legs to end")
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -57,7 +58,7 @@ func TestPDSGLangLegsConcurrentAndIdentical(t *testing.T) {
 		return send(sgComplete(5, 0, 7, 8, 9))
 	})
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-	noLeaks(t)
+	testutil.NoLeaks(t)
 
 	req := pdRequest()
 	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 42})
@@ -71,7 +72,7 @@ func TestPDSGLangLegsConcurrentAndIdentical(t *testing.T) {
 	if !st.DecodeStarted() {
 		t.Error("DecodeStarted is false after the stream")
 	}
-	waitClosed(t, "both legs to end", st.Done())
+	testutil.Receive(t, st.Done(), "both legs to end")
 	if p := st.Prefill(); p.Err != nil || p.PromptTokens != 5 || p.CachedTokens != 3 || p.Duration <= 0 {
 		t.Errorf("prefill result %+v", p)
 	}
@@ -190,7 +191,7 @@ func TestPDSGLangPrefillFailsBeforeFirstToken(t *testing.T) {
 			release := make(chan struct{})
 			decode.script = tt.decode(decode, release)
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-			noLeaks(t)
+			testutil.NoLeaks(t)
 
 			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{DecodeAbortWait: tt.wait})
 			if err != nil {
@@ -199,7 +200,7 @@ func TestPDSGLangPrefillFailsBeforeFirstToken(t *testing.T) {
 			_, err = st.Recv()
 			legFailure(t, err, "prefill", codes.Unavailable)
 			<-decode.reqs
-			stays(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
+			testutil.Never(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
 				return decode.abortCount() > 0 || decode.cancelCount() > 0
 			})
 			if st.DecodeStarted() {
@@ -208,8 +209,8 @@ func TestPDSGLangPrefillFailsBeforeFirstToken(t *testing.T) {
 			if tt.release {
 				close(release)
 			}
-			waitClosed(t, "both legs to end", st.Done())
-			eventually(t, "the decode call to return", func() bool { return decode.returnCount() == 1 })
+			testutil.Receive(t, st.Done(), "both legs to end")
+			testutil.Eventually(t, "the decode call to return", func() bool { return decode.returnCount() == 1 })
 			if got := decode.abortCount() == 1 && decode.cancelCount() == 1; got != tt.wantAbort {
 				t.Errorf("decode aborted = %v (aborts %d, cancelled %d), want %v",
 					got, decode.abortCount(), decode.cancelCount(), tt.wantAbort)
@@ -234,7 +235,7 @@ func TestPDSGLangDecodeFailsBeforeFirstToken(t *testing.T) {
 		return status.Error(codes.Unavailable, "decode engine gone")
 	})
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-	noLeaks(t)
+	testutil.NoLeaks(t)
 
 	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
 	if err != nil {
@@ -242,8 +243,8 @@ func TestPDSGLangDecodeFailsBeforeFirstToken(t *testing.T) {
 	}
 	_, err = st.Recv()
 	legFailure(t, err, "decode", codes.Unavailable)
-	waitClosed(t, "both legs to end", st.Done())
-	eventually(t, "the prefill leg to be aborted", func() bool {
+	testutil.Receive(t, st.Done(), "both legs to end")
+	testutil.Eventually(t, "the prefill leg to be aborted", func() bool {
 		return prefill.abortCount() == 1 && prefill.cancelCount() == 1
 	})
 	if st.Prefill().Err == nil {
@@ -272,7 +273,7 @@ func TestPDSGLangClientCancels(t *testing.T) {
 			return ctx.Err()
 		}
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-		noLeaks(t)
+		testutil.NoLeaks(t)
 
 		ctx, cancel := context.WithCancel(testCtx(t))
 		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
@@ -285,15 +286,15 @@ func TestPDSGLangClientCancels(t *testing.T) {
 		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 			t.Fatalf("Recv = %v, want CANCELED", err)
 		}
-		eventually(t, "the prefill leg to be aborted", func() bool {
+		testutil.Eventually(t, "the prefill leg to be aborted", func() bool {
 			return prefill.abortCount() == 1 && prefill.cancelCount() == 1
 		})
-		stays(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
+		testutil.Never(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
 			return decode.abortCount() > 0 || decode.cancelCount() > 0
 		})
 		close(release)
-		waitClosed(t, "both legs to end", st.Done())
-		eventually(t, "the decode leg to be aborted after its first item", func() bool {
+		testutil.Receive(t, st.Done(), "both legs to end")
+		testutil.Eventually(t, "the decode leg to be aborted after its first item", func() bool {
 			return decode.abortCount() == 1 && decode.cancelCount() == 1
 		})
 	})
@@ -309,7 +310,7 @@ func TestPDSGLangClientCancels(t *testing.T) {
 			return ctx.Err()
 		}
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-		noLeaks(t)
+		testutil.NoLeaks(t)
 
 		ctx, cancel := context.WithCancel(testCtx(t))
 		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
@@ -319,13 +320,13 @@ func TestPDSGLangClientCancels(t *testing.T) {
 		if c, err := st.Recv(); err != nil || !slices.Equal(c.TokenIDs, []uint32{1}) || !st.DecodeStarted() {
 			t.Fatalf("first item %+v, %v (started %v)", c, err, st.DecodeStarted())
 		}
-		waitClosed(t, "the prefill leg to end", st.PrefillDone())
+		testutil.Receive(t, st.PrefillDone(), "the prefill leg to end")
 		cancel()
 		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 			t.Fatalf("Recv after cancel = %v, want CANCELED", err)
 		}
-		waitClosed(t, "both legs to end", st.Done())
-		eventually(t, "the decode leg to be aborted", func() bool {
+		testutil.Receive(t, st.Done(), "both legs to end")
+		testutil.Eventually(t, "the decode leg to be aborted", func() bool {
 			return decode.abortCount() == 1 && decode.cancelCount() == 1
 		})
 		if prefill.abortCount() != 0 {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -55,7 +56,7 @@ func startPDSim(t *testing.T, protocol, role string, faults sim.Faults) (*sim.Se
 func simPDRequest(id string) *workers.GenerateRequest {
 	return &workers.GenerateRequest{
 		RequestID: id,
-		InputIDs:  seq(1000, 100),
+		InputIDs:  testutil.Tokens(1000, 100),
 		Sampling:  workers.Sampling{MaxNewTokens: ptr(uint32(8)), IgnoreEOS: true},
 	}
 }
@@ -78,7 +79,7 @@ func TestPDSimHappyPath(t *testing.T) {
 				if err != nil || len(tokens) != 8 || fin == nil || fin.CompletionTokens != 8 {
 					t.Fatalf("request %d: %d tokens, completion %+v, err %v", i, len(tokens), fin, err)
 				}
-				waitClosed(t, "both legs to end", st.Done())
+				testutil.Receive(t, st.Done(), "both legs to end")
 				pr := st.Prefill()
 				if pr.Err != nil || pr.PromptTokens != 100 || (pr.CachedTokens > 0) != wantCached {
 					t.Errorf("request %d: prefill result %+v (want cached: %v)", i, pr, wantCached)
@@ -123,8 +124,8 @@ func TestPDSimFaults(t *testing.T) {
 				}
 				_, err = st.Recv()
 				legFailure(t, err, tt.leg, tt.code)
-				waitClosed(t, "both legs to end", st.Done())
-				eventually(t, "both engines to drop the request", func() bool {
+				testutil.Receive(t, st.Done(), "both legs to end")
+				testutil.Eventually(t, "both engines to drop the request", func() bool {
 					return ps.Engine().Stats().Running+ds.Engine().Stats().Running+ds.Engine().Stats().Transferring == 0
 				})
 				// Before its first item the decode leg is never aborted: it
@@ -153,13 +154,13 @@ func TestPDSimClientCancels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the prefill leg to run", func() bool { return ps.Engine().Stats().Running == 1 })
+			testutil.Eventually(t, "the prefill leg to run", func() bool { return ps.Engine().Stats().Running == 1 })
 			cancel()
 			if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 				t.Fatalf("Recv = %v, want CANCELED", err)
 			}
-			waitClosed(t, "both legs to end", st.Done())
-			eventually(t, "the prefill engine to drop the request", func() bool { return ps.Engine().Stats().Running == 0 })
+			testutil.Receive(t, st.Done(), "both legs to end")
+			testutil.Eventually(t, "the prefill engine to drop the request", func() bool { return ps.Engine().Stats().Running == 0 })
 			if ps.Engine().Stats().AbortCalls != 1 {
 				t.Errorf("prefill engine got %d aborts, want 1", ps.Engine().Stats().AbortCalls)
 			}
@@ -187,8 +188,8 @@ func TestPDSimClientCancels(t *testing.T) {
 			if status.Code(err) != codes.Canceled {
 				t.Fatalf("Recv after cancel = %v, want CANCELED", err)
 			}
-			waitClosed(t, "both legs to end", st.Done())
-			eventually(t, "the decode engine to drop the request", func() bool { return ds.Engine().Stats().Running == 0 })
+			testutil.Receive(t, st.Done(), "both legs to end")
+			testutil.Eventually(t, "the decode engine to drop the request", func() bool { return ds.Engine().Stats().Running == 0 })
 			if ds.Engine().Stats().AbortCalls != 1 {
 				t.Errorf("decode engine got %d aborts, want 1", ds.Engine().Stats().AbortCalls)
 			}

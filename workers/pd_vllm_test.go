@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -33,7 +34,7 @@ func TestPDVLLMSequentialLegs(t *testing.T) {
 		return send(vlComplete(5, 0, nil, 7, 8))
 	}
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-	noLeaks(t)
+	testutil.NoLeaks(t)
 
 	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{Room: 3})
 	if err != nil {
@@ -53,7 +54,7 @@ func TestPDVLLMSequentialLegs(t *testing.T) {
 	if err != nil || !slices.Equal(tokens, []uint32{7, 8}) || fin == nil {
 		t.Fatalf("decode stream: %v, %+v, %v", tokens, fin, err)
 	}
-	waitClosed(t, "both legs to end", st.Done())
+	testutil.Receive(t, st.Done(), "both legs to end")
 
 	preq := <-prefill.reqs
 	sp := preq.GetSamplingParams()
@@ -103,7 +104,7 @@ func TestPDVLLMPrefillFaults(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			prefill, decode := newPDVLLM(tt.prefill), newPDVLLM(nil)
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-			noLeaks(t)
+			testutil.NoLeaks(t)
 			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
 			if err != nil {
 				t.Fatal(err)
@@ -113,7 +114,7 @@ func TestPDVLLMPrefillFaults(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.contains) || !strings.Contains(err.Error(), pw.URL()) {
 				t.Errorf("error %q should name the prefill worker and say %q", err, tt.contains)
 			}
-			waitClosed(t, "both legs to end", st.Done())
+			testutil.Receive(t, st.Done(), "both legs to end")
 			if len(decode.reqs) != 0 {
 				t.Error("the decode leg was sent after a failed prefill")
 			}
@@ -129,14 +130,14 @@ func TestPDVLLMDecodeFailsBeforeFirstToken(t *testing.T) {
 		return status.Error(codes.Unavailable, "remote prefill fetch failed")
 	})
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-	noLeaks(t)
+	testutil.NoLeaks(t)
 	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = st.Recv()
 	legFailure(t, err, "decode", codes.Unavailable)
-	waitClosed(t, "both legs to end", st.Done())
+	testutil.Receive(t, st.Done(), "both legs to end")
 	if st.Prefill().Err != nil {
 		t.Errorf("prefill result %+v: the prefill leg did complete", st.Prefill())
 	}
@@ -150,7 +151,7 @@ func TestPDVLLMClientCancels(t *testing.T) {
 			return ctx.Err()
 		}
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-		noLeaks(t)
+		testutil.NoLeaks(t)
 		ctx, cancel := context.WithCancel(testCtx(t))
 		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
 		if err != nil {
@@ -161,8 +162,8 @@ func TestPDVLLMClientCancels(t *testing.T) {
 		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 			t.Fatalf("Recv = %v, want CANCELED", err)
 		}
-		waitClosed(t, "both legs to end", st.Done())
-		eventually(t, "the prefill leg to be aborted", func() bool {
+		testutil.Receive(t, st.Done(), "both legs to end")
+		testutil.Eventually(t, "the prefill leg to be aborted", func() bool {
 			return prefill.abortCount() == 1 && prefill.cancelCount() == 1
 		})
 		if len(decode.reqs) != 0 {
@@ -185,7 +186,7 @@ func TestPDVLLMClientCancels(t *testing.T) {
 			return ctx.Err()
 		}
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-		noLeaks(t)
+		testutil.NoLeaks(t)
 		ctx, cancel := context.WithCancel(testCtx(t))
 		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
 		if err != nil {
@@ -196,12 +197,12 @@ func TestPDVLLMClientCancels(t *testing.T) {
 		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
 			t.Fatalf("Recv = %v, want CANCELED", err)
 		}
-		stays(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
+		testutil.Never(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
 			return decode.abortCount() > 0 || decode.cancelCount() > 0
 		})
 		close(release)
-		waitClosed(t, "both legs to end", st.Done())
-		eventually(t, "the decode leg to be aborted after its first item", func() bool {
+		testutil.Receive(t, st.Done(), "both legs to end")
+		testutil.Eventually(t, "the decode leg to be aborted after its first item", func() bool {
 			return decode.abortCount() == 1 && decode.cancelCount() == 1
 		})
 	})

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -18,11 +20,11 @@ import (
 func TestEngineKilledAndRestarted(t *testing.T) {
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSim(t, p.name)
+			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			srv.Engine().SetFaults(sim.Faults{StallAfterTokens: 1})
 			ctx, cancel := context.WithCancel(testCtx(t))
 			defer cancel()
-			req := &workers.GenerateRequest{RequestID: "r", InputIDs: seq(5, 40),
+			req := &workers.GenerateRequest{RequestID: "r", InputIDs: testutil.Tokens(5, 40),
 				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true}}
 			s, err := w.Backend().Generate(ctx, req)
 			if err != nil {
@@ -43,7 +45,7 @@ func TestEngineKilledAndRestarted(t *testing.T) {
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the worker's connection to come back", func() bool { return w.Backend().Health(testCtx(t)) == nil })
+			testutil.Eventually(t, "the worker's connection to come back", func() bool { return w.Backend().Health(testCtx(t)) == nil })
 			s, err = w.Backend().Generate(testCtx(t), req)
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -62,7 +63,7 @@ func TestSGLangSamplingTranslation(t *testing.T) {
 	}
 
 	eng := &sglangEngine{replies: []*sglang.GenerateResponse{sglangComplete("stop")}}
-	b := workers.NewSGLangBackend(dial(t, eng.start(t)))
+	b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := testCtx(t)
@@ -121,7 +122,7 @@ func TestSGLangStreamTranslation(t *testing.T) {
 			MatchedStop: &sglang.GenerateComplete_MatchedTokenId{MatchedTokenId: 12},
 		}}},
 	}}
-	b := workers.NewSGLangBackend(dial(t, eng.start(t)))
+	b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
 	s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "r", InputIDs: []uint32{1, 2, 3, 4, 5}})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +160,7 @@ func TestSGLangStreamErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			eng := &sglangEngine{replies: []*sglang.GenerateResponse{partial}, endErr: tt.endErr}
-			b := workers.NewSGLangBackend(dial(t, eng.start(t)))
+			b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
 			s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "early"})
 			if err != nil {
 				t.Fatal(err)
@@ -195,7 +196,7 @@ func TestSGLangManagement(t *testing.T) {
 		health:    func(n int64) bool { return n != 2 },
 		abortResp: &sglang.AbortResponse{Success: false, Message: "no such request"},
 	}
-	b := workers.NewSGLangBackend(dial(t, eng.start(t)))
+	b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
 	ctx := testCtx(t)
 
 	info, err := b.Info(ctx)
@@ -236,7 +237,7 @@ func TestSGLangManagement(t *testing.T) {
 
 func TestSGLangInfoWithoutServerInfo(t *testing.T) {
 	eng := &sglangEngine{} // GetServerInfo unimplemented
-	info, err := workers.NewSGLangBackend(dial(t, eng.start(t))).Info(testCtx(t))
+	info, err := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t))).Info(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,59 +14,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
-
-// startSim serves a delay-free simulated engine and connects a worker to it
-// with protocol detection; both end with the test.
-func startSim(t *testing.T, protocol string) (*sim.Server, *workers.Worker) {
-	t.Helper()
-	return startSimWith(t, protocol, nil)
-}
-
-// startSimWith is startSim with the engine's configuration changed by set.
-func startSimWith(t *testing.T, protocol string, set func(*sim.Config)) (*sim.Server, *workers.Worker) {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Protocol = protocol
-	cfg.TimeScale = 0
-	cfg.TokenizerDir = "none"
-	cfg.VocabSize = 128256
-	cfg.EOSTokenID = 128001
-	cfg.MaxContextLength = 4096
-	cfg.KVCapacityTokens = 8192
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	if set != nil {
-		set(&cfg)
-	}
-	return serveSim(t, cfg)
-}
-
-// serveSim serves a simulated engine of configuration cfg and connects a
-// worker to it with protocol detection; both end with the test.
-func serveSim(t *testing.T, cfg sim.Config) (*sim.Server, *workers.Worker) {
-	t.Helper()
-	srv, err := sim.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
-	return srv, w
-}
-
-func seq(start uint32, n int) []uint32 {
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = start + uint32(i)
-	}
-	return out
-}
 
 // simProtocol is an engine protocol and what its adapter reports of the
 // simulated engine startSim serves.
@@ -102,7 +54,7 @@ func TestEnginesReportTheirPageSize(t *testing.T) {
 			cfg := sim.DefaultConfig()
 			cfg.Protocol, cfg.TimeScale, cfg.PageSize = p.name, 0, 32
 			cfg.Logger = slog.New(slog.DiscardHandler)
-			_, w := serveSim(t, cfg)
+			_, w := simtest.Worker(t, cfg)
 			if got := w.Info().PageSize; got != 32 {
 				t.Errorf("page size %d, want the engine's 32", got)
 			}
@@ -113,7 +65,7 @@ func TestEnginesReportTheirPageSize(t *testing.T) {
 func TestSimConnectAndGenerate(t *testing.T) {
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSim(t, p.name)
+			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			if w.Protocol() != p.proto {
 				t.Fatalf("detected %v, want %v", w.Protocol(), p.proto)
 			}
@@ -123,7 +75,7 @@ func TestSimConnectAndGenerate(t *testing.T) {
 				t.Errorf("Info = %+v", info)
 			}
 
-			prompt := seq(1000, 64)
+			prompt := testutil.Tokens(1000, 64)
 			for i, wantCached := range []bool{false, true} {
 				req := &workers.GenerateRequest{
 					RequestID: p.name + "-" + string(rune('a'+i)),
@@ -157,10 +109,10 @@ func TestSimConnectAndGenerate(t *testing.T) {
 func TestSimFaults(t *testing.T) {
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
-			srv, w := startSim(t, p.name)
+			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			gen := func(id string) (workers.Stream, error) {
 				return w.Backend().Generate(testCtx(t), &workers.GenerateRequest{
-					RequestID: id, InputIDs: seq(5, 20),
+					RequestID: id, InputIDs: testutil.Tokens(5, 20),
 					Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](16), IgnoreEOS: true},
 				})
 			}
@@ -179,7 +131,7 @@ func TestSimFaults(t *testing.T) {
 			srv.Engine().SetFaults(sim.Faults{StallAfterTokens: 2})
 			ctx, cancel := context.WithCancel(testCtx(t))
 			defer cancel()
-			s, err = w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: "stall", InputIDs: seq(5, 20),
+			s, err = w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: "stall", InputIDs: testutil.Tokens(5, 20),
 				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](16), IgnoreEOS: true}})
 			if err != nil {
 				t.Fatal(err)
@@ -199,7 +151,7 @@ func TestSimFaults(t *testing.T) {
 			if err := w.Backend().Abort(testCtx(t), "stall"); err != nil {
 				t.Errorf("Abort: %v", err)
 			}
-			eventually(t, "the abort to reach the engine", func() bool { return srv.Engine().Stats().Aborted == 1 })
+			testutil.Eventually(t, "the abort to reach the engine", func() bool { return srv.Engine().Stats().Aborted == 1 })
 			// The aborted stream ends with an "abort" completion, then io.EOF.
 			if fin := drain(t, s); fin[len(fin)-1].Final.FinishReason != "abort" {
 				t.Errorf("aborted stream's completion = %+v", fin[len(fin)-1].Final)
@@ -229,8 +181,8 @@ func recvUntilError(s workers.Stream) error {
 }
 
 func TestSimHealthAndLoadMonitors(t *testing.T) {
-	srvA, a := startSim(t, sim.ProtocolSGLang)
-	_, b := startSim(t, sim.ProtocolVLLM)
+	srvA, a := simtest.Worker(t, simtest.Config(sim.ProtocolSGLang))
+	_, b := simtest.Worker(t, simtest.Config(sim.ProtocolVLLM))
 	reg := workers.NewRegistry()
 	for _, w := range []*workers.Worker{a, b} {
 		if err := reg.Add(w); err != nil {
@@ -250,18 +202,18 @@ func TestSimHealthAndLoadMonitors(t *testing.T) {
 	}()
 
 	srvA.Engine().SetFaults(sim.Faults{Unhealthy: true})
-	eventually(t, "the unhealthy engine to be marked unhealthy", func() bool { return !a.Healthy() })
+	testutil.Eventually(t, "the unhealthy engine to be marked unhealthy", func() bool { return !a.Healthy() })
 	if !b.Healthy() {
 		t.Error("the healthy engine was marked unhealthy too")
 	}
 	srvA.Engine().SetFaults(sim.Faults{})
-	eventually(t, "the engine to be marked healthy again", a.Healthy)
+	testutil.Eventually(t, "the engine to be marked healthy again", a.Healthy)
 
 	// A request stalled on the engine appears in the polled load.
 	srvA.Engine().SetFaults(sim.Faults{StallAfterTokens: 1})
 	gctx, gcancel := context.WithCancel(testCtx(t))
 	defer gcancel()
-	s, err := a.Backend().Generate(gctx, &workers.GenerateRequest{RequestID: "held", InputIDs: seq(9, 40),
+	s, err := a.Backend().Generate(gctx, &workers.GenerateRequest{RequestID: "held", InputIDs: testutil.Tokens(9, 40),
 		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +221,7 @@ func TestSimHealthAndLoadMonitors(t *testing.T) {
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the poll to see the running request", func() bool { return a.EngineLoad().Running == 1 })
+	testutil.Eventually(t, "the poll to see the running request", func() bool { return a.EngineLoad().Running == 1 })
 	if got := a.Load(); got != 1 {
 		t.Errorf("Load = %d, want the engine's one request (not ours: nothing was acquired)", got)
 	}

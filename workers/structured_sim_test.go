@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/tokenize"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -25,7 +26,7 @@ func startTokenizerSim(t *testing.T, protocol string) (*workers.Worker, *tokeniz
 	cfg.Protocol = protocol
 	cfg.TimeScale = 0
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	_, w := serveSim(t, cfg)
+	_, w := simtest.Worker(t, cfg)
 	archive, err := w.Backend().Tokenizer(testCtx(t))
 	if err != nil {
 		t.Fatal(err)

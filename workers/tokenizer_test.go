@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -69,7 +70,7 @@ func TestTokenizerDownload(t *testing.T) {
 }
 
 func TestTokenizerDownloadFromEngineWithoutOne(t *testing.T) {
-	_, w := startSim(t, "vllm") // serves no tokenizer
+	_, w := simtest.Worker(t, simtest.Config("vllm")) // serves no tokenizer
 	_, err := w.Backend().Tokenizer(context.Background())
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("err = %v, want UNIMPLEMENTED", err)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -69,7 +70,7 @@ func TestConnectPropagatesTheTrace(t *testing.T) {
 
 			caller, leg := spanContext(0xa, 0xb), spanContext(0xa, 0xc)
 			ctx := trace.ContextWithSpanContext(testCtx(t), caller)
-			req := &workers.GenerateRequest{RequestID: "r1", InputIDs: seq(5, 8), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](2)}}
+			req := &workers.GenerateRequest{RequestID: "r1", InputIDs: testutil.Tokens(5, 8), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](2)}}
 			s, err := w.Backend().Generate(ctx, req)
 			if err != nil {
 				t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -33,8 +35,8 @@ func TestParseProtocolNamesTheProtocols(t *testing.T) {
 // and naming the wrong protocol is the engine's UNIMPLEMENTED with the
 // address, never a worker that fails later.
 func TestTRTLLMConnectByName(t *testing.T) {
-	trt, _ := startSim(t, sim.ProtocolTRTLLM)
-	sgl, _ := startSim(t, sim.ProtocolSGLang)
+	trt, _ := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
+	sgl, _ := simtest.Worker(t, simtest.Config(sim.ProtocolSGLang))
 	w, err := workers.Connect(testCtx(t), "grpc://"+trt.Addr(), workers.ConnectOptions{Protocol: workers.ProtocolTRTLLM})
 	if err != nil {
 		t.Fatal(err)
@@ -73,9 +75,9 @@ func streamedIDs(chunks []workers.Chunk) []uint32 {
 // log-probabilities: whatever the protocols' shapes, the router sees one
 // answer.
 func TestTRTLLMSameAnswersAsVLLM(t *testing.T) {
-	_, trt := startSim(t, sim.ProtocolTRTLLM)
-	_, vll := startSim(t, sim.ProtocolVLLM)
-	prompt := seq(300, 40)
+	_, trt := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
+	_, vll := simtest.Worker(t, simtest.Config(sim.ProtocolVLLM))
+	prompt := testutil.Tokens(300, 40)
 	for _, tc := range []struct {
 		name     string
 		noStream bool
@@ -132,22 +134,22 @@ func sameLogprob(a, b workers.Logprob) bool {
 
 // TestTRTLLMGenerateContract: what the adapter fills in or maps.
 func TestTRTLLMGenerateContract(t *testing.T) {
-	srv, w := startSim(t, sim.ProtocolTRTLLM) // context 4096
+	srv, w := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM)) // context 4096
 	t.Run("max_tokens unset: what the context leaves", func(t *testing.T) {
-		chunks := generateAll(t, w, &workers.GenerateRequest{RequestID: "ctx", InputIDs: seq(1, 4000),
+		chunks := generateAll(t, w, &workers.GenerateRequest{RequestID: "ctx", InputIDs: testutil.Tokens(1, 4000),
 			Sampling: workers.Sampling{IgnoreEOS: true}})
 		if fin := chunks[len(chunks)-1].Final; fin.FinishReason != "length" || fin.CompletionTokens != 96 {
 			t.Errorf("completion %+v; want length after 96 tokens", fin)
 		}
 	})
 	t.Run("stop token: matched, kept in the output, finish stop", func(t *testing.T) {
-		free := streamedIDs(generateAll(t, w, &workers.GenerateRequest{RequestID: "free", InputIDs: seq(50, 20),
+		free := streamedIDs(generateAll(t, w, &workers.GenerateRequest{RequestID: "free", InputIDs: testutil.Tokens(50, 20),
 			Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](10), Seed: ptr[int32](9), IgnoreEOS: true}}))
 		i := 3
 		for slices.Index(free, free[i]) != i {
 			i++
 		}
-		chunks := generateAll(t, w, &workers.GenerateRequest{RequestID: "stop", InputIDs: seq(50, 20),
+		chunks := generateAll(t, w, &workers.GenerateRequest{RequestID: "stop", InputIDs: testutil.Tokens(50, 20),
 			Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](10), Seed: ptr[int32](9), IgnoreEOS: true, StopTokenIDs: []uint32{free[i]}}})
 		fin := chunks[len(chunks)-1].Final
 		if fin.FinishReason != "stop" || fin.MatchedStopTokenID == nil || *fin.MatchedStopTokenID != free[i] ||
@@ -157,7 +159,7 @@ func TestTRTLLMGenerateContract(t *testing.T) {
 	})
 	t.Run("a data-parallel rank is refused before the engine", func(t *testing.T) {
 		before := srv.Engine().Stats().Requests
-		_, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "dp", InputIDs: seq(1, 4), DPRank: ptr(1)})
+		_, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "dp", InputIDs: testutil.Tokens(1, 4), DPRank: ptr(1)})
 		if status.Code(err) != codes.FailedPrecondition || srv.Engine().Stats().Requests != before {
 			t.Errorf("Generate with a rank: %v; want FAILED_PRECONDITION and nothing sent", err)
 		}
@@ -172,7 +174,7 @@ func TestTRTLLMGenerateContract(t *testing.T) {
 // TestTRTLLMHealthStatusText: HealthCheck's status "OK" is healthy; any
 // other text is the engine's account of what is wrong.
 func TestTRTLLMHealthStatusText(t *testing.T) {
-	srv, w := startSim(t, sim.ProtocolTRTLLM)
+	srv, w := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
 	if err := w.Backend().Health(testCtx(t)); err != nil {
 		t.Errorf("healthy engine: %v", err)
 	}
@@ -191,9 +193,9 @@ func TestTRTLLMHealthStatusText(t *testing.T) {
 // prefill/decode handoffs, not TensorRT-LLM's; a pair of TensorRT-LLM
 // workers is refused before either engine sees a request.
 func TestTRTLLMNoDisaggregation(t *testing.T) {
-	ps, pw := startSim(t, sim.ProtocolTRTLLM)
-	ds, dw := startSim(t, sim.ProtocolTRTLLM)
-	_, err := workers.RunDisaggregated(testCtx(t), pw, dw, &workers.GenerateRequest{RequestID: "pd", InputIDs: seq(1, 8),
+	ps, pw := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
+	ds, dw := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
+	_, err := workers.RunDisaggregated(testCtx(t), pw, dw, &workers.GenerateRequest{RequestID: "pd", InputIDs: testutil.Tokens(1, 8),
 		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](2)}}, workers.Handoff{Room: 1})
 	if status.Code(err) != codes.FailedPrecondition || !containsAll(err.Error(), "trtllm") {
 		t.Errorf("RunDisaggregated over trtllm workers: %v; want FAILED_PRECONDITION naming trtllm", err)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -122,7 +123,7 @@ func TestTRTLLMWireGenerateRequest(t *testing.T) {
 		},
 	}
 	addr, got := captureGenerate(t)
-	b := workers.NewTRTLLMBackend(dial(t, addr))
+	b := workers.NewTRTLLMBackend(testutil.Dial(t, addr))
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(testCtx(t))

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -52,7 +53,7 @@ func TestVLLMSamplingTranslation(t *testing.T) {
 	}
 
 	eng := &vllmEngine{replies: []*vllm.GenerateResponse{vllmComplete("length")}}
-	b := workers.NewVLLMBackend(dial(t, eng.start(t)))
+	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "v-" + tt.name, InputIDs: []uint32{4, 5}, Sampling: tt.in})
@@ -83,7 +84,7 @@ func TestVLLMStreamTranslation(t *testing.T) {
 			OutputIds: []uint32{7, 8}, FinishReason: "length", PromptTokens: 4, CompletionTokens: 2, CachedTokens: 2,
 			MatchedStop: &vllm.GenerateComplete_MatchedStopStr{MatchedStopStr: "</s>"}}}},
 	}}
-	b := workers.NewVLLMBackend(dial(t, eng.start(t)))
+	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
 	s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "v", InputIDs: []uint32{1, 2, 3, 4}})
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func TestVLLMStreamEndsEarly(t *testing.T) {
 	eng := &vllmEngine{replies: []*vllm.GenerateResponse{
 		{Response: &vllm.GenerateResponse_Chunk{Chunk: &vllm.GenerateStreamChunk{TokenIds: []uint32{1}}}},
 	}}
-	b := workers.NewVLLMBackend(dial(t, eng.start(t)))
+	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
 	s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "cut"})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestVLLMManagement(t *testing.T) {
 		}},
 		health: func(int64) bool { return false },
 	}
-	b := workers.NewVLLMBackend(dial(t, eng.start(t)))
+	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
 	ctx := testCtx(t)
 
 	info, err := b.Info(ctx)
@@ -160,7 +161,7 @@ func TestVLLMManagement(t *testing.T) {
 
 func TestVLLMInfoWithoutLoads(t *testing.T) {
 	eng := &vllmEngine{} // GetLoads unimplemented
-	b := workers.NewVLLMBackend(dial(t, eng.start(t)))
+	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
 	info, err := b.Info(testCtx(t))
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -174,7 +175,7 @@ func TestWireConstraintsAndLogprobs(t *testing.T) {
 	}
 	for _, p := range protocols {
 		addr, got := captureGenerate(t)
-		conn := dial(t, addr)
+		conn := testutil.Dial(t, addr)
 		var b workers.Backend
 		if p.proto == workers.ProtocolSGLang {
 			b = workers.NewSGLangBackend(conn)
@@ -235,7 +236,7 @@ func checkVarints(t *testing.T, where string, fs []wireField, want map[protowire
 func TestUnknownConstraintKindRefused(t *testing.T) {
 	for _, p := range []workers.Protocol{workers.ProtocolSGLang, workers.ProtocolVLLM} {
 		addr, got := captureGenerate(t)
-		conn := dial(t, addr)
+		conn := testutil.Dial(t, addr)
 		b := workers.NewSGLangBackend(conn)
 		if p == workers.ProtocolVLLM {
 			b = workers.NewVLLMBackend(conn)

@@ -20,6 +20,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/discovery"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -81,13 +82,10 @@ func TestServeSMGServiceDiscoveryCommandLine(t *testing.T) {
 	defer rcancel()
 	// The router is ready before the pods have joined: until they have,
 	// requests answer UNAVAILABLE, which a client retries.
-	for {
+	testutil.Eventually(t, "an answer other than UNAVAILABLE", func() bool {
 		err = generateOnce(rctx, conn)
-		if status.Code(err) != codes.Unavailable || rctx.Err() != nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return status.Code(err) != codes.Unavailable || rctx.Err() != nil
+	})
 	if err != nil {
 		t.Fatalf("Generate through the discovered fleet: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -51,8 +52,9 @@ func TestServeFollowsKVEventsOverZMQ(t *testing.T) {
 
 	// Requests until every worker has applied batches over ZMQ: a PUB
 	// socket sends nothing until the subscription has reached it.
-	deadline := time.Now().Add(20 * time.Second)
-	for i := 0; ; i++ {
+	i := 0
+	testutil.EventuallyState(t, testutil.Patience, "KV events over ZMQ flowing for every worker", func() (bool, string) {
+		i++
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		st, err := router.Generate(ctx, &kvgatev1.GenerateRequest{
 			InputIds: []uint32{uint32(100 + i), 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: proto32(2)}})
@@ -73,13 +75,8 @@ func TestServeFollowsKVEventsOverZMQ(t *testing.T) {
 				flowing++
 			}
 		}
-		if flowing == len(urls) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("KV events over ZMQ not flowing for every worker after %d requests: %v", i, ws.GetWorkers())
-		}
-	}
+		return flowing == len(urls), fmt.Sprintf("after %d requests: %v", i, ws.GetWorkers())
+	})
 	for i, s := range sims {
 		// The engine's only event subscriber is its ZMQ publisher: the
 		// router did not open SubscribeKvEvents.

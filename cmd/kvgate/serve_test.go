@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/metricsdoc"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // defaults parses no flags, so the test starts from exactly what a user gets.
@@ -46,11 +48,12 @@ func TestDefaultsMatchTheDocumentation(t *testing.T) {
 // would, with no workers given, on free ports, and calls it.
 func TestEmbeddedDefaultServesGenerateAndMetrics(t *testing.T) {
 	cfg := defaults(t, "--port", "0", "--prometheus-port", "0", "--embedded-time-scale", "0")
+	logs := &testutil.Logs{Level: slog.LevelInfo}
 	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, cfg, slog.New(slog.DiscardHandler), func(l listening) { addrs <- [2]string{l.grpc, l.metrics} })
+		done <- serve(ctx, cfg, logs.Logger(), func(l listening) { addrs <- [2]string{l.grpc, l.metrics} })
 	}()
 	var a [2]string
 	select {
@@ -98,7 +101,9 @@ func TestEmbeddedDefaultServesGenerateAndMetrics(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, "serve to handle SIGHUP", func() bool {
+		return slices.ContainsFunc(logs.Records(slog.LevelInfo), func(r slog.Record) bool { return strings.HasPrefix(r.Message, "SIGHUP: ") })
+	})
 	if _, err := kvgatev1.NewAdminClient(conn).ListWorkers(rctx, &kvgatev1.ListWorkersRequest{}); err != nil {
 		t.Fatalf("after SIGHUP: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -32,7 +33,7 @@ func TestTokenizeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var one []uint32
-	if err := json.Unmarshal(out.Bytes(), &one); err != nil || !equalIDs(one, want[0]) {
+	if err := json.Unmarshal(out.Bytes(), &one); err != nil || !slices.Equal(one, want[0]) {
 		t.Fatalf("tokenize %q printed %s, want %v", texts[0], out.String(), want[0])
 	}
 
@@ -46,7 +47,7 @@ func TestTokenizeCommand(t *testing.T) {
 		t.Fatalf("--batch printed %s", out.String())
 	}
 	for i := range texts {
-		if !equalIDs(many[i], want[i]) {
+		if !slices.Equal(many[i], want[i]) {
 			t.Errorf("--batch item %d = %v, want %v", i, many[i], want[i])
 		}
 	}
@@ -70,18 +71,6 @@ func TestTokenizeCommand(t *testing.T) {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
-}
-
-func equalIDs(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestChatTemplateCases renders the 64 reference cases through the command

@@ -6,18 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/internal/relay"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -45,7 +42,7 @@ func engine(t *testing.T) *sim.Server {
 
 func start(t *testing.T) fleet {
 	t.Helper()
-	srv := relay.New(dial(t, engine(t).Addr()))
+	srv := relay.New(testutil.Dial(t, engine(t).Addr()))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,20 +50,10 @@ func start(t *testing.T) fleet {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return fleet{
-		direct:    sglang.NewSglangSchedulerClient(dial(t, engine(t).Addr())),
-		relayed:   sglang.NewSglangSchedulerClient(dial(t, lis.Addr().String())),
+		direct:    sglang.NewSglangSchedulerClient(testutil.Dial(t, engine(t).Addr())),
+		relayed:   sglang.NewSglangSchedulerClient(testutil.Dial(t, lis.Addr().String())),
 		relayAddr: lis.Addr().String(),
 	}
-}
-
-func dial(t *testing.T, addr string) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return cc
 }
 
 func request(id string, ids []uint32, maxNew uint32) *sglang.GenerateRequest {
@@ -137,7 +124,7 @@ func TestRelayIsTransparent(t *testing.T) {
 func TestRelayUnknownMethodIsTheUpstreamsAnswer(t *testing.T) {
 	f := start(t)
 	// A method the upstream does not serve comes back UNIMPLEMENTED from it.
-	err := dial(t, f.relayAddr).Invoke(context.Background(), "/no.such.Service/Call", &sglang.GenerateRequest{}, &sglang.GenerateResponse{})
+	err := testutil.Dial(t, f.relayAddr).Invoke(context.Background(), "/no.such.Service/Call", &sglang.GenerateRequest{}, &sglang.GenerateResponse{})
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("got %v, want UNIMPLEMENTED", err)
 	}
@@ -150,7 +137,7 @@ func TestRelayCancelLeavesNoGoroutines(t *testing.T) {
 	if _, err := collect(context.Background(), f.relayed, request("warm", ids, 1)); err != nil {
 		t.Fatal(err)
 	}
-	before := runtime.NumGoroutine()
+	testutil.NoLeaks(t) // checked when the test ends, before the servers stop
 	for i := range 50 {
 		ctx, cancel := context.WithCancel(context.Background())
 		st, err := f.relayed.Generate(ctx, request(fmt.Sprint("x", i), ids, 10_000))
@@ -164,12 +151,5 @@ func TestRelayCancelLeavesNoGoroutines(t *testing.T) {
 		if _, err := collect(ctx, f.relayed, request("y", ids, 1)); status.Code(err) != codes.Canceled {
 			t.Fatalf("a call on a cancelled context: %v, want CANCELED", err)
 		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before+2 {
-		t.Fatalf("%d goroutines after 50 cancelled calls, %d before", n, before)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // TestCancelFreesTheEngine: a client that gives up mid-stream leaves nothing
@@ -46,7 +47,7 @@ func TestCancelFreesTheEngine(t *testing.T) {
 	}
 	cancelled := time.Now()
 	ccancel()
-	waitFor(t, 30*time.Second, "the engines' running requests back to 0", func() (bool, string) {
+	testutil.EventuallyState(t, 30*time.Second, "the engines' running requests back to 0", func() (bool, string) {
 		state := ""
 		for _, e := range s.engines {
 			n, err := e.running(ctx)
@@ -57,7 +58,7 @@ func TestCancelFreesTheEngine(t *testing.T) {
 		return true, state
 	})
 	t.Logf("engine free %v after the client cancelled", time.Since(cancelled))
-	waitFor(t, 10*time.Second, "kvgate's in-flight count back to 0", func() (bool, string) {
+	testutil.EventuallyState(t, 10*time.Second, "kvgate's in-flight count back to 0", func() (bool, string) {
 		ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 		if err != nil {
 			return false, err.Error()
@@ -150,7 +151,7 @@ func (s *realSuite) mirrorFollowsTheEngines(t *testing.T, f *front, seed uint64)
 		{"a prompt never sent", randomIDs(seed+3, 200), 0, 0},
 	}
 	for _, p := range probes {
-		waitFor(t, 30*time.Second, p.name+": kvgate's mirror caught up with the engines' events", func() (bool, string) {
+		testutil.EventuallyState(t, 30*time.Second, p.name+": kvgate's mirror caught up with the engines' events", func() (bool, string) {
 			ex := f.explain(ctx, t, p.ids)
 			h, o := confirmedOn(ex, home), confirmedOn(ex, other)
 			return h == p.home && o == p.other, fmt.Sprintf("confirmed %d on %s, %d on %s; want %d and %d", h, home.url(), o, other.url(), p.home, p.other)
@@ -204,7 +205,7 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 	if r0.complete.GetWorker() != victim.url() {
 		t.Fatalf("the prefix went to %s, which is neither engine", r0.complete.GetWorker())
 	}
-	waitFor(t, 30*time.Second, "the victim's prefix confirmed", func() (bool, string) {
+	testutil.EventuallyState(t, 30*time.Second, "the victim's prefix confirmed", func() (bool, string) {
 		ex := s.explain(ctx, t, prefix)
 		got := confirmedOn(ex, victim)
 		return got > 0, fmt.Sprintf("%d on the victim, %d on the survivor", got, confirmedOn(ex, survivor))
@@ -263,7 +264,7 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 	if err := s.startEngine(victim); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "kvgate takes the restarted engine back", func() (bool, string) {
+	testutil.EventuallyState(t, 2*time.Minute, "kvgate takes the restarted engine back", func() (bool, string) {
 		ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 		if err != nil {
 			return false, err.Error()
@@ -277,7 +278,7 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 		return ok, w.String()
 	})
 	// A new process has an empty cache; kvgate's view of it must agree.
-	waitFor(t, 30*time.Second, "the victim's view reset", func() (bool, string) {
+	testutil.EventuallyState(t, 30*time.Second, "the victim's view reset", func() (bool, string) {
 		got := confirmedOn(s.explain(ctx, t, prefix), victim)
 		return got == 0, fmt.Sprint(got)
 	})

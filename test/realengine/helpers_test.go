@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -135,25 +134,6 @@ func (e *engine) running(ctx context.Context) (int, error) {
 		n += int(s.GetNumRunningReqs() + s.GetNumWaitingReqs())
 	}
 	return n, nil
-}
-
-// waitFor polls cond until it holds or timeout passes. The engines are other
-// processes: their state can only be asked, so asking again is the signal.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v; last: %s", what, timeout, state)
-		}
-		<-tick.C
-	}
 }
 
 // randomIDs returns n token ids from a fixed seed, below the ids the

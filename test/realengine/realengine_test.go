@@ -22,6 +22,7 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // greedy asks for n tokens, never ending early, so that both engines (same
@@ -113,7 +114,7 @@ func TestDetectsVLLMAndItsModel(t *testing.T) {
 	// The mirror of each engine's cache follows its events, which needs
 	// blocks of the tree's page size: a block of another size would leave
 	// the worker approximate.
-	waitFor(t, time.Minute, "both workers on KV events", func() (bool, string) {
+	testutil.EventuallyState(t, time.Minute, "both workers on KV events", func() (bool, string) {
 		ws, err := s.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 		if err != nil {
 			return false, err.Error()

@@ -13,6 +13,7 @@ import (
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // dpClient is what the data-parallel tests need of either protocol, with
@@ -99,7 +100,7 @@ func TestDataParallelRanks(t *testing.T) {
 			cfg := testConfig(p)
 			cfg.DPSize = 4
 			srv, _ := startSim(t, cfg)
-			conn := dial(t, srv)
+			conn := testutil.Dial(t, srv.Addr())
 			var c dpClient = sglangDP{sglang.NewSglangSchedulerClient(conn)}
 			if p == ProtocolVLLM {
 				c = vllmDP{vllm.NewVllmEngineClient(conn)}
@@ -114,7 +115,7 @@ func TestDataParallelRanks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "every rank's subscriber", func() bool { return e.Stats().KVSubscribers == 4 })
+			testutil.Eventually(t, "every rank's subscriber", func() bool { return e.Stats().KVSubscribers == 4 })
 
 			// A request goes to the rank it names; each rank numbers its
 			// own KV event batches from 0 and stamps them with its rank.
@@ -142,7 +143,7 @@ func TestDataParallelRanks(t *testing.T) {
 			hold, cancel := context.WithCancel(ctx)
 			defer cancel()
 			go func() { _ = c.generateOn(hold, "held", prompt(9, 8), proto.Int32(2)) }()
-			waitFor(t, "a request running on rank 2", func() bool { return e.Rank(2).Stats().Running == 1 })
+			testutil.Eventually(t, "a request running on rank 2", func() bool { return e.Rank(2).Stats().Running == 1 })
 			count, ranks, running, err := c.rankLoads(ctx, nil)
 			if err != nil || count != 4 || fmt.Sprint(ranks) != "[0 1 2 3]" || fmt.Sprint(running) != "[0 0 1 0]" {
 				t.Fatalf("GetLoads: count %d ranks %v running %v, %v", count, ranks, running, err)
@@ -169,16 +170,16 @@ func TestUnpinnedRequestsGoToTheLeastLoadedRank(t *testing.T) {
 			srv, _ := startSim(t, cfg)
 			var c interface {
 				generateOn(ctx context.Context, id string, prompt []uint32, rank *int32) error
-			} = vllmDP{vllm.NewVllmEngineClient(dial(t, srv))}
+			} = vllmDP{vllm.NewVllmEngineClient(testutil.Dial(t, srv.Addr()))}
 			if p == ProtocolSGLang {
-				c = sglangDP{sglang.NewSglangSchedulerClient(dial(t, srv))}
+				c = sglangDP{sglang.NewSglangSchedulerClient(testutil.Dial(t, srv.Addr()))}
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			e := srv.Engine()
 			for i := range 3 {
 				go func() { _ = c.generateOn(ctx, fmt.Sprint("free-", i), prompt(10+i, 8), nil) }()
-				waitFor(t, fmt.Sprintf("request %d placed", i), func() bool { return e.Stats().Running == i+1 })
+				testutil.Eventually(t, fmt.Sprintf("request %d placed", i), func() bool { return e.Stats().Running == i+1 })
 			}
 			for r := range 3 {
 				if n := e.Rank(r).Stats().Running; n != 1 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -238,7 +239,7 @@ func TestCancelFreesRequest(t *testing.T) {
 			t.Fatalf("recv after cancel: %v", err)
 		}
 		e := srv.Engine()
-		waitFor(t, "the cancelled request to be freed", func() bool {
+		testutil.Eventually(t, "the cancelled request to be freed", func() bool {
 			st := e.Stats()
 			return st.Running == 0 && st.PinnedPages == 0 && st.Cancelled == 1
 		})
@@ -257,7 +258,7 @@ func TestQueueingFIFO(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the second request to queue", func() bool { return srv.Engine().Stats().Waiting == 1 })
+		testutil.Eventually(t, "the second request to queue", func() bool { return srv.Engine().Stats().Waiting == 1 })
 		l, err := c.loads(ctx)
 		if err != nil || l.running != 1 || l.waiting != 1 {
 			t.Fatalf("loads: %+v, %v", l, err)
@@ -438,7 +439,7 @@ func concurrentLoad(t *testing.T, timeScale float64) {
 		}
 		wg.Wait()
 		e := srv.Engine()
-		waitFor(t, "all requests to end", func() bool {
+		testutil.Eventually(t, "all requests to end", func() bool {
 			st := e.Stats()
 			return st.Running+st.Waiting == 0 && st.Completed+st.Aborted+st.Cancelled == st.Requests
 		})

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // TestKvEventLossAndDuplicates: the drop and duplicate faults hit every N-th
@@ -53,7 +54,7 @@ func TestKvEventLossAndDuplicates(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				waitFor(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
+				testutil.Eventually(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
 				for i := range tt.published {
 					oneBatch(t, c, i)
 				}
@@ -92,7 +93,7 @@ func TestKvEventDelay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			testutil.Eventually(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 			// Each batch is published after the request starts, so it is
 			// due no sooner than delay after started[i].
 			var started []time.Time
@@ -118,7 +119,7 @@ func TestKvEventDelay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+			testutil.Eventually(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 			got := make(chan *smgcommon.KvEventBatch, 1)
 			errc := make(chan error, 1)
 			go func() {
@@ -140,7 +141,7 @@ func TestKvEventDelay(t *testing.T) {
 			if b := <-got; b != nil {
 				t.Fatalf("batch %d delivered before its delay", b.GetSequenceNumber())
 			}
-			waitFor(t, "the subscriber to leave", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
+			testutil.Eventually(t, "the subscriber to leave", func() bool { return srv.Engine().Stats().KVSubscribers == 0 })
 		})
 	})
 }

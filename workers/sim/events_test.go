@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // oneBatch runs a request that makes the engine publish exactly one KV event
@@ -63,7 +64,7 @@ func TestKvEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+		testutil.Eventually(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 		next := func(wantSeq uint64, wantEvents int) []*smgcommon.KvCacheEvent {
 			t.Helper()
 			b, err := recv()
@@ -170,7 +171,7 @@ func TestKvEventsRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+		testutil.Eventually(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 		before := hashOf(c, recv, 0)
 		oneBatch(t, c, 1)
 		oneBatch(t, c, 2)
@@ -190,7 +191,7 @@ func TestKvEventsRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the resubscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+		testutil.Eventually(t, "the resubscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 		if after := hashOf(c2, recv2, 0); after == before {
 			t.Fatalf("page hash %d before and after the restart", before)
 		}
@@ -200,7 +201,7 @@ func TestKvEventsRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the other engine's subscription", func() bool { return other.Engine().Stats().KVSubscribers == 1 })
+		testutil.Eventually(t, "the other engine's subscription", func() bool { return other.Engine().Stats().KVSubscribers == 1 })
 		if h := hashOf(oc, recv3, 0); h == before {
 			t.Fatalf("two engines both name the page %d", h)
 		}
@@ -248,7 +249,7 @@ func TestKvEventReplay(t *testing.T) {
 					}
 					return
 				}
-				waitFor(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+				testutil.Eventually(t, "the subscription", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 				oneBatch(t, c, published)
 				if got := recvUntil(t, recv, published); !slices.Equal(got, tt.want) {
 					t.Fatalf("subscribe from %d: batches %v, want %v", tt.start, got, tt.want)
@@ -288,7 +289,7 @@ func TestKvEventReplayJoinsLive(t *testing.T) {
 		}
 	}()
 	defer func() { <-published }()
-	waitFor(t, "publishing to be under way", func() bool { return e.Stats().KVNextSequence > before })
+	testutil.Eventually(t, "publishing to be under way", func() bool { return e.Stats().KVNextSequence > before })
 	last := uint64(before + during - 1)
 	var got []uint64
 	errDone := errors.New("done")
@@ -341,7 +342,7 @@ func TestSlowKvSubscriberIsDropped(t *testing.T) {
 			return nil
 		})
 	}()
-	waitFor(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
+	testutil.Eventually(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
 	for i := range kvSubscriberBuffer + 2 {
 		e.mu.Lock()
 		e.cache.insert(prompt(100*i, 16))
@@ -349,13 +350,8 @@ func TestSlowKvSubscriberIsDropped(t *testing.T) {
 		e.mu.Unlock()
 	}
 	close(release)
-	select {
-	case err := <-errc:
-		if status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("slow subscriber ended with %v, want RESOURCE_EXHAUSTED", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("slow subscriber was not dropped")
+	if err := testutil.Receive(t, errc, "the slow subscriber to be dropped"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("slow subscriber ended with %v, want RESOURCE_EXHAUSTED", err)
 	}
 	if n := e.Stats().KVSubscribers; n != 0 {
 		t.Fatalf("%d subscribers left", n)

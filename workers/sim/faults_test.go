@@ -9,12 +9,13 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // newClient opens a new client connection to srv; it closes with t.
 func newClient(t *testing.T, srv *Server, protocol string) client {
 	t.Helper()
-	conn := dial(t, srv)
+	conn := testutil.Dial(t, srv.Addr())
 	if protocol == ProtocolSGLang {
 		return sglangClient{sglang.NewSglangSchedulerClient(conn)}
 	}
@@ -36,7 +37,7 @@ func TestStallBeforeFirstToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the stalled request to be admitted", func() bool { return e.Stats().Running == 1 })
+		testutil.Eventually(t, "the stalled request to be admitted", func() bool { return e.Stats().Running == 1 })
 		if r := generate(t, c, genParams{id: "hung", prompt: prompt(3, 4), maxNew: u32(1)}); status.Code(r.err) != codes.AlreadyExists {
 			t.Fatalf("a duplicate of a stalled id: %v, want ALREADY_EXISTS", r.err)
 		}
@@ -57,12 +58,12 @@ func TestStallBeforeFirstToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the second stalled request to be admitted", func() bool { return e.Stats().Running == 1 })
+		testutil.Eventually(t, "the second stalled request to be admitted", func() bool { return e.Stats().Running == 1 })
 		cancel()
 		if r := collect(recv); status.Code(r.err) != codes.Canceled || len(r.chunks) != 0 {
 			t.Fatalf("cancelled stalled stream: %d chunks, err %v", len(r.chunks), r.err)
 		}
-		waitFor(t, "the cancelled request to be freed", func() bool { st := e.Stats(); return st.Running == 0 && st.Cancelled == 1 })
+		testutil.Eventually(t, "the cancelled request to be freed", func() bool { st := e.Stats(); return st.Running == 0 && st.Cancelled == 1 })
 
 		e.SetFaults(Faults{})
 		p.id = "ok"

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // TestKvEventFlood: with the flood faults, each batch the engine publishes
@@ -23,7 +24,7 @@ func TestKvEventFlood(t *testing.T) {
 	go func() {
 		_ = e.subscribeKvEvents(ctx, 0, func(b *smgcommon.KvEventBatch) error { got <- b; return nil })
 	}()
-	waitFor(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
+	testutil.Eventually(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
 	for i := range 2 {
 		e.mu.Lock()
 		e.cache.insert(prompt(100*i, 16)) // one page of the engine's own

@@ -170,18 +170,6 @@ func mustComplete(t *testing.T, c client, p genParams) result {
 	return r
 }
 
-// waitFor polls cond until it holds or 5 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 type sglangClient struct{ c sglang.SglangSchedulerClient }
 
 func (s sglangClient) generate(ctx context.Context, p genParams) (func() (msg, error), error) {

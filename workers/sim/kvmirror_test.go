@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // kvMirror is a cache rebuilt from KV events alone, as a router holds it. It
@@ -128,7 +129,7 @@ func TestKvEventsRebuildCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
+		testutil.Eventually(t, "the subscription", func() bool { return e.Stats().KVSubscribers == 1 })
 		m := newKVMirror(pageSize)
 		// check brings the mirror up to every batch published so far (the
 		// engine is idle) and compares it with the engine's cache.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // checkLogprobs verifies lps against tokens at positions base, base+1, ...:
@@ -170,7 +171,7 @@ func TestLogprobsRefused(t *testing.T) {
 // leg, which received the KV cache.
 func TestLogprobsPD(t *testing.T) {
 	forEachPD(t, nil, nil, func(t *testing.T, pp *pdPair) {
-		prompt := seq(100, 40)
+		prompt := testutil.Tokens(100, 40)
 		vocab := pp.p.Engine().Config().VocabSize
 		h := pp.handoffFor(7)
 		pre := lpReq{prompt: prompt, maxNew: 1, inPrmt: true, topK: 2, noStream: pp.protocol == ProtocolVLLM}
@@ -209,12 +210,4 @@ func TestLogprobsPD(t *testing.T) {
 			t.Error("decode leg:", err)
 		}
 	})
-}
-
-func seq(start uint32, n int) []uint32 {
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = start + uint32(i)
-	}
-	return out
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 type lpReq struct {
@@ -61,7 +62,7 @@ func runLP(t *testing.T, srv *Server, q lpReq) lpResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn := dial(t, srv)
+	conn := testutil.Dial(t, srv.Addr())
 	var res lpResult
 	if srv.Engine().Config().Protocol == ProtocolSGLang {
 		sp := &sglang.SamplingParams{Temperature: 1, TopP: 1, TopK: -1, MaxNewTokens: &q.maxNew}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // pdPair is a prefill and a decode engine of one protocol, with raw clients
@@ -54,9 +55,9 @@ func startPD(t *testing.T, protocol string, tweakP, tweakD func(*Config)) *pdPai
 	pp.p, pp.pc = startSim(t, pc)
 	pp.d, pp.dc = startSim(t, dc)
 	if protocol == ProtocolSGLang {
-		pp.psg, pp.dsg = sglang.NewSglangSchedulerClient(dial(t, pp.p)), sglang.NewSglangSchedulerClient(dial(t, pp.d))
+		pp.psg, pp.dsg = sglang.NewSglangSchedulerClient(testutil.Dial(t, pp.p.Addr())), sglang.NewSglangSchedulerClient(testutil.Dial(t, pp.d.Addr()))
 	} else {
-		pp.pvl, pp.dvl = vllm.NewVllmEngineClient(dial(t, pp.p)), vllm.NewVllmEngineClient(dial(t, pp.d))
+		pp.pvl, pp.dvl = vllm.NewVllmEngineClient(testutil.Dial(t, pp.p.Addr())), vllm.NewVllmEngineClient(testutil.Dial(t, pp.d.Addr()))
 	}
 	return pp
 }
@@ -218,7 +219,7 @@ func runPD(t *testing.T, pp *pdPair, prompt []uint32, room int32, maxNew uint32)
 		t.Fatal(err)
 	}
 	go func() { done <- collect(recv) }()
-	waitFor(t, "the decode leg to wait for its room", func() bool { return pp.d.Engine().Stats().RoomWaits > waits })
+	testutil.Eventually(t, "the decode leg to wait for its room", func() bool { return pp.d.Engine().Stats().RoomWaits > waits })
 	pre, _, err = pp.prefill(ctx, prompt, room)
 	if err != nil {
 		t.Fatalf("prefill leg: %v", err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func TestPDGenerate(t *testing.T) {
@@ -120,17 +120,17 @@ func TestPDCancelAndAbortWhileWaiting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the decode leg to wait", func() bool { return e.Stats().Transferring == 1 })
+		testutil.Eventually(t, "the decode leg to wait", func() bool { return e.Stats().Transferring == 1 })
 		start := time.Now()
 		cancel()
 		wantCode(t, collect(recv).err, codes.Canceled, "")
-		waitFor(t, "the decode leg to be freed", func() bool { s := e.Stats(); return s.Transferring == 0 && s.Cancelled == 1 })
+		testutil.Eventually(t, "the decode leg to be freed", func() bool { s := e.Stats(); return s.Transferring == 0 && s.Cancelled == 1 })
 		// An Abort ends the wait with finish_reason "abort".
 		recv, err = pp.decode(context.Background(), "aborted", prompt(1, 40), 4, pp.handoffFor(2))
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the decode leg to wait", func() bool { return e.Stats().Transferring == 1 })
+		testutil.Eventually(t, "the decode leg to wait", func() bool { return e.Stats().Transferring == 1 })
 		if err := pp.dc.abort(context.Background(), "aborted"); err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func TestPDUnfetchedRoomsExpire(t *testing.T) {
 		if s := e.Stats(); s.RoomsPublished != 1 {
 			t.Fatalf("prefill stats %+v", s)
 		}
-		waitFor(t, "the room to expire", func() bool { s := e.Stats(); return s.RoomsHeld == 0 && s.RoomsExpired == 1 })
+		testutil.Eventually(t, "the room to expire", func() bool { s := e.Stats(); return s.RoomsHeld == 0 && s.RoomsExpired == 1 })
 	})
 }
 
@@ -257,9 +257,9 @@ func TestPDRegularIgnoresParams(t *testing.T) {
 	forEachProtocol(t, nil, func(t *testing.T, srv *Server, _ client) {
 		pp := &pdPair{protocol: srv.Engine().cfg.Protocol, d: srv}
 		if pp.protocol == ProtocolSGLang {
-			pp.dsg = sglang.NewSglangSchedulerClient(dial(t, srv))
+			pp.dsg = sglang.NewSglangSchedulerClient(testutil.Dial(t, srv.Addr()))
 		} else {
-			pp.dvl = vllm.NewVllmEngineClient(dial(t, srv))
+			pp.dvl = vllm.NewVllmEngineClient(testutil.Dial(t, srv.Addr()))
 		}
 		recv, err := pp.decode(context.Background(), "r", prompt(1, 10), 3, handoff{host: "127.0.0.1", port: 1, room: 1})
 		if err != nil {
@@ -321,9 +321,9 @@ func TestPDServerInfo(t *testing.T) {
 
 // TestPDNoGoroutineLeak runs disaggregated requests of every ending, stops
 // both engines (one with a decode leg still waiting), and checks the
-// goroutine count settles back.
+// goroutines they started end.
 func TestPDNoGoroutineLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	testutil.NoLeaks(t)
 	for _, p := range protocols {
 		t.Run(p, func(t *testing.T) {
 			pp := startPD(t, p, nil, func(c *Config) { c.BootstrapTimeout = 30 * time.Second })
@@ -333,19 +333,18 @@ func TestPDNoGoroutineLeak(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the decode leg to wait", func() bool { return pp.d.Engine().Stats().Transferring == 1 })
+			testutil.Eventually(t, "the decode leg to wait", func() bool { return pp.d.Engine().Stats().Transferring == 1 })
 			cancel()
 			collect(recv)
 			recv, err = pp.decode(context.Background(), "closed", prompt(1, 40), 4, pp.handoffFor(3))
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the decode leg to wait", func() bool { return pp.d.Engine().Stats().Transferring == 1 })
+			testutil.Eventually(t, "the decode leg to wait", func() bool { return pp.d.Engine().Stats().Transferring == 1 })
 			pp.d.Engine().Close()
 			wantCode(t, collect(recv).err, codes.Unavailable, "shut down")
 		})
 	}
-	waitFor(t, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // TestPDTransferTime checks the decode leg charges prompt tokens x 128 KiB at

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/kvgate/kvgate/api/gen/trtllm"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // The simulator speaking TensorRT-LLM's protocol, through the generated
@@ -61,7 +62,7 @@ func runTRTLLM(t *testing.T, c trtllm.TrtllmServiceClient, req *trtllm.GenerateR
 func trtllmClient(t *testing.T) (*Server, trtllm.TrtllmServiceClient) {
 	t.Helper()
 	srv, _ := startSim(t, testConfig(ProtocolTRTLLM))
-	return srv, trtllm.NewTrtllmServiceClient(dial(t, srv))
+	return srv, trtllm.NewTrtllmServiceClient(testutil.Dial(t, srv.Addr()))
 }
 
 func TestTRTLLMRefusals(t *testing.T) {
