@@ -338,3 +338,17 @@ $(NIXL_SITE)/.nixl-$(NIXL_VERSION): $(REAL_STAMP)
 	touch $@
 real-engines-pd: real-engines-env real-engines-nixl
 	KVGATE_CACHE=$(KVGATE_CACHE) NIXL_SITE=$(NIXL_SITE) scripts/realengine/pd.sh
+## openai-bench: kvgate and SMG side by side through one client neither wrote: inference-perf (PyPI,
+## pinned in scripts/openai-bench-requirements.txt; it needs Python >= 3.12, OPENAI_BENCH_PYTHON)
+## sends one shared-prefix workload to each router's OpenAI-compatible HTTP API, in front of fresh
+## simulated engines (an 8B model on one H100), one router after the other (scripts/openai-bench.sh;
+## about 2 minutes). Needs make smg.
+OPENAI_BENCH_PYTHON ?= python3.12
+OPENAI_BENCH_VENV   ?= $(KVGATE_CACHE)/inference-perf-venv
+.PHONY: openai-bench
+openai-bench: build smg $(OPENAI_BENCH_VENV)/.inference-perf-0.7.0
+	scripts/openai-bench.sh $(BIN)/kvgate $(SMG_BIN) $(OPENAI_BENCH_VENV)/bin/inference-perf
+$(OPENAI_BENCH_VENV)/.inference-perf-0.7.0: scripts/openai-bench-requirements.txt
+	test -x $(OPENAI_BENCH_VENV)/bin/python || $(OPENAI_BENCH_PYTHON) -m venv $(OPENAI_BENCH_VENV)
+	$(OPENAI_BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r scripts/openai-bench-requirements.txt
+	touch $@
