@@ -4,7 +4,8 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/workers"
-	"github.com/kvgate/kvgate/workers/sim"
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 )
 
 // TestKVEventsLoadHeartbeatsAreNotDuplicates: SMG's vLLM servicer follows
@@ -14,22 +15,24 @@ import (
 // them nor counts them as duplicates, which would report a healthy stream as
 // a faulty one.
 func TestKVEventsLoadHeartbeatsAreNotDuplicates(t *testing.T) {
-	srv, w := startSimWith(t, "vllm", func(c *sim.Config) { c.Faults.KVEventLoadEcho = true })
+	cfg := simtest.Config("vllm")
+	cfg.Faults.KVEventLoadEcho = true
+	srv, w := simtest.Worker(t, cfg)
 	reg := workers.NewRegistry()
 	_ = reg.Add(w)
 	rec := newKVRecorder()
 	subs, _ := runKVSubscriptions(t, reg, rec)
-	waitKV(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
+	testutil.Eventually(t, "the engine to see the subscriber", func() bool { return srv.Engine().Stats().KVSubscribers == 1 })
 
 	for i := range 3 {
-		generate(t, w, "p"+string(rune('a'+i)), seq(uint32(1000+500*i), 64))
+		generate(t, w, "p"+string(rune('a'+i)), testutil.Tokens(uint32(1000+500*i), 64))
 	}
 	// The stream is ordered: once a later prompt's pages are mirrored, the
 	// echoes of the three prompts' batches have been read.
-	fence := seq(9000, 64)
+	fence := testutil.Tokens(9000, 64)
 	generate(t, w, "fence", fence)
 	var st workers.KVEventStatus
-	waitKV(t, "every batch applied", func() bool {
+	testutil.Eventually(t, "every batch applied", func() bool {
 		st, _ = subs.Status(w.URL())
 		return hasPages(rec, w.URL(), fence, 16) && st.Batches == uint64(len(rec.applied(w.URL())))
 	})
