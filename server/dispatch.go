@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -191,7 +190,7 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 		m.selections.WithLabelValues(dec.Prefill.Worker.URL(), pre).Inc()
 		m.selections.WithLabelValues(dec.Decode.Worker.URL(), dc).Inc()
 	}
-	r := &pair{s: d.s, d: d, preq: preq, dec: dec, jobStart: j.start}
+	r := &pair{s: d.s, att: d.pd.NewAttempt(dec, preq), vocab: d.r.outputVocab(dec.Decode.Worker), jobStart: j.start}
 	r.plan = plan{room: dec.Room, slots: slots, selfAborting: true, run: r}
 	r.legBuf = [2]leg{
 		{role: "prefill", w: dec.Prefill.Worker, policy: d.prefill, dec: dec.Prefill},
@@ -202,66 +201,53 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 }
 
 // pair runs a request disaggregated over a prefill and a decode worker. The
-// pd.Dispatcher owns the legs' load counting, aborts and policy observations.
+// pd.Attempt owns the legs, their load counting, aborts, policy
+// observations and the room; the pair records what the router measures of
+// them.
 type pair struct {
 	plan
-	legBuf     [2]leg
-	s          *Server
-	d          *pdDispatcher
-	preq       *policy.Request
-	dec        pd.Decision
-	st         workers.PDStream
-	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended
-	jobStart   time.Time    // when the request arrived, for the PD TTFT
+	legBuf   [2]leg
+	s        *Server
+	att      *pd.Attempt
+	vocab    int       // bounds the output ids (route.outputVocab of the decode worker)
+	jobStart time.Time // when the request arrived, for the PD TTFT
 }
 
 func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
-	st, err := p.d.pd.Dispatch(ctx, p.dec, p.preq, req)
-	if err != nil {
-		return nil, err
-	}
-	p.st = st
-	checked := workers.CheckedStream(st, p.d.r.outputVocab(p.dec.Decode.Worker))
 	// The prefill leg's span ends with that leg, before the decode leg's,
 	// which the pipeline ends with the attempt.
 	prefillSpan := p.legs[0].span
-	go func() {
-		select {
-		case <-st.PrefillDone():
-			p.prefillEnd.Store(time.Now().UnixNano())
-			r := st.Prefill()
-			if r.Err == nil {
-				p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
-			}
-			if sp := prefillSpan; sp != nil {
-				sp.SetAttributes(attrUsagePrompt.Int(int(r.PromptTokens)), attrCachedTokens.Int(int(r.CachedTokens)))
-				endSpan(sp, r.Err)
-				sp.End()
-			}
-		case <-st.Done():
+	st, err := p.att.Start(ctx, req, func(r workers.PrefillResult) {
+		if r.Err == nil {
+			p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
 		}
-	}()
-	return checked, nil
+		if prefillSpan != nil {
+			prefillSpan.SetAttributes(attrUsagePrompt.Int(int(r.PromptTokens)), attrCachedTokens.Int(int(r.CachedTokens)))
+			endSpan(prefillSpan, r.Err)
+			prefillSpan.End()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return workers.CheckedStream(st, p.vocab), nil
 }
 
 // firstToken records the PD handoff figures when the decode leg's first token
 // reaches the relay.
 func (p *pair) firstToken(at time.Time) {
-	if end := p.prefillEnd.Load(); end > 0 {
-		if handoff := at.Sub(time.Unix(0, end)); handoff > 0 {
-			p.s.metrics.pdHandoff.Observe(handoff.Seconds())
-		}
+	if h := p.att.Handoff(at); h > 0 {
+		p.s.metrics.pdHandoff.Observe(h.Seconds())
 	}
 	p.s.metrics.pdTTFT.Observe(at.Sub(p.jobStart).Seconds())
 }
 
 func (p *pair) aborted(error) {}
 
-// end records the PD figures; the dispatcher has observed the legs itself
-// and releases the room when both legs are over.
+// end counts a started attempt's failure by the leg that failed; one never
+// started gives its room back.
 func (p *pair) end(out policy.Outcome) {
-	if p.st == nil {
-		p.dec.Release() // never started: the room is ours to give back
+	if !p.att.End() {
 		return
 	}
 	var leg *workers.LegError
