@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -21,53 +17,21 @@ import (
 )
 
 // A dispatcher is how the pipeline reaches engines: it places one attempt of
-// a job on worker(s) and starts it. The regular dispatcher sends a whole
-// request to the one worker its policy chooses; the PD dispatcher sends a
-// prefill and a decode leg to a pair. Everything around an attempt (limits,
-// retries, timeouts, the relay, statuses) is the pipeline's and the same for
-// both.
+// a job on worker(s) and returns the plan that runs it. The regular
+// dispatcher sends a whole request to the one worker its policy chooses; the
+// PD dispatcher sends a prefill and a decode leg to a pair. Everything around
+// an attempt (limits, retries, timeouts, the relay, statuses) is the
+// pipeline's and the same for both.
 type dispatcher interface {
 	// place chooses where an attempt runs, never on a worker in
 	// j.excluded. With dryRun (Explain) no policy changes state and the
-	// placement must not be started.
-	place(ctx context.Context, j *job, dryRun bool) (placement, error)
+	// plan must not be started.
+	place(ctx context.Context, j *job, dryRun bool) (*plan, error)
 	// policyName labels decisions in logs and metrics.
 	policyName() string
 	// embeddings refuses Embed, with the status to answer, when the
 	// dispatcher's workers cannot compute embeddings.
 	embeddings() error
-}
-
-// A placement is one attempt's chosen worker(s), holding whatever the choice
-// reserved (a load count, a bootstrap room) until end.
-type placement interface {
-	// start sends the attempt; its stream ends when ctx does.
-	start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error)
-	// served is the worker whose tokens the client sees (the decode worker
-	// in PD).
-	served() *workers.Worker
-	// blame returns the worker that caused a failure of this attempt.
-	blame(err error) *workers.Worker
-	// end releases what the placement holds and reports the outcome to the
-	// policies that learn from it. It is called once, whatever happened.
-	end(out policy.Outcome)
-	// settle reports the attempt to the workers' circuit breakers: nil is
-	// a success; a failure counts against the worker it blames when it is
-	// the worker's fault, and is ignored otherwise. Called once.
-	settle(f *failure)
-	// abortOnFailure tells whether the pipeline must send Abort for an
-	// attempt that ended early; the PD legs abort themselves.
-	abortOnFailure() bool
-	// aborted is told how the Abort the pipeline sent (after end) fared.
-	aborted(err error)
-	// decision is the policy decision that placed the client-visible worker.
-	decision() policy.Decision
-	// logAttrs describe the placement in log lines.
-	logAttrs() []any
-	// traceAttrs describe the decision on the selection span.
-	traceAttrs() []attribute.KeyValue
-	// legs are the engine calls an attempt makes, each with a span.
-	legs() []leg
 }
 
 // regularDispatcher serves whole requests on the registry's regular workers.
@@ -80,7 +44,7 @@ type regularDispatcher struct {
 func (d *regularDispatcher) policyName() string { return d.policy.Name() }
 func (d *regularDispatcher) embeddings() error  { return nil }
 
-func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
+func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, error) {
 	candidates, err := implementing(j.needs, d.r.candidates(d.s.reg, workers.RoleRegular))
 	if err != nil {
 		return nil, err
@@ -100,18 +64,24 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 	if err != nil {
 		return nil, err
 	}
-	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots, vocab: d.r.outputVocab(dec.Worker)}
+	r := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, vocab: d.r.outputVocab(dec.Worker)}
+	r.plan = plan{slots: slots, run: r}
+	r.legBuf[0] = leg{role: "regular", w: dec.Worker, policy: d.policy.Name(), dec: dec}
+	r.legs = r.legBuf[:1]
 	if !dryRun {
-		p.release = dec.Worker.Acquire()
-		p.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
+		r.release = dec.Worker.Acquire()
+		r.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
 		d.s.metrics.decided(d.policy.Name(), dec)
 		d.s.metrics.selections.WithLabelValues(dec.Worker.URL(), d.policy.Name()).Inc()
 	}
-	return p, nil
+	return &r.plan, nil
 }
 
-// single is a whole request on one worker.
+// single runs a whole request on one worker. Its plan is part of it, so a
+// placement costs one allocation.
 type single struct {
+	plan
+	legBuf  [1]leg
 	s       *Server
 	pol     policy.Policy
 	preq    *policy.Request
@@ -120,19 +90,11 @@ type single struct {
 	// prefilled ends the worker's count of this attempt's prefill tokens
 	// (Worker.Prefilling): at the first token, or at the end.
 	prefilled func()
-	slots     breakerSlots
 	// vocab bounds the output ids (route.outputVocab).
 	vocab int
 	// held is the engine's stream, which may outlive the attempt (see
 	// held.go); nil until started.
 	held *heldStream
-}
-
-// firstToken tells the worker's accounting that the prompt is prefilled.
-func (p *single) firstToken() {
-	if p.prefilled != nil {
-		p.prefilled()
-	}
 }
 
 func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
@@ -146,17 +108,12 @@ func (p *single) start(ctx context.Context, req *workers.GenerateRequest) (worke
 	return workers.CheckedStream(p.held, p.vocab), nil
 }
 
-// why logs a decision's reason, which policies build only when asked
-// (Decision.Why): a logger at a level that drops the line never asks. One
-// pointer wide, it goes into the attributes without an allocation.
-type why struct{ d *policy.Decision }
-
-func (w why) LogValue() slog.Value { return slog.StringValue(w.d.Why()) }
-
-func (p *single) settle(f *failure)           { p.slots.settle(f) }
-func (p *single) served() *workers.Worker     { return p.dec.Worker }
-func (p *single) blame(error) *workers.Worker { return p.dec.Worker }
-func (p *single) abortOnFailure() bool        { return true }
+// firstToken tells the worker's accounting that the prompt is prefilled.
+func (p *single) firstToken(time.Time) {
+	if p.prefilled != nil {
+		p.prefilled()
+	}
+}
 
 // aborted cuts the engine's stream at once when Abort failed: nothing else
 // would end it, and cutting the stream is the one signal left (engines
@@ -166,16 +123,6 @@ func (p *single) aborted(err error) {
 		p.held.stop()
 	}
 }
-func (p *single) decision() policy.Decision { return p.dec }
-func (p *single) logAttrs() []any {
-	return []any{"worker", p.dec.Worker.URL(), "policy", p.pol.Name(), "branch", p.dec.Branch, "decision", why{&p.dec}}
-}
-
-func (p *single) traceAttrs() []attribute.KeyValue {
-	return []attribute.KeyValue{attrPolicy.String(p.pol.Name()), attrBranch.String(p.dec.Branch),
-		attrPredictedCached.Int(p.dec.PredictedCachedTokens), attrWorker.String(p.dec.Worker.URL())}
-}
-func (p *single) legs() []leg { return []leg{{role: "regular", w: p.dec.Worker}} }
 
 func (p *single) end(out policy.Outcome) {
 	switch {
@@ -184,7 +131,7 @@ func (p *single) end(out policy.Outcome) {
 	case p.release != nil:
 		p.release()
 	}
-	p.firstToken()
+	p.firstToken(time.Time{})
 	if o, ok := p.pol.(policy.Observer); ok {
 		o.Observe(p.preq, p.dec, out)
 	}
@@ -216,7 +163,7 @@ func (d *pdDispatcher) embeddings() error {
 			"whose engines run generation legs only; serve the embedding model from a router of regular workers")
 }
 
-func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
+func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, error) {
 	prefills, decodes := d.r.candidates(d.s.reg, workers.RolePrefill), d.r.candidates(d.s.reg, workers.RoleDecode)
 	if err := checkCandidates("prefill ", prefills, j); err != nil {
 		return nil, err
@@ -243,105 +190,70 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placemen
 		m.selections.WithLabelValues(dec.Prefill.Worker.URL(), pre).Inc()
 		m.selections.WithLabelValues(dec.Decode.Worker.URL(), dc).Inc()
 	}
-	return &pair{s: d.s, d: d, preq: preq, dec: dec, slots: slots}, nil
+	r := &pair{s: d.s, att: d.pd.NewAttempt(dec, preq), vocab: d.r.outputVocab(dec.Decode.Worker), jobStart: j.start}
+	r.plan = plan{room: dec.Room, slots: slots, selfAborting: true, run: r}
+	r.legBuf = [2]leg{
+		{role: "prefill", w: dec.Prefill.Worker, policy: d.prefill, dec: dec.Prefill},
+		{role: "decode", w: dec.Decode.Worker, policy: d.decode, dec: dec.Decode},
+	}
+	r.legs = r.legBuf[:]
+	return &r.plan, nil
 }
 
-// pair is a request disaggregated over a prefill and a decode worker. The
-// pd.Dispatcher owns the legs' load counting, aborts and policy observations.
+// pair runs a request disaggregated over a prefill and a decode worker. The
+// pd.Attempt owns the legs, their load counting, aborts, policy
+// observations and the room; the pair records what the router measures of
+// them.
 type pair struct {
-	s          *Server
-	d          *pdDispatcher
-	preq       *policy.Request
-	dec        pd.Decision
-	st         workers.PDStream
-	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended
-	slots      breakerSlots
-	// prefillSpan is the prefill leg's span, ended when that leg ends
-	// (before the decode leg, which the pipeline ends with the attempt).
-	prefillSpan trace.Span
+	plan
+	legBuf   [2]leg
+	s        *Server
+	att      *pd.Attempt
+	vocab    int       // bounds the output ids (route.outputVocab of the decode worker)
+	jobStart time.Time // when the request arrived, for the PD TTFT
 }
 
 func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
-	st, err := p.d.pd.Dispatch(ctx, p.dec, p.preq, req)
+	// The prefill leg's span ends with that leg, before the decode leg's,
+	// which the pipeline ends with the attempt.
+	prefillSpan := p.legs[0].span
+	st, err := p.att.Start(ctx, req, func(r workers.PrefillResult) {
+		if r.Err == nil {
+			p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
+		}
+		if prefillSpan != nil {
+			prefillSpan.SetAttributes(attrUsagePrompt.Int(int(r.PromptTokens)), attrCachedTokens.Int(int(r.CachedTokens)))
+			endSpan(prefillSpan, r.Err)
+			prefillSpan.End()
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
-	p.st = st
-	checked := workers.CheckedStream(st, p.d.r.outputVocab(p.dec.Decode.Worker))
-	go func() {
-		select {
-		case <-st.PrefillDone():
-			p.prefillEnd.Store(time.Now().UnixNano())
-			r := st.Prefill()
-			if r.Err == nil {
-				p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
-			}
-			if sp := p.prefillSpan; sp != nil {
-				sp.SetAttributes(attrUsagePrompt.Int(int(r.PromptTokens)), attrCachedTokens.Int(int(r.CachedTokens)))
-				endSpan(sp, r.Err)
-				sp.End()
-			}
-		case <-st.Done():
-		}
-	}()
-	return checked, nil
+	return workers.CheckedStream(st, p.vocab), nil
 }
 
-func (p *pair) settle(f *failure) { p.slots.settle(f) }
-
-func (p *pair) served() *workers.Worker { return p.dec.Decode.Worker }
-
-func (p *pair) blame(err error) *workers.Worker {
-	var leg *workers.LegError
-	if errors.As(err, &leg) && leg.Leg == "prefill" {
-		return p.dec.Prefill.Worker
+// firstToken records the PD handoff figures when the decode leg's first token
+// reaches the relay.
+func (p *pair) firstToken(at time.Time) {
+	if h := p.att.Handoff(at); h > 0 {
+		p.s.metrics.pdHandoff.Observe(h.Seconds())
 	}
-	return p.dec.Decode.Worker
+	p.s.metrics.pdTTFT.Observe(at.Sub(p.jobStart).Seconds())
 }
 
-func (p *pair) traceAttrs() []attribute.KeyValue {
-	return []attribute.KeyValue{
-		attrPolicy.String(p.d.prefill), attrBranch.String(p.dec.Prefill.Branch),
-		attrPredictedCached.Int(p.dec.Prefill.PredictedCachedTokens), attrWorker.String(p.dec.Decode.Worker.URL()),
-		attribute.String("kvgate.prefill.worker", p.dec.Prefill.Worker.URL()),
-		attribute.String("kvgate.decode.policy", p.d.decode), attribute.String("kvgate.decode.policy.branch", p.dec.Decode.Branch),
-		attribute.Int64("kvgate.pd.room", int64(p.dec.Room)),
-	}
-}
-func (p *pair) legs() []leg {
-	return []leg{{role: "prefill", w: p.dec.Prefill.Worker}, {role: "decode", w: p.dec.Decode.Worker}}
-}
+func (p *pair) aborted(error) {}
 
-func (p *pair) abortOnFailure() bool      { return false }
-func (p *pair) aborted(error)             {}
-func (p *pair) decision() policy.Decision { return p.dec.Decode }
-func (p *pair) logAttrs() []any {
-	return []any{"prefill", p.dec.Prefill.Worker.URL(), "decode", p.dec.Decode.Worker.URL(), "room", p.dec.Room,
-		"prefill_branch", p.dec.Prefill.Branch, "decision", why{&p.dec.Prefill}}
-}
-
-// end records the PD figures; the dispatcher has observed the legs itself
-// and releases the room when both legs are over.
+// end counts a started attempt's failure by the leg that failed; one never
+// started gives its room back.
 func (p *pair) end(out policy.Outcome) {
-	if p.st == nil {
-		p.dec.Release() // never started: the room is ours to give back
+	if !p.att.End() {
 		return
 	}
 	var leg *workers.LegError
 	if errors.As(out.Err, &leg) {
 		p.s.metrics.pdFailures.WithLabelValues(leg.Leg).Inc()
 	}
-}
-
-// firstToken records the PD handoff figures when the decode leg's first token
-// reaches the relay.
-func (p *pair) firstToken(at time.Time, jobStart time.Time) {
-	if end := p.prefillEnd.Load(); end > 0 {
-		if handoff := at.Sub(time.Unix(0, end)); handoff > 0 {
-			p.s.metrics.pdHandoff.Observe(handoff.Seconds())
-		}
-	}
-	p.s.metrics.pdTTFT.Observe(at.Sub(jobStart).Seconds())
 }
 
 // checkCandidates refuses a job that no worker of a side could serve: none is

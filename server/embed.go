@@ -181,7 +181,7 @@ func (t *embedding) check(l limits) error {
 // the other calls and fails the attempt: a batch is answered whole or
 // retried whole. An embedding is a prefill, so its answer counts as its
 // first token for --first-token-timeout.
-func (t *embedding) exec(actx context.Context, cancel context.CancelCauseFunc, p placement, id string) attemptResult {
+func (t *embedding) exec(actx context.Context, cancel context.CancelCauseFunc, p *plan, id string) attemptResult {
 	if d := t.s.cfg.FirstTokenTimeout; d > 0 {
 		timer := time.AfterFunc(d, func() { cancel(errFirstTokenTimeout) })
 		defer timer.Stop()
@@ -226,7 +226,7 @@ func (t *embedding) exec(actx context.Context, cancel context.CancelCauseFunc, p
 		r.err = first
 		return r
 	}
-	r.deliver = func(ctx context.Context, p placement, log *slog.Logger) error {
+	r.deliver = func(ctx context.Context, p *plan, log *slog.Logger) error {
 		t.deliver(ctx, p, log, results)
 		return nil
 	}
@@ -234,7 +234,7 @@ func (t *embedding) exec(actx context.Context, cancel context.CancelCauseFunc, p
 }
 
 // deliver keeps the response for the handler to return.
-func (t *embedding) deliver(ctx context.Context, p placement, log *slog.Logger, results []*workers.EmbedResult) {
+func (t *embedding) deliver(ctx context.Context, p *plan, log *slog.Logger, results []*workers.EmbedResult) {
 	resp := &kvgatev1.EmbedResponse{RequestId: t.j.id, Worker: p.served().URL(), Usage: &kvgatev1.Usage{}}
 	for _, res := range results {
 		resp.Embeddings = append(resp.Embeddings, &kvgatev1.Embedding{Embedding: res.Embedding, PromptTokens: res.PromptTokens})

@@ -36,34 +36,23 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 	if err != nil {
 		return nil, err
 	}
-	switch p := p.(type) {
-	case *pair:
-		// The decode worker is the response's worker; the prefill worker
-		// and its rule are reported beside it, and matches are the prefill
-		// policy's.
-		return &kvgatev1.ExplainResponse{
-			Worker:                p.dec.Decode.Worker.URL(),
-			Policy:                j.route.disp.policyName(),
-			Branch:                p.dec.Decode.Branch,
-			Reason:                "prefill: " + p.dec.Prefill.Why() + "; decode: " + p.dec.Decode.Why(),
-			PromptTokens:          uint32(len(j.inputIDs)),
-			PredictedCachedTokens: uint32(p.dec.Prefill.PredictedCachedTokens),
-			Workers:               a.views(j.route, p.dec.Prefill),
-			PrefillWorker:         p.dec.Prefill.Worker.URL(),
-			PrefillBranch:         p.dec.Prefill.Branch,
-		}, nil
-	default:
-		dec := p.decision()
-		return &kvgatev1.ExplainResponse{
-			Worker:                dec.Worker.URL(),
-			Policy:                j.route.disp.policyName(),
-			Branch:                dec.Branch,
-			Reason:                dec.Why(),
-			PromptTokens:          uint32(len(j.inputIDs)),
-			PredictedCachedTokens: uint32(dec.PredictedCachedTokens),
-			Workers:               a.views(j.route, dec),
-		}, nil
+	// The served worker is the response's worker; the decision that read
+	// the prompt (the prefill leg's, in PD) gives the prediction and the
+	// matches, and the other legs are reported beside it.
+	first, served := &p.legs[0], p.decision()
+	resp := &kvgatev1.ExplainResponse{
+		Worker:                p.served().URL(),
+		Policy:                j.route.disp.policyName(),
+		Branch:                served.Branch,
+		Reason:                p.reason(),
+		PromptTokens:          uint32(len(j.inputIDs)),
+		PredictedCachedTokens: uint32(first.dec.PredictedCachedTokens),
+		Workers:               a.views(j.route, first.dec),
 	}
+	if l := p.leg("prefill"); l != nil {
+		resp.PrefillWorker, resp.PrefillBranch = l.w.URL(), l.dec.Branch
+	}
+	return resp, nil
 }
 
 // views describes every worker of the request's model as a policy saw it

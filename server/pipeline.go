@@ -129,34 +129,31 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	actx, legs := s.startLegs(actx, p, n)
-	if pp, ok := p.(*pair); ok {
-		pp.prefillSpan = legs.spans[0]
-	}
 	r := j.task.exec(actx, cancel, p, id)
 	if r.err != nil {
 		f := s.classify(ctx, actx, p, r.err, r.tokens)
 		f.delivered = r.delivered
 		out := r.out
 		out.Err = r.err
-		p.end(out)
+		p.run.end(out)
 		p.settle(f)
-		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && p.abortOnFailure() {
+		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.selfAborting {
 			cancel(nil)
-			p.aborted(s.abort(ctx, log, p.served(), id))
+			p.run.aborted(s.abort(ctx, log, p.served(), id))
 		}
 		legs.end(f.status())
 		f.log(ctx, log)
 		return f
 	}
 	legs.end(nil)
-	p.end(r.out)
+	p.run.end(r.out)
 	p.settle(nil)
 	if r.running {
 		// The client has its answer, and the engine is still working on
 		// it (a stop string matched here).
 		cancel(nil)
-		if p.abortOnFailure() {
-			p.aborted(s.abort(ctx, log, p.served(), id))
+		if !p.selfAborting {
+			p.run.aborted(s.abort(ctx, log, p.served(), id))
 		}
 	}
 	if err := r.deliver(ctx, p, log); err != nil {

@@ -26,7 +26,7 @@ import (
 type relay struct {
 	s      *Server
 	j      *job
-	p      placement
+	p      *plan
 	ds     *detok.Stream // nil: no tokenizer, ids only
 	output []uint32
 	// ans shapes the text into content, reasoning and tool calls.
@@ -57,7 +57,7 @@ type relay struct {
 	first atomic.Bool // a token has arrived (read by the timer)
 }
 
-func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p placement) *relay {
+func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *relay {
 	r := &relay{s: s, j: j, p: p, ans: newAnswer(j), lp: logprobs{text: j.route.Text}, contract: newContract(j.sampling)}
 	if text := j.route.Text; text != nil {
 		sp := j.sampling
@@ -201,12 +201,7 @@ func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 		if r.j.span != nil {
 			r.j.span.AddEvent("first_token")
 		}
-		switch p := r.p.(type) {
-		case *pair:
-			p.firstToken(r.firstAt, r.j.start)
-		case *single:
-			p.firstToken()
-		}
+		r.p.run.firstToken(r.firstAt)
 	} else {
 		// Engines may send several tokens in one chunk: each counts the
 		// gap divided among them, as a client reading tokens would see.

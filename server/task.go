@@ -27,7 +27,7 @@ type task interface {
 	// exec runs one attempt on p. actx ends with the attempt; cancel ends
 	// it early with a cause (errFirstTokenTimeout, errStreamIdle), which
 	// the pipeline's classification reads. id is the attempt's engine id.
-	exec(actx context.Context, cancel context.CancelCauseFunc, p placement, id string) attemptResult
+	exec(actx context.Context, cancel context.CancelCauseFunc, p *plan, id string) attemptResult
 }
 
 // attemptResult is how far an attempt got.
@@ -49,7 +49,7 @@ type attemptResult struct {
 	running bool
 	// deliver sends a successful attempt's answer to the client and
 	// records it (token counters, the request span, the log line).
-	deliver func(ctx context.Context, p placement, log *slog.Logger) error
+	deliver func(ctx context.Context, p *plan, log *slog.Logger) error
 }
 
 // generation is a Generate or Chat request: a prompt whose output is
@@ -66,7 +66,7 @@ func (g *generation) check(l limits) error {
 	return checkAnswerSize(g.j.inputIDs, g.j.sampling, l, g.s.cfg.maxEngineAnswer)
 }
 
-func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, p placement, id string) attemptResult {
+func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, p *plan, id string) attemptResult {
 	s, j := g.s, g.j
 	rel := s.newRelay(j, cancel, p)
 	defer rel.stopTimer()
@@ -75,7 +75,7 @@ func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, 
 	if j.constraint.Kind != workers.NoConstraint {
 		smp.Constraint = j.constraint
 	}
-	es, err := p.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: smp, Logprobs: logprobRequest(j.sampling)})
+	es, err := p.run.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: smp, Logprobs: logprobRequest(j.sampling)})
 	var done *kvgatev1.GenerateComplete
 	if err == nil {
 		done, err = rel.run(es)
@@ -92,16 +92,16 @@ func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, 
 		r.out.OutputIDs = nil // aborted on the engine, which keeps no output of it
 		r.running = true
 	}
-	r.deliver = func(ctx context.Context, p placement, log *slog.Logger) error { return g.deliver(ctx, p, log, done) }
+	r.deliver = func(ctx context.Context, p *plan, log *slog.Logger) error { return g.deliver(ctx, p, log, done) }
 	return r
 }
 
 // deliver sends the completion.
-func (g *generation) deliver(ctx context.Context, p placement, log *slog.Logger, done *kvgatev1.GenerateComplete) error {
+func (g *generation) deliver(ctx context.Context, p *plan, log *slog.Logger, done *kvgatev1.GenerateComplete) error {
 	s, j := g.s, g.j
 	done.Worker = p.served().URL()
-	if pp, ok := p.(*pair); ok {
-		done.PrefillWorker = pp.dec.Prefill.Worker.URL()
+	if l := p.leg("prefill"); l != nil {
+		done.PrefillWorker = l.w.URL()
 	}
 	if err := j.send(nil, done); err != nil {
 		return err

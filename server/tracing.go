@@ -117,16 +117,16 @@ type legSpans struct {
 // returns the context to start the attempt on: with one leg it holds that
 // leg's span; with two, each engine call carries its own leg's span
 // (workers.WithLegContexts).
-func (s *Server) startLegs(ctx context.Context, p placement, attempt int) (context.Context, *legSpans) {
-	legs := p.legs()
+func (s *Server) startLegs(ctx context.Context, p *plan, attempt int) (context.Context, *legSpans) {
+	legs := p.legs
 	ls := &legSpans{byURL: make(map[string]context.Context, len(legs))}
 	var lctx context.Context
-	for _, l := range legs {
-		var span trace.Span
-		lctx, span = s.startStep(ctx, "kvgate.dispatch "+l.role, trace.WithSpanKind(trace.SpanKindClient),
+	for i := range legs {
+		l := &legs[i]
+		lctx, l.span = s.startStep(ctx, "kvgate.dispatch "+l.role, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attrWorkerURL.String(l.w.URL()), attrRole.String(l.role), attrAttempt.Int(attempt)))
 		ls.byURL[l.w.URL()] = lctx
-		ls.spans = append(ls.spans, span)
+		ls.spans = append(ls.spans, l.span)
 	}
 	if len(legs) == 1 {
 		return lctx, ls
@@ -141,12 +141,6 @@ func (ls *legSpans) end(err error) {
 		endSpan(sp, err)
 		sp.End()
 	}
-}
-
-// leg is one engine call of an attempt, for its span.
-type leg struct {
-	role string
-	w    *workers.Worker
 }
 
 // startStep opens a pipeline step's span under the request span of ctx.

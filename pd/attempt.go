@@ -1,0 +1,73 @@
+package pd
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Attempt is one try at serving a request on a decided pair. It holds what
+// the pair reserved (the room) until the legs run, and what the router
+// measures of a disaggregated request beyond the stream it reads: when the
+// prefill leg ended, and which leg a failure belongs to. One per attempt;
+// its methods are not for concurrent use, except what Start's callback
+// runs.
+type Attempt struct {
+	d    *Dispatcher
+	dec  Decision
+	preq *policy.Request
+	// started: Start dispatched the legs, which then own the room.
+	started    bool
+	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended; 0 before
+}
+
+// NewAttempt prepares an attempt of preq on dec's pair; nothing is sent
+// before Start. preq is what the policies observe the legs' outcomes with.
+func (d *Dispatcher) NewAttempt(dec Decision, preq *policy.Request) *Attempt {
+	return &Attempt{d: d, dec: dec, preq: preq}
+}
+
+// Start sends req on the pair (see Dispatch for the stream and the
+// observations). onPrefill, when not nil, is called once, from another
+// goroutine, with the prefill leg's result as soon as that leg ends (which
+// it does before the stream's Done, whatever happened).
+func (a *Attempt) Start(ctx context.Context, req *workers.GenerateRequest, onPrefill func(workers.PrefillResult)) (workers.PDStream, error) {
+	st, err := a.d.Dispatch(ctx, a.dec, a.preq, req)
+	if err != nil {
+		return nil, err
+	}
+	a.started = true
+	go func() {
+		<-st.PrefillDone()
+		a.prefillEnd.Store(time.Now().UnixNano())
+		if onPrefill != nil {
+			onPrefill(st.Prefill())
+		}
+	}()
+	return st, nil
+}
+
+// Handoff is the time from the prefill leg's end to at, the decode leg's
+// first token: the KV transfer and the decode engine's start, as the client
+// waits for them. It is 0 when the prefill leg had not ended by then
+// (SGLang's legs overlap).
+func (a *Attempt) Handoff(at time.Time) time.Duration {
+	end := a.prefillEnd.Load()
+	if end == 0 {
+		return 0
+	}
+	return max(at.Sub(time.Unix(0, end)), 0)
+}
+
+// End closes the attempt: an attempt never started gives its room back
+// (a started one's legs do when both have ended). It reports whether the
+// legs were started.
+func (a *Attempt) End() (started bool) {
+	if !a.started {
+		a.dec.Release()
+	}
+	return a.started
+}

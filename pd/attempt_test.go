@@ -1,0 +1,87 @@
+package pd_test
+
+import (
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// TestAttempt pins an attempt's life against simulated engines of each
+// protocol: one never started gives its room back at End; a started one
+// reports its prefill leg once and measures the handoff from that leg's
+// end.
+func TestAttempt(t *testing.T) {
+	for _, protocol := range []string{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(protocol, func(t *testing.T) {
+			_, pw := startSim(t, protocol, sim.RolePrefill)
+			_, dw := startSim(t, protocol, sim.RoleDecode)
+			d := pd.New(pd.Config{Prefill: mustPolicy(t, "cache_aware"), Decode: mustPolicy(t, "round_robin")})
+			prompt := make([]uint32, 48)
+			for i := range prompt {
+				prompt[i] = uint32(100 + i)
+			}
+			place := func(id string) *pd.Attempt {
+				preq := &policy.Request{RequestID: id, InputIDs: prompt}
+				dec, err := d.Select(t.Context(), preq, []*workers.Worker{pw}, []*workers.Worker{dw})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d.NewAttempt(dec, preq)
+			}
+
+			unused := place("never-started")
+			if d.RoomsInFlight() != 1 {
+				t.Fatalf("rooms in flight after a placement = %d, want 1", d.RoomsInFlight())
+			}
+			if unused.End() {
+				t.Error("End of an attempt never started reports it started")
+			}
+			if d.RoomsInFlight() != 0 {
+				t.Errorf("rooms in flight after End of an attempt never started = %d, want 0", d.RoomsInFlight())
+			}
+
+			a := place("started")
+			before := time.Now()
+			prefilled := make(chan workers.PrefillResult, 2)
+			st, err := a.Start(t.Context(), &workers.GenerateRequest{RequestID: "started", InputIDs: prompt,
+				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4)}}, func(r workers.PrefillResult) { prefilled <- r })
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				_, err := st.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := <-prefilled
+			if r.Err != nil || r.PromptTokens != uint32(len(prompt)) {
+				t.Errorf("prefill leg: %+v; want its %d prompt tokens and no error", r, len(prompt))
+			}
+			if h := a.Handoff(before); h != 0 {
+				t.Errorf("Handoff at a time before the prefill leg ended = %v, want 0", h)
+			}
+			if h := a.Handoff(time.Now()); h <= 0 {
+				t.Errorf("Handoff after the prefill leg ended = %v, want > 0", h)
+			}
+			if !a.End() {
+				t.Error("End of a started attempt reports it never started")
+			}
+			<-st.Done()
+			select {
+			case r := <-prefilled:
+				t.Errorf("the prefill leg was reported twice, again with %+v", r)
+			default:
+			}
+		})
+	}
+}

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// TestPlanReadsTheSameForOneLegAndTwo pins what the pipeline, the relay and
+// Explain read from a plan, for a whole request on one worker and for a
+// prefill/decode pair alike: who serves, who is blamed for a failure, why
+// the legs went where they did, and which worker prefilled.
+func TestPlanReadsTheSameForOneLegAndTwo(t *testing.T) {
+	worker := func(url string, role workers.Role) *workers.Worker {
+		return workers.NewWorker(url, workers.ProtocolSGLang, role, workers.ModelInfo{}, nil, nil)
+	}
+	reg, pre, dec := worker("grpc://r:1", workers.RoleRegular), worker("grpc://p:1", workers.RolePrefill), worker("grpc://d:1", workers.RoleDecode)
+	engineDown := errors.New("engine down")
+	prefillFailed := fmt.Errorf("attempt: %w", &workers.LegError{Leg: "prefill", Worker: pre.URL(), Err: engineDown})
+	decodeFailed := &workers.LegError{Leg: "decode", Worker: dec.URL(), Err: engineDown}
+
+	one := &plan{legs: []leg{{role: "regular", w: reg, policy: "cache_aware", dec: policy.Decision{Worker: reg, Reason: "longest match"}}}}
+	two := &plan{room: 7, legs: []leg{
+		{role: "prefill", w: pre, policy: "cache_aware", dec: policy.Decision{Worker: pre, Reason: "longest match"}},
+		{role: "decode", w: dec, policy: "power_of_two", dec: policy.Decision{Worker: dec, Reason: "lighter of two"}},
+	}}
+	for _, tc := range []struct {
+		name    string
+		p       *plan
+		served  *workers.Worker
+		prefill *workers.Worker // the worker Explain and the completion name as prefill, or nil
+		blame   map[error]*workers.Worker
+		reason  string
+	}{
+		{name: "one worker serves and takes every blame", p: one, served: reg,
+			blame:  map[error]*workers.Worker{engineDown: reg, prefillFailed: reg},
+			reason: "longest match"},
+		{name: "the decode worker serves; a leg's failure blames its worker", p: two, served: dec, prefill: pre,
+			blame:  map[error]*workers.Worker{engineDown: dec, prefillFailed: pre, decodeFailed: dec},
+			reason: "prefill: longest match; decode: lighter of two"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.served(); got != tc.served {
+				t.Errorf("served = %v, want %v", got, tc.served)
+			}
+			if got := tc.p.decision().Worker; got != tc.served {
+				t.Errorf("decision's worker = %v, want the served %v", got, tc.served)
+			}
+			var prefill *workers.Worker
+			if l := tc.p.leg("prefill"); l != nil {
+				prefill = l.w
+			}
+			if prefill != tc.prefill {
+				t.Errorf("prefill leg's worker = %v, want %v", prefill, tc.prefill)
+			}
+			for err, want := range tc.blame {
+				if got := tc.p.blame(err); got != want {
+					t.Errorf("blame(%v) = %v, want %v", err, got, want)
+				}
+			}
+			if got := tc.p.reason(); got != tc.reason {
+				t.Errorf("reason = %q, want %q", got, tc.reason)
+			}
+		})
+	}
+}
