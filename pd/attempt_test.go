@@ -19,8 +19,8 @@ import (
 func TestAttempt(t *testing.T) {
 	for _, protocol := range []string{sim.ProtocolSGLang, sim.ProtocolVLLM} {
 		t.Run(protocol, func(t *testing.T) {
-			_, pw := startSim(t, protocol, sim.RolePrefill)
-			_, dw := startSim(t, protocol, sim.RoleDecode)
+			_, pw := pdEngine(t, protocol, sim.RolePrefill)
+			_, dw := pdEngine(t, protocol, sim.RoleDecode)
 			d := pd.New(pd.Config{Prefill: mustPolicy(t, "cache_aware"), Decode: mustPolicy(t, "round_robin")})
 			prompt := make([]uint32, 48)
 			for i := range prompt {
