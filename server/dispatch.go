@@ -117,10 +117,15 @@ func (p *single) firstToken(time.Time) {
 
 // aborted cuts the engine's stream at once when Abort failed: nothing else
 // would end it, and cutting the stream is the one signal left (engines
-// that honour it drop the request).
-func (p *single) aborted(err error) {
-	if err != nil && p.held != nil {
+// that honour it drop the request). When Abort succeeded but the stream
+// runs on, it is sent again (heldStream.reabort).
+func (p *single) aborted(err error, again func() error) {
+	switch {
+	case p.held == nil:
+	case err != nil:
 		p.held.stop()
+	default:
+		p.held.reabort(again)
 	}
 }
 
@@ -242,7 +247,7 @@ func (p *pair) firstToken(at time.Time) {
 	p.s.metrics.pdTTFT.Observe(at.Sub(p.jobStart).Seconds())
 }
 
-func (p *pair) aborted(error) {}
+func (p *pair) aborted(error, func() error) {}
 
 // end counts a started attempt's failure by the leg that failed; one never
 // started gives its room back.

@@ -108,3 +108,38 @@ func (h *heldStream) release(free func(), bound time.Duration, stopped <-chan st
 		free()
 	}()
 }
+
+// abortResendFirst is how long after an Abort the engine's stream may run
+// on before the Abort is sent again; each later resend waits twice as long.
+const abortResendFirst = 250 * time.Millisecond
+
+// reabort sends the attempt's Abort again while the engine's stream runs
+// on. An Abort that overtakes its request (the client left as the request
+// was being sent) finds nothing on the engine, which answers it as one for
+// a finished request, SGLang and vLLM alike; the request then runs to its
+// end while the router waits for it, up to --abort-confirm-timeout. Sent
+// again, it finds the request. The resends stop when the stream ends, which
+// the release's bound or a shutdown forces (heldStream.release), or when
+// one fails, which cuts the stream.
+func (h *heldStream) reabort(again func() error) {
+	if h.ended.Load() {
+		return
+	}
+	go func() {
+		wait := abortResendFirst
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-h.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if err := again(); err != nil {
+				h.stop()
+				return
+			}
+			wait *= 2
+		}
+	}()
+}

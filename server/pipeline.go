@@ -139,7 +139,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		p.settle(f)
 		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.selfAborting {
 			cancel(nil)
-			p.run.aborted(s.abort(ctx, log, p.served(), id))
+			p.run.aborted(s.abort(ctx, log, p.served(), id), s.abortAgain(ctx, log, p.served(), id))
 		}
 		legs.end(f.status())
 		f.log(ctx, log)
@@ -153,7 +153,7 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 		// it (a stop string matched here).
 		cancel(nil)
 		if !p.selfAborting {
-			p.run.aborted(s.abort(ctx, log, p.served(), id))
+			p.run.aborted(s.abort(ctx, log, p.served(), id), s.abortAgain(ctx, log, p.served(), id))
 		}
 	}
 	if err := r.deliver(ctx, p, log); err != nil {
@@ -200,6 +200,12 @@ func attemptID(clientID string) string {
 // errShuttingDown is the cause of requests cut at the end of the shutdown
 // drain period.
 var errShuttingDown = errors.New("kvgate is shutting down")
+
+// abortAgain returns what sends the same Abort again (see
+// heldStream.reabort).
+func (s *Server) abortAgain(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) func() error {
+	return func() error { return s.abort(ctx, log, w, id) }
+}
 
 // abort asks the worker to drop an attempt, on a context of its own since
 // the request's context is usually the reason for aborting.

@@ -47,8 +47,9 @@ type run interface {
 	// end releases what the attempt holds and reports the outcome to the
 	// policies that learn from it. It is called once, whatever happened.
 	end(out policy.Outcome)
-	// aborted is told how the Abort the pipeline sent (after end) fared.
-	aborted(err error)
+	// aborted is told how the Abort the pipeline sent (after end) fared;
+	// again sends it once more.
+	aborted(err error, again func() error)
 }
 
 // leg is one engine call of an attempt.

@@ -183,6 +183,12 @@ type Faults struct {
 	// stream stays open until the client goes away or aborts, as an engine
 	// hung in its first step.
 	StallBeforeFirstToken bool
+	// AbortOvertakesRequest holds each Generate before the engine knows it
+	// until an Abort naming it has come and gone: the Abort finds nothing
+	// and is answered as one for a finished request, as SGLang and vLLM
+	// answer an Abort that overtakes the request it names (a client that
+	// leaves as its request is sent). The request then runs as usual.
+	AbortOvertakesRequest bool
 	// GarbageStream makes each stream invalid in two ways a router must
 	// catch: every stream chunk reports the token at output position i as
 	// VocabSize+i (out of the vocabulary), and the completion's output_ids
@@ -319,6 +325,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Faults.StallAfterTokens, "stall-after", c.Faults.StallAfterTokens, "fault: stop sending after this many tokens and hold the stream (0: never)")
 	fs.BoolVar(&c.Faults.Unhealthy, "unhealthy", c.Faults.Unhealthy, "fault: HealthCheck answers healthy=false")
 	fs.BoolVar(&c.Faults.StallBeforeFirstToken, "stall-before-first-token", c.Faults.StallBeforeFirstToken, "fault: accept each Generate, send nothing and hold the stream")
+	fs.BoolVar(&c.Faults.AbortOvertakesRequest, "abort-overtakes-request", c.Faults.AbortOvertakesRequest, "fault: hold each Generate until an Abort naming it has arrived and found nothing, then run it, as an engine that an Abort overtook")
 	fs.BoolVar(&c.Faults.GarbageStream, "garbage-stream", c.Faults.GarbageStream, "fault: stream out-of-vocabulary token ids and a completion that contradicts them")
 	fs.BoolVar(&c.Faults.CompletionRepeatsLastChunk, "completion-repeats-last-chunk", c.Faults.CompletionRepeatsLastChunk, "fault (vllm protocol): end a streamed Generate with a completion that repeats the last chunk's ids instead of listing the whole output, as SMG's vLLM servicer does")
 	fs.BoolVar(&c.Faults.NeverPublish, "never-publish", c.Faults.NeverPublish, "fault (prefill role): complete prefill legs without publishing their bootstrap rooms")

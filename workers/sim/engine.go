@@ -70,10 +70,13 @@ type Engine struct {
 	closing sync.Once
 	calls   rpcCalls // per method name, for tests (rpcfaults.go)
 
-	mu            sync.Mutex
-	cache         *pageCache
-	reqs          map[string]*request // waiting or running, by id
-	queue         []*request          // waiting, FIFO
+	mu    sync.Mutex
+	cache *pageCache
+	reqs  map[string]*request // waiting or running, by id
+	// overtaken are the ids an Abort named before their request was known
+	// (Faults.AbortOvertakesRequest): closed when that Abort has come.
+	overtaken     map[string]chan struct{}
+	queue         []*request // waiting, FIFO
 	running       int
 	prefillFreeAt time.Time
 	nextAnonID    uint64
@@ -198,12 +201,13 @@ func newEngine(cfg Config, host string) (*Engine, error) {
 		closed: make(chan struct{}),
 		// A fresh random hash seed per engine, so block hashes are this
 		// process's own names (see pageCache).
-		cache:   newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize, rand.Int64()),
-		reqs:    map[string]*request{},
-		events:  newEventHub(cfg.KVEventHistory),
-		tok:     tok,
-		scripts: scripts,
-		encoder: newEncoder(tok),
+		cache:     newPageCache(cfg.PageSize, cfg.KVCapacityTokens/cfg.PageSize, rand.Int64()),
+		reqs:      map[string]*request{},
+		overtaken: map[string]chan struct{}{},
+		events:    newEventHub(cfg.KVEventHistory),
+		tok:       tok,
+		scripts:   scripts,
+		encoder:   newEncoder(tok),
 	}
 	e.tput.since = e.start
 	f := cfg.Faults

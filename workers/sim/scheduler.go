@@ -123,6 +123,16 @@ func (e *Engine) generate(ctx context.Context, r *request, send func(output) err
 		return status.Error(codes.Unimplemented, "sim: injected fault: this engine serves no generation")
 	}
 	ctx, send = e.misreport(ctx, r, send)
+	if e.Faults().AbortOvertakesRequest {
+		select {
+		case <-e.overtakenBy(r.id):
+			e.mu.Lock()
+			delete(e.overtaken, r.id)
+			e.mu.Unlock()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if r.pd != nil && !r.pd.prefill {
 		if err := e.receiveKV(ctx, r, send); err != nil {
 			return err
@@ -483,6 +493,7 @@ func (e *Engine) abort(ids ...string) int {
 	for _, id := range ids {
 		r, ok := e.reqs[id]
 		if !ok {
+			e.overtakeLocked(id)
 			continue
 		}
 		e.endLocked(r, endAborted, nil)
@@ -490,4 +501,34 @@ func (e *Engine) abort(ids ...string) int {
 		n++
 	}
 	return n
+}
+
+// overtakenBy returns a channel closed once an Abort has named id while the
+// engine did not know it (Faults.AbortOvertakesRequest).
+func (e *Engine) overtakenBy(id string) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.overtaken[id]
+	if !ok {
+		ch = make(chan struct{})
+		e.overtaken[id] = ch
+	}
+	return ch
+}
+
+// overtakeLocked records an Abort of id, which the engine does not know.
+func (e *Engine) overtakeLocked(id string) {
+	if !e.Faults().AbortOvertakesRequest {
+		return
+	}
+	ch, ok := e.overtaken[id]
+	if !ok {
+		ch = make(chan struct{})
+		e.overtaken[id] = ch
+	}
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
 }
