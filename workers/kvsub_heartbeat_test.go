@@ -3,9 +3,9 @@ package workers_test
 import (
 	"testing"
 
-	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/testutil/simtest"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // TestKVEventsLoadHeartbeatsAreNotDuplicates: SMG's vLLM servicer follows
