@@ -1,7 +1,8 @@
 // Package policy chooses the worker for each request. Every policy is a small
-// type with one Select method over a snapshot of candidate workers; policies
-// never dial a worker, they only read the health and load the workers package
-// keeps current.
+// type with one Select method over a snapshot of candidate workers. A policy
+// sees each candidate as a workers.View (address, health, load, KV state),
+// which cannot dial, close or mark its worker: policies choose, the server
+// acts on the choice.
 package policy
 
 import (
@@ -45,6 +46,8 @@ type Request struct {
 
 // Decision is a policy's answer: the worker, and why it was chosen.
 type Decision struct {
+	// Worker is the chosen candidate (View.Worker), for the caller to act
+	// on; a policy calls nothing on it.
 	Worker *workers.Worker
 	// PredictedCachedTokens is how many prompt tokens the policy expects the
 	// worker to find in its KV cache; 0 for cache-blind policies.
@@ -138,8 +141,9 @@ type CacheForgetter interface {
 type Policy interface {
 	Name() string
 	// Select returns a decision naming one of the healthy candidates, or
-	// ErrNoHealthyWorker when there is none.
-	Select(ctx context.Context, req *Request, candidates []*workers.Worker) (Decision, error)
+	// ErrNoHealthyWorker when there is none. A caller holding workers
+	// passes workers.Views(ws), which copies nothing.
+	Select(ctx context.Context, req *Request, candidates []workers.View) (Decision, error)
 }
 
 // ErrNoHealthyWorker is returned by Select when no candidate is healthy.
@@ -195,12 +199,12 @@ func New(name string, opts Options) (Policy, error) {
 // When every candidate may receive req, which is nearly always, the result is
 // candidates itself: a copy per request would be an allocation as large as
 // the fleet (32 KB at 4,000 workers) for nothing. Callers must not modify it.
-func healthy(req *Request, candidates []*workers.Worker) []*workers.Worker {
+func healthy(req *Request, candidates []workers.View) []workers.View {
 	for i, w := range candidates {
 		if usable(req, w) {
 			continue
 		}
-		out := make([]*workers.Worker, i, len(candidates)-1)
+		out := make([]workers.View, i, len(candidates)-1)
 		copy(out, candidates[:i])
 		for _, w := range candidates[i+1:] {
 			if usable(req, w) {
@@ -214,7 +218,7 @@ func healthy(req *Request, candidates []*workers.Worker) []*workers.Worker {
 
 // usable reports whether w may receive req: the one place a policy asks
 // about health, so every policy treats health and exclusion alike.
-func usable(req *Request, w *workers.Worker) bool {
+func usable(req *Request, w workers.View) bool {
 	if !w.Available() {
 		return false
 	}

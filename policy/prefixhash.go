@@ -50,7 +50,7 @@ func (*PrefixHash) Name() string { return "prefix_hash" }
 func (p *PrefixHash) Forget(url string) { p.rings.forget(url) }
 
 // Select routes by the hash of the prompt's first tokens; see PrefixHash.
-func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	total, n := 0, 0
 	for _, w := range candidates {
 		if usable(req, w) {
@@ -65,31 +65,31 @@ func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []*worke
 	limit := max(p.factor*avg, avg+1)
 
 	h := prefixHash(req.InputIDs, p.tokens)
-	var owner *workers.Worker
+	var owner workers.View
 	for w := range p.rings.view(candidates).walk(h) {
 		if !usable(req, w) {
 			continue
 		}
 		l := w.Load()
-		if owner == nil {
+		if owner.IsZero() {
 			owner = w
 			if float64(l) <= limit {
-				return Decision{Worker: w, Branch: "ring",
+				return Decision{Worker: w.Worker(), Branch: "ring",
 					Reason: fmt.Sprintf("prefix_hash: owner of prefix %016x (load %d, limit %.2f)", h, l, limit)}, nil
 			}
 			continue
 		}
 		if float64(l) <= limit {
-			return Decision{Worker: w, Branch: "ring_overflow",
+			return Decision{Worker: w.Worker(), Branch: "ring_overflow",
 				Reason: fmt.Sprintf("prefix_hash: owner %s overloaded (load %d > limit %.2f), next on ring has load %d",
 					owner.URL(), owner.Load(), limit, l)}, nil
 		}
 	}
 	w := minLoadWorker(req, candidates)
-	if w == nil { // every worker went unhealthy while we looked
+	if w.IsZero() { // every worker went unhealthy while we looked
 		return Decision{}, ErrNoHealthyWorker
 	}
-	return Decision{Worker: w, Branch: "least_loaded",
+	return Decision{Worker: w.Worker(), Branch: "least_loaded",
 		Reason: fmt.Sprintf("prefix_hash: every worker above limit %.2f, least loaded has %d", limit, w.Load())}, nil
 }
 
@@ -113,14 +113,14 @@ func prefixHash(ids []uint32, n int) uint64 {
 
 // minLoadWorker returns the usable candidate with the lowest load, the first
 // in candidate order among equals, or nil when none is usable.
-func minLoadWorker(req *Request, candidates []*workers.Worker) *workers.Worker {
-	var best *workers.Worker
+func minLoadWorker(req *Request, candidates []workers.View) workers.View {
+	var best workers.View
 	bestLoad := 0
 	for _, w := range candidates {
 		if !usable(req, w) {
 			continue
 		}
-		if l := w.Load(); best == nil || l < bestLoad {
+		if l := w.Load(); best.IsZero() || l < bestLoad {
 			best, bestLoad = w, l
 		}
 	}
