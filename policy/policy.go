@@ -153,19 +153,52 @@ var ErrNoHealthyWorker = errors.New("no healthy worker")
 // can make them deterministic.
 type Intn func(n int) int
 
-// constructors maps each --policy name to its constructor. Each validates
-// the config it reads.
-var constructors = map[string]func(Options) (Policy, error){
-	"random":             func(o Options) (Policy, error) { return NewRandom(o.Intn), nil },
-	"round_robin":        func(Options) (Policy, error) { return NewRoundRobin(), nil },
-	"power_of_two":       func(o Options) (Policy, error) { return NewPowerOfTwo(o.Intn), nil },
-	"cache_aware":        func(o Options) (Policy, error) { return NewCacheAware(o) },
-	"prefix_hash":        func(o Options) (Policy, error) { return NewPrefixHash(o) },
-	"consistent_hashing": func(o Options) (Policy, error) { return NewConsistentHashing(o), nil },
-	"manual":             func(o Options) (Policy, error) { return NewManual(o) },
-	"bucket":             func(o Options) (Policy, error) { return NewBucket(o) },
-	"vllm_cache_aware":   func(o Options) (Policy, error) { return NewVllmCacheAware(o) },
+// registered is a --policy name's entry: how to build the policy, and what
+// the router must wire for it before any is built.
+type registered struct {
+	// build validates the config it reads and returns the policy.
+	build func(Options) (Policy, error)
+	// kvEvents: the policy mirrors the engines' caches from their KV
+	// events (it is a workers.KVEventHandler), so the router subscribes.
+	kvEvents bool
 }
+
+// constructors maps each --policy name to its entry.
+var constructors = map[string]registered{
+	"random":             {build: func(o Options) (Policy, error) { return NewRandom(o.Intn), nil }},
+	"round_robin":        {build: func(Options) (Policy, error) { return NewRoundRobin(), nil }},
+	"power_of_two":       {build: func(o Options) (Policy, error) { return NewPowerOfTwo(o.Intn), nil }},
+	"cache_aware":        {build: func(o Options) (Policy, error) { return NewCacheAware(o) }, kvEvents: true},
+	"prefix_hash":        {build: func(o Options) (Policy, error) { return NewPrefixHash(o) }},
+	"consistent_hashing": {build: func(o Options) (Policy, error) { return NewConsistentHashing(o), nil }},
+	"manual":             {build: func(o Options) (Policy, error) { return NewManual(o) }},
+	"bucket":             {build: func(o Options) (Policy, error) { return NewBucket(o) }},
+	"vllm_cache_aware":   {build: func(o Options) (Policy, error) { return NewVllmCacheAware(o) }, kvEvents: true},
+}
+
+// The optional interfaces each policy implements, as the server finds
+// them by type assertion; the compiler keeps this list true.
+var (
+	_ Observer               = (*CacheAware)(nil)
+	_ Runner                 = (*CacheAware)(nil)
+	_ Forgetter              = (*CacheAware)(nil)
+	_ CacheForgetter         = (*CacheAware)(nil)
+	_ workers.KVEventHandler = (*CacheAware)(nil)
+	_ Runner                 = (*VllmCacheAware)(nil)
+	_ Forgetter              = (*VllmCacheAware)(nil)
+	_ CacheForgetter         = (*VllmCacheAware)(nil)
+	_ workers.KVEventHandler = (*VllmCacheAware)(nil)
+	_ Forgetter              = (*PrefixHash)(nil)
+	_ Forgetter              = (*ConsistentHashing)(nil)
+	_ Forgetter              = (*Manual)(nil)
+	_ Runner                 = (*Manual)(nil)
+	_ Runner                 = (*Bucket)(nil)
+)
+
+// MirrorsKVEvents reports whether the policy called name mirrors the
+// engines' caches from their KV events, without building one: the router
+// decides from it whether to subscribe to the engines' events.
+func MirrorsKVEvents(name string) bool { return constructors[name].kvEvents }
 
 // Names lists the policies New accepts, sorted.
 func Names() []string {
@@ -183,7 +216,7 @@ func New(name string, opts Options) (Policy, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(Names(), ", "))
 	}
-	p, err := c(opts)
+	p, err := c.build(opts)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", name, err)
 	}
