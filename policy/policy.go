@@ -249,6 +249,22 @@ func healthy(req *Request, candidates []workers.View) []workers.View {
 	return candidates
 }
 
+// among reports whether a candidate is one of ws, the usable subset of
+// candidates that healthy returned: a ring walked over every candidate
+// (so that keys stay put while a worker is down) skips the others without
+// asking each worker's health again. When ws is candidates itself, which
+// is nearly always, every candidate is in it and nothing is built.
+func among(ws, candidates []workers.View) func(workers.View) bool {
+	if len(ws) == len(candidates) {
+		return func(workers.View) bool { return true }
+	}
+	in := make(map[workers.View]bool, len(ws))
+	for _, w := range ws {
+		in[w] = true
+	}
+	return func(w workers.View) bool { return in[w] }
+}
+
 // usable reports whether w may receive req: the one place a policy asks
 // about health, so every policy treats health and exclusion alike.
 func usable(req *Request, w workers.View) bool {

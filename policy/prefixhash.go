@@ -51,23 +51,24 @@ func (p *PrefixHash) Forget(url string) { p.rings.forget(url) }
 
 // Select routes by the hash of the prompt's first tokens; see PrefixHash.
 func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
-	total, n := 0, 0
-	for _, w := range candidates {
-		if usable(req, w) {
-			total += w.Load()
-			n++
-		}
-	}
-	if n == 0 {
+	// Health is read once: the average, the ring walk and the fallback
+	// all see the same usable workers.
+	ws := healthy(req, candidates)
+	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
-	avg := float64(total+1) / float64(n)
+	total := 0
+	for _, w := range ws {
+		total += w.Load()
+	}
+	avg := float64(total+1) / float64(len(ws))
 	limit := max(p.factor*avg, avg+1)
 
 	h := prefixHash(req.InputIDs, p.tokens)
+	in := among(ws, candidates)
 	var owner workers.View
 	for w := range p.rings.view(candidates).walk(h) {
-		if !usable(req, w) {
+		if !in(w) {
 			continue
 		}
 		l := w.Load()
@@ -85,10 +86,7 @@ func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []worker
 					owner.URL(), owner.Load(), limit, l)}, nil
 		}
 	}
-	w := minLoadWorker(req, candidates)
-	if w.IsZero() { // every worker went unhealthy while we looked
-		return Decision{}, ErrNoHealthyWorker
-	}
+	w := minLoadWorker(ws)
 	return Decision{Worker: w.Worker(), Branch: "least_loaded",
 		Reason: fmt.Sprintf("prefix_hash: every worker above limit %.2f, least loaded has %d", limit, w.Load())}, nil
 }
@@ -111,16 +109,12 @@ func prefixHash(ids []uint32, n int) uint64 {
 	return d.Sum64()
 }
 
-// minLoadWorker returns the usable candidate with the lowest load, the first
-// in candidate order among equals, or nil when none is usable.
-func minLoadWorker(req *Request, candidates []workers.View) workers.View {
-	var best workers.View
-	bestLoad := 0
-	for _, w := range candidates {
-		if !usable(req, w) {
-			continue
-		}
-		if l := w.Load(); best.IsZero() || l < bestLoad {
+// minLoadWorker returns the worker of ws with the lowest load, the first
+// among equals; ws is not empty.
+func minLoadWorker(ws []workers.View) workers.View {
+	best, bestLoad := ws[0], ws[0].Load()
+	for _, w := range ws[1:] {
+		if l := w.Load(); l < bestLoad {
 			best, bestLoad = w, l
 		}
 	}
