@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -152,22 +151,13 @@ func (ms *models) publish(m *modelCtx) {
 }
 
 // consumesKVEvents reports whether any of the named policies mirrors the
-// engines' caches from their KV events.
+// engines' caches from their KV events, as the policy registry says.
 func consumesKVEvents(cfg Config) bool {
 	names := []string{cfg.Policy}
 	if cfg.PD {
 		names = []string{cfg.PrefillPolicy, cfg.DecodePolicy}
 	}
-	for _, n := range names {
-		o := cfg.Options
-		o.Logger = slog.New(slog.DiscardHandler)
-		if p, err := policy.New(n, o); err == nil {
-			if _, ok := p.(workers.KVEventHandler); ok {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(names, policy.MirrorsKVEvents)
 }
 
 // watchModels serves, with --enable-igw, each model as soon as a connected

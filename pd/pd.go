@@ -107,11 +107,11 @@ func (d Decision) Release() {
 // side and wrap the policy's error (errors.Is(err, policy.ErrNoHealthyWorker)
 // holds when a side has no healthy worker).
 func (d *Dispatcher) Select(ctx context.Context, req *policy.Request, prefills, decodes []*workers.Worker) (Decision, error) {
-	p, err := d.cfg.Prefill.Select(ctx, req, prefills)
+	p, err := d.cfg.Prefill.Select(ctx, req, workers.Views(prefills))
 	if err != nil {
 		return Decision{}, fmt.Errorf("prefill (%s policy, %d workers): %w", d.cfg.Prefill.Name(), len(prefills), err)
 	}
-	dec, err := d.cfg.Decode.Select(ctx, req, decodes)
+	dec, err := d.cfg.Decode.Select(ctx, req, workers.Views(decodes))
 	if err != nil {
 		// The prefill policy may have learnt the prompt speculatively
 		// (cache_aware inserts on Select): the request never ran.

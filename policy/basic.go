@@ -16,12 +16,12 @@ func NewRandom(intn Intn) *Random { return &Random{intn: orDefault(intn)} }
 
 func (*Random) Name() string { return "random" }
 
-func (p *Random) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (p *Random) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
-	return Decision{Worker: ws[p.intn(len(ws))], Branch: "random", Reason: "random"}, nil
+	return Decision{Worker: ws[p.intn(len(ws))].Worker(), Branch: "random", Reason: "random"}, nil
 }
 
 // RoundRobin cycles through the healthy workers in registration order.
@@ -32,7 +32,7 @@ func NewRoundRobin() *RoundRobin { return &RoundRobin{} }
 
 func (*RoundRobin) Name() string { return "round_robin" }
 
-func (p *RoundRobin) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (p *RoundRobin) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
@@ -41,7 +41,7 @@ func (p *RoundRobin) Select(_ context.Context, req *Request, candidates []*worke
 	if !req.DryRun {
 		n = p.next.Add(1) - 1
 	}
-	return Decision{Worker: ws[n%uint64(len(ws))], Branch: "round_robin", Reason: "round_robin"}, nil
+	return Decision{Worker: ws[n%uint64(len(ws))].Worker(), Branch: "round_robin", Reason: "round_robin"}, nil
 }
 
 // PowerOfTwo samples two distinct healthy workers at random and takes the less
@@ -54,13 +54,13 @@ func NewPowerOfTwo(intn Intn) *PowerOfTwo { return &PowerOfTwo{intn: orDefault(i
 
 func (*PowerOfTwo) Name() string { return "power_of_two" }
 
-func (p *PowerOfTwo) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (p *PowerOfTwo) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	ws := healthy(req, candidates)
 	switch len(ws) {
 	case 0:
 		return Decision{}, ErrNoHealthyWorker
 	case 1:
-		return Decision{Worker: ws[0], Branch: "power_of_two", Reason: "power_of_two: only healthy worker"}, nil
+		return Decision{Worker: ws[0].Worker(), Branch: "power_of_two", Reason: "power_of_two: only healthy worker"}, nil
 	}
 	i := p.intn(len(ws))
 	j := p.intn(len(ws) - 1)
@@ -72,5 +72,5 @@ func (p *PowerOfTwo) Select(_ context.Context, req *Request, candidates []*worke
 	if lb < la {
 		a, b, la, lb = b, a, lb, la
 	}
-	return Decision{Worker: a, Branch: "power_of_two", Reason: fmt.Sprintf("power_of_two: load %d vs %d (%s)", la, lb, b.URL())}, nil
+	return Decision{Worker: a.Worker(), Branch: "power_of_two", Reason: fmt.Sprintf("power_of_two: load %d vs %d (%s)", la, lb, b.URL())}, nil
 }

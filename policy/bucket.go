@@ -79,7 +79,7 @@ func NewBucket(o Options) (*Bucket, error) {
 func (*Bucket) Name() string { return "bucket" }
 
 // Select places the request in its length band; see Bucket.
-func (b *Bucket) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (b *Bucket) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
@@ -97,12 +97,12 @@ func (b *Bucket) Select(_ context.Context, req *Request, candidates []*workers.W
 		maxLoad = max(maxLoad, l)
 	}
 	if maxLoad-minLoad > b.abs && float64(maxLoad) > b.rel*float64(minLoad) {
-		return Decision{Worker: least, Branch: "imbalance",
+		return Decision{Worker: least.Worker(), Branch: "imbalance",
 			Reason: fmt.Sprintf("bucket: imbalanced (load %d to %d), least loaded", minLoad, maxLoad)}, nil
 	}
 	p := b.dist.Load().position(n)
 	i := bandOf(p, len(ws))
-	return Decision{Worker: ws[i], Branch: "bucket",
+	return Decision{Worker: ws[i].Worker(), Branch: "bucket",
 		Reason: fmt.Sprintf("bucket: %d-token prompt at %.0f%% of recent prompt tokens, band %d of %d", n, 100*p, i+1, len(ws))}, nil
 }
 

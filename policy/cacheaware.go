@@ -128,7 +128,7 @@ func (*CacheAware) Name() string { return "cache_aware" }
 // Decision.Matched holds every candidate's match, healthy or not, so Explain
 // can show a better-matching worker that was passed over; an unhealthy worker
 // is never chosen. With req.DryRun the tree is only read.
-func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (c *CacheAware) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
@@ -171,7 +171,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []*worke
 		s.matchedM.other, s.confirmedM.other = unavailableMatches(rest, m)
 	}
 	d := Decision{
-		Worker:                s.ws[s.chosen],
+		Worker:                s.ws[s.chosen].Worker(),
 		PredictedCachedTokens: s.matched[s.chosen],
 		Branch:                s.branch,
 		Matched:               &s.matchedM,
@@ -207,7 +207,7 @@ func unavailableMatches(rest []string, m tree.Match) (matched, confirmed map[str
 
 // snapshot is what a selection knows before it looks at the tree.
 type snapshot struct {
-	ws       []*workers.Worker
+	ws       []workers.View
 	loads    []int
 	x        *workerIndex // ws's URLs and positions
 	min, max int
@@ -244,7 +244,7 @@ type snapshot struct {
 	costc     costChoice
 }
 
-func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
+func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
 	total := 0
 	for i, w := range ws {
@@ -288,8 +288,8 @@ func (c *CacheAware) snapshot(ws []*workers.Worker) *snapshot {
 
 // indexOf returns ws's URL → position index, reusing the last one while the
 // candidates stay the same (see indexCache).
-func (c *CacheAware) indexOf(ws []*workers.Worker) *workerIndex {
-	return c.index.of(ws, func(w *workers.Worker) {
+func (c *CacheAware) indexOf(ws []workers.View) *workerIndex {
+	return c.index.of(ws, func(w workers.View) {
 		// An engine holds no more than its KV cache: the tree's confirmed
 		// pages for it never exceed that, and as much again is left for
 		// speculation, the prompts on their way to it (which will displace
@@ -299,7 +299,7 @@ func (c *CacheAware) indexOf(ws []*workers.Worker) *workerIndex {
 		// scattered (hit rate 0.56 against 0.72 on a capacity-limited
 		// shared-prefix run). New candidate sets are rare, and this is
 		// where a new worker first shows up.
-		c.tree.SetTenantLimit(w.URL(), speculationHeadroom*w.Info().KVCapacityTokens)
+		c.tree.SetTenantLimit(w.URL(), speculationHeadroom*w.KVCapacityTokens())
 	})
 }
 

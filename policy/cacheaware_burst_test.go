@@ -145,14 +145,14 @@ func BenchmarkCacheAwareSelect(b *testing.B) {
 			}
 			system := caTokens(1, 1024)
 			for i, w := range ws {
-				if _, err := p.Select(context.Background(), &policy.Request{InputIDs: caJoin(system, caTokens(i+2, 512))}, []*workers.Worker{w}); err != nil {
+				if _, err := p.Select(context.Background(), &policy.Request{InputIDs: caJoin(system, caTokens(i+2, 512))}, workers.Views([]*workers.Worker{w})); err != nil {
 					b.Fatal(err)
 				}
 			}
 			req := &policy.Request{InputIDs: caJoin(system, caTokens(3, 512), caTokens(7, 256))}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := p.Select(context.Background(), req, ws); err != nil {
+				if _, err := p.Select(context.Background(), req, workers.Views(ws)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -171,14 +171,14 @@ func BenchmarkCacheAwareSelectWhy(b *testing.B) {
 	}
 	system := caTokens(1, 1024)
 	for i, w := range ws {
-		if _, err := p.Select(context.Background(), &policy.Request{InputIDs: caJoin(system, caTokens(i+2, 512))}, []*workers.Worker{w}); err != nil {
+		if _, err := p.Select(context.Background(), &policy.Request{InputIDs: caJoin(system, caTokens(i+2, 512))}, workers.Views([]*workers.Worker{w})); err != nil {
 			b.Fatal(err)
 		}
 	}
 	req := &policy.Request{InputIDs: caJoin(system, caTokens(3, 512), caTokens(7, 256))}
 	b.ReportAllocs()
 	for b.Loop() {
-		d, err := p.Select(context.Background(), req, ws)
+		d, err := p.Select(context.Background(), req, workers.Views(ws))
 		if err != nil {
 			b.Fatal(err)
 		}

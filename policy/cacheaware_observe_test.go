@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // TestCacheAwareObserveReplyJoinsPrompt: a completed request's reply (but
@@ -95,7 +96,7 @@ func BenchmarkObserve8K(b *testing.B) {
 			for i := range b.N {
 				b.StopTimer()
 				req := &policy.Request{InputIDs: prompts[i%len(prompts)]}
-				d, err := p.Select(context.Background(), req, ws)
+				d, err := p.Select(context.Background(), req, workers.Views(ws))
 				if err != nil {
 					b.Fatal(err)
 				}

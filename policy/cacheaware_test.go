@@ -49,7 +49,7 @@ func newCA(t *testing.T, edit func(*policy.Options)) *policy.CacheAware {
 
 func caSelect(t *testing.T, p *policy.CacheAware, ids []uint32, ws ...*workers.Worker) policy.Decision {
 	t.Helper()
-	d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, ws)
+	d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views(ws))
 	if err != nil {
 		t.Fatalf("Select: %v", err)
 	}
@@ -58,7 +58,7 @@ func caSelect(t *testing.T, p *policy.CacheAware, ids []uint32, ws ...*workers.W
 
 func caExplain(t *testing.T, p *policy.CacheAware, ids []uint32, ws ...*workers.Worker) policy.Decision {
 	t.Helper()
-	d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids, DryRun: true}, ws)
+	d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids, DryRun: true}, workers.Views(ws))
 	if err != nil {
 		t.Fatalf("Select (dry run): %v", err)
 	}
@@ -314,7 +314,7 @@ func TestCacheAwareNeverChoosesUnhealthy(t *testing.T) {
 	for _, w := range ws {
 		w.SetHealthy(false)
 	}
-	if _, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt}, ws); !errors.Is(err, policy.ErrNoHealthyWorker) {
+	if _, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt}, workers.Views(ws)); !errors.Is(err, policy.ErrNoHealthyWorker) {
 		t.Fatalf("all unhealthy: err = %v, want ErrNoHealthyWorker", err)
 	}
 }
@@ -432,7 +432,7 @@ func TestCacheAwareObserve(t *testing.T) {
 			names := map[string][]uint32{"P1": p1, "P2": p2, "P1W": p1w}
 			for i, s := range tc.steps {
 				req := &policy.Request{InputIDs: s.prompt}
-				d, err := p.Select(context.Background(), req, ws)
+				d, err := p.Select(context.Background(), req, workers.Views(ws))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -456,7 +456,7 @@ func TestCacheAwareObserveIgnoresDryRun(t *testing.T) {
 	prompt := caTokens(1, 64)
 	place(t, p, ws[0], prompt)
 	req := &policy.Request{InputIDs: prompt, DryRun: true}
-	d, err := p.Select(context.Background(), req, ws)
+	d, err := p.Select(context.Background(), req, workers.Views(ws))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func TestCacheAwareForgottenWorkerStaysForgotten(t *testing.T) {
 	p := newCA(t, nil)
 	prompt := caTokens(1, 64)
 	req := &policy.Request{InputIDs: prompt}
-	d, err := p.Select(context.Background(), req, ws[:1])
+	d, err := p.Select(context.Background(), req, workers.Views(ws[:1]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +526,7 @@ func TestCacheAwareConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				req := &policy.Request{InputIDs: caJoin(caTokens(i%7, 48), caTokens(g*1000+i, 40)), DryRun: i%5 == 0}
-				d, err := p.Select(context.Background(), req, ws)
+				d, err := p.Select(context.Background(), req, workers.Views(ws))
 				if errors.Is(err, policy.ErrNoHealthyWorker) {
 					continue // the health flapping below can take all four down
 				}

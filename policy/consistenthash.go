@@ -63,7 +63,7 @@ func (*ConsistentHashing) Name() string { return "consistent_hashing" }
 func (p *ConsistentHashing) Forget(url string) { p.rings.forget(url) }
 
 // Select places the request by its session key; see ConsistentHashing.
-func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	if t := strings.TrimSpace(req.TargetWorker); t != "" {
 		return selectTarget(req, t, candidates)
 	}
@@ -76,22 +76,22 @@ func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates [
 		if len(ws) == 0 {
 			return Decision{}, ErrNoHealthyWorker
 		}
-		return Decision{Worker: ws[p.intn(len(ws))], Branch: "random", Reason: "consistent_hashing: no routing key, random"}, nil
+		return Decision{Worker: ws[p.intn(len(ws))].Worker(), Branch: "random", Reason: "consistent_hashing: no routing key, random"}, nil
 	}
 	h := keyHash(key)
-	var owner *workers.Worker
+	var owner workers.View
 	for w := range p.rings.view(candidates).walk(h) {
-		if owner == nil {
+		if owner.IsZero() {
 			owner = w
 		}
 		if !usable(req, w) {
 			continue
 		}
 		if w == owner {
-			return Decision{Worker: w, Branch: branch,
+			return Decision{Worker: w.Worker(), Branch: branch,
 				Reason: fmt.Sprintf("consistent_hashing: %s %016x owned by this worker", branch, h)}, nil
 		}
-		return Decision{Worker: w, Branch: "failover",
+		return Decision{Worker: w.Worker(), Branch: "failover",
 			Reason: fmt.Sprintf("consistent_hashing: %s %016x owned by unhealthy %s, next healthy on ring", branch, h, owner.URL())}, nil
 	}
 	return Decision{}, ErrNoHealthyWorker
@@ -100,7 +100,7 @@ func (p *ConsistentHashing) Select(_ context.Context, req *Request, candidates [
 // selectTarget honours an explicit worker index or explains why it cannot.
 // A target the request excludes (a retry of a request that failed there) is
 // unavailable like an unhealthy one: the client asked for that worker only.
-func selectTarget(req *Request, t string, candidates []*workers.Worker) (Decision, error) {
+func selectTarget(req *Request, t string, candidates []workers.View) (Decision, error) {
 	i, err := strconv.Atoi(t)
 	if err != nil {
 		i = targetByName(t, candidates)
@@ -117,17 +117,17 @@ func selectTarget(req *Request, t string, candidates []*workers.Worker) (Decisio
 	if !usable(req, w) {
 		return Decision{}, fmt.Errorf("%w: x-target-worker %d (%s) is unhealthy or excluded", ErrTargetUnavailable, i, w.URL())
 	}
-	return Decision{Worker: w, Branch: "target", Reason: fmt.Sprintf("consistent_hashing: x-target-worker %d", i)}, nil
+	return Decision{Worker: w.Worker(), Branch: "target", Reason: fmt.Sprintf("consistent_hashing: x-target-worker %d", i)}, nil
 }
 
 // targetByName is the index of the candidate named t (its URL in any form
 // the registry accepts, url@rank included), or -1.
-func targetByName(t string, candidates []*workers.Worker) int {
+func targetByName(t string, candidates []workers.View) int {
 	name, err := workers.CanonicalName(t)
 	if err != nil {
 		return -1
 	}
-	return slices.IndexFunc(candidates, func(w *workers.Worker) bool { return w.URL() == name })
+	return slices.IndexFunc(candidates, func(w workers.View) bool { return w.URL() == name })
 }
 
 func indexRange(n int) string {

@@ -59,7 +59,7 @@ func TestConsistentHashingTargetErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.target, func(t *testing.T) {
-			_, err := p.Select(t.Context(), &policy.Request{TargetWorker: tc.target, RoutingKey: "k"}, ws)
+			_, err := p.Select(t.Context(), &policy.Request{TargetWorker: tc.target, RoutingKey: "k"}, workers.Views(ws))
 			if !errors.Is(err, policy.ErrTargetUnavailable) {
 				t.Fatalf("err = %v, want ErrTargetUnavailable", err)
 			}
@@ -209,7 +209,7 @@ func TestKeyedPoliciesNeverChooseUnhealthyWorkers(t *testing.T) {
 				w.SetHealthy(false)
 			}
 			req := &policy.Request{RoutingKey: "k", ImplicitKey: "c", InputIDs: []uint32{1, 2}}
-			if _, err := p.Select(t.Context(), req, ws); !errors.Is(err, policy.ErrNoHealthyWorker) {
+			if _, err := p.Select(t.Context(), req, workers.Views(ws)); !errors.Is(err, policy.ErrNoHealthyWorker) {
 				t.Fatalf("all unhealthy: err = %v, want ErrNoHealthyWorker", err)
 			}
 		})
@@ -226,7 +226,7 @@ func TestKeyedPoliciesConcurrentUse(t *testing.T) {
 				wg.Go(func() {
 					for i := range 300 {
 						req := &policy.Request{RoutingKey: fmt.Sprint(i % 50), InputIDs: idsFrom(uint32(i%7), 0, 1+i), DryRun: i%5 == 0}
-						d, err := p.Select(t.Context(), req, ws)
+						d, err := p.Select(t.Context(), req, workers.Views(ws))
 						if err == nil {
 							d.Worker.Acquire()()
 						}
@@ -259,12 +259,12 @@ func TestConsistentHashingTargetsARank(t *testing.T) {
 	}
 	p := policy.NewConsistentHashing(policy.DefaultOptions())
 	for _, target := range []string{"grpc://127.0.0.1:9100@2", "127.0.0.1:9100@2", "http://127.0.0.1:9100@2", "2"} {
-		d, err := p.Select(t.Context(), &policy.Request{TargetWorker: target}, ws)
+		d, err := p.Select(t.Context(), &policy.Request{TargetWorker: target}, workers.Views(ws))
 		if err != nil || d.Worker != ws[2] || d.Branch != "target" {
 			t.Errorf("x-target-worker %q: %v by %q, %v; want rank 2", target, d.Worker, d.Branch, err)
 		}
 	}
-	if _, err := p.Select(t.Context(), &policy.Request{TargetWorker: "grpc://127.0.0.1:9100@3"}, ws); !errors.Is(err, policy.ErrInvalidTarget) {
+	if _, err := p.Select(t.Context(), &policy.Request{TargetWorker: "grpc://127.0.0.1:9100@3"}, workers.Views(ws)); !errors.Is(err, policy.ErrInvalidTarget) {
 		t.Errorf("a rank the engine does not have: %v", err)
 	}
 }

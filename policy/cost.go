@@ -74,13 +74,13 @@ type costLoad struct {
 
 // costLoads reads every candidate's queue, held KV and capacity; cached(i)
 // is the tokens the policy's index holds for candidate i.
-func costLoads(ws []*workers.Worker, cached func(i int) int) []costLoad {
+func costLoads(ws []workers.View, cached func(i int) int) []costLoad {
 	out := make([]costLoad, len(ws))
 	for i, w := range ws {
 		l := w.EngineLoad()
 		capacity := l.MaxTotalTokens
 		if capacity <= 0 {
-			capacity = w.Info().KVCapacityTokens
+			capacity = w.KVCapacityTokens()
 		}
 		c := costLoad{queue: max(w.PendingPrefill(), 0), held: max(l.UsedTokens, 0), capacity: max(capacity, 0)}
 		if c.capacity > 0 {
@@ -148,7 +148,7 @@ func (c costChoice) branch() string {
 }
 
 // reason says what the chosen worker's cost was made of, and the runner-up's.
-func (c costChoice) reason(m costModel, ws []*workers.Worker, inputLen int) string {
+func (c costChoice) reason(m costModel, ws []workers.View, inputLen int) string {
 	var b strings.Builder
 	t := c.terms[c.chosen]
 	fmt.Fprintf(&b, "%s: %s costs %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen))

@@ -123,12 +123,12 @@ func TestCostModeSpecification(t *testing.T) {
 					}
 					p := build(mode)
 					serve := func(ids []uint32, w *workers.Worker) {
-						if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, []*workers.Worker{w}); err != nil {
+						if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views([]*workers.Worker{w})); err != nil {
 							t.Fatal(err)
 						}
 					}
 					a, b := costFleet(t, prompt, tc.a, tc.b, serve)
-					d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, DryRun: true}, []*workers.Worker{a, b})
+					d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, DryRun: true}, workers.Views([]*workers.Worker{a, b}))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -174,7 +174,7 @@ func TestCostModeSpreadsABurstByQueue(t *testing.T) {
 	count := map[*workers.Worker]int{}
 	for i := range 8 {
 		ids := caTokens(100+i, 512)
-		d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, ws)
+		d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views(ws))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestCostModeSpreadsABurstByQueue(t *testing.T) {
 	}
 	for i := range 8 {
 		ids := append(caTokens(100+i, 512), caTokens(200+i, 64)...)
-		d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids, DryRun: true}, ws)
+		d, err := p.Select(context.Background(), &policy.Request{InputIDs: ids, DryRun: true}, workers.Views(ws))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -121,7 +121,7 @@ func BenchmarkSelectUnderKVEvents(b *testing.B) {
 			start := time.Now()
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := p.Select(context.Background(), req, ws); err != nil {
+				if _, err := p.Select(context.Background(), req, workers.Views(ws)); err != nil {
 					b.Fatal(err)
 				}
 			}

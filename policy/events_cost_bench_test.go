@@ -85,7 +85,7 @@ func BenchmarkKVEventsPerRequest(b *testing.B) {
 				return ids
 			}
 			serve := func(ids []uint32) *workers.KVEventBatch {
-				if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, ws); err != nil {
+				if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views(ws)); err != nil {
 					b.Fatal(err)
 				}
 				return eng.request(ids)

@@ -197,7 +197,7 @@ func TestKVEventBatchesEqualEventByEvent(t *testing.T) {
 						ids = append(e.tokens(p), ids...)
 					}
 					for _, p := range []*policy.CacheAware{batched, each} {
-						if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, ws); err != nil {
+						if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views(ws)); err != nil {
 							t.Fatal(err)
 						}
 					}

@@ -131,7 +131,7 @@ func TestCacheAwareSpeculativeEntriesExpireUnlessConfirmed(t *testing.T) {
 	ctx := context.Background()
 	for _, ids := range [][]uint32{confirmedPrompt, unconfirmedPrompt} {
 		req := &policy.Request{InputIDs: ids}
-		d, err := p.Select(ctx, req, ws)
+		d, err := p.Select(ctx, req, workers.Views(ws))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func TestCacheAwareApproximateWorkersKeepTheirEntries(t *testing.T) {
 	prompt := caTokens(1, 64)
 	p := newCA(t, func(o *policy.Options) { o.CacheAware.SpeculativeTTL = 0 })
 	req := &policy.Request{InputIDs: prompt}
-	d, err := p.Select(context.Background(), req, ws)
+	d, err := p.Select(context.Background(), req, workers.Views(ws))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestVllmCacheAwareAppliesKVEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	explain := func() policy.Decision {
-		d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, DryRun: true}, ws)
+		d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, DryRun: true}, workers.Views(ws))
 		if err != nil {
 			t.Fatal(err)
 		}

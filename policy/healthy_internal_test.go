@@ -37,15 +37,16 @@ func TestHealthy(t *testing.T) {
 			for _, i := range tc.exclude {
 				req.Exclude = append(req.Exclude, ws[i].URL())
 			}
-			got := healthy(req, ws)
-			var want []*workers.Worker
+			vs := workers.Views(ws)
+			got := healthy(req, vs)
+			var want []workers.View
 			for _, i := range tc.want {
-				want = append(want, ws[i])
+				want = append(want, vs[i])
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("healthy = %v, want %v", got, want)
 			}
-			if len(tc.want) == len(ws) && &got[0] != &ws[0] {
+			if len(tc.want) == len(ws) && &got[0] != &vs[0] {
 				t.Fatal("all usable: got a copy, want the candidates themselves")
 			}
 		})

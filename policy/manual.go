@@ -110,7 +110,7 @@ func NewManual(o Options) (*Manual, error) {
 func (*Manual) Name() string { return "manual" }
 
 // Select routes the request's routing key to its pinned worker; see Manual.
-func (m *Manual) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (m *Manual) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
@@ -118,7 +118,7 @@ func (m *Manual) Select(_ context.Context, req *Request, candidates []*workers.W
 	if req.RoutingKey == "" {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return Decision{Worker: ws[m.intn(len(ws))], Branch: "random", Reason: "manual: no routing key, random"}, nil
+		return Decision{Worker: ws[m.intn(len(ws))].Worker(), Branch: "random", Reason: "manual: no routing key, random"}, nil
 	}
 	key := keyHash(req.RoutingKey) // hashed outside the lock: keys may be long
 	m.mu.Lock()
@@ -135,37 +135,37 @@ func (m *Manual) Select(_ context.Context, req *Request, candidates []*workers.W
 			m.groups[e.home]++
 			m.touch(e)
 		}
-		return Decision{Worker: w, Branch: "assigned", Reason: "manual: new routing key, " + m.mode}, nil
+		return Decision{Worker: w.Worker(), Branch: "assigned", Reason: "manual: new routing key, " + m.mode}, nil
 	}
 	if !req.DryRun {
 		m.touch(e)
 	}
-	if w := byURL(ws, e.home); w != nil {
-		return Decision{Worker: w, Branch: "sticky", Reason: "manual: routing key's home worker"}, nil
+	if w := byURL(ws, e.home); !w.IsZero() {
+		return Decision{Worker: w.Worker(), Branch: "sticky", Reason: "manual: routing key's home worker"}, nil
 	}
-	if w := byURL(ws, e.backup); w != nil {
-		return Decision{Worker: w, Branch: "failover", Reason: fmt.Sprintf("manual: home %s unhealthy, backup", e.home)}, nil
+	if w := byURL(ws, e.backup); !w.IsZero() {
+		return Decision{Worker: w.Worker(), Branch: "failover", Reason: fmt.Sprintf("manual: home %s unhealthy, backup", e.home)}, nil
 	}
 	w := m.assign(ws)
 	if !req.DryRun {
 		e.backup = w.URL()
 	}
-	return Decision{Worker: w, Branch: "failover",
+	return Decision{Worker: w.Worker(), Branch: "failover",
 		Reason: fmt.Sprintf("manual: home %s unhealthy, new backup by %s", e.home, m.mode)}, nil
 }
 
 // assign chooses a worker for a key by the assignment mode. m.mu is held.
-func (m *Manual) assign(ws []*workers.Worker) *workers.Worker {
-	var score func(*workers.Worker) int
+func (m *Manual) assign(ws []workers.View) workers.View {
+	var score func(workers.View) int
 	switch m.mode {
 	case "min_load":
-		score = (*workers.Worker).Load
+		score = workers.View.Load
 	case "min_group":
-		score = func(w *workers.Worker) int { return m.groups[w.URL()] }
+		score = func(w workers.View) int { return m.groups[w.URL()] }
 	default:
 		return ws[m.intn(len(ws))]
 	}
-	var best []*workers.Worker
+	var best []workers.View
 	bestScore := 0
 	for _, w := range ws {
 		switch s := score(w); {
@@ -181,16 +181,16 @@ func (m *Manual) assign(ws []*workers.Worker) *workers.Worker {
 	return best[m.intn(len(best))]
 }
 
-func byURL(ws []*workers.Worker, url string) *workers.Worker {
+func byURL(ws []workers.View, url string) workers.View {
 	if url == "" {
-		return nil
+		return workers.View{}
 	}
 	for _, w := range ws {
 		if w.URL() == url {
 			return w
 		}
 	}
-	return nil
+	return workers.View{}
 }
 
 // evictBatch bounds the keys EvictIdle drops per hold of the lock.

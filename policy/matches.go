@@ -70,7 +70,7 @@ func (m *Matches) String() string { return fmt.Sprint(m.Map()) }
 // workerIndex maps the URLs of a list of workers to their positions in it.
 // It is immutable once built.
 type workerIndex struct {
-	ws     []*workers.Worker // the list it was built or last confirmed for
+	ws     []workers.View // the list it was built or last confirmed for
 	urls   []string
 	pos    map[string]int
 	roster *tree.Roster // urls as cache_aware's tree tenants
@@ -88,7 +88,7 @@ type indexCache struct{ last atomic.Pointer[workerIndex] }
 // of returns ws's index, calling added for each worker of a newly built one
 // (cache_aware sets the worker's tree limit there: a new candidate list is
 // where a new worker first shows up).
-func (c *indexCache) of(ws []*workers.Worker, added func(*workers.Worker)) *workerIndex {
+func (c *indexCache) of(ws []workers.View, added func(workers.View)) *workerIndex {
 	x := c.last.Load()
 	if x != nil && slices.Equal(x.ws, ws) {
 		return x
@@ -123,7 +123,7 @@ func (c *indexCache) of(ws []*workers.Worker, added func(*workers.Worker)) *work
 
 // outside returns the candidates not in x (the unavailable ones; rarely
 // more than a few), or nil.
-func (x *workerIndex) outside(candidates []*workers.Worker) []string {
+func (x *workerIndex) outside(candidates []workers.View) []string {
 	if len(x.urls) == len(candidates) {
 		return nil
 	}

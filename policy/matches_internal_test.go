@@ -47,29 +47,29 @@ func TestMatches(t *testing.T) {
 // other Worker values with the same URLs (without calling added), and
 // rebuilt, calling added for each worker, when the URLs differ.
 func TestIndexCache(t *testing.T) {
-	mk := func(urls ...string) []*workers.Worker {
-		var ws []*workers.Worker
+	mk := func(urls ...string) []workers.View {
+		var ws []workers.View
 		for _, u := range urls {
-			ws = append(ws, workers.NewWorker(u, workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil))
+			ws = append(ws, workers.ViewOf(workers.NewWorker(u, workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)))
 		}
 		return ws
 	}
 	ab := mk("grpc://a:1", "grpc://b:1")
 	var c indexCache
 	var added []string
-	of := func(ws []*workers.Worker) *workerIndex {
-		return c.of(ws, func(w *workers.Worker) { added = append(added, w.URL()) })
+	of := func(ws []workers.View) *workerIndex {
+		return c.of(ws, func(w workers.View) { added = append(added, w.URL()) })
 	}
 	for _, tc := range []struct {
 		name      string
-		ws        []*workers.Worker
+		ws        []workers.View
 		wantAdded []string
 		wantPos   map[string]int
 	}{
 		{"first list", ab, []string{"grpc://a:1", "grpc://b:1"}, map[string]int{"grpc://a:1": 0, "grpc://b:1": 1}},
 		{"same workers, another slice", slices.Clone(ab), nil, map[string]int{"grpc://a:1": 0, "grpc://b:1": 1}},
 		{"same URLs, other workers", mk("grpc://a:1", "grpc://b:1"), nil, map[string]int{"grpc://a:1": 0, "grpc://b:1": 1}},
-		{"other order", []*workers.Worker{ab[1], ab[0]}, []string{"grpc://b:1", "grpc://a:1"}, map[string]int{"grpc://b:1": 0, "grpc://a:1": 1}},
+		{"other order", []workers.View{ab[1], ab[0]}, []string{"grpc://b:1", "grpc://a:1"}, map[string]int{"grpc://b:1": 0, "grpc://a:1": 1}},
 		{"one fewer", ab[:1], []string{"grpc://a:1"}, map[string]int{"grpc://a:1": 0}},
 	} {
 		added = nil

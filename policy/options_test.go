@@ -101,7 +101,7 @@ func TestCacheThresholdZeroRoutesByAnyMatch(t *testing.T) {
 		p := newCA(t, func(o *policy.Options) { o.CacheAware.CacheThreshold = tc.threshold })
 		place(t, p, ws[1], caTokens(1, 16))
 		prompt := caJoin(caTokens(1, 16), caTokens(2, 144))
-		d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt}, []*workers.Worker{ws[0], ws[1]})
+		d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt}, workers.Views([]*workers.Worker{ws[0], ws[1]}))
 		if err != nil {
 			t.Fatal(err)
 		}

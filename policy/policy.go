@@ -1,7 +1,8 @@
 // Package policy chooses the worker for each request. Every policy is a small
-// type with one Select method over a snapshot of candidate workers; policies
-// never dial a worker, they only read the health and load the workers package
-// keeps current.
+// type with one Select method over a snapshot of candidate workers. A policy
+// sees each candidate as a workers.View (address, health, load, KV state),
+// which cannot dial, close or mark its worker: policies choose, the server
+// acts on the choice.
 package policy
 
 import (
@@ -45,6 +46,8 @@ type Request struct {
 
 // Decision is a policy's answer: the worker, and why it was chosen.
 type Decision struct {
+	// Worker is the chosen candidate (View.Worker), for the caller to act
+	// on; a policy calls nothing on it.
 	Worker *workers.Worker
 	// PredictedCachedTokens is how many prompt tokens the policy expects the
 	// worker to find in its KV cache; 0 for cache-blind policies.
@@ -138,8 +141,9 @@ type CacheForgetter interface {
 type Policy interface {
 	Name() string
 	// Select returns a decision naming one of the healthy candidates, or
-	// ErrNoHealthyWorker when there is none.
-	Select(ctx context.Context, req *Request, candidates []*workers.Worker) (Decision, error)
+	// ErrNoHealthyWorker when there is none. A caller holding workers
+	// passes workers.Views(ws), which copies nothing.
+	Select(ctx context.Context, req *Request, candidates []workers.View) (Decision, error)
 }
 
 // ErrNoHealthyWorker is returned by Select when no candidate is healthy.
@@ -149,19 +153,52 @@ var ErrNoHealthyWorker = errors.New("no healthy worker")
 // can make them deterministic.
 type Intn func(n int) int
 
-// constructors maps each --policy name to its constructor. Each validates
-// the config it reads.
-var constructors = map[string]func(Options) (Policy, error){
-	"random":             func(o Options) (Policy, error) { return NewRandom(o.Intn), nil },
-	"round_robin":        func(Options) (Policy, error) { return NewRoundRobin(), nil },
-	"power_of_two":       func(o Options) (Policy, error) { return NewPowerOfTwo(o.Intn), nil },
-	"cache_aware":        func(o Options) (Policy, error) { return NewCacheAware(o) },
-	"prefix_hash":        func(o Options) (Policy, error) { return NewPrefixHash(o) },
-	"consistent_hashing": func(o Options) (Policy, error) { return NewConsistentHashing(o), nil },
-	"manual":             func(o Options) (Policy, error) { return NewManual(o) },
-	"bucket":             func(o Options) (Policy, error) { return NewBucket(o) },
-	"vllm_cache_aware":   func(o Options) (Policy, error) { return NewVllmCacheAware(o) },
+// registered is a --policy name's entry: how to build the policy, and what
+// the router must wire for it before any is built.
+type registered struct {
+	// build validates the config it reads and returns the policy.
+	build func(Options) (Policy, error)
+	// kvEvents: the policy mirrors the engines' caches from their KV
+	// events (it is a workers.KVEventHandler), so the router subscribes.
+	kvEvents bool
 }
+
+// constructors maps each --policy name to its entry.
+var constructors = map[string]registered{
+	"random":             {build: func(o Options) (Policy, error) { return NewRandom(o.Intn), nil }},
+	"round_robin":        {build: func(Options) (Policy, error) { return NewRoundRobin(), nil }},
+	"power_of_two":       {build: func(o Options) (Policy, error) { return NewPowerOfTwo(o.Intn), nil }},
+	"cache_aware":        {build: func(o Options) (Policy, error) { return NewCacheAware(o) }, kvEvents: true},
+	"prefix_hash":        {build: func(o Options) (Policy, error) { return NewPrefixHash(o) }},
+	"consistent_hashing": {build: func(o Options) (Policy, error) { return NewConsistentHashing(o), nil }},
+	"manual":             {build: func(o Options) (Policy, error) { return NewManual(o) }},
+	"bucket":             {build: func(o Options) (Policy, error) { return NewBucket(o) }},
+	"vllm_cache_aware":   {build: func(o Options) (Policy, error) { return NewVllmCacheAware(o) }, kvEvents: true},
+}
+
+// The optional interfaces each policy implements, as the server finds
+// them by type assertion; the compiler keeps this list true.
+var (
+	_ Observer               = (*CacheAware)(nil)
+	_ Runner                 = (*CacheAware)(nil)
+	_ Forgetter              = (*CacheAware)(nil)
+	_ CacheForgetter         = (*CacheAware)(nil)
+	_ workers.KVEventHandler = (*CacheAware)(nil)
+	_ Runner                 = (*VllmCacheAware)(nil)
+	_ Forgetter              = (*VllmCacheAware)(nil)
+	_ CacheForgetter         = (*VllmCacheAware)(nil)
+	_ workers.KVEventHandler = (*VllmCacheAware)(nil)
+	_ Forgetter              = (*PrefixHash)(nil)
+	_ Forgetter              = (*ConsistentHashing)(nil)
+	_ Forgetter              = (*Manual)(nil)
+	_ Runner                 = (*Manual)(nil)
+	_ Runner                 = (*Bucket)(nil)
+)
+
+// MirrorsKVEvents reports whether the policy called name mirrors the
+// engines' caches from their KV events, without building one: the router
+// decides from it whether to subscribe to the engines' events.
+func MirrorsKVEvents(name string) bool { return constructors[name].kvEvents }
 
 // Names lists the policies New accepts, sorted.
 func Names() []string {
@@ -179,7 +216,7 @@ func New(name string, opts Options) (Policy, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(Names(), ", "))
 	}
-	p, err := c(opts)
+	p, err := c.build(opts)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", name, err)
 	}
@@ -195,12 +232,12 @@ func New(name string, opts Options) (Policy, error) {
 // When every candidate may receive req, which is nearly always, the result is
 // candidates itself: a copy per request would be an allocation as large as
 // the fleet (32 KB at 4,000 workers) for nothing. Callers must not modify it.
-func healthy(req *Request, candidates []*workers.Worker) []*workers.Worker {
+func healthy(req *Request, candidates []workers.View) []workers.View {
 	for i, w := range candidates {
 		if usable(req, w) {
 			continue
 		}
-		out := make([]*workers.Worker, i, len(candidates)-1)
+		out := make([]workers.View, i, len(candidates)-1)
 		copy(out, candidates[:i])
 		for _, w := range candidates[i+1:] {
 			if usable(req, w) {
@@ -212,9 +249,25 @@ func healthy(req *Request, candidates []*workers.Worker) []*workers.Worker {
 	return candidates
 }
 
+// among reports whether a candidate is one of ws, the usable subset of
+// candidates that healthy returned: a ring walked over every candidate
+// (so that keys stay put while a worker is down) skips the others without
+// asking each worker's health again. When ws is candidates itself, which
+// is nearly always, every candidate is in it and nothing is built.
+func among(ws, candidates []workers.View) func(workers.View) bool {
+	if len(ws) == len(candidates) {
+		return func(workers.View) bool { return true }
+	}
+	in := make(map[workers.View]bool, len(ws))
+	for _, w := range ws {
+		in[w] = true
+	}
+	return func(w workers.View) bool { return in[w] }
+}
+
 // usable reports whether w may receive req: the one place a policy asks
 // about health, so every policy treats health and exclusion alike.
-func usable(req *Request, w *workers.Worker) bool {
+func usable(req *Request, w workers.View) bool {
 	if !w.Available() {
 		return false
 	}

@@ -47,7 +47,7 @@ func selectN(t *testing.T, p policy.Policy, ws []*workers.Worker, n int) []strin
 	t.Helper()
 	var got []string
 	for range n {
-		d, err := p.Select(context.Background(), &policy.Request{}, ws)
+		d, err := p.Select(context.Background(), &policy.Request{}, workers.Views(ws))
 		if err != nil {
 			t.Fatalf("%s: Select: %v", p.Name(), err)
 		}
@@ -111,7 +111,7 @@ func TestPowerOfTwoPicksLessLoadedOfTheSample(t *testing.T) {
 			for i, l := range tc.loads {
 				defer busy(ws[i], l)()
 			}
-			d, err := policy.NewPowerOfTwo(draws(tc.draws...)).Select(context.Background(), &policy.Request{}, ws)
+			d, err := policy.NewPowerOfTwo(draws(tc.draws...)).Select(context.Background(), &policy.Request{}, workers.Views(ws))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +143,7 @@ func TestNoHealthyWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, cands := range [][]*workers.Worker{nil, ws} {
-			if _, err := p.Select(context.Background(), &policy.Request{}, cands); !errors.Is(err, policy.ErrNoHealthyWorker) {
+			if _, err := p.Select(context.Background(), &policy.Request{}, workers.Views(cands)); !errors.Is(err, policy.ErrNoHealthyWorker) {
 				t.Errorf("%s with %d candidates: err = %v, want ErrNoHealthyWorker", name, len(cands), err)
 			}
 		}

@@ -50,46 +50,44 @@ func (*PrefixHash) Name() string { return "prefix_hash" }
 func (p *PrefixHash) Forget(url string) { p.rings.forget(url) }
 
 // Select routes by the hash of the prompt's first tokens; see PrefixHash.
-func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
-	total, n := 0, 0
-	for _, w := range candidates {
-		if usable(req, w) {
-			total += w.Load()
-			n++
-		}
-	}
-	if n == 0 {
+func (p *PrefixHash) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
+	// Health is read once: the average, the ring walk and the fallback
+	// all see the same usable workers.
+	ws := healthy(req, candidates)
+	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
 	}
-	avg := float64(total+1) / float64(n)
+	total := 0
+	for _, w := range ws {
+		total += w.Load()
+	}
+	avg := float64(total+1) / float64(len(ws))
 	limit := max(p.factor*avg, avg+1)
 
 	h := prefixHash(req.InputIDs, p.tokens)
-	var owner *workers.Worker
+	in := among(ws, candidates)
+	var owner workers.View
 	for w := range p.rings.view(candidates).walk(h) {
-		if !usable(req, w) {
+		if !in(w) {
 			continue
 		}
 		l := w.Load()
-		if owner == nil {
+		if owner.IsZero() {
 			owner = w
 			if float64(l) <= limit {
-				return Decision{Worker: w, Branch: "ring",
+				return Decision{Worker: w.Worker(), Branch: "ring",
 					Reason: fmt.Sprintf("prefix_hash: owner of prefix %016x (load %d, limit %.2f)", h, l, limit)}, nil
 			}
 			continue
 		}
 		if float64(l) <= limit {
-			return Decision{Worker: w, Branch: "ring_overflow",
+			return Decision{Worker: w.Worker(), Branch: "ring_overflow",
 				Reason: fmt.Sprintf("prefix_hash: owner %s overloaded (load %d > limit %.2f), next on ring has load %d",
 					owner.URL(), owner.Load(), limit, l)}, nil
 		}
 	}
-	w := minLoadWorker(req, candidates)
-	if w == nil { // every worker went unhealthy while we looked
-		return Decision{}, ErrNoHealthyWorker
-	}
-	return Decision{Worker: w, Branch: "least_loaded",
+	w := minLoadWorker(ws)
+	return Decision{Worker: w.Worker(), Branch: "least_loaded",
 		Reason: fmt.Sprintf("prefix_hash: every worker above limit %.2f, least loaded has %d", limit, w.Load())}, nil
 }
 
@@ -111,16 +109,12 @@ func prefixHash(ids []uint32, n int) uint64 {
 	return d.Sum64()
 }
 
-// minLoadWorker returns the usable candidate with the lowest load, the first
-// in candidate order among equals, or nil when none is usable.
-func minLoadWorker(req *Request, candidates []*workers.Worker) *workers.Worker {
-	var best *workers.Worker
-	bestLoad := 0
-	for _, w := range candidates {
-		if !usable(req, w) {
-			continue
-		}
-		if l := w.Load(); best == nil || l < bestLoad {
+// minLoadWorker returns the worker of ws with the lowest load, the first
+// among equals; ws is not empty.
+func minLoadWorker(ws []workers.View) workers.View {
+	best, bestLoad := ws[0], ws[0].Load()
+	for _, w := range ws[1:] {
+		if l := w.Load(); l < bestLoad {
 			best, bestLoad = w, l
 		}
 	}

@@ -22,7 +22,7 @@ func idsFrom(prefix uint32, start uint32, n int) []uint32 {
 
 func mustSelect(t *testing.T, p policy.Policy, req *policy.Request, ws []*workers.Worker) policy.Decision {
 	t.Helper()
-	d, err := p.Select(context.Background(), req, ws)
+	d, err := p.Select(context.Background(), req, workers.Views(ws))
 	if err != nil {
 		t.Fatalf("%s: Select: %v", p.Name(), err)
 	}
@@ -156,8 +156,8 @@ func ExamplePrefixHash() {
 	o.PrefixHash.TokenCount = 8 // the system prompt's length
 	p := must(policy.NewPrefixHash(o))
 	system := []uint32{151644, 8948, 198, 2610, 525, 264, 10950, 17847}
-	a, _ := p.Select(context.Background(), &policy.Request{InputIDs: append(system, 1, 2, 3)}, ws)
-	b, _ := p.Select(context.Background(), &policy.Request{InputIDs: append(system, 4, 5)}, ws)
+	a, _ := p.Select(context.Background(), &policy.Request{InputIDs: append(system, 1, 2, 3)}, workers.Views(ws))
+	b, _ := p.Select(context.Background(), &policy.Request{InputIDs: append(system, 4, 5)}, workers.Views(ws))
 	fmt.Println(a.Branch, a.Worker == b.Worker)
 	// Output: ring true
 }
@@ -173,7 +173,7 @@ func BenchmarkRingPolicies(b *testing.B) {
 			req := &policy.Request{InputIDs: ids, RoutingKey: "user-1"}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := p.Select(b.Context(), req, ws); err != nil {
+				if _, err := p.Select(b.Context(), req, workers.Views(ws)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -130,7 +130,7 @@ type ringCache struct {
 }
 
 type boundView struct {
-	candidates []*workers.Worker
+	candidates []workers.View
 	v          ringView
 }
 
@@ -142,12 +142,12 @@ func newRingCache(vnodes int) *ringCache {
 // candidate whose URL is r.urls[i].
 type ringView struct {
 	r  *ring
-	ws []*workers.Worker
+	ws []workers.View
 }
 
 // walk yields the candidates in ring order from the owner of h; see ring.walk.
-func (v ringView) walk(h uint64) iter.Seq[*workers.Worker] {
-	return func(yield func(*workers.Worker) bool) {
+func (v ringView) walk(h uint64) iter.Seq[workers.View] {
+	return func(yield func(workers.View) bool) {
 		for o := range v.r.walk(h) {
 			if !yield(v.ws[o]) {
 				return
@@ -160,7 +160,7 @@ func (v ringView) walk(h uint64) iter.Seq[*workers.Worker] {
 // The same candidates as last time (by identity, in order) reuse the last
 // view. Otherwise identifying the set costs one hash per URL, and a cached
 // ring is used only after checking that its URLs are exactly the candidates'.
-func (c *ringCache) view(candidates []*workers.Worker) ringView {
+func (c *ringCache) view(candidates []workers.View) ringView {
 	if b := c.last.Load(); b != nil && slices.Equal(b.candidates, candidates) {
 		return b.v
 	}
@@ -181,7 +181,7 @@ func (c *ringCache) view(candidates []*workers.Worker) ringView {
 		c.rings[key] = r
 		c.mu.Unlock()
 	}
-	ws := make([]*workers.Worker, len(r.urls))
+	ws := make([]workers.View, len(r.urls))
 	for _, w := range candidates {
 		ws[r.index[w.URL()]] = w
 	}
@@ -217,7 +217,7 @@ func (c *ringCache) cachedRings() int {
 // matches reports whether the ring's URLs are exactly the candidates' URLs.
 // Candidates with a repeated URL never match (the registry refuses them), so
 // such a set merely costs a rebuild.
-func (r *ring) matches(candidates []*workers.Worker) bool {
+func (r *ring) matches(candidates []workers.View) bool {
 	if len(r.urls) != len(candidates) {
 		return false
 	}
@@ -231,7 +231,7 @@ func (r *ring) matches(candidates []*workers.Worker) bool {
 
 // setKey identifies a set of URLs regardless of order: the sum of their
 // hashes, each mixed so that sums of related hashes do not collide easily.
-func setKey(candidates []*workers.Worker) uint64 {
+func setKey(candidates []workers.View) uint64 {
 	var k uint64
 	for _, w := range candidates {
 		h := xxhash.Sum64String(w.URL())

@@ -114,20 +114,20 @@ func TestRingWalkVisitsEachWorkerOnce(t *testing.T) {
 }
 
 func TestRingCacheBuildsOncePerSetAndBindsTheCallersWorkers(t *testing.T) {
-	mk := func(u string) *workers.Worker {
-		return workers.NewWorker(u, workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
+	mk := func(u string) workers.View {
+		return workers.ViewOf(workers.NewWorker(u, workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil))
 	}
 	us := ringURLs(3)
-	a := []*workers.Worker{mk(us[0]), mk(us[1]), mk(us[2])}
+	a := []workers.View{mk(us[0]), mk(us[1]), mk(us[2])}
 	c := newRingCache(ringVnodes)
 	v1 := c.view(a)
-	v2 := c.view([]*workers.Worker{a[2], a[0], a[1]})
+	v2 := c.view([]workers.View{a[2], a[0], a[1]})
 	if v1.r != v2.r {
 		t.Fatal("the same set of URLs in another order built a second ring")
 	}
 	// A worker re-registered under the same URL is a new object: the view
 	// must hand out the caller's objects, whose health is current.
-	b := []*workers.Worker{a[0], a[1], mk(us[2])}
+	b := []workers.View{a[0], a[1], mk(us[2])}
 	v3 := c.view(b)
 	if v3.r != v1.r {
 		t.Fatal("same URLs, new worker objects: ring rebuilt")

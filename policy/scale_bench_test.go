@@ -176,7 +176,7 @@ func BenchmarkSelectionByFleetSize(b *testing.B) {
 					}
 					all := reg.Current().Workers
 					for i, ids := range w.warmups {
-						if _, err := p.Select(ctx, &policy.Request{InputIDs: ids}, all[i:i+1]); err != nil {
+						if _, err := p.Select(ctx, &policy.Request{InputIDs: ids}, workers.Views(all[i:i+1])); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -184,7 +184,7 @@ func BenchmarkSelectionByFleetSize(b *testing.B) {
 					request := func(req *policy.Request) {
 						cands := reg.WithRole(workers.RoleRegular)
 						serverChecks(cands)
-						d, err := p.Select(ctx, req, cands)
+						d, err := p.Select(ctx, req, workers.Views(cands))
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -207,7 +207,7 @@ func BenchmarkSelectionByFleetSize(b *testing.B) {
 						lat.time(func() {
 							if op == "request" {
 								request(req)
-							} else if _, err := p.Select(ctx, req, all); err != nil {
+							} else if _, err := p.Select(ctx, req, workers.Views(all)); err != nil {
 								b.Fatal(err)
 							}
 						})
@@ -253,7 +253,7 @@ func BenchmarkObserveByFleetSize(b *testing.B) {
 			all := reg.Current().Workers
 			for i, ids := range w.warmups {
 				p.SetKVEventMode(all[i].URL(), true)
-				if _, err := p.Select(ctx, &policy.Request{InputIDs: ids}, all[i:i+1]); err != nil {
+				if _, err := p.Select(ctx, &policy.Request{InputIDs: ids}, workers.Views(all[i:i+1])); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -264,7 +264,7 @@ func BenchmarkObserveByFleetSize(b *testing.B) {
 			}
 			var ds []done
 			for i, req := range w.reqs {
-				d, err := p.Select(ctx, req, all)
+				d, err := p.Select(ctx, req, workers.Views(all))
 				if err != nil {
 					b.Fatal(err)
 				}

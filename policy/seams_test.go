@@ -48,7 +48,7 @@ func TestExcludeIsUnavailableForThatRequest(t *testing.T) {
 				}
 				for i, r := range requests() {
 					r.Exclude = urls
-					d, err := p.Select(ctx, &r, ws)
+					d, err := p.Select(ctx, &r, workers.Views(ws))
 					if err != nil {
 						t.Fatalf("request %d excluding %v: %v", i, exclude, err)
 					}
@@ -62,7 +62,7 @@ func TestExcludeIsUnavailableForThatRequest(t *testing.T) {
 			for _, exclude := range [][]string{all, all[:2]} {
 				for i, r := range requests() {
 					r.Exclude = exclude
-					if _, err := p.Select(ctx, &r, ws); !errors.Is(err, policy.ErrNoHealthyWorker) {
+					if _, err := p.Select(ctx, &r, workers.Views(ws)); !errors.Is(err, policy.ErrNoHealthyWorker) {
 						t.Fatalf("request %d excluding %d of 3 (third unhealthy): err = %v, want ErrNoHealthyWorker", i, len(exclude), err)
 					}
 				}
@@ -89,7 +89,7 @@ func TestExcludeKeepsRingsAndTargets(t *testing.T) {
 	if d := mustSelect(t, p, &policy.Request{TargetWorker: "2", Exclude: []string{ws[0].URL()}}, ws); d.Worker != ws[2] {
 		t.Fatalf("x-target-worker 2 with worker 0 excluded went to %s", d.Worker.URL())
 	}
-	_, err := p.Select(ctx, &policy.Request{TargetWorker: "2", Exclude: []string{ws[2].URL()}}, ws)
+	_, err := p.Select(ctx, &policy.Request{TargetWorker: "2", Exclude: []string{ws[2].URL()}}, workers.Views(ws))
 	if !errors.Is(err, policy.ErrTargetUnavailable) {
 		t.Fatalf("excluded target: err = %v, want ErrTargetUnavailable", err)
 	}
@@ -118,7 +118,7 @@ func TestCacheAwareRetryDoesNotCountTwice(t *testing.T) {
 
 func caSelectReq(t *testing.T, p policy.Policy, req *policy.Request, ws []*workers.Worker) policy.Decision {
 	t.Helper()
-	d, err := p.Select(context.Background(), req, ws)
+	d, err := p.Select(context.Background(), req, workers.Views(ws))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestForgetter(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range requests() {
-				if _, err := p.Select(ctx, &r, ws); err != nil {
+				if _, err := p.Select(ctx, &r, workers.Views(ws)); err != nil {
 					t.Fatal(err)
 				}
 			}

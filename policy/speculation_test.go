@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // TestCacheAwareReplySpeculationExpires checks the expiry of a completed
@@ -32,7 +33,7 @@ func TestCacheAwareReplySpeculationExpires(t *testing.T) {
 			p := newCA(t, func(o *policy.Options) { o.CacheAware.SpeculativeTTL = time.Second })
 			p.SetKVEventMode(w.URL(), true)
 			req := &policy.Request{InputIDs: prompt}
-			d, err := p.Select(context.Background(), req, ws)
+			d, err := p.Select(context.Background(), req, workers.Views(ws))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -92,7 +92,7 @@ func (*VllmCacheAware) Name() string { return "vllm_cache_aware" }
 // Select chooses among the healthy candidates; see VllmCacheAware for the
 // rules. Decision.Matched holds every candidate's match in tokens, healthy
 // or not, so Explain can show a better-matching worker that was passed over.
-func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*workers.Worker) (Decision, error) {
+func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []workers.View) (Decision, error) {
 	ws := healthy(req, candidates)
 	if len(ws) == 0 {
 		return Decision{}, ErrNoHealthyWorker
@@ -144,7 +144,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*w
 	}
 
 	d := Decision{
-		Worker:                chosen,
+		Worker:                chosen.Worker(),
 		PredictedCachedTokens: matched[s.chosen] * p.blockSize,
 		Branch:                s.branch,
 		Reason:                p.reason(&s),
@@ -164,7 +164,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []*w
 
 // vcaChoice is what a selection found, for its reason.
 type vcaChoice struct {
-	ws                   []*workers.Worker
+	ws                   []workers.View
 	loads, matched       []int
 	best, chosen, blocks int
 	avg, ratio           float64

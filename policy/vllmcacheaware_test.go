@@ -37,7 +37,7 @@ func newVCA(t *testing.T, edit func(*policy.VllmCacheAwareConfig)) *policy.VllmC
 
 func vcaSelect(t *testing.T, p *policy.VllmCacheAware, req *policy.Request, ws ...*workers.Worker) policy.Decision {
 	t.Helper()
-	d, err := p.Select(context.Background(), req, ws)
+	d, err := p.Select(context.Background(), req, workers.Views(ws))
 	if err != nil {
 		t.Fatalf("Select: %v", err)
 	}
@@ -271,7 +271,7 @@ func TestVllmCacheAwareUnavailableWorkers(t *testing.T) {
 	if d.Matched.Of(ws[0].URL()) != 64 || d.Matched.Of(ws[1].URL()) != 64 {
 		t.Fatalf("Matched = %v, want the unavailable workers' 64 tokens shown", d.Matched)
 	}
-	_, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, Exclude: []string{ws[1].URL(), ws[2].URL()}}, ws)
+	_, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, Exclude: []string{ws[1].URL(), ws[2].URL()}}, workers.Views(ws))
 	if !errors.Is(err, policy.ErrNoHealthyWorker) {
 		t.Fatalf("all unavailable: err = %v", err)
 	}
@@ -386,14 +386,14 @@ func BenchmarkVllmCacheAwareSelect(b *testing.B) {
 			}
 			system := caTokens(1, 1024)
 			for i, w := range ws {
-				if _, err := p.Select(context.Background(), &policy.Request{InputIDs: caJoin(system, caTokens(i+2, 512))}, []*workers.Worker{w}); err != nil {
+				if _, err := p.Select(context.Background(), &policy.Request{InputIDs: caJoin(system, caTokens(i+2, 512))}, workers.Views([]*workers.Worker{w})); err != nil {
 					b.Fatal(err)
 				}
 			}
 			req := &policy.Request{InputIDs: caJoin(system, caTokens(3, 512), caTokens(7, tc.tail))}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := p.Select(context.Background(), req, ws); err != nil {
+				if _, err := p.Select(context.Background(), req, workers.Views(ws)); err != nil {
 					b.Fatal(err)
 				}
 			}

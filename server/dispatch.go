@@ -56,7 +56,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*pl
 	var dec policy.Decision
 	slots, err := chooseAndAcquire(preq, len(candidates), func() ([]*workers.Worker, func(), error) {
 		var err error
-		if dec, err = d.policy.Select(ctx, preq, candidates); err != nil {
+		if dec, err = d.policy.Select(ctx, preq, workers.Views(candidates)); err != nil {
 			return nil, nil, selectionError(d.policy.Name(), len(candidates), err)
 		}
 		return []*workers.Worker{dec.Worker}, nil, nil
