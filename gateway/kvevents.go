@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"log/slog"
 	"sync"
 
 	"github.com/kvgate/kvgate/policy"
@@ -68,6 +69,25 @@ func (r *kvRoute) SetKVEventMode(worker string, exact bool) {
 func (r *kvRoute) settle() {
 	r.mu.Lock()
 	r.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
+}
+
+// consumesKVEvents reports whether any of the configured policies mirrors
+// the engines' caches from their KV events.
+func consumesKVEvents(cfg Config) bool {
+	names := []string{cfg.Policy}
+	if cfg.PD {
+		names = []string{cfg.PrefillPolicy, cfg.DecodePolicy}
+	}
+	for _, n := range names {
+		o := cfg.Options
+		o.Logger = slog.New(slog.DiscardHandler)
+		if p, err := policy.New(n, o); err == nil {
+			if _, ok := p.(workers.KVEventHandler); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unusabler is implemented by the policies that can refuse a worker's

@@ -81,7 +81,7 @@ func (d *regularDispatcher) policyName() string { return d.policy.Name() }
 func (d *regularDispatcher) embeddings() error  { return nil }
 
 func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
-	candidates, err := implementing(j.needs, d.r.candidates(d.s.reg, workers.RoleRegular))
+	candidates, err := implementing(j.needs, d.r.Candidates(d.s.reg, workers.RoleRegular))
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (pla
 	if err != nil {
 		return nil, err
 	}
-	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots, vocab: d.r.outputVocab(dec.Worker)}
+	p := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, slots: slots, vocab: d.r.OutputVocab(dec.Worker)}
 	if !dryRun {
 		p.release = dec.Worker.Acquire()
 		p.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
@@ -217,7 +217,7 @@ func (d *pdDispatcher) embeddings() error {
 }
 
 func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (placement, error) {
-	prefills, decodes := d.r.candidates(d.s.reg, workers.RolePrefill), d.r.candidates(d.s.reg, workers.RoleDecode)
+	prefills, decodes := d.r.Candidates(d.s.reg, workers.RolePrefill), d.r.Candidates(d.s.reg, workers.RoleDecode)
 	if err := checkCandidates("prefill ", prefills, j); err != nil {
 		return nil, err
 	}
@@ -267,7 +267,7 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 		return nil, err
 	}
 	p.st = st
-	checked := workers.CheckedStream(st, p.d.r.outputVocab(p.dec.Decode.Worker))
+	checked := workers.CheckedStream(st, p.d.r.OutputVocab(p.dec.Decode.Worker))
 	go func() {
 		select {
 		case <-st.PrefillDone():
@@ -363,7 +363,7 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 	l := limitsOf(ws)
 	if l.vocabSize == 0 {
 		// No engine reports its vocabulary: the tokenizer's holds.
-		l.vocabSize = j.route.tokenizerVocab()
+		l.vocabSize = j.route.TokenizerVocab()
 	}
 	return j.task.check(l)
 }

@@ -32,7 +32,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		return nil, err
 	}
 	j.metadata = metadata.New(req.GetMetadata())
-	p, err := j.route.disp.place(ctx, j, true)
+	p, err := j.route.Placer.place(ctx, j, true)
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		// policy's.
 		return &kvgatev1.ExplainResponse{
 			Worker:                p.dec.Decode.Worker.URL(),
-			Policy:                j.route.disp.policyName(),
+			Policy:                j.route.Placer.policyName(),
 			Branch:                p.dec.Decode.Branch,
 			Reason:                "prefill: " + p.dec.Prefill.Why() + "; decode: " + p.dec.Decode.Why(),
 			PromptTokens:          uint32(len(j.inputIDs)),
@@ -56,7 +56,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		dec := p.decision()
 		return &kvgatev1.ExplainResponse{
 			Worker:                dec.Worker.URL(),
-			Policy:                j.route.disp.policyName(),
+			Policy:                j.route.Placer.policyName(),
 			Branch:                dec.Branch,
 			Reason:                dec.Why(),
 			PromptTokens:          uint32(len(j.inputIDs)),
@@ -71,7 +71,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 func (a *admin) views(r *route, dec policy.Decision) []*kvgatev1.WorkerView {
 	var out []*kvgatev1.WorkerView
 	for _, w := range a.reg.Snapshot() {
-		if !r.serves(w) {
+		if !r.Serves(w) {
 			continue // another model's: the policy never saw it
 		}
 		matched, confirmed := dec.Matched.Of(w.URL()), min(dec.Confirmed.Of(w.URL()), dec.Matched.Of(w.URL()))
