@@ -72,6 +72,10 @@ type Config struct {
 	// TextSources, else one of its workers. Requests name their model.
 	IGW        bool
 	ModelTexts map[string]textmodel.Sources
+	// Models are the models' own routing settings with IGW
+	// (--model-config); a model without an entry, and every setting an
+	// entry leaves empty, takes the router-wide ones above.
+	Models map[string]ModelConfig
 	// ReasoningParser is --reasoning-parser (see server.Config).
 	ReasoningParser string
 	// ToolCallParser is --tool-call-parser (see server.Config).
@@ -233,7 +237,7 @@ func (cfg Config) validate() error {
 	if err := cfg.Breaker.Validate(); err != nil {
 		return fmt.Errorf("circuit breaker: %w", err)
 	}
-	return nil
+	return cfg.validateModels()
 }
 
 // New connects to the workers, builds the policies, tokenizer and server,

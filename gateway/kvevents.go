@@ -71,12 +71,13 @@ func (r *kvRoute) settle() {
 	r.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
 }
 
-// consumesKVEvents reports whether any of the configured policies mirrors
-// the engines' caches from their KV events.
+// consumesKVEvents reports whether any of the configured policies (the
+// router-wide ones, or a model's own) mirrors the engines' caches from their
+// KV events.
 func consumesKVEvents(cfg Config) bool {
-	names := []string{cfg.Policy}
-	if cfg.PD {
-		names = []string{cfg.PrefillPolicy, cfg.DecodePolicy}
+	names := cfg.modelRouting("").policies(cfg.PD)
+	for name := range cfg.Models {
+		names = append(names, cfg.modelRouting(name).policies(cfg.PD)...)
 	}
 	for _, n := range names {
 		o := cfg.Options

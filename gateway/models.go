@@ -74,9 +74,10 @@ func (g *Gateway) ensureModel(cfg Config, name string) <-chan struct{} {
 func (g *Gateway) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 	ws := g.Server.Models().Workers(g.Registry, name)
 	spec := modeltable.Spec{Policies: map[workers.Role]policy.Policy{}, PageSize: cfg.Options.CacheAware.BlockSize}
+	routing := cfg.modelRouting(name)
 	var runners []policy.Runner
 	newPolicy := func(pname string, role workers.Role) (policy.Policy, error) {
-		o := cfg.Options
+		o := routing.options
 		if o.Logger == nil {
 			o.Logger = g.log
 		}
@@ -97,16 +98,16 @@ func (g *Gateway) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 		return p, nil
 	}
 	if cfg.PD {
-		pre, err := newPolicy(cfg.PrefillPolicy, workers.RolePrefill)
+		pre, err := newPolicy(routing.prefill, workers.RolePrefill)
 		if err != nil {
 			return spec, err
 		}
-		dec, err := newPolicy(cfg.DecodePolicy, workers.RoleDecode)
+		dec, err := newPolicy(routing.decode, workers.RoleDecode)
 		if err != nil {
 			return spec, err
 		}
 		spec.PD = pd.New(pd.Config{Prefill: pre, Decode: dec, BootstrapPorts: maps.Clone(g.ports.byURL)})
-	} else if _, err := newPolicy(cfg.Policy, workers.RoleRegular); err != nil {
+	} else if _, err := newPolicy(routing.policy, workers.RoleRegular); err != nil {
 		return spec, err
 	}
 	bg := g.bgCtx

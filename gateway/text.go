@@ -52,13 +52,10 @@ func (g *Gateway) findText(ctx context.Context, cfg Config, name string) modelta
 	if cfg.TokenIDsOnly {
 		return modeltable.Text{}
 	}
-	src, own := cfg.ModelTexts[name]
-	if !own && cfg.Text != nil {
+	if _, own := cfg.ModelTexts[name]; !own && cfg.Text != nil {
 		return modeltable.Text{Model: cfg.Text, Source: sourceName(cfg.TextSources)}
 	}
-	if !own {
-		src = cfg.TextSources
-	}
+	src := cfg.textSources(name)
 	if src.ModelPath != "" || src.TokenizerPath != "" {
 		m, err := textmodel.Load(src, cfg.TextOptions)
 		if err != nil {
@@ -76,7 +73,7 @@ func (g *Gateway) findText(ctx context.Context, cfg Config, name string) modelta
 			"model", name, "timeout", cfg.FetchTimeout)
 		return modeltable.Text{FromWorkers: true}
 	}
-	m, w, err := tokenizerFromWorkers(ctx, cfg, g.Server.Models().Workers(g.Registry, name), g.log)
+	m, w, err := tokenizerFromWorkers(ctx, cfg, src.ChatTemplatePath, g.Server.Models().Workers(g.Registry, name), g.log)
 	if err != nil {
 		return modeltable.Text{FromWorkers: true, Err: err}
 	}
@@ -93,6 +90,16 @@ func (g *Gateway) findText(ctx context.Context, cfg Config, name string) modelta
 	return modeltable.Text{Model: m, Source: "worker " + w.URL(), FromWorkers: true}
 }
 
+// textSources are where a model's tokenizer and chat template are: its own
+// entry (--model-path MODEL=PATH, --model-config), else the router-wide
+// paths.
+func (cfg Config) textSources(name string) textmodel.Sources {
+	if src, own := cfg.ModelTexts[name]; own {
+		return src
+	}
+	return cfg.TextSources
+}
+
 // sourceName says where a tokenizer was loaded from.
 func sourceName(src textmodel.Sources) string {
 	if src.TokenizerPath != "" {
@@ -103,9 +110,10 @@ func sourceName(src textmodel.Sources) string {
 
 // tokenizerFromWorkers asks the connected workers of ws for their tokenizer
 // (GetTokenizer), in order, and returns the first one served with the worker
-// that served it; nil when none serves one. An archive that cannot be loaded
-// is an error: the workers serve a tokenizer kvgate cannot read.
-func tokenizerFromWorkers(ctx context.Context, cfg Config, ws []*workers.Worker, log *slog.Logger) (*textmodel.Model, *workers.Worker, error) {
+// that served it, its chat template overridden by the file template when
+// set; nil when none serves one. An archive that cannot be loaded is an
+// error: the workers serve a tokenizer kvgate cannot read.
+func tokenizerFromWorkers(ctx context.Context, cfg Config, template string, ws []*workers.Worker, log *slog.Logger) (*textmodel.Model, *workers.Worker, error) {
 	for _, w := range ws {
 		if !w.Connected() {
 			continue
@@ -117,7 +125,7 @@ func tokenizerFromWorkers(ctx context.Context, cfg Config, ws []*workers.Worker,
 			log.Info("worker serves no tokenizer", "worker", w.URL(), "model", w.Info().Model, "error", err)
 			continue
 		}
-		m, err := textmodel.FromArchive(archive, cfg.TextSources.ChatTemplatePath, cfg.TextOptions)
+		m, err := textmodel.FromArchive(archive, template, cfg.TextOptions)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tokenizer from worker %s: %w", w.URL(), err)
 		}
@@ -163,7 +171,7 @@ func (g *Gateway) fetchTextOnJoin(cfg Config) (joined func()) {
 // loadJoinedText tries the connected workers of a model for its tokenizer
 // and serves it.
 func (g *Gateway) loadJoinedText(ctx context.Context, cfg Config, name string) {
-	m, w, err := tokenizerFromWorkers(ctx, cfg, g.Server.Models().Workers(g.Registry, name), g.log)
+	m, w, err := tokenizerFromWorkers(ctx, cfg, cfg.textSources(name).ChatTemplatePath, g.Server.Models().Workers(g.Registry, name), g.log)
 	if err != nil {
 		g.log.Error("a worker's tokenizer cannot be loaded; text, Chat and stop strings stay unavailable", "model", name, "error", err)
 		return
