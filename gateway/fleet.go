@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -150,7 +149,7 @@ func (g *Gateway) addWorker(ctx context.Context, addr string, role workers.Role,
 		return nil, err
 	}
 	if bootstrapPort > 0 {
-		g.models.setBootstrapPort(ws[0].Endpoint(), bootstrapPort)
+		g.setBootstrapPort(ws[0].Endpoint(), bootstrapPort)
 	}
 	for _, w := range ws {
 		logRegistered(g.log, w)
@@ -200,7 +199,7 @@ func (g *Gateway) removeWorker(ctx context.Context, addr string, drain time.Dura
 		return nil, 0, err
 	}
 	if g.pdMode && len(g.Registry.Engine(ws[0].Endpoint())) == 0 {
-		g.models.setBootstrapPort(ws[0].Endpoint(), 0)
+		g.setBootstrapPort(ws[0].Endpoint(), 0)
 	}
 	for _, w := range ws {
 		_ = w.Close()
@@ -208,133 +207,4 @@ func (g *Gateway) removeWorker(ctx context.Context, addr string, drain time.Dura
 	}
 	g.log.Info("engine removed", "address", addr, "targets", len(ws), "cut_requests", cut)
 	return ws[0], cut, nil
-}
-
-// loadText finds the model's tokenizer: from the paths given, or else from
-// the first worker that serves one, waiting up to the fetch timeout for a
-// worker to connect. Without either, kvgate still routes token ids, and says
-// in its log what text requests would need.
-func loadText(ctx context.Context, cfg Config, reg *workers.Registry, log *slog.Logger) (*textmodel.Model, error) {
-	src := cfg.TextSources
-	if src.ModelPath != "" || src.TokenizerPath != "" {
-		m, err := textmodel.Load(src, cfg.TextOptions)
-		if err != nil {
-			return nil, fmt.Errorf("load tokenizer: %w", err)
-		}
-		log.Info("tokenizer loaded", "model_path", src.ModelPath, "tokenizer_path", src.TokenizerPath,
-			"vocab_size", m.Tokenizer().VocabSize(), "chat_template", m.TemplateSource())
-		return m, nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
-	defer cancel()
-	if err := waitConnected(wctx, reg); err != nil {
-		log.Warn("no tokenizer: no worker connected within --tokenizer-fetch-timeout to serve one; text, Chat and stop strings are unavailable",
-			"timeout", cfg.FetchTimeout)
-		return nil, nil
-	}
-	m, w, err := tokenizerFromWorkers(ctx, cfg, reg.Snapshot(), log)
-	if err != nil {
-		return nil, err
-	}
-	if m != nil {
-		log.Info("tokenizer loaded from worker", "worker", w.URL(), "vocab_size", m.Tokenizer().VocabSize(),
-			"chat_template", m.TemplateSource())
-		return m, nil
-	}
-	log.Warn("no tokenizer: text, Chat and stop strings are unavailable; give --model-path or --tokenizer-path")
-	return nil, nil
-}
-
-// tokenizerFromWorkers asks the connected workers of ws for their tokenizer
-// (GetTokenizer), in order, and returns the first one served with the worker
-// that served it; nil when none serves one. An archive that cannot be loaded
-// is an error: the workers serve a tokenizer kvgate cannot read.
-func tokenizerFromWorkers(ctx context.Context, cfg Config, ws []*workers.Worker, log *slog.Logger) (*textmodel.Model, *workers.Worker, error) {
-	for _, w := range ws {
-		if !w.Connected() {
-			continue
-		}
-		fctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
-		archive, err := w.Backend().Tokenizer(fctx)
-		cancel()
-		if err != nil {
-			log.Info("worker serves no tokenizer", "worker", w.URL(), "model", w.Info().Model, "error", err)
-			continue
-		}
-		m, err := textmodel.FromArchive(archive, cfg.TextSources.ChatTemplatePath, cfg.TextOptions)
-		if err != nil {
-			return nil, nil, fmt.Errorf("tokenizer from worker %s: %w", w.URL(), err)
-		}
-		return m, w, nil
-	}
-	return nil, nil, nil
-}
-
-// fetchTextOnJoin serves the one model's text once an engine that joins
-// after start-up serves its tokenizer (GetTokenizer). Without it a router
-// started before its engines (a sidecar beside an engine still loading its
-// model) would wait --tokenizer-fetch-timeout, then answer text and Chat
-// with FAILED_PRECONDITION until restarted. Each join (a worker connecting,
-// or one added) asks the connected workers again, until one serves a
-// tokenizer that fits them.
-func (g *Gateway) fetchTextOnJoin(cfg Config) (stop func()) {
-	kick := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	stop = g.Registry.Watch(func(c workers.Change) {
-		for _, w := range c.Added {
-			if w.Connected() {
-				poke()
-				return
-			}
-		}
-	})
-	poke() // a worker may have connected before the watch began
-	bg := g.bgCtx
-	g.bg.Go(func() {
-		for {
-			select {
-			case <-kick:
-			case <-bg.Done():
-				return
-			}
-			if g.loadJoinedText(bg, cfg) {
-				return
-			}
-		}
-	})
-	return stop
-}
-
-// loadJoinedText tries the connected workers for the one model's tokenizer
-// and serves it; it reports whether the model now has one.
-func (g *Gateway) loadJoinedText(ctx context.Context, cfg Config) bool {
-	m, w, err := tokenizerFromWorkers(ctx, cfg, g.Registry.Snapshot(), g.log)
-	if err != nil {
-		g.log.Error("a worker's tokenizer cannot be loaded; text, Chat and stop strings stay unavailable", "error", err)
-		return false
-	}
-	if m == nil {
-		return false
-	}
-	if err := g.vocab.arm("", m); err != nil {
-		g.log.Error("the tokenizer a worker served does not fit the workers; text, Chat and stop strings stay unavailable",
-			"worker", w.URL(), "error", err)
-		if err := g.vocab.arm("", nil); err != nil {
-			g.log.Error("the workers disagree", "error", err)
-		}
-		return false
-	}
-	if err := g.Server.SetModelText("", m, "worker "+w.URL()); err != nil {
-		g.log.Error("the model cannot be served", "error", err)
-		return false
-	}
-	g.log.Info("tokenizer loaded from a worker that joined after start-up", "worker", w.URL(),
-		"vocab_size", m.Tokenizer().VocabSize(), "chat_template", m.TemplateSource())
-	g.textJoinedOnce.Do(func() { close(g.textJoined) })
-	return true
 }

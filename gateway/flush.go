@@ -39,11 +39,11 @@ func (g *Gateway) FlushCache(ctx context.Context, addr string, timeout time.Dura
 		return nil, msg, fmt.Errorf("worker %s: %w", w.URL(), err)
 	}
 	for _, rank := range ws {
-		m := g.models.get(g.modelKey(rank))
+		m := g.Server.Models().Of(rank)
 		if m == nil {
 			continue
 		}
-		for _, p := range m.byRole {
+		for _, p := range m.Policies() {
 			if c, ok := p.(policy.CacheForgetter); ok {
 				c.ForgetCache(rank.URL())
 			}

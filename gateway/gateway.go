@@ -28,6 +28,7 @@ import (
 	"github.com/kvgate/kvgate/discovery"
 	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/internal/tracing"
+	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/server"
@@ -71,6 +72,10 @@ type Config struct {
 	// TextSources, else one of its workers. Requests name their model.
 	IGW        bool
 	ModelTexts map[string]textmodel.Sources
+	// Models are the models' own routing settings with IGW
+	// (--model-config); a model without an entry, and every setting an
+	// entry leaves empty, takes the router-wide ones above.
+	Models map[string]ModelConfig
 	// ReasoningParser is --reasoning-parser (see server.Config).
 	ReasoningParser string
 	// ToolCallParser is --tool-call-parser (see server.Config).
@@ -182,14 +187,13 @@ type Gateway struct {
 	KVEvents *workers.KVSubscriptions
 
 	log *slog.Logger
-	// igw tells models apart by the name their workers report; otherwise
-	// the one model (named "") has every worker. pdMode: with PD.
-	igw, pdMode bool
-	models      models
-	// starting has a channel per model being set up or served, closed
-	// when it is served (--enable-igw).
-	startMu      sync.Mutex
-	starting     map[string]chan struct{}
+	// pdMode: with PD.
+	pdMode bool
+	// ports are the prefill workers' bootstrap ports.
+	ports bootstrapPorts
+	// wantText tells the tokenizer fetch that a worker joined (see
+	// fetchTextOnJoin).
+	wantText     func()
 	connect      workers.ConnectOptions // how AddWorker connects
 	vocab        *vocabGuard            // refuses engines whose vocabulary does not fit
 	limits       *fleetLimits           // bounds the fleet's growth at run time
@@ -200,10 +204,40 @@ type Gateway struct {
 	watches      []func()
 	once         sync.Once
 	// textJoined is closed the first time a tokenizer is loaded from an
-	// engine in the background, after New returned (an engine that joined
-	// late); textJoinedOnce closes it.
+	// engine; textJoinedOnce closes it.
 	textJoined     chan struct{}
 	textJoinedOnce sync.Once
+}
+
+// validate reports the first setting New cannot build a router from.
+func (cfg Config) validate() error {
+	for _, name := range []string{cfg.Policy, cfg.PrefillPolicy, cfg.DecodePolicy} {
+		if name != "" && !slices.Contains(policy.Names(), name) {
+			return fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
+		}
+	}
+	if !cfg.PD && len(cfg.DecodeURLs) > 0 {
+		return errors.New("decode workers need prefill/decode disaggregation (--pd-disaggregation)")
+	}
+	if cfg.PD && cfg.Discovery == nil && (len(cfg.WorkerURLs) == 0 || len(cfg.DecodeURLs) == 0) {
+		return errors.New("prefill/decode disaggregation needs prefill workers (--worker-urls) and decode workers (--decode)")
+	}
+	if err := cfg.Reliability.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.Admission.Validate(); err != nil {
+		return err
+	}
+	if cfg.MaxRequestBytes < 1 {
+		return fmt.Errorf("--max-request-bytes is %d; it must be >= 1", cfg.MaxRequestBytes)
+	}
+	if cfg.MaxEngineAnswerBytes < 0 {
+		return fmt.Errorf("MaxEngineAnswerBytes is %d; it must be >= 0 (0: the default)", cfg.MaxEngineAnswerBytes)
+	}
+	if err := cfg.Breaker.Validate(); err != nil {
+		return fmt.Errorf("circuit breaker: %w", err)
+	}
+	return cfg.validateModels()
 }
 
 // New connects to the workers, builds the policies, tokenizer and server,
@@ -213,35 +247,11 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	for _, name := range []string{cfg.Policy, cfg.PrefillPolicy, cfg.DecodePolicy} {
-		if name != "" && !slices.Contains(policy.Names(), name) {
-			return nil, fmt.Errorf("unknown policy %q (available: %s)", name, strings.Join(policy.Names(), ", "))
-		}
-	}
-	if !cfg.PD && len(cfg.DecodeURLs) > 0 {
-		return nil, errors.New("decode workers need prefill/decode disaggregation (--pd-disaggregation)")
-	}
-	if cfg.PD && cfg.Discovery == nil && (len(cfg.WorkerURLs) == 0 || len(cfg.DecodeURLs) == 0) {
-		return nil, errors.New("prefill/decode disaggregation needs prefill workers (--worker-urls) and decode workers (--decode)")
-	}
-	if err := cfg.Reliability.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.Admission.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.MaxRequestBytes < 1 {
-		return nil, fmt.Errorf("--max-request-bytes is %d; it must be >= 1", cfg.MaxRequestBytes)
-	}
-	if cfg.MaxEngineAnswerBytes < 0 {
-		return nil, fmt.Errorf("MaxEngineAnswerBytes is %d; it must be >= 0 (0: the default)", cfg.MaxEngineAnswerBytes)
-	}
-
-	if err := cfg.Breaker.Validate(); err != nil {
-		return nil, fmt.Errorf("circuit breaker: %w", err)
-	}
-	g := &Gateway{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout, igw: cfg.IGW, pdMode: cfg.PD,
-		starting: map[string]chan struct{}{}, textJoined: make(chan struct{})}
+	g := &Gateway{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout, pdMode: cfg.PD,
+		textJoined: make(chan struct{})}
 	// Background work (health checks, load polls, policies' loops, workers
 	// joining late) lives until Close.
 	g.bgCtx, g.stopBG = context.WithCancel(context.WithoutCancel(ctx))
@@ -253,23 +263,11 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if g.limits, err = newFleetLimits(cfg); err != nil {
 		return nil, err
 	}
-	urls, ports := cfg.WorkerURLs, map[string]int{}
-	role := workers.RoleRegular
-	if cfg.PD {
-		role = workers.RolePrefill
-		urls = make([]string, len(cfg.WorkerURLs))
-		for i, u := range cfg.WorkerURLs {
-			url, port, err := pd.ParsePrefillURL(u)
-			if err != nil {
-				return nil, err
-			}
-			urls[i] = url
-			if port > 0 {
-				ports[url] = port
-			}
-		}
+	role, urls, ports, err := firstLegs(cfg)
+	if err != nil {
+		return nil, err
 	}
-	g.models.ports = ports
+	g.ports.byURL = ports
 	breaker := cfg.Breaker
 	metrics := server.NewMetrics(g.Registry)
 	breaker.OnChange = func(url string, from, to workers.BreakerState) {
@@ -281,12 +279,45 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			log.Info("circuit breaker "+to.String(), "worker", url, "from", from.String())
 		}
 	}
-	g.vocab = &vocabGuard{reg: g.Registry, keyOf: g.modelKey, tokenizers: map[string]int{}}
+	// The server, and with it the model table, exists before any worker
+	// joins: everything that follows a worker (its model, its KV events,
+	// its vocabulary check) reads the table.
+	route, subs, err := kvEventsOf(cfg, g.Registry, metrics, log)
+	if err != nil {
+		return nil, err
+	}
+	g.KVEvents = subs
+	grouping := modeltable.OneModel
+	if cfg.IGW {
+		grouping = modeltable.ByName
+	}
+	rel, adm := cfg.Reliability, cfg.Admission
+	if g.Server, err = server.New(server.Config{Registry: g.Registry, Models: grouping, Logger: log, Reliability: &rel, Admission: &adm,
+		MaxRequestBytes: cfg.MaxRequestBytes, MaxEngineAnswerBytes: cfg.MaxEngineAnswerBytes, Fleet: g, Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log),
+		SeparateAdmin: cfg.SeparateAdmin, Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider,
+		ReasoningParser: cfg.ReasoningParser, ToolCallParser: cfg.ToolCallParser}); err != nil {
+		return nil, err
+	}
+	// A worker that joins, or is added or removed, changes the router's
+	// health.
+	g.watches = append(g.watches, g.Registry.Watch(func(workers.Change) { g.Server.UpdateHealth() }))
+	models := g.Server.Models()
+	if route != nil {
+		route.policyOf = func(w *workers.Worker) policy.Policy {
+			if m := models.Of(w); m != nil {
+				return m.Policy(w.Role())
+			}
+			return nil
+		}
+	}
+
+	g.vocab = &vocabGuard{reg: g.Registry, models: models}
 	g.connect = workers.ConnectOptions{Protocol: cfg.Protocol, TLS: cfg.WorkerTLS, Breaker: &breaker, Admit: g.vocab.admit,
 		DPAware: cfg.DPAware, DialOptions: cfg.WorkerDialOptions, MaxAnswerBytes: cfg.MaxEngineAnswerBytes}
 	if cfg.TracerProvider != nil {
 		g.connect.Propagator = tracing.Propagator{}
 	}
+	g.watches = append(g.watches, forgetRemoved(g.Registry, route, models.Policies))
 	opts := g.connect
 	opts.Role = role
 	if err := joinAll(ctx, g.bgCtx, g.Registry, urls, opts, log); err != nil {
@@ -306,94 +337,23 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 			return nil, fmt.Errorf("no worker reachable within --worker-startup-timeout (%v)", cfg.StartupTimeout)
 		}
 	}
-
-	route := &kvRoute{reg: g.Registry, policyOf: func(w *workers.Worker) policy.Policy {
-		if m := g.models.get(g.modelKey(w)); m != nil {
-			return m.byRole[w.Role()]
-		}
-		return nil
-	}}
-	if !cfg.KVEvents || !consumesKVEvents(cfg) {
-		route = nil // nobody subscribes
+	// The models are built once the workers given have had their chance to
+	// connect, so that their policies learn the workers' page size.
+	g.wantText = g.fetchTextOnJoin(cfg)
+	g.watches = append(g.watches, g.watchModels(cfg, g.wantText))
+	// Discovery starts before the tokenizers load, so that one can come
+	// from the first engine discovered.
+	if err := g.startDiscovery(ctx, cfg); err != nil {
+		return nil, err
 	}
-	g.watches = append(g.watches, forgetRemoved(g.Registry, route, g.models.policies))
-	var subs *workers.KVSubscriptions
-	if route != nil {
-		sc := cfg.KVSubscription
-		sc.Handler, sc.Logger = route, log
-		sc.Metrics = metrics.KVEventMetrics()
-		if subs, err = workers.NewKVSubscriptions(sc); err != nil {
-			return nil, fmt.Errorf("KV event subscription: %w", err)
-		}
-		g.KVEvents = subs
+	if err := g.startModels(ctx, cfg); err != nil {
+		return nil, err
 	}
-
-	rel, adm := cfg.Reliability, cfg.Admission
-	scfg := server.Config{Registry: g.Registry, Logger: log, Reliability: &rel, Admission: &adm,
-		MaxRequestBytes: cfg.MaxRequestBytes, MaxEngineAnswerBytes: cfg.MaxEngineAnswerBytes, Fleet: g, Credentials: cfg.Credentials, Auth: authenticator(cfg.Auth, log),
-		SeparateAdmin: cfg.SeparateAdmin, Metrics: metrics, KVEvents: kvStatusOf(subs, route), TracerProvider: cfg.TracerProvider,
-		ReasoningParser: cfg.ReasoningParser, ToolCallParser: cfg.ToolCallParser}
-	if cfg.IGW {
-		// Each model is served when its first worker connects, now or later.
-		scfg.MultiModel = true
-		if g.Server, err = server.New(scfg); err != nil {
-			return nil, err
-		}
-		g.watches = append(g.watches, g.watchModels(cfg))
-		serverBuilt, err := g.startDiscovery(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		if serverBuilt != nil {
-			serverBuilt()
-		}
-		wctx, cancel := context.WithTimeout(ctx, cfg.FetchTimeout)
-		err = g.waitModels(wctx, cfg)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		m, err := g.buildModel(cfg, "", g.Registry.Snapshot())
-		if err != nil {
-			return nil, err
-		}
-		g.models.publish(m)
-		g.Policy = m.main
-		// Discovery starts before the tokenizer loads, so that it can
-		// come from the first engine discovered.
-		serverBuilt, err := g.startDiscovery(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		g.Text = cfg.Text
-		if g.Text == nil && !cfg.TokenIDsOnly {
-			if g.Text, err = loadText(ctx, cfg, g.Registry, log); err != nil {
-				return nil, err
-			}
-		}
-		if err := g.vocab.arm("", g.Text); err != nil {
-			return nil, err
-		}
-		scfg.Policy, scfg.Text, scfg.PD, scfg.PageSize = m.main, g.Text, m.pd, m.pageSize
-		if g.Text != nil {
-			scfg.TokenizerSource = sourceName(cfg.TextSources)
-		}
-		if g.Server, err = server.New(scfg); err != nil {
-			return nil, err
-		}
-		if serverBuilt != nil {
-			serverBuilt()
-		}
-		if g.Text == nil && cfg.Text == nil && !cfg.TokenIDsOnly && cfg.TextSources.ModelPath == "" && cfg.TextSources.TokenizerPath == "" {
-			g.watches = append(g.watches, g.fetchTextOnJoin(cfg))
-		}
+	if m := models.Get(""); m != nil {
+		g.Policy, g.Text = m.Main(), m.Text
 	}
 
 	bg := g.bgCtx
-	// A worker that joins late, or is added or removed, changes the
-	// router's health.
-	g.watches = append(g.watches, g.Registry.Watch(func(workers.Change) { g.Server.UpdateHealth() }))
 	health := cfg.Health
 	health.OnChange = func(w *workers.Worker, healthy bool) {
 		g.Server.UpdateHealth()
@@ -467,4 +427,44 @@ func kvStatusOf(subs *workers.KVSubscriptions, route *kvRoute) server.KVEventSta
 		return nil
 	}
 	return kvStatus{subs: subs, route: route}
+}
+
+// kvEventsOf are the KV event subscriptions of the workers and the route
+// that hands their events to the policies; nil when no policy consumes them
+// or Config.KVEvents is off.
+func kvEventsOf(cfg Config, reg *workers.Registry, metrics *server.Metrics, log *slog.Logger) (*kvRoute, *workers.KVSubscriptions, error) {
+	if !cfg.KVEvents || !consumesKVEvents(cfg) {
+		return nil, nil, nil
+	}
+	route := &kvRoute{reg: reg}
+	sc := cfg.KVSubscription
+	sc.Handler, sc.Logger = route, log
+	sc.Metrics = metrics.KVEventMetrics()
+	subs, err := workers.NewKVSubscriptions(sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("KV event subscription: %w", err)
+	}
+	return route, subs, nil
+}
+
+// firstLegs are the role of the workers of Config.WorkerURLs (regular, or
+// prefill with PD), their addresses, and the prefill workers' bootstrap
+// ports (a PD worker URL may end in @BOOTSTRAP_PORT).
+func firstLegs(cfg Config) (workers.Role, []string, map[string]int, error) {
+	ports := map[string]int{}
+	if !cfg.PD {
+		return workers.RoleRegular, cfg.WorkerURLs, ports, nil
+	}
+	urls := make([]string, len(cfg.WorkerURLs))
+	for i, u := range cfg.WorkerURLs {
+		url, port, err := pd.ParsePrefillURL(u)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		urls[i] = url
+		if port > 0 {
+			ports[url] = port
+		}
+	}
+	return workers.RolePrefill, urls, ports, nil
 }

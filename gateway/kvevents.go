@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/kvgate/kvgate/policy"
@@ -68,6 +69,17 @@ func (r *kvRoute) SetKVEventMode(worker string, exact bool) {
 func (r *kvRoute) settle() {
 	r.mu.Lock()
 	r.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
+}
+
+// consumesKVEvents reports whether any of the configured policies (the
+// router-wide ones, or a model's own) mirrors the engines' caches from their
+// KV events, as the policy registry says.
+func consumesKVEvents(cfg Config) bool {
+	names := cfg.modelRouting("").policies(cfg.PD)
+	for name := range cfg.Models {
+		names = append(names, cfg.modelRouting(name).policies(cfg.PD)...)
+	}
+	return slices.ContainsFunc(names, policy.MirrorsKVEvents)
 }
 
 // unusabler is implemented by the policies that can refuse a worker's

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/gateway"
@@ -137,5 +139,70 @@ func waitAllConnected(ctx context.Context, t *testing.T, reg *workers.Registry) 
 		case <-ctx.Done():
 			t.Fatal("the engines never all joined")
 		}
+	}
+}
+
+// A model whose engines serve no tokenizer at start-up gets one from the
+// first engine of the model that joins later and serves one, in every mode:
+// both modes load tokenizers from the same model table (with --enable-igw
+// such a model used to keep routing token ids only).
+func TestModelGetsATokenizerFromAWorkerThatJoinsLater(t *testing.T) {
+	for _, igw := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one model", true: "--enable-igw"}[igw], func(t *testing.T) {
+			mute := simWith(t, "127.0.0.1:0", func(c *sim.Config) { c.Model, c.TokenizerDir, c.VocabSize = "alpha", "none", 2059 }) // the built-in tokenizer's
+			cfg := gateway.DefaultConfig()
+			cfg.Policy, cfg.IGW = "round_robin", igw
+			cfg.WorkerURLs = []string{"grpc://" + mute.Addr()}
+			cfg.Health.Interval = time.Hour
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			g, err := gateway.New(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(g.Close)
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go g.Serve(lis)
+			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			router := kvgatev1.NewRouterClient(conn)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			chat := func() error {
+				st, err := router.Chat(ctx, &kvgatev1.ChatRequest{Model: "alpha",
+					Messages:       []*kvgatev1.ChatMessage{{Role: "user", Content: "What is a KV cache?"}},
+					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: ptr(uint32(2))}})
+				if err != nil {
+					return err
+				}
+				for {
+					if _, err := st.Recv(); err == io.EOF {
+						return nil
+					} else if err != nil {
+						return err
+					}
+				}
+			}
+			if err := chat(); status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("Chat before a worker serves a tokenizer: %v, want FAILED_PRECONDITION", err)
+			}
+			speaker := simWith(t, "127.0.0.1:0", func(c *sim.Config) { c.Model = "alpha" })
+			if _, err := g.AddWorker(ctx, "grpc://"+speaker.Addr(), workers.RoleRegular, workers.ProtocolUnknown, 0); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-gateway.TextJoined(g):
+			case <-ctx.Done():
+				t.Fatal("a worker of the model that serves a tokenizer joined, but it was never fetched")
+			}
+			if err := chat(); err != nil {
+				t.Fatalf("Chat once the tokenizer was fetched: %v", err)
+			}
+		})
 	}
 }

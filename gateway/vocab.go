@@ -3,8 +3,8 @@ package gateway
 import (
 	"fmt"
 	"slices"
-	"sync"
 
+	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -16,24 +16,25 @@ import (
 // with an error about input_ids, far from the cause. The guard says so once,
 // at start-up or when the worker joins, naming the worker and both sizes.
 //
-// Each model is checked against its own tokenizer (with --enable-igw the
-// models are told apart by keyOf). Until a model is armed, its workers are
-// admitted: the tokenizer is loaded after the workers connect (it may come
-// from one of them), and arm then checks all of them at once.
+// Each model is checked against its own tokenizer, whose size its entry in
+// the model table keeps. Until a model is armed, its workers are admitted:
+// the tokenizer is loaded after the workers connect (it may come from one
+// of them), and arm then checks all of them at once.
 type vocabGuard struct {
-	reg   *workers.Registry
-	keyOf func(*workers.Worker) string // the worker's model
+	reg    *workers.Registry
+	models vocabTable
+}
 
-	mu sync.Mutex
-	// tokenizers are the armed models' vocabulary sizes (0: no tokenizer).
-	tokenizers map[string]int
+// vocabTable is what the guard needs of the model table.
+type vocabTable interface {
+	Grouping() modeltable.Grouping
+	CheckVocab(name string, size int) error
+	CheckedVocab(w *workers.Worker) (int, bool)
 }
 
 // admit is the workers' ConnectOptions.Admit.
 func (v *vocabGuard) admit(w *workers.Worker) error {
-	v.mu.Lock()
-	tok, armed := v.tokenizers[v.keyOf(w)]
-	v.mu.Unlock()
+	tok, armed := v.models.CheckedVocab(w)
 	if !armed {
 		return nil
 	}
@@ -49,10 +50,10 @@ func (v *vocabGuard) arm(model string, text *textmodel.Model) error {
 	if text != nil {
 		tok = text.Tokenizer().VocabSize()
 	}
-	v.mu.Lock()
-	v.tokenizers[model] = tok
-	v.mu.Unlock()
-	ws := slices.DeleteFunc(v.reg.Snapshot(), func(w *workers.Worker) bool { return v.keyOf(w) != model })
+	if err := v.models.CheckVocab(model, tok); err != nil {
+		return err
+	}
+	ws := slices.DeleteFunc(v.reg.Snapshot(), func(w *workers.Worker) bool { return v.models.Grouping().NameOf(w) != model })
 	for i, w := range ws {
 		if err := vocabMismatch(tok, w, ws[:i]); err != nil {
 			return err

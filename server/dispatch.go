@@ -45,7 +45,7 @@ func (d *regularDispatcher) policyName() string { return d.policy.Name() }
 func (d *regularDispatcher) embeddings() error  { return nil }
 
 func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, error) {
-	candidates, err := implementing(j.needs, d.r.candidates(d.s.reg, workers.RoleRegular))
+	candidates, err := implementing(j.needs, d.r.Candidates(d.s.reg, workers.RoleRegular))
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*pl
 	if err != nil {
 		return nil, err
 	}
-	r := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, vocab: d.r.outputVocab(dec.Worker)}
+	r := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, vocab: d.r.OutputVocab(dec.Worker)}
 	r.plan = plan{slots: slots, run: r}
 	r.legBuf[0] = leg{role: "regular", w: dec.Worker, policy: d.policy.Name(), dec: dec}
 	r.legs = r.legBuf[:1]
@@ -169,7 +169,7 @@ func (d *pdDispatcher) embeddings() error {
 }
 
 func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, error) {
-	prefills, decodes := d.r.candidates(d.s.reg, workers.RolePrefill), d.r.candidates(d.s.reg, workers.RoleDecode)
+	prefills, decodes := d.r.Candidates(d.s.reg, workers.RolePrefill), d.r.Candidates(d.s.reg, workers.RoleDecode)
 	if err := checkCandidates("prefill ", prefills, j); err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 		m.selections.WithLabelValues(dec.Prefill.Worker.URL(), pre).Inc()
 		m.selections.WithLabelValues(dec.Decode.Worker.URL(), dc).Inc()
 	}
-	r := &pair{s: d.s, att: d.pd.NewAttempt(dec, preq), vocab: d.r.outputVocab(dec.Decode.Worker), jobStart: j.start}
+	r := &pair{s: d.s, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.start}
 	r.plan = plan{room: dec.Room, slots: slots, selfAborting: true, run: r}
 	r.legBuf = [2]leg{
 		{role: "prefill", w: dec.Prefill.Worker, policy: d.prefill, dec: dec.Prefill},
@@ -280,7 +280,7 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 	l := limitsOf(ws)
 	if l.vocabSize == 0 {
 		// No engine reports its vocabulary: the tokenizer's holds.
-		l.vocabSize = j.route.tokenizerVocab()
+		l.vocabSize = j.route.TokenizerVocab()
 	}
 	return j.task.check(l)
 }

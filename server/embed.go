@@ -52,7 +52,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 		return nil, nil, err
 	}
 	text := j.route.Text
-	if err := j.route.disp.embeddings(); err != nil {
+	if err := j.route.Placer.embeddings(); err != nil {
 		return nil, nil, err
 	}
 	j.needs = workers.RPCEmbed
@@ -72,7 +72,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 		case len(e.GetInputIds()) == 0 && e.GetText() == "":
 			return nil, nil, invalid("inputs[%d]: input_ids is empty and text is empty; an input of at least 1 token is required", i)
 		case e.GetText() != "" && text == nil:
-			return nil, nil, j.route.noText(fmt.Sprintf("inputs[%d].text", i))
+			return nil, nil, noText(j.route, fmt.Sprintf("inputs[%d].text", i))
 		}
 		total += len(e.GetInputIds())
 		if e.GetText() != "" {

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -35,7 +37,13 @@ func FuzzEmbedRequest(f *testing.F) {
 	f.Add([]byte{0x1a, 0x02, 0x12, 0xff}, uint32(0), uint32(0)) // inputs[0].text: invalid UTF-8
 	codec := newRequestCodec()
 	s := &Server{reg: workers.NewRegistry(), admission: newAdmission(DefaultAdmissionConfig(), nil)}
-	if err := s.routes.add(&route{disp: &regularDispatcher{}}); err != nil {
+	s.models = modeltable.New(modeltable.OneModel, func(*route) dispatcher { return &regularDispatcher{} })
+	if _, _, err := s.models.Ensure("", func() (modeltable.Spec, error) {
+		return modeltable.Spec{Policies: map[workers.Role]policy.Policy{workers.RoleRegular: policy.NewRoundRobin()}}, nil
+	}); err != nil {
+		f.Fatal(err)
+	}
+	if err := s.models.SetText("", modeltable.Text{}); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, vocab, maxCtx uint32) {

@@ -32,7 +32,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		return nil, err
 	}
 	j.metadata = metadata.New(req.GetMetadata())
-	p, err := j.route.disp.place(ctx, j, true)
+	p, err := j.route.Placer.place(ctx, j, true)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 	first, served := &p.legs[0], p.decision()
 	resp := &kvgatev1.ExplainResponse{
 		Worker:                p.served().URL(),
-		Policy:                j.route.disp.policyName(),
+		Policy:                j.route.Placer.policyName(),
 		Branch:                served.Branch,
 		Reason:                p.reason(),
 		PromptTokens:          uint32(len(j.inputIDs)),
@@ -60,7 +60,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 func (a *admin) views(r *route, dec policy.Decision) []*kvgatev1.WorkerView {
 	var out []*kvgatev1.WorkerView
 	for _, w := range a.reg.Snapshot() {
-		if !r.serves(w) {
+		if !r.Serves(w) {
 			continue // another model's: the policy never saw it
 		}
 		matched, confirmed := dec.Matched.Of(w.URL()), min(dec.Confirmed.Of(w.URL()), dec.Matched.Of(w.URL()))

@@ -110,11 +110,8 @@ func (a *admin) workerPB(w *workers.Worker) *kvgatev1.Worker {
 		PageSize:      uint32(max(w.Info().PageSize, 0)),
 	}
 	if pb.VocabSize == 0 {
-		for _, r := range a.s.routes.all() {
-			if r.serves(w) {
-				pb.VocabSize = uint32(r.promptVocab(w))
-				break
-			}
+		if r := a.s.models.Of(w); r != nil {
+			pb.VocabSize = uint32(r.PromptVocab(w))
 		}
 	}
 	if a.s.kvEvents != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -91,7 +92,7 @@ var kvDropReasons = []string{"rank", "detached", "overflow"}
 type kvEventCollector struct {
 	reg    *workers.Registry
 	status KVEventStatuser
-	routes *routes
+	models *modeltable.Table[dispatcher]
 }
 
 var (
@@ -123,8 +124,8 @@ func (c kvEventCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descKVEventMode, prometheus.GaugeValue, v, w.URL())
 	}
 	expired, any := 0.0, false
-	for _, r := range c.routes.all() {
-		if s, ok := r.Policy.(speculationStatser); ok {
+	for _, r := range c.models.All() {
+		if s, ok := r.Main().(speculationStatser); ok {
 			expired, any = expired+float64(s.SpeculativeExpired()), true
 		}
 	}
@@ -132,8 +133,8 @@ func (c kvEventCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSpeculativeExpired, prometheus.CounterValue, expired)
 	}
 	dropped, mirrors := map[string]uint64{}, false
-	for _, r := range c.routes.all() {
-		if s, ok := r.Policy.(eventStatser); ok {
+	for _, r := range c.models.All() {
+		if s, ok := r.Main().(eventStatser); ok {
 			mirrors = true
 			for reason, n := range s.EventStats().Dropped {
 				dropped[reason] += n

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tree"
@@ -344,7 +345,7 @@ type cacheStatser interface{ CacheStats() cache.Stats }
 
 // tokenizerCollector reports the tokenizer caches' counters at scrape time,
 // summed over the models served.
-type tokenizerCollector struct{ routes *routes }
+type tokenizerCollector struct{ models *modeltable.Table[dispatcher] }
 
 var (
 	descCacheHits = prometheus.NewDesc("kvgate_tokenizer_cache_hits_total",
@@ -368,7 +369,7 @@ func (tokenizerCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c tokenizerCollector) Collect(ch chan<- prometheus.Metric) {
 	var s cache.Stats
 	texts := 0
-	for _, r := range c.routes.all() {
+	for _, r := range c.models.All() {
 		if r.Text == nil {
 			continue
 		}
@@ -442,8 +443,8 @@ func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c treeCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, r := range c.s.routes.all() {
-		t, ok := r.Policy.(treeStatser)
+	for _, r := range c.s.models.All() {
+		t, ok := r.Main().(treeStatser)
 		if !ok {
 			continue
 		}

@@ -8,13 +8,13 @@ import (
 
 func (a *admin) ListModels(context.Context, *kvgatev1.ListModelsRequest) (*kvgatev1.ListModelsResponse, error) {
 	resp := &kvgatev1.ListModelsResponse{}
-	for _, r := range a.s.routes.all() {
-		m := &kvgatev1.Model{Name: r.Name, Policy: r.Policy.Name(), Tokenizer: r.TokenizerSource, PageSize: uint32(max(r.PageSize, 0))}
+	for _, r := range a.s.models.All() {
+		m := &kvgatev1.Model{Name: r.Name, Policy: r.Main().Name(), Tokenizer: r.TokenizerSource, PageSize: uint32(max(r.PageSize, 0))}
 		if r.PD != nil {
 			m.DecodePolicy = r.PD.DecodePolicyName()
 		}
 		for _, w := range a.reg.Snapshot() {
-			if r.serves(w) {
+			if r.Serves(w) {
 				m.Workers = append(m.Workers, w.URL())
 			}
 		}
@@ -22,7 +22,7 @@ func (a *admin) ListModels(context.Context, *kvgatev1.ListModelsRequest) (*kvgat
 			m.VocabSize = uint32(r.Text.Tokenizer().VocabSize())
 			m.ChatTemplate = r.Text.TemplateSource()
 		}
-		if t, ok := r.Policy.(treeStatser); ok {
+		if t, ok := r.Main().(treeStatser); ok {
 			m.TreeTokens = uint64(max(t.TreeStats().Tokens, 0))
 		}
 		resp.Models = append(resp.Models, m)

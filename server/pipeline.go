@@ -41,7 +41,7 @@ func (s *Server) run(ctx context.Context, j *job) error {
 	j.model = model
 	s.metrics.modelRequests.WithLabelValues(model).Inc()
 	defer func() {
-		s.metrics.policyLatency.WithLabelValues(j.route.disp.policyName()).Observe(time.Since(j.start).Seconds())
+		s.metrics.policyLatency.WithLabelValues(j.route.Placer.policyName()).Observe(time.Since(j.start).Seconds())
 	}()
 
 	releaseLogprobs, err := s.admission.logprobs.take(j.inputIDs, j.sampling)
@@ -107,7 +107,7 @@ const maxUnsupported = 8
 // its completion.
 func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
-	p, err := j.route.disp.place(sctx, j, false)
+	p, err := j.route.Placer.place(sctx, j, false)
 	if err != nil {
 		endSpan(sel, err)
 		sel.End()

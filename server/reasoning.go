@@ -38,7 +38,7 @@ func (s *Server) reasoningFor(j *job, requested *string) (func() *parse.Reasonin
 	case reasoningNone:
 		return nil, nil
 	case "", reasoningAuto:
-		if !j.route.thinks {
+		if !j.route.Thinks {
 			return nil, nil
 		}
 		style = parse.Qwen3

@@ -35,22 +35,18 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/internal/tracing"
-	"github.com/kvgate/kvgate/pd"
-	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/tokenize/textmodel"
+	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/workers"
 )
 
 // Config wires a Server to its fleet.
 type Config struct {
 	Registry *workers.Registry
-	// Policy, Text and PD are the router's one model when it serves one
-	// (MultiModel false): every worker serves it.
-	Policy policy.Policy
-	// MultiModel serves several models told apart by the model field of
-	// requests (--enable-igw): Policy, Text and PD must then be unset, and
-	// each model is added with AddModel when its workers join.
-	MultiModel bool
+	// Models says how workers are told apart by model: one model that
+	// every worker serves, or by the name they report (--enable-igw), when
+	// requests name their model. Either way the models are entries of the
+	// server's table (Server.Models), added as their workers join.
+	Models modeltable.Grouping
 	// ReasoningParser is --reasoning-parser: how Chat answers' reasoning is
 	// split from their content ("" or "auto": detected from each model's
 	// vocabulary; "none"; or a style's name), unless a request says.
@@ -59,10 +55,6 @@ type Config struct {
 	// found ("" or "auto": the format the model's chat template writes;
 	// "none"; or a format's name), unless a request says.
 	ToolCallParser string
-	// TokenizerSource and PageSize describe the one model for ListModels
-	// (see Model).
-	TokenizerSource string
-	PageSize        int
 	// Metrics may be nil; the server then creates its own.
 	Metrics *Metrics
 	// Logger may be nil: slog.Default().
@@ -70,14 +62,6 @@ type Config struct {
 	// AbortTimeout bounds the Abort call sent to a worker when a client goes
 	// away. Default 2 s.
 	AbortTimeout time.Duration
-	// Text is the model's tokenizer and chat template; nil: the router takes
-	// token ids only, and text, chat and stop strings fail with
-	// FAILED_PRECONDITION.
-	Text *textmodel.Model
-	// PD, when set, serves every request with prefill/decode disaggregation
-	// over the registry's prefill and decode workers; Policy is then the
-	// prefill policy (its tree and metrics are exported).
-	PD *pd.Dispatcher
 	// Reliability sets retries and timeouts; nil: DefaultReliability().
 	Reliability *Reliability
 	// Admission bounds the requests accepted; nil: DefaultAdmissionConfig().
@@ -164,7 +148,7 @@ func (r Reliability) Validate() error {
 type Server struct {
 	cfg     resolved
 	reg     *workers.Registry
-	routes  routes
+	models  *modeltable.Table[dispatcher]
 	metrics *Metrics
 	// reasoningParser and toolCallParser are Config's.
 	reasoningParser string
@@ -219,10 +203,6 @@ func New(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Registry == nil:
 		return nil, errors.New("server: Registry is required")
-	case cfg.MultiModel && (cfg.Policy != nil || cfg.Text != nil || cfg.PD != nil):
-		return nil, errors.New("server: with MultiModel, models are added with AddModel")
-	case !cfg.MultiModel && cfg.Policy == nil:
-		return nil, errors.New("server: Policy is required")
 	}
 	rel := DefaultReliability()
 	if cfg.Reliability != nil {
@@ -251,7 +231,6 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:             resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout, maxEngineAnswer: cmp.Or(cfg.MaxEngineAnswerBytes, workers.DefaultMaxAnswerBytes)},
 		reg:             cfg.Registry,
-		routes:          routes{multi: cfg.MultiModel},
 		reasoningParser: cfg.ReasoningParser,
 		toolCallParser:  cfg.ToolCallParser,
 		metrics:         cfg.Metrics,
@@ -265,11 +244,7 @@ func New(cfg Config) (*Server, error) {
 		s.tracer, s.traced = cfg.TracerProvider.Tracer(tracerName), true
 	}
 	s.hardStop, s.endRequests = context.WithCancel(context.Background())
-	if !cfg.MultiModel {
-		if err := s.AddModel(Model{Policy: cfg.Policy, Text: cfg.Text, PD: cfg.PD, TokenizerSource: cfg.TokenizerSource, PageSize: cfg.PageSize}); err != nil {
-			return nil, err
-		}
-	}
+	s.models = modeltable.New(cfg.Models, s.newDispatcher)
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.Registry)
 	}
@@ -282,8 +257,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
 	s.metrics.Registry.MustRegister(s.admission.awaitingGauge())
-	for _, c := range []prometheus.Collector{tokenizerCollector{&s.routes}, treeCollector{s: s},
-		kvEventCollector{reg: s.reg, status: cfg.KVEvents, routes: &s.routes}} {
+	for _, c := range []prometheus.Collector{tokenizerCollector{s.models}, treeCollector{s: s},
+		kvEventCollector{reg: s.reg, status: cfg.KVEvents, models: s.models}} {
 		if err := s.metrics.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}

@@ -37,7 +37,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 	}
 	text := j.route.Text
 	if len(j.sampling.GetStop()) > 0 && text == nil {
-		return nil, j.route.noText("sampling_params.stop")
+		return nil, noText(j.route, "sampling_params.stop")
 	}
 	switch prompt := req.GetText(); {
 	case len(req.GetInputIds()) > 0 && prompt != "":
@@ -46,7 +46,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 		j.inputIDs = req.GetInputIds()
 	case prompt != "":
 		if text == nil {
-			return nil, j.route.noText("text")
+			return nil, noText(j.route, "text")
 		}
 		_, span := s.startStep(ctx, "kvgate.tokenize")
 		var lk cache.Lookup
@@ -75,7 +75,7 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	}
 	text := j.route.Text
 	if text == nil {
-		return nil, j.route.noText("Chat")
+		return nil, noText(j.route, "Chat")
 	}
 	if !text.HasChatTemplate() {
 		return nil, status.Error(codes.FailedPrecondition,
@@ -159,7 +159,7 @@ func promptLimit(contextLen int) int { return max(contextLen-1, 0) }
 func (s *Server) promptContext(r *route) int {
 	largest := 0
 	for _, w := range s.reg.Current().Workers {
-		if !r.serves(w) || !w.Healthy() {
+		if !r.Serves(w) || !w.Healthy() {
 			continue
 		}
 		c := w.Info().MaxContextLength

@@ -107,7 +107,7 @@ func (s *Server) toolFormatFor(j *job, requested *string) (f parse.ToolFormat, o
 	case toolsNone:
 		return f, false, nil
 	case "", toolsAuto:
-		return j.route.toolFormat, j.route.detected, nil
+		return j.route.ToolFormat, j.route.ToolFormatDetected, nil
 	}
 	if f, err = parse.ToolFormatNamed(name); err != nil {
 		if requested != nil {

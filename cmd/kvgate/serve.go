@@ -86,6 +86,10 @@ type serveConfig struct {
 	// cmdline is the command line /debug/pprof/cmdline shows (redacted);
 	// nil: os.Args.
 	cmdline []string
+	// modelConfig is --model-config; modelEntries are its models, read
+	// by serve before the paths are resolved.
+	modelConfig  string
+	modelEntries map[string]modelEntry
 }
 
 func (c *serveConfig) register(fs *flag.FlagSet) {
@@ -139,6 +143,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	c.reliability.register(fs)
 	c.admission.register(fs)
 	fs.BoolVar(&c.igw, "enable-igw", false, "serve several models behind one router (IGW): workers are grouped by the model they report, each model has its own policies, tree, tokenizer and chat template, and requests choose one with their model field")
+	fs.StringVar(&c.modelConfig, "model-config", "", "with --enable-igw: a YAML or JSON file giving models their own policy, cache and balance thresholds, model path, tokenizer and chat template, by name; what a model leaves out the flags give")
 	fs.BoolVar(&c.pdMode, "pd-disaggregation", false, "prefill/decode disaggregation: --worker-urls are prefill workers (each may end in @BOOTSTRAP_PORT, e.g. grpc://p1:31000@8998), --decode the decode workers")
 	fs.Var(&c.decodeURLs, "decode", "with --pd-disaggregation: decode workers; several values space-separated, comma-separated or repeated")
 	fs.StringVar(&c.prefillPolicy, "prefill-policy", "cache_aware", "with --pd-disaggregation: policy choosing the prefill worker")
@@ -180,6 +185,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		adminHost = cfg.adminHost
 	}
 	if err := cfg.adminExposure(adminHost); err != nil {
+		return err
+	}
+	if err := cfg.readModelConfig(); err != nil {
 		return err
 	}
 	src, err := cfg.text.resolve(ctx, hub.FromEnv(os.Getenv), log)
@@ -409,6 +417,7 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	if g.ModelTexts, err = c.text.models.sources(g.IGW, c.text.src); err != nil {
 		return g, stop, err
 	}
+	applyModelFile(&g, c.modelEntries, c.text.src)
 	g.Health = workers.HealthConfig{
 		Interval:         c.healthInterval,
 		Timeout:          c.healthTimeout,
