@@ -212,12 +212,14 @@ func (f *zmqFleet) workload(t *testing.T, tag string, n int) {
 // subscription has applied every batch the publisher numbered.
 func (f *zmqFleet) waitMirror(t *testing.T) {
 	t.Helper()
-	caughtUp := func() bool {
+	caughtUp := func() (bool, string) {
 		n, _ := f.pub.Published()
 		st := f.status()
-		return n > 0 && st.HasLastSeq && st.LastSeq == n-1 && slices.EqualFunc(f.mirror.paths(), cachePaths(f.srv), slices.Equal)
+		mirror, cache := f.mirror.paths(), cachePaths(f.srv)
+		return n > 0 && st.HasLastSeq && st.LastSeq == n-1 && slices.EqualFunc(mirror, cache, slices.Equal),
+			fmt.Sprintf("%d batches published, status %+v, %d paths mirrored, %d cached", n, st, len(mirror), len(cache))
 	}
-	testutil.Eventually(t, "the mirror to equal the engine's cache, every published batch applied", caughtUp)
+	testutil.EventuallyState(t, testutil.Patience, "the mirror to equal the engine's cache, every published batch applied", caughtUp)
 }
 
 // TestZMQEventsMirrorEqualsCache: in every shape vLLM has published, with
@@ -347,23 +349,29 @@ func runKVSubscriptionsWith(t *testing.T, reg *workers.Registry, cfg workers.KVS
 // TestZMQEventsPublisherConnects: a publisher configured to connect (vLLM
 // with an endpoint naming a host) reaches a subscription that binds, and
 // the mirror equals the engine's cache as with a publisher that binds; a
-// publisher restart is followed as well.
+// publisher restart is followed as well. The restarted publisher connects
+// again, and what it sends before the subscription has reached it is lost
+// (a PUB socket drops it): its replay socket gives those first batches
+// back, as vLLM's does.
 func TestZMQEventsPublisherConnects(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return "tcp://" + l.Addr().String()
 	}
-	ep := "tcp://" + l.Addr().String()
-	l.Close() // a free port for the subscription to bind
+	ep, rep := free(), free() // a port for the subscription to bind, one for the replay socket
 	srv, w := startZMQSim(t)
-	src, err := workers.NewZMQEventSource(workers.ZMQEventConfig{Endpoint: ep, Bind: true})
+	src, err := workers.NewZMQEventSource(workers.ZMQEventConfig{Endpoint: ep, Bind: true, Replay: rep})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &zmqFleet{srv: srv, w: w, mirror: newPageMirror()}
 	f.subscribe(t, src)
 	testutil.Eventually(t, "the subscription to bind", func() bool { return f.status().Connected })
-	if f.pub, err = sim.StartZMQPublisher(srv, sim.ZMQConfig{Endpoint: ep, Connect: true}, nil); err != nil {
+	if f.pub, err = sim.StartZMQPublisher(srv, sim.ZMQConfig{Endpoint: ep, Connect: true, Replay: rep}, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.pub.Close)
