@@ -9,22 +9,12 @@ import (
 // chat serves POST /v1/chat/completions through Router.Chat.
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
-	if err := decodeBody(w, r, h.max, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	preq, err := req.proto()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx, cc, release, err := h.client(r)
-	if err != nil {
-		writeError(w, err)
+	ctx, rc, preq, release, ok := prepare(h, w, r, &req, (*chatRequest).proto)
+	if !ok {
 		return
 	}
 	defer release()
-	st, err := router(cc).Chat(ctx, preq)
+	st, err := rc.Chat(ctx, preq)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -49,22 +49,12 @@ func (c *completionRequest) proto() (*kvgatev1.GenerateRequest, error) {
 // completions serves POST /v1/completions through Router.Generate.
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
-	if err := decodeBody(w, r, h.max, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	preq, err := req.proto()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx, cc, release, err := h.client(r)
-	if err != nil {
-		writeError(w, err)
+	ctx, rc, preq, release, ok := prepare(h, w, r, &req, (*completionRequest).proto)
+	if !ok {
 		return
 	}
 	defer release()
-	st, err := router(cc).Generate(ctx, preq)
+	st, err := rc.Generate(ctx, preq)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -55,22 +55,12 @@ type embedding struct {
 // embeddings serves POST /v1/embeddings through Router.Embed.
 func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
 	var req embeddingRequest
-	if err := decodeBody(w, r, h.max, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	preq, err := req.proto()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx, cc, release, err := h.client(r)
-	if err != nil {
-		writeError(w, err)
+	ctx, rc, preq, release, ok := prepare(h, w, r, &req, (*embeddingRequest).proto)
+	if !ok {
 		return
 	}
 	defer release()
-	resp, err := router(cc).Embed(ctx, preq)
+	resp, err := rc.Embed(ctx, preq)
 	if err != nil {
 		writeError(w, err)
 		return

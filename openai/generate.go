@@ -188,22 +188,12 @@ func (s *sglangStream) addLogprobs(lps []*kvgatev1.TokenLogprob) {
 // generate serves SGLang's POST /generate through Router.Generate.
 func (h *Handler) generate(w http.ResponseWriter, r *http.Request) {
 	var req generateRequest
-	if err := decodeBody(w, r, h.max, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	preq, err := req.proto()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx, cc, release, err := h.client(r)
-	if err != nil {
-		writeError(w, err)
+	ctx, rc, preq, release, ok := prepare(h, w, r, &req, (*generateRequest).proto)
+	if !ok {
 		return
 	}
 	defer release()
-	st, err := router(cc).Generate(ctx, preq)
+	st, err := rc.Generate(ctx, preq)
 	if err != nil {
 		writeError(w, err)
 		return

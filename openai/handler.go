@@ -234,3 +234,27 @@ func modelName(m string) string {
 	}
 	return m
 }
+
+// prepare takes the steps every endpoint takes before its call: r's body
+// read into req (within the size limit), translated by proto into its
+// kvgate.v1 request, and r's client's in-process connection opened. On
+// failure it has answered w and ok is false; otherwise release must be
+// called when the call is over.
+func prepare[Q, P any](h *Handler, w http.ResponseWriter, r *http.Request, req *Q, proto func(*Q) (P, error)) (
+	ctx context.Context, rc kvgatev1.RouterClient, p P, release func(), ok bool) {
+	if err := decodeBody(w, r, h.max, req); err != nil {
+		writeError(w, err)
+		return nil, nil, p, nil, false
+	}
+	p, err := proto(req)
+	if err != nil {
+		writeError(w, err)
+		return nil, nil, p, nil, false
+	}
+	ctx, cc, release, err := h.client(r)
+	if err != nil {
+		writeError(w, err)
+		return nil, nil, p, nil, false
+	}
+	return ctx, router(cc), p, release, true
+}
