@@ -3,8 +3,10 @@ package tokenize
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -79,28 +81,6 @@ func loadGolden(tb testing.TB, name string) goldenFile {
 	return g
 }
 
-func firstDiff(got, want []uint32) string {
-	n := min(len(got), len(want))
-	for i := 0; i < n; i++ {
-		if got[i] != want[i] {
-			return fmt.Sprintf("first difference at %d: got %d, want %d (got len %d, want len %d)", i, got[i], want[i], len(got), len(want))
-		}
-	}
-	return fmt.Sprintf("lengths differ at %d: got len %d, want len %d", n, len(got), len(want))
-}
-
-func equalIDs(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func firstStringDiff(got, want string) string {
 	n := min(len(got), len(want))
 	i := 0
@@ -127,8 +107,8 @@ func checkParity(t *testing.T, name string) parityCounts {
 		switch {
 		case err != nil:
 			t.Errorf("%s/%s: Encode(with special): %v", name, tc.Name, err)
-		case !equalIDs(got, tc.WithSpecial):
-			t.Errorf("%s/%s: Encode(with special): %s", name, tc.Name, firstDiff(got, tc.WithSpecial))
+		case !slices.Equal(got, tc.WithSpecial):
+			t.Errorf("%s/%s: Encode(with special): %s", name, tc.Name, testutil.FirstDiff(got, tc.WithSpecial))
 		default:
 			c.with++
 		}
@@ -136,8 +116,8 @@ func checkParity(t *testing.T, name string) parityCounts {
 		switch {
 		case err != nil:
 			t.Errorf("%s/%s: Encode(without special): %v", name, tc.Name, err)
-		case !equalIDs(got, tc.WithoutSpecial):
-			t.Errorf("%s/%s: Encode(without special): %s", name, tc.Name, firstDiff(got, tc.WithoutSpecial))
+		case !slices.Equal(got, tc.WithoutSpecial):
+			t.Errorf("%s/%s: Encode(without special): %s", name, tc.Name, testutil.FirstDiff(got, tc.WithoutSpecial))
 		default:
 			c.without++
 		}

@@ -1,7 +1,9 @@
 package tokenize
 
 import (
+	"github.com/kvgate/kvgate/internal/testutil"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -45,8 +47,8 @@ func TestTiktokenParity(t *testing.T) {
 					case err != nil:
 						t.Errorf("%s/%s: %s: %v", name, tc.Name, what, err)
 						ok = false
-					case !equalIDs(got, want):
-						t.Errorf("%s/%s: %s: %s", name, tc.Name, what, firstDiff(got, want))
+					case !slices.Equal(got, want):
+						t.Errorf("%s/%s: %s: %s", name, tc.Name, what, testutil.FirstDiff(got, want))
 						ok = false
 					}
 				}

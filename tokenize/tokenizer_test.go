@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -146,7 +147,7 @@ func TestConcurrentEncode(t *testing.T) {
 			for i := w; i < len(g.Cases); i += 2 {
 				c := g.Cases[i]
 				got, err := tok.Encode(c.Text, true)
-				if err != nil || !equalIDs(got, c.WithSpecial) {
+				if err != nil || !slices.Equal(got, c.WithSpecial) {
 					errs <- fmt.Errorf("case %s: %v", c.Name, err)
 					return
 				}
