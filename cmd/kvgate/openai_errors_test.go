@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -159,7 +159,7 @@ func TestOpenAIStreamEnds(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	waitFor(t, "the engine's request to end after the client left", func() bool { return running(hr) == 0 })
+	testutil.Eventually(t, "the engine's request to end after the client left", func() bool { return running(hr) == 0 })
 
 	for _, s := range hr.sims {
 		s.Engine().SetFaults(sim.Faults{DropAfterTokens: 2})
@@ -182,19 +182,4 @@ func running(hr *httpRouter) int {
 		n += s.Engine().Stats().Running
 	}
 	return n
-}
-
-// waitFor polls cond, which watches another process's state that sends no
-// signal, until it holds or 15 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
 }
