@@ -24,8 +24,9 @@ import (
 )
 
 // The deployment examples (the Kubernetes manifests, the Containerfiles'
-// default command and the `kvgate serve` command lines of README and
-// docs/deployment.md) name flags that only the binary defines; this holds them to `kvgate serve`'s real flag set, so a renamed
+// default command and the `kvgate serve` command lines of README,
+// docs/fleets.md and docs/deployment.md) name flags that only the binary
+// defines; this holds them to `kvgate serve`'s real flag set, so a renamed
 // or removed flag breaks the test and not a user's deploy.
 func TestDeployExamplesUseRealServeFlags(t *testing.T) {
 	sources := []struct {
@@ -41,7 +42,8 @@ func TestDeployExamplesUseRealServeFlags(t *testing.T) {
 			[]string{"pd-disaggregation", "service-discovery", "service-discovery-namespace", "prefill-selector", "decode-selector", "service-discovery-port"}},
 		{"../../Containerfile", containerfileFlags, []string{"host", "prometheus-host"}},
 		{"../../Containerfile.multistage", containerfileFlags, []string{"host", "prometheus-host"}},
-		{"../../README.md", readmeServeFlags, []string{"worker-urls", "policy", "pd-disaggregation", "decode"}},
+		{"../../README.md", readmeServeFlags, []string{"worker-urls", "policy", "otlp-endpoint"}},
+		{"../../docs/fleets.md", readmeServeFlags, []string{"pd-disaggregation", "decode", "enable-igw", "dp-aware", "worker-urls"}},
 		{"../../docs/deployment.md", readmeServeFlags, []string{"host", "prometheus-host", "admin-port", "worker-urls",
 			"pd-disaggregation", "service-discovery", "prefill-selector", "decode-selector", "service-discovery-port"}},
 	}
