@@ -352,3 +352,16 @@ $(OPENAI_BENCH_VENV)/.inference-perf-0.7.0: scripts/openai-bench-requirements.tx
 	test -x $(OPENAI_BENCH_VENV)/bin/python || $(OPENAI_BENCH_PYTHON) -m venv $(OPENAI_BENCH_VENV)
 	$(OPENAI_BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r scripts/openai-bench-requirements.txt
 	touch $@
+## trace-ui: Jaeger 2.13.0 (its all-in-one; Go module v1.76.0, built from the Go module proxy into
+## ~/.cache/kvgate, once) in the foreground: OTLP/gRPC on 127.0.0.1:4317, its UI on
+## http://127.0.0.1:16686, traces in memory. Pair it with `kvgate serve --otlp-endpoint 127.0.0.1:4317`.
+JAEGER_VERSION ?= v1.76.0
+JAEGER_DIR     ?= $(KVGATE_CACHE)/jaeger-$(JAEGER_VERSION)
+.PHONY: trace-ui
+trace-ui: $(JAEGER_DIR)/jaeger
+	$(JAEGER_DIR)/jaeger
+$(JAEGER_DIR)/jaeger:
+	mkdir -p $(JAEGER_DIR)
+	cd $(JAEGER_DIR) && { test -f go.mod || go mod init kvgate-jaeger-tool; } && \
+	  go get -tool github.com/jaegertracing/jaeger/cmd/jaeger@$(JAEGER_VERSION) && \
+	  go build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger

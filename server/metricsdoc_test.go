@@ -587,10 +587,10 @@ func TestMetricsReferenceQueriesReadDocumentedMetrics(t *testing.T) {
 	}
 }
 
-// TestMarkdownTablesRender checks that the tables of README.md and
-// docs/metrics.md render as tables: every row has its header's cell count.
+// TestMarkdownTablesRender checks that the tables of README.md and the docs
+// it links render as tables: every row has its header's cell count.
 func TestMarkdownTablesRender(t *testing.T) {
-	for _, path := range []string{"../README.md", "../docs/metrics.md"} {
+	for _, path := range []string{"../README.md", "../docs/metrics.md", "../docs/flags.md", "../docs/deployment.md", "../docs/api.md", "../docs/development.md", "../docs/fleets.md", "../docs/tracing.md"} {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)

@@ -16,23 +16,28 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 )
 
-// grpcurlCall is a `grpcurl -d '{…}' … kvgate.v1.Service/Method` line of the
-// README, with the code its comment says it ends with ("# Code: X").
+// grpcurlCall is a `grpcurl -d '{…}' … kvgate.v1.Service/Method` line of
+// README or the docs it links (api.md, fleets.md), with the code its
+// comment says it ends with ("# Code: X").
 var grpcurlCall = regexp.MustCompile(`(?s)grpcurl -plaintext -d '([^']*)'[\s\\]*\S+ (kvgate\.v1\.\w+/\w+)([^\n]*)`)
 
-// The README's grpcurl examples are requests kvgate accepts: each body is
-// its method's request message in JSON, and the Generate, Chat and Embed
-// ones succeed against simulated engines with the simulator's tokenizer (or
+// The grpcurl examples of README and the docs it links are requests kvgate
+// accepts: each body is its method's request message in JSON, and the
+// Generate, Chat and Embed ones succeed against simulated engines with the simulator's tokenizer (or
 // fail with the code their comment names); those that name a model belong
 // to a many-model router and are only parsed.
 func TestREADMEGrpcurlExamples(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := grpcurlCall.FindAllStringSubmatch(string(readme), -1)
-	if len(calls) < 5 {
-		t.Fatalf("found %d grpcurl examples with a body; the pattern no longer matches the README", len(calls))
+	var calls [][]string
+	for _, path := range []string{"../README.md", "../docs/api.md", "../docs/fleets.md"} {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := grpcurlCall.FindAllStringSubmatch(string(doc), -1)
+		if len(found) == 0 {
+			t.Fatalf("found %d grpcurl examples with a body in %s; the pattern no longer matches it", len(found), path)
+		}
+		calls = append(calls, found...)
 	}
 	f := startFleet(t, fleetOptions{workers: 1, text: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -64,6 +69,7 @@ func TestREADMEGrpcurlExamples(t *testing.T) {
 		if strings.Contains(body, `"model"`) {
 			continue // an example of a many-model router (IGW): parsed, not run here
 		}
+		var err error
 		switch r := req.(type) {
 		case *kvgatev1.GenerateRequest:
 			_, err = f.generate(ctx, t, r)

@@ -23,10 +23,11 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 )
 
-// The deployment examples (the Kubernetes manifest, the Containerfiles'
-// default command and README's `kvgate serve` command lines) name flags that
-// only the binary defines; this holds them to `kvgate serve`'s real flag
-// set, so a renamed or removed flag breaks the test and not a user's deploy.
+// The deployment examples (the Kubernetes manifests, the Containerfiles'
+// default command and the `kvgate serve` command lines of README,
+// docs/fleets.md and docs/deployment.md) name flags that only the binary
+// defines; this holds them to `kvgate serve`'s real flag set, so a renamed
+// or removed flag breaks the test and not a user's deploy.
 func TestDeployExamplesUseRealServeFlags(t *testing.T) {
 	sources := []struct {
 		path    string
@@ -41,8 +42,10 @@ func TestDeployExamplesUseRealServeFlags(t *testing.T) {
 			[]string{"pd-disaggregation", "service-discovery", "service-discovery-namespace", "prefill-selector", "decode-selector", "service-discovery-port"}},
 		{"../../Containerfile", containerfileFlags, []string{"host", "prometheus-host"}},
 		{"../../Containerfile.multistage", containerfileFlags, []string{"host", "prometheus-host"}},
-		{"../../README.md", readmeServeFlags, []string{"worker-urls", "policy", "pd-disaggregation", "decode", "host",
-			"service-discovery", "prefill-selector", "decode-selector", "service-discovery-port"}},
+		{"../../README.md", readmeServeFlags, []string{"worker-urls", "policy", "otlp-endpoint"}},
+		{"../../docs/fleets.md", readmeServeFlags, []string{"pd-disaggregation", "decode", "enable-igw", "dp-aware", "worker-urls"}},
+		{"../../docs/deployment.md", readmeServeFlags, []string{"host", "prometheus-host", "admin-port", "worker-urls",
+			"pd-disaggregation", "service-discovery", "prefill-selector", "decode-selector", "service-discovery-port"}},
 	}
 	known := serveFlagNames()
 	for _, src := range sources {

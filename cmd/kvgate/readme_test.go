@@ -10,10 +10,10 @@ import (
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
-// Every flag of `kvgate serve` is documented in README's table, with the
-// default the binary really has.
+// Every flag of `kvgate serve` is documented in the flags reference's table
+// (docs/flags.md, which README links), with the default the binary really has.
 func TestReadmeDocumentsEveryServeFlag(t *testing.T) {
-	section := readmeSection(t, "### `kvgate serve`")
+	section := docSection(t, flagsDoc, "## `kvgate serve`")
 	var cfg serveConfig
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfg.register(fs)
@@ -21,7 +21,7 @@ func TestReadmeDocumentsEveryServeFlag(t *testing.T) {
 		row := "| `--" + f.Name + "` |"
 		i := strings.Index(section, row)
 		if i < 0 {
-			t.Errorf("README's serve table lacks --%s", f.Name)
+			t.Errorf("docs/flags.md's serve table lacks --%s", f.Name)
 			return
 		}
 		line := section[i:]
@@ -31,7 +31,7 @@ func TestReadmeDocumentsEveryServeFlag(t *testing.T) {
 			def = "" // from the environment
 		}
 		if def != "" && def != "[]" && !strings.Contains(line, "`"+def+"`") {
-			t.Errorf("README documents --%s without its default `%s`: %s", f.Name, def, line)
+			t.Errorf("docs/flags.md documents --%s without its default `%s`: %s", f.Name, def, line)
 		}
 	})
 }
@@ -53,20 +53,24 @@ func documentedMetrics(t *testing.T) func(name string) bool {
 	return func(name string) bool { _, ok := doc.Metrics[name]; return ok }
 }
 
-// readmeSection returns README's section under heading ("## X" or
-// "### X"), up to the next heading of the same level or the next "## ".
-func readmeSection(t *testing.T, heading string) string {
+// flagsDoc is the flags reference README links to: one table per command.
+const flagsDoc = "../../docs/flags.md"
+
+// docSection returns the section of the markdown file at path under heading
+// ("## X" or "### X"), up to the next heading of the same level or the next
+// "## ".
+func docSection(t *testing.T, path, heading string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	start := strings.Index(readme, "\n"+heading+"\n")
+	doc := string(b)
+	start := strings.Index(doc, "\n"+heading+"\n")
 	if start < 0 {
-		t.Fatalf("README has no %q section", heading)
+		t.Fatalf("%s has no %q section", path, heading)
 	}
-	section := readme[start+1:]
+	section := doc[start+1:]
 	end := len(section)
 	level := heading[:strings.Index(heading, " ")+1] // "## " or "### "
 	for _, next := range []string{"\n## ", "\n" + level} {
@@ -77,7 +81,7 @@ func readmeSection(t *testing.T, heading string) string {
 	return section[:end]
 }
 
-// Every flag of `kvgate bench` has a row in README's bench table, with its
+// Every flag of `kvgate bench` has a row in docs/flags.md's bench table, with its
 // default: the workload's, the overhead rig's and the simulated engines'
 // (copied from `kvgate sim`, so a flag added there must be documented here
 // too).
@@ -85,10 +89,10 @@ func TestReadmeDocumentsEveryBenchFlag(t *testing.T) {
 	var c benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	c.register(fs)
-	tableDocuments(t, "### `kvgate bench`", fs)
+	tableDocuments(t, "## `kvgate bench`", fs)
 }
 
-// Every flag of `kvgate sim` has a row in README's sim table, with its
+// Every flag of `kvgate sim` has a row in docs/flags.md's sim table, with its
 // default.
 func TestReadmeDocumentsEverySimFlag(t *testing.T) {
 	cfg := sim.DefaultConfig()
@@ -96,33 +100,33 @@ func TestReadmeDocumentsEverySimFlag(t *testing.T) {
 	cfg.RegisterFlags(fs)
 	var zf simZMQFlags
 	zf.register(fs)
-	tableDocuments(t, "### `kvgate sim`", fs)
+	tableDocuments(t, "## `kvgate sim`", fs)
 }
 
-// Every flag of `kvgate relay` has a row in README's relay table.
+// Every flag of `kvgate relay` has a row in docs/flags.md's relay table.
 func TestReadmeDocumentsEveryRelayFlag(t *testing.T) {
 	var c relayConfig
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	c.register(fs)
-	tableDocuments(t, "### `kvgate relay`", fs)
+	tableDocuments(t, "## `kvgate relay`", fs)
 }
 
-// tableDocuments checks that the README section under heading has a row
+// tableDocuments checks that the docs/flags.md section under heading has a row
 // for every flag of fs, quoting its default (false for a switch needs no
 // quote).
 func tableDocuments(t *testing.T, heading string, fs *flag.FlagSet) {
 	t.Helper()
-	section := readmeSection(t, heading)
+	section := docSection(t, flagsDoc, heading)
 	fs.VisitAll(func(f *flag.Flag) {
 		i := strings.Index(section, "| `--"+f.Name+"` |")
 		if i < 0 {
-			t.Errorf("README's %s table lacks --%s", heading, f.Name)
+			t.Errorf("docs/flags.md's %s table lacks --%s", heading, f.Name)
 			return
 		}
 		line := section[i:]
 		line = line[:strings.Index(line, "\n")]
 		if def := f.DefValue; def != "" && def != "false" && !strings.Contains(line, "`"+def+"`") {
-			t.Errorf("README documents --%s without its default `%s`: %s", f.Name, def, line)
+			t.Errorf("docs/flags.md documents --%s without its default `%s`: %s", f.Name, def, line)
 		}
 	})
 }
