@@ -94,9 +94,9 @@ func sglangSampling(s *Sampling) *sglang.SamplingParams {
 	if p.TopK == 0 {
 		p.TopK = -1
 	}
-	// SGLang's gRPC SamplingParams has no seed field. The seed travels in
-	// custom_params as "sampling_seed", the name SGLang's own sampling
-	// parameters use for it. An engine that ignores custom_params samples
+	// SGLang's gRPC SamplingParams has no field for the sampling seed;
+	// it travels in custom_params as "sampling_seed", the name SGLang's
+	// own sampling parameters use for it. An engine that ignores custom_params samples
 	// unseeded: the request still succeeds, it is just not reproducible.
 	if s.Seed != nil {
 		p.CustomParams = &structpb.Struct{Fields: map[string]*structpb.Value{

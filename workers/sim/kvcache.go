@@ -32,7 +32,7 @@ type pageCache struct {
 	pageSize int
 	capacity int // pages
 
-	root   *page // its hash is the seed the chain of page hashes starts from
+	root   *page // its hash starts the chain of page hashes
 	size   int   // pages in the tree, root excluded
 	pinned int   // pages with pins > 0
 	clock  uint64

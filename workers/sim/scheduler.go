@@ -508,6 +508,11 @@ func (e *Engine) abort(ids ...string) int {
 func (e *Engine) overtakenBy(id string) <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.overtakenLocked(id)
+}
+
+// overtakenLocked is id's channel of overtaken, made on first use.
+func (e *Engine) overtakenLocked(id string) chan struct{} {
 	ch, ok := e.overtaken[id]
 	if !ok {
 		ch = make(chan struct{})
@@ -521,11 +526,7 @@ func (e *Engine) overtakeLocked(id string) {
 	if !e.Faults().AbortOvertakesRequest {
 		return
 	}
-	ch, ok := e.overtaken[id]
-	if !ok {
-		ch = make(chan struct{})
-		e.overtaken[id] = ch
-	}
+	ch := e.overtakenLocked(id)
 	select {
 	case <-ch:
 	default:
