@@ -278,12 +278,14 @@ func New(cfg Config) (*Server, error) {
 		s.requestUnary,
 		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(s.log), logOpts...), ours),
 		s.metrics.UnaryInterceptor,
+		edgeUnary,
 		recovery.UnaryServerInterceptor(recoverOpts...),
 	}
 	stream := []grpc.StreamServerInterceptor{
 		s.requestStream,
 		selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(s.log), logOpts...), ours),
 		s.metrics.StreamInterceptor,
+		edgeStream,
 		recovery.StreamServerInterceptor(recoverOpts...),
 	}
 	unary = append(unary, rejectUndecodableUnary, s.admissionUnary)
