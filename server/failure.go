@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -88,11 +90,22 @@ func (s *Server) classify(ctx, actx context.Context, p *plan, err error, tokens 
 			f.err = status.Errorf(codes.Unavailable, "%v", c)
 			break
 		}
+		kind, isFault := fault.KindOf(err)
 		switch {
 		case workers.LocalLimit(err):
 			f.cause = causeRouterLimit
-		case status.Code(err) == codes.Unimplemented, errors.Is(err, workers.ErrBadEmbedding):
+		case status.Code(err) == codes.Unimplemented, errors.Is(err, workers.ErrBadEmbedding),
+			isFault && kind == fault.Unsupported:
 			f.cause = causeUnsupported
+		case isFault:
+			// A fault an adapter raised about the request (a constraint
+			// no engine knows, a PD pairing the protocols cannot make)
+			// would fail anywhere; the rest (a corrupt or unreachable
+			// engine) is the worker's.
+			switch kind {
+			case fault.Invalid, fault.TooLarge, fault.Precondition, fault.NotFound:
+				f.cause = causeClientError
+			}
 		default:
 			switch status.Code(err) {
 			case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
@@ -141,6 +154,9 @@ func (f *failure) status() error {
 	case causeRouter:
 		return status.Errorf(codes.Internal, "%s", msg)
 	case causeClientError:
+		if _, ok := fault.As(f.err); ok {
+			return fmt.Errorf("worker %s: %w", f.worker.URL(), f.err)
+		}
 		return status.Errorf(status.Code(f.err), "worker %s: %s", f.worker.URL(), msg)
 	case causeRouterLimit:
 		return status.Errorf(codes.ResourceExhausted, "worker %s answered more than kvgate accepts from an engine "+
