@@ -121,11 +121,12 @@ func (rm *rankMirror) inChain(h int64) bool {
 // 1.8M pages of 16 tokens (29M tokens), far beyond the cache of any single
 // engine today. mirrorBlockBytes is what a block costs beside its tokens
 // (the block, its map entries and links): BenchmarkHostileEngineMirror
-// measures about 290 bytes for a 16-token block that never attached. A
-// mirror past its bound is reset.
+// measured about 290 bytes for a 16-token block that never attached, before
+// a block kept its first child's link inline (16 bytes more per block, one
+// allocation less). A mirror past its bound is reset.
 const (
 	mirrorBudget     = 512 << 20
-	mirrorBlockBytes = 224
+	mirrorBlockBytes = 240
 	// maxMirrorBlocks caps the bound for tiny pages.
 	maxMirrorBlocks = 1 << 22
 	// mirrorDetachedShare is the share of a mirror's blocks that may be
@@ -286,16 +287,24 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 		clear(rm.chain)
 		rm.indexed = 0
 	}
-	fresh := true
-	for _, b := range first.Blocks {
-		fresh = fresh && !rm.m.Known(b.Hash)
-	}
+	// fresh: no block gathered so far is known to the mirror. It matters
+	// only when a removal is to be hoisted, so it is computed then, over
+	// the blocks gathered up to there: a chain with no removal between its
+	// events (an engine with room) costs no lookup here, where each
+	// lookup in a map of a cache's worth of blocks is a cache miss.
+	fresh, checked := true, 0
 	continues := func(ev *workers.KVEvent) bool {
 		return ev.Kind == workers.KVStored && ev.HasParent && len(rm.blocks) > 0 &&
 			ev.Parent == rm.blocks[len(rm.blocks)-1].Hash
 	}
 	commutes := func(ev *workers.KVEvent) bool {
-		if !fresh || ev.Kind != workers.KVRemoved {
+		if ev.Kind != workers.KVRemoved {
+			return false
+		}
+		for ; fresh && checked < len(rm.blocks); checked++ {
+			fresh = !rm.m.Known(rm.blocks[checked].Hash)
+		}
+		if !fresh {
 			return false
 		}
 		n := len(rm.gone)
@@ -319,9 +328,6 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 		ev := &evs[j]
 		switch {
 		case continues(ev):
-			for _, b := range ev.Blocks {
-				fresh = fresh && !rm.m.Known(b.Hash)
-			}
 			rm.blocks = toMirrorBlocks(rm.blocks, ev.Blocks)
 			stored, next = stored+1, j+1
 			continue

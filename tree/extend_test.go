@@ -20,7 +20,11 @@ func dump(tr *Tree) string {
 		hs := slices.Clone(n.holders)
 		slices.SortFunc(hs, func(a, b holder) int { return int(a.id()) - int(b.id()) })
 		fmt.Fprintf(&b, "%*s%v %v\n", depth, "", n.tokens, hs)
-		for _, k := range n.kids {
+		// Children in the order of their tokens: their order in kids
+		// follows the tree's seeded page hash.
+		kids := slices.Clone(n.kids)
+		slices.SortFunc(kids, func(a, b kid) int { return slices.Compare(a.n.tokens, b.n.tokens) })
+		for _, k := range kids {
 			walk(k.n, depth+1)
 		}
 	}

@@ -183,24 +183,30 @@ func walkEvict(tr *Tree, tenant string, limit, budget int) {
 func fingerprint(tr *Tree) uint64 {
 	tr.mu.RLock()
 	defer tr.mu.RUnlock()
-	h := uint64(14695981039346656037)
-	mix := func(v uint64) { h = (h ^ v) * 1099511628211 }
-	var walk func(n *node)
-	walk = func(n *node) {
+	// Each subtree hashes its tokens, its holders and the sum of its
+	// children's hashes: a sum, because the order of kids follows the
+	// tree's seeded page hash, which differs between trees.
+	var walk func(n *node) uint64
+	walk = func(n *node) uint64 {
+		h := uint64(14695981039346656037)
+		mix := func(v uint64) { h = (h ^ v) * 1099511628211 }
 		mix(uint64(len(n.tokens)))
+		for _, t := range n.tokens {
+			mix(uint64(t))
+		}
 		var ids uint64 // a bit per tenant id: the test has fewer than 64
 		for _, hd := range n.holders {
 			ids |= 1 << hd.id()
 		}
 		mix(ids)
+		var kids uint64
 		for _, k := range n.kids {
-			mix(k.key)
-			walk(k.n)
+			kids += walk(k.n)
 		}
-		mix(0xff)
+		mix(kids)
+		return h
 	}
-	walk(&tr.root)
-	return h
+	return walk(&tr.root)
 }
 
 // TestFrontierIndexCompacts checks the index's memory bound when probes

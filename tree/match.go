@@ -63,7 +63,7 @@ func (t *Tree) descendFrom(top *node, ids []uint32, s *scratch) int {
 	s.path = s.path[:0]
 	n, pos := top, 0
 	for pos < len(ids) {
-		c := n.child(ids[pos : pos+ps])
+		c := n.child(t.key(ids[pos:pos+ps]), ids[pos:pos+ps])
 		if c == nil {
 			break
 		}
@@ -238,7 +238,7 @@ func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name s
 	}
 	if pos < len(ids) {
 		leaf := &node{tokens: clone(ids[pos:]), parent: parent}
-		parent.addKid(leaf, t.pageSize)
+		parent.addKid(leaf, t.key(leaf.tokens[:t.pageSize]))
 		t.nodes++
 		t.unique += len(leaf.tokens)
 		added = t.touch(leaf, id, now, priority, confirm)
@@ -336,7 +336,7 @@ func (t *Tree) touchedBy(h holder, tick uint64) bool {
 // (the copied half) is never more than the tokens of the node keeping it.
 func (t *Tree) split(n *node, k int) *node {
 	p := n.parent
-	slot := p.kidSlot(n, t.pageSize)
+	slot := p.kidSlot(n, t.key(n.tokens[:t.pageSize]))
 	u := &node{parent: p, holders: make([]holder, len(n.holders))}
 	if k <= len(n.tokens)-k {
 		u.tokens, n.tokens = clone(n.tokens[:k]), n.tokens[k:]
@@ -349,7 +349,7 @@ func (t *Tree) split(n *node, k int) *node {
 	}
 	p.kids[slot].n = u // same first page, same slot
 	n.parent = u
-	u.kids = []kid{{pageKey(n.tokens[:t.pageSize]), n}}
+	u.kids = []kid{{t.key(n.tokens[:t.pageSize]), n}}
 	t.nodes++
 	return u
 }
@@ -393,7 +393,7 @@ func (t *Tree) dropHolder(n *node, i int, probe bool) {
 func (t *Tree) prune(n *node) {
 	for n != &t.root && len(n.holders) == 0 && len(n.kids) == 0 {
 		p := n.parent
-		i := p.kidSlot(n, t.pageSize)
+		i := p.kidSlot(n, t.key(n.tokens[:t.pageSize]))
 		p.kids = append(p.kids[:i], p.kids[i+1:]...)
 		if len(p.kids) == 0 {
 			p.kids = nil

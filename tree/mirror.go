@@ -3,6 +3,7 @@ package tree
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Mirror follows one engine's KV events (one per engine and data-parallel
@@ -86,7 +87,10 @@ type mirrorBlock struct {
 	up        *mirrorBlock // when attached: the parent, nil under the root
 	slot      int          // index in the parent's kids, or in orphans[parent]
 	kids      []*mirrorBlock
-	tokens    []uint32
+	// one backs kids while the block has at most one child, as a block of
+	// an engine's chain does: the first child costs no allocation.
+	one    [1]*mirrorBlock
+	tokens []uint32
 }
 
 // mirrorFrame is one step of a walk below a block: the block, where its
@@ -237,28 +241,32 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	if hasParent {
 		up = m.blocks[parent]
 	}
-	top := up
-	first := -1 // the first block of the chain that is not attached
+	// first is the first block of the chain that is not attached (a new
+	// block is not), above the block it hangs off: the chain attaches when
+	// that is the root or an attached block. Blocks added to a chain that
+	// attaches in this call skip the detached queue: an engine's chains
+	// usually do, and queueing every block stored only for the queue's
+	// compaction to drop it cost a slice entry (and a pointer for the
+	// collector to scan) per block.
+	first := slices.IndexFunc(found, func(e *mirrorBlock) bool { return e == nil || !e.attached })
+	if first < 0 {
+		return nil, detached, nil
+	}
+	above := up
+	if first > 0 {
+		above = found[first-1]
+	}
+	attaches := !hasParent || (above != nil && above.attached)
 	prev, prevHas = parent, hasParent
 	for i, b := range blocks {
 		e := found[i]
 		if e == nil {
-			e = m.add(b, prev, prevHas, up)
+			e = m.add(b, prev, prevHas, up, !attaches)
 			found[i] = e
-		}
-		if first < 0 && !e.attached {
-			first = i
 		}
 		prev, prevHas, up = b.Hash, true, e
 	}
-	if first < 0 {
-		return nil, detached, nil
-	}
-	above := top
-	if first > 0 {
-		above = found[first-1]
-	}
-	if hasParent && (above == nil || !above.attached) {
+	if !attaches {
 		return nil, detached, nil // the chain waits for its parent
 	}
 	// Attach the chain along the cached path, then what waited below it.
@@ -398,12 +406,16 @@ func (m *Mirror) resetArena() {
 
 // add records a new block, detached, below up, the parent's block (nil
 // when the parent is the root or not known). Blocks that waited for its
-// hash become its children.
-func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up *mirrorBlock) *mirrorBlock {
+// hash become its children. queue says whether it joins the detached
+// queue: false when the caller attaches it before returning.
+func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up *mirrorBlock, queue bool) *mirrorBlock {
 	e := &mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent, tokens: clone(b.Tokens)}
+	e.kids = e.one[:0]
 	m.blocks[b.Hash] = e
 	m.detached++
-	m.enqueue(e)
+	if queue {
+		m.enqueue(e)
+	}
 	if len(m.orphans) > 0 {
 		if l, ok := m.orphans[b.Hash]; ok {
 			e.kids = l
@@ -473,8 +485,10 @@ func (m *Mirror) remove(e *mirrorBlock, spans []Span) []Span {
 		}
 	}
 	if len(e.kids) > 0 {
-		// They stay known, waiting for e's hash to be stored again.
-		m.orphans[e.hash] = e.kids
+		// They stay known, waiting for e's hash to be stored again; in a
+		// list of their own, which does not keep e alive.
+		m.orphans[e.hash] = slices.Clone(e.kids)
+		clear(e.kids)
 		e.kids = nil
 	}
 	delete(m.blocks, e.hash)

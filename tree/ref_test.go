@@ -459,7 +459,7 @@ func checkInvariants(t *testing.T, tr *Tree) {
 	walk = func(n *node) {
 		for i, k := range n.kids {
 			c := k.n
-			if c.parent != n || c.deleted() || k.key != pageKey(c.tokens[:tr.pageSize]) {
+			if c.parent != n || c.deleted() || k.key != tr.key(c.tokens[:tr.pageSize]) {
 				panic(fmt.Sprintf("bad child edge %d of %v", i, n.tokens))
 			}
 			if i > 0 && n.kids[i-1].key > k.key {

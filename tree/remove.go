@@ -111,7 +111,7 @@ func (t *Tree) Trim(ids []uint32, tenant string, keep int) {
 	}
 	n, pos := &t.root, 0
 	for pos < keep {
-		c := n.child(ids[pos : pos+ps])
+		c := n.child(t.key(ids[pos:pos+ps]), ids[pos:pos+ps])
 		if c == nil {
 			return
 		}
@@ -129,7 +129,7 @@ func (t *Tree) Trim(ids []uint32, tenant string, keep int) {
 		}
 		n, pos = t.split(c, keep-pos), keep
 	}
-	c := n.child(ids[keep : keep+ps])
+	c := n.child(t.key(ids[keep:keep+ps]), ids[keep:keep+ps])
 	if c == nil || c.holderIndex(id) < 0 {
 		return
 	}
@@ -185,7 +185,7 @@ func (t *Tree) ExpireSpeculativeReply(prompt, reply []uint32, tenant string, tic
 	for pos < s.len() {
 		var page []uint32
 		page, buf = s.page(pos, ps, buf)
-		c := n.child(page)
+		c := n.child(t.key(page), page)
 		if c == nil {
 			return 0
 		}
