@@ -261,4 +261,20 @@ func TestCacheAwareBalancesAgainstCapacity(t *testing.T) {
 			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], tc.branch, predicted)
 		})
 	}
+	t.Run("Explain says the shares and the limit of the worker chosen", func(t *testing.T) {
+		ws := make([]*workers.Worker, 2)
+		for i := range ws {
+			ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
+				workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: 2}, nil, nil)
+		}
+		p := newCA(t, nil)
+		prompt := caTokens(1, 64)
+		place(t, p, ws[0], prompt)
+		defer busy(ws[0], 2)()
+		d := caExplain(t, p, prompt, ws...)
+		want := "imbalance: loads 0.00..1.00 of the running-request limits differ by at least 1 and ×1.5; least loaded grpc://127.0.0.1:9001 (0 of 2)"
+		if d.Reason != want {
+			t.Fatalf("reason %q, want %q", d.Reason, want)
+		}
+	})
 }
