@@ -37,7 +37,11 @@ const speculationHeadroom = 2
 //     max_load > BalanceRelThreshold × min_load over the healthy candidates,
 //     the least loaded worker (Branch "imbalance"). The gap is twice the
 //     fleet's mean load, kept within [BalanceAbsThreshold/2,
-//     BalanceAbsThreshold] (see imbalanceGap).
+//     BalanceAbsThreshold] (see imbalanceGap). Where every candidate
+//     reports its running-request limit, the fleet is also imbalanced when
+//     the loads as shares of those limits differ by BalanceCapacityThreshold
+//     or more (and by more than BalanceRelThreshold ×), and the least loaded
+//     is the one of least share (see capacityImbalanced).
 //  2. cache_hit: when the longest whole-page match covers at least
 //     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
 //     that match. When several workers hold it (a shared system prompt the
@@ -77,6 +81,7 @@ type CacheAware struct {
 	threshold     float64
 	absThreshold  int
 	relThreshold  float64
+	capThreshold  float64
 	smallestTree  bool
 	evictInterval time.Duration
 	// cost, in ModeCost, replaces the threshold rule (see costModel).
@@ -106,6 +111,7 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 		threshold:     cfg.CacheThreshold,
 		absThreshold:  cfg.BalanceAbsThreshold,
 		relThreshold:  cfg.BalanceRelThreshold,
+		capThreshold:  cfg.BalanceCapacityThreshold,
 		smallestTree:  cfg.CacheMissFallback == FallbackSmallestTree,
 		evictInterval: cfg.EvictionInterval,
 	}
@@ -217,6 +223,12 @@ type snapshot struct {
 	// imbalanced reports the balance thresholds crossed; then least is the
 	// answer whatever the tree says.
 	imbalanced bool
+	// byCapacity: every candidate reports its running-request limit and
+	// the capacity rule is on, so loads compare as shares of the limits;
+	// byCapacityFired: that rule found the fleet imbalanced (the absolute
+	// one did not), the shares spanning minShare..maxShare.
+	byCapacity, byCapacityFired bool
+	minShare, maxShare          float64
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -256,22 +268,35 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		s.max = max(s.max, s.loads[i])
 	}
 	s.gap = c.imbalanceGap(total, len(ws))
+	s.byCapacity = c.cost == nil && c.capThreshold > 0 && allReportCapacity(ws)
 	if c.cost == nil {
 		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
+		if !s.imbalanced && s.byCapacity {
+			c.capacityImbalanced(s)
+		}
 	}
 
 	// Tree sizes are needed for the smallest_tree fallback (all workers),
 	// the cost mode (all) and to break ties among the least loaded (only
 	// those).
 	sizes := make([]int, len(ws))
-	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || c.cost != nil || s.loads[i] == s.min })
+	isLeast := func(i int) bool { return s.loads[i] == s.min }
+	if s.byCapacity {
+		low := s.leastShare()
+		isLeast = func(i int) bool { return s.shareCmp(i, low) == 0 }
+	}
+	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || c.cost != nil || isLeast(i) })
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
 		s.costLoads = costLoads(ws, func(i int) int { return sizes[i] })
 		s.costc.terms = make([]costTerms, len(ws))
 	}
 	for i := range ws {
-		if s.loads[i] < s.loads[s.least] || s.loads[i] == s.loads[s.least] && sizes[i] < sizes[s.least] {
+		d := s.loads[i] - s.loads[s.least]
+		if s.byCapacity {
+			d = s.shareCmp(i, s.least)
+		}
+		if d < 0 || d == 0 && sizes[i] < sizes[s.least] {
 			s.least = i
 		}
 	}
@@ -366,6 +391,10 @@ func (s *snapshot) reason() string {
 	url := s.ws[s.chosen].URL()
 	switch s.branch {
 	case "imbalance":
+		if s.byCapacityFired {
+			return fmt.Sprintf("imbalance: loads %.2f..%.2f of the running-request limits differ by at least %g and ×%g; least loaded %s (%d of %d)",
+				s.minShare, s.maxShare, c.capThreshold, c.relThreshold, url, s.loads[s.chosen], s.ws[s.chosen].MaxRunningRequests())
+		}
 		return fmt.Sprintf("imbalance: loads %d..%d differ by more than %d and ×%g; least loaded %s (%d)",
 			s.min, s.max, s.gap, c.relThreshold, url, s.loads[s.chosen])
 	case "cache_hit":

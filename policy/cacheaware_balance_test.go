@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -189,4 +190,91 @@ func cov(counts []int) float64 {
 		sq += (float64(c) - mean) * (float64(c) - mean)
 	}
 	return math.Sqrt(sq/float64(len(counts))) / mean
+}
+
+// TestCacheAwareBalancesAgainstCapacity is the imbalance rule on engines
+// that report how many requests they run at once: load counts as a share
+// of that limit, so engines of 2 slots balance long before the absolute
+// difference of 32 requests, and engines of 256 keep the absolute rule. w0
+// holds the prompt; each row gives every worker's running-request limit
+// (0: not reported) and load, and the worker that must serve it.
+func TestCacheAwareBalancesAgainstCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits [4]int
+		loads  [4]int
+		capThr float64 // --balance-capacity-threshold; 0 means the default
+		off    bool    // the capacity rule turned off (threshold 0)
+		want   int
+		branch string
+	}{
+		{name: "2 slots, the cached engine full, the others idle: an idle one, not a queue behind the cache",
+			limits: [4]int{2, 2, 2, 2}, loads: [4]int{2, 0, 0, 0}, want: 1, branch: "imbalance"},
+		{name: "2 slots, the cached engine has a slot free: the cache",
+			limits: [4]int{2, 2, 2, 2}, loads: [4]int{1, 0, 0, 0}, want: 0, branch: "cache_hit"},
+		{name: "2 slots, every engine queues: ×1.5 is still needed (3 against 2 of each limit is not past it)",
+			limits: [4]int{2, 2, 2, 2}, loads: [4]int{6, 4, 4, 4}, want: 0, branch: "cache_hit"},
+		{name: "2 slots, every engine queues, one a whole engine's worth more than ×1.5",
+			limits: [4]int{2, 2, 2, 2}, loads: [4]int{7, 4, 4, 4}, want: 1, branch: "imbalance"},
+		{name: "8 slots, 7 against idle: the cache",
+			limits: [4]int{8, 8, 8, 8}, loads: [4]int{7, 0, 0, 0}, want: 0, branch: "cache_hit"},
+		{name: "8 slots, 8 against idle: an idle one",
+			limits: [4]int{8, 8, 8, 8}, loads: [4]int{8, 0, 0, 0}, want: 1, branch: "imbalance"},
+		{name: "256 slots, 32 against idle: the cache (the absolute floor of 32 holds)",
+			limits: [4]int{256, 256, 256, 256}, loads: [4]int{32, 0, 0, 0}, want: 0, branch: "cache_hit"},
+		{name: "256 slots, 33 against idle: the absolute rule fires first, as without limits",
+			limits: [4]int{256, 256, 256, 256}, loads: [4]int{33, 0, 0, 0}, want: 1, branch: "imbalance"},
+		{name: "one engine reports no limit: counts alone judge, 2 against idle is noise",
+			limits: [4]int{2, 2, 2, 0}, loads: [4]int{2, 0, 0, 0}, want: 0, branch: "cache_hit"},
+		{name: "the rule turned off (threshold 0): counts alone judge",
+			limits: [4]int{2, 2, 2, 2}, loads: [4]int{2, 0, 0, 0}, off: true, want: 0, branch: "cache_hit"},
+		{name: "a threshold of 2: 2 slots wait for two engines' worth",
+			limits: [4]int{2, 2, 2, 2}, loads: [4]int{3, 0, 0, 0}, capThr: 2, want: 0, branch: "cache_hit"},
+		{name: "mixed limits: shares 1.0 to 0.375 are within one engine's worth",
+			limits: [4]int{2, 8, 2, 8}, loads: [4]int{2, 3, 1, 4}, want: 0, branch: "cache_hit"},
+		{name: "mixed limits: the least share wins (2 of 8), not the least count (1 of 2)",
+			limits: [4]int{2, 8, 2, 8}, loads: [4]int{3, 4, 1, 2}, want: 3, branch: "imbalance"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := make([]*workers.Worker, 4)
+			for i, n := range tc.limits {
+				ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
+					workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: n}, nil, nil)
+			}
+			p := newCA(t, func(o *policy.Options) {
+				switch {
+				case tc.off:
+					o.CacheAware.BalanceCapacityThreshold = 0
+				case tc.capThr > 0:
+					o.CacheAware.BalanceCapacityThreshold = tc.capThr
+				}
+			})
+			prompt := caTokens(1, 64)
+			place(t, p, ws[0], prompt)
+			for i, n := range tc.loads {
+				defer busy(ws[i], n)()
+			}
+			predicted := 0
+			if tc.want == 0 {
+				predicted = 64
+			}
+			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], tc.branch, predicted)
+		})
+	}
+	t.Run("Explain says the shares and the limit of the worker chosen", func(t *testing.T) {
+		ws := make([]*workers.Worker, 2)
+		for i := range ws {
+			ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
+				workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: 2}, nil, nil)
+		}
+		p := newCA(t, nil)
+		prompt := caTokens(1, 64)
+		place(t, p, ws[0], prompt)
+		defer busy(ws[0], 2)()
+		d := caExplain(t, p, prompt, ws...)
+		want := "imbalance: loads 0.00..1.00 of the running-request limits differ by at least 1 and ×1.5; least loaded grpc://127.0.0.1:9001 (0 of 2)"
+		if d.Reason != want {
+			t.Fatalf("reason %q, want %q", d.Reason, want)
+		}
+	})
 }

@@ -1,8 +1,78 @@
 package policy
 
+import (
+	"cmp"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
 // Thresholds are the settings of cache_aware's routing rule in force: the
 // cache threshold and the balance thresholds, absolute and relative. A
 // router serving many models may set them per model; this says which hold.
 func (c *CacheAware) Thresholds() (cache float64, abs int, rel float64) {
 	return c.threshold, c.absThreshold, c.relThreshold
+}
+
+// allReportCapacity reports whether every candidate's engine says how many
+// requests it runs at once. Loads compare as shares of those limits only
+// then: a share of one worker against a count of another means nothing,
+// and the absolute rule alone (SMG's) judges such a fleet.
+func allReportCapacity(ws []workers.View) bool {
+	for _, w := range ws {
+		if w.MaxRunningRequests() <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// shareCmp compares workers i and j by load as a share of their
+// running-request limits (−1, 0, +1), exactly, by cross-multiplying.
+func (s *snapshot) shareCmp(i, j int) int {
+	return cmp.Compare(s.loads[i]*s.ws[j].MaxRunningRequests(), s.loads[j]*s.ws[i].MaxRunningRequests())
+}
+
+// leastShare returns the worker of least load share (the earlier on ties).
+func (s *snapshot) leastShare() int {
+	low := 0
+	for i := range s.ws {
+		if s.shareCmp(i, low) < 0 {
+			low = i
+		}
+	}
+	return low
+}
+
+// share is worker i's load as a share of its running-request limit: past 1
+// its engine queues what it is sent.
+func (s *snapshot) share(i int) float64 {
+	return float64(s.loads[i]) / float64(s.ws[i].MaxRunningRequests())
+}
+
+// capacityImbalanced applies the capacity rule to s (every candidate
+// reports its limit): the fleet is imbalanced when the most and the least
+// loaded shares differ by BalanceCapacityThreshold or more and the larger
+// is over BalanceRelThreshold × the smaller.
+//
+// The absolute rule waits for a difference of at least
+// BalanceAbsThreshold/2 requests (32 by default), which engines that run 2
+// or 8 requests at once never reach while they serve well: on 4 engines of
+// 2 slots the cached engine took 42% of an agentic trace, its queue in
+// front of a cache hit costing more than the miss elsewhere, and p90 and
+// p99 ended worse than round_robin's. With the default threshold of 1,
+// an engine of 2 slots holding 2 requests against an idle one is
+// imbalanced: a request sent there would wait for a whole request to
+// finish, where the idle engine starts it at once. On engines of 256 slots
+// the absolute rule fires first, as before.
+func (c *CacheAware) capacityImbalanced(s *snapshot) {
+	hi, lo := 0, s.leastShare()
+	for i := range s.ws {
+		if s.shareCmp(i, hi) > 0 {
+			hi = i
+		}
+	}
+	s.minShare, s.maxShare = s.share(lo), s.share(hi)
+	if s.maxShare-s.minShare >= c.capThreshold && s.maxShare > c.relThreshold*s.minShare {
+		s.imbalanced, s.byCapacityFired = true, true
+	}
 }

@@ -50,7 +50,9 @@ func DefaultOptions() Options {
 // when it covers at least CacheThreshold of the prompt, unless the fleet is
 // imbalanced: max_load - min_load > gap and max_load > BalanceRelThreshold ×
 // min_load, where gap is twice the fleet's mean load kept within
-// [BalanceAbsThreshold/2, BalanceAbsThreshold].
+// [BalanceAbsThreshold/2, BalanceAbsThreshold]; or, where every engine
+// reports its running-request limit, when the loads as shares of those
+// limits differ by BalanceCapacityThreshold or more.
 type CacheAwareConfig struct {
 	// CacheThreshold (--cache-threshold) is in [0, 1]; 0 routes by cache
 	// whenever any worker holds a page of the prompt, 1 only on a full
@@ -64,6 +66,12 @@ type CacheAwareConfig struct {
 	// BalanceRelThreshold (--balance-rel-threshold) is ≥ 1: max_load is never
 	// below min_load, so a ratio under 1 would mean the same as 1.
 	BalanceRelThreshold float64
+	// BalanceCapacityThreshold (--balance-capacity-threshold) is ≥ 0 and
+	// finite: the difference in load, as a share of each engine's
+	// running-request limit, from which the fleet is imbalanced (1: one
+	// engine's worth of requests). It applies only where every candidate
+	// reports its limit; 0 turns it off, leaving the absolute rule alone.
+	BalanceCapacityThreshold float64
 	// CacheMissFallback (--cache-miss-fallback) is where a cache miss goes:
 	// FallbackLeastLoaded or FallbackSmallestTree.
 	CacheMissFallback string
@@ -105,15 +113,18 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		CacheThreshold:      0.3,
 		BalanceAbsThreshold: 64,
 		BalanceRelThreshold: 1.5,
-		CacheMissFallback:   FallbackLeastLoaded,
-		EvictionInterval:    120 * time.Second,
-		MaxTreeSize:         1 << 26,
-		EvictionPolicy:      "lru",
-		BlockSize:           16,
-		SpeculativeTTL:      500 * time.Millisecond,
-		Mode:                ModeThreshold,
-		DecodeWeight:        DefaultDecodeWeight,
-		EvictWeight:         DefaultEvictWeight,
+		// Not SMG's: SMG judges balance by request counts alone. Where
+		// engines report no limit, this is unused and the rule is SMG's.
+		BalanceCapacityThreshold: 1,
+		CacheMissFallback:        FallbackLeastLoaded,
+		EvictionInterval:         120 * time.Second,
+		MaxTreeSize:              1 << 26,
+		EvictionPolicy:           "lru",
+		BlockSize:                16,
+		SpeculativeTTL:           500 * time.Millisecond,
+		Mode:                     ModeThreshold,
+		DecodeWeight:             DefaultDecodeWeight,
+		EvictWeight:              DefaultEvictWeight,
 	}
 }
 
@@ -162,6 +173,9 @@ func (c CacheAwareConfig) Validate() error {
 	}
 	if err := checkRatio("--balance-rel-threshold", c.BalanceRelThreshold); err != nil {
 		errs = append(errs, err)
+	}
+	if !(c.BalanceCapacityThreshold >= 0) || math.IsInf(c.BalanceCapacityThreshold, 1) {
+		errs = append(errs, fmt.Errorf("--balance-capacity-threshold %g: must be ≥ 0 and finite", c.BalanceCapacityThreshold))
 	}
 	if c.CacheMissFallback != FallbackLeastLoaded && c.CacheMissFallback != FallbackSmallestTree {
 		errs = append(errs, fmt.Errorf("--cache-miss-fallback %q: want %s or %s", c.CacheMissFallback, FallbackLeastLoaded, FallbackSmallestTree))

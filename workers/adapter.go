@@ -99,6 +99,7 @@ type rankLoad interface {
 	GetNumWaitingReqs() int32
 	GetNumUsedTokens() int32
 	GetMaxTotalNumTokens() int32
+	GetMaxRunningRequests() int32
 	GetTokenUsage() float64
 	GetCacheHitRate() float64
 }
@@ -119,6 +120,7 @@ func sumLoads[L rankLoad](ranks []L) Load {
 		l.Waiting += int(r.GetNumWaitingReqs())
 		l.UsedTokens += int(r.GetNumUsedTokens())
 		l.MaxTotalTokens += int(r.GetMaxTotalNumTokens())
+		l.MaxRunning += max(int(r.GetMaxRunningRequests()), 0)
 		usage += r.GetTokenUsage()
 		hit += r.GetCacheHitRate()
 	}

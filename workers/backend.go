@@ -174,6 +174,9 @@ type Load struct {
 	Waiting        int
 	UsedTokens     int
 	MaxTotalTokens int
+	// MaxRunning is the engine's running-request limit (all ranks); 0
+	// when not reported.
+	MaxRunning int
 	// TokenUsage is the fraction of KV cache in use, in [0, 1].
 	TokenUsage float64
 	// CacheHitRate is the engine's prefix cache hit rate, in [0, 1].
@@ -190,6 +193,9 @@ type ModelInfo struct {
 	PageSize int
 	// KVCapacityTokens is the KV cache size in tokens; 0 when not reported.
 	KVCapacityTokens int
+	// MaxRunningRequests is how many requests the engine runs at once
+	// (the rest wait in its queue); 0 when not reported.
+	MaxRunningRequests int
 	// BootstrapPort is the port of the engine's PD bootstrap server (SGLang
 	// server_args disaggregation_bootstrap_port); 0 when not reported.
 	BootstrapPort int

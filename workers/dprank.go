@@ -274,5 +274,8 @@ func rankCapacities(ctx context.Context, ws []*Worker, timeout time.Duration) {
 		if c := loads[w.rank].MaxTotalTokens; c > 0 {
 			w.info.KVCapacityTokens = c
 		}
+		if n := loads[w.rank].MaxRunning; n > 0 {
+			w.info.MaxRunningRequests = n
+		}
 	}
 }

@@ -226,6 +226,11 @@ func (b *sglangBackend) Info(ctx context.Context) (ModelInfo, error) {
 			info.PageSize = int(n.NumberValue)
 		}
 	}
+	if v, ok := si.GetServerArgs().GetFields()["max_running_requests"]; ok {
+		if n, ok := v.GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue > 0 {
+			info.MaxRunningRequests = int(n.NumberValue)
+		}
+	}
 	if v, ok := si.GetServerArgs().GetFields()["disaggregation_bootstrap_port"]; ok {
 		if n, ok := v.GetKind().(*structpb.Value_NumberValue); ok && n.NumberValue > 0 && n.NumberValue < 65536 {
 			info.BootstrapPort = int(n.NumberValue)

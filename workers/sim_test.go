@@ -62,6 +62,23 @@ func TestEnginesReportTheirPageSize(t *testing.T) {
 	}
 }
 
+// TestEnginesReportTheirRunningLimit: both protocols tell how many requests
+// the engine runs at once (SGLang's server_args.max_running_requests, vLLM's
+// GetLoads max_running_requests), the capacity cache_aware judges balance by.
+func TestEnginesReportTheirRunningLimit(t *testing.T) {
+	for _, p := range simProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			cfg := sim.DefaultConfig()
+			cfg.Protocol, cfg.TimeScale, cfg.MaxRunning = p.name, 0, 2
+			cfg.Logger = slog.New(slog.DiscardHandler)
+			_, w := simtest.Worker(t, cfg)
+			if got := workers.ViewOf(w).MaxRunningRequests(); got != 2 {
+				t.Errorf("running-request limit %d, want the engine's 2", got)
+			}
+		})
+	}
+}
+
 func TestSimConnectAndGenerate(t *testing.T) {
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {

@@ -221,6 +221,7 @@ func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 	switch {
 	case err == nil:
 		info.PageSize = max(int(si.GetBlockSize()), 0)
+		info.MaxRunningRequests = max(int(si.GetMaxNumSeqs()), 0)
 	case status.Code(err) != codes.Unimplemented:
 		return ModelInfo{}, err
 	}
@@ -232,6 +233,9 @@ func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 		return ModelInfo{}, err
 	}
 	info.KVCapacityTokens = l.MaxTotalTokens
+	if l.MaxRunning > 0 {
+		info.MaxRunningRequests = l.MaxRunning
+	}
 	return info, nil
 }
 

@@ -35,6 +35,8 @@ type benchConfig struct {
 	concurrency int
 	jsonPath    string
 	plotPath    string
+	speeds      speeds
+	sloTTFT     time.Duration
 	overhead    bool
 	ovh         overheadFlags
 	unique      bench.UniqueConfig
@@ -57,9 +59,11 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.Requests, "requests", 0, "send at most this many requests (0: the whole workload)")
 	fs.IntVar(&c.concurrency, "concurrency", -1, "maximum requests in flight (0: unlimited; -1: 64 for shared-prefix without --qps, 16 for unique, else unlimited); unique: streams open at once, so --requests N --concurrency N is a burst of N simultaneous streams")
 	fs.StringVar(&w.TracePath, "trace", "", "trace workload: Mooncake-format JSONL file")
-	fs.Float64Var(&w.Speed, "speed", 1, "trace workload: replay speed-up (timestamps are divided by it)")
+	c.speeds = speeds{1}
+	fs.Var(&c.speeds, "speed", "trace workload: replay speed-up (timestamps are divided by it); several, comma-separated, replay the trace once per speed and --plot draws TTFT p50, p99 and goodput against speed per policy")
+	fs.DurationVar(&c.sloTTFT, "slo-ttft", bench.DefaultSLOTTFT, "with several --speed values: the time to first token a request must meet to count towards goodput")
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle) to this file")
+	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle; with several --speed values, TTFT p50, p99 and goodput against speed per policy) to this file")
 	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
 	c.ovh.register(fs)
 	fs.StringVar(&c.peers, "peers", "", "run these other routers beside kvgate (smg): each --policies entry P runs as kvgate:P (kvgate serve in a process of its own) then as smg:P, alternating, each in front of a fresh fleet of the same simulated engines; kvgate:P or smg:P runs on one router only; pooled stays in this process")
@@ -143,6 +147,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if c.workload.Name == bench.SharedPrefix && c.workload.QPS == 0 {
 			c.run.Concurrency = 64
 		}
+	}
+	c.workload.Speed = c.speeds[0]
+	if len(c.speeds) > 1 {
+		return c.runSweep(ctx, stdout, stderr)
 	}
 	wl, err := bench.Generate(c.workload)
 	if err != nil {

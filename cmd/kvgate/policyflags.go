@@ -25,6 +25,7 @@ type policyFlags struct {
 	cacheThreshold       float64
 	balanceAbs           int
 	balanceRel           float64
+	balanceCapacity      float64
 	cacheMissFallback    string
 	evictionIntervalSecs int
 	maxTreeSize          int
@@ -59,6 +60,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 		fmt.Sprintf("cache_aware, bucket: load difference (max - min) above which the fleet counts as imbalanced, ≥ 0 (bucket's default when not given: %d); cache_aware counts a smaller difference while the fleet's mean load is under half of it: twice the mean, but not less than half the threshold", b.BalanceAbsThreshold))
 	fs.Float64Var(&p.balanceRel, "balance-rel-threshold", ca.BalanceRelThreshold,
 		fmt.Sprintf("cache_aware, bucket: load ratio (max / min) above which the fleet counts as imbalanced, ≥ 1 (bucket's default when not given: %g)", b.BalanceRelThreshold))
+	fs.Float64Var(&p.balanceCapacity, "balance-capacity-threshold", ca.BalanceCapacityThreshold,
+		"cache_aware: where every engine reports how many requests it runs at once, the fleet also counts as imbalanced when the loads as shares of those limits differ by at least this much (1: one engine's worth) and by more than --balance-rel-threshold ×; ≥ 0, 0 turns it off (where an engine reports no limit, --balance-abs-threshold alone judges)")
 	fs.StringVar(&p.cacheMissFallback, "cache-miss-fallback", ca.CacheMissFallback,
 		"cache_aware: where a cache miss goes: least_loaded or smallest_tree (the worker with the most cache capacity, SMG's rule)")
 	fs.IntVar(&p.evictionIntervalSecs, "eviction-interval", int(ca.EvictionInterval/time.Second),
@@ -137,6 +140,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.CacheThreshold = p.cacheThreshold
 	ca.BalanceAbsThreshold = p.balanceAbs
 	ca.BalanceRelThreshold = p.balanceRel
+	ca.BalanceCapacityThreshold = p.balanceCapacity
 	ca.CacheMissFallback = p.cacheMissFallback
 	ca.EvictionInterval = secs(p.evictionIntervalSecs)
 	ca.MaxTreeSize = p.maxTreeSize
