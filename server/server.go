@@ -24,7 +24,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -426,11 +425,12 @@ func (s *Server) refused(ctx context.Context, fullMethod string, err error) {
 	s.log.Log(ctx, lvl, "finished call", attrs...)
 }
 
-// recoverPanic turns a handler panic into INTERNAL for that one RPC and logs
-// the stack; the process keeps serving everyone else.
+// recoverPanic turns a handler panic into an error that carries no fault, a
+// bug, which the edge answers with INTERNAL for that one RPC; it logs the
+// stack, and the process keeps serving everyone else.
 func (s *Server) recoverPanic(ctx context.Context, p any) error {
 	s.log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
-	return status.Error(codes.Internal, "internal error")
+	return errors.New("internal error")
 }
 
 // slogAdapter lets the go-grpc-middleware logging interceptors write to slog.
