@@ -35,6 +35,8 @@ import (
 	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -256,8 +258,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
 	s.metrics.Registry.MustRegister(s.admission.awaitingGauge())
-	for _, c := range []prometheus.Collector{tokenizerCollector{s.models}, treeCollector{s: s},
-		kvEventCollector{reg: s.reg, status: cfg.KVEvents, models: s.models}} {
+	// The packages that measure define these series; the router only
+	// says which of their objects to read.
+	for _, c := range []prometheus.Collector{cache.NewCollector(s.tokenizerStats), policy.NewCollector(s.servedPolicies),
+		workers.NewKVModeCollector(s.reg, cfg.KVEvents)} {
 		if err := s.metrics.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
