@@ -49,12 +49,15 @@ const (
 	Corrupt
 	// Unauthenticated: the request carries no valid credentials.
 	Unauthenticated
+	// Exists: the request would add what is already there (a worker at
+	// an address the fleet holds).
+	Exists
 )
 
 var kindNames = [...]string{
 	Bug: "bug", Invalid: "invalid", TooLarge: "too large", Busy: "busy", NotFound: "not found",
 	Precondition: "precondition", Unavailable: "unavailable", Unsupported: "unsupported",
-	Corrupt: "corrupt", Unauthenticated: "unauthenticated",
+	Corrupt: "corrupt", Unauthenticated: "unauthenticated", Exists: "exists",
 }
 
 func (k Kind) String() string {

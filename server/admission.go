@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/fault"
 )
 
 // AdmissionConfig bounds the work kvgate accepts. Beyond the limits a
@@ -152,7 +152,7 @@ func (a *admission) acquire(ctx context.Context, shutdown <-chan struct{}) (rele
 	if a.waiting.Add(1) > int64(a.cfg.QueueSize) {
 		a.waiting.Add(-1)
 		a.m.admissionRejected.WithLabelValues("queue_full").Inc()
-		return nil, status.Errorf(codes.ResourceExhausted,
+		return nil, fault.Newf(fault.Busy,
 			"kvgate is at its limit of %d concurrent requests (--max-concurrent-requests) and its wait queue of %d is full (--queue-size); retry later",
 			a.cfg.MaxConcurrentRequests, a.cfg.QueueSize)
 	}
@@ -164,13 +164,13 @@ func (a *admission) acquire(ctx context.Context, shutdown <-chan struct{}) (rele
 		return release, nil
 	case <-t.C:
 		a.m.admissionRejected.WithLabelValues("queue_timeout").Inc()
-		return nil, status.Errorf(codes.ResourceExhausted,
+		return nil, fault.Newf(fault.Busy,
 			"kvgate is at its limit of %d concurrent requests (--max-concurrent-requests) and no place freed within %v in its queue (--queue-timeout-secs); retry later",
 			a.cfg.MaxConcurrentRequests, a.cfg.QueueTimeout)
 	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return nil, ctx.Err()
 	case <-shutdown:
-		return nil, status.Error(codes.Unavailable, errShuttingDown.Error())
+		return nil, fault.Newf(fault.Unavailable, "%w", errShuttingDown)
 	}
 }
 
@@ -247,10 +247,21 @@ func readWithin(ss grpc.ServerStream, m any, d time.Duration) error {
 	case err := <-got:
 		return err
 	case <-t.C:
-		return status.Errorf(codes.DeadlineExceeded,
-			"the request message did not arrive within %v of the call's start (--request-read-timeout); send it as the call opens", d)
+		return readTimeout(d)
 	}
 }
+
+// readTimeout is a request message that did not arrive in time. It is a
+// deadline, the call's own, so it unwraps to context.DeadlineExceeded and
+// the edge answers DEADLINE_EXCEEDED with this message.
+type readTimeout time.Duration
+
+func (e readTimeout) Error() string {
+	return fmt.Sprintf("the request message did not arrive within %v of the call's start (--request-read-timeout); send it as the call opens",
+		time.Duration(e))
+}
+
+func (readTimeout) Unwrap() error { return context.DeadlineExceeded }
 
 // admissionUnary is admissionStream for the Router's unary RPCs (Embed).
 // grpc-go reads and decodes a unary request before any interceptor runs,
@@ -273,7 +284,7 @@ func (s *Server) admit(ctx context.Context) (release func(), err error) {
 	if l := s.admission.limiter; l != nil {
 		if !l.allow(clientKey(ctx)) {
 			s.metrics.admissionRejected.WithLabelValues("rate_limit").Inc()
-			return nil, status.Errorf(codes.ResourceExhausted,
+			return nil, fault.Newf(fault.Busy,
 				"this client key is over its rate limit of %g requests per second (--rate-limit-per-key); retry later", l.rate)
 		}
 	}

@@ -6,14 +6,14 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec wrapped below
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kvgate/kvgate/fault"
 )
 
 // requestCodec is gRPC's proto codec with one difference. A request that
@@ -56,12 +56,12 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// rejectUndecodableUnary answers INVALID_ARGUMENT for a request the codec
+// rejectUndecodableUnary refuses, as an invalid request, a request the codec
 // could not decode, before its handler runs.
 func rejectUndecodableUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if m, ok := req.(proto.Message); ok {
 		if why, bad := undecodable(m); bad {
-			return nil, status.Error(codes.InvalidArgument, why)
+			return nil, fault.Newf(fault.Invalid, "%s", why)
 		}
 	}
 	return handler(ctx, req)
@@ -81,7 +81,7 @@ func (s checkedStream) RecvMsg(m any) error {
 	}
 	if pm, ok := m.(proto.Message); ok {
 		if why, bad := undecodable(pm); bad {
-			return status.Error(codes.InvalidArgument, why)
+			return fault.Newf(fault.Invalid, "%s", why)
 		}
 	}
 	return nil

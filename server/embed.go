@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/workers"
@@ -60,17 +59,17 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 	limits := s.admission.cfg
 	switch {
 	case len(in) == 0:
-		return nil, nil, invalid("inputs is empty; at least 1 input is required")
+		return nil, nil, fault.Invalidf("inputs", "inputs is empty; at least 1 input is required")
 	case len(in) > limits.MaxEmbedInputs:
-		return nil, nil, invalid("inputs has %d entries; the limit is %d", len(in), limits.MaxEmbedInputs)
+		return nil, nil, fault.Invalidf("inputs", "inputs has %d entries; the limit is %d", len(in), limits.MaxEmbedInputs)
 	}
 	total, texts := 0, 0
 	for i, e := range in {
 		switch {
 		case len(e.GetInputIds()) > 0 && e.GetText() != "":
-			return nil, nil, invalid("inputs[%d]: input_ids and text are both set; send each input one way", i)
+			return nil, nil, fault.Invalidf(fmt.Sprintf("inputs[%d]", i), "inputs[%d]: input_ids and text are both set; send each input one way", i)
 		case len(e.GetInputIds()) == 0 && e.GetText() == "":
-			return nil, nil, invalid("inputs[%d]: input_ids is empty and text is empty; an input of at least 1 token is required", i)
+			return nil, nil, fault.Invalidf(fmt.Sprintf("inputs[%d]", i), "inputs[%d]: input_ids is empty and text is empty; an input of at least 1 token is required", i)
 		case e.GetText() != "" && text == nil:
 			return nil, nil, noText(j.route, fmt.Sprintf("inputs[%d].text", i))
 		}
@@ -80,7 +79,7 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 		}
 	}
 	if total > limits.MaxEmbedTokens {
-		return nil, nil, invalid("inputs have %d tokens together; the limit is %d", total, limits.MaxEmbedTokens)
+		return nil, nil, fault.Invalidf("inputs", "inputs have %d tokens together; the limit is %d", total, limits.MaxEmbedTokens)
 	}
 	t := &embedding{s: s, j: j, inputs: make([][]uint32, len(in))}
 	if texts == 0 {
@@ -102,10 +101,10 @@ func (s *Server) embedJob(ctx context.Context, req *kvgatev1.EmbedRequest) (*job
 		}
 		ids, commit, l, err := encode(text, e.GetText(), true, fmt.Sprintf("inputs[%d].text", i), s.promptContext(j.route))
 		if err == nil && len(ids) == 0 {
-			err = invalid("inputs[%d].text tokenizes to no tokens; an input of at least 1 token is required", i)
+			err = fault.Invalidf(fmt.Sprintf("inputs[%d].text", i), "inputs[%d].text tokenizes to no tokens; an input of at least 1 token is required", i)
 		}
 		if total += len(ids); err == nil && total > limits.MaxEmbedTokens {
-			err = invalid("inputs have more than %d tokens together (counted up to inputs[%d]); the limit is %d", limits.MaxEmbedTokens, i, limits.MaxEmbedTokens)
+			err = fault.Invalidf("inputs", "inputs have more than %d tokens together (counted up to inputs[%d]); the limit is %d", limits.MaxEmbedTokens, i, limits.MaxEmbedTokens)
 		}
 		lk.add(l)
 		if err != nil {
@@ -166,12 +165,12 @@ func (t *embedding) check(l limits) error {
 		if l.vocabSize > 0 {
 			for k, id := range ids {
 				if int(id) >= l.vocabSize {
-					return invalid("inputs[%d].input_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, k, id, l.vocabSize)
+					return fault.Invalidf(fmt.Sprintf("inputs[%d].input_ids[%d]", i, k), "inputs[%d].input_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, k, id, l.vocabSize)
 				}
 			}
 		}
 		if l.maxContext > 0 && len(ids) > l.maxContext {
-			return invalid("inputs[%d] has %d tokens; the model's context is %d tokens", i, len(ids), l.maxContext)
+			return fault.Invalidf(fmt.Sprintf("inputs[%d]", i), "inputs[%d] has %d tokens; the model's context is %d tokens", i, len(ids), l.maxContext)
 		}
 	}
 	return nil
@@ -211,8 +210,8 @@ func (t *embedding) exec(actx context.Context, cancel context.CancelCauseFunc, p
 		dim := len(results[0].Embedding)
 		for i, res := range results {
 			if len(res.Embedding) != dim {
-				first = fmt.Errorf("%w: %w", workers.ErrBadEmbedding, status.Errorf(codes.DataLoss,
-					"worker returned embeddings of %d values for inputs[0] and %d for inputs[%d]", dim, len(res.Embedding), i))
+				first = &fault.Error{Kind: fault.Corrupt, Err: workers.ErrBadEmbedding, Msg: fmt.Sprintf(
+					"worker returned embeddings of %d values for inputs[0] and %d for inputs[%d]", dim, len(res.Embedding), i)}
 				break
 			}
 		}

@@ -5,12 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
@@ -55,7 +54,7 @@ func FuzzEmbedRequest(f *testing.F) {
 			return // answered INVALID_ARGUMENT before the handler (FuzzRequestCodec)
 		}
 		j, task, err := s.embedJob(context.Background(), req)
-		if status.Code(err) == codes.FailedPrecondition {
+		if k, _ := fault.KindOf(err); k == fault.Precondition {
 			return
 		}
 		if err != nil {

@@ -143,6 +143,9 @@ func (f *failure) status() error {
 		if _, ok := status.FromError(f.err); ok {
 			return f.err
 		}
+		if _, ok := fault.As(f.err); ok {
+			return f.err // the request's own (checked against the fleet's limits)
+		}
 		return status.Error(codes.Unavailable, f.err.Error())
 	}
 	msg := status.Convert(f.err).Message()

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -33,10 +31,10 @@ const maxDrainSecs = 3600
 
 func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (*kvgatev1.AddWorkerResponse, error) {
 	if a.s.fleet == nil {
-		return nil, status.Error(codes.Unimplemented, "this router's fleet is fixed")
+		return nil, fault.Newf(fault.Unsupported, "this router's fleet is fixed")
 	}
 	if req.GetAddress() == "" {
-		return nil, invalid("address is empty; give grpc://host:port, grpcs://host:port or host:port")
+		return nil, fault.Invalidf("address", "address is empty; give grpc://host:port, grpcs://host:port or host:port")
 	}
 	role := workers.RoleRegular
 	switch req.GetRole() {
@@ -55,18 +53,18 @@ func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (
 		proto = workers.ProtocolTRTLLM
 	}
 	if req.GetBootstrapPort() > 65535 {
-		return nil, invalid("bootstrap_port is %d; a port is at most 65535", req.GetBootstrapPort())
+		return nil, fault.Invalidf("bootstrap_port", "bootstrap_port is %d; a port is at most 65535", req.GetBootstrapPort())
 	}
 	w, err := a.s.fleet.AddWorker(ctx, req.GetAddress(), role, proto, int(req.GetBootstrapPort()))
 	switch {
 	case errors.Is(err, workers.ErrWorkerExists):
-		return nil, status.Errorf(codes.AlreadyExists, "%v", err)
+		return nil, fault.Fieldf(fault.Exists, "address", "%w", err)
 	case errors.Is(err, workers.ErrIncompatible), errors.Is(err, ErrWorkerNotAllowed):
-		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+		return nil, fault.Newf(fault.Precondition, "%w", err)
 	case errors.Is(err, ErrTooManyWorkers):
-		return nil, status.Errorf(codes.ResourceExhausted, "%v", err)
+		return nil, fault.Newf(fault.TooLarge, "%w", err)
 	case err != nil:
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		return nil, fault.Newf(fault.Invalid, "%w", err)
 	}
 	a.s.log.InfoContext(ctx, "worker added", "worker", w.URL(), "connected", w.Connected())
 	return &kvgatev1.AddWorkerResponse{Worker: a.workerPB(w)}, nil
@@ -74,17 +72,17 @@ func (a *admin) AddWorker(ctx context.Context, req *kvgatev1.AddWorkerRequest) (
 
 func (a *admin) RemoveWorker(ctx context.Context, req *kvgatev1.RemoveWorkerRequest) (*kvgatev1.RemoveWorkerResponse, error) {
 	if a.s.fleet == nil {
-		return nil, status.Error(codes.Unimplemented, "this router's fleet is fixed")
+		return nil, fault.Newf(fault.Unsupported, "this router's fleet is fixed")
 	}
 	if req.GetDrainTimeoutSecs() > maxDrainSecs {
-		return nil, invalid("drain_timeout_secs is %d; the limit is %d", req.GetDrainTimeoutSecs(), maxDrainSecs)
+		return nil, fault.Invalidf("drain_timeout_secs", "drain_timeout_secs is %d; the limit is %d", req.GetDrainTimeoutSecs(), maxDrainSecs)
 	}
 	w, cut, err := a.s.fleet.RemoveWorker(ctx, req.GetAddress(), time.Duration(req.GetDrainTimeoutSecs())*time.Second)
 	switch {
 	case errors.Is(err, workers.ErrWorkerNotFound):
-		return nil, status.Errorf(codes.NotFound, "%v", err)
+		return nil, fault.Fieldf(fault.NotFound, "address", "%w", err)
 	case err != nil:
-		return nil, status.Errorf(codes.Internal, "%v", err)
+		return nil, fault.Newf(fault.Bug, "%w", err)
 	}
 	return &kvgatev1.RemoveWorkerResponse{Worker: a.workerPB(w), Aborted: uint32(cut)}, nil
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -22,22 +20,22 @@ var ErrNoFlushCache = errors.New("the worker's engine does not implement FlushCa
 
 func (a *admin) FlushCache(ctx context.Context, req *kvgatev1.FlushCacheRequest) (*kvgatev1.FlushCacheResponse, error) {
 	if a.s.fleet == nil {
-		return nil, status.Error(codes.Unimplemented, "this router cannot flush its workers' caches")
+		return nil, fault.Newf(fault.Unsupported, "this router cannot flush its workers' caches")
 	}
 	if req.GetAddress() == "" {
-		return nil, invalid("address is empty; give a worker's address as ListWorkers shows it")
+		return nil, fault.Invalidf("address", "address is empty; give a worker's address as ListWorkers shows it")
 	}
 	if req.GetTimeoutSecs() > maxFlushSecs {
-		return nil, invalid("timeout_secs is %d; the limit is %d", req.GetTimeoutSecs(), maxFlushSecs)
+		return nil, fault.Invalidf("timeout_secs", "timeout_secs is %d; the limit is %d", req.GetTimeoutSecs(), maxFlushSecs)
 	}
 	w, msg, err := a.s.fleet.FlushCache(ctx, req.GetAddress(), time.Duration(req.GetTimeoutSecs())*time.Second)
 	switch {
 	case errors.Is(err, workers.ErrWorkerNotFound):
-		return nil, status.Errorf(codes.NotFound, "%v", err)
+		return nil, fault.Fieldf(fault.NotFound, "address", "%w", err)
 	case errors.Is(err, ErrNoFlushCache), errors.Is(err, workers.ErrFlushRefused):
-		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
+		return nil, fault.Newf(fault.Precondition, "%w", err)
 	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
+		return nil, fault.Newf(fault.Unavailable, "%w", err)
 	}
 	a.s.log.InfoContext(ctx, "worker's cache flushed", "worker", w.URL(), "message", msg)
 	return &kvgatev1.FlushCacheResponse{Worker: a.workerPB(w), Message: msg}, nil

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
@@ -153,7 +154,7 @@ func truncateID(id string) string {
 // call's x-request-id metadata (see headerRequestID), or else a random id.
 func newJob(ctx context.Context, requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {
 	if len(requestID) > maxRequestIDBytes {
-		return nil, invalid("request_id is %d bytes; the limit is %d", len(requestID), maxRequestIDBytes)
+		return nil, fault.Invalidf("request_id", "request_id is %d bytes; the limit is %d", len(requestID), maxRequestIDBytes)
 	}
 	if requestID == "" {
 		var err error
@@ -183,9 +184,9 @@ func headerRequestID(ctx context.Context) (string, error) {
 	v := incomingHeader(ctx, requestIDHeaders)
 	switch {
 	case len(v) > maxRequestIDBytes:
-		return "", invalid("x-request-id metadata is %d bytes; the limit is %d", len(v), maxRequestIDBytes)
+		return "", fault.Invalidf("x-request-id", "x-request-id metadata is %d bytes; the limit is %d", len(v), maxRequestIDBytes)
 	case !utf8.ValidString(v):
-		return "", invalid("x-request-id metadata is not valid UTF-8")
+		return "", fault.Invalidf("x-request-id", "x-request-id metadata is not valid UTF-8")
 	}
 	return v, nil
 }

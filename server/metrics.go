@@ -12,10 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/cache"
-	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -25,7 +23,7 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	kv kvEventMetrics
+	kv *workers.KVEventCounters
 	// SMG's documented metrics under their names (smg_ → kvgate_), beside
 	// kvgate's own, so that their PromQL and alerts work unchanged.
 	cacheHits, cacheMisses prometheus.Counter
@@ -61,7 +59,7 @@ type Metrics struct {
 	retries              *prometheus.CounterVec
 	retryBudgetExhausted prometheus.Counter
 	admissionRejected    *prometheus.CounterVec
-	breakerTransitions   *prometheus.CounterVec
+	breakerTransitions   *workers.BreakerTransitions
 	rpcLacking           *prometheus.CounterVec
 
 	predictions      prometheus.Counter
@@ -142,10 +140,7 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_admission_rejected_total",
 			Help: "Requests refused with RESOURCE_EXHAUSTED by admission control, by reason (queue_full, queue_timeout, rate_limit, logprob_bytes).",
 		}, []string{"reason"}),
-		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvgate_circuit_breaker_transitions_total",
-			Help: "Circuit breaker state changes, by the state entered (open, half_open, closed).",
-		}, []string{"state"}),
+		breakerTransitions: workers.NewBreakerTransitions(),
 		rpcLacking: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_worker_rpc_unimplemented_total",
 			Help: "Times a worker showed it lacks an optional engine RPC (UNIMPLEMENTED, or an unusable Embed answer) and was left out of that RPC's placements for 5 minutes, by worker and rpc; never counted against its circuit breaker.",
@@ -174,11 +169,11 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 	m.Registry.MustRegister(m.requests, m.errors, m.ttft, m.latency, m.selections, m.aborts, m.decisions,
 		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted, m.admissionRejected, m.breakerTransitions, m.rpcLacking,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
-		&workerCollector{reg: reg},
+		workers.NewCollector(reg),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.kv = newKVEventMetrics()
-	m.Registry.MustRegister(m.kv.collectors()...)
+	m.kv = workers.NewKVEventCounters()
+	m.Registry.MustRegister(m.kv)
 	m.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_router_cache_hits_total",
 		Help: "Decisions of a cache-aware policy that sent the request where its prefix is cached (branch cache_hit; SMG's smg_router_cache_hits_total)."})
 	m.cacheMisses = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_router_cache_misses_total",
@@ -228,84 +223,9 @@ func (m *Metrics) registerAdmissionGauges(waiting, active *atomic.Int64) {
 	)
 }
 
-// workerCollector reports each registered worker's live state at scrape time.
-type workerCollector struct{ reg *workers.Registry }
-
-var (
-	descActive = prometheus.NewDesc("kvgate_worker_active_requests",
-		"Requests this router has in flight on the worker.", []string{"worker"}, nil)
-	// descRequestsActive is descActive under SMG's name
-	// (smg_worker_requests_active), so its PromQL works unchanged.
-	descRequestsActive = prometheus.NewDesc("kvgate_worker_requests_active",
-		"Requests this router has in flight on each worker (SMG's smg_worker_requests_active).", []string{"worker"}, nil)
-	descEngineHitRate = prometheus.NewDesc("kvgate_worker_engine_cache_hit_rate",
-		"The engine's own prefix-cache hit rate, as it reported it at the last load poll (0 when it reports none).", []string{"worker"}, nil)
-	descHealthy = prometheus.NewDesc("kvgate_worker_healthy",
-		"1 when the worker passes health checks and may receive requests, else 0.", []string{"worker"}, nil)
-	descLoad = prometheus.NewDesc("kvgate_worker_load",
-		"The load figure policies compare: requests in flight here plus the engine's other requests.", []string{"worker"}, nil)
-	descEngineRunning = prometheus.NewDesc("kvgate_worker_engine_running_requests",
-		"Running requests the engine reported at the last load poll.", []string{"worker"}, nil)
-	descEngineWaiting = prometheus.NewDesc("kvgate_worker_engine_waiting_requests",
-		"Waiting requests the engine reported at the last load poll.", []string{"worker"}, nil)
-	descKVUsage = prometheus.NewDesc("kvgate_worker_kv_cache_usage_ratio",
-		"Fraction of the engine's KV cache in use at the last load poll.", []string{"worker"}, nil)
-	descBreaker = prometheus.NewDesc("kvgate_worker_circuit_breaker_state",
-		"The worker's circuit breaker: 0 closed, 1 open (no requests), 2 half-open (probing).", []string{"worker"}, nil)
-	descWorkerInfo = prometheus.NewDesc("kvgate_worker_info",
-		"Always 1: the worker's model, role and protocol, to join per-worker metrics by worker (e.g. * on(worker) group_left(model)).",
-		[]string{"worker", "model", "role", "protocol"}, nil)
-	descDraining = prometheus.NewDesc("kvgate_worker_draining",
-		"1 while the worker is being removed (Admin.RemoveWorker): it gets no new requests.", []string{"worker"}, nil)
-)
-
-func (c *workerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descActive, descRequestsActive, descEngineHitRate, descHealthy, descLoad, descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining, descWorkerInfo} {
-		ch <- d
-	}
-}
-
-func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, w := range c.reg.Snapshot() {
-		healthy := 0.0
-		if w.Healthy() {
-			healthy = 1
-		}
-		el := w.EngineLoad()
-		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(w.InFlight()), w.URL())
-		ch <- prometheus.MustNewConstMetric(descRequestsActive, prometheus.GaugeValue, float64(w.InFlight()), w.URL())
-		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, w.URL())
-		ch <- prometheus.MustNewConstMetric(descLoad, prometheus.GaugeValue, float64(w.Load()), w.URL())
-		ch <- prometheus.MustNewConstMetric(descEngineRunning, prometheus.GaugeValue, float64(el.Running), w.URL())
-		ch <- prometheus.MustNewConstMetric(descEngineWaiting, prometheus.GaugeValue, float64(el.Waiting), w.URL())
-		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, el.TokenUsage, w.URL())
-		ch <- prometheus.MustNewConstMetric(descEngineHitRate, prometheus.GaugeValue, el.CacheHitRate, w.URL())
-		ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, breakerValue(w.Breaker().State()), w.URL())
-		draining := 0.0
-		if w.Draining() {
-			draining = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining, w.URL())
-		ch <- prometheus.MustNewConstMetric(descWorkerInfo, prometheus.GaugeValue, 1, w.URL(), w.Info().Model, w.Role().String(),
-			w.Protocol().String())
-	}
-}
-
-func breakerValue(s workers.BreakerState) float64 {
-	switch s {
-	case workers.BreakerOpen:
-		return 1
-	case workers.BreakerHalfOpen:
-		return 2
-	}
-	return 0
-}
-
 // BreakerChanged counts a circuit breaker's change of state; the gateway
 // calls it from every worker's breaker.
-func (m *Metrics) BreakerChanged(to workers.BreakerState) {
-	m.breakerTransitions.WithLabelValues(to.String()).Inc()
-}
+func (m *Metrics) BreakerChanged(to workers.BreakerState) { m.breakerTransitions.Changed(to) }
 
 func (m *Metrics) observe(method string, err error, elapsed time.Duration) {
 	code := status.Code(err).String()
@@ -340,62 +260,30 @@ func (m *Metrics) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 	return err
 }
 
-// cacheStatser is what the tokenizer cache collector reads.
-type cacheStatser interface{ CacheStats() cache.Stats }
-
-// tokenizerCollector reports the tokenizer caches' counters at scrape time,
-// summed over the models served.
-type tokenizerCollector struct{ models *modeltable.Table[dispatcher] }
-
-var (
-	descCacheHits = prometheus.NewDesc("kvgate_tokenizer_cache_hits_total",
-		"Tokenizer cache hits, by level (l0: exact text, l1: prefix at a special-token boundary).", []string{"level"}, nil)
-	descCacheMisses = prometheus.NewDesc("kvgate_tokenizer_cache_misses_total",
-		"Tokenizer cache misses, by level.", []string{"level"}, nil)
-	descCacheEntries = prometheus.NewDesc("kvgate_tokenizer_cache_entries",
-		"Entries in the tokenizer cache, by level.", []string{"level"}, nil)
-	descCacheBytes = prometheus.NewDesc("kvgate_tokenizer_cache_bytes",
-		"Memory the tokenizer cache accounts for (text, ids and per-entry overhead), by level.", []string{"level"}, nil)
-	descCacheHitBytes = prometheus.NewDesc("kvgate_tokenizer_cache_l1_hit_bytes_total",
-		"Prompt bytes served from the L1 cache instead of being tokenized.", nil, nil)
-)
-
-func (tokenizerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCacheHits, descCacheMisses, descCacheEntries, descCacheBytes, descCacheHitBytes} {
-		ch <- d
+// tokenizerStats are the tokenizer caches' counters, one per model with a
+// tokenizer, for the cache package's collector.
+func (s *Server) tokenizerStats() []cache.Stats {
+	var out []cache.Stats
+	for _, r := range s.models.All() {
+		if r.Text != nil {
+			out = append(out, r.Text.CacheStats())
+		}
 	}
+	return out
 }
 
-func (c tokenizerCollector) Collect(ch chan<- prometheus.Metric) {
-	var s cache.Stats
-	texts := 0
-	for _, r := range c.models.All() {
-		if r.Text == nil {
-			continue
+// servedPolicies are the models' main policies, named as the metrics name
+// models, for the policy package's collector.
+func (s *Server) servedPolicies() []policy.Served {
+	var out []policy.Served
+	for _, r := range s.models.All() {
+		model := r.Name
+		if model == "" {
+			model = s.servedModel()
 		}
-		texts++
-		t := r.Text.CacheStats()
-		s.L0Hits, s.L0Misses, s.L0Entries, s.L0Bytes = s.L0Hits+t.L0Hits, s.L0Misses+t.L0Misses, s.L0Entries+t.L0Entries, s.L0Bytes+t.L0Bytes
-		s.L1Hits, s.L1Misses, s.L1Entries, s.L1Bytes = s.L1Hits+t.L1Hits, s.L1Misses+t.L1Misses, s.L1Entries+t.L1Entries, s.L1Bytes+t.L1Bytes
-		s.L1HitBytes += t.L1HitBytes
+		out = append(out, policy.Served{Model: model, Policy: r.Main()})
 	}
-	if texts == 0 {
-		return // no tokenizer: no tokenizer caches
-	}
-	for _, l := range []struct {
-		level          string
-		hits, misses   uint64
-		entries, bytes float64
-	}{
-		{"l0", s.L0Hits, s.L0Misses, float64(s.L0Entries), float64(s.L0Bytes)},
-		{"l1", s.L1Hits, s.L1Misses, float64(s.L1Entries), float64(s.L1Bytes)},
-	} {
-		ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(l.hits), l.level)
-		ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(l.misses), l.level)
-		ch <- prometheus.MustNewConstMetric(descCacheEntries, prometheus.GaugeValue, l.entries, l.level)
-		ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, l.bytes, l.level)
-	}
-	ch <- prometheus.MustNewConstMetric(descCacheHitBytes, prometheus.CounterValue, float64(s.L1HitBytes))
+	return out
 }
 
 func (m *Metrics) observePrediction(predicted, reported int) {
@@ -409,57 +297,6 @@ func (m *Metrics) observePrediction(predicted, reported int) {
 	default:
 		m.predictionUnder.Inc()
 		m.predictionError.Add(float64(reported - predicted))
-	}
-}
-
-// treeStatser is implemented by policies that keep a token tree.
-type treeStatser interface{ TreeStats() tree.Stats }
-
-// treeCollector reports each model's routing tree's size at scrape time.
-type treeCollector struct{ s *Server }
-
-var (
-	// descTreeSize is SMG's smg_router_cache_tree_size, in the unit of
-	// kvgate's --max-tree-size (tokens), so SMG's documented alert (above 90% of
-	// the maximum) holds with the prefix changed.
-	descTreeSize = prometheus.NewDesc("kvgate_router_cache_tree_size",
-		"The routing tree's size in the unit --max-tree-size bounds: stored tokens (SMG's smg_router_cache_tree_size).", []string{"model"}, nil)
-	descTreeBudget = prometheus.NewDesc("kvgate_tree_max_tokens",
-		"The routing tree's budget in stored tokens (--max-tree-size): divide kvgate_router_cache_tree_size by it for the share used.", []string{"model"}, nil)
-	descTreeTokens = prometheus.NewDesc("kvgate_tree_tokens",
-		"Tokens stored in the routing tree.", []string{"model"}, nil)
-	descTreeNodes = prometheus.NewDesc("kvgate_tree_nodes",
-		"Nodes in the routing tree.", []string{"model"}, nil)
-	descTreeWorkerTokens = prometheus.NewDesc("kvgate_tree_worker_tokens",
-		"Tokens the routing tree holds for each worker.", []string{"model", "worker"}, nil)
-)
-
-func (treeCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descTreeBudget
-	ch <- descTreeSize
-	ch <- descTreeTokens
-	ch <- descTreeNodes
-	ch <- descTreeWorkerTokens
-}
-
-func (c treeCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, r := range c.s.models.All() {
-		t, ok := r.Main().(treeStatser)
-		if !ok {
-			continue
-		}
-		model := r.Name
-		if model == "" {
-			model = c.s.servedModel()
-		}
-		st := t.TreeStats()
-		ch <- prometheus.MustNewConstMetric(descTreeBudget, prometheus.GaugeValue, float64(st.MaxTokens), model)
-		ch <- prometheus.MustNewConstMetric(descTreeSize, prometheus.GaugeValue, float64(st.Tokens), model)
-		ch <- prometheus.MustNewConstMetric(descTreeTokens, prometheus.GaugeValue, float64(st.Tokens), model)
-		ch <- prometheus.MustNewConstMetric(descTreeNodes, prometheus.GaugeValue, float64(st.Nodes), model)
-		for w, n := range st.TenantTokens {
-			ch <- prometheus.MustNewConstMetric(descTreeWorkerTokens, prometheus.GaugeValue, float64(n), model, w)
-		}
 	}
 }
 

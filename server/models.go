@@ -5,9 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -22,14 +20,14 @@ type route = modeltable.Entry[dispatcher]
 // tokenizer; requests, metrics, Explain and ListModels read it.
 func (s *Server) Models() *modeltable.Table[dispatcher] { return s.models }
 
-// noText is the status of a request that needs r's tokenizer when it has
+// noText is the fault of a request that needs r's tokenizer when it has
 // none: UNAVAILABLE while it loads (a client retries), else
 // FAILED_PRECONDITION saying what to configure.
 func noText(r *route, field string) error {
 	if r.TextLoading {
-		return status.Errorf(codes.Unavailable, "%s needs model %q's tokenizer, which is loading; retry in a moment", field, r.Name)
+		return fault.Fieldf(fault.Unavailable, field, "%s needs model %q's tokenizer, which is loading; retry in a moment", field, r.Name)
 	}
-	return status.Error(codes.FailedPrecondition, noTokenizer(field))
+	return fault.Fieldf(fault.Precondition, field, "%s", noTokenizer(field))
 }
 
 // maxModelName bounds the model field: names are short identifiers such as
@@ -42,15 +40,15 @@ const maxModelName = 256
 // only while one model is served.
 func (s *Server) route(name string) (*route, error) {
 	if len(name) > maxModelName {
-		return nil, invalid("model is %d bytes; the limit is %d", len(name), maxModelName)
+		return nil, fault.Invalidf("model", "model is %d bytes; the limit is %d", len(name), maxModelName)
 	}
 	if s.models.Grouping() == modeltable.OneModel {
 		r := s.models.Get("")
 		if r == nil {
-			return nil, status.Error(codes.Unavailable, "the model is starting: its workers are joining")
+			return nil, fault.Newf(fault.Unavailable, "the model is starting: its workers are joining")
 		}
 		if name != "" && s.namesModels() && !s.servesName(name) {
-			return nil, status.Errorf(codes.NotFound, "model %q is not served here; this router serves %s",
+			return nil, fault.Fieldf(fault.NotFound, "model", "model %q is not served here; this router serves %s",
 				name, s.describeServed())
 		}
 		return r, nil
@@ -63,17 +61,17 @@ func (s *Server) route(name string) (*route, error) {
 		case 1:
 			return rs[0], nil
 		case 0:
-			return nil, status.Error(codes.Unavailable, "no model is served yet: no worker has joined")
+			return nil, fault.Newf(fault.Unavailable, "no model is served yet: no worker has joined")
 		default:
-			return nil, invalid("model is empty and this router serves %d models (%s); name one", len(rs), s.describeServed())
+			return nil, fault.Invalidf("model", "model is empty and this router serves %d models (%s); name one", len(rs), s.describeServed())
 		}
 	}
 	if s.servesName(name) {
 		// A worker reports it, and its routing context is being set
 		// up: a moment's wait will do.
-		return nil, status.Errorf(codes.Unavailable, "model %q is starting: its workers are joining", name)
+		return nil, fault.Fieldf(fault.Unavailable, "model", "model %q is starting: its workers are joining", name)
 	}
-	return nil, status.Errorf(codes.NotFound, "model %q is not served here; this router serves %s", name, s.describeServed())
+	return nil, fault.Fieldf(fault.NotFound, "model", "model %q is not served here; this router serves %s", name, s.describeServed())
 }
 
 // servesName reports whether a registered worker reports model name.

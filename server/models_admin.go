@@ -4,6 +4,7 @@ import (
 	"context"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/policy"
 )
 
 func (a *admin) ListModels(context.Context, *kvgatev1.ListModelsRequest) (*kvgatev1.ListModelsResponse, error) {
@@ -22,7 +23,7 @@ func (a *admin) ListModels(context.Context, *kvgatev1.ListModelsRequest) (*kvgat
 			m.VocabSize = uint32(r.Text.Tokenizer().VocabSize())
 			m.ChatTemplate = r.Text.TemplateSource()
 		}
-		if t, ok := r.Main().(treeStatser); ok {
+		if t, ok := r.Main().(policy.TreeStatser); ok {
 			m.TreeTokens = uint64(max(t.TreeStats().Tokens, 0))
 		}
 		resp.Models = append(resp.Models, m)

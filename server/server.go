@@ -24,7 +24,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -36,6 +35,8 @@ import (
 	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -257,8 +258,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
 	s.metrics.Registry.MustRegister(s.admission.awaitingGauge())
-	for _, c := range []prometheus.Collector{tokenizerCollector{s.models}, treeCollector{s: s},
-		kvEventCollector{reg: s.reg, status: cfg.KVEvents, models: s.models}} {
+	// The packages that measure define these series; the router only
+	// says which of their objects to read.
+	for _, c := range []prometheus.Collector{cache.NewCollector(s.tokenizerStats), policy.NewCollector(s.servedPolicies),
+		workers.NewKVModeCollector(s.reg, cfg.KVEvents)} {
 		if err := s.metrics.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
@@ -426,11 +429,12 @@ func (s *Server) refused(ctx context.Context, fullMethod string, err error) {
 	s.log.Log(ctx, lvl, "finished call", attrs...)
 }
 
-// recoverPanic turns a handler panic into INTERNAL for that one RPC and logs
-// the stack; the process keeps serving everyone else.
+// recoverPanic turns a handler panic into an error that carries no fault, a
+// bug, which the edge answers with INTERNAL for that one RPC; it logs the
+// stack, and the process keeps serving everyone else.
 func (s *Server) recoverPanic(ctx context.Context, p any) error {
 	s.log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
-	return status.Error(codes.Internal, "internal error")
+	return errors.New("internal error")
 }
 
 // slogAdapter lets the go-grpc-middleware logging interceptors write to slog.

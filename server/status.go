@@ -25,6 +25,7 @@ var faultCodes = [...]codes.Code{
 	fault.Unsupported:     codes.Unimplemented,
 	fault.Corrupt:         codes.DataLoss,
 	fault.Unauthenticated: codes.Unauthenticated,
+	fault.Exists:          codes.AlreadyExists,
 }
 
 // statusOf is where an error becomes the status a client sees. A fault keeps

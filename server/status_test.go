@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,6 +31,9 @@ func TestStatusOf(t *testing.T) {
 		{"not implemented", fault.Newf(fault.Unsupported, "no embeddings"), codes.Unimplemented, "no embeddings"},
 		{"a corrupt engine answer", fault.Newf(fault.Corrupt, "id 9 outside the vocabulary"), codes.DataLoss, "id 9 outside the vocabulary"},
 		{"no credentials", fault.Newf(fault.Unauthenticated, "no key"), codes.Unauthenticated, "no key"},
+		{"already there", fault.Fieldf(fault.Exists, "address", "worker w exists"), codes.AlreadyExists, "worker w exists"},
+		{"a request message that never came", readTimeout(time.Second), codes.DeadlineExceeded,
+			"the request message did not arrive within 1s of the call's start (--request-read-timeout); send it as the call opens"},
 		{"a fault with context around it", fmt.Errorf("chat: %w", fault.Invalidf("messages", "no messages")),
 			codes.InvalidArgument, "chat: no messages"},
 		{"a fault with an unknown kind is a bug", &fault.Error{Kind: 200, Msg: "odd"}, codes.Internal, "odd"},

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -53,6 +54,9 @@ func limitsOf(ws []*workers.Worker) limits {
 	return l
 }
 
+// invalid is an INVALID_ARGUMENT status for the files whose conversion to
+// fault errors is under way elsewhere (Chat's answer shaping, Explain); new
+// code returns fault.Invalidf, which names the field.
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
@@ -83,34 +87,34 @@ func validateSampling(sp *kvgatev1.SamplingParams) error {
 		}
 		v := float64(*r.v)
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return invalid("sampling_params.%s is %v; it must be a finite number", r.name, v)
+			return fault.Invalidf("sampling_params."+r.name, "sampling_params.%s is %v; it must be a finite number", r.name, v)
 		}
 		if v < r.min || (r.openMin && v == r.min) || v > r.max {
-			return invalid("sampling_params.%s is %v; it must be in %s", r.name, v, r.interval())
+			return fault.Invalidf("sampling_params."+r.name, "sampling_params.%s is %v; it must be in %s", r.name, v, r.interval())
 		}
 	}
 	if sp.TopK != nil && *sp.TopK < -1 {
-		return invalid("sampling_params.top_k is %d; it must be -1 or 0 (disabled) or at least 1", *sp.TopK)
+		return fault.Invalidf("sampling_params.top_k", "sampling_params.top_k is %d; it must be -1 or 0 (disabled) or at least 1", *sp.TopK)
 	}
 	if sp.MaxNewTokens != nil && *sp.MaxNewTokens == 0 {
-		return invalid("sampling_params.max_new_tokens is 0; it must be at least 1 when set")
+		return fault.Invalidf("sampling_params.max_new_tokens", "sampling_params.max_new_tokens is 0; it must be at least 1 when set")
 	}
 	if sp.MaxNewTokens != nil && sp.MinNewTokens > *sp.MaxNewTokens {
-		return invalid("sampling_params.min_new_tokens (%d) exceeds max_new_tokens (%d)", sp.MinNewTokens, *sp.MaxNewTokens)
+		return fault.Invalidf("sampling_params.min_new_tokens", "sampling_params.min_new_tokens (%d) exceeds max_new_tokens (%d)", sp.MinNewTokens, *sp.MaxNewTokens)
 	}
 	if n := len(sp.Stop); n > maxStopStrings {
-		return invalid("sampling_params.stop has %d strings; the limit is %d", n, maxStopStrings)
+		return fault.Invalidf("sampling_params.stop", "sampling_params.stop has %d strings; the limit is %d", n, maxStopStrings)
 	}
 	for i, st := range sp.Stop {
 		if st == "" {
-			return invalid("sampling_params.stop[%d] is empty; a stop string needs at least 1 character", i)
+			return fault.Invalidf(fmt.Sprintf("sampling_params.stop[%d]", i), "sampling_params.stop[%d] is empty; a stop string needs at least 1 character", i)
 		}
 		if len(st) > maxStopStringBytes {
-			return invalid("sampling_params.stop[%d] is %d bytes; the limit is %d", i, len(st), maxStopStringBytes)
+			return fault.Invalidf(fmt.Sprintf("sampling_params.stop[%d]", i), "sampling_params.stop[%d] is %d bytes; the limit is %d", i, len(st), maxStopStringBytes)
 		}
 	}
 	if n := len(sp.StopTokenIds); n > maxStopTokenIDs {
-		return invalid("sampling_params.stop_token_ids has %d ids; the limit is %d", n, maxStopTokenIDs)
+		return fault.Invalidf("sampling_params.stop_token_ids", "sampling_params.stop_token_ids has %d ids; the limit is %d", n, maxStopTokenIDs)
 	}
 	if err := validateConstraint(sp); err != nil {
 		return err
@@ -132,33 +136,33 @@ func (r floatRule) interval() string {
 // validateAgainst checks a prompt against the model's vocabulary and context.
 func validateAgainst(ids []uint32, sp *kvgatev1.SamplingParams, l limits) error {
 	if len(ids) == 0 {
-		return invalid("input_ids is empty; a prompt of at least 1 token is required")
+		return fault.Invalidf("input_ids", "input_ids is empty; a prompt of at least 1 token is required")
 	}
 	if l.vocabSize > 0 {
 		for i, id := range ids {
 			if int(id) >= l.vocabSize {
-				return invalid("input_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
+				return fault.Invalidf(fmt.Sprintf("input_ids[%d]", i), "input_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
 			}
 		}
 	}
 	if l.vocabSize > 0 {
 		for i, id := range sp.GetStopTokenIds() {
 			if int(id) >= l.vocabSize {
-				return invalid("sampling_params.stop_token_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
+				return fault.Invalidf(fmt.Sprintf("sampling_params.stop_token_ids[%d]", i), "sampling_params.stop_token_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
 			}
 		}
 	}
 	if l.maxContext > 0 {
 		n := len(ids)
 		if n >= l.maxContext {
-			return invalid("the prompt has %d tokens; the model's context is %d tokens and at least 1 must remain for output", n, l.maxContext)
+			return fault.Invalidf("input_ids", "the prompt has %d tokens; the model's context is %d tokens and at least 1 must remain for output", n, l.maxContext)
 		}
 		if mn := int(sp.GetMinNewTokens()); n+mn > l.maxContext {
-			return invalid("the prompt (%d tokens) plus sampling_params.min_new_tokens (%d) is %d; the model's context is %d tokens",
+			return fault.Invalidf("sampling_params.min_new_tokens", "the prompt (%d tokens) plus sampling_params.min_new_tokens (%d) is %d; the model's context is %d tokens",
 				n, mn, n+mn, l.maxContext)
 		}
 		if mx := sp.GetMaxNewTokens(); sp != nil && sp.MaxNewTokens != nil && n+int(mx) > l.maxContext {
-			return invalid("the prompt (%d tokens) plus sampling_params.max_new_tokens (%d) is %d; the model's context is %d tokens",
+			return fault.Invalidf("sampling_params.max_new_tokens", "the prompt (%d tokens) plus sampling_params.max_new_tokens (%d) is %d; the model's context is %d tokens",
 				n, mx, n+int(mx), l.maxContext)
 		}
 	}

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // FuzzValidateRequest feeds arbitrary field values (NaN and infinite floats,
@@ -101,9 +100,9 @@ func fuzzIDs(b []byte, max int) []uint32 {
 
 func wantInvalidArgument(t *testing.T, what string, err error) {
 	t.Helper()
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.InvalidArgument || st.Message() == "" {
-		t.Fatalf("%s: %v (code %v); want INVALID_ARGUMENT with a message", what, err, status.Code(err))
+	f, ok := fault.As(err)
+	if !ok || f.Kind != fault.Invalid || f.Field == "" || f.Msg == "" {
+		t.Fatalf("%s: %v (%#v); want an invalid-request fault naming its field, with a message", what, err, f)
 	}
 }
 

@@ -15,15 +15,14 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // engineStream adapts an engine's server stream of M to Stream. decode turns one
 // engine message into a Chunk; ok is false for a message that carries neither a
-// chunk nor a completion, which is skipped, and an error (DATA_LOSS) is a
+// chunk nor a completion, which is skipped, and an error (a Corrupt fault) is a
 // message whose content breaks the protocol, which ends the stream.
 //
 // The wrapper guarantees what the router relies on: the completion is followed
@@ -52,10 +51,10 @@ func (s *engineStream[M]) Recv() (Chunk, error) {
 		m, err := s.in.Recv()
 		if errors.Is(err, io.EOF) {
 			// The engine closed the stream with an OK status but never sent the
-			// completion: a crashed or misbehaving worker. UNAVAILABLE lets the
+			// completion: a crashed or misbehaving worker. An Unavailable fault lets the
 			// caller retry elsewhere, and nobody mistakes the partial output for
 			// a finished generation.
-			s.err = status.Errorf(codes.Unavailable,
+			s.err = fault.Newf(fault.Unavailable,
 				"%s engine ended the stream of request %q before its completion", s.engine, s.requestID)
 			return Chunk{}, s.err
 		}

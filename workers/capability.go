@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/fault"
 )
 
 // RPC names an optional engine call whose support the router tracks per
@@ -40,10 +42,21 @@ var ErrBadEmbedding = errors.New("the engine's Embed answer is unusable")
 // Lacks reports whether an engine answer err shows that the engine does not
 // implement rpc: UNIMPLEMENTED, or for Embed an unusable vector.
 func Lacks(rpc RPC, err error) bool {
-	if status.Code(err) == codes.Unimplemented {
+	if unimplemented(err) {
 		return true
 	}
 	return rpc == RPCEmbed && errors.Is(err, ErrBadEmbedding)
+}
+
+// unimplemented reports whether err says a call is not implemented: the
+// engine's UNIMPLEMENTED, or the adapter's own Unsupported fault for an RPC
+// its protocol lacks (TensorRT-LLM's GetLoads).
+func unimplemented(err error) bool {
+	if status.Code(err) == codes.Unimplemented {
+		return true
+	}
+	k, ok := fault.KindOf(err)
+	return ok && k == fault.Unsupported
 }
 
 // capabilities are the RPCs a worker showed it lacks, each until its

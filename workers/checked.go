@@ -1,15 +1,14 @@
 package workers
 
 import (
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // CheckedStream wraps an engine's stream so that output no tokenizer could
 // decode fails the stream instead of reaching a client: a token id at or
 // above vocabSize (in a chunk or in the completion), or a completion whose
 // output ids do not begin with the ids streamed before it (engines list the
-// whole output there). Such a stream ends with DATA_LOSS, which names the
+// whole output there). Such a stream ends with a Corrupt fault naming the
 // position and the id; the dispatcher should count it as the worker's
 // failure. vocabSize 0 (unknown) skips the vocabulary check.
 func CheckedStream(s Stream, vocabSize int) Stream {
@@ -55,7 +54,7 @@ func (c *checkedStream) check(ch Chunk) error {
 	}
 	for i, id := range c.streamed {
 		if i >= len(out) || out[i] != id {
-			return status.Errorf(codes.DataLoss, "engine output is inconsistent: the completion lists %d token ids, but token %d streamed as %d", len(out), i, id)
+			return fault.Newf(fault.Corrupt, "engine output is inconsistent: the completion lists %d token ids, but token %d streamed as %d", len(out), i, id)
 		}
 	}
 	return nil
@@ -67,7 +66,7 @@ func (c *checkedStream) inVocab(where string, base int, ids []uint32) error {
 	}
 	for i, id := range ids {
 		if int64(id) >= int64(c.vocab) {
-			return status.Errorf(codes.DataLoss, "engine output is corrupt: %s token %d is id %d, outside the vocabulary (size %d)", where, base+i, id, c.vocab)
+			return fault.Newf(fault.Corrupt, "engine output is corrupt: %s token %d is id %d, outside the vocabulary (size %d)", where, base+i, id, c.vocab)
 		}
 	}
 	return nil

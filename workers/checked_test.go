@@ -4,9 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/workers"
@@ -53,7 +51,7 @@ func TestCheckedStream(t *testing.T) {
 					}
 					return
 				}
-				if status.Code(err) != codes.DataLoss || !strings.Contains(err.Error(), tt.wantMsg) {
+				if !testutil.IsFault(err, fault.Corrupt) || !strings.Contains(err.Error(), tt.wantMsg) {
 					t.Fatalf("err %v, want DATA_LOSS mentioning %q", err, tt.wantMsg)
 				}
 				if _, again := s.Recv(); again == nil || again.Error() != err.Error() {
@@ -95,7 +93,7 @@ func TestCheckedStreamContradiction(t *testing.T) {
 				break
 			}
 		}
-		if (status.Code(err) == codes.DataLoss) != tt.wantErr {
+		if testutil.IsFault(err, fault.Corrupt) != tt.wantErr {
 			t.Errorf("%s: err %v, want DATA_LOSS %v", tt.name, err, tt.wantErr)
 		}
 	}

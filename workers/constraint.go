@@ -5,17 +5,15 @@ package workers
 // Value, so the adapters pass it verbatim.
 
 import (
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // errConstraintKind refuses a constraint kind the adapters do not know: a
 // router bug, reported before anything is sent.
 func errConstraintKind(k ConstraintKind) error {
-	return status.Errorf(codes.InvalidArgument, "unknown structured-output constraint kind %d", k)
+	return fault.Invalidf("constraint", "unknown structured-output constraint kind %d", k)
 }
 
 // setSGLangConstraint puts c in SGLang's oneof constraint: regex (13),

@@ -1,10 +1,10 @@
 package workers
 
 import (
+	"fmt"
 	"math"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // EmbedRequest is one input to embed. Both engines' Embed RPCs take a single
@@ -35,7 +35,7 @@ type engineEmbedding interface {
 // embedResult checks an engine's EmbedResponse and translates it. An engine
 // that sends no vector, a vector whose length contradicts the dimension it
 // states, or values that are not finite numbers has failed at Embed
-// (DATA_LOSS wrapping ErrBadEmbedding): a client must never get a vector
+// (a fault.Corrupt wrapping ErrBadEmbedding): a client must never get a vector
 // that compares as garbage with every other, and the router leaves the
 // engine out of Embed (see Lacks) without holding it against Generate.
 func embedResult(engine string, m engineEmbedding) (*EmbedResult, error) {
@@ -54,18 +54,8 @@ func embedResult(engine string, m engineEmbedding) (*EmbedResult, error) {
 	return &EmbedResult{Embedding: v, PromptTokens: m.GetPromptTokens()}, nil
 }
 
-// badEmbedding is a DATA_LOSS status wrapping ErrBadEmbedding.
+// badEmbedding is a corrupt answer wrapping ErrBadEmbedding; its message is
+// the format's alone, since the sentinel only tells callers what to do.
 func badEmbedding(format string, args ...any) error {
-	return dataLoss{ErrBadEmbedding, status.Newf(codes.DataLoss, format, args...)}
+	return &fault.Error{Kind: fault.Corrupt, Msg: fmt.Sprintf(format, args...), Err: ErrBadEmbedding}
 }
-
-// dataLoss is an error with a gRPC status that wraps a sentinel, so that
-// both status.Code and errors.Is read it, and its message is the status's.
-type dataLoss struct {
-	sentinel error
-	st       *status.Status
-}
-
-func (e dataLoss) Error() string              { return e.st.Err().Error() }
-func (e dataLoss) Unwrap() error              { return e.sentinel }
-func (e dataLoss) GRPCStatus() *status.Status { return e.st }

@@ -5,11 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // TestEmbedResultRefusesMangledVectors: what an engine's EmbedResponse may
@@ -37,7 +36,7 @@ func TestEmbedResultRefusesMangledVectors(t *testing.T) {
 				}
 				return
 			}
-			if st := status.Convert(err); st.Code() != codes.DataLoss || !strings.Contains(st.Message(), tc.want) {
+			if !testutil.IsFault(err, fault.Corrupt) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v; want DATA_LOSS naming %q", err, tc.want)
 			}
 		})

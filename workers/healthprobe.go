@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // HealthProbe is what the health monitor asks an engine to judge whether it
@@ -80,12 +81,12 @@ func (b rankBackend) StandardHealth(ctx context.Context) error {
 }
 
 // standardHealthOf asks b's engine grpc.health.v1; a backend without a
-// connection answers UNIMPLEMENTED.
+// connection answers an Unsupported fault.
 func standardHealthOf(ctx context.Context, b Backend) error {
 	if s, ok := b.(standardHealthChecker); ok {
 		return s.StandardHealth(ctx)
 	}
-	return status.Error(codes.Unimplemented, "the adapter cannot ask grpc.health.v1")
+	return fault.Newf(fault.Unsupported, "the adapter cannot ask grpc.health.v1")
 }
 
 // modelInfoAnswers is ProbeModelInfo's check: GetModelInfo answers. Only
@@ -172,7 +173,7 @@ func (p *prober) auto(ctx context.Context, b Backend) error {
 			p.saidHealthy = true
 			p.use(ProbeEngine, "HealthCheck says healthy")
 			return nil
-		case status.Code(err) == codes.Unimplemented:
+		case unimplemented(err):
 			p.noEngineUntil = now.Add(LackingRecheck)
 			why = "HealthCheck answers UNIMPLEMENTED"
 		case errors.Is(err, ErrEmptyHealth) && !p.saidHealthy:
@@ -188,8 +189,8 @@ func (p *prober) auto(ctx context.Context, b Backend) error {
 	}
 	if now := p.now(); !now.Before(p.noStandardUntil) {
 		err := standardHealthOf(ctx, b)
-		switch c := status.Code(err); {
-		case c == codes.Unimplemented || c == codes.NotFound:
+		switch {
+		case unimplemented(err) || status.Code(err) == codes.NotFound:
 			p.noStandardUntil = now.Add(LackingRecheck)
 		case err == nil || errors.Is(err, ErrUnhealthy):
 			p.use(ProbeGRPCHealth, why+"; grpc.health.v1 is served")

@@ -8,8 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // Join's retry schedule: the first retry comes after about joinBackoffMin,
@@ -189,11 +188,11 @@ func newPlaceholder(url string, opts ConnectOptions) *Worker {
 }
 
 // notConnected is a placeholder's Backend: every call fails with
-// UNAVAILABLE, as a call to an unreachable engine would.
+// an Unavailable fault, as a call to an unreachable engine would.
 type notConnected struct{ url string }
 
 func (b notConnected) err() error {
-	return status.Errorf(codes.Unavailable, "worker %s not connected yet", b.url)
+	return fault.Newf(fault.Unavailable, "worker %s not connected yet", b.url)
 }
 
 func (b notConnected) Generate(context.Context, *GenerateRequest) (Stream, error) {

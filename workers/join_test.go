@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -80,10 +79,10 @@ func TestJoinLateEngine(t *testing.T) {
 	if p.Healthy() || p.Connected() || p.Available() || p.Info().Model != "" || p.Info().VocabSize != 0 || p.URL() != "grpc://"+addr {
 		t.Fatalf("placeholder: healthy %v connected %v info %+v url %s", p.Healthy(), p.Connected(), p.Info(), p.URL())
 	}
-	if err := p.Backend().Health(ctx); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not connected yet") {
+	if err := p.Backend().Health(ctx); !testutil.IsFault(err, fault.Unavailable) || !strings.Contains(err.Error(), "not connected yet") {
 		t.Errorf("placeholder Health: %v", err)
 	}
-	if _, err := p.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: "x", InputIDs: []uint32{1}}); status.Code(err) != codes.Unavailable {
+	if _, err := p.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: "x", InputIDs: []uint32{1}}); !testutil.IsFault(err, fault.Unavailable) {
 		t.Errorf("placeholder Generate: %v", err)
 	}
 	if c := <-changes; !slices.Equal(c.Added, []*workers.Worker{p}) {

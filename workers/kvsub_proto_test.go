@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // TestKVEventBatchProtocolViolations: a batch no engine sends on purpose is
@@ -50,7 +51,7 @@ func TestKVEventBatchProtocolViolations(t *testing.T) {
 			tt.batch.SequenceNumber = 41
 			for name, decode := range decoders {
 				b, err := decode(t, tt.batch)
-				if b != nil || status.Code(err) != codes.DataLoss {
+				if b != nil || !testutil.IsFault(err, fault.Corrupt) {
 					t.Fatalf("%s: got %+v, %v; want no batch and DATA_LOSS", name, b, err)
 				}
 				if msg := status.Convert(err).Message(); !strings.Contains(msg, "batch 41") || !strings.Contains(msg, tt.says) {
@@ -116,7 +117,7 @@ func FuzzKVEventBatchOf(f *testing.F) {
 		}
 		b, err := kvEventBatchOf(&m)
 		if err != nil {
-			if status.Code(err) != codes.DataLoss {
+			if !testutil.IsFault(err, fault.Corrupt) {
 				t.Fatalf("refused with %v, want DATA_LOSS", err)
 			}
 			return

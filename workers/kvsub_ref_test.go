@@ -4,10 +4,8 @@ import (
 	"math"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // kvEventBatchOf translates one engine batch decoded through the generated
@@ -21,7 +19,7 @@ import (
 func kvEventBatchOf(m *smgcommon.KvEventBatch) (*KVEventBatch, error) {
 	seq := m.GetSequenceNumber()
 	bad := func(format string, args ...any) error {
-		return status.Errorf(codes.DataLoss, "KV event batch %d breaks the protocol: "+format, append([]any{seq}, args...)...)
+		return fault.Newf(fault.Corrupt, "KV event batch %d breaks the protocol: "+format, append([]any{seq}, args...)...)
 	}
 	b := &KVEventBatch{Seq: seq, Events: make([]KVEvent, 0, len(m.GetEvents()))}
 

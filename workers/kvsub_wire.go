@@ -17,14 +17,13 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // Field numbers of smg.grpc.common's KV event messages (common.proto).
@@ -173,10 +172,10 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 		}
 	}
 	bad := func(format string, args ...any) error {
-		return status.Errorf(codes.DataLoss, "KV event batch %d breaks the protocol: "+format, append([]any{seq}, args...)...)
+		return fault.Newf(fault.Corrupt, "KV event batch %d breaks the protocol: "+format, append([]any{seq}, args...)...)
 	}
 	if malformed != nil {
-		return nil, status.Errorf(codes.DataLoss, "a KV event batch is not a valid smg.grpc.common.KvEventBatch: %v is malformed", malformed)
+		return nil, fault.Newf(fault.Corrupt, "a KV event batch is not a valid smg.grpc.common.KvEventBatch: %v is malformed", malformed)
 	}
 
 	out := &KVEventBatch{Seq: seq, LoadOnly: loadOnly && len(d.events) == 0}

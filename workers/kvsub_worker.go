@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/lograte"
 )
 
@@ -501,10 +502,24 @@ func (k *kvSub) sleep(ctx context.Context) bool {
 // kvStreamError is the gRPC code and the text of the error a KV event
 // stream ended with. An engine that closes the stream without an error
 // status (io.EOF) counts as UNAVAILABLE: the stream is gone and another must
-// be opened.
+// be opened. What the router itself found wrong with the stream (a batch
+// that breaks the protocol, a ZMQ connection lost) is a fault, given the
+// code an engine would have ended the stream with, so that the failures
+// metric and the resync decision read one code whatever the source.
 func kvStreamError(err error) (codes.Code, string) {
 	if errors.Is(err, io.EOF) {
 		return codes.Unavailable, "the engine closed the KV event stream"
+	}
+	if k, ok := fault.KindOf(err); ok {
+		switch k {
+		case fault.Corrupt:
+			return codes.DataLoss, err.Error()
+		case fault.Unavailable:
+			return codes.Unavailable, err.Error()
+		case fault.Unsupported:
+			return codes.Unimplemented, err.Error()
+		}
+		return codes.Internal, err.Error()
 	}
 	return status.Code(err), err.Error()
 }

@@ -32,8 +32,9 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/fault"
 )
 
 // ZMQEventConfig says where a worker's engine publishes its KV events.
@@ -105,7 +106,7 @@ var _ KVEventSource = (*ZMQEventSource)(nil)
 
 // SubscribeKVEvents connects (or binds) a SUB socket; batches numbered from
 // start on are replayed first when start > 0 and the publisher has a replay
-// socket. Failing to reach the publisher is UNAVAILABLE.
+// socket. Failing to reach the publisher is an Unavailable fault.
 func (s *ZMQEventSource) SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error) {
 	ep, bind, _ := zmqEndpoint(s.cfg.Endpoint)
 	bind = bind || s.cfg.Bind
@@ -122,7 +123,7 @@ func (s *ZMQEventSource) SubscribeKVEvents(ctx context.Context, start uint64) (K
 	context.AfterFunc(ctx, func() { st.sub.Close() })
 	if err := st.sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		cancel()
-		return nil, status.Errorf(codes.Internal, "ZMQ KV events: subscribing to topic %q: %v", s.cfg.Topic, err)
+		return nil, fault.Newf(fault.Bug, "ZMQ KV events: subscribing to topic %q: %w", s.cfg.Topic, err)
 	}
 	var err error
 	if bind {
@@ -132,7 +133,7 @@ func (s *ZMQEventSource) SubscribeKVEvents(ctx context.Context, start uint64) (K
 	}
 	if err != nil {
 		cancel()
-		return nil, status.Errorf(codes.Unavailable, "ZMQ KV events: %s %s: %v", map[bool]string{true: "binding", false: "connecting to"}[bind], s.cfg.Endpoint, err)
+		return nil, fault.Newf(fault.Unavailable, "ZMQ KV events: %s %s: %w", map[bool]string{true: "binding", false: "connecting to"}[bind], s.cfg.Endpoint, err)
 	}
 	st.recv = make(chan zmqMsg)
 	go st.pump()
@@ -231,19 +232,19 @@ func (st *zmqStream) live() (*KVEventBatch, error) {
 	case <-st.ctx.Done():
 		return nil, status.FromContextError(st.ctx.Err()).Err()
 	case err := <-st.lost:
-		return nil, status.Errorf(codes.Unavailable, "ZMQ KV events: the connection to %s ended: %v", st.cfg.Endpoint, err)
+		return nil, fault.Newf(fault.Unavailable, "ZMQ KV events: the connection to %s ended: %w", st.cfg.Endpoint, err)
 	case m := <-st.recv:
 		if m.err != nil {
-			return nil, status.Errorf(codes.Unavailable, "ZMQ KV events from %s: %v", st.cfg.Endpoint, m.err)
+			return nil, fault.Newf(fault.Unavailable, "ZMQ KV events from %s: %w", st.cfg.Endpoint, m.err)
 		}
 		if len(m.frames) != 3 {
-			return nil, status.Errorf(codes.DataLoss, "ZMQ KV events from %s: a message of %d frames, want 3 (topic, sequence, batch)", st.cfg.Endpoint, len(m.frames))
+			return nil, fault.Newf(fault.Corrupt, "ZMQ KV events from %s: a message of %d frames, want 3 (topic, sequence, batch)", st.cfg.Endpoint, len(m.frames))
 		}
 		if string(m.frames[0]) != st.cfg.Topic {
 			return nil, nil
 		}
 		if len(m.frames[1]) != 8 {
-			return nil, status.Errorf(codes.DataLoss, "ZMQ KV events from %s: a sequence number of %d bytes, want 8", st.cfg.Endpoint, len(m.frames[1]))
+			return nil, fault.Newf(fault.Corrupt, "ZMQ KV events from %s: a sequence number of %d bytes, want 8", st.cfg.Endpoint, len(m.frames[1]))
 		}
 		return st.dec.decode(binary.BigEndian.Uint64(m.frames[1]), m.frames[2])
 	}

@@ -24,7 +24,7 @@ package workers
 // other than full or MLA attention) and events about another medium than
 // the GPU (an offload tier) are left out, and so are later removals naming
 // such a group: their blocks are not a prefix the router may match. Like the
-// gRPC decoder, a batch that breaks these rules fails whole (DATA_LOSS), and
+// gRPC decoder, a batch that breaks these rules fails whole (a Corrupt fault), and
 // every count is checked against the bytes left before anything is
 // allocated for it.
 
@@ -35,8 +35,8 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/fault"
 )
 
 // zmqMaxBatchBlocks bounds the blocks (stored or removed) of one batch: a
@@ -57,7 +57,7 @@ type zmqDecoder struct {
 
 // zmqBatchError says why a payload is not a KV event batch.
 func zmqBatchError(seq uint64, format string, args ...any) error {
-	return status.Errorf(codes.DataLoss, "ZMQ KV event batch %d is not a valid vLLM KVEventBatch: "+format,
+	return fault.Newf(fault.Corrupt, "ZMQ KV event batch %d is not a valid vLLM KVEventBatch: "+format,
 		append([]any{seq}, args...)...)
 }
 

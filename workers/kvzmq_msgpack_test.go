@@ -20,8 +20,9 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // mp builds msgpack bytes.
@@ -170,7 +171,7 @@ func TestZMQBatchDecodeRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var d zmqDecoder
 			_, err := d.decode(4, tc.payload)
-			if status.Code(err) != codes.DataLoss || !strings.Contains(err.Error(), tc.want) {
+			if !testutil.IsFault(err, fault.Corrupt) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want DATA_LOSS containing %q", err, tc.want)
 			}
 		})
@@ -209,7 +210,7 @@ func FuzzZMQBatch(f *testing.F) {
 		var d zmqDecoder
 		b, err := d.decode(1, payload)
 		if err != nil {
-			if status.Code(err) != codes.DataLoss {
+			if !testutil.IsFault(err, fault.Corrupt) {
 				t.Fatalf("error %v is not DATA_LOSS", err)
 			}
 			return

@@ -10,8 +10,7 @@ package workers
 import (
 	"math"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // wantLogprobs is r when it asks for anything, nil otherwise.
@@ -52,7 +51,7 @@ func inputLogprobs[V any, T engineTop](engine, where string, vals []V, ids []uin
 
 // zipLogprobs joins n values with their token ids and alternatives. Arrays
 // of unequal length, or a value that is not a number, are an engine
-// protocol violation: DATA_LOSS, like the other corrupt output the adapters
+// protocol violation (a Corrupt fault), like the other corrupt output the adapters
 // and CheckedStream refuse, since the positions can no longer be matched to
 // tokens.
 func zipLogprobs[T engineTop](engine, where string, n int, ids []uint32, tops []T, value func(int) (float32, bool)) ([]Logprob, error) {
@@ -97,7 +96,7 @@ func zipLogprobs[T engineTop](engine, where string, n int, ids []uint32, tops []
 }
 
 func malformedLogprobs(engine, where, format string, args ...any) error {
-	return status.Errorf(codes.DataLoss, "%s engine sent malformed %s: "+format, append([]any{engine, where}, args...)...)
+	return fault.Newf(fault.Corrupt, "%s engine sent malformed %s: "+format, append([]any{engine, where}, args...)...)
 }
 
 // withLogprobs finishes decoding an engine message into c: when want asks

@@ -9,11 +9,9 @@ import (
 	"reflect"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -97,20 +95,20 @@ func TestLogprobsDecoded(t *testing.T) {
 		msgs            lpMessages
 		ask             *workers.LogprobRequest
 		wantOut, wantIn []workers.Logprob
-		wantCode        codes.Code
+		corrupt         bool
 	}{
 		{name: "both", msgs: good, ask: &workers.LogprobRequest{Output: true, Prompt: true, TopK: 2}, wantOut: wantOut, wantIn: wantIn},
 		{name: "output only", msgs: good, ask: &workers.LogprobRequest{Output: true, TopK: 2}, wantOut: wantOut},
 		{name: "prompt only", msgs: good, ask: &workers.LogprobRequest{Prompt: true, TopK: 2}, wantIn: wantIn},
 		{name: "not asked", msgs: good},
 		{name: "fewer ids than values", ask: &workers.LogprobRequest{Output: true},
-			msgs: lpMessages{outVals: []float32{-1, -2}, outIDs: []uint32{7}}, wantCode: codes.DataLoss},
+			msgs: lpMessages{outVals: []float32{-1, -2}, outIDs: []uint32{7}}, corrupt: true},
 		{name: "top for some positions", ask: &workers.LogprobRequest{Output: true, TopK: 1},
-			msgs: lpMessages{outVals: []float32{-1, -2}, outIDs: []uint32{7, 8}, outTop: [][2][]float32{{{-1}, {7}}}}, wantCode: codes.DataLoss},
+			msgs: lpMessages{outVals: []float32{-1, -2}, outIDs: []uint32{7, 8}, outTop: [][2][]float32{{{-1}, {7}}}}, corrupt: true},
 		{name: "top values without ids", ask: &workers.LogprobRequest{Output: true, TopK: 1},
-			msgs: lpMessages{outVals: []float32{-1, -2}, outIDs: []uint32{7, 8}, outTop: [][2][]float32{{{-1}, {7}}, {{-2}, {}}}}, wantCode: codes.DataLoss},
+			msgs: lpMessages{outVals: []float32{-1, -2}, outIDs: []uint32{7, 8}, outTop: [][2][]float32{{{-1}, {7}}, {{-2}, {}}}}, corrupt: true},
 		{name: "prompt values without ids", ask: &workers.LogprobRequest{Prompt: true},
-			msgs: lpMessages{inVals: []*float32{nil, f32(-1)}, inIDs: []uint32{1}}, wantCode: codes.DataLoss},
+			msgs: lpMessages{inVals: []*float32{nil, f32(-1)}, inIDs: []uint32{1}}, corrupt: true},
 	}
 	for _, p := range []workers.Protocol{workers.ProtocolSGLang, workers.ProtocolVLLM} {
 		for _, tc := range cases {
@@ -121,11 +119,11 @@ func TestLogprobsDecoded(t *testing.T) {
 					t.Fatal(err)
 				}
 				c, err := st.Recv()
-				if tc.wantCode != codes.OK {
-					if status.Code(err) != tc.wantCode {
-						t.Fatalf("Recv = %+v, %v; want %v", c, err, tc.wantCode)
+				if tc.corrupt {
+					if !testutil.IsFault(err, fault.Corrupt) {
+						t.Fatalf("Recv = %+v, %v; want a corrupt-answer fault", c, err)
 					}
-					if _, again := st.Recv(); status.Code(again) != tc.wantCode {
+					if _, again := st.Recv(); !testutil.IsFault(again, fault.Corrupt) {
 						t.Errorf("the error is not sticky: then %v", again)
 					}
 					return

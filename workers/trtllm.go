@@ -6,12 +6,11 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/api/gen/trtllm"
+	"github.com/kvgate/kvgate/fault"
 )
 
 // trtllmFallbackMaxTokens is the max_tokens sent for a request without
@@ -97,14 +96,14 @@ func (b *trtllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Str
 // trtllmRefuses names what a request asks that this adapter cannot send: a
 // data-parallel rank (the protocol has none) or a prefill/decode leg of
 // SGLang's or vLLM's kind. Both are router bugs, since the router never
-// builds them for a TensorRT-LLM worker; FAILED_PRECONDITION says so before
+// builds them for a TensorRT-LLM worker; a Precondition fault says so before
 // anything reaches the engine.
 func trtllmRefuses(req *GenerateRequest) error {
 	switch {
 	case req.DPRank != nil:
-		return status.Error(codes.FailedPrecondition, "trtllm engines have no data_parallel_rank: a TensorRT-LLM worker cannot be a rank target")
+		return fault.Newf(fault.Precondition, "trtllm engines have no data_parallel_rank: a TensorRT-LLM worker cannot be a rank target")
 	case req.Disaggregated != nil || req.KVTransferParamsJSON != "":
-		return status.Error(codes.FailedPrecondition, "prefill/decode disaggregation is not supported for trtllm workers")
+		return fault.Newf(fault.Precondition, "prefill/decode disaggregation is not supported for trtllm workers")
 	}
 	return nil
 }
@@ -219,7 +218,7 @@ func (c trtllmComplete) GetFinishReason() string { return c.finish }
 // "stop_word" (a matched stop string or token) is "stop"; "cancelled" and
 // "timeout" (the engine gave up on the request) are "abort". "error" is
 // TensorRT-LLM's servicer failing a request that produced no output: the
-// worker's failure, UNAVAILABLE so that the request is retried elsewhere
+// worker's failure, an Unavailable fault so that the request is retried elsewhere
 // and the breaker counts it. Anything else passes through.
 func trtllmFinish(reason, requestID string) (string, error) {
 	switch strings.ToLower(reason) {
@@ -228,13 +227,13 @@ func trtllmFinish(reason, requestID string) (string, error) {
 	case "cancelled", "canceled", "aborted", "timeout":
 		return "abort", nil
 	case "error":
-		return "", status.Errorf(codes.Unavailable, "trtllm engine failed request %q (finish_reason %q)", requestID, reason)
+		return "", fault.Newf(fault.Unavailable, "trtllm engine failed request %q (finish_reason %q)", requestID, reason)
 	}
 	return reason, nil
 }
 
 // trtllmLogprobs decodes a list of TokenLogprob; nil when empty. A value
-// that is not a number is DATA_LOSS, as for the other engines.
+// that is not a number is a Corrupt fault, as for the other engines.
 func trtllmLogprobs(where string, in []*trtllm.TokenLogprob) ([]Logprob, error) {
 	if len(in) == 0 {
 		return nil, nil
@@ -285,7 +284,7 @@ func (trtllmEmbedding) GetEmbeddingDim() uint32 { return 0 }
 
 func (b *trtllmBackend) Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error) {
 	if req.DPRank != nil {
-		return nil, status.Error(codes.FailedPrecondition, "trtllm engines have no data_parallel_rank: a TensorRT-LLM worker cannot be a rank target")
+		return nil, fault.Newf(fault.Precondition, "trtllm engines have no data_parallel_rank: a TensorRT-LLM worker cannot be a rank target")
 	}
 	resp, err := b.c.Embed(ctx, &trtllm.EmbedRequest{
 		RequestId: req.RequestID,
@@ -323,9 +322,9 @@ func (b *trtllmBackend) Health(ctx context.Context) error {
 }
 
 // errTRTLLMNoLoads is Loads' answer: the protocol has no GetLoads. It is
-// UNIMPLEMENTED, as an engine lacking the RPC would answer, so callers
+// Unsupported, which Lacks reads as an engine's UNIMPLEMENTED, so callers
 // treat both alike, and it costs no call.
-var errTRTLLMNoLoads = status.Error(codes.Unimplemented, "trtllm.TrtllmService has no GetLoads: the router counts the load it sends")
+var errTRTLLMNoLoads = fault.Newf(fault.Unsupported, "trtllm.TrtllmService has no GetLoads: the router counts the load it sends")
 
 func (b *trtllmBackend) Loads(context.Context) (Load, error) {
 	return Load{}, errTRTLLMNoLoads

@@ -3,8 +3,8 @@ package workers
 import (
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // TensorRT-LLM's finish reasons (its CompletionOutput's, and the
@@ -12,19 +12,19 @@ import (
 func TestTRTLLMFinish(t *testing.T) {
 	for _, tc := range []struct {
 		engine, want string
-		code         codes.Code
+		fails        bool // an Unavailable fault: the worker failed
 	}{
-		{"stop", "stop", codes.OK},
-		{"length", "length", codes.OK},
-		{"stop_word", "stop", codes.OK},
-		{"cancelled", "abort", codes.OK},
-		{"timeout", "abort", codes.OK},
-		{"error", "", codes.Unavailable},
-		{"", "", codes.OK}, // passed through as the engine sent it
+		{"stop", "stop", false},
+		{"length", "length", false},
+		{"stop_word", "stop", false},
+		{"cancelled", "abort", false},
+		{"timeout", "abort", false},
+		{"error", "", true},
+		{"", "", false}, // passed through as the engine sent it
 	} {
 		got, err := trtllmFinish(tc.engine, "r1")
-		if got != tc.want || status.Code(err) != tc.code {
-			t.Errorf("finish_reason %q = %q, %v; want %q, %v", tc.engine, got, err, tc.want, tc.code)
+		if got != tc.want || (err != nil) != tc.fails || (tc.fails && !testutil.IsFault(err, fault.Unavailable)) {
+			t.Errorf("finish_reason %q = %q, %v; want %q, failing %v", tc.engine, got, err, tc.want, tc.fails)
 		}
 	}
 }

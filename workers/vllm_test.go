@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -113,7 +114,7 @@ func TestVLLMStreamEndsEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Recv()
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), `"cut"`) {
+	if !testutil.IsFault(err, fault.Unavailable) || !strings.Contains(err.Error(), `"cut"`) {
 		t.Errorf("Recv = %v; want UNAVAILABLE naming the request", err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -243,7 +244,7 @@ func TestUnknownConstraintKindRefused(t *testing.T) {
 		}
 		_, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "x", InputIDs: []uint32{1},
 			Sampling: workers.Sampling{Constraint: workers.Constraint{Kind: 99, Value: "?"}}})
-		if status.Code(err) != codes.InvalidArgument {
+		if !testutil.IsFault(err, fault.Invalid) {
 			t.Errorf("%v: Generate with kind 99: %v, want INVALID_ARGUMENT", p, err)
 		}
 		select {
