@@ -370,8 +370,8 @@ $(JAEGER_DIR)/jaeger:
 ## are unchanged; it runs on Python 3.11, which inference-perf does not) streams 64 chat completions
 ## to kvgate's OpenAI-compatible front on its embedded default (random replies, 10x speed) and fails on
 ## any failed request (AIPerf's count or kvgate's by status code) or none completed, after a self-check
-## that a run against a failing engine is judged failed (scripts/aiperf-ci.sh). About 2 minutes once
-## installed.
+## that a run against a failing engine is judged failed (scripts/aiperf-ci.sh). About 30 seconds with
+## the venv in place (2 minutes on its first run); installing the venv took about 9 minutes here.
 AIPERF_PYTHON ?= python3
 AIPERF_REQS   := scripts/aiperf-requirements.txt
 AIPERF_VENV   ?= $(KVGATE_CACHE)/aiperf-venv
