@@ -365,3 +365,23 @@ $(JAEGER_DIR)/jaeger:
 	cd $(JAEGER_DIR) && { test -f go.mod || go mod init kvgate-jaeger-tool; } && \
 	  go get -tool github.com/jaegertracing/jaeger/cmd/jaeger@$(JAEGER_VERSION) && \
 	  go build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger
+## aiperf-ci: a standard benchmark tool in CI: AIPerf (PyPI, pinned with its dependencies in
+## scripts/aiperf-requirements.txt, in a virtual environment under KVGATE_CACHE, reused while the pins
+## are unchanged; it runs on Python 3.11, which inference-perf does not) streams 64 chat completions
+## to kvgate's OpenAI-compatible front on its embedded default (random replies, 10x speed) and fails on
+## any failed request (AIPerf's count or kvgate's by status code) or none completed, after a self-check
+## that a run against a failing engine is judged failed (scripts/aiperf-ci.sh). About 30 seconds with
+## the venv in place (2 minutes on its first run); installing the venv took about 9 minutes here.
+AIPERF_PYTHON ?= python3
+AIPERF_REQS   := scripts/aiperf-requirements.txt
+AIPERF_VENV   ?= $(KVGATE_CACHE)/aiperf-venv
+AIPERF_STAMP  := $(AIPERF_VENV)/.stamp-$(shell sha256sum $(AIPERF_REQS) 2>/dev/null | cut -c1-16)
+.PHONY: aiperf-ci
+aiperf-ci: $(AIPERF_STAMP)
+	go build -buildvcs=auto -o $(BIN)/kvgate ./cmd/kvgate
+	scripts/aiperf-ci.sh $(BIN)/kvgate $(AIPERF_VENV)/bin/aiperf
+$(AIPERF_STAMP): $(AIPERF_REQS)
+	rm -rf $(AIPERF_VENV)
+	$(AIPERF_PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r $(AIPERF_REQS)
+	touch $@

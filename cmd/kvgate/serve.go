@@ -72,6 +72,7 @@ type serveConfig struct {
 	embeddedTimeScale    float64
 	embeddedKVCapacity   int
 	embeddedPrefillSpeed float64
+	embeddedReply        string
 	text                 textFlags
 	routing              policyFlags
 	reliability          reliabilityFlags
@@ -127,6 +128,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.embeddedTimeScale, "embedded-time-scale", 1, "without --worker-urls: multiplies the simulated engines' delays (0: no delays)")
 	fs.IntVar(&c.embeddedKVCapacity, "embedded-kv-capacity-tokens", 0, "without --worker-urls: KV cache size of each simulated engine in tokens (0: the simulator's default)")
 	fs.Float64Var(&c.embeddedPrefillSpeed, "embedded-prefill-tokens-per-sec", 0, "without --worker-urls: prefill speed of each simulated engine (0: the simulator's default)")
+	fs.StringVar(&c.embeddedReply, "embedded-reply", sim.ReplyEcho, `without --worker-urls: how the simulated engines answer, "echo" (the last user message; the same prompt, the same answer) or "random" (sampled token ids, as kvgate sim and bench)`)
 	fs.StringVar(&c.tls.cert, "tls-cert-file", "", "serve TLS with this certificate (PEM, with any intermediates); reloaded when the file changes and on SIGHUP")
 	fs.StringVar(&c.tls.key, "tls-key-file", "", "the TLS certificate's private key (PEM)")
 	fs.StringVar(&c.tls.clientCA, "tls-client-ca-file", "", "require client certificates signed by these CAs (PEM): mutual TLS")
@@ -520,6 +522,9 @@ func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Serve
 	if cfg.embeddedWorkers < 1 {
 		return nil, fmt.Errorf("--embedded-workers is %d; at least 1 is needed when --worker-urls is empty", cfg.embeddedWorkers)
 	}
+	if cfg.embeddedReply != sim.ReplyEcho && cfg.embeddedReply != sim.ReplyRandom {
+		return nil, fmt.Errorf("--embedded-reply %q: want %s or %s", cfg.embeddedReply, sim.ReplyEcho, sim.ReplyRandom)
+	}
 	var sims []*sim.Server
 	for i := range cfg.embeddedWorkers {
 		sc := sim.DefaultConfig()
@@ -533,6 +538,7 @@ func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Serve
 		if cfg.embeddedPrefillSpeed > 0 {
 			sc.PrefillTokensPerSec = cfg.embeddedPrefillSpeed
 		}
+		sc.Reply = cfg.embeddedReply
 		s, err := sim.Start(sc, "127.0.0.1:0")
 		if err != nil {
 			for _, x := range sims {
@@ -543,7 +549,18 @@ func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Serve
 		log.Info("simulated engine started", "address", s.Addr(), "protocol", sc.Protocol, "role", role)
 		sims = append(sims, s)
 	}
+	log.Info(embeddedNotice(cfg.embeddedReply), "engines", len(sims), "role", role, "reply", cfg.embeddedReply,
+		"page_size", sim.DefaultConfig().PageSize)
 	return sims, nil
+}
+
+// embeddedNotice says what answers from the embedded engines are, so that
+// nobody takes them for a model's (or random text for a detokenizer bug).
+func embeddedNotice(reply string) string {
+	if reply == sim.ReplyEcho {
+		return "the embedded engines are simulated: they echo the last user message (--worker-urls for real engines)"
+	}
+	return "the embedded engines are simulated: they answer with random tokens (--worker-urls for real engines)"
 }
 
 // flushTraces sends the spans still buffered when serve returns, within a

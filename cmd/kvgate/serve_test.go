@@ -177,6 +177,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--fastest-please"}, "unknown flag --fastest-please; kvgate serve -h lists the flags"},
 		{[]string{"--polcy", "round_robin"}, "unknown flag --polcy (did you mean --policy?); kvgate serve -h lists the flags"},
 		{[]string{"--port", "x"}, "invalid value"},
+		{[]string{"--embedded-reply", "parrot"}, `--embedded-reply "parrot": want echo or random`},
 	}
 	for _, tc := range tests {
 		// A flag that has become valid would start a router that serves

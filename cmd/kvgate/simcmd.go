@@ -36,7 +36,7 @@ func runSim(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log.Info("simulated engine serving", "address", s.Addr(), "protocol", cfg.Protocol, "model", cfg.Model,
-		"page_size", cfg.PageSize, "kv_capacity_tokens", cfg.KVCapacityTokens, "time_scale", cfg.TimeScale, "role", cfg.Role, "dp_size", s.Engine().DPSize())
+		"page_size", cfg.PageSize, "kv_capacity_tokens", cfg.KVCapacityTokens, "time_scale", cfg.TimeScale, "role", cfg.Role, "dp_size", s.Engine().DPSize(), "reply", cfg.Reply)
 	if p := s.Engine().BootstrapPort(); p != 0 {
 		log.Info("bootstrap endpoint serving", "address", net.JoinHostPort(s.Engine().BootstrapHost(), strconv.Itoa(p)))
 	}

@@ -136,6 +136,10 @@ type Config struct {
 	// of what clients receive (see Script); the first that matches a
 	// prompt wins, and a prompt none matches is sampled as usual.
 	Scripts []Script
+	// Reply is how a prompt no script matches is answered (reply.go):
+	// ReplyRandom (or empty) samples token ids, ReplyEcho repeats the
+	// prompt's last user message.
+	Reply string
 	// GRPCHealth makes Start also serve the standard grpc.health.v1
 	// Health service, as some engines' gRPC servers do (rpcfaults.go).
 	GRPCHealth bool
@@ -284,6 +288,7 @@ func DefaultConfig() Config {
 		KVEvents:            true,
 		KVEventHistory:      1024,
 		EmbeddingDim:        4096, // the 8B model's hidden size
+		Reply:               ReplyRandom,
 	}
 }
 
@@ -318,6 +323,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DPSize, "dp-size", c.DPSize, "data-parallel ranks behind the address, each with its own scheduler, KV cache, loads and KV events (0 or 1: one)")
 	fs.IntVar(&c.KVEventHistory, "kv-event-history", c.KVEventHistory, "KV event batches kept for subscribers resuming from a sequence number")
 	fs.Var(&scriptsFlag{scripts: &c.Scripts}, "script", `JSON file of answers to give instead of sampling: [{"when": text the prompt contains, "text": the answer (or "ids": token ids)}]; the first match wins`)
+	fs.Var(replyFlag{&c.Reply}, "reply", `how prompts no --script matches are answered: "random" (sampled token ids, what benchmarks use) or "echo" (the last user message, deterministic)`)
 	fs.IntVar(&c.EmbeddingDim, "embedding-dim", c.EmbeddingDim, "length of the vectors Embed returns (0: Embed answers UNIMPLEMENTED)")
 	fs.IntVar(&c.Faults.DropAfterTokens, "fail-after", c.Faults.DropAfterTokens, "fault: end each stream with UNAVAILABLE after this many tokens (0: never)")
 	fs.BoolVar(&c.Faults.Unavailable, "fail-unavailable", c.Faults.Unavailable, "fault: answer every Generate with UNAVAILABLE")
@@ -393,6 +399,8 @@ func (c *Config) validate() error {
 		return bad("Role", "must be %q for protocol %q: TensorRT-LLM's disaggregation is not simulated, got %q", RoleRegular, ProtocolTRTLLM, c.Role)
 	case c.Protocol == ProtocolTRTLLM && c.DPSize > 1:
 		return bad("DPSize", "must be 0 or 1 for protocol %q: its requests cannot name a data-parallel rank, got %d", ProtocolTRTLLM, c.DPSize)
+	case c.Reply != "" && c.Reply != ReplyRandom && c.Reply != ReplyEcho:
+		return bad("Reply", "must be %q or %q, got %q", ReplyRandom, ReplyEcho, c.Reply)
 	case c.Model == "":
 		return bad("Model", "must not be empty")
 	case c.VocabSize <= 0:

@@ -438,8 +438,14 @@ func (e *Engine) activeRequests() int {
 
 // newSampler builds a request's sampler from protocol-neutral parameters.
 func (e *Engine) newSampler(prompt []uint32, reqSeed uint64, greedy bool, minNew int, ignoreEOS bool, stopIDs []uint32) sampler {
+	script := e.scripts.answer(prompt)
+	cycle := false
+	if script == nil && e.cfg.Reply == ReplyEcho {
+		script, cycle = e.echoAnswer(prompt), true
+	}
 	return sampler{
-		script:    e.scripts.answer(prompt),
+		script:    script,
+		cycle:     cycle,
 		seed:      samplingSeed(e.cfg.Seed, reqSeed, greedy, prompt),
 		vocab:     uint64(e.cfg.VocabSize),
 		eos:       e.cfg.EOSTokenID,

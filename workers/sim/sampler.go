@@ -43,7 +43,11 @@ func samplingSeed(engineSeed int64, reqSeed uint64, greedy bool, prompt []uint32
 // sampler decides each output token of one request.
 type sampler struct {
 	// script, when set, is the answer: its tokens, then EOS.
-	script    []uint32
+	script []uint32
+	// cycle makes a script behave as a model's output under the request's
+	// EOS rules (the echo reply): where EOS may not come yet (before
+	// min_new_tokens, or with ignore_eos), the script starts over.
+	cycle     bool
 	seed      uint64
 	vocab     uint64
 	eos       uint32
@@ -65,6 +69,12 @@ func (s *sampler) next(pos int) (tok uint32, stop bool) {
 	if s.script != nil {
 		if pos < len(s.script) {
 			return s.script[pos], false
+		}
+		if s.cycle && (s.ignoreEOS || pos < s.minNew) {
+			if len(s.script) == 0 {
+				return s.eos, false // nothing to repeat: EOS, which does not stop here
+			}
+			return s.script[pos%len(s.script)], false
 		}
 		return s.eos, true
 	}
