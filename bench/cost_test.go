@@ -72,7 +72,7 @@ func TestCostModeEndToEnd(t *testing.T) {
 			if label == Pooled {
 				n, c = 1, PooledSim(sc, 2)
 			}
-			f, err := StartFleet(ctx, label, n, c)
+			f, err := StartTestbed(ctx, label, n, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestPrefillCountEndsAtFirstToken(t *testing.T) {
 			sc.Faults = tc.faults
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			f, err := StartFleet(ctx, "cache_aware:cost", 1, sc)
+			f, err := StartTestbed(ctx, "cache_aware:cost", 1, sc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,12 +29,12 @@ func SimConfig() sim.Config {
 	return c
 }
 
-// Fleet is simulated engines with one or more routers in front of them, all
+// Testbed is simulated engines with one or more routers in front of them, all
 // in this process. Several routers stand for replicas of kvgate behind a
 // client-side or L4 balancer: each has its own registry, policy state and
 // metrics, and they share nothing but the engines, as replicas in production
 // do.
-type Fleet struct {
+type Testbed struct {
 	// Addr is the first router's address: with one router, the router.
 	Addr string
 	// Addrs are the routers' addresses, one per replica, in order.
@@ -99,17 +99,17 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 	return name, opts, nil
 }
 
-// StartFleet starts n simulated engines with cfg, a registry, the policy named
+// StartTestbed starts n simulated engines with cfg, a registry, the policy named
 // by label and a router serving on loopback.
-func StartFleet(ctx context.Context, label string, n int, cfg sim.Config) (*Fleet, error) {
-	return StartReplicatedFleet(ctx, label, n, 1, cfg)
+func StartTestbed(ctx context.Context, label string, n int, cfg sim.Config) (*Testbed, error) {
+	return StartReplicatedTestbed(ctx, label, n, 1, cfg)
 }
 
-// StartReplicatedFleet starts n simulated engines with cfg and routers
+// StartReplicatedTestbed starts n simulated engines with cfg and routers
 // replicas of the router in front of them, each built by gateway.New from the
 // same configuration (the policy named by label) and serving on a loopback
 // listener of its own.
-func StartReplicatedFleet(ctx context.Context, label string, n, routers int, cfg sim.Config) (*Fleet, error) {
+func StartReplicatedTestbed(ctx context.Context, label string, n, routers int, cfg sim.Config) (*Testbed, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("--workers is %d; at least 1 is needed", n)
 	}
@@ -121,7 +121,7 @@ func StartReplicatedFleet(ctx context.Context, label string, n, routers int, cfg
 		return nil, err
 	}
 	log := slog.New(slog.DiscardHandler)
-	f := &Fleet{Workers: n}
+	f := &Testbed{Workers: n}
 	ok := false
 	defer func() {
 		if !ok {
@@ -162,7 +162,7 @@ func StartReplicatedFleet(ctx context.Context, label string, n, routers int, cfg
 
 // counter sums the counter family name over its labels, router by router,
 // in the order of Addrs; a router whose registry cannot be read counts 0.
-func (f *Fleet) counter(name string) []float64 {
+func (f *Testbed) counter(name string) []float64 {
 	sums := make([]float64, len(f.routers))
 	for i, g := range f.routers {
 		mfs, err := g.Server.Metrics().Registry.Gather()
@@ -185,7 +185,7 @@ func (f *Fleet) counter(name string) []float64 {
 // completed requests whose predicted cached tokens equalled the engine's
 // report, over all replicas, or NaN when nothing was predicted (cache-blind
 // policies).
-func (f *Fleet) PredictionExact() float64 {
+func (f *Testbed) PredictionExact() float64 {
 	var exact, obs float64
 	for _, v := range f.counter("kvgate_cache_prediction_exact_total") {
 		exact += v
@@ -202,7 +202,7 @@ func (f *Fleet) PredictionExact() float64 {
 // RouterRequests returns the RPCs each router has handled
 // (kvgate_requests_total, every method and status), one count per replica in
 // the order of Addrs: what reached each replica by its own account.
-func (f *Fleet) RouterRequests() []int {
+func (f *Testbed) RouterRequests() []int {
 	sums := f.counter("kvgate_requests_total")
 	counts := make([]int, len(sums))
 	for i, v := range sums {
@@ -214,7 +214,7 @@ func (f *Fleet) RouterRequests() []int {
 // Close stops every router (letting running requests finish for up to five
 // seconds each), waits for their Serve calls to return, then stops the
 // engines.
-func (f *Fleet) Close() error {
+func (f *Testbed) Close() error {
 	for _, g := range f.routers {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		g.Shutdown(ctx)

@@ -34,7 +34,7 @@ const (
 	OverheadInputTextMiss  = "text-miss"
 	OverheadInputTextL0Hit = "text-l0-hit"
 	// OverheadInputRelay is the floor: the token-id cases sent through
-	// `kvgate relay` (internal/relay), which forwards each call without
+	// `kvgate relay` (internal/passthrough), which forwards each call without
 	// decoding it, with its CPU per request in the router's column.
 	OverheadInputRelay = "relay-floor"
 )

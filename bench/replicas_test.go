@@ -63,7 +63,7 @@ func TestReplicatedFleet(t *testing.T) {
 	defer cancel()
 	testutil.NoLeaks(t) // checked after Close, when the test ends
 
-	f, err := StartReplicatedFleet(ctx, "cache_aware", 2, 2, sc)
+	f, err := StartReplicatedTestbed(ctx, "cache_aware", 2, 2, sc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,7 @@ func runFleet(ctx context.Context, cfg Config, wl *Workload, label string, route
 	if label == Pooled {
 		n, sc = 1, PooledSim(sc, cfg.Workers)
 	}
-	f, err := StartReplicatedFleet(ctx, label, n, routers, sc)
+	f, err := StartReplicatedTestbed(ctx, label, n, routers, sc)
 	if err != nil {
 		return PolicyRun{}, err
 	}
@@ -182,7 +182,7 @@ func runLabel(policy string, routers int, replicated bool) string {
 
 // runOnce drives wl through fr, and closes it, and summarizes the run; f,
 // when not nil, is the fleet behind it.
-func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, fr front, f *Fleet) (PolicyRun, error) {
+func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, fr front, f *Testbed) (PolicyRun, error) {
 	defer fr.close()
 	workers := 0
 	if f != nil {
@@ -388,7 +388,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 }
 
 // open sends requests at their arrival times, each on its own goroutine.
-func (d *driver) open(ctx context.Context, start time.Time, reqs []Request) {
+func (d *driver) open(ctx context.Context, start time.Time, reqs []Arrival) {
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		if !sleepUntil(ctx, start.Add(r.At)) || !d.acquire(ctx) {

@@ -36,7 +36,7 @@ func TestRunUniqueEndToEnd(t *testing.T) {
 	sc.TimeScale = 0
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f, err := StartFleet(ctx, "manual", 2, sc)
+	f, err := StartTestbed(ctx, "manual", 2, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTargetVocabularyProbe(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			f, err := StartFleet(ctx, "round_robin", 2, tt.sim)
+			f, err := StartTestbed(ctx, "round_robin", 2, tt.sim)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -85,18 +85,18 @@ func DefaultWorkloadConfig() WorkloadConfig {
 	}
 }
 
-// Request is one request of an open-loop workload (shared-prefix, trace).
-type Request struct {
+// Arrival is one request of an open-loop workload (shared-prefix, trace).
+type Arrival struct {
 	// At is the arrival time from the start of the run.
 	At     time.Duration
 	Prompt []uint32
 	Output int
 }
 
-// Conversation is one multiturn user: a first arrival and the questions of
+// ChatUser is one multiturn user: a first arrival and the questions of
 // each round; the prompt of round r is the previous prompt, the previous
 // answer and Questions[r].
-type Conversation struct {
+type ChatUser struct {
 	At        time.Duration
 	System    []uint32
 	Questions [][]uint32
@@ -107,8 +107,8 @@ type Conversation struct {
 // Conversations for multiturn.
 type Workload struct {
 	Name          string
-	Requests      []Request
-	Conversations []Conversation
+	Requests      []Arrival
+	Conversations []ChatUser
 	// Limit caps the requests a closed-loop workload sends (0: all).
 	Limit int
 }
@@ -200,13 +200,13 @@ func sharedPrefix(cfg WorkloadConfig) *Workload {
 	for g := range systems {
 		systems[g] = tokens(rng(cfg.Seed, 1, uint64(g)), cfg.SystemTokens)
 	}
-	var reqs []Request
+	var reqs []Arrival
 	for g := range cfg.Groups {
 		for i := range cfg.PromptsPerGroup {
 			p := make([]uint32, 0, cfg.SystemTokens+cfg.QuestionTokens)
 			p = append(p, systems[g]...)
 			p = append(p, tokens(rng(cfg.Seed, 2, uint64(g), uint64(i)), cfg.QuestionTokens)...)
-			reqs = append(reqs, Request{Prompt: p, Output: cfg.OutputTokens})
+			reqs = append(reqs, Arrival{Prompt: p, Output: cfg.OutputTokens})
 		}
 	}
 	// Interleave the groups: a seeded shuffle, as SGLang's generated-shared-
@@ -224,10 +224,10 @@ func sharedPrefix(cfg WorkloadConfig) *Workload {
 
 func multiturn(cfg WorkloadConfig) *Workload {
 	system := tokens(rng(cfg.Seed, 4), cfg.MultiturnSystemTokens)
-	convs := make([]Conversation, cfg.Users)
+	convs := make([]ChatUser, cfg.Users)
 	at := arrivals(cfg.Seed, cfg.Users, cfg.QPS)
 	for u := range convs {
-		c := Conversation{At: at[u], System: system, Output: cfg.AnswerTokens}
+		c := ChatUser{At: at[u], System: system, Output: cfg.AnswerTokens}
 		for r := range cfg.Rounds {
 			c.Questions = append(c.Questions, tokens(rng(cfg.Seed, 5, uint64(u), uint64(r)), cfg.QuestionTokens))
 		}
@@ -283,7 +283,7 @@ func ReadTrace(r io.Reader, speed float64, limit int) (*Workload, error) {
 		}
 		p = p[:rec.InputLength]
 		out := max(rec.OutputLength, 1)
-		w.Requests = append(w.Requests, Request{
+		w.Requests = append(w.Requests, Arrival{
 			At:     time.Duration(rec.Timestamp / speed * float64(time.Millisecond)),
 			Prompt: p,
 			Output: out,

@@ -29,11 +29,11 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// Fleet is the router's set of workers as discovery changes it;
+// Registrar is the router's set of workers as discovery changes it;
 // *gateway.Gateway implements it. AddWorker detects the engine's protocol
 // and model as for any worker; RemoveWorker drains first (0: the fleet's
 // default drain timeout).
-type Fleet interface {
+type Registrar interface {
 	AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error)
 	RemoveWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error)
 }
@@ -191,7 +191,7 @@ func ParseSelector(pairs []string) (map[string]string, error) {
 // Run watches the pods and changes fleet until ctx ends; it returns ctx's
 // error then, or at once a configuration error. Workers it added stay in
 // the fleet when it returns (the router is shutting down).
-func Run(ctx context.Context, fleet Fleet, cfg Config) error {
+func Run(ctx context.Context, fleet Registrar, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

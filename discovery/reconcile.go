@@ -44,7 +44,7 @@ type result struct {
 
 // reconciler is the loop's state; only the loop's goroutine touches it.
 type reconciler struct {
-	fleet   Fleet
+	fleet   Registrar
 	cfg     Config
 	log     *slog.Logger
 	members map[string]*member
@@ -54,7 +54,7 @@ type reconciler struct {
 	ops     sync.WaitGroup
 }
 
-func newReconciler(fleet Fleet, cfg Config, log *slog.Logger) *reconciler {
+func newReconciler(fleet Registrar, cfg Config, log *slog.Logger) *reconciler {
 	return &reconciler{fleet: fleet, cfg: cfg, log: log, members: map[string]*member{}, notes: map[string]string{},
 		done: make(chan result)}
 }

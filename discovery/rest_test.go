@@ -59,7 +59,7 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	<-r.Context().Done()
 }
 
-// recorder is a Fleet that records the workers added.
+// recorder is a Registrar that records the workers added.
 type recorder struct{ added chan string }
 
 func (r recorder) AddWorker(_ context.Context, addr string, role workers.Role, _ workers.Protocol, _ int) (*workers.Worker, error) {

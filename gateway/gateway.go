@@ -190,7 +190,7 @@ type Gateway struct {
 	// pdMode: with PD.
 	pdMode bool
 	// ports are the prefill workers' bootstrap ports.
-	ports bootstrapPorts
+	ports *pd.BootstrapPorts
 	// wantText tells the tokenizer fetch that a worker joined (see
 	// fetchTextOnJoin).
 	wantText     func()
@@ -267,7 +267,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	g.ports.byURL = ports
+	g.ports = pd.NewBootstrapPorts(ports)
 	breaker := cfg.Breaker
 	metrics := server.NewMetrics(g.Registry)
 	breaker.OnChange = func(url string, from, to workers.BreakerState) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"sync"
 
 	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/pd"
@@ -19,30 +17,9 @@ import (
 // their policies from the configuration and loads their tokenizers; it keeps
 // no record of its own.
 
-// bootstrapPorts are the prefill workers' bootstrap ports, which every
-// model's PD dispatcher is told. Its lock is held while a model is added, so
-// that a port set meanwhile reaches the new model's dispatcher or its copy.
-type bootstrapPorts struct {
-	mu    sync.Mutex
-	byURL map[string]int
-}
-
-// setBootstrapPort records a prefill worker's bootstrap port for every
-// model's dispatcher, present and future (0 forgets it).
-func (g *Gateway) setBootstrapPort(url string, port int) {
-	g.ports.mu.Lock()
-	defer g.ports.mu.Unlock()
-	if port > 0 {
-		g.ports.byURL[url] = port
-	} else {
-		delete(g.ports.byURL, url)
-	}
-	for _, m := range g.Server.Models().All() {
-		if m.PD != nil {
-			m.PD.SetBootstrapPort(url, port)
-		}
-	}
-}
+// setBootstrapPort records a prefill worker's bootstrap port in the table
+// every model's PD dispatcher shares, present and future (0 forgets it).
+func (g *Gateway) setBootstrapPort(url string, port int) { g.ports.Set(url, port) }
 
 // ensureModel serves the model named name unless it is served: its
 // policies are built and its entry added at once (so its KV events and
@@ -51,9 +28,7 @@ func (g *Gateway) setBootstrapPort(url string, port int) {
 // tokenizer has loaded or failed to.
 func (g *Gateway) ensureModel(cfg Config, name string) <-chan struct{} {
 	models := g.Server.Models()
-	g.ports.mu.Lock()
 	e, added, err := models.Ensure(name, func() (modeltable.Spec, error) { return g.buildModel(cfg, name) })
-	g.ports.mu.Unlock()
 	if err != nil {
 		// The configuration was validated; this is a bug, not a worker's fault.
 		g.log.Error("model cannot be served", "model", name, "error", err)
@@ -69,8 +44,7 @@ func (g *Gateway) ensureModel(cfg Config, name string) <-chan struct{} {
 }
 
 // buildModel makes a model's policies from the configuration, their page
-// size learned from the model's workers, and starts their background loops;
-// call with g.ports.mu held.
+// size learned from the model's workers, and starts their background loops.
 func (g *Gateway) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 	ws := g.Server.Models().Workers(g.Registry, name)
 	spec := modeltable.Spec{Policies: map[workers.Role]policy.Policy{}, PageSize: cfg.Options.CacheAware.BlockSize}
@@ -106,7 +80,7 @@ func (g *Gateway) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 		if err != nil {
 			return spec, err
 		}
-		spec.PD = pd.New(pd.Config{Prefill: pre, Decode: dec, BootstrapPorts: maps.Clone(g.ports.byURL)})
+		spec.PD = pd.New(pd.Config{Prefill: pre, Decode: dec, BootstrapPorts: g.ports})
 	} else if _, err := newPolicy(routing.policy, workers.RoleRegular); err != nil {
 		return spec, err
 	}

@@ -17,7 +17,7 @@ import (
 // runs.
 type Attempt struct {
 	d    *Dispatcher
-	dec  Decision
+	dec  Pair
 	preq *policy.Request
 	// started: Start dispatched the legs, which then own the room.
 	started    bool
@@ -26,7 +26,7 @@ type Attempt struct {
 
 // NewAttempt prepares an attempt of preq on dec's pair; nothing is sent
 // before Start. preq is what the policies observe the legs' outcomes with.
-func (d *Dispatcher) NewAttempt(dec Decision, preq *policy.Request) *Attempt {
+func (d *Dispatcher) NewAttempt(dec Pair, preq *policy.Request) *Attempt {
 	return &Attempt{d: d, dec: dec, preq: preq}
 }
 
@@ -34,7 +34,7 @@ func (d *Dispatcher) NewAttempt(dec Decision, preq *policy.Request) *Attempt {
 // observations). onPrefill, when not nil, is called once, from another
 // goroutine, with the prefill leg's result as soon as that leg ends (which
 // it does before the stream's Done, whatever happened).
-func (a *Attempt) Start(ctx context.Context, req *workers.GenerateRequest, onPrefill func(workers.PrefillResult)) (workers.PDStream, error) {
+func (a *Attempt) Start(ctx context.Context, req *workers.GenerateRequest, onPrefill func(PrefillResult)) (PairStream, error) {
 	st, err := a.d.Dispatch(ctx, a.dec, a.preq, req)
 	if err != nil {
 		return nil, err

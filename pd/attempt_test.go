@@ -48,9 +48,9 @@ func TestAttempt(t *testing.T) {
 
 			a := place("started")
 			before := time.Now()
-			prefilled := make(chan workers.PrefillResult, 2)
+			prefilled := make(chan pd.PrefillResult, 2)
 			st, err := a.Start(t.Context(), &workers.GenerateRequest{RequestID: "started", InputIDs: prompt,
-				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4)}}, func(r workers.PrefillResult) { prefilled <- r })
+				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4)}}, func(r pd.PrefillResult) { prefilled <- r })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,11 +1,10 @@
 package pd_test
 
-// Dispatch against real gRPC servers on loopback: scripted SGLang engines
-// whose prefill side remembers the prompts it computed (and reports them as
-// cached the next time), so that the prefill policy's learning can be seen.
+// Dispatch against simulated SGLang engines over loopback: what each policy
+// observes of its leg, the prefill engine's bootstrap port as the decode
+// engine is told it, and a failed prefill that teaches the tree nothing.
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -14,99 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
 )
-
-type engine struct {
-	sglang.UnimplementedSglangSchedulerServer
-	decode bool
-	fail   bool // prefill: fail every request
-
-	mu     sync.Mutex
-	cached map[string]bool
-	reqs   []*sglang.GenerateRequest
-}
-
-func key(ids []uint32) string {
-	return string(slices.Collect(func(yield func(rune) bool) {
-		for _, id := range ids {
-			if !yield(rune(id)) {
-				return
-			}
-		}
-	}))
-}
-
-func (e *engine) Generate(req *sglang.GenerateRequest, out grpc.ServerStreamingServer[sglang.GenerateResponse]) error {
-	ids := req.GetTokenized().GetInputIds()
-	e.mu.Lock()
-	e.reqs = append(e.reqs, req)
-	hit := e.cached[key(ids)]
-	e.mu.Unlock()
-	n := uint32(len(ids))
-	if e.decode {
-		select { // a decode engine that never gets its room times out
-		case <-out.Context().Done():
-			return out.Context().Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		_ = out.Send(&sglang.GenerateResponse{Response: &sglang.GenerateResponse_Chunk{Chunk: &sglang.GenerateStreamChunk{TokenIds: []uint32{7}, PromptTokens: n}}})
-		return out.Send(&sglang.GenerateResponse{Response: &sglang.GenerateResponse_Complete{Complete: &sglang.GenerateComplete{
-			OutputIds: []uint32{7, 8}, FinishReason: "length", PromptTokens: n, CompletionTokens: 2,
-		}}})
-	}
-	if e.fail {
-		return status.Error(codes.Internal, "prefill engine crashed")
-	}
-	cached := uint32(0)
-	if hit {
-		cached = n
-	}
-	e.mu.Lock()
-	e.cached[key(ids)] = true
-	e.mu.Unlock()
-	return out.Send(&sglang.GenerateResponse{Response: &sglang.GenerateResponse_Complete{Complete: &sglang.GenerateComplete{
-		OutputIds: []uint32{7}, FinishReason: "length", PromptTokens: n, CachedTokens: cached, CompletionTokens: 1,
-	}}})
-}
-
-func (e *engine) GetModelInfo(context.Context, *sglang.GetModelInfoRequest) (*sglang.GetModelInfoResponse, error) {
-	return &sglang.GetModelInfoResponse{ModelPath: "test/pd"}, nil
-}
-
-func (e *engine) requests() []*sglang.GenerateRequest {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.reqs)
-}
-
-// start serves e on loopback and returns a connected worker.
-func (e *engine) start(t *testing.T, role workers.Role) *workers.Worker {
-	t.Helper()
-	e.cached = map[string]bool{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	sglang.RegisterSglangSchedulerServer(s, e)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	w, err := workers.Connect(t.Context(), lis.Addr().String(), workers.ConnectOptions{Protocol: workers.ProtocolSGLang, Role: role})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
-	return w
-}
 
 // recorder passes outcomes on to the policy it wraps and keeps them.
 type recorder struct {
@@ -130,41 +44,44 @@ func (r *recorder) seen() []policy.Outcome {
 	return slices.Clone(r.outcomes)
 }
 
+// pdFleet is two prefill and two decode simulated SGLang engines behind a
+// dispatcher whose policies record what they observe.
 type pdFleet struct {
-	d                  *pd.Dispatcher
-	prefill, decode    *recorder
-	prefills, decodes  []*workers.Worker
-	prefillEng, decEng []*engine
+	d                 *pd.Dispatcher
+	prefill, decode   *recorder
+	prefills, decodes []*workers.Worker
+	prefillSims       []*sim.Server
 }
 
-func newFleet(t *testing.T, failPrefill bool) *pdFleet {
+// newFleet starts the fleet; prefillFaults are the prefill engines'.
+func newFleet(t *testing.T, prefillFaults sim.Faults) *pdFleet {
 	f := &pdFleet{
 		prefill: &recorder{Policy: mustPolicy(t, "cache_aware")},
 		decode:  &recorder{Policy: mustPolicy(t, "power_of_two")},
 	}
 	for range 2 {
-		pe, de := &engine{fail: failPrefill}, &engine{decode: true}
-		f.prefillEng, f.decEng = append(f.prefillEng, pe), append(f.decEng, de)
-		f.prefills = append(f.prefills, pe.start(t, workers.RolePrefill))
-		f.decodes = append(f.decodes, de.start(t, workers.RoleDecode))
+		cfg := simtest.Config(sim.ProtocolSGLang)
+		cfg.Role, cfg.Faults, cfg.BootstrapTimeout = sim.RolePrefill, prefillFaults, time.Second
+		ps, pw := simtest.Worker(t, cfg)
+		_, dw := pdEngine(t, sim.ProtocolSGLang, sim.RoleDecode)
+		f.prefillSims = append(f.prefillSims, ps)
+		f.prefills, f.decodes = append(f.prefills, pw), append(f.decodes, dw)
 	}
-	f.d = pd.New(pd.Config{
-		Prefill: f.prefill, Decode: f.decode,
-		BootstrapPorts: map[string]int{f.prefills[0].URL(): 7001, f.prefills[1].URL(): 7002},
-	})
+	f.d = pd.New(pd.Config{Prefill: f.prefill, Decode: f.decode})
 	return f
 }
 
 // run selects and dispatches one request for prompt, reads it to its end
 // and waits until both legs have ended and the room is released.
-func (f *pdFleet) run(t *testing.T, id string, prompt []uint32) (pd.Decision, []uint32, error) {
+func (f *pdFleet) run(t *testing.T, id string, prompt []uint32) (pd.Pair, []uint32, error) {
 	t.Helper()
 	preq := &policy.Request{RequestID: id, InputIDs: prompt}
 	dec, err := f.d.Select(t.Context(), preq, f.prefills, f.decodes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := f.d.Dispatch(t.Context(), dec, preq, &workers.GenerateRequest{RequestID: id, InputIDs: prompt})
+	st, err := f.d.Dispatch(t.Context(), dec, preq, &workers.GenerateRequest{RequestID: id, InputIDs: prompt,
+		Sampling: workers.Sampling{MaxNewTokens: ptr(uint32(2)), IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,22 +103,22 @@ func (f *pdFleet) run(t *testing.T, id string, prompt []uint32) (pd.Decision, []
 }
 
 func TestDispatchLearnsFromThePrefillLeg(t *testing.T) {
-	f := newFleet(t, false)
+	f := newFleet(t, sim.Faults{})
 	prompt := make([]uint32, 64)
 	for i := range prompt {
 		prompt[i] = uint32(100 + i)
 	}
 
 	first, tokens, err := f.run(t, "r1", prompt)
-	if err != nil || !slices.Equal(tokens, []uint32{7}) {
+	if err != nil || len(tokens) != 2 {
 		t.Fatalf("first request: %v, %v", tokens, err)
 	}
 	testutil.Eventually(t, "both observations", func() bool { return len(f.prefill.seen()) == 1 && len(f.decode.seen()) == 1 })
 	if o := f.prefill.seen()[0]; o.Err != nil || o.CachedTokens != 0 || o.OutputIDs != nil {
 		t.Errorf("prefill outcome %+v, want the prefill engine's report (0 cached, no output)", o)
 	}
-	if o := f.decode.seen()[0]; o.Err != nil || !slices.Equal(o.OutputIDs, []uint32{7, 8}) {
-		t.Errorf("decode outcome %+v", o)
+	if o := f.decode.seen()[0]; o.Err != nil || !slices.Equal(o.OutputIDs, tokens) {
+		t.Errorf("decode outcome %+v, want the output %v", o, tokens)
 	}
 
 	second, _, err := f.run(t, "r2", prompt)
@@ -213,35 +130,81 @@ func TestDispatchLearnsFromThePrefillLeg(t *testing.T) {
 			second.Prefill.Worker, second.Prefill.Branch, second.Prefill.PredictedCachedTokens, first.Prefill.Worker)
 	}
 	testutil.Eventually(t, "the second prefill observation", func() bool { return len(f.prefill.seen()) == 2 })
-	if o := f.prefill.seen()[1]; o.CachedTokens != 64 {
-		t.Errorf("repeat: the prefill engine reported %d cached tokens, want 64", o.CachedTokens)
-	}
-
-	// The handoff named the chosen prefill engine, its configured bootstrap
-	// port and the room, on both legs.
-	idx := slices.Index(f.prefills, second.Prefill.Worker)
-	reqs := f.prefillEng[idx].requests()
-	dp := reqs[len(reqs)-1].GetDisaggregatedParams()
-	if dp.GetBootstrapHost() != "127.0.0.1" || int(dp.GetBootstrapPort()) != 7001+idx || dp.GetBootstrapRoom() != second.Room {
-		t.Errorf("disaggregated_params %v, want 127.0.0.1:%d room %d", dp, 7001+idx, second.Room)
-	}
-	didx := slices.Index(f.decodes, second.Decode.Worker)
-	dreqs := f.decEng[didx].requests()
-	if got := dreqs[len(dreqs)-1].GetDisaggregatedParams(); got.GetBootstrapRoom() != second.Room {
-		t.Errorf("decode leg room %d, want %d", got.GetBootstrapRoom(), second.Room)
+	// The engine keeps whole pages and computes at least the last token.
+	if o := f.prefill.seen()[1]; o.CachedTokens < 48 || o.CachedTokens > 64 {
+		t.Errorf("repeat: the prefill engine reported %d cached tokens of 64", o.CachedTokens)
 	}
 }
 
+// TestDispatchBootstrapPorts: the decode engine fetches the KV cache from the
+// bootstrap port the dispatcher names, which is the table's override where
+// there is one, else the one the prefill engine reports.
+func TestDispatchBootstrapPorts(t *testing.T) {
+	tests := []struct {
+		name     string
+		reported bool // the prefill engine reports its port
+		override func(real int) int
+		wantErr  bool
+	}{
+		{"reported by the engine", true, nil, false},
+		{"not reported, given by the table", false, func(real int) int { return real }, false},
+		{"the table wins over the engine", true, func(int) int { return closedPort(t) }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := simtest.Config(sim.ProtocolSGLang)
+			cfg.Role, cfg.BootstrapTimeout = sim.RolePrefill, time.Second
+			cfg.Faults.UnreportedBootstrapPort = !tt.reported
+			ps, pw := simtest.Worker(t, cfg)
+			ds, dw := pdEngine(t, sim.ProtocolSGLang, sim.RoleDecode)
+			ports := &pd.BootstrapPorts{}
+			if tt.override != nil {
+				ports.Set(pw.Endpoint(), tt.override(ps.Engine().BootstrapPort()))
+			}
+			f := &pdFleet{prefill: &recorder{Policy: mustPolicy(t, "round_robin")}, decode: &recorder{Policy: mustPolicy(t, "round_robin")},
+				prefills: []*workers.Worker{pw}, decodes: []*workers.Worker{dw}}
+			f.d = pd.New(pd.Config{Prefill: f.prefill, Decode: f.decode, BootstrapPorts: ports})
+			_, _, err := f.run(t, "b", testutil.Tokens(10, 32))
+			var le *pd.LegError
+			switch {
+			case tt.wantErr && (!errors.As(err, &le) || le.Leg != "decode"):
+				t.Fatalf("err = %v, want the decode leg to fail", err)
+			case !tt.wantErr && err != nil:
+				t.Fatal(err)
+			}
+			fetched := uint64(1)
+			if tt.wantErr {
+				fetched = 0
+			}
+			if got := ps.Engine().Stats().RoomsFetched; got != fetched {
+				t.Errorf("rooms fetched from the prefill engine: %d, want %d (decode engine waited for %d)", got, fetched, ds.Engine().Stats().RoomWaits)
+			}
+		})
+	}
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	_ = lis.Close()
+	return port
+}
+
 func TestDispatchFailedPrefillTeachesNothing(t *testing.T) {
-	f := newFleet(t, true)
+	f := newFleet(t, sim.Faults{Unavailable: true})
 	prompt := make([]uint32, 64)
 	for i := range prompt {
 		prompt[i] = uint32(500 + i)
 	}
 	dec, _, err := f.run(t, "r1", prompt)
-	var le *workers.LegError
-	if !errors.As(err, &le) || le.Leg != "prefill" || status.Code(err) != codes.Unavailable {
-		t.Fatalf("err = %v, want an UNAVAILABLE prefill LegError", err)
+	var le *pd.LegError
+	if kind, _ := fault.KindOf(err); !errors.As(err, &le) || le.Leg != "prefill" || kind != fault.Unavailable {
+		t.Fatalf("err = %v, want an unavailable prefill LegError", err)
 	}
 	testutil.Eventually(t, "the prefill observation", func() bool { return len(f.prefill.seen()) == 1 })
 	if o := f.prefill.seen()[0]; o.Err == nil {

@@ -1,11 +1,13 @@
 // Package pd serves requests disaggregated into a prefill leg and a decode
 // leg: it picks the pair with two policies, reserves the bootstrap room that
-// joins them, starts the two-legged request through the workers package
-// (which owns each protocol's way of sending the legs and the abort rules)
-// and reports each leg's real outcome to the policy that placed it.
+// joins them and resolves the prefill engine's bootstrap address, runs the
+// two legs under the abort rules (run.go) and reports each leg's real
+// outcome to the policy that placed it.
 //
-// Nothing here knows a protocol: SGLang's concurrent legs and vLLM's
-// sequential ones are both behind workers.RunDisaggregated.
+// Nothing here knows a protocol: what each leg's request carries (SGLang's
+// bootstrap room on both legs sent at once, vLLM's kv_transfer_params_json
+// handed from one leg to the next) is the adapters' answer to
+// workers.Disaggregator.
 package pd
 
 import (
@@ -29,14 +31,14 @@ type Config struct {
 	Prefill policy.Policy
 	// Decode places the decode leg (SMG's default: power_of_two).
 	Decode policy.Policy
-	// BootstrapPorts maps a prefill worker's URL (grpc://host:port, as
-	// ParsePrefillURL returns it) to its bootstrap port, overriding the port
-	// the worker reported. Workers not in it use the reported port, else
-	// workers.DefaultBootstrapPort.
-	BootstrapPorts map[string]int
+	// BootstrapPorts overrides the bootstrap ports prefill workers report;
+	// workers not in it use the reported port, else DefaultBootstrapPort.
+	// Several dispatchers (one per model) may share one table; nil is an
+	// empty one.
+	BootstrapPorts *BootstrapPorts
 	// DecodeAbortWait bounds how long a failed or cancelled request waits
 	// for its decode leg's first item before aborting it anyway (see the
-	// abort rules in workers/pd.go); 0 means workers.DefaultDecodeAbortWait.
+	// abort rules in run.go); 0 means DefaultDecodeAbortWait.
 	DecodeAbortWait time.Duration
 	// Intn draws bootstrap rooms; nil means math/rand/v2's IntN.
 	Intn func(n int) int
@@ -48,9 +50,10 @@ type Dispatcher struct {
 	cfg  Config
 	intn func(n int) int
 
+	ports *BootstrapPorts
+
 	mu    sync.Mutex
 	rooms map[int32]struct{}
-	ports map[string]int // bootstrap ports by prefill URL, guarded by mu
 }
 
 // New returns a Dispatcher. Both policies must be set.
@@ -59,9 +62,9 @@ func New(cfg Config) *Dispatcher {
 	if intn == nil {
 		intn = rand.IntN
 	}
-	ports := make(map[string]int, len(cfg.BootstrapPorts))
-	for u, p := range cfg.BootstrapPorts {
-		ports[u] = p
+	ports := cfg.BootstrapPorts
+	if ports == nil {
+		ports = &BootstrapPorts{}
 	}
 	return &Dispatcher{cfg: cfg, intn: intn, rooms: make(map[int32]struct{}), ports: ports}
 }
@@ -70,20 +73,8 @@ func New(cfg Config) *Dispatcher {
 // labels their decisions in metrics.
 func (d *Dispatcher) DecodePolicyName() string { return d.cfg.Decode.Name() }
 
-// SetBootstrapPort records the bootstrap port of a prefill worker added at
-// run time (0 forgets it: the worker's reported port is used).
-func (d *Dispatcher) SetBootstrapPort(url string, port int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if port == 0 {
-		delete(d.ports, url)
-		return
-	}
-	d.ports[url] = port
-}
-
-// Decision is a chosen prefill/decode pair and the room reserved for it.
-type Decision struct {
+// Pair is a chosen prefill/decode pair and the room reserved for it.
+type Pair struct {
 	Prefill, Decode policy.Decision
 	// Room is the bootstrap room reserved for the request; 0 and nothing
 	// reserved for a DryRun decision.
@@ -92,10 +83,10 @@ type Decision struct {
 	release func()
 }
 
-// Release gives the decision's room back. Dispatch does it when both legs
+// Release gives the pair's room back. Dispatch does it when both legs
 // have ended; a caller that selects and then does not dispatch must call it.
 // It is idempotent.
-func (d Decision) Release() {
+func (d Pair) Release() {
 	if d.release != nil {
 		d.release()
 	}
@@ -106,41 +97,34 @@ func (d Decision) Release() {
 // (except for req.DryRun, which changes no state anywhere). Errors name the
 // side and wrap the policy's error (errors.Is(err, policy.ErrNoHealthyWorker)
 // holds when a side has no healthy worker).
-func (d *Dispatcher) Select(ctx context.Context, req *policy.Request, prefills, decodes []*workers.Worker) (Decision, error) {
+func (d *Dispatcher) Select(ctx context.Context, req *policy.Request, prefills, decodes []*workers.Worker) (Pair, error) {
 	p, err := d.cfg.Prefill.Select(ctx, req, workers.Views(prefills))
 	if err != nil {
-		return Decision{}, fmt.Errorf("prefill (%s policy, %d workers): %w", d.cfg.Prefill.Name(), len(prefills), err)
+		return Pair{}, fmt.Errorf("prefill (%s policy, %d workers): %w", d.cfg.Prefill.Name(), len(prefills), err)
 	}
 	dec, err := d.cfg.Decode.Select(ctx, req, workers.Views(decodes))
 	if err != nil {
 		// The prefill policy may have learnt the prompt speculatively
 		// (cache_aware inserts on Select): the request never ran.
 		d.observePrefill(req, p, policy.Outcome{Err: err})
-		return Decision{}, fmt.Errorf("decode (%s policy, %d workers): %w", d.cfg.Decode.Name(), len(decodes), err)
+		return Pair{}, fmt.Errorf("decode (%s policy, %d workers): %w", d.cfg.Decode.Name(), len(decodes), err)
 	}
-	out := Decision{Prefill: p, Decode: dec}
+	out := Pair{Prefill: p, Decode: dec}
 	if !req.DryRun {
 		out.Room, out.release = d.NewRoom()
 	}
 	return out, nil
 }
 
-// Dispatch starts req on the decision's pair. The returned stream is the
-// decode leg as the client sees it (see workers.PDStream for its errors and
+// Dispatch starts req on the pair. The returned stream is the
+// decode leg as the client sees it (see PairStream for its errors and
 // the abort rules, which apply when ctx ends). When the prefill leg ends,
 // the prefill policy observes its real outcome (the prefill engine's cached
 // tokens, or its failure); when both legs have ended, the decode policy
 // observes the decode leg's and the room is released.
-func (d *Dispatcher) Dispatch(ctx context.Context, dec Decision, preq *policy.Request, req *workers.GenerateRequest) (workers.PDStream, error) {
-	h := workers.Handoff{Room: dec.Room, DecodeAbortWait: d.cfg.DecodeAbortWait}
-	if dec.Prefill.Worker != nil {
-		d.mu.Lock()
-		// Keyed by the engine's address: a data-parallel rank target
-		// (url@rank) shares its engine's bootstrap server.
-		h.BootstrapPort = d.ports[dec.Prefill.Worker.Endpoint()]
-		d.mu.Unlock()
-	}
-	st, err := workers.RunDisaggregated(ctx, dec.Prefill.Worker, dec.Decode.Worker, req, h)
+func (d *Dispatcher) Dispatch(ctx context.Context, dec Pair, preq *policy.Request, req *workers.GenerateRequest) (PairStream, error) {
+	st, err := Run(ctx, dec.Prefill.Worker, dec.Decode.Worker, req,
+		Legs{Room: dec.Room, BootstrapPorts: d.ports, DecodeAbortWait: d.cfg.DecodeAbortWait})
 	if err != nil {
 		d.observePrefill(preq, dec.Prefill, policy.Outcome{Err: err})
 		d.observeDecode(preq, dec.Decode, policy.Outcome{Err: err})

@@ -379,7 +379,7 @@ func (e *eventMirror) store(worker string, rm *rankMirror, parent int64, hasPare
 
 // stored applies what a Store returned; false means the rest of the batch
 // is to be ignored.
-func (e *eventMirror) stored(worker string, rm *rankMirror, attached, detached []tree.Span, err error) bool {
+func (e *eventMirror) stored(worker string, rm *rankMirror, attached, detached []tree.PageRun, err error) bool {
 	switch {
 	case errors.Is(err, tree.ErrPageSize):
 		// Matching pages of one size against an index of another would

@@ -177,7 +177,7 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 		return nil, err
 	}
 	preq := j.policyRequest(ctx, dryRun)
-	var dec pd.Decision
+	var dec pd.Pair
 	slots, err := chooseAndAcquire(preq, len(prefills)+len(decodes), func() ([]*workers.Worker, func(), error) {
 		var err error
 		if dec, err = d.pd.Select(ctx, preq, prefills, decodes); err != nil {
@@ -222,7 +222,7 @@ func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers
 	// The prefill leg's span ends with that leg, before the decode leg's,
 	// which the pipeline ends with the attempt.
 	prefillSpan := p.legs[0].span
-	st, err := p.att.Start(ctx, req, func(r workers.PrefillResult) {
+	st, err := p.att.Start(ctx, req, func(r pd.PrefillResult) {
 		if r.Err == nil {
 			p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
 		}
@@ -255,7 +255,7 @@ func (p *pair) end(out policy.Outcome) {
 	if !p.att.End() {
 		return
 	}
-	var leg *workers.LegError
+	var leg *pd.LegError
 	if errors.As(out.Err, &leg) {
 		p.s.metrics.pdFailures.WithLabelValues(leg.Leg).Inc()
 	}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -80,9 +81,9 @@ func (p *plan) leg(role string) *leg {
 }
 
 // blame returns the worker that caused a failure of this attempt: the leg a
-// *workers.LegError names, else the served worker.
+// *pd.LegError names, else the served worker.
 func (p *plan) blame(err error) *workers.Worker {
-	var le *workers.LegError
+	var le *pd.LegError
 	if errors.As(err, &le) {
 		if l := p.leg(le.Leg); l != nil {
 			return l.w

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -19,8 +20,8 @@ func TestPlanReadsTheSameForOneLegAndTwo(t *testing.T) {
 	}
 	reg, pre, dec := worker("grpc://r:1", workers.RoleRegular), worker("grpc://p:1", workers.RolePrefill), worker("grpc://d:1", workers.RoleDecode)
 	engineDown := errors.New("engine down")
-	prefillFailed := fmt.Errorf("attempt: %w", &workers.LegError{Leg: "prefill", Worker: pre.URL(), Err: engineDown})
-	decodeFailed := &workers.LegError{Leg: "decode", Worker: dec.URL(), Err: engineDown}
+	prefillFailed := fmt.Errorf("attempt: %w", &pd.LegError{Leg: "prefill", Worker: pre.URL(), Err: engineDown})
+	decodeFailed := &pd.LegError{Leg: "decode", Worker: dec.URL(), Err: engineDown}
 
 	one := &plan{legs: []leg{{role: "regular", w: reg, policy: "cache_aware", dec: policy.Decision{Worker: reg, Reason: "longest match"}}}}
 	two := &plan{room: 7, legs: []leg{

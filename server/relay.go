@@ -27,7 +27,7 @@ type relay struct {
 	s      *Server
 	j      *job
 	p      *plan
-	ds     *detok.Stream // nil: no tokenizer, ids only
+	ds     *detok.Detokenizer // nil: no tokenizer, ids only
 	output []uint32
 	// ans shapes the text into content, reasoning and tool calls.
 	ans *answer

@@ -54,7 +54,7 @@ type addedVocab struct {
 // newAddedVocab assigns ids the way HF does when it loads tokenizer.json: a token already
 // in the model vocabulary keeps that id; any other gets the next id after the vocabulary
 // (or after the largest added id). The ids written in the file are only compared.
-func newAddedVocab(raw json.RawMessage, model Model, norm Normalizer) (*addedVocab, error) {
+func newAddedVocab(raw json.RawMessage, model SubwordModel, norm Normalizer) (*addedVocab, error) {
 	var specs []addedTokenSpec
 	if len(raw) > 0 && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &specs); err != nil {

@@ -114,7 +114,7 @@ func TestWindowedEncodeIsExact(t *testing.T) {
 				}
 				// The same with client text (literal spans) in the middle,
 				// as a rendered chat prompt has.
-				lit := []Span{runeSpan(r, text)}
+				lit := []ByteRange{runeSpan(r, text)}
 				whole, err = tok.encodeBounded(text, add, lit, 0, math.MaxInt)
 				if err != nil {
 					t.Fatal(err)
@@ -130,7 +130,7 @@ func TestWindowedEncodeIsExact(t *testing.T) {
 
 // runeSpan is a random span of text that starts and ends at rune
 // boundaries.
-func runeSpan(r *rand.Rand, text string) Span {
+func runeSpan(r *rand.Rand, text string) ByteRange {
 	a, b := r.IntN(len(text)+1), r.IntN(len(text)+1)
 	if a > b {
 		a, b = b, a
@@ -141,7 +141,7 @@ func runeSpan(r *rand.Rand, text string) Span {
 	for b < len(text) && !utf8.RuneStart(text[b]) {
 		b++
 	}
-	return Span{a, b}
+	return ByteRange{a, b}
 }
 
 // EncodeLimit gives Encode's ids for a text within the limit, and

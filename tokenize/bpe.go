@@ -9,9 +9,9 @@ import (
 	"unicode/utf8"
 )
 
-// Model turns one pre-token into ids. Implementations are immutable after construction
+// SubwordModel turns one pre-token into ids. Implementations are immutable after construction
 // and safe for concurrent use.
-type Model interface {
+type SubwordModel interface {
 	// Tokenize appends the ids of word to dst.
 	Tokenize(dst []uint32, word string) []uint32
 	TokenToID(tok string) (uint32, bool)
@@ -21,9 +21,9 @@ type Model interface {
 	Size() int
 }
 
-// tokenModel is a Model with what the Tokenizer needs beyond it.
+// tokenModel is a SubwordModel with what the Tokenizer needs beyond it.
 type tokenModel interface {
-	Model
+	SubwordModel
 	// idBound is the largest vocabulary id + 1 (ids may have gaps).
 	idBound() int
 	// resetCaches empties the per-word caches (cold-cache benchmarks).

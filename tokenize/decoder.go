@@ -8,14 +8,14 @@ import (
 	"unicode/utf8"
 )
 
-// Decoder turns tokens back into text. DecodeChain maps the token strings to new strings,
+// PieceDecoder turns tokens back into text. DecodeChain maps the token strings to new strings,
 // which the next decoder in a sequence receives; the final result is their concatenation
 // (HF decode_chain).
-type Decoder interface {
+type PieceDecoder interface {
 	DecodeChain(tokens []string) []string
 }
 
-func newDecoder(raw json.RawMessage) (Decoder, error) {
+func newDecoder(raw json.RawMessage) (PieceDecoder, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -93,7 +93,7 @@ func newDecoder(raw json.RawMessage) (Decoder, error) {
 	}
 }
 
-type sequenceDecoder []Decoder
+type sequenceDecoder []PieceDecoder
 
 func (seq sequenceDecoder) DecodeChain(tokens []string) []string {
 	for _, d := range seq {

@@ -124,7 +124,7 @@
 // The one model that is right on the goldens, WordPiece, is a short greedy loop tied to
 // sugarme's Model, Token and NormalizedString types; adopting it would have meant
 // adapters and the dependency for no gain in correctness, so it was not. The
-// interfaces the issue names — Normalizer, PreTokenizer, Model, Decoder — are defined
+// interfaces the issue names — Normalizer, PreTokenizer, SubwordModel, PieceDecoder — are defined
 // here with the same roles.
 //
 // # Regexes

@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// Span is a byte range [Start, End) of a text.
-type Span struct{ Start, End int }
+// ByteRange is a byte range [Start, End) of a text.
+type ByteRange struct{ Start, End int }
 
 // ErrBadSpans is returned (wrapped) by EncodeWithLiteralSpans for spans that
 // are unsorted, overlapping or outside the text.
@@ -16,7 +16,7 @@ var ErrBadSpans = errors.New("literal spans must be sorted, disjoint and within 
 // split_special_tokens=True: special added tokens written in text are
 // tokenized as ordinary text, non-special added tokens are still recognised.
 func (t *Tokenizer) EncodeSplitSpecialTokens(text string, addSpecialTokens bool) ([]uint32, error) {
-	return t.EncodeWithLiteralSpans(text, addSpecialTokens, []Span{{0, len(text)}})
+	return t.EncodeWithLiteralSpans(text, addSpecialTokens, []ByteRange{{0, len(text)}})
 }
 
 // EncodeWithLiteralSpans is Encode, except that no special added token is
@@ -32,14 +32,14 @@ func (t *Tokenizer) EncodeSplitSpecialTokens(text string, addSpecialTokens bool)
 // the other side of an edge; text on both sides of an edge is then
 // normalized and pre-tokenized as one piece. Normalized special tokens are
 // not recognised in any piece that contains literal text.
-func (t *Tokenizer) EncodeWithLiteralSpans(text string, addSpecialTokens bool, literal []Span) ([]uint32, error) {
+func (t *Tokenizer) EncodeWithLiteralSpans(text string, addSpecialTokens bool, literal []ByteRange) ([]uint32, error) {
 	return t.EncodeWithLiteralSpansLimit(text, addSpecialTokens, literal, 0)
 }
 
 // EncodeWithLiteralSpansLimit is EncodeWithLiteralSpans that stops as
 // EncodeLimit does once the text has more than maxTokens tokens (0: no
 // limit).
-func (t *Tokenizer) EncodeWithLiteralSpansLimit(text string, addSpecialTokens bool, literal []Span, maxTokens int) ([]uint32, error) {
+func (t *Tokenizer) EncodeWithLiteralSpansLimit(text string, addSpecialTokens bool, literal []ByteRange, maxTokens int) ([]uint32, error) {
 	prev := 0
 	for _, s := range literal {
 		if s.Start < prev || s.End < s.Start || s.End > len(text) {
@@ -54,7 +54,7 @@ func (t *Tokenizer) EncodeWithLiteralSpansLimit(text string, addSpecialTokens bo
 // literal regions with the non-special matcher, the others with the full one.
 // Adjacent text pieces of different regions are joined again, because Encode
 // normalizes and pre-tokenizes the text between added tokens as one piece.
-func (av *addedVocab) splitLiteral(dst []segment, text string, literal []Span) []segment {
+func (av *addedVocab) splitLiteral(dst []segment, text string, literal []ByteRange) []segment {
 	base := len(dst)
 	var ends []int // end offset in text of each segment appended
 	region := func(start, end int, lit bool) {

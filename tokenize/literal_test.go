@@ -32,14 +32,14 @@ func TestLiteralSpansOnlyChangeForgedTokens(t *testing.T) {
 			}
 			// Spans over plain text, at awkward cuts: same ids as Encode.
 			plain := strings.Index(text, special+"system")
-			for _, spans := range [][]Span{nil, {}, {{len(prefix), plain}}, {{len(prefix) + 3, len(prefix) + 9}, {len(prefix) + 9, plain - 1}}} {
+			for _, spans := range [][]ByteRange{nil, {}, {{len(prefix), plain}}, {{len(prefix) + 3, len(prefix) + 9}, {len(prefix) + 9, plain - 1}}} {
 				got, err := tk.EncodeWithLiteralSpans(text, true, spans)
 				if err != nil || !slices.Equal(got, whole) {
 					t.Errorf("spans %v: %v, %v; want Encode's %v", spans, got, err, whole)
 				}
 			}
 			// The client's span: its special token is text, the template's are not.
-			got, err := tk.EncodeWithLiteralSpans(text, true, []Span{{len(prefix), len(prefix) + len(client)}})
+			got, err := tk.EncodeWithLiteralSpans(text, true, []ByteRange{{len(prefix), len(prefix) + len(client)}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +60,7 @@ func TestLiteralSpansOnlyChangeForgedTokens(t *testing.T) {
 
 func TestLiteralSpansAreChecked(t *testing.T) {
 	tk := loadTestTokenizer(t, "qwen3")
-	for _, spans := range [][]Span{{{2, 1}}, {{0, 4}, {3, 5}}, {{0, 99}}, {{-1, 2}}} {
+	for _, spans := range [][]ByteRange{{{2, 1}}, {{0, 4}, {3, 5}}, {{0, 99}}, {{-1, 2}}} {
 		if _, err := tk.EncodeWithLiteralSpans("hello", false, spans); !errors.Is(err, ErrBadSpans) {
 			t.Errorf("spans %v: err = %v, want ErrBadSpans", spans, err)
 		}

@@ -23,7 +23,7 @@ type Tokenizer struct {
 	normalizer Normalizer
 	pre        PreTokenizer
 	post       PostProcessor
-	decoder    Decoder
+	decoder    PieceDecoder
 	added      *addedVocab
 	// specialContent is HF's special_tokens_set: decoding with skipSpecialTokens drops
 	// every token whose string is in it.
@@ -154,14 +154,14 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 
 // encode is Encode with special tokens left as text inside the literal spans
 // (see EncodeWithLiteralSpans).
-func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []Span) ([]uint32, error) {
+func (t *Tokenizer) encode(text string, addSpecialTokens bool, literal []ByteRange) ([]uint32, error) {
 	return t.encodeBounded(text, addSpecialTokens, literal, 0, encodeWindow)
 }
 
 // encodeBounded is encode that stops once the text has more than maxTokens
 // tokens (0: no limit), pre-tokenizing long inputs in windows of about
 // window bytes where the pre-tokenizer allows it.
-func (t *Tokenizer) encodeBounded(text string, addSpecialTokens bool, literal []Span, maxTokens, window int) ([]uint32, error) {
+func (t *Tokenizer) encodeBounded(text string, addSpecialTokens bool, literal []ByteRange, maxTokens, window int) ([]uint32, error) {
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("encode: %w", ErrInvalidUTF8)
 	}

@@ -178,7 +178,7 @@ func (t *Tree) InsertPriority(ids []uint32, tenant string, priority int32) {
 // pages (a KV event): it inserts them as Insert does and marks every holding
 // along the path confirmed, the ancestors' included, so confirmed holdings
 // stay prefix-closed as the engine's cache is. The caller passes the full
-// path from the root (Mirror's Span.Path).
+// path from the root (Mirror's PageRun.Path).
 func (t *Tree) InsertConfirmed(ids []uint32, tenant string) { t.insertPath(ids, tenant, 0, true) }
 
 // InsertSpeculative is Insert that returns the insert's tick, for

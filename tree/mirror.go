@@ -20,9 +20,9 @@ import (
 // mid-stream, or the parent was removed while its children stayed) is kept
 // detached: it matches nothing and is reported by nothing until its parent
 // is stored, when it attaches with everything waiting below it. Store and
-// Remove report what joined and left the attached set as Spans, which the
+// Remove report what joined and left the attached set as PageRuns, which the
 // caller applies to the tree: InsertConfirmed(span.Path, worker) for each
-// attached Span, Trim(span.Path, worker, len(span.Path)-span.Pages*pageSize)
+// attached PageRun, Trim(span.Path, worker, len(span.Path)-span.Pages*pageSize)
 // for each detached one (detached first, when a call returns both).
 //
 // Detached blocks are bounded apart (LimitDetached): an engine can store
@@ -59,17 +59,17 @@ type Mirror struct {
 	chain []*mirrorBlock
 	path  []uint32
 
-	arena []uint32 // the paths of one call's Spans, except the one aliasing path
+	arena []uint32 // the paths of one call's PageRuns, except the one aliasing path
 	dfs   []uint32 // the path of the block a walk below a block is at
 	stack []mirrorFrame
 	up    []*mirrorBlock // scratch: blocks between one and the cached chain
 	found []*mirrorBlock // scratch: Store's blocks, by index in its chain
 	seen  map[int64]struct{}
 
-	// run is the block on top of the last Span of the current call, when
-	// that Span is a run of removed blocks that nothing followed (no
-	// descendant Spans after it): runAt is its index. A removal of run's
-	// parent joins that Span instead of walking up for a path of its own,
+	// run is the block on top of the last PageRun of the current call, when
+	// that PageRun is a run of removed blocks that nothing followed (no
+	// descendant PageRuns after it): runAt is its index. A removal of run's
+	// parent joins that PageRun instead of walking up for a path of its own,
 	// so an engine evicting a chain leaf first, one block after another,
 	// costs one path per call, not one per block.
 	run   *mirrorBlock
@@ -94,7 +94,7 @@ type mirrorBlock struct {
 }
 
 // mirrorFrame is one step of a walk below a block: the block, where its
-// tokens start in dfs, and how many blocks the current Span has through it.
+// tokens start in dfs, and how many blocks the current PageRun has through it.
 type mirrorFrame struct {
 	b   *mirrorBlock
 	off int
@@ -107,14 +107,14 @@ type MirrorBlock struct {
 	Tokens []uint32
 }
 
-// Span is a run of pages that joined (Store) or left (Remove) the set of
-// blocks reachable from the root. Spans cover each such block exactly once;
+// PageRun is a run of pages that joined (Store) or left (Remove) the set of
+// blocks reachable from the root. PageRuns cover each such block exactly once;
 // a run of blocks each the only one joining (or leaving) below the one
-// before comes as one Span.
+// before comes as one PageRun.
 //
 // Path may share memory with the Mirror: it is valid only until the next
 // call on the Mirror, and must not be written to. Copy what you keep.
-type Span struct {
+type PageRun struct {
 	// Path is the full token path from the root through the span's last
 	// page.
 	Path []uint32
@@ -133,7 +133,7 @@ var (
 	ErrBlockCycle = errors.New("tree: stored chain repeats a block hash")
 )
 
-// spanArenaKeep bounds the tokens of Span paths a Mirror keeps allocated
+// spanArenaKeep bounds the tokens of PageRun paths a Mirror keeps allocated
 // between calls: a removal near the root of a large cache can return far
 // more, once.
 const spanArenaKeep = 1 << 20
@@ -157,7 +157,7 @@ func NewMirror(pageSize, maxBlocks int) *Mirror {
 // LimitDetached bounds the detached blocks the mirror keeps to n (at first,
 // maxBlocks: no bound of their own). Each Store and Remove that leaves more
 // forgets the blocks detached longest ago until n are left, as if the
-// engine had removed them; they were reported by no Span, so the caller has
+// engine had removed them; they were reported by no PageRun, so the caller has
 // nothing to apply. It panics if n is negative.
 func (m *Mirror) LimitDetached(n int) {
 	if n < 0 {
@@ -197,7 +197,7 @@ func (m *Mirror) Clear() {
 
 // Store records a chain of blocks hanging off parent (or off the root when
 // !hasParent), each following block off the one before it. It returns the
-// Spans that became reachable from the root: the chain, if its parent is
+// PageRuns that became reachable from the root: the chain, if its parent is
 // attached, and whatever was waiting below its blocks. A block already known
 // with the same parent and tokens is left as it is; one known with other
 // content is replaced, as if removed first, and what that detached comes
@@ -208,13 +208,13 @@ func (m *Mirror) Clear() {
 // past maxBlocks (ErrMirrorFull) fails the call, and nothing of it is
 // applied. A chain continuing the last one stored costs O(pageSize) per
 // block; otherwise the parents are walked up to the last chain's path.
-func (m *Mirror) Store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []Span, err error) {
+func (m *Mirror) Store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []PageRun, err error) {
 	attached, detached, err = m.store(parent, hasParent, blocks)
 	m.trimDetached()
 	return attached, detached, err
 }
 
-func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []Span, err error) {
+func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []PageRun, err error) {
 	m.resetArena()
 	if err := m.check(parent, hasParent, blocks); err != nil {
 		return nil, nil, err
@@ -277,7 +277,7 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 		m.path = append(m.path, e.tokens...)
 		above = e
 	}
-	attached = append(attached, Span{Path: m.path[:len(m.path):len(m.path)], Pages: len(blocks) - first})
+	attached = append(attached, PageRun{Path: m.path[:len(m.path):len(m.path)], Pages: len(blocks) - first})
 	for _, e := range found[first:] {
 		attached = m.spread(e, m.path[:e.depth*m.pageSize], true, attached)
 	}
@@ -321,16 +321,16 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 	return nil
 }
 
-// Remove forgets the blocks named by hashes and returns the Spans that left
-// the reachable set: for each attached block removed, a Span of one page for
-// it, then Spans for its attached descendants, which stay known but
+// Remove forgets the blocks named by hashes and returns the PageRuns that left
+// the reachable set: for each attached block removed, a PageRun of one page for
+// it, then PageRuns for its attached descendants, which stay known but
 // detached (an engine may store the parent again with the same hash while
 // the children stayed). Unknown hashes are ignored and counted (Unknown).
 // A block named right after its only departing child (a chain evicted leaf
-// first, as LRU engines do) joins that child's Span rather than starting
+// first, as LRU engines do) joins that child's PageRun rather than starting
 // one, so such a chain costs one path however long it is. The cost is the
-// depths of the blocks that start a Span plus their descendants' paths.
-func (m *Mirror) Remove(hashes []int64) (detached []Span) {
+// depths of the blocks that start a PageRun plus their descendants' paths.
+func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 	m.resetArena()
 	for _, h := range hashes {
 		e := m.blocks[h]
@@ -345,7 +345,7 @@ func (m *Mirror) Remove(hashes []int64) (detached []Span) {
 }
 
 // trimDetached forgets the blocks detached longest ago while more than
-// maxDetached are. A detached block is in no Span and on no cached chain,
+// maxDetached are. A detached block is in no PageRun and on no cached chain,
 // so forgetting it changes nothing a caller holds.
 func (m *Mirror) trimDetached() {
 	for m.detached > m.maxDetached && m.qhead < len(m.queue) {
@@ -395,7 +395,7 @@ func (m *Mirror) compactQueue() {
 	m.queue = kept
 }
 
-// resetArena starts a call: Spans of earlier calls are invalid from here.
+// resetArena starts a call: PageRuns of earlier calls are invalid from here.
 func (m *Mirror) resetArena() {
 	if cap(m.arena) > spanArenaKeep {
 		m.arena = nil
@@ -434,19 +434,19 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up *mirrorBloc
 	return e
 }
 
-// remove forgets e, appending the Spans that left the reachable set.
-func (m *Mirror) remove(e *mirrorBlock, spans []Span) []Span {
+// remove forgets e, appending the PageRuns that left the reachable set.
+func (m *Mirror) remove(e *mirrorBlock, spans []PageRun) []PageRun {
 	if e.attached {
 		var path []uint32
 		if r := m.run; r != nil && r.up == e && m.runAt == len(spans)-1 {
-			// e's child left last, alone: e tops its Span now, and
-			// e's path is that Span's path up to e.
+			// e's child left last, alone: e tops its PageRun now, and
+			// e's path is that PageRun's path up to e.
 			s := &spans[m.runAt]
 			s.Pages++
 			path = s.Path[:len(s.Path)-(s.Pages-1)*m.pageSize]
 		} else {
 			path = m.pathOf(e)
-			spans = append(spans, Span{Path: path, Pages: 1})
+			spans = append(spans, PageRun{Path: path, Pages: 1})
 		}
 		n := len(spans)
 		spans = m.spread(e, path, false, spans)
@@ -510,10 +510,10 @@ func (m *Mirror) detach(e *mirrorBlock) {
 }
 
 // spread attaches (or detaches) the blocks below from that are not (or
-// are) attached, from's path being base, and appends a Span for each run
+// are) attached, from's path being base, and appends a PageRun for each run
 // down to a leaf of what changed. It walks with an explicit stack: the
 // engine decides how deep chains go.
-func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []Span) []Span {
+func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []PageRun) []PageRun {
 	m.stack = m.stack[:0]
 	push := func(parent *mirrorBlock, off int) int {
 		pushed := 0
@@ -546,7 +546,7 @@ func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []S
 		}
 		start := len(m.arena)
 		m.arena = append(m.arena, m.dfs...)
-		spans = append(spans, Span{Path: m.arena[start:len(m.arena):len(m.arena)], Pages: f.run})
+		spans = append(spans, PageRun{Path: m.arena[start:len(m.arena):len(m.arena)], Pages: f.run})
 	}
 	return spans
 }
@@ -587,7 +587,7 @@ func (m *Mirror) cacheTo(e *mirrorBlock) {
 }
 
 // pathOf returns attached block e's path in the arena, leaving the cached
-// chain as it is (Spans returned earlier in the call may alias it).
+// chain as it is (PageRuns returned earlier in the call may alias it).
 func (m *Mirror) pathOf(e *mirrorBlock) []uint32 {
 	start := len(m.arena)
 	d := m.climb(e)

@@ -122,7 +122,7 @@ func (r *mirrorRef) remove(hashes []int64) []string {
 }
 
 // pages lists the page paths spans cover, checking each span's shape.
-func pages(t *testing.T, ps int, spans []Span) []string {
+func pages(t *testing.T, ps int, spans []PageRun) []string {
 	t.Helper()
 	var out []string
 	for _, s := range spans {
@@ -286,7 +286,7 @@ func FuzzMirror(f *testing.F) {
 // path, with | where the span's pages start), sorted, and its error.
 func mirrorScript(t *testing.T, m *Mirror, steps []string) (attached, detached []string, err error) {
 	t.Helper()
-	show := func(spans []Span) []string {
+	show := func(spans []PageRun) []string {
 		var out []string
 		for _, s := range spans {
 			var b strings.Builder
@@ -317,7 +317,7 @@ func mirrorScript(t *testing.T, m *Mirror, steps []string) (attached, detached [
 				}
 				blocks = append(blocks, MirrorBlock{h, tokens})
 			}
-			var a, d []Span
+			var a, d []PageRun
 			a, d, err = m.Store(parent, perr == nil, blocks)
 			attached, detached = show(a), show(d)
 		case "remove":

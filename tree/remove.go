@@ -95,7 +95,7 @@ func (s *slicer) stepAside() {
 // policy calls it when an engine reports it had less cached than the tree
 // predicted, since the engine evicted that part (and, its cache being
 // prefix-closed, everything that extends it); a KV removal event does the
-// same with the removed page's path (Mirror's Span) and keep its start.
+// same with the removed page's path (Mirror's PageRun) and keep its start.
 func (t *Tree) Trim(ids []uint32, tenant string, keep int) {
 	ps := t.pageSize
 	ids = t.cut(ids)

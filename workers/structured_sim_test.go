@@ -70,10 +70,10 @@ func TestSimStructuredOutputThroughAdapters(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := readLogprobs(t, st)
-				ids := got.fin.OutputIDs
-				if got.fin.FinishReason != "stop" || got.fin.MatchedStopTokenID == nil || len(ids) == 0 {
-					t.Fatalf("completion %+v", got.fin)
+				got := simtest.ReadLogprobs(t, st)
+				ids := got.Final.OutputIDs
+				if got.Final.FinishReason != "stop" || got.Final.MatchedStopTokenID == nil || len(ids) == 0 {
+					t.Fatalf("completion %+v", got.Final)
 				}
 				text, err := tok.Decode(ids[:len(ids)-1], false)
 				if err != nil {
@@ -86,9 +86,9 @@ func TestSimStructuredOutputThroughAdapters(t *testing.T) {
 				if err := json.Unmarshal([]byte(text), &v); err != nil || v.City == "" || v.Population < 1 {
 					t.Errorf("answer %q (%v) is not an instance of the schema", text, err)
 				}
-				lps := got.chunkLPs
+				lps := got.ChunkLogprobs
 				if noStream {
-					lps = got.finalLPs
+					lps = got.FinalLogprobs
 				}
 				if len(lps) != len(ids) {
 					t.Errorf("%d output log-probabilities for %d tokens", len(lps), len(ids))

@@ -190,22 +190,6 @@ func TestTRTLLMHealthStatusText(t *testing.T) {
 	}
 }
 
-// TestTRTLLMNoDisaggregation: kvgate drives SGLang's and vLLM's
-// prefill/decode handoffs, not TensorRT-LLM's; a pair of TensorRT-LLM
-// workers is refused before either engine sees a request.
-func TestTRTLLMNoDisaggregation(t *testing.T) {
-	ps, pw := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
-	ds, dw := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
-	_, err := workers.RunDisaggregated(testCtx(t), pw, dw, &workers.GenerateRequest{RequestID: "pd", InputIDs: testutil.Tokens(1, 8),
-		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](2)}}, workers.Handoff{Room: 1})
-	if status.Code(err) != codes.FailedPrecondition || !containsAll(err.Error(), "trtllm") {
-		t.Errorf("RunDisaggregated over trtllm workers: %v; want FAILED_PRECONDITION naming trtllm", err)
-	}
-	if n := ps.Engine().Stats().Requests + ds.Engine().Stats().Requests; n != 0 {
-		t.Errorf("the engines saw %d requests", n)
-	}
-}
-
 // containsAll reports whether s holds every one of subs.
 func containsAll(s string, subs ...string) bool {
 	for _, sub := range subs {

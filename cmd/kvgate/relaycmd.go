@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/kvgate/kvgate/internal/relay"
+	"github.com/kvgate/kvgate/internal/passthrough"
 )
 
 // relayConfig is `kvgate relay`: the transparent relay `kvgate bench
@@ -51,7 +51,7 @@ func runRelay(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
-	srv := relay.New(up)
+	srv := passthrough.New(up)
 	go func() {
 		<-ctx.Done()
 		srv.Stop()

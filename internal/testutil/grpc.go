@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"net"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -18,4 +19,20 @@ func Dial(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// Serve starts a gRPC server on a free loopback port with the services that
+// register adds, and returns its host:port. The server stops with the test.
+// It is for scripted engines that test what the simulator cannot do.
+func Serve(t testing.TB, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	register(s)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
 }

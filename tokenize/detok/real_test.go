@@ -40,7 +40,7 @@ func corpus(t testing.TB) []string {
 }
 
 // streamAll pushes ids in random chunks (1 to 4 ids) and checks every delta.
-func streamAll(t *testing.T, d detok.Decoder, ids []uint32, opts detok.Options, r *rand.Rand) (string, *detok.Stream) {
+func streamAll(t *testing.T, d detok.Decoder, ids []uint32, opts detok.Options, r *rand.Rand) (string, *detok.Detokenizer) {
 	t.Helper()
 	s := detok.NewStream(d, opts)
 	var out strings.Builder

@@ -7,7 +7,7 @@ import "strings"
 // string (which ends the stream), or the text up to the earliest position
 // where a stop string could still start. With final set nothing more will
 // come, so nothing is held back.
-func (s *Stream) feed(text string, final bool) string {
+func (s *Detokenizer) feed(text string, final bool) string {
 	stops := s.opts.StopStrings
 	if len(stops) == 0 {
 		return text

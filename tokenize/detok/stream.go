@@ -6,7 +6,7 @@
 // tokens (byte-level BPE, or SentencePiece byte fallback such as
 // <0xE6><0x97><0xA5> for 日), and decoders such as SentencePiece's strip the
 // leading space of the first token, so decode(a)+decode(b) != decode(a+b).
-// Decoding everything again at each token is right but quadratic. Stream uses
+// Decoding everything again at each token is right but quadratic. Detokenizer uses
 // the technique of Hugging Face's TextStreamer and vLLM: it keeps two offsets
 // into the ids, prefix and read, decodes only the window ids[prefix:], and
 // emits what that adds to the text of ids[prefix:read]. It emits only when the
@@ -26,7 +26,7 @@
 // grow it, forever: a long run of byte-fallback tokens (a SentencePiece
 // decoder renders a whole run as U+FFFD while any of its characters is
 // incomplete), or bytes that never form a character. Once more than
-// maxPending ids are pending, Stream emits up to the latest complete point,
+// maxPending ids are pending, Detokenizer emits up to the latest complete point,
 // or failing that all but the last four ids (see unstick). For ids that
 // decode to invalid UTF-8 the deltas may then differ from Decode, which can
 // turn a whole byte run into U+FFFD because of one bad byte at its end:
@@ -57,7 +57,7 @@ type Decoder interface {
 	IsSpecial(id uint32) bool
 }
 
-// Options configure a Stream.
+// Options configure a Detokenizer.
 type Options struct {
 	SkipSpecialTokens bool
 	StopStrings       []string // empty strings are ignored
@@ -81,9 +81,9 @@ const (
 	compactAt = 1024
 )
 
-// Stream is an incremental detokenizer for one generation. It is not safe for
+// Detokenizer is an incremental detokenizer for one generation. It is not safe for
 // concurrent use.
-type Stream struct {
+type Detokenizer struct {
 	dec  Decoder
 	opts Options
 
@@ -98,8 +98,8 @@ type Stream struct {
 }
 
 // NewStream starts a stream. Options' slices are not retained.
-func NewStream(dec Decoder, opts Options) *Stream {
-	s := &Stream{dec: dec, opts: opts}
+func NewStream(dec Decoder, opts Options) *Detokenizer {
+	s := &Detokenizer{dec: dec, opts: opts}
 	s.opts.StopStrings = slices.DeleteFunc(slices.Clone(opts.StopStrings), func(x string) bool { return x == "" })
 	s.opts.StopTokenIDs = slices.Clone(opts.StopTokenIDs)
 	s.opts.KeepSpecial = slices.Clone(opts.KeepSpecial)
@@ -120,7 +120,7 @@ const windowCap = 32
 
 // promptTail is the shortest suffix of prompt holding the promptContext ids
 // the window starts with; special ids the window drops are skipped over.
-func (s *Stream) promptTail(prompt []uint32) []uint32 {
+func (s *Detokenizer) promptTail(prompt []uint32) []uint32 {
 	kept, i := 0, len(prompt)
 	for i > 0 && kept < promptContext {
 		i--
@@ -135,7 +135,7 @@ func (s *Stream) promptTail(prompt []uint32) []uint32 {
 // a stop string or stop token is reached, stopped is true, delta holds the
 // final text and later calls return ("", true, nil). An error from the
 // decoder is returned as is, and the stream should then be abandoned.
-func (s *Stream) Push(ids []uint32) (delta string, stopped bool, err error) {
+func (s *Detokenizer) Push(ids []uint32) (delta string, stopped bool, err error) {
 	if s.done {
 		return "", s.stopped(), nil
 	}
@@ -171,7 +171,7 @@ func (s *Stream) Push(ids []uint32) (delta string, stopped bool, err error) {
 
 // Finish flushes the text held back (an incomplete character at the end is
 // rendered as the decoder renders it, as Decode would) and ends the stream.
-func (s *Stream) Finish() (delta string) {
+func (s *Detokenizer) Finish() (delta string) {
 	if s.done {
 		return ""
 	}
@@ -186,15 +186,15 @@ func (s *Stream) Finish() (delta string) {
 
 // Matched reports which stop ended the stream: a stop string, a stop token id,
 // or neither.
-func (s *Stream) Matched() (stopString string, stopTokenID *uint32) {
+func (s *Detokenizer) Matched() (stopString string, stopTokenID *uint32) {
 	return s.matchedStr, s.matchedTok
 }
 
-func (s *Stream) stopped() bool { return s.matchedStr != "" || s.matchedTok != nil }
+func (s *Detokenizer) stopped() bool { return s.matchedStr != "" || s.matchedTok != nil }
 
-func (s *Stream) isStopToken(id uint32) bool { return slices.Contains(s.opts.StopTokenIDs, id) }
+func (s *Detokenizer) isStopToken(id uint32) bool { return slices.Contains(s.opts.StopTokenIDs, id) }
 
-func (s *Stream) appendIDs(ids []uint32) {
+func (s *Detokenizer) appendIDs(ids []uint32) {
 	for _, id := range ids {
 		if s.keeps(id) {
 			s.ids = append(s.ids, id)
@@ -204,13 +204,13 @@ func (s *Stream) appendIDs(ids []uint32) {
 
 // keeps reports whether id enters the window: with SkipSpecialTokens,
 // special ids other than the kept ones do not.
-func (s *Stream) keeps(id uint32) bool {
+func (s *Detokenizer) keeps(id uint32) bool {
 	return !s.opts.SkipSpecialTokens || !s.dec.IsSpecial(id) || slices.Contains(s.opts.KeepSpecial, id)
 }
 
 // step decodes the window and returns the newly stable text. With final set it
 // returns everything left, incomplete characters included.
-func (s *Stream) step(final bool) (string, error) {
+func (s *Detokenizer) step(final bool) (string, error) {
 	if s.readOffset == len(s.ids) {
 		return "", nil
 	}
@@ -239,7 +239,7 @@ func (s *Stream) step(final bool) (string, error) {
 // Push ending there would have); failing that (bytes that form no character),
 // up to all but the last four ids, whose text alone can still change, a UTF-8
 // character having at most four bytes.
-func (s *Stream) unstick(prefix, full string) (string, error) {
+func (s *Detokenizer) unstick(prefix, full string) (string, error) {
 	try := func(cut int, complete bool) (string, bool, error) {
 		mid, err := s.decode(s.prefixOffset, cut)
 		if err != nil {
@@ -266,7 +266,7 @@ func (s *Stream) unstick(prefix, full string) (string, error) {
 	return delta, err
 }
 
-func (s *Stream) advance(read int) {
+func (s *Detokenizer) advance(read int) {
 	s.prefixOffset, s.readOffset = s.readOffset, read
 	if s.prefixOffset >= compactAt {
 		n := copy(s.ids, s.ids[s.prefixOffset:])
@@ -276,7 +276,7 @@ func (s *Stream) advance(read int) {
 	}
 }
 
-func (s *Stream) decode(from, to int) (string, error) {
+func (s *Detokenizer) decode(from, to int) (string, error) {
 	if from == to {
 		return "", nil
 	}

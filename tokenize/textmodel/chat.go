@@ -207,7 +207,7 @@ func (p *protector) protectString(s string) (string, error) {
 	if strings.Contains(s, p.nonce) {
 		return "", errors.New("chat encoding: client text contains the request's nonce")
 	}
-	var spans []tokenize.Span
+	var spans []tokenize.ByteRange
 	for i := 0; i < len(s); {
 		if !p.first[s[i]] {
 			i++
@@ -220,7 +220,7 @@ func (p *protector) protectString(s string) (string, error) {
 			}
 		}
 		if end > i {
-			spans = append(spans, tokenize.Span{Start: i, End: end})
+			spans = append(spans, tokenize.ByteRange{Start: i, End: end})
 			i = end
 			continue
 		}
@@ -238,15 +238,15 @@ func (p *protector) protectString(s string) (string, error) {
 		}
 	}
 	if lead > 0 {
-		spans = append(spans, tokenize.Span{Start: 0, End: lead})
+		spans = append(spans, tokenize.ByteRange{Start: 0, End: lead})
 	}
 	if trail < len(s) {
-		spans = append(spans, tokenize.Span{Start: trail, End: len(s)})
+		spans = append(spans, tokenize.ByteRange{Start: trail, End: len(s)})
 	}
 	if len(spans) == 0 {
 		return s, nil
 	}
-	slices.SortFunc(spans, func(a, b tokenize.Span) int { return a.Start - b.Start })
+	slices.SortFunc(spans, func(a, b tokenize.ByteRange) int { return a.Start - b.Start })
 	var b strings.Builder
 	pos := 0
 	for i := 0; i < len(spans); {
@@ -265,10 +265,10 @@ func (p *protector) protectString(s string) (string, error) {
 
 // expand replaces the placeholders in rendered with the client's text and
 // returns the spans of that text, in order and disjoint.
-func (p *protector) expand(rendered string) (string, []tokenize.Span, error) {
+func (p *protector) expand(rendered string) (string, []tokenize.ByteRange, error) {
 	open := placeholderOpen + p.nonce
 	var b strings.Builder
-	var spans []tokenize.Span
+	var spans []tokenize.ByteRange
 	for {
 		i := strings.Index(rendered, open)
 		if i < 0 {
@@ -286,7 +286,7 @@ func (p *protector) expand(rendered string) (string, []tokenize.Span, error) {
 		if n := len(spans); n > 0 && spans[n-1].End == start {
 			spans[n-1].End = b.Len()
 		} else {
-			spans = append(spans, tokenize.Span{Start: start, End: b.Len()})
+			spans = append(spans, tokenize.ByteRange{Start: start, End: b.Len()})
 		}
 		rendered = rest[j+len(placeholderClose):]
 	}

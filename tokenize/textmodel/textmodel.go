@@ -382,7 +382,7 @@ func (m *Model) EncodeDeferredLimit(text string, addSpecialTokens bool, maxToken
 func (m *Model) CacheStats() cache.Stats { return m.enc.Stats() }
 
 // NewStream starts an incremental detokenizer for one generation.
-func (m *Model) NewStream(opts detok.Options) *detok.Stream { return detok.NewStream(m.tok, opts) }
+func (m *Model) NewStream(opts detok.Options) *detok.Detokenizer { return detok.NewStream(m.tok, opts) }
 
 // Conversation is what a chat template renders.
 type Conversation struct {

@@ -182,6 +182,11 @@ type Faults struct {
 	// NeverPublish makes a prefill engine complete its leg without publishing
 	// the bootstrap room, so the decode side never gets the KV cache.
 	NeverPublish bool
+	// UnreportedBootstrapPort (SGLang protocol) leaves
+	// disaggregation_bootstrap_port out of GetServerInfo, as for an engine
+	// whose bootstrap port the router is told instead (--worker-urls
+	// URL@PORT).
+	UnreportedBootstrapPort bool
 	// StallBeforeFirstToken accepts each Generate and then sends nothing:
 	// the request is admitted and prefilled (it holds its KV pages), and the
 	// stream stays open until the client goes away or aborts, as an engine

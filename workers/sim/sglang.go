@@ -212,7 +212,7 @@ func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoReque
 		"disaggregation_mode":  mode,
 		"random_seed":          c.Seed,
 	}
-	if s.e.boot != nil {
+	if s.e.boot != nil && !s.e.Faults().UnreportedBootstrapPort {
 		fields["disaggregation_bootstrap_port"] = s.e.BootstrapPort()
 	}
 	args, err := structpb.NewStruct(fields)

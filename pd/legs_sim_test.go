@@ -1,4 +1,4 @@
-package workers_test
+package pd_test
 
 // Disaggregated requests against the simulated engine's prefill and decode
 // roles, both protocols through one test body: the decode engine really
@@ -7,14 +7,14 @@ package workers_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -53,6 +53,16 @@ func startPDSim(t *testing.T, protocol, role string, faults sim.Faults) (*sim.Se
 	return srv, w
 }
 
+// simProtocols are the simulator's protocols with prefill/decode
+// disaggregation.
+var simProtocols = []struct {
+	name  string
+	proto workers.Protocol
+}{
+	{sim.ProtocolSGLang, workers.ProtocolSGLang},
+	{sim.ProtocolVLLM, workers.ProtocolVLLM},
+}
+
 func simPDRequest(id string) *workers.GenerateRequest {
 	return &workers.GenerateRequest{
 		RequestID: id,
@@ -71,7 +81,7 @@ func TestPDSimHappyPath(t *testing.T) {
 				t.Errorf("learnt bootstrap port %d, engine has %d", pw.Info().BootstrapPort, ps.Engine().BootstrapPort())
 			}
 			for i, wantCached := range []bool{false, true} {
-				st, err := workers.RunDisaggregated(testCtx(t), pw, dw, simPDRequest("sim-"+p.name), workers.Handoff{Room: int32(100 + i)})
+				st, err := pd.Run(testCtx(t), pw, dw, simPDRequest("sim-"+p.name), pd.Legs{Room: int32(100 + i)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -105,12 +115,12 @@ func TestPDSimFaults(t *testing.T) {
 		name            string
 		prefill, decode sim.Faults
 		leg             string
-		code            codes.Code
+		kind            fault.Kind
 	}{
-		{"prefill engine unavailable", sim.Faults{Unavailable: true}, sim.Faults{}, "prefill", codes.Unavailable},
-		{"prefill engine dies mid-request", sim.Faults{DropAfterTokens: 1}, sim.Faults{}, "prefill", codes.Unavailable},
-		{"bootstrap never completes", sim.Faults{NeverPublish: true}, sim.Faults{}, "decode", codes.Unavailable},
-		{"decode engine unavailable", sim.Faults{}, sim.Faults{Unavailable: true}, "decode", codes.Unavailable},
+		{"prefill engine unavailable", sim.Faults{Unavailable: true}, sim.Faults{}, "prefill", fault.Unavailable},
+		{"prefill engine dies mid-request", sim.Faults{DropAfterTokens: 1}, sim.Faults{}, "prefill", fault.Unavailable},
+		{"bootstrap never completes", sim.Faults{NeverPublish: true}, sim.Faults{}, "decode", fault.Unavailable},
+		{"decode engine unavailable", sim.Faults{}, sim.Faults{Unavailable: true}, "decode", fault.Unavailable},
 	}
 	for _, p := range simProtocols {
 		for _, tt := range tests {
@@ -118,12 +128,12 @@ func TestPDSimFaults(t *testing.T) {
 				ps, pw := startPDSim(t, p.name, sim.RolePrefill, tt.prefill)
 				ds, dw := startPDSim(t, p.name, sim.RoleDecode, tt.decode)
 				noPDGoroutines(t)
-				st, err := workers.RunDisaggregated(testCtx(t), pw, dw, simPDRequest("f"), workers.Handoff{Room: 7})
+				st, err := pd.Run(testCtx(t), pw, dw, simPDRequest("f"), pd.Legs{Room: 7})
 				if err != nil {
 					t.Fatal(err)
 				}
 				_, err = st.Recv()
-				legFailure(t, err, tt.leg, tt.code)
+				legFailure(t, err, tt.leg, tt.kind)
 				testutil.Receive(t, st.Done(), "both legs to end")
 				testutil.Eventually(t, "both engines to drop the request", func() bool {
 					return ps.Engine().Stats().Running+ds.Engine().Stats().Running+ds.Engine().Stats().Transferring == 0
@@ -150,13 +160,13 @@ func TestPDSimClientCancels(t *testing.T) {
 			ds, dw := startPDSim(t, p.name, sim.RoleDecode, sim.Faults{})
 			noPDGoroutines(t)
 			ctx, cancel := context.WithCancel(testCtx(t))
-			st, err := workers.RunDisaggregated(ctx, pw, dw, simPDRequest("c1"), workers.Handoff{Room: 8})
+			st, err := pd.Run(ctx, pw, dw, simPDRequest("c1"), pd.Legs{Room: 8})
 			if err != nil {
 				t.Fatal(err)
 			}
 			testutil.Eventually(t, "the prefill leg to run", func() bool { return ps.Engine().Stats().Running == 1 })
 			cancel()
-			if _, err := st.Recv(); status.Code(err) != codes.Canceled {
+			if _, err := st.Recv(); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Recv = %v, want CANCELED", err)
 			}
 			testutil.Receive(t, st.Done(), "both legs to end")
@@ -174,7 +184,7 @@ func TestPDSimClientCancels(t *testing.T) {
 			ds, dw := startPDSim(t, p.name, sim.RoleDecode, sim.Faults{StallAfterTokens: 2})
 			noPDGoroutines(t)
 			ctx, cancel := context.WithCancel(testCtx(t))
-			st, err := workers.RunDisaggregated(ctx, pw, dw, simPDRequest("c2"), workers.Handoff{Room: 9})
+			st, err := pd.Run(ctx, pw, dw, simPDRequest("c2"), pd.Legs{Room: 9})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +195,7 @@ func TestPDSimClientCancels(t *testing.T) {
 			for err == nil {
 				_, err = st.Recv()
 			}
-			if status.Code(err) != codes.Canceled {
+			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Recv after cancel = %v, want CANCELED", err)
 			}
 			testutil.Receive(t, st.Done(), "both legs to end")

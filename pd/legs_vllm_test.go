@@ -1,7 +1,8 @@
-package workers_test
+package pd_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/api/gen/vllm"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -36,7 +39,7 @@ func TestPDVLLMSequentialLegs(t *testing.T) {
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 	testutil.NoLeaks(t)
 
-	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{Room: 3})
+	st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{Room: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,28 +87,28 @@ func TestPDVLLMPrefillFaults(t *testing.T) {
 	tests := []struct {
 		name     string
 		prefill  vllmScript
-		want     codes.Code
+		want     fault.Kind
 		contains string
 	}{
 		{"not a KV producer", func(_ context.Context, _ *vllm.GenerateRequest, send func(*vllm.GenerateResponse) error) error {
 			return send(vlComplete(5, 0, nil, 42))
-		}, codes.FailedPrecondition, "KV producer"},
+		}, fault.Precondition, "KV producer"},
 		{"handoff not a JSON object", func(_ context.Context, _ *vllm.GenerateRequest, send func(*vllm.GenerateResponse) error) error {
 			return send(vlComplete(5, 0, ptr(`[1,2]`), 42))
-		}, codes.FailedPrecondition, "not a JSON object"},
+		}, fault.Precondition, "not a JSON object"},
 		{"prefill engine fails", func(context.Context, *vllm.GenerateRequest, func(*vllm.GenerateResponse) error) error {
 			return status.Error(codes.Internal, "engine crashed")
-		}, codes.Unavailable, "engine crashed"},
+		}, fault.Unavailable, "engine crashed"},
 		{"prefill engine ends without completion", func(context.Context, *vllm.GenerateRequest, func(*vllm.GenerateResponse) error) error {
 			return nil
-		}, codes.Unavailable, "before its completion"},
+		}, fault.Unavailable, "before its completion"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			prefill, decode := newPDVLLM(tt.prefill), newPDVLLM(nil)
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 			testutil.NoLeaks(t)
-			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
+			st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,12 +134,12 @@ func TestPDVLLMDecodeFailsBeforeFirstToken(t *testing.T) {
 	})
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 	testutil.NoLeaks(t)
-	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
+	st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = st.Recv()
-	legFailure(t, err, "decode", codes.Unavailable)
+	legFailure(t, err, "decode", fault.Unavailable)
 	testutil.Receive(t, st.Done(), "both legs to end")
 	if st.Prefill().Err != nil {
 		t.Errorf("prefill result %+v: the prefill leg did complete", st.Prefill())
@@ -153,13 +156,13 @@ func TestPDVLLMClientCancels(t *testing.T) {
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 		testutil.NoLeaks(t)
 		ctx, cancel := context.WithCancel(testCtx(t))
-		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
+		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		<-prefill.reqs
 		cancel()
-		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
+		if _, err := st.Recv(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Recv = %v, want CANCELED", err)
 		}
 		testutil.Receive(t, st.Done(), "both legs to end")
@@ -188,13 +191,13 @@ func TestPDVLLMClientCancels(t *testing.T) {
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 		testutil.NoLeaks(t)
 		ctx, cancel := context.WithCancel(testCtx(t))
-		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
+		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		<-decode.reqs
 		cancel()
-		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
+		if _, err := st.Recv(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Recv = %v, want CANCELED", err)
 		}
 		testutil.Never(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {

@@ -1,10 +1,10 @@
-package workers_test
+package pd_test
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +13,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
 )
 
 func pdRequest() *workers.GenerateRequest {
@@ -61,7 +65,7 @@ func TestPDSGLangLegsConcurrentAndIdentical(t *testing.T) {
 	testutil.NoLeaks(t)
 
 	req := pdRequest()
-	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 42})
+	st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 42})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +115,7 @@ func TestPDSGLangBootstrapPort(t *testing.T) {
 		handoff  int
 		want     int32
 	}{
-		{"default", 0, 0, workers.DefaultBootstrapPort},
+		{"default", 0, 0, pd.DefaultBootstrapPort},
 		{"reported by the engine", 9123, 0, 9123},
 		{"override wins", 9123, 7000, 7000},
 	}
@@ -123,7 +127,7 @@ func TestPDSGLangBootstrapPort(t *testing.T) {
 			prefill, decode := newPDSGLang(quick), newPDSGLang(quick)
 			prefill.bootstrapPort = tt.reported
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{BootstrapPort: tt.handoff})
+			st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{BootstrapPorts: pd.NewBootstrapPorts(map[string]int{pw.Endpoint(): tt.handoff})})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,12 +143,12 @@ func TestPDSGLangBootstrapPort(t *testing.T) {
 	}
 }
 
-// legFailure checks err is a LegError of leg with the gRPC code want.
-func legFailure(t *testing.T, err error, leg string, want codes.Code) {
+// legFailure checks err is a LegError of leg whose fault is of kind want.
+func legFailure(t *testing.T, err error, leg string, want fault.Kind) {
 	t.Helper()
-	var le *workers.LegError
-	if !errors.As(err, &le) || le.Leg != leg || status.Code(err) != want {
-		t.Fatalf("err = %v (code %v), want a %s LegError with %v", err, status.Code(err), leg, want)
+	var le *pd.LegError
+	if kind, _ := fault.KindOf(err); !errors.As(err, &le) || le.Leg != leg || kind != want {
+		t.Fatalf("err = %v (kind %v), want a %s LegError of kind %v", err, kind, leg, want)
 	}
 }
 
@@ -193,12 +197,12 @@ func TestPDSGLangPrefillFailsBeforeFirstToken(t *testing.T) {
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 			testutil.NoLeaks(t)
 
-			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{DecodeAbortWait: tt.wait})
+			st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{DecodeAbortWait: tt.wait})
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = st.Recv()
-			legFailure(t, err, "prefill", codes.Unavailable)
+			legFailure(t, err, "prefill", fault.Unavailable)
 			<-decode.reqs
 			testutil.Never(t, "decode leg aborted before its first item", 100*time.Millisecond, func() bool {
 				return decode.abortCount() > 0 || decode.cancelCount() > 0
@@ -237,12 +241,12 @@ func TestPDSGLangDecodeFailsBeforeFirstToken(t *testing.T) {
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 	testutil.NoLeaks(t)
 
-	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
+	st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = st.Recv()
-	legFailure(t, err, "decode", codes.Unavailable)
+	legFailure(t, err, "decode", fault.Unavailable)
 	testutil.Receive(t, st.Done(), "both legs to end")
 	testutil.Eventually(t, "the prefill leg to be aborted", func() bool {
 		return prefill.abortCount() == 1 && prefill.cancelCount() == 1
@@ -276,14 +280,14 @@ func TestPDSGLangClientCancels(t *testing.T) {
 		testutil.NoLeaks(t)
 
 		ctx, cancel := context.WithCancel(testCtx(t))
-		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
+		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		<-prefill.reqs
 		<-decode.reqs
 		cancel()
-		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
+		if _, err := st.Recv(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Recv = %v, want CANCELED", err)
 		}
 		testutil.Eventually(t, "the prefill leg to be aborted", func() bool {
@@ -313,7 +317,7 @@ func TestPDSGLangClientCancels(t *testing.T) {
 		testutil.NoLeaks(t)
 
 		ctx, cancel := context.WithCancel(testCtx(t))
-		st, err := workers.RunDisaggregated(ctx, pw, dw, pdRequest(), workers.Handoff{})
+		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +326,7 @@ func TestPDSGLangClientCancels(t *testing.T) {
 		}
 		testutil.Receive(t, st.PrefillDone(), "the prefill leg to end")
 		cancel()
-		if _, err := st.Recv(); status.Code(err) != codes.Canceled {
+		if _, err := st.Recv(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Recv after cancel = %v, want CANCELED", err)
 		}
 		testutil.Receive(t, st.Done(), "both legs to end")
@@ -338,37 +342,29 @@ func TestPDSGLangClientCancels(t *testing.T) {
 	})
 }
 
-func TestPDProtocolMismatch(t *testing.T) {
-	pw := newPDSGLang(nil).worker(t, workers.RolePrefill)
-	dw := newPDVLLM(nil).worker(t, workers.RoleDecode)
-	_, err := workers.RunDisaggregated(testCtx(t), pw, dw, pdRequest(), workers.Handoff{})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("err = %v, want FAILED_PRECONDITION", err)
-	}
-}
-
-func TestLegErrorStatus(t *testing.T) {
+// TestRunRefusesPairsThatCannotDisaggregate: a pair whose protocols differ,
+// or whose protocol has no disaggregation (TensorRT-LLM's), is refused as a
+// precondition before either engine sees a request.
+func TestRunRefusesPairsThatCannotDisaggregate(t *testing.T) {
+	trtPrefillSrv, trtPrefill := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
+	trtDecodeSrv, trtDecode := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
 	tests := []struct {
-		err  error
-		want codes.Code
+		name            string
+		prefill, decode *workers.Worker
+		want            string
 	}{
-		{status.Error(codes.Internal, "boom"), codes.Unavailable},
-		{status.Error(codes.Unavailable, "gone"), codes.Unavailable},
-		{errors.New("no status"), codes.Unavailable},
-		{status.Error(codes.InvalidArgument, "prompt too long"), codes.InvalidArgument},
-		{status.Error(codes.Canceled, "cancelled"), codes.Canceled},
+		{"protocols differ", newPDSGLang(nil).worker(t, workers.RolePrefill), newPDVLLM(nil).worker(t, workers.RoleDecode), "must speak one protocol"},
+		{"TensorRT-LLM has no disaggregation", trtPrefill, trtDecode, "trtllm"},
 	}
 	for _, tt := range tests {
-		le := &workers.LegError{Leg: "prefill", Worker: "grpc://p:1", Err: tt.err}
-		wrapped := fmt.Errorf("dispatch: %w", le)
-		if got := status.Code(le); got != tt.want {
-			t.Errorf("status.Code(%v) = %v, want %v", tt.err, got, tt.want)
-		}
-		if got := status.Code(wrapped); got != tt.want {
-			t.Errorf("status.Code(wrapped %v) = %v, want %v", tt.err, got, tt.want)
-		}
-		if !errors.Is(le, tt.err) {
-			t.Errorf("errors.Is does not reach %v", tt.err)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := pd.Run(testCtx(t), tt.prefill, tt.decode, pdRequest(), pd.Legs{})
+			if k, ok := fault.KindOf(err); !ok || k != fault.Precondition || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v (kind %v), want a precondition fault naming %q", err, k, tt.want)
+			}
+		})
+	}
+	if n := trtPrefillSrv.Engine().Stats().Requests + trtDecodeSrv.Engine().Stats().Requests; n != 0 {
+		t.Errorf("the TensorRT-LLM engines saw %d requests", n)
 	}
 }

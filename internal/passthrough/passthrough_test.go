@@ -1,4 +1,4 @@
-package relay_test
+package passthrough_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
-	"github.com/kvgate/kvgate/internal/relay"
+	"github.com/kvgate/kvgate/internal/passthrough"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -42,7 +42,7 @@ func engine(t *testing.T) *sim.Server {
 
 func start(t *testing.T) fleet {
 	t.Helper()
-	srv := relay.New(testutil.Dial(t, engine(t).Addr()))
+	srv := passthrough.New(testutil.Dial(t, engine(t).Addr()))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

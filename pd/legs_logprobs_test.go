@@ -1,4 +1,4 @@
-package workers_test
+package pd_test
 
 // Log-probabilities through a disaggregated request against the simulator:
 // the prefill leg computes the prompt's, the decode leg the output's, and
@@ -6,8 +6,6 @@ package workers_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"reflect"
 	"testing"
 	"time"
@@ -20,45 +18,10 @@ import (
 	"github.com/kvgate/kvgate/api/gen/vllm"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/testutil/simtest"
+	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
-
-// lpRead reads a stream to its end, collecting the tokens, the output
-// log-probabilities of chunks and completion, and every place prompt
-// log-probabilities appeared.
-type lpRead struct {
-	tokens             []uint32
-	chunkLPs, finalLPs []workers.Logprob
-	prompts            [][]workers.Logprob // each message's non-empty PromptLogprobs
-	fin                *workers.Completion
-}
-
-func readLogprobs(t *testing.T, s workers.Stream) lpRead {
-	t.Helper()
-	var r lpRead
-	for {
-		c, err := s.Recv()
-		if errors.Is(err, io.EOF) && r.fin != nil {
-			return r
-		}
-		if err != nil {
-			t.Fatalf("Recv: %v", err)
-		}
-		r.tokens = append(r.tokens, c.TokenIDs...)
-		r.chunkLPs = append(r.chunkLPs, c.Logprobs...)
-		if len(c.PromptLogprobs) > 0 {
-			r.prompts = append(r.prompts, c.PromptLogprobs)
-		}
-		if c.Final != nil {
-			r.fin = c.Final
-			r.finalLPs = c.Final.Logprobs
-			if len(c.Final.PromptLogprobs) > 0 {
-				r.prompts = append(r.prompts, c.Final.PromptLogprobs)
-			}
-		}
-	}
-}
 
 func TestPDSimLogprobs(t *testing.T) {
 	for _, p := range simProtocols {
@@ -76,9 +39,9 @@ func TestPDSimLogprobs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref := readLogprobs(t, st)
-			if len(ref.prompts) != 1 || len(ref.prompts[0]) != len(req.InputIDs) || !ref.prompts[0][0].Missing {
-				t.Fatalf("single engine's prompt log-probabilities: %+v", ref.prompts)
+			ref := simtest.ReadLogprobs(t, st)
+			if len(ref.Prompts) != 1 || len(ref.Prompts[0]) != len(req.InputIDs) || !ref.Prompts[0][0].Missing {
+				t.Fatalf("single engine's prompt log-probabilities: %+v", ref.Prompts)
 			}
 
 			// Several requests: on SGLang the decode leg may complete before
@@ -86,20 +49,20 @@ func TestPDSimLogprobs(t *testing.T) {
 			for i := range 5 {
 				req := simPDRequest("pd-" + p.name)
 				req.Logprobs = ask
-				pst, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: int32(200 + i)})
+				pst, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: int32(200 + i)})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := readLogprobs(t, pst)
-				if len(got.prompts) != 1 || !reflect.DeepEqual(got.prompts[0], ref.prompts[0]) {
-					t.Errorf("request %d: prompt log-probabilities %d times, %+v; want once, as the single engine's", i, len(got.prompts), got.prompts)
+				got := simtest.ReadLogprobs(t, pst)
+				if len(got.Prompts) != 1 || !reflect.DeepEqual(got.Prompts[0], ref.Prompts[0]) {
+					t.Errorf("request %d: prompt log-probabilities %d times, %+v; want once, as the single engine's", i, len(got.Prompts), got.Prompts)
 				}
-				if len(got.chunkLPs) != len(got.tokens) || len(got.tokens) != 8 {
-					t.Fatalf("request %d: %d output log-probabilities for %d tokens", i, len(got.chunkLPs), len(got.tokens))
+				if len(got.ChunkLogprobs) != len(got.Tokens) || len(got.Tokens) != 8 {
+					t.Fatalf("request %d: %d output log-probabilities for %d tokens", i, len(got.ChunkLogprobs), len(got.Tokens))
 				}
-				for j, lp := range got.chunkLPs {
-					if lp.TokenID != got.tokens[j] || lp.Missing || lp.Value > 0 || len(lp.Top) != 3 {
-						t.Errorf("request %d: token %d (%d): %+v", i, j, got.tokens[j], lp)
+				for j, lp := range got.ChunkLogprobs {
+					if lp.TokenID != got.Tokens[j] || lp.Missing || lp.Value > 0 || len(lp.Top) != 3 {
+						t.Errorf("request %d: token %d (%d): %+v", i, j, got.Tokens[j], lp)
 					}
 				}
 				testutil.Receive(t, pst.Done(), "both legs to end")
@@ -126,13 +89,13 @@ func TestPDSimLogprobsAskedFor(t *testing.T) {
 				_, dw := startPDSim(t, p.name, sim.RoleDecode, sim.Faults{})
 				req := simPDRequest("ask")
 				req.Logprobs = tc.ask
-				st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 300})
+				st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 300})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := readLogprobs(t, st)
-				if (len(got.chunkLPs) > 0) != tc.output || (len(got.prompts) > 0) != tc.prmt {
-					t.Errorf("%d output log-probabilities, prompt's %d times", len(got.chunkLPs), len(got.prompts))
+				got := simtest.ReadLogprobs(t, st)
+				if (len(got.ChunkLogprobs) > 0) != tc.output || (len(got.Prompts) > 0) != tc.prmt {
+					t.Errorf("%d output log-probabilities, prompt's %d times", len(got.ChunkLogprobs), len(got.Prompts))
 				}
 				testutil.Receive(t, st.Done(), "both legs to end")
 			})
@@ -189,7 +152,7 @@ func TestPDSGLangPromptLogprobsWait(t *testing.T) {
 			testutil.NoLeaks(t)
 			req := pdRequest()
 			req.Logprobs = &workers.LogprobRequest{Output: true, Prompt: true, TopK: 2}
-			st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 5})
+			st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 5})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +214,7 @@ func TestPDVLLMLegLogprobs(t *testing.T) {
 	testutil.NoLeaks(t)
 	req := pdRequest()
 	req.Logprobs = &workers.LogprobRequest{Output: true, Prompt: true, TopK: 4}
-	st, err := workers.RunDisaggregated(testCtx(t), pw, dw, req, workers.Handoff{Room: 3})
+	st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package workers_test
+package pd_test
 
 // Scripted engines for the disaggregation tests: real gRPC servers on loopback
 // whose Generate runs a test's script, recording what each leg received,
@@ -102,7 +102,7 @@ func (e *pdSGLang) GetServerInfo(ctx context.Context, req *sglang.GetServerInfoR
 // worker serves e and connects a worker with the given role to it.
 func (e *pdSGLang) worker(t *testing.T, role workers.Role) *workers.Worker {
 	t.Helper()
-	addr := serve(t, func(s *grpc.Server) { sglang.RegisterSglangSchedulerServer(s, e) })
+	addr := testutil.Serve(t, func(s *grpc.Server) { sglang.RegisterSglangSchedulerServer(s, e) })
 	return connectPD(t, addr, workers.ProtocolSGLang, role)
 }
 
@@ -139,7 +139,7 @@ func (e *pdVLLM) GetModelInfo(context.Context, *vllm.GetModelInfoRequest) (*vllm
 
 func (e *pdVLLM) worker(t *testing.T, role workers.Role) *workers.Worker {
 	t.Helper()
-	addr := serve(t, func(s *grpc.Server) { vllm.RegisterVllmEngineServer(s, e) })
+	addr := testutil.Serve(t, func(s *grpc.Server) { vllm.RegisterVllmEngineServer(s, e) })
 	return connectPD(t, addr, workers.ProtocolVLLM, role)
 }
 

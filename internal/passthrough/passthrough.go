@@ -1,4 +1,4 @@
-// Package relay is the least a gRPC router can do: a transparent relay that
+// Package passthrough is the least a gRPC router can do: a transparent relay that
 // forwards every call to one upstream, message by message, without decoding
 // a message or looking at it.
 //
@@ -7,8 +7,10 @@
 // connections, a stream on each side, the goroutines and syscalls that move
 // the bytes) any router built on grpc-go pays too, so the router's own cost
 // is what it spends above this. It is not a production proxy: no deadlines
-// of its own, no retries, no health, one upstream.
-package relay
+// of its own, no retries, no health, one upstream. (It is named for what it
+// does, so that it is not mistaken for the router's own relay step, which
+// decodes every message.)
+package passthrough
 
 import (
 	"context"
