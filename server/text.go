@@ -89,8 +89,13 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	if n, limit := len(req.GetTools()), s.admission.cfg.MaxTools; n > limit {
 		return nil, fault.Invalidf("tools", "tools has %d entries; the limit is %d", n, limit)
 	}
+	// The cheap checks first: a request refused for its fields costs no
+	// rendering and no tokenizing.
 	_, span := s.startStep(ctx, "kvgate.chat_template")
 	conv, err := answer.Conversation(req)
+	if err == nil {
+		j.answer, err = answer.New(req, j.id, s.answerModel(j.route))
+	}
 	if err != nil {
 		endSpan(span, err)
 		span.End()
@@ -115,9 +120,6 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 		err = fault.Invalidf("messages", "the chat template cannot render or tokenize the conversation: %v", err)
 	}
 	if err != nil {
-		return nil, err
-	}
-	if j.answer, err = answer.New(req, j.id, s.answerModel(j.route)); err != nil {
 		return nil, err
 	}
 	j.answer.SawPrompt(j.inputIDs, func(ids []uint32) string {
