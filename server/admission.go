@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/kvgate/kvgate/answer"
 	"github.com/kvgate/kvgate/fault"
 )
 
@@ -47,7 +48,7 @@ type AdmissionConfig struct {
 	MaxEmbedInputs int
 	MaxEmbedTokens int
 	// MaxLogprobBytes bounds the log-probability bytes that the engines'
-	// answers to requests in flight may carry together (see logprobBudget);
+	// answers to requests in flight may carry together (see answer.Budget);
 	// -1: no limit.
 	MaxLogprobBytes int64
 }
@@ -73,7 +74,7 @@ func DefaultAdmissionConfig() AdmissionConfig {
 		MaxTools:              1_024,
 		MaxEmbedInputs:        128,
 		MaxEmbedTokens:        262_144,
-		MaxLogprobBytes:       DefaultMaxLogprobBytes,
+		MaxLogprobBytes:       answer.DefaultMaxLogprobBytes,
 	}
 }
 
@@ -114,12 +115,12 @@ type admission struct {
 	// awaiting counts streaming calls opened whose request has not arrived.
 	awaiting atomic.Int64
 	limiter  *rateLimiter // nil: no rate limit
-	logprobs logprobBudget
+	logprobs *answer.Budget
 	m        *Metrics
 }
 
 func newAdmission(cfg AdmissionConfig, m *Metrics) *admission {
-	a := &admission{cfg: cfg, m: m, logprobs: logprobBudget{limit: cfg.MaxLogprobBytes, m: m}}
+	a := &admission{cfg: cfg, m: m, logprobs: answer.NewBudget(cfg.MaxLogprobBytes, func() { m.admissionRejected.WithLabelValues("logprob_bytes").Inc() })}
 	if cfg.MaxConcurrentRequests > 0 {
 		a.slots = make(chan struct{}, cfg.MaxConcurrentRequests)
 	}

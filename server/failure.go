@@ -140,11 +140,11 @@ func (f *failure) retryable() bool { return f.cause == causeWorker && !f.deliver
 // own bugs; a failing worker is UNAVAILABLE, which clients may retry.
 func (f *failure) status() error {
 	if f.placement {
+		if _, ok := fault.As(f.err); ok {
+			return f.err // the request's own fault (task.check): statusOf maps it
+		}
 		if _, ok := status.FromError(f.err); ok {
 			return f.err
-		}
-		if _, ok := fault.As(f.err); ok {
-			return f.err // the request's own (checked against the fleet's limits)
 		}
 		return status.Error(codes.Unavailable, f.err.Error())
 	}

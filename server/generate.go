@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
-	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -101,22 +101,15 @@ type job struct {
 	// task is what the job's attempts do on their workers: generate, or
 	// embed.
 	task task
-	// reasoning, when set, makes each attempt's parser of the answer's
-	// reasoning (Chat only); nil: the text is raw.
-	reasoning func() *parse.Reasoning
-	// tools, when set, makes each attempt's parser of the answer's tool
-	// calls (Chat with tools only); keepSpecial are the special tokens that
-	// parser reads, kept in the text.
-	tools       func() toolParser
-	keepSpecial []uint32
+	// answer reads a Chat's output into its answer (reasoning, tool
+	// calls) and may constrain it (response_format, tool_choice); nil: the
+	// output is raw text.
+	answer *answer.Shaper
 	// model names the request's model in metrics (set by the pipeline).
 	model string
 	// routing is the request's routing metadata, as the policy sees it,
 	// read by the first policyRequest (nil until then).
 	routing *policy.Request
-	// constraint, when set, constrains the output in place of
-	// sampling_params' (Chat's response_format and tool_choice).
-	constraint workers.Constraint
 	// needs, when set, is the optional engine RPC the job's attempts call
 	// (Embed): only workers that have not shown they lack it are placed.
 	needs workers.RPC

@@ -44,7 +44,7 @@ func (s *Server) run(ctx context.Context, j *job) error {
 		s.metrics.policyLatency.WithLabelValues(j.route.Placer.policyName()).Observe(time.Since(j.start).Seconds())
 	}()
 
-	releaseLogprobs, err := s.admission.logprobs.take(j.inputIDs, j.sampling)
+	releaseLogprobs, err := s.admission.logprobs.Take(j.inputIDs, j.sampling)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/tokenize/detok"
 	"github.com/kvgate/kvgate/workers"
@@ -30,11 +31,11 @@ type relay struct {
 	ds     *detok.Detokenizer // nil: no tokenizer, ids only
 	output []uint32
 	// ans shapes the text into content, reasoning and tool calls.
-	ans *answer
+	ans *answer.Attempt
 	// lp converts log-probabilities; logprobs are the output's so far, in
 	// step with output, and prompt the prompt's once the engine sent them
 	// (promptSent: on a chunk already).
-	lp         logprobs
+	lp         answer.Logprobs
 	logprobs   []*kvgatev1.TokenLogprob
 	prompt     []*kvgatev1.TokenLogprob
 	promptSent bool
@@ -58,7 +59,7 @@ type relay struct {
 }
 
 func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *relay {
-	r := &relay{s: s, j: j, p: p, ans: newAnswer(j), lp: logprobs{text: j.route.Text}, contract: newContract(j.sampling)}
+	r := &relay{s: s, j: j, p: p, ans: j.answer.Start(), lp: answer.Logprobs{Token: answer.TokenText(j.route.Text)}, contract: newContract(j.sampling)}
 	if text := j.route.Text; text != nil {
 		sp := j.sampling
 		r.ds = text.NewStream(detok.Options{
@@ -66,7 +67,7 @@ func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *rela
 			StopStrings:       sp.GetStop(),
 			NoStopTrim:        sp.GetNoStopTrim(),
 			PromptIDs:         j.inputIDs,
-			KeepSpecial:       j.keepSpecial,
+			KeepSpecial:       j.answer.KeepSpecial(),
 		})
 	}
 	if d := s.cfg.FirstTokenTimeout; d > 0 {
@@ -165,7 +166,7 @@ func (r *relay) afterEnd(es workers.Stream, c workers.Chunk) (*kvgatev1.Generate
 // sends them.
 func (r *relay) gotPrompt(lps []workers.Logprob) {
 	if len(lps) > 0 && r.prompt == nil {
-		r.prompt = r.lp.convert(lps)
+		r.prompt = r.lp.Convert(lps)
 	}
 }
 
@@ -215,17 +216,17 @@ func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 	r.output = append(r.output, ids...)
 	var lps []*kvgatev1.TokenLogprob
 	if len(engineLps) == len(ids) {
-		lps = r.lp.convert(engineLps)
+		lps = r.lp.Convert(engineLps)
 		r.logprobs = append(r.logprobs, lps...)
 	}
-	var out shaped
+	var out answer.Shaped
 	if r.ds != nil {
 		d, stopped, err := r.ds.Push(ids)
 		if err != nil {
 			return errRouterBug{fmt.Errorf("detokenizing the worker's output: %w", err)}
 		}
 		r.stopped = stopped
-		out = r.ans.push(d)
+		out = r.ans.Push(d)
 	}
 	if !r.j.stream {
 		return nil
@@ -237,13 +238,13 @@ func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 
 // chunk is a stream message carrying what the answer released, and the
 // prompt's log-probabilities if no chunk carried them yet.
-func (r *relay) chunk(out shaped) *kvgatev1.GenerateChunk {
+func (r *relay) chunk(out answer.Shaped) *kvgatev1.GenerateChunk {
 	c := &kvgatev1.GenerateChunk{
 		Index:             uint32(len(r.output)),
-		Text:              out.content,
-		ReasoningContent:  out.reasoning,
-		ToolCalls:         out.calls,
-		MalformedToolCall: out.malformed,
+		Text:              out.Content,
+		ReasoningContent:  out.Reasoning,
+		ToolCalls:         out.Calls,
+		MalformedToolCall: out.Malformed,
 	}
 	if r.prompt != nil && !r.promptSent {
 		c.PromptLogprobs, r.promptSent = r.prompt, true
@@ -262,8 +263,8 @@ func (r *relay) flushText() error {
 	if !r.stopped {
 		tail = r.ds.Finish()
 	}
-	out := r.ans.finish(tail)
-	if !r.j.stream || out.empty() {
+	out := r.ans.Finish(tail)
+	if !r.j.stream || out.Empty() {
 		return nil
 	}
 	return r.j.send(r.chunk(out), nil)
@@ -286,7 +287,7 @@ func (r *relay) complete(f *workers.Completion) (*kvgatev1.GenerateComplete, err
 	if len(r.logprobs) < len(r.output) && len(f.Logprobs) == len(f.OutputIDs) && len(f.OutputIDs) == len(r.output) {
 		// The engine streamed the tokens without their log-probabilities
 		// and listed them all at the end.
-		r.logprobs = r.lp.convert(f.Logprobs)
+		r.logprobs = r.lp.Convert(f.Logprobs)
 	}
 	if err := r.flushText(); err != nil {
 		return nil, err
@@ -331,7 +332,7 @@ func (r *relay) completion(finish string, stopToken *uint32, prompt, cached uint
 			c.MatchedStopString = &str
 		}
 	}
-	r.ans.fill(c)
+	r.ans.Fill(c)
 	return c
 }
 

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/internal/tracing"
@@ -212,10 +213,10 @@ func New(cfg Config) (*Server, error) {
 	if err := rel.Validate(); err != nil {
 		return nil, err
 	}
-	if err := ValidateReasoningParser(cfg.ReasoningParser); err != nil {
+	if err := answer.ValidateReasoningParser(cfg.ReasoningParser); err != nil {
 		return nil, fmt.Errorf("--reasoning-parser: %w", err)
 	}
-	if err := ValidateToolCallParser(cfg.ToolCallParser); err != nil {
+	if err := answer.ValidateToolCallParser(cfg.ToolCallParser); err != nil {
 		return nil, fmt.Errorf("--tool-call-parser: %w", err)
 	}
 	adm := DefaultAdmissionConfig()

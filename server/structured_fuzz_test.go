@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -16,7 +17,7 @@ import (
 // fields through the checks a request passes before dispatch. They must
 // never panic; a refusal is INVALID_ARGUMENT naming a sampling_params
 // field; what passes is what the engines are promised: a JSON schema that
-// is JSON, at most maxTopLogprobs alternatives, and the constraint handed
+// is JSON, at most answer.MaxTopLogprobs alternatives, and the constraint handed
 // to the adapters unchanged.
 func FuzzStructuredSampling(f *testing.F) {
 	f.Add(uint8(0), `{"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}, "$defs": {"x": {"type": "string"}}}`, uint32(3), true, false)
@@ -38,7 +39,7 @@ func FuzzStructuredSampling(f *testing.F) {
 		}
 		_, err := newJob(context.Background(), "fuzz", sp, false)
 		if err != nil {
-			if status.Code(err) != codes.InvalidArgument {
+			if status.Code(statusOf(err)) != codes.InvalidArgument {
 				t.Fatalf("refused with %v", err)
 			}
 			return
@@ -50,7 +51,7 @@ func FuzzStructuredSampling(f *testing.F) {
 		if c.Kind == workers.JSONSchema && !json.Valid([]byte(value)) {
 			t.Fatalf("accepted a JSON schema that is not JSON: %q", value)
 		}
-		if top > maxTopLogprobs || top > 0 && !lp && !prompt {
+		if top > answer.MaxTopLogprobs || top > 0 && !lp && !prompt {
 			t.Fatalf("accepted top_logprobs %d (logprobs %v, prompt %v)", top, lp, prompt)
 		}
 	})

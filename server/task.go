@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
@@ -63,7 +64,7 @@ func (g *generation) check(l limits) error {
 	if err := validateAgainst(g.j.inputIDs, g.j.sampling, l); err != nil {
 		return err
 	}
-	return checkAnswerSize(g.j.inputIDs, g.j.sampling, l, g.s.cfg.maxEngineAnswer)
+	return answer.CheckSize(g.j.inputIDs, g.j.sampling, l.maxContext, g.s.cfg.maxEngineAnswer)
 }
 
 func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, p *plan, id string) attemptResult {
@@ -72,10 +73,10 @@ func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, 
 	defer rel.stopTimer()
 
 	smp := toSampling(j.sampling)
-	if j.constraint.Kind != workers.NoConstraint {
-		smp.Constraint = j.constraint
+	if c := j.answer.Constraint(); c.Kind != workers.NoConstraint {
+		smp.Constraint = c
 	}
-	es, err := p.run.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: smp, Logprobs: logprobRequest(j.sampling)})
+	es, err := p.run.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: smp, Logprobs: answer.LogprobRequest(j.sampling)})
 	var done *kvgatev1.GenerateComplete
 	if err == nil {
 		done, err = rel.run(es)
@@ -107,7 +108,7 @@ func (g *generation) deliver(ctx context.Context, p *plan, log *slog.Logger, don
 		return err
 	}
 	s.metrics.countTokens(done.Worker, done.GetUsage())
-	if j.tools != nil {
+	if j.answer.ParsesTools() {
 		if n := len(done.ToolCalls); n > 0 {
 			s.metrics.toolCalls.WithLabelValues(j.model, "parsed").Add(float64(n))
 		}

@@ -3,14 +3,13 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/tokenize"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/template"
@@ -41,7 +40,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 	}
 	switch prompt := req.GetText(); {
 	case len(req.GetInputIds()) > 0 && prompt != "":
-		return nil, invalid("input_ids and text are both set; send the prompt one way")
+		return nil, fault.Invalidf("text", "input_ids and text are both set; send the prompt one way")
 	case len(req.GetInputIds()) > 0:
 		j.inputIDs = req.GetInputIds()
 	case prompt != "":
@@ -56,7 +55,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 			return nil, err
 		}
 	default:
-		return nil, invalid("input_ids is empty and text is empty; a prompt of at least 1 token is required")
+		return nil, fault.Invalidf("input_ids", "input_ids is empty and text is empty; a prompt of at least 1 token is required")
 	}
 	return j, nil
 }
@@ -78,20 +77,25 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 		return nil, noText(j.route, "Chat")
 	}
 	if !text.HasChatTemplate() {
-		return nil, status.Error(codes.FailedPrecondition,
+		return nil, fault.Newf(fault.Precondition,
 			"the model has no chat template: give one with --chat-template, or send text to Generate")
 	}
 	if len(req.GetMessages()) == 0 {
-		return nil, invalid("messages is empty; a conversation of at least 1 message is required")
+		return nil, fault.Invalidf("messages", "messages is empty; a conversation of at least 1 message is required")
 	}
 	if n, limit := len(req.GetMessages()), s.admission.cfg.MaxChatMessages; n > limit {
-		return nil, invalid("messages has %d entries; the limit is %d", n, limit)
+		return nil, fault.Invalidf("messages", "messages has %d entries; the limit is %d", n, limit)
 	}
 	if n, limit := len(req.GetTools()), s.admission.cfg.MaxTools; n > limit {
-		return nil, invalid("tools has %d entries; the limit is %d", n, limit)
+		return nil, fault.Invalidf("tools", "tools has %d entries; the limit is %d", n, limit)
 	}
+	// The cheap checks first: a request refused for its fields costs no
+	// rendering and no tokenizing.
 	_, span := s.startStep(ctx, "kvgate.chat_template")
-	conv, err := conversation(req)
+	conv, err := answer.Conversation(req)
+	if err == nil {
+		j.answer, err = answer.New(req, j.id, s.answerModel(j.route))
+	}
 	if err != nil {
 		endSpan(span, err)
 		span.End()
@@ -106,25 +110,40 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	defer func() { endTokenize(span, lk, len(j.inputIDs), err) }()
 	switch {
 	case errors.Is(err, tokenize.ErrTooManyTokens):
-		err = invalid("the rendered conversation has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output",
+		err = fault.Invalidf("messages", "the rendered conversation has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output",
 			promptLimit(contextLen), contextLen)
 	case errors.Is(err, template.ErrTemplateRaised):
-		err = invalid("the chat template rejected the conversation: %v", err)
+		err = fault.Invalidf("messages", "the chat template rejected the conversation: %v", err)
 	case errors.Is(err, textmodel.ErrProtectedTextAltered):
-		err = invalid("the conversation cannot be rendered with its special-token text kept as text: %v", err)
+		err = fault.Invalidf("messages", "the conversation cannot be rendered with its special-token text kept as text: %v", err)
 	case err != nil:
-		err = invalid("the chat template cannot render or tokenize the conversation: %v", err)
+		err = fault.Invalidf("messages", "the chat template cannot render or tokenize the conversation: %v", err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if j.reasoning, err = s.reasoningFor(j, req.ReasoningParser); err != nil {
-		return nil, err
-	}
-	if err := s.chatTools(j, req); err != nil {
-		return nil, err
-	}
+	j.answer.SawPrompt(j.inputIDs, func(ids []uint32) string {
+		tail, _ := text.Tokenizer().Decode(ids, false)
+		return tail
+	})
 	return j, nil
+}
+
+// answerModel is what reading a Chat's answer on r needs to know of its
+// model and of the router's parsers.
+func (s *Server) answerModel(r *route) answer.Model {
+	tok := r.Text.Tokenizer()
+	return answer.Model{
+		ReasoningParser:    s.reasoningParser,
+		ToolCallParser:     s.toolCallParser,
+		Thinks:             r.Thinks,
+		ToolFormat:         r.ToolFormat,
+		ToolFormatDetected: r.ToolFormatDetected,
+		SpecialID: func(text string) (uint32, bool) {
+			id, ok := tok.TokenToID(text)
+			return id, ok && tok.IsSpecial(id)
+		},
+	}
 }
 
 // encode tokenizes a prompt through the caches; commit caches it, which the
@@ -135,15 +154,15 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 // length.
 func encode(tm *textmodel.Model, text string, addSpecial bool, what string, contextLen int) (ids []uint32, commit func(), lk cache.Lookup, err error) {
 	if !utf8.ValidString(text) {
-		return nil, nil, lk, invalid("%s is not valid UTF-8", what)
+		return nil, nil, lk, fault.Invalidf(what, "%s is not valid UTF-8", what)
 	}
 	limit := promptLimit(contextLen)
 	ids, commit, lk, err = tm.EncodeDeferredLimit(text, addSpecial, limit)
 	if errors.Is(err, tokenize.ErrTooManyTokens) {
-		return nil, nil, lk, invalid("%s has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output", what, limit, contextLen)
+		return nil, nil, lk, fault.Invalidf(what, "%s has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output", what, limit, contextLen)
 	}
 	if err != nil {
-		return nil, nil, lk, invalid("tokenizing %s: %v", what, err)
+		return nil, nil, lk, fault.Invalidf(what, "tokenizing %s: %v", what, err)
 	}
 	return ids, commit, lk, nil
 }
@@ -169,82 +188,6 @@ func (s *Server) promptContext(r *route) int {
 		largest = max(largest, c)
 	}
 	return largest
-}
-
-// conversation converts the request to the values a chat template sees:
-// messages and tools as ordered maps, JSON fields as jsonvalues.go converts
-// them (keys sorted, since a Struct has no order and templates print them
-// with tojson).
-func conversation(req *kvgatev1.ChatRequest) (textmodel.Conversation, error) {
-	c := textmodel.Conversation{AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt}
-	for i, m := range req.GetMessages() {
-		msg := template.NewOrderedMap()
-		msg.Set("role", m.GetRole())
-		msg.Set("content", m.GetContent())
-		if m.GetName() != "" {
-			msg.Set("name", m.GetName())
-		}
-		if len(m.GetToolCalls()) > 0 {
-			var calls []any
-			for k, tc := range m.GetToolCalls() {
-				fn := template.NewOrderedMap()
-				fn.Set("name", tc.GetFunction().GetName())
-				args, err := argumentsValue(tc.GetFunction().GetArguments(), fmt.Sprintf("messages[%d].tool_calls[%d].function.arguments", i, k))
-				if err != nil {
-					return c, err
-				}
-				fn.Set("arguments", args)
-				call := template.NewOrderedMap()
-				if tc.GetId() != "" {
-					call.Set("id", tc.GetId())
-				}
-				call.Set("type", orDefault(tc.GetType(), "function"))
-				call.Set("function", fn)
-				calls = append(calls, call)
-			}
-			msg.Set("tool_calls", calls)
-		}
-		if m.GetToolCallId() != "" {
-			msg.Set("tool_call_id", m.GetToolCallId())
-		}
-		if m.GetReasoningContent() != "" {
-			msg.Set("reasoning_content", m.GetReasoningContent())
-		}
-		c.Messages = append(c.Messages, msg)
-	}
-	for i, t := range req.GetTools() {
-		fn := template.NewOrderedMap()
-		fn.Set("name", t.GetFunction().GetName())
-		if d := t.GetFunction().GetDescription(); d != "" {
-			fn.Set("description", d)
-		}
-		if p := t.GetFunction().GetParameters(); p != nil {
-			params, err := structValue(p, fmt.Sprintf("tools[%d].function.parameters", i))
-			if err != nil {
-				return c, err
-			}
-			fn.Set("parameters", params)
-		}
-		tool := template.NewOrderedMap()
-		tool.Set("type", orDefault(t.GetType(), "function"))
-		tool.Set("function", fn)
-		c.Tools = append(c.Tools, tool)
-	}
-	if kw := req.GetChatTemplateKwargs(); kw != nil {
-		m, err := structValue(kw, "chat_template_kwargs")
-		if err != nil {
-			return c, err
-		}
-		c.Kwargs = m
-	}
-	return c, nil
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // endTokenize ends a tokenization span with the prompt's length and the

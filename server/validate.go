@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
@@ -116,10 +117,10 @@ func validateSampling(sp *kvgatev1.SamplingParams) error {
 	if n := len(sp.StopTokenIds); n > maxStopTokenIDs {
 		return fault.Invalidf("sampling_params.stop_token_ids", "sampling_params.stop_token_ids has %d ids; the limit is %d", n, maxStopTokenIDs)
 	}
-	if err := validateConstraint(sp); err != nil {
+	if err := answer.ValidateConstraint(sp); err != nil {
 		return err
 	}
-	return validateLogprobs(sp)
+	return answer.ValidateLogprobs(sp)
 }
 
 func (r floatRule) interval() string {
@@ -187,6 +188,6 @@ func toSampling(sp *kvgatev1.SamplingParams) workers.Sampling {
 		StopTokenIDs:      sp.StopTokenIds,
 		IgnoreEOS:         sp.IgnoreEos,
 		Seed:              sp.Seed,
-		Constraint:        samplingConstraint(sp),
+		Constraint:        answer.SamplingConstraint(sp),
 	}
 }

@@ -21,12 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/kvgate/kvgate/answer"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/logging"
 	"github.com/kvgate/kvgate/internal/tlsfiles"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/tokenize/hub"
 
 	"github.com/kvgate/kvgate/workers"
@@ -406,11 +406,11 @@ func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
 	g.Options = c.routing.options()
 	g.LearnBlockSize = c.routing.blockSize == 0
 	g.TextSources, g.TextOptions, g.FetchTimeout = c.text.src, c.text.options(), c.text.fetchTimeout
-	if err := server.ValidateReasoningParser(c.text.reasoningParser); err != nil {
+	if err := answer.ValidateReasoningParser(c.text.reasoningParser); err != nil {
 		return g, func() {}, fmt.Errorf("--reasoning-parser: %w", err)
 	}
 	g.ReasoningParser = c.text.reasoningParser
-	if err := server.ValidateToolCallParser(c.text.toolCallParser); err != nil {
+	if err := answer.ValidateToolCallParser(c.text.toolCallParser); err != nil {
 		return g, func() {}, fmt.Errorf("--tool-call-parser: %w", err)
 	}
 	g.ToolCallParser = c.text.toolCallParser

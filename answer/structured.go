@@ -1,21 +1,22 @@
-package server
+package answer
 
 import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/constraint"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
 )
 
 // constrained reports whether sampling_params carries a constraint.
 func constrained(sp *kvgatev1.SamplingParams) bool { return sp.GetConstraint() != nil }
 
-// validateConstraint checks sampling_params' constraint as the engines will
+// ValidateConstraint checks sampling_params' constraint as the engines will
 // compile it, so that one they would refuse (or choke on) is the client's
 // INVALID_ARGUMENT here, naming the field, instead of an engine error.
-func validateConstraint(sp *kvgatev1.SamplingParams) error {
-	c := samplingConstraint(sp)
+func ValidateConstraint(sp *kvgatev1.SamplingParams) error {
+	c := SamplingConstraint(sp)
 	if c.Kind == workers.NoConstraint {
 		return nil
 	}
@@ -32,13 +33,13 @@ func validateConstraint(sp *kvgatev1.SamplingParams) error {
 		field, err = "structural_tag", constraint.CheckStructuralTag(c.Value, constraint.Limits{})
 	}
 	if err != nil {
-		return invalid("sampling_params.%s: %v", field, err)
+		return fault.Invalidf("sampling_params."+field, "sampling_params.%s: %v", field, err)
 	}
 	return nil
 }
 
-// samplingConstraint is sampling_params' constraint in the neutral type.
-func samplingConstraint(sp *kvgatev1.SamplingParams) workers.Constraint {
+// SamplingConstraint is sampling_params' constraint in the neutral type.
+func SamplingConstraint(sp *kvgatev1.SamplingParams) workers.Constraint {
 	switch c := sp.GetConstraint().(type) {
 	case *kvgatev1.SamplingParams_JsonSchema:
 		return workers.Constraint{Kind: workers.JSONSchema, Value: c.JsonSchema}
@@ -56,14 +57,15 @@ func samplingConstraint(sp *kvgatev1.SamplingParams) workers.Constraint {
 // no json_object field, and this schema means the same on both engines.
 const jsonObjectSchema = `{"type":"object"}`
 
-// chatResponseFormat maps a Chat's response_format onto the job's
-// constraint, as OpenAI's API defines it.
-func chatResponseFormat(j *job, rf *kvgatev1.ResponseFormat) error {
+// responseFormat maps a Chat's response_format onto the shaper's
+// constraint, as OpenAI's API defines it; sp are the request's
+// sampling_params, which may constrain the answer instead.
+func (s *Shaper) responseFormat(rf *kvgatev1.ResponseFormat, sp *kvgatev1.SamplingParams) error {
 	var c workers.Constraint
 	switch t := rf.GetType(); t {
 	case "", "text":
 		if rf.GetJsonSchema() != nil {
-			return invalid("response_format.json_schema is set but response_format.type is %q; set type to \"json_schema\"", t)
+			return fault.Invalidf("response_format.type", "response_format.json_schema is set but response_format.type is %q; set type to \"json_schema\"", t)
 		}
 		return nil
 	case "json_object":
@@ -71,22 +73,22 @@ func chatResponseFormat(j *job, rf *kvgatev1.ResponseFormat) error {
 	case "json_schema":
 		schema := rf.GetJsonSchema().GetSchema()
 		if schema == nil {
-			return invalid("response_format.type is \"json_schema\" but response_format.json_schema.schema is unset")
+			return fault.Invalidf("response_format.json_schema.schema", "response_format.type is \"json_schema\" but response_format.json_schema.schema is unset")
 		}
 		b, err := protojson.Marshal(schema)
 		if err != nil {
-			return invalid("response_format.json_schema.schema: %v", err)
+			return fault.Invalidf("response_format.json_schema.schema", "response_format.json_schema.schema: %v", err)
 		}
 		if err := constraint.CheckJSONSchema(string(b), constraint.Limits{}); err != nil {
-			return invalid("response_format.json_schema.schema: %v", err)
+			return fault.Invalidf("response_format.json_schema.schema", "response_format.json_schema.schema: %v", err)
 		}
 		c = workers.Constraint{Kind: workers.JSONSchema, Value: string(b)}
 	default:
-		return invalid("response_format.type is %q; it must be \"text\", \"json_object\" or \"json_schema\"", t)
+		return fault.Invalidf("response_format.type", "response_format.type is %q; it must be \"text\", \"json_object\" or \"json_schema\"", t)
 	}
-	if constrained(j.sampling) {
-		return invalid("response_format and sampling_params both constrain the answer; give one")
+	if constrained(sp) {
+		return fault.Invalidf("response_format", "response_format and sampling_params both constrain the answer; give one")
 	}
-	j.constraint = c
+	s.constraint = c
 	return nil
 }

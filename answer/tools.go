@@ -1,4 +1,4 @@
-package server
+package answer
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/constraint"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/parse"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -50,11 +51,11 @@ const (
 )
 
 // chatTools decides how a Chat's answer is constrained and parsed, from its
-// response_format, tools, tool_choice and tool_call_parser. It sets the
-// job's constraint, its tool-call parser and the special tokens the parser
-// must see.
-func (s *Server) chatTools(j *job, req *kvgatev1.ChatRequest) error {
-	if err := chatResponseFormat(j, req.GetResponseFormat()); err != nil {
+// response_format, tools, tool_choice and tool_call_parser: the
+// constraint, the tool-call parser and the special tokens the parser must
+// see.
+func (s *Shaper) chatTools(req *kvgatev1.ChatRequest, m Model) error {
+	if err := s.responseFormat(req.GetResponseFormat(), req.GetSamplingParams()); err != nil {
 		return err
 	}
 	tc := req.GetToolChoice()
@@ -62,20 +63,20 @@ func (s *Server) chatTools(j *job, req *kvgatev1.ChatRequest) error {
 	switch mode {
 	case "", choiceAuto, choiceNone, choiceRequired:
 	default:
-		return invalid("tool_choice.mode is %q; it must be %q, %q or %q, or empty with tool_choice.function", mode, choiceAuto, choiceNone, choiceRequired)
+		return fault.Invalidf("tool_choice.mode", "tool_choice.mode is %q; it must be %q, %q or %q, or empty with tool_choice.function", mode, choiceAuto, choiceNone, choiceRequired)
 	}
 	if fn != "" && mode != "" {
-		return invalid("tool_choice.mode (%q) and tool_choice.function (%q) are both set; name a function with an empty mode", mode, fn)
+		return fault.Invalidf("tool_choice", "tool_choice.mode (%q) and tool_choice.function (%q) are both set; name a function with an empty mode", mode, fn)
 	}
 	tools := req.GetTools()
 	forced := mode == choiceRequired || fn != ""
 	if forced && len(tools) == 0 {
-		return invalid("tool_choice requires a tool call but tools is empty")
+		return fault.Invalidf("tool_choice", "tool_choice requires a tool call but tools is empty")
 	}
 	if forced {
-		return forceTools(j, tools, fn)
+		return s.forceTools(tools, fn, req.GetSamplingParams())
 	}
-	f, ok, err := s.toolFormatFor(j, req.ToolCallParser)
+	f, ok, err := toolFormat(m, req.ToolCallParser)
 	if err != nil || !ok {
 		return err
 	}
@@ -88,18 +89,18 @@ func (s *Server) chatTools(j *job, req *kvgatev1.ChatRequest) error {
 	for _, t := range tools {
 		opts.Tools = append(opts.Tools, t.GetFunction().GetName())
 	}
-	j.tools = func() toolParser { return parse.NewToolParser(f, opts) }
+	s.tools = func() toolParser { return parse.NewToolParser(f, opts) }
 	if f.HandlesReasoning() {
-		j.reasoning = nil
+		s.reasoning = nil
 	}
-	j.keepSpecial = markerIDs(j, f.Markers())
+	s.keepSpecial = markerIDs(m, f.Markers())
 	return nil
 }
 
-// toolFormatFor is the request's tool_call_parser, else the router's; ok is
+// toolFormat is the request's tool_call_parser, else the router's; ok is
 // false when calls are not parsed.
-func (s *Server) toolFormatFor(j *job, requested *string) (f parse.ToolFormat, ok bool, err error) {
-	name := s.toolCallParser
+func toolFormat(m Model, requested *string) (f parse.ToolFormat, ok bool, err error) {
+	name := m.ToolCallParser
 	if requested != nil {
 		name = *requested
 	}
@@ -107,11 +108,11 @@ func (s *Server) toolFormatFor(j *job, requested *string) (f parse.ToolFormat, o
 	case toolsNone:
 		return f, false, nil
 	case "", toolsAuto:
-		return j.route.ToolFormat, j.route.ToolFormatDetected, nil
+		return m.ToolFormat, m.ToolFormatDetected, nil
 	}
 	if f, err = parse.ToolFormatNamed(name); err != nil {
 		if requested != nil {
-			return f, false, invalid("tool_call_parser: %v (or %q, %q)", err, toolsNone, toolsAuto)
+			return f, false, fault.Invalidf("tool_call_parser", "tool_call_parser: %v (or %q, %q)", err, toolsNone, toolsAuto)
 		}
 		return f, false, err // validated at start-up
 	}
@@ -120,11 +121,13 @@ func (s *Server) toolFormatFor(j *job, requested *string) (f parse.ToolFormat, o
 
 // markerIDs are the special tokens among a format's markers: kept in the
 // text the parser reads, though special tokens are otherwise skipped.
-func markerIDs(j *job, markers []string) []uint32 {
-	tok := j.route.Text.Tokenizer()
+func markerIDs(m Model, markers []string) []uint32 {
+	if m.SpecialID == nil {
+		return nil
+	}
 	var ids []uint32
-	for _, m := range markers {
-		if id, ok := tok.TokenToID(m); ok && tok.IsSpecial(id) {
+	for _, mk := range markers {
+		if id, ok := m.SpecialID(mk); ok {
 			ids = append(ids, id)
 		}
 	}
@@ -135,9 +138,9 @@ func markerIDs(j *job, markers []string) []uint32 {
 // JSON schema constraint, as vLLM's OpenAI server does, and reads the
 // answer as the JSON that constraint produces instead of a model family's
 // format. The answer starts with the JSON, so no reasoning is parsed.
-func forceTools(j *job, tools []*kvgatev1.Tool, fn string) error {
-	if j.constraint.Kind != workers.NoConstraint || constrained(j.sampling) {
-		return invalid("tool_choice requires a tool call, which kvgate enforces with a JSON schema, and the answer is already constrained (response_format or sampling_params); give one")
+func (s *Shaper) forceTools(tools []*kvgatev1.Tool, fn string, sp *kvgatev1.SamplingParams) error {
+	if s.constraint.Kind != workers.NoConstraint || constrained(sp) {
+		return fault.Invalidf("tool_choice", "tool_choice requires a tool call, which kvgate enforces with a JSON schema, and the answer is already constrained (response_format or sampling_params); give one")
 	}
 	defs := make([]constraint.Tool, len(tools))
 	for i, t := range tools {
@@ -145,7 +148,8 @@ func forceTools(j *job, tools []*kvgatev1.Tool, fn string) error {
 		if p := t.GetFunction().GetParameters(); p != nil {
 			b, err := protojson.Marshal(p)
 			if err != nil {
-				return invalid("tools[%d].function.parameters: %v", i, err)
+				field := fmt.Sprintf("tools[%d].function.parameters", i)
+				return fault.Invalidf(field, "%s: %v", field, err)
 			}
 			defs[i].Parameters = b
 		}
@@ -154,19 +158,19 @@ func forceTools(j *job, tools []*kvgatev1.Tool, fn string) error {
 	var err error
 	if fn != "" {
 		schema, err = constraint.NamedToolSchema(defs, fn)
-		j.tools = func() toolParser { return &namedCall{name: fn} }
+		s.tools = func() toolParser { return &namedCall{name: fn} }
 	} else {
 		schema, err = constraint.RequiredToolSchema(defs)
-		j.tools = func() toolParser { return &requiredCalls{} }
+		s.tools = func() toolParser { return &requiredCalls{} }
 	}
 	if err != nil {
-		return invalid("tool_choice: %v", err)
+		return fault.Invalidf("tool_choice", "tool_choice: %v", err)
 	}
 	if err := constraint.CheckJSONSchema(schema, constraint.Limits{}); err != nil {
-		return invalid("tools: a parameters schema cannot be enforced: %v", err)
+		return fault.Invalidf("tools", "tools: a parameters schema cannot be enforced: %v", err)
 	}
-	j.constraint = workers.Constraint{Kind: workers.JSONSchema, Value: schema}
-	j.reasoning = nil
+	s.constraint = workers.Constraint{Kind: workers.JSONSchema, Value: schema}
+	s.reasoning = nil
 	return nil
 }
 

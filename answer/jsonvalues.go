@@ -1,4 +1,4 @@
-package server
+package answer
 
 import (
 	"maps"
@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/tokenize/template"
 )
 
@@ -56,7 +57,7 @@ func argumentsValue(v *structpb.Value, field string) (any, error) {
 func jsonText(s, field string) (any, error) {
 	v, err := template.DecodeJSON([]byte(s))
 	if err != nil {
-		return nil, invalid("%s is a string that is not valid JSON: %v", field, err)
+		return nil, fault.Invalidf(field, "%s is a string that is not valid JSON: %v", field, err)
 	}
 	return v, nil
 }
@@ -95,7 +96,7 @@ func (c *jsonConverter) value(v *structpb.Value, depth int) (any, error) {
 	case *structpb.Value_NumberValue:
 		f := k.NumberValue
 		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, invalid("%s holds the number %v; JSON numbers must be finite", c.field, f)
+			return nil, fault.Invalidf(c.field, "%s holds the number %v; JSON numbers must be finite", c.field, f)
 		}
 		if f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
 			return int64(f), nil
@@ -122,12 +123,12 @@ func (c *jsonConverter) value(v *structpb.Value, depth int) (any, error) {
 		}
 		return list, nil
 	default:
-		return nil, invalid("%s holds a google.protobuf.Value with no kind set; set one (null_value for null)", c.field)
+		return nil, fault.Invalidf(c.field, "%s holds a google.protobuf.Value with no kind set; set one (null_value for null)", c.field)
 	}
 }
 
 func (c *jsonConverter) tooDeep() error {
-	return invalid("%s nests arrays and objects deeper than %d levels; the limit is %d",
+	return fault.Invalidf(c.field, "%s nests arrays and objects deeper than %d levels; the limit is %d",
 		c.field, template.MaxJSONDepth, template.MaxJSONDepth)
 }
 
@@ -136,7 +137,7 @@ func (c *jsonConverter) tooDeep() error {
 func (c *jsonConverter) count(n int) error {
 	c.bytes += n
 	if c.bytes > template.MaxJSONBytes {
-		return invalid("%s holds more than %d bytes of keys and strings; the limit is %d",
+		return fault.Invalidf(c.field, "%s holds more than %d bytes of keys and strings; the limit is %d",
 			c.field, template.MaxJSONBytes, template.MaxJSONBytes)
 	}
 	return nil

@@ -1,17 +1,16 @@
-package server
+package answer
 
 import (
 	"math"
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/tokenize/template"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 )
@@ -149,7 +148,7 @@ func TestJSONValueLimits(t *testing.T) {
 				}
 				return
 			}
-			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) ||
+			if k, _ := fault.KindOf(err); k != fault.Invalid || !strings.Contains(err.Error(), tc.want) ||
 				!strings.Contains(err.Error(), "messages[0].tool_calls[0].function.arguments") {
 				t.Fatalf("err = %v, want INVALID_ARGUMENT naming the field and saying %q", err, tc.want)
 			}
@@ -161,7 +160,8 @@ func TestJSONValueLimits(t *testing.T) {
 		t.Fatalf("128 levels: %v", err)
 	}
 	s = &structpb.Struct{Fields: map[string]*structpb.Value{"a": nested(template.MaxJSONDepth)}}
-	if _, err := structValue(s, "chat_template_kwargs"); status.Code(err) != codes.InvalidArgument ||
+	_, err := structValue(s, "chat_template_kwargs")
+	if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field != "chat_template_kwargs" ||
 		!strings.Contains(err.Error(), "chat_template_kwargs nests") {
 		t.Fatalf("129 levels: %v, want INVALID_ARGUMENT naming chat_template_kwargs", err)
 	}
@@ -193,10 +193,10 @@ func FuzzChatConversation(f *testing.F) {
 		if proto.Unmarshal(data, &req) != nil {
 			return
 		}
-		c, err := conversation(&req)
+		c, err := Conversation(&req)
 		if err != nil {
-			if status.Code(err) != codes.InvalidArgument {
-				t.Fatalf("refused with %v, want INVALID_ARGUMENT", err)
+			if k, _ := fault.KindOf(err); k != fault.Invalid {
+				t.Fatalf("refused with %v, want an invalid-request fault", err)
 			}
 			return
 		}
@@ -208,7 +208,7 @@ func FuzzChatConversation(f *testing.F) {
 		if err := proto.Unmarshal(again, &req2); err != nil {
 			t.Fatal(err)
 		}
-		c2, err := conversation(&req2)
+		c2, err := Conversation(&req2)
 		if err != nil {
 			t.Fatalf("accepted, then refused after a round trip: %v", err)
 		}
