@@ -36,7 +36,7 @@ type dispatcher interface {
 
 // regularDispatcher serves whole requests on the registry's regular workers.
 type regularDispatcher struct {
-	s      *Server
+	s      *pipeline
 	r      *route
 	policy policy.Policy
 }
@@ -82,7 +82,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*pl
 type single struct {
 	plan
 	legBuf  [1]leg
-	s       *Server
+	s       *pipeline
 	pol     policy.Policy
 	preq    *policy.Request
 	dec     policy.Decision
@@ -148,7 +148,7 @@ func (p *single) end(out policy.Outcome) {
 // pdDispatcher serves requests with prefill/decode disaggregation over the
 // registry's prefill and decode workers.
 type pdDispatcher struct {
-	s       *Server
+	s       *pipeline
 	r       *route
 	pd      *pd.Dispatcher
 	prefill string // the policies' names, which label decisions
@@ -212,7 +212,7 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 type pair struct {
 	plan
 	legBuf   [2]leg
-	s        *Server
+	s        *pipeline
 	att      *pd.Attempt
 	vocab    int       // bounds the output ids (route.outputVocab of the decode worker)
 	jobStart time.Time // when the request arrived, for the PD TTFT

@@ -74,7 +74,7 @@ var (
 
 // classify decides what an attempt's error means. ctx is the request's,
 // actx the attempt's (cancelled with a cause by the pipeline's timers).
-func (s *Server) classify(ctx, actx context.Context, p *plan, err error, tokens int) *failure {
+func (s *pipeline) classify(ctx, actx context.Context, p *plan, err error, tokens int) *failure {
 	f := &failure{err: err, tokens: tokens, worker: p.blame(err)}
 	var bug errRouterBug
 	switch cause := context.Cause(ctx); {

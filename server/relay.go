@@ -24,7 +24,7 @@ import (
 // model cannot have produced are refused by workers.CheckedStream, which the
 // dispatchers wrap every stream in.)
 type relay struct {
-	s      *Server
+	s      *pipeline
 	j      *job
 	p      *plan
 	ds     *detok.Stream // nil: no tokenizer, ids only
@@ -57,7 +57,7 @@ type relay struct {
 	first atomic.Bool // a token has arrived (read by the timer)
 }
 
-func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *relay {
+func (s *pipeline) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *relay {
 	r := &relay{s: s, j: j, p: p, ans: newAnswer(j), lp: logprobs{text: j.route.Text}, contract: newContract(j.sampling)}
 	if text := j.route.Text; text != nil {
 		sp := j.sampling
