@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -82,7 +80,7 @@ func (h *heldStream) Recv() (workers.Chunk, error) {
 	case m := <-h.msgs:
 		return m.c, m.err
 	case <-h.attempt.Done():
-		return workers.Chunk{}, status.FromContextError(h.attempt.Err()).Err()
+		return workers.Chunk{}, h.attempt.Err()
 	}
 }
 

@@ -14,9 +14,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -132,10 +131,10 @@ func (s *pipeline) run(ctx context.Context, j *job) error {
 			return nil
 		}
 		if f.placement { // nowhere to run
-			if len(failures) > 0 && status.Code(f.err) != codes.Unimplemented {
+			if len(failures) > 0 && !isUnsupported(f.err) {
 				return s.giveUp(ctx, j, failures, f.err.Error())
 			}
-			if lastUnsupported != nil && len(failures) == 0 && status.Code(f.err) != codes.Unimplemented {
+			if lastUnsupported != nil && len(failures) == 0 && !isUnsupported(f.err) {
 				return lastUnsupported.status() // no worker left that might implement it
 			}
 			return f.status()
@@ -239,7 +238,7 @@ func (s *pipeline) attempt(ctx context.Context, j *job, n int) *failure {
 func (s *pipeline) giveUp(ctx context.Context, j *job, failures []*failure, why string) error {
 	last := failures[len(failures)-1]
 	if len(failures) == 1 {
-		return status.Errorf(codes.Unavailable, "%s; not retried: %s", status.Convert(last.status()).Message(), why)
+		return fault.Newf(fault.Unavailable, "%s; not retried: %s", message(last.status()), why)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "all %d attempts failed before the first token (%s):", len(failures), why)
@@ -252,10 +251,10 @@ func (s *pipeline) giveUp(ctx context.Context, j *job, failures []*failure, why 
 		if i == 4 && len(failures) > 5 {
 			fmt.Fprintf(&b, " ... %d more;", len(failures)-5)
 		}
-		fmt.Fprintf(&b, " %s: %s;", f.worker.URL(), status.Convert(f.err).Message())
+		fmt.Fprintf(&b, " %s: %s;", f.worker.URL(), message(f.err))
 	}
 	s.log.WarnContext(ctx, "request failed on every attempt", "request_id", j.id, "attempts", len(failures), "why", why)
-	return status.Error(codes.Unavailable, strings.TrimSuffix(b.String(), ";"))
+	return fault.Newf(fault.Unavailable, "%s", strings.TrimSuffix(b.String(), ";"))
 }
 
 // attemptID is the id an attempt is known by on its engine: the client's id

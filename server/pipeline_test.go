@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
@@ -39,6 +40,10 @@ func TestPipelineRules(t *testing.T) {
 		// cancelOnChunk: the client leaves once it has a chunk.
 		cancelOnChunk bool
 
+		// raw is what the pipeline returns, before the edge: a fault
+		// of a kind ("fault: unavailable"), the engine's own status
+		// ("engine"), or the context's error ("context").
+		raw        string
 		wantCode   codes.Code
 		wantMsg    string // a part of the status message
 		wantOutput []uint32
@@ -65,12 +70,14 @@ func TestPipelineRules(t *testing.T) {
 			name:     "a streaming client that has a token is not retried",
 			stream:   true,
 			attempts: [][]step{{tokens(1), fail(codes.Unavailable, "engine down")}, {tokens(9), final()}},
+			raw:      "fault: unavailable",
 			wantCode: codes.Unavailable, wantMsg: "worker w0 failed after 1 tokens: engine down",
 			wantPlaced: 1, wantChunks: 1,
 		},
 		{
 			name:     "a client error the engine reports is not retried",
 			attempts: [][]step{{fail(codes.InvalidArgument, "prompt too long")}, {tokens(9), final()}},
+			raw:      "engine",
 			wantCode: codes.InvalidArgument, wantMsg: "worker w0: prompt too long",
 			wantPlaced: 1,
 		},
@@ -79,6 +86,7 @@ func TestPipelineRules(t *testing.T) {
 			stream:        true,
 			cancelOnChunk: true,
 			attempts:      [][]step{{tokens(1), stall()}, {tokens(9), final()}},
+			raw:           "context",
 			wantCode:      codes.Canceled,
 			wantPlaced:    1, wantChunks: 1,
 		},
@@ -93,8 +101,18 @@ func TestPipelineRules(t *testing.T) {
 			firstToken: 5 * time.Second,
 			noRetries:  true,
 			attempts:   [][]step{{stall()}, {tokens(4), final()}},
+			raw:        "fault: unavailable",
 			wantCode:   codes.Unavailable,
 			wantMsg:    "worker w0 failed before the first token: no first token within --first-token-timeout; not retried: 0 retries is the limit",
+			wantPlaced: 1,
+		},
+		{
+			name:     "a retry with nowhere to go says why in the words of the placement",
+			attempts: [][]step{{fail(codes.Unavailable, "engine down")}, {nowhere()}},
+			raw:      "fault: unavailable",
+			wantCode: codes.Unavailable,
+			wantMsg: "worker w0 failed before the first token: engine down; not retried: " +
+				"no healthy worker: 1 registered, 0 passing health checks, 0 with an open circuit breaker, none available",
 			wantPlaced: 1,
 		},
 	}
@@ -122,7 +140,11 @@ func TestPipelineRules(t *testing.T) {
 					stream: tt.stream, start: time.Now(), send: sink.send}
 				j.task = &generation{s: p, j: j}
 
-				err := statusOf(p.run(ctx, j))
+				raw := p.run(ctx, j)
+				if got := rawKind(raw); got != tt.raw {
+					t.Errorf("the pipeline returned %q (%v); want %q", got, raw, tt.raw)
+				}
+				err := statusOf(raw)
 
 				st := status.Convert(err)
 				if st.Code() != tt.wantCode || !strings.Contains(st.Message(), tt.wantMsg) {
@@ -159,6 +181,24 @@ func TestPipelineRules(t *testing.T) {
 	}
 }
 
+// rawKind says what an error the pipeline returned is, in the terms of
+// the table's raw column.
+func rawKind(err error) string {
+	if err == nil {
+		return ""
+	}
+	if k, ok := fault.KindOf(err); ok {
+		return "fault: " + k.String()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return "context"
+	}
+	if _, ok := status.FromError(err); ok {
+		return "engine"
+	}
+	return "unknown"
+}
+
 // oneModel is a table of one model, served by placer.
 func oneModel(t *testing.T, placer dispatcher) *route {
 	t.Helper()
@@ -178,11 +218,15 @@ type step struct {
 	final bool     // the completion, listing every token sent
 	err   error    // the stream fails with err
 	stall bool     // nothing until the attempt is over
+	// nowhere: the placement finds no worker (the only one is failing its
+	// health checks), as the first step of a script.
+	nowhere bool
 }
 
 func tokens(ids ...uint32) step { return step{ids: ids} }
 func final() step               { return step{final: true} }
 func stall() step               { return step{stall: true} }
+func nowhere() step             { return step{nowhere: true} }
 
 // scriptedPlacer is the placer of the table's one model: placement n runs
 // on worker "w<n>", whose stream plays scripts[n].
@@ -216,6 +260,10 @@ func (sp *scriptedPlacer) place(_ context.Context, j *job, _ bool) (*plan, error
 		return nil, errors.New("the script has no worker left")
 	}
 	w := workers.NewWorker("w"+string(rune('0'+n)), workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
+	if steps := sp.scripts[n]; len(steps) > 0 && steps[0].nowhere {
+		w.SetHealthy(false)
+		return nil, checkCandidates("", []*workers.Worker{w}, j)
+	}
 	r := &scriptedRun{w: w, steps: sp.scripts[n]}
 	sp.placed = append(sp.placed, &placement{excluded: slices.Clone(j.excluded), run: r})
 	// The scripted streams end with the attempt's context, as PD's legs

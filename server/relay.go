@@ -9,10 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/tokenize/detok"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -109,7 +107,7 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 	for {
 		c, err := es.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil, status.Error(codes.Unavailable, "worker ended the stream without a completion")
+			return nil, fault.Newf(fault.Unavailable, "worker ended the stream without a completion")
 		}
 		if err != nil {
 			return nil, err

@@ -93,16 +93,17 @@ type tracedStream struct {
 
 func (t *tracedStream) Context() context.Context { return t.ctx }
 
-// endSpan records a call's or a step's outcome: its gRPC status code, and
-// an Error status with the message for anything but OK.
+// endSpan records a call's or a step's outcome: the gRPC status code the
+// edge (statusOf) gives err, and an Error status with the message for
+// anything but OK.
 func endSpan(span trace.Span, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	code := status.Code(err)
-	span.SetAttributes(attrGRPCStatus.Int(int(code)))
-	if code != codes.OK {
-		span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+	st := status.Convert(statusOf(err))
+	span.SetAttributes(attrGRPCStatus.Int(int(st.Code())))
+	if st.Code() != codes.OK {
+		span.SetStatus(otelcodes.Error, st.Message())
 	}
 }
 
