@@ -8,9 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
@@ -36,7 +34,7 @@ type dispatcher interface {
 
 // regularDispatcher serves whole requests on the registry's regular workers.
 type regularDispatcher struct {
-	s      *Server
+	s      *pipeline
 	r      *route
 	policy policy.Policy
 }
@@ -82,7 +80,7 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*pl
 type single struct {
 	plan
 	legBuf  [1]leg
-	s       *Server
+	s       *pipeline
 	pol     policy.Policy
 	preq    *policy.Request
 	dec     policy.Decision
@@ -148,7 +146,7 @@ func (p *single) end(out policy.Outcome) {
 // pdDispatcher serves requests with prefill/decode disaggregation over the
 // registry's prefill and decode workers.
 type pdDispatcher struct {
-	s       *Server
+	s       *pipeline
 	r       *route
 	pd      *pd.Dispatcher
 	prefill string // the policies' names, which label decisions
@@ -163,7 +161,7 @@ func (d *pdDispatcher) policyName() string { return d.prefill }
 // regular workers, behind a router of its own, as SMG does (its PD router
 // answers embeddings with 501).
 func (d *pdDispatcher) embeddings() error {
-	return status.Error(codes.FailedPrecondition,
+	return fault.Newf(fault.Precondition,
 		"Embed needs regular workers, and this router serves with prefill/decode disaggregation (--pd-disaggregation), "+
 			"whose engines run generation legs only; serve the embedding model from a router of regular workers")
 }
@@ -212,7 +210,7 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 type pair struct {
 	plan
 	legBuf   [2]leg
-	s        *Server
+	s        *pipeline
 	att      *pd.Attempt
 	vocab    int       // bounds the output ids (route.outputVocab of the decode worker)
 	jobStart time.Time // when the request arrived, for the PD TTFT
@@ -274,7 +272,7 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 				open++
 			}
 		}
-		return status.Errorf(codes.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
+		return fault.Newf(fault.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
 			side, len(ws), healthy, open)
 	}
 	l := limitsOf(ws)
@@ -316,7 +314,7 @@ func implementing(rpc workers.RPC, ws []*workers.Worker) ([]*workers.Worker, err
 		}
 		fmt.Fprintf(&b, "%s answered %s: %s", w.URL(), rpc, w.LackWhy(rpc))
 	}
-	return nil, status.Error(codes.Unimplemented, b.String())
+	return nil, fault.Newf(fault.Unsupported, "%s", b.String())
 }
 
 // chooseAndAcquire asks choose for the attempt's workers and takes a place in
@@ -340,7 +338,7 @@ func chooseAndAcquire(preq *policy.Request, n int, choose func() (ws []*workers.
 		}
 		preq.Exclude = append(slices.Clip(preq.Exclude), busy.URL())
 	}
-	return nil, status.Errorf(codes.Unavailable, "every worker's circuit breaker is half-open with its probes taken; retry shortly")
+	return nil, fault.Newf(fault.Unavailable, "every worker's circuit breaker is half-open with its probes taken; retry shortly")
 }
 
 // breakerSlots are the circuit-breaker places one attempt holds, one per
@@ -381,15 +379,15 @@ func (s breakerSlots) settle(f *failure) {
 	}
 }
 
-// selectionError turns a policy's refusal into a status: no worker left is
-// UNAVAILABLE (the fleet may recover), a target the client named wrongly is
-// INVALID_ARGUMENT, anything else is a bug.
+// selectionError says what a policy's refusal means: no worker left is
+// unavailable (the fleet may recover), a target the client named wrongly is
+// invalid, anything else is a bug.
 func selectionError(name string, n int, err error) error {
 	switch {
 	case errors.Is(err, policy.ErrInvalidTarget):
-		return status.Errorf(codes.InvalidArgument, "%v", err)
+		return fault.Newf(fault.Invalid, "%w", err)
 	case errors.Is(err, policy.ErrNoHealthyWorker), errors.Is(err, policy.ErrTargetUnavailable):
-		return status.Errorf(codes.Unavailable, "%v (%d workers registered)", err, n)
+		return fault.Newf(fault.Unavailable, "%w (%d workers registered)", err, n)
 	}
-	return status.Errorf(codes.Internal, "policy %s: %v", name, err)
+	return fault.Newf(fault.Bug, "policy %s: %w", name, err)
 }

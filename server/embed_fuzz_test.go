@@ -35,7 +35,7 @@ func FuzzEmbedRequest(f *testing.F) {
 	}
 	f.Add([]byte{0x1a, 0x02, 0x12, 0xff}, uint32(0), uint32(0)) // inputs[0].text: invalid UTF-8
 	codec := newRequestCodec()
-	s := &Server{reg: workers.NewRegistry(), admission: newAdmission(DefaultAdmissionConfig(), nil)}
+	s := &Server{pipeline: &pipeline{reg: workers.NewRegistry()}, admission: newAdmission(DefaultAdmissionConfig(), nil)}
 	s.models = modeltable.New(modeltable.OneModel, func(*route) dispatcher { return &regularDispatcher{} })
 	if _, _, err := s.models.Ensure("", func() (modeltable.Spec, error) {
 		return modeltable.Spec{Policies: map[workers.Role]policy.Policy{workers.RoleRegular: policy.NewRoundRobin()}}, nil

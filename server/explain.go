@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/policy"
 )
 
@@ -26,7 +27,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 	case *kvgatev1.ExplainRequest_Chat:
 		j, err = s.chatJob(ctx, r.Chat)
 	default:
-		return nil, invalid("request is empty; set generate or chat")
+		return nil, fault.Invalidf("request", "request is empty; set generate or chat")
 	}
 	if err != nil {
 		return nil, err

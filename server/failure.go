@@ -74,20 +74,21 @@ var (
 
 // classify decides what an attempt's error means. ctx is the request's,
 // actx the attempt's (cancelled with a cause by the pipeline's timers).
-func (s *Server) classify(ctx, actx context.Context, p *plan, err error, tokens int) *failure {
+func (s *pipeline) classify(ctx, actx context.Context, p *plan, err error, tokens int) *failure {
 	f := &failure{err: err, tokens: tokens, worker: p.blame(err)}
 	var bug errRouterBug
+	ended := contextEnded(ctx)
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errShuttingDown):
 		f.cause = causeShutdown
-	case clientGone(ctx) != nil:
+	case ended != nil:
 		f.cause = causeClientGone
-		f.err = clientGone(ctx)
+		f.err = ended
 	case errors.As(err, &bug):
 		f.cause = causeRouter
 	default:
 		if c := context.Cause(actx); errors.Is(c, errFirstTokenTimeout) || errors.Is(c, errStreamIdle) {
-			f.err = status.Errorf(codes.Unavailable, "%v", c)
+			f.err = fault.Newf(fault.Unavailable, "%w", c)
 			break
 		}
 		kind, isFault := fault.KindOf(err)
@@ -116,12 +117,12 @@ func (s *Server) classify(ctx, actx context.Context, p *plan, err error, tokens 
 	return f
 }
 
-// clientGone is why the client is gone: ctx's error, or
-// context.DeadlineExceeded once ctx's deadline has passed though its timer
-// has not fired yet. The deadline is passed on to the engine, and the
+// contextEnded is the error ctx ended with, nil while it runs: ctx's
+// error, or context.DeadlineExceeded once ctx's deadline has passed though
+// its timer has not fired yet. The deadline is passed on to the engine, and the
 // engine's stream can end with it a moment before the router's own timer
 // cancels ctx; that is still the client's deadline, not a failing worker.
-func clientGone(ctx context.Context) error {
+func contextEnded(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -135,42 +136,79 @@ func clientGone(ctx context.Context) error {
 // may serve the request as if nothing happened.
 func (f *failure) retryable() bool { return f.cause == causeWorker && !f.delivered && f.worker != nil }
 
-// status is the one place a failed request becomes what the client sees.
-// Client mistakes keep the engine's code; INTERNAL is reserved for kvgate's
-// own bugs; a failing worker is UNAVAILABLE, which clients may retry.
+// status is the one place a failed request becomes what the client is
+// told: a fault saying what happened, which the edge (statusOf) turns into
+// the wire status. Client mistakes keep the engine's code; a bug of kvgate's
+// is fault.Bug (INTERNAL); a failing worker is fault.Unavailable, which
+// clients may retry.
 func (f *failure) status() error {
 	if f.placement {
-		if _, ok := fault.As(f.err); ok {
-			return f.err // the request's own fault (task.check): statusOf maps it
-		}
-		if _, ok := status.FromError(f.err); ok {
+		if _, ok := fault.As(f.err); ok || isStatus(f.err) {
 			return f.err
 		}
-		return status.Error(codes.Unavailable, f.err.Error())
+		return fault.Newf(fault.Unavailable, "%w", f.err)
 	}
-	msg := status.Convert(f.err).Message()
+	msg := message(f.err)
 	switch f.cause {
 	case causeClientGone:
-		return status.FromContextError(f.err).Err()
+		return f.err // the context's error, which the edge answers as such
 	case causeShutdown:
-		return status.Errorf(codes.Unavailable, "%v; the request was cut after %d tokens", errShuttingDown, f.tokens)
+		return fault.Newf(fault.Unavailable, "%w; the request was cut after %d tokens", errShuttingDown, f.tokens)
 	case causeRouter:
-		return status.Errorf(codes.Internal, "%s", msg)
+		return fault.Newf(fault.Bug, "%s", msg)
 	case causeClientError:
 		if _, ok := fault.As(f.err); ok {
 			return fmt.Errorf("worker %s: %w", f.worker.URL(), f.err)
 		}
-		return status.Errorf(status.Code(f.err), "worker %s: %s", f.worker.URL(), msg)
+		return &engineRefusal{worker: f.worker.URL(), err: f.err}
 	case causeRouterLimit:
-		return status.Errorf(codes.ResourceExhausted, "worker %s answered more than kvgate accepts from an engine "+
+		return fault.Newf(fault.TooLarge, "worker %s answered more than kvgate accepts from an engine "+
 			"(MaxEngineAnswerBytes; ask for fewer log-probabilities or tokens): %s", f.worker.URL(), msg)
 	case causeUnsupported:
-		return status.Errorf(codes.Unimplemented, "worker %s does not implement this call: %s", f.worker.URL(), msg)
+		return fault.Newf(fault.Unsupported, "worker %s does not implement this call: %s", f.worker.URL(), msg)
 	}
 	if f.tokens == 0 {
-		return status.Errorf(codes.Unavailable, "worker %s failed before the first token: %s", f.worker.URL(), msg)
+		return fault.Newf(fault.Unavailable, "worker %s failed before the first token: %s", f.worker.URL(), msg)
 	}
-	return status.Errorf(codes.Unavailable, "worker %s failed after %d tokens: %s", f.worker.URL(), f.tokens, msg)
+	return fault.Newf(fault.Unavailable, "worker %s failed after %d tokens: %s", f.worker.URL(), f.tokens, msg)
+}
+
+// engineRefusal is an engine's own status refusing the request (INVALID_ARGUMENT,
+// FAILED_PRECONDITION, OUT_OF_RANGE), relayed under the worker's name. It
+// carries the engine's status rather than a fault because the client is
+// owed the engine's code, OUT_OF_RANGE included, which no fault kind names:
+// the edge passes a wrapped status through, and grpc-go answers with the
+// wrapped code and this error's text as the message.
+type engineRefusal struct {
+	worker string
+	err    error
+}
+
+func (e *engineRefusal) Error() string { return "worker " + e.worker + ": " + message(e.err) }
+func (e *engineRefusal) Unwrap() error { return e.err }
+
+// message is an error's text as a client reads it: a gRPC status's message
+// without the "rpc error: code = ... desc =" framing, else the error's text.
+func message(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
+}
+
+// isStatus reports whether err carries a gRPC status (an engine's, relayed).
+func isStatus(err error) bool {
+	_, ok := status.FromError(err)
+	return ok
+}
+
+// isUnsupported reports whether err says a call is not implemented: a fault of
+// that kind, or an engine's UNIMPLEMENTED.
+func isUnsupported(err error) bool {
+	if k, ok := fault.KindOf(err); ok {
+		return k == fault.Unsupported
+	}
+	return status.Code(err) == codes.Unimplemented
 }
 
 // log records the failure at the level it deserves: a client leaving is

@@ -13,7 +13,7 @@ type lateTimer struct{ context.Context }
 
 func (lateTimer) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 
-func TestClientGone(t *testing.T) {
+func TestContextEnded(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, tc := range []struct {
@@ -26,8 +26,8 @@ func TestClientGone(t *testing.T) {
 		{"cancelled", cancelled, context.Canceled},
 		{"deadline passed, timer not fired", lateTimer{context.Background()}, context.DeadlineExceeded},
 	} {
-		if got := clientGone(tc.ctx); !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
-			t.Errorf("%s: clientGone = %v, want %v", tc.name, got, tc.want)
+		if got := contextEnded(tc.ctx); !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
+			t.Errorf("%s: contextEnded = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -45,7 +43,7 @@ type received struct {
 // engineContext is the context an attempt's engine stream runs on: actx's
 // values (trace context), not its cancellation; the client's deadline, if
 // any, is passed on extended by the confirmation bound.
-func (s *Server) engineContext(actx context.Context) (context.Context, context.CancelFunc) {
+func (s *pipeline) engineContext(actx context.Context) (context.Context, context.CancelFunc) {
 	base := context.WithoutCancel(actx)
 	if dl, ok := actx.Deadline(); ok {
 		return context.WithDeadline(base, dl.Add(s.cfg.AbortConfirmTimeout))
@@ -82,7 +80,7 @@ func (h *heldStream) Recv() (workers.Chunk, error) {
 	case m := <-h.msgs:
 		return m.c, m.err
 	case <-h.attempt.Done():
-		return workers.Chunk{}, status.FromContextError(h.attempt.Err()).Err()
+		return workers.Chunk{}, h.attempt.Err()
 	}
 }
 

@@ -115,7 +115,7 @@ func (s *Server) describeServed() string {
 
 // newDispatcher is the placer of the model r: PD's pairing when it has one,
 // else its regular policy.
-func (s *Server) newDispatcher(r *route) dispatcher {
+func (s *pipeline) newDispatcher(r *route) dispatcher {
 	if r.PD != nil {
 		return &pdDispatcher{s: s, r: r, pd: r.PD, prefill: r.Main().Name(), decode: r.PD.DecodePolicyName()}
 	}
@@ -124,7 +124,7 @@ func (s *Server) newDispatcher(r *route) dispatcher {
 
 // servedModel is the model the workers report, for the metrics of a router
 // serving one model (the first worker that names one).
-func (s *Server) servedModel() string {
+func (s *pipeline) servedModel() string {
 	for _, w := range s.reg.Current().Workers {
 		if m := w.Info().Model; m != "" {
 			return m

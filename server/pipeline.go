@@ -9,14 +9,83 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/kvgate/kvgate/answer"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/workers"
 )
+
+// pipeline is the request path once a front has built a job: place an
+// attempt, start it, relay its stream, observe the outcome, retry. It holds
+// what that path reads and nothing of the transport (services, codec,
+// interceptors, admission queue), so that it can be built and tested without
+// a gRPC server: the transport hands it a job whose send is the sink of the
+// client's stream, and the job's route carries the model and its placer.
+type pipeline struct {
+	cfg resolved
+	// reg is the fleet: the placers read candidates from it and the retry
+	// budget counts its able workers.
+	reg     *workers.Registry
+	metrics *Metrics
+	log     *slog.Logger
+	// tracer makes the request's spans (a no-op without a TracerProvider).
+	tracer trace.Tracer
+	traced bool // a TracerProvider was given
+	// logprobs bounds the log-probability bytes of requests in flight; nil
+	// leaves them unbounded.
+	logprobs *answer.Budget
+	// active counts requests in the pipeline, retrying those of them that
+	// are waiting for or running a retry (the retry budget's two terms).
+	active, retrying atomic.Int64
+	// hardStop ends when a shutdown's drain period is over: requests still
+	// running are cut then.
+	hardStop context.Context
+}
+
+// pipelineConfig is what a pipeline is built from.
+type pipelineConfig struct {
+	resolved
+	Registry *workers.Registry
+	// Metrics records the pipeline's figures; nil: a set of its own.
+	Metrics *Metrics
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Tracer, when set, traces the request's steps.
+	Tracer trace.Tracer
+	// Stop, when set, is cancelled when requests still running must be
+	// cut (the end of a shutdown's drain period).
+	Stop context.Context
+}
+
+// newPipeline builds a pipeline, applying defaults where c leaves them.
+func newPipeline(c pipelineConfig) *pipeline {
+	p := &pipeline{cfg: c.resolved, reg: c.Registry, metrics: c.Metrics, log: c.Logger,
+		tracer: c.Tracer, traced: c.Tracer != nil, hardStop: c.Stop}
+	if p.reg == nil {
+		p.reg = workers.NewRegistry()
+	}
+	if p.metrics == nil {
+		p.metrics = NewMetrics(p.reg)
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.tracer == nil {
+		p.tracer = noop.NewTracerProvider().Tracer(tracerName)
+	}
+	if p.hardStop == nil {
+		p.hardStop = context.Background()
+	}
+	if p.cfg.AbortTimeout <= 0 {
+		p.cfg.AbortTimeout = 2 * time.Second
+	}
+	return p
+}
 
 // run is the request pipeline once the prompt is known: place an attempt,
 // start it, relay its stream, observe the outcome; and when a worker fails
@@ -24,7 +93,7 @@ import (
 // completion), try again on another worker, within the retry limits and the
 // client's deadline. It is the one path every request
 // takes, with or without prefill/decode disaggregation.
-func (s *Server) run(ctx context.Context, j *job) error {
+func (s *pipeline) run(ctx context.Context, j *job) error {
 	// A request still running when the drain period of a shutdown ends is
 	// cut here, with a status that says so rather than "canceled".
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -44,11 +113,13 @@ func (s *Server) run(ctx context.Context, j *job) error {
 		s.metrics.policyLatency.WithLabelValues(j.route.Placer.policyName()).Observe(time.Since(j.start).Seconds())
 	}()
 
-	releaseLogprobs, err := s.admission.logprobs.Take(j.inputIDs, j.sampling)
-	if err != nil {
-		return err
+	if s.logprobs != nil {
+		release, err := s.logprobs.Take(j.inputIDs, j.sampling)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
-	defer releaseLogprobs()
 
 	var failures []*failure
 	unsupported, lastUnsupported := 0, (*failure)(nil)
@@ -61,10 +132,10 @@ func (s *Server) run(ctx context.Context, j *job) error {
 			return nil
 		}
 		if f.placement { // nowhere to run
-			if len(failures) > 0 && status.Code(f.err) != codes.Unimplemented {
+			if len(failures) > 0 && !isUnsupported(f.err) {
 				return s.giveUp(ctx, j, failures, f.err.Error())
 			}
-			if lastUnsupported != nil && len(failures) == 0 && status.Code(f.err) != codes.Unimplemented {
+			if lastUnsupported != nil && len(failures) == 0 && !isUnsupported(f.err) {
 				return lastUnsupported.status() // no worker left that might implement it
 			}
 			return f.status()
@@ -105,7 +176,7 @@ const maxUnsupported = 8
 
 // attempt places and runs one attempt. It returns nil when the client got
 // its completion.
-func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
+func (s *pipeline) attempt(ctx context.Context, j *job, n int) *failure {
 	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
 	p, err := j.route.Placer.place(sctx, j, false)
 	if err != nil {
@@ -165,10 +236,10 @@ func (s *Server) attempt(ctx context.Context, j *job, n int) *failure {
 // giveUp ends a request whose attempts all failed before the first token:
 // the client sees UNAVAILABLE naming each worker that failed and why no
 // further attempt was made.
-func (s *Server) giveUp(ctx context.Context, j *job, failures []*failure, why string) error {
+func (s *pipeline) giveUp(ctx context.Context, j *job, failures []*failure, why string) error {
 	last := failures[len(failures)-1]
 	if len(failures) == 1 {
-		return status.Errorf(codes.Unavailable, "%s; not retried: %s", status.Convert(last.status()).Message(), why)
+		return fault.Newf(fault.Unavailable, "%s; not retried: %s", message(last.status()), why)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "all %d attempts failed before the first token (%s):", len(failures), why)
@@ -181,10 +252,10 @@ func (s *Server) giveUp(ctx context.Context, j *job, failures []*failure, why st
 		if i == 4 && len(failures) > 5 {
 			fmt.Fprintf(&b, " ... %d more;", len(failures)-5)
 		}
-		fmt.Fprintf(&b, " %s: %s;", f.worker.URL(), status.Convert(f.err).Message())
+		fmt.Fprintf(&b, " %s: %s;", f.worker.URL(), message(f.err))
 	}
 	s.log.WarnContext(ctx, "request failed on every attempt", "request_id", j.id, "attempts", len(failures), "why", why)
-	return status.Error(codes.Unavailable, strings.TrimSuffix(b.String(), ";"))
+	return fault.Newf(fault.Unavailable, "%s", strings.TrimSuffix(b.String(), ";"))
 }
 
 // attemptID is the id an attempt is known by on its engine: the client's id
@@ -203,13 +274,13 @@ var errShuttingDown = errors.New("kvgate is shutting down")
 
 // abortAgain returns what sends the same Abort again (see
 // heldStream.reabort).
-func (s *Server) abortAgain(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) func() error {
+func (s *pipeline) abortAgain(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) func() error {
 	return func() error { return s.abort(ctx, log, w, id) }
 }
 
 // abort asks the worker to drop an attempt, on a context of its own since
 // the request's context is usually the reason for aborting.
-func (s *Server) abort(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) error {
+func (s *pipeline) abort(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortTimeout)
 	defer cancel()
 	s.metrics.aborts.WithLabelValues(w.URL()).Inc()

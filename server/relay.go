@@ -9,11 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/tokenize/detok"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -25,7 +23,7 @@ import (
 // model cannot have produced are refused by workers.CheckedStream, which the
 // dispatchers wrap every stream in.)
 type relay struct {
-	s      *Server
+	s      *pipeline
 	j      *job
 	p      *plan
 	ds     *detok.Detokenizer // nil: no tokenizer, ids only
@@ -58,7 +56,7 @@ type relay struct {
 	first atomic.Bool // a token has arrived (read by the timer)
 }
 
-func (s *Server) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *relay {
+func (s *pipeline) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *relay {
 	r := &relay{s: s, j: j, p: p, ans: j.answer.Start(), lp: answer.Logprobs{Token: answer.TokenText(j.route.Text)}, contract: newContract(j.sampling)}
 	if text := j.route.Text; text != nil {
 		sp := j.sampling
@@ -110,7 +108,7 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 	for {
 		c, err := es.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil, status.Error(codes.Unavailable, "worker ended the stream without a completion")
+			return nil, fault.Newf(fault.Unavailable, "worker ended the stream without a completion")
 		}
 		if err != nil {
 			return nil, err

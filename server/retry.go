@@ -103,7 +103,7 @@ func (c RetryConfig) delay(n int, rnd func() float64) time.Duration {
 // retryRefusal says why attempt n (0-based) may not be followed by another,
 // or "" when a retry may go ahead, in which case the retry holds a place in
 // the budget until release is called (when that retry's attempt is over).
-func (s *Server) retryRefusal(ctx context.Context, n int) (why string, release func()) {
+func (s *pipeline) retryRefusal(ctx context.Context, n int) (why string, release func()) {
 	rc := s.cfg.Retry
 	if n >= rc.MaxRetries {
 		return fmt.Sprintf("%d retries is the limit (--retry-max-retries)", rc.MaxRetries), nil
@@ -124,7 +124,7 @@ func (s *Server) retryRefusal(ctx context.Context, n int) (why string, release f
 
 // retryLimit is the number of retries the budget allows in flight now, with
 // the counts of workers it was computed from.
-func (s *Server) retryLimit() (limit int64, able, registered int) {
+func (s *pipeline) retryLimit() (limit int64, able, registered int) {
 	ws := s.reg.Current().Workers
 	for _, w := range ws {
 		if w.Available() {
@@ -148,7 +148,7 @@ func (c RetryConfig) budget(active int64, able, registered int) int64 {
 
 // backoff waits before retry n, or returns the context's error if the
 // request ends first, or at once if the wait would outlast its deadline.
-func (s *Server) backoff(ctx context.Context, n int) error {
+func (s *pipeline) backoff(ctx context.Context, n int) error {
 	d := s.cfg.Retry.delay(n, rand.Float64)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return context.DeadlineExceeded

@@ -13,7 +13,6 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -22,7 +21,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -148,29 +146,22 @@ func (r Reliability) Validate() error {
 
 // Server is a configured kvgate gRPC server.
 type Server struct {
-	cfg     resolved
-	reg     *workers.Registry
-	models  *modeltable.Table[dispatcher]
-	metrics *Metrics
+	// pipeline is the request path the services hand their jobs to; its
+	// configuration, registry, metrics, logger and tracer are the
+	// server's.
+	*pipeline
+	models *modeltable.Table[dispatcher]
 	// reasoningParser and toolCallParser are Config's.
 	reasoningParser string
 	toolCallParser  string
-	log             *slog.Logger
 
 	admission *admission
 	fleet     Fleet
-	// tracer makes the request's spans (a no-op without a TracerProvider);
 	// prop reads a client's trace context from its metadata.
-	tracer   trace.Tracer
 	prop     tracing.Propagator
-	traced   bool // a TracerProvider was given
 	kvEvents KVEventStatuser
-	// active counts requests in the pipeline, retrying those of them that
-	// are waiting for or running a retry (the retry budget's two terms).
-	active, retrying atomic.Int64
-	// hardStop ends when a shutdown's drain period is over: requests still
-	// running are cut then.
-	hardStop    context.Context
+	// endRequests cuts the requests still running (the pipeline's
+	// hardStop) when a shutdown's drain period is over.
 	endRequests context.CancelFunc
 
 	grpc   *grpc.Server
@@ -230,27 +221,26 @@ func New(cfg Config) (*Server, error) {
 	if maxMsg == 0 {
 		maxMsg = DefaultMaxRequestBytes
 	}
+	hardStop, endRequests := context.WithCancel(context.Background())
+	pc := pipelineConfig{
+		resolved: resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout, maxEngineAnswer: cmp.Or(cfg.MaxEngineAnswerBytes, workers.DefaultMaxAnswerBytes)},
+		Registry: cfg.Registry, Metrics: cfg.Metrics, Logger: cfg.Logger, Stop: hardStop,
+	}
+	if cfg.TracerProvider != nil {
+		pc.Tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	s := &Server{
-		cfg:             resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout, maxEngineAnswer: cmp.Or(cfg.MaxEngineAnswerBytes, workers.DefaultMaxAnswerBytes)},
-		reg:             cfg.Registry,
+		pipeline:        newPipeline(pc),
 		reasoningParser: cfg.ReasoningParser,
 		toolCallParser:  cfg.ToolCallParser,
-		metrics:         cfg.Metrics,
-		log:             cfg.Logger,
 		fleet:           cfg.Fleet,
 		kvEvents:        cfg.KVEvents,
 		health:          health.NewServer(),
-		tracer:          noop.NewTracerProvider().Tracer(tracerName),
+		endRequests:     endRequests,
 	}
-	if cfg.TracerProvider != nil {
-		s.tracer, s.traced = cfg.TracerProvider.Tracer(tracerName), true
-	}
-	s.hardStop, s.endRequests = context.WithCancel(context.Background())
 	s.models = modeltable.New(cfg.Models, s.newDispatcher)
-	if s.metrics == nil {
-		s.metrics = NewMetrics(cfg.Registry)
-	}
 	s.admission = newAdmission(adm, s.metrics)
+	s.logprobs = s.admission.logprobs
 	if l := s.admission.limiter; l != nil {
 		s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_rate_limit_keys",
@@ -266,12 +256,6 @@ func New(cfg Config) (*Server, error) {
 		if err := s.metrics.Registry.Register(c); err != nil {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
-	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	if s.cfg.AbortTimeout <= 0 {
-		s.cfg.AbortTimeout = 2 * time.Second
 	}
 
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(labelFields)}

@@ -56,7 +56,7 @@ type attemptResult struct {
 // generation is a Generate or Chat request: a prompt whose output is
 // relayed to the client as the engine streams it.
 type generation struct {
-	s *Server
+	s *pipeline
 	j *job
 }
 

@@ -30,7 +30,7 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 	if err != nil {
 		return nil, err
 	}
-	j.task = &generation{s: s, j: j}
+	j.task = &generation{s: s.pipeline, j: j}
 	if j.route, err = s.route(req.GetModel()); err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	if err != nil {
 		return nil, err
 	}
-	j.task = &generation{s: s, j: j}
+	j.task = &generation{s: s.pipeline, j: j}
 	if j.route, err = s.route(req.GetModel()); err != nil {
 		return nil, err
 	}

@@ -93,16 +93,17 @@ type tracedStream struct {
 
 func (t *tracedStream) Context() context.Context { return t.ctx }
 
-// endSpan records a call's or a step's outcome: its gRPC status code, and
-// an Error status with the message for anything but OK.
+// endSpan records a call's or a step's outcome: the gRPC status code the
+// edge (statusOf) gives err, and an Error status with the message for
+// anything but OK.
 func endSpan(span trace.Span, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	code := status.Code(err)
-	span.SetAttributes(attrGRPCStatus.Int(int(code)))
-	if code != codes.OK {
-		span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+	st := status.Convert(statusOf(err))
+	span.SetAttributes(attrGRPCStatus.Int(int(st.Code())))
+	if st.Code() != codes.OK {
+		span.SetStatus(otelcodes.Error, st.Message())
 	}
 }
 
@@ -117,7 +118,7 @@ type legSpans struct {
 // returns the context to start the attempt on: with one leg it holds that
 // leg's span; with two, each engine call carries its own leg's span
 // (workers.WithLegContexts).
-func (s *Server) startLegs(ctx context.Context, p *plan, attempt int) (context.Context, *legSpans) {
+func (s *pipeline) startLegs(ctx context.Context, p *plan, attempt int) (context.Context, *legSpans) {
 	legs := p.legs
 	ls := &legSpans{byURL: make(map[string]context.Context, len(legs))}
 	var lctx context.Context
@@ -147,7 +148,7 @@ func (ls *legSpans) end(err error) {
 // Without a recording request span (tracing off, a trace not sampled, or an
 // Admin call such as Explain that runs the same steps) it opens nothing, so
 // that no step ever starts a trace of its own.
-func (s *Server) startStep(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+func (s *pipeline) startStep(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, trace.SpanFromContext(context.Background())
 	}

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
@@ -58,9 +55,6 @@ func limitsOf(ws []*workers.Worker) limits {
 // invalid is an INVALID_ARGUMENT status for the files whose conversion to
 // fault errors is under way elsewhere (Chat's answer shaping, Explain); new
 // code returns fault.Invalidf, which names the field.
-func invalid(format string, args ...any) error {
-	return status.Errorf(codes.InvalidArgument, format, args...)
-}
 
 // floatRule bounds one optional float sampling field.
 type floatRule struct {
