@@ -42,7 +42,7 @@ type Testbed struct {
 	Workers int
 
 	routers []*gateway.Gateway
-	sims    []*sim.Server
+	sims    []*sim.Process
 	serving sync.WaitGroup // the routers' Serve calls
 }
 

@@ -219,7 +219,7 @@ func (c OverheadConfig) cpuRigConfig() OverheadCPUConfig {
 // overheadRig is one simulated engine, a router in front of it, and a client
 // connection to each.
 type overheadRig struct {
-	engine  *sim.Server
+	engine  *sim.Process
 	g       *gateway.Gateway
 	text    *textmodel.Model // the router's, with its caches; nil for tokens
 	ref     *textmodel.Model // the same tokenizer without caches, for the direct path

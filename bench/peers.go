@@ -195,7 +195,7 @@ func RunPeers(ctx context.Context, cfg Config, pc PeerConfig, wl *Workload) (*Re
 // peerFleet is simulated engines in this process with one router, kvgate or
 // a peer, in a process of its own in front of them.
 type peerFleet struct {
-	sims   []*sim.Server
+	sims   []*sim.Process
 	router *routerProc
 	front  front
 	base   []sim.Stats // the engines' counters once the router was ready

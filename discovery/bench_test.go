@@ -39,7 +39,7 @@ func benchReadyToRouted(b *testing.B, o clusterOptions) {
 	c := startCluster(b, o)
 	// Two engines taken in turn: the drain of the pod before (which ends
 	// after the worker has left the registry) never delays the next join.
-	engines := []*sim.Server{engine(b, sim.RoleRegular), engine(b, sim.RoleRegular)}
+	engines := []*sim.Process{engine(b, sim.RoleRegular), engine(b, sim.RoleRegular)}
 	sel := map[string]string{"app": "engine"}
 	joinedCh := make(chan struct{}, 1)
 	stop := c.g.Registry.Watch(func(ch workers.Change) {

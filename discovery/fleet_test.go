@@ -178,7 +178,7 @@ func (c *cluster) dropWatches() {
 }
 
 // engine starts a simulated engine for a pod and stops it when the test ends.
-func engine(t testing.TB, role string) *sim.Server {
+func engine(t testing.TB, role string) *sim.Process {
 	t.Helper()
 	c := sim.DefaultConfig()
 	c.TimeScale = 0
@@ -196,7 +196,7 @@ func engine(t testing.TB, role string) *sim.Server {
 }
 
 // podOf is a Running pod for engine s with the given labels, Ready or not.
-func podOf(name string, s *sim.Server, ready bool, lbls map[string]string) *corev1.Pod {
+func podOf(name string, s *sim.Process, ready bool, lbls map[string]string) *corev1.Pod {
 	_, port, _ := net.SplitHostPort(s.Addr())
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: lbls,
@@ -263,7 +263,7 @@ func sorted(s ...string) []string {
 	return s
 }
 
-func url(s *sim.Server) string { return "grpc://" + s.Addr() }
+func url(s *sim.Process) string { return "grpc://" + s.Addr() }
 
 // generate sends one request through the router and reads it to the end.
 func (c *cluster) generate(ctx context.Context) (worker string, err error) {

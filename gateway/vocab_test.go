@@ -24,7 +24,7 @@ const (
 )
 
 // simWith starts a simulated engine, changed by set, for the test's length.
-func simWith(t *testing.T, addr string, set func(*sim.Config)) *sim.Server {
+func simWith(t *testing.T, addr string, set func(*sim.Config)) *sim.Process {
 	t.Helper()
 	c := sim.DefaultConfig()
 	c.TimeScale = 0

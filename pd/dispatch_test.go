@@ -50,7 +50,7 @@ type pdFleet struct {
 	d                 *pd.Dispatcher
 	prefill, decode   *recorder
 	prefills, decodes []*workers.Worker
-	prefillSims       []*sim.Server
+	prefillSims       []*sim.Process
 }
 
 // newFleet starts the fleet; prefillFaults are the prefill engines'.

@@ -22,7 +22,7 @@ import (
 // startPDSim serves a delay-free simulated engine in role and connects a
 // worker to it (the SGLang worker learns the bootstrap port from
 // GetServerInfo).
-func startPDSim(t *testing.T, protocol, role string, faults sim.Faults) (*sim.Server, *workers.Worker) {
+func startPDSim(t *testing.T, protocol, role string, faults sim.Faults) (*sim.Process, *workers.Worker) {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Protocol = protocol

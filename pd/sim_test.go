@@ -21,7 +21,7 @@ import (
 
 // pdEngine serves a test engine of protocol in role (prefill or decode) and
 // connects a worker to it in that role.
-func pdEngine(t *testing.T, protocol, role string) (*sim.Server, *workers.Worker) {
+func pdEngine(t *testing.T, protocol, role string) (*sim.Process, *workers.Worker) {
 	t.Helper()
 	cfg := simtest.Config(protocol)
 	cfg.Role = role
@@ -32,7 +32,7 @@ func pdEngine(t *testing.T, protocol, role string) (*sim.Server, *workers.Worker
 func TestDispatchAgainstSimulatedEngines(t *testing.T) {
 	for _, protocol := range []string{sim.ProtocolSGLang, sim.ProtocolVLLM} {
 		t.Run(protocol, func(t *testing.T) {
-			var psrv, dsrv []*sim.Server
+			var psrv, dsrv []*sim.Process
 			var prefills, decodes []*workers.Worker
 			for range 2 {
 				s, w := pdEngine(t, protocol, sim.RolePrefill)

@@ -347,7 +347,7 @@ type breakerSlots []breakerSlot
 
 type breakerSlot struct {
 	w    *workers.Worker
-	done func(workers.Outcome)
+	done func(workers.Verdict)
 }
 
 // acquireBreakers takes a place in each worker's breaker, or none: it

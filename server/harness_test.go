@@ -27,7 +27,7 @@ import (
 // built by gateway.New exactly as `kvgate serve` builds it.
 type fleet struct {
 	text   *textmodel.Model
-	sims   []*sim.Server
+	sims   []*sim.Process
 	g      *gateway.Gateway
 	reg    *workers.Registry
 	srv    *server.Server

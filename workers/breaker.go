@@ -111,13 +111,13 @@ type Breaker struct {
 	openedAt  time.Time
 }
 
-// Outcome is what an attempt on a worker says about it.
-type Outcome int
+// Verdict is what an attempt on a worker says about it.
+type Verdict int
 
 const (
 	// Success: the engine served the request (or refused it for the
 	// client's fault, such as INVALID_ARGUMENT).
-	Success Outcome = iota
+	Success Verdict = iota
 	// Failure: the engine failed (unreachable, dropped or broken stream).
 	Failure
 	// Ignored: the attempt says nothing about the engine (the client
@@ -191,11 +191,11 @@ func (b *Breaker) allowLocked() bool {
 // Acquire takes a slot for one attempt. When ok, done must be called once
 // with the attempt's outcome (later calls do nothing); when half-open, the
 // slot is a probe slot and is held until done. When not ok, done is nil.
-func (b *Breaker) Acquire() (done func(Outcome), ok bool) {
+func (b *Breaker) Acquire() (done func(Verdict), ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cfg.FailureThreshold == 0 {
-		return func(Outcome) {}, true
+		return func(Verdict) {}, true
 	}
 	b.advanceLocked()
 	if !b.allowLocked() {
@@ -207,10 +207,10 @@ func (b *Breaker) Acquire() (done func(Outcome), ok bool) {
 		b.probes++
 	}
 	var once sync.Once
-	return func(o Outcome) { once.Do(func() { b.record(epoch, probe, o) }) }, true
+	return func(o Verdict) { once.Do(func() { b.record(epoch, probe, o) }) }, true
 }
 
-func (b *Breaker) record(epoch uint64, probe bool, o Outcome) {
+func (b *Breaker) record(epoch uint64, probe bool, o Verdict) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if epoch != b.epoch {

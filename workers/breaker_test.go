@@ -55,7 +55,7 @@ func TestBreakerLifecycle(t *testing.T) {
 	var changes []string
 	b := newBreaker(t, clock, &changes)
 
-	attempt := func(o workers.Outcome) bool {
+	attempt := func(o workers.Verdict) bool {
 		done, ok := b.Acquire()
 		if ok {
 			done(o)
@@ -198,7 +198,7 @@ func TestBreakerConcurrent(t *testing.T) {
 				}
 				_ = b.Allow()
 				if done, ok := b.Acquire(); ok {
-					done(map[bool]workers.Outcome{true: workers.Failure, false: workers.Success}[(g+i)%3 == 0])
+					done(map[bool]workers.Verdict{true: workers.Failure, false: workers.Success}[(g+i)%3 == 0])
 				}
 			}
 		})
@@ -232,7 +232,7 @@ func TestBreakerProbeRace(t *testing.T) {
 		clock.Advance(time.Second)
 
 		var mu sync.Mutex
-		var won []func(workers.Outcome)
+		var won []func(workers.Verdict)
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {

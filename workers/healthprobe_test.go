@@ -16,7 +16,7 @@ import (
 // monitored is a registry of simulated engines under a running health
 // monitor, with every check result and health flip it reported.
 type monitored struct {
-	sims []*sim.Server
+	sims []*sim.Process
 	ws   []*workers.Worker
 	// base are the engines' calls before the monitor started (Connect's).
 	base []map[string]uint64

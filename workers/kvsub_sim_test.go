@@ -318,7 +318,7 @@ func handledSoFar(t *testing.T, reg *workers.Registry, subs *workers.KVSubscript
 // ends every subscription goroutine.
 func TestKVEventsRunEnds(t *testing.T) {
 	reg := workers.NewRegistry()
-	var srvs []*sim.Server
+	var srvs []*sim.Process
 	for _, p := range allSimProtocols {
 		srv, w := simtest.Worker(t, simtest.Config(p.name))
 		_ = reg.Add(w)

@@ -93,7 +93,7 @@ func (m *pageMirror) paths() [][]uint32 {
 	return out
 }
 
-func cachePaths(srv *sim.Server) [][]uint32 {
+func cachePaths(srv *sim.Process) [][]uint32 {
 	out := srv.Engine().CachedPages()
 	slices.SortFunc(out, slices.Compare)
 	return out
@@ -102,7 +102,7 @@ func cachePaths(srv *sim.Server) [][]uint32 {
 // zmqFleet is one simulated engine publishing over ZMQ, its worker, and a
 // subscription that follows the worker through a ZMQEventSource.
 type zmqFleet struct {
-	srv    *sim.Server
+	srv    *sim.Process
 	pub    *sim.ZMQPublisher
 	w      *workers.Worker
 	mirror *pageMirror
@@ -136,7 +136,7 @@ func startZMQFleet(t *testing.T, pcfg sim.ZMQConfig, withReplay bool) *zmqFleet 
 
 // startZMQSim serves a delay-free vLLM engine with a small cache and
 // connects a worker to it.
-func startZMQSim(t *testing.T) (*sim.Server, *workers.Worker) {
+func startZMQSim(t *testing.T) (*sim.Process, *workers.Worker) {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Protocol = sim.ProtocolVLLM

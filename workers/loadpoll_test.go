@@ -20,7 +20,7 @@ func TestLoadPollsStopOnUnimplemented(t *testing.T) {
 	for _, p := range simProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			reg := workers.NewRegistry()
-			var engines []*sim.Server
+			var engines []*sim.Process
 			for i := range 2 {
 				cfg := sim.DefaultConfig()
 				cfg.Protocol, cfg.TimeScale, cfg.TokenizerDir, cfg.VocabSize = p.name, 0, "none", 1000

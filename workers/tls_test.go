@@ -38,7 +38,7 @@ func newTestPKI(t *testing.T, name string) testPKI {
 
 // startTLSSim serves a simulated engine over TLS with pki's server
 // certificate; with mutual, it requires a client certificate from pki's CA.
-func startTLSSim(t *testing.T, pki testPKI, mutual bool) *sim.Server {
+func startTLSSim(t *testing.T, pki testPKI, mutual bool) *sim.Process {
 	t.Helper()
 	cert, err := tls.LoadX509KeyPair(pki.serverCert, pki.serverKey)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 // ListWorkers shows the stream.
 func TestServeFollowsKVEventsOverZMQ(t *testing.T) {
 	var urls, zmqFlags []string
-	var sims []*sim.Server
+	var sims []*sim.Process
 	var pubs []*sim.ZMQPublisher
 	for i := range 2 {
 		c := sim.DefaultConfig()

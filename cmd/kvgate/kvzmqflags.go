@@ -95,7 +95,7 @@ func (f *simZMQFlags) register(fs *flag.FlagSet) {
 }
 
 // start publishes s's events when --kv-events-zmq is given.
-func (f *simZMQFlags) start(s *sim.Server, log *slog.Logger) (*sim.ZMQPublisher, error) {
+func (f *simZMQFlags) start(s *sim.Process, log *slog.Logger) (*sim.ZMQPublisher, error) {
 	if f.endpoint == "" {
 		return nil, nil
 	}

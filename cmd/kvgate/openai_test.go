@@ -29,7 +29,7 @@ const (
 // httpRouter is a running `kvgate serve` with its HTTP front.
 type httpRouter struct {
 	url    string
-	sims   []*sim.Server
+	sims   []*sim.Process
 	client *http.Client // http.DefaultClient unless the test sets one
 	stop   func()       // stops the router (and flushes its spans); idempotent
 }

@@ -501,7 +501,7 @@ func workerGroups(cfg serveConfig, log *slog.Logger) (groups []workerGroup, stop
 	return []workerGroup{{workers.RolePrefill, urls}, {workers.RoleDecode, decodes}}, stop, nil
 }
 
-func simURLs(sims []*sim.Server) []string {
+func simURLs(sims []*sim.Process) []string {
 	var out []string
 	for _, s := range sims {
 		out = append(out, "grpc://"+s.Addr())
@@ -509,7 +509,7 @@ func simURLs(sims []*sim.Server) []string {
 	return out
 }
 
-func stopAll(sims []*sim.Server) func() {
+func stopAll(sims []*sim.Process) func() {
 	return func() {
 		for _, s := range sims {
 			s.Stop()
@@ -518,14 +518,14 @@ func stopAll(sims []*sim.Server) func() {
 }
 
 // startEmbedded starts the simulated engines used when no worker is given.
-func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Server, error) {
+func startEmbedded(cfg serveConfig, role string, log *slog.Logger) ([]*sim.Process, error) {
 	if cfg.embeddedWorkers < 1 {
 		return nil, fmt.Errorf("--embedded-workers is %d; at least 1 is needed when --worker-urls is empty", cfg.embeddedWorkers)
 	}
 	if cfg.embeddedReply != sim.ReplyEcho && cfg.embeddedReply != sim.ReplyRandom {
 		return nil, fmt.Errorf("--embedded-reply %q: want %s or %s", cfg.embeddedReply, sim.ReplyEcho, sim.ReplyRandom)
 	}
-	var sims []*sim.Server
+	var sims []*sim.Process
 	for i := range cfg.embeddedWorkers {
 		sc := sim.DefaultConfig()
 		sc.Protocol = cfg.embeddedProtocol

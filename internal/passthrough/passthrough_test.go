@@ -25,7 +25,7 @@ type fleet struct {
 	relayAddr       string
 }
 
-func engine(t *testing.T) *sim.Server {
+func engine(t *testing.T) *sim.Process {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.TimeScale = 0

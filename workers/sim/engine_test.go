@@ -25,7 +25,7 @@ func prompt(base, n int) []uint32 {
 }
 
 func TestGenerateStreamsAndCaches(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		p := genParams{id: "r1", prompt: prompt(100, 40), maxNew: u32(10), ignoreEOS: true, seed: i32(1)}
 		r := mustComplete(t, c, p)
 		if len(r.chunks) != 10 {
@@ -83,7 +83,7 @@ func TestGenerateStreamsAndCaches(t *testing.T) {
 }
 
 func TestGenerateFinishReasons(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		base := genParams{prompt: prompt(5, 20), maxNew: u32(30), ignoreEOS: true, seed: i32(3)}
 		ref := mustComplete(t, c, base).final.outputIDs
 
@@ -124,7 +124,7 @@ func TestGenerateFinishReasons(t *testing.T) {
 }
 
 func TestGenerateDeterminism(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		p := genParams{prompt: prompt(9, 30), maxNew: u32(16), ignoreEOS: true, seed: i32(42)}
 		a := mustComplete(t, c, p).final.outputIDs
 		b := mustComplete(t, c, p).final.outputIDs
@@ -162,7 +162,7 @@ func TestGenerateInvalid(t *testing.T) {
 		{"token out of vocabulary", genParams{prompt: []uint32{1, 128256}, maxNew: u32(4)}, codes.InvalidArgument},
 		{"context exceeded", genParams{prompt: prompt(0, 2000), maxNew: u32(100)}, codes.InvalidArgument},
 	}
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		for _, tt := range tests {
 			r := generate(t, c, tt.p)
 			if status.Code(r.err) != tt.code {
@@ -192,7 +192,7 @@ func stalled(t *testing.T, ctx context.Context, c client, id string, n int) func
 }
 
 func TestAbortFreesRequest(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 2 }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 2 }, func(t *testing.T, srv *Process, c client) {
 		ctx := context.Background()
 		recv := stalled(t, ctx, c, "held", 2)
 		st := srv.Engine().Stats()
@@ -231,7 +231,7 @@ func TestAbortFreesRequest(t *testing.T) {
 }
 
 func TestCancelFreesRequest(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Process, c client) {
 		ctx, cancel := context.WithCancel(context.Background())
 		recv := stalled(t, ctx, c, "gone", 1)
 		cancel()
@@ -250,7 +250,7 @@ func TestCancelFreesRequest(t *testing.T) {
 }
 
 func TestQueueingFIFO(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.MaxRunning = 1; c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.MaxRunning = 1; c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Process, c client) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		first := stalled(t, ctx, c, "first", 1)
@@ -280,7 +280,7 @@ func TestQueueingFIFO(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		e := srv.Engine()
 		p := genParams{prompt: prompt(2, 10), maxNew: u32(20), ignoreEOS: true}
 
@@ -353,7 +353,7 @@ func TestLatencyModel(t *testing.T) {
 }
 
 func TestInfoRPCs(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		l, err := c.loads(context.Background())
 		if err != nil || l.running != 0 || l.max != 4096 || l.usage != 0 {
 			t.Fatalf("idle loads: %+v, %v", l, err)
@@ -408,7 +408,7 @@ func TestConcurrentLoad(t *testing.T) {
 
 func concurrentLoad(t *testing.T, timeScale float64) {
 	tweak := func(c *Config) { c.MaxRunning = 4; c.KVCapacityTokens = 512; c.TimeScale = timeScale }
-	forEachProtocol(t, tweak, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, tweak, func(t *testing.T, srv *Process, c client) {
 		const n = 64
 		var wg sync.WaitGroup
 		for i := range n {

@@ -45,7 +45,7 @@ func TestKvEventLossAndDuplicates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+			forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				e := srv.Engine()
@@ -86,7 +86,7 @@ func TestKvEventLossAndDuplicates(t *testing.T) {
 func TestKvEventDelay(t *testing.T) {
 	t.Run("batches arrive late, in order", func(t *testing.T) {
 		const delay = 100 * time.Millisecond
-		forEachProtocol(t, func(c *Config) { c.Faults.KVEventDelay = delay }, func(t *testing.T, srv *Server, c client) {
+		forEachProtocol(t, func(c *Config) { c.Faults.KVEventDelay = delay }, func(t *testing.T, srv *Process, c client) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			recv, err := c.subscribe(ctx, 0)
@@ -113,7 +113,7 @@ func TestKvEventDelay(t *testing.T) {
 		})
 	})
 	t.Run("the engine does not wait for a delayed subscriber", func(t *testing.T) {
-		forEachProtocol(t, func(c *Config) { c.Faults.KVEventDelay = time.Hour }, func(t *testing.T, srv *Server, c client) {
+		forEachProtocol(t, func(c *Config) { c.Faults.KVEventDelay = time.Hour }, func(t *testing.T, srv *Process, c client) {
 			ctx, cancel := context.WithCancel(context.Background())
 			recv, err := c.subscribe(ctx, 0)
 			if err != nil {

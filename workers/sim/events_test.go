@@ -57,7 +57,7 @@ func seqRange(lo, hi uint64) []uint64 {
 // evictions happen, and the end of the stream when the engine goes away.
 func TestKvEvents(t *testing.T) {
 	// Four pages of 16 tokens, so the third prompt forces an eviction.
-	forEachProtocol(t, func(c *Config) { c.KVCapacityTokens = 64 }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.KVCapacityTokens = 64 }, func(t *testing.T, srv *Process, c client) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		recv, err := c.subscribe(ctx, 0)
@@ -146,7 +146,7 @@ func TestKvEvents(t *testing.T) {
 // and block hashes are the process's own: the same page has another hash
 // after a restart, and in another engine with the same configuration.
 func TestKvEventsRestart(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		proto := srv.Engine().Config().Protocol
@@ -230,7 +230,7 @@ func TestKvEventReplay(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			forEachProtocol(t, func(c *Config) { c.KVEventHistory = tt.history }, func(t *testing.T, srv *Server, c client) {
+			forEachProtocol(t, func(c *Config) { c.KVEventHistory = tt.history }, func(t *testing.T, srv *Process, c client) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				for i := range published {
@@ -311,7 +311,7 @@ func TestKvEventReplayJoinsLive(t *testing.T) {
 // TestKvEventsOff: an engine started with --kv-events off answers
 // SubscribeKvEvents with UNIMPLEMENTED on both protocols, saying why.
 func TestKvEventsOff(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.KVEvents = false }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.KVEvents = false }, func(t *testing.T, srv *Process, c client) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		mustComplete(t, c, genParams{prompt: prompt(1, 40), maxNew: u32(4)})
@@ -359,7 +359,7 @@ func TestSlowKvSubscriberIsDropped(t *testing.T) {
 }
 
 func TestEngineCloseEndsGenerate(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Process, c client) {
 		recv := stalled(t, context.Background(), c, "x", 1)
 		srv.Engine().Close()
 		if r := collect(recv); status.Code(r.err) != codes.Unavailable {

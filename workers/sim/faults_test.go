@@ -13,7 +13,7 @@ import (
 )
 
 // newClient opens a new client connection to srv; it closes with t.
-func newClient(t *testing.T, srv *Server, protocol string) client {
+func newClient(t *testing.T, srv *Process, protocol string) client {
 	t.Helper()
 	conn := testutil.Dial(t, srv.Addr())
 	if protocol == ProtocolSGLang {
@@ -27,7 +27,7 @@ func newClient(t *testing.T, srv *Server, protocol string) client {
 // client that goes away frees it; switching the fault off at run time lets
 // the next request through.
 func TestStallBeforeFirstToken(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		e := srv.Engine()
 		e.SetFaults(Faults{StallBeforeFirstToken: true})
 		ctx := context.Background()
@@ -75,7 +75,7 @@ func TestStallBeforeFirstToken(t *testing.T) {
 // the completion carries the sampled ids (in vocabulary, so contradicting the
 // chunks); without streaming, the completion's ids are VocabSize+i.
 func TestGarbageStream(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.Faults.GarbageStream = true }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.Faults.GarbageStream = true }, func(t *testing.T, srv *Process, c client) {
 		vocab := uint32(srv.Engine().Config().VocabSize)
 		p := genParams{prompt: prompt(1, 20), maxNew: u32(4), ignoreEOS: true}
 
@@ -119,7 +119,7 @@ func TestGarbageStream(t *testing.T) {
 // refuses connections; Restart serves at the same address with an empty KV
 // cache; Restart after Stop fails.
 func TestKillRestart(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.Faults.StallAfterTokens = 1 }, func(t *testing.T, srv *Process, c client) {
 		ctx := context.Background()
 		proto := srv.Engine().Config().Protocol
 		addr := srv.Addr()

@@ -80,7 +80,7 @@ func testConfig(protocol string) Config {
 var protocols = []string{ProtocolSGLang, ProtocolVLLM}
 
 // startSim starts a server for cfg and a client for it; both stop with t.
-func startSim(t *testing.T, cfg Config) (*Server, client) {
+func startSim(t *testing.T, cfg Config) (*Process, client) {
 	t.Helper()
 	srv, err := Start(cfg, "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +102,7 @@ func startSim(t *testing.T, cfg Config) (*Server, client) {
 }
 
 // forEachProtocol runs body against a fresh SGLang and a fresh vLLM engine.
-func forEachProtocol(t *testing.T, tweak func(*Config), body func(t *testing.T, srv *Server, c client)) {
+func forEachProtocol(t *testing.T, tweak func(*Config), body func(t *testing.T, srv *Process, c client)) {
 	for _, p := range protocols {
 		t.Run(p, func(t *testing.T) {
 			cfg := testConfig(p)

@@ -121,7 +121,7 @@ func TestKvEventsRebuildCache(t *testing.T) {
 	forEachProtocol(t, func(c *Config) {
 		c.PageSize = pageSize
 		c.KVCapacityTokens = 16 * pageSize
-	}, func(t *testing.T, srv *Server, c client) {
+	}, func(t *testing.T, srv *Process, c client) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		e := srv.Engine()

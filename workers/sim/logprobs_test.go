@@ -69,7 +69,7 @@ func TestLogprobs(t *testing.T) {
 		{"complete prompt", false, false, true, 20},
 		{"none", true, false, false, 4},
 	}
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, _ client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, _ client) {
 		vocab := srv.Engine().Config().VocabSize
 		isSGLang := srv.Engine().Config().Protocol == ProtocolSGLang
 		for _, tc := range cases {
@@ -152,7 +152,7 @@ func TestLogprobStartLen(t *testing.T) {
 }
 
 func TestLogprobsRefused(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, _ client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, _ client) {
 		for _, q := range []lpReq{
 			{prompt: []uint32{1, 2}, maxNew: 2, output: true, topK: 21},
 			{prompt: []uint32{1, 2}, maxNew: 2, inPrmt: true, topK: -1},

@@ -58,7 +58,7 @@ func (r lpResult) streamedLogprobs() []tokenLogprob {
 }
 
 // runLP sends q to the engine srv serves and collects the answer.
-func runLP(t *testing.T, srv *Server, q lpReq) lpResult {
+func runLP(t *testing.T, srv *Process, q lpReq) lpResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

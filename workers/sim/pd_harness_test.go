@@ -20,7 +20,7 @@ import (
 // that send the PD parameters the router sends.
 type pdPair struct {
 	protocol string
-	p, d     *Server
+	p, d     *Process
 	pc, dc   client // neutral clients, for abort and plain requests
 	psg, dsg sglang.SglangSchedulerClient
 	pvl, dvl vllm.VllmEngineClient

@@ -254,7 +254,7 @@ func TestPDInvalid(t *testing.T) {
 }
 
 func TestPDRegularIgnoresParams(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, _ client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, _ client) {
 		pp := &pdPair{protocol: srv.Engine().cfg.Protocol, d: srv}
 		if pp.protocol == ProtocolSGLang {
 			pp.dsg = sglang.NewSglangSchedulerClient(testutil.Dial(t, srv.Addr()))

@@ -55,7 +55,7 @@ func TestReplyEcho(t *testing.T) {
 				c.TokenizerDir, c.VocabSize, c.EOSTokenID = "", 0, 0
 				c.Reply = ReplyEcho
 				c.Scripts = []Script{{When: "France", Text: "Paris."}}
-			}, func(t *testing.T, _ *Server, c client) {
+			}, func(t *testing.T, _ *Process, c client) {
 				prompt, err := tok.Encode(tc.prompt, false)
 				if err != nil {
 					t.Fatal(err)
@@ -92,7 +92,7 @@ func TestReplyEcho(t *testing.T) {
 // Without a tokenizer the engine cannot read the prompt: echo repeats its ids.
 // (testConfig serves none, with EOS 128001.)
 func TestReplyEchoWithoutTokenizer(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.Reply = ReplyEcho }, func(t *testing.T, _ *Server, c client) {
+	forEachProtocol(t, func(c *Config) { c.Reply = ReplyEcho }, func(t *testing.T, _ *Process, c client) {
 		prompt := []uint32{5, 6, 7, 8}
 		r := mustComplete(t, c, genParams{prompt: prompt, maxNew: u32(16)})
 		if got := r.streamed(); !slices.Equal(got, append(prompt, 128001)) || r.final.finishReason != "stop" {
@@ -106,7 +106,7 @@ func TestReplyDefaultIsRandom(t *testing.T) {
 	if got := DefaultConfig().Reply; got != ReplyRandom {
 		t.Fatalf("DefaultConfig().Reply = %q, want %q", got, ReplyRandom)
 	}
-	forEachProtocol(t, nil, func(t *testing.T, _ *Server, c client) {
+	forEachProtocol(t, nil, func(t *testing.T, _ *Process, c client) {
 		prompt := []uint32{5, 6, 7, 8}
 		r := mustComplete(t, c, genParams{prompt: prompt, maxNew: u32(16), minNew: 16})
 		if got := r.streamed(); len(got) != 16 || slices.Equal(got[:4], prompt) {

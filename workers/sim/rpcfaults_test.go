@@ -148,7 +148,7 @@ func TestRPCFaults(t *testing.T) {
 // the server and the engine's service, NOT_SERVING under the Unhealthy
 // fault, and NOT_FOUND for another service; off, it is UNIMPLEMENTED.
 func TestStandardHealth(t *testing.T) {
-	forEachProtocol(t, func(c *Config) { c.GRPCHealth = true }, func(t *testing.T, srv *Server, _ client) {
+	forEachProtocol(t, func(c *Config) { c.GRPCHealth = true }, func(t *testing.T, srv *Process, _ client) {
 		conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -175,7 +175,7 @@ func TestStandardHealth(t *testing.T) {
 			t.Errorf("Calls(Check) = %d; want 4", got)
 		}
 	})
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, _ client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, _ client) {
 		conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)

@@ -15,10 +15,10 @@ import (
 // ErrServerStopped is returned by Restart after Stop.
 var ErrServerStopped = errors.New("sim: server stopped")
 
-// Server is an engine served over gRPC on a TCP listener: what tests and
+// Process is an engine served over gRPC on a TCP listener: what tests and
 // `kvgate sim` start when they want a worker at an address. Kill and Restart
 // model an engine process killed and started again at the same address.
-type Server struct {
+type Process struct {
 	cfg  Config
 	host string
 	addr string // fixed at Start, so that Restart comes back on the same port
@@ -37,12 +37,12 @@ type Server struct {
 // Start creates an engine for cfg and serves it on addr ("127.0.0.1:0"
 // picks a free port) in the background, over TLS when cfg.TLS is set.
 // A prefill engine's bootstrap endpoint listens on the same host.
-func Start(cfg Config, addr string) (*Server, error) {
+func Start(cfg Config, addr string) (*Process, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("sim: listen address %q: %w", addr, err)
 	}
-	s := &Server{cfg: cfg, host: host, addr: addr}
+	s := &Process{cfg: cfg, host: host, addr: addr}
 	if err := s.serve(); err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 }
 
 // serve starts a fresh engine on s.addr; s.mu is held or s is not shared yet.
-func (s *Server) serve() error {
+func (s *Process) serve() error {
 	e, err := newEngine(s.cfg, s.host)
 	if err != nil {
 		return err
@@ -101,14 +101,14 @@ func (s *Server) serve() error {
 }
 
 // restarted returns a channel closed when the next engine starts.
-func (s *Server) restarted() <-chan struct{} {
+func (s *Process) restarted() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.served
 }
 
 // Addr is the host:port the server listens on (also while killed).
-func (s *Server) Addr() string {
+func (s *Process) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.addr
@@ -116,7 +116,7 @@ func (s *Server) Addr() string {
 
 // Engine returns the engine behind the server, for faults and stats. After
 // Restart it is a new engine.
-func (s *Server) Engine() *Engine {
+func (s *Process) Engine() *Engine {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.engine
@@ -127,13 +127,13 @@ func (s *Server) Engine() *Engine {
 // on the client side and new connections are refused. The engine's state,
 // its KV cache included, is lost. Restart serves again. Killing a server that
 // is not running does nothing.
-func (s *Server) Kill() {
+func (s *Process) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.killLocked()
 }
 
-func (s *Server) killLocked() {
+func (s *Process) killLocked() {
 	if !s.running {
 		return
 	}
@@ -147,7 +147,7 @@ func (s *Server) killLocked() {
 // restarted engine: empty KV cache, zeroed counters, and the faults of the
 // Config given to Start (faults set later are forgotten). It fails if the
 // server is running, was stopped, or the port has been taken meanwhile.
-func (s *Server) Restart() error {
+func (s *Process) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -161,7 +161,7 @@ func (s *Server) Restart() error {
 
 // Stop ends the server for good, like Kill, and makes Restart fail. It is
 // idempotent.
-func (s *Server) Stop() {
+func (s *Process) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true

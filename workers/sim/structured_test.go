@@ -29,7 +29,7 @@ func TestStructuredOutput(t *testing.T) {
 		{name: "json_object", q: lpReq{jsonObject: true, maxNew: 50}, vllmOnly: true, want: `{}`, wantFinish: "stop"},
 		{name: "regex is ignored", q: lpReq{regex: "[0-9]+", maxNew: 8}},
 	}
-	forEachProtocol(t, withTokenizer, func(t *testing.T, srv *Server, _ client) {
+	forEachProtocol(t, withTokenizer, func(t *testing.T, srv *Process, _ client) {
 		e := srv.Engine()
 		tok, err := e.encoder()
 		if err != nil {
@@ -86,7 +86,7 @@ func TestStructuredOutput(t *testing.T) {
 
 // Without a tokenizer there is nothing to write the answer with.
 func TestStructuredOutputNeedsTokenizer(t *testing.T) {
-	forEachProtocol(t, nil, func(t *testing.T, srv *Server, _ client) {
+	forEachProtocol(t, nil, func(t *testing.T, srv *Process, _ client) {
 		r := runLP(t, srv, lpReq{prompt: []uint32{10}, schema: `{"type":"object"}`, maxNew: 10})
 		wantCode(t, r.err, codes.InvalidArgument, "tokenizer")
 	})

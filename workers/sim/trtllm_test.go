@@ -59,7 +59,7 @@ func runTRTLLM(t *testing.T, c trtllm.TrtllmServiceClient, req *trtllm.GenerateR
 	}
 }
 
-func trtllmClient(t *testing.T) (*Server, trtllm.TrtllmServiceClient) {
+func trtllmClient(t *testing.T) (*Process, trtllm.TrtllmServiceClient) {
 	t.Helper()
 	srv, _ := startSim(t, testConfig(ProtocolTRTLLM))
 	return srv, trtllm.NewTrtllmServiceClient(testutil.Dial(t, srv.Addr()))

@@ -81,7 +81,7 @@ const (
 // ZMQPublisher is a running publisher; Close stops it.
 type ZMQPublisher struct {
 	cfg    ZMQConfig
-	srv    *Server
+	srv    *Process
 	log    *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -105,7 +105,7 @@ func (p *ZMQPublisher) CorruptNext(f ZMQFault) {
 
 // StartZMQPublisher publishes s's engine's KV events (the engine must have
 // KV events on) until Close.
-func StartZMQPublisher(s *Server, cfg ZMQConfig, log *slog.Logger) (*ZMQPublisher, error) {
+func StartZMQPublisher(s *Process, cfg ZMQConfig, log *slog.Logger) (*ZMQPublisher, error) {
 	if cfg.Shape == "" {
 		cfg.Shape = ZMQShapeMap
 	}

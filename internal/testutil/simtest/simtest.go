@@ -30,7 +30,7 @@ func Config(protocol string) sim.Config {
 
 // Start serves an engine of configuration cfg on loopback; it stops when t
 // ends.
-func Start(t testing.TB, cfg sim.Config) *sim.Server {
+func Start(t testing.TB, cfg sim.Config) *sim.Process {
 	t.Helper()
 	srv, err := sim.Start(cfg, "127.0.0.1:0")
 	if err != nil {
@@ -42,7 +42,7 @@ func Start(t testing.TB, cfg sim.Config) *sim.Server {
 
 // Worker serves an engine of configuration cfg and connects a worker to it
 // in the role the engine plays, detecting its protocol; both end with t.
-func Worker(t testing.TB, cfg sim.Config) (*sim.Server, *workers.Worker) {
+func Worker(t testing.TB, cfg sim.Config) (*sim.Process, *workers.Worker) {
 	t.Helper()
 	srv := Start(t, cfg)
 	return srv, Connect(t, srv, workers.ConnectOptions{Role: role(cfg.Role)})
@@ -61,7 +61,7 @@ func role(engine string) workers.Role {
 
 // Connect connects a worker to srv (detecting its protocol unless opts
 // names one); the worker closes when t ends.
-func Connect(t testing.TB, srv *sim.Server, opts workers.ConnectOptions) *workers.Worker {
+func Connect(t testing.TB, srv *sim.Process, opts workers.ConnectOptions) *workers.Worker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Patience)
 	defer cancel()
