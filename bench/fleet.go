@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -41,7 +41,7 @@ type Testbed struct {
 	Addrs   []string
 	Workers int
 
-	routers []*gateway.Gateway
+	routers []*router.Router
 	sims    []*sim.Process
 	serving sync.WaitGroup // the routers' Serve calls
 }
@@ -106,7 +106,7 @@ func StartTestbed(ctx context.Context, label string, n int, cfg sim.Config) (*Te
 }
 
 // StartReplicatedTestbed starts n simulated engines with cfg and routers
-// replicas of the router in front of them, each built by gateway.New from the
+// replicas of the router in front of them, each built by router.New from the
 // same configuration (the policy named by label) and serving on a loopback
 // listener of its own.
 func StartReplicatedTestbed(ctx context.Context, label string, n, routers int, cfg sim.Config) (*Testbed, error) {
@@ -128,7 +128,7 @@ func StartReplicatedTestbed(ctx context.Context, label string, n, routers int, c
 			f.Close()
 		}
 	}()
-	gcfg := gateway.DefaultConfig()
+	gcfg := router.DefaultConfig()
 	gcfg.Policy, gcfg.Options = name, opts
 	gcfg.LoadPollInterval = 100 * time.Millisecond
 	gcfg.Logger = log
@@ -143,7 +143,7 @@ func StartReplicatedTestbed(ctx context.Context, label string, n, routers int, c
 		gcfg.WorkerURLs = append(gcfg.WorkerURLs, "grpc://"+s.Addr())
 	}
 	for i := range routers {
-		g, err := gateway.New(ctx, gcfg)
+		g, err := router.New(ctx, gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("router %d: %w", i, err)
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -49,7 +49,7 @@ func TestUniqueHeapProfiles(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	gcfg := gateway.DefaultConfig()
+	gcfg := router.DefaultConfig()
 	gcfg.Options.CacheAware.MaxTreeSize = 2_000_000
 	gcfg.Admission.RateLimitPerKey = 1000
 	gcfg.TextOptions = textmodel.Options{Cache: cache.DefaultConfig()} // as kvgate serve's defaults
@@ -64,7 +64,7 @@ func TestUniqueHeapProfiles(t *testing.T) {
 		defer s.Stop()
 		gcfg.WorkerURLs = append(gcfg.WorkerURLs, "grpc://"+s.Addr())
 	}
-	g, err := gateway.New(ctx, gcfg)
+	g, err := router.New(ctx, gcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/api/gen/sglang"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
@@ -220,7 +220,7 @@ func (c OverheadConfig) cpuRigConfig() OverheadCPUConfig {
 // connection to each.
 type overheadRig struct {
 	engine  *sim.Process
-	g       *gateway.Gateway
+	g       *router.Router
 	text    *textmodel.Model // the router's, with its caches; nil for tokens
 	ref     *textmodel.Model // the same tokenizer without caches, for the direct path
 	direct  sglang.SglangSchedulerClient
@@ -254,12 +254,12 @@ func startOverheadRig(ctx context.Context, withText bool) (r *overheadRig, err e
 	}
 	// The router as `kvgate serve` builds it, with its tokenizer (and its
 	// caches) from the engine.
-	gcfg := gateway.DefaultConfig()
+	gcfg := router.DefaultConfig()
 	gcfg.WorkerURLs = []string{"grpc://" + r.engine.Addr()}
 	gcfg.Protocol = workers.ProtocolSGLang
 	gcfg.TextOptions = textmodel.Options{Cache: cache.DefaultConfig()}
 	gcfg.Logger = discard
-	if r.g, err = gateway.New(ctx, gcfg); err != nil {
+	if r.g, err = router.New(ctx, gcfg); err != nil {
 		return r, fmt.Errorf("overhead: %w", err)
 	}
 	if withText {

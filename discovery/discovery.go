@@ -30,7 +30,7 @@ import (
 )
 
 // Registrar is the router's set of workers as discovery changes it;
-// *gateway.Gateway implements it. AddWorker detects the engine's protocol
+// *router.Router implements it. AddWorker detects the engine's protocol
 // and model as for any worker; RemoveWorker drains first (0: the fleet's
 // default drain timeout).
 type Registrar interface {

@@ -30,8 +30,8 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/discovery"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -48,7 +48,7 @@ var prefillSel, decodeSel = map[string]string{"prefill": "yes"}, map[string]stri
 type cluster struct {
 	t      testing.TB
 	k8s    *fake.Clientset
-	g      *gateway.Gateway
+	g      *router.Router
 	router kvgatev1.RouterClient
 	// open are the pod watches the informers opened, so that a test can
 	// drop them; failWatch makes new ones, and lists, fail: the API is
@@ -110,7 +110,7 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 			dc.Regular = map[string]string{"app": "engine"}
 		}
 	}
-	cfg := gateway.DefaultConfig()
+	cfg := router.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -126,7 +126,7 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	cfg.WorkerURLs = o.static
 	cfg.Discovery = &dc
 	cfg.IGW = o.igw
-	g, err := gateway.New(context.Background(), cfg)
+	g, err := router.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kvgate/kvgate/discovery"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -41,7 +41,7 @@ func TestStartupWaitsForDiscoveredWorkers(t *testing.T) {
 			}
 			dc := discovery.DefaultConfig()
 			dc.Pods, dc.Namespace, dc.Regular = fakePods(k8s), ns, map[string]string{"app": "engine"}
-			cfg := gateway.DefaultConfig()
+			cfg := router.DefaultConfig()
 			cfg.Logger = slog.New(slog.DiscardHandler)
 			cfg.Health = workers.HealthConfig{Interval: time.Hour, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1}
 			cfg.Discovery = &dc
@@ -49,7 +49,7 @@ func TestStartupWaitsForDiscoveredWorkers(t *testing.T) {
 			if tt.pods {
 				cfg.StartupTimeout = 10 * time.Second // a hung test's bound
 			}
-			g, err := gateway.New(context.Background(), cfg)
+			g, err := router.New(context.Background(), cfg)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("New: %v, want an error with %q", err, tt.wantErr)

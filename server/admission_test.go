@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -36,7 +36,7 @@ func startStream(t *testing.T, f *fleet, ctx context.Context, maxNew uint32) grp
 func TestAdmissionBoundsConcurrencyAndItsQueue(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1,
 		sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 1 },
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			c.Admission.MaxConcurrentRequests, c.Admission.QueueSize, c.Admission.QueueTimeout = 2, 1, 300*time.Millisecond
 			c.Reliability.StreamIdleTimeout = 0
 		}})
@@ -85,7 +85,7 @@ func TestAdmissionBoundsConcurrencyAndItsQueue(t *testing.T) {
 }
 
 func TestRateLimitPerKey(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 1, gateway: func(c *gateway.Config) { c.Admission.RateLimitPerKey = 2 }})
+	f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) { c.Admission.RateLimitPerKey = 2 }})
 	call := func(key string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -110,7 +110,7 @@ func TestRateLimitPerKey(t *testing.T) {
 }
 
 func TestRequestSizeLimits(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 1, text: true, gateway: func(c *gateway.Config) {
+	f := startFleet(t, fleetOptions{workers: 1, text: true, config: func(c *router.Config) {
 		c.MaxRequestBytes = 1 << 20
 		c.Admission.MaxChatMessages = 4
 	}})

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -27,7 +27,7 @@ func TestLogprobBytesAreBoundedInFlight(t *testing.T) {
 	f := startFleet(t, fleetOptions{
 		workers: 1,
 		sim:     func(_ int, c *sim.Config) { c.TimeScale = 1 }, // 8 ms a token
-		gateway: func(c *gateway.Config) { c.Admission.MaxLogprobBytes = 600_000 },
+		config:  func(c *router.Config) { c.Admission.MaxLogprobBytes = 600_000 },
 	})
 	// A heavy request in flight: it streams for minutes (100,000 tokens)
 	// until the test cancels it.

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -127,7 +127,7 @@ func TestWhatCountsAgainstAWorker(t *testing.T) {
 	}{
 		{
 			name: "an answer beyond the router's receive limit for engines",
-			o: fleetOptions{gateway: func(c *gateway.Config) {
+			o: fleetOptions{config: func(c *router.Config) {
 				c.WorkerDialOptions = []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 10))}
 			}},
 			call: func(ctx context.Context, f *fleet) error {
@@ -191,7 +191,7 @@ func TestWhatCountsAgainstAWorker(t *testing.T) {
 // sent, with INVALID_ARGUMENT naming what it asked for and the limit; a
 // smaller one passes.
 func TestAnswerBeyondTheEngineLimitIsRefused(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 1, gateway: func(c *gateway.Config) { c.MaxEngineAnswerBytes = 1 << 20 }})
+	f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) { c.MaxEngineAnswerBytes = 1 << 20 }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := generateCall(ctx, f, promptLogprobs(8_000))

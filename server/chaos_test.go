@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -78,7 +78,7 @@ func TestChaos(t *testing.T) {
 			// faults land: ~2 ms to the first token, 2 ms a token.
 			c.TimeScale, c.RequestOverhead, c.DecodeMsPerToken = 1, 2*time.Millisecond, 2
 		},
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			fastRetries(c)
 			c.Reliability.FirstTokenTimeout = 400 * time.Millisecond
 			c.Reliability.StreamIdleTimeout = 400 * time.Millisecond

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -27,7 +27,7 @@ func startDPFleet(t *testing.T, protocol string, dpAware bool) *fleet {
 			c.DPSize = 4
 			c.KVCapacityTokens = 1 << 16
 		},
-		gateway: func(c *gateway.Config) { c.DPAware = dpAware }})
+		config: func(c *router.Config) { c.DPAware = dpAware }})
 }
 
 func listedWorkers(t *testing.T, f *fleet) []string {
@@ -169,8 +169,8 @@ func TestPoliciesRouteToRanks(t *testing.T) {
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			f := startFleet(t, fleetOptions{protocol: "vllm", workers: 1, policy: tc.policy,
-				sim:     func(_ int, c *sim.Config) { c.DPSize = 4 },
-				gateway: func(c *gateway.Config) { c.DPAware = true }})
+				sim:    func(_ int, c *sim.Config) { c.DPSize = 4 },
+				config: func(c *router.Config) { c.DPAware = true }})
 			ranks := listedWorkers(t, f)
 			if len(ranks) != 4 {
 				t.Fatalf("workers %v, want 4 ranks", ranks)

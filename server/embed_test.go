@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -189,7 +189,7 @@ func TestEmbedFailureIsRetriedElsewhere(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.NoLeaks(t)
-			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
+			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: func(c *router.Config) {
 				fastRetries(c)
 				c.Health.FailureThreshold = 100
 			}})

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -134,7 +134,7 @@ func TestOutOfVocabularyOutputIsTheWorkersFault(t *testing.T) {
 					},
 					// One failure opens a breaker: the one this request
 					// causes must count.
-					gateway: func(c *gateway.Config) { c.Breaker.FailureThreshold = 1 }})
+					config: func(c *router.Config) { c.Breaker.FailureThreshold = 1 }})
 				r, err := c.run(testCtx(t), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(6), IgnoreEos: true})
 				if err != nil || r.complete == nil {
 					t.Fatalf("err = %v; want the request served by the healthy worker", err)
@@ -239,8 +239,8 @@ func TestIgnoredAbortKeepsTheRequestCounted(t *testing.T) {
 		})
 		t.Run(proto+"/a stream that never ends", func(t *testing.T) {
 			f := startFleet(t, fleetOptions{protocol: proto, workers: 1,
-				sim:     func(_ int, c *sim.Config) { c.Faults.IgnoreAbort, c.Faults.StallAfterTokens = true, 1 },
-				gateway: func(c *gateway.Config) { c.Reliability.AbortConfirmTimeout = 300 * time.Millisecond }})
+				sim:    func(_ int, c *sim.Config) { c.Faults.IgnoreAbort, c.Faults.StallAfterTokens = true, 1 },
+				config: func(c *router.Config) { c.Reliability.AbortConfirmTimeout = 300 * time.Millisecond }})
 			w, _ := f.reg.Get(f.workerURL(0))
 			start := time.Now()
 			cancelAfterFirstToken(t, f, 100)

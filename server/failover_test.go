@@ -11,14 +11,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
 // fastRetries makes failover quick enough for tests: short backoffs and
 // timeouts (the retry budget is the default).
-func fastRetries(c *gateway.Config) {
+func fastRetries(c *router.Config) {
 	c.Reliability.Retry.InitialBackoff = time.Millisecond
 	c.Reliability.Retry.MaxBackoff = 5 * time.Millisecond
 	c.Reliability.FirstTokenTimeout = 300 * time.Millisecond
@@ -73,7 +73,7 @@ func TestFailureBeforeTheFirstTokenIsRetriedElsewhere(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.NoLeaks(t)
-			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
+			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: func(c *router.Config) {
 				fastRetries(c)
 				// The request path must notice the failure by itself, not
 				// the health check that runs at start.
@@ -109,7 +109,7 @@ func TestFailureAfterTheFirstTokenEndsTheRequest(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.NoLeaks(t)
-			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: fastRetries,
 				sim: func(i int, c *sim.Config) {
 					if i == 0 {
 						c.Faults = tc.faults
@@ -192,7 +192,7 @@ func TestNonStreamingCallIsRetriedAfterAMidGenerationFailure(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.NoLeaks(t)
-			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+			f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: fastRetries,
 				sim: func(i int, c *sim.Config) {
 					if i == 0 {
 						c.Faults = tc.faults
@@ -216,7 +216,7 @@ func TestNonStreamingCallIsRetriedAfterAMidGenerationFailure(t *testing.T) {
 
 func TestEveryWorkerFailingEndsWithUnavailableNamingThem(t *testing.T) {
 	testutil.NoLeaks(t)
-	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: fastRetries,
 		sim: func(_ int, c *sim.Config) { c.Faults.Unavailable = true }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -235,7 +235,7 @@ func TestEveryWorkerFailingEndsWithUnavailableNamingThem(t *testing.T) {
 // down, is no retry.
 func TestRetryBudgetStopsRetryStorms(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin",
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			fastRetries(c)
 			c.Reliability.Retry.BudgetPercent, c.Reliability.Retry.MinRetryConcurrency = 0, 0
 			c.Reliability.Retry.RetriesPerWorker = 0
@@ -259,7 +259,7 @@ func TestRetryBudgetStopsRetryStorms(t *testing.T) {
 // first client's stream.)
 func TestClientsSharingARequestIDDoNotTouchEachOther(t *testing.T) {
 	testutil.NoLeaks(t)
-	f := startFleet(t, fleetOptions{workers: 1, gateway: fastRetries, sim: func(_ int, c *sim.Config) {
+	f := startFleet(t, fleetOptions{workers: 1, config: fastRetries, sim: func(_ int, c *sim.Config) {
 		c.TimeScale = 1
 		c.DecodeMsPerToken = 2
 	}})
@@ -307,7 +307,7 @@ func TestFailingWorkerDoesNotAttractTraffic(t *testing.T) {
 	}
 	for _, fault := range faults {
 		t.Run(fault.name, func(t *testing.T) {
-			f := startFleet(t, fleetOptions{workers: 4, policy: "cache_aware", healthInterval: time.Hour, gateway: func(c *gateway.Config) {
+			f := startFleet(t, fleetOptions{workers: 4, policy: "cache_aware", healthInterval: time.Hour, config: func(c *router.Config) {
 				c.Reliability.Retry.InitialBackoff, c.Reliability.Retry.MaxBackoff = time.Millisecond, time.Millisecond
 				c.Health.FailureThreshold = 100 // the request path alone must notice
 			}})
@@ -332,7 +332,7 @@ func TestFailingWorkerDoesNotAttractTraffic(t *testing.T) {
 // A request that failed on more workers than its message lists names the
 // first four and the last once each and counts the rest.
 func TestGiveUpMessageListsEachFailureOnce(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 8, policy: "round_robin", gateway: func(c *gateway.Config) {
+	f := startFleet(t, fleetOptions{workers: 8, policy: "round_robin", config: func(c *router.Config) {
 		fastRetries(c)
 		c.Reliability.Retry.MaxRetries = 6
 	}, sim: func(_ int, c *sim.Config) { c.Faults.Unavailable = true }})

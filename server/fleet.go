@@ -10,7 +10,7 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// Fleet changes the set of workers while the router runs; the gateway
+// Fleet changes the set of workers while the router runs; the router
 // implements it. AddWorker's errors are the request's fault (a bad address,
 // a role the router does not serve) or wrap workers.ErrWorkerExists,
 // workers.ErrIncompatible (an engine whose model does not fit the fleet),

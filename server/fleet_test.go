@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -28,7 +28,7 @@ func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
 	// being waited for, and nothing half-opens early on a slow machine.
 	clock := testutil.NewClock(time.Unix(1000, 0))
 	const timeout = 1500 * time.Millisecond
-	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: func(c *gateway.Config) {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: func(c *router.Config) {
 		fastRetries(c)
 		c.Breaker.FailureThreshold, c.Breaker.SuccessThreshold, c.Breaker.Timeout = 3, 2, timeout
 		c.Breaker.Now = clock.Now
@@ -84,7 +84,7 @@ func TestCircuitBreakerOpensHalfOpensAndCloses(t *testing.T) {
 // attempt is aborted on its engine.
 func TestStallBeforeTheFirstTokenIsRetried(t *testing.T) {
 	testutil.NoLeaks(t)
-	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: fastRetries,
 		sim: func(i int, c *sim.Config) { c.Faults.StallBeforeFirstToken = i == 0 }})
 	r := f.mustGenerate(t, longReq)
 	if r.complete.Worker != f.workerURL(1) {
@@ -97,7 +97,7 @@ func TestStallBeforeTheFirstTokenIsRetried(t *testing.T) {
 // An engine that sends garbage (token ids outside the vocabulary) fails
 // before anything reaches the client, and another worker serves.
 func TestGarbageFromAnEngineIsAFailure(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries,
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: fastRetries,
 		sim: func(i int, c *sim.Config) { c.Faults.GarbageStream = i == 0 }})
 	r := f.mustGenerate(t, longReq)
 	if r.complete.Worker != f.workerURL(1) || len(r.complete.OutputIds) != 12 {
@@ -122,7 +122,7 @@ func TestUnreachableWorkerJoinsWhenItAnswers(t *testing.T) {
 	late := lis.Addr().String()
 	lis.Close() // nothing listens there yet
 	f := startFleet(t, fleetOptions{workers: 1, healthInterval: 20 * time.Millisecond,
-		gateway: func(c *gateway.Config) { c.WorkerURLs = append(c.WorkerURLs, "grpc://"+late) }})
+		config: func(c *router.Config) { c.WorkerURLs = append(c.WorkerURLs, "grpc://"+late) }})
 	resp, err := f.admin.ListWorkers(context.Background(), &kvgatev1.ListWorkersRequest{})
 	if err != nil || len(resp.Workers) != 2 || !resp.Workers[1].Connecting || resp.Workers[1].Health != kvgatev1.Health_HEALTH_UNHEALTHY {
 		t.Fatalf("ListWorkers: %v, %v; want the late worker listed as connecting and unhealthy", resp, err)
@@ -147,7 +147,7 @@ func TestUnreachableWorkerJoinsWhenItAnswers(t *testing.T) {
 // removed worker's requests finish (drain), and it gets no new ones.
 func TestAddAndRemoveWorkersUnderLoad(t *testing.T) {
 	testutil.NoLeaks(t)
-	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", gateway: fastRetries, sim: func(_ int, c *sim.Config) {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin", config: fastRetries, sim: func(_ int, c *sim.Config) {
 		c.TimeScale = 1
 		c.DecodeMsPerToken = 1
 		c.RequestOverhead = 0

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 )
 
 // Admin.AddWorker connects only to hosts the operator allows: by default
@@ -34,7 +34,7 @@ func TestAddWorkerOnlyToAllowedHosts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := startFleet(t, fleetOptions{workers: 1, gateway: func(c *gateway.Config) { c.AdminWorkerAllow = tt.allow }})
+			f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) { c.AdminWorkerAllow = tt.allow }})
 			ctx := context.Background()
 			_, err := f.admin.AddWorker(ctx, &kvgatev1.AddWorkerRequest{Address: tt.addr})
 			if status.Code(err) != tt.want {
@@ -57,7 +57,7 @@ func TestAddWorkerOnlyToAllowedHosts(t *testing.T) {
 // --max-workers.
 func TestAddWorkerCappedAtMaxWorkers(t *testing.T) {
 	const max, calls = 4, 24
-	f := startFleet(t, fleetOptions{workers: 2, gateway: func(c *gateway.Config) { c.MaxWorkers = max }})
+	f := startFleet(t, fleetOptions{workers: 2, config: func(c *router.Config) { c.MaxWorkers = max }})
 	var wg sync.WaitGroup
 	errs := make([]error, calls)
 	for i := range calls {

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/tree"
 )
 
@@ -30,7 +30,7 @@ func TestAdminFlushCache(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := startFleet(t, fleetOptions{protocol: tt.protocol, workers: 1, policy: "cache_aware",
-				gateway: func(c *gateway.Config) { c.KVEvents = tt.kvEvents }})
+				config: func(c *router.Config) { c.KVEvents = tt.kvEvents }})
 			ctx := context.Background()
 			req := &kvgatev1.GenerateRequest{InputIds: prompt(7, 64), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}}
 			f.mustGenerate(t, req)

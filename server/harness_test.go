@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
@@ -24,11 +24,11 @@ import (
 )
 
 // fleet is a router in front of simulated engines, all over loopback gRPC,
-// built by gateway.New exactly as `kvgate serve` builds it.
+// built by router.New exactly as `kvgate serve` builds it.
 type fleet struct {
 	text   *textmodel.Model
 	sims   []*sim.Process
-	g      *gateway.Gateway
+	g      *router.Router
 	reg    *workers.Registry
 	srv    *server.Server
 	conn   *grpc.ClientConn
@@ -46,8 +46,8 @@ type fleetOptions struct {
 	// pd starts workers/2 prefill engines and workers/2 decode engines
 	// (prefill first) behind a disaggregating router.
 	pd bool
-	// gateway adjusts the router's configuration last.
-	gateway func(*gateway.Config)
+	// config adjusts the router's configuration last.
+	config func(*router.Config)
 	// healthInterval runs health checks that often, needing 1 result to
 	// flip a worker; 0: only the check at start.
 	healthInterval time.Duration
@@ -74,7 +74,7 @@ func startFleet(t testing.TB, o fleetOptions) *fleet {
 	}
 	ctx := context.Background()
 	discard := slog.New(slog.DiscardHandler)
-	cfg := gateway.DefaultConfig()
+	cfg := router.DefaultConfig()
 	cfg.Policy = o.policy
 	if o.options != nil {
 		o.options(&cfg.Options)
@@ -118,10 +118,10 @@ func startFleet(t testing.TB, o fleetOptions) *fleet {
 			cfg.WorkerURLs = append(cfg.WorkerURLs, "grpc://"+s.Addr())
 		}
 	}
-	if o.gateway != nil {
-		o.gateway(&cfg)
+	if o.config != nil {
+		o.config(&cfg)
 	}
-	g, err := gateway.New(ctx, cfg)
+	g, err := router.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

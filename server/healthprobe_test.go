@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -29,7 +29,7 @@ func TestHealthEmptyEnginesKeepServing(t *testing.T) {
 			enough := make(chan struct{})
 			f := startFleet(t, fleetOptions{protocol: protocol, workers: 3, healthInterval: time.Millisecond,
 				sim: func(_ int, c *sim.Config) { c.Faults.RPC.HealthEmpty = true },
-				gateway: func(c *gateway.Config) {
+				config: func(c *router.Config) {
 					c.Health.OnCheck = func(w *workers.Worker, _ error) {
 						mu.Lock()
 						defer mu.Unlock()

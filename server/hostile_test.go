@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -144,7 +144,7 @@ func TestSplitSpecialTokensInContent(t *testing.T) {
 	plain := &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "hello there"}}}
 	promptTokens := func(split bool, req *kvgatev1.ChatRequest) uint32 {
 		f := startFleet(t, fleetOptions{workers: 1, text: true,
-			gateway: func(c *gateway.Config) { c.TextOptions.SplitSpecialTokensInContent = split }})
+			config: func(c *router.Config) { c.TextOptions.SplitSpecialTokensInContent = split }})
 		ex, err := f.admin.Explain(context.Background(), &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Chat{Chat: req}})
 		if err != nil {
 			t.Fatal(err)

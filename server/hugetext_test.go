@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -66,7 +66,7 @@ func TestHugeTextIsRefusedNamingTheContext(t *testing.T) {
 func TestExplainIsAdmissionControlled(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1,
 		sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 1 },
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 1, 0
 			c.Reliability.StreamIdleTimeout = 0
 		}})

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -66,7 +66,7 @@ func startTwoModels(t *testing.T) *fleet {
 				c.Model, c.TokenizerDir = "beta", beta
 			}
 		},
-		gateway: func(c *gateway.Config) { c.IGW = true },
+		config: func(c *router.Config) { c.IGW = true },
 	})
 }
 
@@ -190,8 +190,8 @@ func TestIGWRefusesRequestsWithoutAServedModel(t *testing.T) {
 // it, with its own tree and tokenizer.
 func TestIGWServesAModelWhoseWorkerJoinsLater(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 1, policy: "cache_aware", text: true,
-		sim:     func(_ int, c *sim.Config) { c.Model = "alpha" },
-		gateway: func(c *gateway.Config) { c.IGW = true },
+		sim:    func(_ int, c *sim.Config) { c.Model = "alpha" },
+		config: func(c *router.Config) { c.IGW = true },
 	})
 	// Loading a 32,000-token vocabulary under the race detector on a busy
 	// machine has taken more than 20 s: the bound is a guard against a
@@ -256,8 +256,8 @@ func TestSingleModelChecksTheModelField(t *testing.T) {
 func TestIGWDisaggregatesEachModelOnItsOwnPair(t *testing.T) {
 	models := []string{"alpha", "beta", "alpha", "beta"} // prefill 0, 1; decode 2, 3
 	f := startFleet(t, fleetOptions{workers: 4, pd: true, policy: "cache_aware",
-		sim:     func(i int, c *sim.Config) { c.Model = models[i] },
-		gateway: func(c *gateway.Config) { c.IGW = true },
+		sim:    func(i int, c *sim.Config) { c.Model = models[i] },
+		config: func(c *router.Config) { c.IGW = true },
 	})
 	for i := range 8 {
 		m := models[i%2]

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -49,7 +49,7 @@ func eventFleet(t *testing.T, protocol string, n int, edit func(i int, c *sim.Co
 		options: func(o *policy.Options) { o.CacheAware.SpeculativeTTL = 0 },
 		// Every resubscription backs off, gaps included; short waits keep
 		// the streams back before the checks' traffic once a fault ends.
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			c.KVSubscription.InitialBackoff, c.KVSubscription.MaxBackoff = 10*time.Millisecond, 100*time.Millisecond
 		},
 		sim: func(i int, c *sim.Config) {
@@ -60,7 +60,7 @@ func eventFleet(t *testing.T, protocol string, n int, edit func(i int, c *sim.Co
 		}})
 }
 
-func cacheAware(t *testing.T, g *gateway.Gateway) *policy.CacheAware {
+func cacheAware(t *testing.T, g *router.Router) *policy.CacheAware {
 	t.Helper()
 	ca, ok := g.Policy.(*policy.CacheAware)
 	if !ok {
@@ -90,7 +90,7 @@ func waitMode(t *testing.T, admin kvgatev1.AdminClient, mode string) {
 // traffic sends n requests from a few goroutines: prompts built from a
 // small set of shared prefixes (so matches are common) and a random suffix,
 // with short outputs (which engines cache too).
-func traffic(t *testing.T, router kvgatev1.RouterClient, seed uint64, n int) {
+func traffic(t *testing.T, rc kvgatev1.RouterClient, seed uint64, n int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	prompts := make([][]uint32, n)
@@ -104,7 +104,7 @@ func traffic(t *testing.T, router kvgatev1.RouterClient, seed uint64, n int) {
 	for range 4 {
 		wg.Go(func() {
 			for ids := range next {
-				st, err := router.Generate(context.Background(), &kvgatev1.GenerateRequest{InputIds: ids,
+				st, err := rc.Generate(context.Background(), &kvgatev1.GenerateRequest{InputIds: ids,
 					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(uint32(1 + len(ids)%24))}})
 				if err == nil {
 					for err == nil {
@@ -378,14 +378,14 @@ func TestKVEventsUnimplementedLeavesTheWorkerApproximate(t *testing.T) {
 
 // replica is another router in front of f's engines, built as f's was.
 type replica struct {
-	g      *gateway.Gateway
+	g      *router.Router
 	router kvgatev1.RouterClient
 	admin  kvgatev1.AdminClient
 }
 
-func startReplica(t *testing.T, f *fleet, edit func(*gateway.Config)) *replica {
+func startReplica(t *testing.T, f *fleet, edit func(*router.Config)) *replica {
 	t.Helper()
-	cfg := gateway.DefaultConfig()
+	cfg := router.DefaultConfig()
 	cfg.Policy = "cache_aware"
 	cfg.Options.CacheAware.SpeculativeTTL = 0
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -398,7 +398,7 @@ func startReplica(t *testing.T, f *fleet, edit func(*gateway.Config)) *replica {
 	if edit != nil {
 		edit(&cfg)
 	}
-	g, err := gateway.New(context.Background(), cfg)
+	g, err := router.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +566,7 @@ func TestKVEventsOfAnotherBlockSizeAreRefusedLoudly(t *testing.T) {
 		bigVocab(i, c)
 		c.PageSize = 32
 	}, options: func(o *policy.Options) { o.CacheAware.BlockSize = 16 },
-		gateway: func(c *gateway.Config) { c.LearnBlockSize = false }})
+		config: func(c *router.Config) { c.LearnBlockSize = false }})
 	// The engine's events for the request must reach a stream already open:
 	// one opened after them would see nothing to refuse.
 	waitMode(t, f.admin, "events")

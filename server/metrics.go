@@ -223,7 +223,7 @@ func (m *Metrics) registerAdmissionGauges(waiting, active *atomic.Int64) {
 	)
 }
 
-// BreakerChanged counts a circuit breaker's change of state; the gateway
+// BreakerChanged counts a circuit breaker's change of state; the router
 // calls it from every worker's breaker.
 func (m *Metrics) BreakerChanged(to workers.BreakerState) { m.breakerTransitions.Changed(to) }
 

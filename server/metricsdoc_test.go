@@ -21,10 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/metricsdoc"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -156,7 +156,7 @@ func eventsAndFaults(t *testing.T) *fleet {
 				c.KVEventHistory = 0 // nothing to replay: a resumed stream needs a resync
 			}
 		},
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			fastRetries(c)
 			c.Health.FailureThreshold = 100 // failures are seen by the request path
 			c.Breaker.FailureThreshold = 1
@@ -352,7 +352,7 @@ func approximatePredictions(t *testing.T) *fleet {
 func disaggregated(t *testing.T) *fleet {
 	// The engines decode speculatively, so their draft counts are reported.
 	f := startFleet(t, fleetOptions{workers: 4, pd: true, sim: func(_ int, c *sim.Config) { c.SpecDraftTokens = 3 },
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two"
 			fastRetries(c)
 		}})
@@ -386,7 +386,7 @@ func disaggregated(t *testing.T) *fleet {
 // (an L1 hit), and a client over its rate. Each text request has a key of
 // its own, so that only the last client meets the limit.
 func textAndAdmission(t *testing.T) *fleet {
-	f := startFleet(t, fleetOptions{workers: 1, text: true, gateway: func(c *gateway.Config) { c.Admission.RateLimitPerKey = 2 }})
+	f := startFleet(t, fleetOptions{workers: 1, text: true, config: func(c *router.Config) { c.Admission.RateLimitPerKey = 2 }})
 	keyed := func(key string) (context.Context, context.CancelFunc) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		return metadata.AppendToOutgoingContext(ctx, "x-routing-key", key), cancel
@@ -440,7 +440,7 @@ func textAndAdmission(t *testing.T) *fleet {
 // engine and a healthy one: the retry is refused.
 func retryBudget(t *testing.T) *fleet {
 	f := startFleet(t, fleetOptions{workers: 2, policy: "round_robin",
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			fastRetries(c)
 			c.Reliability.Retry.BudgetPercent, c.Reliability.Retry.MinRetryConcurrency = 0, 0
 			c.Reliability.Retry.RetriesPerWorker = 0

@@ -16,7 +16,7 @@ import (
 type route = modeltable.Entry[dispatcher]
 
 // Models is the router's model table: what it knows of every model it serves.
-// The gateway adds a model when its first worker joins and gives it its
+// The router adds a model when its first worker joins and gives it its
 // tokenizer; requests, metrics, Explain and ListModels read it.
 func (s *Server) Models() *modeltable.Table[dispatcher] { return s.models }
 

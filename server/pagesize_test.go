@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -35,7 +35,7 @@ func TestListWorkersShowsTheEnginesPageSize(t *testing.T) {
 						o.CacheAware.BlockSize = tc.configured
 					}
 				},
-				gateway: func(c *gateway.Config) { c.LearnBlockSize = tc.configured == 0 }})
+				config: func(c *router.Config) { c.LearnBlockSize = tc.configured == 0 }})
 			ctx := context.Background()
 			ws, err := f.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 			if err != nil {

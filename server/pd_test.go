@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -22,7 +22,7 @@ import (
 func startPDFleet(t *testing.T, protocol string, tweak func(i int, c *sim.Config)) *fleet {
 	t.Helper()
 	return startFleet(t, fleetOptions{protocol: protocol, workers: 4, pd: true, sim: tweak,
-		gateway: func(c *gateway.Config) { c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two" }})
+		config: func(c *router.Config) { c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two" }})
 }
 
 func TestPDStreamsTheDecodeLegAndReusesThePrefillCache(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 )
 
 // silentCall opens a call of the given method over the fleet's connection
@@ -34,7 +34,7 @@ func silentCall(t *testing.T, f *fleet, ctx context.Context, method string) grpc
 func TestSilentCallsHoldNoAdmissionPlace(t *testing.T) {
 	for _, method := range []string{"/kvgate.v1.Router/Generate", "/kvgate.v1.Router/Chat"} {
 		t.Run(method[strings.LastIndex(method, "/")+1:], func(t *testing.T) {
-			f := startFleet(t, fleetOptions{workers: 1, gateway: func(c *gateway.Config) {
+			f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) {
 				c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 2, 0
 				c.Admission.RequestReadTimeout = time.Minute
 			}})
@@ -64,7 +64,7 @@ func TestSilentCallsHoldNoAdmissionPlace(t *testing.T) {
 func TestRequestReadTimeoutEndsSilentCalls(t *testing.T) {
 	for _, method := range []string{"/kvgate.v1.Router/Generate", "/kvgate.v1.Router/Chat"} {
 		t.Run(method[strings.LastIndex(method, "/")+1:], func(t *testing.T) {
-			f := startFleet(t, fleetOptions{workers: 1, gateway: func(c *gateway.Config) {
+			f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) {
 				c.Admission.RequestReadTimeout = 100 * time.Millisecond
 			}})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

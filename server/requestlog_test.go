@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/logging"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -167,7 +167,7 @@ func TestRequestLogLines(t *testing.T) {
 	var logs logBuffer
 	tf := startTracedFleet(t, fleetOptions{workers: 1,
 		sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 3 },
-		gateway: func(c *gateway.Config) {
+		config: func(c *router.Config) {
 			c.Logger = logs.logger()
 			c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 1, 0
 			c.Reliability.StreamIdleTimeout = 0
@@ -251,8 +251,8 @@ func TestRequestLogLines(t *testing.T) {
 func TestFailedRequestLogLinesHoldEachKeyOnce(t *testing.T) {
 	var logs logBuffer
 	f := startFleet(t, fleetOptions{
-		sim:     func(_ int, c *sim.Config) { c.Faults.Unavailable = true },
-		gateway: func(c *gateway.Config) { c.Logger = logs.logger() }})
+		sim:    func(_ int, c *sim.Config) { c.Faults.Unavailable = true },
+		config: func(c *router.Config) { c.Logger = logs.logger() }})
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-request-id", "fail-1")
 	_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
 	if status.Code(err) != codes.Unavailable {
@@ -278,7 +278,7 @@ func TestFailedRequestLogLinesHoldEachKeyOnce(t *testing.T) {
 // validation has the call's line alone.
 func TestEmbedRequestLogLines(t *testing.T) {
 	var logs logBuffer
-	tf := startTracedFleet(t, fleetOptions{workers: 1, gateway: func(c *gateway.Config) {
+	tf := startTracedFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) {
 		c.Logger = logs.logger()
 		c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 1, 0
 		c.Reliability.FirstTokenTimeout = 0
@@ -332,7 +332,7 @@ func TestEmbedRequestLogLines(t *testing.T) {
 // builds that sentence only when it is asked for.
 func TestRequestLogLinesSayWhy(t *testing.T) {
 	var logs logBuffer
-	f := startFleet(t, fleetOptions{workers: 2, policy: "cache_aware", gateway: func(c *gateway.Config) { c.Logger = logs.logger() }})
+	f := startFleet(t, fleetOptions{workers: 2, policy: "cache_aware", config: func(c *router.Config) { c.Logger = logs.logger() }})
 	f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 64), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
 	done := logs.find(t, "generate done")
 	if len(done) != 1 {

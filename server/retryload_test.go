@@ -10,7 +10,7 @@ import (
 	"time"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -89,7 +89,7 @@ func TestPreFirstTokenFailuresAreRecoveredUnderLoad(t *testing.T) {
 						c.BootstrapTimeout = stallTimeout
 					}
 				},
-				gateway: func(c *gateway.Config) {
+				config: func(c *router.Config) {
 					if tc.stall {
 						c.Reliability.FirstTokenTimeout = stallTimeout
 					}
@@ -150,7 +150,7 @@ func TestRetriesDoNotMultiplyTheLoadOfAFleetThatFailsWhole(t *testing.T) {
 					c.TimeScale, c.RequestOverhead, c.DecodeMsPerToken = 1, 2*time.Millisecond, 2
 					c.Faults = tc.faults
 				},
-				gateway: func(c *gateway.Config) {
+				config: func(c *router.Config) {
 					// Every worker fails: how soon a stall is cut
 					// does not matter here.
 					c.Reliability.FirstTokenTimeout = time.Second

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/tracing"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -98,8 +98,8 @@ func startTracedFleet(t testing.TB, o fleetOptions) *tracedFleet {
 			tweak(i, c)
 		}
 	}
-	tweakG := o.gateway
-	o.gateway = func(c *gateway.Config) {
+	tweakG := o.config
+	o.config = func(c *router.Config) {
 		c.TracerProvider = p.TracerProvider
 		if tweakG != nil {
 			tweakG(c)
@@ -244,7 +244,7 @@ func TestTracingPDShowsBothLegs(t *testing.T) {
 	for _, proto := range pdProtocols {
 		t.Run(proto, func(t *testing.T) {
 			tf := startTracedFleet(t, fleetOptions{protocol: proto, workers: 4, pd: true,
-				gateway: func(c *gateway.Config) { c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two" }})
+				config: func(c *router.Config) { c.PrefillPolicy, c.DecodePolicy = "cache_aware", "power_of_two" }})
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent)
 			r, err := tf.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(10, 64),
 				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(3), IgnoreEos: true}})

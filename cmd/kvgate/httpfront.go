@@ -14,9 +14,9 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/tlsfiles"
 	"github.com/kvgate/kvgate/openai"
+	"github.com/kvgate/kvgate/router"
 )
 
 // httpFlags configure the OpenAI-compatible HTTP front.
@@ -45,7 +45,7 @@ type httpFront struct {
 }
 
 // newHTTPFront prepares the front; nil when --http-port is -1. It must be
-// made before the gateway, whose credentials it wraps.
+// made before the router, whose credentials it wraps.
 func newHTTPFront(f httpFlags, maxBytes int, separateAdmin bool, log *slog.Logger) *httpFront {
 	if f.port < 0 {
 		return nil
@@ -69,7 +69,7 @@ func (h *httpFront) credentials(c credentials.TransportCredentials) credentials.
 // start serves the in-memory listener with the router's gRPC server and
 // the HTTP front on its port, with the router's TLS files when it has
 // them (and mutual TLS when they require client certificates).
-func (h *httpFront) start(host string, g *gateway.Gateway, certs *tlsfiles.Certificates, serveErr chan<- error) error {
+func (h *httpFront) start(host string, g *router.Router, certs *tlsfiles.Certificates, serveErr chan<- error) error {
 	if h == nil {
 		return nil
 	}

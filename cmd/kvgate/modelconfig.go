@@ -9,7 +9,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/tokenize/textmodel"
 )
 
@@ -95,13 +95,13 @@ func (m *modelPaths) addModelPaths(entries map[string]modelEntry) error {
 // applyModelFile puts the file's settings in the router's configuration:
 // each model's routing, and the tokenizer and chat template files it names
 // beside its model path.
-func applyModelFile(g *gateway.Config, entries map[string]modelEntry, shared textmodel.Sources) {
+func applyModelFile(g *router.Config, entries map[string]modelEntry, shared textmodel.Sources) {
 	if len(entries) == 0 {
 		return
 	}
-	g.Models = map[string]gateway.ModelConfig{}
+	g.Models = map[string]router.ModelConfig{}
 	for name, e := range entries {
-		g.Models[name] = gateway.ModelConfig{Policy: e.Policy, PrefillPolicy: e.PrefillPolicy, DecodePolicy: e.DecodePolicy,
+		g.Models[name] = router.ModelConfig{Policy: e.Policy, PrefillPolicy: e.PrefillPolicy, DecodePolicy: e.DecodePolicy,
 			CacheThreshold: e.CacheThreshold, BalanceAbsThreshold: e.BalanceAbsThreshold, BalanceRelThreshold: e.BalanceRelThreshold}
 		if e.TokenizerPath == "" && e.ChatTemplate == "" {
 			continue

@@ -19,7 +19,7 @@ func TestModelConfigFile(t *testing.T) {
 	}{
 		{name: "yaml", file: "models:\n  alpha:\n    policy: round_robin\n    cache_threshold: 0\n    chat_template: /t/alpha.jinja\n  beta:\n    balance_abs_threshold: 8\n",
 			check: func(t *testing.T, c serveConfig) {
-				g, stop, err := c.gateway(slog.New(slog.DiscardHandler))
+				g, stop, err := c.routerConfig(slog.New(slog.DiscardHandler))
 				defer stop()
 				if err != nil {
 					t.Fatal(err)
@@ -43,7 +43,7 @@ func TestModelConfigFile(t *testing.T) {
 				if p := c.text.models.byModel["alpha"]; p != "/models/alpha" {
 					t.Errorf("alpha's model path %q, want it among --model-path's", p)
 				}
-				g, stop, err := c.gateway(slog.New(slog.DiscardHandler))
+				g, stop, err := c.routerConfig(slog.New(slog.DiscardHandler))
 				defer stop()
 				if err != nil {
 					t.Fatal(err)

@@ -149,7 +149,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.SpeculativeTTL = time.Duration(p.speculativeTTLMs) * time.Millisecond
 	ca.Mode, ca.DecodeWeight, ca.EvictWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight
 	if ca.BlockSize == 0 {
-		// The gateway learns it from the workers (LearnBlockSize); until
+		// The router learns it from the workers (LearnBlockSize); until
 		// then the default keeps the options valid.
 		ca.BlockSize = policy.DefaultCacheAwareConfig().BlockSize
 	}

@@ -22,11 +22,11 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvgate/kvgate/answer"
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/logging"
 	"github.com/kvgate/kvgate/internal/tlsfiles"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/tokenize/hub"
 
 	"github.com/kvgate/kvgate/workers"
@@ -138,7 +138,7 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.adminAPIKeySrc.file, "admin-api-key-file", "", "read --admin-api-key from this file (surrounding white space trimmed)")
 	fs.IntVar(&c.adminPort, "admin-port", -1, "serve the Admin service on a listener of its own on this port instead of beside Router (-1: beside Router; 0: any free port)")
 	fs.StringVar(&c.adminHost, "admin-host", "127.0.0.1", "with --admin-port: the address to serve Admin on (loopback unless set). Admin is served on a non-loopback address only with --admin-api-key: kvgate refuses to start otherwise")
-	fs.IntVar(&c.maxWorkers, "max-workers", gateway.DefaultMaxWorkers, "most engines the fleet may have: Admin.AddWorker (RESOURCE_EXHAUSTED) and service discovery add none beyond it")
+	fs.IntVar(&c.maxWorkers, "max-workers", router.DefaultMaxWorkers, "most engines the fleet may have: Admin.AddWorker (RESOURCE_EXHAUSTED) and service discovery add none beyond it")
 	fs.Var(&c.adminWorkerAllow, "admin-worker-allow", "hosts Admin.AddWorker may connect to: IPs, IP prefixes (10.0.0.0/8), host names, *.domain, or * for any; several values space-separated, comma-separated or repeated (default: the hosts of --worker-urls and --decode)")
 	c.text.register(fs)
 	c.routing.register(fs)
@@ -197,7 +197,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		return err
 	}
 	cfg.text.src = src
-	gcfg, stopSims, err := cfg.gateway(log)
+	gcfg, stopSims, err := cfg.routerConfig(log)
 	if err != nil {
 		return err
 	}
@@ -223,13 +223,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 	if err != nil {
 		return err
 	}
-	// Deferred first, so it runs last: the gateway's shutdown ends the
+	// Deferred first, so it runs last: the router's shutdown ends the
 	// requests, then the spans still buffered are flushed.
 	defer flushTraces(ctx, log, traces)
 	if traces.Enabled {
 		gcfg.TracerProvider = traces.TracerProvider
 	}
-	g, err := gateway.New(ctx, gcfg)
+	g, err := router.New(ctx, gcfg)
 	if err != nil {
 		return err
 	}
@@ -359,10 +359,10 @@ func reload(log *slog.Logger, certs *tlsfiles.Certificates) {
 	log.Info("SIGHUP: TLS files reloaded")
 }
 
-// gateway turns the command line into the router's configuration, starting
+// routerConfig turns the command line into the router's configuration, starting
 // the simulated engines when no worker is given; stop ends them.
-func (c serveConfig) gateway(log *slog.Logger) (gateway.Config, func(), error) {
-	g := gateway.DefaultConfig()
+func (c serveConfig) routerConfig(log *slog.Logger) (router.Config, func(), error) {
+	g := router.DefaultConfig()
 	proto, err := workers.ParseProtocol(c.workerProtocol)
 	if err != nil {
 		return g, func() {}, err

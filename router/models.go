@@ -1,4 +1,4 @@
-package gateway
+package router
 
 import (
 	"context"
@@ -12,21 +12,21 @@ import (
 )
 
 // The models the router serves are the entries of the server's model table
-// (server.Server.Models). The gateway adds them as their workers connect
+// (server.Server.Models). The router adds them as their workers connect
 // (the one model of a router without --enable-igw at start-up), builds
 // their policies from the configuration and loads their tokenizers; it keeps
 // no record of its own.
 
 // setBootstrapPort records a prefill worker's bootstrap port in the table
 // every model's PD dispatcher shares, present and future (0 forgets it).
-func (g *Gateway) setBootstrapPort(url string, port int) { g.ports.Set(url, port) }
+func (g *Router) setBootstrapPort(url string, port int) { g.ports.Set(url, port) }
 
 // ensureModel serves the model named name unless it is served: its
 // policies are built and its entry added at once (so its KV events and
 // requests with token ids have a home), and its tokenizer loads in the
 // background. It returns the model's entry's ready channel, closed when the
 // tokenizer has loaded or failed to.
-func (g *Gateway) ensureModel(cfg Config, name string) <-chan struct{} {
+func (g *Router) ensureModel(cfg Config, name string) <-chan struct{} {
 	models := g.Server.Models()
 	e, added, err := models.Ensure(name, func() (modeltable.Spec, error) { return g.buildModel(cfg, name) })
 	if err != nil {
@@ -45,7 +45,7 @@ func (g *Gateway) ensureModel(cfg Config, name string) <-chan struct{} {
 
 // buildModel makes a model's policies from the configuration, their page
 // size learned from the model's workers, and starts their background loops.
-func (g *Gateway) buildModel(cfg Config, name string) (modeltable.Spec, error) {
+func (g *Router) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 	ws := g.Server.Models().Workers(g.Registry, name)
 	spec := modeltable.Spec{Policies: map[workers.Role]policy.Policy{}, PageSize: cfg.Options.CacheAware.BlockSize}
 	routing := cfg.modelRouting(name)
@@ -94,7 +94,7 @@ func (g *Gateway) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 // watchModels serves each model as soon as a connected worker reports it
 // (with --enable-igw; the one model of a router without it is served from
 // the start), and tells the tokenizer fetch that a worker joined.
-func (g *Gateway) watchModels(cfg Config, joined func()) (stop func()) {
+func (g *Router) watchModels(cfg Config, joined func()) (stop func()) {
 	models := g.Server.Models()
 	return g.Registry.Watch(func(c workers.Change) {
 		connected := false
@@ -116,7 +116,7 @@ func (g *Gateway) watchModels(cfg Config, joined func()) (stop func()) {
 // start when that model's configured tokenizer cannot be loaded or does not
 // fit its workers: the operator asked for exactly that tokenizer. With
 // --enable-igw such a model serves token ids and the others are unharmed.
-func (g *Gateway) startModels(ctx context.Context, cfg Config) error {
+func (g *Router) startModels(ctx context.Context, cfg Config) error {
 	models := g.Server.Models()
 	var names []string
 	if models.Grouping() == modeltable.OneModel {

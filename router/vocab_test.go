@@ -1,4 +1,4 @@
-package gateway_test
+package router_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -47,8 +47,8 @@ func vocab(n int) func(*sim.Config) {
 
 // config is a router in front of urls; the tokenizer comes from the first
 // engine unless changed.
-func config(log *slog.Logger, urls ...string) gateway.Config {
-	c := gateway.DefaultConfig()
+func config(log *slog.Logger, urls ...string) router.Config {
+	c := router.DefaultConfig()
 	c.WorkerURLs = urls
 	c.Policy = "round_robin"
 	c.FetchTimeout = 5 * time.Second
@@ -57,9 +57,9 @@ func config(log *slog.Logger, urls ...string) gateway.Config {
 	return c
 }
 
-func start(t *testing.T, cfg gateway.Config) (*gateway.Gateway, error) {
+func start(t *testing.T, cfg router.Config) (*router.Router, error) {
 	t.Helper()
-	g, err := gateway.New(context.Background(), cfg)
+	g, err := router.New(context.Background(), cfg)
 	if err == nil {
 		t.Cleanup(g.Close)
 	}
@@ -72,20 +72,20 @@ func TestStartUpChecksTheVocabularies(t *testing.T) {
 		name string
 		sims []func(*sim.Config)
 		// set changes the router's configuration; urls are the engines'.
-		set  func(c *gateway.Config)
+		set  func(c *router.Config)
 		want []string // in the error, SIM0 and SIM1 stand for the engines' URLs; nil: it starts
 	}{
 		{"all fit, tokenizer from a worker", []func(*sim.Config){nil, nil}, nil, nil},
 		{"a worker smaller than the tokenizer", []func(*sim.Config){nil, vocab(1000)},
-			func(c *gateway.Config) { c.TextSources.ModelPath = simTokenizer },
+			func(c *router.Config) { c.TextSources.ModelPath = simTokenizer },
 			[]string{"worker SIM1", "2059 token ids", "vocab_size 1000", "--model-path", "kvgate-sim-8b"}},
 		{"a tokenizer smaller than the workers", []func(*sim.Config){tokenizerless(128256), tokenizerless(128256)},
-			func(c *gateway.Config) { c.TextSources.ModelPath = simTokenizer }, nil},
+			func(c *router.Config) { c.TextSources.ModelPath = simTokenizer }, nil},
 		{"workers of one model disagree, no tokenizer", []func(*sim.Config){vocab(1500), vocab(1000)},
-			func(c *gateway.Config) { c.TokenIDsOnly = true },
+			func(c *router.Config) { c.TokenIDsOnly = true },
 			[]string{"worker SIM1", "vocab_size 1000", "worker SIM0", "vocab_size 1500", "must agree"}},
 		{"workers of two models may differ", []func(*sim.Config){vocab(1500), func(c *sim.Config) { vocab(1000)(c); c.Model = "other" }},
-			func(c *gateway.Config) { c.TokenIDsOnly = true }, nil},
+			func(c *router.Config) { c.TokenIDsOnly = true }, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package gateway
+package router
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // it: after a flush the engine holds nothing, and a tree still predicting
 // hits there would send requests to a cold cache. The engine is asked
 // first; one that refuses leaves the mirrors as they were.
-func (g *Gateway) FlushCache(ctx context.Context, addr string, timeout time.Duration) (*workers.Worker, string, error) {
+func (g *Router) FlushCache(ctx context.Context, addr string, timeout time.Duration) (*workers.Worker, string, error) {
 	ws := g.Registry.Engine(addr)
 	if len(ws) == 0 {
 		return nil, "", fmt.Errorf("worker %s: %w", addr, workers.ErrWorkerNotFound)

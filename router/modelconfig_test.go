@@ -1,4 +1,4 @@
-package gateway_test
+package router_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -20,16 +20,16 @@ func TestModelConfigGivesEachModelItsOwnRouting(t *testing.T) {
 	alpha := simWith(t, "127.0.0.1:0", func(c *sim.Config) { c.Model = "alpha" })
 	beta := simWith(t, "127.0.0.1:0", func(c *sim.Config) { c.Model = "beta" })
 	gamma := simWith(t, "127.0.0.1:0", func(c *sim.Config) { c.Model = "gamma" })
-	cfg := gateway.DefaultConfig()
+	cfg := router.DefaultConfig()
 	cfg.IGW, cfg.TokenIDsOnly = true, true
 	cfg.WorkerURLs = []string{"grpc://" + alpha.Addr(), "grpc://" + beta.Addr(), "grpc://" + gamma.Addr()}
 	cfg.Health.Interval = time.Hour
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.Models = map[string]gateway.ModelConfig{
+	cfg.Models = map[string]router.ModelConfig{
 		"beta":  {Policy: "round_robin"},
 		"gamma": {CacheThreshold: f64(0)}, // zero is a value: route by cache on any match
 	}
-	g, err := gateway.New(context.Background(), cfg)
+	g, err := router.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +66,20 @@ func TestModelConfigRefusesWhatItCannotServe(t *testing.T) {
 	tests := []struct {
 		name   string
 		igw    bool
-		models map[string]gateway.ModelConfig
+		models map[string]router.ModelConfig
 		says   []string
 	}{
-		{"without --enable-igw", false, map[string]gateway.ModelConfig{"alpha": {Policy: "round_robin"}}, []string{"--enable-igw"}},
-		{"unknown policy", true, map[string]gateway.ModelConfig{"alpha": {Policy: "fastest"}}, []string{`"alpha"`, `"fastest"`}},
-		{"threshold out of range", true, map[string]gateway.ModelConfig{"alpha": {CacheThreshold: f64(1.5)}}, []string{`"alpha"`, "cache-threshold"}},
-		{"no name", true, map[string]gateway.ModelConfig{"": {Policy: "round_robin"}}, []string{"name"}},
+		{"without --enable-igw", false, map[string]router.ModelConfig{"alpha": {Policy: "round_robin"}}, []string{"--enable-igw"}},
+		{"unknown policy", true, map[string]router.ModelConfig{"alpha": {Policy: "fastest"}}, []string{`"alpha"`, `"fastest"`}},
+		{"threshold out of range", true, map[string]router.ModelConfig{"alpha": {CacheThreshold: f64(1.5)}}, []string{`"alpha"`, "cache-threshold"}},
+		{"no name", true, map[string]router.ModelConfig{"": {Policy: "round_robin"}}, []string{"name"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := gateway.DefaultConfig()
+			cfg := router.DefaultConfig()
 			cfg.IGW, cfg.TokenIDsOnly, cfg.Models = tt.igw, true, tt.models
 			cfg.Logger = slog.New(slog.DiscardHandler)
-			g, err := gateway.New(context.Background(), cfg)
+			g, err := router.New(context.Background(), cfg)
 			if err == nil {
 				g.Close()
 				t.Fatal("New succeeded")

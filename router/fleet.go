@@ -1,4 +1,4 @@
-package gateway
+package router
 
 import (
 	"context"
@@ -107,7 +107,7 @@ func forgetRemoved(reg *workers.Registry, route *kvRoute, policies func() []poli
 // Admin.AddWorker asks: an engine that does not answer yet is added
 // unhealthy and joins when it answers.
 // Only hosts Config.AdminWorkerAllow allows are dialed.
-func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
+func (g *Router) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
 	if err := g.limits.allowed(addr); err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (g *Gateway) AddWorker(ctx context.Context, addr string, role workers.Role,
 // address restriction, for callers that may run before the server exists
 // (service discovery, whose pods the operator chose). The fleet's size is
 // bounded here, for both.
-func (g *Gateway) addWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
+func (g *Router) addWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
 	switch {
 	case !g.pdMode && role != workers.RoleRegular:
 		return nil, fmt.Errorf("a %s worker needs a router started with --pd-disaggregation", role)
@@ -164,7 +164,7 @@ func (g *Gateway) addWorker(ctx context.Context, addr string, role workers.Role,
 // An engine's address removes all of its data-parallel rank targets at once
 // (url@rank removes one). It returns the worker (the first rank) and how
 // many requests were cut.
-func (g *Gateway) RemoveWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
+func (g *Router) RemoveWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
 	w, cut, err := g.removeWorker(ctx, addr, drain)
 	if err == nil {
 		g.Server.UpdateHealth()
@@ -174,7 +174,7 @@ func (g *Gateway) RemoveWorker(ctx context.Context, addr string, drain time.Dura
 
 // removeWorker is RemoveWorker without the server's health update (see
 // addWorker).
-func (g *Gateway) removeWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
+func (g *Router) removeWorker(ctx context.Context, addr string, drain time.Duration) (*workers.Worker, int, error) {
 	ws := g.Registry.Engine(addr)
 	if len(ws) == 0 {
 		return nil, 0, fmt.Errorf("worker %s: %w", addr, workers.ErrWorkerNotFound)

@@ -1,4 +1,4 @@
-package gateway
+package router
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // the background, before the tokenizers are loaded, so that a tokenizer can
 // come from the first engine discovered. With Config.WaitForWorkers it
 // returns when a discovered worker is connected.
-func (g *Gateway) startDiscovery(ctx context.Context, cfg Config) error {
+func (g *Router) startDiscovery(ctx context.Context, cfg Config) error {
 	if cfg.Discovery == nil {
 		return nil
 	}
@@ -46,9 +46,9 @@ func (g *Gateway) startDiscovery(ctx context.Context, cfg Config) error {
 }
 
 // discoveredFleet is the fleet as service discovery changes it: the
-// gateway's, without Admin's address restriction (the operator chose the
+// router's, without Admin's address restriction (the operator chose the
 // pods).
-type discoveredFleet struct{ g *Gateway }
+type discoveredFleet struct{ g *Router }
 
 func (f *discoveredFleet) AddWorker(ctx context.Context, addr string, role workers.Role, proto workers.Protocol, bootstrapPort int) (*workers.Worker, error) {
 	w, err := f.g.addWorker(ctx, addr, role, proto, bootstrapPort)

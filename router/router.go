@@ -1,4 +1,4 @@
-// Package gateway builds a whole kvgate router from its configuration: the
+// Package router builds a whole kvgate router from its configuration: the
 // worker registry and its connections, the routing policies (and the
 // prefill/decode dispatcher), the model's tokenizer and chat template, the
 // gRPC server, and the background loops that keep worker health, load and
@@ -7,7 +7,7 @@
 // It is the one place the router is wired. `kvgate serve`, `kvgate bench`
 // and the tests all build their router here, so what is measured and tested
 // is what ships.
-package gateway
+package router
 
 import (
 	"context"
@@ -97,7 +97,7 @@ type Config struct {
 	// the engines' caches (cache_aware, vllm_cache_aware), so the policy's
 	// view of each cache is exact; engines without events stay approximate.
 	// KVSubscription tunes the subscriptions (its Handler, Logger and
-	// Metrics are the gateway's).
+	// Metrics are the router's).
 	KVEvents       bool
 	KVSubscription workers.KVSubscriptionConfig
 	// Breaker configures every worker's circuit breaker.
@@ -129,7 +129,7 @@ type Config struct {
 	Credentials credentials.TransportCredentials
 	// Auth holds the API keys; with none set every service is open.
 	Auth auth.Config
-	// SeparateAdmin serves Admin only through Gateway.ServeAdmin.
+	// SeparateAdmin serves Admin only through Router.ServeAdmin.
 	SeparateAdmin bool
 	// MaxWorkers bounds the engines in the fleet (Admin.AddWorker and
 	// service discovery are refused beyond it); 0: DefaultMaxWorkers.
@@ -145,7 +145,7 @@ type Config struct {
 	// TracerProvider, when set, traces every request (see server.Config)
 	// and makes every call to an engine carry the trace's W3C traceparent.
 	// nil: tracing is off. The caller owns it and shuts it down after the
-	// gateway, which flushes the last spans.
+	// router, which flushes the last spans.
 	TracerProvider trace.TracerProvider
 
 	Logger *slog.Logger
@@ -175,8 +175,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// Gateway is a built router: its server, fleet and background loops.
-type Gateway struct {
+// Router is a built router: its server, fleet and background loops.
+type Router struct {
 	Server   *server.Server
 	Registry *workers.Registry
 	// Policy is the regular policy, or with PD the prefill policy.
@@ -242,7 +242,7 @@ func (cfg Config) validate() error {
 
 // New connects to the workers, builds the policies, tokenizer and server,
 // and starts the background loops. Close (or Shutdown) stops them.
-func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
+func New(ctx context.Context, cfg Config) (_ *Router, err error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -250,7 +250,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout, pdMode: cfg.PD,
+	g := &Router{Registry: workers.NewRegistry(), log: log, drainTimeout: cfg.DrainTimeout, pdMode: cfg.PD,
 		textJoined: make(chan struct{})}
 	// Background work (health checks, load polls, policies' loops, workers
 	// joining late) lives until Close.
@@ -369,11 +369,11 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	return g, nil
 }
 
-// Serve serves gRPC on lis until the gateway is shut down.
-func (g *Gateway) Serve(lis net.Listener) error { return g.Server.Serve(lis) }
+// Serve serves gRPC on lis until the router is shut down.
+func (g *Router) Serve(lis net.Listener) error { return g.Server.Serve(lis) }
 
 // ServeAdmin serves the Admin service on lis (Config.SeparateAdmin).
-func (g *Gateway) ServeAdmin(lis net.Listener) error { return g.Server.ServeAdmin(lis) }
+func (g *Router) ServeAdmin(lis net.Listener) error { return g.Server.ServeAdmin(lis) }
 
 // authenticator checks the configured keys; nil when there are none.
 func authenticator(c auth.Config, log *slog.Logger) *auth.Authenticator {
@@ -389,14 +389,14 @@ func authenticator(c auth.Config, log *slog.Logger) *auth.Authenticator {
 // Shutdown stops the server (running requests may finish until ctx ends; see
 // server.Server.Stop), then the background loops and the workers'
 // connections.
-func (g *Gateway) Shutdown(ctx context.Context) {
+func (g *Router) Shutdown(ctx context.Context) {
 	g.Server.Stop(ctx)
 	g.Close()
 }
 
 // Close stops the background loops and closes the workers' connections
 // without waiting for requests; after Shutdown it does nothing.
-func (g *Gateway) Close() {
+func (g *Router) Close() {
 	g.once.Do(func() {
 		for _, stop := range g.watches {
 			stop()

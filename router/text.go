@@ -1,4 +1,4 @@
-package gateway
+package router
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // against the model's workers and gives them to its entry. A model without
 // one still routes token ids; why it has none is logged and kept in its
 // entry (startModels fails a one-model router on it).
-func (g *Gateway) loadModelText(ctx context.Context, cfg Config, name string) {
+func (g *Router) loadModelText(ctx context.Context, cfg Config, name string) {
 	t := g.findText(ctx, cfg, name)
 	if t.Err == nil {
 		if err := g.vocab.arm(name, t.Model); err != nil {
@@ -48,7 +48,7 @@ func (g *Gateway) loadModelText(ctx context.Context, cfg Config, name string) {
 // the one the caller loaded (Config.Text), else the router-wide paths, else
 // GetTokenizer from one of its workers, waiting up to the fetch timeout for
 // one to connect.
-func (g *Gateway) findText(ctx context.Context, cfg Config, name string) modeltable.Text {
+func (g *Router) findText(ctx context.Context, cfg Config, name string) modeltable.Text {
 	if cfg.TokenIDsOnly {
 		return modeltable.Text{}
 	}
@@ -142,7 +142,7 @@ func tokenizerFromWorkers(ctx context.Context, cfg Config, template string, ws [
 // added) asks the connected workers of such models again, until one serves
 // a tokenizer that fits them. It returns the function that tells it a
 // worker joined.
-func (g *Gateway) fetchTextOnJoin(cfg Config) (joined func()) {
+func (g *Router) fetchTextOnJoin(cfg Config) (joined func()) {
 	kick := make(chan struct{}, 1)
 	joined = func() {
 		select {
@@ -170,7 +170,7 @@ func (g *Gateway) fetchTextOnJoin(cfg Config) (joined func()) {
 
 // loadJoinedText tries the connected workers of a model for its tokenizer
 // and serves it.
-func (g *Gateway) loadJoinedText(ctx context.Context, cfg Config, name string) {
+func (g *Router) loadJoinedText(ctx context.Context, cfg Config, name string) {
 	m, w, err := tokenizerFromWorkers(ctx, cfg, cfg.textSources(name).ChatTemplatePath, g.Server.Models().Workers(g.Registry, name), g.log)
 	if err != nil {
 		g.log.Error("a worker's tokenizer cannot be loaded; text, Chat and stop strings stay unavailable", "model", name, "error", err)

@@ -1,4 +1,4 @@
-package gateway_test
+package router_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
-	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -41,25 +41,25 @@ func freeAddr(t *testing.T) string {
 func TestLateEngineServesItsTokenizer(t *testing.T) {
 	tests := []struct {
 		name string
-		set  func(c *gateway.Config, prefill, decode string)
+		set  func(c *router.Config, prefill, decode string)
 		sims func(prefill, decode string) []sim.Config
 	}{
-		{"one model", func(c *gateway.Config, p, _ string) { c.WorkerURLs = []string{"grpc://" + p} }, nil},
-		{"prefill/decode disaggregation", func(c *gateway.Config, p, d string) {
+		{"one model", func(c *router.Config, p, _ string) { c.WorkerURLs = []string{"grpc://" + p} }, nil},
+		{"prefill/decode disaggregation", func(c *router.Config, p, d string) {
 			c.PD, c.WorkerURLs, c.DecodeURLs = true, []string{"grpc://" + p}, []string{"grpc://" + d}
 		}, nil},
-		{"--enable-igw", func(c *gateway.Config, p, _ string) { c.IGW, c.WorkerURLs = true, []string{"grpc://" + p} }, nil},
+		{"--enable-igw", func(c *router.Config, p, _ string) { c.IGW, c.WorkerURLs = true, []string{"grpc://" + p} }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			prefill, decode := freeAddr(t), freeAddr(t)
-			cfg := gateway.DefaultConfig()
+			cfg := router.DefaultConfig()
 			cfg.Policy = "round_robin"
 			cfg.FetchTimeout = 50 * time.Millisecond
 			cfg.Health.Interval = time.Hour
 			cfg.Logger = slog.New(slog.DiscardHandler)
 			tt.set(&cfg, prefill, decode)
-			g, err := gateway.New(context.Background(), cfg)
+			g, err := router.New(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestLateEngineServesItsTokenizer(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { conn.Close() })
-			router := kvgatev1.NewRouterClient(conn)
+			rc := kvgatev1.NewRouterClient(conn)
 
 			// The engines come up after the router gave up waiting.
 			if cfg.PD {
@@ -86,12 +86,12 @@ func TestLateEngineServesItsTokenizer(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			select {
-			case <-gateway.TextJoined(g):
+			case <-router.TextJoined(g):
 			case <-ctx.Done():
 				t.Fatal("the engine joined, but its tokenizer was never fetched")
 			}
 			waitAllConnected(ctx, t, g.Registry)
-			st, err := router.Chat(ctx, &kvgatev1.ChatRequest{
+			st, err := rc.Chat(ctx, &kvgatev1.ChatRequest{
 				Messages:       []*kvgatev1.ChatMessage{{Role: "user", Content: "What is a KV cache?"}},
 				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: ptr(uint32(4))},
 			})
@@ -150,12 +150,12 @@ func TestModelGetsATokenizerFromAWorkerThatJoinsLater(t *testing.T) {
 	for _, igw := range []bool{false, true} {
 		t.Run(map[bool]string{false: "one model", true: "--enable-igw"}[igw], func(t *testing.T) {
 			mute := simWith(t, "127.0.0.1:0", func(c *sim.Config) { c.Model, c.TokenizerDir, c.VocabSize = "alpha", "none", 2059 }) // the built-in tokenizer's
-			cfg := gateway.DefaultConfig()
+			cfg := router.DefaultConfig()
 			cfg.Policy, cfg.IGW = "round_robin", igw
 			cfg.WorkerURLs = []string{"grpc://" + mute.Addr()}
 			cfg.Health.Interval = time.Hour
 			cfg.Logger = slog.New(slog.DiscardHandler)
-			g, err := gateway.New(context.Background(), cfg)
+			g, err := router.New(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,11 +170,11 @@ func TestModelGetsATokenizerFromAWorkerThatJoinsLater(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { conn.Close() })
-			router := kvgatev1.NewRouterClient(conn)
+			rc := kvgatev1.NewRouterClient(conn)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			chat := func() error {
-				st, err := router.Chat(ctx, &kvgatev1.ChatRequest{Model: "alpha",
+				st, err := rc.Chat(ctx, &kvgatev1.ChatRequest{Model: "alpha",
 					Messages:       []*kvgatev1.ChatMessage{{Role: "user", Content: "What is a KV cache?"}},
 					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: ptr(uint32(2))}})
 				if err != nil {
@@ -196,7 +196,7 @@ func TestModelGetsATokenizerFromAWorkerThatJoinsLater(t *testing.T) {
 				t.Fatal(err)
 			}
 			select {
-			case <-gateway.TextJoined(g):
+			case <-router.TextJoined(g):
 			case <-ctx.Done():
 				t.Fatal("a worker of the model that serves a tokenizer joined, but it was never fetched")
 			}
