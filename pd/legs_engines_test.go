@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -32,11 +33,13 @@ type pdRecord struct {
 	returned  int // Generate calls that returned
 }
 
-func (r *pdRecord) abortCount() int { return locked(&r.mu, func() int { return len(r.aborts) }) }
-func (r *pdRecord) cancelCount() int {
-	return locked(&r.mu, func() int { return r.cancelled })
+func (r *pdRecord) abortCount() int {
+	return testutil.Locked(&r.mu, func() int { return len(r.aborts) })
 }
-func (r *pdRecord) returnCount() int { return locked(&r.mu, func() int { return r.returned }) }
+func (r *pdRecord) cancelCount() int {
+	return testutil.Locked(&r.mu, func() int { return r.cancelled })
+}
+func (r *pdRecord) returnCount() int { return testutil.Locked(&r.mu, func() int { return r.returned }) }
 
 // hold waits for release or for the call's context; false means the router
 // cancelled the call (recorded).
@@ -145,7 +148,7 @@ func (e *pdVLLM) worker(t *testing.T, role workers.Role) *workers.Worker {
 
 func connectPD(t *testing.T, addr string, p workers.Protocol, role workers.Role) *workers.Worker {
 	t.Helper()
-	w, err := workers.Connect(testCtx(t), addr, workers.ConnectOptions{Protocol: p, Role: role})
+	w, err := workers.Connect(testutil.Context(t, 5*time.Second), addr, workers.ConnectOptions{Protocol: p, Role: role})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestPDSimLogprobs(t *testing.T) {
 			// What one engine answers: the reference for the prompt's.
 			req := simPDRequest("single-" + p.name)
 			req.Logprobs = ask
-			st, err := single.Backend().Generate(testCtx(t), req)
+			st, err := single.Backend().Generate(testutil.Context(t, 5*time.Second), req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func TestPDSimLogprobs(t *testing.T) {
 			for i := range 5 {
 				req := simPDRequest("pd-" + p.name)
 				req.Logprobs = ask
-				pst, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: int32(200 + i)})
+				pst, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, req, pd.Legs{Room: int32(200 + i)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -89,7 +89,7 @@ func TestPDSimLogprobsAskedFor(t *testing.T) {
 				_, dw := startPDSim(t, p.name, sim.RoleDecode, sim.Faults{})
 				req := simPDRequest("ask")
 				req.Logprobs = tc.ask
-				st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 300})
+				st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, req, pd.Legs{Room: 300})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -152,7 +152,7 @@ func TestPDSGLangPromptLogprobsWait(t *testing.T) {
 			testutil.NoLeaks(t)
 			req := pdRequest()
 			req.Logprobs = &workers.LogprobRequest{Output: true, Prompt: true, TopK: 2}
-			st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 5})
+			st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, req, pd.Legs{Room: 5})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +214,7 @@ func TestPDVLLMLegLogprobs(t *testing.T) {
 	testutil.NoLeaks(t)
 	req := pdRequest()
 	req.Logprobs = &workers.LogprobRequest{Output: true, Prompt: true, TopK: 4}
-	st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 3})
+	st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, req, pd.Legs{Room: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

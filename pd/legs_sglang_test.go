@@ -65,7 +65,7 @@ func TestPDSGLangLegsConcurrentAndIdentical(t *testing.T) {
 	testutil.NoLeaks(t)
 
 	req := pdRequest()
-	st, err := pd.Run(testCtx(t), pw, dw, req, pd.Legs{Room: 42})
+	st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, req, pd.Legs{Room: 42})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestPDSGLangBootstrapPort(t *testing.T) {
 			prefill, decode := newPDSGLang(quick), newPDSGLang(quick)
 			prefill.bootstrapPort = tt.reported
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
-			st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{BootstrapPorts: pd.NewBootstrapPorts(map[string]int{pw.Endpoint(): tt.handoff})})
+			st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, pdRequest(), pd.Legs{BootstrapPorts: pd.NewBootstrapPorts(map[string]int{pw.Endpoint(): tt.handoff})})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func TestPDSGLangPrefillFailsBeforeFirstToken(t *testing.T) {
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 			testutil.NoLeaks(t)
 
-			st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{DecodeAbortWait: tt.wait})
+			st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, pdRequest(), pd.Legs{DecodeAbortWait: tt.wait})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,7 +241,7 @@ func TestPDSGLangDecodeFailsBeforeFirstToken(t *testing.T) {
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 	testutil.NoLeaks(t)
 
-	st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{})
+	st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, pdRequest(), pd.Legs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestPDSGLangClientCancels(t *testing.T) {
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 		testutil.NoLeaks(t)
 
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)
@@ -316,7 +316,7 @@ func TestPDSGLangClientCancels(t *testing.T) {
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 		testutil.NoLeaks(t)
 
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)
@@ -358,7 +358,7 @@ func TestRunRefusesPairsThatCannotDisaggregate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := pd.Run(testCtx(t), tt.prefill, tt.decode, pdRequest(), pd.Legs{})
+			_, err := pd.Run(testutil.Context(t, 5*time.Second), tt.prefill, tt.decode, pdRequest(), pd.Legs{})
 			if k, ok := fault.KindOf(err); !ok || k != fault.Precondition || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v (kind %v), want a precondition fault naming %q", err, k, tt.want)
 			}

@@ -45,7 +45,7 @@ func startPDSim(t *testing.T, protocol, role string, faults sim.Faults) (*sim.Pr
 	if role == sim.RoleDecode {
 		wrole = workers.RoleDecode
 	}
-	w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{Role: wrole})
+	w, err := workers.Connect(testutil.Context(t, 5*time.Second), srv.Addr(), workers.ConnectOptions{Role: wrole})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestPDSimHappyPath(t *testing.T) {
 				t.Errorf("learnt bootstrap port %d, engine has %d", pw.Info().BootstrapPort, ps.Engine().BootstrapPort())
 			}
 			for i, wantCached := range []bool{false, true} {
-				st, err := pd.Run(testCtx(t), pw, dw, simPDRequest("sim-"+p.name), pd.Legs{Room: int32(100 + i)})
+				st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, simPDRequest("sim-"+p.name), pd.Legs{Room: int32(100 + i)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -128,7 +128,7 @@ func TestPDSimFaults(t *testing.T) {
 				ps, pw := startPDSim(t, p.name, sim.RolePrefill, tt.prefill)
 				ds, dw := startPDSim(t, p.name, sim.RoleDecode, tt.decode)
 				noPDGoroutines(t)
-				st, err := pd.Run(testCtx(t), pw, dw, simPDRequest("f"), pd.Legs{Room: 7})
+				st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, simPDRequest("f"), pd.Legs{Room: 7})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -159,7 +159,7 @@ func TestPDSimClientCancels(t *testing.T) {
 			ps, pw := startPDSim(t, p.name, sim.RolePrefill, sim.Faults{StallAfterTokens: 1})
 			ds, dw := startPDSim(t, p.name, sim.RoleDecode, sim.Faults{})
 			noPDGoroutines(t)
-			ctx, cancel := context.WithCancel(testCtx(t))
+			ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 			st, err := pd.Run(ctx, pw, dw, simPDRequest("c1"), pd.Legs{Room: 8})
 			if err != nil {
 				t.Fatal(err)
@@ -183,7 +183,7 @@ func TestPDSimClientCancels(t *testing.T) {
 			_, pw := startPDSim(t, p.name, sim.RolePrefill, sim.Faults{})
 			ds, dw := startPDSim(t, p.name, sim.RoleDecode, sim.Faults{StallAfterTokens: 2})
 			noPDGoroutines(t)
-			ctx, cancel := context.WithCancel(testCtx(t))
+			ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 			st, err := pd.Run(ctx, pw, dw, simPDRequest("c2"), pd.Legs{Room: 9})
 			if err != nil {
 				t.Fatal(err)

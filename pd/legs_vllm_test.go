@@ -39,7 +39,7 @@ func TestPDVLLMSequentialLegs(t *testing.T) {
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 	testutil.NoLeaks(t)
 
-	st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{Room: 3})
+	st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, pdRequest(), pd.Legs{Room: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestPDVLLMPrefillFaults(t *testing.T) {
 			prefill, decode := newPDVLLM(tt.prefill), newPDVLLM(nil)
 			pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 			testutil.NoLeaks(t)
-			st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{})
+			st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, pdRequest(), pd.Legs{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestPDVLLMDecodeFailsBeforeFirstToken(t *testing.T) {
 	})
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 	testutil.NoLeaks(t)
-	st, err := pd.Run(testCtx(t), pw, dw, pdRequest(), pd.Legs{})
+	st, err := pd.Run(testutil.Context(t, 5*time.Second), pw, dw, pdRequest(), pd.Legs{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestPDVLLMClientCancels(t *testing.T) {
 		}
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 		testutil.NoLeaks(t)
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)
@@ -190,7 +190,7 @@ func TestPDVLLMClientCancels(t *testing.T) {
 		}
 		pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
 		testutil.NoLeaks(t)
-		ctx, cancel := context.WithCancel(testCtx(t))
+		ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 		st, err := pd.Run(ctx, pw, dw, pdRequest(), pd.Legs{})
 		if err != nil {
 			t.Fatal(err)

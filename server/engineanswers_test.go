@@ -55,12 +55,6 @@ func (r result) streamedIDs() []uint32 {
 	return ids
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestUsageCountsWhatWasRelayed: an engine whose completion reports
 // completion_tokens 0 (and, streaming, no output_ids) still bills the
 // tokens the client received.
@@ -70,7 +64,7 @@ func TestUsageCountsWhatWasRelayed(t *testing.T) {
 			sim: func(_ int, c *sim.Config) { c.Faults.UsageZero = true }})
 		for _, c := range answerCalls {
 			t.Run(proto+"/"+c.name, func(t *testing.T) {
-				r, err := c.run(testCtx(t), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(12), IgnoreEos: true})
+				r, err := c.run(testutil.Context(t, 10*time.Second), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(12), IgnoreEos: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -98,7 +92,7 @@ func TestTokenizerVocabularyGuardsEnginesThatReportNone(t *testing.T) {
 			vocab := f.text.Tokenizer().VocabSize()
 			ids := prompt(1, 8)
 			ids[5] = uint32(vocab)
-			_, err := f.generate(testCtx(t), t, &kvgatev1.GenerateRequest{InputIds: ids, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4)}})
+			_, err := f.generate(testutil.Context(t, 10*time.Second), t, &kvgatev1.GenerateRequest{InputIds: ids, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4)}})
 			want := fmt.Sprintf("input_ids[5] is %d; token ids must be below", vocab)
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), want) ||
 				!strings.Contains(status.Convert(err).Message(), fmt.Sprint(vocab)) {
@@ -107,7 +101,7 @@ func TestTokenizerVocabularyGuardsEnginesThatReportNone(t *testing.T) {
 			if n := f.sims[0].Engine().Stats().Rejected; n != 0 {
 				t.Fatalf("the engine rejected %d requests; the router must refuse them first", n)
 			}
-			ws, err := f.admin.ListWorkers(testCtx(t), &kvgatev1.ListWorkersRequest{})
+			ws, err := f.admin.ListWorkers(testutil.Context(t, 10*time.Second), &kvgatev1.ListWorkersRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +129,7 @@ func TestOutOfVocabularyOutputIsTheWorkersFault(t *testing.T) {
 					// One failure opens a breaker: the one this request
 					// causes must count.
 					config: func(c *router.Config) { c.Breaker.FailureThreshold = 1 }})
-				r, err := c.run(testCtx(t), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(6), IgnoreEos: true})
+				r, err := c.run(testutil.Context(t, 10*time.Second), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(6), IgnoreEos: true})
 				if err != nil || r.complete == nil {
 					t.Fatalf("err = %v; want the request served by the healthy worker", err)
 				}
@@ -156,7 +150,7 @@ func TestOutOfVocabularyOutputIsTheWorkersFault(t *testing.T) {
 					c.Faults.ModelInfoMinimal = true
 					c.Faults.EmitOOV, c.Faults.EmitOOVAfter = true, 3
 				}})
-			r, err := answerCalls[0].run(testCtx(t), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true})
+			r, err := answerCalls[0].run(testutil.Context(t, 10*time.Second), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true})
 			if status.Code(err) != codes.Unavailable || len(r.streamedIDs()) != 3 {
 				t.Fatalf("err = %v after %d tokens; want UNAVAILABLE after 3", err, len(r.streamedIDs()))
 			}
@@ -173,7 +167,7 @@ func TestRouterEnforcesMaxNewTokens(t *testing.T) {
 			sim: func(_ int, c *sim.Config) { c.Faults.IgnoreMaxTokens = true }})
 		for _, c := range answerCalls {
 			t.Run(proto+"/"+c.name, func(t *testing.T) {
-				r, err := c.run(testCtx(t), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(5), IgnoreEos: true})
+				r, err := c.run(testutil.Context(t, 10*time.Second), t, f, &kvgatev1.SamplingParams{MaxNewTokens: u32(5), IgnoreEos: true})
 				if err != nil {
 					t.Fatal(err)
 				}

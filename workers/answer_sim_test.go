@@ -5,6 +5,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,7 +32,7 @@ func TestEngineReceiveLimits(t *testing.T) {
 		return srv.Addr()
 	}
 	t.Run("a Generate answer beyond 4 MiB", func(t *testing.T) {
-		w, err := workers.Connect(testCtx(t), start(t, simConfig()), workers.ConnectOptions{})
+		w, err := workers.Connect(testutil.Context(t, 5*time.Second), start(t, simConfig()), workers.ConnectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +42,7 @@ func TestEngineReceiveLimits(t *testing.T) {
 			ids[i] = uint32(1 + i%997)
 		}
 		one := uint32(1)
-		st, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "big", InputIDs: ids,
+		st, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "big", InputIDs: ids,
 			Sampling: workers.Sampling{MaxNewTokens: &one}, Logprobs: &workers.LogprobRequest{Prompt: true, TopK: workers.MaxTopLogprobs}})
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +69,7 @@ func TestEngineReceiveLimits(t *testing.T) {
 	t.Run("model information beyond 4 MiB", func(t *testing.T) {
 		cfg := simConfig()
 		cfg.Model = strings.Repeat("m", 5<<20)
-		_, err := workers.Connect(testCtx(t), start(t, cfg), workers.ConnectOptions{})
+		_, err := workers.Connect(testutil.Context(t, 5*time.Second), start(t, cfg), workers.ConnectOptions{})
 		if status.Code(err) != codes.ResourceExhausted || !workers.LocalLimit(err) {
 			t.Fatalf("Connect: %v; want the router's RESOURCE_EXHAUSTED", err)
 		}

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/internal/testutil"
@@ -31,7 +32,7 @@ func TestCheckedStream(t *testing.T) {
 			t.Run(p.name+"/"+tt.name, func(t *testing.T) {
 				srv, w := simtest.Worker(t, simtest.Config(p.name))
 				srv.Engine().SetFaults(tt.faults)
-				s, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{
+				s, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{
 					RequestID: "checked", InputIDs: testutil.Tokens(5, 20), NoStream: tt.noStream,
 					Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true},
 				})

@@ -50,7 +50,7 @@ func TestDetect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := workers.Detect(testCtx(t), testutil.Dial(t, tt.addr))
+			got, err := workers.Detect(testutil.Context(t, 5*time.Second), testutil.Dial(t, tt.addr))
 			if got != tt.want || !errors.Is(err, tt.wantErr) {
 				t.Errorf("Detect = %v, %v; want %v, %v", got, err, tt.want, tt.wantErr)
 			}
@@ -78,7 +78,7 @@ func TestConnect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, err := workers.Connect(testCtx(t), tt.addr, tt.opts)
+			w, err := workers.Connect(testutil.Context(t, 5*time.Second), tt.addr, tt.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestConnect(t *testing.T) {
 				w.Info().Model != tt.wantModel || !w.Healthy() {
 				t.Errorf("worker %s: protocol %v role %v info %+v healthy %v", w.URL(), w.Protocol(), w.Role(), w.Info(), w.Healthy())
 			}
-			if err := w.Backend().Health(testCtx(t)); err != nil {
+			if err := w.Backend().Health(testutil.Context(t, 5*time.Second)); err != nil {
 				t.Errorf("Health over the worker's connection: %v", err)
 			}
 		})
@@ -118,7 +118,7 @@ func TestConnectErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
-			w, err := workers.Connect(testCtx(t), tt.addr, tt.opts)
+			w, err := workers.Connect(testutil.Context(t, 5*time.Second), tt.addr, tt.opts)
 			if err == nil {
 				w.Close()
 				t.Fatal("Connect succeeded")

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
+
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
 )
@@ -56,7 +58,7 @@ func TestDPRanksShareTheirEnginesHealthAndLoads(t *testing.T) {
 			wg.Go(func() { workers.RunLoadPolls(ctx, reg, 10*time.Millisecond, nil) })
 			select {
 			case <-twenty:
-			case <-testCtx(t).Done():
+			case <-testutil.Context(t, 5*time.Second).Done():
 				t.Fatal("fewer than 20 rounds of health checks")
 			}
 			cancel()

@@ -138,7 +138,7 @@ func startDPSim(t *testing.T, protocol string, ranks int) (*sim.Engine, string, 
 
 func connectAll(t *testing.T, addr string, dpAware bool) []*workers.Worker {
 	t.Helper()
-	ws, err := workers.ConnectAll(testCtx(t), addr, workers.ConnectOptions{DPAware: dpAware})
+	ws, err := workers.ConnectAll(testutil.Context(t, 5*time.Second), addr, workers.ConnectOptions{DPAware: dpAware})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func connectAll(t *testing.T, addr string, dpAware bool) []*workers.Worker {
 
 func generateOn(t *testing.T, w *workers.Worker, id string, prompt []uint32) *workers.Completion {
 	t.Helper()
-	s, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: id, InputIDs: prompt,
+	s, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: id, InputIDs: prompt,
 		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 			}
 			// Two requests held on rank 2: the engine reports them there.
 			e.SetFaults(sim.Faults{StallBeforeFirstToken: true})
-			ctx, cancel := context.WithCancel(testCtx(t))
+			ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 			defer cancel()
 			for i := range 2 {
 				if _, err := ws[2].Backend().Generate(ctx, &workers.GenerateRequest{RequestID: fmt.Sprint("held", i),
@@ -234,7 +234,7 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 			}
 			testutil.Eventually(t, "two requests running on rank 2", func() bool { return e.Rank(2).Stats().Running == 2 })
 
-			pctx, stop := context.WithCancel(testCtx(t))
+			pctx, stop := context.WithCancel(testutil.Context(t, 5*time.Second))
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -248,12 +248,12 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 					t.Errorf("rank %d: engine load %+v, want %d running", r, w.EngineLoad(), want)
 				}
 			}
-			if l, err := ws[2].Backend().Loads(testCtx(t)); err != nil || l.Running != 2 {
+			if l, err := ws[2].Backend().Loads(testutil.Context(t, 5*time.Second)); err != nil || l.Running != 2 {
 				t.Errorf("rank 2 Loads = %+v, %v", l, err)
 			}
 			// An abort through any rank reaches the engine, which finds the
 			// request on its rank.
-			if err := ws[0].Backend().Abort(testCtx(t), "held0"); err != nil {
+			if err := ws[0].Backend().Abort(testutil.Context(t, 5*time.Second), "held0"); err != nil {
 				t.Fatal(err)
 			}
 			testutil.Eventually(t, "the abort on rank 2", func() bool { return e.Rank(2).Stats().Aborted == 1 })
@@ -261,7 +261,7 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 
 			// One health answer for the engine, applied to every rank.
 			e.SetFaults(sim.Faults{Unhealthy: true})
-			hctx, hstop := context.WithCancel(testCtx(t))
+			hctx, hstop := context.WithCancel(testutil.Context(t, 5*time.Second))
 			hdone := make(chan struct{})
 			go func() {
 				defer close(hdone)
@@ -283,7 +283,7 @@ func TestDPRankLoadsAndHealth(t *testing.T) {
 
 func TestDPRanksShareTheConnection(t *testing.T) {
 	_, addr, _ := startDPSim(t, sim.ProtocolVLLM, 4)
-	ws, err := workers.ConnectAll(testCtx(t), addr, workers.ConnectOptions{DPAware: true})
+	ws, err := workers.ConnectAll(testutil.Context(t, 5*time.Second), addr, workers.ConnectOptions{DPAware: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestDPRanksShareTheConnection(t *testing.T) {
 	if err := ws[3].Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ws[3].Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "closed", InputIDs: testutil.Tokens(7, 20)}); err == nil {
+	if _, err := ws[3].Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "closed", InputIDs: testutil.Tokens(7, 20)}); err == nil {
 		t.Fatal("Generate after the last rank closed succeeded")
 	}
 }

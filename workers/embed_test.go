@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,7 +24,7 @@ func TestSimEmbed(t *testing.T) {
 	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := simtest.Worker(t, simtest.Config(p.name))
-			ctx := testCtx(t)
+			ctx := testutil.Context(t, 5*time.Second)
 			got, err := w.Backend().Embed(ctx, &workers.EmbedRequest{RequestID: "e1", InputIDs: ids})
 			if err != nil {
 				t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -32,21 +31,6 @@ func serve(t *testing.T, register func(*grpc.Server)) string {
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()
-}
-
-// testCtx returns a context that ends with the test or after 5 s.
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// locked returns f's result read under mu, for test engines' records.
-func locked[T any](mu *sync.Mutex, f func() T) T {
-	mu.Lock()
-	defer mu.Unlock()
-	return f()
 }
 
 // healthScript decides a scripted engine's answer to its n-th (1-based)

@@ -55,7 +55,7 @@ func runKVSubscriptions(t *testing.T, reg *workers.Registry, rec *kvRecorder, tw
 // generate runs one request to completion on w.
 func generate(t *testing.T, w *workers.Worker, id string, prompt []uint32) {
 	t.Helper()
-	s, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: id, InputIDs: prompt,
+	s, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: id, InputIDs: prompt,
 		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](2), IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -396,7 +396,7 @@ func TestKVEventsUnimplemented(t *testing.T) {
 
 			testutil.Eventually(t, "approximate mode", func() bool { return mode(subs, w.URL()) == workers.KVModeApproximate })
 			e.SetFaults(sim.Faults{})
-			if err := e.WaitCalls(testCtx(t), "SubscribeKvEvents", 2); err != nil {
+			if err := e.WaitCalls(testutil.Context(t, 5*time.Second), "SubscribeKvEvents", 2); err != nil {
 				t.Fatal(err)
 			}
 			if d := time.Since(began); d < recheck {

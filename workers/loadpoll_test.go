@@ -47,7 +47,7 @@ func TestLoadPollsStopOnUnimplemented(t *testing.T) {
 			// Rounds never overlap, so the second engine's polls count them.
 			rounds := func(n uint64) {
 				t.Helper()
-				if err := engines[1].Engine().WaitCalls(testCtx(t), "GetLoads", engines[1].Engine().Calls("GetLoads")+n); err != nil {
+				if err := engines[1].Engine().WaitCalls(testutil.Context(t, 5*time.Second), "GetLoads", engines[1].Engine().Calls("GetLoads")+n); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -8,6 +8,7 @@ package workers_test
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
@@ -114,7 +115,7 @@ func TestLogprobsDecoded(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(p.String()+"/"+tc.name, func(t *testing.T) {
 				b := lpBackend(t, p, tc.msgs)
-				st, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "lp", InputIDs: []uint32{1, 2}, Logprobs: tc.ask})
+				st, err := b.Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "lp", InputIDs: []uint32{1, 2}, Logprobs: tc.ask})
 				if err != nil {
 					t.Fatal(err)
 				}

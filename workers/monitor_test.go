@@ -51,7 +51,7 @@ func TestHealthChecksThresholds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			eng := &sglangEngine{health: tt.script}
-			w, err := workers.Connect(testCtx(t), eng.start(t), workers.ConnectOptions{})
+			w, err := workers.Connect(testutil.Context(t, 5*time.Second), eng.start(t), workers.ConnectOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +113,7 @@ func TestLoadPolls(t *testing.T) {
 	eng := &sglangEngine{loads: &sglang.GetLoadsResponse{Loads: []*sglang.SchedulerLoad{
 		{NumRunningReqs: 4, NumWaitingReqs: 2, NumUsedTokens: 300, MaxTotalNumTokens: 1000, CacheHitRate: 0.5},
 	}}}
-	w, err := workers.Connect(testCtx(t), eng.start(t), workers.ConnectOptions{})
+	w, err := workers.Connect(testutil.Context(t, 5*time.Second), eng.start(t), workers.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +23,7 @@ func TestEngineKilledAndRestarted(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			srv.Engine().SetFaults(sim.Faults{StallAfterTokens: 1})
-			ctx, cancel := context.WithCancel(testCtx(t))
+			ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 			defer cancel()
 			req := &workers.GenerateRequest{RequestID: "r", InputIDs: testutil.Tokens(5, 40),
 				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true}}
@@ -38,15 +39,15 @@ func TestEngineKilledAndRestarted(t *testing.T) {
 			if err := recvUntilError(s); status.Code(err) != codes.Unavailable {
 				t.Fatalf("in-flight stream of a killed engine: %v, want UNAVAILABLE", err)
 			}
-			if err := w.Backend().Health(testCtx(t)); status.Code(err) != codes.Unavailable {
+			if err := w.Backend().Health(testutil.Context(t, 5*time.Second)); status.Code(err) != codes.Unavailable {
 				t.Fatalf("Health of a killed engine: %v, want UNAVAILABLE", err)
 			}
 
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			testutil.Eventually(t, "the worker's connection to come back", func() bool { return w.Backend().Health(testCtx(t)) == nil })
-			s, err = w.Backend().Generate(testCtx(t), req)
+			testutil.Eventually(t, "the worker's connection to come back", func() bool { return w.Backend().Health(testutil.Context(t, 5*time.Second)) == nil })
+			s, err = w.Backend().Generate(testutil.Context(t, 5*time.Second), req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,7 +68,7 @@ func TestSGLangSamplingTranslation(t *testing.T) {
 	b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testutil.Context(t, 5*time.Second)
 			s, err := b.Generate(ctx, &workers.GenerateRequest{RequestID: "req-" + tt.name, InputIDs: []uint32{1, 2, 3}, Sampling: tt.in})
 			if err != nil {
 				t.Fatal(err)
@@ -124,7 +125,7 @@ func TestSGLangStreamTranslation(t *testing.T) {
 		}}},
 	}}
 	b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
-	s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "r", InputIDs: []uint32{1, 2, 3, 4, 5}})
+	s, err := b.Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "r", InputIDs: []uint32{1, 2, 3, 4, 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestSGLangStreamErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			eng := &sglangEngine{replies: []*sglang.GenerateResponse{partial}, endErr: tt.endErr}
 			b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
-			s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "early"})
+			s, err := b.Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "early"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +202,7 @@ func TestSGLangManagement(t *testing.T) {
 		abortResp: &sglang.AbortResponse{Success: false, Message: "no such request"},
 	}
 	b := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t)))
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 5*time.Second)
 
 	info, err := b.Info(ctx)
 	if err != nil {
@@ -220,7 +221,7 @@ func TestSGLangManagement(t *testing.T) {
 	if want := (workers.Load{Running: 5, Waiting: 1, UsedTokens: 400, MaxTotalTokens: 2000, TokenUsage: 0.2, CacheHitRate: 0.6}); !loadsClose(l, want) {
 		t.Errorf("Loads = %+v, want %+v", l, want)
 	}
-	if inc := locked(&eng.mu, func() []string { return eng.loadReqs[0].GetInclude() }); !reflect.DeepEqual(inc, []string{"core"}) {
+	if inc := testutil.Locked(&eng.mu, func() []string { return eng.loadReqs[0].GetInclude() }); !reflect.DeepEqual(inc, []string{"core"}) {
 		t.Errorf("GetLoads include = %v, want [core]", inc)
 	}
 
@@ -234,14 +235,14 @@ func TestSGLangManagement(t *testing.T) {
 	if err := b.Abort(ctx, "r-1"); err == nil || !strings.Contains(err.Error(), "no such request") {
 		t.Errorf("refused Abort = %v, want an error with the engine's message", err)
 	}
-	if got := locked(&eng.mu, func() *sglang.AbortRequest { return eng.aborts[0] }); got.GetRequestId() != "r-1" || got.GetReason() == "" {
+	if got := testutil.Locked(&eng.mu, func() *sglang.AbortRequest { return eng.aborts[0] }); got.GetRequestId() != "r-1" || got.GetReason() == "" {
 		t.Errorf("AbortRequest = %v, want request r-1 with a reason", got)
 	}
 }
 
 func TestSGLangInfoWithoutServerInfo(t *testing.T) {
 	eng := &sglangEngine{} // GetServerInfo unimplemented
-	info, err := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t))).Info(testCtx(t))
+	info, err := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t))).Info(testutil.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ func TestSimConnectAndGenerate(t *testing.T) {
 					InputIDs:  prompt,
 					Sampling:  workers.Sampling{MaxNewTokens: ptr[uint32](8), IgnoreEOS: true, Seed: ptr[int32](3)},
 				}
-				s, err := w.Backend().Generate(testCtx(t), req)
+				s, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -128,7 +128,7 @@ func TestSimFaults(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			srv, w := simtest.Worker(t, simtest.Config(p.name))
 			gen := func(id string) (workers.Stream, error) {
-				return w.Backend().Generate(testCtx(t), &workers.GenerateRequest{
+				return w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{
 					RequestID: id, InputIDs: testutil.Tokens(5, 20),
 					Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](16), IgnoreEOS: true},
 				})
@@ -146,7 +146,7 @@ func TestSimFaults(t *testing.T) {
 
 			// A stalled request shows in the engine's load and can be aborted.
 			srv.Engine().SetFaults(sim.Faults{StallAfterTokens: 2})
-			ctx, cancel := context.WithCancel(testCtx(t))
+			ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 			defer cancel()
 			s, err = w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: "stall", InputIDs: testutil.Tokens(5, 20),
 				Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](16), IgnoreEOS: true}})
@@ -156,7 +156,7 @@ func TestSimFaults(t *testing.T) {
 			if _, err := s.Recv(); err != nil {
 				t.Fatal(err)
 			}
-			l, err := w.Backend().Loads(testCtx(t))
+			l, err := w.Backend().Loads(testutil.Context(t, 5*time.Second))
 			switch {
 			case !p.loads:
 				if !workers.Lacks(workers.RPCGetLoads, err) {
@@ -165,7 +165,7 @@ func TestSimFaults(t *testing.T) {
 			case err != nil || l.Running != 1 || l.UsedTokens == 0 || l.MaxTotalTokens != 8192:
 				t.Errorf("Loads with one stalled request = %+v, %v", l, err)
 			}
-			if err := w.Backend().Abort(testCtx(t), "stall"); err != nil {
+			if err := w.Backend().Abort(testutil.Context(t, 5*time.Second), "stall"); err != nil {
 				t.Errorf("Abort: %v", err)
 			}
 			testutil.Eventually(t, "the abort to reach the engine", func() bool { return srv.Engine().Stats().Aborted == 1 })
@@ -228,7 +228,7 @@ func TestSimHealthAndLoadMonitors(t *testing.T) {
 
 	// A request stalled on the engine appears in the polled load.
 	srvA.Engine().SetFaults(sim.Faults{StallAfterTokens: 1})
-	gctx, gcancel := context.WithCancel(testCtx(t))
+	gctx, gcancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 	defer gcancel()
 	s, err := a.Backend().Generate(gctx, &workers.GenerateRequest{RequestID: "held", InputIDs: testutil.Tokens(9, 40),
 		Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](4), IgnoreEOS: true}})

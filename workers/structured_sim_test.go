@@ -11,6 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 
 	"github.com/kvgate/kvgate/internal/testutil/simtest"
 	"github.com/kvgate/kvgate/tokenize"
@@ -27,7 +30,7 @@ func startTokenizerSim(t *testing.T, protocol string) (*workers.Worker, *tokeniz
 	cfg.TimeScale = 0
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	_, w := simtest.Worker(t, cfg)
-	archive, err := w.Backend().Tokenizer(testCtx(t))
+	archive, err := w.Backend().Tokenizer(testutil.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +64,7 @@ func TestSimStructuredOutputThroughAdapters(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				w, tok := startTokenizerSim(t, p.name)
-				st, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{
+				st, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{
 					RequestID: "json", InputIDs: []uint32{10, 11, 12}, NoStream: noStream,
 					Sampling: workers.Sampling{MaxNewTokens: ptr(uint32(100)),
 						Constraint: workers.Constraint{Kind: workers.JSONSchema, Value: schema}},

@@ -91,7 +91,7 @@ func TestConnectTLS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := startTLSSim(t, pki, tt.mutual)
-			w, err := workers.Connect(testCtx(t), tt.scheme+srv.Addr(), workers.ConnectOptions{TLS: tt.tls, Timeout: 3 * time.Second})
+			w, err := workers.Connect(testutil.Context(t, 5*time.Second), tt.scheme+srv.Addr(), workers.ConnectOptions{TLS: tt.tls, Timeout: 3 * time.Second})
 			if len(tt.wantErr) > 0 {
 				if err == nil {
 					w.Close()
@@ -114,7 +114,7 @@ func TestConnectTLS(t *testing.T) {
 			if w.URL() != "grpcs://"+srv.Addr() {
 				t.Errorf("URL %s", w.URL())
 			}
-			st, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "tls", InputIDs: []uint32{1, 2, 3}})
+			st, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "tls", InputIDs: []uint32{1, 2, 3}})
 			if err != nil {
 				t.Fatal(err)
 			}

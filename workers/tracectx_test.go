@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
@@ -62,14 +63,14 @@ func TestConnectPropagatesTheTrace(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(srv.Stop)
-			w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{Propagator: tracing.Propagator{}})
+			w, err := workers.Connect(testutil.Context(t, 5*time.Second), srv.Addr(), workers.ConnectOptions{Propagator: tracing.Propagator{}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { w.Close() })
 
 			caller, leg := spanContext(0xa, 0xb), spanContext(0xa, 0xc)
-			ctx := trace.ContextWithSpanContext(testCtx(t), caller)
+			ctx := trace.ContextWithSpanContext(testutil.Context(t, 5*time.Second), caller)
 			req := &workers.GenerateRequest{RequestID: "r1", InputIDs: testutil.Tokens(5, 8), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](2)}}
 			s, err := w.Backend().Generate(ctx, req)
 			if err != nil {
@@ -91,7 +92,7 @@ func TestConnectPropagatesTheTrace(t *testing.T) {
 			}
 			drain(t, s)
 			// Outside a trace: nothing.
-			_ = w.Backend().Health(testCtx(t))
+			_ = w.Backend().Health(testutil.Context(t, 5*time.Second))
 
 			if got, want := rec.get("Generate"), []string{traceparentOf(caller), traceparentOf(leg)}; strings.Join(got, ",") != strings.Join(want, ",") {
 				t.Errorf("Generate traceparents %q, want %q", got, want)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -38,7 +39,7 @@ func TestParseProtocolNamesTheProtocols(t *testing.T) {
 func TestTRTLLMConnectByName(t *testing.T) {
 	trt, _ := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
 	sgl, _ := simtest.Worker(t, simtest.Config(sim.ProtocolSGLang))
-	w, err := workers.Connect(testCtx(t), "grpc://"+trt.Addr(), workers.ConnectOptions{Protocol: workers.ProtocolTRTLLM})
+	w, err := workers.Connect(testutil.Context(t, 5*time.Second), "grpc://"+trt.Addr(), workers.ConnectOptions{Protocol: workers.ProtocolTRTLLM})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestTRTLLMConnectByName(t *testing.T) {
 	if w.Protocol() != workers.ProtocolTRTLLM || w.Info().VocabSize != 128256 {
 		t.Errorf("worker %v, info %+v", w.Protocol(), w.Info())
 	}
-	_, err = workers.Connect(testCtx(t), sgl.Addr(), workers.ConnectOptions{Protocol: workers.ProtocolTRTLLM})
+	_, err = workers.Connect(testutil.Context(t, 5*time.Second), sgl.Addr(), workers.ConnectOptions{Protocol: workers.ProtocolTRTLLM})
 	if status.Code(err) != codes.Unimplemented || !containsAll(err.Error(), sgl.Addr(), "trtllm") {
 		t.Errorf("trtllm named for an SGLang engine: %v; want UNIMPLEMENTED naming the worker and the protocol", err)
 	}
@@ -55,7 +56,7 @@ func TestTRTLLMConnectByName(t *testing.T) {
 // generateAll runs req to its end and returns its chunks.
 func generateAll(t *testing.T, w *workers.Worker, req *workers.GenerateRequest) []workers.Chunk {
 	t.Helper()
-	s, err := w.Backend().Generate(testCtx(t), req)
+	s, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,13 +161,13 @@ func TestTRTLLMGenerateContract(t *testing.T) {
 	})
 	t.Run("a data-parallel rank is refused before the engine", func(t *testing.T) {
 		before := srv.Engine().Stats().Requests
-		_, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "dp", InputIDs: testutil.Tokens(1, 4), DPRank: ptr(1)})
+		_, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "dp", InputIDs: testutil.Tokens(1, 4), DPRank: ptr(1)})
 		if !testutil.IsFault(err, fault.Precondition) || srv.Engine().Stats().Requests != before {
 			t.Errorf("Generate with a rank: %v; want FAILED_PRECONDITION and nothing sent", err)
 		}
 	})
 	t.Run("aborting an unknown request is no error", func(t *testing.T) {
-		if err := w.Backend().Abort(testCtx(t), "never-was"); err != nil {
+		if err := w.Backend().Abort(testutil.Context(t, 5*time.Second), "never-was"); err != nil {
 			t.Errorf("Abort: %v", err)
 		}
 	})
@@ -176,11 +177,11 @@ func TestTRTLLMGenerateContract(t *testing.T) {
 // other text is the engine's account of what is wrong.
 func TestTRTLLMHealthStatusText(t *testing.T) {
 	srv, w := simtest.Worker(t, simtest.Config(sim.ProtocolTRTLLM))
-	if err := w.Backend().Health(testCtx(t)); err != nil {
+	if err := w.Backend().Health(testutil.Context(t, 5*time.Second)); err != nil {
 		t.Errorf("healthy engine: %v", err)
 	}
 	srv.Engine().SetFaults(sim.Faults{Unhealthy: true})
-	err := w.Backend().Health(testCtx(t))
+	err := w.Backend().Health(testutil.Context(t, 5*time.Second))
 	if !errors.Is(err, workers.ErrUnhealthy) || !containsAll(err.Error(), "injected fault") {
 		t.Errorf("unhealthy engine: %v; want ErrUnhealthy with the engine's status", err)
 	}

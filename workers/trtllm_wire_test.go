@@ -18,6 +18,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -126,7 +127,7 @@ func TestTRTLLMWireGenerateRequest(t *testing.T) {
 	b := workers.NewTRTLLMBackend(testutil.Dial(t, addr))
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(testCtx(t))
+			ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 			defer cancel()
 			st, err := b.Generate(ctx, &tc.req)
 			if err != nil {

@@ -3,6 +3,9 @@ package workers_test
 import (
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 
 	"github.com/kvgate/kvgate/workers"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -32,14 +35,14 @@ func TestVLLMStreamedCompletionListsTheWholeOutput(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(srv.Stop)
-			w, err := workers.Connect(testCtx(t), srv.Addr(), workers.ConnectOptions{})
+			w, err := workers.Connect(testutil.Context(t, 5*time.Second), srv.Addr(), workers.ConnectOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer w.Close()
 			const n = 8
 			maxNew := uint32(n)
-			st, err := w.Backend().Generate(testCtx(t), &workers.GenerateRequest{RequestID: "delta", InputIDs: []uint32{1, 2, 3},
+			st, err := w.Backend().Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "delta", InputIDs: []uint32{1, 2, 3},
 				Sampling: workers.Sampling{MaxNewTokens: &maxNew, IgnoreEOS: true}, Logprobs: &workers.LogprobRequest{Output: true}})
 			if err != nil {
 				t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,7 +58,7 @@ func TestVLLMSamplingTranslation(t *testing.T) {
 	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "v-" + tt.name, InputIDs: []uint32{4, 5}, Sampling: tt.in})
+			s, err := b.Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "v-" + tt.name, InputIDs: []uint32{4, 5}, Sampling: tt.in})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +87,7 @@ func TestVLLMStreamTranslation(t *testing.T) {
 			MatchedStop: &vllm.GenerateComplete_MatchedStopStr{MatchedStopStr: "</s>"}}}},
 	}}
 	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
-	s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "v", InputIDs: []uint32{1, 2, 3, 4}})
+	s, err := b.Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "v", InputIDs: []uint32{1, 2, 3, 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestVLLMStreamEndsEarly(t *testing.T) {
 		{Response: &vllm.GenerateResponse_Chunk{Chunk: &vllm.GenerateStreamChunk{TokenIds: []uint32{1}}}},
 	}}
 	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
-	s, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "cut"})
+	s, err := b.Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "cut"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestVLLMManagement(t *testing.T) {
 		health: func(int64) bool { return false },
 	}
 	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
-	ctx := testCtx(t)
+	ctx := testutil.Context(t, 5*time.Second)
 
 	info, err := b.Info(ctx)
 	if err != nil {
@@ -155,7 +156,7 @@ func TestVLLMManagement(t *testing.T) {
 	if err := b.Abort(ctx, "v-9"); err != nil {
 		t.Fatal(err)
 	}
-	if got := locked(&eng.mu, func() []string { return eng.aborts[0].GetRequestIds() }); !reflect.DeepEqual(got, []string{"v-9"}) {
+	if got := testutil.Locked(&eng.mu, func() []string { return eng.aborts[0].GetRequestIds() }); !reflect.DeepEqual(got, []string{"v-9"}) {
 		t.Errorf("AbortRequest ids = %v, want [v-9]", got)
 	}
 }
@@ -163,14 +164,14 @@ func TestVLLMManagement(t *testing.T) {
 func TestVLLMInfoWithoutLoads(t *testing.T) {
 	eng := &vllmEngine{} // GetLoads unimplemented
 	b := workers.NewVLLMBackend(testutil.Dial(t, eng.start(t)))
-	info, err := b.Info(testCtx(t))
+	info, err := b.Info(testutil.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.Model != "test/vllm-model" || info.KVCapacityTokens != 0 {
 		t.Errorf("Info = %+v; want the model path and unknown capacity", info)
 	}
-	if _, err := b.Loads(testCtx(t)); status.Code(err) != codes.Unimplemented {
+	if _, err := b.Loads(testutil.Context(t, 5*time.Second)); status.Code(err) != codes.Unimplemented {
 		t.Errorf("Loads = %v; want the engine's UNIMPLEMENTED status unchanged", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -185,7 +186,7 @@ func TestWireConstraintsAndLogprobs(t *testing.T) {
 		}
 		for _, tc := range p.cases {
 			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
-				ctx, cancel := context.WithCancel(testCtx(t))
+				ctx, cancel := context.WithCancel(testutil.Context(t, 5*time.Second))
 				defer cancel()
 				st, err := b.Generate(ctx, &workers.GenerateRequest{
 					RequestID: "wire", InputIDs: []uint32{1, 2, 3},
@@ -242,7 +243,7 @@ func TestUnknownConstraintKindRefused(t *testing.T) {
 		if p == workers.ProtocolVLLM {
 			b = workers.NewVLLMBackend(conn)
 		}
-		_, err := b.Generate(testCtx(t), &workers.GenerateRequest{RequestID: "x", InputIDs: []uint32{1},
+		_, err := b.Generate(testutil.Context(t, 5*time.Second), &workers.GenerateRequest{RequestID: "x", InputIDs: []uint32{1},
 			Sampling: workers.Sampling{Constraint: workers.Constraint{Kind: 99, Value: "?"}}})
 		if !testutil.IsFault(err, fault.Invalid) {
 			t.Errorf("%v: Generate with kind 99: %v, want INVALID_ARGUMENT", p, err)
