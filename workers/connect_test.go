@@ -22,7 +22,7 @@ import (
 // otherService serves only the standard gRPC health service: a gRPC server,
 // but not an engine.
 func otherService(t *testing.T) string {
-	return serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
+	return testutil.Serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
 }
 
 // closedPort returns a loopback address nothing listens on.

@@ -7,31 +7,17 @@ package workers_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 
 	"google.golang.org/grpc"
 
 	"github.com/kvgate/kvgate/api/gen/sglang"
 	"github.com/kvgate/kvgate/api/gen/vllm"
 )
-
-// serve starts a gRPC server on a free loopback port with the services that
-// register adds, and returns its host:port. The server stops with the test.
-func serve(t *testing.T, register func(*grpc.Server)) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	register(s)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return lis.Addr().String()
-}
 
 // healthScript decides a scripted engine's answer to its n-th (1-based)
 // HealthCheck: healthy or not.
@@ -127,7 +113,7 @@ func (e *sglangEngine) GetLoads(_ context.Context, req *sglang.GetLoadsRequest) 
 
 // start serves e and returns its address.
 func (e *sglangEngine) start(t *testing.T) string {
-	return serve(t, func(s *grpc.Server) { sglang.RegisterSglangSchedulerServer(s, e) })
+	return testutil.Serve(t, func(s *grpc.Server) { sglang.RegisterSglangSchedulerServer(s, e) })
 }
 
 // vllmEngine is a scripted vLLM engine.
@@ -199,5 +185,5 @@ func (e *vllmEngine) GetLoads(ctx context.Context, req *vllm.GetLoadsRequest) (*
 }
 
 func (e *vllmEngine) start(t *testing.T) string {
-	return serve(t, func(s *grpc.Server) { vllm.RegisterVllmEngineServer(s, e) })
+	return testutil.Serve(t, func(s *grpc.Server) { vllm.RegisterVllmEngineServer(s, e) })
 }
