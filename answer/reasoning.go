@@ -26,7 +26,7 @@ func ValidateReasoningParser(name string) error {
 
 // reasoningStyle decides how a Chat's answer is parsed: the request's
 // reasoning_parser, else the router's. It returns nil for raw text.
-func reasoningStyle(m Model, requested *string) (*parse.ReasoningStyle, error) {
+func reasoningStyle(m Rules, requested *string) (*parse.ReasoningStyle, error) {
 	name := m.ReasoningParser
 	if requested != nil {
 		name = *requested

@@ -15,9 +15,9 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// Model is what reading a Chat's answer needs to know of the model and of
+// Rules is what reading a Chat's answer needs to know of the model and of
 // the router's configuration.
-type Model struct {
+type Rules struct {
 	// ReasoningParser and ToolCallParser are the router's defaults
 	// (--reasoning-parser, --tool-call-parser): a style or format name,
 	// "auto", "none", or "" (auto).
@@ -61,7 +61,7 @@ type Shaper struct {
 // exist, a malformed response_format or tool_choice, a schema the engines
 // would not enforce, two constraints at once. id is the request's id, from
 // which the tool calls' ids are made.
-func New(req *kvgatev1.ChatRequest, id string, m Model) (*Shaper, error) {
+func New(req *kvgatev1.ChatRequest, id string, m Rules) (*Shaper, error) {
 	s := &Shaper{requestID: id}
 	var err error
 	if s.reasoning, err = reasoningStyle(m, req.ReasoningParser); err != nil {
@@ -110,11 +110,11 @@ func (s *Shaper) ParsesTools() bool { return s != nil && s.tools != nil }
 
 // Start makes the reader of one attempt's output: parsers keep state, and
 // a retried attempt starts from the beginning.
-func (s *Shaper) Start() *Attempt {
+func (s *Shaper) Start() *AttemptShaper {
 	if s == nil {
-		return &Attempt{}
+		return &AttemptShaper{}
 	}
-	a := &Attempt{ids: newCallIDs(s.requestID)}
+	a := &AttemptShaper{ids: newCallIDs(s.requestID)}
 	if s.reasoning != nil {
 		a.rp = parse.NewReasoning(*s.reasoning, s.open)
 	}
@@ -125,12 +125,12 @@ func (s *Shaper) Start() *Attempt {
 	return a
 }
 
-// Attempt shapes one attempt's output text, as it streams, into what the
+// AttemptShaper shapes one attempt's output text, as it streams, into what the
 // client receives: with a reasoning parser, the reasoning apart from the
 // content; with a tool-call parser, the calls apart from both. Without
 // either, the text passes through as content. It also folds what it
 // released, for the completion.
-type Attempt struct {
+type AttemptShaper struct {
 	rp *parse.Reasoning // nil: no reasoning split
 	tp toolParser       // nil: tool calls are not parsed
 	// ids names the calls; id is the current id of each announced index.
@@ -152,7 +152,7 @@ func (s Shaped) Empty() bool {
 }
 
 // Push shapes the next text delta.
-func (a *Attempt) Push(delta string) Shaped {
+func (a *AttemptShaper) Push(delta string) Shaped {
 	var out Shaped
 	a.shape(&out, delta, false)
 	return out
@@ -160,7 +160,7 @@ func (a *Attempt) Push(delta string) Shaped {
 
 // Finish shapes the answer's last text and releases what the parsers still
 // hold.
-func (a *Attempt) Finish(tail string) Shaped {
+func (a *AttemptShaper) Finish(tail string) Shaped {
 	var out Shaped
 	a.shape(&out, tail, true)
 	return out
@@ -169,7 +169,7 @@ func (a *Attempt) Finish(tail string) Shaped {
 // shape passes text through the reasoning parser, then its content through
 // the tool-call parser, flushing both at the end, and adds what they
 // release to out.
-func (a *Attempt) shape(out *Shaped, text string, end bool) {
+func (a *AttemptShaper) shape(out *Shaped, text string, end bool) {
 	reasoning, content := "", text
 	if a.rp != nil {
 		reasoning, content = a.rp.Push(text)
@@ -192,7 +192,7 @@ func (a *Attempt) shape(out *Shaped, text string, end bool) {
 
 // add folds d into the answer and appends it to out, naming each call as
 // it is announced.
-func (a *Attempt) add(out *Shaped, d parse.Delta) {
+func (a *AttemptShaper) add(out *Shaped, d parse.Delta) {
 	a.folded.Add(d)
 	out.Reasoning += d.Reasoning
 	out.Content += d.Content
@@ -210,7 +210,7 @@ func (a *Attempt) add(out *Shaped, d parse.Delta) {
 // Fill writes the whole answer into the completion; an answer with tool
 // calls that stopped as usual finishes with TOOL_CALLS, as OpenAI's API
 // says finish_reason "tool_calls".
-func (a *Attempt) Fill(c *kvgatev1.GenerateComplete) {
+func (a *AttemptShaper) Fill(c *kvgatev1.GenerateComplete) {
 	whole := a.folded.Answer()
 	c.Text = whole.Content
 	c.ReasoningContent = whole.Reasoning

@@ -52,7 +52,7 @@ func TestNewRefusesWhatCannotBeRead(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := answer.New(tc.req, "req-1", answer.Model{})
+			_, err := answer.New(tc.req, "req-1", answer.Rules{})
 			f, ok := fault.As(err)
 			if !ok || f.Kind != fault.Invalid || f.Field != tc.field || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err = %v (%+v), want an invalid %s saying %q", err, f, tc.field, tc.msg)
@@ -98,7 +98,7 @@ func TestForcedToolChoiceReadsTheJSON(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := answer.New(&kvgatev1.ChatRequest{Tools: tools, ToolChoice: tc.choice}, "req-1", answer.Model{Thinks: true})
+			s, err := answer.New(&kvgatev1.ChatRequest{Tools: tools, ToolChoice: tc.choice}, "req-1", answer.Rules{Thinks: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,8 +132,8 @@ func TestForcedToolChoiceReadsTheJSON(t *testing.T) {
 			}
 		})
 	}
-	a, _ := answer.New(&kvgatev1.ChatRequest{Tools: tools, ToolChoice: &kvgatev1.ToolChoice{Function: "get_weather"}}, "req-1", answer.Model{})
-	b, _ := answer.New(&kvgatev1.ChatRequest{Tools: tools, ToolChoice: &kvgatev1.ToolChoice{Function: "get_weather"}}, "req-2", answer.Model{})
+	a, _ := answer.New(&kvgatev1.ChatRequest{Tools: tools, ToolChoice: &kvgatev1.ToolChoice{Function: "get_weather"}}, "req-1", answer.Rules{})
+	b, _ := answer.New(&kvgatev1.ChatRequest{Tools: tools, ToolChoice: &kvgatev1.ToolChoice{Function: "get_weather"}}, "req-2", answer.Rules{})
 	if x, y := read(a, `{"city": "Paris"}`).ToolCalls[0].Id, read(b, `{"city": "Paris"}`).ToolCalls[0].Id; x == y {
 		t.Fatalf("requests req-1 and req-2 both name their call %q", x)
 	}
@@ -145,17 +145,17 @@ func TestForcedToolChoiceReadsTheJSON(t *testing.T) {
 func TestReasoningSplit(t *testing.T) {
 	tests := []struct {
 		name               string
-		m                  answer.Model
+		m                  answer.Rules
 		requested          *string
 		prompt             string
 		out                string
 		reasoning, content string
 	}{
-		{"auto, a thinking template", answer.Model{Thinks: true}, nil, "user: hi", "<think>hmm</think>Paris", "hmm", "Paris"},
-		{"auto, a template that does not think", answer.Model{}, nil, "user: hi", "<think>hmm</think>Paris", "", "<think>hmm</think>Paris"},
-		{"the router's style", answer.Model{ReasoningParser: "deepseek_r1"}, nil, "user: hi", "<think>hmm</think>Paris", "hmm", "Paris"},
-		{"the request says none", answer.Model{Thinks: true}, ptr("none"), "user: hi", "<think>hmm</think>Paris", "", "<think>hmm</think>Paris"},
-		{"the prompt opens the block", answer.Model{ReasoningParser: "deepseek_r1"}, nil, "user: hi<think>", "hmm</think>Paris", "hmm", "Paris"},
+		{"auto, a thinking template", answer.Rules{Thinks: true}, nil, "user: hi", "<think>hmm</think>Paris", "hmm", "Paris"},
+		{"auto, a template that does not think", answer.Rules{}, nil, "user: hi", "<think>hmm</think>Paris", "", "<think>hmm</think>Paris"},
+		{"the router's style", answer.Rules{ReasoningParser: "deepseek_r1"}, nil, "user: hi", "<think>hmm</think>Paris", "hmm", "Paris"},
+		{"the request says none", answer.Rules{Thinks: true}, ptr("none"), "user: hi", "<think>hmm</think>Paris", "", "<think>hmm</think>Paris"},
+		{"the prompt opens the block", answer.Rules{ReasoningParser: "deepseek_r1"}, nil, "user: hi<think>", "hmm</think>Paris", "hmm", "Paris"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,7 +196,7 @@ func TestToolFormatAndItsMarkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	special := map[string]uint32{"<tool_call>": 7, "</tool_call>": 8}
-	m := answer.Model{ToolFormat: hermes, ToolFormatDetected: true, SpecialID: func(s string) (uint32, bool) {
+	m := answer.Rules{ToolFormat: hermes, ToolFormatDetected: true, SpecialID: func(s string) (uint32, bool) {
 		id, ok := special[s]
 		return id, ok
 	}}

@@ -54,7 +54,7 @@ const (
 // response_format, tools, tool_choice and tool_call_parser: the
 // constraint, the tool-call parser and the special tokens the parser must
 // see.
-func (s *Shaper) chatTools(req *kvgatev1.ChatRequest, m Model) error {
+func (s *Shaper) chatTools(req *kvgatev1.ChatRequest, m Rules) error {
 	if err := s.responseFormat(req.GetResponseFormat(), req.GetSamplingParams()); err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func (s *Shaper) chatTools(req *kvgatev1.ChatRequest, m Model) error {
 
 // toolFormat is the request's tool_call_parser, else the router's; ok is
 // false when calls are not parsed.
-func toolFormat(m Model, requested *string) (f parse.ToolFormat, ok bool, err error) {
+func toolFormat(m Rules, requested *string) (f parse.ToolFormat, ok bool, err error) {
 	name := m.ToolCallParser
 	if requested != nil {
 		name = *requested
@@ -121,7 +121,7 @@ func toolFormat(m Model, requested *string) (f parse.ToolFormat, ok bool, err er
 
 // markerIDs are the special tokens among a format's markers: kept in the
 // text the parser reads, though special tokens are otherwise skipped.
-func markerIDs(m Model, markers []string) []uint32 {
+func markerIDs(m Rules, markers []string) []uint32 {
 	if m.SpecialID == nil {
 		return nil
 	}

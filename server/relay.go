@@ -29,7 +29,7 @@ type relay struct {
 	ds     *detok.Detokenizer // nil: no tokenizer, ids only
 	output []uint32
 	// ans shapes the text into content, reasoning and tool calls.
-	ans *answer.Attempt
+	ans *answer.AttemptShaper
 	// lp converts log-probabilities; logprobs are the output's so far, in
 	// step with output, and prompt the prompt's once the engine sent them
 	// (promptSent: on a chunk already).

@@ -131,9 +131,9 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 
 // answerModel is what reading a Chat's answer on r needs to know of its
 // model and of the router's parsers.
-func (s *Server) answerModel(r *route) answer.Model {
+func (s *Server) answerModel(r *route) answer.Rules {
 	tok := r.Text.Tokenizer()
-	return answer.Model{
+	return answer.Rules{
 		ReasoningParser:    s.reasoningParser,
 		ToolCallParser:     s.toolCallParser,
 		Thinks:             r.Thinks,
