@@ -431,7 +431,7 @@ func TestPDRolesBySelector(t *testing.T) {
 // attempt, and joins once the address is free instead of being forgotten.
 func TestRefusedPodIsRetried(t *testing.T) {
 	e := engine(t, sim.RoleRegular)
-	var log lockedBuffer
+	var log testutil.Buffer
 	c := startCluster(t, clusterOptions{static: []string{url(e)}, retries: 10 * time.Millisecond, log: &log})
 	c.create(podOf("p", e, true, map[string]string{"app": "engine"}))
 	const refused = `msg="pod not added to the fleet; retrying with backoff"`
@@ -482,24 +482,6 @@ func TestRelistAfterDroppedWatch(t *testing.T) {
 	}
 	c.failWatch.Store(false)
 	c.waitFleet("regular "+url(e0), "regular "+url(e2))
-}
-
-// lockedBuffer is a log destination the router writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // fakePods is Config.Pods over client-go's fake clientset.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 )
@@ -35,25 +33,7 @@ func TestReadmeGoExample(t *testing.T) {
 		t.Fatal("README's Go example does not dial localhost:30000, the quick start's router")
 	}
 
-	cfg := defaults(t, "--port", "0", "--prometheus-port", "0", "--embedded-time-scale", "0")
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan listening, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, (&testutil.Logs{}).Logger(), func(l listening) { addrs <- l }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	var l listening
-	select {
-	case l = <-addrs:
-	case err := <-done:
-		t.Fatalf("serve ended early: %v", err)
-	case <-time.After(testutil.Patience):
-		t.Fatal("serve did not become ready")
-	}
+	l := startServe(t)
 
 	// The example is a function body; the program around it is the least
 	// that makes it one. The file is laid over the module with -overlay, so
