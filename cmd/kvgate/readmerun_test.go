@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,5 +112,51 @@ func TestReadmeRunningAgainstEngines(t *testing.T) {
 	}
 	if ran == 0 {
 		t.Fatal(fmt.Sprint("no kvgate serve line of the block ran against the engines it starts; sims: ", sims))
+	}
+}
+
+// TestReadmeProfiling runs README's profiling commands (`go tool pprof`,
+// non-interactively, the CPU profile for one second instead of thirty)
+// against a router started with the --pprof-addr the prose gives.
+func TestReadmeProfiling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go tool pprof")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	section := docSection(t, "../../README.md", "## Profiling")
+	if !strings.Contains(section, "`--pprof-addr 127.0.0.1:6060`") {
+		t.Fatal("README's profiling section does not give --pprof-addr 127.0.0.1:6060")
+	}
+	blocks := shellBlocks(section)
+	if len(blocks) != 1 {
+		t.Fatalf("README's profiling section has %d sh blocks; this test knows one", len(blocks))
+	}
+	l := startServe(t, "--pprof-addr", "127.0.0.1:0")
+	cmds, err := shellCommands(blocks[0], map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		words := c.stages[0]
+		if len(words) < 4 || strings.Join(words[:3], " ") != "go tool pprof" {
+			t.Fatalf("%q is not a go tool pprof command", c.line)
+		}
+		args := slices.Clone(words[1:])
+		for i, a := range args {
+			args[i] = strings.ReplaceAll(a, "127.0.0.1:6060", l.pprof)
+			if a == "-seconds" && i+1 < len(args) {
+				args[i+1] = "1"
+			}
+		}
+		args = append(args[:2], append([]string{"-top"}, args[2:]...)...)
+		cmd := exec.CommandContext(testutil.Context(t, 4*testutil.Patience), goBin, args...)
+		cmd.Env = append(os.Environ(), "PPROF_TMPDIR="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "flat%") {
+			t.Errorf("%s: %v\n%s", c.line, err, out)
+		}
 	}
 }
