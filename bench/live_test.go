@@ -3,36 +3,18 @@ package bench
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
-
-// lockedBuilder is a strings.Builder the status goroutine and the test may
-// share.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLiveStatusLine: on a terminal a run rewrites one status line each
 // interval with what has ended so far, and erases it when the run ends.
 func TestLiveStatusLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out lockedBuilder
+		var out testutil.Buffer
 		d := &driver{}
 		start := time.Now()
 		stop := d.live(Config{Live: &out, LiveEvery: time.Second}, "cache_aware", 10, start)
