@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 )
@@ -87,7 +88,7 @@ func main() {
 	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(testutil.Context(t, 4*testutil.Patience), goBin, "run", "-overlay", ov, "./internal/readmegoexample")
+	cmd := exec.CommandContext(testutil.Context(t, 5*time.Minute), goBin, "run", "-overlay", ov, "./internal/readmegoexample")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
