@@ -95,8 +95,7 @@ func (s *pipeline) classify(ctx, actx context.Context, p *plan, err error, token
 		switch {
 		case workers.LocalLimit(err):
 			f.cause = causeRouterLimit
-		case status.Code(err) == codes.Unimplemented, errors.Is(err, workers.ErrBadEmbedding),
-			isFault && kind == fault.Unsupported:
+		case workers.Unimplemented(err), errors.Is(err, workers.ErrBadEmbedding):
 			f.cause = causeUnsupported
 		case isFault:
 			// A fault an adapter raised about the request (a constraint
@@ -200,15 +199,6 @@ func message(err error) string {
 func isStatus(err error) bool {
 	_, ok := status.FromError(err)
 	return ok
-}
-
-// isUnsupported reports whether err says a call is not implemented: a fault of
-// that kind, or an engine's UNIMPLEMENTED.
-func isUnsupported(err error) bool {
-	if k, ok := fault.KindOf(err); ok {
-		return k == fault.Unsupported
-	}
-	return status.Code(err) == codes.Unimplemented
 }
 
 // log records the failure at the level it deserves: a client leaving is

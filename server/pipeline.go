@@ -132,10 +132,10 @@ func (s *pipeline) run(ctx context.Context, j *job) error {
 			return nil
 		}
 		if f.placement { // nowhere to run
-			if len(failures) > 0 && !isUnsupported(f.err) {
+			if len(failures) > 0 && !workers.Unimplemented(f.err) {
 				return s.giveUp(ctx, j, failures, f.err.Error())
 			}
-			if lastUnsupported != nil && len(failures) == 0 && !isUnsupported(f.err) {
+			if lastUnsupported != nil && len(failures) == 0 && !workers.Unimplemented(f.err) {
 				return lastUnsupported.status() // no worker left that might implement it
 			}
 			return f.status()

@@ -42,16 +42,18 @@ var ErrBadEmbedding = errors.New("the engine's Embed answer is unusable")
 // Lacks reports whether an engine answer err shows that the engine does not
 // implement rpc: UNIMPLEMENTED, or for Embed an unusable vector.
 func Lacks(rpc RPC, err error) bool {
-	if unimplemented(err) {
+	if Unimplemented(err) {
 		return true
 	}
 	return rpc == RPCEmbed && errors.Is(err, ErrBadEmbedding)
 }
 
-// unimplemented reports whether err says a call is not implemented: the
-// engine's UNIMPLEMENTED, or the adapter's own Unsupported fault for an RPC
-// its protocol lacks (TensorRT-LLM's GetLoads).
-func unimplemented(err error) bool {
+// Unimplemented reports whether err says a call is not implemented: the
+// engine's UNIMPLEMENTED, or an Unsupported fault (an adapter's for an RPC its
+// protocol lacks, such as TensorRT-LLM's GetLoads, or a placement that found
+// no worker implementing the call). The router's failure classification and
+// the capability tracking both read it, so they cannot disagree.
+func Unimplemented(err error) bool {
 	if status.Code(err) == codes.Unimplemented {
 		return true
 	}

@@ -173,7 +173,7 @@ func (p *prober) auto(ctx context.Context, b Backend) error {
 			p.saidHealthy = true
 			p.use(ProbeEngine, "HealthCheck says healthy")
 			return nil
-		case unimplemented(err):
+		case Unimplemented(err):
 			p.noEngineUntil = now.Add(LackingRecheck)
 			why = "HealthCheck answers UNIMPLEMENTED"
 		case errors.Is(err, ErrEmptyHealth) && !p.saidHealthy:
@@ -190,7 +190,7 @@ func (p *prober) auto(ctx context.Context, b Backend) error {
 	if now := p.now(); !now.Before(p.noStandardUntil) {
 		err := standardHealthOf(ctx, b)
 		switch {
-		case unimplemented(err) || status.Code(err) == codes.NotFound:
+		case Unimplemented(err) || status.Code(err) == codes.NotFound:
 			p.noStandardUntil = now.Add(LackingRecheck)
 		case err == nil || errors.Is(err, ErrUnhealthy):
 			p.use(ProbeGRPCHealth, why+"; grpc.health.v1 is served")
