@@ -68,8 +68,10 @@ func (k Kind) String() string {
 }
 
 // Error is a fault of one kind. Its message is the whole text the client
-// sees; Field, when set, is the request field the message is about, so that a
-// front can point at it (OpenAI's error "param").
+// sees; Field, when set, is the request field the message is about. Tests
+// hold validation to naming it; no front passes it on yet (statusOf keeps
+// only the message; a BadRequest detail, and from it OpenAI's error
+// "param", would).
 type Error struct {
 	Kind  Kind
 	Field string
