@@ -97,6 +97,7 @@ type CacheAware struct {
 	acc           struct {
 		observations, exact, absErr, over, under atomic.Uint64
 	}
+	misses missCounters
 }
 
 // NewCacheAware builds a cache_aware policy configured by o.CacheAware, or

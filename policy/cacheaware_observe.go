@@ -86,6 +86,9 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 		url := d.Worker.URL()
 		if (o.Err == nil && !o.Unreported) || o.CachedTokens > 0 {
 			c.count(d.PredictedCachedTokens, max(o.CachedTokens, 0))
+			if reported := max(o.CachedTokens, 0); reported != d.PredictedCachedTokens {
+				c.miss(req, d, reported, true)
+			}
 		}
 		var reply []uint32
 		tick := d.tick
@@ -125,6 +128,9 @@ func (c *CacheAware) observe(req *Request, d Decision, o Outcome) {
 
 	predicted, reported := d.PredictedCachedTokens, max(o.CachedTokens, 0)
 	c.count(predicted, reported)
+	if reported != predicted {
+		c.miss(req, d, reported, false)
+	}
 	if reported < predicted {
 		c.tree.Trim(req.InputIDs, url, reported/c.pageSize*c.pageSize)
 		c.tree.Insert(req.InputIDs, url)

@@ -13,6 +13,10 @@ type TreeStatser interface{ TreeStats() tree.Stats }
 // entries expire (cache_aware).
 type speculationStatser interface{ SpeculativeExpired() uint64 }
 
+// missStatser is implemented by policies that count why their cache
+// predictions missed (cache_aware).
+type missStatser interface{ PredictionMisses() map[string]uint64 }
+
 // eventStatser is implemented by the policies that mirror the engines'
 // caches from their KV events (cache_aware, vllm_cache_aware).
 type eventStatser interface{ EventStats() EventStats }
@@ -55,6 +59,9 @@ var (
 	descSpeculativeExpired = prometheus.NewDesc("kvgate_cache_speculative_expired_total",
 		"Routing decisions whose speculative cache entries expired unconfirmed on workers with KV events: the engine did not store what the router expected.",
 		nil, nil)
+	descPredictionMisses = prometheus.NewDesc("kvgate_cache_prediction_misses_total",
+		"Completed requests whose predicted cached tokens differed from the engine's report, by cause: speculation (the router's unconfirmed pages were missing), evicted (pages the KV events had confirmed were gone at admission: events late, or evicted while the request waited in the engine), unseen (the engine held more than the router knew), boundary (a partial page, or the prompt's last page), over_report (more than the prompt).",
+		[]string{"cause"}, nil)
 	descKVBlocksDropped = prometheus.NewDesc("kvgate_kv_event_blocks_dropped_total",
 		"Blocks of the engines' KV events a bound of the router's cache mirror dropped, by reason: rank (a data-parallel rank the fleet is not configured with), detached (blocks that never attached, past their bound), overflow (a worker's mirror reset past its bound).",
 		[]string{"reason"}, nil)
@@ -63,7 +70,7 @@ var (
 // Describe implements prometheus.Collector.
 func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descTreeBudget, descTreeSize, descTreeTokens, descTreeNodes, descTreeWorkerTokens,
-		descSpeculativeExpired, descKVBlocksDropped} {
+		descSpeculativeExpired, descPredictionMisses, descKVBlocksDropped} {
 		ch <- d
 	}
 }
@@ -89,10 +96,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	expired, speculates := 0.0, false
+	misses, predicts := map[string]uint64{}, false
 	dropped, mirrors := map[string]uint64{}, false
 	for _, s := range served {
 		if sp, ok := s.Policy.(speculationStatser); ok {
 			expired, speculates = expired+float64(sp.SpeculativeExpired()), true
+		}
+		if ms, ok := s.Policy.(missStatser); ok {
+			predicts = true
+			for cause, n := range ms.PredictionMisses() {
+				misses[cause] += n
+			}
 		}
 		if ev, ok := s.Policy.(eventStatser); ok {
 			mirrors = true
@@ -103,6 +117,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if speculates {
 		ch <- prometheus.MustNewConstMetric(descSpeculativeExpired, prometheus.CounterValue, expired)
+	}
+	if predicts {
+		for _, cause := range MissCauses() {
+			ch <- prometheus.MustNewConstMetric(descPredictionMisses, prometheus.CounterValue, float64(misses[cause.String()]), cause.String())
+		}
 	}
 	if mirrors {
 		for _, reason := range kvDropReasons {

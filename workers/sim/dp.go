@@ -161,6 +161,8 @@ func (st *Stats) addRank(r Stats) {
 	st.PromptTokens += r.PromptTokens
 	st.CachedPromptTokens += r.CachedPromptTokens
 	st.GeneratedTokens += r.GeneratedTokens
+	st.QueueShrunk += r.QueueShrunk
+	st.QueueGrown += r.QueueGrown
 	st.KVSubscribers += r.KVSubscribers
 }
 

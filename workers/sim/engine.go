@@ -134,9 +134,16 @@ type Stats struct {
 	PromptTokens       uint64 // prompt tokens of admitted requests
 	CachedPromptTokens uint64 // of those, served from the prefix cache
 	GeneratedTokens    uint64 // output tokens produced
-	Embeds             uint64 // Embed calls answered with a vector
-	EmbedTokens        uint64 // input tokens of those
-	KVSubscribers      int    // open SubscribeKvEvents streams
+	// QueueShrunk counts requests admitted with fewer cached prompt tokens
+	// than the cache held for them when they were queued: while they
+	// waited for room, the requests admitted before them evicted part of
+	// their prefix. A router that predicted the cache at their arrival
+	// cannot have known. QueueGrown counts the opposite (a request ahead
+	// in the queue stored their prefix).
+	QueueShrunk, QueueGrown uint64
+	Embeds                  uint64 // Embed calls answered with a vector
+	EmbedTokens             uint64 // input tokens of those
+	KVSubscribers           int    // open SubscribeKvEvents streams
 	// KVNextSequence is the sequence number the next KV event batch will
 	// carry: the number of batches this engine published so far, those lost
 	// to Faults.KVEventDropEvery included.
@@ -157,6 +164,7 @@ type counters struct {
 	requests, completed, aborted, abortCalls, cancelled, failed, rejected uint64
 	promptTokens, cachedPromptTokens, generatedTokens                     uint64
 	roomWaits, roomTimeouts, transferTokens                               uint64
+	queueShrunk, queueGrown                                               uint64
 	embeds, embedTokens                                                   uint64
 }
 
@@ -302,6 +310,8 @@ func (e *Engine) Stats() Stats {
 		PromptTokens:       c.promptTokens,
 		CachedPromptTokens: c.cachedPromptTokens,
 		GeneratedTokens:    c.generatedTokens,
+		QueueShrunk:        c.queueShrunk,
+		QueueGrown:         c.queueGrown,
 		Embeds:             c.embeds,
 		EmbedTokens:        c.embedTokens,
 		KVSubscribers:      len(e.events.subs),

@@ -35,13 +35,17 @@ type request struct {
 	lp     logprobSpec
 
 	// Guarded by Engine.mu.
-	state     reqState
-	lease     *lease
-	cached    int
-	generated int
-	firstAt   time.Time     // when the first token is due
-	admitted  chan struct{} // closed on admission
-	aborted   chan struct{} // closed by an Abort RPC
+	state  reqState
+	lease  *lease
+	cached int
+	// arrivalCached is what the prefix cache held of the prompt when the
+	// request was queued: a request admitted with less lost the rest to
+	// evictions while it waited (Stats.QueueShrunk).
+	arrivalCached int
+	generated     int
+	firstAt       time.Time     // when the first token is due
+	admitted      chan struct{} // closed on admission
+	aborted       chan struct{} // closed by an Abort RPC
 }
 
 // output is one message of a generation stream: incremental tokens with
@@ -384,6 +388,7 @@ func (e *Engine) registerLocked(r *request) error {
 // can run.
 func (e *Engine) queueLocked(r *request) {
 	r.state = stateWaiting
+	r.arrivalCached = e.cache.match(r.prompt)
 	e.queue = append(e.queue, r)
 	e.admitLocked()
 	e.publishLocked()
@@ -403,6 +408,13 @@ func (e *Engine) admitLocked() {
 		e.running++
 		e.counters.promptTokens += uint64(len(r.prompt))
 		e.counters.cachedPromptTokens += uint64(cached)
+		switch {
+		case cached < r.arrivalCached:
+			e.counters.queueShrunk++
+			e.log.Debug("prefix evicted while queued", "request_id", r.id, "cached_at_arrival", r.arrivalCached, "cached_tokens", cached)
+		case cached > r.arrivalCached:
+			e.counters.queueGrown++
+		}
 
 		if r.pd != nil && r.pd.remote != nil {
 			// A decode leg's KV came from the prefill engine: no prefill.

@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+)
+
+// MissCause says why a cache_aware prediction differed from the cached
+// tokens the engine reported. Telling the causes apart is what lets each be
+// fixed where it arises: in the router's speculation, in its page
+// arithmetic, or (for evictions the router cannot see coming) in where
+// requests wait.
+type MissCause int
+
+const (
+	// MissSpeculation: the engine reported fewer tokens than predicted but
+	// at least as many as the KV events had confirmed at the decision; the
+	// pages the router was missing were its own speculative inserts, which
+	// the engine had evicted or never stored.
+	MissSpeculation MissCause = iota
+	// MissEvicted: the engine reported fewer tokens than its events had
+	// confirmed at the decision. It evicted them before the decision
+	// (events that would have said so had not reached the router: event
+	// lag) or after it (while the request waited in the engine's queue
+	// for KV room, others evicted its prefix); the simulated engine's
+	// Stats.QueueShrunk counts the second kind.
+	MissEvicted
+	// MissUnseen: the engine reported more than predicted: it held pages
+	// the router did not know of (stored events not applied yet, a
+	// speculative entry expired before its events came, another router's
+	// traffic).
+	MissUnseen
+	// MissBoundary: the difference is a matter of pages: the report is not
+	// a whole number of the router's pages (an engine block size other
+	// than the router's page size), or it misses exactly the prompt's last
+	// page, which some engines never report as cached.
+	MissBoundary
+	// MissOverReport: the engine reported more cached tokens than the
+	// prompt has.
+	MissOverReport
+	missCauses
+)
+
+// String is the cause as the metric's label and the debug log name it.
+func (c MissCause) String() string {
+	return [missCauses]string{"speculation", "evicted", "unseen", "boundary", "over_report"}[c]
+}
+
+// MissCauses lists every cause, in the order of their values.
+func MissCauses() []MissCause {
+	out := make([]MissCause, missCauses)
+	for i := range out {
+		out[i] = MissCause(i)
+	}
+	return out
+}
+
+// classifyMiss says why predicted (of which confirmed were tokens the
+// engine's events had confirmed at the decision) differs from reported, for
+// a prompt of promptLen tokens and the router's pageSize. It is called only
+// when they differ.
+func classifyMiss(promptLen, pageSize, predicted, confirmed, reported int) MissCause {
+	switch {
+	case reported > promptLen:
+		return MissOverReport
+	case reported%pageSize != 0:
+		return MissBoundary
+	case predicted == promptLen && reported == predicted-pageSize:
+		// A prompt that ends on a page boundary, predicted whole: its
+		// last page holds its last token, which an engine may recompute
+		// to produce the first output rather than report it cached.
+		return MissBoundary
+	case reported > predicted:
+		return MissUnseen
+	case reported >= confirmed:
+		return MissSpeculation
+	default:
+		return MissEvicted
+	}
+}
+
+// missCounters counts cache_aware's misses by cause.
+type missCounters [missCauses]atomic.Uint64
+
+// PredictionMisses returns how many predictions missed, by cause.
+func (c *CacheAware) PredictionMisses() map[string]uint64 {
+	out := make(map[string]uint64, missCauses)
+	for i := range c.misses {
+		out[MissCause(i).String()] = c.misses[i].Load()
+	}
+	return out
+}
+
+// miss counts and logs (at debug) one prediction that missed.
+func (c *CacheAware) miss(req *Request, d Decision, reported int, events bool) {
+	url := d.Worker.URL()
+	confirmed := d.PredictedCachedTokens
+	if events {
+		confirmed = d.Confirmed.Of(url)
+	}
+	cause := classifyMiss(len(req.InputIDs), c.pageSize, d.PredictedCachedTokens, confirmed, reported)
+	c.misses[cause].Add(1)
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug("cache prediction missed", "cause", cause.String(), "request_id", req.RequestID,
+			"worker", url, "kv_events", events, "branch", d.Branch, "prompt_tokens", len(req.InputIDs),
+			"predicted", d.PredictedCachedTokens, "confirmed", confirmed, "reported", reported)
+	}
+}
