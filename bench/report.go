@@ -41,6 +41,9 @@ type PolicyRun struct {
 	SameWorkerRate *float64 `json:"same_worker_rate"`
 	Requests       int      `json:"requests"`
 	Errors         int      `json:"errors"`
+	// Misses says why predictions missed; null for policies that predict
+	// nothing or do not say.
+	Misses *Misses `json:"prediction_misses,omitempty"`
 
 	// Router is what a run with --peers measured of the router's process;
 	// null for routers in the bench's own process.
@@ -168,6 +171,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeMisses(w, rep.Runs)
 	writeLegend(w, replicated, peers)
 	if len(rep.Throughput) == 0 {
 		return nil

@@ -195,6 +195,7 @@ func runOnce(ctx context.Context, cfg Config, wl *Workload, label string, fr fro
 	r.PredictionExact = nullable(math.NaN())
 	if f != nil {
 		r.PredictionExact = nullable(f.PredictionExact())
+		r.Misses = f.predictionMisses()
 	}
 	return r, reportRun(cfg, r)
 }

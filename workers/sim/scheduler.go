@@ -429,7 +429,7 @@ func (e *Engine) admitLocked() {
 			r.firstAt = e.prefillFreeAt.Add(e.scale(e.cfg.RequestOverhead))
 		}
 		close(r.admitted)
-		e.log.Debug("admitted", "request_id", r.id, "prompt_tokens", len(r.prompt), "cached_tokens", cached, "running", e.running)
+		e.log.Debug("admitted", "request_id", r.id, "prompt_tokens", len(r.prompt), "cached_tokens", cached, "cached_at_arrival", r.arrivalCached, "running", e.running)
 	}
 }
 
