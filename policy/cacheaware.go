@@ -98,6 +98,8 @@ type CacheAware struct {
 		observations, exact, absErr, over, under atomic.Uint64
 	}
 	misses missCounters
+	// removed remembers the pages KV events removed lately.
+	removed *removals
 }
 
 // NewCacheAware builds a cache_aware policy configured by o.CacheAware, or
@@ -124,7 +126,8 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 		c.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
 	}
 	c.tree = t
-	c.eventMirror = newEventMirror(treeIndex{t}, cfg.BlockSize, o.Logger)
+	c.removed = newRemovals(cfg.BlockSize)
+	c.eventMirror = newEventMirror(treeIndex{t, c.removed}, cfg.BlockSize, o.Logger)
 	c.spec = newSpeculations(cfg.SpeculativeTTL, speculationTokens)
 	return c, nil
 }
@@ -143,6 +146,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	// Everything that does not depend on the match is read before the tree
 	// lock is taken: loads, tree sizes, the imbalance verdict, the fallback.
 	s := c.snapshot(ws)
+	s.removals = c.removed.now()
 
 	// The common case reads the match by candidate position (a Roster):
 	// no per-worker name lookup or result entry. Explain, and a selection
@@ -250,6 +254,8 @@ type snapshot struct {
 	matchedM, confirmedM Matches
 	c                    *CacheAware
 	inputLen             int
+	// removals is the KV removals' number before the match (see removals).
+	removals uint64
 
 	// In ModeCost: each candidate's queue, held KV and capacity, read
 	// with the loads, and the choice decide makes from them.
@@ -415,6 +421,7 @@ func (s *snapshot) reason() string {
 // since it may recover with its cache intact, and Select skips it meanwhile.
 func (c *CacheAware) Forget(url string) {
 	c.eventMirror.forget(url)
+	c.removed.forget(url)
 	c.tree.RemoveTenant(url)
 }
 

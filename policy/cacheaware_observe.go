@@ -98,9 +98,20 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 			// next turn does: expect them now, like the prompt's. The
 			// insert touches the prompt's path too, so its expiry covers
 			// both; the queue keeps the two slices, not a copy of them
-			// joined.
+			// joined. Pages the events removed since the decision are
+			// not expected again (see removals): the expectation stops
+			// at the first of them.
 			reply = o.OutputIDs[:len(o.OutputIDs)-1]
-			tick = c.tree.Extend(d.tick, req.InputIDs, reply, url)
+			if s, ok := d.why.(*snapshot); ok {
+				if cut := c.removed.cut(url, s.removals, req.InputIDs, reply); cut <= len(req.InputIDs) {
+					reply = nil
+				} else {
+					reply = reply[:cut-len(req.InputIDs)]
+				}
+			}
+			if len(reply) > 0 {
+				tick = c.tree.Extend(d.tick, req.InputIDs, reply, url)
+			}
 		}
 		c.spec.add(req.InputIDs, reply, url, tick, time.Now())
 		return

@@ -26,11 +26,16 @@ const (
 	speculationTokens = 16 << 20
 )
 
-// treeIndex is cache_aware's tree seen as an eventMirror's index.
-type treeIndex struct{ t *tree.Tree }
+// treeIndex is cache_aware's tree seen as an eventMirror's index; the
+// removals it applies are remembered in removed.
+type treeIndex struct {
+	t       *tree.Tree
+	removed *removals
+}
 
 func (x treeIndex) confirm(worker string, path []uint32) { x.t.InsertConfirmed(path, worker) }
 func (x treeIndex) drop(worker string, path []uint32, pages int) {
+	x.removed.removed(worker, path, pages)
 	x.t.Trim(path, worker, len(path)-pages*x.t.PageSize())
 }
 func (x treeIndex) clear(worker string) { x.t.ClearTenant(worker) }

@@ -1,0 +1,141 @@
+package policy
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// removals remembers, per worker, the pages its engine's KV events removed
+// lately, so that a completed request's outcome does not put back, as
+// speculation, pages the engine has already said it evicted. A full engine
+// evicts a finished request's pages soon after it stores them, often
+// before the request's answer reaches the router; the outcome's
+// speculative insert of the prompt and reply would then hold them in the
+// tree until they expire, and the conversation's next turn would be
+// predicted cached where the engine has nothing (MissSpeculation).
+//
+// A page is known by its position in the sequence and a hash of its
+// tokens: a page of the same tokens at the same depth under another prefix
+// counts as removed too, which only makes the outcome's speculation
+// shorter. Each worker keeps its last removalsPerWorker pages; a removal
+// older than that is no longer seen, and the outcome speculates as it did.
+type removals struct {
+	pageSize int
+	// seq numbers removals across workers; a decision records it, and a
+	// page removed with a higher number was removed after the decision.
+	seq atomic.Uint64
+
+	mu      sync.Mutex
+	workers map[string]*workerRemovals
+}
+
+// removalsPerWorker bounds the pages remembered per worker: 4,096 pages
+// (64K tokens of 16-token pages) in about 160 KB.
+const removalsPerWorker = 4096
+
+type pageKey struct {
+	index uint32 // the page's position in its sequence, in pages
+	hash  uint64 // its tokens' hash
+}
+
+type workerRemovals struct {
+	mu   sync.Mutex
+	last map[pageKey]uint64 // page → number of its latest removal
+	ring [removalsPerWorker]pageKey
+	nums [removalsPerWorker]uint64
+	next int    // ring position to write
+	top  uint64 // number of the worker's latest removal
+}
+
+func newRemovals(pageSize int) *removals {
+	return &removals{pageSize: pageSize, workers: map[string]*workerRemovals{}}
+}
+
+// now is the number a decision made now records.
+func (r *removals) now() uint64 { return r.seq.Load() }
+
+func (r *removals) worker(url string, create bool) *workerRemovals {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.workers[url]
+	if w == nil && create {
+		w = &workerRemovals{last: make(map[pageKey]uint64)}
+		r.workers[url] = w
+	}
+	return w
+}
+
+// forget drops what is remembered of url.
+func (r *removals) forget(url string) {
+	r.mu.Lock()
+	delete(r.workers, url)
+	r.mu.Unlock()
+}
+
+// removed records that worker's engine removed the last pages of path.
+func (r *removals) removed(worker string, path []uint32, pages int) {
+	ps := r.pageSize
+	first := len(path)/ps - pages
+	if pages <= 0 || first < 0 {
+		return
+	}
+	n := r.seq.Add(1)
+	w := r.worker(worker, true)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := first; i < first+pages; i++ {
+		k := pageKey{uint32(i), hashPage(path[i*ps : (i+1)*ps])}
+		if old := w.ring[w.next]; w.nums[w.next] != 0 && w.last[old] == w.nums[w.next] {
+			delete(w.last, old)
+		}
+		w.ring[w.next], w.nums[w.next] = k, n
+		w.next = (w.next + 1) % removalsPerWorker
+		w.last[k] = n
+	}
+	w.top = n
+}
+
+// cut returns how many leading tokens of prompt followed by reply (whole
+// pages) no removal on worker after decision touched: the length up to the
+// first page removed since, or the whole pages when none was.
+func (r *removals) cut(worker string, decision uint64, prompt, reply []uint32) int {
+	ps := r.pageSize
+	total := (len(prompt) + len(reply)) / ps * ps
+	w := r.worker(worker, false)
+	if w == nil {
+		return total
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.top <= decision {
+		return total
+	}
+	var buf []uint32
+	for i := 0; i*ps < total; i++ {
+		lo, hi := i*ps, (i+1)*ps
+		var page []uint32
+		switch {
+		case hi <= len(prompt):
+			page = prompt[lo:hi]
+		case lo >= len(prompt):
+			page = reply[lo-len(prompt) : hi-len(prompt)]
+		default:
+			buf = append(append(buf[:0], prompt[lo:]...), reply[:hi-len(prompt)]...)
+			page = buf
+		}
+		if w.last[pageKey{uint32(i), hashPage(page)}] > decision {
+			return lo
+		}
+	}
+	return total
+}
+
+// hashPage is FNV-1a over a page's token ids.
+func hashPage(tokens []uint32) uint64 {
+	h := uint64(14695981039346656037)
+	for _, t := range tokens {
+		h ^= uint64(t)
+		h *= 1099511628211
+	}
+	return h
+}
