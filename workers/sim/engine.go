@@ -72,7 +72,9 @@ type Engine struct {
 
 	mu    sync.Mutex
 	cache *pageCache
-	reqs  map[string]*request // waiting or running, by id
+	// evictions dates recent evictions, for debug lines (see evictionClock).
+	evictions evictionClock
+	reqs      map[string]*request // waiting or running, by id
 	// overtaken are the ids an Abort named before their request was known
 	// (Faults.AbortOvertakesRequest): closed when that Abort has come.
 	overtaken     map[string]chan struct{}

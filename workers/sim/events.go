@@ -152,6 +152,7 @@ func everyNth(n int, seq uint64) bool {
 // for replay and hands it to every subscriber without blocking.
 func (e *Engine) publishLocked() {
 	changes := e.cache.drainChanges()
+	e.noteEvictedLocked(changes)
 	if len(changes) == 0 || !e.cfg.KVEvents {
 		return
 	}

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"slices"
 	"testing"
 
@@ -66,5 +68,42 @@ func TestQueueShrunkCountsPrefixesEvictedWhileQueued(t *testing.T) {
 				t.Fatalf("QueueShrunk %d QueueGrown %d, want %d and 0", st.QueueShrunk, st.QueueGrown, tt.wantShrunk)
 			}
 		})
+	}
+}
+
+// TestEvictionClockDatesTheLackedPage: with debug logging, the engine can
+// say how long before a request's arrival the first page it lacks left the
+// cache (the admitted line's lacked_page_evicted_ms_before_arrival), and
+// says -1 for a page it never evicted.
+func TestEvictionClockDatesTheLackedPage(t *testing.T) {
+	cfg := testConfig("sglang")
+	cfg.KVCapacityTokens, cfg.Faults.StallAfterTokens = 64, 1
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, c := startSim(t, cfg)
+	ctx := context.Background()
+	run := func(id string, ids []uint32) {
+		t.Helper()
+		recv, err := c.generate(ctx, genParams{id: id, prompt: ids, maxNew: u32(100), ignoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := recv(); err != nil || m.final {
+			t.Fatalf("%s: first token %+v, %v", id, m, err)
+		}
+		if err := c.abort(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evicted, other, never := prompt(100, 64), prompt(9000, 64), prompt(20000, 64)
+	run("first", evicted)
+	run("second", other) // the cache holds 4 pages: the first's leave
+	e := srv.Engine()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ago := e.evictedAgoLocked(evicted); ago < 0 {
+		t.Fatalf("the evicted prompt's first page: evicted %v ago, want a date", ago)
+	}
+	if ago := e.evictedAgoLocked(never); ago != -1 {
+		t.Fatalf("a prompt never cached: %v, want -1", ago)
 	}
 }

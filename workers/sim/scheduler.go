@@ -42,10 +42,14 @@ type request struct {
 	// request was queued: a request admitted with less lost the rest to
 	// evictions while it waited (Stats.QueueShrunk).
 	arrivalCached int
-	generated     int
-	firstAt       time.Time     // when the first token is due
-	admitted      chan struct{} // closed on admission
-	aborted       chan struct{} // closed by an Abort RPC
+	// arrivalEvictedAgo is, with debug logging, how long before the
+	// request's arrival the first page it lacked was evicted (-1: not
+	// lately).
+	arrivalEvictedAgo time.Duration
+	generated         int
+	firstAt           time.Time     // when the first token is due
+	admitted          chan struct{} // closed on admission
+	aborted           chan struct{} // closed by an Abort RPC
 }
 
 // output is one message of a generation stream: incremental tokens with
@@ -389,6 +393,9 @@ func (e *Engine) registerLocked(r *request) error {
 func (e *Engine) queueLocked(r *request) {
 	r.state = stateWaiting
 	r.arrivalCached = e.cache.match(r.prompt)
+	if e.debugTruth() {
+		r.arrivalEvictedAgo = e.evictedAgoLocked(r.prompt)
+	}
 	e.queue = append(e.queue, r)
 	e.admitLocked()
 	e.publishLocked()
@@ -429,7 +436,8 @@ func (e *Engine) admitLocked() {
 			r.firstAt = e.prefillFreeAt.Add(e.scale(e.cfg.RequestOverhead))
 		}
 		close(r.admitted)
-		e.log.Debug("admitted", "request_id", r.id, "prompt_tokens", len(r.prompt), "cached_tokens", cached, "cached_at_arrival", r.arrivalCached, "running", e.running)
+		e.log.Debug("admitted", "request_id", r.id, "prompt_tokens", len(r.prompt), "cached_tokens", cached, "cached_at_arrival", r.arrivalCached,
+			"lacked_page_evicted_ms_before_arrival", float64(r.arrivalEvictedAgo)/float64(time.Millisecond), "running", e.running)
 	}
 }
 
