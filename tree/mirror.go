@@ -47,6 +47,7 @@ type Mirror struct {
 	free []bref // slots of removed blocks, ready for reuse
 
 	blocks  map[int64]bref
+	filter  blockFilter    // answers most lookups of hashes blocks lacks
 	orphans map[int64]bref // by parent hash: the first of the blocks stored below a block not known
 
 	detached int // blocks in blocks that are not attached
@@ -166,74 +167,6 @@ func NewMirror(pageSize, maxBlocks int) *Mirror {
 	return m
 }
 
-// block returns the block r names. The pointer is valid until the next
-// block is added (the slab may move).
-func (m *Mirror) block(r bref) *mirrorBlock { return &m.slab[r] }
-
-// tokens returns the page of block r.
-func (m *Mirror) tokens(r bref) []uint32 {
-	i := int(r) * m.pageSize
-	return m.toks[i : i+m.pageSize : i+m.pageSize]
-}
-
-// alloc returns a free slot for a new block, zeroed.
-func (m *Mirror) alloc() bref {
-	if n := len(m.free); n > 0 {
-		r := m.free[n-1]
-		m.free = m.free[:n-1]
-		return r
-	}
-	m.slab = append(m.slab, mirrorBlock{})
-	m.toks = append(m.toks, make([]uint32, m.pageSize)...)
-	return bref(len(m.slab) - 1)
-}
-
-// release frees block r's slot, unless the queue still names it.
-func (m *Mirror) release(r bref) {
-	if b := m.block(r); b.queued {
-		b.dead = true
-		return
-	}
-	m.slab[r] = mirrorBlock{}
-	m.free = append(m.free, r)
-}
-
-// link appends block r to the list that *head starts. A list is linked
-// by next, and its first block's prev names its last, so appending costs
-// no walk; the order is the order blocks came in, which decides how
-// PageRuns split (see spread).
-func (m *Mirror) link(head *bref, r bref) {
-	b := m.block(r)
-	b.next = 0
-	if *head == 0 {
-		b.prev, *head = r, r
-		return
-	}
-	h := m.block(*head)
-	last := h.prev
-	m.block(last).next = r
-	b.prev, h.prev = last, r
-}
-
-// unlink takes block r out of the list that *head starts.
-func (m *Mirror) unlink(head *bref, r bref) {
-	b := m.block(r)
-	switch {
-	case r == *head:
-		*head = b.next
-		if b.next != 0 {
-			m.block(b.next).prev = b.prev
-		}
-	case b.next == 0: // the last
-		m.block(b.prev).next = 0
-		m.block(*head).prev = b.prev
-	default:
-		m.block(b.prev).next = b.next
-		m.block(b.next).prev = b.prev
-	}
-	b.prev, b.next = 0, 0
-}
-
 // LimitDetached bounds the detached blocks the mirror keeps to n (at first,
 // maxBlocks: no bound of their own). Each Store and Remove that leaves more
 // forgets the blocks detached longest ago until n are left, as if the
@@ -267,6 +200,7 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
 	m.blocks = map[int64]bref{}
+	m.filter = blockFilter{}
 	m.orphans = map[int64]bref{}
 	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
 	m.toks = make([]uint32, m.pageSize)
@@ -392,7 +326,7 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 			return fmt.Errorf("%w: hash %d", ErrBlockCycle, b.Hash)
 		}
 		m.seen[b.Hash] = struct{}{}
-		r := m.blocks[b.Hash]
+		r := m.lookup(b.Hash)
 		if r == 0 {
 			fresh++
 		}
@@ -505,6 +439,7 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue
 	*e = mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent}
 	copy(m.tokens(r), b.Tokens)
 	m.blocks[b.Hash] = r
+	m.filter.add(b.Hash, m.blocks)
 	m.detached++
 	if queue {
 		m.enqueue(r)
@@ -577,6 +512,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 		e.kid = 0
 	}
 	delete(m.blocks, e.hash)
+	m.filter.remove(e.hash)
 	m.release(r)
 	return spans
 }

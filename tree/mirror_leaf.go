@@ -1,7 +1,7 @@
 package tree
 
 // Known reports whether the mirror knows block h, attached or not.
-func (m *Mirror) Known(h int64) bool { return m.blocks[h] != 0 }
+func (m *Mirror) Known(h int64) bool { return m.lookup(h) != 0 }
 
 // LeafAfter reports whether block h is known and would be a leaf once the
 // blocks named in gone are removed: every block stored below h is in gone.
