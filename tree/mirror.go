@@ -38,13 +38,16 @@ type Mirror struct {
 	maxBlocks int
 
 	// The blocks live in slab, named by their index there (a bref), and
-	// their tokens in toks, page i at toks[i*pageSize:]: no block holds a
-	// pointer, so the collector does not scan a cache's worth of them on
-	// every cycle, and storing a block allocates nothing once the slab
-	// has grown. slab[0] is unused, so bref 0 means none.
-	slab []mirrorBlock
-	toks []uint32
-	free []bref // slots of removed blocks, ready for reuse
+	// their tokens in toks (see tokens): no block holds a pointer, so the
+	// collector does not scan a cache's worth of them on every cycle, and
+	// storing a block allocates nothing once the slab has grown. slab[0]
+	// is unused, so bref 0 means none. The tokens are kept in chunks of
+	// 1<<chunkShift pages that growing never copies: a slice of 512-token
+	// pages grown by append copied each page about four times over.
+	slab       []mirrorBlock
+	toks       [][]uint32
+	chunkShift uint8
+	free       []bref // slots of removed blocks, ready for reuse
 
 	blocks  map[int64]bref
 	filter  blockFilter    // answers most lookups of hashes blocks lacks
@@ -163,6 +166,9 @@ func NewMirror(pageSize, maxBlocks int) *Mirror {
 		panic(fmt.Sprintf("tree: NewMirror(%d, %d): page size and block limit must be positive", pageSize, maxBlocks))
 	}
 	m := &Mirror{pageSize: pageSize, maxBlocks: maxBlocks, maxDetached: maxBlocks}
+	for pageSize<<m.chunkShift < mirrorChunkTokens {
+		m.chunkShift++
+	}
 	m.Clear()
 	return m
 }
@@ -203,7 +209,7 @@ func (m *Mirror) Clear() {
 	m.filter = blockFilter{}
 	m.orphans = map[int64]bref{}
 	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
-	m.toks = make([]uint32, m.pageSize)
+	m.toks = nil
 	m.free = nil
 	m.detached = 0
 	clear(m.queue)

@@ -7,10 +7,16 @@ package tree
 // block is added (the slab may move).
 func (m *Mirror) block(r bref) *mirrorBlock { return &m.slab[r] }
 
+// mirrorChunkTokens is the least tokens in a chunk of Mirror.toks (64 KiB):
+// large enough that a chunk's allocation is rare, small enough that an
+// engine with few blocks does not hold much more than it uses.
+const mirrorChunkTokens = 1 << 14
+
 // tokens returns the page of block r.
 func (m *Mirror) tokens(r bref) []uint32 {
-	i := int(r) * m.pageSize
-	return m.toks[i : i+m.pageSize : i+m.pageSize]
+	c := m.toks[r>>m.chunkShift]
+	i := int(r&(1<<m.chunkShift-1)) * m.pageSize
+	return c[i : i+m.pageSize : i+m.pageSize]
 }
 
 // alloc returns a free slot for a new block, zeroed.
@@ -21,8 +27,11 @@ func (m *Mirror) alloc() bref {
 		return r
 	}
 	m.slab = append(m.slab, mirrorBlock{})
-	m.toks = append(m.toks, make([]uint32, m.pageSize)...)
-	return bref(len(m.slab) - 1)
+	r := bref(len(m.slab) - 1)
+	for int(r>>m.chunkShift) >= len(m.toks) {
+		m.toks = append(m.toks, make([]uint32, m.pageSize<<m.chunkShift))
+	}
+	return r
 }
 
 // release frees block r's slot, unless the queue still names it.
