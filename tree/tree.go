@@ -130,8 +130,8 @@ type kid struct {
 // (about 250 ns), and a descent hashes the first page of every node on the
 // prompt's path. Those calls chain their state, so where the prompt is not
 // in the CPU's caches each waited for the last one's miss: the lookup of a
-// long prompt out of cache took 1.6 times what reading its tokens costs,
-// 1.1 to 1.2 times with one call (BenchmarkMooncakeLookupLong, cold and
+// long prompt out of cache took 1.65 times what reading its tokens costs,
+// 1.2 times with one call (BenchmarkMooncakeLookupLong, cold against
 // floor). The string aliases the page only while it is hashed.
 func (t *Tree) key(page []uint32) uint64 {
 	if len(page) == 0 {
