@@ -71,7 +71,7 @@ func BenchmarkMooncakeIndexer(b *testing.B) {
 			recs := readTraceRecords(b, filepath.Join("testdata", "traces", c.trace+"_trace.jsonl"), c.requests)
 			var total indexerReplay
 			for b.Loop() {
-				r := replayIndexer(b, recs, c.page)
+				r, _ := replayIndexer(b, recs, c.page)
 				total.add(r)
 			}
 			total.report(b)
@@ -156,8 +156,9 @@ func (a *indexerReplay) report(b *testing.B) {
 }
 
 // replayIndexer routes recs among indexerWorkers with cache_aware, feeding
-// the policy the events of each chosen engine.
-func replayIndexer(b *testing.B, recs []traceRecord, page int) indexerReplay {
+// the policy the events of each chosen engine. It returns what it measured
+// and the policy, whose mirror holds what the engines hold at the end.
+func replayIndexer(b *testing.B, recs []traceRecord, page int) (indexerReplay, *policy.CacheAware) {
 	b.StopTimer()
 	defer b.StartTimer()
 	o := policy.DefaultOptions()
@@ -223,7 +224,7 @@ func replayIndexer(b *testing.B, recs []traceRecord, page int) indexerReplay {
 	if st := p.EventStats(); st.Overflows != 0 || st.Unusable != 0 {
 		b.Fatalf("the mirror did not follow the engines: %+v", st)
 	}
-	return r
+	return r, p
 }
 
 // pagedEngine is one engine's paged KV cache as the indexer benchmark

@@ -37,8 +37,21 @@ type Mirror struct {
 	pageSize  int
 	maxBlocks int
 
-	blocks  map[int64]*mirrorBlock
-	orphans map[int64][]*mirrorBlock // by parent hash: the blocks stored below a block not known
+	// The blocks live in slab, named by their index there (a bref), and
+	// their tokens in toks (see tokens): no block holds a pointer, so the
+	// collector does not scan a cache's worth of them on every cycle, and
+	// storing a block allocates nothing once the slab has grown. slab[0]
+	// is unused, so bref 0 means none. The tokens are kept in chunks of
+	// 1<<chunkShift pages that growing never copies: a slice of 512-token
+	// pages grown by append copied each page about four times over.
+	slab       []mirrorBlock
+	toks       [][]uint32
+	chunkShift uint8
+	free       []bref // slots of removed blocks, ready for reuse
+
+	blocks  map[int64]bref
+	filter  blockFilter    // answers most lookups of hashes blocks lacks
+	orphans map[int64]bref // by parent hash: the first of the blocks stored below a block not known
 
 	detached int // blocks in blocks that are not attached
 	unknown  int // hashes Remove did not know, since NewMirror
@@ -48,7 +61,7 @@ type Mirror struct {
 	// queued), and possibly blocks attached or forgotten since, skipped
 	// when reached. evicted counts the blocks forgotten for the bound.
 	maxDetached int
-	queue       []*mirrorBlock
+	queue       []bref
 	qhead       int
 	evicted     int
 
@@ -56,47 +69,54 @@ type Mirror struct {
 	// block at depth i+1, path their tokens. Engines send a chain one block
 	// per event, so the next Store usually extends it by one page instead
 	// of walking the parents from the root.
-	chain []*mirrorBlock
+	chain []bref
 	path  []uint32
 
 	arena []uint32 // the paths of one call's PageRuns, except the one aliasing path
 	dfs   []uint32 // the path of the block a walk below a block is at
 	stack []mirrorFrame
-	up    []*mirrorBlock // scratch: blocks between one and the cached chain
-	found []*mirrorBlock // scratch: Store's blocks, by index in its chain
+	up    []bref // scratch: blocks between one and the cached chain
+	found []bref // scratch: Store's blocks, by index in its chain
 	seen  map[int64]struct{}
 
-	// run is the block on top of the last PageRun of the current call, when
-	// that PageRun is a run of removed blocks that nothing followed (no
-	// descendant PageRuns after it): runAt is its index. A removal of run's
-	// parent joins that PageRun instead of walking up for a path of its own,
-	// so an engine evicting a chain leaf first, one block after another,
-	// costs one path per call, not one per block.
-	run   *mirrorBlock
+	// runUp is the parent of the block on top of the last PageRun of the
+	// current call, when that PageRun is a run of removed blocks that
+	// nothing followed (no descendant PageRuns after it): runAt is its
+	// index. A removal of runUp joins that PageRun instead of walking up for
+	// a path of its own, so an engine evicting a chain leaf first, one
+	// block after another, costs one path per call, not one per block.
+	runUp bref
 	runAt int
 }
 
-// mirrorBlock is one block the engine stored.
+// bref names a block by its index in Mirror.slab; 0 is none.
+type bref = uint32
+
+// mirrorBlock is one block the engine stored. Its children form a list
+// (kid, then each child's next), as do the blocks waiting in
+// Mirror.orphans under one unknown parent: linked by index, a block has no
+// slice of its own to allocate.
 type mirrorBlock struct {
 	hash      int64
 	parent    int64 // 0 when !hasParent
+	depth     int32 // when attached: blocks from the root through this one
+	up        bref  // when attached: the parent, 0 under the root
+	kid       bref  // the first child
+	prev      bref  // the sibling before; the first names the last
+	next      bref  // the sibling after
 	hasParent bool
 	attached  bool
-	queued    bool         // in Mirror.queue
-	depth     int          // when attached: blocks from the root through this one
-	up        *mirrorBlock // when attached: the parent, nil under the root
-	slot      int          // index in the parent's kids, or in orphans[parent]
-	kids      []*mirrorBlock
-	// one backs kids while the block has at most one child, as a block of
-	// an engine's chain does: the first child costs no allocation.
-	one    [1]*mirrorBlock
-	tokens []uint32
+	queued    bool // in Mirror.queue
+	// dead: removed while queued; the slot is freed (and may be reused)
+	// only once the queue let go of it, so a queued bref never names
+	// another block.
+	dead bool
 }
 
 // mirrorFrame is one step of a walk below a block: the block, where its
 // tokens start in dfs, and how many blocks the current PageRun has through it.
 type mirrorFrame struct {
-	b   *mirrorBlock
+	b   bref
 	off int
 	run int
 }
@@ -145,13 +165,12 @@ func NewMirror(pageSize, maxBlocks int) *Mirror {
 	if pageSize <= 0 || maxBlocks <= 0 {
 		panic(fmt.Sprintf("tree: NewMirror(%d, %d): page size and block limit must be positive", pageSize, maxBlocks))
 	}
-	return &Mirror{
-		pageSize:    pageSize,
-		maxBlocks:   maxBlocks,
-		maxDetached: maxBlocks,
-		blocks:      map[int64]*mirrorBlock{},
-		orphans:     map[int64][]*mirrorBlock{},
+	m := &Mirror{pageSize: pageSize, maxBlocks: maxBlocks, maxDetached: maxBlocks}
+	for pageSize<<m.chunkShift < mirrorChunkTokens {
+		m.chunkShift++
 	}
+	m.Clear()
+	return m
 }
 
 // LimitDetached bounds the detached blocks the mirror keeps to n (at first,
@@ -186,8 +205,12 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // Clear forgets every block: the engine cleared its cache, or the caller
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
-	m.blocks = map[int64]*mirrorBlock{}
-	m.orphans = map[int64][]*mirrorBlock{}
+	m.blocks = map[int64]bref{}
+	m.filter = blockFilter{}
+	m.orphans = map[int64]bref{}
+	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
+	m.toks = nil
+	m.free = nil
 	m.detached = 0
 	clear(m.queue)
 	m.queue, m.qhead = m.queue[:0], 0
@@ -231,13 +254,15 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	// not in the chain (check), so they leave it as it is.
 	prev, prevHas := parent, hasParent
 	for i, b := range blocks {
-		if e := found[i]; e != nil && (e.hasParent != prevHas || e.parent != prev || !equal(e.tokens, b.Tokens)) {
-			detached = m.remove(e, detached)
-			found[i] = nil
+		if r := found[i]; r != 0 {
+			if e := m.block(r); e.hasParent != prevHas || e.parent != prev || !equal(m.tokens(r), b.Tokens) {
+				detached = m.remove(r, detached)
+				found[i] = 0
+			}
 		}
 		prev, prevHas = b.Hash, true
 	}
-	var up *mirrorBlock // the parent's block, nil for the root or an unknown parent
+	var up bref // the parent's block, 0 for the root or an unknown parent
 	if hasParent {
 		up = m.blocks[parent]
 	}
@@ -248,7 +273,7 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	// usually do, and queueing every block stored only for the queue's
 	// compaction to drop it cost a slice entry (and a pointer for the
 	// collector to scan) per block.
-	first := slices.IndexFunc(found, func(e *mirrorBlock) bool { return e == nil || !e.attached })
+	first := slices.IndexFunc(found, func(r bref) bool { return r == 0 || !m.block(r).attached })
 	if first < 0 {
 		return nil, detached, nil
 	}
@@ -256,30 +281,30 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	if first > 0 {
 		above = found[first-1]
 	}
-	attaches := !hasParent || (above != nil && above.attached)
+	attaches := !hasParent || (above != 0 && m.block(above).attached)
 	prev, prevHas = parent, hasParent
 	for i, b := range blocks {
-		e := found[i]
-		if e == nil {
-			e = m.add(b, prev, prevHas, up, !attaches)
-			found[i] = e
+		r := found[i]
+		if r == 0 {
+			r = m.add(b, prev, prevHas, up, !attaches)
+			found[i] = r
 		}
-		prev, prevHas, up = b.Hash, true, e
+		prev, prevHas, up = b.Hash, true, r
 	}
 	if !attaches {
 		return nil, detached, nil // the chain waits for its parent
 	}
 	// Attach the chain along the cached path, then what waited below it.
 	m.cacheTo(above)
-	for _, e := range found[first:] {
-		m.attach(e, above)
-		m.chain = append(m.chain, e)
-		m.path = append(m.path, e.tokens...)
-		above = e
+	for _, r := range found[first:] {
+		m.attach(r, above)
+		m.chain = append(m.chain, r)
+		m.path = append(m.path, m.tokens(r)...)
+		above = r
 	}
 	attached = append(attached, PageRun{Path: m.path[:len(m.path):len(m.path)], Pages: len(blocks) - first})
-	for _, e := range found[first:] {
-		attached = m.spread(e, m.path[:e.depth*m.pageSize], true, attached)
+	for _, r := range found[first:] {
+		attached = m.spread(r, m.path[:int(m.block(r).depth)*m.pageSize], true, attached)
 	}
 	return attached, detached, nil
 }
@@ -307,11 +332,11 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 			return fmt.Errorf("%w: hash %d", ErrBlockCycle, b.Hash)
 		}
 		m.seen[b.Hash] = struct{}{}
-		e := m.blocks[b.Hash]
-		if e == nil {
+		r := m.lookup(b.Hash)
+		if r == 0 {
 			fresh++
 		}
-		m.found = append(m.found, e)
+		m.found = append(m.found, r)
 	}
 	if len(m.blocks)+fresh > m.maxBlocks {
 		clear(m.found)
@@ -333,12 +358,12 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 	m.resetArena()
 	for _, h := range hashes {
-		e := m.blocks[h]
-		if e == nil {
+		r := m.blocks[h]
+		if r == 0 {
 			m.unknown++
 			continue
 		}
-		detached = m.remove(e, detached)
+		detached = m.remove(r, detached)
 	}
 	m.trimDetached()
 	return detached
@@ -349,24 +374,29 @@ func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 // so forgetting it changes nothing a caller holds.
 func (m *Mirror) trimDetached() {
 	for m.detached > m.maxDetached && m.qhead < len(m.queue) {
-		e := m.queue[m.qhead]
-		m.queue[m.qhead] = nil
+		r := m.queue[m.qhead]
+		m.queue[m.qhead] = 0
 		m.qhead++
+		e := m.block(r)
 		e.queued = false
-		if e.attached || m.blocks[e.hash] != e {
-			continue // attached or forgotten since it was queued
+		if e.dead {
+			m.release(r) // forgotten since it was queued
+			continue
 		}
-		m.remove(e, nil)
+		if e.attached {
+			continue
+		}
+		m.remove(r, nil)
 		m.evicted++
 	}
 	m.compactQueue()
 }
 
-// enqueue records that e was just detached.
-func (m *Mirror) enqueue(e *mirrorBlock) {
-	if !e.queued {
+// enqueue records that block r was just detached.
+func (m *Mirror) enqueue(r bref) {
+	if e := m.block(r); !e.queued {
 		e.queued = true
-		m.queue = append(m.queue, e)
+		m.queue = append(m.queue, r)
 	}
 }
 
@@ -384,11 +414,12 @@ func (m *Mirror) compactQueue() {
 		return
 	}
 	kept := m.queue[:m.qhead]
-	for _, e := range m.queue[m.qhead:] {
-		if m.blocks[e.hash] == e {
-			kept = append(kept, e)
+	for _, r := range m.queue[m.qhead:] {
+		if e := m.block(r); !e.dead {
+			kept = append(kept, r)
 		} else {
 			e.queued = false
+			m.release(r)
 		}
 	}
 	clear(m.queue[len(kept):])
@@ -401,124 +432,123 @@ func (m *Mirror) resetArena() {
 		m.arena = nil
 	}
 	m.arena = m.arena[:0]
-	m.run = nil
+	m.runUp = 0
 }
 
-// add records a new block, detached, below up, the parent's block (nil
-// when the parent is the root or not known). Blocks that waited for its
-// hash become its children. queue says whether it joins the detached
-// queue: false when the caller attaches it before returning.
-func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up *mirrorBlock, queue bool) *mirrorBlock {
-	e := &mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent, tokens: clone(b.Tokens)}
-	e.kids = e.one[:0]
-	m.blocks[b.Hash] = e
+// add records a new block, detached, below up, the parent's block (0
+// when the parent is the root or not known), and returns it. Blocks that
+// waited for its hash become its children. queue says whether it joins
+// the detached queue: false when the caller attaches it before returning.
+func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue bool) bref {
+	r := m.alloc()
+	e := m.block(r)
+	*e = mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent}
+	copy(m.tokens(r), b.Tokens)
+	m.blocks[b.Hash] = r
+	m.filter.add(b.Hash, m.blocks)
 	m.detached++
 	if queue {
-		m.enqueue(e)
+		m.enqueue(r)
 	}
 	if len(m.orphans) > 0 {
 		if l, ok := m.orphans[b.Hash]; ok {
-			e.kids = l
+			e.kid = l
 			delete(m.orphans, b.Hash)
 		}
 	}
 	switch {
-	case up != nil:
-		e.slot = len(up.kids)
-		up.kids = append(up.kids, e)
+	case up != 0:
+		m.link(&m.block(up).kid, r)
 	case hasParent:
 		l := m.orphans[parent]
-		e.slot = len(l)
-		m.orphans[parent] = append(l, e)
+		m.link(&l, r)
+		m.orphans[parent] = l
 	}
-	return e
+	return r
 }
 
-// remove forgets e, appending the PageRuns that left the reachable set.
-func (m *Mirror) remove(e *mirrorBlock, spans []PageRun) []PageRun {
-	if e.attached {
+// remove forgets block r, appending the PageRuns that left the reachable
+// set.
+func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
+	if e := m.block(r); e.attached {
 		var path []uint32
-		if r := m.run; r != nil && r.up == e && m.runAt == len(spans)-1 {
-			// e's child left last, alone: e tops its PageRun now, and
-			// e's path is that PageRun's path up to e.
+		if m.runUp == r && m.runAt == len(spans)-1 {
+			// r's child left last, alone: r tops its PageRun now, and
+			// r's path is that PageRun's path up to r.
 			s := &spans[m.runAt]
 			s.Pages++
 			path = s.Path[:len(s.Path)-(s.Pages-1)*m.pageSize]
 		} else {
-			path = m.pathOf(e)
+			path = m.pathOf(r)
 			spans = append(spans, PageRun{Path: path, Pages: 1})
 		}
 		n := len(spans)
-		spans = m.spread(e, path, false, spans)
-		m.run, m.runAt = nil, 0
+		spans = m.spread(r, path, false, spans)
+		m.runUp, m.runAt = 0, 0
 		if len(spans) == n {
-			m.run, m.runAt = e, n-1
+			m.runUp, m.runAt = m.block(r).up, n-1
 		}
-		if m.cached(e) {
-			m.truncate(e.depth - 1)
+		if m.cached(r) {
+			m.truncate(int(e.depth) - 1)
 		}
 	} else {
 		m.detached--
 	}
+	e := m.block(r)
 	if e.hasParent {
 		up := e.up
-		if up == nil {
+		if up == 0 {
 			up = m.blocks[e.parent]
 		}
-		var l []*mirrorBlock
-		if up != nil {
-			l = up.kids
+		if up != 0 {
+			m.unlink(&m.block(up).kid, r)
 		} else {
-			l = m.orphans[e.parent]
-		}
-		last := len(l) - 1
-		l[e.slot] = l[last]
-		l[e.slot].slot = e.slot
-		l[last] = nil
-		switch {
-		case up != nil:
-			up.kids = l[:last]
-		case last == 0:
-			delete(m.orphans, e.parent)
-		default:
-			m.orphans[e.parent] = l[:last]
+			l := m.orphans[e.parent]
+			m.unlink(&l, r)
+			if l == 0 {
+				delete(m.orphans, e.parent)
+			} else {
+				m.orphans[e.parent] = l
+			}
 		}
 	}
-	if len(e.kids) > 0 {
-		// They stay known, waiting for e's hash to be stored again; in a
-		// list of their own, which does not keep e alive.
-		m.orphans[e.hash] = slices.Clone(e.kids)
-		clear(e.kids)
-		e.kids = nil
+	if e.kid != 0 {
+		// They stay known, waiting for e's hash to be stored again.
+		m.orphans[e.hash] = e.kid
+		e.kid = 0
 	}
 	delete(m.blocks, e.hash)
+	m.filter.remove(e.hash)
+	m.release(r)
 	return spans
 }
 
-func (m *Mirror) attach(e, up *mirrorBlock) {
+func (m *Mirror) attach(r, up bref) {
+	e := m.block(r)
 	e.attached, e.up, e.depth = true, up, 1
-	if up != nil {
-		e.depth = up.depth + 1
+	if up != 0 {
+		e.depth = m.block(up).depth + 1
 	}
 	m.detached--
 }
 
-func (m *Mirror) detach(e *mirrorBlock) {
-	e.attached, e.up, e.depth = false, nil, 0
+func (m *Mirror) detach(r bref) {
+	e := m.block(r)
+	e.attached, e.up, e.depth = false, 0, 0
 	m.detached++
-	m.enqueue(e)
+	m.enqueue(r)
 }
 
 // spread attaches (or detaches) the blocks below from that are not (or
 // are) attached, from's path being base, and appends a PageRun for each run
 // down to a leaf of what changed. It walks with an explicit stack: the
 // engine decides how deep chains go.
-func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []PageRun) []PageRun {
+func (m *Mirror) spread(from bref, base []uint32, attach bool, spans []PageRun) []PageRun {
 	m.stack = m.stack[:0]
-	push := func(parent *mirrorBlock, off int) int {
+	push := func(parent bref, off int) int {
 		pushed := 0
-		for _, c := range parent.kids {
-			if c.attached == attach {
+		for c := m.block(parent).kid; c != 0; c = m.block(c).next {
+			if m.block(c).attached == attach {
 				continue
 			}
 			if attach {
@@ -538,7 +568,7 @@ func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []P
 	for len(m.stack) > 0 {
 		f := m.stack[len(m.stack)-1]
 		m.stack = m.stack[:len(m.stack)-1]
-		m.dfs = append(m.dfs[:f.off], f.b.tokens...)
+		m.dfs = append(m.dfs[:f.off], m.tokens(f.b)...)
 		if push(f.b, len(m.dfs)) > 0 {
 			// The child walked next continues this run.
 			m.stack[len(m.stack)-1].run = f.run + 1
@@ -551,49 +581,49 @@ func (m *Mirror) spread(from *mirrorBlock, base []uint32, attach bool, spans []P
 	return spans
 }
 
-// cached reports whether attached block e is on the cached chain.
-func (m *Mirror) cached(e *mirrorBlock) bool {
-	return e.depth <= len(m.chain) && m.chain[e.depth-1] == e
+// cached reports whether attached block r is on the cached chain.
+func (m *Mirror) cached(r bref) bool {
+	d := int(m.block(r).depth)
+	return d <= len(m.chain) && m.chain[d-1] == r
 }
 
 // truncate cuts the cached chain to its first d blocks.
 func (m *Mirror) truncate(d int) {
-	clear(m.chain[d:]) // let removed blocks go
 	m.chain = m.chain[:d]
 	m.path = m.path[:d*m.pageSize]
 }
 
-// climb collects in m.up the blocks from e up to, not including, its
+// climb collects in m.up the blocks from r up to, not including, its
 // deepest ancestor on the cached chain, and returns that ancestor's depth
 // (0: none, the path starts at the root).
-func (m *Mirror) climb(e *mirrorBlock) int {
+func (m *Mirror) climb(r bref) int {
 	m.up = m.up[:0]
-	for ; e != nil; e = e.up {
-		if m.cached(e) {
-			return e.depth
+	for ; r != 0; r = m.block(r).up {
+		if m.cached(r) {
+			return int(m.block(r).depth)
 		}
-		m.up = append(m.up, e)
+		m.up = append(m.up, r)
 	}
 	return 0
 }
 
-// cacheTo makes the cached chain end at attached block e (nil: the root).
-func (m *Mirror) cacheTo(e *mirrorBlock) {
-	m.truncate(m.climb(e))
+// cacheTo makes the cached chain end at attached block r (0: the root).
+func (m *Mirror) cacheTo(r bref) {
+	m.truncate(m.climb(r))
 	for i := len(m.up) - 1; i >= 0; i-- {
 		m.chain = append(m.chain, m.up[i])
-		m.path = append(m.path, m.up[i].tokens...)
+		m.path = append(m.path, m.tokens(m.up[i])...)
 	}
 }
 
-// pathOf returns attached block e's path in the arena, leaving the cached
+// pathOf returns attached block r's path in the arena, leaving the cached
 // chain as it is (PageRuns returned earlier in the call may alias it).
-func (m *Mirror) pathOf(e *mirrorBlock) []uint32 {
+func (m *Mirror) pathOf(r bref) []uint32 {
 	start := len(m.arena)
-	d := m.climb(e)
+	d := m.climb(r)
 	m.arena = append(m.arena, m.path[:d*m.pageSize]...)
 	for i := len(m.up) - 1; i >= 0; i-- {
-		m.arena = append(m.arena, m.up[i].tokens...)
+		m.arena = append(m.arena, m.tokens(m.up[i])...)
 	}
 	return m.arena[start:len(m.arena):len(m.arena)]
 }

@@ -1,7 +1,7 @@
 package tree
 
 // Known reports whether the mirror knows block h, attached or not.
-func (m *Mirror) Known(h int64) bool { return m.blocks[h] != nil }
+func (m *Mirror) Known(h int64) bool { return m.lookup(h) != 0 }
 
 // LeafAfter reports whether block h is known and would be a leaf once the
 // blocks named in gone are removed: every block stored below h is in gone.
@@ -12,19 +12,19 @@ func (m *Mirror) Known(h int64) bool { return m.blocks[h] != nil }
 // a chain leaf first has just named h's child; a block with more children
 // than leafAfterScan, or children further back, is reported as no leaf.
 func (m *Mirror) LeafAfter(h int64, gone []int64) bool {
-	b := m.blocks[h]
-	if b == nil {
-		return false
-	}
-	kids := b.kids
-	if len(kids) > leafAfterScan {
+	r := m.blocks[h]
+	if r == 0 {
 		return false
 	}
 	tail := gone[max(0, len(gone)-leafAfterScan):]
+	n := 0
 next:
-	for _, k := range kids {
+	for k := m.block(r).kid; k != 0; k = m.block(k).next {
+		if n++; n > leafAfterScan {
+			return false
+		}
 		for i := len(tail) - 1; i >= 0; i-- {
-			if tail[i] == k.hash {
+			if tail[i] == m.block(k).hash {
 				continue next
 			}
 		}

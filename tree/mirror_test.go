@@ -233,7 +233,8 @@ func runMirror(t *testing.T, b []byte) {
 func checkMirror(t *testing.T, step int, m *Mirror) {
 	t.Helper()
 	detached := 0
-	for h, e := range m.blocks {
+	for h, r := range m.blocks {
+		e := m.block(r)
 		if e.hash != h {
 			t.Fatalf("step %d: block %d filed under %d", step, e.hash, h)
 		}
@@ -242,9 +243,9 @@ func checkMirror(t *testing.T, step int, m *Mirror) {
 			continue
 		}
 		switch {
-		case e.hasParent && (e.up == nil || !e.up.attached || e.up.hash != e.parent || e.depth != e.up.depth+1):
+		case e.hasParent && (e.up == 0 || !m.block(e.up).attached || m.block(e.up).hash != e.parent || e.depth != m.block(e.up).depth+1):
 			t.Fatalf("step %d: attached block %d hangs off %v", step, h, e.up)
-		case !e.hasParent && (e.up != nil || e.depth != 1):
+		case !e.hasParent && (e.up != 0 || e.depth != 1):
 			t.Fatalf("step %d: attached root block %d at depth %d", step, h, e.depth)
 		}
 	}
