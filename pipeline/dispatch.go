@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"context"
@@ -9,48 +9,73 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
 
-// A dispatcher is how the pipeline reaches engines: it places one attempt of
+// A Placer is how the pipeline reaches engines: it places one attempt of
 // a job on worker(s) and returns the plan that runs it. The regular
-// dispatcher sends a whole request to the one worker its policy chooses; the
-// PD dispatcher sends a prefill and a decode leg to a pair. Everything around
+// Placer sends a whole request to the one worker its policy chooses; the
+// PD Placer sends a prefill and a decode leg to a pair. Everything around
 // an attempt (limits, retries, timeouts, the relay, statuses) is the
 // pipeline's and the same for both.
-type dispatcher interface {
-	// place chooses where an attempt runs, never on a worker in
+type Placer interface {
+	// Place chooses where an attempt runs, never on a worker in
 	// j.excluded. With dryRun (Explain) no policy changes state and the
 	// plan must not be started.
-	place(ctx context.Context, j *job, dryRun bool) (*plan, error)
-	// policyName labels decisions in logs and metrics.
-	policyName() string
-	// embeddings refuses Embed, with the status to answer, when the
-	// dispatcher's workers cannot compute embeddings.
-	embeddings() error
+	Place(ctx context.Context, j *Job, dryRun bool) (*Plan, error)
+	// PolicyName labels decisions in logs and metrics.
+	PolicyName() string
+	// Embeddings refuses Embed, with the status to answer, when the
+	// placer's workers cannot compute embeddings.
+	Embeddings() error
+}
+
+// Route is a model of the table as the pipeline uses it: its text stack, its
+// policies and the placer that places its requests on its own workers.
+type Route = modeltable.Entry[Placer]
+
+// NewPlacer is the placer of the model r: PD's pairing when it has one,
+// else its regular policy.
+func (s *Pipeline) NewPlacer(r *Route) Placer {
+	if r.PD != nil {
+		return &pdDispatcher{s: s, r: r, pd: r.PD, prefill: r.Main().Name(), decode: r.PD.DecodePolicyName()}
+	}
+	return &regularDispatcher{s: s, r: r, policy: r.Main()}
+}
+
+// ServedModel is the model the workers report, for the metrics of a router
+// serving one model (the first worker that names one).
+func (s *Pipeline) ServedModel() string {
+	for _, w := range s.reg.Current().Workers {
+		if m := w.Info().Model; m != "" {
+			return m
+		}
+	}
+	return ""
 }
 
 // regularDispatcher serves whole requests on the registry's regular workers.
 type regularDispatcher struct {
-	s      *pipeline
-	r      *route
+	s      *Pipeline
+	r      *Route
 	policy policy.Policy
 }
 
-func (d *regularDispatcher) policyName() string { return d.policy.Name() }
-func (d *regularDispatcher) embeddings() error  { return nil }
+func (d *regularDispatcher) PolicyName() string { return d.policy.Name() }
+func (d *regularDispatcher) Embeddings() error  { return nil }
 
-func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, error) {
-	candidates, err := implementing(j.needs, d.r.Candidates(d.s.reg, workers.RoleRegular))
+func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Plan, error) {
+	candidates, err := implementing(j.Needs, d.r.Candidates(d.s.reg, workers.RoleRegular))
 	if err != nil {
 		return nil, err
 	}
 	if err := checkCandidates("", candidates, j); err != nil {
 		return nil, err
 	}
-	preq := j.policyRequest(ctx, dryRun)
+	preq := j.policyRequest(dryRun)
 	var dec policy.Decision
 	slots, err := chooseAndAcquire(preq, len(candidates), func() ([]*workers.Worker, func(), error) {
 		var err error
@@ -63,24 +88,24 @@ func (d *regularDispatcher) place(ctx context.Context, j *job, dryRun bool) (*pl
 		return nil, err
 	}
 	r := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, vocab: d.r.OutputVocab(dec.Worker)}
-	r.plan = plan{slots: slots, run: r}
-	r.legBuf[0] = leg{role: "regular", w: dec.Worker, policy: d.policy.Name(), dec: dec}
-	r.legs = r.legBuf[:1]
+	r.Plan = Plan{slots: slots, run: r}
+	r.legBuf[0] = Leg{Role: "regular", Worker: dec.Worker, Policy: d.policy.Name(), Decision: dec}
+	r.Legs = r.legBuf[:1]
 	if !dryRun {
 		r.release = dec.Worker.Acquire()
 		r.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
 		d.s.metrics.decided(d.policy.Name(), dec)
 		d.s.metrics.selections.WithLabelValues(dec.Worker.URL(), d.policy.Name()).Inc()
 	}
-	return &r.plan, nil
+	return &r.Plan, nil
 }
 
 // single runs a whole request on one worker. Its plan is part of it, so a
 // placement costs one allocation.
 type single struct {
-	plan
-	legBuf  [1]leg
-	s       *pipeline
+	Plan
+	legBuf  [1]Leg
+	s       *Pipeline
 	pol     policy.Policy
 	preq    *policy.Request
 	dec     policy.Decision
@@ -146,27 +171,27 @@ func (p *single) end(out policy.Outcome) {
 // pdDispatcher serves requests with prefill/decode disaggregation over the
 // registry's prefill and decode workers.
 type pdDispatcher struct {
-	s       *pipeline
-	r       *route
+	s       *Pipeline
+	r       *Route
 	pd      *pd.Dispatcher
 	prefill string // the policies' names, which label decisions
 	decode  string
 }
 
-func (d *pdDispatcher) policyName() string { return d.prefill }
+func (d *pdDispatcher) PolicyName() string { return d.prefill }
 
-// embeddings refuses Embed: disaggregated engines run generation legs (a
+// Embeddings refuses Embed: disaggregated engines run generation legs (a
 // prefill engine hands every request's KV to a decode engine), and no
 // worker here serves a whole request. An embedding model is deployed as
 // regular workers, behind a router of its own, as SMG does (its PD router
-// answers embeddings with 501).
-func (d *pdDispatcher) embeddings() error {
+// answers Embeddings with 501).
+func (d *pdDispatcher) Embeddings() error {
 	return fault.Newf(fault.Precondition,
 		"Embed needs regular workers, and this router serves with prefill/decode disaggregation (--pd-disaggregation), "+
 			"whose engines run generation legs only; serve the embedding model from a router of regular workers")
 }
 
-func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, error) {
+func (d *pdDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Plan, error) {
 	prefills, decodes := d.r.Candidates(d.s.reg, workers.RolePrefill), d.r.Candidates(d.s.reg, workers.RoleDecode)
 	if err := checkCandidates("prefill ", prefills, j); err != nil {
 		return nil, err
@@ -174,7 +199,7 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 	if err := checkCandidates("decode ", decodes, j); err != nil {
 		return nil, err
 	}
-	preq := j.policyRequest(ctx, dryRun)
+	preq := j.policyRequest(dryRun)
 	var dec pd.Pair
 	slots, err := chooseAndAcquire(preq, len(prefills)+len(decodes), func() ([]*workers.Worker, func(), error) {
 		var err error
@@ -193,14 +218,14 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 		m.selections.WithLabelValues(dec.Prefill.Worker.URL(), pre).Inc()
 		m.selections.WithLabelValues(dec.Decode.Worker.URL(), dc).Inc()
 	}
-	r := &pair{s: d.s, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.start}
-	r.plan = plan{room: dec.Room, slots: slots, selfAborting: true, run: r}
-	r.legBuf = [2]leg{
-		{role: "prefill", w: dec.Prefill.Worker, policy: d.prefill, dec: dec.Prefill},
-		{role: "decode", w: dec.Decode.Worker, policy: d.decode, dec: dec.Decode},
+	r := &pair{s: d.s, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.Start}
+	r.Plan = Plan{room: dec.Room, slots: slots, selfAborting: true, run: r}
+	r.legBuf = [2]Leg{
+		{Role: "prefill", Worker: dec.Prefill.Worker, Policy: d.prefill, Decision: dec.Prefill},
+		{Role: "decode", Worker: dec.Decode.Worker, Policy: d.decode, Decision: dec.Decode},
 	}
-	r.legs = r.legBuf[:]
-	return &r.plan, nil
+	r.Legs = r.legBuf[:]
+	return &r.Plan, nil
 }
 
 // pair runs a request disaggregated over a prefill and a decode worker. The
@@ -208,9 +233,9 @@ func (d *pdDispatcher) place(ctx context.Context, j *job, dryRun bool) (*plan, e
 // observations and the room; the pair records what the router measures of
 // them.
 type pair struct {
-	plan
-	legBuf   [2]leg
-	s        *pipeline
+	Plan
+	legBuf   [2]Leg
+	s        *Pipeline
 	att      *pd.Attempt
 	vocab    int       // bounds the output ids (route.outputVocab of the decode worker)
 	jobStart time.Time // when the request arrived, for the PD TTFT
@@ -219,14 +244,14 @@ type pair struct {
 func (p *pair) start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
 	// The prefill leg's span ends with that leg, before the decode leg's,
 	// which the pipeline ends with the attempt.
-	prefillSpan := p.legs[0].span
+	prefillSpan := p.Legs[0].span
 	st, err := p.att.Start(ctx, req, func(r pd.PrefillResult) {
 		if r.Err == nil {
 			p.s.metrics.pdPrefill.Observe(r.Duration.Seconds())
 		}
 		if prefillSpan != nil {
 			prefillSpan.SetAttributes(attrUsagePrompt.Int(int(r.PromptTokens)), attrCachedTokens.Int(int(r.CachedTokens)))
-			endSpan(prefillSpan, r.Err)
+			p.s.endSpan(prefillSpan, r.Err)
 			prefillSpan.End()
 		}
 	})
@@ -261,7 +286,7 @@ func (p *pair) end(out policy.Outcome) {
 
 // checkCandidates refuses a job that no worker of a side could serve: none is
 // available, or the prompt does not fit the model.
-func checkCandidates(side string, ws []*workers.Worker, j *job) error {
+func checkCandidates(side string, ws []*workers.Worker, j *Job) error {
 	if !slices.ContainsFunc(ws, (*workers.Worker).Available) {
 		healthy, open := 0, 0
 		for _, w := range ws {
@@ -278,9 +303,9 @@ func checkCandidates(side string, ws []*workers.Worker, j *job) error {
 	l := limitsOf(ws)
 	if l.vocabSize == 0 {
 		// No engine reports its vocabulary: the tokenizer's holds.
-		l.vocabSize = j.route.TokenizerVocab()
+		l.vocabSize = j.Route.TokenizerVocab()
 	}
-	return j.task.check(l)
+	return j.Task.check(l)
 }
 
 // implementing keeps the workers that may be given rpc ("": all of them).

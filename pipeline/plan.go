@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"context"
@@ -15,17 +15,17 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// A plan is where one attempt runs and what the pipeline does at each of its
+// A Plan is where one attempt runs and what the pipeline does at each of its
 // steps. A dispatcher returns the same type for a whole request on one worker
 // and for a prefill/decode pair: what differs between them is data (the
 // legs) and the run behind them, so nothing downstream of place asks which
 // kind of attempt it holds.
-type plan struct {
-	// legs are the engine calls of the attempt in the order they start;
+type Plan struct {
+	// Legs are the engine calls of the attempt in the order they start;
 	// the first is the one whose policy read the prompt (the regular or
 	// the prefill worker), the last serves the client's tokens (the same
 	// leg, or the decode one).
-	legs []leg
+	Legs []Leg
 	// room is the bootstrap room joining a disaggregated pair (0: none).
 	room int32
 	// slots are the circuit-breaker places the attempt holds.
@@ -53,28 +53,28 @@ type run interface {
 	aborted(err error, again func() error)
 }
 
-// leg is one engine call of an attempt.
-type leg struct {
-	role   string // "regular", "prefill" or "decode"
-	w      *workers.Worker
-	policy string          // the name of the policy that chose w
-	dec    policy.Decision // its decision
+// Leg is one engine call of an attempt.
+type Leg struct {
+	Role     string // "regular", "prefill" or "decode"
+	Worker   *workers.Worker
+	Policy   string          // the name of the policy that chose w
+	Decision policy.Decision // its decision
 	// span is the leg's client span, set by startLegs (nil before, and
 	// when not tracing).
 	span trace.Span
 }
 
-// served is the worker whose tokens the client sees.
-func (p *plan) served() *workers.Worker { return p.legs[len(p.legs)-1].w }
+// Served is the worker whose tokens the client sees.
+func (p *Plan) Served() *workers.Worker { return p.Legs[len(p.Legs)-1].Worker }
 
-// decision is the policy decision that placed the client-visible worker.
-func (p *plan) decision() policy.Decision { return p.legs[len(p.legs)-1].dec }
+// Decision is the policy Decision that placed the client-visible worker.
+func (p *Plan) Decision() policy.Decision { return p.Legs[len(p.Legs)-1].Decision }
 
-// leg returns the attempt's leg of role, or nil.
-func (p *plan) leg(role string) *leg {
-	for i := range p.legs {
-		if p.legs[i].role == role {
-			return &p.legs[i]
+// Leg returns the attempt's Leg of role, or nil.
+func (p *Plan) Leg(role string) *Leg {
+	for i := range p.Legs {
+		if p.Legs[i].Role == role {
+			return &p.Legs[i]
 		}
 	}
 	return nil
@@ -82,63 +82,63 @@ func (p *plan) leg(role string) *leg {
 
 // blame returns the worker that caused a failure of this attempt: the leg a
 // *pd.LegError names, else the served worker.
-func (p *plan) blame(err error) *workers.Worker {
+func (p *Plan) blame(err error) *workers.Worker {
 	var le *pd.LegError
 	if errors.As(err, &le) {
-		if l := p.leg(le.Leg); l != nil {
-			return l.w
+		if l := p.Leg(le.Leg); l != nil {
+			return l.Worker
 		}
 	}
-	return p.served()
+	return p.Served()
 }
 
 // settle reports the attempt to the workers' circuit breakers: nil is a
 // success; a failure counts against the worker it blames when it is the
 // worker's fault, and is ignored otherwise. Called once.
-func (p *plan) settle(f *failure) { p.slots.settle(f) }
+func (p *Plan) settle(f *failure) { p.slots.settle(f) }
 
 // logAttrs describe the plan in log lines.
-func (p *plan) logAttrs() []any {
-	first := &p.legs[0]
-	if len(p.legs) == 1 {
-		return []any{"worker", first.w.URL(), "policy", first.policy, "branch", first.dec.Branch, "decision", why{&first.dec}}
+func (p *Plan) logAttrs() []any {
+	first := &p.Legs[0]
+	if len(p.Legs) == 1 {
+		return []any{"worker", first.Worker.URL(), "policy", first.Policy, "branch", first.Decision.Branch, "decision", why{&first.Decision}}
 	}
-	attrs := make([]any, 0, 2*len(p.legs)+6)
-	for _, l := range p.legs {
-		attrs = append(attrs, l.role, l.w.URL())
+	attrs := make([]any, 0, 2*len(p.Legs)+6)
+	for _, l := range p.Legs {
+		attrs = append(attrs, l.Role, l.Worker.URL())
 	}
-	return append(attrs, "room", p.room, first.role+"_branch", first.dec.Branch, "decision", why{&first.dec})
+	return append(attrs, "room", p.room, first.Role+"_branch", first.Decision.Branch, "decision", why{&first.Decision})
 }
 
 // traceAttrs describe the decisions on the selection span: the first leg's
 // policy and prediction, the served worker, and the other legs beside them.
-func (p *plan) traceAttrs() []attribute.KeyValue {
-	first, last := &p.legs[0], &p.legs[len(p.legs)-1]
-	attrs := []attribute.KeyValue{attrPolicy.String(first.policy), attrBranch.String(first.dec.Branch),
-		attrPredictedCached.Int(first.dec.PredictedCachedTokens), attrWorker.String(last.w.URL())}
-	if len(p.legs) == 1 {
+func (p *Plan) traceAttrs() []attribute.KeyValue {
+	first, last := &p.Legs[0], &p.Legs[len(p.Legs)-1]
+	attrs := []attribute.KeyValue{attrPolicy.String(first.Policy), attrBranch.String(first.Decision.Branch),
+		attrPredictedCached.Int(first.Decision.PredictedCachedTokens), attrWorker.String(last.Worker.URL())}
+	if len(p.Legs) == 1 {
 		return attrs
 	}
-	for _, l := range p.legs[:len(p.legs)-1] {
-		attrs = append(attrs, attribute.String("kvgate."+l.role+".worker", l.w.URL()))
+	for _, l := range p.Legs[:len(p.Legs)-1] {
+		attrs = append(attrs, attribute.String("kvgate."+l.Role+".worker", l.Worker.URL()))
 	}
-	return append(attrs, attribute.String("kvgate."+last.role+".policy", last.policy),
-		attribute.String("kvgate."+last.role+".policy.branch", last.dec.Branch),
+	return append(attrs, attribute.String("kvgate."+last.Role+".policy", last.Policy),
+		attribute.String("kvgate."+last.Role+".policy.branch", last.Decision.Branch),
 		attribute.Int64("kvgate.pd.room", int64(p.room)))
 }
 
-// reason says why each leg went where it did: the decision's own words for
+// Reason says why each leg went where it did: the decision's own words for
 // one leg, each leg's prefixed with its role for several.
-func (p *plan) reason() string {
-	if len(p.legs) == 1 {
-		return p.legs[0].dec.Why()
+func (p *Plan) Reason() string {
+	if len(p.Legs) == 1 {
+		return p.Legs[0].Decision.Why()
 	}
 	var b strings.Builder
-	for i := range p.legs {
+	for i := range p.Legs {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		b.WriteString(p.legs[i].role + ": " + p.legs[i].dec.Why())
+		b.WriteString(p.Legs[i].Role + ": " + p.Legs[i].Decision.Why())
 	}
 	return b.String()
 }
