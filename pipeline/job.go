@@ -48,11 +48,11 @@ type Job struct {
 	Needs workers.RPC
 }
 
-// policyRequest is what the policy sees of an attempt of the job: its
+// PolicyRequest is what the policy sees of an attempt of the job: its
 // routing metadata, its prompt and the workers earlier attempts failed on.
 // Each attempt gets a Request of its own, since the policies may keep it
 // until the attempt ends and Exclude grows between attempts.
-func (j *Job) policyRequest(dryRun bool) *policy.Request {
+func (j *Job) PolicyRequest(dryRun bool) *policy.Request {
 	if j.Routing == nil {
 		j.Routing = &policy.Request{RequestID: j.ID}
 	}

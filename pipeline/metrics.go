@@ -8,10 +8,10 @@ import (
 )
 
 // Metrics are the series the pipeline records: placements and decisions,
-// tokens and latencies of the answers it relays, retries, aborts, the PD
-// legs' figures and the accuracy of cache predictions. It is a
-// prometheus.Collector: the router registers it beside its own series, so
-// several routers can run in one process without clashing.
+// tokens and latencies of the answers it relays, retries, aborts and the
+// accuracy of cache predictions. It is a prometheus.Collector: the router
+// registers it beside its own series, so several routers can run in one
+// process without clashing.
 type Metrics struct {
 	// SMG's documented metrics under their names (smg_ → kvgate_), beside
 	// kvgate's own, so that their PromQL and alerts work unchanged.
@@ -36,11 +36,6 @@ type Metrics struct {
 	selections *prometheus.CounterVec
 	aborts     *prometheus.CounterVec
 	decisions  *prometheus.CounterVec
-
-	pdTTFT     prometheus.Histogram
-	pdPrefill  prometheus.Histogram
-	pdHandoff  prometheus.Histogram
-	pdFailures *prometheus.CounterVec
 
 	retries              *prometheus.CounterVec
 	retryBudgetExhausted prometheus.Counter
@@ -81,25 +76,6 @@ func NewMetrics() *Metrics {
 			Name: "kvgate_policy_decisions_total",
 			Help: "Routing decisions by policy and the rule that decided (cache_hit, cache_miss, imbalance, ring, sticky, ...).",
 		}, []string{"policy", "branch"}),
-		pdTTFT: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "kvgate_pd_time_to_first_token_seconds",
-			Help:    "With prefill/decode disaggregation: from receiving the request to the decode leg's first token.",
-			Buckets: latencyBuckets,
-		}),
-		pdPrefill: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "kvgate_pd_prefill_duration_seconds",
-			Help:    "Duration of successful prefill legs.",
-			Buckets: latencyBuckets,
-		}),
-		pdHandoff: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "kvgate_pd_kv_transfer_seconds",
-			Help:    "From the prefill leg's end to the decode leg's first token: the KV transfer plus the first decode step.",
-			Buckets: latencyBuckets,
-		}),
-		pdFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvgate_pd_failures_total",
-			Help: "Disaggregated requests that failed, by the leg that failed (prefill or decode).",
-		}, []string{"leg"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_retries_total",
 			Help: "Requests retried on another worker after a failure before the first token, by the worker that failed.",
@@ -162,7 +138,7 @@ func NewMetrics() *Metrics {
 		Help: "Chat with tools: calls parsed out of answers (result=parsed), and answers holding a call that did not parse, returned as content (result=malformed)."},
 		[]string{"model", "result"})
 	m.all = []prometheus.Collector{m.ttft, m.selections, m.aborts, m.decisions,
-		m.pdTTFT, m.pdPrefill, m.pdHandoff, m.pdFailures, m.retries, m.retryBudgetExhausted, m.rpcLacking,
+		m.retries, m.retryBudgetExhausted, m.rpcLacking,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		m.specDraft, m.specAccepted,
 		m.cacheHits, m.cacheMisses, m.branches, m.policyLatency, m.promptTokens, m.completionTokens, m.cachedTokens,

@@ -211,7 +211,7 @@ func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
 	p, err := j.Route.Placer.Place(sctx, j, false)
 	if err != nil {
-		s.endSpan(sel, err)
+		s.EndSpan(sel, err)
 		sel.End()
 		return &failure{err: err, placement: true}
 	}
@@ -237,25 +237,25 @@ func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 		f.delivered = r.delivered
 		out := r.out
 		out.Err = r.err
-		p.run.end(out)
+		p.Run.End(out)
 		p.settle(f)
-		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.selfAborting {
+		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.SelfAborting {
 			cancel(nil)
-			p.run.aborted(s.abort(ctx, log, p.Served(), id), s.abortAgain(ctx, log, p.Served(), id))
+			p.Run.Aborted(s.abort(ctx, log, p.Served(), id), s.abortAgain(ctx, log, p.Served(), id))
 		}
 		legs.end(f.status())
 		f.log(ctx, log)
 		return f
 	}
 	legs.end(nil)
-	p.run.end(r.out)
+	p.Run.End(r.out)
 	p.settle(nil)
 	if r.running {
 		// The client has its answer, and the engine is still working on
 		// it (a stop string matched here).
 		cancel(nil)
-		if !p.selfAborting {
-			p.run.aborted(s.abort(ctx, log, p.Served(), id), s.abortAgain(ctx, log, p.Served(), id))
+		if !p.SelfAborting {
+			p.Run.Aborted(s.abort(ctx, log, p.Served(), id), s.abortAgain(ctx, log, p.Served(), id))
 		}
 	}
 	if err := r.deliver(ctx, p, log); err != nil {

@@ -263,13 +263,13 @@ func (sp *scriptedPlacer) Place(_ context.Context, j *Job, _ bool) (*Plan, error
 	w := workers.NewWorker("w"+string(rune('0'+n)), workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
 	if steps := sp.scripts[n]; len(steps) > 0 && steps[0].nowhere {
 		w.SetHealthy(false)
-		return nil, checkCandidates("", []*workers.Worker{w}, j)
+		return nil, CheckCandidates("", []*workers.Worker{w}, j)
 	}
 	r := &scriptedRun{w: w, steps: sp.scripts[n]}
 	sp.placed = append(sp.placed, &placement{excluded: slices.Clone(j.excluded), run: r})
 	// The scripted streams end with the attempt's context, as PD's legs
 	// do, so the pipeline sends no Abort to an engine that is not there.
-	return &Plan{Legs: []Leg{{Role: "regular", Worker: w, Policy: "scripted"}}, selfAborting: true, run: r}, nil
+	return &Plan{Legs: []Leg{{Role: "regular", Worker: w, Policy: "scripted"}}, SelfAborting: true, Run: r}, nil
 }
 
 // scriptedRun is a plan's run whose stream plays steps.
@@ -279,12 +279,12 @@ type scriptedRun struct {
 	ends  int
 }
 
-func (r *scriptedRun) start(ctx context.Context, _ *workers.GenerateRequest) (workers.Stream, error) {
+func (r *scriptedRun) Start(ctx context.Context, _ *workers.GenerateRequest) (workers.Stream, error) {
 	return &scriptedStream{ctx: ctx, steps: r.steps}, nil
 }
-func (r *scriptedRun) firstToken(time.Time)        {}
-func (r *scriptedRun) end(policy.Outcome)          { r.ends++ }
-func (r *scriptedRun) aborted(error, func() error) {}
+func (r *scriptedRun) FirstToken(time.Time)        {}
+func (r *scriptedRun) End(policy.Outcome)          { r.ends++ }
+func (r *scriptedRun) Aborted(error, func() error) {}
 
 type scriptedStream struct {
 	ctx   context.Context

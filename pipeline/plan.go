@@ -16,7 +16,7 @@ import (
 )
 
 // A Plan is where one attempt runs and what the pipeline does at each of its
-// steps. A dispatcher returns the same type for a whole request on one worker
+// steps. A placer returns the same type for a whole request on one worker
 // and for a prefill/decode pair: what differs between them is data (the
 // legs) and the run behind them, so nothing downstream of place asks which
 // kind of attempt it holds.
@@ -26,31 +26,31 @@ type Plan struct {
 	// the prefill worker), the last serves the client's tokens (the same
 	// leg, or the decode one).
 	Legs []Leg
-	// room is the bootstrap room joining a disaggregated pair (0: none).
-	room int32
-	// slots are the circuit-breaker places the attempt holds.
-	slots breakerSlots
-	// selfAborting: the legs abort themselves when the attempt ends early
+	// Room is the bootstrap Room joining a disaggregated pair (0: none).
+	Room int32
+	// Slots are the circuit-breaker places the attempt holds.
+	Slots BreakerSlots
+	// SelfAborting: the legs abort themselves when the attempt ends early
 	// (the disaggregated abort rules), so the pipeline sends no Abort.
-	selfAborting bool
-	// run sends the attempt and keeps what it reserved until end.
-	run run
+	SelfAborting bool
+	// Run sends the attempt and keeps what it reserved until end.
+	Run Run
 }
 
-// A run is the part of a plan that holds state while the attempt is in
+// A Run is the part of a plan that holds state while the attempt is in
 // flight: how it is sent and what its first token, its end and a failed
 // Abort change.
-type run interface {
-	// start sends the attempt; its stream ends when ctx does.
-	start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error)
-	// firstToken is told when the first output token reached the relay.
-	firstToken(at time.Time)
-	// end releases what the attempt holds and reports the outcome to the
+type Run interface {
+	// Start sends the attempt; its stream ends when ctx does.
+	Start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error)
+	// FirstToken is told when the first output token reached the relay.
+	FirstToken(at time.Time)
+	// End releases what the attempt holds and reports the outcome to the
 	// policies that learn from it. It is called once, whatever happened.
-	end(out policy.Outcome)
-	// aborted is told how the Abort the pipeline sent (after end) fared;
+	End(out policy.Outcome)
+	// Aborted is told how the Abort the pipeline sent (after end) fared;
 	// again sends it once more.
-	aborted(err error, again func() error)
+	Aborted(err error, again func() error)
 }
 
 // Leg is one engine call of an attempt.
@@ -59,9 +59,9 @@ type Leg struct {
 	Worker   *workers.Worker
 	Policy   string          // the name of the policy that chose w
 	Decision policy.Decision // its decision
-	// span is the leg's client span, set by startLegs (nil before, and
+	// Span is the leg's client Span, set by startLegs (nil before, and
 	// when not tracing).
-	span trace.Span
+	Span trace.Span
 }
 
 // Served is the worker whose tokens the client sees.
@@ -95,7 +95,7 @@ func (p *Plan) blame(err error) *workers.Worker {
 // settle reports the attempt to the workers' circuit breakers: nil is a
 // success; a failure counts against the worker it blames when it is the
 // worker's fault, and is ignored otherwise. Called once.
-func (p *Plan) settle(f *failure) { p.slots.settle(f) }
+func (p *Plan) settle(f *failure) { p.Slots.settle(f) }
 
 // logAttrs describe the plan in log lines.
 func (p *Plan) logAttrs() []any {
@@ -107,7 +107,7 @@ func (p *Plan) logAttrs() []any {
 	for _, l := range p.Legs {
 		attrs = append(attrs, l.Role, l.Worker.URL())
 	}
-	return append(attrs, "room", p.room, first.Role+"_branch", first.Decision.Branch, "decision", why{&first.Decision})
+	return append(attrs, "room", p.Room, first.Role+"_branch", first.Decision.Branch, "decision", why{&first.Decision})
 }
 
 // traceAttrs describe the decisions on the selection span: the first leg's
@@ -124,7 +124,7 @@ func (p *Plan) traceAttrs() []attribute.KeyValue {
 	}
 	return append(attrs, attribute.String("kvgate."+last.Role+".policy", last.Policy),
 		attribute.String("kvgate."+last.Role+".policy.branch", last.Decision.Branch),
-		attribute.Int64("kvgate.pd.room", int64(p.room)))
+		attribute.Int64("kvgate.pd.room", int64(p.Room)))
 }
 
 // Reason says why each leg went where it did: the decision's own words for

@@ -24,7 +24,7 @@ func TestPlanReadsTheSameForOneLegAndTwo(t *testing.T) {
 	decodeFailed := &pd.LegError{Leg: "decode", Worker: dec.URL(), Err: engineDown}
 
 	one := &Plan{Legs: []Leg{{Role: "regular", Worker: reg, Policy: "cache_aware", Decision: policy.Decision{Worker: reg, Reason: "longest match"}}}}
-	two := &Plan{room: 7, Legs: []Leg{
+	two := &Plan{Room: 7, Legs: []Leg{
 		{Role: "prefill", Worker: pre, Policy: "cache_aware", Decision: policy.Decision{Worker: pre, Reason: "longest match"}},
 		{Role: "decode", Worker: dec, Policy: "power_of_two", Decision: policy.Decision{Worker: dec, Reason: "lighter of two"}},
 	}}

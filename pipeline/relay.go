@@ -21,7 +21,7 @@ import (
 // not come within the first-token timeout, or a gap between tokens longer
 // than the idle timeout, ends the attempt as the worker's failure. (Tokens the
 // model cannot have produced are refused by workers.CheckedStream, which the
-// dispatchers wrap every stream in.)
+// placers wrap every stream in.)
 type relay struct {
 	s      *Pipeline
 	j      *Job
@@ -200,7 +200,7 @@ func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 		if r.j.Span != nil {
 			r.j.Span.AddEvent("first_token")
 		}
-		r.p.run.firstToken(r.firstAt)
+		r.p.Run.FirstToken(r.firstAt)
 	} else {
 		// Engines may send several tokens in one chunk: each counts the
 		// gap divided among them, as a client reading tokens would see.

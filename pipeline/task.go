@@ -76,7 +76,7 @@ func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, 
 	if c := j.Answer.Constraint(); c.Kind != workers.NoConstraint {
 		smp.Constraint = c
 	}
-	es, err := p.run.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.InputIDs, Sampling: smp, Logprobs: answer.LogprobRequest(j.Sampling)})
+	es, err := p.Run.Start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.InputIDs, Sampling: smp, Logprobs: answer.LogprobRequest(j.Sampling)})
 	var done *kvgatev1.GenerateComplete
 	if err == nil {
 		done, err = rel.run(es)

@@ -44,14 +44,14 @@ type legSpans struct {
 // (workers.WithLegContexts).
 func (s *Pipeline) startLegs(ctx context.Context, p *Plan, attempt int) (context.Context, *legSpans) {
 	legs := p.Legs
-	ls := &legSpans{byURL: make(map[string]context.Context, len(legs)), endSpan: s.endSpan}
+	ls := &legSpans{byURL: make(map[string]context.Context, len(legs)), endSpan: s.EndSpan}
 	var lctx context.Context
 	for i := range legs {
 		l := &legs[i]
-		lctx, l.span = s.startStep(ctx, "kvgate.dispatch "+l.Role, trace.WithSpanKind(trace.SpanKindClient),
+		lctx, l.Span = s.startStep(ctx, "kvgate.dispatch "+l.Role, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attrWorkerURL.String(l.Worker.URL()), attrRole.String(l.Role), attrAttempt.Int(attempt)))
 		ls.byURL[l.Worker.URL()] = lctx
-		ls.spans = append(ls.spans, l.span)
+		ls.spans = append(ls.spans, l.Span)
 	}
 	if len(legs) == 1 {
 		return lctx, ls
@@ -79,8 +79,8 @@ func (s *Pipeline) startStep(ctx context.Context, name string, opts ...trace.Spa
 	return s.tracer.Start(ctx, name, opts...)
 }
 
-// endSpan records a step's outcome on its span, as Config.EndSpan says.
-func (s *Pipeline) endSpan(span trace.Span, err error) { s.cfg.EndSpan(span, err) }
+// EndSpan records a step's outcome on its span, as Config.EndSpan says.
+func (s *Pipeline) EndSpan(span trace.Span, err error) { s.cfg.EndSpan(span, err) }
 
 // endSpanPlain records an error as the span's error status, for a pipeline
 // built without Config.EndSpan.

@@ -38,7 +38,7 @@ func FuzzEmbedRequest(f *testing.F) {
 	codec := newRequestCodec()
 	reg := workers.NewRegistry()
 	s := &Server{pipe: pipeline.New(pipeline.Config{Registry: reg}), reg: reg, admission: newAdmission(DefaultAdmissionConfig(), nil)}
-	s.models = modeltable.New(modeltable.OneModel, s.pipe.NewPlacer)
+	s.models = modeltable.New(modeltable.OneModel, s.pipe.RegularPlacer)
 	if _, _, err := s.models.Ensure("", func() (modeltable.Spec, error) {
 		return modeltable.Spec{Policies: map[workers.Role]policy.Policy{workers.RoleRegular: policy.NewRoundRobin()}}, nil
 	}); err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/pd/pdplan"
 	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/cache"
@@ -24,8 +25,10 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	kv *workers.KVEventCounters
-	// pipe are the request pipeline's series, which it records.
+	// pipe are the request pipeline's series, which it records; pd the
+	// disaggregated placements' (pdplan).
 	pipe *pipeline.Metrics
+	pd   *pdplan.Metrics
 
 	requests           *prometheus.CounterVec
 	errors             *prometheus.CounterVec
@@ -63,8 +66,9 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 		}, []string{"reason"}),
 		breakerTransitions: workers.NewBreakerTransitions(),
 		pipe:               pipeline.NewMetrics(),
+		pd:                 pdplan.NewMetrics(),
 	}
-	m.Registry.MustRegister(m.requests, m.errors, m.latency, m.admissionRejected, m.breakerTransitions, m.pipe,
+	m.Registry.MustRegister(m.requests, m.errors, m.latency, m.admissionRejected, m.breakerTransitions, m.pipe, m.pd,
 		workers.NewCollector(reg),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/pd/pdplan"
 	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -110,4 +111,13 @@ func (s *Server) describeServed() string {
 		names[i] = fmt.Sprintf("%q", n)
 	}
 	return strings.Join(names, ", ")
+}
+
+// newPlacer is the placer of the model r: PD's pairing when it has one
+// (two-leg plans, pdplan), else its regular policy (the pipeline's).
+func (s *Server) newPlacer(r *route) pipeline.Placer {
+	if r.PD != nil {
+		return pdplan.NewPlacer(s.pipe, s.metrics.pd, r)
+	}
+	return s.pipe.RegularPlacer(r)
 }

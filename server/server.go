@@ -226,7 +226,7 @@ func New(cfg Config) (*Server, error) {
 		pc.Tracer = s.tracer
 	}
 	s.pipe = pipeline.New(pc)
-	s.models = modeltable.New(cfg.Models, s.pipe.NewPlacer)
+	s.models = modeltable.New(cfg.Models, s.newPlacer)
 	if l := s.admission.limiter; l != nil {
 		s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_rate_limit_keys",
