@@ -57,7 +57,7 @@ type Run interface {
 type Leg struct {
 	Role     string // "regular", "prefill" or "decode"
 	Worker   *workers.Worker
-	Policy   string          // the name of the policy that chose w
+	Policy   string          // the name of the policy that chose Worker
 	Decision policy.Decision // its decision
 	// Span is the leg's client Span, set by startLegs (nil before, and
 	// when not tracing).
