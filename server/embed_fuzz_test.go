@@ -11,14 +11,15 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
 
 // FuzzEmbedRequest decodes arbitrary bytes as an EmbedRequest with the
-// router's codec and passes what decodes through Embed's checks (embedJob,
-// then the check against the workers' limits) on a router without a
-// tokenizer. Nothing may panic; every refusal is INVALID_ARGUMENT, or
+// router's codec and passes what decodes through Embed's checks (embedJob;
+// the pipeline's FuzzEmbeddingCheck fuzzes the check against the workers'
+// limits) on a router without a tokenizer. Nothing may panic; every refusal is INVALID_ARGUMENT, or
 // FAILED_PRECONDITION for text with no tokenizer to read it; and what is
 // accepted is within every limit the API states.
 func FuzzEmbedRequest(f *testing.F) {
@@ -31,12 +32,13 @@ func FuzzEmbedRequest(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(b, uint32(1000), uint32(8))
+		f.Add(b)
 	}
-	f.Add([]byte{0x1a, 0x02, 0x12, 0xff}, uint32(0), uint32(0)) // inputs[0].text: invalid UTF-8
+	f.Add([]byte{0x1a, 0x02, 0x12, 0xff}) // inputs[0].text: invalid UTF-8
 	codec := newRequestCodec()
-	s := &Server{pipeline: &pipeline{reg: workers.NewRegistry()}, admission: newAdmission(DefaultAdmissionConfig(), nil)}
-	s.models = modeltable.New(modeltable.OneModel, func(*route) dispatcher { return &regularDispatcher{} })
+	reg := workers.NewRegistry()
+	s := &Server{pipe: pipeline.New(pipeline.Config{Registry: reg}), reg: reg, admission: newAdmission(DefaultAdmissionConfig(), nil)}
+	s.models = modeltable.New(modeltable.OneModel, s.pipe.RegularPlacer)
 	if _, _, err := s.models.Ensure("", func() (modeltable.Spec, error) {
 		return modeltable.Spec{Policies: map[workers.Role]policy.Policy{workers.RoleRegular: policy.NewRoundRobin()}}, nil
 	}); err != nil {
@@ -45,7 +47,7 @@ func FuzzEmbedRequest(f *testing.F) {
 	if err := s.models.SetText("", modeltable.Text{}); err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, data []byte, vocab, maxCtx uint32) {
+	f.Fuzz(func(t *testing.T, data []byte) {
 		req := &kvgatev1.EmbedRequest{}
 		if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, req); err != nil {
 			t.Fatalf("the codec failed (grpc-go would answer INTERNAL): %v", err)
@@ -62,33 +64,18 @@ func FuzzEmbedRequest(f *testing.F) {
 			return
 		}
 		cfg := s.admission.cfg
-		n, total := len(task.inputs), 0
-		if n == 0 || n > cfg.MaxEmbedInputs || len(req.GetModel()) > maxModelName || len(j.id) > maxRequestIDBytes {
-			t.Fatalf("accepted %d inputs, a model of %d bytes, an id of %d bytes", n, len(req.GetModel()), len(j.id))
+		n, total := len(task.Inputs()), 0
+		if n == 0 || n > cfg.MaxEmbedInputs || len(req.GetModel()) > maxModelName || len(j.ID) > maxRequestIDBytes {
+			t.Fatalf("accepted %d inputs, a model of %d bytes, an id of %d bytes", n, len(req.GetModel()), len(j.ID))
 		}
-		for i, ids := range task.inputs {
+		for i, ids := range task.Inputs() {
 			if len(ids) == 0 {
 				t.Fatalf("accepted an empty inputs[%d]", i)
 			}
 			total += len(ids)
 		}
-		if total > cfg.MaxEmbedTokens || !slices.Equal(j.inputIDs, task.inputs[0]) {
-			t.Fatalf("accepted %d tokens; routing on %d ids", total, len(j.inputIDs))
-		}
-		l := limits{vocabSize: int(vocab % (1 << 16)), maxContext: int(maxCtx % (1 << 10))}
-		if err := task.check(l); err != nil {
-			wantInvalidArgument(t, "check", err)
-			return
-		}
-		for _, ids := range task.inputs {
-			if l.maxContext > 0 && len(ids) > l.maxContext {
-				t.Fatalf("check accepted %d tokens in a context of %d", len(ids), l.maxContext)
-			}
-			for _, id := range ids {
-				if l.vocabSize > 0 && int(id) >= l.vocabSize {
-					t.Fatalf("check accepted token id %d with vocab_size %d", id, l.vocabSize)
-				}
-			}
+		if total > cfg.MaxEmbedTokens || !slices.Equal(j.InputIDs, task.Inputs()[0]) {
+			t.Fatalf("accepted %d tokens; routing on %d ids", total, len(j.InputIDs))
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/policy"
 )
 
@@ -20,7 +21,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		return nil, err
 	}
 	defer release()
-	var j *job
+	var j *pipeline.Job
 	switch r := req.GetRequest().(type) {
 	case *kvgatev1.ExplainRequest_Generate:
 		j, err = s.generateJob(ctx, r.Generate)
@@ -32,26 +33,26 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 	if err != nil {
 		return nil, err
 	}
-	j.metadata = metadata.New(req.GetMetadata())
-	p, err := j.route.Placer.place(ctx, j, true)
+	j.Routing = routing(ctx, metadata.New(req.GetMetadata()), j.ID)
+	p, err := j.Route.Placer.Place(ctx, j, true)
 	if err != nil {
 		return nil, err
 	}
 	// The served worker is the response's worker; the decision that read
 	// the prompt (the prefill leg's, in PD) gives the prediction and the
 	// matches, and the other legs are reported beside it.
-	first, served := &p.legs[0], p.decision()
+	first, served := &p.Legs[0], p.Decision()
 	resp := &kvgatev1.ExplainResponse{
-		Worker:                p.served().URL(),
-		Policy:                j.route.Placer.policyName(),
+		Worker:                p.Served().URL(),
+		Policy:                j.Route.Placer.PolicyName(),
 		Branch:                served.Branch,
-		Reason:                p.reason(),
-		PromptTokens:          uint32(len(j.inputIDs)),
-		PredictedCachedTokens: uint32(first.dec.PredictedCachedTokens),
-		Workers:               a.views(j.route, first.dec),
+		Reason:                p.Reason(),
+		PromptTokens:          uint32(len(j.InputIDs)),
+		PredictedCachedTokens: uint32(first.Decision.PredictedCachedTokens),
+		Workers:               a.views(j.Route, first.Decision),
 	}
-	if l := p.leg("prefill"); l != nil {
-		resp.PrefillWorker, resp.PrefillBranch = l.w.URL(), l.dec.Branch
+	if l := p.Leg("prefill"); l != nil {
+		resp.PrefillWorker, resp.PrefillBranch = l.Worker.URL(), l.Decision.Branch
 	}
 	return resp, nil
 }

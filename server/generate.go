@@ -12,11 +12,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/workers"
 )
 
 // router implements kvgate.v1.Router.
@@ -43,9 +42,9 @@ func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStrea
 		nameRejected(ctx, req.GetRequestId())
 		return err
 	}
-	j.traced(ctx)
-	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
-		resp := &kvgatev1.GenerateResponse{RequestId: j.id}
+	traced(ctx, j)
+	j.Send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
+		resp := &kvgatev1.GenerateResponse{RequestId: j.ID}
 		if done != nil {
 			resp.Response = &kvgatev1.GenerateResponse_Complete{Complete: done}
 		} else {
@@ -53,7 +52,7 @@ func (r *router) Generate(req *kvgatev1.GenerateRequest, stream grpc.ServerStrea
 		}
 		return stream.Send(resp)
 	}
-	return r.s.run(ctx, j)
+	return r.s.pipe.Run(ctx, j)
 }
 
 func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServer[kvgatev1.ChatResponse]) error {
@@ -63,9 +62,9 @@ func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServ
 		nameRejected(ctx, req.GetRequestId())
 		return err
 	}
-	j.traced(ctx)
-	j.send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
-		resp := &kvgatev1.ChatResponse{RequestId: j.id}
+	traced(ctx, j)
+	j.Send = func(c *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error {
+		resp := &kvgatev1.ChatResponse{RequestId: j.ID}
 		if done != nil {
 			resp.Response = &kvgatev1.ChatResponse_Complete{Complete: done}
 		} else {
@@ -73,55 +72,16 @@ func (r *router) Chat(req *kvgatev1.ChatRequest, stream grpc.ServerStreamingServ
 		}
 		return stream.Send(resp)
 	}
-	return r.s.run(ctx, j)
+	return r.s.pipe.Run(ctx, j)
 }
 
-// job is one generation, however the client asked for it: token ids, text
-// or a conversation all become a prompt of ids and a way to send replies.
-type job struct {
-	id string
-	// route is the model the request runs on.
-	route    *route
-	inputIDs []uint32
-	sampling *kvgatev1.SamplingParams
-	stream   bool
-	start    time.Time
-	send     func(chunk *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error
-	// metadata, when set, stands in for the call's own (Explain passes the
-	// metadata of the request it explains).
-	metadata metadata.MD
-	// excluded are the workers earlier attempts failed on.
-	excluded []string
-	// commit, when set, caches the prompt's tokenization; called once the
-	// request has passed validation against the workers, so that invalid
-	// prompts never occupy the tokenizer caches.
-	commit func()
-	// span is the request's span (nil when untraced, as for Explain).
-	span trace.Span
-	// task is what the job's attempts do on their workers: generate, or
-	// embed.
-	task task
-	// answer reads a Chat's output into its answer (reasoning, tool
-	// calls) and may constrain it (response_format, tool_choice); nil: the
-	// output is raw text.
-	answer *answer.Shaper
-	// model names the request's model in metrics (set by the pipeline).
-	model string
-	// routing is the request's routing metadata, as the policy sees it,
-	// read by the first policyRequest (nil until then).
-	routing *policy.Request
-	// needs, when set, is the optional engine RPC the job's attempts call
-	// (Embed): only workers that have not shown they lack it are placed.
-	needs workers.RPC
-}
-
-// traced attaches the request span of ctx to the job and names the request
+// traced attaches the request span of ctx to j and names the request
 // on it and on the call's log line.
-func (j *job) traced(ctx context.Context) {
-	labelOf(ctx).set(j.id)
-	j.span = trace.SpanFromContext(ctx)
-	if j.span.IsRecording() {
-		j.span.SetAttributes(attrRequestID.String(j.id))
+func traced(ctx context.Context, j *pipeline.Job) {
+	labelOf(ctx).set(j.ID)
+	j.Span = trace.SpanFromContext(ctx)
+	if j.Span.IsRecording() {
+		j.Span.SetAttributes(attrRequestID.String(j.ID))
 	}
 }
 
@@ -145,7 +105,7 @@ func truncateID(id string) string {
 
 // newJob starts a job named requestID, or, when that is empty, after the
 // call's x-request-id metadata (see headerRequestID), or else a random id.
-func newJob(ctx context.Context, requestID string, sp *kvgatev1.SamplingParams, stream bool) (*job, error) {
+func newJob(ctx context.Context, requestID string, sp *kvgatev1.SamplingParams, stream bool) (*pipeline.Job, error) {
 	if len(requestID) > maxRequestIDBytes {
 		return nil, fault.Invalidf("request_id", "request_id is %d bytes; the limit is %d", len(requestID), maxRequestIDBytes)
 	}
@@ -166,7 +126,7 @@ func newJob(ctx context.Context, requestID string, sp *kvgatev1.SamplingParams, 
 	if err := validateSampling(sp); err != nil {
 		return nil, err
 	}
-	return &job{id: requestID, sampling: sp, stream: stream, start: time.Now()}, nil
+	return &pipeline.Job{ID: requestID, Sampling: sp, Stream: stream, Start: time.Now(), Routing: routing(ctx, nil, requestID)}, nil
 }
 
 // headerRequestID is the call's x-request-id metadata, which names a
@@ -184,26 +144,21 @@ func headerRequestID(ctx context.Context) (string, error) {
 	return v, nil
 }
 
-// policyRequest is what the policy sees of an attempt of the job. The
-// routing metadata is read once per job (the first attempt's call), not per
-// attempt; each attempt gets a Request of its own, since the policies may
-// keep it until the attempt ends and Exclude grows between attempts.
-func (j *job) policyRequest(ctx context.Context, dryRun bool) *policy.Request {
-	if j.routing == nil {
-		j.routing = &policy.Request{RequestID: j.id, InputIDs: j.inputIDs}
-		if j.metadata != nil {
-			j.routing.RoutingKey = firstHeader(j.metadata, routingKeyHeaders)
-			j.routing.TargetWorker = firstHeader(j.metadata, targetWorkerHeaders)
-			j.routing.ImplicitKey = firstHeader(j.metadata, implicitKeyHeaders)
-		} else {
-			j.routing.RoutingKey = incomingHeader(ctx, routingKeyHeaders)
-			j.routing.TargetWorker = incomingHeader(ctx, targetWorkerHeaders)
-			j.routing.ImplicitKey = incomingHeader(ctx, implicitKeyHeaders)
-		}
+// routing is the routing metadata of a request named id, as a policy sees
+// it: md's when set (Explain passes the metadata of the request it
+// explains), else the call's own.
+func routing(ctx context.Context, md metadata.MD, id string) *policy.Request {
+	r := &policy.Request{RequestID: id}
+	if md != nil {
+		r.RoutingKey = firstHeader(md, routingKeyHeaders)
+		r.TargetWorker = firstHeader(md, targetWorkerHeaders)
+		r.ImplicitKey = firstHeader(md, implicitKeyHeaders)
+		return r
 	}
-	r := *j.routing
-	r.InputIDs, r.DryRun, r.Exclude = j.inputIDs, dryRun, j.excluded
-	return &r
+	r.RoutingKey = incomingHeader(ctx, routingKeyHeaders)
+	r.TargetWorker = incomingHeader(ctx, targetWorkerHeaders)
+	r.ImplicitKey = incomingHeader(ctx, implicitKeyHeaders)
+	return r
 }
 
 func firstHeader(md metadata.MD, keys []string) string {
@@ -234,3 +189,7 @@ func newRequestID() string {
 	_, _ = rand.Read(b[:])
 	return "kvg-" + hex.EncodeToString(b[:])
 }
+
+// errShuttingDown is the cause of requests cut at the end of the shutdown
+// drain period (the pipeline's, which admission refuses with too).
+var errShuttingDown = pipeline.ErrShuttingDown

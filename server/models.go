@@ -7,18 +7,18 @@ import (
 
 	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/pd/pdplan"
+	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/workers"
 )
 
-// route is a model of the table as the pipeline uses it: its text stack, its
-// policies and the dispatcher (its placer) that places its requests on its
-// own workers.
-type route = modeltable.Entry[dispatcher]
+// route is a model of the table as the pipeline uses it (pipeline.Route).
+type route = pipeline.Route
 
 // Models is the router's model table: what it knows of every model it serves.
 // The router adds a model when its first worker joins and gives it its
 // tokenizer; requests, metrics, Explain and ListModels read it.
-func (s *Server) Models() *modeltable.Table[dispatcher] { return s.models }
+func (s *Server) Models() *modeltable.Table[pipeline.Placer] { return s.models }
 
 // noText is the fault of a request that needs r's tokenizer when it has
 // none: UNAVAILABLE while it loads (a client retries), else
@@ -113,22 +113,11 @@ func (s *Server) describeServed() string {
 	return strings.Join(names, ", ")
 }
 
-// newDispatcher is the placer of the model r: PD's pairing when it has one,
-// else its regular policy.
-func (s *pipeline) newDispatcher(r *route) dispatcher {
+// newPlacer is the placer of the model r: PD's pairing when it has one
+// (two-leg plans, pdplan), else its regular policy (the pipeline's).
+func (s *Server) newPlacer(r *route) pipeline.Placer {
 	if r.PD != nil {
-		return &pdDispatcher{s: s, r: r, pd: r.PD, prefill: r.Main().Name(), decode: r.PD.DecodePolicyName()}
+		return pdplan.NewPlacer(s.pipe, s.metrics.pd, r)
 	}
-	return &regularDispatcher{s: s, r: r, policy: r.Main()}
-}
-
-// servedModel is the model the workers report, for the metrics of a router
-// serving one model (the first worker that names one).
-func (s *pipeline) servedModel() string {
-	for _, w := range s.reg.Current().Workers {
-		if m := w.Info().Model; m != "" {
-			return m
-		}
-	}
-	return ""
+	return s.pipe.RegularPlacer(r)
 }

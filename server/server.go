@@ -1,7 +1,9 @@
 // Package server is kvgate's public face: the kvgate.v1 Router and Admin gRPC
-// services, the standard health and reflection services, interceptors, and the
-// request pipeline that validates a request, asks the policy for a worker,
-// dispatches it and relays the worker's stream back to the client.
+// services, the standard health and reflection services, the codec,
+// interceptors, admission and rate limits, and the edge where errors become
+// gRPC statuses. It validates a request, turns it into a pipeline.Job and
+// hands it to the request pipeline (package pipeline), which places it,
+// relays the worker's stream back to the client and retries.
 package server
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -34,6 +37,7 @@ import (
 	"github.com/kvgate/kvgate/internal/auth"
 	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/workers"
@@ -96,61 +100,38 @@ type Config struct {
 // two million token ids or a 131,072-token context in any text encoding.
 const DefaultMaxRequestBytes = 8 << 20
 
-// Reliability is how the pipeline treats failing workers.
-type Reliability struct {
-	// Retry governs failover before the first token.
-	Retry RetryConfig
-	// FirstTokenTimeout fails an attempt whose engine sent no token this
-	// long after it was started (it is then retried elsewhere); 0: no limit.
-	FirstTokenTimeout time.Duration
-	// StreamIdleTimeout fails an attempt whose engine, after its first
-	// token, sent nothing for this long; 0: no limit.
-	StreamIdleTimeout time.Duration
-	// AbortConfirmTimeout bounds how long a request the router gave up on
-	// (client gone, timeout, output complete) stays counted in flight on
-	// its worker while the engine has not ended its stream: engines that
-	// ignore Abort keep working on it (see held.go). 0: released at once.
-	AbortConfirmTimeout time.Duration
-}
+// Reliability is how the pipeline treats failing workers (see
+// pipeline.Reliability).
+type Reliability = pipeline.Reliability
 
-// DefaultReliability returns SMG's retry defaults, a 60 s first-token
-// timeout (a 128K-token prompt prefills in a few seconds on one H100, so a
-// minute without a token is a stalled engine or a hopeless queue) and a 30 s
-// idle timeout between tokens (decode steps take milliseconds).
-func DefaultReliability() Reliability {
-	return Reliability{
-		Retry:             DefaultRetryConfig(),
-		FirstTokenTimeout: 60 * time.Second,
-		StreamIdleTimeout: 30 * time.Second,
-		// A generation of a few thousand tokens at tens of milliseconds
-		// a token: longer than most requests an engine runs after an
-		// ignored Abort, short enough that a stream that never ends
-		// frees its count soon.
-		AbortConfirmTimeout: 60 * time.Second,
-	}
-}
+// RetryConfig says when a failed request is tried on another worker (see
+// pipeline.RetryConfig).
+type RetryConfig = pipeline.RetryConfig
 
-// Validate reports the first setting out of range, by its flag name.
-func (r Reliability) Validate() error {
-	if r.FirstTokenTimeout < 0 {
-		return fmt.Errorf("--first-token-timeout is %v; it must be >= 0 (0: no limit)", r.FirstTokenTimeout)
-	}
-	if r.AbortConfirmTimeout < 0 {
-		return fmt.Errorf("--abort-confirm-timeout is %v; it must be >= 0 (0: release at once)", r.AbortConfirmTimeout)
-	}
-	if r.StreamIdleTimeout < 0 {
-		return fmt.Errorf("--stream-idle-timeout is %v; it must be >= 0 (0: no limit)", r.StreamIdleTimeout)
-	}
-	return r.Retry.Validate()
-}
+// DefaultReliability returns the pipeline's defaults for retries and
+// timeouts.
+func DefaultReliability() Reliability { return pipeline.DefaultReliability() }
+
+// DefaultRetryConfig returns the pipeline's retry defaults.
+func DefaultRetryConfig() RetryConfig { return pipeline.DefaultRetryConfig() }
 
 // Server is a configured kvgate gRPC server.
 type Server struct {
-	// pipeline is the request path the services hand their jobs to; its
-	// configuration, registry, metrics, logger and tracer are the
-	// server's.
-	*pipeline
-	models *modeltable.Table[dispatcher]
+	// pipe is the request path the services hand their jobs to.
+	pipe   *pipeline.Pipeline
+	models *modeltable.Table[pipeline.Placer]
+	reg    *workers.Registry
+	// metrics are the server's; the pipeline's are registered in them.
+	metrics *Metrics
+	log     *slog.Logger
+	// tracer makes the request spans (a no-op without a TracerProvider).
+	tracer trace.Tracer
+	traced bool // a TracerProvider was given
+	// abortTimeout bounds an Abort a cut request sends (Config's).
+	abortTimeout time.Duration
+	// hardStop ends when a shutdown's drain period is over: requests still
+	// running are cut then.
+	hardStop context.Context
 	// reasoningParser and toolCallParser are Config's.
 	reasoningParser string
 	toolCallParser  string
@@ -167,14 +148,6 @@ type Server struct {
 	grpc   *grpc.Server
 	admin  *grpc.Server // nil: Admin is served by grpc
 	health *health.Server
-}
-
-// resolved is the configuration with its defaults applied.
-type resolved struct {
-	Reliability
-	AbortTimeout time.Duration
-	// maxEngineAnswer is the largest message the engine connections accept.
-	maxEngineAnswer int
 }
 
 // routerService is the name the health service reports for generation: it is
@@ -222,15 +195,12 @@ func New(cfg Config) (*Server, error) {
 		maxMsg = DefaultMaxRequestBytes
 	}
 	hardStop, endRequests := context.WithCancel(context.Background())
-	pc := pipelineConfig{
-		resolved: resolved{Reliability: rel, AbortTimeout: cfg.AbortTimeout, maxEngineAnswer: cmp.Or(cfg.MaxEngineAnswerBytes, workers.DefaultMaxAnswerBytes)},
-		Registry: cfg.Registry, Metrics: cfg.Metrics, Logger: cfg.Logger, Stop: hardStop,
-	}
-	if cfg.TracerProvider != nil {
-		pc.Tracer = cfg.TracerProvider.Tracer(tracerName)
-	}
 	s := &Server{
-		pipeline:        newPipeline(pc),
+		reg:             cfg.Registry,
+		metrics:         cfg.Metrics,
+		log:             cmp.Or(cfg.Logger, slog.Default()),
+		tracer:          noop.NewTracerProvider().Tracer(tracerName),
+		hardStop:        hardStop,
 		reasoningParser: cfg.ReasoningParser,
 		toolCallParser:  cfg.ToolCallParser,
 		fleet:           cfg.Fleet,
@@ -238,16 +208,32 @@ func New(cfg Config) (*Server, error) {
 		health:          health.NewServer(),
 		endRequests:     endRequests,
 	}
-	s.models = modeltable.New(cfg.Models, s.newDispatcher)
+	if s.metrics == nil {
+		s.metrics = NewMetrics(s.reg)
+	}
+	if s.abortTimeout = cfg.AbortTimeout; s.abortTimeout <= 0 {
+		s.abortTimeout = 2 * time.Second
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer, s.traced = cfg.TracerProvider.Tracer(tracerName), true
+	}
 	s.admission = newAdmission(adm, s.metrics)
-	s.logprobs = s.admission.logprobs
+	pc := pipeline.Config{
+		Reliability: rel, AbortTimeout: s.abortTimeout, MaxEngineAnswer: cmp.Or(cfg.MaxEngineAnswerBytes, workers.DefaultMaxAnswerBytes),
+		Registry: s.reg, Metrics: s.metrics.pipe, Logger: s.log, Stop: hardStop, Logprobs: s.admission.logprobs, EndSpan: endSpan,
+	}
+	if s.traced {
+		pc.Tracer = s.tracer
+	}
+	s.pipe = pipeline.New(pc)
+	s.models = modeltable.New(cfg.Models, s.newPlacer)
 	if l := s.admission.limiter; l != nil {
 		s.metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_rate_limit_keys",
 			Help: "Client keys the per-key rate limiter remembers (at most 100,000, least recently seen forgotten first).",
 		}, func() float64 { return float64(l.keys()) }))
 	}
-	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
+	s.metrics.registerAdmissionGauges(&s.admission.waiting, s.pipe.InFlight)
 	s.metrics.Registry.MustRegister(s.admission.awaitingGauge())
 	// The packages that measure define these series; the router only
 	// says which of their objects to read.
@@ -365,7 +351,7 @@ func (s *Server) Stop(ctx context.Context) {
 	s.endRequests()
 	// The cut requests abort their engines and send their status; give them
 	// the time an Abort may take, then close whatever is left.
-	t := time.NewTimer(s.cfg.AbortTimeout + time.Second)
+	t := time.NewTimer(s.abortTimeout + time.Second)
 	defer t.Stop()
 	select {
 	case <-done:

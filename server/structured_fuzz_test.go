@@ -44,7 +44,7 @@ func FuzzStructuredSampling(f *testing.F) {
 			}
 			return
 		}
-		c := toSampling(sp).Constraint
+		c := answer.SamplingConstraint(sp)
 		if c.Value != value || c.Kind == workers.NoConstraint {
 			t.Fatalf("the constraint changed on its way to the adapters: %+v", c)
 		}

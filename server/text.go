@@ -10,6 +10,7 @@ import (
 	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/tokenize"
 	"github.com/kvgate/kvgate/tokenize/cache"
 	"github.com/kvgate/kvgate/tokenize/template"
@@ -25,32 +26,32 @@ func noTokenizer(field string) string {
 
 // generateJob turns a Generate request into a job: the prompt is its token
 // ids, or its text tokenized with the model's special tokens added.
-func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest) (*job, error) {
+func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest) (*pipeline.Job, error) {
 	j, err := newJob(ctx, req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
 	if err != nil {
 		return nil, err
 	}
-	j.task = &generation{s: s.pipeline, j: j}
-	if j.route, err = s.route(req.GetModel()); err != nil {
+	j.Task = s.pipe.Generation(j)
+	if j.Route, err = s.route(req.GetModel()); err != nil {
 		return nil, err
 	}
-	text := j.route.Text
-	if len(j.sampling.GetStop()) > 0 && text == nil {
-		return nil, noText(j.route, "sampling_params.stop")
+	text := j.Route.Text
+	if len(j.Sampling.GetStop()) > 0 && text == nil {
+		return nil, noText(j.Route, "sampling_params.stop")
 	}
 	switch prompt := req.GetText(); {
 	case len(req.GetInputIds()) > 0 && prompt != "":
 		return nil, fault.Invalidf("text", "input_ids and text are both set; send the prompt one way")
 	case len(req.GetInputIds()) > 0:
-		j.inputIDs = req.GetInputIds()
+		j.InputIDs = req.GetInputIds()
 	case prompt != "":
 		if text == nil {
-			return nil, noText(j.route, "text")
+			return nil, noText(j.Route, "text")
 		}
 		_, span := s.startStep(ctx, "kvgate.tokenize")
 		var lk cache.Lookup
-		j.inputIDs, j.commit, lk, err = encode(text, prompt, true, "text", s.promptContext(j.route))
-		endTokenize(span, lk, len(j.inputIDs), err)
+		j.InputIDs, j.Commit, lk, err = encode(text, prompt, true, "text", s.promptContext(j.Route))
+		endTokenize(span, lk, len(j.InputIDs), err)
 		if err != nil {
 			return nil, err
 		}
@@ -63,18 +64,18 @@ func (s *Server) generateJob(ctx context.Context, req *kvgatev1.GenerateRequest)
 // chatJob renders a conversation with the model's chat template and tokenizes
 // it. As in transformers, the template places any special tokens itself, so
 // the tokenizer adds none.
-func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, error) {
+func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*pipeline.Job, error) {
 	j, err := newJob(ctx, req.GetRequestId(), req.GetSamplingParams(), req.GetStream())
 	if err != nil {
 		return nil, err
 	}
-	j.task = &generation{s: s.pipeline, j: j}
-	if j.route, err = s.route(req.GetModel()); err != nil {
+	j.Task = s.pipe.Generation(j)
+	if j.Route, err = s.route(req.GetModel()); err != nil {
 		return nil, err
 	}
-	text := j.route.Text
+	text := j.Route.Text
 	if text == nil {
-		return nil, noText(j.route, "Chat")
+		return nil, noText(j.Route, "Chat")
 	}
 	if !text.HasChatTemplate() {
 		return nil, fault.Newf(fault.Precondition,
@@ -94,7 +95,7 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	_, span := s.startStep(ctx, "kvgate.chat_template")
 	conv, err := answer.Conversation(req)
 	if err == nil {
-		j.answer, err = answer.New(req, j.id, s.answerModel(j.route))
+		j.Answer, err = answer.New(req, j.ID, s.answerModel(j.Route))
 	}
 	if err != nil {
 		endSpan(span, err)
@@ -105,9 +106,9 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	// from becoming control tokens (--split-special-tokens-in-content):
 	// the span covers both.
 	var lk cache.Lookup
-	contextLen := s.promptContext(j.route)
-	j.inputIDs, j.commit, lk, err = text.EncodeChatLimit(conv, promptLimit(contextLen))
-	defer func() { endTokenize(span, lk, len(j.inputIDs), err) }()
+	contextLen := s.promptContext(j.Route)
+	j.InputIDs, j.Commit, lk, err = text.EncodeChatLimit(conv, promptLimit(contextLen))
+	defer func() { endTokenize(span, lk, len(j.InputIDs), err) }()
 	switch {
 	case errors.Is(err, tokenize.ErrTooManyTokens):
 		err = fault.Invalidf("messages", "the rendered conversation has more than %d tokens; the model's context is %d tokens and at least 1 must remain for output",
@@ -122,7 +123,7 @@ func (s *Server) chatJob(ctx context.Context, req *kvgatev1.ChatRequest) (*job, 
 	if err != nil {
 		return nil, err
 	}
-	j.answer.SawPrompt(j.inputIDs, func(ids []uint32) string {
+	j.Answer.SawPrompt(j.InputIDs, func(ids []uint32) string {
 		tail, _ := text.Tokenizer().Decode(ids, false)
 		return tail
 	})

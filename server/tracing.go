@@ -11,8 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/kvgate/kvgate/workers"
 )
 
 // tracerName names kvgate's instrumentation in exported spans.
@@ -107,48 +105,11 @@ func endSpan(span trace.Span, err error) {
 	}
 }
 
-// legSpans are the client spans of one attempt's engine calls: one for a
-// regular worker, a prefill and a decode leg for a disaggregated pair.
-type legSpans struct {
-	byURL map[string]context.Context
-	spans []trace.Span
-}
-
-// startLegs opens a client span per leg of p, child of ctx's span, and
-// returns the context to start the attempt on: with one leg it holds that
-// leg's span; with two, each engine call carries its own leg's span
-// (workers.WithLegContexts).
-func (s *pipeline) startLegs(ctx context.Context, p *plan, attempt int) (context.Context, *legSpans) {
-	legs := p.legs
-	ls := &legSpans{byURL: make(map[string]context.Context, len(legs))}
-	var lctx context.Context
-	for i := range legs {
-		l := &legs[i]
-		lctx, l.span = s.startStep(ctx, "kvgate.dispatch "+l.role, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attrWorkerURL.String(l.w.URL()), attrRole.String(l.role), attrAttempt.Int(attempt)))
-		ls.byURL[l.w.URL()] = lctx
-		ls.spans = append(ls.spans, l.span)
-	}
-	if len(legs) == 1 {
-		return lctx, ls
-	}
-	return workers.WithLegContexts(ctx, func(url string) context.Context { return ls.byURL[url] }), ls
-}
-
-// end closes every leg span still open with the attempt's outcome (a leg
-// that ended earlier, the prefill leg, keeps its own).
-func (ls *legSpans) end(err error) {
-	for _, sp := range ls.spans {
-		endSpan(sp, err)
-		sp.End()
-	}
-}
-
-// startStep opens a pipeline step's span under the request span of ctx.
+// startStep opens a step's span (tokenize) under the request span of ctx.
 // Without a recording request span (tracing off, a trace not sampled, or an
 // Admin call such as Explain that runs the same steps) it opens nothing, so
 // that no step ever starts a trace of its own.
-func (s *pipeline) startStep(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+func (s *Server) startStep(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, trace.SpanFromContext(context.Background())
 	}

@@ -8,6 +8,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/pipeline"
 )
 
 // TestValidationNamesTheField: every check a request passes before it
@@ -18,7 +19,6 @@ func TestValidationNamesTheField(t *testing.T) {
 	f32 := func(v float32) *float32 { return &v }
 	u32 := func(v uint32) *uint32 { return &v }
 	i32 := func(v int32) *int32 { return &v }
-	small := limits{vocabSize: 100, maxContext: 10}
 	tests := []struct {
 		name  string
 		err   error
@@ -45,17 +45,6 @@ func TestValidationNamesTheField(t *testing.T) {
 			"sampling_params.stop[0]", "the limit is 1024"},
 		{"too many stop token ids", validateSampling(&kvgatev1.SamplingParams{StopTokenIds: make([]uint32, maxStopTokenIDs+1)}),
 			"sampling_params.stop_token_ids", "the limit is 1024"},
-		{"an empty prompt", validateAgainst(nil, nil, small), "input_ids", "is empty"},
-		{"a token outside the vocabulary", validateAgainst([]uint32{1, 100}, nil, small),
-			"input_ids[1]", "below the model's vocab_size 100"},
-		{"a stop token outside the vocabulary",
-			validateAgainst([]uint32{1}, &kvgatev1.SamplingParams{StopTokenIds: []uint32{7, 200}}, small),
-			"sampling_params.stop_token_ids[1]", "below the model's vocab_size 100"},
-		{"a prompt as long as the context", validateAgainst(make([]uint32, 10), nil, small),
-			"input_ids", "the model's context is 10 tokens"},
-		{"a prompt and max_new_tokens beyond the context",
-			validateAgainst(make([]uint32, 8), &kvgatev1.SamplingParams{MaxNewTokens: u32(3)}, small),
-			"sampling_params.max_new_tokens", "is 11"},
 		{"a long request_id", jobErr(newJob(context.Background(), strings.Repeat("r", maxRequestIDBytes+1), nil, false)),
 			"request_id", "the limit is 256"},
 	}
@@ -69,4 +58,4 @@ func TestValidationNamesTheField(t *testing.T) {
 	}
 }
 
-func jobErr(_ *job, err error) error { return err }
+func jobErr(_ *pipeline.Job, err error) error { return err }

@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"context"
@@ -21,11 +21,11 @@ import (
 // not come within the first-token timeout, or a gap between tokens longer
 // than the idle timeout, ends the attempt as the worker's failure. (Tokens the
 // model cannot have produced are refused by workers.CheckedStream, which the
-// dispatchers wrap every stream in.)
+// placers wrap every stream in.)
 type relay struct {
-	s      *pipeline
-	j      *job
-	p      *plan
+	s      *Pipeline
+	j      *Job
+	p      *Plan
 	ds     *detok.Detokenizer // nil: no tokenizer, ids only
 	output []uint32
 	// ans shapes the text into content, reasoning and tool calls.
@@ -56,16 +56,16 @@ type relay struct {
 	first atomic.Bool // a token has arrived (read by the timer)
 }
 
-func (s *pipeline) newRelay(j *job, cancel context.CancelCauseFunc, p *plan) *relay {
-	r := &relay{s: s, j: j, p: p, ans: j.answer.Start(), lp: answer.Logprobs{Token: answer.TokenText(j.route.Text)}, contract: newContract(j.sampling)}
-	if text := j.route.Text; text != nil {
-		sp := j.sampling
+func (s *Pipeline) newRelay(j *Job, cancel context.CancelCauseFunc, p *Plan) *relay {
+	r := &relay{s: s, j: j, p: p, ans: j.Answer.Start(), lp: answer.Logprobs{Token: answer.TokenText(j.Route.Text)}, contract: newContract(j.Sampling)}
+	if text := j.Route.Text; text != nil {
+		sp := j.Sampling
 		r.ds = text.NewStream(detok.Options{
 			SkipSpecialTokens: sp.SkipSpecialTokens == nil || *sp.SkipSpecialTokens,
 			StopStrings:       sp.GetStop(),
 			NoStopTrim:        sp.GetNoStopTrim(),
-			PromptIDs:         j.inputIDs,
-			KeepSpecial:       j.answer.KeepSpecial(),
+			PromptIDs:         j.InputIDs,
+			KeepSpecial:       j.Answer.KeepSpecial(),
 		})
 	}
 	if d := s.cfg.FirstTokenTimeout; d > 0 {
@@ -196,11 +196,11 @@ func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 	if len(r.output) == 0 {
 		r.first.Store(true)
 		r.firstAt = now
-		r.s.metrics.ttft.Observe(r.firstAt.Sub(r.j.start).Seconds())
-		if r.j.span != nil {
-			r.j.span.AddEvent("first_token")
+		r.s.metrics.ttft.Observe(r.firstAt.Sub(r.j.Start).Seconds())
+		if r.j.Span != nil {
+			r.j.Span.AddEvent("first_token")
 		}
-		r.p.run.firstToken(r.firstAt)
+		r.p.Run.FirstToken(r.firstAt)
 	} else {
 		// Engines may send several tokens in one chunk: each counts the
 		// gap divided among them, as a client reading tokens would see.
@@ -226,12 +226,12 @@ func (r *relay) send(ids []uint32, engineLps []workers.Logprob) error {
 		r.stopped = stopped
 		out = r.ans.Push(d)
 	}
-	if !r.j.stream {
+	if !r.j.Stream {
 		return nil
 	}
 	c := r.chunk(out)
 	c.TokenIds, c.Index, c.Logprobs = ids, uint32(index), lps
-	return r.j.send(c, nil)
+	return r.j.Send(c, nil)
 }
 
 // chunk is a stream message carrying what the answer released, and the
@@ -262,10 +262,10 @@ func (r *relay) flushText() error {
 		tail = r.ds.Finish()
 	}
 	out := r.ans.Finish(tail)
-	if !r.j.stream || out.Empty() {
+	if !r.j.Stream || out.Empty() {
 		return nil
 	}
-	return r.j.send(r.chunk(out), nil)
+	return r.j.Send(r.chunk(out), nil)
 }
 
 // complete turns the worker's completion into ours. Engines list every output

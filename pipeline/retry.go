@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"context"
@@ -103,7 +103,7 @@ func (c RetryConfig) delay(n int, rnd func() float64) time.Duration {
 // retryRefusal says why attempt n (0-based) may not be followed by another,
 // or "" when a retry may go ahead, in which case the retry holds a place in
 // the budget until release is called (when that retry's attempt is over).
-func (s *pipeline) retryRefusal(ctx context.Context, n int) (why string, release func()) {
+func (s *Pipeline) retryRefusal(ctx context.Context, n int) (why string, release func()) {
 	rc := s.cfg.Retry
 	if n >= rc.MaxRetries {
 		return fmt.Sprintf("%d retries is the limit (--retry-max-retries)", rc.MaxRetries), nil
@@ -124,7 +124,7 @@ func (s *pipeline) retryRefusal(ctx context.Context, n int) (why string, release
 
 // retryLimit is the number of retries the budget allows in flight now, with
 // the counts of workers it was computed from.
-func (s *pipeline) retryLimit() (limit int64, able, registered int) {
+func (s *Pipeline) retryLimit() (limit int64, able, registered int) {
 	ws := s.reg.Current().Workers
 	for _, w := range ws {
 		if w.Available() {
@@ -148,7 +148,7 @@ func (c RetryConfig) budget(active int64, able, registered int) int64 {
 
 // backoff waits before retry n, or returns the context's error if the
 // request ends first, or at once if the wait would outlast its deadline.
-func (s *pipeline) backoff(ctx context.Context, n int) error {
+func (s *Pipeline) backoff(ctx context.Context, n int) error {
 	d := s.cfg.Retry.delay(n, rand.Float64)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return context.DeadlineExceeded
@@ -161,4 +161,52 @@ func (s *pipeline) backoff(ctx context.Context, n int) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Reliability is how the pipeline treats failing workers.
+type Reliability struct {
+	// Retry governs failover before the first token.
+	Retry RetryConfig
+	// FirstTokenTimeout fails an attempt whose engine sent no token this
+	// long after it was started (it is then retried elsewhere); 0: no limit.
+	FirstTokenTimeout time.Duration
+	// StreamIdleTimeout fails an attempt whose engine, after its first
+	// token, sent nothing for this long; 0: no limit.
+	StreamIdleTimeout time.Duration
+	// AbortConfirmTimeout bounds how long a request the router gave up on
+	// (client gone, timeout, output complete) stays counted in flight on
+	// its worker while the engine has not ended its stream: engines that
+	// ignore Abort keep working on it (see held.go). 0: released at once.
+	AbortConfirmTimeout time.Duration
+}
+
+// DefaultReliability returns SMG's retry defaults, a 60 s first-token
+// timeout (a 128K-token prompt prefills in a few seconds on one H100, so a
+// minute without a token is a stalled engine or a hopeless queue) and a 30 s
+// idle timeout between tokens (decode steps take milliseconds).
+func DefaultReliability() Reliability {
+	return Reliability{
+		Retry:             DefaultRetryConfig(),
+		FirstTokenTimeout: 60 * time.Second,
+		StreamIdleTimeout: 30 * time.Second,
+		// A generation of a few thousand tokens at tens of milliseconds
+		// a token: longer than most requests an engine runs after an
+		// ignored Abort, short enough that a stream that never ends
+		// frees its count soon.
+		AbortConfirmTimeout: 60 * time.Second,
+	}
+}
+
+// Validate reports the first setting out of range, by its flag name.
+func (r Reliability) Validate() error {
+	if r.FirstTokenTimeout < 0 {
+		return fmt.Errorf("--first-token-timeout is %v; it must be >= 0 (0: no limit)", r.FirstTokenTimeout)
+	}
+	if r.AbortConfirmTimeout < 0 {
+		return fmt.Errorf("--abort-confirm-timeout is %v; it must be >= 0 (0: release at once)", r.AbortConfirmTimeout)
+	}
+	if r.StreamIdleTimeout < 0 {
+		return fmt.Errorf("--stream-idle-timeout is %v; it must be >= 0 (0: no limit)", r.StreamIdleTimeout)
+	}
+	return r.Retry.Validate()
 }

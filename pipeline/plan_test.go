@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"errors"
@@ -23,14 +23,14 @@ func TestPlanReadsTheSameForOneLegAndTwo(t *testing.T) {
 	prefillFailed := fmt.Errorf("attempt: %w", &pd.LegError{Leg: "prefill", Worker: pre.URL(), Err: engineDown})
 	decodeFailed := &pd.LegError{Leg: "decode", Worker: dec.URL(), Err: engineDown}
 
-	one := &plan{legs: []leg{{role: "regular", w: reg, policy: "cache_aware", dec: policy.Decision{Worker: reg, Reason: "longest match"}}}}
-	two := &plan{room: 7, legs: []leg{
-		{role: "prefill", w: pre, policy: "cache_aware", dec: policy.Decision{Worker: pre, Reason: "longest match"}},
-		{role: "decode", w: dec, policy: "power_of_two", dec: policy.Decision{Worker: dec, Reason: "lighter of two"}},
+	one := &Plan{Legs: []Leg{{Role: "regular", Worker: reg, Policy: "cache_aware", Decision: policy.Decision{Worker: reg, Reason: "longest match"}}}}
+	two := &Plan{Room: 7, Legs: []Leg{
+		{Role: "prefill", Worker: pre, Policy: "cache_aware", Decision: policy.Decision{Worker: pre, Reason: "longest match"}},
+		{Role: "decode", Worker: dec, Policy: "power_of_two", Decision: policy.Decision{Worker: dec, Reason: "lighter of two"}},
 	}}
 	for _, tc := range []struct {
 		name    string
-		p       *plan
+		p       *Plan
 		served  *workers.Worker
 		prefill *workers.Worker // the worker Explain and the completion name as prefill, or nil
 		blame   map[error]*workers.Worker
@@ -44,15 +44,15 @@ func TestPlanReadsTheSameForOneLegAndTwo(t *testing.T) {
 			reason: "prefill: longest match; decode: lighter of two"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.p.served(); got != tc.served {
+			if got := tc.p.Served(); got != tc.served {
 				t.Errorf("served = %v, want %v", got, tc.served)
 			}
-			if got := tc.p.decision().Worker; got != tc.served {
+			if got := tc.p.Decision().Worker; got != tc.served {
 				t.Errorf("decision's worker = %v, want the served %v", got, tc.served)
 			}
 			var prefill *workers.Worker
-			if l := tc.p.leg("prefill"); l != nil {
-				prefill = l.w
+			if l := tc.p.Leg("prefill"); l != nil {
+				prefill = l.Worker
 			}
 			if prefill != tc.prefill {
 				t.Errorf("prefill leg's worker = %v, want %v", prefill, tc.prefill)
@@ -62,7 +62,7 @@ func TestPlanReadsTheSameForOneLegAndTwo(t *testing.T) {
 					t.Errorf("blame(%v) = %v, want %v", err, got, want)
 				}
 			}
-			if got := tc.p.reason(); got != tc.reason {
+			if got := tc.p.Reason(); got != tc.reason {
 				t.Errorf("reason = %q, want %q", got, tc.reason)
 			}
 		})

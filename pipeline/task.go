@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// A task is the part of a request that differs between RPCs: what an
+// A Task is the part of a request that differs between RPCs: what an
 // attempt sends to the worker(s) it was placed on, and how the answer reaches
 // the client. Everything around it is the pipeline's and the same for every
 // task: admission, placement through the policy, breakers, load counting,
 // retries, timeouts' classification, the status of a failure, spans and
 // logs. A generation (Generate, Chat) streams tokens; an embedding batch
 // (Embed) is answered at once.
-type task interface {
+type Task interface {
 	// check refuses a request that cannot succeed on workers with limits l
 	// (token ids beyond the vocabulary, inputs beyond the context), before
 	// anything is placed.
@@ -28,7 +28,7 @@ type task interface {
 	// exec runs one attempt on p. actx ends with the attempt; cancel ends
 	// it early with a cause (errFirstTokenTimeout, errStreamIdle), which
 	// the pipeline's classification reads. id is the attempt's engine id.
-	exec(actx context.Context, cancel context.CancelCauseFunc, p *plan, id string) attemptResult
+	exec(actx context.Context, cancel context.CancelCauseFunc, p *Plan, id string) attemptResult
 }
 
 // attemptResult is how far an attempt got.
@@ -50,40 +50,40 @@ type attemptResult struct {
 	running bool
 	// deliver sends a successful attempt's answer to the client and
 	// records it (token counters, the request span, the log line).
-	deliver func(ctx context.Context, p *plan, log *slog.Logger) error
+	deliver func(ctx context.Context, p *Plan, log *slog.Logger) error
 }
 
 // generation is a Generate or Chat request: a prompt whose output is
 // relayed to the client as the engine streams it.
 type generation struct {
-	s *pipeline
-	j *job
+	s *Pipeline
+	j *Job
 }
 
 func (g *generation) check(l limits) error {
-	if err := validateAgainst(g.j.inputIDs, g.j.sampling, l); err != nil {
+	if err := validateAgainst(g.j.InputIDs, g.j.Sampling, l); err != nil {
 		return err
 	}
-	return answer.CheckSize(g.j.inputIDs, g.j.sampling, l.maxContext, g.s.cfg.maxEngineAnswer)
+	return answer.CheckSize(g.j.InputIDs, g.j.Sampling, l.maxContext, g.s.cfg.MaxEngineAnswer)
 }
 
-func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, p *plan, id string) attemptResult {
+func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, p *Plan, id string) attemptResult {
 	s, j := g.s, g.j
 	rel := s.newRelay(j, cancel, p)
 	defer rel.stopTimer()
 
-	smp := toSampling(j.sampling)
-	if c := j.answer.Constraint(); c.Kind != workers.NoConstraint {
+	smp := toSampling(j.Sampling)
+	if c := j.Answer.Constraint(); c.Kind != workers.NoConstraint {
 		smp.Constraint = c
 	}
-	es, err := p.run.start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.inputIDs, Sampling: smp, Logprobs: answer.LogprobRequest(j.sampling)})
+	es, err := p.Run.Start(actx, &workers.GenerateRequest{RequestID: id, InputIDs: j.InputIDs, Sampling: smp, Logprobs: answer.LogprobRequest(j.Sampling)})
 	var done *kvgatev1.GenerateComplete
 	if err == nil {
 		done, err = rel.run(es)
 	}
 	r := attemptResult{err: err, tokens: len(rel.output), abortOnFailure: true}
 	if err != nil {
-		r.delivered = j.stream && len(rel.output) > 0
+		r.delivered = j.Stream && len(rel.output) > 0
 		r.out = policy.Outcome{CachedTokens: int(rel.last.CachedTokens)}
 		return r
 	}
@@ -93,22 +93,22 @@ func (g *generation) exec(actx context.Context, cancel context.CancelCauseFunc, 
 		r.out.OutputIDs = nil // aborted on the engine, which keeps no output of it
 		r.running = true
 	}
-	r.deliver = func(ctx context.Context, p *plan, log *slog.Logger) error { return g.deliver(ctx, p, log, done) }
+	r.deliver = func(ctx context.Context, p *Plan, log *slog.Logger) error { return g.deliver(ctx, p, log, done) }
 	return r
 }
 
 // deliver sends the completion.
-func (g *generation) deliver(ctx context.Context, p *plan, log *slog.Logger, done *kvgatev1.GenerateComplete) error {
+func (g *generation) deliver(ctx context.Context, p *Plan, log *slog.Logger, done *kvgatev1.GenerateComplete) error {
 	s, j := g.s, g.j
-	done.Worker = p.served().URL()
-	if l := p.leg("prefill"); l != nil {
-		done.PrefillWorker = l.w.URL()
+	done.Worker = p.Served().URL()
+	if l := p.Leg("prefill"); l != nil {
+		done.PrefillWorker = l.Worker.URL()
 	}
-	if err := j.send(nil, done); err != nil {
+	if err := j.Send(nil, done); err != nil {
 		return err
 	}
 	s.metrics.countTokens(done.Worker, done.GetUsage())
-	if j.answer.ParsesTools() {
+	if j.Answer.ParsesTools() {
 		if n := len(done.ToolCalls); n > 0 {
 			s.metrics.toolCalls.WithLabelValues(j.model, "parsed").Add(float64(n))
 		}
@@ -128,6 +128,10 @@ func (g *generation) deliver(ctx context.Context, p *plan, log *slog.Logger, don
 		"cached_tokens", done.Usage.CachedTokens,
 		"completion_tokens", done.Usage.CompletionTokens,
 		"finish_reason", done.FinishReason.String(),
-		"duration", time.Since(j.start))
+		"duration", time.Since(j.Start))
 	return nil
 }
+
+// Generation is the task of a Generate or Chat job: its prompt is sent to
+// the placed worker(s) and the output relayed to j.Send as it streams.
+func (s *Pipeline) Generation(j *Job) Task { return &generation{s: s, j: j} }

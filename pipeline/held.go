@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"context"
@@ -43,7 +43,7 @@ type received struct {
 // engineContext is the context an attempt's engine stream runs on: actx's
 // values (trace context), not its cancellation; the client's deadline, if
 // any, is passed on extended by the confirmation bound.
-func (s *pipeline) engineContext(actx context.Context) (context.Context, context.CancelFunc) {
+func (s *Pipeline) engineContext(actx context.Context) (context.Context, context.CancelFunc) {
 	base := context.WithoutCancel(actx)
 	if dl, ok := actx.Deadline(); ok {
 		return context.WithDeadline(base, dl.Add(s.cfg.AbortConfirmTimeout))

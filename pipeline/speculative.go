@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"

@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"context"
@@ -74,12 +74,12 @@ var (
 
 // classify decides what an attempt's error means. ctx is the request's,
 // actx the attempt's (cancelled with a cause by the pipeline's timers).
-func (s *pipeline) classify(ctx, actx context.Context, p *plan, err error, tokens int) *failure {
+func (s *Pipeline) classify(ctx, actx context.Context, p *Plan, err error, tokens int) *failure {
 	f := &failure{err: err, tokens: tokens, worker: p.blame(err)}
 	var bug errRouterBug
 	ended := contextEnded(ctx)
 	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errShuttingDown):
+	case errors.Is(cause, ErrShuttingDown):
 		f.cause = causeShutdown
 	case ended != nil:
 		f.cause = causeClientGone
@@ -152,7 +152,7 @@ func (f *failure) status() error {
 	case causeClientGone:
 		return f.err // the context's error, which the edge answers as such
 	case causeShutdown:
-		return fault.Newf(fault.Unavailable, "%w; the request was cut after %d tokens", errShuttingDown, f.tokens)
+		return fault.Newf(fault.Unavailable, "%w; the request was cut after %d tokens", ErrShuttingDown, f.tokens)
 	case causeRouter:
 		return fault.Newf(fault.Bug, "%s", msg)
 	case causeClientError:

@@ -1,4 +1,12 @@
-package server
+// Package pipeline is the request path of kvgate once a front has turned a
+// call into a Job: place an attempt on worker(s) through the model's Placer,
+// start it, relay the engine's stream to the job's sink, observe the outcome
+// (load, breakers, policies, metrics), and retry on another worker when one
+// fails before the client has seen a token. It knows nothing of the
+// transport: the gRPC services, codec, interceptors, admission and the
+// wire statuses are package server's, which hands the pipeline jobs and
+// turns the faults it returns into statuses at its edge.
+package pipeline
 
 import (
 	"context"
@@ -20,22 +28,21 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// pipeline is the request path once a front has built a job: place an
+// Pipeline is the request path once a front has built a job: place an
 // attempt, start it, relay its stream, observe the outcome, retry. It holds
 // what that path reads and nothing of the transport (services, codec,
 // interceptors, admission queue), so that it can be built and tested without
-// a gRPC server: the transport hands it a job whose send is the sink of the
-// client's stream, and the job's route carries the model and its placer.
-type pipeline struct {
-	cfg resolved
+// a gRPC server: the transport hands it a job whose Send is the sink of the
+// client's stream, and the job's Route carries the model and its placer.
+type Pipeline struct {
+	cfg Config
 	// reg is the fleet: the placers read candidates from it and the retry
 	// budget counts its able workers.
 	reg     *workers.Registry
 	metrics *Metrics
 	log     *slog.Logger
-	// tracer makes the request's spans (a no-op without a TracerProvider).
+	// tracer makes the request's spans (a no-op without a Tracer).
 	tracer trace.Tracer
-	traced bool // a TracerProvider was given
 	// logprobs bounds the log-probability bytes of requests in flight; nil
 	// leaves them unbounded.
 	logprobs *answer.Budget
@@ -47,30 +54,44 @@ type pipeline struct {
 	hardStop context.Context
 }
 
-// pipelineConfig is what a pipeline is built from.
-type pipelineConfig struct {
-	resolved
-	Registry *workers.Registry
+// Config is what a pipeline is built from.
+type Config struct {
+	Reliability
+	// AbortTimeout bounds the Abort call sent to a worker when a client
+	// goes away. Default 2 s.
+	AbortTimeout time.Duration
+	// MaxEngineAnswer is the largest message the engine connections
+	// accept: a request whose answer could be larger is refused before
+	// it is sent. 0: workers.DefaultMaxAnswerBytes.
+	MaxEngineAnswer int
+	Registry        *workers.Registry
 	// Metrics records the pipeline's figures; nil: a set of its own.
 	Metrics *Metrics
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Tracer, when set, traces the request's steps.
 	Tracer trace.Tracer
+	// EndSpan, when set, records a step's outcome on its span: the front
+	// decides what an error is called on the wire, so it says how a span
+	// reads it. nil: an error status with the error's text.
+	EndSpan func(span trace.Span, err error)
 	// Stop, when set, is cancelled when requests still running must be
 	// cut (the end of a shutdown's drain period).
 	Stop context.Context
+	// Logprobs, when set, bounds the log-probability bytes of the
+	// requests in flight.
+	Logprobs *answer.Budget
 }
 
-// newPipeline builds a pipeline, applying defaults where c leaves them.
-func newPipeline(c pipelineConfig) *pipeline {
-	p := &pipeline{cfg: c.resolved, reg: c.Registry, metrics: c.Metrics, log: c.Logger,
-		tracer: c.Tracer, traced: c.Tracer != nil, hardStop: c.Stop}
+// New builds a pipeline, applying defaults where c leaves them.
+func New(c Config) *Pipeline {
+	p := &Pipeline{cfg: c, reg: c.Registry, metrics: c.Metrics, log: c.Logger,
+		tracer: c.Tracer, hardStop: c.Stop, logprobs: c.Logprobs}
 	if p.reg == nil {
 		p.reg = workers.NewRegistry()
 	}
 	if p.metrics == nil {
-		p.metrics = NewMetrics(p.reg)
+		p.metrics = NewMetrics()
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -78,43 +99,53 @@ func newPipeline(c pipelineConfig) *pipeline {
 	if p.tracer == nil {
 		p.tracer = noop.NewTracerProvider().Tracer(tracerName)
 	}
+	if p.cfg.EndSpan == nil {
+		p.cfg.EndSpan = endSpanPlain
+	}
 	if p.hardStop == nil {
 		p.hardStop = context.Background()
 	}
 	if p.cfg.AbortTimeout <= 0 {
 		p.cfg.AbortTimeout = 2 * time.Second
 	}
+	if p.cfg.MaxEngineAnswer <= 0 {
+		p.cfg.MaxEngineAnswer = workers.DefaultMaxAnswerBytes
+	}
 	return p
 }
 
-// run is the request pipeline once the prompt is known: place an attempt,
+// InFlight is the number of requests in the pipeline, between placement
+// and their end.
+func (s *Pipeline) InFlight() int64 { return s.active.Load() }
+
+// Run is the request pipeline once the prompt is known: place an attempt,
 // start it, relay its stream, observe the outcome; and when a worker fails
 // before the client has seen a token (for a non-streaming call: before its
 // completion), try again on another worker, within the retry limits and the
 // client's deadline. It is the one path every request
 // takes, with or without prefill/decode disaggregation.
-func (s *pipeline) run(ctx context.Context, j *job) error {
+func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 	// A request still running when the drain period of a shutdown ends is
 	// cut here, with a status that says so rather than "canceled".
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.hardStop, func() { cancel(errShuttingDown) })
+	stop := context.AfterFunc(s.hardStop, func() { cancel(ErrShuttingDown) })
 	defer stop()
 
 	s.active.Add(1)
 	defer s.active.Add(-1)
-	model := j.route.Name
+	model := j.Route.Name
 	if model == "" {
-		model = s.servedModel()
+		model = s.ServedModel()
 	}
 	j.model = model
 	s.metrics.modelRequests.WithLabelValues(model).Inc()
 	defer func() {
-		s.metrics.policyLatency.WithLabelValues(j.route.Placer.policyName()).Observe(time.Since(j.start).Seconds())
+		s.metrics.policyLatency.WithLabelValues(j.Route.Placer.PolicyName()).Observe(time.Since(j.Start).Seconds())
 	}()
 
 	if s.logprobs != nil {
-		release, err := s.logprobs.Take(j.inputIDs, j.sampling)
+		release, err := s.logprobs.Take(j.InputIDs, j.Sampling)
 		if err != nil {
 			return err
 		}
@@ -176,11 +207,11 @@ const maxUnsupported = 8
 
 // attempt places and runs one attempt. It returns nil when the client got
 // its completion.
-func (s *pipeline) attempt(ctx context.Context, j *job, n int) *failure {
+func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
-	p, err := j.route.Placer.place(sctx, j, false)
+	p, err := j.Route.Placer.Place(sctx, j, false)
 	if err != nil {
-		endSpan(sel, err)
+		s.EndSpan(sel, err)
 		sel.End()
 		return &failure{err: err, placement: true}
 	}
@@ -188,43 +219,43 @@ func (s *pipeline) attempt(ctx context.Context, j *job, n int) *failure {
 		sel.SetAttributes(p.traceAttrs()...)
 	}
 	sel.End()
-	if j.commit != nil {
-		j.commit() // the prompt fits the model: worth caching
-		j.commit = nil
+	if j.Commit != nil {
+		j.Commit() // the prompt fits the model: worth caching
+		j.Commit = nil
 	}
-	log := s.log.With(append([]any{"request_id", j.id, "attempt", n}, p.logAttrs()...)...)
-	id := attemptID(j.id)
+	log := s.log.With(append([]any{"request_id", j.ID, "attempt", n}, p.logAttrs()...)...)
+	id := attemptID(j.ID)
 
 	// The attempt's streams live on a context the pipeline ends when it is
 	// done with them (completion, a stop string, a timeout, the client).
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	actx, legs := s.startLegs(actx, p, n)
-	r := j.task.exec(actx, cancel, p, id)
+	r := j.Task.exec(actx, cancel, p, id)
 	if r.err != nil {
 		f := s.classify(ctx, actx, p, r.err, r.tokens)
 		f.delivered = r.delivered
 		out := r.out
 		out.Err = r.err
-		p.run.end(out)
+		p.Run.End(out)
 		p.settle(f)
-		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.selfAborting {
+		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.SelfAborting {
 			cancel(nil)
-			p.run.aborted(s.abort(ctx, log, p.served(), id), s.abortAgain(ctx, log, p.served(), id))
+			p.Run.Aborted(s.abort(ctx, log, p.Served(), id), s.abortAgain(ctx, log, p.Served(), id))
 		}
 		legs.end(f.status())
 		f.log(ctx, log)
 		return f
 	}
 	legs.end(nil)
-	p.run.end(r.out)
+	p.Run.End(r.out)
 	p.settle(nil)
 	if r.running {
 		// The client has its answer, and the engine is still working on
 		// it (a stop string matched here).
 		cancel(nil)
-		if !p.selfAborting {
-			p.run.aborted(s.abort(ctx, log, p.served(), id), s.abortAgain(ctx, log, p.served(), id))
+		if !p.SelfAborting {
+			p.Run.Aborted(s.abort(ctx, log, p.Served(), id), s.abortAgain(ctx, log, p.Served(), id))
 		}
 	}
 	if err := r.deliver(ctx, p, log); err != nil {
@@ -236,7 +267,7 @@ func (s *pipeline) attempt(ctx context.Context, j *job, n int) *failure {
 // giveUp ends a request whose attempts all failed before the first token:
 // the client sees UNAVAILABLE naming each worker that failed and why no
 // further attempt was made.
-func (s *pipeline) giveUp(ctx context.Context, j *job, failures []*failure, why string) error {
+func (s *Pipeline) giveUp(ctx context.Context, j *Job, failures []*failure, why string) error {
 	last := failures[len(failures)-1]
 	if len(failures) == 1 {
 		return fault.Newf(fault.Unavailable, "%s; not retried: %s", message(last.status()), why)
@@ -254,7 +285,7 @@ func (s *pipeline) giveUp(ctx context.Context, j *job, failures []*failure, why 
 		}
 		fmt.Fprintf(&b, " %s: %s;", f.worker.URL(), message(f.err))
 	}
-	s.log.WarnContext(ctx, "request failed on every attempt", "request_id", j.id, "attempts", len(failures), "why", why)
+	s.log.WarnContext(ctx, "request failed on every attempt", "request_id", j.ID, "attempts", len(failures), "why", why)
 	return fault.Newf(fault.Unavailable, "%s", strings.TrimSuffix(b.String(), ";"))
 }
 
@@ -268,19 +299,19 @@ func attemptID(clientID string) string {
 	return clientID + "." + hex.EncodeToString(b[:])
 }
 
-// errShuttingDown is the cause of requests cut at the end of the shutdown
+// ErrShuttingDown is the cause of requests cut at the end of the shutdown
 // drain period.
-var errShuttingDown = errors.New("kvgate is shutting down")
+var ErrShuttingDown = errors.New("kvgate is shutting down")
 
 // abortAgain returns what sends the same Abort again (see
 // heldStream.reabort).
-func (s *pipeline) abortAgain(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) func() error {
+func (s *Pipeline) abortAgain(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) func() error {
 	return func() error { return s.abort(ctx, log, w, id) }
 }
 
 // abort asks the worker to drop an attempt, on a context of its own since
 // the request's context is usually the reason for aborting.
-func (s *pipeline) abort(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) error {
+func (s *Pipeline) abort(ctx context.Context, log *slog.Logger, w *workers.Worker, id string) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AbortTimeout)
 	defer cancel()
 	s.metrics.aborts.WithLabelValues(w.URL()).Inc()

@@ -1,0 +1,142 @@
+package pdplan_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/simtest"
+	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/pd/pdplan"
+	"github.com/kvgate/kvgate/pipeline"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// The PD placer in the pipeline, without a server: a table of one model
+// with a PD pairing over one prefill and one decode simulated engine of
+// each protocol. A request is served on both legs (the completion names
+// the decode worker, and the prefill worker beside it), the decisions are
+// counted under the PD labels, the PD figures are recorded, and the room is
+// given back; a failing decode engine fails the request with a fault
+// naming it and counts a decode-leg failure.
+func TestPlacerServesTwoLegsOnSimulatedEngines(t *testing.T) {
+	for _, protocol := range []string{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		for _, tc := range []struct {
+			name          string
+			decodeFails   bool
+			wantFault     string // "" for a completion
+			wantFailures  string // the kvgate_pd_failures_total series, or ""
+			wantDecisions []string
+		}{
+			{name: "both legs serve",
+				wantDecisions: []string{`policy="pd_decode:round_robin"`, `policy="pd_prefill:round_robin"`}},
+			{name: "a failing decode engine fails the request", decodeFails: true,
+				wantFault: "unavailable", wantFailures: `kvgate_pd_failures_total{leg="decode"} 1`},
+		} {
+			t.Run(protocol+"/"+tc.name, func(t *testing.T) {
+				prefillW := engine(t, protocol, sim.RolePrefill, false)
+				decodeW := engine(t, protocol, sim.RoleDecode, tc.decodeFails)
+				reg := workers.NewRegistry()
+				if err := reg.AddAll(prefillW, decodeW); err != nil {
+					t.Fatal(err)
+				}
+				rel := pipeline.DefaultReliability()
+				rel.Retry.MaxRetries = 0
+				pm, m := pipeline.NewMetrics(), pdplan.NewMetrics()
+				p := pipeline.New(pipeline.Config{Reliability: rel, Registry: reg, Metrics: pm})
+				prefill, decode := policy.NewRoundRobin(), policy.NewRoundRobin()
+				d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
+				table := modeltable.New(modeltable.OneModel, func(r *pipeline.Route) pipeline.Placer { return pdplan.NewPlacer(p, m, r) })
+				r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
+					return modeltable.Spec{PD: d, Policies: map[workers.Role]policy.Policy{workers.RolePrefill: prefill, workers.RoleDecode: decode}}, nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+
+				var done *kvgatev1.GenerateComplete
+				maxNew := uint32(4)
+				j := &pipeline.Job{ID: "pd", Route: r, InputIDs: []uint32{11, 12, 13, 14, 15, 16, 17, 18},
+					Sampling: &kvgatev1.SamplingParams{MaxNewTokens: &maxNew, IgnoreEos: true}, Start: time.Now(),
+					Send: func(_ *kvgatev1.GenerateChunk, c *kvgatev1.GenerateComplete) error {
+						if c != nil {
+							done = c
+						}
+						return nil
+					}}
+				j.Task = p.Generation(j)
+				err = p.Run(t.Context(), j)
+
+				if tc.wantFault != "" {
+					k, ok := fault.KindOf(err)
+					if !ok || k.String() != tc.wantFault || !strings.Contains(err.Error(), decodeW.URL()) {
+						t.Fatalf("Run = %v; want a %s fault naming the decode worker %s", err, tc.wantFault, decodeW.URL())
+					}
+				} else {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if done == nil || done.Worker != decodeW.URL() || done.PrefillWorker != prefillW.URL() || len(done.OutputIds) != 4 {
+						t.Fatalf("completion %v; want 4 tokens from %s, prefilled on %s", done, decodeW.URL(), prefillW.URL())
+					}
+					if n := histogramCount(t, m, "kvgate_pd_time_to_first_token_seconds"); n != 1 {
+						t.Errorf("PD time to first token observed %d times; want 1", n)
+					}
+				}
+				decisions := testutil.Series(t, pm, "kvgate_policy_decisions_total")
+				for _, want := range tc.wantDecisions {
+					if !slices.ContainsFunc(decisions, func(s string) bool { return strings.Contains(s, want) }) {
+						t.Errorf("decisions %v; want one with %s", decisions, want)
+					}
+				}
+				if tc.wantFailures != "" {
+					if got := testutil.Series(t, m, "kvgate_pd_failures_total"); !slices.Contains(got, tc.wantFailures) {
+						t.Errorf("PD failures %v; want %s", got, tc.wantFailures)
+					}
+				}
+				testutil.Eventually(t, "the room given back", func() bool { return d.RoomsInFlight() == 0 })
+			})
+		}
+	}
+}
+
+// engine serves a simulated engine of protocol in role (failing every call
+// when unavailable) and connects a worker to it.
+func engine(t *testing.T, protocol, role string, unavailable bool) *workers.Worker {
+	t.Helper()
+	cfg := simtest.Config(protocol)
+	cfg.Role = role
+	cfg.BootstrapTimeout = time.Second
+	cfg.Faults.Unavailable = unavailable
+	_, w := simtest.Worker(t, cfg)
+	return w
+}
+
+// histogramCount is the number of observations of the histogram name that
+// c collects.
+func histogramCount(t *testing.T, c prometheus.Collector, name string) uint64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}

@@ -1,0 +1,62 @@
+package pipeline
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kvgate/kvgate/answer"
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Job is one generation, however the client asked for it: token ids, text
+// or a conversation all become a prompt of ids and a way to send replies.
+type Job struct {
+	ID string
+	// Route is the model the request runs on.
+	Route    *Route
+	InputIDs []uint32
+	Sampling *kvgatev1.SamplingParams
+	Stream   bool
+	Start    time.Time
+	Send     func(chunk *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error
+	// excluded are the workers earlier attempts failed on.
+	excluded []string
+	// Commit, when set, caches the prompt's tokenization; called once the
+	// request has passed validation against the workers, so that invalid
+	// prompts never occupy the tokenizer caches.
+	Commit func()
+	// Span is the request's span (nil when untraced, as for Explain).
+	Span trace.Span
+	// Task is what the job's attempts do on their workers: generate, or
+	// embed.
+	Task Task
+	// Answer reads a Chat's output into its answer (reasoning, tool
+	// calls) and may constrain it (response_format, tool_choice); nil: the
+	// output is raw text.
+	Answer *answer.Shaper
+	// model names the request's model in metrics (set by the pipeline).
+	model string
+	// Routing is the request's routing metadata as the policy sees it
+	// (routing key, target worker, implicit key), which the front reads
+	// from the call; nil: none.
+	Routing *policy.Request
+	// Needs, when set, is the optional engine RPC the job's attempts call
+	// (Embed): only workers that have not shown they lack it are placed.
+	Needs workers.RPC
+}
+
+// PolicyRequest is what the policy sees of an attempt of the job: its
+// routing metadata, its prompt and the workers earlier attempts failed on.
+// Each attempt gets a Request of its own, since the policies may keep it
+// until the attempt ends and Exclude grows between attempts.
+func (j *Job) PolicyRequest(dryRun bool) *policy.Request {
+	if j.Routing == nil {
+		j.Routing = &policy.Request{RequestID: j.ID}
+	}
+	r := *j.Routing
+	r.InputIDs, r.DryRun, r.Exclude = j.InputIDs, dryRun, j.excluded
+	return &r
+}
