@@ -15,6 +15,8 @@ package waitq
 import (
 	"container/heap"
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -69,8 +71,9 @@ func New(cfg Config) *Queue {
 // Wait returns nil once room() said yes for this request: at once when
 // nobody for its model waits and room() does, else when it is at the head of
 // its lane, woken (Wake), and room() does. room is called with the queue's
-// lock held and may take the place it reports (a true answer binds the
-// request); it must be quick and must not call the queue.
+// lock held, and only ever from Wait's own goroutine; it may take the place
+// it reports (a true answer binds the request); it must be quick and must
+// not call the queue.
 //
 // It fails with a fault.Busy naming --queue-size when the queue is full, one
 // naming --queue-timeout-secs when the request waited Timeout, or ctx's
@@ -86,8 +89,7 @@ func (q *Queue) Wait(ctx context.Context, t Ticket, room func() bool) error {
 	}
 	if q.waiting >= q.cfg.Size {
 		q.mu.Unlock()
-		return fault.Newf(fault.Busy,
-			"no engine or router place is free and the router's wait queue of %d is full (--queue-size); retry later", q.cfg.Size)
+		return fault.Newf(fault.Busy, "%w; retry later", fullError(q.cfg.Size))
 	}
 	if l == nil {
 		l = &lane{}
@@ -119,13 +121,39 @@ func (q *Queue) Wait(ctx context.Context, t Ticket, room func() bool) error {
 			q.mu.Unlock()
 		case <-timer.C:
 			q.abandon(t.Model, l, w)
-			return fault.Newf(fault.Busy,
-				"no engine or router place freed within %v in the router's wait queue (--queue-timeout-secs); retry later", q.cfg.Timeout)
+			return fault.Newf(fault.Busy, "%w; retry later", timeoutError(q.cfg.Timeout))
 		case <-ctx.Done():
 			q.abandon(t.Model, l, w)
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// fullError is a request refused because the queue is full.
+type fullError int
+
+func (e fullError) Error() string {
+	return fmt.Sprintf("no engine or router place is free and the router's wait queue of %d is full (--queue-size)", int(e))
+}
+
+// timeoutError is a request that waited the whole timeout.
+type timeoutError time.Duration
+
+func (e timeoutError) Error() string {
+	return fmt.Sprintf("no engine or router place freed within %v in the router's wait queue (--queue-timeout-secs)", time.Duration(e))
+}
+
+// Refused reports whether err is Wait's answer to a full queue.
+func Refused(err error) bool {
+	var e fullError
+	return errors.As(err, &e)
+}
+
+// TimedOut reports whether err is Wait's answer to a request that waited
+// the whole timeout.
+func TimedOut(err error) bool {
+	var e timeoutError
+	return errors.As(err, &e)
 }
 
 // Wake tells the head of model's lane that room may have freed.
