@@ -20,12 +20,14 @@ import (
 // memory, and every client's time to first token grows with it.
 type AdmissionConfig struct {
 	// MaxConcurrentRequests is how many Router requests (Generate, Chat,
-	// Embed) may run at once, from tokenization to their last chunk or
-	// their answer; -1: no limit.
+	// Embed) may be bound to engines at once, from their placement to
+	// their last chunk or their answer; -1: no limit.
 	MaxConcurrentRequests int
-	// QueueSize is how many more may wait for a place; 0: none wait.
+	// QueueSize is how many more may wait in the router, for a place
+	// under MaxConcurrentRequests or for an engine with room (late
+	// binding); 0: none wait.
 	QueueSize int
-	// QueueTimeout is how long a request may wait in the queue.
+	// QueueTimeout is how long a request may wait in the router.
 	QueueTimeout time.Duration
 	// RequestReadTimeout is how long a streaming call may take to send its
 	// request message after it started; 0: no limit. A call holds no
@@ -107,11 +109,21 @@ func (c AdmissionConfig) Validate() error {
 	return nil
 }
 
-// admission is the concurrency limit with its bounded wait queue.
+// admission bounds what the router holds. The concurrency limit and its
+// wait queue are the late-binding gate (latebind.go): a request takes its
+// place under --max-concurrent-requests when it is bound to an engine, and
+// waits for it in the router's one queue, where it also waits for an
+// engine with room. Here, at the transport, only the sum is bounded: a
+// request beyond --max-concurrent-requests + --queue-size held at once is
+// refused before it is tokenized, so the router's memory stays bounded
+// whatever the engines do.
 type admission struct {
-	cfg     AdmissionConfig
-	slots   chan struct{} // nil: no limit
-	waiting atomic.Int64
+	cfg  AdmissionConfig
+	gate *gate
+	// held counts the Router requests admitted and not yet ended, waiting
+	// or bound; bound is its limit (-1: none).
+	held  atomic.Int64
+	bound int64
 	// awaiting counts streaming calls opened whose request has not arrived.
 	awaiting atomic.Int64
 	limiter  *rateLimiter // nil: no rate limit
@@ -120,9 +132,15 @@ type admission struct {
 }
 
 func newAdmission(cfg AdmissionConfig, m *Metrics) *admission {
-	a := &admission{cfg: cfg, m: m, logprobs: answer.NewBudget(cfg.MaxLogprobBytes, func() { m.admissionRejected.WithLabelValues("logprob_bytes").Inc() })}
+	a := &admission{cfg: cfg, m: m, logprobs: answer.NewBudget(cfg.MaxLogprobBytes, func() { m.admissionRejected.WithLabelValues("logprob_bytes").Inc() }),
+		bound: -1}
+	var rejected *prometheus.CounterVec // nil without metrics (tests)
+	if m != nil {
+		rejected = m.admissionRejected
+	}
+	a.gate = newGate(cfg, rejected)
 	if cfg.MaxConcurrentRequests > 0 {
-		a.slots = make(chan struct{}, cfg.MaxConcurrentRequests)
+		a.bound = int64(cfg.MaxConcurrentRequests) + int64(cfg.QueueSize)
 	}
 	if cfg.RateLimitPerKey > 0 {
 		a.limiter = newRateLimiter(cfg.RateLimitPerKey, cfg.RateLimitKeys, time.Now)
@@ -138,41 +156,17 @@ func (a *admission) awaitingGauge() prometheus.Collector {
 	}, func() float64 { return float64(a.awaiting.Load()) })
 }
 
-// acquire takes a place for one request, waiting in the queue if there is
-// room in it; release gives the place back.
-func (a *admission) acquire(ctx context.Context, shutdown <-chan struct{}) (release func(), err error) {
-	if a.slots == nil {
-		return func() {}, nil
-	}
-	release = func() { <-a.slots }
-	select {
-	case a.slots <- struct{}{}:
-		return release, nil
-	default:
-	}
-	if a.waiting.Add(1) > int64(a.cfg.QueueSize) {
-		a.waiting.Add(-1)
+// acquire counts one more request held by the router, or refuses it at once
+// when the router holds as many as it may run and queue; release ends it.
+func (a *admission) acquire() (release func(), err error) {
+	if a.held.Add(1) > a.bound && a.bound >= 0 {
+		a.held.Add(-1)
 		a.m.admissionRejected.WithLabelValues("queue_full").Inc()
 		return nil, fault.Newf(fault.Busy,
-			"kvgate is at its limit of %d concurrent requests (--max-concurrent-requests) and its wait queue of %d is full (--queue-size); retry later",
-			a.cfg.MaxConcurrentRequests, a.cfg.QueueSize)
+			"kvgate holds %d requests, its limit of %d running (--max-concurrent-requests) and %d waiting (--queue-size); retry later",
+			a.bound, a.cfg.MaxConcurrentRequests, a.cfg.QueueSize)
 	}
-	defer a.waiting.Add(-1)
-	t := time.NewTimer(a.cfg.QueueTimeout)
-	defer t.Stop()
-	select {
-	case a.slots <- struct{}{}:
-		return release, nil
-	case <-t.C:
-		a.m.admissionRejected.WithLabelValues("queue_timeout").Inc()
-		return nil, fault.Newf(fault.Busy,
-			"kvgate is at its limit of %d concurrent requests (--max-concurrent-requests) and no place freed within %v in its queue (--queue-timeout-secs); retry later",
-			a.cfg.MaxConcurrentRequests, a.cfg.QueueTimeout)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-shutdown:
-		return nil, fault.Newf(fault.Unavailable, "%w", errShuttingDown)
-	}
+	return func() { a.held.Add(-1) }, nil
 }
 
 // admitted reports whether a method is a generation that admission governs.
@@ -289,5 +283,5 @@ func (s *Server) admit(ctx context.Context) (release func(), err error) {
 				"this client key is over its rate limit of %g requests per second (--rate-limit-per-key); retry later", l.rate)
 		}
 	}
-	return s.admission.acquire(ctx, s.hardStop.Done())
+	return s.admission.acquire()
 }

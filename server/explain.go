@@ -45,7 +45,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		Worker:                p.served().URL(),
 		Policy:                j.route.Placer.policyName(),
 		Branch:                served.Branch,
-		Reason:                p.reason(),
+		Reason:                explainReason(p.reason(), s.wouldWait(j)),
 		PromptTokens:          uint32(len(j.inputIDs)),
 		PredictedCachedTokens: uint32(first.dec.PredictedCachedTokens),
 		Workers:               a.views(j.route, first.dec),

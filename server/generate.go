@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -92,6 +93,9 @@ type job struct {
 	metadata metadata.MD
 	// excluded are the workers earlier attempts failed on.
 	excluded []string
+	// full are the engines at their running-request limit when the
+	// attempt was bound (late binding): it is placed elsewhere.
+	full []string
 	// commit, when set, caches the prompt's tokenization; called once the
 	// request has passed validation against the workers, so that invalid
 	// prompts never occupy the tokenizer caches.
@@ -203,6 +207,9 @@ func (j *job) policyRequest(ctx context.Context, dryRun bool) *policy.Request {
 	}
 	r := *j.routing
 	r.InputIDs, r.DryRun, r.Exclude = j.inputIDs, dryRun, j.excluded
+	if len(j.full) > 0 {
+		r.Exclude = append(slices.Clip(j.excluded), j.full...)
+	}
 	return &r
 }
 

@@ -210,12 +210,12 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 
 // registerAdmissionGauges exports the admission queue's depth and the requests in
 // the pipeline, read at scrape time.
-func (m *Metrics) registerAdmissionGauges(waiting, active *atomic.Int64) {
+func (m *Metrics) registerAdmissionGauges(waiting func() int, active *atomic.Int64) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_admission_queue_depth",
-			Help: "Requests waiting for a place under --max-concurrent-requests.",
-		}, func() float64 { return float64(waiting.Load()) }),
+			Help: "Requests waiting in the router, for a place under --max-concurrent-requests or an engine with room (all models).",
+		}, func() float64 { return float64(waiting()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_requests_in_flight",
 			Help: "Router requests between placement and their end: generations until their last chunk, Embed batches until their answer.",

@@ -45,6 +45,9 @@ type pipeline struct {
 	// hardStop ends when a shutdown's drain period is over: requests still
 	// running are cut then.
 	hardStop context.Context
+	// gate, when set, holds requests in the router until they may be bound
+	// to an engine (late binding, latebind.go).
+	gate *gate
 }
 
 // pipelineConfig is what a pipeline is built from.
@@ -101,14 +104,19 @@ func (s *pipeline) run(ctx context.Context, j *job) error {
 	stop := context.AfterFunc(s.hardStop, func() { cancel(errShuttingDown) })
 	defer stop()
 
-	s.active.Add(1)
-	defer s.active.Add(-1)
 	model := j.route.Name
 	if model == "" {
 		model = s.servedModel()
 	}
 	j.model = model
 	s.metrics.modelRequests.WithLabelValues(model).Inc()
+	unbind, err := s.bind(ctx, j) // late binding: wait for room
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	s.active.Add(1)
+	defer s.active.Add(-1)
 	defer func() {
 		s.metrics.policyLatency.WithLabelValues(j.route.Placer.policyName()).Observe(time.Since(j.start).Seconds())
 	}()
@@ -126,6 +134,9 @@ func (s *pipeline) run(ctx context.Context, j *job) error {
 	releaseRetry := func() {}
 	defer func() { releaseRetry() }()
 	for attempt := 0; ; attempt++ {
+		if err := s.rebind(ctx, j, attempt); err != nil {
+			return err
+		}
 		f := s.attempt(ctx, j, attempt)
 		releaseRetry()
 		if f == nil {
@@ -207,6 +218,7 @@ func (s *pipeline) attempt(ctx context.Context, j *job, n int) *failure {
 		out := r.out
 		out.Err = r.err
 		p.run.end(out)
+		s.attemptEnded(j)
 		p.settle(f)
 		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.selfAborting {
 			cancel(nil)
@@ -218,6 +230,7 @@ func (s *pipeline) attempt(ctx context.Context, j *job, n int) *failure {
 	}
 	legs.end(nil)
 	p.run.end(r.out)
+	s.attemptEnded(j)
 	p.settle(nil)
 	if r.running {
 		// The client has its answer, and the engine is still working on

@@ -247,7 +247,9 @@ func New(cfg Config) (*Server, error) {
 			Help: "Client keys the per-key rate limiter remembers (at most 100,000, least recently seen forgotten first).",
 		}, func() float64 { return float64(l.keys()) }))
 	}
-	s.metrics.registerAdmissionGauges(&s.admission.waiting, &s.active)
+	s.gate = s.admission.gate
+	s.metrics.registerAdmissionGauges(s.gate.q.Waiting, &s.active)
+	s.metrics.Registry.MustRegister(s.gate.collectors()...)
 	s.metrics.Registry.MustRegister(s.admission.awaitingGauge())
 	// The packages that measure define these series; the router only
 	// says which of their objects to read.

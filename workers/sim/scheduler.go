@@ -384,6 +384,9 @@ func (e *Engine) registerLocked(r *request) error {
 // can run.
 func (e *Engine) queueLocked(r *request) {
 	r.state = stateWaiting
+	if e.running >= e.cfg.MaxRunning {
+		e.counters.queuedFull++
+	}
 	e.queue = append(e.queue, r)
 	e.admitLocked()
 	e.publishLocked()
