@@ -194,3 +194,41 @@ func TestPriorityMetadata(t *testing.T) {
 		})
 	}
 }
+
+// TestRouterLimitWait: beyond --max-concurrent-requests a request waits in
+// the same queue, counted under router_limit, and is bound when a place
+// frees.
+func TestRouterLimitWait(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 1,
+		sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 1 },
+		config: func(c *router.Config) {
+			c.Admission.MaxConcurrentRequests = 1
+			c.Reliability.StreamIdleTimeout = 0
+		}})
+	held, release := context.WithCancel(context.Background())
+	defer release()
+	startStream(t, f, held, 100)
+
+	bound := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(2, 8), Stream: true,
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100), IgnoreEos: true}})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		bound <- err
+	}()
+	testutil.Eventually(t, "the second request to wait", func() bool { return gauge(t, f, "kvgate_admission_queue_depth") == 1 })
+	release()
+	if err := <-bound; err != nil {
+		t.Fatalf("the waiting request: %v", err)
+	}
+	if n := waitObservations(t, f, "router_limit"); n != 1 {
+		t.Errorf("kvgate_queue_wait_seconds counted %d router_limit waits, want 1", n)
+	}
+	if n := waitObservations(t, f, "engines_full"); n != 0 {
+		t.Errorf("kvgate_queue_wait_seconds counted %d engines_full waits on an engine of 256 slots", n)
+	}
+}

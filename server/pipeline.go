@@ -110,6 +110,9 @@ func (s *pipeline) run(ctx context.Context, j *job) error {
 	}
 	j.model = model
 	s.metrics.modelRequests.WithLabelValues(model).Inc()
+	defer func() {
+		s.metrics.policyLatency.WithLabelValues(j.route.Placer.policyName()).Observe(time.Since(j.start).Seconds())
+	}()
 	unbind, err := s.bind(ctx, j) // late binding: wait for room
 	if err != nil {
 		return err
@@ -117,9 +120,6 @@ func (s *pipeline) run(ctx context.Context, j *job) error {
 	defer unbind()
 	s.active.Add(1)
 	defer s.active.Add(-1)
-	defer func() {
-		s.metrics.policyLatency.WithLabelValues(j.route.Placer.policyName()).Observe(time.Since(j.start).Seconds())
-	}()
 
 	if s.logprobs != nil {
 		release, err := s.logprobs.Take(j.inputIDs, j.sampling)
