@@ -47,8 +47,10 @@ type gate struct {
 	// requests bound under it.
 	max     int64
 	running atomic.Int64
-	wait    *prometheus.HistogramVec
-	waiting *prometheus.GaugeVec
+	// avoidFull: see AdmissionConfig.AvoidFullEngines.
+	avoidFull bool
+	wait      *prometheus.HistogramVec
+	waiting   *prometheus.GaugeVec
 	// rejected counts refusals (admission's series).
 	rejected *prometheus.CounterVec
 }
@@ -61,7 +63,7 @@ func newGate(cfg AdmissionConfig, rejected *prometheus.CounterVec) *gate {
 		Name: "kvgate_queue_waiting_requests",
 		Help: "Requests waiting in the router for an engine with room or a place under --max-concurrent-requests, by model.",
 	}, []string{"model"})
-	g := &gate{max: int64(cfg.MaxConcurrentRequests), rejected: rejected,
+	g := &gate{max: int64(cfg.MaxConcurrentRequests), rejected: rejected, avoidFull: cfg.AvoidFullEngines,
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kvgate_queue_wait_seconds",
 			Help:    "Time requests waited in the router before being bound to an engine, by model and reason (engines_full: every candidate engine was at its running-request limit; router_limit: --max-concurrent-requests).",
@@ -135,9 +137,9 @@ func (s *pipeline) attemptEnded(j *job) {
 	}
 }
 
-// await is one wait in the queue. Once bound, the job avoids the engines
-// that are full at that moment (j.full), so that the policy chooses among
-// those with room.
+// await is one wait in the queue. Once bound, with AvoidFullEngines, the
+// job avoids the engines that are full at that moment (j.full), so that the
+// policy chooses among those with room.
 func (g *gate) await(ctx context.Context, s *pipeline, j *job, holding bool) error {
 	t, err := ticketOf(ctx, j)
 	if err != nil {
@@ -153,7 +155,9 @@ func (g *gate) await(ctx context.Context, s *pipeline, j *job, holding bool) err
 			reason = reasonRouterLimit
 			return false
 		}
-		j.full = s.fullEngines(ctx, j)
+		if g.avoidFull {
+			j.full = s.fullEngines(ctx, j)
+		}
 		return true
 	})
 	switch {

@@ -51,34 +51,48 @@ func waitObservations(t *testing.T, f *fleet, reason string) uint64 {
 	return n
 }
 
-// TestLateBindingNeverSendsToAFullEngine: two engines of two slots each and
-// sixteen requests at once; the requests beyond the four slots wait in the
-// router, every one completes, and no engine ever had to queue one.
-func TestLateBindingNeverSendsToAFullEngine(t *testing.T) {
-	f := startFleet(t, fleetOptions{workers: 2, policy: "cache_aware",
-		sim: func(_ int, c *sim.Config) { c.MaxRunning, c.TimeScale = 2, 0.2 }})
-	ctx := testutil.Context(t, 30*time.Second)
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for i := range 16 {
-		wg.Go(func() {
-			_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
-				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(16), IgnoreEos: true}})
-			errs <- err
+// TestLateBindingUnderOverload: two engines of two slots each and sixteen
+// requests at once; the requests beyond the four slots wait in the router
+// and every one completes. With AvoidFullEngines no engine ever had to
+// queue one; without it (the default) the policy may still choose a full
+// engine that holds the prompt's cache once some engine has room.
+func TestLateBindingUnderOverload(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		avoidFull  bool
+		noneQueued bool
+	}{
+		{name: "avoiding full engines: none is sent to a full engine", avoidFull: true, noneQueued: true},
+		{name: "the policy chooses among all (default)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{workers: 2, policy: "cache_aware",
+				sim:    func(_ int, sc *sim.Config) { sc.MaxRunning, sc.TimeScale = 2, 0.2 },
+				config: func(rc *router.Config) { rc.Admission.AvoidFullEngines = c.avoidFull }})
+			ctx := testutil.Context(t, 30*time.Second)
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for i := range 16 {
+				wg.Go(func() {
+					_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
+						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(16), IgnoreEos: true}})
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Errorf("a request failed: %v", err)
+				}
+			}
+			if n := queuedInEngines(f); c.noneQueued && n != 0 {
+				t.Errorf("%d requests were sent to an engine that was full", n)
+			}
+			if n := waitObservations(t, f, "engines_full"); n == 0 {
+				t.Error("no request waited for an engine with room: the test did not overload the fleet")
+			}
 		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Errorf("a request failed: %v", err)
-		}
-	}
-	if n := queuedInEngines(f); n != 0 {
-		t.Errorf("%d requests were sent to an engine that was full", n)
-	}
-	if n := waitObservations(t, f, "engines_full"); n == 0 {
-		t.Error("no request waited for an engine with room: the test did not overload the fleet")
 	}
 }
 
@@ -93,6 +107,7 @@ func TestLateBindingOrderAndBound(t *testing.T) {
 		sim: func(_ int, c *sim.Config) { c.MaxRunning, c.Faults.StallAfterTokens = 2, 1 },
 		config: func(c *router.Config) {
 			c.Logger = logs.logger()
+			c.Admission.AvoidFullEngines = true
 			c.Admission.QueueSize = 3
 			c.Reliability.StreamIdleTimeout = 0
 		}})
