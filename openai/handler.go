@@ -94,7 +94,7 @@ func (h *Handler) Close() {
 var forwarded = []string{
 	"authorization", "x-request-id", "traceparent", "tracestate", "baggage",
 	"x-routing-key", "x-smg-routing-key", "x-target-worker", "x-smg-target-worker",
-	"x-forwarded-for", "cookie",
+	"x-forwarded-for", "cookie", "kvgate-priority",
 }
 
 // client returns the in-memory connection to the Router service for r's
@@ -251,10 +251,22 @@ func prepare[Q, P any](h *Handler, w http.ResponseWriter, r *http.Request, req *
 		writeError(w, err)
 		return nil, nil, p, nil, false
 	}
+	var priority string
+	if pr, ok := any(req).(interface{ priorityMetadata() (string, error) }); ok {
+		if priority, err = pr.priorityMetadata(); err != nil {
+			writeError(w, err)
+			return nil, nil, p, nil, false
+		}
+	}
 	ctx, cc, release, err := h.client(r)
 	if err != nil {
 		writeError(w, err)
 		return nil, nil, p, nil, false
+	}
+	if priority != "" { // the body's field over the header
+		md, _ := metadata.FromOutgoingContext(ctx)
+		md.Set("kvgate-priority", priority)
+		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
 	return ctx, router(cc), p, release, true
 }

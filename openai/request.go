@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -35,6 +36,24 @@ type sampling struct {
 	N                 *int          `json:"n"`
 	Regex             *string       `json:"regex"`
 	EBNF              *string       `json:"ebnf"`
+	// Priority is the request's class in the router's wait queue, lower
+	// served first (vLLM's field); it travels as kvgate-priority metadata.
+	Priority *int `json:"priority"`
+}
+
+// maxPriority is the router's bound on a priority class, either way.
+const maxPriority = 1000
+
+// priorityMetadata is the kvgate-priority value the body's priority sets
+// ("" when it sets none).
+func (s *sampling) priorityMetadata() (string, error) {
+	switch {
+	case s.Priority == nil:
+		return "", nil
+	case *s.Priority < -maxPriority || *s.Priority > maxPriority:
+		return "", invalidParam("priority", "priority is %d; it must be from %d to %d (lower is served first; default 0)", *s.Priority, -maxPriority, maxPriority)
+	}
+	return strconv.Itoa(*s.Priority), nil
 }
 
 type streamOptions struct {

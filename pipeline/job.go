@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -24,6 +25,15 @@ type Job struct {
 	Send     func(chunk *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error
 	// excluded are the workers earlier attempts failed on.
 	excluded []string
+	// full are the engines at their running-request limit when the
+	// attempt was bound, with Binding.AvoidFull: it is placed elsewhere.
+	full []string
+	// reserved: the job is bound and not yet placed (see gate.reserve).
+	reserved bool
+	// Priority is the request's class in the router's queue: lower is
+	// bound first (the kvgate-priority metadata, as vLLM's request
+	// priority); 0 by default.
+	Priority int
 	// Commit, when set, caches the prompt's tokenization; called once the
 	// request has passed validation against the workers, so that invalid
 	// prompts never occupy the tokenizer caches.
@@ -58,5 +68,8 @@ func (j *Job) PolicyRequest(dryRun bool) *policy.Request {
 	}
 	r := *j.Routing
 	r.InputIDs, r.DryRun, r.Exclude = j.InputIDs, dryRun, j.excluded
+	if len(j.full) > 0 {
+		r.Exclude = append(slices.Clip(j.excluded), j.full...)
+	}
 	return &r
 }

@@ -31,6 +31,10 @@ type Metrics struct {
 	itl           prometheus.Histogram
 	modelRequests *prometheus.CounterVec
 	toolCalls     *prometheus.CounterVec
+	// queueWait and queueWaiting are late binding's: how long requests
+	// waited in the router and why, and how many wait now per model.
+	queueWait    *prometheus.HistogramVec
+	queueWaiting *prometheus.GaugeVec
 
 	ttft       prometheus.Histogram
 	selections *prometheus.CounterVec
@@ -137,7 +141,16 @@ func NewMetrics() *Metrics {
 	m.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_tool_calls_total",
 		Help: "Chat with tools: calls parsed out of answers (result=parsed), and answers holding a call that did not parse, returned as content (result=malformed)."},
 		[]string{"model", "result"})
-	m.all = []prometheus.Collector{m.ttft, m.selections, m.aborts, m.decisions,
+	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kvgate_queue_wait_seconds",
+		Help:    "Time requests waited in the router before being bound to an engine, by model and reason (engines_full: every candidate engine was at its running-request limit; router_limit: --max-concurrent-requests).",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"model", "reason"})
+	m.queueWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kvgate_queue_waiting_requests",
+		Help: "Requests waiting in the router for an engine with room or a place under --max-concurrent-requests, by model.",
+	}, []string{"model"})
+	m.all = []prometheus.Collector{m.queueWait, m.queueWaiting, m.ttft, m.selections, m.aborts, m.decisions,
 		m.retries, m.retryBudgetExhausted, m.rpcLacking,
 		m.predictions, m.predictionsExact, m.predictionOver, m.predictionUnder, m.predictionError,
 		m.specDraft, m.specAccepted,

@@ -52,6 +52,9 @@ type Pipeline struct {
 	// hardStop ends when a shutdown's drain period is over: requests still
 	// running are cut then.
 	hardStop context.Context
+	// gate holds requests in the router until they may be bound to an
+	// engine (late binding, latebind.go).
+	gate *gate
 }
 
 // Config is what a pipeline is built from.
@@ -81,6 +84,10 @@ type Config struct {
 	// Logprobs, when set, bounds the log-probability bytes of the
 	// requests in flight.
 	Logprobs *answer.Budget
+	// Binding configures late binding; its zero value binds every request
+	// at once when some engine has room, with no limit of its own and no
+	// queue.
+	Binding Binding
 }
 
 // New builds a pipeline, applying defaults where c leaves them.
@@ -111,6 +118,7 @@ func New(c Config) *Pipeline {
 	if p.cfg.MaxEngineAnswer <= 0 {
 		p.cfg.MaxEngineAnswer = workers.DefaultMaxAnswerBytes
 	}
+	p.gate = newGate(c.Binding, p.metrics)
 	return p
 }
 
@@ -132,8 +140,6 @@ func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 	stop := context.AfterFunc(s.hardStop, func() { cancel(ErrShuttingDown) })
 	defer stop()
 
-	s.active.Add(1)
-	defer s.active.Add(-1)
 	model := j.Route.Name
 	if model == "" {
 		model = s.ServedModel()
@@ -143,6 +149,14 @@ func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 	defer func() {
 		s.metrics.policyLatency.WithLabelValues(j.Route.Placer.PolicyName()).Observe(time.Since(j.Start).Seconds())
 	}()
+	unbind, err := s.bind(ctx, j) // late binding: wait for room
+	if err != nil {
+		return err
+	}
+	defer unbind()
+	defer s.gate.placed(j) // a bound request that ends before its placement
+	s.active.Add(1)
+	defer s.active.Add(-1)
 
 	if s.logprobs != nil {
 		release, err := s.logprobs.Take(j.InputIDs, j.Sampling)
@@ -157,6 +171,9 @@ func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 	releaseRetry := func() {}
 	defer func() { releaseRetry() }()
 	for attempt := 0; ; attempt++ {
+		if err := s.rebind(ctx, j, attempt); err != nil {
+			return err
+		}
 		f := s.attempt(ctx, j, attempt)
 		releaseRetry()
 		if f == nil {
@@ -210,6 +227,7 @@ const maxUnsupported = 8
 func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
 	p, err := j.Route.Placer.Place(sctx, j, false)
+	s.gate.placed(j) // its worker's load shows it now, or it holds none
 	if err != nil {
 		s.EndSpan(sel, err)
 		sel.End()
@@ -238,6 +256,7 @@ func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 		out := r.out
 		out.Err = r.err
 		p.Run.End(out)
+		s.attemptEnded(j)
 		p.settle(f)
 		if f.cause != causeClientError && f.cause != causeUnsupported && r.abortOnFailure && !p.SelfAborting {
 			cancel(nil)
@@ -249,6 +268,7 @@ func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 	}
 	legs.end(nil)
 	p.Run.End(r.out)
+	s.attemptEnded(j)
 	p.settle(nil)
 	if r.running {
 		// The client has its answer, and the engine is still working on

@@ -362,7 +362,10 @@ func New(ctx context.Context, cfg Config) (_ *Router, err error) {
 		}
 	}
 	g.bg.Go(func() { workers.RunHealthChecks(bg, g.Registry, health, log) })
-	g.bg.Go(func() { workers.RunLoadPolls(bg, g.Registry, cfg.LoadPollInterval, log) })
+	// Loads are polled more often while requests wait for an engine with
+	// room, and each round wakes them (late binding).
+	polls := workers.LoadPollHooks{Busy: func() bool { return g.Server.Waiting() > 0 }, Polled: g.Server.LoadsRefreshed}
+	g.bg.Go(func() { workers.RunLoadPollsWith(bg, g.Registry, cfg.LoadPollInterval, polls, log) })
 	if subs != nil {
 		g.bg.Go(func() { subs.Run(bg, g.Registry) })
 	}

@@ -46,7 +46,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		Worker:                p.Served().URL(),
 		Policy:                j.Route.Placer.PolicyName(),
 		Branch:                served.Branch,
-		Reason:                p.Reason(),
+		Reason:                explainReason(p.Reason(), s.pipe.WouldWait(j)),
 		PromptTokens:          uint32(len(j.InputIDs)),
 		PredictedCachedTokens: uint32(first.Decision.PredictedCachedTokens),
 		Workers:               a.views(j.Route, first.Decision),
@@ -79,4 +79,13 @@ func (a *admin) views(r *route, dec policy.Decision) []*kvgatev1.WorkerView {
 		})
 	}
 	return out
+}
+
+// explainReason adds to a decision's reason whether the request would wait
+// in the router first.
+func explainReason(reason, wait string) string {
+	if wait == "" {
+		return reason
+	}
+	return reason + "; " + wait
 }

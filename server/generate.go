@@ -126,7 +126,12 @@ func newJob(ctx context.Context, requestID string, sp *kvgatev1.SamplingParams, 
 	if err := validateSampling(sp); err != nil {
 		return nil, err
 	}
-	return &pipeline.Job{ID: requestID, Sampling: sp, Stream: stream, Start: time.Now(), Routing: routing(ctx, nil, requestID)}, nil
+	priority, err := priorityOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pipeline.Job{ID: requestID, Sampling: sp, Stream: stream, Start: time.Now(), Routing: routing(ctx, nil, requestID),
+		Priority: priority}, nil
 }
 
 // headerRequestID is the call's x-request-id metadata, which names a

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,12 +78,12 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 
 // registerAdmissionGauges exports the admission queue's depth and the requests in
 // the pipeline, read at scrape time.
-func (m *Metrics) registerAdmissionGauges(waiting *atomic.Int64, inFlight func() int64) {
+func (m *Metrics) registerAdmissionGauges(waiting func() int, inFlight func() int64) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_admission_queue_depth",
-			Help: "Requests waiting for a place under --max-concurrent-requests.",
-		}, func() float64 { return float64(waiting.Load()) }),
+			Help: "Requests waiting in the router, for a place under --max-concurrent-requests or an engine with room (all models).",
+		}, func() float64 { return float64(waiting()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvgate_requests_in_flight",
 			Help: "Router requests between placement and their end: generations until their last chunk, Embed batches until their answer.",

@@ -89,6 +89,7 @@ func TestMetricsReferenceMatchesTheRouter(t *testing.T) {
 		{"approximate cache predictions", approximatePredictions},
 		{"prefill/decode", disaggregated},
 		{"text, chat and admission", textAndAdmission},
+		{"late binding", lateBinding},
 		{"retry budget", retryBudget},
 		{"an engine without Embed", engineWithoutEmbed},
 	}
@@ -433,6 +434,23 @@ func textAndAdmission(t *testing.T) *fleet {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("over the rate: %v, want RESOURCE_EXHAUSTED", err)
 	}
+	return f
+}
+
+// lateBinding sends three requests at once to an engine of one slot: two
+// wait in the router for it.
+func lateBinding(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 1, sim: func(_ int, c *sim.Config) { c.MaxRunning, c.TimeScale = 1, 0.2 }})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if _, err := f.generate(testutil.Context(t, 10*time.Second), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}}); err != nil {
+				t.Errorf("a request behind a full engine: %v", err)
+			}
+		})
+	}
+	wg.Wait()
 	return f
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 )
@@ -16,6 +17,10 @@ import (
 type requestLabel struct {
 	mu sync.Mutex
 	id string
+	// waitReason and waitTime say why and how long the request waited in
+	// the router before it was bound to an engine ("": it did not).
+	waitReason string
+	waitTime   time.Duration
 }
 
 type labelKey struct{}
@@ -42,6 +47,18 @@ func (l *requestLabel) set(id string) {
 	l.mu.Unlock()
 }
 
+// waited records a wait in the router (late binding); several waits (a
+// retry's) add up under the last reason.
+func (l *requestLabel) waited(reason string, d time.Duration) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.waitReason = reason
+	l.waitTime += d
+	l.mu.Unlock()
+}
+
 func (l *requestLabel) get() string {
 	if l == nil {
 		return ""
@@ -51,10 +68,20 @@ func (l *requestLabel) get() string {
 	return l.id
 }
 
-// labelFields adds request_id to a call's log line when the call has one.
+// labelFields adds request_id to a call's log line when the call has one,
+// and why and how long it waited in the router when it did.
 func labelFields(ctx context.Context) logging.Fields {
-	if id := labelOf(ctx).get(); id != "" {
-		return logging.Fields{"request_id", id}
+	l := labelOf(ctx)
+	var f logging.Fields
+	if id := l.get(); id != "" {
+		f = logging.Fields{"request_id", id}
 	}
-	return nil
+	if l != nil {
+		l.mu.Lock()
+		if l.waitReason != "" {
+			f = append(f, "queue_wait_reason", l.waitReason, "queue_wait_seconds", l.waitTime.Seconds())
+		}
+		l.mu.Unlock()
+	}
+	return f
 }

@@ -221,6 +221,7 @@ func New(cfg Config) (*Server, error) {
 	pc := pipeline.Config{
 		Reliability: rel, AbortTimeout: s.abortTimeout, MaxEngineAnswer: cmp.Or(cfg.MaxEngineAnswerBytes, workers.DefaultMaxAnswerBytes),
 		Registry: s.reg, Metrics: s.metrics.pipe, Logger: s.log, Stop: hardStop, Logprobs: s.admission.logprobs, EndSpan: endSpan,
+		Binding: s.admission.binding(),
 	}
 	if s.traced {
 		pc.Tracer = s.tracer
@@ -233,7 +234,7 @@ func New(cfg Config) (*Server, error) {
 			Help: "Client keys the per-key rate limiter remembers (at most 100,000, least recently seen forgotten first).",
 		}, func() float64 { return float64(l.keys()) }))
 	}
-	s.metrics.registerAdmissionGauges(&s.admission.waiting, s.pipe.InFlight)
+	s.metrics.registerAdmissionGauges(s.pipe.Waiting, s.pipe.InFlight)
 	s.metrics.Registry.MustRegister(s.admission.awaitingGauge())
 	// The packages that measure define these series; the router only
 	// says which of their objects to read.

@@ -208,6 +208,26 @@ const DefaultLoadPollInterval = time.Second
 // flight on it), and that is logged once per worker. It returns when ctx is
 // done. log may be nil.
 func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, log *slog.Logger) {
+	RunLoadPollsWith(ctx, reg, interval, LoadPollHooks{}, log)
+}
+
+// BusyLoadPollInterval is the GetLoads interval while requests wait in the
+// router for an engine with room (LoadPollHooks.Busy): a request bound a
+// poll late waits that much longer, and polls then are few engines' worth.
+const BusyLoadPollInterval = 100 * time.Millisecond
+
+// LoadPollHooks adapt the load polls to the router's state.
+type LoadPollHooks struct {
+	// Busy, when set and true, shortens the interval to
+	// BusyLoadPollInterval (when it is longer) for the next round.
+	Busy func() bool
+	// Polled, when set, is called after each round of polls: the figures
+	// that say which engines have room are fresh.
+	Polled func()
+}
+
+// RunLoadPollsWith is RunLoadPolls with hooks.
+func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration, hooks LoadPollHooks, log *slog.Logger) {
 	log = orDiscard(log)
 	if interval <= 0 {
 		interval = DefaultLoadPollInterval
@@ -231,7 +251,18 @@ func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, lo
 		}
 		return true
 	}
-	every(ctx, interval, func() {
+	next := func() time.Duration {
+		if hooks.Busy != nil && interval > BusyLoadPollInterval && hooks.Busy() {
+			return BusyLoadPollInterval
+		}
+		return interval
+	}
+	everyAdaptive(ctx, next, func() {
+		defer func() {
+			if hooks.Polled != nil {
+				hooks.Polled()
+			}
+		}()
 		var wg sync.WaitGroup
 		polled := map[*dpGroup]bool{}
 		ws := reg.Snapshot()
@@ -306,6 +337,25 @@ func every(ctx context.Context, interval time.Duration, f func()) {
 			return
 		case <-t.C:
 			f()
+		}
+	}
+}
+
+// everyAdaptive is every with the interval asked of next before each wait.
+func everyAdaptive(ctx context.Context, next func() time.Duration, f func()) {
+	if ctx.Err() != nil {
+		return
+	}
+	f()
+	t := time.NewTimer(next())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+			t.Reset(next())
 		}
 	}
 }

@@ -39,6 +39,9 @@ func TestOpenAIErrors(t *testing.T) {
 		{"no messages", "/v1/chat/completions", `{"messages": []}`, "sk-right", 400, "messages", "messages"},
 		{"the router's range check", "/v1/chat/completions", `{"temperature": -1, ` + user + `}`, "sk-right", 400, "", "temperature"},
 		{"unknown model", "/v1/chat/completions", `{"model": "no-such-model", ` + user + `}`, "sk-right", 404, "", "no-such-model"},
+		{"priority out of range", "/v1/chat/completions", `{"priority": 5000, ` + user + `}`, "sk-right", 400, "priority", "-1000 to 1000"},
+		{"priority of the wrong type", "/v1/chat/completions", `{"priority": "high", ` + user + `}`, "sk-right", 400, "priority", "priority"},
+		{"a priority in range is served", "/v1/completions", `{"priority": -3, "max_tokens": 1, "prompt": "hi"}`, "sk-right", 200, "", ""},
 		{"unknown fields are ignored", "/v1/chat/completions", `{"frobnicate": {"x": 1}, "max_tokens": 1, ` + user + `}`, "sk-right", 200, "", ""},
 		{"body over --max-request-bytes", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "` + strings.Repeat("a", 70000) + `"}]}`, "sk-right", 413, "", "65536"},
 		{"several prompts", "/v1/completions", `{"prompt": ["a", "b"]}`, "sk-right", 400, "prompt", "2 prompts"},
@@ -182,4 +185,31 @@ func running(hr *httpRouter) int {
 		n += s.Engine().Stats().Running
 	}
 	return n
+}
+
+// The request's priority reaches the router's queue: the kvgate-priority
+// header is forwarded as metadata (the router checks it), and the body's
+// priority takes its place.
+func TestOpenAIPriority(t *testing.T) {
+	hr := startHTTPRouter(t)
+	const body = `"max_tokens": 1, "prompt": "hi"`
+	for _, tc := range []struct {
+		name, body, header string
+		status             int
+	}{
+		{"a header the router refuses", `{` + body + `}`, "high", 400},
+		{"a header in range", `{` + body + `}`, "-7", 200},
+		{"the body's priority over the header", `{"priority": 3, ` + body + `}`, "high", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := hr.post(t, "/v1/completions", tc.body, "kvgate-priority", tc.header)
+			v := decode(t, resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %v", resp.StatusCode, tc.status, v)
+			}
+			if msg, _ := path(v, "error", "message").(string); tc.status == 400 && !strings.Contains(msg, "kvgate-priority") {
+				t.Errorf("message %q does not name kvgate-priority", msg)
+			}
+		})
+	}
 }

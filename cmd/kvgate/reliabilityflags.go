@@ -76,15 +76,17 @@ type admissionFlags struct {
 	ratePerKey      float64
 	maxRequestBytes int
 	maxLogprobBytes int64
+	avoidFull       bool
 }
 
 func (a *admissionFlags) register(fs *flag.FlagSet) {
 	d := server.DefaultAdmissionConfig()
-	fs.IntVar(&a.maxConcurrent, "max-concurrent-requests", d.MaxConcurrentRequests, "Router requests (Generate, Chat, Embed) served at once; beyond it they wait in the queue (-1: no limit)")
-	fs.IntVar(&a.queueSize, "queue-size", d.QueueSize, "requests that may wait for a place; beyond it they are refused at once with RESOURCE_EXHAUSTED (0: none wait)")
-	fs.Float64Var(&a.queueTimeoutSec, "queue-timeout-secs", d.QueueTimeout.Seconds(), "how long a request may wait in the queue before RESOURCE_EXHAUSTED")
+	fs.IntVar(&a.maxConcurrent, "max-concurrent-requests", d.MaxConcurrentRequests, "Router requests (Generate, Chat, Embed) bound to engines at once; beyond it they wait in the router's queue (-1: no limit)")
+	fs.IntVar(&a.queueSize, "queue-size", d.QueueSize, "requests that may wait in the router, for a place under --max-concurrent-requests or for an engine with room; beyond it they are refused at once with RESOURCE_EXHAUSTED (0: none wait)")
+	fs.Float64Var(&a.queueTimeoutSec, "queue-timeout-secs", d.QueueTimeout.Seconds(), "how long a request may wait in the router's queue before RESOURCE_EXHAUSTED")
 	fs.DurationVar(&a.readTimeout, "request-read-timeout", d.RequestReadTimeout, "a Generate or Chat call must send its request this soon after it opens, else DEADLINE_EXCEEDED; no admission place is held before it arrives (0: no limit)")
 	fs.Float64Var(&a.ratePerKey, "rate-limit-per-key", 0, "requests per second (and burst) each client may send, keyed by x-routing-key, else authorization, else address (0: no limit)")
+	fs.BoolVar(&a.avoidFull, "late-binding-avoid-full", d.AvoidFullEngines, "a request bound after waiting for an engine with room is placed only on engines below their running-request limit, not on one the policy prefers that is full (false: the policy chooses among all, which keeps cache affinity)")
 	fs.Int64Var(&a.maxLogprobBytes, "max-logprob-bytes", d.MaxLogprobBytes, "log-probability bytes the engines' answers to requests in flight may carry together (prompt_logprobs and logprobs with max_new_tokens, weighted by positions × (top_logprobs+1)); a request beyond it gets RESOURCE_EXHAUSTED (-1: no limit)")
 	fs.IntVar(&a.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED")
 }
@@ -97,5 +99,6 @@ func (a *admissionFlags) config() server.AdmissionConfig {
 	c.RequestReadTimeout = a.readTimeout
 	c.RateLimitPerKey = a.ratePerKey
 	c.MaxLogprobBytes = a.maxLogprobBytes
+	c.AvoidFullEngines = a.avoidFull
 	return c
 }

@@ -158,6 +158,7 @@ func (st *Stats) addRank(r Stats) {
 	st.Cancelled += r.Cancelled
 	st.Failed += r.Failed
 	st.Rejected += r.Rejected
+	st.QueuedFull += r.QueuedFull
 	st.PromptTokens += r.PromptTokens
 	st.CachedPromptTokens += r.CachedPromptTokens
 	st.GeneratedTokens += r.GeneratedTokens

@@ -132,6 +132,10 @@ type Stats struct {
 	Cancelled  uint64 // requests ended because the client's context ended
 	Failed     uint64 // streams ended by an injected fault (DropAfterTokens)
 	Rejected   uint64 // refused: invalid argument, duplicate id, Unavailable fault
+	// QueuedFull counts requests that arrived while MaxRunning were
+	// running: they waited in this engine's queue (a router that binds
+	// late sends none while another engine has room).
+	QueuedFull uint64
 
 	PromptTokens       uint64 // prompt tokens of admitted requests
 	CachedPromptTokens uint64 // of those, served from the prefix cache
@@ -168,6 +172,7 @@ type counters struct {
 	roomWaits, roomTimeouts, transferTokens                               uint64
 	queueShrunk, queueGrown                                               uint64
 	embeds, embedTokens                                                   uint64
+	queuedFull                                                            uint64
 }
 
 // New returns an engine for cfg, or an error wrapping ErrInvalidConfig that
@@ -309,6 +314,7 @@ func (e *Engine) Stats() Stats {
 		Cancelled:          c.cancelled,
 		Failed:             c.failed,
 		Rejected:           c.rejected,
+		QueuedFull:         c.queuedFull,
 		PromptTokens:       c.promptTokens,
 		CachedPromptTokens: c.cachedPromptTokens,
 		GeneratedTokens:    c.generatedTokens,

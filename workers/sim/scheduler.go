@@ -396,6 +396,9 @@ func (e *Engine) queueLocked(r *request) {
 	if e.debugTruth() {
 		r.arrivalEvictedAgo = e.evictedAgoLocked(r.prompt)
 	}
+	if e.running >= e.cfg.MaxRunning {
+		e.counters.queuedFull++
+	}
 	e.queue = append(e.queue, r)
 	e.admitLocked()
 	e.publishLocked()

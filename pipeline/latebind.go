@@ -1,0 +1,259 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/waitq"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// Why a request waited in the router (the reason label of
+// kvgate_queue_wait_seconds and of the request's log line).
+const (
+	// ReasonEnginesFull: every healthy candidate engine was at the
+	// running-request limit it reports.
+	ReasonEnginesFull = "engines_full"
+	// ReasonRouterLimit: --max-concurrent-requests requests were bound
+	// to engines already.
+	ReasonRouterLimit = "router_limit"
+)
+
+// Binding configures late binding: how many requests may be bound to
+// engines at once, how many may wait in the router and for how long.
+type Binding struct {
+	// MaxBound is --max-concurrent-requests: how many requests may be
+	// bound to engines at once; -1 (or 0): no limit.
+	MaxBound int
+	// QueueSize is --queue-size: how many may wait in the router, over
+	// all models; 0: none wait.
+	QueueSize int
+	// QueueTimeout is --queue-timeout-secs: how long one may wait.
+	QueueTimeout time.Duration
+	// AvoidFull places a request, once bound, only on engines below
+	// their running-request limit (--late-binding-avoid-full).
+	AvoidFull bool
+	// Rejected, when set, is told each refusal's reason (queue_full,
+	// queue_timeout): the front's admission series counts them.
+	Rejected func(reason string)
+	// Waited, when set, is told that a request waited, why and how long
+	// (the front puts it on the call's log line).
+	Waited func(ctx context.Context, reason string, d time.Duration)
+}
+
+// gate is late binding: a request waits in the router, ordered by priority,
+// deadline and arrival, until fewer than MaxBound requests are bound to
+// engines and some engine that could serve it has room; it is placed only
+// then, so the policy chooses with the load and cache state of that moment
+// instead of committing the request to an engine's own queue at arrival.
+type gate struct {
+	cfg Binding
+	q   *waitq.Queue
+	// running counts the requests bound under cfg.MaxBound.
+	running atomic.Int64
+	// pending counts, per model, the requests bound and not yet placed:
+	// the engines' loads do not show them until their placement acquires
+	// a worker, so without them a request bound right behind another
+	// would see the same free place and both would take it.
+	pmu     sync.Mutex
+	pending map[string]int
+}
+
+func newGate(cfg Binding, m *Metrics) *gate {
+	if cfg.MaxBound == 0 {
+		cfg.MaxBound = -1
+	}
+	if cfg.Rejected == nil {
+		cfg.Rejected = func(string) {}
+	}
+	if cfg.Waited == nil {
+		cfg.Waited = func(context.Context, string, time.Duration) {}
+	}
+	g := &gate{cfg: cfg, pending: map[string]int{}}
+	// A model's series stays at 0 when nobody waits: the model table bounds
+	// the models, and a series that vanishes reads as "no data".
+	g.q = waitq.New(waitq.Config{Size: cfg.QueueSize, Timeout: cfg.QueueTimeout, Changed: func(model string, n int) {
+		m.queueWaiting.WithLabelValues(model).Set(float64(n))
+	}})
+	return g
+}
+
+// take takes a place under MaxBound, if one is free.
+func (g *gate) take() bool {
+	if g.cfg.MaxBound < 0 {
+		g.running.Add(1)
+		return true
+	}
+	for {
+		n := g.running.Load()
+		if n >= int64(g.cfg.MaxBound) {
+			return false
+		}
+		if g.running.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives a place back and wakes every model's queue: the place is
+// shared by them all.
+func (g *gate) release() {
+	g.running.Add(-1)
+	g.q.WakeAll()
+}
+
+// reserve counts j as bound and not yet placed, once.
+func (g *gate) reserve(j *Job) {
+	if j.reserved {
+		return
+	}
+	j.reserved = true
+	g.pmu.Lock()
+	g.pending[j.model]++
+	g.pmu.Unlock()
+}
+
+// placed ends j's reservation: its placement acquired a worker, whose load
+// shows it from now on (or failed, and it holds nothing).
+func (g *gate) placed(j *Job) {
+	if !j.reserved {
+		return
+	}
+	j.reserved = false
+	g.pmu.Lock()
+	if g.pending[j.model]--; g.pending[j.model] <= 0 {
+		delete(g.pending, j.model)
+	}
+	g.pmu.Unlock()
+}
+
+func (g *gate) pendingFor(model string) int {
+	g.pmu.Lock()
+	defer g.pmu.Unlock()
+	return g.pending[model]
+}
+
+// bind waits until the job may be placed: a place under the router's limit
+// and an engine with room. unbind gives the place back when the request
+// ends.
+func (s *Pipeline) bind(ctx context.Context, j *Job) (unbind func(), err error) {
+	if err := s.gate.await(ctx, s, j, false); err != nil {
+		return nil, err
+	}
+	return s.gate.release, nil
+}
+
+// rebind waits, before a retry, for an engine with room (the request keeps
+// its place under the router's limit).
+func (s *Pipeline) rebind(ctx context.Context, j *Job, attempt int) error {
+	if attempt == 0 {
+		return nil
+	}
+	return s.gate.await(ctx, s, j, true)
+}
+
+// attemptEnded wakes the job's model's queue: the attempt's engine has a
+// request fewer.
+func (s *Pipeline) attemptEnded(j *Job) { s.gate.q.Wake(j.model) }
+
+// await is one wait in the queue. Once bound, with AvoidFull, the job
+// avoids the engines that are full at that moment (j.full), so that the
+// policy chooses among those with room.
+func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) error {
+	t := waitq.Ticket{Model: j.model, Priority: j.Priority, Arrived: j.Start}
+	if d, ok := ctx.Deadline(); ok {
+		t.Deadline = d
+	}
+	reason, start := "", time.Now()
+	err := g.q.Wait(ctx, t, func() bool {
+		if !s.engineRoom(j, g.pendingFor(j.model)) {
+			reason = ReasonEnginesFull
+			return false
+		}
+		if !holding && !g.take() {
+			reason = ReasonRouterLimit
+			return false
+		}
+		if g.cfg.AvoidFull {
+			j.full = s.fullEngines(j)
+		}
+		g.reserve(j)
+		return true
+	})
+	switch {
+	case waitq.Refused(err):
+		g.cfg.Rejected("queue_full")
+		return err
+	case waitq.TimedOut(err):
+		g.cfg.Rejected("queue_timeout")
+	case errors.Is(err, ErrShuttingDown):
+		err = fault.Newf(fault.Unavailable, "%w", err)
+	}
+	if reason != "" {
+		waited := time.Since(start)
+		s.metrics.queueWait.WithLabelValues(j.model, reason).Observe(waited.Seconds())
+		g.cfg.Waited(ctx, reason, waited)
+	}
+	return err
+}
+
+// engineRoom reports whether some engine that could serve j has room for
+// it beyond pending requests bound before it (see waitq.Room); with
+// prefill/decode disaggregation both a prefill and a decode engine must.
+func (s *Pipeline) engineRoom(j *Job, pending int) bool {
+	r := j.Route
+	if cs := r.Candidates(s.reg, workers.RoleRegular); len(cs) > 0 {
+		return waitq.Room(workers.Views(cs), j.excluded, pending)
+	}
+	return waitq.Room(workers.Views(r.Candidates(s.reg, workers.RolePrefill)), j.excluded, pending) &&
+		waitq.Room(workers.Views(r.Candidates(s.reg, workers.RoleDecode)), j.excluded, pending)
+}
+
+// fullEngines are the engines j's attempt should not be placed on: those
+// full now. A request that names its worker (x-target-worker) goes there
+// whatever its load.
+func (s *Pipeline) fullEngines(j *Job) []string {
+	if j.Routing != nil && j.Routing.TargetWorker != "" {
+		return nil
+	}
+	var full []string
+	for _, role := range []workers.Role{workers.RoleRegular, workers.RolePrefill, workers.RoleDecode} {
+		full = waitq.FullOf(full, workers.Views(j.Route.Candidates(s.reg, role)), j.excluded)
+	}
+	return full
+}
+
+// WouldWait says, for Explain, whether a request for j would wait now and
+// why ("" when it would be bound at once).
+func (s *Pipeline) WouldWait(j *Job) string {
+	g := s.gate
+	model := j.Route.Name
+	if model == "" {
+		model = s.ServedModel()
+	}
+	switch {
+	case !s.engineRoom(j, g.pendingFor(model)):
+		return "it would wait in the router now: every healthy engine for its model is at its running-request limit (" + ReasonEnginesFull + ")"
+	case g.cfg.MaxBound >= 0 && g.running.Load() >= int64(g.cfg.MaxBound):
+		return "it would wait in the router now: --max-concurrent-requests requests are bound to engines (" + ReasonRouterLimit + ")"
+	}
+	if n := g.q.WaitingFor(model); n > 0 {
+		return fmt.Sprintf("it would wait in the router now, behind %d requests for its model", n)
+	}
+	return ""
+}
+
+// Waiting is how many requests wait in the router for an engine with room
+// or a place under --max-concurrent-requests: the load poller polls more
+// often while any do.
+func (s *Pipeline) Waiting() int { return s.gate.q.Waiting() }
+
+// LoadsRefreshed tells the waiting requests that the engines' loads were
+// polled: an engine may have room that the router's own accounting did not
+// show (another client's requests ended).
+func (s *Pipeline) LoadsRefreshed() { s.gate.q.WakeAll() }
