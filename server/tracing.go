@@ -16,24 +16,14 @@ import (
 // tracerName names kvgate's instrumentation in exported spans.
 const tracerName = "github.com/kvgate/kvgate/server"
 
-// Span attribute keys. The rpc.* ones are OpenTelemetry's semantic
+// Span attribute keys of the call's own spans (the pipeline's steps have
+// theirs in package pipeline). The rpc.* ones are OpenTelemetry's semantic
 // conventions for gRPC; the kvgate.* ones are ours.
 const (
-	attrGRPCStatus      = attribute.Key("rpc.grpc.status_code")
-	attrRequestID       = attribute.Key("kvgate.request_id")
-	attrPromptTokens    = attribute.Key("kvgate.prompt_tokens")
-	attrTokenizeCache   = attribute.Key("kvgate.tokenize.cache")
-	attrPolicy          = attribute.Key("kvgate.policy")
-	attrBranch          = attribute.Key("kvgate.policy.branch")
-	attrPredictedCached = attribute.Key("kvgate.predicted_cached_tokens")
-	attrWorker          = attribute.Key("kvgate.worker")
-	attrWorkerURL       = attribute.Key("kvgate.worker.url")
-	attrRole            = attribute.Key("kvgate.worker.role")
-	attrAttempt         = attribute.Key("kvgate.attempt")
-	attrCachedTokens    = attribute.Key("kvgate.usage.cached_tokens")
-	attrCompletion      = attribute.Key("kvgate.usage.completion_tokens")
-	attrUsagePrompt     = attribute.Key("kvgate.usage.prompt_tokens")
-	attrFinishReason    = attribute.Key("kvgate.finish_reason")
+	attrGRPCStatus    = attribute.Key("rpc.grpc.status_code")
+	attrRequestID     = attribute.Key("kvgate.request_id")
+	attrPromptTokens  = attribute.Key("kvgate.prompt_tokens")
+	attrTokenizeCache = attribute.Key("kvgate.tokenize.cache")
 )
 
 // requestStream prepares a Router call's context before anything else
