@@ -54,6 +54,16 @@ func (s *Pipeline) Placed(policy string, dec policy.Decision) {
 	s.metrics.selections.WithLabelValues(dec.Worker.URL(), policy).Inc()
 }
 
+// modelOf names j's model in metrics and in the router's queue: its
+// route's name, or, for a router serving one model, the one the workers
+// report.
+func (s *Pipeline) modelOf(j *Job) string {
+	if j.Route.Name != "" {
+		return j.Route.Name
+	}
+	return s.ServedModel()
+}
+
 // ServedModel is the model the workers report, for the metrics of a router
 // serving one model (the first worker that names one).
 func (s *Pipeline) ServedModel() string {

@@ -232,10 +232,7 @@ func (s *Pipeline) fullEngines(j *Job) []string {
 // why ("" when it would be bound at once).
 func (s *Pipeline) WouldWait(j *Job) string {
 	g := s.gate
-	model := j.Route.Name
-	if model == "" {
-		model = s.ServedModel()
-	}
+	model := s.modelOf(j)
 	switch {
 	case !s.engineRoom(j, g.pendingFor(model)):
 		return "it would wait in the router now: every healthy engine for its model is at its running-request limit (" + ReasonEnginesFull + ")"

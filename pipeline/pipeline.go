@@ -140,12 +140,8 @@ func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 	stop := context.AfterFunc(s.hardStop, func() { cancel(ErrShuttingDown) })
 	defer stop()
 
-	model := j.Route.Name
-	if model == "" {
-		model = s.ServedModel()
-	}
-	j.model = model
-	s.metrics.modelRequests.WithLabelValues(model).Inc()
+	j.model = s.modelOf(j)
+	s.metrics.modelRequests.WithLabelValues(j.model).Inc()
 	defer func() {
 		s.metrics.policyLatency.WithLabelValues(j.Route.Placer.PolicyName()).Observe(time.Since(j.Start).Seconds())
 	}()
