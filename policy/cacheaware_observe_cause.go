@@ -39,12 +39,20 @@ const (
 	// MissOverReport: the engine reported more cached tokens than the
 	// prompt has.
 	MissOverReport
+	// MissQueued: the engine reported fewer tokens than predicted, and the
+	// decision had placed the request on an engine already running its
+	// limit of requests (the policy preferred it to one with room): the
+	// request waited in the engine's queue, where the requests admitted
+	// before it evicted its prefix. No view of the cache at the decision
+	// could have foreseen that; holding the request in the router until
+	// an engine has room (late binding, avoiding full engines) does.
+	MissQueued
 	missCauses
 )
 
 // String is the cause as the metric's label and the debug log name it.
 func (c MissCause) String() string {
-	return [missCauses]string{"speculation", "evicted", "unseen", "boundary", "over_report"}[c]
+	return [missCauses]string{"speculation", "evicted", "unseen", "boundary", "over_report", "queued"}[c]
 }
 
 // MissCauses lists every cause, in the order of their values.
@@ -58,9 +66,10 @@ func MissCauses() []MissCause {
 
 // classifyMiss says why predicted (of which confirmed were tokens the
 // engine's events had confirmed at the decision) differs from reported, for
-// a prompt of promptLen tokens and the router's pageSize. It is called only
-// when they differ.
-func classifyMiss(promptLen, pageSize, predicted, confirmed, reported int) MissCause {
+// a prompt of promptLen tokens and the router's pageSize; queued says the
+// decision placed the request on an engine at its running-request limit.
+// It is called only when they differ.
+func classifyMiss(promptLen, pageSize, predicted, confirmed, reported int, queued bool) MissCause {
 	switch {
 	case reported > promptLen:
 		return MissOverReport
@@ -73,6 +82,8 @@ func classifyMiss(promptLen, pageSize, predicted, confirmed, reported int) MissC
 		return MissBoundary
 	case reported > predicted:
 		return MissUnseen
+	case queued:
+		return MissQueued
 	case reported >= confirmed:
 		return MissSpeculation
 	default:
@@ -99,11 +110,26 @@ func (c *CacheAware) miss(req *Request, d Decision, reported int, events bool) {
 	if events {
 		confirmed = d.Confirmed.Of(url)
 	}
-	cause := classifyMiss(len(req.InputIDs), c.pageSize, d.PredictedCachedTokens, confirmed, reported)
+	load, limit := placedLoad(d)
+	queued := limit > 0 && load >= limit
+	cause := classifyMiss(len(req.InputIDs), c.pageSize, d.PredictedCachedTokens, confirmed, reported, queued)
 	c.misses[cause].Add(1)
 	if c.log.Enabled(context.Background(), slog.LevelDebug) {
 		c.log.Debug("cache prediction missed", "cause", cause.String(), "request_id", req.RequestID,
 			"worker", url, "kv_events", events, "branch", d.Branch, "prompt_tokens", len(req.InputIDs),
-			"predicted", d.PredictedCachedTokens, "confirmed", confirmed, "reported", reported)
+			"predicted", d.PredictedCachedTokens, "confirmed", confirmed, "reported", reported,
+			"load_at_decision", load, "running_limit", limit)
 	}
+}
+
+// placedLoad is the chosen worker's load when d was decided (the requests
+// this router had in flight on it, this one not counted) and its engine's
+// running-request limit (0: not reported, or d was not decided by cache_aware's
+// selection).
+func placedLoad(d Decision) (load, limit int) {
+	s, ok := d.why.(*snapshot)
+	if !ok || s.chosen < 0 || s.chosen >= len(s.ws) {
+		return 0, 0
+	}
+	return s.loads[s.chosen], s.ws[s.chosen].MaxRunningRequests()
 }

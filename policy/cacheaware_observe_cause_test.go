@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // TestCacheAwareMissCauses: each prediction that misses the engine's report
@@ -12,29 +13,41 @@ import (
 // and the report. The worker has KV events; the prompt is 80 tokens (five
 // pages) unless said, and the engine's events confirmed its first
 // `confirmed` tokens before the decision, the router speculated the rest.
+// A request placed on an engine already running its limit of requests
+// (limit, with load requests in flight on it at the decision) waits in the
+// engine's queue, where the requests admitted before it evict: a shortfall
+// is counted as "queued" there, whatever the router knew.
 func TestCacheAwareMissCauses(t *testing.T) {
 	tests := []struct {
-		name      string
-		prompt    int // tokens
-		confirmed int // tokens confirmed by events before the decision
-		predicted int // what the decision must predict (checked)
-		reported  int
-		want      string // "" : exact, nothing counted
+		name        string
+		prompt      int // tokens
+		confirmed   int // tokens confirmed by events before the decision
+		predicted   int // what the decision must predict (checked)
+		reported    int
+		limit, load int    // the engine's running-request limit (0: none reported), and its load at the decision
+		want        string // "" : exact, nothing counted
 	}{
-		{"exact", 80, 80, 80, 80, ""},
-		{"speculative pages missing", 80, 32, 80, 32, "speculation"},
-		{"speculative pages and less missing", 80, 32, 80, 16, "evicted"},
-		{"confirmed pages evicted", 80, 80, 80, 48, "evicted"},
-		{"engine held more", 80, 0, 0, 48, "unseen"},
-		{"partial page reported", 80, 80, 80, 40, "boundary"},
-		{"last page of a page-aligned prompt", 80, 80, 80, 64, "boundary"},
-		{"last whole page of a prompt that goes on", 90, 80, 80, 64, "evicted"},
-		{"more than the prompt", 80, 80, 80, 96, "over_report"},
+		{"exact", 80, 80, 80, 80, 0, 0, ""},
+		{"speculative pages missing", 80, 32, 80, 32, 0, 0, "speculation"},
+		{"speculative pages and less missing", 80, 32, 80, 16, 0, 0, "evicted"},
+		{"confirmed pages evicted", 80, 80, 80, 48, 0, 0, "evicted"},
+		{"engine held more", 80, 0, 0, 48, 0, 0, "unseen"},
+		{"partial page reported", 80, 80, 80, 40, 0, 0, "boundary"},
+		{"last page of a page-aligned prompt", 80, 80, 80, 64, 0, 0, "boundary"},
+		{"last whole page of a prompt that goes on", 90, 80, 80, 64, 0, 0, "evicted"},
+		{"more than the prompt", 80, 80, 80, 96, 0, 0, "over_report"},
+		{"confirmed pages evicted, placed on a full engine", 80, 80, 80, 48, 2, 2, "queued"},
+		{"speculative pages missing, placed on a full engine", 80, 32, 80, 32, 2, 3, "queued"},
+		{"confirmed pages evicted, the engine had room", 80, 80, 80, 48, 2, 1, "evicted"},
+		{"confirmed pages evicted, the engine reports no limit", 80, 80, 80, 48, 0, 5, "evicted"},
+		{"engine held more, placed on a full engine", 80, 0, 0, 48, 2, 2, "unseen"},
+		{"exact on a full engine", 80, 80, 80, 80, 2, 2, ""},
+		{"last page of a page-aligned prompt, placed on a full engine", 80, 80, 80, 64, 2, 2, "boundary"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ws := fleet(1)
-			w := ws[0]
+			w := workers.NewWorker("grpc://127.0.0.1:9000", workers.ProtocolSGLang, workers.RoleRegular,
+				workers.ModelInfo{MaxRunningRequests: tt.limit}, nil, nil)
 			p := newCA(t, nil)
 			p.SetKVEventMode(w.URL(), true)
 			prompt := caTokens(1, tt.prompt)
@@ -45,7 +58,9 @@ func TestCacheAwareMissCauses(t *testing.T) {
 				place(t, p, w, prompt) // the router's own, speculative insert
 			}
 			req := &policy.Request{InputIDs: prompt}
+			release := busy(w, tt.load)
 			d := caSelect(t, p, prompt, w)
+			release()
 			if d.PredictedCachedTokens != tt.predicted || d.Confirmed.Of(w.URL()) != tt.confirmed {
 				t.Fatalf("decision predicted %d (%d confirmed), want %d (%d)", d.PredictedCachedTokens, d.Confirmed.Of(w.URL()), tt.predicted, tt.confirmed)
 			}

@@ -60,7 +60,7 @@ var (
 		"Routing decisions whose speculative cache entries expired unconfirmed on workers with KV events: the engine did not store what the router expected.",
 		nil, nil)
 	descPredictionMisses = prometheus.NewDesc("kvgate_cache_prediction_misses_total",
-		"Completed requests whose predicted cached tokens differed from the engine's report, by cause: speculation (the router's unconfirmed pages were missing), evicted (pages the KV events had confirmed were gone at admission: events late, or evicted while the request waited in the engine), unseen (the engine held more than the router knew), boundary (a partial page, or the prompt's last page), over_report (more than the prompt).",
+		"Completed requests whose predicted cached tokens differed from the engine's report, by cause: speculation (the router's unconfirmed pages were missing), evicted (pages the KV events had confirmed were gone at admission: events late, or evicted while the request waited in the engine), unseen (the engine held more than the router knew), boundary (a partial page, or the prompt's last page), over_report (more than the prompt), queued (fewer than predicted on an engine already at its running-request limit at the decision: evicted while the request waited in its queue).",
 		[]string{"cause"}, nil)
 	descKVBlocksDropped = prometheus.NewDesc("kvgate_kv_event_blocks_dropped_total",
 		"Blocks of the engines' KV events a bound of the router's cache mirror dropped, by reason: rank (a data-parallel rank the fleet is not configured with), detached (blocks that never attached, past their bound), overflow (a worker's mirror reset past its bound).",
