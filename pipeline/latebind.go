@@ -38,6 +38,8 @@ type Binding struct {
 	// AvoidFull places a request, once bound, only on engines below
 	// their running-request limit (--late-binding-avoid-full).
 	AvoidFull bool
+	// Saturation says when an engine is full (--late-binding-saturation).
+	Saturation waitq.Saturation
 	// Rejected, when set, is told each refusal's reason (queue_full,
 	// queue_timeout): the front's admission series counts them.
 	Rejected func(reason string)
@@ -208,10 +210,11 @@ func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) err
 func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 	r := j.Route
 	if cs := r.Candidates(s.reg, workers.RoleRegular); len(cs) > 0 {
-		return waitq.Room(workers.Views(cs), j.excluded, pending)
+		return s.gate.cfg.Saturation.Room(workers.Views(cs), j.excluded, pending)
 	}
-	return waitq.Room(workers.Views(r.Candidates(s.reg, workers.RolePrefill)), j.excluded, pending) &&
-		waitq.Room(workers.Views(r.Candidates(s.reg, workers.RoleDecode)), j.excluded, pending)
+	sat := s.gate.cfg.Saturation
+	return sat.Room(workers.Views(r.Candidates(s.reg, workers.RolePrefill)), j.excluded, pending) &&
+		sat.Room(workers.Views(r.Candidates(s.reg, workers.RoleDecode)), j.excluded, pending)
 }
 
 // fullEngines are the engines j's attempt should not be placed on: those
@@ -223,7 +226,7 @@ func (s *Pipeline) fullEngines(j *Job) []string {
 	}
 	var full []string
 	for _, role := range []workers.Role{workers.RoleRegular, workers.RolePrefill, workers.RoleDecode} {
-		full = waitq.FullOf(full, workers.Views(j.Route.Candidates(s.reg, role)), j.excluded)
+		full = s.gate.cfg.Saturation.FullOf(full, workers.Views(j.Route.Candidates(s.reg, role)), j.excluded)
 	}
 	return full
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kvgate/kvgate/answer"
 	"github.com/kvgate/kvgate/fault"
 	"github.com/kvgate/kvgate/pipeline"
+	"github.com/kvgate/kvgate/waitq"
 )
 
 // AdmissionConfig bounds the work kvgate accepts. Beyond the limits a
@@ -38,6 +39,10 @@ type AdmissionConfig struct {
 	// doubled TTFT p50, since a cached engine's queue is cheaper than a
 	// cold prefill elsewhere.
 	AvoidFullEngines bool
+	// EngineQueueFull also counts as full, for late binding, an engine
+	// whose last load poll reported requests in its own queue (see
+	// waitq.Saturation.EngineQueue).
+	EngineQueueFull bool
 	// RequestReadTimeout is how long a streaming call may take to send its
 	// request message after it started; 0: no limit. A call holds no
 	// admission place until its request has arrived, so a client that opens
@@ -161,6 +166,7 @@ func (a *admission) binding() pipeline.Binding {
 		QueueSize:    a.cfg.QueueSize,
 		QueueTimeout: a.cfg.QueueTimeout,
 		AvoidFull:    a.cfg.AvoidFullEngines,
+		Saturation:   waitq.Saturation{EngineQueue: a.cfg.EngineQueueFull},
 		Rejected: func(reason string) {
 			if a.m != nil {
 				a.m.admissionRejected.WithLabelValues(reason).Inc()

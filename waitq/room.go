@@ -6,19 +6,42 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
+// Saturation says when an engine counts as full, so that late binding
+// keeps a request in the router instead of sending it there. The zero
+// value judges an engine by the running-request limit it reports only.
+type Saturation struct {
+	// EngineQueue also counts as full an engine whose last load poll
+	// reported requests waiting in its own queue, until as many of this
+	// router's requests on it have ended since (View.EngineQueued). An
+	// engine whose running limit is high but whose KV cache is full admits
+	// nothing more and queues what it is sent; there the requests admitted
+	// before a queued one evict the prefix it was routed for. Held in the
+	// router instead, a request is bound when some engine has room, to the
+	// engine that holds its prefix then. Off by default: on the multi-turn
+	// benchmark it raised prediction exactness a few points and cut the
+	// requests that arrived to a queue fourfold, but it did not help the
+	// shared-prefix one, and its effect on TTFT was within the noise of
+	// the runs (bench/results/saturation-2026-11-28).
+	EngineQueue bool
+}
+
 // Full reports whether an engine has no room for another request: the
 // requests on it (View.Load: this router's in flight, plus those the engine
 // last reported running or waiting that were not this router's) have
-// reached the running-request limit it reports. An engine with a queue of
-// its own counts as full this way: running at its limit with requests
-// waiting puts its load above the limit until enough of ours end to drain
-// that queue. An engine that reports no limit is never full, so late
-// binding changes nothing for a fleet that reports none.
+// reached the running-request limit it reports, or, with EngineQueue, its
+// own queue still holds requests. An engine with a queue of its own counts
+// as full by the limit too when running at it: the waiting requests put its
+// load above the limit until enough of ours end to drain that queue. An
+// engine that reports no limit (and, with EngineQueue, no queue) is never
+// full, so late binding changes nothing for a fleet that reports neither.
 //
 // Prompt tokens awaiting prefill (View.PendingPrefill) are not counted: the
 // limit is a number of requests, and a long prefill already holds one of
 // them.
-func Full(v workers.View) bool {
+func (s Saturation) Full(v workers.View) bool {
+	if s.EngineQueue && v.EngineQueued() > 0 {
+		return true
+	}
 	limit := v.MaxRunningRequests()
 	return limit > 0 && v.Load() >= limit
 }
@@ -27,16 +50,19 @@ func Full(v workers.View) bool {
 // beyond pending ones bound already and not yet placed (their engines'
 // loads do not show them yet): the candidates available and outside
 // excluded have more free places, limit minus load, than pending, or one of
-// them reports no limit. When none is available at all it reports true:
-// waiting would not help, and the placement that follows says why nothing
-// can serve.
-func Room(candidates []workers.View, excluded []string, pending int) bool {
+// them reports no limit; an engine Full by its own queue has none. When
+// none is available at all it reports true: waiting would not help, and
+// the placement that follows says why nothing can serve.
+func (s Saturation) Room(candidates []workers.View, excluded []string, pending int) bool {
 	available, free := false, 0
 	for _, v := range candidates {
 		if !v.Available() || slices.Contains(excluded, v.URL()) {
 			continue
 		}
 		available = true
+		if s.EngineQueue && v.EngineQueued() > 0 {
+			continue // no free place until its own queue drains
+		}
 		limit := v.MaxRunningRequests()
 		if limit <= 0 {
 			return true
@@ -51,9 +77,9 @@ func Room(candidates []workers.View, excluded []string, pending int) bool {
 
 // FullOf appends to dst the available candidates outside excluded that are
 // Full: the ones a request bound now should not be sent to.
-func FullOf(dst []string, candidates []workers.View, excluded []string) []string {
+func (s Saturation) FullOf(dst []string, candidates []workers.View, excluded []string) []string {
 	for _, v := range candidates {
-		if v.Available() && Full(v) && !slices.Contains(excluded, v.URL()) {
+		if v.Available() && s.Full(v) && !slices.Contains(excluded, v.URL()) {
 			dst = append(dst, v.URL())
 		}
 	}

@@ -13,6 +13,7 @@ type engine struct {
 	limit    int          // reported running-request limit (0: none)
 	ours     int          // this router's requests in flight on it
 	polled   workers.Load // the engine's own figures, as last polled
+	ended    int          // requests of ours in flight at the poll that ended since
 	sick     bool
 	excluded bool
 }
@@ -21,7 +22,8 @@ func TestRoomSpec(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		engines []engine
-		pending int // requests bound already, not yet placed
+		pending int  // requests bound already, not yet placed
+		queue   bool // Saturation.EngineQueue
 		room    bool
 		full    []int // indices Full reports (FullOf)
 	}{
@@ -49,6 +51,22 @@ func TestRoomSpec(t *testing.T) {
 			engines: []engine{{limit: 2, polled: workers.Load{Running: 2, Waiting: 3}}, {limit: 2, ours: 1}}, pending: 1, room: false, full: []int{0}},
 		{name: "no limit reported: room whatever is pending",
 			engines: []engine{{ours: 5}}, pending: 100, room: true},
+		{name: "without EngineQueue, an engine queuing requests below its limit has room",
+			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}}, room: true},
+		{name: "an engine queuing requests of its own is full below its limit",
+			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}}, queue: true, room: false, full: []int{0}},
+		{name: "an engine queuing requests is full though it reports no limit",
+			engines: []engine{{polled: workers.Load{Running: 8, Waiting: 1}}}, queue: true, room: false, full: []int{0}},
+		{name: "a queue as many of our requests as ended since the poll have drained: room",
+			engines: []engine{{limit: 256, ended: 2, polled: workers.Load{Running: 8, Waiting: 2}}}, queue: true, room: true},
+		{name: "a queue longer than our requests ended since the poll: full",
+			engines: []engine{{limit: 256, ended: 1, polled: workers.Load{Running: 8, Waiting: 2}}}, queue: true, room: false, full: []int{0}},
+		{name: "an engine queuing requests frees no place for one bound before",
+			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}, {limit: 2, ours: 1}}, queue: true, pending: 1, room: false, full: []int{0}},
+		{name: "one engine without a queue is enough",
+			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}, {limit: 256, ours: 3}}, queue: true, room: true, full: []int{0}},
+		{name: "an engine that reported no load at all is unaffected",
+			engines: []engine{{limit: 256, ours: 3}, {ours: 3}}, queue: true, room: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var views []workers.View
@@ -56,7 +74,14 @@ func TestRoomSpec(t *testing.T) {
 			for i, e := range c.engines {
 				w := workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
 					workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: e.limit}, nil, nil)
+				ended := make([]func(), e.ended)
+				for i := range ended {
+					ended[i] = w.Acquire()
+				}
 				w.SetEngineLoad(e.polled)
+				for _, release := range ended {
+					release()
+				}
 				for range e.ours {
 					defer w.Acquire()()
 				}
@@ -66,14 +91,15 @@ func TestRoomSpec(t *testing.T) {
 				}
 				views = append(views, workers.ViewOf(w))
 			}
-			if got := waitq.Room(views, excluded, c.pending); got != c.room {
+			sat := waitq.Saturation{EngineQueue: c.queue}
+			if got := sat.Room(views, excluded, c.pending); got != c.room {
 				t.Errorf("Room = %v, want %v", got, c.room)
 			}
 			var want []string
 			for _, i := range c.full {
 				want = append(want, views[i].URL())
 			}
-			if got := waitq.FullOf(nil, views, excluded); fmt.Sprint(got) != fmt.Sprint(want) {
+			if got := sat.FullOf(nil, views, excluded); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("FullOf = %v, want %v", got, want)
 			}
 		})

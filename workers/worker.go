@@ -152,6 +152,10 @@ type Worker struct {
 	// acquired counts every Acquire ever made, so that a load poll can
 	// tell how many of our requests started while it was on the wire.
 	acquired atomic.Int64
+	// released counts every release, and queue what the engine last
+	// reported waiting with released then (see EngineQueued).
+	released atomic.Int64
+	queue    polledQueue
 	// prefill is the prompt tokens this router has sent the engine and
 	// expects it to compute (not found in its cache) whose first token has
 	// not come back yet: the engine's prefill queue, as far as we know it.
@@ -232,6 +236,7 @@ func (w *Worker) Acquire() (release func()) {
 	return func() {
 		once.Do(func() {
 			w.idleMu.Lock()
+			w.released.Add(1)
 			if w.inFlight.Add(-1) == 0 {
 				close(w.idle)
 			}
@@ -294,11 +299,12 @@ func (w *Worker) SetEngineLoad(l Load) { w.BeginLoadPoll().Record(l) }
 type LoadPoll struct {
 	w                  *Worker
 	inFlight, acquired int64
+	released           int64
 }
 
 // BeginLoadPoll marks the start of a load poll; call Record with its answer.
 func (w *Worker) BeginLoadPoll() LoadPoll {
-	return LoadPoll{w: w, acquired: w.acquired.Load(), inFlight: w.inFlight.Load()}
+	return LoadPoll{w: w, acquired: w.acquired.Load(), inFlight: w.inFlight.Load(), released: w.released.Load()}
 }
 
 // Record stores the engine's answer to the poll. The requests not ours are
@@ -311,6 +317,7 @@ func (p LoadPoll) Record(l Load) {
 	w.mu.Lock()
 	w.engineLoad = l
 	w.external.Store(max(int64(l.Running+l.Waiting)-ours, 0))
+	w.queue.record(l.Waiting, p.released)
 	w.mu.Unlock()
 }
 
