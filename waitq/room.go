@@ -17,11 +17,11 @@ type Saturation struct {
 	// nothing more and queues what it is sent; there the requests admitted
 	// before a queued one evict the prefix it was routed for. Held in the
 	// router instead, a request is bound when some engine has room, to the
-	// engine that holds its prefix then. Off by default: on the multi-turn
-	// benchmark it raised prediction exactness a few points and cut the
-	// requests that arrived to a queue fourfold, but it did not help the
-	// shared-prefix one, and its effect on TTFT was within the noise of
-	// the runs (bench/results/saturation-2026-11-28).
+	// engine that holds its prefix then. Off by default: under KV
+	// pressure it raised prediction exactness (multi-turn, 128 users:
+	// 0.76-0.77 to 0.85; shared prefix at 40 QPS: 0.95 to 0.96-0.97) at
+	// equal TTFT, but on the overloaded conversation trace its TTFT p99
+	// was 28% worse in the one run (bench/results/saturation-2026-11-28).
 	EngineQueue bool
 }
 
