@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvgate/kvgate/answer"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/stackroom"
 	"github.com/kvgate/kvgate/pipeline"
 )
 
@@ -257,7 +258,10 @@ func readWithin(ss grpc.ServerStream, m any, d time.Duration) error {
 		return ss.RecvMsg(m)
 	}
 	got := make(chan error, 1)
-	go func() { got <- ss.RecvMsg(m) }()
+	go func() {
+		stackroom.Reserve16K() // a fresh goroutine, decoding the whole request
+		got <- ss.RecvMsg(m)
+	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
