@@ -102,6 +102,7 @@ func TestZMQEventsRestartReplayFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-restarted
+			f.reconnected(t)
 			f.until(t, "the restart and its lost batches to be seen", func() bool {
 				st := f.status()
 				return st.Resets > 0 && st.Gaps > 0
@@ -133,5 +134,17 @@ func (f *zmqFleet) caughtUp(t *testing.T) {
 		n, _ := f.pub.Published()
 		st := f.status()
 		return n > 0 && st.HasLastSeq && st.LastSeq == n-1
+	})
+}
+
+// reconnected waits until the worker's connection reaches the restarted
+// engine: a request sent before the client has noticed that the killed
+// engine's connection is gone fails with UNAVAILABLE ("error reading from
+// server: EOF"), which TestZMQEventsPublisherRestart did once in 50 runs
+// under load.
+func (f *zmqFleet) reconnected(t *testing.T) {
+	t.Helper()
+	testutil.Eventually(t, "the worker to reach the restarted engine", func() bool {
+		return f.w.Backend().Health(testutil.Context(t, time.Second)) == nil
 	})
 }

@@ -298,6 +298,7 @@ func TestZMQEventsPublisherRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-restarted // the publisher is open again, numbering from 0
+	f.reconnected(t)
 	f.workload(t, "after", 50)
 	f.until(t, "a batch of the restarted engine", func() bool { return f.status().Resets > 0 })
 	f.waitMirror(t)
@@ -395,6 +396,7 @@ func TestZMQEventsPublisherConnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-restarted
+	f.reconnected(t)
 	f.until(t, "a batch of the restarted engine", func() bool { return f.status().Resets > 0 })
 	f.workload(t, "after", 30)
 	f.settle(t, 0)
