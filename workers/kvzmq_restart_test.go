@@ -101,7 +101,7 @@ func TestZMQEventsRestartReplayFails(t *testing.T) {
 			if err := srv.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			<-restarted
+			f.reopened(t, restarted)
 			f.reconnected(t)
 			f.until(t, "the restart and its lost batches to be seen", func() bool {
 				st := f.status()
@@ -135,6 +135,19 @@ func (f *zmqFleet) caughtUp(t *testing.T) {
 		st := f.status()
 		return n > 0 && st.HasLastSeq && st.LastSeq == n-1
 	})
+}
+
+// reopened waits until the publisher has opened its sockets again for the
+// restarted engine (restarted is Published's channel from before the
+// kill), within testutil.Patience: a publisher that cannot reopen fails
+// the test with what the subscription saw instead of hanging it.
+func (f *zmqFleet) reopened(t *testing.T, restarted <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-restarted:
+	case <-time.After(testutil.Patience):
+		t.Fatalf("the publisher did not reopen within %v of the restart; subscription status %+v", testutil.Patience, f.status())
+	}
 }
 
 // reconnected waits until the worker's connection reaches the restarted
