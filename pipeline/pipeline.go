@@ -118,7 +118,7 @@ func New(c Config) *Pipeline {
 	if p.cfg.MaxEngineAnswer <= 0 {
 		p.cfg.MaxEngineAnswer = workers.DefaultMaxAnswerBytes
 	}
-	p.gate = newGate(c.Binding, p.metrics)
+	p.gate = newGate(c.Binding, p.metrics, p.reg, p.hardStop)
 	return p
 }
 

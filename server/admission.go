@@ -321,3 +321,11 @@ func (s *Server) Waiting() int { return s.pipe.Waiting() }
 // loads were polled: an engine may have room that the router's own
 // accounting did not show (another client's requests ended).
 func (s *Server) LoadsRefreshed() { s.pipe.LoadsRefreshed() }
+
+// HealthChanged wakes the requests waiting in the router: a worker that
+// turned healthy may have room.
+func (s *Server) HealthChanged() { s.pipe.HealthChanged() }
+
+// WaitStarted receives when requests start waiting in the router: the load
+// poller's Wake.
+func (s *Server) WaitStarted() <-chan struct{} { return s.pipe.WaitStarted() }
