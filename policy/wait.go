@@ -40,8 +40,9 @@ const assumedPrefillRate = 20000
 //     prefills in admission order, so this is the prefill ahead. A request
 //     waits for a slot and for the lane at once, so the larger counts;
 //   - own: the prompt's tokens the engine must compute (the prompt less the
-//     part of the match its free KV can keep, as in the cost mode) at that
-//     rate;
+//     part of the match its free KV can keep, as in the cost mode), and
+//     those that do not fit beside the KV its running requests hold (which
+//     wait for them to end), at that rate;
 //   - evict: EvictWeight × the cached tokens those new pages push out of a
 //     full cache (the cost mode's term), at that rate: later prompts that
 //     would have found them there pay for them again;
