@@ -86,14 +86,14 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 		switch {
 		case name == "cache_aware" && (variant == policy.FallbackSmallestTree || variant == policy.FallbackLeastLoaded):
 			opts.CacheAware.CacheMissFallback = variant
-		case name == "cache_aware" && (variant == policy.ModeThreshold || variant == policy.ModeCost):
+		case name == "cache_aware" && (variant == policy.ModeThreshold || variant == policy.ModeCost || variant == policy.ModeWait):
 			opts.CacheAware.Mode = variant
 		case name == "vllm_cache_aware" && (variant == "chained" || variant == "position"):
 			opts.VllmCacheAware.BlockHash = variant
-		case name == "vllm_cache_aware" && (variant == policy.ModeThreshold || variant == policy.ModeCost):
+		case name == "vllm_cache_aware" && (variant == policy.ModeThreshold || variant == policy.ModeCost || variant == policy.ModeWait):
 			opts.VllmCacheAware.Mode = variant
 		default:
-			return "", opts, fmt.Errorf("policy %q: only cache_aware (:least_loaded, :smallest_tree, :threshold, :cost) and vllm_cache_aware (:chained, :position, :threshold, :cost) take variants", label)
+			return "", opts, fmt.Errorf("policy %q: only cache_aware (:least_loaded, :smallest_tree, :threshold, :cost, :wait) and vllm_cache_aware (:chained, :position, :threshold, :cost, :wait) take variants", label)
 		}
 	}
 	return name, opts, nil

@@ -106,15 +106,19 @@ type leg struct {
 	done               chan struct{}
 }
 
+// newLeg counts the leg in w's load at once, not when it starts: the legs
+// start in goroutines (the decode leg of a sequential pair only after the
+// prefill), and a request bound late must not leave its engines looking
+// free meanwhile, or the requests waiting behind it are bound to them too.
 func newLeg(name string, w *workers.Worker, id string) *leg {
-	return &leg{name: name, w: w, id: id, done: make(chan struct{})}
+	return &leg{name: name, w: w, id: id, done: make(chan struct{}), release: w.Acquire()}
 }
 
 // start sends the leg's request on a context the caller's cancellation does
 // not reach. On error the caller must still end the leg.
 func (l *leg) start(ctx context.Context, req *workers.GenerateRequest) error {
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel, l.release = cancel, l.w.Acquire()
+	l.cancel = cancel
 	st, err := l.w.Backend().Generate(lctx, req)
 	if err != nil {
 		return legError(l.name, l.w, err)

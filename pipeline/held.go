@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/stackroom"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -59,6 +60,9 @@ func holdStream(actx context.Context, st workers.Stream, stop context.CancelFunc
 }
 
 func (h *heldStream) pump(st workers.Stream) {
+	// A fresh goroutine: its stack would grow, copied, deep inside the
+	// gRPC client's Recv.
+	stackroom.Reserve16K()
 	defer close(h.done)
 	for {
 		c, err := st.Recv()

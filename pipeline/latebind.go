@@ -64,9 +64,15 @@ type gate struct {
 	// would see the same free place and both would take it.
 	pmu     sync.Mutex
 	pending map[string]int
+	// waiting receives when requests wait (see Pipeline.WaitStarted); it
+	// holds one signal, for the one load poller.
+	waiting chan struct{}
 }
 
-func newGate(cfg Binding, m *Metrics) *gate {
+// newGate returns the gate; until stop ends, every change of reg's workers
+// (one joined, left or was replaced) wakes the waiting requests: a worker
+// that joins with room must not wait for the next load poll to be used.
+func newGate(cfg Binding, m *Metrics, reg *workers.Registry, stop context.Context) *gate {
 	if cfg.MaxBound == 0 {
 		cfg.MaxBound = -1
 	}
@@ -76,12 +82,20 @@ func newGate(cfg Binding, m *Metrics) *gate {
 	if cfg.Waited == nil {
 		cfg.Waited = func(context.Context, string, time.Duration) {}
 	}
-	g := &gate{cfg: cfg, pending: map[string]int{}}
+	g := &gate{cfg: cfg, pending: map[string]int{}, waiting: make(chan struct{}, 1)}
 	// A model's series stays at 0 when nobody waits: the model table bounds
 	// the models, and a series that vanishes reads as "no data".
 	g.q = waitq.New(waitq.Config{Size: cfg.QueueSize, Timeout: cfg.QueueTimeout, Changed: func(model string, n int) {
 		m.queueWaiting.WithLabelValues(model).Set(float64(n))
+		if n > 0 {
+			select {
+			case g.waiting <- struct{}{}:
+			default: // already signalled
+			}
+		}
 	}})
+	unwatch := reg.Watch(func(workers.Change) { g.q.WakeAll() })
+	context.AfterFunc(stop, unwatch)
 	return g
 }
 
@@ -172,6 +186,12 @@ func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) err
 		t.Deadline = d
 	}
 	reason, start := "", time.Now()
+	if g.q.WaitingFor(j.model) > 0 {
+		// It queues behind others for its model: the queue offers it
+		// room only once it is at the head, so it may never be told no;
+		// it waits for what they wait for.
+		reason = g.blocked(s, j, holding)
+	}
 	err := g.q.Wait(ctx, t, func() bool {
 		if !s.engineRoom(j, g.pendingFor(j.model)) {
 			reason = ReasonEnginesFull
@@ -202,6 +222,18 @@ func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) err
 		g.cfg.Waited(ctx, reason, waited)
 	}
 	return err
+}
+
+// blocked is why j would wait now: ReasonEnginesFull, ReasonRouterLimit,
+// or "" when neither holds.
+func (g *gate) blocked(s *Pipeline, j *Job, holding bool) string {
+	switch {
+	case !s.engineRoom(j, g.pendingFor(j.model)):
+		return ReasonEnginesFull
+	case !holding && g.cfg.MaxBound >= 0 && g.running.Load() >= int64(g.cfg.MaxBound):
+		return ReasonRouterLimit
+	}
+	return ""
 }
 
 // engineRoom reports whether some engine that could serve j has room for
@@ -257,3 +289,14 @@ func (s *Pipeline) Waiting() int { return s.gate.q.Waiting() }
 // polled: an engine may have room that the router's own accounting did not
 // show (another client's requests ended).
 func (s *Pipeline) LoadsRefreshed() { s.gate.q.WakeAll() }
+
+// HealthChanged tells the waiting requests that a worker's health changed:
+// one that turned healthy may have room, and they need not wait for the
+// next load poll to find it. (Workers that join or leave wake them by
+// themselves: the gate follows the registry.)
+func (s *Pipeline) HealthChanged() { s.gate.q.WakeAll() }
+
+// WaitStarted receives when requests wait in the router: the load poller
+// (workers.LoadPollHooks.Wake) then polls at the quicker interval at once,
+// not after a wait it chose while nobody waited. It has one receiver.
+func (s *Pipeline) WaitStarted() <-chan struct{} { return s.gate.waiting }

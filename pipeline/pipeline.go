@@ -118,7 +118,7 @@ func New(c Config) *Pipeline {
 	if p.cfg.MaxEngineAnswer <= 0 {
 		p.cfg.MaxEngineAnswer = workers.DefaultMaxAnswerBytes
 	}
-	p.gate = newGate(c.Binding, p.metrics)
+	p.gate = newGate(c.Binding, p.metrics, p.reg, p.hardStop)
 	return p
 }
 
@@ -237,7 +237,7 @@ func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 		j.Commit() // the prompt fits the model: worth caching
 		j.Commit = nil
 	}
-	log := s.log.With(append([]any{"request_id", j.ID, "attempt", n}, p.logAttrs()...)...)
+	log := s.attemptLogger(j.ID, n, p)
 	id := attemptID(j.ID)
 
 	// The attempt's streams live on a context the pipeline ends when it is

@@ -31,7 +31,8 @@ const speculationHeadroom = 2
 // of its prompt, unless the fleet is imbalanced, in which case load wins.
 //
 // The decision, in the threshold mode (ModeThreshold; in ModeCost the worker of
-// least cost wins instead, see costModel), in order:
+// least cost wins instead, see costModel, and in ModeWait the worker of least
+// expected wait, see waitModel), in order:
 //
 //  1. imbalance: when max_load - min_load > gap and
 //     max_load > BalanceRelThreshold × min_load over the healthy candidates,
@@ -84,8 +85,10 @@ type CacheAware struct {
 	capThreshold  float64
 	smallestTree  bool
 	evictInterval time.Duration
-	// cost, in ModeCost, replaces the threshold rule (see costModel).
+	// cost, in ModeCost, and wait, in ModeWait, replace the threshold
+	// rule (see costModel, waitModel).
 	cost *costModel
+	wait *waitModel
 
 	// events keeps the tree's confirmed entries from the engines' KV
 	// events; spec expires the speculative ones of workers that have them.
@@ -124,6 +127,9 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 	}
 	if cfg.Mode == ModeCost {
 		c.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
+	}
+	if cfg.Mode == ModeWait {
+		c.wait = &waitModel{evictWeight: cfg.EvictWeight, fleetWeight: cfg.FleetWeight}
 	}
 	c.tree = t
 	c.removed = newRemovals(cfg.BlockSize)
@@ -261,6 +267,10 @@ type snapshot struct {
 	// with the loads, and the choice decide makes from them.
 	costLoads []costLoad
 	costc     costChoice
+	// In ModeWait: the same, with each candidate's learned speed, and the
+	// fleet's pressure (in waitc).
+	waitLoads []waitLoad
+	waitc     waitChoice
 }
 
 func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
@@ -275,8 +285,9 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		s.max = max(s.max, s.loads[i])
 	}
 	s.gap = c.imbalanceGap(total, len(ws))
-	s.byCapacity = c.cost == nil && c.capThreshold > 0 && allReportCapacity(ws)
-	if c.cost == nil {
+	scored := c.cost != nil || c.wait != nil
+	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
+	if !scored {
 		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
 		if !s.imbalanced && s.byCapacity {
 			c.capacityImbalanced(s)
@@ -292,11 +303,15 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		low := s.leastShare()
 		isLeast = func(i int) bool { return s.shareCmp(i, low) == 0 }
 	}
-	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || c.cost != nil || isLeast(i) })
+	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || scored || isLeast(i) })
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
 		s.costLoads = costLoads(ws, func(i int) int { return sizes[i] })
 		s.costc.terms = make([]costTerms, len(ws))
+	}
+	if c.wait != nil {
+		s.waitLoads, s.waitc.pressure = waitLoads(ws, s.loads, func(i int) int { return sizes[i] })
+		s.waitc.terms = make([]waitTerms, len(ws))
 	}
 	for i := range ws {
 		d := s.loads[i] - s.loads[s.least]
@@ -379,6 +394,11 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 		s.chosen, s.branch = s.costc.chosen, s.costc.branch()
 		return
 	}
+	if c.wait != nil {
+		c.wait.choose(&s.waitc, inputLen, s.matched, s.loads, s.waitLoads)
+		s.chosen, s.branch = s.waitc.chosen, s.waitc.branch()
+		return
+	}
 	switch {
 	case s.imbalanced:
 		s.chosen, s.branch = s.least, "imbalance"
@@ -394,6 +414,9 @@ func (s *snapshot) reason() string {
 	c, inputLen := s.c, s.inputLen
 	if c.cost != nil {
 		return s.costc.reason(*c.cost, s.ws, inputLen)
+	}
+	if c.wait != nil {
+		return s.waitc.reason(*c.wait, s.ws, inputLen)
 	}
 	url := s.ws[s.chosen].URL()
 	switch s.branch {

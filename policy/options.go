@@ -105,6 +105,10 @@ type CacheAwareConfig struct {
 	// weight of the cached tokens a prompt's new pages push out of a full
 	// cache; ≥ 0 and finite.
 	EvictWeight float64
+	// FleetWeight (--cache-aware-fleet-weight) is, in ModeWait, the
+	// charge at full fleet pressure for each second of prefill a request
+	// adds, in seconds of wait; ≥ 0 and finite (see waitModel).
+	FleetWeight float64
 }
 
 // DefaultCacheAwareConfig returns SMG's cache_aware settings.
@@ -125,6 +129,7 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		Mode:                     ModeThreshold,
 		DecodeWeight:             DefaultDecodeWeight,
 		EvictWeight:              DefaultEvictWeight,
+		FleetWeight:              DefaultFleetWeight,
 	}
 }
 
@@ -141,17 +146,17 @@ const DefaultDecodeWeight = 0.1
 // 4 it kept the threshold rule's hit rate with half its TTFT.
 const DefaultEvictWeight = 4
 
-// checkMode refuses a selection mode other than ModeThreshold and ModeCost, and
-// weights that are negative, infinite or NaN.
-func checkMode(mode string, decode, evict float64) error {
+// checkMode refuses a selection mode other than ModeThreshold, ModeCost and
+// ModeWait, and weights that are negative, infinite or NaN.
+func checkMode(mode string, decode, evict, fleet float64) error {
 	var errs []error
-	if mode != ModeThreshold && mode != ModeCost {
-		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (SMG's threshold and balance rules) or %s (least prefill, eviction, queue and decode cost)", mode, ModeThreshold, ModeCost))
+	if mode != ModeThreshold && mode != ModeCost && mode != ModeWait {
+		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (SMG's threshold and balance rules), %s (least prefill, eviction, queue and decode cost) or %s (least expected wait for the first token)", mode, ModeThreshold, ModeCost, ModeWait))
 	}
 	for _, w := range []struct {
 		flag string
 		v    float64
-	}{{"--cache-aware-decode-weight", decode}, {"--cache-aware-evict-weight", evict}} {
+	}{{"--cache-aware-decode-weight", decode}, {"--cache-aware-evict-weight", evict}, {"--cache-aware-fleet-weight", fleet}} {
 		if !(w.v >= 0) || math.IsInf(w.v, 1) {
 			errs = append(errs, fmt.Errorf("%s %g: must be ≥ 0 and finite", w.flag, w.v))
 		}
@@ -195,7 +200,7 @@ func (c CacheAwareConfig) Validate() error {
 	if !slices.Contains(evictionPolicies, strings.ToLower(c.EvictionPolicy)) {
 		errs = append(errs, fmt.Errorf("--eviction-policy %q: want %s", c.EvictionPolicy, strings.Join(evictionPolicies, ", ")))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -344,8 +349,8 @@ type VllmCacheAwareConfig struct {
 	// (--cache-aware-decode-weight) and EvictWeight
 	// (--cache-aware-evict-weight) are as CacheAwareConfig's; in ModeCost
 	// the threshold and load factor are unused.
-	Mode                      string
-	DecodeWeight, EvictWeight float64
+	Mode                                   string
+	DecodeWeight, EvictWeight, FleetWeight float64
 }
 
 // Block key variants of --vllm-block-hash.
@@ -366,6 +371,7 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		Mode:                ModeThreshold,
 		DecodeWeight:        DefaultDecodeWeight,
 		EvictWeight:         DefaultEvictWeight,
+		FleetWeight:         DefaultFleetWeight,
 	}
 }
 
@@ -390,7 +396,7 @@ func (c VllmCacheAwareConfig) Validate() error {
 	if c.BlockHash != BlockHashChained && c.BlockHash != BlockHashPosition {
 		errs = append(errs, fmt.Errorf("--vllm-block-hash %q: want %s or %s", c.BlockHash, BlockHashChained, BlockHashPosition))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

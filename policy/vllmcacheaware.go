@@ -27,8 +27,9 @@ import (
 //     least loaded worker (ties: the earlier candidate).
 //  3. cache_miss: otherwise the least loaded worker.
 //
-// In ModeCost the worker of least cost wins instead (see costModel), its
-// match counted in tokens (whole blocks).
+// In ModeCost the worker of least cost wins instead (see costModel), and in
+// ModeWait the worker of least expected wait (see waitModel), its match
+// counted in tokens (whole blocks).
 //
 // The ratio counts whole blocks on both sides, as SMG does: a prompt
 // shorter than one block has none and is always a miss. Whatever the branch,
@@ -51,8 +52,10 @@ type VllmCacheAware struct {
 	evictInterval time.Duration
 	evicted       atomic.Uint64
 	cands         indexCache // the candidates' URLs, as the index's backends
-	// cost, in ModeCost, replaces the threshold rule (see costModel).
+	// cost, in ModeCost, and wait, in ModeWait, replace the threshold
+	// rule (see costModel, waitModel).
 	cost *costModel
+	wait *waitModel
 
 	// Workers with KV events confirm and remove blocks through it.
 	*eventMirror
@@ -82,6 +85,9 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 	}
 	if cfg.Mode == ModeCost {
 		p.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
+	}
+	if cfg.Mode == ModeWait {
+		p.wait = &waitModel{evictWeight: cfg.EvictWeight, fleetWeight: cfg.FleetWeight}
 	}
 	p.eventMirror = newEventMirror(blockIndex{p}, cfg.BlockSize, o.Logger)
 	return p, nil
@@ -131,6 +137,17 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
 		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached))
 		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
+	case p.wait != nil:
+		s.wait = &waitChoice{terms: make([]waitTerms, len(ws))}
+		tokens := make([]int, len(ws))
+		for i, n := range matched {
+			tokens[i] = n * p.blockSize
+		}
+		cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
+		var wl []waitLoad
+		wl, s.wait.pressure = waitLoads(ws, loads, cached)
+		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, wl)
+		s.chosen, s.branch, s.inputLen = s.wait.chosen, s.wait.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
 		s.chosen, s.branch = best, "cache_hit"
 	case s.ratio > p.threshold:
@@ -169,8 +186,10 @@ type vcaChoice struct {
 	best, chosen, blocks int
 	avg, ratio           float64
 	branch               string
-	// In ModeCost: the candidates' costs, and the prompt's length.
+	// In ModeCost (ModeWait): the candidates' costs (expected waits), and
+	// the prompt's length.
 	cost     *costChoice
+	wait     *waitChoice
 	inputLen int
 }
 
@@ -179,6 +198,9 @@ func (p *VllmCacheAware) reason(s *vcaChoice) string {
 	b, c := s.best, s.chosen
 	if s.cost != nil {
 		return s.cost.reason(*p.cost, s.ws, s.inputLen)
+	}
+	if s.wait != nil {
+		return s.wait.reason(*p.wait, s.ws, s.inputLen)
 	}
 	switch s.branch {
 	case "cache_hit":

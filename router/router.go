@@ -357,14 +357,17 @@ func New(ctx context.Context, cfg Config) (_ *Router, err error) {
 	health := cfg.Health
 	health.OnChange = func(w *workers.Worker, healthy bool) {
 		g.Server.UpdateHealth()
+		g.Server.HealthChanged()
 		if cfg.Health.OnChange != nil {
 			cfg.Health.OnChange(w, healthy)
 		}
 	}
 	g.bg.Go(func() { workers.RunHealthChecks(bg, g.Registry, health, log) })
 	// Loads are polled more often while requests wait for an engine with
-	// room, and each round wakes them (late binding).
-	polls := workers.LoadPollHooks{Busy: func() bool { return g.Server.Waiting() > 0 }, Polled: g.Server.LoadsRefreshed}
+	// room, from the moment they start waiting, and each round wakes them
+	// (late binding).
+	polls := workers.LoadPollHooks{Busy: func() bool { return g.Server.Waiting() > 0 }, Polled: g.Server.LoadsRefreshed,
+		Wake: g.Server.WaitStarted()}
 	g.bg.Go(func() { workers.RunLoadPollsWith(bg, g.Registry, cfg.LoadPollInterval, polls, log) })
 	if subs != nil {
 		g.bg.Go(func() { subs.Run(bg, g.Registry) })

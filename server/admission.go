@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvgate/kvgate/answer"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/stackroom"
 	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/waitq"
 )
@@ -263,7 +264,10 @@ func readWithin(ss grpc.ServerStream, m any, d time.Duration) error {
 		return ss.RecvMsg(m)
 	}
 	got := make(chan error, 1)
-	go func() { got <- ss.RecvMsg(m) }()
+	go func() {
+		stackroom.Reserve16K() // a fresh goroutine, decoding the whole request
+		got <- ss.RecvMsg(m)
+	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -323,3 +327,11 @@ func (s *Server) Waiting() int { return s.pipe.Waiting() }
 // loads were polled: an engine may have room that the router's own
 // accounting did not show (another client's requests ended).
 func (s *Server) LoadsRefreshed() { s.pipe.LoadsRefreshed() }
+
+// HealthChanged wakes the requests waiting in the router: a worker that
+// turned healthy may have room.
+func (s *Server) HealthChanged() { s.pipe.HealthChanged() }
+
+// WaitStarted receives when requests start waiting in the router: the load
+// poller's Wake.
+func (s *Server) WaitStarted() <-chan struct{} { return s.pipe.WaitStarted() }

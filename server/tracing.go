@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/internal/stackroom"
 )
 
 // tracerName names kvgate's instrumentation in exported spans.
@@ -37,6 +39,9 @@ func (s *Server) requestStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if !admitted(info.FullMethod) {
 		return handler(srv, ss)
 	}
+	// The stream worker's stack shrinks while it is idle; the request path
+	// would grow it back a doubling at a time, copied deep in the pipeline.
+	stackroom.Reserve32K()
 	return s.request(ss.Context(), info.FullMethod, func(ctx context.Context) error {
 		return handler(srv, &tracedStream{ServerStream: ss, ctx: ctx})
 	})

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -127,6 +128,27 @@ type KVEventSource interface {
 	// batch start when the engine still has it (0: from now on).
 	SubscribeKVEvents(ctx context.Context, start uint64) (KVEventStream, error)
 }
+
+// KVEventsLostError is what a KVEventStream's Recv returns when it knows
+// batches are lost that the numbers it could pass on would not show: a
+// publisher that restarted (numbering again from 0) and whose first
+// batches, From up to To, the stream could neither receive nor replay.
+// Passing the batch numbered To on would read as the new process's start
+// and leave the mirror without the lost batches' pages; instead the
+// subscription counts the restart and the gap, resets the worker's mirror
+// and subscribes afresh from 0, where the stream may yet replay them.
+type KVEventsLostError struct {
+	Rank     int
+	From, To uint64
+	// Err says why they could not be replayed.
+	Err error
+}
+
+func (e *KVEventsLostError) Error() string {
+	return fmt.Sprintf("KV event batches %d to %d of the restarted engine's rank %d were lost: %v", e.From, e.To-1, e.Rank, e.Err)
+}
+
+func (e *KVEventsLostError) Unwrap() error { return e.Err }
 
 // KVEventStream yields an engine's event batches in order. Errors are gRPC
 // status errors (UNIMPLEMENTED: the engine publishes no events; DATA_LOSS:

@@ -35,6 +35,10 @@ import (
 //     afresh: the rank is reset and the batch is its new baseline;
 //   - below it otherwise is a duplicate on the same stream, skipped.
 //
+// A stream that knows the engine restarted and lost the new process's first
+// batches says so (KVEventsLostError): that is a reset and a gap at once,
+// and the subscription starts again from 0 after the backoff.
+//
 // A broken stream resumes at the rank's next expected number, so that an
 // engine that kept its history replays what was missed. The request names
 // one start for the whole engine, so with several ranks known there is no
@@ -239,6 +243,10 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 		case <-k.distrustC():
 			k.distrustNow()
 		case r := <-recv:
+			if lost := (*KVEventsLostError)(nil); errors.As(r.err, &lost) {
+				k.lostAcrossRestart(lost)
+				return 0, kvBackOff
+			}
 			if r.err != nil {
 				return k.failed(ctx, start, r.err, progress)
 			}
@@ -320,6 +328,25 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 	}
 	k.confirm()
 	return ok
+}
+
+// lostAcrossRestart handles a stream that saw its engine restart and lost
+// the new process's first batches (see KVEventsLostError): a reset and a
+// gap, and a fresh start from 0 after the backoff.
+func (k *kvSub) lostAcrossRestart(e *KVEventsLostError) {
+	k.log.Info("engine restarted (KV event numbers went backwards); resetting the worker's cache mirror",
+		"rank", e.Rank, "received", e.To)
+	k.update(func(s *KVEventStatus) { s.Resets++ })
+	if k.cfg.Metrics.Reset != nil {
+		k.cfg.Metrics.Reset(k.url)
+	}
+	k.warn.Warn(k.log, "KV events lost: the restarted engine's first batches were not received; subscribing afresh after the backoff",
+		"rank", e.Rank, "err", e, "backoff", k.backoff)
+	k.update(func(s *KVEventStatus) { s.Gaps++ })
+	if k.cfg.Metrics.Gap != nil {
+		k.cfg.Metrics.Gap(k.url)
+	}
+	k.forget()
 }
 
 // apply hands b to the handler and counts it.

@@ -19,7 +19,10 @@ package workers
 // first asks the replay socket for what it missed while away; if its first
 // live batch is numbered below start, the publisher restarted, and the
 // replay from 0 recovers the restarted process's first batches. What the
-// replay cannot fill reaches kvSub as the gap it is.
+// replay cannot fill reaches kvSub as the gap it is: by the numbers, or,
+// for a restarted publisher whose first batches are lost, as a
+// KVEventsLostError (its first batch on hand would otherwise read as the
+// new process's start).
 
 import (
 	"context"
@@ -205,11 +208,15 @@ func (st *zmqStream) Recv() (*KVEventBatch, error) {
 			// a publisher that no longer keeps batch 0 replays nothing,
 			// and the stream starts at b, from now on.
 			from := st.start
-			if b.Seq < from {
+			restarted := b.Seq < from
+			if restarted {
 				from = 0
 			}
 			st.fresh = false
-			st.fill(from, b)
+			if err := st.fill(from, b, restarted); err != nil {
+				st.cancel()
+				return nil, err
+			}
 			continue
 		}
 		next, known := st.next[b.DPRank]
@@ -217,7 +224,7 @@ func (st *zmqStream) Recv() (*KVEventBatch, error) {
 		case known && b.Seq < next:
 			continue // already returned (replayed before it came live)
 		case known && b.Seq > next:
-			st.fill(next, b)
+			_ = st.fill(next, b, false) // a hole the numbers show
 			continue
 		}
 		st.next[b.DPRank] = b.Seq + 1
@@ -252,14 +259,27 @@ func (st *zmqStream) live() (*KVEventBatch, error) {
 
 // fill queues the replayed batches of live's rank numbered from from up to
 // live, then live itself. Without a replay socket, or when the replay
-// fails, live alone is queued: the subscription sees the hole.
-func (st *zmqStream) fill(from uint64, live *KVEventBatch) {
+// fails or no longer keeps from, what it brought (a whole prefix) is
+// queued before live, and the subscription sees the hole by the numbers.
+// Not so when the publisher restarted (live is numbered below what the
+// subscription expects) and nothing came before live: the subscription
+// would take live for the new process's start, so the loss is returned as
+// a KVEventsLostError instead.
+func (st *zmqStream) fill(from uint64, live *KVEventBatch, restarted bool) error {
+	var got []*KVEventBatch
+	err := errors.New("the publisher has no replay socket")
 	if st.cfg.Replay != "" && from < live.Seq {
-		// What came before a failure is whole and in order: keep it.
-		got, _ := st.replay(from, live)
-		st.pending = append(st.pending, got...)
+		got, err = st.replay(from, live)
+		if err == nil && len(got) == 0 {
+			err = fmt.Errorf("the replay socket no longer keeps batch %d", from)
+		}
 	}
+	if restarted && from < live.Seq && len(got) == 0 {
+		return &KVEventsLostError{Rank: live.DPRank, From: from, To: live.Seq, Err: err}
+	}
+	st.pending = append(st.pending, got...)
 	st.pending = append(st.pending, live)
+	return nil
 }
 
 // zmqReplayEnd is the number that ends a replay: -1 as 8 bytes.

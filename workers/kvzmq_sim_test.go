@@ -297,7 +297,8 @@ func TestZMQEventsPublisherRestart(t *testing.T) {
 	if err := f.srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	<-restarted // the publisher is open again, numbering from 0
+	f.reopened(t, restarted) // numbering from 0
+	f.reconnected(t)
 	f.workload(t, "after", 50)
 	f.until(t, "a batch of the restarted engine", func() bool { return f.status().Resets > 0 })
 	f.waitMirror(t)
@@ -394,7 +395,8 @@ func TestZMQEventsPublisherConnects(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	<-restarted
+	f.reopened(t, restarted)
+	f.reconnected(t)
 	f.until(t, "a batch of the restarted engine", func() bool { return f.status().Resets > 0 })
 	f.workload(t, "after", 30)
 	f.settle(t, 0)

@@ -224,6 +224,11 @@ type LoadPollHooks struct {
 	// Polled, when set, is called after each round of polls: the figures
 	// that say which engines have room are fresh.
 	Polled func()
+	// Wake, when set, receives when requests start waiting: the wait under
+	// way, chosen while nobody waited, may be an interval long, so the
+	// next one is chosen again at once, counted from the last round's
+	// start (a round is due at once if BusyLoadPollInterval has passed).
+	Wake <-chan struct{}
 }
 
 // RunLoadPollsWith is RunLoadPolls with hooks.
@@ -257,7 +262,7 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 		}
 		return interval
 	}
-	everyAdaptive(ctx, next, func() {
+	everyAdaptive(ctx, next, hooks.Wake, func() {
 		defer func() {
 			if hooks.Polled != nil {
 				hooks.Polled()
@@ -322,40 +327,37 @@ func forgetGone(mu *sync.Mutex, told map[string]bool, ws []*Worker) {
 	}
 }
 
-// every runs f now and then at each tick of interval until ctx is done. A round
-// that overruns the interval delays the next one rather than overlapping it.
+// every runs f now and then every interval until ctx is done. A round that
+// overruns the interval delays the next one rather than overlapping it.
 func every(ctx context.Context, interval time.Duration, f func()) {
-	if ctx.Err() != nil {
-		return
-	}
-	f()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f()
-		}
-	}
+	everyAdaptive(ctx, func() time.Duration { return interval }, nil, f)
 }
 
-// everyAdaptive is every with the interval asked of next before each wait.
-func everyAdaptive(ctx context.Context, next func() time.Duration, f func()) {
+// everyAdaptive is every with the interval asked of next: after each round,
+// and again whenever wake receives, so that a shorter interval takes effect
+// at once instead of after a wait chosen before it. Each round is due next()
+// after the last one began (at once if that has passed); a nil wake never
+// receives.
+func everyAdaptive(ctx context.Context, next func() time.Duration, wake <-chan struct{}, f func()) {
 	if ctx.Err() != nil {
 		return
 	}
-	f()
-	t := time.NewTimer(next())
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			f()
-			t.Reset(next())
+		began := time.Now()
+		f()
+		t.Reset(time.Until(began.Add(next())))
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				break wait
+			case <-wake:
+				t.Reset(time.Until(began.Add(next())))
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Protocol is the gRPC protocol an engine speaks.
@@ -176,6 +177,9 @@ type Worker struct {
 	// one atomic read per worker costs a fraction of a mutex round trip
 	// (at 4,000 workers the mutexes were a fifth of a selection).
 	external atomic.Int64
+
+	// learned is the engine's speed as this router's requests measure it.
+	learned learned
 }
 
 // NewWorker assembles a worker from an already connected backend. It starts
@@ -232,9 +236,11 @@ func (w *Worker) Acquire() (release func()) {
 		w.idle = make(chan struct{})
 	}
 	w.idleMu.Unlock()
+	start := time.Now()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			w.learned.observeRun(time.Since(start))
 			w.idleMu.Lock()
 			w.released.Add(1)
 			if w.inFlight.Add(-1) == 0 {
@@ -255,9 +261,20 @@ func (w *Worker) Prefilling(n int) (done func()) {
 	if n <= 0 {
 		return func() {}
 	}
-	w.prefill.Add(int64(n))
+	// A prefill that finds the queue empty and a running slot free times
+	// the engine's prefill rate (see learned).
+	clean := w.prefill.Add(int64(n)) == int64(n) &&
+		(w.info.MaxRunningRequests <= 0 || w.Load() <= w.info.MaxRunningRequests)
+	start := time.Now()
 	var once sync.Once
-	return func() { once.Do(func() { w.prefill.Add(-int64(n)) }) }
+	return func() {
+		once.Do(func() {
+			w.prefill.Add(-int64(n))
+			if clean {
+				w.learned.observePrefill(n, time.Since(start))
+			}
+		})
+	}
 }
 
 // PendingPrefill is the prompt tokens counted by Prefilling and not yet done.

@@ -49,7 +49,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	c.run.Sim = bench.SimConfig()
 	w := &c.workload
 	fs.StringVar(&w.Name, "workload", bench.SharedPrefix, "workload: shared-prefix, multiturn, trace or unique (every request unique; needs --target)")
-	fs.StringVar(&c.policies, "policies", "cache_aware,round_robin", "comma-separated policies to compare, each against a fresh fleet (cache_aware:least_loaded and cache_aware:smallest_tree pick cache_aware's miss fallback, vllm_cache_aware:chained and vllm_cache_aware:position the block tracker's keys, cache_aware:cost, cache_aware:threshold, vllm_cache_aware:cost and vllm_cache_aware:threshold the selection mode; pooled is the pooled reference: one simulated engine with the fleet's total KV capacity, prefill rate and batch, behind a router)")
+	fs.StringVar(&c.policies, "policies", "cache_aware,round_robin", "comma-separated policies to compare, each against a fresh fleet (cache_aware:least_loaded and cache_aware:smallest_tree pick cache_aware's miss fallback, vllm_cache_aware:chained and vllm_cache_aware:position the block tracker's keys, cache_aware:cost, cache_aware:threshold, cache_aware:wait, vllm_cache_aware:cost, vllm_cache_aware:threshold and vllm_cache_aware:wait the selection mode; pooled is the pooled reference: one simulated engine with the fleet's total KV capacity, prefill rate and batch, behind a router)")
 	fs.IntVar(&c.run.Workers, "workers", 8, "simulated engines per fleet")
 	c.run.Routers = []int{1}
 	fs.Var((*routerCounts)(&c.run.Routers), "routers", "comma-separated router replica counts: each policy runs once per count, against a fresh fleet of --workers engines with that many routers in front, each request (each multiturn turn) sent to one chosen at random")

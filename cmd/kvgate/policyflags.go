@@ -35,6 +35,7 @@ type policyFlags struct {
 	cacheAwareMode       string
 	decodeWeight         float64
 	evictWeight          float64
+	fleetWeight          float64
 	prefixTokenCount     int
 	prefixHashLoadFactor float64
 	assignmentMode       string
@@ -75,7 +76,9 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.speculativeTTLMs, "speculative-ttl-ms", int(ca.SpeculativeTTL/time.Millisecond),
 		"cache_aware, workers with KV events: how long after a request ends the pages its routing decision expected on the worker stay in the tree unless an event confirmed them, ≥ 0")
 	fs.StringVar(&p.cacheAwareMode, "cache-aware-mode", ca.Mode,
-		"cache_aware, vllm_cache_aware: selection rule: threshold (the longest match over --cache-threshold unless the fleet is imbalanced) or cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least)")
+		"cache_aware, vllm_cache_aware: selection rule: threshold (the longest match over --cache-threshold unless the fleet is imbalanced) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, plus, when every engine is busy, --cache-aware-fleet-weight × that prefill)")
+	fs.Float64Var(&p.fleetWeight, "cache-aware-fleet-weight", ca.FleetWeight,
+		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: when every engine is busy, the seconds of wait charged for each second of prefill a request adds to the fleet (later requests wait for it), ≥ 0")
 	fs.Float64Var(&p.decodeWeight, "cache-aware-decode-weight", ca.DecodeWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of a worker's KV tokens held by running requests against prompt tokens to prefill, ≥ 0")
 	fs.Float64Var(&p.evictWeight, "cache-aware-evict-weight", ca.EvictWeight,
@@ -125,7 +128,7 @@ func (p *policyFlags) validate() error {
 	// The two cache-aware policies share --cache-aware-mode and its
 	// weight: vllm_cache_aware's are checked with cache_aware's, once.
 	v := o.VllmCacheAware
-	v.Mode, v.DecodeWeight, v.EvictWeight = policy.ModeThreshold, 0, 0
+	v.Mode, v.DecodeWeight, v.EvictWeight, v.FleetWeight = policy.ModeThreshold, 0, 0, 0
 	return errors.Join(o.CacheAware.Validate(), o.PrefixHash.Validate(), o.Manual.Validate(),
 		o.Bucket.Validate(), v.Validate())
 }
@@ -147,7 +150,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.EvictionPolicy = p.evictionPolicy
 	ca.BlockSize = p.blockSize
 	ca.SpeculativeTTL = time.Duration(p.speculativeTTLMs) * time.Millisecond
-	ca.Mode, ca.DecodeWeight, ca.EvictWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight
+	ca.Mode, ca.DecodeWeight, ca.EvictWeight, ca.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
 	if ca.BlockSize == 0 {
 		// The router learns it from the workers (LearnBlockSize); until
 		// then the default keeps the options valid.
@@ -179,6 +182,6 @@ func (p *policyFlags) options() policy.Options {
 	v.CacheThreshold = p.vllmCacheThreshold
 	v.LoadFactor = p.vllmLoadFactor
 	v.BlockHash = p.vllmBlockHash
-	v.Mode, v.DecodeWeight, v.EvictWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight
+	v.Mode, v.DecodeWeight, v.EvictWeight, v.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
 	return o
 }

@@ -69,13 +69,19 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 			func(o policy.Options) bool {
 				return o.VllmCacheAware == policy.VllmCacheAwareConfig{BlockSize: 32, MaxBlocksPerBackend: 500,
 					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition,
-					Mode: policy.ModeThreshold, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight}
+					Mode: policy.ModeThreshold, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight,
+					FleetWeight: policy.DefaultFleetWeight}
 			}},
 		{"--cache-aware-mode and its weights reach both cache-aware policies", []string{"--cache-aware-mode", "cost", "--cache-aware-decode-weight", "0", "--cache-aware-evict-weight", "0"},
 			func(o policy.Options) bool {
 				return o.CacheAware.Mode == policy.ModeCost && o.VllmCacheAware.Mode == policy.ModeCost &&
 					o.CacheAware.DecodeWeight == 0 && o.VllmCacheAware.DecodeWeight == 0 &&
 					o.CacheAware.EvictWeight == 0 && o.VllmCacheAware.EvictWeight == 0
+			}},
+		{"--cache-aware-mode wait and its fleet weight reach both cache-aware policies", []string{"--cache-aware-mode", "wait", "--cache-aware-fleet-weight", "2.5"},
+			func(o policy.Options) bool {
+				return o.CacheAware.Mode == policy.ModeWait && o.VllmCacheAware.Mode == policy.ModeWait &&
+					o.CacheAware.FleetWeight == 2.5 && o.VllmCacheAware.FleetWeight == 2.5
 			}},
 		{"--vllm-cache-threshold 0 and --vllm-eviction-interval-secs 0 are 0", []string{"--vllm-cache-threshold", "0", "--vllm-eviction-interval-secs", "0"},
 			func(o policy.Options) bool {
@@ -120,6 +126,7 @@ func TestPolicyFlagsRefused(t *testing.T) {
 		{"cache_aware", []string{"--cache-aware-decode-weight", "-1"}, "--cache-aware-decode-weight"},
 		{"vllm_cache_aware", []string{"--cache-aware-decode-weight", "NaN"}, "--cache-aware-decode-weight"},
 		{"cache_aware", []string{"--cache-aware-evict-weight", "+Inf"}, "--cache-aware-evict-weight"},
+		{"vllm_cache_aware", []string{"--cache-aware-fleet-weight", "-1"}, "--cache-aware-fleet-weight"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := policy.New(tc.policy, parsePolicyFlags(t, tc.args...))

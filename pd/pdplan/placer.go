@@ -12,6 +12,7 @@ package pdplan
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +82,16 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		d.s.Placed("pd_prefill:"+d.prefill, dec.Prefill)
 		d.s.Placed("pd_decode:"+d.decode, dec.Decode)
 	}
-	r := &pair{s: d.s, m: d.m, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.Start}
+	r := &pair{s: d.s, m: d.m, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.Start,
+		unhold: func() {}}
+	if !dryRun {
+		// Both workers' loads show the attempt from its placement on, as a
+		// regular placement's does: the pipeline ends the request's
+		// reservation in the late-binding queue now, and its legs count
+		// themselves only once started.
+		prefillHeld, decodeHeld := dec.Prefill.Worker.Acquire(), dec.Decode.Worker.Acquire()
+		r.unhold = sync.OnceFunc(func() { prefillHeld(); decodeHeld() })
+	}
 	r.Plan = pipeline.Plan{Room: dec.Room, Slots: slots, SelfAborting: true, Run: r}
 	r.legBuf = [2]pipeline.Leg{
 		{Role: "prefill", Worker: dec.Prefill.Worker, Policy: d.prefill, Decision: dec.Prefill},
@@ -103,12 +113,16 @@ type pair struct {
 	att      *pd.Attempt
 	vocab    int       // bounds the output ids (route.outputVocab of the decode worker)
 	jobStart time.Time // when the request arrived, for the PD TTFT
+	// unhold ends the load counted at placement, once the legs count
+	// their own (or the attempt ends unstarted).
+	unhold func()
 }
 
 func (p *pair) Start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
 	// The prefill leg's span ends with that leg, before the decode leg's,
 	// which the pipeline ends with the attempt.
 	prefillSpan := p.Legs[0].Span
+	defer p.unhold() // the legs, created by Start, count themselves
 	st, err := p.att.Start(ctx, req, func(r pd.PrefillResult) {
 		if r.Err == nil {
 			p.m.prefill.Observe(r.Duration.Seconds())
@@ -139,6 +153,7 @@ func (p *pair) Aborted(error, func() error) {}
 // End counts a started attempt's failure by the leg that failed; one never
 // started gives its room back.
 func (p *pair) End(out policy.Outcome) {
+	p.unhold()
 	if !p.att.End() {
 		return
 	}

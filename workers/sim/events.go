@@ -119,6 +119,13 @@ func (h *kvHistory) at(i int) kvBatch { return h.ring[(h.head+i)%len(h.ring)] }
 // batches it asks for are no longer kept. See the numbering and replay rules
 // above.
 func (hub *eventHub) replay(start uint64) ([]kvBatch, error) {
+	if start == kvFromKept {
+		out := make([]kvBatch, 0, hub.history.held())
+		for i := range hub.history.held() {
+			out = append(out, hub.history.at(i))
+		}
+		return out, nil
+	}
 	if start == 0 || start >= hub.next {
 		return nil, nil // from now on: nothing missed, or a restarted process
 	}
@@ -140,6 +147,14 @@ func (hub *eventHub) replay(start uint64) ([]kvBatch, error) {
 	}
 	return out, nil
 }
+
+// kvFromKept, as the start of a subscription, asks for every batch the
+// engine still keeps (its first among them until the history wraps), then
+// the live ones. No engine RPC can ask for it: it is how a publisher that
+// lives in the engine's process, as vLLM's ZMQ publisher does, sees every
+// batch from the process's start even when it subscribes after the engine
+// began serving.
+const kvFromKept = ^uint64(0)
 
 // everyNth reports whether the batch numbered seq is one of every n-th
 // batches of the process (the n-th, 2n-th, ...: seq n-1, 2n-1, ...); never
@@ -274,6 +289,9 @@ func hybridEvents(events []*smgcommon.KvCacheEvent, window uint32, nextID *uint6
 // subscribeKvEvents streams event batches from start (see the replay rules
 // above) until ctx ends, the engine closes or the subscriber falls behind.
 func (e *Engine) subscribeKvEvents(ctx context.Context, start uint64, send func(*smgcommon.KvEventBatch) error) error {
+	if start == kvFromKept {
+		start-- // an RPC's largest number is beyond the next one: from now on
+	}
 	return e.subscribeKvEventsThen(ctx, start, send, nil)
 }
 

@@ -26,6 +26,9 @@ type RPCFaults struct {
 	// Unimplemented are engine RPCs (method names such as "GetLoads")
 	// answered UNIMPLEMENTED before the engine sees them.
 	Unimplemented RPCNames
+	// Stalled are unary engine RPCs held unanswered until the caller gives
+	// up (its deadline or cancellation): an engine that hangs on them.
+	Stalled RPCNames
 	// HealthEmpty makes HealthCheck answer an empty message: healthy
 	// unset, which proto3 decodes as false, and no message.
 	HealthEmpty bool
@@ -92,6 +95,10 @@ func (e *Engine) rpcFaultsUnary(ctx context.Context, req any, info *grpc.UnarySe
 	f := e.Faults().RPC
 	if f.Unimplemented.Has(rpc) {
 		return nil, status.Errorf(codes.Unimplemented, "sim: injected fault: %s answers UNIMPLEMENTED", rpc)
+	}
+	if f.Stalled.Has(rpc) {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if rpc == "Embed" && f.EmbedEmpty {
 		switch req.(type) {

@@ -92,6 +92,27 @@ type ZMQPublisher struct {
 	published      uint64 // batches published since the last (re)start
 	changed        chan struct{}
 	corrupt        ZMQFault // for the next batch; 0: none
+	unsent         int      // batches still to keep but not send (DropNext)
+	failReplay     bool     // answer the next replay request wrongly
+}
+
+// DropNext keeps the next n batches for replay without sending them on the
+// PUB socket, as a PUB socket drops what it sends before a subscriber's
+// subscription has reached it: a hole at a moment the test chooses (the
+// first batches of a restarted publisher, say).
+func (p *ZMQPublisher) DropNext(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unsent = n
+}
+
+// FailNextReplay answers the next replay request with a message that is not
+// (sequence, batch), then serves the following ones as usual: a replay
+// that fails once.
+func (p *ZMQPublisher) FailNextReplay() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failReplay = true
 }
 
 // CorruptNext sends (and keeps for replay) the next batch as f instead,
@@ -287,6 +308,16 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 					continue
 				}
 				id, start := m.Frames[0], binary.BigEndian.Uint64(m.Frames[2])
+				p.mu.Lock()
+				fail := p.failReplay
+				p.failReplay = false
+				p.mu.Unlock()
+				if fail {
+					if err := z.replay.Send(zmq4.NewMsgFrom(id, []byte{}, []byte("not a number"), nil)); err != nil {
+						p.log.Debug("sim: ZMQ replay reply dropped", "err", err)
+					}
+					continue
+				}
 				mu.Lock()
 				var send []zmqKept
 				for _, k := range kept {
@@ -308,7 +339,7 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 		}()
 	}
 	var (
-		from     uint64 // the engine's batch to resume at (0: from now on)
+		from     uint64 // the engine's batch to resume at, when haveLast
 		haveLast bool
 	)
 	send := func(b *smgcommon.KvEventBatch) error {
@@ -321,6 +352,10 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 		p.mu.Lock()
 		fault := p.corrupt
 		p.corrupt = 0
+		unsent := p.unsent > 0
+		if unsent {
+			p.unsent--
+		}
 		p.mu.Unlock()
 		switch fault {
 		case ZMQGarbage:
@@ -334,7 +369,7 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 			kept = kept[len(kept)-p.cfg.Buffer:]
 		}
 		mu.Unlock()
-		if !everyNth(p.cfg.SkipEvery, seq) {
+		if !unsent && !everyNth(p.cfg.SkipEvery, seq) {
 			// As vLLM's publisher, a failed send (a subscriber gone
 			// mid-write) is logged and publishing goes on.
 			if err := z.pub.Send(zmq4.NewMsgFrom([]byte(p.cfg.Topic), binary.BigEndian.AppendUint64(nil, seq), payload)); err != nil {
@@ -350,7 +385,15 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 		return nil
 	}
 	for {
-		err := e.subscribeKvEventsThen(ctx, from, send, registered)
+		// The publisher lives in the engine's process, as vLLM's does: it
+		// numbers every batch from the engine's first, including those
+		// the engine published before this subscription (a restarted
+		// engine serves as soon as it is up), not just those from now on.
+		start := from
+		if !haveLast {
+			start = kvFromKept
+		}
+		err := e.subscribeKvEventsThen(ctx, start, send, registered)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -358,7 +401,7 @@ func (p *ZMQPublisher) serve(ctx context.Context, e *Engine, z *zmqSockets, regi
 			p.log.Info("sim: ZMQ publisher's engine ended", "err", err)
 			return
 		case status.Code(err) == codes.OutOfRange:
-			from, haveLast = 0, false // beyond the engine's history: from now on
+			from, haveLast = 0, false // beyond the engine's history: what it still keeps
 		}
 		// The engine dropped the publisher (it fell behind while a slow
 		// subscriber held a send): take the batches missed from the

@@ -1,0 +1,46 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+)
+
+// attemptLogger is the logger of one attempt: the pipeline's, with the
+// request's id, the attempt's number and the plan's attributes (worker,
+// policy, branch, the decision's reason). slog's With formats attributes
+// as it is called, the decision's reason among them, and most attempts log
+// nothing (at --log-level warn a successful one writes no line), so the
+// attributes are computed and added at the attempt's first line instead:
+// the lines read exactly as with With.
+func (s *Pipeline) attemptLogger(id string, n int, p *Plan) *slog.Logger {
+	return slog.New(&lazyAttrs{base: s.log.Handler(), attrs: func() []any {
+		return append([]any{"request_id", id, "attempt", n}, p.logAttrs()...)
+	}})
+}
+
+// lazyAttrs is a handler that adds attributes to base when it first
+// handles a record or derives a handler (WithAttrs, WithGroup); Enabled
+// asks base alone, so a record below the level costs nothing.
+type lazyAttrs struct {
+	base  slog.Handler
+	attrs func() []any
+	once  sync.Once
+	h     slog.Handler // base with attrs, once made
+}
+
+func (l *lazyAttrs) handler() slog.Handler {
+	l.once.Do(func() { l.h = slog.New(l.base).With(l.attrs()...).Handler() })
+	return l.h
+}
+
+func (l *lazyAttrs) Enabled(ctx context.Context, level slog.Level) bool {
+	return l.base.Enabled(ctx, level)
+}
+
+func (l *lazyAttrs) Handle(ctx context.Context, r slog.Record) error {
+	return l.handler().Handle(ctx, r)
+}
+
+func (l *lazyAttrs) WithAttrs(as []slog.Attr) slog.Handler { return l.handler().WithAttrs(as) }
+func (l *lazyAttrs) WithGroup(name string) slog.Handler    { return l.handler().WithGroup(name) }

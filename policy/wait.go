@@ -1,0 +1,214 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// ModeWait sends a request where its first token is expected soonest,
+// counting, once the fleet is under pressure, the prefill it adds to the
+// fleet's work (see waitModel).
+const ModeWait = "wait"
+
+// DefaultFleetWeight is the wait mode's charge, at full pressure, for each
+// second of prefill a request adds to the fleet: that many later requests
+// wait for it. See waitModel.
+const DefaultFleetWeight = 4
+
+// assumedPrefillRate is the prefill rate, in tokens per second, the wait
+// mode assumes for an engine until the router has timed one of its
+// prefills and no other candidate's is known: an 8B model on one H100.
+// Only the ratio of a slot's wait to a prefill depends on it.
+const assumedPrefillRate = 20000
+
+// waitModel is the wait mode's rule: a request goes to the worker where
+//
+//	max(slot, lane) + own + evict + fleet
+//
+// is least, every term in seconds of the engine's time:
+//
+//   - slot: on an engine at the running-request limit it reports, the
+//     requests ahead of this one for a slot (load − limit + 1) × the
+//     engine's mean request duration ÷ its limit, the time until enough of
+//     its running requests end (workers.Worker.MeanRequestSeconds, learned
+//     from the requests this router relays); 0 below the limit;
+//   - lane: the prefill this router has sent the engine whose first token
+//     has not come back (PendingPrefill) at its prefill rate
+//     (workers.Worker.PrefillTokensPerSec, learned likewise); the engine
+//     prefills in admission order, so this is the prefill ahead. A request
+//     waits for a slot and for the lane at once, so the larger counts;
+//   - own: the prompt's tokens the engine must compute (the prompt less the
+//     part of the match its free KV can keep, as in the cost mode), and
+//     those that do not fit beside the KV its running requests hold (which
+//     wait for them to end), at that rate;
+//   - evict: EvictWeight × the cached tokens those new pages push out of a
+//     full cache (the cost mode's term), at that rate: later prompts that
+//     would have found them there pay for them again;
+//   - fleet: pressure × FleetWeight × own. Once every engine is busy (at
+//     its limit or with prefill queued), a second of prefill anywhere is a
+//     second every request behind it waits, so a prompt sent away from its
+//     cache costs the fleet more than its own wait. pressure is the square
+//     of the share of busy candidates: nothing while the fleet keeps up, in
+//     full when it is saturated. This is what keeps a conversation on its
+//     history under overload, where the cost mode (which weighs the queue
+//     now against the prefill saved) moved it to a shorter queue, copied
+//     the history, and fed the overload.
+//
+// Ties go to the longer match, then the lower load, then the earlier
+// candidate.
+type waitModel struct {
+	evictWeight, fleetWeight float64
+}
+
+// waitLoad is what a candidate's expected wait needs besides its match,
+// read before the selection looks at the match.
+type waitLoad struct {
+	costLoad
+	load, limit int
+	// runSec is the engine's mean request duration; rate the candidates'
+	// mean learned prefill rate (else assumedPrefillRate), the same for
+	// all: one engine's rate read apart from the others' is mostly noise
+	// (a prefill the router thought cold that found its prefix cached
+	// reads many times too fast), and a rate too high made its engine look
+	// cheap for every cold prompt, so it took them all (load CoV 0.54 on
+	// the conversation trace at --speed 5 on engines of 8 slots).
+	runSec, rate float64
+}
+
+// waitLoads reads every candidate's load, limit, queue and learned speed,
+// and the fleet's pressure; cached(i) is the tokens the policy's index
+// holds for candidate i.
+func waitLoads(ws []workers.View, loads []int, cached func(i int) int) ([]waitLoad, float64) {
+	cl := costLoads(ws, cached)
+	out := make([]waitLoad, len(ws))
+	known, sum, busy := 0, 0.0, 0
+	for i, w := range ws {
+		l := waitLoad{costLoad: cl[i], load: loads[i], limit: w.MaxRunningRequests(), runSec: w.MeanRequestSeconds()}
+		if r := w.PrefillTokensPerSec(); r > 0 {
+			known++
+			sum += r
+		}
+		if l.queue > 0 || l.limit > 0 && l.load >= l.limit {
+			busy++
+		}
+		out[i] = l
+	}
+	rate := float64(assumedPrefillRate)
+	if known > 0 {
+		rate = sum / float64(known)
+	}
+	for i := range out {
+		out[i].rate = rate
+	}
+	share := float64(busy) / float64(max(len(ws), 1))
+	return out, share * share
+}
+
+// waitTerms is one candidate's expected wait, term by term, in seconds
+// (and the token counts they come from).
+type waitTerms struct {
+	matched, kept, prefill, evict, queue, ahead int
+	slot, lane, own, evictS, fleet, total       float64
+}
+
+// terms prices a prompt of inputLen tokens, matched tokens of which the
+// candidate holds, on a candidate with load l in a fleet under pressure.
+func (m waitModel) terms(inputLen, matched int, l waitLoad, pressure float64) waitTerms {
+	t := waitTerms{matched: matched, kept: matched, queue: l.queue}
+	over := 0 // the prompt's tokens that do not fit beside what is held
+	if l.capacity > 0 {
+		keep := max(l.capacity-l.held, 0)
+		t.kept = min(matched, keep)
+		over = max(inputLen-keep, 0)
+	}
+	t.prefill = max(inputLen-t.kept, 0)
+	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
+	if l.limit > 0 && l.load >= l.limit {
+		t.ahead = l.load - l.limit + 1
+		t.slot = float64(t.ahead) * l.runSec / float64(l.limit)
+	}
+	t.lane = float64(t.queue) / l.rate
+	t.own = float64(t.prefill+over) / l.rate
+	t.evictS = m.evictWeight * float64(t.evict) / l.rate
+	t.fleet = pressure * m.fleetWeight * t.own
+	t.total = max(t.slot, t.lane) + t.own + t.evictS + t.fleet
+	return t
+}
+
+// waitChoice is a wait-mode selection: every candidate's terms, the fleet's
+// pressure and the winner.
+type waitChoice struct {
+	terms    []waitTerms
+	pressure float64
+	chosen   int
+}
+
+// choose prices every candidate into c.terms (as long as matched) and picks
+// the least. It allocates nothing: cache_aware calls it under its tree's
+// lock.
+func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl []waitLoad) {
+	c.chosen = 0
+	for i := range matched {
+		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.pressure)
+		b := c.terms[c.chosen]
+		switch t := c.terms[i]; {
+		case i == 0:
+		case t.total < b.total,
+			t.total == b.total && t.matched > b.matched,
+			t.total == b.total && t.matched == b.matched && loads[i] < loads[c.chosen]:
+			c.chosen = i
+		}
+	}
+}
+
+// branch names the decision as the other modes do: a hit when the chosen
+// worker holds part of the prompt.
+func (c waitChoice) branch() string {
+	if c.terms[c.chosen].matched > 0 {
+		return "cache_hit"
+	}
+	return "cache_miss"
+}
+
+// reason says what the chosen worker's expected wait was made of, and the
+// runner-up's.
+func (c waitChoice) reason(m waitModel, ws []workers.View, inputLen int) string {
+	var b strings.Builder
+	t := c.terms[c.chosen]
+	fmt.Fprintf(&b, "%s: %s expects %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen, c.pressure))
+	second := -1
+	for i, u := range c.terms {
+		if i != c.chosen && (second < 0 || u.total < c.terms[second].total) {
+			second = i
+		}
+	}
+	if second >= 0 {
+		fmt.Fprintf(&b, "; next %s %s", ws[second].URL(), ms(c.terms[second].total))
+	}
+	return b.String()
+}
+
+// format writes the terms of one candidate's expected wait.
+func (t waitTerms) format(m waitModel, inputLen int, pressure float64) string {
+	s := fmt.Sprintf("%s = max(slot %s", ms(t.total), ms(t.slot))
+	if t.ahead > 0 {
+		s += fmt.Sprintf(" (%d ahead)", t.ahead)
+	}
+	s += fmt.Sprintf(", lane %s (%d queued)) + own %s (%d prompt − %d cached", ms(t.lane), t.queue, ms(t.own), inputLen, t.kept)
+	if t.kept < t.matched {
+		s += fmt.Sprintf(" of %d matched", t.matched)
+	}
+	s += ")"
+	if t.evictS > 0 {
+		s += fmt.Sprintf(" + evict %s (%g × %d)", ms(t.evictS), m.evictWeight, t.evict)
+	}
+	if t.fleet > 0 {
+		s += fmt.Sprintf(" + fleet %s (pressure %.2f × %g)", ms(t.fleet), pressure, m.fleetWeight)
+	}
+	return s
+}
+
+// ms formats seconds as milliseconds.
+func ms(sec float64) string { return fmt.Sprintf("%.0fms", 1000*sec) }

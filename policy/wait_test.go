@@ -1,0 +1,133 @@
+package policy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// waitWorker is one candidate's state in a wait-mode case: what its tree
+// holds of the prompt, its load, and the speed the router has measured.
+type waitWorker struct {
+	holds    int           // leading prompt tokens the worker served before
+	inFlight int           // requests this router has in flight there
+	limit    int           // the engine's running-request limit (0: none reported)
+	queue    int           // prompt tokens sent there whose first token has not come
+	run      time.Duration // how long the requests it served took
+	rate     int           // tokens per second its timed prefills ran at (0: none timed)
+}
+
+// waitCases are the wait mode's rule, written as cases: a 4,096-token
+// prompt, two workers A and B, and who wins with which reason. At 20,000
+// tokens a second the whole prompt takes 200 ms to prefill, a quarter of
+// it 50 ms.
+var waitCases = []struct {
+	name   string
+	a, b   waitWorker
+	fleet  float64 // --cache-aware-fleet-weight
+	want   string  // "A" or "B"
+	reason []string
+}{
+	{name: "below the limit nothing waits for a slot: the match is prefill saved",
+		a:     waitWorker{holds: 3072, inFlight: 7, limit: 8, run: 8 * time.Second, rate: 20000},
+		b:     waitWorker{limit: 8, run: 8 * time.Second, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"expects 51ms = max(slot 0ms, lane 0ms (0 queued)) + own 51ms (4096 prompt − 3072 cached)"}},
+	{name: "a full cached engine with a long expected wait loses to a cold idle one",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 8 * time.Second, rate: 20000},
+		b:     waitWorker{limit: 8, run: 8 * time.Second, rate: 20000},
+		fleet: 4, want: "B", reason: []string{"own 205ms (4096 prompt − 0 cached)", "fleet 205ms (pressure 0.25 × 4)", "next grpc://a:1 1102ms"}},
+	{name: "a full cached engine whose wait is shorter than the prefill saved wins",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 800 * time.Millisecond, rate: 20000},
+		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"max(slot 100ms (1 ahead), lane 0ms (0 queued)) + own 51ms"}},
+	{name: "every engine full, no fleet charge: a long prefill queue on the cached engine sends the prompt away",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{inFlight: 8, limit: 8, run: 4 * time.Second, rate: 20000},
+		fleet: 0, want: "B", reason: []string{"max(slot 500ms (1 ahead), lane 0ms (0 queued)) + own 205ms"}},
+	{name: "every engine full: the fleet's charge for a copied prefix keeps the prompt on its cache",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{inFlight: 8, limit: 8, run: 4 * time.Second, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"lane 1000ms (20000 queued)) + own 51ms", "fleet 205ms (pressure 1.00 × 4)", "next grpc://b:1 1524ms"}},
+	{name: "every engine is priced at the fleet's mean prefill rate",
+		a: waitWorker{queue: 4000, rate: 10000}, b: waitWorker{rate: 30000}, fleet: 0, want: "B",
+		reason: []string{"own 205ms", "next grpc://a:1 405ms"}},
+	{name: "an engine not yet timed is assumed as fast as the fleet's others",
+		a: waitWorker{queue: 4000, rate: 40000}, b: waitWorker{}, fleet: 0, want: "B", reason: []string{"own 102ms", "next grpc://a:1 202ms"}},
+}
+
+// waitFleet builds workers A and B in the state the case gives, inside a
+// synctest bubble: each serves one request lasting run and one prefill at
+// rate, so the router learns their speed as it would from real traffic,
+// then takes the case's load.
+func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []uint32, w *workers.Worker)) (*workers.Worker, *workers.Worker) {
+	t.Helper()
+	mk := func(url string, c waitWorker) *workers.Worker {
+		w := workers.NewWorker(url, workers.ProtocolSGLang, workers.RoleRegular,
+			workers.ModelInfo{MaxRunningRequests: c.limit}, nil, nil)
+		if c.holds > 0 {
+			serve(prompt[:c.holds], w)
+		}
+		if c.rate > 0 {
+			const n = 4000
+			done := w.Prefilling(n)
+			time.Sleep(time.Duration(float64(n) / float64(c.rate) * float64(time.Second)))
+			done()
+		}
+		if c.run > 0 {
+			release := w.Acquire()
+			time.Sleep(c.run)
+			release()
+		}
+		for range c.inFlight {
+			t.Cleanup(w.Acquire())
+		}
+		t.Cleanup(w.Prefilling(c.queue))
+		return w
+	}
+	return mk("grpc://a:1", a), mk("grpc://b:1", b)
+}
+
+func TestWaitModeSpecification(t *testing.T) {
+	prompt := caTokens(7, 4096)
+	for _, tc := range waitCases {
+		for _, pol := range []string{"cache_aware", "vllm_cache_aware"} {
+			t.Run(pol+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					o := policy.DefaultOptions()
+					o.CacheAware.Mode, o.CacheAware.FleetWeight = policy.ModeWait, tc.fleet
+					o.VllmCacheAware.Mode, o.VllmCacheAware.FleetWeight = policy.ModeWait, tc.fleet
+					p, err := policy.New(pol, o)
+					if err != nil {
+						t.Fatal(err)
+					}
+					serve := func(ids []uint32, w *workers.Worker) {
+						if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views([]*workers.Worker{w})); err != nil {
+							t.Fatal(err)
+						}
+					}
+					a, b := waitFleet(t, prompt, tc.a, tc.b, serve)
+					d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, DryRun: true}, workers.Views([]*workers.Worker{a, b}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := map[*workers.Worker]string{a: "A", b: "B"}[d.Worker]; got != tc.want {
+						t.Fatalf("chose %s, want %s: %s", got, tc.want, d.Why())
+					}
+					if !strings.HasPrefix(d.Why(), d.Branch+": "+d.Worker.URL()+" expects ") {
+						t.Errorf("reason %q does not start with the branch and the worker's expected wait", d.Why())
+					}
+					for _, part := range tc.reason {
+						if !strings.Contains(d.Why(), part) {
+							t.Errorf("reason %q lacks %q", d.Why(), part)
+						}
+					}
+				})
+			})
+		}
+	}
+}

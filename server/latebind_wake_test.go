@@ -1,0 +1,115 @@
+package server_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// TestLateBindingWakesOnFleetChange: requests wait in the router while the
+// only engine is full; an engine with room that joins, or one that turns
+// healthy again, binds them at once. The load poller cannot be what binds
+// them: its interval is an hour, and the full engine's GetLoads hangs, so
+// the round that requests starting to wait begin never ends (and never
+// wakes anyone).
+func TestLateBindingWakesOnFleetChange(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// workers: the full engine first; a second one (4 slots) that
+		// is killed before the requests wait, when present.
+		workers int
+		// change makes an engine with room available: it returns that
+		// engine's address.
+		change func(t *testing.T, f *fleet) string
+	}{
+		{"an engine joins", 1, func(t *testing.T, f *fleet) string {
+			c := sim.DefaultConfig()
+			c.TimeScale, c.MaxRunning, c.Logger = 0, 4, slog.New(slog.DiscardHandler)
+			extra, err := sim.Start(c, "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(extra.Stop)
+			if _, err := f.admin.AddWorker(testutil.Context(t, 5*time.Second), &kvgatev1.AddWorkerRequest{Address: extra.Addr()}); err != nil {
+				t.Fatalf("AddWorker: %v", err)
+			}
+			return "grpc://" + extra.Addr()
+		}},
+		{"an engine turns healthy", 2, func(t *testing.T, f *fleet) string {
+			if err := f.sims[1].Restart(); err != nil {
+				t.Fatal(err)
+			}
+			return f.workerURL(1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{workers: tc.workers, healthInterval: 20 * time.Millisecond,
+				sim: func(i int, c *sim.Config) {
+					c.MaxRunning = 4
+					if i == 0 {
+						c.MaxRunning, c.Faults.StallAfterTokens = 1, 1
+					}
+				},
+				config: func(c *router.Config) {
+					c.LoadPollInterval = time.Hour
+					c.Admission.QueueSize = 4
+					c.Admission.AvoidFullEngines = true
+					c.Reliability.StreamIdleTimeout = 0
+				}})
+			if tc.workers > 1 {
+				f.sims[1].Kill()
+				testutil.Eventually(t, "the killed engine to be unhealthy", func() bool {
+					w, ok := f.reg.Get(f.workerURL(1))
+					return ok && !w.Healthy()
+				})
+			}
+			full := f.sims[0].Engine()
+			faults := full.Faults()
+			faults.RPC.Stalled = "GetLoads"
+			full.SetFaults(faults)
+			held, release := context.WithCancel(context.Background())
+			defer release()
+			startStream(t, f, held, 100) // the full engine's one slot
+
+			ctx := testutil.Context(t, 15*time.Second)
+			var wg sync.WaitGroup
+			served := make(chan string, 2)
+			for i := range 2 {
+				wg.Go(func() {
+					r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i+2), 8),
+						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2), IgnoreEos: true}})
+					if err != nil {
+						t.Errorf("a waiting request: %v", err)
+						return
+					}
+					served <- r.complete.GetWorker()
+				})
+			}
+			testutil.Eventually(t, "both requests to wait in the router", func() bool {
+				return gauge(t, f, "kvgate_admission_queue_depth") == 2
+			})
+			polls := full.Calls("GetLoads")
+			roomy := tc.change(t, f)
+			wg.Wait()
+			close(served)
+			for w := range served {
+				if w != roomy {
+					t.Errorf("a waiting request was served by %s, want the engine with room %s", w, roomy)
+				}
+			}
+			if n := full.Calls("GetLoads"); n > polls+1 {
+				t.Errorf("%d load polls of the full engine meanwhile: only the fleet's change should have bound the requests", n-polls)
+			}
+			if n := waitObservations(t, f, "engines_full"); n != 2 {
+				t.Errorf("kvgate_queue_wait_seconds counted %d waits for full engines, want 2", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,78 @@
+package workers_test
+
+import (
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// TestLearnedSpeed: the router learns an engine's request duration from
+// Acquire to release, and its prefill rate only from prefills that found
+// nothing queued ahead on an engine with a free slot, and large enough that
+// the engine's fixed overhead does not hide the rate.
+func TestLearnedSpeed(t *testing.T) {
+	type step struct {
+		tokens   int           // Prefilling(tokens); 0: a request of duration d instead
+		d        time.Duration // how long it takes
+		queued   int           // tokens already queued when it is sent
+		inFlight int           // requests already running when it is sent
+	}
+	cases := []struct {
+		name  string
+		limit int
+		steps []step
+		run   float64 // want MeanRequestSeconds
+		rate  float64 // want PrefillTokensPerSec
+	}{
+		{name: "nothing learned yet", run: 0, rate: 0},
+		{name: "a request's duration", steps: []step{{d: 3 * time.Second}}, run: 3},
+		{name: "the first samples are averaged plainly", steps: []step{{d: 2 * time.Second}, {d: 4 * time.Second}}, run: 3},
+		{name: "a clean prefill times the rate", steps: []step{{tokens: 4000, d: 200 * time.Millisecond}}, rate: 20000},
+		{name: "a prefill behind a queue does not", steps: []step{{tokens: 4000, d: 400 * time.Millisecond, queued: 512}}},
+		{name: "a prefill waiting for a slot does not", limit: 2,
+			steps: []step{{tokens: 4000, d: time.Second, inFlight: 2}}},
+		{name: "a prefill below the minimum does not", steps: []step{{tokens: 512, d: 30 * time.Millisecond}}},
+		{name: "the rate is tokens over seconds of the samples", steps: []step{
+			{tokens: 2000, d: 100 * time.Millisecond}, {tokens: 6000, d: 300 * time.Millisecond}}, rate: 20000},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := workers.NewWorker("grpc://a:1", workers.ProtocolSGLang, workers.RoleRegular,
+					workers.ModelInfo{MaxRunningRequests: tc.limit}, nil, nil)
+				for _, s := range tc.steps {
+					var undo []func()
+					undo = append(undo, w.Prefilling(s.queued))
+					for range s.inFlight {
+						undo = append(undo, w.Acquire())
+					}
+					if s.tokens > 0 {
+						release := w.Acquire()
+						done := w.Prefilling(s.tokens)
+						time.Sleep(s.d)
+						done()
+						undo = append(undo, release)
+					} else {
+						release := w.Acquire()
+						time.Sleep(s.d)
+						release()
+					}
+					for _, f := range undo {
+						f()
+					}
+				}
+				if got := w.PrefillTokensPerSec(); math.Abs(got-tc.rate) > 1e-6*tc.rate {
+					t.Errorf("PrefillTokensPerSec %g, want %g", got, tc.rate)
+				}
+				// A prefill step's request lasts as long as its prefill,
+				// so the duration is checked where the case names it.
+				if got := w.MeanRequestSeconds(); (tc.run > 0 || tc.steps == nil) && math.Abs(got-tc.run) > 1e-9 {
+					t.Errorf("MeanRequestSeconds %g, want %g", got, tc.run)
+				}
+			})
+		})
+	}
+}
