@@ -126,38 +126,59 @@ func (m costModel) choose(c *costChoice, inputLen int, matched, loads []int, cl 
 	c.chosen = 0
 	for i := range matched {
 		c.terms[i] = m.terms(inputLen, matched[i], cl[i])
-		b := c.terms[c.chosen]
-		switch t := c.terms[i]; {
-		case i == 0:
-		case t.total < b.total,
-			t.total == b.total && t.matched > b.matched,
-			t.total == b.total && t.matched == b.matched && loads[i] < loads[c.chosen]:
+		t, b := c.terms[i], c.terms[c.chosen]
+		if i > 0 && cheaper(t.total, t.matched, loads[i], b.total, b.matched, loads[c.chosen]) {
 			c.chosen = i
 		}
 	}
 }
 
-// branch names a cost-aware decision as the threshold rule's branches do, so the
-// decision metrics read alike: a hit when the chosen worker holds part of
-// the prompt.
-func (c costChoice) branch() string {
-	if c.terms[c.chosen].matched > 0 {
+// cheaper reports whether a candidate priced total, holding matched tokens
+// of the prompt and load requests, beats the best so far (bTotal, bMatched,
+// bLoad): the lower price, then the longer match, then the lower load. The
+// cost and wait modes rank their candidates alike.
+func cheaper(total float64, matched, load int, bTotal float64, bMatched, bLoad int) bool {
+	switch {
+	case total != bTotal:
+		return total < bTotal
+	case matched != bMatched:
+		return matched > bMatched
+	default:
+		return load < bLoad
+	}
+}
+
+// matchBranch names a priced decision as the threshold rule's branches do,
+// so the decision metrics read alike: a hit when the chosen worker holds
+// part of the prompt.
+func matchBranch(matched int) string {
+	if matched > 0 {
 		return "cache_hit"
 	}
 	return "cache_miss"
 }
+
+// runnerUp is the cheapest candidate other than chosen, by total(i), or -1
+// when there is none: Explain names it beside the chosen one.
+func runnerUp(n, chosen int, total func(i int) float64) int {
+	second := -1
+	for i := range n {
+		if i != chosen && (second < 0 || total(i) < total(second)) {
+			second = i
+		}
+	}
+	return second
+}
+
+// branch names a cost-aware decision (see matchBranch).
+func (c costChoice) branch() string { return matchBranch(c.terms[c.chosen].matched) }
 
 // reason says what the chosen worker's cost was made of, and the runner-up's.
 func (c costChoice) reason(m costModel, ws []workers.View, inputLen int) string {
 	var b strings.Builder
 	t := c.terms[c.chosen]
 	fmt.Fprintf(&b, "%s: %s costs %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen))
-	second := -1
-	for i, u := range c.terms {
-		if i != c.chosen && (second < 0 || u.total < c.terms[second].total) {
-			second = i
-		}
-	}
+	second := runnerUp(len(c.terms), c.chosen, func(i int) float64 { return c.terms[i].total })
 	if second >= 0 {
 		fmt.Fprintf(&b, "; next %s costs %.0f", ws[second].URL(), c.terms[second].total)
 	}

@@ -152,25 +152,15 @@ func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl 
 	c.chosen = 0
 	for i := range matched {
 		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.pressure)
-		b := c.terms[c.chosen]
-		switch t := c.terms[i]; {
-		case i == 0:
-		case t.total < b.total,
-			t.total == b.total && t.matched > b.matched,
-			t.total == b.total && t.matched == b.matched && loads[i] < loads[c.chosen]:
+		t, b := c.terms[i], c.terms[c.chosen]
+		if i > 0 && cheaper(t.total, t.matched, loads[i], b.total, b.matched, loads[c.chosen]) {
 			c.chosen = i
 		}
 	}
 }
 
-// branch names the decision as the other modes do: a hit when the chosen
-// worker holds part of the prompt.
-func (c waitChoice) branch() string {
-	if c.terms[c.chosen].matched > 0 {
-		return "cache_hit"
-	}
-	return "cache_miss"
-}
+// branch names the decision as the other modes do (see matchBranch).
+func (c waitChoice) branch() string { return matchBranch(c.terms[c.chosen].matched) }
 
 // reason says what the chosen worker's expected wait was made of, and the
 // runner-up's.
@@ -178,12 +168,7 @@ func (c waitChoice) reason(m waitModel, ws []workers.View, inputLen int) string 
 	var b strings.Builder
 	t := c.terms[c.chosen]
 	fmt.Fprintf(&b, "%s: %s expects %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen, c.pressure))
-	second := -1
-	for i, u := range c.terms {
-		if i != c.chosen && (second < 0 || u.total < c.terms[second].total) {
-			second = i
-		}
-	}
+	second := runnerUp(len(c.terms), c.chosen, func(i int) float64 { return c.terms[i].total })
 	if second >= 0 {
 		fmt.Fprintf(&b, "; next %s %s", ws[second].URL(), ms(c.terms[second].total))
 	}
