@@ -95,14 +95,7 @@ func TestZMQEventsRestartReplayFails(t *testing.T) {
 			// nobody, and its replay socket fails the first request.
 			pub.DropNext(2)
 			pub.FailNextReplay()
-			_, restarted := pub.Published()
-			srv.Kill()
-			testutil.Eventually(t, "the stream to break", func() bool { return f.status().Failures > 0 })
-			if err := srv.Restart(); err != nil {
-				t.Fatal(err)
-			}
-			f.reopened(t, restarted)
-			f.reconnected(t)
+			f.restart(t)
 			f.until(t, "the restart and its lost batches to be seen", func() bool {
 				st := f.status()
 				return st.Resets > 0 && st.Gaps > 0
@@ -135,6 +128,21 @@ func (f *zmqFleet) caughtUp(t *testing.T) {
 		st := f.status()
 		return n > 0 && st.HasLastSeq && st.LastSeq == n-1
 	})
+}
+
+// restart kills the engine, waits for the event stream to break, starts
+// the engine again and waits until its publisher has reopened and the
+// worker reaches it.
+func (f *zmqFleet) restart(t *testing.T) {
+	t.Helper()
+	_, restarted := f.pub.Published()
+	f.srv.Kill()
+	testutil.Eventually(t, "the stream to break", func() bool { return f.status().Failures > 0 })
+	if err := f.srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	f.reopened(t, restarted)
+	f.reconnected(t)
 }
 
 // reopened waits until the publisher has opened its sockets again for the

@@ -291,14 +291,7 @@ func TestZMQEventsPublisherRestart(t *testing.T) {
 	f.workload(t, "before", 50)
 	f.waitMirror(t)
 
-	_, restarted := f.pub.Published()
-	f.srv.Kill()
-	testutil.Eventually(t, "the stream to break", func() bool { return f.status().Failures > 0 })
-	if err := f.srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	f.reopened(t, restarted) // numbering from 0
-	f.reconnected(t)
+	f.restart(t) // numbering from 0
 	f.workload(t, "after", 50)
 	f.until(t, "a batch of the restarted engine", func() bool { return f.status().Resets > 0 })
 	f.waitMirror(t)
@@ -389,14 +382,7 @@ func TestZMQEventsPublisherConnects(t *testing.T) {
 	f.workload(t, "w", 60)
 	f.waitMirror(t)
 
-	_, restarted := f.pub.Published()
-	srv.Kill()
-	testutil.Eventually(t, "the stream to break", func() bool { return f.status().Failures > 0 })
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	f.reopened(t, restarted)
-	f.reconnected(t)
+	f.restart(t)
 	f.until(t, "a batch of the restarted engine", func() bool { return f.status().Resets > 0 })
 	f.workload(t, "after", 30)
 	f.settle(t, 0)
