@@ -30,18 +30,19 @@ type removals struct {
 }
 
 // removalsPerWorker bounds the pages remembered per worker: 4,096 pages
-// (64K tokens of 16-token pages) in about 160 KB.
+// (64K tokens of 16-token pages) in about 192 KB.
 const removalsPerWorker = 4096
 
-type pageKey struct {
-	index uint32 // the page's position in its sequence, in pages
-	hash  uint64 // its tokens' hash
+// pageKey names a page by its position in its sequence (in pages) and its
+// tokens' hash, folded into one word for pageNums.
+func pageKey(index int, page []uint32) uint64 {
+	return hashPage(page) + uint64(index)*pageMix
 }
 
 type workerRemovals struct {
 	mu   sync.Mutex
-	last map[pageKey]uint64 // page → number of its latest removal
-	ring [removalsPerWorker]pageKey
+	last pageNums // page → number of its latest removal
+	ring [removalsPerWorker]uint64
 	nums [removalsPerWorker]uint64
 	next int    // ring position to write
 	top  uint64 // number of the worker's latest removal
@@ -59,7 +60,7 @@ func (r *removals) worker(url string, create bool) *workerRemovals {
 	defer r.mu.Unlock()
 	w := r.workers[url]
 	if w == nil && create {
-		w = &workerRemovals{last: make(map[pageKey]uint64)}
+		w = &workerRemovals{}
 		r.workers[url] = w
 	}
 	return w
@@ -84,13 +85,13 @@ func (r *removals) removed(worker string, path []uint32, pages int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i := first; i < first+pages; i++ {
-		k := pageKey{uint32(i), hashPage(path[i*ps : (i+1)*ps])}
-		if old := w.ring[w.next]; w.nums[w.next] != 0 && w.last[old] == w.nums[w.next] {
-			delete(w.last, old)
+		k := pageKey(i, path[i*ps:(i+1)*ps])
+		if old := w.ring[w.next]; w.nums[w.next] != 0 && w.last.get(old) == w.nums[w.next] {
+			w.last.del(old)
 		}
 		w.ring[w.next], w.nums[w.next] = k, n
 		w.next = (w.next + 1) % removalsPerWorker
-		w.last[k] = n
+		w.last.put(k, n)
 	}
 	w.top = n
 }
@@ -123,7 +124,7 @@ func (r *removals) cut(worker string, decision uint64, prompt, reply []uint32) i
 			buf = append(append(buf[:0], prompt[lo:]...), reply[:hi-len(prompt)]...)
 			page = buf
 		}
-		if w.last[pageKey{uint32(i), hashPage(page)}] > decision {
+		if w.last.get(pageKey(i, page)) > decision {
 			return lo
 		}
 	}

@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// homedKey returns the j-th key whose home slot is home: keys are mixed by
+// multiplying with the odd pageMix, so dividing (multiplying by its inverse
+// mod 2^64) picks a key for any mixed value.
+func homedKey(home, j uint64) uint64 {
+	inv := uint64(pageMix) // Newton's iteration for the inverse mod 2^64
+	for range 6 {
+		inv *= 2 - pageMix*inv
+	}
+	return (home<<(64-pageSlotBits) | j) * inv
+}
+
+func TestPageNumsHomedKey(t *testing.T) {
+	for _, home := range []uint64{0, 1, pageSlots - 1} {
+		for j := range uint64(3) {
+			if got := pageHome(homedKey(home, j)); got != home {
+				t.Fatalf("homedKey(%d, %d) lands at %d", home, j, got)
+			}
+		}
+	}
+}
+
+// TestPageNums drives the table through runs of keys sharing a home
+// (including runs that wrap past the last slot) and checks every key after
+// each step against a map: deleting from the middle of a run must keep the
+// keys after it reachable.
+func TestPageNums(t *testing.T) {
+	last := uint64(pageSlots - 1)
+	tests := []struct {
+		name string
+		ops  []pageOp // applied in order
+	}{
+		{"put then get", []pageOp{{put, homedKey(5, 0), 1}}},
+		{"put replaces the number", []pageOp{{put, homedKey(5, 0), 1}, {put, homedKey(5, 0), 7}}},
+		{"delete a key never put", []pageOp{{put, homedKey(5, 0), 1}, {del, homedKey(5, 1), 0}}},
+		{"delete the head of a run", []pageOp{
+			{put, homedKey(5, 0), 1}, {put, homedKey(5, 1), 2}, {put, homedKey(5, 2), 3}, {del, homedKey(5, 0), 0}}},
+		{"delete the middle of a run", []pageOp{
+			{put, homedKey(5, 0), 1}, {put, homedKey(5, 1), 2}, {put, homedKey(5, 2), 3}, {del, homedKey(5, 1), 0}}},
+		{"a run of two homes, the first deleted", []pageOp{
+			{put, homedKey(5, 0), 1}, {put, homedKey(6, 0), 2}, {put, homedKey(5, 1), 3}, {put, homedKey(6, 1), 4},
+			{del, homedKey(5, 0), 0}, {del, homedKey(6, 0), 0}}},
+		{"an entry at its home stays put", []pageOp{
+			{put, homedKey(5, 0), 1}, {put, homedKey(5, 1), 2}, {put, homedKey(7, 0), 3}, {del, homedKey(5, 0), 0}}},
+		{"a run wrapping past the last slot", []pageOp{
+			{put, homedKey(last, 0), 1}, {put, homedKey(last, 1), 2}, {put, homedKey(0, 0), 3}, {put, homedKey(last, 2), 4},
+			{del, homedKey(last, 0), 0}, {del, homedKey(0, 0), 0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tab pageNums
+			want := map[uint64]uint64{}
+			for step, op := range tt.ops {
+				op.apply(&tab, want)
+				checkPageNums(t, step, &tab, want, tt.ops)
+			}
+		})
+	}
+}
+
+// TestPageNumsChurn churns the table as removals does (a ring of
+// removalsPerWorker keys, each overwritten in turn) with keys crowded into
+// a few homes, against a map.
+func TestPageNumsChurn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tab pageNums
+	want := map[uint64]uint64{}
+	var ring [removalsPerWorker]uint64
+	for n := uint64(1); n <= 20*removalsPerWorker; n++ {
+		i := n % removalsPerWorker
+		if old := ring[i]; old != 0 {
+			tab.del(old)
+			delete(want, old)
+		}
+		k := homedKey(rng.Uint64N(pageSlots/4), rng.Uint64N(1<<20)+1) // homes in a quarter of the table
+		if want[k] != 0 {
+			continue
+		}
+		ring[i] = k
+		tab.put(k, n)
+		want[k] = n
+		if n%997 == 0 {
+			checkPageNums(t, int(n), &tab, want, nil)
+		}
+	}
+	checkPageNums(t, -1, &tab, want, nil)
+}
+
+type pageOpKind int
+
+const (
+	put pageOpKind = iota
+	del
+)
+
+type pageOp struct {
+	kind pageOpKind
+	key  uint64
+	num  uint64
+}
+
+func (op pageOp) apply(tab *pageNums, want map[uint64]uint64) {
+	switch op.kind {
+	case put:
+		tab.put(op.key, op.num)
+		want[op.key] = op.num
+	case del:
+		tab.del(op.key)
+		delete(want, op.key)
+	}
+}
+
+func checkPageNums(t *testing.T, step int, tab *pageNums, want map[uint64]uint64, ops []pageOp) {
+	t.Helper()
+	for k, n := range want {
+		if got := tab.get(k); got != n {
+			t.Fatalf("after step %d: get(%#x) = %d, want %d (ops %v)", step, k, got, n, ops)
+		}
+	}
+	for _, op := range ops {
+		if _, ok := want[op.key]; !ok && tab.get(op.key) != 0 {
+			t.Fatalf("after step %d: get(%#x) = %d after its delete", step, op.key, tab.get(op.key))
+		}
+	}
+	if got := tab.len(); got != len(want) {
+		t.Fatalf("after step %d: %d keys in the table, want %d", step, got, len(want))
+	}
+}
