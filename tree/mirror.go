@@ -49,7 +49,7 @@ type Mirror struct {
 	chunkShift uint8
 	free       []bref // slots of removed blocks, ready for reuse
 
-	blocks  map[int64]bref
+	blocks  blockTable
 	filter  blockFilter    // answers most lookups of hashes blocks lacks
 	orphans map[int64]bref // by parent hash: the first of the blocks stored below a block not known
 
@@ -165,7 +165,7 @@ func NewMirror(pageSize, maxBlocks int) *Mirror {
 	if pageSize <= 0 || maxBlocks <= 0 {
 		panic(fmt.Sprintf("tree: NewMirror(%d, %d): page size and block limit must be positive", pageSize, maxBlocks))
 	}
-	m := &Mirror{pageSize: pageSize, maxBlocks: maxBlocks, maxDetached: maxBlocks}
+	m := &Mirror{pageSize: pageSize, maxBlocks: maxBlocks, maxDetached: maxBlocks, blocks: newBlockTable()}
 	for pageSize<<m.chunkShift < mirrorChunkTokens {
 		m.chunkShift++
 	}
@@ -191,7 +191,7 @@ func (m *Mirror) LimitDetached(n int) {
 func (m *Mirror) Evicted() int { return m.evicted }
 
 // Len returns how many blocks the mirror knows, attached or not.
-func (m *Mirror) Len() int { return len(m.blocks) }
+func (m *Mirror) Len() int { return m.blocks.len() }
 
 // Detached returns how many known blocks are not reachable from the root.
 func (m *Mirror) Detached() int { return m.detached }
@@ -205,7 +205,7 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // Clear forgets every block: the engine cleared its cache, or the caller
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
-	m.blocks = map[int64]bref{}
+	m.blocks = blockTable{seed: m.blocks.seed}
 	m.filter = blockFilter{}
 	m.orphans = map[int64]bref{}
 	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
@@ -264,7 +264,7 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	}
 	var up bref // the parent's block, 0 for the root or an unknown parent
 	if hasParent {
-		up = m.blocks[parent]
+		up = m.blocks.get(parent)
 	}
 	// first is the first block of the chain that is not attached (a new
 	// block is not), above the block it hangs off: the chain attaches when
@@ -338,10 +338,10 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 		}
 		m.found = append(m.found, r)
 	}
-	if len(m.blocks)+fresh > m.maxBlocks {
+	if m.blocks.len()+fresh > m.maxBlocks {
 		clear(m.found)
 		return fmt.Errorf("%w: %d blocks known, %d more would pass the limit of %d",
-			ErrMirrorFull, len(m.blocks), fresh, m.maxBlocks)
+			ErrMirrorFull, m.blocks.len(), fresh, m.maxBlocks)
 	}
 	return nil
 }
@@ -358,7 +358,7 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 	m.resetArena()
 	for _, h := range hashes {
-		r := m.blocks[h]
+		r := m.lookup(h)
 		if r == 0 {
 			m.unknown++
 			continue
@@ -410,7 +410,7 @@ func (m *Mirror) compactQueue() {
 		clear(m.queue[n:])
 		m.queue, m.qhead = m.queue[:n], 0
 	}
-	if live <= 2*len(m.blocks)+64 {
+	if live <= 2*m.blocks.len()+64 {
 		return
 	}
 	kept := m.queue[:m.qhead]
@@ -444,8 +444,8 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue
 	e := m.block(r)
 	*e = mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent}
 	copy(m.tokens(r), b.Tokens)
-	m.blocks[b.Hash] = r
-	m.filter.add(b.Hash, m.blocks)
+	m.blocks.put(b.Hash, r)
+	m.filter.add(b.Hash, &m.blocks)
 	m.detached++
 	if queue {
 		m.enqueue(r)
@@ -498,7 +498,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 	if e.hasParent {
 		up := e.up
 		if up == 0 {
-			up = m.blocks[e.parent]
+			up = m.lookup(e.parent)
 		}
 		if up != 0 {
 			m.unlink(&m.block(up).kid, r)
@@ -517,7 +517,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 		m.orphans[e.hash] = e.kid
 		e.kid = 0
 	}
-	delete(m.blocks, e.hash)
+	m.blocks.del(e.hash)
 	m.filter.remove(e.hash)
 	m.release(r)
 	return spans

@@ -12,7 +12,7 @@ func (m *Mirror) Known(h int64) bool { return m.lookup(h) != 0 }
 // a chain leaf first has just named h's child; a block with more children
 // than leafAfterScan, or children further back, is reported as no leaf.
 func (m *Mirror) LeafAfter(h int64, gone []int64) bool {
-	r := m.blocks[h]
+	r := m.lookup(h)
 	if r == 0 {
 		return false
 	}

@@ -85,7 +85,7 @@ func (m *Mirror) lookup(h int64) bref {
 	if !m.filter.mayHold(h) {
 		return 0
 	}
-	return m.blocks[h]
+	return m.blocks.get(h)
 }
 
 // blockFilter counts the mirror's known hashes per bucket, so that most
@@ -118,8 +118,8 @@ func (f *blockFilter) mayHold(h int64) bool {
 
 // add counts h, which was just added to blocks, growing the table if
 // blocks outgrew it.
-func (f *blockFilter) add(h int64, blocks map[int64]bref) {
-	if len(blocks)*filterSpread > len(f.counts) {
+func (f *blockFilter) add(h int64, blocks *blockTable) {
+	if blocks.len()*filterSpread > len(f.counts) {
 		f.grow(blocks)
 		return // the recount included h
 	}
@@ -141,14 +141,14 @@ func (f *blockFilter) remove(h int64) {
 // grow makes the table filterSpread times as many buckets as blocks has
 // hashes, twice that after rounding to a power of two at most, and
 // recounts them.
-func (f *blockFilter) grow(blocks map[int64]bref) {
+func (f *blockFilter) grow(blocks *blockTable) {
 	n := filterMin
 	bits := uint8(10)
-	for n < 2*filterSpread*len(blocks) {
+	for n < 2*filterSpread*blocks.len() {
 		n, bits = 2*n, bits+1
 	}
 	f.counts, f.shift = make([]uint8, n), 64-bits
-	for h := range blocks {
+	for h := range blocks.all() {
 		if c := &f.counts[f.bucket(h)]; *c < 255 {
 			*c++
 		}

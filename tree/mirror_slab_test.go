@@ -11,22 +11,22 @@ import (
 // without the map, or it would save nothing.
 func TestBlockFilter(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	blocks := map[int64]bref{}
+	blocks := newBlockTable()
 	var f blockFilter
 	var known []int64
 	put := func(h int64) {
-		if _, ok := blocks[h]; ok {
+		if blocks.get(h) != 0 {
 			return
 		}
-		blocks[h] = 1
-		f.add(h, blocks)
+		blocks.put(h, 1)
+		f.add(h, &blocks)
 		known = append(known, h)
 	}
 	drop := func(i int) {
 		h := known[i]
 		known[i] = known[len(known)-1]
 		known = known[:len(known)-1]
-		delete(blocks, h)
+		blocks.del(h)
 		f.remove(h)
 	}
 	check := func(step string) {
@@ -53,7 +53,7 @@ func TestBlockFilter(t *testing.T) {
 	b := f.bucket(known[0])
 	var same []int64
 	for h := int64(1); len(same) < 300; h++ {
-		if _, ok := blocks[h]; !ok && f.bucket(h) == b {
+		if blocks.get(h) == 0 && f.bucket(h) == b {
 			same = append(same, h)
 		}
 	}
@@ -71,7 +71,7 @@ func TestBlockFilter(t *testing.T) {
 	misses := 0
 	for range 10_000 {
 		if h := r.Int64(); f.mayHold(h) {
-			if _, ok := blocks[h]; !ok {
+			if blocks.get(h) == 0 {
 				misses++
 			}
 		}

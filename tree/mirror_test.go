@@ -233,7 +233,7 @@ func runMirror(t *testing.T, b []byte) {
 func checkMirror(t *testing.T, step int, m *Mirror) {
 	t.Helper()
 	detached := 0
-	for h, r := range m.blocks {
+	for h, r := range m.blocks.all() {
 		e := m.block(r)
 		if e.hash != h {
 			t.Fatalf("step %d: block %d filed under %d", step, e.hash, h)
@@ -249,12 +249,12 @@ func checkMirror(t *testing.T, step int, m *Mirror) {
 			t.Fatalf("step %d: attached root block %d at depth %d", step, h, e.depth)
 		}
 	}
-	if detached != m.detached || m.detached > m.maxDetached || len(m.blocks) > m.maxBlocks {
+	if detached != m.detached || m.detached > m.maxDetached || m.blocks.len() > m.maxBlocks {
 		t.Fatalf("step %d: %d detached counted %d (bound %d), %d blocks (bound %d)",
-			step, detached, m.detached, m.maxDetached, len(m.blocks), m.maxBlocks)
+			step, detached, m.detached, m.maxDetached, m.blocks.len(), m.maxBlocks)
 	}
-	if q := len(m.queue) - m.qhead; q > 2*len(m.blocks)+64 {
-		t.Fatalf("step %d: eviction queue of %d for %d blocks", step, q, len(m.blocks))
+	if q := len(m.queue) - m.qhead; q > 2*m.blocks.len()+64 {
+		t.Fatalf("step %d: eviction queue of %d for %d blocks", step, q, m.blocks.len())
 	}
 }
 

@@ -1,0 +1,152 @@
+package tree
+
+import (
+	"iter"
+	"math/rand/v2"
+)
+
+// blockTable maps an engine's block hash to its block in a Mirror. A full
+// engine stores a block and removes one for every page it admits, so the
+// table sees an insert and a delete per page, forever; a Go map churned that
+// way fills with deleted-slot markers that every probe then walks over
+// (BenchmarkBlockTableChurn: several times the cost of a fresh map's). This
+// one is open-addressed with linear probing and deletes by shifting the
+// entries after the hole back, so no marker is ever left: a probe stops at
+// the first empty slot. Homes are a seeded mix of the engine's hash, so an
+// engine, which never sees the seed, cannot choose hashes that pile up in
+// one run.
+type blockTable struct {
+	slots []blockSlot // a power of two long, or empty
+	n     int
+	shift uint8 // home = hash >> shift
+	seed  uint64
+}
+
+// blockSlot is one entry; ref 0 marks it empty (bref 0 is no block).
+type blockSlot struct {
+	hash int64
+	ref  bref
+}
+
+const (
+	// blockTableMin is the slots of a table's first allocation.
+	blockTableMin = 1 << 10
+	// A table grows (doubles) past 3/4 full: linear probing stays short
+	// up to there, and the table costs at most 16/0.375 bytes a block.
+	blockTableLoadNum, blockTableLoadDen = 3, 4
+)
+
+func newBlockTable() blockTable { return blockTable{seed: rand.Uint64()} }
+
+// len returns how many hashes the table holds.
+func (t *blockTable) len() int { return t.n }
+
+// home is the slot where h's probe starts: the top bits of the seeded hash
+// through a 64-bit finalizer (every input bit moves every output bit), a
+// few nanoseconds where hash/maphash.Comparable costs tens for an int64.
+func (t *blockTable) home(h int64) uint64 {
+	x := uint64(h) ^ t.seed
+	x = (x ^ x>>33) * 0xff51afd7ed558ccd
+	x = (x ^ x>>33) * 0xc4ceb9fe1a85ec53
+	return (x ^ x>>33) >> t.shift
+}
+
+// get returns the block of hash h, 0 when the table does not hold it.
+func (t *blockTable) get(h int64) bref {
+	if t.n == 0 {
+		return 0
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			return 0
+		}
+		if s.hash == h {
+			return s.ref
+		}
+	}
+}
+
+// put files block r (not 0) under hash h, replacing what h named.
+func (t *blockTable) put(h int64, r bref) {
+	if (t.n+1)*blockTableLoadDen > len(t.slots)*blockTableLoadNum {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			s.hash, s.ref = h, r
+			t.n++
+			return
+		}
+		if s.hash == h {
+			s.ref = r
+			return
+		}
+	}
+}
+
+// del removes hash h, if held, moving back each entry after it in its run
+// whose home is not between the hole and the entry's slot: every hash stays
+// reachable from its home without crossing an empty slot.
+func (t *blockTable) del(h int64) {
+	if t.n == 0 {
+		return
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := t.home(h)
+	for ; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.ref == 0 {
+			return
+		}
+		if s.hash == h {
+			break
+		}
+	}
+	t.n--
+	for j := (i + 1) & mask; t.slots[j].ref != 0; j = (j + 1) & mask {
+		// The entry at j may fill the hole at i when its home is not in
+		// (i, j], cyclically: it is at least j-i slots from home.
+		if d := t.home(t.slots[j].hash); (j-d)&mask >= (j-i)&mask {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = blockSlot{}
+}
+
+// grow doubles the slots (or makes the first ones) and refiles every entry.
+func (t *blockTable) grow() {
+	old := t.slots
+	n, bits := blockTableMin, uint8(10)
+	for n < 2*len(old) {
+		n, bits = 2*n, bits+1
+	}
+	t.slots, t.shift = make([]blockSlot, n), 64-bits
+	mask := uint64(n - 1)
+	for _, s := range old {
+		if s.ref == 0 {
+			continue
+		}
+		i := t.home(s.hash)
+		for t.slots[i].ref != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}
+
+// all yields every hash held and its block, in no particular order. The
+// table must not change during the walk.
+func (t *blockTable) all() iter.Seq2[int64, bref] {
+	return func(yield func(int64, bref) bool) {
+		for _, s := range t.slots {
+			if s.ref != 0 && !yield(s.hash, s.ref) {
+				return
+			}
+		}
+	}
+}
