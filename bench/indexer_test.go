@@ -122,6 +122,12 @@ type indexerReplay struct {
 	ops                  int
 	applyCPU, applyWall  time.Duration
 	lookups, selects     []time.Duration
+	// lookupCPU is each lookup's CPU time on its thread: a tail in wall
+	// time that is not in CPU time is the thread waiting for a core.
+	lookupCPU []time.Duration
+	// lookupPerK is each lookup's wall time per 1,000 prompt tokens: a
+	// tail in lookups that is not in this is the longest prompts' work.
+	lookupPerK []time.Duration
 }
 
 func (a *indexerReplay) add(r indexerReplay) {
@@ -134,13 +140,16 @@ func (a *indexerReplay) add(r indexerReplay) {
 	a.applyWall += r.applyWall
 	a.lookups = append(a.lookups, r.lookups...)
 	a.selects = append(a.selects, r.selects...)
+	a.lookupCPU = append(a.lookupCPU, r.lookupCPU...)
+	a.lookupPerK = append(a.lookupPerK, r.lookupPerK...)
 }
 
 func (a *indexerReplay) report(b *testing.B) {
 	if a.requests == 0 {
 		return
 	}
-	for name, ds := range map[string][]time.Duration{"lookup": a.lookups, "select": a.selects} {
+	for name, ds := range map[string][]time.Duration{"lookup": a.lookups, "select": a.selects,
+		"lookup-cpu": a.lookupCPU, "lookup-per-ktok": a.lookupPerK} {
 		slices.Sort(ds)
 		q := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))].Nanoseconds()) }
 		b.ReportMetric(q(0.50), name+"-p50-ns")
@@ -185,13 +194,17 @@ func replayIndexer(b *testing.B, recs []traceRecord, page int) (indexerReplay, *
 	for _, rec := range recs {
 		prompt := tracePrompt(rec)
 		b.StartTimer()
+		l0, _ := testutil.ThreadCPU()
 		t0 := time.Now()
 		m := p.Lookup(prompt)
 		t1 := time.Now()
+		l1, _ := testutil.ThreadCPU()
 		d, err := p.Select(ctx, &policy.Request{InputIDs: prompt}, views)
 		t2 := time.Now()
 		b.StopTimer()
 		r.lookups = append(r.lookups, t1.Sub(t0))
+		r.lookupCPU = append(r.lookupCPU, l1-l0)
+		r.lookupPerK = append(r.lookupPerK, t1.Sub(t0)*1000/time.Duration(max(len(prompt), 1)))
 		r.selects = append(r.selects, t2.Sub(t1))
 		if err == nil && m.Of(d.Worker.URL()) != d.PredictedCachedTokens {
 			b.Fatalf("Lookup says %s holds %d tokens, Select predicted %d", d.Worker.URL(), m.Of(d.Worker.URL()), d.PredictedCachedTokens)

@@ -65,9 +65,17 @@ func (e *lruEngine) request(prompt []uint32) *workers.KVEventBatch {
 // prompt's pages stored one event per page, each after the removal of one
 // page of the oldest prompt. Only the batch is timed; ns/op, cpu-ns/op (the
 // thread's CPU time) and allocs/op are per request's worth of events.
+// The engine holds 32 prompts, or (kv=400000) as many tokens as a simulated
+// engine (workers/sim) holds by default, whose mirror no longer fits in the
+// processor's nearer caches.
 func BenchmarkKVEventsPerRequest(b *testing.B) {
-	for _, tokens := range []int{1024, 8192} {
-		b.Run(fmt.Sprintf("prompt=%d", tokens), func(b *testing.B) {
+	for _, c := range []struct{ tokens, kv int }{{1024, 0}, {8192, 0}, {1024, 400_000}, {8192, 400_000}} {
+		tokens := c.tokens
+		name := fmt.Sprintf("prompt=%d", tokens)
+		if c.kv > 0 {
+			name += fmt.Sprintf(",kv=%d", c.kv)
+		}
+		b.Run(name, func(b *testing.B) {
 			const page = 16
 			ws := fleet(1)
 			w := ws[0]
@@ -76,6 +84,9 @@ func BenchmarkKVEventsPerRequest(b *testing.B) {
 			// 32 prompts fill the engine; the tree's default budget
 			// holds far more.
 			eng := &lruEngine{pageSize: page, capacity: 32 * tokens / page}
+			if c.kv > 0 {
+				eng.capacity = c.kv / page
+			}
 			rng := rand.New(rand.NewPCG(1, uint64(tokens)))
 			prompt := func() []uint32 {
 				ids := make([]uint32, tokens)
@@ -90,7 +101,7 @@ func BenchmarkKVEventsPerRequest(b *testing.B) {
 				}
 				return eng.request(ids)
 			}
-			for range 48 { // fill the engine, then some
+			for range eng.capacity*page/tokens + 16 { // fill the engine, then some
 				p.ApplyKVEvents(w.URL(), serve(prompt()))
 			}
 			// The batch is also timed on the thread's CPU clock: on a
