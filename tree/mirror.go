@@ -50,7 +50,6 @@ type Mirror struct {
 	free       []bref // slots of removed blocks, ready for reuse
 
 	blocks  blockTable
-	filter  blockFilter    // answers most lookups of hashes blocks lacks
 	orphans map[int64]bref // by parent hash: the first of the blocks stored below a block not known
 
 	detached int // blocks in blocks that are not attached
@@ -206,7 +205,6 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
 	m.blocks = blockTable{seed: m.blocks.seed}
-	m.filter = blockFilter{}
 	m.orphans = map[int64]bref{}
 	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
 	m.toks = nil
@@ -445,7 +443,6 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue
 	*e = mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent}
 	copy(m.tokens(r), b.Tokens)
 	m.blocks.put(b.Hash, r)
-	m.filter.add(b.Hash, &m.blocks)
 	m.detached++
 	if queue {
 		m.enqueue(r)
@@ -518,7 +515,6 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 		e.kid = 0
 	}
 	m.blocks.del(e.hash)
-	m.filter.remove(e.hash)
 	m.release(r)
 	return spans
 }

@@ -1,7 +1,7 @@
 package tree
 
-// The Mirror's storage: a slab of blocks named by index, lists linked by
-// index, and a filter in front of the map of hashes.
+// The Mirror's storage: a slab of blocks named by index, and lists linked
+// by index.
 
 // block returns the block r names. The pointer is valid until the next
 // block is added (the slab may move).
@@ -81,76 +81,10 @@ func (m *Mirror) unlink(head *bref, r bref) {
 }
 
 // lookup returns the block of hash h, 0 if the mirror does not know it.
+// A filter of counts per hash bucket used to stand in front of the table,
+// to answer most unknown hashes without probing a Go map; with the table's
+// probes short, the filter only added a cache miss of its own to every
+// lookup of a known hash (the blocks an engine removes).
 func (m *Mirror) lookup(h int64) bref {
-	if !m.filter.mayHold(h) {
-		return 0
-	}
 	return m.blocks.get(h)
-}
-
-// blockFilter counts the mirror's known hashes per bucket, so that most
-// lookups of a hash the mirror does not know (every block an engine
-// stores is one, and a cache's worth of blocks makes the map's probe a
-// cache miss) read one byte of a table a fraction of the map's size
-// instead. A bucket's count is never below the known hashes in it: it
-// saturates at 255 and then stays (a false "maybe" costs one map probe).
-// The table keeps at least filterSpread buckets per known hash, growing
-// by recounting the map.
-type blockFilter struct {
-	counts []uint8
-	shift  uint8 // bucket = (h * filterMix) >> shift
-}
-
-const (
-	filterSpread = 4
-	filterMin    = 1 << 10
-	// filterMix spreads engines' hashes over the buckets, whatever bits
-	// of them vary (Fibonacci hashing).
-	filterMix = 0x9e3779b97f4a7c15
-)
-
-func (f *blockFilter) bucket(h int64) uint64 { return (uint64(h) * filterMix) >> f.shift }
-
-// mayHold reports whether h may be a known hash: false means it is not.
-func (f *blockFilter) mayHold(h int64) bool {
-	return len(f.counts) == 0 || f.counts[f.bucket(h)] != 0
-}
-
-// add counts h, which was just added to blocks, growing the table if
-// blocks outgrew it.
-func (f *blockFilter) add(h int64, blocks *blockTable) {
-	if blocks.len()*filterSpread > len(f.counts) {
-		f.grow(blocks)
-		return // the recount included h
-	}
-	if c := &f.counts[f.bucket(h)]; *c < 255 {
-		*c++
-	}
-}
-
-// remove uncounts h, which was just deleted from the map.
-func (f *blockFilter) remove(h int64) {
-	if len(f.counts) == 0 {
-		return
-	}
-	if c := &f.counts[f.bucket(h)]; *c < 255 {
-		*c--
-	}
-}
-
-// grow makes the table filterSpread times as many buckets as blocks has
-// hashes, twice that after rounding to a power of two at most, and
-// recounts them.
-func (f *blockFilter) grow(blocks *blockTable) {
-	n := filterMin
-	bits := uint8(10)
-	for n < 2*filterSpread*blocks.len() {
-		n, bits = 2*n, bits+1
-	}
-	f.counts, f.shift = make([]uint8, n), 64-bits
-	for h := range blocks.all() {
-		if c := &f.counts[f.bucket(h)]; *c < 255 {
-			*c++
-		}
-	}
 }
