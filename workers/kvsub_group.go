@@ -38,16 +38,22 @@ func (g KVGroup) isPrefix() bool {
 
 // filter drops b's events that are not about a prefix the worker holds,
 // in place, and returns how many it dropped.
+// Events are moved only once one was dropped: a batch of a model without
+// such groups (the usual one) is read, never written.
 func (p *prefixGroups) filter(b *KVEventBatch) int {
-	kept := b.Events[:0]
-	for _, e := range b.Events {
-		if p.keep(&e) {
-			kept = append(kept, e)
+	n := 0
+	for i := range b.Events {
+		if !p.keep(&b.Events[i]) {
+			continue
 		}
+		if n != i {
+			b.Events[n] = b.Events[i]
+		}
+		n++
 	}
-	dropped := len(b.Events) - len(kept)
-	clear(b.Events[len(kept):])
-	b.Events = kept
+	dropped := len(b.Events) - n
+	clear(b.Events[n:])
+	b.Events = b.Events[:n]
 	return dropped
 }
 

@@ -139,7 +139,7 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 			}
 			rank, hasRank, b = int32(v), true, b[m:]
 		case num == fBatchEvents && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
+			v, m := consumeBytes(b)
 			if m < 0 {
 				fail("events")
 				break
@@ -274,7 +274,7 @@ func (d *kvWire) event(b []byte) error {
 		}
 		b = b[n:]
 		if typ == protowire.BytesType && (num == fEventStored || num == fEventRemoved || num == fEventCleared) {
-			v, m := protowire.ConsumeBytes(b)
+			v, m := consumeBytes(b)
 			if m < 0 {
 				return errWire{"an event's data"}
 			}
@@ -322,7 +322,7 @@ func (d *kvWire) stored(e *wireEvent, b []byte) error {
 		b = b[n:]
 		switch {
 		case num == fStoredBlocks && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
+			v, m := consumeBytes(b)
 			if m < 0 {
 				return errWire{"a block"}
 			}
@@ -458,31 +458,6 @@ func (d *kvWire) removed(e *wireEvent, b []byte) error {
 	return nil
 }
 
-// appendVarints appends a repeated varint field's values to dst, as
-// protobuf reads them (a uint32 keeps the low 32 bits), whether the field
-// is unpacked (typ VarintType: one value) or packed (BytesType: a run of
-// them), and returns the bytes of b it took; -1 when b does not hold a
-// whole field.
-func appendVarints[T uint32 | int64](dst *[]T, typ protowire.Type, b []byte) int {
-	if typ == protowire.VarintType {
-		v, m := protowire.ConsumeVarint(b)
-		if m >= 0 {
-			*dst = append(*dst, T(v))
-		}
-		return m
-	}
-	packed, m := protowire.ConsumeBytes(b)
-	for m >= 0 && len(packed) > 0 {
-		v, k := protowire.ConsumeVarint(packed)
-		if k < 0 {
-			return -1
-		}
-		*dst = append(*dst, T(v))
-		packed = packed[k:]
-	}
-	return m
-}
-
 // kvStoredStrings reports whether num is one of KvBlocksStored's string
 // fields the router does not read (medium, ownership, session_id, lora_name,
 // cache_salt): checked as protobuf checks them, then skipped.
@@ -574,16 +549,6 @@ func (c kvWireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		*p = append(*p, buf.ReadOnlyData()...)
 	}
 	return nil
-}
-
-// consumeTag is protowire.ConsumeTag refusing, as protobuf's decoder does,
-// a field number above the largest valid one.
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n >= 0 && !num.IsValid() {
-		return 0, 0, -1
-	}
-	return num, typ, n
 }
 
 // fLoadOnly is EngineLoad.load_only, bool.
