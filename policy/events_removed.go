@@ -61,20 +61,10 @@ func (t *pageNums) put(k, n uint64) {
 	}
 }
 
-// del removes k, if present, by moving back each entry after it in its
-// run whose home is not between the hole and the entry's slot: every key
-// stays reachable from its home without crossing an empty slot.
-func (t *pageNums) del(k uint64) {
-	i := pageHome(k)
-	for ; ; i = (i + 1) & pageSlotMask {
-		s := &t.slots[i]
-		if s.num == 0 {
-			return
-		}
-		if s.key == k {
-			break
-		}
-	}
+// delAt empties slot i, moving back each entry after it in its run whose
+// home is not between the hole and the entry's slot: every key stays
+// reachable from its home without crossing an empty slot.
+func (t *pageNums) delAt(i uint64) {
 	for j := (i + 1) & pageSlotMask; t.slots[j].num != 0; j = (j + 1) & pageSlotMask {
 		// The entry at j may fill the hole at i when its home is not in
 		// (i, j], cyclically: its distance from home is at least j-i.
@@ -84,6 +74,24 @@ func (t *pageNums) del(k uint64) {
 		}
 	}
 	t.slots[i] = pageSlot{}
+}
+
+// delIf removes k if its number is n: the ring's entry for k is being
+// overwritten, and k was not removed again since. One probe, where a get
+// and a del took two.
+func (t *pageNums) delIf(k, n uint64) {
+	for i := pageHome(k); ; i = (i + 1) & pageSlotMask {
+		s := &t.slots[i]
+		if s.num == 0 {
+			return
+		}
+		if s.key == k {
+			if s.num == n {
+				t.delAt(i)
+			}
+			return
+		}
+	}
 }
 
 // len counts the keys in the table (for tests).

@@ -39,6 +39,7 @@ func TestPageNums(t *testing.T) {
 		{"put then get", []pageOp{{put, homedKey(5, 0), 1}}},
 		{"put replaces the number", []pageOp{{put, homedKey(5, 0), 1}, {put, homedKey(5, 0), 7}}},
 		{"delete a key never put", []pageOp{{put, homedKey(5, 0), 1}, {del, homedKey(5, 1), 0}}},
+		{"a stale number deletes nothing", []pageOp{{put, homedKey(5, 0), 1}, {put, homedKey(5, 0), 2}, {stale, homedKey(5, 0), 1}}},
 		{"delete the head of a run", []pageOp{
 			{put, homedKey(5, 0), 1}, {put, homedKey(5, 1), 2}, {put, homedKey(5, 2), 3}, {del, homedKey(5, 0), 0}}},
 		{"delete the middle of a run", []pageOp{
@@ -75,7 +76,7 @@ func TestPageNumsChurn(t *testing.T) {
 	for n := uint64(1); n <= 20*removalsPerWorker; n++ {
 		i := n % removalsPerWorker
 		if old := ring[i]; old != 0 {
-			tab.del(old)
+			tab.delIf(old, want[old])
 			delete(want, old)
 		}
 		k := homedKey(rng.Uint64N(pageSlots/4), rng.Uint64N(1<<20)+1) // homes in a quarter of the table
@@ -95,8 +96,9 @@ func TestPageNumsChurn(t *testing.T) {
 type pageOpKind int
 
 const (
-	put pageOpKind = iota
-	del
+	put   pageOpKind = iota
+	del              // delIf with the key's number
+	stale            // delIf with another number: nothing changes
 )
 
 type pageOp struct {
@@ -111,8 +113,10 @@ func (op pageOp) apply(tab *pageNums, want map[uint64]uint64) {
 		tab.put(op.key, op.num)
 		want[op.key] = op.num
 	case del:
-		tab.del(op.key)
+		tab.delIf(op.key, want[op.key])
 		delete(want, op.key)
+	case stale:
+		tab.delIf(op.key, op.num)
 	}
 }
 

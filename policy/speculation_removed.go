@@ -86,8 +86,8 @@ func (r *removals) removed(worker string, path []uint32, pages int) {
 	defer w.mu.Unlock()
 	for i := first; i < first+pages; i++ {
 		k := pageKey(i, path[i*ps:(i+1)*ps])
-		if old := w.ring[w.next]; w.nums[w.next] != 0 && w.last.get(old) == w.nums[w.next] {
-			w.last.del(old)
+		if n := w.nums[w.next]; n != 0 {
+			w.last.delIf(w.ring[w.next], n)
 		}
 		w.ring[w.next], w.nums[w.next] = k, n
 		w.next = (w.next + 1) % removalsPerWorker
