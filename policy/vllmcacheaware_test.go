@@ -212,6 +212,75 @@ func TestVllmCacheAwareLoadFactor(t *testing.T) {
 	}
 }
 
+// limitedFleet builds a worker per limit, each reporting that running-request
+// limit (0: none reported).
+func limitedFleet(limits ...int) []*workers.Worker {
+	ws := make([]*workers.Worker, len(limits))
+	for i, n := range limits {
+		ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolVLLM,
+			workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: n}, nil, nil)
+	}
+	return ws
+}
+
+// TestVllmCacheAwareBoundByRunningLimit is the load bound on engines that
+// report how many requests they run at once: w0 holds the prompt; below its
+// limit it keeps the request even past LoadFactor × the average (the request
+// starts at once there, and moving it would throw the cache away), unless it
+// carries more than twice the average and one request more (the bound that
+// still spreads a burst over engines of hundreds of slots); at its limit
+// SMG's load factor judges, as it does when any engine reports no limit.
+func TestVllmCacheAwareBoundByRunningLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits []int // w0 first; 0: not reported
+		loads  []int
+		want   int
+		branch string
+	}{
+		{"8 slots, 7 running against an average of 4 (over ×1.25): room left, the cache",
+			[]int{8, 8, 8, 8}, []int{7, 3, 3, 3}, 0, "cache_hit"},
+		{"8 slots, at its limit against an average of 4.25: the least loaded",
+			[]int{8, 8, 8, 8}, []int{8, 3, 3, 3}, 1, "overloaded"},
+		{"8 slots, past its limit, but under ×1.25 of a fleet that queues: the cache",
+			[]int{8, 8, 8, 8}, []int{10, 9, 9, 8}, 0, "cache_hit"},
+		{"8 slots, past its limit and ×1.25: the least loaded",
+			[]int{8, 8, 8, 8}, []int{14, 9, 9, 8}, 3, "overloaded"},
+		{"2 slots, one running against idle engines: the cache, the request starts at once",
+			[]int{2, 2, 2, 2}, []int{1, 0, 0, 0}, 0, "cache_hit"},
+		{"2 slots, full against idle engines: an idle one",
+			[]int{2, 2, 2, 2}, []int{2, 0, 0, 0}, 1, "overloaded"},
+		{"256 slots, a conversation's engine 24 against an average of 18.5: the cache",
+			[]int{256, 256, 256, 256}, []int{24, 19, 17, 14}, 0, "cache_hit"},
+		{"256 slots, 38 against an average of 18.5 (twice it and one more): the cache",
+			[]int{256, 256, 256, 256}, []int{38, 16, 12, 8}, 0, "cache_hit"},
+		{"256 slots, 39 against an average of 18.75: past twice it and one more, the least loaded",
+			[]int{256, 256, 256, 256}, []int{39, 16, 12, 8}, 3, "overloaded"},
+		{"256 slots, a burst: 2 against idle engines is past twice the average and one more",
+			[]int{256, 256, 256, 256, 256, 256, 256, 256}, []int{2, 0, 0, 0, 0, 0, 0, 0}, 1, "overloaded"},
+		{"one engine reports no limit: SMG's load factor alone (7 against an average of 4)",
+			[]int{8, 8, 8, 0}, []int{7, 3, 3, 3}, 1, "overloaded"},
+		{"no engine reports a limit: SMG's load factor alone",
+			[]int{0, 0, 0, 0}, []int{7, 3, 3, 3}, 1, "overloaded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := limitedFleet(tc.limits...)
+			p := newVCA(t, nil)
+			prompt := caTokens(1, 64)
+			vcaPlace(t, p, ws[0], prompt)
+			for i, l := range tc.loads {
+				defer busy(ws[i], l)()
+			}
+			d := vcaSelect(t, p, &policy.Request{InputIDs: prompt}, ws...)
+			predicted := 0
+			if tc.want == 0 {
+				predicted = 64
+			}
+			wantDecision(t, d, ws[tc.want], tc.branch, predicted)
+		})
+	}
+}
+
 // TestVllmCacheAwareRecordsTheChosenWorker: whatever the branch, the prompt
 // is recorded for the worker it went to, so the next request of the
 // conversation finds it there; a DryRun records nothing.
