@@ -22,9 +22,11 @@ import (
 //     the less loaded, then the earlier candidate) covers more than
 //     CacheThreshold of the prompt's whole blocks, and its worker's load is
 //     acceptable: below LoadFactor × the average load, or the lowest load
-//     there is (which covers an idle fleet), or, where every candidate
-//     reports its running-request limit, below its limit and at most twice
-//     the average and one request more (see hasRoom).
+//     there is (which covers an idle fleet). Where every candidate reports
+//     its running-request limit, the load is also acceptable below that
+//     limit while at most twice the average and one request more, and
+//     while some engine is idle and holds no block, only a load of at most
+//     one (see boundByRoom).
 //  2. overloaded: the match was good enough but the load was not; the
 //     least loaded worker (ties: the earlier candidate).
 //  3. cache_miss: otherwise the least loaded worker.
@@ -129,8 +131,8 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	// The lowest load is acceptable whatever the average: the fallback
 	// could only pick a worker as loaded and without the cache.
 	acceptable := loads[best] == loads[least] || float64(loads[best]) < p.loadFactor*s.avg
-	if !acceptable && hasRoom(ws, loads, best, sum) {
-		acceptable, s.room = true, true
+	if allReportCapacity(ws) {
+		acceptable, s.room = p.boundByRoom(ws, loads, best, sum, acceptable)
 	}
 	switch {
 	case p.cost != nil:
@@ -184,31 +186,48 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	return d, nil
 }
 
-// hasRoom reports whether worker best, whose load is past SMG's load
-// factor, may keep a request anyway because its engine has room for it:
-// every candidate reports its running-request limit, best runs fewer than
-// its own, and it carries at most twice the average load and one request
-// more (sum is the candidates' total load).
+// boundByRoom applies the load bound where every candidate reports its
+// running-request limit, given SMG's verdict (acceptable): it returns
+// whether worker best may take the request, and whether room (not SMG's
+// rule) decided it. sum is the candidates' total load.
 //
-// SMG's bound (LoadFactor × the average) moved conversations off their
-// caches on the swings of in-flight counts: on multiturn at 256 users, 188
-// moves in 2,048 requests at loads as small as 24 against an average of 19
-// on engines of 256 slots, each losing the conversation's history, about
-// 157K tokens in all and the whole gap to the oracle's hit rate. Below its
-// limit the engine starts the request at once, as the least loaded would,
-// but without the prefill a move costs. The limit alone does not bound an
-// engine of hundreds of slots: the first engine to hold a shared system
-// prompt would take a whole burst of new conversations (a load factor of
-// 100 sent every conversation to one engine, load CoV 2.6). Twice the
-// average still spreads a burst (the second request of a burst on an idle
-// fleet moves), and leaves room for the swings; the one request more keeps
-// an engine of 2 slots running one request, with its cache, against an
-// idle fleet.
-func hasRoom(ws []workers.View, loads []int, best, sum int) bool {
-	if !allReportCapacity(ws) || loads[best] >= ws[best].MaxRunningRequests() {
-		return false
+// While some engine is idle and holds no block (a fleet starting up, or
+// one just joined), best takes the request only if it carries at most one
+// other: the request goes to an idle engine instead, which then holds its
+// prefix. Every engine so comes to hold a burst's shared system prompt, and
+// equal matches then spread the burst by load. SMG's rule alone left the
+// eighth engine of 8 idle through a whole burst (7 holders at equal load
+// stay under 1.25 × the average), and the bound below left half of them.
+//
+// Otherwise an engine below its limit keeps the request while it carries
+// at most twice the average load and one request more. SMG's bound
+// (LoadFactor × the average) moved conversations off their caches on the
+// swings of in-flight counts: on multiturn at 256 users, 188 moves in 2,048
+// requests at loads as small as 24 against an average of 19 on engines of
+// 256 slots, each losing the conversation's history, about 157K tokens in
+// all and the whole gap to the oracle's hit rate. Below its limit the
+// engine starts the request at once, as the least loaded would, but
+// without the prefill a move costs. In-flight counts swing most where a
+// wave of turns begins (8 against an average of 6, with engines at 1 and
+// 2), so the bound is wide; it still keeps a hot prefix from filling an
+// engine of hundreds of slots (a load factor of 100 sent every
+// conversation to one engine, load CoV 2.6). The one request more keeps
+// an engine of 2 slots running one request, with its cache, beside an
+// idle one.
+func (p *VllmCacheAware) boundByRoom(ws []workers.View, loads []int, best, sum int, acceptable bool) (ok, room bool) {
+	for i, w := range ws {
+		if loads[i] == 0 && p.index.BackendBlocks(w.URL()) == 0 {
+			return loads[best] <= 1, false
+		}
 	}
-	return loads[best]*len(ws) <= 2*sum+len(ws)
+	if acceptable {
+		return true, false
+	}
+	if loads[best] >= ws[best].MaxRunningRequests() {
+		return false, false
+	}
+	ok = loads[best]*len(ws) <= 2*sum+len(ws)
+	return ok, ok
 }
 
 // vcaChoice is what a selection found, for its reason.
@@ -219,7 +238,7 @@ type vcaChoice struct {
 	avg, ratio           float64
 	branch               string
 	// room: the best worker was past the load factor, and kept the
-	// request because its engine had room (see hasRoom).
+	// request because its engine had room (see boundByRoom).
 	room bool
 	// In ModeCost (ModeWait): the candidates' costs (expected waits), and
 	// the prompt's length.
