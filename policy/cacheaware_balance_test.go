@@ -234,6 +234,18 @@ func TestCacheAwareSeedsIdleEmptyWorkers(t *testing.T) {
 			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], tc.branch, predicted)
 		})
 	}
+	t.Run("Explain names the idle worker", func(t *testing.T) {
+		ws := limitedFleet(256, 256)
+		p := newCA(t, nil)
+		prompt := caTokens(1, 64)
+		place(t, p, ws[0], prompt)
+		defer busy(ws[0], 2)()
+		d := caExplain(t, p, prompt, ws...)
+		want := "imbalance: grpc://127.0.0.1:9001 is idle and holds nothing while a worker carries 2"
+		if d.Reason != want {
+			t.Fatalf("reason %q, want %q", d.Reason, want)
+		}
+	})
 }
 
 // cov is the coefficient of variation of counts (population standard

@@ -132,7 +132,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	// could only pick a worker as loaded and without the cache.
 	acceptable := loads[best] == loads[least] || float64(loads[best]) < p.loadFactor*s.avg
 	if allReportCapacity(ws) {
-		acceptable, s.room = p.boundByRoom(ws, loads, best, sum, acceptable)
+		acceptable, s.room, s.seeding = p.boundByRoom(ws, loads, best, sum, acceptable)
 	}
 	switch {
 	case p.cost != nil:
@@ -189,7 +189,8 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 // boundByRoom applies the load bound where every candidate reports its
 // running-request limit, given SMG's verdict (acceptable): it returns
 // whether worker best may take the request, and whether room (not SMG's
-// rule) decided it. sum is the candidates' total load.
+// rule) decided it, or whether an idle engine holding nothing (seeding)
+// did. sum is the candidates' total load.
 //
 // While some engine is idle and holds no block (a fleet starting up, or
 // one just joined), best takes the request only if it carries at most one
@@ -214,20 +215,20 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 // conversation to one engine, load CoV 2.6). The one request more keeps
 // an engine of 2 slots running one request, with its cache, beside an
 // idle one.
-func (p *VllmCacheAware) boundByRoom(ws []workers.View, loads []int, best, sum int, acceptable bool) (ok, room bool) {
+func (p *VllmCacheAware) boundByRoom(ws []workers.View, loads []int, best, sum int, acceptable bool) (ok, room, seeding bool) {
 	for i, w := range ws {
 		if loads[i] == 0 && p.index.BackendBlocks(w.URL()) == 0 {
-			return loads[best] <= 1, false
+			return loads[best] <= 1, false, true
 		}
 	}
 	if acceptable {
-		return true, false
+		return true, false, false
 	}
 	if loads[best] >= ws[best].MaxRunningRequests() {
-		return false, false
+		return false, false, false
 	}
 	ok = loads[best]*len(ws) <= 2*sum+len(ws)
-	return ok, ok
+	return ok, ok, false
 }
 
 // vcaChoice is what a selection found, for its reason.
@@ -238,8 +239,9 @@ type vcaChoice struct {
 	avg, ratio           float64
 	branch               string
 	// room: the best worker was past the load factor, and kept the
-	// request because its engine had room (see boundByRoom).
-	room bool
+	// request because its engine had room; seeding: an engine was idle
+	// and held no block (see boundByRoom).
+	room, seeding bool
 	// In ModeCost (ModeWait): the candidates' costs (expected waits), and
 	// the prompt's length.
 	cost     *costChoice
@@ -265,6 +267,10 @@ func (p *VllmCacheAware) reason(s *vcaChoice) string {
 		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%), load %d (average %.2f, limit ×%g)",
 			s.ws[c].URL(), s.matched[c], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[c], s.avg, p.loadFactor)
 	case "overloaded":
+		if s.seeding {
+			return fmt.Sprintf("overloaded: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%) but carries %d while an engine is idle and holds no block; least loaded %s (load %d)",
+				s.ws[b].URL(), s.matched[b], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[b], s.ws[c].URL(), s.loads[c])
+		}
 		return fmt.Sprintf("overloaded: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%) but its load %d is not below %.2f (×%g the average %.2f); least loaded %s (load %d)",
 			s.ws[b].URL(), s.matched[b], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[b], p.loadFactor*s.avg, p.loadFactor, s.avg, s.ws[c].URL(), s.loads[c])
 	}

@@ -297,6 +297,33 @@ func TestVllmCacheAwareBoundByRunningLimit(t *testing.T) {
 			wantDecision(t, d, ws[tc.want], tc.branch, predicted)
 		})
 	}
+	t.Run("the reasons name the rule that decided", func(t *testing.T) {
+		for _, tc := range []struct {
+			loads []int
+			warm  bool
+			want  string
+		}{
+			{[]int{7, 3, 3, 3}, true, "load 7, past ×1.25 the average 4.00 but below its running-request limit 8 and within twice the average and one more"},
+			{[]int{7, 3, 3, 0}, false, "but carries 7 while an engine is idle and holds no block; least loaded grpc://127.0.0.1:9003 (load 0)"},
+		} {
+			ws := limitedFleet(8, 8, 8, 8)
+			p := newVCA(t, nil)
+			prompt := caTokens(1, 64)
+			vcaPlace(t, p, ws[0], prompt)
+			if tc.warm {
+				for i, w := range ws[1:] {
+					vcaPlace(t, p, w, caTokens(10+i, 64))
+				}
+			}
+			for i, l := range tc.loads {
+				defer busy(ws[i], l)()
+			}
+			d := vcaSelect(t, p, &policy.Request{InputIDs: prompt, DryRun: true}, ws...)
+			if !strings.Contains(d.Why(), tc.want) {
+				t.Errorf("loads %v: reason %q, want it to say %q", tc.loads, d.Why(), tc.want)
+			}
+		}
+	})
 }
 
 // TestVllmCacheAwareBurstReachesEveryEngine places a burst of
