@@ -209,12 +209,12 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 // all and the whole gap to the oracle's hit rate. Below its limit the
 // engine starts the request at once, as the least loaded would, but
 // without the prefill a move costs. In-flight counts swing most where a
-// wave of turns begins (8 against an average of 6, with engines at 1 and
-// 2), so the bound is wide; it still keeps a hot prefix from filling an
-// engine of hundreds of slots (a load factor of 100 sent every
-// conversation to one engine, load CoV 2.6). The one request more keeps
-// an engine of 2 slots running one request, with its cache, beside an
-// idle one.
+// wave of turns begins (loads 13, 7, 11, 2, 2, 1, 4 and 8: 13 against an
+// average of 6), so the bound is wide; it still keeps a hot prefix from
+// filling an engine of hundreds of slots (a load factor of 100 sent every
+// conversation to one engine, load CoV 2.6). The one request more keeps an
+// engine of 2 slots running one request, with its cache, beside an idle
+// one.
 func (p *VllmCacheAware) boundByRoom(ws []workers.View, loads []int, best, sum int, acceptable bool) (ok, room, seeding bool) {
 	for i, w := range ws {
 		if loads[i] == 0 && p.index.BackendBlocks(w.URL()) == 0 {
