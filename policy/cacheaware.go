@@ -42,7 +42,9 @@ const speculationHeadroom = 2
 //     reports its running-request limit, the fleet is also imbalanced when
 //     the loads as shares of those limits differ by BalanceCapacityThreshold
 //     or more (and by more than BalanceRelThreshold ×), and the least loaded
-//     is the one of least share (see capacityImbalanced).
+//     is the one of least share (see capacityImbalanced), and, while a
+//     candidate is idle and holds nothing in the tree, as soon as any
+//     worker carries two requests (see seedIdle).
 //  2. cache_hit: when the longest whole-page match covers at least
 //     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
 //     that match. When several workers hold it (a shared system prompt the
@@ -240,6 +242,8 @@ type snapshot struct {
 	// one did not), the shares spanning minShare..maxShare.
 	byCapacity, byCapacityFired bool
 	minShare, maxShare          float64
+	// seeding: a candidate was idle and held nothing (see seedIdle).
+	seeding bool
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -304,6 +308,9 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		isLeast = func(i int) bool { return s.shareCmp(i, low) == 0 }
 	}
 	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || scored || isLeast(i) })
+	if !scored {
+		c.seedIdle(s, sizes)
+	}
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
 		s.costLoads = costLoads(ws, func(i int) int { return sizes[i] })
@@ -421,6 +428,9 @@ func (s *snapshot) reason() string {
 	url := s.ws[s.chosen].URL()
 	switch s.branch {
 	case "imbalance":
+		if s.seeding {
+			return fmt.Sprintf("imbalance: %s is idle and holds nothing while a worker carries %d", url, s.max)
+		}
 		if s.byCapacityFired {
 			return fmt.Sprintf("imbalance: loads %.2f..%.2f of the running-request limits differ by at least %g and ×%g; least loaded %s (%d of %d)",
 				s.minShare, s.maxShare, c.capThreshold, c.relThreshold, url, s.loads[s.chosen], s.ws[s.chosen].MaxRunningRequests())

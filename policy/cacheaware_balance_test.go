@@ -141,41 +141,111 @@ func TestCacheAwareImbalanceScalesWithLoad(t *testing.T) {
 	})
 }
 
-// TestCacheAwareConversationsShareASystemPrompt places a burst of 256
-// conversations' first turns on 8 workers, all in flight at once, each
+// TestCacheAwareConversationsShareASystemPrompt places a burst of
+// conversations' first turns on 8 engines of 256 slots, all in flight at once, each
 // starting with the same 1,000-token system prompt (bench's multiturn
 // workload): the fleet ends evenly loaded, each conversation's next turn
 // follows its first, and the system prompt was computed by each worker
-// once.
+// once. With 128 conversations (16 a worker) the first worker to hold the
+// prompt took 33 before the balance rules moved any: twice its share, for
+// the whole conversation (load CoV 0.58 in bench).
 func TestCacheAwareConversationsShareASystemPrompt(t *testing.T) {
-	ws := fleet(8)
-	p := newCA(t, nil)
-	system := caTokens(1, 1000)
-	got := map[string]int{}
-	first := make([]*workers.Worker, 256)
-	misses := 0
-	for u := range first {
-		d := caSelect(t, p, caJoin(system, caTokens(100+u, 128)), ws...)
-		first[u] = d.Worker
-		got[d.Worker.URL()]++
-		if d.PredictedCachedTokens == 0 {
-			misses++
+	for _, users := range []int{128, 256} {
+		t.Run(fmt.Sprintf("%d conversations", users), func(t *testing.T) {
+			ws := limitedFleet(256, 256, 256, 256, 256, 256, 256, 256)
+			p := newCA(t, nil)
+			system := caTokens(1, 1000)
+			got := map[string]int{}
+			first := make([]*workers.Worker, users)
+			misses := 0
+			for u := range first {
+				d := caSelect(t, p, caJoin(system, caTokens(100+u, 128)), ws...)
+				first[u] = d.Worker
+				got[d.Worker.URL()]++
+				if d.PredictedCachedTokens == 0 {
+					misses++
+				}
+				defer d.Worker.Acquire()()
+			}
+			t.Logf("first turns per worker: %v, %d without the system prompt", spread(ws, got), misses)
+			if cov := cov(spread(ws, got)); cov > 0.05 {
+				t.Errorf("first turns %v: load CoV %.3f, want ≤ 0.05", spread(ws, got), cov)
+			}
+			if misses > len(ws) {
+				t.Errorf("%d first turns found no system prompt, want at most one per worker (%d)", misses, len(ws))
+			}
+			for u := range 16 {
+				prompt := caJoin(system, caTokens(100+u, 128), caTokens(900+u, 128))
+				if d := caSelect(t, p, prompt, ws...); d.Worker != first[u] {
+					t.Fatalf("conversation %d's second turn went to %s (%s), its first to %s", u, d.Worker.URL(), d.Why(), first[u].URL())
+				}
+			}
+		})
+	}
+}
+
+// TestCacheAwareSeedsIdleEmptyWorkers is the start-up rule: while a
+// worker is idle and holds nothing in the tree, a worker carrying two
+// requests is enough for the fleet to count as imbalanced, and the request
+// goes to the idle one. Engines of 256 slots; w0 holds the prompt; rows
+// marked warm have every other worker hold a prompt of its own.
+func TestCacheAwareSeedsIdleEmptyWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		loads    [4]int
+		warm     bool
+		noLimits bool // the engines report no running-request limit
+		want     int
+		branch   string
+	}{
+		{name: "no limits reported: SMG's rule alone, two requests beside idle empty workers stay",
+			loads: [4]int{2, 0, 0, 0}, noLimits: true, want: 0, branch: "cache_hit"},
+		{name: "one request beside idle empty workers: the cache",
+			loads: [4]int{1, 0, 0, 0}, want: 0, branch: "cache_hit"},
+		{name: "two requests beside idle empty workers: an idle one",
+			loads: [4]int{2, 0, 0, 0}, want: 1, branch: "imbalance"},
+		{name: "two requests beside idle workers that hold prompts: the cache (the gap of 32 holds)",
+			loads: [4]int{2, 0, 0, 0}, warm: true, want: 0, branch: "cache_hit"},
+		{name: "three workers busy alike, the fourth idle and empty: the fourth",
+			loads: [4]int{20, 20, 20, 0}, want: 3, branch: "imbalance"},
+		{name: "the empty worker is not idle: the cache",
+			loads: [4]int{20, 20, 20, 1}, want: 0, branch: "cache_hit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := limitedFleet(256, 256, 256, 256)
+			if tc.noLimits {
+				ws = fleet(4)
+			}
+			p := newCA(t, nil)
+			prompt := caTokens(1, 64)
+			place(t, p, ws[0], prompt)
+			if tc.warm {
+				for i, w := range ws[1:] {
+					place(t, p, w, caTokens(10+i, 64))
+				}
+			}
+			for i, n := range tc.loads {
+				defer busy(ws[i], n)()
+			}
+			predicted := 0
+			if tc.want == 0 {
+				predicted = 64
+			}
+			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], tc.branch, predicted)
+		})
+	}
+	t.Run("Explain names the idle worker", func(t *testing.T) {
+		ws := limitedFleet(256, 256)
+		p := newCA(t, nil)
+		prompt := caTokens(1, 64)
+		place(t, p, ws[0], prompt)
+		defer busy(ws[0], 2)()
+		d := caExplain(t, p, prompt, ws...)
+		want := "imbalance: grpc://127.0.0.1:9001 is idle and holds nothing while a worker carries 2"
+		if d.Reason != want {
+			t.Fatalf("reason %q, want %q", d.Reason, want)
 		}
-		defer d.Worker.Acquire()()
-	}
-	t.Logf("first turns per worker: %v, %d without the system prompt", spread(ws, got), misses)
-	if cov := cov(spread(ws, got)); cov > 0.05 {
-		t.Errorf("first turns %v: load CoV %.3f, want ≤ 0.05", spread(ws, got), cov)
-	}
-	if misses > len(ws) {
-		t.Errorf("%d first turns found no system prompt, want at most one per worker (%d)", misses, len(ws))
-	}
-	for u := range 16 {
-		prompt := caJoin(system, caTokens(100+u, 128), caTokens(900+u, 128))
-		if d := caSelect(t, p, prompt, ws...); d.Worker != first[u] {
-			t.Fatalf("conversation %d's second turn went to %s (%s), its first to %s", u, d.Worker.URL(), d.Why(), first[u].URL())
-		}
-	}
+	})
 }
 
 // cov is the coefficient of variation of counts (population standard
@@ -251,6 +321,9 @@ func TestCacheAwareBalancesAgainstCapacity(t *testing.T) {
 			})
 			prompt := caTokens(1, 64)
 			place(t, p, ws[0], prompt)
+			for i, w := range ws[1:] { // no worker idle and empty: see TestCacheAwareSeedsIdleEmptyWorkers
+				place(t, p, w, caTokens(10+i, 64))
+			}
 			for i, n := range tc.loads {
 				defer busy(ws[i], n)()
 			}

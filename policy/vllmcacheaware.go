@@ -22,7 +22,11 @@ import (
 //     the less loaded, then the earlier candidate) covers more than
 //     CacheThreshold of the prompt's whole blocks, and its worker's load is
 //     acceptable: below LoadFactor × the average load, or the lowest load
-//     there is (which covers an idle fleet).
+//     there is (which covers an idle fleet). Where every candidate reports
+//     its running-request limit, the load is also acceptable below that
+//     limit while at most twice the average and one request more, and
+//     while some engine is idle and holds no block, only a load of at most
+//     one (see boundByRoom).
 //  2. overloaded: the match was good enough but the load was not; the
 //     least loaded worker (ties: the earlier candidate).
 //  3. cache_miss: otherwise the least loaded worker.
@@ -127,6 +131,9 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	// The lowest load is acceptable whatever the average: the fallback
 	// could only pick a worker as loaded and without the cache.
 	acceptable := loads[best] == loads[least] || float64(loads[best]) < p.loadFactor*s.avg
+	if allReportCapacity(ws) {
+		acceptable, s.room, s.seeding = p.boundByRoom(ws, loads, best, sum, acceptable)
+	}
 	switch {
 	case p.cost != nil:
 		s.cost = &costChoice{terms: make([]costTerms, len(ws))}
@@ -179,6 +186,51 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	return d, nil
 }
 
+// boundByRoom applies the load bound where every candidate reports its
+// running-request limit, given SMG's verdict (acceptable): it returns
+// whether worker best may take the request, and whether room (not SMG's
+// rule) decided it, or whether an idle engine holding nothing (seeding)
+// did. sum is the candidates' total load.
+//
+// While some engine is idle and holds no block (a fleet starting up, or
+// one just joined), best takes the request only if it carries at most one
+// other: the request goes to an idle engine instead, which then holds its
+// prefix. Every engine so comes to hold a burst's shared system prompt, and
+// equal matches then spread the burst by load. SMG's rule alone left the
+// eighth engine of 8 idle through a whole burst (7 holders at equal load
+// stay under 1.25 × the average), and the bound below left half of them.
+//
+// Otherwise an engine below its limit keeps the request while it carries
+// at most twice the average load and one request more. SMG's bound
+// (LoadFactor × the average) moved conversations off their caches on the
+// swings of in-flight counts: on multiturn at 256 users, 188 moves in 2,048
+// requests at loads as small as 24 against an average of 19 on engines of
+// 256 slots, each losing the conversation's history, about 157K tokens in
+// all and the whole gap to the oracle's hit rate. Below its limit the
+// engine starts the request at once, as the least loaded would, but
+// without the prefill a move costs. In-flight counts swing most where a
+// wave of turns begins (loads 13, 7, 11, 2, 2, 1, 4 and 8: 13 against an
+// average of 6), so the bound is wide; it still keeps a hot prefix from
+// filling an engine of hundreds of slots (a load factor of 100 sent every
+// conversation to one engine, load CoV 2.6). The one request more keeps an
+// engine of 2 slots running one request, with its cache, beside an idle
+// one.
+func (p *VllmCacheAware) boundByRoom(ws []workers.View, loads []int, best, sum int, acceptable bool) (ok, room, seeding bool) {
+	for i, w := range ws {
+		if loads[i] == 0 && p.index.BackendBlocks(w.URL()) == 0 {
+			return loads[best] <= 1, false, true
+		}
+	}
+	if acceptable {
+		return true, false, false
+	}
+	if loads[best] >= ws[best].MaxRunningRequests() {
+		return false, false, false
+	}
+	ok = loads[best]*len(ws) <= 2*sum+len(ws)
+	return ok, ok, false
+}
+
 // vcaChoice is what a selection found, for its reason.
 type vcaChoice struct {
 	ws                   []workers.View
@@ -186,6 +238,10 @@ type vcaChoice struct {
 	best, chosen, blocks int
 	avg, ratio           float64
 	branch               string
+	// room: the best worker was past the load factor, and kept the
+	// request because its engine had room; seeding: an engine was idle
+	// and held no block (see boundByRoom).
+	room, seeding bool
 	// In ModeCost (ModeWait): the candidates' costs (expected waits), and
 	// the prompt's length.
 	cost     *costChoice
@@ -204,9 +260,17 @@ func (p *VllmCacheAware) reason(s *vcaChoice) string {
 	}
 	switch s.branch {
 	case "cache_hit":
+		if s.room {
+			return fmt.Sprintf("cache_hit: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%), load %d, past ×%g the average %.2f but below its running-request limit %d and within twice the average and one more",
+				s.ws[c].URL(), s.matched[c], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[c], p.loadFactor, s.avg, s.ws[c].MaxRunningRequests())
+		}
 		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%), load %d (average %.2f, limit ×%g)",
 			s.ws[c].URL(), s.matched[c], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[c], s.avg, p.loadFactor)
 	case "overloaded":
+		if s.seeding {
+			return fmt.Sprintf("overloaded: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%) but carries %d while an engine is idle and holds no block; least loaded %s (load %d)",
+				s.ws[b].URL(), s.matched[b], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[b], s.ws[c].URL(), s.loads[c])
+		}
 		return fmt.Sprintf("overloaded: %s holds %d of %d prompt blocks (%.0f%% > %.0f%%) but its load %d is not below %.2f (×%g the average %.2f); least loaded %s (load %d)",
 			s.ws[b].URL(), s.matched[b], s.blocks, 100*s.ratio, 100*p.threshold, s.loads[b], p.loadFactor*s.avg, p.loadFactor, s.avg, s.ws[c].URL(), s.loads[c])
 	}

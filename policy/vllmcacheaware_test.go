@@ -212,6 +212,144 @@ func TestVllmCacheAwareLoadFactor(t *testing.T) {
 	}
 }
 
+// limitedFleet builds a worker per limit, each reporting that running-request
+// limit (0: none reported).
+func limitedFleet(limits ...int) []*workers.Worker {
+	ws := make([]*workers.Worker, len(limits))
+	for i, n := range limits {
+		ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolVLLM,
+			workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: n}, nil, nil)
+	}
+	return ws
+}
+
+// TestVllmCacheAwareBoundByRunningLimit is the load bound on engines that
+// report how many requests they run at once: w0 holds the prompt; below its
+// limit it keeps the request even past LoadFactor × the average (the request
+// starts at once there, and moving it would throw the cache away), unless it
+// carries more than twice the average and one request more; at its limit
+// SMG's load factor judges, as it does when any engine reports no limit.
+// While an engine is idle and holds no block, w0 keeps a request only if it
+// carries at most one: a burst then reaches every engine. Rows marked warm
+// have every other worker hold a prompt of its own.
+func TestVllmCacheAwareBoundByRunningLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits []int // w0 first; 0: not reported
+		loads  []int
+		warm   bool
+		want   int
+		branch string
+	}{
+		{name: "8 slots, 7 running against an average of 4 (over ×1.25): room left, the cache",
+			limits: []int{8, 8, 8, 8}, loads: []int{7, 3, 3, 3}, want: 0, branch: "cache_hit"},
+		{name: "8 slots, at its limit against an average of 4.25: the least loaded",
+			limits: []int{8, 8, 8, 8}, loads: []int{8, 3, 3, 3}, want: 1, branch: "overloaded"},
+		{name: "8 slots, past its limit, but under ×1.25 of a fleet that queues: the cache",
+			limits: []int{8, 8, 8, 8}, loads: []int{10, 9, 9, 8}, want: 0, branch: "cache_hit"},
+		{name: "8 slots, past its limit and ×1.25: the least loaded",
+			limits: []int{8, 8, 8, 8}, loads: []int{14, 9, 9, 8}, want: 3, branch: "overloaded"},
+		{name: "2 slots, one running beside idle engines: the cache, the request starts at once",
+			limits: []int{2, 2, 2, 2}, loads: []int{1, 0, 0, 0}, want: 0, branch: "cache_hit"},
+		{name: "2 slots, full beside idle engines: an idle one",
+			limits: []int{2, 2, 2, 2}, loads: []int{2, 0, 0, 0}, want: 1, branch: "overloaded"},
+		{name: "256 slots, a conversation's engine at 24 against an average of 18.5: the cache",
+			limits: []int{256, 256, 256, 256}, loads: []int{24, 19, 17, 14}, want: 0, branch: "cache_hit"},
+		{name: "256 slots, 38 against an average of 18.5 (twice it and one more): the cache",
+			limits: []int{256, 256, 256, 256}, loads: []int{38, 16, 12, 8}, want: 0, branch: "cache_hit"},
+		{name: "256 slots, 39 against an average of 18.75: past twice it and one more, the least loaded",
+			limits: []int{256, 256, 256, 256}, loads: []int{39, 16, 12, 8}, want: 3, branch: "overloaded"},
+		{name: "256 slots, a burst: one request beside idle empty engines stays with the cache",
+			limits: []int{256, 256, 256, 256, 256, 256, 256, 256}, loads: []int{1, 0, 0, 0, 0, 0, 0, 0}, want: 0, branch: "cache_hit"},
+		{name: "256 slots, a burst: two requests beside idle empty engines move",
+			limits: []int{256, 256, 256, 256, 256, 256, 256, 256}, loads: []int{2, 0, 0, 0, 0, 0, 0, 0}, want: 1, branch: "overloaded"},
+		{name: "256 slots, a burst held by half the fleet moves to the idle half",
+			limits: []int{256, 256, 256, 256, 256, 256, 256, 256}, loads: []int{4, 4, 4, 4, 0, 0, 0, 0}, want: 4, branch: "overloaded"},
+		{name: "256 slots, a burst on 7 engines of 8 (under ×1.25 of the average) moves to the eighth",
+			limits: []int{256, 256, 256, 256, 256, 256, 256, 256}, loads: []int{2, 2, 2, 2, 2, 2, 2, 0}, want: 7, branch: "overloaded"},
+		{name: "8 slots, 7 running beside an idle engine that holds blocks: room left, the cache",
+			limits: []int{8, 8, 8, 8}, loads: []int{7, 3, 3, 0}, warm: true, want: 0, branch: "cache_hit"},
+		{name: "8 slots, 7 running beside an idle engine that holds nothing: the idle one",
+			limits: []int{8, 8, 8, 8}, loads: []int{7, 3, 3, 0}, want: 3, branch: "overloaded"},
+		{name: "one engine reports no limit: SMG's load factor alone (7 against an average of 4)",
+			limits: []int{8, 8, 8, 0}, loads: []int{7, 3, 3, 3}, want: 1, branch: "overloaded"},
+		{name: "no engine reports a limit: SMG's load factor alone",
+			limits: []int{0, 0, 0, 0}, loads: []int{7, 3, 3, 3}, want: 1, branch: "overloaded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := limitedFleet(tc.limits...)
+			p := newVCA(t, nil)
+			prompt := caTokens(1, 64)
+			vcaPlace(t, p, ws[0], prompt)
+			if tc.warm {
+				for i, w := range ws[1:] {
+					vcaPlace(t, p, w, caTokens(10+i, 64))
+				}
+			}
+			for i, l := range tc.loads {
+				defer busy(ws[i], l)()
+			}
+			d := vcaSelect(t, p, &policy.Request{InputIDs: prompt}, ws...)
+			predicted := 0
+			if tc.want == 0 {
+				predicted = 64
+			}
+			wantDecision(t, d, ws[tc.want], tc.branch, predicted)
+		})
+	}
+	t.Run("the reasons name the rule that decided", func(t *testing.T) {
+		for _, tc := range []struct {
+			loads []int
+			warm  bool
+			want  string
+		}{
+			{[]int{7, 3, 3, 3}, true, "load 7, past ×1.25 the average 4.00 but below its running-request limit 8 and within twice the average and one more"},
+			{[]int{7, 3, 3, 0}, false, "but carries 7 while an engine is idle and holds no block; least loaded grpc://127.0.0.1:9003 (load 0)"},
+		} {
+			ws := limitedFleet(8, 8, 8, 8)
+			p := newVCA(t, nil)
+			prompt := caTokens(1, 64)
+			vcaPlace(t, p, ws[0], prompt)
+			if tc.warm {
+				for i, w := range ws[1:] {
+					vcaPlace(t, p, w, caTokens(10+i, 64))
+				}
+			}
+			for i, l := range tc.loads {
+				defer busy(ws[i], l)()
+			}
+			d := vcaSelect(t, p, &policy.Request{InputIDs: prompt, DryRun: true}, ws...)
+			if !strings.Contains(d.Why(), tc.want) {
+				t.Errorf("loads %v: reason %q, want it to say %q", tc.loads, d.Why(), tc.want)
+			}
+		}
+	})
+}
+
+// TestVllmCacheAwareBurstReachesEveryEngine places a burst of
+// conversations' first turns on 8 engines of 256 slots, all in flight at
+// once, each starting with the same 1,000-token system prompt (bench's
+// multiturn workload): the burst ends evenly spread. SMG's rule alone kept
+// it on 7 engines, the eighth idle.
+func TestVllmCacheAwareBurstReachesEveryEngine(t *testing.T) {
+	for _, users := range []int{128, 256} {
+		t.Run(fmt.Sprintf("%d conversations", users), func(t *testing.T) {
+			ws := limitedFleet(256, 256, 256, 256, 256, 256, 256, 256)
+			p := newVCA(t, nil)
+			system := caTokens(1, 1000)
+			got := map[string]int{}
+			for u := range users {
+				d := vcaSelect(t, p, &policy.Request{InputIDs: caJoin(system, caTokens(100+u, 128))}, ws...)
+				got[d.Worker.URL()]++
+				defer d.Worker.Acquire()()
+			}
+			if c := cov(spread(ws, got)); c > 0.05 {
+				t.Errorf("first turns per engine %v: load CoV %.3f, want ≤ 0.05", spread(ws, got), c)
+			}
+		})
+	}
+}
+
 // TestVllmCacheAwareRecordsTheChosenWorker: whatever the branch, the prompt
 // is recorded for the worker it went to, so the next request of the
 // conversation finds it there; a DryRun records nothing.

@@ -62,7 +62,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.balanceRel, "balance-rel-threshold", ca.BalanceRelThreshold,
 		fmt.Sprintf("cache_aware, bucket: load ratio (max / min) above which the fleet counts as imbalanced, ≥ 1 (bucket's default when not given: %g)", b.BalanceRelThreshold))
 	fs.Float64Var(&p.balanceCapacity, "balance-capacity-threshold", ca.BalanceCapacityThreshold,
-		"cache_aware: where every engine reports how many requests it runs at once, the fleet also counts as imbalanced when the loads as shares of those limits differ by at least this much (1: one engine's worth) and by more than --balance-rel-threshold ×; ≥ 0, 0 turns it off (where an engine reports no limit, --balance-abs-threshold alone judges)")
+		"cache_aware: where every engine reports how many requests it runs at once, the fleet also counts as imbalanced when the loads as shares of those limits differ by at least this much (1: one engine's worth) and by more than --balance-rel-threshold ×, and, while a worker is idle and holds nothing, once any worker carries two requests; ≥ 0, 0 turns it off (where an engine reports no limit, --balance-abs-threshold alone judges)")
 	fs.StringVar(&p.cacheMissFallback, "cache-miss-fallback", ca.CacheMissFallback,
 		"cache_aware: where a cache miss goes: least_loaded or smallest_tree (the worker with the most cache capacity, SMG's rule)")
 	fs.IntVar(&p.evictionIntervalSecs, "eviction-interval", int(ca.EvictionInterval/time.Second),
@@ -104,7 +104,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.vllmCacheThreshold, "vllm-cache-threshold", v.CacheThreshold,
 		"vllm_cache_aware: route by cache when the matched share of the prompt's whole blocks is above this, in [0, 1]")
 	fs.Float64Var(&p.vllmLoadFactor, "vllm-load-factor", v.LoadFactor,
-		"vllm_cache_aware: skip the cached worker when its load is not below this factor times the average (unless it is the least loaded), ≥ 1")
+		"vllm_cache_aware: skip the cached worker when its load is not below this factor times the average (unless it is the least loaded), ≥ 1; where every engine reports its running-request limit, keep it below that limit while its load is at most twice the average and one more, and, while an engine is idle and holds no block, only while it carries at most one request")
 	fs.StringVar(&p.vllmBlockHash, "vllm-block-hash", v.BlockHash,
 		"vllm_cache_aware: block keys: chained (each names its whole prefix) or position (SMG's; over-predicts when prompts share a block at the same position after differing)")
 }
