@@ -317,7 +317,7 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		s.costc.terms = make([]costTerms, len(ws))
 	}
 	if c.wait != nil {
-		s.waitLoads, s.waitc.pressure = waitLoads(ws, s.loads, func(i int) int { return sizes[i] })
+		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return sizes[i] })
 		s.waitc.terms = make([]waitTerms, len(ws))
 	}
 	for i := range ws {

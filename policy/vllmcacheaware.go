@@ -151,9 +151,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 			tokens[i] = n * p.blockSize
 		}
 		cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
-		var wl []waitLoad
-		wl, s.wait.pressure = waitLoads(ws, loads, cached)
-		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, wl)
+		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoads(ws, loads, cached))
 		s.chosen, s.branch, s.inputLen = s.wait.chosen, s.wait.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
 		s.chosen, s.branch = best, "cache_hit"

@@ -8,8 +8,8 @@ import (
 )
 
 // ModeWait sends a request where its first token is expected soonest,
-// counting, once the fleet is under pressure, the prefill it adds to the
-// fleet's work (see waitModel).
+// counting, once the fleet falls behind, the prefill it adds to the fleet's
+// work (see waitModel).
 const ModeWait = "wait"
 
 // DefaultFleetWeight is the wait mode's charge, at full pressure, for each
@@ -46,15 +46,23 @@ const assumedPrefillRate = 20000
 //   - evict: EvictWeight × the cached tokens those new pages push out of a
 //     full cache (the cost mode's term), at that rate: later prompts that
 //     would have found them there pay for them again;
-//   - fleet: pressure × FleetWeight × own. Once every engine is busy (at
-//     its limit or with prefill queued), a second of prefill anywhere is a
-//     second every request behind it waits, so a prompt sent away from its
-//     cache costs the fleet more than its own wait. pressure is the square
-//     of the share of busy candidates: nothing while the fleet keeps up, in
-//     full when it is saturated. This is what keeps a conversation on its
-//     history under overload, where the cost mode (which weighs the queue
-//     now against the prefill saved) moved it to a shorter queue, copied
-//     the history, and fed the overload.
+//   - fleet: pressure × FleetWeight × own. Once the fleet is behind, a
+//     second of prefill anywhere is a second every request behind it
+//     waits, so a prompt sent away from its cache costs the fleet more than
+//     its own wait. The fleet is behind when even the candidate that could
+//     start the request soonest (least max(slot, lane)) makes it wait:
+//     pressure is that soonest start over the time the whole prompt takes
+//     to prefill, at most 1. Nothing while some engine could start the
+//     request at once, in full once every engine's wait is longer than the
+//     prompt's whole prefill. This keeps a conversation on its history
+//     under overload, where the cost mode (which weighs the queue now
+//     against the prefill saved) moved it to a shorter queue, copied the
+//     history, and fed the overload. Counting an engine as busy as soon as
+//     it had any prefill queued, and pressure as the square of the busy
+//     share, charged almost in full at --speed 4 on the conversation trace,
+//     where the fleet keeps up but every engine nearly always has a
+//     prefill running: conversations stayed on engines with growing queues
+//     (TTFT p50 1.9× the cost mode's).
 //
 // Ties go to the longer match, then the lower load, then the earlier
 // candidate.
@@ -77,23 +85,18 @@ type waitLoad struct {
 	runSec, rate float64
 }
 
-// waitLoads reads every candidate's load, limit, queue and learned speed,
-// and the fleet's pressure; cached(i) is the tokens the policy's index
-// holds for candidate i.
-func waitLoads(ws []workers.View, loads []int, cached func(i int) int) ([]waitLoad, float64) {
+// waitLoads reads every candidate's load, limit, queue and learned speed;
+// cached(i) is the tokens the policy's index holds for candidate i.
+func waitLoads(ws []workers.View, loads []int, cached func(i int) int) []waitLoad {
 	cl := costLoads(ws, cached)
 	out := make([]waitLoad, len(ws))
-	known, sum, busy := 0, 0.0, 0
+	known, sum := 0, 0.0
 	for i, w := range ws {
-		l := waitLoad{costLoad: cl[i], load: loads[i], limit: w.MaxRunningRequests(), runSec: w.MeanRequestSeconds()}
+		out[i] = waitLoad{costLoad: cl[i], load: loads[i], limit: w.MaxRunningRequests(), runSec: w.MeanRequestSeconds()}
 		if r := w.PrefillTokensPerSec(); r > 0 {
 			known++
 			sum += r
 		}
-		if l.queue > 0 || l.limit > 0 && l.load >= l.limit {
-			busy++
-		}
-		out[i] = l
 	}
 	rate := float64(assumedPrefillRate)
 	if known > 0 {
@@ -102,8 +105,18 @@ func waitLoads(ws []workers.View, loads []int, cached func(i int) int) ([]waitLo
 	for i := range out {
 		out[i].rate = rate
 	}
-	share := float64(busy) / float64(max(len(ws), 1))
-	return out, share * share
+	return out
+}
+
+// start is how long a request sent to the candidate waits before its
+// prefill begins: for a running slot (ahead of it: the requests beyond the
+// limit, this one included) and for the prefill lane, whichever is longer.
+func (l waitLoad) start() (ahead int, slot, lane float64) {
+	if l.limit > 0 && l.load >= l.limit {
+		ahead = l.load - l.limit + 1
+		slot = float64(ahead) * l.runSec / float64(l.limit)
+	}
+	return ahead, slot, float64(l.queue) / l.rate
 }
 
 // waitTerms is one candidate's expected wait, term by term, in seconds
@@ -125,11 +138,7 @@ func (m waitModel) terms(inputLen, matched int, l waitLoad, pressure float64) wa
 	}
 	t.prefill = max(inputLen-t.kept, 0)
 	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
-	if l.limit > 0 && l.load >= l.limit {
-		t.ahead = l.load - l.limit + 1
-		t.slot = float64(t.ahead) * l.runSec / float64(l.limit)
-	}
-	t.lane = float64(t.queue) / l.rate
+	t.ahead, t.slot, t.lane = l.start()
 	t.own = float64(t.prefill+over) / l.rate
 	t.evictS = m.evictWeight * float64(t.evict) / l.rate
 	t.fleet = pressure * m.fleetWeight * t.own
@@ -138,18 +147,36 @@ func (m waitModel) terms(inputLen, matched int, l waitLoad, pressure float64) wa
 }
 
 // waitChoice is a wait-mode selection: every candidate's terms, the fleet's
-// pressure and the winner.
+// pressure and what it came from, and the winner.
 type waitChoice struct {
-	terms    []waitTerms
-	pressure float64
-	chosen   int
+	terms []waitTerms
+	// soonest is the least wait before the request's prefill could begin
+	// on any candidate; whole the time its whole prompt takes to prefill;
+	// pressure soonest ÷ whole, at most 1.
+	soonest, whole, pressure float64
+	chosen                   int
 }
 
 // choose prices every candidate into c.terms (as long as matched) and picks
 // the least. It allocates nothing: cache_aware calls it under its tree's
 // lock.
 func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl []waitLoad) {
-	c.chosen = 0
+	c.chosen, c.soonest, c.whole, c.pressure = 0, 0, 0, 0
+	for i, l := range wl {
+		_, slot, lane := l.start()
+		if w := max(slot, lane); i == 0 || w < c.soonest {
+			c.soonest = w
+		}
+	}
+	if len(wl) > 0 {
+		c.whole = float64(inputLen) / wl[0].rate
+	}
+	switch {
+	case c.soonest >= c.whole:
+		c.pressure = 1
+	case c.soonest > 0:
+		c.pressure = c.soonest / c.whole
+	}
 	for i := range matched {
 		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.pressure)
 		t, b := c.terms[i], c.terms[c.chosen]
@@ -167,7 +194,7 @@ func (c waitChoice) branch() string { return matchBranch(c.terms[c.chosen].match
 func (c waitChoice) reason(m waitModel, ws []workers.View, inputLen int) string {
 	var b strings.Builder
 	t := c.terms[c.chosen]
-	fmt.Fprintf(&b, "%s: %s expects %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen, c.pressure))
+	fmt.Fprintf(&b, "%s: %s expects %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen, c))
 	second := runnerUp(len(c.terms), c.chosen, func(i int) float64 { return c.terms[i].total })
 	if second >= 0 {
 		fmt.Fprintf(&b, "; next %s %s", ws[second].URL(), ms(c.terms[second].total))
@@ -176,7 +203,7 @@ func (c waitChoice) reason(m waitModel, ws []workers.View, inputLen int) string 
 }
 
 // format writes the terms of one candidate's expected wait.
-func (t waitTerms) format(m waitModel, inputLen int, pressure float64) string {
+func (t waitTerms) format(m waitModel, inputLen int, c waitChoice) string {
 	s := fmt.Sprintf("%s = max(slot %s", ms(t.total), ms(t.slot))
 	if t.ahead > 0 {
 		s += fmt.Sprintf(" (%d ahead)", t.ahead)
@@ -190,7 +217,12 @@ func (t waitTerms) format(m waitModel, inputLen int, pressure float64) string {
 		s += fmt.Sprintf(" + evict %s (%g × %d)", ms(t.evictS), m.evictWeight, t.evict)
 	}
 	if t.fleet > 0 {
-		s += fmt.Sprintf(" + fleet %s (pressure %.2f × %g)", ms(t.fleet), pressure, m.fleetWeight)
+		cmp := "<"
+		if c.soonest >= c.whole {
+			cmp = "≥"
+		}
+		s += fmt.Sprintf(" + fleet %s (pressure %.2f × %g: soonest start %s %s whole prefill %s)",
+			ms(t.fleet), c.pressure, m.fleetWeight, ms(c.soonest), cmp, ms(c.whole))
 	}
 	return s
 }

@@ -32,6 +32,7 @@ var waitCases = []struct {
 	fleet  float64 // --cache-aware-fleet-weight
 	want   string  // "A" or "B"
 	reason []string
+	absent []string // what the reason must not say
 }{
 	{name: "below the limit nothing waits for a slot: the match is prefill saved",
 		a:     waitWorker{holds: 3072, inFlight: 7, limit: 8, run: 8 * time.Second, rate: 20000},
@@ -40,7 +41,8 @@ var waitCases = []struct {
 	{name: "a full cached engine with a long expected wait loses to a cold idle one",
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 8 * time.Second, rate: 20000},
 		b:     waitWorker{limit: 8, run: 8 * time.Second, rate: 20000},
-		fleet: 4, want: "B", reason: []string{"own 205ms (4096 prompt − 0 cached)", "fleet 205ms (pressure 0.25 × 4)", "next grpc://a:1 1102ms"}},
+		fleet: 4, want: "B", reason: []string{"expects 205ms = max(slot 0ms, lane 0ms (0 queued)) + own 205ms (4096 prompt − 0 cached)", "next grpc://a:1 1051ms"},
+		absent: []string{"fleet"}},
 	{name: "a full cached engine whose wait is shorter than the prefill saved wins",
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 800 * time.Millisecond, rate: 20000},
 		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
@@ -52,7 +54,20 @@ var waitCases = []struct {
 	{name: "every engine full: the fleet's charge for a copied prefix keeps the prompt on its cache",
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
 		b:     waitWorker{inFlight: 8, limit: 8, run: 4 * time.Second, rate: 20000},
-		fleet: 4, want: "A", reason: []string{"lane 1000ms (20000 queued)) + own 51ms", "fleet 205ms (pressure 1.00 × 4)", "next grpc://b:1 1524ms"}},
+		fleet: 4, want: "A", reason: []string{"lane 1000ms (20000 queued)) + own 51ms", "fleet 205ms (pressure 1.00 × 4: soonest start 500ms ≥ whole prefill 205ms", "next grpc://b:1 1524ms"}},
+	{name: "one engine with a little queued prefill, the rest idle: no fleet charge, the fleet keeps up",
+		a:     waitWorker{holds: 3072, limit: 8, queue: 2000, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{limit: 8, run: 4 * time.Second, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"expects 151ms = max(slot 0ms, lane 100ms (2000 queued)) + own 51ms (4096 prompt − 3072 cached)", "next grpc://b:1 205ms"},
+		absent: []string{"fleet"}},
+	{name: "every engine's queue is long, none at its limit: the fleet is behind and pays for a copied prefix",
+		a:     waitWorker{holds: 3072, limit: 8, queue: 30000, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"lane 1500ms (30000 queued)) + own 51ms", "fleet 205ms (pressure 1.00 × 4", "next grpc://b:1 2024ms"}},
+	{name: "the fleet's soonest start is half the whole prompt's prefill: half the charge",
+		a:     waitWorker{holds: 3072, limit: 8, queue: 4096, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{limit: 8, queue: 2048, run: 4 * time.Second, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"fleet 102ms (pressure 0.50 × 4", "soonest start 102ms < whole prefill 205ms", "next grpc://b:1 717ms"}},
 	{name: "every engine is priced at the fleet's mean prefill rate",
 		a: waitWorker{queue: 4000, rate: 10000}, b: waitWorker{rate: 30000}, fleet: 0, want: "B",
 		reason: []string{"own 205ms", "next grpc://a:1 405ms"}},
@@ -124,6 +139,11 @@ func TestWaitModeSpecification(t *testing.T) {
 					for _, part := range tc.reason {
 						if !strings.Contains(d.Why(), part) {
 							t.Errorf("reason %q lacks %q", d.Why(), part)
+						}
+					}
+					for _, part := range tc.absent {
+						if strings.Contains(d.Why(), part) {
+							t.Errorf("reason %q says %q", d.Why(), part)
 						}
 					}
 				})
