@@ -68,6 +68,8 @@ type gate struct {
 	// waiting receives when requests wait (see Pipeline.WaitStarted); it
 	// holds one signal, for the one load poller.
 	waiting chan struct{}
+	// waking is set while a wake of wakeSoon is pending.
+	waking atomic.Bool
 	// placeMu, with AvoidFull, orders placements: each judges which
 	// engines are full and acquires its own in one step (see placing).
 	placeMu sync.Mutex
@@ -328,11 +330,26 @@ func (s *Pipeline) Waiting() int { return s.gate.q.Waiting() }
 // show (another client's requests ended).
 func (s *Pipeline) LoadsRefreshed() { s.gate.q.WakeAll() }
 
-// HealthChanged tells the waiting requests that a worker's health changed:
-// one that turned healthy may have room, and they need not wait for the
+// HealthChanged tells the waiting requests that a worker's health or its
+// circuit breaker changed: one that turned healthy, or whose breaker lets
+// requests through again, may have room, and they need not wait for the
 // next load poll to find it. (Workers that join or leave wake them by
-// themselves: the gate follows the registry.)
-func (s *Pipeline) HealthChanged() { s.gate.q.WakeAll() }
+// themselves: the gate follows the registry.) It returns at once and takes
+// no lock, so a breaker may call it while locked: the waiting requests
+// read the breakers with the queue's lock held, and are woken from a
+// goroutine of their own.
+func (s *Pipeline) HealthChanged() { s.gate.wakeSoon() }
+
+// wakeSoon wakes every waiting request from another goroutine; changes
+// that come while one such wake is pending share it.
+func (g *gate) wakeSoon() {
+	if g.waking.CompareAndSwap(false, true) {
+		go func() {
+			g.waking.Store(false) // a change from now on needs a wake of its own
+			g.q.WakeAll()
+		}()
+	}
+}
 
 // WaitStarted receives when requests wait in the router: the load poller
 // (workers.LoadPollHooks.Wake) then polls at the quicker interval at once,
