@@ -42,6 +42,9 @@ type benchConfig struct {
 	unique      bench.UniqueConfig
 	peers       string
 	peer        bench.PeerConfig
+	// admission holds serve's admission flags; bench registers those of
+	// benchAdmissionFlags.
+	admission admissionFlags
 }
 
 func (c *benchConfig) register(fs *flag.FlagSet) {
@@ -71,6 +74,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.peer.TokenizerDir, "peer-tokenizer", defaultPeerTokenizer, "with --peers: directory of the tokenizer of the workloads' token ids (Llama 3's), served by the simulated engines and given to SMG")
 	fs.DurationVar(&c.peer.ThroughputDuration, "peer-throughput", 5*time.Second, "with --peers: how long each router's throughput run lasts (1K-token prompts, one output token, engines without latency; 0: none)")
 	fs.IntVar(&c.peer.ThroughputConcurrency, "peer-throughput-concurrency", 64, "with --peers: clients of the throughput run")
+	c.registerAdmission(fs)
 	fs.StringVar(&c.run.Target, "target", "", "host:port of a running router to measure instead of in-process fleets (one run, labelled \"target\" or --target-label)")
 	fs.StringVar(&c.run.TargetFront, "target-front", "", "with --target: the API it serves, empty for kvgate's gRPC Router service or smg for SMG's HTTP /generate with token ids (needs --target-model)")
 	fs.StringVar(&c.run.TargetModel, "target-model", "", "with --target-front smg: the model SMG is asked for")

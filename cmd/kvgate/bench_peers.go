@@ -50,6 +50,7 @@ func (c *benchConfig) runPeers(ctx context.Context, wl *bench.Workload, stderr i
 	pc := c.peer
 	pc.Peers = c.peerList()
 	pc.Stderr = stderr
+	pc.ServeArgs = c.serveArgs()
 	var err error
 	if pc.Executable, err = os.Executable(); err != nil {
 		return nil, fmt.Errorf("--peers runs kvgate serve from this binary: %w", err)
