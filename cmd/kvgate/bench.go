@@ -64,7 +64,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.TracePath, "trace", "", "trace workload: Mooncake-format JSONL file")
 	c.speeds = speeds{1}
 	fs.Var(&c.speeds, "speed", "trace workload: replay speed-up (timestamps are divided by it); several, comma-separated, replay the trace once per speed and --plot draws TTFT p50, p99 and goodput against speed per policy")
-	fs.DurationVar(&c.sloTTFT, "slo-ttft", bench.DefaultSLOTTFT, "with several --speed values: the time to first token a request must meet to count towards goodput")
+	fs.DurationVar(&c.sloTTFT, "slo-ttft", bench.DefaultSLOTTFT, "with several --speed values, or with --peers: the time to first token a request must meet to count towards goodput")
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle; with several --speed values, TTFT p50, p99 and goodput against speed per policy) to this file")
 	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
@@ -168,7 +168,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return c.write(rep, stdout)
+	if err := c.write(rep, stdout); err != nil {
+		return err
+	}
+	if c.peers != "" {
+		return writeGoodput(stdout, rep, c.sloTTFT)
+	}
+	return nil
 }
 
 // runWorkload runs wl in-process or against --target.
