@@ -41,6 +41,10 @@ type Testbed struct {
 	Addrs   []string
 	Workers int
 
+	// Config is what every router was built from (after the tune
+	// functions), so a caller can check what was measured.
+	Config router.Config
+
 	routers []*router.Router
 	sims    []*sim.Process
 	serving sync.WaitGroup // the routers' Serve calls
@@ -101,15 +105,16 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 
 // StartTestbed starts n simulated engines with cfg, a registry, the policy named
 // by label and a router serving on loopback.
-func StartTestbed(ctx context.Context, label string, n int, cfg sim.Config) (*Testbed, error) {
-	return StartReplicatedTestbed(ctx, label, n, 1, cfg)
+func StartTestbed(ctx context.Context, label string, n int, cfg sim.Config, tune ...func(*router.Config)) (*Testbed, error) {
+	return StartReplicatedTestbed(ctx, label, n, 1, cfg, tune...)
 }
 
 // StartReplicatedTestbed starts n simulated engines with cfg and routers
 // replicas of the router in front of them, each built by router.New from the
-// same configuration (the policy named by label) and serving on a loopback
-// listener of its own.
-func StartReplicatedTestbed(ctx context.Context, label string, n, routers int, cfg sim.Config) (*Testbed, error) {
+// same configuration (the policy named by label, then each tune function:
+// kvgate bench's router flags) and serving on a loopback listener of its
+// own.
+func StartReplicatedTestbed(ctx context.Context, label string, n, routers int, cfg sim.Config, tune ...func(*router.Config)) (*Testbed, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("--workers is %d; at least 1 is needed", n)
 	}
@@ -142,6 +147,12 @@ func StartReplicatedTestbed(ctx context.Context, label string, n, routers int, c
 		f.sims = append(f.sims, s)
 		gcfg.WorkerURLs = append(gcfg.WorkerURLs, "grpc://"+s.Addr())
 	}
+	for _, t := range tune {
+		if t != nil {
+			t(&gcfg)
+		}
+	}
+	f.Config = gcfg
 	for i := range routers {
 		g, err := router.New(ctx, gcfg)
 		if err != nil {

@@ -43,9 +43,10 @@ func startRouter(ctx context.Context, pc PeerConfig, run peerRun, urls []string,
 	var fr front
 	switch run.router {
 	case kvgateProcess:
-		p, err = startProcess(pc, "kvgate serve", pc.Executable, "serve", "--host", "127.0.0.1", "--port", port,
+		args := []string{"serve", "--host", "127.0.0.1", "--port", port,
 			"--prometheus-port", metrics, "--worker-urls", strings.Join(urls, ","), "--policy", run.policy,
-			"--wait-for-workers", "--worker-startup-timeout", "60s", "--log-level", "warn")
+			"--wait-for-workers", "--worker-startup-timeout", "60s", "--log-level", "warn"}
+		p, err = startProcess(pc, "kvgate serve", pc.Executable, append(args, pc.ServeArgs...)...)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -54,6 +54,9 @@ type PeerConfig struct {
 	ThroughputConcurrency int
 	// Stderr receives the routers' logs (warnings and errors); nil: discarded.
 	Stderr io.Writer
+	// ServeArgs are more flags for `kvgate serve` (kvgate bench's
+	// admission and late-binding flags).
+	ServeArgs []string
 }
 
 // RouterCost is what a router's process spent during a run, read from

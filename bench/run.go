@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -36,6 +37,10 @@ type Config struct {
 	Routers []int
 	// Sim configures each simulated engine (see SimConfig).
 	Sim sim.Config
+	// Router, when set, adjusts each in-process router's configuration
+	// last: kvgate bench's admission and late-binding flags, named as
+	// serve's, so that a setting is measured as it would ship.
+	Router func(*router.Config)
 	// Target, when set, is a running router (host:port) to measure instead of
 	// in-process fleets: one run, labelled "target" or TargetLabel.
 	Target string
@@ -142,7 +147,7 @@ func runFleet(ctx context.Context, cfg Config, wl *Workload, label string, route
 	if label == Pooled {
 		n, sc = 1, PooledSim(sc, cfg.Workers)
 	}
-	f, err := StartReplicatedTestbed(ctx, label, n, routers, sc)
+	f, err := StartReplicatedTestbed(ctx, label, n, routers, sc, cfg.Router)
 	if err != nil {
 		return PolicyRun{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,11 @@ type gate struct {
 	// waiting receives when requests wait (see Pipeline.WaitStarted); it
 	// holds one signal, for the one load poller.
 	waiting chan struct{}
+	// waking is set while a wake of wakeSoon is pending.
+	waking atomic.Bool
+	// placeMu, with AvoidFull, orders placements: each judges which
+	// engines are full and acquires its own in one step (see placing).
+	placeMu sync.Mutex
 }
 
 // newGate returns the gate; until stop ends, every change of reg's workers
@@ -177,9 +183,8 @@ func (s *Pipeline) rebind(ctx context.Context, j *Job, attempt int) error {
 // request fewer.
 func (s *Pipeline) attemptEnded(j *Job) { s.gate.q.Wake(j.model) }
 
-// await is one wait in the queue. Once bound, with AvoidFull, the job
-// avoids the engines that are full at that moment (j.full), so that the
-// policy chooses among those with room.
+// await is one wait in the queue. Once bound, with AvoidFull, the job's
+// placement avoids the engines full when it is placed (see placing).
 func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) error {
 	t := waitq.Ticket{Model: j.model, Priority: j.Priority, Arrived: j.Start}
 	if d, ok := ctx.Deadline(); ok {
@@ -200,9 +205,6 @@ func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) err
 		if !holding && !g.take() {
 			reason = ReasonRouterLimit
 			return false
-		}
-		if g.cfg.AvoidFull {
-			j.full = s.fullEngines(j)
 		}
 		g.reserve(j)
 		return true
@@ -249,18 +251,56 @@ func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 		sat.Room(workers.Views(r.Candidates(s.reg, workers.RoleDecode)), j.excluded, pending)
 }
 
+// placing, with AvoidFull, chooses the engines j's attempt avoids (j.full)
+// at its placement, not when it was bound, and holds every other
+// placement off until done is called, once the placement acquired its
+// workers (or failed). Judged at binding, two requests bound in the same
+// moment saw the same free place and both took it: with several engines
+// per leg of a disaggregated model, an engine of one slot was sent two.
+// Between judgement and acquisition nothing else is placed, so the
+// acquired worker's load shows the next placement that it is taken. A dry
+// run (Explain) takes nothing and waits for nobody.
+func (g *gate) placing(s *Pipeline, j *Job, dryRun bool) (done func()) {
+	if !g.cfg.AvoidFull || dryRun {
+		return func() {}
+	}
+	g.placeMu.Lock()
+	j.full = s.fullEngines(j)
+	return g.placeMu.Unlock
+}
+
 // fullEngines are the engines j's attempt should not be placed on: those
 // full now. A request that names its worker (x-target-worker) goes there
-// whatever its load.
+// whatever its load. When every available engine of a role is full (the
+// router's count of requests bound and not yet placed said one had room,
+// but a load poll since showed another client's requests there), none of
+// that role is avoided: the policy chooses among them all, as without
+// AvoidFull, rather than failing a request that may run.
 func (s *Pipeline) fullEngines(j *Job) []string {
 	if j.Routing != nil && j.Routing.TargetWorker != "" {
 		return nil
 	}
 	var full []string
 	for _, role := range []workers.Role{workers.RoleRegular, workers.RolePrefill, workers.RoleDecode} {
-		full = s.gate.cfg.Saturation.FullOf(full, workers.Views(j.Route.Candidates(s.reg, role)), j.excluded)
+		cs := workers.Views(j.Route.Candidates(s.reg, role))
+		n := len(full)
+		full = s.gate.cfg.Saturation.FullOf(full, cs, j.excluded)
+		if len(full)-n == availableOutside(cs, j.excluded) {
+			full = full[:n]
+		}
 	}
 	return full
+}
+
+// availableOutside counts the available candidates outside excluded.
+func availableOutside(cs []workers.View, excluded []string) int {
+	n := 0
+	for _, v := range cs {
+		if v.Available() && !slices.Contains(excluded, v.URL()) {
+			n++
+		}
+	}
+	return n
 }
 
 // WouldWait says, for Explain, whether a request for j would wait now and
@@ -290,11 +330,26 @@ func (s *Pipeline) Waiting() int { return s.gate.q.Waiting() }
 // show (another client's requests ended).
 func (s *Pipeline) LoadsRefreshed() { s.gate.q.WakeAll() }
 
-// HealthChanged tells the waiting requests that a worker's health changed:
-// one that turned healthy may have room, and they need not wait for the
+// HealthChanged tells the waiting requests that a worker's health or its
+// circuit breaker changed: one that turned healthy, or whose breaker lets
+// requests through again, may have room, and they need not wait for the
 // next load poll to find it. (Workers that join or leave wake them by
-// themselves: the gate follows the registry.)
-func (s *Pipeline) HealthChanged() { s.gate.q.WakeAll() }
+// themselves: the gate follows the registry.) It returns at once and takes
+// no lock, so a breaker may call it while locked: the waiting requests
+// read the breakers with the queue's lock held, and are woken from a
+// goroutine of their own.
+func (s *Pipeline) HealthChanged() { s.gate.wakeSoon() }
+
+// wakeSoon wakes every waiting request from another goroutine; changes
+// that come while one such wake is pending share it.
+func (g *gate) wakeSoon() {
+	if g.waking.CompareAndSwap(false, true) {
+		go func() {
+			g.waking.Store(false) // a change from now on needs a wake of its own
+			g.q.WakeAll()
+		}()
+	}
+}
 
 // WaitStarted receives when requests wait in the router: the load poller
 // (workers.LoadPollHooks.Wake) then polls at the quicker interval at once,

@@ -222,7 +222,9 @@ const maxUnsupported = 8
 // its completion.
 func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 	sctx, sel := s.startStep(ctx, "kvgate.select", trace.WithAttributes(attrAttempt.Int(n)))
+	placed := s.gate.placing(s, j, false)
 	p, err := j.Route.Placer.Place(sctx, j, false)
+	placed()
 	s.gate.placed(j) // its worker's load shows it now, or it holds none
 	if err != nil {
 		s.EndSpan(sel, err)

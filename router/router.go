@@ -277,6 +277,9 @@ func New(ctx context.Context, cfg Config) (_ *Router, err error) {
 				"timeout", cfg.Breaker.Timeout)
 		} else {
 			log.Info("circuit breaker "+to.String(), "worker", url, "from", from.String())
+			if g.Server != nil {
+				g.Server.HealthChanged() // requests waiting for room may use it now
+			}
 		}
 	}
 	// The server, and with it the model table, exists before any worker

@@ -18,10 +18,7 @@ import (
 // served, none lost, and neither engine ever had to queue one beyond its
 // running-request limit.
 //
-// One engine per leg: with several, two requests bound at once may still
-// be placed on the same engine (the engines to avoid are chosen when each
-// is bound, before the other's placement shows in the loads), which
-// queues one in that engine now and then.
+// Several engines per leg: TestLateBindingPlacesWithinEveryLegsLimit.
 func TestLateBindingWithPrefillDecode(t *testing.T) {
 	const requests = 12
 	for _, tc := range []struct {

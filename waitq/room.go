@@ -50,7 +50,8 @@ func (s Saturation) Full(v workers.View) bool {
 // beyond pending ones bound already and not yet placed (their engines'
 // loads do not show them yet): the candidates available and outside
 // excluded have more free places, limit minus load, than pending, or one of
-// them reports no limit; an engine Full by its own queue has none. When
+// them reports no limit; an engine Full by its own queue has none, and one
+// behind a half-open circuit breaker no more than its free probe places. When
 // none is available at all it reports true: waiting would not help, and
 // the placement that follows says why nothing can serve.
 func (s Saturation) Room(candidates []workers.View, excluded []string, pending int) bool {
@@ -63,11 +64,19 @@ func (s Saturation) Room(candidates []workers.View, excluded []string, pending i
 		if s.EngineQueue && v.EngineQueued() > 0 {
 			continue // no free place until its own queue drains
 		}
-		limit := v.MaxRunningRequests()
-		if limit <= 0 {
+		// A half-open breaker lets its probes through, whatever the
+		// engine's own limit.
+		probes, limit := v.Worker().Breaker().Places(), v.MaxRunningRequests()
+		switch {
+		case limit <= 0 && probes < 0:
 			return true
+		case limit <= 0:
+			free += probes
+		case probes < 0:
+			free += max(0, limit-v.Load())
+		default:
+			free += min(probes, max(0, limit-v.Load()))
 		}
-		free += max(0, limit-v.Load())
 		if free > pending {
 			return true
 		}

@@ -3,7 +3,9 @@ package waitq_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/waitq"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -16,6 +18,9 @@ type engine struct {
 	ended    int          // requests of ours in flight at the poll that ended since
 	sick     bool
 	excluded bool
+	// probes > 0: its circuit breaker is half-open with that many probe
+	// places, of which probing are taken.
+	probes, probing int
 }
 
 func TestRoomSpec(t *testing.T) {
@@ -65,6 +70,14 @@ func TestRoomSpec(t *testing.T) {
 			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}, {limit: 2, ours: 1}}, queue: true, pending: 1, room: false, full: []int{0}},
 		{name: "one engine without a queue is enough",
 			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}, {limit: 256, ours: 3}}, queue: true, room: true, full: []int{0}},
+		{name: "a half-open breaker lets one probe through, though the engine has more room",
+			engines: []engine{{limit: 4, probes: 1}}, room: true},
+		{name: "a half-open breaker's probe is the place of a request bound before",
+			engines: []engine{{limit: 4, probes: 1}}, pending: 1, room: false},
+		{name: "a half-open breaker with its probe taken has no place",
+			engines: []engine{{limit: 4, probes: 1, probing: 1}, {limit: 2, ours: 2}}, room: false, full: []int{1}},
+		{name: "a half-open breaker's probe counts for an engine without a limit",
+			engines: []engine{{probes: 2, probing: 1}}, pending: 1, room: false},
 		{name: "an engine that reported no load at all is unaffected",
 			engines: []engine{{limit: 256, ours: 3}, {ours: 3}}, queue: true, room: true},
 	} {
@@ -86,6 +99,9 @@ func TestRoomSpec(t *testing.T) {
 					defer w.Acquire()()
 				}
 				w.SetHealthy(!e.sick)
+				if e.probes > 0 {
+					halfOpen(t, w, e.probes, e.probing)
+				}
 				if e.excluded {
 					excluded = append(excluded, w.URL())
 				}
@@ -103,5 +119,30 @@ func TestRoomSpec(t *testing.T) {
 				t.Errorf("FullOf = %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// halfOpen turns w's breaker half-open with probes probe places, probing of
+// them taken until the test ends.
+func halfOpen(t *testing.T, w *workers.Worker, probes, probing int) {
+	t.Helper()
+	clock := testutil.NewClock(time.Unix(0, 0))
+	b := w.Breaker()
+	if err := b.Reconfigure(workers.BreakerConfig{FailureThreshold: 1, SuccessThreshold: 1, Timeout: time.Second,
+		HalfOpenProbes: probes, Now: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	done, _ := b.Acquire()
+	done(workers.Failure)
+	clock.Advance(time.Second)
+	for range probing {
+		done, ok := b.Acquire()
+		if !ok {
+			t.Fatal("no probe place")
+		}
+		t.Cleanup(func() { done(workers.Ignored) })
+	}
+	if s := b.State(); s != workers.BreakerHalfOpen {
+		t.Fatalf("breaker %v, want half-open", s)
 	}
 }

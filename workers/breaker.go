@@ -54,9 +54,12 @@ type BreakerConfig struct {
 	// Now reads the clock; nil means time.Now. Tests set a fake clock.
 	Now func() time.Time
 	// OnChange, when set, is called on every state change with the name
-	// given to NewBreaker (the worker's URL), for metrics and logs. It runs
-	// with the breaker locked, so that calls arrive in order: it must not
-	// block or call the breaker.
+	// given to NewBreaker (the worker's URL), for metrics, logs and the
+	// requests waiting in the router for room. It runs with the breaker
+	// locked, so that calls arrive in order: it must not block, call the
+	// breaker, or take a lock held by code that calls the breaker. With the
+	// real clock (Now nil), an open breaker turns half-open and says so when
+	// its timeout passes, not only when something next asks it.
 	OnChange func(name string, from, to BreakerState)
 }
 
@@ -103,11 +106,16 @@ type Breaker struct {
 	cfg   BreakerConfig
 	state atomic.Int32 // BreakerState; read without the lock by Allow
 
+	// announce turns the breaker half-open when its timeout passes (see
+	// BreakerConfig.OnChange); nil with a clock of the caller's.
+	announce func(time.Duration)
+
 	mu        sync.Mutex
-	epoch     uint64 // increases with every state change
-	failures  int    // consecutive, while closed
-	successes int    // consecutive, while half-open
-	probes    int    // in flight, while half-open
+	timer     *time.Timer // the pending announce of an open breaker
+	epoch     uint64      // increases with every state change
+	failures  int         // consecutive, while closed
+	successes int         // consecutive, while half-open
+	probes    int         // in flight, while half-open
 	openedAt  time.Time
 }
 
@@ -134,10 +142,39 @@ func NewBreaker(name string, cfg BreakerConfig) (*Breaker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBreakerConfig, err)
 	}
+	b := &Breaker{name: name}
+	b.useLocked(cfg)
+	return b, nil
+}
+
+// useLocked takes cfg as the configuration. Nobody is told an open
+// breaker's timeout passed unless the clock is the real one, whose time a
+// timer measures, and somebody listens.
+func (b *Breaker) useLocked(cfg BreakerConfig) {
+	b.announce = nil
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+		if cfg.OnChange != nil {
+			b.announce = b.announceAfter
+		}
 	}
-	return &Breaker{name: name, cfg: cfg}, nil
+	b.cfg = cfg
+}
+
+// announceAfter, called when the breaker opens, turns it half-open once d
+// has passed, which tells OnChange: otherwise an open breaker turns
+// half-open only when something asks it (Allow, Acquire, State), and
+// requests waiting in the router for an engine with room ask only when
+// woken, so they slept through the moment the engine could take a probe.
+func (b *Breaker) announceAfter(d time.Duration) {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.timer = time.AfterFunc(d, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.advanceLocked()
+	})
 }
 
 // Reconfigure replaces the configuration and closes the breaker, dropping
@@ -146,12 +183,9 @@ func (b *Breaker) Reconfigure(cfg BreakerConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBreakerConfig, err)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.cfg = cfg
+	b.useLocked(cfg)
 	b.setLocked(BreakerClosed)
 	return nil
 }
@@ -176,6 +210,28 @@ func (b *Breaker) Allow() bool {
 	defer b.mu.Unlock()
 	b.advanceLocked()
 	return b.allowLocked()
+}
+
+// Places is how many attempts Acquire would let through now, -1 for no
+// bound (closed, or disabled): a half-open breaker's free probe places, 0
+// for an open one. Late binding counts an engine's room with it: an engine
+// of many free running places behind a half-open breaker takes one probe,
+// and a second request bound for it would find it unavailable. A closed
+// breaker answers without locking.
+func (b *Breaker) Places() int {
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		return -1
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advanceLocked()
+	switch BreakerState(b.state.Load()) {
+	case BreakerClosed:
+		return -1
+	case BreakerHalfOpen:
+		return max(0, b.cfg.HalfOpenProbes-b.probes)
+	}
+	return 0
 }
 
 func (b *Breaker) allowLocked() bool {
@@ -258,6 +314,9 @@ func (b *Breaker) setLocked(s BreakerState) {
 	b.failures, b.successes, b.probes = 0, 0, 0
 	if s == BreakerOpen {
 		b.openedAt = b.cfg.Now()
+		if b.announce != nil {
+			b.announce(b.cfg.Timeout)
+		}
 	}
 	b.state.Store(int32(s))
 	if from != s && b.cfg.OnChange != nil {

@@ -2,8 +2,10 @@ package workers_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
@@ -251,4 +253,57 @@ func TestBreakerProbeRace(t *testing.T) {
 			done(workers.Success)
 		}
 	}
+}
+
+// TestBreakerAnnouncesItsTimeout: with the real clock, an open breaker
+// turns half-open and tells OnChange when its timeout passes, though
+// nothing asks it: requests waiting in the router for room are woken by
+// that call, not by asking. A breaker reopened before the first timeout
+// passed announces only the second.
+func TestBreakerAnnouncesItsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var changes []string
+		cfg := workers.BreakerConfig{FailureThreshold: 1, SuccessThreshold: 1, Timeout: time.Minute, HalfOpenProbes: 1,
+			OnChange: func(_ string, from, to workers.BreakerState) {
+				mu.Lock()
+				defer mu.Unlock()
+				changes = append(changes, fmt.Sprintf("%v->%v", from, to))
+			}}
+		b, err := workers.NewBreaker("w", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fail := func() {
+			done, ok := b.Acquire()
+			if !ok {
+				t.Fatal("Acquire refused")
+			}
+			done(workers.Failure)
+		}
+		got := func() []string {
+			synctest.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(changes)
+		}
+
+		fail()
+		time.Sleep(time.Minute - time.Second)
+		if c := got(); !slices.Equal(c, []string{"closed->open"}) {
+			t.Fatalf("before the timeout: %v, want only closed->open", c)
+		}
+		time.Sleep(time.Second)
+		if c := got(); !slices.Equal(c, []string{"closed->open", "open->half_open"}) {
+			t.Fatalf("at the timeout: %v, want open->half_open told", c)
+		}
+
+		// The probe fails: open again, for a new timeout.
+		fail()
+		time.Sleep(time.Minute)
+		want := []string{"closed->open", "open->half_open", "half_open->open", "open->half_open"}
+		if c := got(); !slices.Equal(c, want) {
+			t.Fatalf("after a failed probe and a timeout: %v, want %v", c, want)
+		}
+	})
 }

@@ -42,6 +42,9 @@ type benchConfig struct {
 	unique      bench.UniqueConfig
 	peers       string
 	peer        bench.PeerConfig
+	// admission holds serve's admission flags; bench registers those of
+	// benchAdmissionFlags.
+	admission admissionFlags
 }
 
 func (c *benchConfig) register(fs *flag.FlagSet) {
@@ -61,7 +64,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.TracePath, "trace", "", "trace workload: Mooncake-format JSONL file")
 	c.speeds = speeds{1}
 	fs.Var(&c.speeds, "speed", "trace workload: replay speed-up (timestamps are divided by it); several, comma-separated, replay the trace once per speed and --plot draws TTFT p50, p99 and goodput against speed per policy")
-	fs.DurationVar(&c.sloTTFT, "slo-ttft", bench.DefaultSLOTTFT, "with several --speed values: the time to first token a request must meet to count towards goodput")
+	fs.DurationVar(&c.sloTTFT, "slo-ttft", bench.DefaultSLOTTFT, "with several --speed values, or with --peers: the time to first token a request must meet to count towards goodput")
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle; with several --speed values, TTFT p50, p99 and goodput against speed per policy) to this file")
 	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
@@ -71,6 +74,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.peer.TokenizerDir, "peer-tokenizer", defaultPeerTokenizer, "with --peers: directory of the tokenizer of the workloads' token ids (Llama 3's), served by the simulated engines and given to SMG")
 	fs.DurationVar(&c.peer.ThroughputDuration, "peer-throughput", 5*time.Second, "with --peers: how long each router's throughput run lasts (1K-token prompts, one output token, engines without latency; 0: none)")
 	fs.IntVar(&c.peer.ThroughputConcurrency, "peer-throughput-concurrency", 64, "with --peers: clients of the throughput run")
+	c.registerAdmission(fs)
 	fs.StringVar(&c.run.Target, "target", "", "host:port of a running router to measure instead of in-process fleets (one run, labelled \"target\" or --target-label)")
 	fs.StringVar(&c.run.TargetFront, "target-front", "", "with --target: the API it serves, empty for kvgate's gRPC Router service or smg for SMG's HTTP /generate with token ids (needs --target-model)")
 	fs.StringVar(&c.run.TargetModel, "target-model", "", "with --target-front smg: the model SMG is asked for")
@@ -164,7 +168,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return c.write(rep, stdout)
+	if err := c.write(rep, stdout); err != nil {
+		return err
+	}
+	if c.peers != "" {
+		return writeGoodput(stdout, rep, c.sloTTFT)
+	}
+	return nil
 }
 
 // runWorkload runs wl in-process or against --target.

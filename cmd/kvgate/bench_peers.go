@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/kvgate/kvgate/bench"
 )
@@ -50,6 +51,7 @@ func (c *benchConfig) runPeers(ctx context.Context, wl *bench.Workload, stderr i
 	pc := c.peer
 	pc.Peers = c.peerList()
 	pc.Stderr = stderr
+	pc.ServeArgs = c.serveArgs()
 	var err error
 	if pc.Executable, err = os.Executable(); err != nil {
 		return nil, fmt.Errorf("--peers runs kvgate serve from this binary: %w", err)
@@ -68,4 +70,17 @@ func (c *benchConfig) runPeers(ctx context.Context, wl *bench.Workload, stderr i
 	}
 	fmt.Fprintf(stderr, "kvgate bench: %s, %d requests, runs %s, %d simulated engines each\n", wl.Name, wl.Size(), strings.Join(runs, ","), c.run.Workers)
 	return bench.RunPeers(ctx, c.run, pc, wl)
+}
+
+// writeGoodput prints each run's goodput against slo after the peers'
+// table: the routers are compared under overload by how many requests a
+// person would not have given up on, not only by percentiles.
+func writeGoodput(w io.Writer, rep *bench.Report, slo time.Duration) error {
+	for _, r := range rep.Runs {
+		per, share := r.Goodput(slo)
+		if _, err := fmt.Fprintf(w, "goodput %s: %.2f requests/s with TTFT <= %v (%.1f%% of those sent)\n", r.Policy, per, slo, 100*share); err != nil {
+			return err
+		}
+	}
+	return nil
 }
