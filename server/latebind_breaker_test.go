@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -72,28 +71,11 @@ func TestLateBindingWakesWhenBreakerLetsThrough(t *testing.T) {
 	defer release()
 	startStream(t, f, held, 100) // the full engine's one slot: engine 1 is not available
 
-	var wg sync.WaitGroup
-	served := make(chan string, 2)
-	for i := range 2 {
-		wg.Go(func() {
-			r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i+2), 8),
-				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2), IgnoreEos: true}})
-			if err != nil {
-				t.Errorf("a waiting request: %v", err)
-				return
-			}
-			served <- r.complete.GetWorker()
-		})
-	}
-	testutil.Eventually(t, "both requests to wait in the router", func() bool {
-		return gauge(t, f, "kvgate_admission_queue_depth") == 2
-	})
+	served := sendTwoWaiting(ctx, t, f)
 	if s := w.Breaker().State(); s != workers.BreakerOpen {
 		t.Fatalf("engine 1's breaker is %v once both requests wait, want still open (raise breakerTimeout)", s)
 	}
 	polls := full.Calls("GetLoads")
-	wg.Wait()
-	close(served)
 	for s := range served {
 		if s != roomy {
 			t.Errorf("a waiting request was served by %s, want the engine whose breaker let it through, %s", s, roomy)

@@ -79,26 +79,9 @@ func TestLateBindingWakesOnFleetChange(t *testing.T) {
 			startStream(t, f, held, 100) // the full engine's one slot
 
 			ctx := testutil.Context(t, 15*time.Second)
-			var wg sync.WaitGroup
-			served := make(chan string, 2)
-			for i := range 2 {
-				wg.Go(func() {
-					r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i+2), 8),
-						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2), IgnoreEos: true}})
-					if err != nil {
-						t.Errorf("a waiting request: %v", err)
-						return
-					}
-					served <- r.complete.GetWorker()
-				})
-			}
-			testutil.Eventually(t, "both requests to wait in the router", func() bool {
-				return gauge(t, f, "kvgate_admission_queue_depth") == 2
-			})
+			served := sendTwoWaiting(ctx, t, f)
 			polls := full.Calls("GetLoads")
 			roomy := tc.change(t, f)
-			wg.Wait()
-			close(served)
 			for w := range served {
 				if w != roomy {
 					t.Errorf("a waiting request was served by %s, want the engine with room %s", w, roomy)
@@ -112,4 +95,33 @@ func TestLateBindingWakesOnFleetChange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sendTwoWaiting sends two requests that find every engine full, waits
+// until both wait in the router's queue, and returns the workers that
+// serve them: the channel is closed once both have ended (a failed one
+// is reported and sends nothing).
+func sendTwoWaiting(ctx context.Context, t *testing.T, f *fleet) <-chan string {
+	t.Helper()
+	var wg sync.WaitGroup
+	served := make(chan string, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i+2), 8),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2), IgnoreEos: true}})
+			if err != nil {
+				t.Errorf("a waiting request: %v", err)
+				return
+			}
+			served <- r.complete.GetWorker()
+		})
+	}
+	testutil.Eventually(t, "both requests to wait in the router", func() bool {
+		return gauge(t, f, "kvgate_admission_queue_depth") == 2
+	})
+	go func() {
+		wg.Wait()
+		close(served)
+	}()
+	return served
 }
