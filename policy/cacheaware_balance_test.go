@@ -216,22 +216,7 @@ func TestCacheAwareSeedsIdleEmptyWorkers(t *testing.T) {
 			if tc.noLimits {
 				ws = fleet(4)
 			}
-			p := newCA(t, nil)
-			prompt := caTokens(1, 64)
-			place(t, p, ws[0], prompt)
-			if tc.warm {
-				for i, w := range ws[1:] {
-					place(t, p, w, caTokens(10+i, 64))
-				}
-			}
-			for i, n := range tc.loads {
-				defer busy(ws[i], n)()
-			}
-			predicted := 0
-			if tc.want == 0 {
-				predicted = 64
-			}
-			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], tc.branch, predicted)
+			wantHeldPrompt(t, newCA(t, nil), ws, tc.warm, tc.loads[:], tc.want, tc.branch)
 		})
 	}
 	t.Run("Explain names the idle worker", func(t *testing.T) {
@@ -319,19 +304,9 @@ func TestCacheAwareBalancesAgainstCapacity(t *testing.T) {
 					o.CacheAware.BalanceCapacityThreshold = tc.capThr
 				}
 			})
-			prompt := caTokens(1, 64)
-			place(t, p, ws[0], prompt)
-			for i, w := range ws[1:] { // no worker idle and empty: see TestCacheAwareSeedsIdleEmptyWorkers
-				place(t, p, w, caTokens(10+i, 64))
-			}
-			for i, n := range tc.loads {
-				defer busy(ws[i], n)()
-			}
-			predicted := 0
-			if tc.want == 0 {
-				predicted = 64
-			}
-			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], tc.branch, predicted)
+			// Every worker holds a prompt: none is idle and empty (see
+			// TestCacheAwareSeedsIdleEmptyWorkers).
+			wantHeldPrompt(t, p, ws, true, tc.loads[:], tc.want, tc.branch)
 		})
 	}
 	t.Run("Explain says the shares and the limit of the worker chosen", func(t *testing.T) {
@@ -350,4 +325,27 @@ func TestCacheAwareBalancesAgainstCapacity(t *testing.T) {
 			t.Fatalf("reason %q, want %q", d.Reason, want)
 		}
 	})
+}
+
+// wantHeldPrompt places a 64-token prompt on ws[0] (and, when warm, a
+// prompt of their own on the others), gives the workers loads, and wants
+// the prompt sent to ws[want] by branch: with the prompt's 64 tokens
+// predicted cached when that is ws[0], none otherwise.
+func wantHeldPrompt(t *testing.T, p *policy.CacheAware, ws []*workers.Worker, warm bool, loads []int, want int, branch string) {
+	t.Helper()
+	prompt := caTokens(1, 64)
+	place(t, p, ws[0], prompt)
+	if warm {
+		for i, w := range ws[1:] {
+			place(t, p, w, caTokens(10+i, 64))
+		}
+	}
+	for i, n := range loads {
+		defer busy(ws[i], n)()
+	}
+	predicted := 0
+	if want == 0 {
+		predicted = 64
+	}
+	wantDecision(t, caSelect(t, p, prompt, ws...), ws[want], branch, predicted)
 }
