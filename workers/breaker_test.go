@@ -2,7 +2,6 @@ package workers_test
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -258,17 +257,19 @@ func TestBreakerProbeRace(t *testing.T) {
 // TestBreakerAnnouncesItsTimeout: with the real clock, an open breaker
 // turns half-open and tells OnChange when its timeout passes, though
 // nothing asks it: requests waiting in the router for room are woken by
-// that call, not by asking. A breaker reopened before the first timeout
-// passed announces only the second.
+// that call, not by asking. A probe that fails opens it for a new timeout,
+// announced in turn. (Inside the bubble the clock moves only while every
+// goroutine waits, so each announcement's time is exact.)
 func TestBreakerAnnouncesItsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var mu sync.Mutex
-		var changes []string
+		type change struct {
+			what string
+			at   time.Time
+		}
+		changes := make(chan change, 8)
 		cfg := workers.BreakerConfig{FailureThreshold: 1, SuccessThreshold: 1, Timeout: time.Minute, HalfOpenProbes: 1,
 			OnChange: func(_ string, from, to workers.BreakerState) {
-				mu.Lock()
-				defer mu.Unlock()
-				changes = append(changes, fmt.Sprintf("%v->%v", from, to))
+				changes <- change{fmt.Sprintf("%v->%v", from, to), time.Now()}
 			}}
 		b, err := workers.NewBreaker("w", cfg)
 		if err != nil {
@@ -281,29 +282,33 @@ func TestBreakerAnnouncesItsTimeout(t *testing.T) {
 			}
 			done(workers.Failure)
 		}
-		got := func() []string {
-			synctest.Wait()
-			mu.Lock()
-			defer mu.Unlock()
-			return slices.Clone(changes)
+		// halfOpenAfter wants the next change to be open->half_open, told
+		// one timeout after the failure.
+		halfOpenAfter := func(failed time.Time) {
+			t.Helper()
+			c := <-changes
+			if c.what != "open->half_open" || c.at.Sub(failed) != time.Minute {
+				t.Fatalf("told %s %v after the failure, want open->half_open %v after", c.what, c.at.Sub(failed), time.Minute)
+			}
 		}
 
+		failed := time.Now()
 		fail()
-		time.Sleep(time.Minute - time.Second)
-		if c := got(); !slices.Equal(c, []string{"closed->open"}) {
-			t.Fatalf("before the timeout: %v, want only closed->open", c)
+		if c := <-changes; c.what != "closed->open" {
+			t.Fatalf("told %s first, want closed->open", c.what)
 		}
-		time.Sleep(time.Second)
-		if c := got(); !slices.Equal(c, []string{"closed->open", "open->half_open"}) {
-			t.Fatalf("at the timeout: %v, want open->half_open told", c)
-		}
+		halfOpenAfter(failed)
 
 		// The probe fails: open again, for a new timeout.
+		failed = time.Now()
 		fail()
-		time.Sleep(time.Minute)
-		want := []string{"closed->open", "open->half_open", "half_open->open", "open->half_open"}
-		if c := got(); !slices.Equal(c, want) {
-			t.Fatalf("after a failed probe and a timeout: %v, want %v", c, want)
+		if c := <-changes; c.what != "half_open->open" {
+			t.Fatalf("told %s after the failed probe, want half_open->open", c.what)
+		}
+		halfOpenAfter(failed)
+		synctest.Wait()
+		if len(changes) != 0 {
+			t.Errorf("%d more changes told, want none", len(changes))
 		}
 	})
 }
