@@ -204,7 +204,7 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // Clear forgets every block: the engine cleared its cache, or the caller
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
-	m.blocks = blockTable{seed: m.blocks.seed}
+	m.blocks = blockTable{key: m.blocks.key}
 	m.orphans = map[int64]bref{}
 	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
 	m.toks = nil

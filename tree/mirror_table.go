@@ -12,14 +12,14 @@ import (
 // (BenchmarkBlockTableChurn: several times the cost of a fresh map's). This
 // one is open-addressed with linear probing and deletes by shifting the
 // entries after the hole back, so no marker is ever left: a probe stops at
-// the first empty slot. Homes are a seeded mix of the engine's hash, so an
-// engine, which never sees the seed, cannot choose hashes that pile up in
-// one run.
+// the first empty slot. Homes mix the engine's hash with a random key the
+// table draws at birth, so an engine, which never learns the key, cannot
+// choose hashes that pile up in one run.
 type blockTable struct {
 	slots []blockSlot // a power of two long, or empty
 	n     int
 	shift uint8 // home = hash >> shift
-	seed  uint64
+	key   uint64
 }
 
 // blockSlot is one entry; ref 0 marks it empty (bref 0 is no block).
@@ -36,16 +36,16 @@ const (
 	blockTableLoadNum, blockTableLoadDen = 3, 4
 )
 
-func newBlockTable() blockTable { return blockTable{seed: rand.Uint64()} }
+func newBlockTable() blockTable { return blockTable{key: rand.Uint64()} }
 
 // len returns how many hashes the table holds.
 func (t *blockTable) len() int { return t.n }
 
-// home is the slot where h's probe starts: the top bits of the seeded hash
+// home is the slot where h's probe starts: the top bits of the keyed hash
 // through a 64-bit finalizer (every input bit moves every output bit), a
 // few nanoseconds where hash/maphash.Comparable costs tens for an int64.
 func (t *blockTable) home(h int64) uint64 {
-	x := uint64(h) ^ t.seed
+	x := uint64(h) ^ t.key
 	x = (x ^ x>>33) * 0xff51afd7ed558ccd
 	x = (x ^ x>>33) * 0xc4ceb9fe1a85ec53
 	return (x ^ x>>33) >> t.shift

@@ -50,7 +50,7 @@ func TestBlockTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tab := blockTable{seed: tab.seed}
+			tab := blockTable{key: tab.key}
 			want := map[int64]bref{}
 			for step, o := range tt.ops {
 				if o.del {
