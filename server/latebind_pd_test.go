@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -44,26 +45,11 @@ func TestLateBindingWithPrefillDecode(t *testing.T) {
 					c.Admission.AvoidFullEngines = true
 					c.Admission.QueueSize = requests
 				}})
-			ctx := testutil.Context(t, 30*time.Second)
-			var wg sync.WaitGroup
-			results := make(chan result, requests)
-			for i := range requests {
-				wg.Go(func() {
-					r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
-						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}})
-					if err != nil {
-						t.Errorf("request %d: %v", i, err)
-						return
-					}
-					results <- r
-				})
-			}
-			wg.Wait()
-			close(results)
+			results := sendBurst(testutil.Context(t, 30*time.Second), t, f, requests)
 
 			prefill, decode := f.workerURL(0), f.workerURL(1)
 			completed := 0
-			for r := range results {
+			for _, r := range results {
 				c := r.complete
 				switch {
 				case c == nil:
@@ -79,21 +65,7 @@ func TestLateBindingWithPrefillDecode(t *testing.T) {
 			if completed != requests {
 				t.Errorf("%d of %d requests completed with both legs", completed, requests)
 			}
-			var prefilled, decoded uint64
-			for i, s := range f.sims {
-				st := s.Engine().Stats()
-				if st.QueuedFull != 0 {
-					t.Errorf("engine %d (%s) queued %d requests beyond its running-request limit", i, s.Engine().Config().Role, st.QueuedFull)
-				}
-				if i == 0 {
-					prefilled += st.Completed
-				} else {
-					decoded += st.Completed
-				}
-			}
-			if prefilled != requests || decoded != requests {
-				t.Errorf("the engines completed %d prefill and %d decode legs, want %d of each", prefilled, decoded, requests)
-			}
+			wantLegsWithinLimits(t, f, 1, requests)
 			if n := waitObservations(t, f, "engines_full"); n == 0 {
 				t.Error("no request waited in the router for an engine with room: the test did not fill the leg")
 			}
@@ -101,5 +73,56 @@ func TestLateBindingWithPrefillDecode(t *testing.T) {
 				t.Errorf("kvgate_queue_waiting_requests is %v after every request ended, want 0", n)
 			}
 		})
+	}
+}
+
+// sendBurst sends n requests at once (32-token prompts of three kinds, 8
+// tokens each) and returns the results of those that did not fail; a
+// failure is reported.
+func sendBurst(ctx context.Context, t *testing.T, f *fleet, n int) []result {
+	t.Helper()
+	var wg sync.WaitGroup
+	results := make(chan result, n)
+	for i := range n {
+		wg.Go(func() {
+			r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}})
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			results <- r
+		})
+	}
+	wg.Wait()
+	close(results)
+	var out []result
+	for r := range results {
+		out = append(out, r)
+	}
+	return out
+}
+
+// wantLegsWithinLimits wants no engine of a disaggregated fleet (its first
+// prefills engines prefill, the rest decode) to have queued a request
+// beyond its running-request limit, and each leg to have served every one
+// of the requests.
+func wantLegsWithinLimits(t *testing.T, f *fleet, prefills, requests int) {
+	t.Helper()
+	var prefilled, decoded uint64
+	for i, s := range f.sims {
+		st := s.Engine().Stats()
+		if st.QueuedFull != 0 {
+			t.Errorf("engine %d (%s, %d slots) queued %d requests beyond its running-request limit",
+				i, s.Engine().Config().Role, s.Engine().Config().MaxRunning, st.QueuedFull)
+		}
+		if i < prefills {
+			prefilled += st.Completed
+		} else {
+			decoded += st.Completed
+		}
+	}
+	if prefilled != uint64(requests) || decoded != uint64(requests) {
+		t.Errorf("the engines completed %d prefill and %d decode legs, want %d of each", prefilled, decoded, requests)
 	}
 }
