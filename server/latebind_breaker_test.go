@@ -30,18 +30,10 @@ func TestLateBindingWakesWhenBreakerLetsThrough(t *testing.T) {
 	const breakerTimeout = 2 * time.Second
 	// consistent_hashing honours x-target-worker, which opens the breaker.
 	f := startFleet(t, fleetOptions{workers: 2, policy: "consistent_hashing",
-		sim: func(i int, c *sim.Config) {
-			c.MaxRunning = 4
-			if i == 0 {
-				c.MaxRunning, c.Faults.StallAfterTokens = 1, 1
-			}
-		},
+		sim: oneFullEngine,
 		config: func(c *router.Config) {
-			c.LoadPollInterval = time.Hour
-			c.Admission.QueueSize = 4
+			bindOnWakesOnly(c)
 			c.Admission.QueueTimeout = 20 * time.Second
-			c.Admission.AvoidFullEngines = true
-			c.Reliability.StreamIdleTimeout = 0
 			c.Breaker = workers.BreakerConfig{FailureThreshold: 1, SuccessThreshold: 1, Timeout: breakerTimeout, HalfOpenProbes: 1}
 		}})
 	roomy := f.workerURL(1)

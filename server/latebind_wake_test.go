@@ -51,18 +51,7 @@ func TestLateBindingWakesOnFleetChange(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := startFleet(t, fleetOptions{workers: tc.workers, healthInterval: 20 * time.Millisecond,
-				sim: func(i int, c *sim.Config) {
-					c.MaxRunning = 4
-					if i == 0 {
-						c.MaxRunning, c.Faults.StallAfterTokens = 1, 1
-					}
-				},
-				config: func(c *router.Config) {
-					c.LoadPollInterval = time.Hour
-					c.Admission.QueueSize = 4
-					c.Admission.AvoidFullEngines = true
-					c.Reliability.StreamIdleTimeout = 0
-				}})
+				sim: oneFullEngine, config: bindOnWakesOnly})
 			if tc.workers > 1 {
 				f.sims[1].Kill()
 				testutil.Eventually(t, "the killed engine to be unhealthy", func() bool {
@@ -124,4 +113,24 @@ func sendTwoWaiting(ctx context.Context, t *testing.T, f *fleet) <-chan string {
 		close(served)
 	}()
 	return served
+}
+
+// oneFullEngine makes engine 0 an engine of one slot whose streams stall
+// after their first token, so that one held stream fills it, and the
+// others engines of four.
+func oneFullEngine(i int, c *sim.Config) {
+	c.MaxRunning = 4
+	if i == 0 {
+		c.MaxRunning, c.Faults.StallAfterTokens = 1, 1
+	}
+}
+
+// bindOnWakesOnly holds requests in the router while engines are full
+// (a queue of 4, full engines avoided) and polls loads an hour apart, so
+// that only a wake binds a waiting request.
+func bindOnWakesOnly(c *router.Config) {
+	c.LoadPollInterval = time.Hour
+	c.Admission.QueueSize = 4
+	c.Admission.AvoidFullEngines = true
+	c.Reliability.StreamIdleTimeout = 0
 }
