@@ -134,23 +134,23 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	if allReportCapacity(ws) {
 		acceptable, s.room, s.seeding = p.boundByRoom(ws, loads, best, sum, acceptable)
 	}
-	switch {
-	case p.cost != nil:
-		s.cost = &costChoice{terms: make([]costTerms, len(ws))}
-		tokens := make([]int, len(ws))
+	// The cost and wait modes count matches and what each engine holds in
+	// tokens (whole blocks).
+	var tokens []int
+	cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
+	if p.cost != nil || p.wait != nil {
+		tokens = make([]int, len(ws))
 		for i, n := range matched {
 			tokens[i] = n * p.blockSize
 		}
-		cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
+	}
+	switch {
+	case p.cost != nil:
+		s.cost = &costChoice{terms: make([]costTerms, len(ws))}
 		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached))
 		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
 	case p.wait != nil:
 		s.wait = &waitChoice{terms: make([]waitTerms, len(ws))}
-		tokens := make([]int, len(ws))
-		for i, n := range matched {
-			tokens[i] = n * p.blockSize
-		}
-		cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
 		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoads(ws, loads, cached))
 		s.chosen, s.branch, s.inputLen = s.wait.chosen, s.wait.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
