@@ -109,6 +109,11 @@ type CacheAwareConfig struct {
 	// charge at full fleet pressure for each second of prefill a request
 	// adds, in seconds of wait; ≥ 0 and finite (see waitModel).
 	FleetWeight float64
+	// UnevenWeight (--cache-aware-uneven-weight) is, in ModeWait, the
+	// charge at full fleet pressure for each second a candidate's start
+	// wait exceeds the fleet's soonest, in seconds of wait; ≥ 0 and finite
+	// (see waitModel).
+	UnevenWeight float64
 }
 
 // DefaultCacheAwareConfig returns SMG's cache_aware settings.
@@ -130,6 +135,7 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		DecodeWeight:             DefaultDecodeWeight,
 		EvictWeight:              DefaultEvictWeight,
 		FleetWeight:              DefaultFleetWeight,
+		UnevenWeight:             DefaultUnevenWeight,
 	}
 }
 
@@ -148,7 +154,7 @@ const DefaultEvictWeight = 4
 
 // checkMode refuses a selection mode other than ModeThreshold, ModeCost and
 // ModeWait, and weights that are negative, infinite or NaN.
-func checkMode(mode string, decode, evict, fleet float64) error {
+func checkMode(mode string, decode, evict, fleet, uneven float64) error {
 	var errs []error
 	if mode != ModeThreshold && mode != ModeCost && mode != ModeWait {
 		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (SMG's threshold and balance rules), %s (least prefill, eviction, queue and decode cost) or %s (least expected wait for the first token)", mode, ModeThreshold, ModeCost, ModeWait))
@@ -156,7 +162,7 @@ func checkMode(mode string, decode, evict, fleet float64) error {
 	for _, w := range []struct {
 		flag string
 		v    float64
-	}{{"--cache-aware-decode-weight", decode}, {"--cache-aware-evict-weight", evict}, {"--cache-aware-fleet-weight", fleet}} {
+	}{{"--cache-aware-decode-weight", decode}, {"--cache-aware-evict-weight", evict}, {"--cache-aware-fleet-weight", fleet}, {"--cache-aware-uneven-weight", uneven}} {
 		if !(w.v >= 0) || math.IsInf(w.v, 1) {
 			errs = append(errs, fmt.Errorf("%s %g: must be ≥ 0 and finite", w.flag, w.v))
 		}
@@ -200,7 +206,7 @@ func (c CacheAwareConfig) Validate() error {
 	if !slices.Contains(evictionPolicies, strings.ToLower(c.EvictionPolicy)) {
 		errs = append(errs, fmt.Errorf("--eviction-policy %q: want %s", c.EvictionPolicy, strings.Join(evictionPolicies, ", ")))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight, c.UnevenWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -347,10 +353,11 @@ type VllmCacheAwareConfig struct {
 	BlockHash string
 	// Mode (--cache-aware-mode), DecodeWeight
 	// (--cache-aware-decode-weight) and EvictWeight
-	// (--cache-aware-evict-weight) are as CacheAwareConfig's; in ModeCost
-	// the threshold and load factor are unused.
-	Mode                                   string
-	DecodeWeight, EvictWeight, FleetWeight float64
+	// (--cache-aware-evict-weight), FleetWeight and UnevenWeight are as
+	// CacheAwareConfig's; in ModeCost the threshold and load factor are
+	// unused.
+	Mode                                                 string
+	DecodeWeight, EvictWeight, FleetWeight, UnevenWeight float64
 }
 
 // Block key variants of --vllm-block-hash.
@@ -372,6 +379,7 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		DecodeWeight:        DefaultDecodeWeight,
 		EvictWeight:         DefaultEvictWeight,
 		FleetWeight:         DefaultFleetWeight,
+		UnevenWeight:        DefaultUnevenWeight,
 	}
 }
 
@@ -396,7 +404,7 @@ func (c VllmCacheAwareConfig) Validate() error {
 	if c.BlockHash != BlockHashChained && c.BlockHash != BlockHashPosition {
 		errs = append(errs, fmt.Errorf("--vllm-block-hash %q: want %s or %s", c.BlockHash, BlockHashChained, BlockHashPosition))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight, c.UnevenWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -17,6 +17,11 @@ const ModeWait = "wait"
 // wait for it. See waitModel.
 const DefaultFleetWeight = 4
 
+// DefaultUnevenWeight is the wait mode's charge, at full pressure, for each
+// second a candidate's start wait exceeds the fleet's soonest. See
+// waitModel.
+const DefaultUnevenWeight = 0
+
 // assumedPrefillRate is the prefill rate, in tokens per second, the wait
 // mode assumes for an engine until the router has timed one of its
 // prefills and no other candidate's is known: an 8B model on one H100.
@@ -25,7 +30,7 @@ const assumedPrefillRate = 20000
 
 // waitModel is the wait mode's rule: a request goes to the worker where
 //
-//	max(slot, lane) + own + evict + fleet
+//	max(slot, lane) + own + evict + fleet + uneven
 //
 // is least, every term in seconds of the engine's time:
 //
@@ -63,11 +68,19 @@ const assumedPrefillRate = 20000
 //     where the fleet keeps up but every engine nearly always has a
 //     prefill running: conversations stayed on engines with growing queues
 //     (TTFT p50 1.9× the cost mode's).
+//   - uneven: pressure × UnevenWeight × how much longer the candidate's
+//     start wait (max(slot, lane)) is than the fleet's soonest. A request
+//     added to a long lane delays every later request sent there, and
+//     while the fleet is behind, the fleet charge alone let a prefix pull
+//     its conversation onto a lane far longer than the others, while the
+//     shorter lanes' engines ran out of queued work before it (at
+//     --speed 5 on the conversation trace, TTFT p50 14% over the
+//     threshold rule's, whose balance rule evens the lanes out).
 //
 // Ties go to the longer match, then the lower load, then the earlier
 // candidate.
 type waitModel struct {
-	evictWeight, fleetWeight float64
+	evictWeight, fleetWeight, unevenWeight float64
 }
 
 // waitLoad is what a candidate's expected wait needs besides its match,
@@ -122,13 +135,14 @@ func (l waitLoad) start() (ahead int, slot, lane float64) {
 // waitTerms is one candidate's expected wait, term by term, in seconds
 // (and the token counts they come from).
 type waitTerms struct {
-	matched, kept, prefill, evict, queue, ahead int
-	slot, lane, own, evictS, fleet, total       float64
+	matched, kept, prefill, evict, queue, ahead   int
+	slot, lane, own, evictS, fleet, uneven, total float64
 }
 
 // terms prices a prompt of inputLen tokens, matched tokens of which the
-// candidate holds, on a candidate with load l in a fleet under pressure.
-func (m waitModel) terms(inputLen, matched int, l waitLoad, pressure float64) waitTerms {
+// candidate holds, on a candidate with load l in a fleet under pressure
+// whose soonest start is soonest.
+func (m waitModel) terms(inputLen, matched int, l waitLoad, pressure, soonest float64) waitTerms {
 	t := waitTerms{matched: matched, kept: matched, queue: l.queue}
 	over := 0 // the prompt's tokens that do not fit beside what is held
 	if l.capacity > 0 {
@@ -142,7 +156,8 @@ func (m waitModel) terms(inputLen, matched int, l waitLoad, pressure float64) wa
 	t.own = float64(t.prefill+over) / l.rate
 	t.evictS = m.evictWeight * float64(t.evict) / l.rate
 	t.fleet = pressure * m.fleetWeight * t.own
-	t.total = max(t.slot, t.lane) + t.own + t.evictS + t.fleet
+	t.uneven = pressure * m.unevenWeight * max(max(t.slot, t.lane)-soonest, 0)
+	t.total = max(t.slot, t.lane) + t.own + t.evictS + t.fleet + t.uneven
 	return t
 }
 
@@ -178,7 +193,7 @@ func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl 
 		c.pressure = c.soonest / c.whole
 	}
 	for i := range matched {
-		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.pressure)
+		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.pressure, c.soonest)
 		t, b := c.terms[i], c.terms[c.chosen]
 		if i > 0 && cheaper(t.total, t.matched, loads[i], b.total, b.matched, loads[c.chosen]) {
 			c.chosen = i
@@ -223,6 +238,10 @@ func (t waitTerms) format(m waitModel, inputLen int, c waitChoice) string {
 		}
 		s += fmt.Sprintf(" + fleet %s (pressure %.2f × %g: soonest start %s %s whole prefill %s)",
 			ms(t.fleet), c.pressure, m.fleetWeight, ms(c.soonest), cmp, ms(c.whole))
+	}
+	if t.uneven > 0 {
+		s += fmt.Sprintf(" + uneven %s (pressure %.2f × %g × (start %s − soonest %s))",
+			ms(t.uneven), c.pressure, m.unevenWeight, ms(max(t.slot, t.lane)), ms(c.soonest))
 	}
 	return s
 }

@@ -4,9 +4,9 @@ import "testing"
 
 // TestWaitChooseAllocatesNothing: cache_aware prices the candidates under
 // its tree's write lock, so the wait mode's choice (the fleet's pressure
-// included) must not allocate.
+// and the uneven-lane charge included) must not allocate.
 func TestWaitChooseAllocatesNothing(t *testing.T) {
-	m := waitModel{evictWeight: DefaultEvictWeight, fleetWeight: DefaultFleetWeight}
+	m := waitModel{evictWeight: DefaultEvictWeight, fleetWeight: DefaultFleetWeight, unevenWeight: 1}
 	wl := []waitLoad{
 		{costLoad: costLoad{queue: 30000}, load: 8, limit: 8, runSec: 4, rate: 20000},
 		{costLoad: costLoad{queue: 2000, capacity: 400000, fullness: 0.9}, load: 3, limit: 8, runSec: 4, rate: 20000},

@@ -30,6 +30,7 @@ var waitCases = []struct {
 	name   string
 	a, b   waitWorker
 	fleet  float64 // --cache-aware-fleet-weight
+	uneven float64 // --cache-aware-uneven-weight
 	want   string  // "A" or "B"
 	reason []string
 	absent []string // what the reason must not say
@@ -68,6 +69,24 @@ var waitCases = []struct {
 		a:     waitWorker{holds: 3072, limit: 8, queue: 4096, run: 4 * time.Second, rate: 20000},
 		b:     waitWorker{limit: 8, queue: 2048, run: 4 * time.Second, rate: 20000},
 		fleet: 4, want: "A", reason: []string{"fleet 102ms (pressure 0.50 × 4", "soonest start 102ms < whole prefill 205ms", "next grpc://b:1 717ms"}},
+	{name: "every engine full, A's lane 500ms longer than B's: the charge for the uneven lane outweighs the copied prefix",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{inFlight: 8, limit: 8, run: 4 * time.Second, rate: 20000},
+		fleet: 4, uneven: 1, want: "B", reason: []string{"expects 1524ms = max(slot 500ms (1 ahead), lane 0ms (0 queued)) + own 205ms", "next grpc://a:1 1756ms"},
+		absent: []string{"uneven"}},
+	{name: "every engine full, A's lane 100ms longer than B's: a small lead costs less than the copied prefix",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 12000, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{inFlight: 8, limit: 8, run: 4 * time.Second, rate: 20000},
+		fleet: 4, uneven: 1, want: "A", reason: []string{"lane 600ms (12000 queued)) + own 51ms", "+ uneven 100ms (pressure 1.00 × 1 × (start 600ms − soonest 500ms))", "next grpc://b:1 1524ms"}},
+	{name: "the fleet's soonest start is half the whole prompt's prefill: half the uneven charge too",
+		a:     waitWorker{holds: 3072, limit: 8, queue: 4096, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{limit: 8, queue: 2048, run: 4 * time.Second, rate: 20000},
+		fleet: 4, uneven: 2, want: "A", reason: []string{"fleet 102ms (pressure 0.50 × 4", "uneven 102ms (pressure 0.50 × 2 × (start 205ms − soonest 102ms))", "next grpc://b:1 717ms"}},
+	{name: "the fleet keeps up: no uneven charge, however uneven the lanes",
+		a:     waitWorker{holds: 3072, limit: 8, queue: 2000, run: 4 * time.Second, rate: 20000},
+		b:     waitWorker{limit: 8, run: 4 * time.Second, rate: 20000},
+		fleet: 4, uneven: 4, want: "A", reason: []string{"expects 151ms = max(slot 0ms, lane 100ms (2000 queued)) + own 51ms (4096 prompt − 3072 cached)", "next grpc://b:1 205ms"},
+		absent: []string{"fleet", "uneven"}},
 	{name: "every engine is priced at the fleet's mean prefill rate",
 		a: waitWorker{queue: 4000, rate: 10000}, b: waitWorker{rate: 30000}, fleet: 0, want: "B",
 		reason: []string{"own 205ms", "next grpc://a:1 405ms"}},
@@ -114,8 +133,8 @@ func TestWaitModeSpecification(t *testing.T) {
 			t.Run(pol+"/"+tc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					o := policy.DefaultOptions()
-					o.CacheAware.Mode, o.CacheAware.FleetWeight = policy.ModeWait, tc.fleet
-					o.VllmCacheAware.Mode, o.VllmCacheAware.FleetWeight = policy.ModeWait, tc.fleet
+					o.CacheAware.Mode, o.CacheAware.FleetWeight, o.CacheAware.UnevenWeight = policy.ModeWait, tc.fleet, tc.uneven
+					o.VllmCacheAware.Mode, o.VllmCacheAware.FleetWeight, o.VllmCacheAware.UnevenWeight = policy.ModeWait, tc.fleet, tc.uneven
 					p, err := policy.New(pol, o)
 					if err != nil {
 						t.Fatal(err)

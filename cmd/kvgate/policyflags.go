@@ -36,6 +36,7 @@ type policyFlags struct {
 	decodeWeight         float64
 	evictWeight          float64
 	fleetWeight          float64
+	unevenWeight         float64
 	prefixTokenCount     int
 	prefixHashLoadFactor float64
 	assignmentMode       string
@@ -79,6 +80,8 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 		"cache_aware, vllm_cache_aware: selection rule: threshold (the longest match over --cache-threshold unless the fleet is imbalanced) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, plus, when no engine could start the request at once, --cache-aware-fleet-weight × that prefill)")
 	fs.Float64Var(&p.fleetWeight, "cache-aware-fleet-weight", ca.FleetWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the seconds of wait charged for each second of prefill a request adds to the fleet (later requests wait for it), scaled by the soonest any engine could start the request over its whole prompt's prefill time (at most 1), ≥ 0")
+	fs.Float64Var(&p.unevenWeight, "cache-aware-uneven-weight", ca.UnevenWeight,
+		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the seconds of wait charged for each second an engine's wait before it could start the request exceeds the shortest such wait in the fleet (a longer lane delays every later request sent there), scaled as --cache-aware-fleet-weight is, ≥ 0")
 	fs.Float64Var(&p.decodeWeight, "cache-aware-decode-weight", ca.DecodeWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of a worker's KV tokens held by running requests against prompt tokens to prefill, ≥ 0")
 	fs.Float64Var(&p.evictWeight, "cache-aware-evict-weight", ca.EvictWeight,
@@ -151,6 +154,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.BlockSize = p.blockSize
 	ca.SpeculativeTTL = time.Duration(p.speculativeTTLMs) * time.Millisecond
 	ca.Mode, ca.DecodeWeight, ca.EvictWeight, ca.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
+	ca.UnevenWeight = p.unevenWeight
 	if ca.BlockSize == 0 {
 		// The router learns it from the workers (LearnBlockSize); until
 		// then the default keeps the options valid.
@@ -183,5 +187,6 @@ func (p *policyFlags) options() policy.Options {
 	v.LoadFactor = p.vllmLoadFactor
 	v.BlockHash = p.vllmBlockHash
 	v.Mode, v.DecodeWeight, v.EvictWeight, v.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
+	v.UnevenWeight = p.unevenWeight
 	return o
 }

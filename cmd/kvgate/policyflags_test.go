@@ -70,7 +70,7 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 				return o.VllmCacheAware == policy.VllmCacheAwareConfig{BlockSize: 32, MaxBlocksPerBackend: 500,
 					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition,
 					Mode: policy.ModeThreshold, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight,
-					FleetWeight: policy.DefaultFleetWeight}
+					FleetWeight: policy.DefaultFleetWeight, UnevenWeight: policy.DefaultUnevenWeight}
 			}},
 		{"--cache-aware-mode and its weights reach both cache-aware policies", []string{"--cache-aware-mode", "cost", "--cache-aware-decode-weight", "0", "--cache-aware-evict-weight", "0"},
 			func(o policy.Options) bool {
@@ -82,6 +82,10 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 			func(o policy.Options) bool {
 				return o.CacheAware.Mode == policy.ModeWait && o.VllmCacheAware.Mode == policy.ModeWait &&
 					o.CacheAware.FleetWeight == 2.5 && o.VllmCacheAware.FleetWeight == 2.5
+			}},
+		{"--cache-aware-uneven-weight reaches both cache-aware policies", []string{"--cache-aware-mode", "wait", "--cache-aware-uneven-weight", "0"},
+			func(o policy.Options) bool {
+				return o.CacheAware.UnevenWeight == 0 && o.VllmCacheAware.UnevenWeight == 0
 			}},
 		{"--vllm-cache-threshold 0 and --vllm-eviction-interval-secs 0 are 0", []string{"--vllm-cache-threshold", "0", "--vllm-eviction-interval-secs", "0"},
 			func(o policy.Options) bool {
@@ -127,6 +131,7 @@ func TestPolicyFlagsRefused(t *testing.T) {
 		{"vllm_cache_aware", []string{"--cache-aware-decode-weight", "NaN"}, "--cache-aware-decode-weight"},
 		{"cache_aware", []string{"--cache-aware-evict-weight", "+Inf"}, "--cache-aware-evict-weight"},
 		{"vllm_cache_aware", []string{"--cache-aware-fleet-weight", "-1"}, "--cache-aware-fleet-weight"},
+		{"cache_aware", []string{"--cache-aware-uneven-weight", "-0.5"}, "--cache-aware-uneven-weight"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := policy.New(tc.policy, parsePolicyFlags(t, tc.args...))
