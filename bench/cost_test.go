@@ -32,7 +32,12 @@ func TestParsePolicyVariants(t *testing.T) {
 			t.Errorf("ParsePolicy(%q) = %q, %+v, %+v, %v", tc.label, name, o.CacheAware, o.VllmCacheAware, err)
 		}
 	}
-	for _, bad := range []string{"round_robin:cost", "cache_aware:position", "vllm_cache_aware:smallest_tree", "cache_aware:", "pooled:cost"} {
+	for _, label := range []string{"cache_aware:wait:u0.5", "vllm_cache_aware:u0.5:wait"} {
+		if _, o, err := ParsePolicy(label); err != nil || o.CacheAware.UnevenWeight != 0.5 || o.VllmCacheAware.UnevenWeight != 0.5 {
+			t.Errorf("ParsePolicy(%q) = %+v, %+v, %v; want uneven weight 0.5", label, o.CacheAware, o.VllmCacheAware, err)
+		}
+	}
+	for _, bad := range []string{"round_robin:cost", "round_robin:u1", "cache_aware:position", "vllm_cache_aware:smallest_tree", "cache_aware:", "pooled:cost"} {
 		if _, _, err := ParsePolicy(bad); err == nil {
 			t.Errorf("ParsePolicy(%q) accepted", bad)
 		}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,8 +73,9 @@ func PooledSim(cfg sim.Config, n int) sim.Config {
 }
 
 // ParsePolicy splits a policy label such as "cache_aware:smallest_tree",
-// "cache_aware:cost:smallest_tree" or "vllm_cache_aware:position" into the
-// policy name and its options. Pooled is round_robin (over its one engine).
+// "cache_aware:cost:smallest_tree", "cache_aware:wait:u0.5" or
+// "vllm_cache_aware:position" into the policy name and its options. Pooled
+// is round_robin (over its one engine).
 func ParsePolicy(label string) (string, policy.Options, error) {
 	opts := policy.DefaultOptions()
 	if label == Pooled {
@@ -87,6 +89,12 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 		return name, opts, nil
 	}
 	for _, variant := range strings.Split(variants, ":") {
+		// u<weight>: the wait mode's --cache-aware-uneven-weight, so
+		// weights compare in one run.
+		if w, err := strconv.ParseFloat(strings.TrimPrefix(variant, "u"), 64); err == nil && strings.HasPrefix(variant, "u") && strings.HasSuffix(name, "cache_aware") {
+			opts.CacheAware.UnevenWeight, opts.VllmCacheAware.UnevenWeight = w, w
+			continue
+		}
 		switch {
 		case name == "cache_aware" && (variant == policy.FallbackSmallestTree || variant == policy.FallbackLeastLoaded):
 			opts.CacheAware.CacheMissFallback = variant
@@ -97,7 +105,7 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 		case name == "vllm_cache_aware" && (variant == policy.ModeThreshold || variant == policy.ModeCost || variant == policy.ModeWait):
 			opts.VllmCacheAware.Mode = variant
 		default:
-			return "", opts, fmt.Errorf("policy %q: only cache_aware (:least_loaded, :smallest_tree, :threshold, :cost, :wait) and vllm_cache_aware (:chained, :position, :threshold, :cost, :wait) take variants", label)
+			return "", opts, fmt.Errorf("policy %q: only cache_aware (:least_loaded, :smallest_tree, :threshold, :cost, :wait) and vllm_cache_aware (:chained, :position, :threshold, :cost, :wait) take variants, and both u<weight>, the wait mode's uneven weight", label)
 		}
 	}
 	return name, opts, nil
