@@ -60,7 +60,10 @@ func relay(ctx context.Context, w *workers.Worker, id string, ids []uint32, out 
 //   - to the cold idle engine while the cached one is full and its requests
 //     are long (its slot wait is longer than the prefill the cache saves),
 //   - to the cached engine once every engine is full (the fleet's charge
-//     for a copied prefix keeps affinity under pressure).
+//     for a copied prefix keeps affinity under pressure),
+//   - but to the cold engine then with an uneven-lane charge: A's slot
+//     frees far later than B's (its requests are long), and a request
+//     added to the longer lane delays every later one sent there.
 func TestWaitModeOnSimulatedEngines(t *testing.T) {
 	cfg := simtest.Config(sim.ProtocolSGLang)
 	cfg.TimeScale, cfg.MaxRunning, cfg.KVCapacityTokens = 1, 2, 65536
@@ -70,8 +73,13 @@ func TestWaitModeOnSimulatedEngines(t *testing.T) {
 		t.Fatalf("the engine reports a running limit of %d, want 2", a.Info().MaxRunningRequests)
 	}
 	o := policy.DefaultOptions()
-	o.CacheAware.Mode = policy.ModeWait
+	o.CacheAware.Mode, o.CacheAware.UnevenWeight = policy.ModeWait, 0
 	p, err := policy.NewCacheAware(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.CacheAware.UnevenWeight = 1
+	even, err := policy.NewCacheAware(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +94,10 @@ func TestWaitModeOnSimulatedEngines(t *testing.T) {
 		w   *workers.Worker
 		ids []uint32
 	}{{a, prefix}, {b, simTokens(3, 3072)}} {
-		if _, err := p.Select(ctx, &policy.Request{InputIDs: c.ids}, workers.Views([]*workers.Worker{c.w})); err != nil {
-			t.Fatal(err)
+		for _, p := range []*policy.CacheAware{p, even} {
+			if _, err := p.Select(ctx, &policy.Request{InputIDs: c.ids}, workers.Views([]*workers.Worker{c.w})); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := relay(ctx, c.w, fmt.Sprint("warm-", c.w.URL()), c.ids, 4, false); err != nil {
 			t.Fatal(err)
@@ -119,7 +129,7 @@ func TestWaitModeOnSimulatedEngines(t *testing.T) {
 			}
 		}
 	}
-	choose := func() policy.Decision {
+	choose := func(p *policy.CacheAware) policy.Decision {
 		t.Helper()
 		d, err := p.Select(ctx, &policy.Request{InputIDs: prompt, DryRun: true}, ws)
 		if err != nil {
@@ -129,12 +139,17 @@ func TestWaitModeOnSimulatedEngines(t *testing.T) {
 	}
 
 	fill(a, ea.Engine(), 20)
-	if d := choose(); d.Worker != b {
+	if d := choose(p); d.Worker != b {
 		t.Errorf("A full, with long requests, and B idle: chose %s, want B: %s", d.Worker.URL(), d.Why())
 	}
 	fill(b, eb.Engine(), 30)
-	if d := choose(); d.Worker != a {
+	if d := choose(p); d.Worker != a {
 		t.Errorf("every engine full: chose %s, want A, which holds the prefix: %s", d.Worker.URL(), d.Why())
+	} else {
+		t.Log(d.Why())
+	}
+	if d := choose(even); d.Worker != b {
+		t.Errorf("every engine full, A's slot far later than B's, uneven weight 1: chose %s, want B: %s", d.Worker.URL(), d.Why())
 	} else {
 		t.Log(d.Why())
 	}
