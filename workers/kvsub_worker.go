@@ -215,11 +215,15 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 	// Recv blocks, and the confirmation and distrust timers must fire
 	// meanwhile; a pump goroutine receives so that this one can wait for
 	// all three and remain the only one that calls the handler.
+	// A batch is valid until the stream's next Recv (KVEventStream), so
+	// the pump receives the next one only once this goroutine is done with
+	// the last: done is handed back after each batch.
 	recv := make(chan kvRecv)
+	done := make(chan struct{}, 1)
 	pumped := make(chan struct{})
 	go func() {
 		defer close(pumped)
-		kvPump(sctx, st, recv)
+		kvPump(sctx, st, recv, done)
 	}()
 	defer func() {
 		cancel()
@@ -251,15 +255,19 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 				return k.failed(ctx, start, r.err, progress)
 			}
 			progress = true
-			if !k.batch(r.b, r.at, seen) {
+			ok := k.batch(r.b, r.at, seen)
+			done <- struct{}{}
+			if !ok {
 				return 0, kvBackOff
 			}
 		}
 	}
 }
 
-// kvPump hands st's results to out until the stream fails or ctx ends.
-func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv) {
+// kvPump hands st's results to out until the stream fails or ctx ends,
+// receiving the next batch only once done says the last one was handled:
+// st may reuse a batch's memory on its next Recv.
+func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv, done <-chan struct{}) {
 	for {
 		b, err := st.Recv()
 		select {
@@ -268,6 +276,11 @@ func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv) {
 			return
 		}
 		if err != nil {
+			return
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
 			return
 		}
 	}
