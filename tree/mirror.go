@@ -318,6 +318,7 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 // depths of the blocks that start a PageRun plus their descendants' paths.
 func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 	m.resetArena()
+	m.blocks.touch(hashes)
 	for _, h := range hashes {
 		r := m.lookup(h)
 		if r == 0 {

@@ -20,7 +20,8 @@ type blockTable struct {
 	n     int
 	shift uint8 // home = hash >> shift
 	key   uint64
-	// touched keeps getAll's first pass from being optimized away.
+	// touched keeps the first passes of getAll and touch from being
+	// optimized away.
 	touched bref
 }
 
@@ -84,10 +85,23 @@ func (t *blockTable) getAll(blocks []MirrorBlock, out []bref) {
 	for _, b := range blocks {
 		any |= t.slots[t.home(b.Hash)].ref
 	}
-	t.touched = any
+	t.touched |= any
 	for i, b := range blocks {
 		out[i] = t.get(b.Hash)
 	}
+}
+
+// touch reads the home slot of each of hs, with no load depending on
+// another (see getAll), for the lookups that follow to find them cached.
+func (t *blockTable) touch(hs []int64) {
+	if t.n == 0 {
+		return
+	}
+	var any bref
+	for _, h := range hs {
+		any |= t.slots[t.home(h)].ref
+	}
+	t.touched |= any
 }
 
 // put files block r (not 0) under hash h, replacing what h named.
