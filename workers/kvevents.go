@@ -187,8 +187,9 @@ func (b *KVEventBatch) Clone() *KVEventBatch {
 }
 
 // KVEventStream yields an engine's event batches in order. A batch Recv
-// returns, and all it points to, is valid until the next call of Recv: a
-// stream may decode every batch into the same memory. Errors are gRPC
+// returns, and all it points to, is valid until the second call of Recv
+// after it: a stream may decode every other batch into the same memory, and
+// its reader may receive one batch while the one before is applied. Errors are gRPC
 // status errors (UNIMPLEMENTED: the engine publishes no events; DATA_LOSS:
 // a batch broke the protocol), or io.EOF when the engine closed the stream.
 // The stream has no Close: it belongs to the ctx given to SubscribeKVEvents,

@@ -215,15 +215,16 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 	// Recv blocks, and the confirmation and distrust timers must fire
 	// meanwhile; a pump goroutine receives so that this one can wait for
 	// all three and remain the only one that calls the handler.
-	// A batch is valid until the stream's next Recv (KVEventStream), so
-	// the pump receives the next one only once this goroutine is done with
-	// the last: done is handed back after each batch.
+	// A batch is valid until the stream's second Recv after it
+	// (KVEventStream). recv is unbuffered and this goroutine handles each
+	// batch before it receives the next, so the pump, which hands batch
+	// i+1 over before it receives i+2, never reads into a batch being
+	// applied.
 	recv := make(chan kvRecv)
-	done := make(chan struct{}, 1)
 	pumped := make(chan struct{})
 	go func() {
 		defer close(pumped)
-		kvPump(sctx, st, recv, done)
+		kvPump(sctx, st, recv)
 	}()
 	defer func() {
 		cancel()
@@ -255,19 +256,16 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 				return k.failed(ctx, start, r.err, progress)
 			}
 			progress = true
-			ok := k.batch(r.b, r.at, seen)
-			done <- struct{}{}
-			if !ok {
+			if !k.batch(r.b, r.at, seen) {
 				return 0, kvBackOff
 			}
 		}
 	}
 }
 
-// kvPump hands st's results to out until the stream fails or ctx ends,
-// receiving the next batch only once done says the last one was handled:
-// st may reuse a batch's memory on its next Recv.
-func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv, done <-chan struct{}) {
+// kvPump hands st's results to out, which must be unbuffered, until the
+// stream fails or ctx ends.
+func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv) {
 	for {
 		b, err := st.Recv()
 		select {
@@ -276,11 +274,6 @@ func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv, done <-cha
 			return
 		}
 		if err != nil {
-			return
-		}
-		select {
-		case <-done:
-		case <-ctx.Done():
 			return
 		}
 	}
