@@ -74,9 +74,9 @@ type Mirror struct {
 	arena []uint32 // the paths of one call's PageRuns, except the one aliasing path
 	dfs   []uint32 // the path of the block a walk below a block is at
 	stack []mirrorFrame
-	up    []bref // scratch: blocks between one and the cached chain
-	found []bref // scratch: Store's blocks, by index in its chain
-	seen  map[int64]struct{}
+	up    []bref  // scratch: blocks between one and the cached chain
+	found []bref  // scratch: Store's blocks, by index in its chain
+	dups  []int64 // scratch: a chain's hashes, sorted to find a repeat
 
 	// runUp is the parent of the block on top of the last PageRun of the
 	// current call, when that PageRun is a run of removed blocks that
@@ -307,43 +307,6 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	return attached, detached, nil
 }
 
-// check validates a Store before anything is applied.
-func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error {
-	for i, b := range blocks {
-		if len(b.Tokens) != m.pageSize {
-			return fmt.Errorf("%w: block %d of %d (hash %d) has %d tokens, the page size is %d",
-				ErrPageSize, i+1, len(blocks), b.Hash, len(b.Tokens), m.pageSize)
-		}
-	}
-	if m.seen == nil {
-		m.seen = map[int64]struct{}{}
-	}
-	clear(m.seen)
-	if hasParent {
-		m.seen[parent] = struct{}{}
-	}
-	fresh := 0
-	m.found = m.found[:0]
-	for _, b := range blocks {
-		if _, dup := m.seen[b.Hash]; dup {
-			clear(m.found)
-			return fmt.Errorf("%w: hash %d", ErrBlockCycle, b.Hash)
-		}
-		m.seen[b.Hash] = struct{}{}
-		r := m.lookup(b.Hash)
-		if r == 0 {
-			fresh++
-		}
-		m.found = append(m.found, r)
-	}
-	if m.blocks.len()+fresh > m.maxBlocks {
-		clear(m.found)
-		return fmt.Errorf("%w: %d blocks known, %d more would pass the limit of %d",
-			ErrMirrorFull, m.blocks.len(), fresh, m.maxBlocks)
-	}
-	return nil
-}
-
 // Remove forgets the blocks named by hashes and returns the PageRuns that left
 // the reachable set: for each attached block removed, a PageRun of one page for
 // it, then PageRuns for its attached descendants, which stay known but
@@ -355,6 +318,7 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 // depths of the blocks that start a PageRun plus their descendants' paths.
 func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 	m.resetArena()
+	m.blocks.touch(hashes)
 	for _, h := range hashes {
 		r := m.lookup(h)
 		if r == 0 {

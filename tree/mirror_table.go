@@ -20,6 +20,9 @@ type blockTable struct {
 	n     int
 	shift uint8 // home = hash >> shift
 	key   uint64
+	// touched keeps the first passes of getAll and touch from being
+	// optimized away.
+	touched bref
 }
 
 // blockSlot is one entry; ref 0 marks it empty (bref 0 is no block).
@@ -66,6 +69,39 @@ func (t *blockTable) get(h int64) bref {
 			return s.ref
 		}
 	}
+}
+
+// getAll sets out[i] to the block of blocks[i]'s hash (0 when not held).
+// A table of a cache's worth of blocks is far larger than the processor's
+// caches, so each lookup is a miss; a first pass reads every home slot
+// with no load depending on another, so that the misses overlap instead of
+// following one another, and the lookups proper then find them cached.
+func (t *blockTable) getAll(blocks []MirrorBlock, out []bref) {
+	if t.n == 0 {
+		clear(out)
+		return
+	}
+	var any bref
+	for _, b := range blocks {
+		any |= t.slots[t.home(b.Hash)].ref
+	}
+	t.touched |= any
+	for i, b := range blocks {
+		out[i] = t.get(b.Hash)
+	}
+}
+
+// touch reads the home slot of each of hs, with no load depending on
+// another (see getAll), for the lookups that follow to find them cached.
+func (t *blockTable) touch(hs []int64) {
+	if t.n == 0 {
+		return
+	}
+	var any bref
+	for _, h := range hs {
+		any |= t.slots[t.home(h)].ref
+	}
+	t.touched |= any
 }
 
 // put files block r (not 0) under hash h, replacing what h named.

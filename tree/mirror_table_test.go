@@ -108,6 +108,18 @@ func checkBlockTable(t *testing.T, step string, tab *blockTable, want map[int64]
 			t.Fatalf("%s: get(%d) = %d, want %d", step, h, got, r)
 		}
 	}
+	// getAll answers as get does, for held hashes and others alike.
+	var blocks []MirrorBlock
+	for h := range want {
+		blocks = append(blocks, MirrorBlock{Hash: h}, MirrorBlock{Hash: ^h})
+	}
+	out := make([]bref, len(blocks))
+	tab.getAll(blocks, out)
+	for i, b := range blocks {
+		if out[i] != tab.get(b.Hash) || (i%2 == 0 && out[i] != want[b.Hash]) {
+			t.Fatalf("%s: getAll gives %d for %d; get %d", step, out[i], b.Hash, tab.get(b.Hash))
+		}
+	}
 	n := 0
 	for h, r := range tab.all() {
 		if want[h] != r {

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -107,8 +108,16 @@ type KVEventBatch struct {
 // sequence order: ApplyKVEvents sees every batch once and without gaps
 // since the last ResetKVEvents for that worker and rank. Calls for different
 // workers may run concurrently.
+//
+// A handler must keep no part of a batch once ApplyKVEvents returns: not b,
+// nor its Events, nor the Blocks, Tokens, Hashes and LoRAIDs they hold. The
+// subscription decodes the next batch into the same memory (a full engine
+// sends a store and a removal for every page it admits, and a fresh copy of
+// each batch was most of what decoding cost). Copy what must outlive the
+// call (KVEventBatch.Clone).
 type KVEventHandler interface {
-	// ApplyKVEvents applies one batch of worker's events.
+	// ApplyKVEvents applies one batch of worker's events. b and all it
+	// points to are valid only until it returns.
 	ApplyKVEvents(worker string, b *KVEventBatch)
 	// ResetKVEvents forgets what worker's rank told so far: the stream lost
 	// events or the engine restarted, and the batches that follow start a
@@ -150,7 +159,37 @@ func (e *KVEventsLostError) Error() string {
 
 func (e *KVEventsLostError) Unwrap() error { return e.Err }
 
-// KVEventStream yields an engine's event batches in order. Errors are gRPC
+// Clone returns a deep copy of b that shares no memory with it, for a
+// handler that keeps a batch past its call.
+func (b *KVEventBatch) Clone() *KVEventBatch {
+	c := *b
+	c.Events = make([]KVEvent, len(b.Events))
+	for i, e := range b.Events {
+		e.Hashes = slices.Clone(e.Hashes)
+		if e.Blocks != nil {
+			bs := make([]KVBlock, len(e.Blocks))
+			for j, bl := range e.Blocks {
+				bl.Tokens = slices.Clone(bl.Tokens)
+				if bl.LoRAID != nil {
+					id := *bl.LoRAID
+					bl.LoRAID = &id
+				}
+				bs[j] = bl
+			}
+			e.Blocks = bs
+		}
+		c.Events[i] = e
+	}
+	if b.Events == nil {
+		c.Events = nil
+	}
+	return &c
+}
+
+// KVEventStream yields an engine's event batches in order. A batch Recv
+// returns, and all it points to, is valid until the second call of Recv
+// after it: a stream may decode every other batch into the same memory, and
+// its reader may receive one batch while the one before is applied. Errors are gRPC
 // status errors (UNIMPLEMENTED: the engine publishes no events; DATA_LOSS:
 // a batch broke the protocol), or io.EOF when the engine closed the stream.
 // The stream has no Close: it belongs to the ctx given to SubscribeKVEvents,

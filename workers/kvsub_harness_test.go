@@ -40,7 +40,7 @@ func (r *kvRecorder) ApplyKVEvents(w string, b *workers.KVEventBatch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lines[w] = append(r.lines[w], fmt.Sprintf("apply %d:%d", b.DPRank, b.Seq))
-	r.batches[w] = append(r.batches[w], b)
+	r.batches[w] = append(r.batches[w], b.Clone()) // b lives only for the call
 }
 
 func (r *kvRecorder) ResetKVEvents(w string, rank int) {

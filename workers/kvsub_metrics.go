@@ -58,8 +58,19 @@ func NewKVEventCounters() *KVEventCounters {
 // Hooks returns the hooks a KVSubscriptions feeds (KVSubscriptionsConfig's
 // Metrics).
 func (k *KVEventCounters) Hooks() KVEventMetrics {
+	// The applied series are looked up once here, not per batch: a label
+	// lookup hashes the value and takes the vector's lock, several times
+	// the cost of the Add, for every batch of every engine.
+	var applied [KVCleared + 1]prometheus.Counter
+	for kind := KVStored; kind <= KVCleared; kind++ {
+		applied[kind] = k.applied.WithLabelValues(kind.String())
+	}
 	return KVEventMetrics{
 		Applied: func(_ string, kind KVEventKind, n int) {
+			if int(kind) < len(applied) && applied[kind] != nil {
+				applied[kind].Add(float64(n))
+				return
+			}
 			k.applied.WithLabelValues(kind.String()).Add(float64(n))
 		},
 		Gap:       func(w string) { k.gaps.WithLabelValues(w).Inc() },

@@ -42,11 +42,15 @@ func openKVEvents(ctx context.Context, conn grpc.ClientConnInterface, method str
 	return &kvEventStream{in: st}, nil
 }
 
-// kvEventStream decodes an engine's stream of KvEventBatch messages.
+// kvEventStream decodes an engine's stream of KvEventBatch messages. Two
+// decoders take turns, so a batch lives until the Recv after next (see
+// KVEventStream): the subscription applies one batch while its pump
+// receives the next, with no handshake between them.
 type kvEventStream struct {
-	in  grpc.ClientStream
-	buf []byte
-	dec kvWire
+	in   grpc.ClientStream
+	buf  []byte
+	dec  [2]kvWire
+	turn int
 }
 
 // Recv returns the next batch. Errors from the engine or the transport are
@@ -57,7 +61,8 @@ func (s *kvEventStream) Recv() (*KVEventBatch, error) {
 	if err := s.in.RecvMsg(&s.buf); err != nil {
 		return nil, err
 	}
-	return s.dec.decode(s.buf)
+	s.turn ^= 1
+	return s.dec[s.turn].decode(s.buf)
 }
 
 // maxKVRank bounds the data-parallel ranks an engine may name, and so the

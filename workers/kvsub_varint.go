@@ -1,6 +1,10 @@
 package workers
 
-import "google.golang.org/protobuf/encoding/protowire"
+import (
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
 
 // The wire decoder's reads of tags, lengths and varints. A full engine's
 // batch is mostly small fields (a tag, a length, a block's 16 token ids
@@ -69,11 +73,24 @@ func appendVarints[T uint32 | int64](dst *[]T, typ protowire.Type, b []byte) int
 	if m < 0 {
 		return m
 	}
-	out := *dst
+	// Every value takes a byte at least, so growing by the run's length
+	// once leaves the loop no reallocation; the short forms are read in
+	// the loop itself (consumeVarint is too large to inline there).
+	out := slices.Grow(*dst, len(packed))
 	for len(packed) > 0 {
-		v, k := consumeVarint(packed)
-		if k < 0 {
-			return -1
+		var v uint64
+		var k int
+		switch b0 := packed[0]; {
+		case b0 < 0x80:
+			v, k = uint64(b0), 1
+		case len(packed) > 1 && packed[1] < 0x80:
+			v, k = uint64(b0&0x7f)|uint64(packed[1])<<7, 2
+		case len(packed) > 2 && packed[2] < 0x80:
+			v, k = uint64(b0&0x7f)|uint64(packed[1]&0x7f)<<7|uint64(packed[2])<<14, 3
+		default:
+			if v, k = protowire.ConsumeVarint(packed); k < 0 {
+				return -1
+			}
 		}
 		out = append(out, T(v))
 		packed = packed[k:]

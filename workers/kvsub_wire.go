@@ -6,10 +6,12 @@ package workers
 // translation allocating again: with a full engine (a removal and a store
 // for every page of every request) that decoding and its garbage were most
 // of what the KV event mirror cost the router. Here a batch is parsed once
-// into scratch space the stream reuses and copied out into a handful of
-// slabs (events, blocks, tokens, hashes), and checked as kvEventBatchOf
-// checks the generated message: the two agree on every input
-// (FuzzKVEventWire), the generated path being the reference.
+// into scratch space the stream reuses, and the batch handed on is laid out
+// over that space (its tokens and hashes are the scratch slices): nothing
+// is copied or allocated per batch, which KVEventHandler's contract allows
+// (a handler keeps no part of a batch past its call). It is checked as
+// kvEventBatchOf checks the generated message: the two agree on every
+// input (FuzzKVEventWire), the generated path being the reference.
 
 import (
 	"fmt"
@@ -62,14 +64,24 @@ const (
 	kvLocalityRemote = 2
 )
 
-// kvWire decodes one stream's batches; its scratch space is reused from
-// batch to batch, so it serves one goroutine.
+// kvWire decodes one stream's batches; its scratch space, and the batch it
+// returns, are reused from batch to batch, so it serves one goroutine and
+// a batch lives until the next decode.
 type kvWire struct {
-	raw    []byte // the message's bytes
 	events []wireEvent
 	blocks []wireBlock
 	tokens []uint32
 	hashes []int64
+	out    wireOut
+}
+
+// wireOut is the memory of the batch decode returns: its tokens and hashes
+// are kvWire's scratch slices, the rest lives here.
+type wireOut struct {
+	batch  KVEventBatch
+	events []KVEvent
+	blocks []KVBlock
+	loras  []int64
 }
 
 // wireEvent is an event as parsed: its blocks and hashes are ranges of the
@@ -178,7 +190,8 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 		return nil, fault.Newf(fault.Corrupt, "a KV event batch is not a valid smg.grpc.common.KvEventBatch: %v is malformed", malformed)
 	}
 
-	out := &KVEventBatch{Seq: seq, LoadOnly: loadOnly && len(d.events) == 0}
+	out := &d.out.batch
+	*out = KVEventBatch{Seq: seq, LoadOnly: loadOnly && len(d.events) == 0}
 	switch {
 	case math.IsNaN(ts) || ts < 0 || ts > maxKVTimestamp:
 		return nil, bad("timestamp %v is not a time", ts)
@@ -193,8 +206,11 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 		out.DPRank = int(rank)
 	}
 
-	// Check, then copy out of the scratch space into slabs of the batch's
-	// own: the handler may keep the batch past the next decode.
+	// Check, then lay the batch out over the scratch space: its tokens and
+	// hashes are the scratch slices themselves, its events and blocks
+	// slices the decoder keeps. Nothing is copied or allocated once the
+	// slices have grown; the batch is valid until the next decode (see
+	// KVEventHandler: handlers keep no part of it).
 	nb, nl := 0, 0
 	for i := range d.events {
 		e := &d.events[i]
@@ -221,27 +237,20 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 		}
 		nb += e.blockHi - e.blockLo
 	}
-	out.Events = make([]KVEvent, len(d.events))
-	blocks := make([]KVBlock, 0, nb)
-	tokens := make([]uint32, 0, len(d.tokens))
-	hashes := make([]int64, 0, len(d.hashes))
-	var loras []int64
-	if nl > 0 {
-		loras = make([]int64, 0, nl)
-	}
+	out.Events = resize(&d.out.events, len(d.events))
+	blocks := resize(&d.out.blocks, nb)[:0]
+	loras := resize(&d.out.loras, nl)[:0] // never grows below: LoRAID points into it
 	for i := range d.events {
 		e := &d.events[i]
 		ev := &out.Events[i]
-		ev.Kind = e.kind
+		*ev = KVEvent{Kind: e.kind}
 		switch e.kind {
 		case KVStored:
 			ev.Parent, ev.HasParent = e.parent, e.hasParent
 			lo := len(blocks)
 			for j := e.blockLo; j < e.blockHi; j++ {
 				bl := &d.blocks[j]
-				t0 := len(tokens)
-				tokens = append(tokens, d.tokens[bl.tokLo:bl.tokHi]...)
-				kb := KVBlock{Hash: bl.hash, Tokens: tokens[t0:len(tokens):len(tokens)], BlockSize: int(bl.size)}
+				kb := KVBlock{Hash: bl.hash, Tokens: d.tokens[bl.tokLo:bl.tokHi:bl.tokHi], BlockSize: int(bl.size)}
 				if bl.hasLoRA {
 					loras = append(loras, bl.lora)
 					kb.LoRAID = &loras[len(loras)-1]
@@ -252,12 +261,20 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 			ev.Group = e.group
 		case KVRemoved:
 			ev.Group = e.group
-			h0 := len(hashes)
-			hashes = append(hashes, d.hashes[e.hashLo:e.hashHi]...)
-			ev.Hashes = hashes[h0:len(hashes):len(hashes)]
+			ev.Hashes = d.hashes[e.hashLo:e.hashHi:e.hashHi]
 		}
 	}
 	return out, nil
+}
+
+// resize returns *s at length n, growing it when short; the elements are
+// whatever the last batch left, for the caller to overwrite.
+func resize[T any](s *[]T, n int) []T {
+	if cap(*s) < n {
+		*s = make([]T, n, n+n/4)
+	}
+	*s = (*s)[:n]
+	return *s
 }
 
 // event parses one KvCacheEvent. As protobuf merges a message field that

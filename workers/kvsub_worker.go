@@ -215,6 +215,11 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 	// Recv blocks, and the confirmation and distrust timers must fire
 	// meanwhile; a pump goroutine receives so that this one can wait for
 	// all three and remain the only one that calls the handler.
+	// A batch is valid until the stream's second Recv after it
+	// (KVEventStream). recv is unbuffered and this goroutine handles each
+	// batch before it receives the next, so the pump, which hands batch
+	// i+1 over before it receives i+2, never reads into a batch being
+	// applied.
 	recv := make(chan kvRecv)
 	pumped := make(chan struct{})
 	go func() {
@@ -258,7 +263,8 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 	}
 }
 
-// kvPump hands st's results to out until the stream fails or ctx ends.
+// kvPump hands st's results to out, which must be unbuffered, until the
+// stream fails or ctx ends.
 func kvPump(ctx context.Context, st KVEventStream, out chan<- kvRecv) {
 	for {
 		b, err := st.Recv()

@@ -51,7 +51,7 @@ func (m *pageMirror) ApplyKVEvents(w string, b *workers.KVEventBatch) {
 		case workers.KVStored:
 			parent, has := e.Parent, e.HasParent
 			for _, bl := range e.Blocks {
-				m.pages[bl.Hash] = mirrorPage{tokens: bl.Tokens, parent: parent, hasParent: has}
+				m.pages[bl.Hash] = mirrorPage{tokens: slices.Clone(bl.Tokens), parent: parent, hasParent: has}
 				parent, has = bl.Hash, true
 			}
 		case workers.KVRemoved:
