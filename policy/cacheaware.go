@@ -44,7 +44,11 @@ const speculationHeadroom = 2
 //     or more (and by more than BalanceRelThreshold ×), and the least loaded
 //     is the one of least share (see capacityImbalanced), and, while a
 //     candidate is idle and holds nothing in the tree, as soon as any
-//     worker carries two requests (see seedIdle).
+//     worker carries two requests (see seedIdle). On such a fleet a
+//     request whose match passes the cache threshold stays with its cache
+//     past the absolute gap unless its worker makes it wait: at its limit,
+//     its engine queueing, or a prefill backlog larger than the move would
+//     recompute (see keepsCache).
 //  2. cache_hit: when the longest whole-page match covers at least
 //     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
 //     that match. When several workers hold it (a shared system prompt the
@@ -244,6 +248,15 @@ type snapshot struct {
 	minShare, maxShare          float64
 	// seeding: a candidate was idle and held nothing (see seedIdle).
 	seeding bool
+	// swing: the absolute rule fired on a fleet that reports its limits,
+	// so decide asks whether the cached worker is a hot spot; backlog and
+	// waits are what it asks from (see keepsCache). kept: it was not, and
+	// the request stayed with its cache, moveCost tokens it would have
+	// recomputed elsewhere.
+	swing, kept bool
+	backlog     []int
+	waits       []bool
+	moveCost    int
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -293,6 +306,9 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
 	if !scored {
 		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
+		if s.imbalanced && s.byCapacity {
+			s.noteBacklogs()
+		}
 		if !s.imbalanced && s.byCapacity {
 			c.capacityImbalanced(s)
 		}
@@ -407,7 +423,7 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 		return
 	}
 	switch {
-	case s.imbalanced:
+	case s.imbalanced && !s.keepsCache(best, c.threshold):
 		s.chosen, s.branch = s.least, "imbalance"
 	case best >= 0 && s.ratio >= c.threshold:
 		s.chosen, s.branch = best, "cache_hit"
@@ -438,8 +454,12 @@ func (s *snapshot) reason() string {
 		return fmt.Sprintf("imbalance: loads %d..%d differ by more than %d and ×%g; least loaded %s (%d)",
 			s.min, s.max, s.gap, c.relThreshold, url, s.loads[s.chosen])
 	case "cache_hit":
-		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt tokens (%.0f%% ≥ %.0f%%)",
+		r := fmt.Sprintf("cache_hit: %s holds %d of %d prompt tokens (%.0f%% ≥ %.0f%%)",
 			url, s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold)
+		if s.kept {
+			r += s.keptReason()
+		}
+		return r
 	}
 	fb := FallbackLeastLoaded
 	if c.smallestTree {
