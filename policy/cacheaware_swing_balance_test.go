@@ -28,7 +28,8 @@ func TestCacheAwareSwingIsNotAHotSpot(t *testing.T) {
 		limits  [4]int
 		loads   [4]int
 		backlog [4]int
-		capOff  bool // --balance-capacity-threshold 0
+		waiting [4]int // requests the engine's last load poll reported in its queue
+		capOff  bool   // --balance-capacity-threshold 0
 		want    int
 		branch  string
 	}{
@@ -44,6 +45,8 @@ func TestCacheAwareSwingIsNotAHotSpot(t *testing.T) {
 			limits: [4]int{s, s, s, s}, loads: [4]int{34, 1, 1, 1}, backlog: [4]int{4096, 4096, 4096, 4096}, want: 0, branch: "cache_hit"},
 		{name: "the cached engine at its limit of 40: the least loaded (the request would queue)",
 			limits: [4]int{40, 40, 40, 40}, loads: [4]int{40, 1, 1, 1}, want: 1, branch: "imbalance"},
+		{name: "34 against 1, the cached engine's last poll reported 3 requests in its queue: the least loaded",
+			limits: [4]int{s, s, s, s}, loads: [4]int{34, 1, 1, 1}, waiting: [4]int{3, 0, 0, 0}, want: 1, branch: "imbalance"},
 		{name: "one below its limit of 40, nothing queued: the cache",
 			limits: [4]int{40, 40, 40, 40}, loads: [4]int{39, 1, 1, 1}, want: 0, branch: "cache_hit"},
 		{name: "no limits reported: SMG's rule, 34 against 1 is imbalanced",
@@ -57,6 +60,7 @@ func TestCacheAwareSwingIsNotAHotSpot(t *testing.T) {
 				ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
 					workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: n}, nil, nil)
 				defer ws[i].Prefilling(tc.backlog[i])()
+				ws[i].SetEngineLoad(workers.Load{Waiting: tc.waiting[i], MaxRunning: n})
 			}
 			p := newCA(t, func(o *policy.Options) {
 				if tc.capOff {
