@@ -53,7 +53,9 @@ const speculationHeadroom = 2
 //     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
 //     that match. When several workers hold it (a shared system prompt the
 //     fleet has replicated ends every one's match at the same page), the
-//     least loaded of them: the match is no reason to prefer any one.
+//     least loaded of them (where every candidate reports its limit, the
+//     one holding least in the tree first, see tieBefore): the match is no
+//     reason to prefer any one.
 //  3. cache_miss: otherwise the CacheMissFallback worker.
 //
 // Together, rules 1 and 2 spread a burst of conversations that share a
@@ -257,6 +259,9 @@ type snapshot struct {
 	backlog     []int
 	waits       []bool
 	moveCost    int
+	// sizes: each candidate's tokens in the tree, where byCapacity (see
+	// tieBefore); nil elsewhere.
+	sizes []int
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -323,7 +328,10 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		low := s.leastShare()
 		isLeast = func(i int) bool { return s.shareCmp(i, low) == 0 }
 	}
-	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || scored || isLeast(i) })
+	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || scored || s.byCapacity || isLeast(i) })
+	if s.byCapacity {
+		s.sizes = sizes
+	}
 	if !scored {
 		c.seedIdle(s, sizes)
 	}
@@ -393,16 +401,17 @@ func (s *snapshot) fill(m tree.Match) {
 // decide picks the worker once s.matched is filled and records it in s. It
 // runs under the tree's write lock, so it only scans the matches, an int
 // per candidate; the reason is formatted after the lock is released.
-// Among equal best matches the less loaded wins, then the earlier: a prefix
-// several workers hold equally (a shared system prompt) says nothing about
-// which of them should serve the request, and their load does.
+// Among equal best matches the less loaded wins (where the engines report
+// their limits, the one holding less in the tree first; see tieBefore),
+// then the earlier: a prefix several workers hold equally (a shared system
+// prompt) says nothing about which of them should serve the request.
 func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	best := -1
 	for i, n := range s.matched {
 		if n <= 0 {
 			continue
 		}
-		if best < 0 || n > s.matched[best] || n == s.matched[best] && s.loads[i] < s.loads[best] {
+		if best < 0 || n > s.matched[best] || n == s.matched[best] && s.tieBefore(i, best) {
 			best = i
 		}
 	}
