@@ -161,6 +161,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	// lock is taken: loads, tree sizes, the imbalance verdict, the fallback.
 	s := c.snapshot(ws)
 	s.removals = c.removed.now()
+	s.dry = req.DryRun
 
 	// The common case reads the match by candidate position (a Roster):
 	// no per-worker name lookup or result entry. Explain, and a selection
@@ -259,9 +260,13 @@ type snapshot struct {
 	backlog     []int
 	waits       []bool
 	moveCost    int
-	// sizes: each candidate's tokens in the tree, where byCapacity (see
-	// tieBefore); nil elsewhere.
+	// sizes: each candidate's tokens in the tree (see tieBefore).
 	sizes []int
+	// picked: the selections the index had counted per worker when the
+	// snapshot was read, in the threshold mode (nil in the others); dry:
+	// an Explain, which counts none (see refresh).
+	picked []pickCount
+	dry    bool
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -297,19 +302,49 @@ type snapshot struct {
 
 func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
-	total := 0
+	scored := c.cost != nil || c.wait != nil
+	if !scored {
+		s.picked = s.x.picksNow()
+	}
 	for i, w := range ws {
 		s.loads[i] = w.Load()
-		total += s.loads[i]
-		if i == 0 || s.loads[i] < s.min {
-			s.min = s.loads[i]
+	}
+	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
+	// Tree sizes break ties among the least loaded, and serve the
+	// smallest_tree fallback and the cost and wait modes.
+	s.sizes = make([]int, len(ws))
+	c.tree.TenantTokensAmong(s.x.roster, s.sizes, func(int) bool { return true })
+	if c.cost != nil {
+		// The cost weighs load itself; the imbalance rule would override it.
+		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] })
+		s.costc.terms = make([]costTerms, len(ws))
+	}
+	if c.wait != nil {
+		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return s.sizes[i] })
+		s.waitc.terms = make([]waitTerms, len(ws))
+	}
+	c.judge(s)
+	return s
+}
+
+// judge reads s's loads and tree sizes into the verdict that does not
+// depend on the match: the imbalance rules, the least loaded worker and
+// the cache-miss fallback. decide judges again when selections made since
+// the snapshot changed them (see refresh).
+func (c *CacheAware) judge(s *snapshot) {
+	ws, sizes := s.ws, s.sizes
+	s.imbalanced, s.swing, s.byCapacityFired, s.seeding = false, false, false, false
+	s.min, s.max, s.least = 0, 0, 0
+	total := 0
+	for i, n := range s.loads {
+		total += n
+		if i == 0 || n < s.min {
+			s.min = n
 		}
-		s.max = max(s.max, s.loads[i])
+		s.max = max(s.max, n)
 	}
 	s.gap = c.imbalanceGap(total, len(ws))
-	scored := c.cost != nil || c.wait != nil
-	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
-	if !scored {
+	if s.picked != nil { // the threshold mode
 		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
 		if s.imbalanced && s.byCapacity {
 			s.noteBacklogs()
@@ -317,32 +352,7 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		if !s.imbalanced && s.byCapacity {
 			c.capacityImbalanced(s)
 		}
-	}
-
-	// Tree sizes are needed for the smallest_tree fallback (all workers),
-	// the cost mode (all) and to break ties among the least loaded (only
-	// those).
-	sizes := make([]int, len(ws))
-	isLeast := func(i int) bool { return s.loads[i] == s.min }
-	if s.byCapacity {
-		low := s.leastShare()
-		isLeast = func(i int) bool { return s.shareCmp(i, low) == 0 }
-	}
-	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || scored || s.byCapacity || isLeast(i) })
-	if s.byCapacity {
-		s.sizes = sizes
-	}
-	if !scored {
 		c.seedIdle(s, sizes)
-	}
-	if c.cost != nil {
-		// The cost weighs load itself; the imbalance rule would override it.
-		s.costLoads = costLoads(ws, func(i int) int { return sizes[i] })
-		s.costc.terms = make([]costTerms, len(ws))
-	}
-	if c.wait != nil {
-		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return sizes[i] })
-		s.waitc.terms = make([]waitTerms, len(ws))
 	}
 	for i := range ws {
 		d := s.loads[i] - s.loads[s.least]
@@ -361,7 +371,6 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 			}
 		}
 	}
-	return s
 }
 
 // indexOf returns ws's URL → position index, reusing the last one while the
@@ -406,6 +415,9 @@ func (s *snapshot) fill(m tree.Match) {
 // then the earlier: a prefix several workers hold equally (a shared system
 // prompt) says nothing about which of them should serve the request.
 func (c *CacheAware) decide(s *snapshot, inputLen int) {
+	if s.refresh() {
+		c.judge(s)
+	}
 	best := -1
 	for i, n := range s.matched {
 		if n <= 0 {
@@ -438,6 +450,9 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 		s.chosen, s.branch = best, "cache_hit"
 	default:
 		s.chosen, s.branch = s.fallback, "cache_miss"
+	}
+	if !s.dry {
+		s.x.pick(s.chosen, inputLen-s.matched[s.chosen])
 	}
 }
 
