@@ -304,6 +304,8 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
 	scored := c.cost != nil || c.wait != nil
 	if !scored {
+		// Before the loads: a selection acquired between the two reads
+		// counts twice (see refresh), never not at all.
 		s.picked = s.x.picksNow()
 	}
 	for i, w := range ws {
