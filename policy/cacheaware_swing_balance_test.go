@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -105,19 +106,23 @@ func TestCacheAwareNewConversationGoesWhereLeastIsHeld(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		noLimits bool
+		limit    int    // each engine's running-request limit (0: 256)
 		convs    [4]int // conversations each worker holds besides the system prompt
 		loads    [4]int
 		want     int
 	}{
 		{name: "w1 is least busy but holds three conversations: the least loaded of those holding least (w2)",
 			convs: [4]int{0, 3, 0, 0}, loads: [4]int{4, 1, 3, 3}, want: 2},
+		{name: "engines of 4 slots, w2 and w3 full: the least loaded (w1), not a queue behind the smaller tree",
+			limit: 4, convs: [4]int{0, 3, 0, 0}, loads: [4]int{4, 1, 4, 4}, want: 1},
 		{name: "all hold alike: the least loaded",
 			convs: [4]int{1, 1, 1, 1}, loads: [4]int{4, 1, 3, 3}, want: 1},
 		{name: "no limits reported: the least loaded, whatever each holds",
 			noLimits: true, convs: [4]int{0, 3, 0, 0}, loads: [4]int{4, 1, 3, 3}, want: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := limitedFleet(256, 256, 256, 256)
+			limit := cmp.Or(tc.limit, 256)
+			ws := limitedFleet(limit, limit, limit, limit)
 			if tc.noLimits {
 				ws = fleet(4)
 			}

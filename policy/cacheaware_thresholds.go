@@ -177,8 +177,12 @@ func (s *snapshot) keptReason() string {
 // each first turn inserted grows its worker's tree, so the next goes
 // elsewhere. The balance rules still move a request off a worker past the
 // gap.
+//
+// Only while both have a running place free: a request sent to a full
+// engine waits in its queue, whatever that engine holds.
 func (s *snapshot) tieBefore(i, j int) bool {
-	if s.byCapacity && s.sizes[i] != s.sizes[j] {
+	if s.byCapacity && s.sizes[i] != s.sizes[j] &&
+		s.loads[i] < s.ws[i].MaxRunningRequests() && s.loads[j] < s.ws[j].MaxRunningRequests() {
 		return s.sizes[i] < s.sizes[j]
 	}
 	return s.loads[i] < s.loads[j]
