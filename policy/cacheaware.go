@@ -44,12 +44,18 @@ const speculationHeadroom = 2
 //     or more (and by more than BalanceRelThreshold ×), and the least loaded
 //     is the one of least share (see capacityImbalanced), and, while a
 //     candidate is idle and holds nothing in the tree, as soon as any
-//     worker carries two requests (see seedIdle).
+//     worker carries two requests (see seedIdle). On such a fleet a
+//     request whose match passes the cache threshold stays with its cache
+//     past the absolute gap unless its worker makes it wait: at its limit,
+//     its engine queueing, or a prefill backlog larger than the move would
+//     recompute (see keepsCache).
 //  2. cache_hit: when the longest whole-page match covers at least
 //     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
 //     that match. When several workers hold it (a shared system prompt the
 //     fleet has replicated ends every one's match at the same page), the
-//     least loaded of them: the match is no reason to prefer any one.
+//     least loaded of them (where every candidate reports its limit, the
+//     one holding least in the tree first, see tieBefore): the match is no
+//     reason to prefer any one.
 //  3. cache_miss: otherwise the CacheMissFallback worker.
 //
 // Together, rules 1 and 2 spread a burst of conversations that share a
@@ -155,6 +161,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	// lock is taken: loads, tree sizes, the imbalance verdict, the fallback.
 	s := c.snapshot(ws)
 	s.removals = c.removed.now()
+	s.dry = req.DryRun
 
 	// The common case reads the match by candidate position (a Roster):
 	// no per-worker name lookup or result entry. Explain, and a selection
@@ -244,6 +251,22 @@ type snapshot struct {
 	minShare, maxShare          float64
 	// seeding: a candidate was idle and held nothing (see seedIdle).
 	seeding bool
+	// swing: the absolute rule fired on a fleet that reports its limits,
+	// so decide asks whether the cached worker is a hot spot; backlog and
+	// waits are what it asks from (see keepsCache). kept: it was not, and
+	// the request stayed with its cache, moveCost tokens it would have
+	// recomputed elsewhere.
+	swing, kept bool
+	backlog     []int
+	waits       []bool
+	moveCost    int
+	// sizes: each candidate's tokens in the tree (see tieBefore).
+	sizes []int
+	// picked: the selections the index had counted per worker when the
+	// snapshot was read, in the threshold mode (nil in the others); dry:
+	// an Explain, which counts none (see refresh).
+	picked []pickCount
+	dry    bool
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -279,46 +302,59 @@ type snapshot struct {
 
 func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
-	total := 0
+	scored := c.cost != nil || c.wait != nil
+	if !scored {
+		// Before the loads: a selection acquired between the two reads
+		// counts twice (see refresh), never not at all.
+		s.picked = s.x.picksNow()
+	}
 	for i, w := range ws {
 		s.loads[i] = w.Load()
-		total += s.loads[i]
-		if i == 0 || s.loads[i] < s.min {
-			s.min = s.loads[i]
-		}
-		s.max = max(s.max, s.loads[i])
 	}
-	s.gap = c.imbalanceGap(total, len(ws))
-	scored := c.cost != nil || c.wait != nil
 	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
-	if !scored {
-		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
-		if !s.imbalanced && s.byCapacity {
-			c.capacityImbalanced(s)
-		}
-	}
-
-	// Tree sizes are needed for the smallest_tree fallback (all workers),
-	// the cost mode (all) and to break ties among the least loaded (only
-	// those).
-	sizes := make([]int, len(ws))
-	isLeast := func(i int) bool { return s.loads[i] == s.min }
-	if s.byCapacity {
-		low := s.leastShare()
-		isLeast = func(i int) bool { return s.shareCmp(i, low) == 0 }
-	}
-	c.tree.TenantTokensAmong(s.x.roster, sizes, func(i int) bool { return c.smallestTree || scored || isLeast(i) })
-	if !scored {
-		c.seedIdle(s, sizes)
-	}
+	// Tree sizes break ties among the least loaded, and serve the
+	// smallest_tree fallback and the cost and wait modes.
+	s.sizes = make([]int, len(ws))
+	c.tree.TenantTokensAmong(s.x.roster, s.sizes, func(int) bool { return true })
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
-		s.costLoads = costLoads(ws, func(i int) int { return sizes[i] })
+		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] })
 		s.costc.terms = make([]costTerms, len(ws))
 	}
 	if c.wait != nil {
-		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return sizes[i] })
+		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return s.sizes[i] })
 		s.waitc.terms = make([]waitTerms, len(ws))
+	}
+	c.judge(s)
+	return s
+}
+
+// judge reads s's loads and tree sizes into the verdict that does not
+// depend on the match: the imbalance rules, the least loaded worker and
+// the cache-miss fallback. decide judges again when selections made since
+// the snapshot changed them (see refresh).
+func (c *CacheAware) judge(s *snapshot) {
+	ws, sizes := s.ws, s.sizes
+	s.imbalanced, s.swing, s.byCapacityFired, s.seeding = false, false, false, false
+	s.min, s.max, s.least = 0, 0, 0
+	total := 0
+	for i, n := range s.loads {
+		total += n
+		if i == 0 || n < s.min {
+			s.min = n
+		}
+		s.max = max(s.max, n)
+	}
+	s.gap = c.imbalanceGap(total, len(ws))
+	if s.picked != nil { // the threshold mode
+		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
+		if s.imbalanced && s.byCapacity {
+			s.noteBacklogs()
+		}
+		if !s.imbalanced && s.byCapacity {
+			c.capacityImbalanced(s)
+		}
+		c.seedIdle(s, sizes)
 	}
 	for i := range ws {
 		d := s.loads[i] - s.loads[s.least]
@@ -337,7 +373,6 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 			}
 		}
 	}
-	return s
 }
 
 // indexOf returns ws's URL → position index, reusing the last one while the
@@ -377,16 +412,20 @@ func (s *snapshot) fill(m tree.Match) {
 // decide picks the worker once s.matched is filled and records it in s. It
 // runs under the tree's write lock, so it only scans the matches, an int
 // per candidate; the reason is formatted after the lock is released.
-// Among equal best matches the less loaded wins, then the earlier: a prefix
-// several workers hold equally (a shared system prompt) says nothing about
-// which of them should serve the request, and their load does.
+// Among equal best matches the less loaded wins (where the engines report
+// their limits, the one holding less in the tree first; see tieBefore),
+// then the earlier: a prefix several workers hold equally (a shared system
+// prompt) says nothing about which of them should serve the request.
 func (c *CacheAware) decide(s *snapshot, inputLen int) {
+	if s.refresh() {
+		c.judge(s)
+	}
 	best := -1
 	for i, n := range s.matched {
 		if n <= 0 {
 			continue
 		}
-		if best < 0 || n > s.matched[best] || n == s.matched[best] && s.loads[i] < s.loads[best] {
+		if best < 0 || n > s.matched[best] || n == s.matched[best] && s.tieBefore(i, best) {
 			best = i
 		}
 	}
@@ -407,12 +446,15 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 		return
 	}
 	switch {
-	case s.imbalanced:
+	case s.imbalanced && !s.keepsCache(best, c.threshold):
 		s.chosen, s.branch = s.least, "imbalance"
 	case best >= 0 && s.ratio >= c.threshold:
 		s.chosen, s.branch = best, "cache_hit"
 	default:
 		s.chosen, s.branch = s.fallback, "cache_miss"
+	}
+	if !s.dry {
+		s.x.pick(s.chosen, inputLen-s.matched[s.chosen])
 	}
 }
 
@@ -438,8 +480,12 @@ func (s *snapshot) reason() string {
 		return fmt.Sprintf("imbalance: loads %d..%d differ by more than %d and ×%g; least loaded %s (%d)",
 			s.min, s.max, s.gap, c.relThreshold, url, s.loads[s.chosen])
 	case "cache_hit":
-		return fmt.Sprintf("cache_hit: %s holds %d of %d prompt tokens (%.0f%% ≥ %.0f%%)",
+		r := fmt.Sprintf("cache_hit: %s holds %d of %d prompt tokens (%.0f%% ≥ %.0f%%)",
 			url, s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold)
+		if s.kept {
+			r += s.keptReason()
+		}
+		return r
 	}
 	fb := FallbackLeastLoaded
 	if c.smallestTree {

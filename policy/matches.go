@@ -74,6 +74,7 @@ type workerIndex struct {
 	urls   []string
 	pos    map[string]int
 	roster *tree.Roster // urls as cache_aware's tree tenants
+	picks  []picks      // cache_aware's decisions per worker (see picks)
 }
 
 // indexCache keeps the workerIndex of the last candidate list. Building one
@@ -108,7 +109,7 @@ func (c *indexCache) of(ws []workers.View, added func(workers.View)) *workerInde
 			return &y
 		}
 	}
-	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws))}
+	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws)), picks: make([]picks, len(ws))}
 	for i, w := range ws {
 		x.urls[i] = w.URL()
 		x.pos[x.urls[i]] = i

@@ -1,0 +1,77 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// TestCacheAwareStaleSnapshotsDoNotHerd is a burst of selections that all
+// read their snapshot (loads, tree sizes) before any of them takes the
+// tree lock, as on a starved machine where each waits for it: each must
+// see the ones decided before it, so the burst spreads as it does when the
+// selections run one after another. Without that, every one chose the
+// worker the shared snapshot saw as least loaded (or holding the prompt).
+func TestCacheAwareStaleSnapshotsDoNotHerd(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int // running-request limit each engine reports (0: none)
+		warm  bool
+		burst int
+		want  [8]int // selections per worker
+	}{
+		{name: "8 engines of 256 slots holding the system prompt, 16 new conversations: 2 each",
+			limit: 256, warm: true, burst: 16, want: [8]int{2, 2, 2, 2, 2, 2, 2, 2}},
+		{name: "8 engines reporting no limit, 24 new conversations: 3 each",
+			warm: true, burst: 24, want: [8]int{3, 3, 3, 3, 3, 3, 3, 3}},
+		{name: "8 idle empty engines of 256 slots, 9 new conversations: the first takes two, then the start-up rule gives each other one",
+			limit: 256, burst: 9, want: [8]int{2, 1, 1, 1, 1, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := make([]*workers.Worker, 8)
+			for i := range ws {
+				ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
+					workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: tc.limit}, nil, nil)
+			}
+			c, err := NewCacheAware(DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			system := make([]uint32, 1024)
+			for i := range system {
+				system[i] = uint32(i + 1)
+			}
+			if tc.warm {
+				for _, w := range ws {
+					if _, err := c.Select(context.Background(), &Request{InputIDs: system}, workers.Views([]*workers.Worker{w})); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			views := workers.Views(ws)
+			snaps := make([]*snapshot, tc.burst)
+			for i := range snaps {
+				snaps[i] = c.snapshot(views)
+			}
+			got := map[int]int{}
+			for i, s := range snaps {
+				prompt := append(append([]uint32(nil), system...), make([]uint32, 128)...)
+				for k := range 128 {
+					prompt[1024+k] = uint32(100_000 + 128*i + k)
+				}
+				c.tree.MatchInsertAmong(prompt, s.x.roster, s.matched, func() int {
+					c.decide(s, len(prompt))
+					return s.chosen
+				})
+				got[s.chosen]++
+			}
+			for i, n := range tc.want {
+				if got[i] != n {
+					t.Fatalf("selections per worker %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
