@@ -53,9 +53,7 @@ const speculationHeadroom = 2
 //     CacheThreshold of the prompt (matched / len(InputIDs)), the worker with
 //     that match. When several workers hold it (a shared system prompt the
 //     fleet has replicated ends every one's match at the same page), the
-//     least loaded of them (where every candidate reports its limit, the
-//     one holding least in the tree first, see tieBefore): the match is no
-//     reason to prefer any one.
+//     least loaded of them: the match is no reason to prefer any one.
 //  3. cache_miss: otherwise the CacheMissFallback worker.
 //
 // Together, rules 1 and 2 spread a burst of conversations that share a
@@ -260,7 +258,7 @@ type snapshot struct {
 	backlog     []int
 	waits       []bool
 	moveCost    int
-	// sizes: each candidate's tokens in the tree (see tieBefore).
+	// sizes: each candidate's tokens in the tree (see judge and refresh).
 	sizes []int
 	// picked: the selections the index had counted per worker when the
 	// snapshot was read, in the threshold mode (nil in the others); dry:
@@ -412,10 +410,9 @@ func (s *snapshot) fill(m tree.Match) {
 // decide picks the worker once s.matched is filled and records it in s. It
 // runs under the tree's write lock, so it only scans the matches, an int
 // per candidate; the reason is formatted after the lock is released.
-// Among equal best matches the less loaded wins (where the engines report
-// their limits, the one holding less in the tree first; see tieBefore),
-// then the earlier: a prefix several workers hold equally (a shared system
-// prompt) says nothing about which of them should serve the request.
+// Among equal best matches the less loaded wins, then the earlier: a prefix
+// several workers hold equally (a shared system prompt) says nothing about
+// which of them should serve the request, and their load does.
 func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	if s.refresh() {
 		c.judge(s)
@@ -425,7 +422,7 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 		if n <= 0 {
 			continue
 		}
-		if best < 0 || n > s.matched[best] || n == s.matched[best] && s.tieBefore(i, best) {
+		if best < 0 || n > s.matched[best] || n == s.matched[best] && s.loads[i] < s.loads[best] {
 			best = i
 		}
 	}

@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -87,54 +86,4 @@ func TestCacheAwareSwingIsNotAHotSpot(t *testing.T) {
 			t.Fatalf("%s: reason %q, want it to contain %q", d.Branch, d.Reason, want)
 		}
 	})
-}
-
-// TestCacheAwareNewConversationGoesWhereLeastIsHeld is the rule for a
-// match several workers provide equally (a new conversation's shared
-// system prompt) on engines that report their running-request limit: the
-// worker holding the fewest tokens in the tree gets it, then the least
-// loaded. In-flight counts say which conversations are mid-turn, not how
-// many each worker holds: on a starved machine first turns trickled in
-// while earlier conversations sat between turns, went to whichever
-// worker's were, and the fleet ended holding 24 to 39 conversations each
-// (load CoV 0.16–0.56 in bench's multiturn at 256 users). Engines that
-// report no limit keep the least loaded (TestCacheAwareSharedPrefixGoesByLoad).
-func TestCacheAwareNewConversationGoesWhereLeastIsHeld(t *testing.T) {
-	system := caTokens(1, 1024)
-	held := [][]uint32{caJoin(system, caTokens(2, 256)), caJoin(system, caTokens(3, 256)), caJoin(system, caTokens(4, 256))}
-	newcomer := caJoin(system, caTokens(9, 128))
-	for _, tc := range []struct {
-		name     string
-		noLimits bool
-		limit    int    // each engine's running-request limit (0: 256)
-		convs    [4]int // conversations each worker holds besides the system prompt
-		loads    [4]int
-		want     int
-	}{
-		{name: "w1 is least busy but holds three conversations: the least loaded of those holding least (w2)",
-			convs: [4]int{0, 3, 0, 0}, loads: [4]int{4, 1, 3, 3}, want: 2},
-		{name: "engines of 4 slots, w2 and w3 full: the least loaded (w1), not a queue behind the smaller tree",
-			limit: 4, convs: [4]int{0, 3, 0, 0}, loads: [4]int{4, 1, 4, 4}, want: 1},
-		{name: "all hold alike: the least loaded",
-			convs: [4]int{1, 1, 1, 1}, loads: [4]int{4, 1, 3, 3}, want: 1},
-		{name: "no limits reported: the least loaded, whatever each holds",
-			noLimits: true, convs: [4]int{0, 3, 0, 0}, loads: [4]int{4, 1, 3, 3}, want: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			limit := cmp.Or(tc.limit, 256)
-			ws := limitedFleet(limit, limit, limit, limit)
-			if tc.noLimits {
-				ws = fleet(4)
-			}
-			p := newCA(t, nil)
-			for i, n := range tc.convs {
-				place(t, p, ws[i], system)
-				place(t, p, ws[i], held[:n]...)
-			}
-			for i, n := range tc.loads {
-				defer busy(ws[i], n)()
-			}
-			wantDecision(t, caSelect(t, p, newcomer, ws...), ws[tc.want], "cache_hit", 1024)
-		})
-	}
 }

@@ -161,33 +161,6 @@ func (s *snapshot) keptReason() string {
 		s.min, s.max, s.gap, s.ws[b].URL(), s.backlog[b], s.moveCost)
 }
 
-// tieBefore reports whether worker i goes before j when both hold the
-// longest match: where every candidate reports its running-request limit,
-// the one holding fewer tokens in the tree, then the less loaded;
-// elsewhere the less loaded.
-//
-// Such a tie is a new conversation on a shared system prompt, and it stays
-// where it starts: what counts is how many conversations each worker will
-// serve, which the tree says (each one's history is there) and in-flight
-// counts say only while every conversation is mid-turn. On a starved
-// machine first turns trickled in while earlier conversations sat between
-// turns; the least loaded by in-flight count took 39 of 256 first turns
-// and another 24, and the fleet stayed so (bench's multiturn at 256 users,
-// load CoV 0.16–0.56 at the oracle's hit rate). In a burst the two agree:
-// each first turn inserted grows its worker's tree, so the next goes
-// elsewhere. The balance rules still move a request off a worker past the
-// gap.
-//
-// Only while both have a running place free: a request sent to a full
-// engine waits in its queue, whatever that engine holds.
-func (s *snapshot) tieBefore(i, j int) bool {
-	if s.byCapacity && s.sizes[i] != s.sizes[j] &&
-		s.loads[i] < s.ws[i].MaxRunningRequests() && s.loads[j] < s.ws[j].MaxRunningRequests() {
-		return s.sizes[i] < s.sizes[j]
-	}
-	return s.loads[i] < s.loads[j]
-}
-
 // picks counts the threshold mode's selections of one worker, and the
 // prompt tokens each inserted into the tree for it. They change only in
 // decide, under the tree's write lock, so one selection's count and
