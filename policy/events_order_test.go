@@ -160,17 +160,9 @@ func TestKVEventBatchesEqualEventByEvent(t *testing.T) {
 	for seed := range uint64(300) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
-			e := &orderEngine{rng: rng, ps: 1 + int(seed%2), max: 4 + rng.IntN(20),
-				live: map[int64]int64{}, kids: map[int64]int{}, salt: map[int64]uint32{},
-				protect: map[int64]bool{}, noise: []int{1_000_000, 8, 3}[seed%3]}
-			ws := fleet(1)
-			w := ws[0]
-			opts := policy.DefaultOptions()
-			opts.CacheAware.BlockSize = e.ps
-			batched, each := newOrderCA(t, opts), newOrderCA(t, opts)
-			for _, p := range []*policy.CacheAware{batched, each} {
-				p.SetKVEventMode(w.URL(), true)
-			}
+			e := newOrderEngine(rng, seed)
+			w := fleet(1)[0]
+			batched, each := exactTwins(t, w, e.ps)
 			var seq uint64
 			for step := range 40 {
 				e.evs = nil
@@ -197,7 +189,7 @@ func TestKVEventBatchesEqualEventByEvent(t *testing.T) {
 						ids = append(e.tokens(p), ids...)
 					}
 					for _, p := range []*policy.CacheAware{batched, each} {
-						if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views(ws)); err != nil {
+						if _, err := p.Select(context.Background(), &policy.Request{InputIDs: ids}, workers.Views([]*workers.Worker{w})); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -218,6 +210,26 @@ func TestKVEventBatchesEqualEventByEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newOrderEngine is the engine of an order test, its shape drawn from seed.
+func newOrderEngine(rng *rand.Rand, seed uint64) *orderEngine {
+	return &orderEngine{rng: rng, ps: 1 + int(seed%2), max: 4 + rng.IntN(20),
+		live: map[int64]int64{}, kids: map[int64]int{}, salt: map[int64]uint32{},
+		protect: map[int64]bool{}, noise: []int{1_000_000, 8, 3}[seed%3]}
+}
+
+// exactTwins returns two cache_aware policies of page size ps that take w's
+// KV events as exact: one for the way under test, one for the reference.
+func exactTwins(t *testing.T, w *workers.Worker, ps int) (a, b *policy.CacheAware) {
+	t.Helper()
+	opts := policy.DefaultOptions()
+	opts.CacheAware.BlockSize = ps
+	a, b = newOrderCA(t, opts), newOrderCA(t, opts)
+	for _, p := range []*policy.CacheAware{a, b} {
+		p.SetKVEventMode(w.URL(), true)
+	}
+	return a, b
 }
 
 func newOrderCA(t *testing.T, o policy.Options) *policy.CacheAware {

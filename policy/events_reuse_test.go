@@ -6,7 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -43,16 +42,9 @@ func TestKVEventHandlersKeepNoBatch(t *testing.T) {
 	for seed := range uint64(40) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 11))
-			e := &orderEngine{rng: rng, ps: 1 + int(seed%2), max: 4 + rng.IntN(20),
-				live: map[int64]int64{}, kids: map[int64]int{}, salt: map[int64]uint32{},
-				protect: map[int64]bool{}, noise: []int{1_000_000, 8, 3}[seed%3]}
+			e := newOrderEngine(rng, seed)
 			w := fleet(1)[0]
-			opts := policy.DefaultOptions()
-			opts.CacheAware.BlockSize = e.ps
-			reused, kept := newOrderCA(t, opts), newOrderCA(t, opts)
-			for _, p := range []*policy.CacheAware{reused, kept} {
-				p.SetKVEventMode(w.URL(), true)
-			}
+			reused, kept := exactTwins(t, w, e.ps)
 			poisoned := make(chan struct{}, 1<<12) // the poisoners run beside the next calls
 			var seq uint64
 			for step := range 30 {
