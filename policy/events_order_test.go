@@ -165,10 +165,7 @@ func TestKVEventBatchesEqualEventByEvent(t *testing.T) {
 			batched, each := exactTwins(t, w, e.ps)
 			var seq uint64
 			for step := range 40 {
-				e.evs = nil
-				for range 1 + rng.IntN(4) {
-					e.request()
-				}
+				e.step()
 				// The batched side gets the step's events in batches of
 				// random sizes; the other one event per batch.
 				for i := 0; i < len(e.evs); {
@@ -209,6 +206,14 @@ func TestKVEventBatchesEqualEventByEvent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// step starts an order test's step: the events of one to four new requests.
+func (e *orderEngine) step() {
+	e.evs = nil
+	for range 1 + e.rng.IntN(4) {
+		e.request()
 	}
 }
 

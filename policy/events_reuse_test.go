@@ -48,10 +48,7 @@ func TestKVEventHandlersKeepNoBatch(t *testing.T) {
 			poisoned := make(chan struct{}, 1<<12) // the poisoners run beside the next calls
 			var seq uint64
 			for step := range 30 {
-				e.evs = nil
-				for range 1 + rng.IntN(4) {
-					e.request()
-				}
+				e.step()
 				for i := 0; i < len(e.evs); {
 					n := min(len(e.evs)-i, 1+rng.IntN(24))
 					b := (&workers.KVEventBatch{Seq: seq, Events: e.evs[i : i+n]}).Clone()
