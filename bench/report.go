@@ -23,14 +23,17 @@ type PolicyRun struct {
 	Policy string `json:"policy"`
 	// Routers is the number of router replicas in front of the engines, each
 	// request sent to one of them at random (1 with --target: one address).
-	Routers            int     `json:"routers"`
-	TTFT               Summary `json:"ttft_ms"`
-	ITL                Summary `json:"itl_ms"`
-	E2E                Summary `json:"e2e_ms"`
-	RequestsPerSec     float64 `json:"requests_per_s"`
-	OutputTokensPerSec float64 `json:"output_tokens_per_s"`
-	CacheHitRate       float64 `json:"cache_hit_rate"`
-	OracleHitRate      float64 `json:"oracle_hit_rate"`
+	Routers int     `json:"routers"`
+	TTFT    Summary `json:"ttft_ms"`
+	// TTFTSent is TTFT over every request sent, a failed one counted as
+	// slower than any that succeeded (see SentSummary).
+	TTFTSent           SentSummary `json:"ttft_sent_ms"`
+	ITL                Summary     `json:"itl_ms"`
+	E2E                Summary     `json:"e2e_ms"`
+	RequestsPerSec     float64     `json:"requests_per_s"`
+	OutputTokensPerSec float64     `json:"output_tokens_per_s"`
+	CacheHitRate       float64     `json:"cache_hit_rate"`
+	OracleHitRate      float64     `json:"oracle_hit_rate"`
 	// PredictionExact is null for policies that predict nothing.
 	PredictionExact *float64 `json:"prediction_exact"`
 	LoadCoV         float64  `json:"load_cov"`
@@ -94,6 +97,7 @@ func summarize(label string, start time.Time, os []outcome, workers int) PolicyR
 	}
 	r.TTFT, r.ITL, r.E2E = Summarize(ttft), Summarize(itl), Summarize(e2e)
 	r.TTFTs = sortedCopy(ttft)
+	r.TTFTSent = summarizeSent(r.TTFTs, r.Requests)
 	if secs := end.Sub(start).Seconds(); secs > 0 {
 		r.RequestsPerSec = float64(len(ttft)) / secs
 		r.OutputTokensPerSec = float64(completion) / secs

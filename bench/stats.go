@@ -37,6 +37,31 @@ func Summarize(xs []float64) Summary {
 	}
 }
 
+// SentSummary is a latency's percentiles over every request sent, where
+// a failed request counts as slower than any that succeeded. Under overload
+// the router refuses requests that waited --queue-timeout-secs, and a rule
+// that refuses more would look faster in Summary, which counts only the
+// requests it served. A percentile that falls on a failure is null.
+type SentSummary struct {
+	P50 *float64 `json:"p50"`
+	P90 *float64 `json:"p90"`
+	P99 *float64 `json:"p99"`
+}
+
+// summarizeSent is SentSummary of sorted, the successes' latencies, out of
+// sent requests (sent ≥ len(sorted)).
+func summarizeSent(sorted []float64, sent int) SentSummary {
+	at := func(p float64) *float64 {
+		rank := max(int(math.Ceil(p/100*float64(sent))), 1)
+		if rank > len(sorted) {
+			return nil
+		}
+		v := sorted[rank-1]
+		return &v
+	}
+	return SentSummary{P50: at(50), P90: at(90), P99: at(99)}
+}
+
 // Percentile returns the nearest-rank p-th percentile of sorted xs: the
 // smallest value with at least p% of the values at or below it.
 func Percentile(sorted []float64, p float64) float64 {

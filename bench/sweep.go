@@ -64,20 +64,30 @@ func (s *Sweep) WriteJSON(w io.Writer) error {
 // the goodput against the SLO.
 func (s *Sweep) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "speed\tpolicy\tttft p50\tp90\tp99\tgoodput/s\tmet SLO\thit\t\n")
+	fmt.Fprintf(tw, "speed\tpolicy\tttft p50\tp90\tp99\tsent p50\tsent p99\tgoodput/s\tmet SLO\thit\t\n")
 	for _, pt := range s.Points {
 		for i := range pt.Report.Runs {
 			r := &pt.Report.Runs[i]
 			per, share := r.Goodput(s.SLOTTFT)
-			fmt.Fprintf(tw, "%g\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.3f\t%.3f\t\n",
-				pt.Speed, pt.Report.label(i), r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, per, share, r.CacheHitRate)
+			fmt.Fprintf(tw, "%g\t%s\t%.1f\t%.1f\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.3f\t\n",
+				pt.Speed, pt.Report.label(i), r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, orFailed(r.TTFTSent.P50), orFailed(r.TTFTSent.P99), per, share, r.CacheHitRate)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "goodput: successful requests per second whose TTFT met the SLO of %v; met SLO: their share of the requests sent\n", s.SLOTTFT)
+	_, err := fmt.Fprintf(w, "goodput: successful requests per second whose TTFT met the SLO of %v; met SLO: their share of the requests sent\n"+
+		"sent p50, p99: TTFT over every request sent, a failed one slower than any success (failed: the percentile is a failure)\n", s.SLOTTFT)
 	return err
+}
+
+// orFailed formats a SentSummary percentile: "failed" where it fell on a
+// failed request.
+func orFailed(v *float64) string {
+	if v == nil {
+		return "failed"
+	}
+	return fmt.Sprintf("%.1f", *v)
 }
 
 // series are the sweep's curves: one per run label (policy, and replica

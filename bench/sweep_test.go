@@ -148,4 +148,47 @@ func TestSweepTableStatesTheSLO(t *testing.T) {
 	if !strings.Contains(out, "SLO of 2s") {
 		t.Errorf("table does not state the SLO:\n%s", out)
 	}
+	if !strings.Contains(out, "sent p50") || !strings.Contains(out, "a failed one slower than any success") {
+		t.Errorf("table lacks TTFT over every request sent, or its legend:\n%s", out)
+	}
+}
+
+// TestTTFTSentCountsFailuresAsSlowest: over every request sent, a failed
+// request ranks after every success, so a run that fails more requests
+// cannot show a lower percentile for serving fewer; a percentile that
+// lands on a failure is null.
+func TestTTFTSentCountsFailuresAsSlowest(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, tc := range []struct {
+		name          string
+		ttfts         []float64 // the successes', sorted
+		sent          int
+		p50, p90, p99 *float64
+	}{
+		{"no failure: the successes' percentiles", []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 10, f(5), f(9), f(10)},
+		{"one failure of ten moves p99 onto it", []float64{1, 2, 3, 4, 5, 6, 7, 8, 9}, 10, f(5), f(9), nil},
+		{"half failed: p50 is the last success", []float64{1, 2, 3, 4, 5}, 10, f(5), nil, nil},
+		{"more than half failed", []float64{1, 2, 3, 4}, 10, nil, nil, nil},
+		{"nothing succeeded", nil, 3, nil, nil, nil},
+		{"nothing sent", nil, 0, nil, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := summarizeSent(tc.ttfts, tc.sent)
+			for _, c := range []struct {
+				name      string
+				got, want *float64
+			}{{"p50", got.P50, tc.p50}, {"p90", got.P90, tc.p90}, {"p99", got.P99, tc.p99}} {
+				if (c.got == nil) != (c.want == nil) || c.got != nil && *c.got != *c.want {
+					t.Errorf("%s = %v, want %v", c.name, sentString(c.got), sentString(c.want))
+				}
+			}
+		})
+	}
+}
+
+func sentString(v *float64) any {
+	if v == nil {
+		return "failed"
+	}
+	return *v
 }
