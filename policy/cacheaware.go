@@ -159,7 +159,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	// lock is taken: loads, tree sizes, the imbalance verdict, the fallback.
 	s := c.snapshot(ws)
 	s.removals = c.removed.now()
-	s.dry = req.DryRun
+	s.dry, s.acquires = req.DryRun, req.Acquires
 
 	// The common case reads the match by candidate position (a Roster):
 	// no per-worker name lookup or result entry. Explain, and a selection
@@ -202,6 +202,9 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 		Confirmed:             &s.confirmedM,
 		tick:                  m.Tick,
 		why:                   s,
+	}
+	if s.pend.n != nil {
+		d.pending = &s.pend
 	}
 	if req.DryRun {
 		d.Reason = s.reason()
@@ -263,10 +266,14 @@ type snapshot struct {
 	sizes []int
 	// threshold: the threshold mode, whose selections are logged; logged:
 	// how many the log held when the snapshot was read (see refresh);
-	// dry: an Explain, which logs none.
+	// dry: an Explain, which logs none; acquires: the caller says when
+	// the worker's load counts the decision, which pend counts until then
+	// (see pendingPick).
 	threshold bool
 	logged    uint64
 	dry       bool
+	acquires  bool
+	pend      pendingPick
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -309,9 +316,7 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		// counts twice (see refresh), never not at all.
 		s.logged = s.x.log.now()
 	}
-	for i, w := range ws {
-		s.loads[i] = w.Load()
-	}
+	s.readLoads()
 	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
 	s.sizes = make([]int, len(ws))
 	c.tree.TenantTokensAmong(s.x.roster, s.sizes, c.sizesNeeded(s))
@@ -487,6 +492,10 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	}
 	if !s.dry {
 		s.x.log.add(s.chosen, inputLen-s.matched[s.chosen])
+		if s.acquires {
+			s.pend.n = &s.x.pending[s.chosen]
+			s.pend.n.Add(1)
+		}
 	}
 }
 

@@ -230,11 +230,12 @@ func (l *pickLog) since(from uint64, f func(i, tokens int)) bool {
 // machine, 0.000–0.016 on a quiet one).
 //
 // When the log no longer holds them all (pickLogSize selections or more
-// passed this one), the loads are read afresh instead: they count every
-// selection whose worker took it since the snapshot, which is what the
-// log would have added, and nothing twice. The tree sizes stay the
-// snapshot's (they cannot be read under the lock): they only order equal
-// loads and choose the smallest_tree fallback.
+// passed this one), the loads are read afresh instead: with the pending
+// counts they count every selection decided since the snapshot (those of
+// callers that say when they acquire; see pendingPick), as the log
+// would have. The tree sizes stay the snapshot's (they cannot be read
+// under the lock): they only order equal loads and choose the
+// smallest_tree fallback.
 func (s *snapshot) refresh() bool {
 	if !s.threshold || s.x.log.now() == s.logged {
 		return false
@@ -246,9 +247,46 @@ func (s *snapshot) refresh() bool {
 		}
 	})
 	if !ok {
-		for i, w := range s.ws {
-			s.loads[i] = w.Load()
-		}
+		s.readLoads()
 	}
 	return true
+}
+
+// readLoads reads each candidate's load, with the threshold mode's
+// decisions its worker does not count yet (see pendingPick).
+func (s *snapshot) readLoads() {
+	for i, w := range s.ws {
+		// The pending count first: a decision acquired between the two
+		// reads counts twice, never not at all.
+		s.loads[i] = int(s.x.pending[i].Load())
+		s.loads[i] += w.Load()
+	}
+}
+
+// pendingPick counts a threshold-mode decision in its worker's pending
+// count until the caller says the worker's load counts it, or never will
+// (Decision.Acquired, promised by Request.Acquires); only the first call
+// counts.
+//
+// The caller raises the worker's load after Select returns and its
+// circuit breaker lets it, and a selection whose snapshot was read in
+// between saw that decision neither in the loads nor among the picks
+// logged since: on a starved machine the window is long, and a burst
+// herded through it as it did through a stale snapshot (see refresh).
+// Snapshots add the pending count to the load. A snapshot reads the log's
+// number, then per worker its pending count, then its load, so no
+// decision counts zero times; one counts twice when acquired between
+// those two reads, or when decided after the log's number was read but
+// before its worker's pending count (it is then among the picks logged
+// since as well). Twice only makes a worker look one request busier to
+// that one selection, which spreads a burst the more.
+type pendingPick struct {
+	n    *atomic.Int32 // the worker's pending count; nil for none
+	done atomic.Bool
+}
+
+func (p *pendingPick) acquired() {
+	if p.n != nil && p.done.CompareAndSwap(false, true) {
+		p.n.Add(-1)
+	}
 }
