@@ -262,7 +262,7 @@ type snapshot struct {
 	waits       []bool
 	moveCost    int
 	// sizes: each candidate's tokens in the tree (see judge and refresh);
-	// −1 for one the snapshot did not read (see sizesNeeded).
+	// −1 for one the snapshot did not read (see needsSize).
 	sizes []int
 	// threshold: the threshold mode, whose selections are logged; logged:
 	// how many the log held when the snapshot was read (see refresh);
@@ -319,7 +319,8 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s.readLoads()
 	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
 	s.sizes = make([]int, len(ws))
-	c.tree.TenantTokensAmong(s.x.roster, s.sizes, c.sizesNeeded(s))
+	low, leastOnly := c.sizeLeast(s)
+	c.tree.TenantTokensAmong(s.x.roster, s.sizes, func(i int) bool { return !leastOnly || s.needsSize(i, low) })
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
 		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] })
@@ -333,38 +334,44 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	return s
 }
 
-// sizesNeeded says which candidates' tree sizes s needs, and marks the
-// others' −1: all of them for the smallest_tree fallback and the cost and
-// wait modes; otherwise only the least loaded's (by share, where loads
-// compare so), whose ties the smaller tree breaks and among whom the
-// start-up rule looks for an idle worker holding nothing (see seedIdle).
-// Reading every worker's size cost a selection 4% at 4,000 workers.
+// sizeLeast returns, where s needs the tree sizes of the least loaded
+// candidates only, the one of least load share when loads compare so
+// (see needsSize); ok is false where it needs them all: for the
+// smallest_tree fallback and the cost and wait modes.
+func (c *CacheAware) sizeLeast(s *snapshot) (low int, ok bool) {
+	if c.smallestTree || !s.threshold {
+		return 0, false
+	}
+	if s.byCapacity {
+		return s.leastShare(), true
+	}
+	for i, n := range s.loads {
+		if i == 0 || n < s.min {
+			s.min = n
+		}
+	}
+	return 0, true
+}
+
+// needsSize reports whether the snapshot reads candidate i's tree size
+// when it needs the least loaded's only (low from sizeLeast), and marks
+// the size −1 when not. Those break ties by the smaller tree, and among
+// them the start-up rule looks for an idle worker holding nothing (see
+// seedIdle); the others' sizes would cost a read of the tree per worker
+// that no rule of this mode looks at.
 //
 // Selections decided since the snapshot (see refresh) only raise loads,
 // so the idle workers are still among those read; a worker that then
 // ties with the least loaded without a size read breaks no tie by size.
-func (c *CacheAware) sizesNeeded(s *snapshot) func(int) bool {
-	if c.smallestTree || !s.threshold {
-		return func(int) bool { return true }
-	}
-	isLeast := func(i int) bool { return s.loads[i] == s.min }
+func (s *snapshot) needsSize(i, low int) bool {
+	least := s.loads[i] == s.min
 	if s.byCapacity {
-		low := s.leastShare()
-		isLeast = func(i int) bool { return s.shareCmp(i, low) == 0 }
-	} else {
-		for i, n := range s.loads {
-			if i == 0 || n < s.min {
-				s.min = n
-			}
-		}
+		least = s.shareCmp(i, low) == 0
 	}
-	return func(i int) bool {
-		if isLeast(i) {
-			return true
-		}
+	if !least {
 		s.sizes[i] = -1
-		return false
 	}
+	return least
 }
 
 // judge reads s's loads and tree sizes into the verdict that does not
