@@ -75,7 +75,7 @@ func TestCacheAwareStaleSnapshotPastTheLog(t *testing.T) {
 	}
 	views := workers.Views(ws)
 	stale := c.snapshot(views)
-	for range pickLogSize + 1 { // 8×512+1: the first worker carries one more
+	for range pickLogSize + 1 { // 8×128+1: the first worker carries one more
 		d, err := c.Select(context.Background(), &Request{InputIDs: system}, views)
 		if err != nil {
 			t.Fatal(err)

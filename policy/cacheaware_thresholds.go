@@ -166,8 +166,9 @@ func (s *snapshot) keptReason() string {
 // candidate list's log holds (a power of two, for the ring's index). A
 // selection reads those decided since its snapshot; this many or more
 // means it waited for the tree lock behind as many others, and it then
-// reads the loads afresh (see refresh).
-const pickLogSize = 4096
+// reads the loads afresh (see refresh). On a starved machine dozens
+// waited; the log, 8 KB, is built with each candidate list's index.
+const pickLogSize = 1024
 
 // pickLog is the threshold mode's latest selections, in order: the
 // worker's position in the candidate list and the prompt tokens the
