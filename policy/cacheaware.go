@@ -203,7 +203,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 		tick:                  m.Tick,
 		why:                   s,
 	}
-	if s.pend.n != nil {
+	if s.pend.x != nil {
 		d.pending = &s.pend
 	}
 	if req.DryRun {
@@ -498,11 +498,10 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 		s.chosen, s.branch = s.fallback, "cache_miss"
 	}
 	if !s.dry {
-		s.x.log.add(s.chosen, inputLen-s.matched[s.chosen])
 		if s.acquires {
-			s.pend.n = &s.x.pending[s.chosen]
-			s.pend.n.Add(1)
+			s.pend.pend(s.x, s.chosen)
 		}
+		s.x.log.add(s.chosen, inputLen-s.matched[s.chosen])
 	}
 }
 

@@ -28,14 +28,17 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 		dryRun   bool
 		then     string // "": nothing yet; "acquired": Acquire, then Acquired; "abandoned": Acquired alone
 		// othersBusy puts a request in flight on every worker but w0
-		// before the second request.
-		othersBusy bool
-		want       string // the second request's worker
+		// before the second request; pendingOnW7 decides one more for
+		// w7 (its own prompt) and leaves it pending.
+		othersBusy, pendingOnW7 bool
+		want                    string // the second request's worker
 	}{
 		{name: "decided, not yet acquired: it counts in w0's load, the second goes elsewhere",
 			acquires: true, want: "w1"},
 		{name: "acquired: it counts once, in w0's own load, so w0 ties with the others",
 			acquires: true, then: "acquired", othersBusy: true, want: "w0"},
+		{name: "acquired, while another decision is pending on w7: it still counts once",
+			acquires: true, then: "acquired", othersBusy: true, pendingOnW7: true, want: "w0"},
 		{name: "abandoned (its breaker refused it): it counts no more",
 			acquires: true, then: "abandoned", want: "w0"},
 		{name: "a caller that does not promise Acquired: not counted",
@@ -53,11 +56,14 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			system := caTokens(1, 1024)
+			system, own := caTokens(1, 1024), caTokens(5_000, 1024)
 			for _, w := range ws {
 				if _, err := p.Select(ctx, &policy.Request{InputIDs: system}, workers.Views([]*workers.Worker{w})); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if _, err := p.Select(ctx, &policy.Request{InputIDs: own}, workers.Views(ws[7:])); err != nil {
+				t.Fatal(err)
 			}
 			views := workers.Views(ws)
 			first, err := p.Select(ctx, &policy.Request{InputIDs: system, Acquires: tc.acquires, DryRun: tc.dryRun}, views)
@@ -78,6 +84,15 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 			if tc.othersBusy {
 				for _, w := range ws[1:] {
 					defer busy(w, 1)()
+				}
+			}
+			if tc.pendingOnW7 {
+				d, err := p.Select(ctx, &policy.Request{InputIDs: own, Acquires: true}, views)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if names[d.Worker] != "w7" {
+					t.Fatalf("w7's own prompt went to %s, want w7", names[d.Worker])
 				}
 			}
 			second, err := p.Select(ctx, &policy.Request{InputIDs: system, Acquires: true}, views)

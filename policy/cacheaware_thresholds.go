@@ -260,10 +260,19 @@ func (s *snapshot) refresh() bool {
 // readLoads reads each candidate's load, with the threshold mode's
 // decisions its worker does not count yet (see pendingPick).
 func (s *snapshot) readLoads() {
+	if s.x.pending.all.Load() == 0 {
+		// None is pending now, so each decision logged before the
+		// snapshot's number is in its worker's load already, and the
+		// others are in the log: no per-worker count to read.
+		for i, w := range s.ws {
+			s.loads[i] = w.Load()
+		}
+		return
+	}
 	for i, w := range s.ws {
 		// The pending count first: a decision acquired between the two
 		// reads counts twice, never not at all.
-		s.loads[i] = int(s.x.pending[i].Load())
+		s.loads[i] = int(s.x.pending.per[i].Load())
 		s.loads[i] += w.Load()
 	}
 }
@@ -288,12 +297,30 @@ func (s *snapshot) readLoads() {
 // counts belong to the candidate list's index: a selection over another
 // list does not see them.
 type pendingPick struct {
-	n    *atomic.Int32 // the worker's pending count; nil for none
+	x    *workerIndex
+	i    int // the worker's position in x, and its pending count's
 	done atomic.Bool
 }
 
+// pendingCounts are the decisions pending per worker, and in all.
+type pendingCounts struct {
+	per []atomic.Int32
+	all atomic.Int64
+}
+
+// pend counts a decision of worker i as pending in x. The caller holds
+// the tree's write lock and has not logged the decision yet: a snapshot
+// that reads x's total before its loads then sees it either pending, or
+// in the log past its number.
+func (p *pendingPick) pend(x *workerIndex, i int) {
+	p.x, p.i = x, i
+	x.pending.per[i].Add(1)
+	x.pending.all.Add(1)
+}
+
 func (p *pendingPick) acquired() {
-	if p.n != nil && p.done.CompareAndSwap(false, true) {
-		p.n.Add(-1)
+	if p.x != nil && p.done.CompareAndSwap(false, true) {
+		p.x.pending.per[p.i].Add(-1)
+		p.x.pending.all.Add(-1)
 	}
 }

@@ -75,9 +75,9 @@ type workerIndex struct {
 	pos    map[string]int
 	roster *tree.Roster // urls as cache_aware's tree tenants
 	log    *pickLog     // cache_aware's latest decisions (see pickLog)
-	// pending counts cache_aware's decisions per worker that the worker's
-	// load does not count yet (see pendingPick).
-	pending []atomic.Int32
+	// pending counts cache_aware's decisions that their workers' loads
+	// do not count yet (see pendingPick).
+	pending *pendingCounts
 }
 
 // indexCache keeps the workerIndex of the last candidate list. Building one
@@ -112,7 +112,7 @@ func (c *indexCache) of(ws []workers.View, added func(workers.View)) *workerInde
 			return &y
 		}
 	}
-	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws)), log: new(pickLog), pending: make([]atomic.Int32, len(ws))}
+	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws)), log: new(pickLog), pending: &pendingCounts{per: make([]atomic.Int32, len(ws))}}
 	for i, w := range ws {
 		x.urls[i] = w.URL()
 		x.pos[x.urls[i]] = i
