@@ -356,9 +356,9 @@ func (c *CacheAware) sizeLeast(s *snapshot) (low int, ok bool) {
 // needsSize reports whether the snapshot reads candidate i's tree size
 // when it needs the least loaded's only (low from sizeLeast), and marks
 // the size −1 when not. Those break ties by the smaller tree, and among
-// them the start-up rule looks for an idle worker holding nothing (see
-// seedIdle); the others' sizes would cost a read of the tree per worker
-// that no rule of this mode looks at.
+// them the start-up rule looks for an idle worker holding nothing; the
+// others' sizes would cost a read of the tree per worker that no rule of
+// this mode looks at.
 //
 // Selections decided since the snapshot (see refresh) only raise loads,
 // so the idle workers are still among those read; a worker that then
