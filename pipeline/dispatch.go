@@ -94,8 +94,12 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 		return nil, err
 	}
 	preq := j.PolicyRequest(dryRun)
+	// The policy may count the decision as its worker's load until the
+	// worker's own count does (Acquire below), or until it is abandoned.
+	preq.Acquires = !dryRun
 	var dec policy.Decision
 	slots, err := ChooseAndAcquire(preq, len(candidates), func() ([]*workers.Worker, func(), error) {
+		dec.Acquired() // the previous try's, whose breaker refused it (or none)
 		var err error
 		if dec, err = d.policy.Select(ctx, preq, workers.Views(candidates)); err != nil {
 			return nil, nil, SelectionError(d.policy.Name(), len(candidates), err)
@@ -103,6 +107,7 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 		return []*workers.Worker{dec.Worker}, nil, nil
 	})
 	if err != nil {
+		dec.Acquired() // abandoned: every breaker refused
 		return nil, err
 	}
 	r := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, vocab: d.r.OutputVocab(dec.Worker)}
@@ -111,6 +116,7 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 	r.Legs = r.legBuf[:1]
 	if !dryRun {
 		r.release = dec.Worker.Acquire()
+		dec.Acquired()
 		r.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
 		d.s.Placed(d.policy.Name(), dec)
 	}

@@ -159,7 +159,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	// lock is taken: loads, tree sizes, the imbalance verdict, the fallback.
 	s := c.snapshot(ws)
 	s.removals = c.removed.now()
-	s.dry = req.DryRun
+	s.dry, s.acquires = req.DryRun, req.Acquires
 
 	// The common case reads the match by candidate position (a Roster):
 	// no per-worker name lookup or result entry. Explain, and a selection
@@ -202,6 +202,9 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 		Confirmed:             &s.confirmedM,
 		tick:                  m.Tick,
 		why:                   s,
+	}
+	if s.pend.x != nil {
+		d.pending = &s.pend
 	}
 	if req.DryRun {
 		d.Reason = s.reason()
@@ -258,13 +261,19 @@ type snapshot struct {
 	backlog     []int
 	waits       []bool
 	moveCost    int
-	// sizes: each candidate's tokens in the tree (see judge and refresh).
+	// sizes: each candidate's tokens in the tree (see judge and refresh);
+	// −1 for one the snapshot did not read (see needsSize).
 	sizes []int
-	// picked: the selections the index had counted per worker when the
-	// snapshot was read, in the threshold mode (nil in the others); dry:
-	// an Explain, which counts none (see refresh).
-	picked []pickCount
-	dry    bool
+	// threshold: the threshold mode, whose selections are logged; logged:
+	// how many the log held when the snapshot was read (see refresh);
+	// dry: an Explain, which logs none; acquires: the caller says when
+	// the worker's load counts the decision, which pend counts until then
+	// (see pendingPick).
+	threshold bool
+	logged    uint64
+	dry       bool
+	acquires  bool
+	pend      pendingPick
 	// least is the least loaded worker (ties: smaller tree); fallback the
 	// configured cache-miss worker.
 	least, fallback int
@@ -301,19 +310,17 @@ type snapshot struct {
 func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
 	scored := c.cost != nil || c.wait != nil
-	if !scored {
+	s.threshold = !scored
+	if s.threshold {
 		// Before the loads: a selection acquired between the two reads
 		// counts twice (see refresh), never not at all.
-		s.picked = s.x.picksNow()
+		s.logged = s.x.log.now()
 	}
-	for i, w := range ws {
-		s.loads[i] = w.Load()
-	}
+	s.readLoads()
 	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
-	// Tree sizes break ties among the least loaded, and serve the
-	// smallest_tree fallback and the cost and wait modes.
 	s.sizes = make([]int, len(ws))
-	c.tree.TenantTokensAmong(s.x.roster, s.sizes, func(int) bool { return true })
+	low, leastOnly := c.sizeLeast(s)
+	c.tree.TenantTokensAmong(s.x.roster, s.sizes, func(i int) bool { return !leastOnly || s.needsSize(i, low) })
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
 		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] })
@@ -325,6 +332,46 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	}
 	c.judge(s)
 	return s
+}
+
+// sizeLeast returns, where s needs the tree sizes of the least loaded
+// candidates only, the one of least load share when loads compare so
+// (see needsSize); ok is false where it needs them all: for the
+// smallest_tree fallback and the cost and wait modes.
+func (c *CacheAware) sizeLeast(s *snapshot) (low int, ok bool) {
+	if c.smallestTree || !s.threshold {
+		return 0, false
+	}
+	if s.byCapacity {
+		return s.leastShare(), true
+	}
+	for i, n := range s.loads {
+		if i == 0 || n < s.min {
+			s.min = n
+		}
+	}
+	return 0, true
+}
+
+// needsSize reports whether the snapshot reads candidate i's tree size
+// when it needs the least loaded's only (low from sizeLeast), and marks
+// the size −1 when not. Those break ties by the smaller tree, and among
+// them the start-up rule looks for an idle worker holding nothing; the
+// others' sizes would cost a read of the tree per worker that no rule of
+// this mode looks at.
+//
+// Selections decided since the snapshot (see refresh) only raise loads,
+// so the idle workers are still among those read; a worker that then
+// ties with the least loaded without a size read breaks no tie by size.
+func (s *snapshot) needsSize(i, low int) bool {
+	least := s.loads[i] == s.min
+	if s.byCapacity {
+		least = s.shareCmp(i, low) == 0
+	}
+	if !least {
+		s.sizes[i] = -1
+	}
+	return least
 }
 
 // judge reads s's loads and tree sizes into the verdict that does not
@@ -344,7 +391,7 @@ func (c *CacheAware) judge(s *snapshot) {
 		s.max = max(s.max, n)
 	}
 	s.gap = c.imbalanceGap(total, len(ws))
-	if s.picked != nil { // the threshold mode
+	if s.threshold {
 		s.imbalanced = s.max-s.min > s.gap && float64(s.max) > c.relThreshold*float64(s.min)
 		if s.imbalanced && s.byCapacity {
 			s.noteBacklogs()
@@ -359,7 +406,7 @@ func (c *CacheAware) judge(s *snapshot) {
 		if s.byCapacity {
 			d = s.shareCmp(i, s.least)
 		}
-		if d < 0 || d == 0 && sizes[i] < sizes[s.least] {
+		if d < 0 || d == 0 && sizes[i] >= 0 && sizes[i] < sizes[s.least] {
 			s.least = i
 		}
 	}
@@ -451,7 +498,10 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 		s.chosen, s.branch = s.fallback, "cache_miss"
 	}
 	if !s.dry {
-		s.x.pick(s.chosen, inputLen-s.matched[s.chosen])
+		if s.acquires {
+			s.pend.pend(s.x, s.chosen)
+		}
+		s.x.log.add(s.chosen, inputLen-s.matched[s.chosen])
 	}
 }
 

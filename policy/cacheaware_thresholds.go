@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/kvgate/kvgate/workers"
@@ -161,34 +162,68 @@ func (s *snapshot) keptReason() string {
 		s.min, s.max, s.gap, s.ws[b].URL(), s.backlog[b], s.moveCost)
 }
 
-// picks counts the threshold mode's selections of one worker, and the
-// prompt tokens each inserted into the tree for it. They change only in
-// decide, under the tree's write lock, so one selection's count and
-// tokens belong together; snapshots read them without the lock.
-type picks struct{ n, tokens atomic.Int64 }
+// pickLogSize is how many of the threshold mode's latest selections a
+// candidate list's log holds (a power of two, for the ring's index). A
+// selection reads those decided since its snapshot; this many or more
+// means it waited for the tree lock behind as many others, and it then
+// reads the loads afresh (see refresh). On a starved machine dozens
+// waited; the log, 8 KB, is built with each candidate list's index.
+const pickLogSize = 1024
 
-// pickCount is picks as read at one moment.
-type pickCount struct{ n, tokens int64 }
-
-// picksNow reads every worker's picks.
-func (x *workerIndex) picksNow() []pickCount {
-	p := make([]pickCount, len(x.picks))
-	for i := range x.picks {
-		p[i] = pickCount{x.picks[i].n.Load(), x.picks[i].tokens.Load()}
-	}
-	return p
+// pickLog is the threshold mode's latest selections, in order: the
+// worker's position in the candidate list and the prompt tokens the
+// selection inserted into the tree for it. A snapshot notes one number,
+// the selections logged so far (now); decide adds those logged since
+// (since). Per-worker counters would cost every selection a copy of them
+// all to learn of the few decided meanwhile: 13% of a selection's CPU,
+// and 164 KB against 99, at 4,000 workers.
+//
+// The log belongs to the candidate list's index (see indexCache): a
+// selection over another list, such as a retry's that excludes a worker,
+// starts a log of its own, and the next over the whole fleet another.
+//
+// Only decide appends, under the tree's write lock, so appends are
+// ordered; the entries are atomic because a dry run (Explain) reads them
+// without that lock.
+type pickLog struct {
+	next atomic.Uint64              // selections ever logged
+	ring [pickLogSize]atomic.Uint64 // worker<<32 | tokens
 }
 
-// pick counts a selection of worker i that inserted tokens into the tree.
-func (x *workerIndex) pick(i, tokens int) {
-	x.picks[i].n.Add(1)
-	x.picks[i].tokens.Add(int64(tokens))
+// now is the number of selections logged so far.
+func (l *pickLog) now() uint64 { return l.next.Load() }
+
+// add logs a selection of worker i that inserted tokens into the tree.
+// The caller holds the tree's write lock.
+func (l *pickLog) add(i, tokens int) {
+	n := l.next.Load()
+	l.ring[n%pickLogSize].Store(uint64(i)<<32 | uint64(uint32(min(tokens, math.MaxUint32))))
+	l.next.Store(n + 1)
+}
+
+// since calls f for every selection logged from number from on, and
+// reports whether it could: false when the log has since dropped some of
+// them (f may then have seen entries of later selections instead).
+func (l *pickLog) since(from uint64, f func(i, tokens int)) bool {
+	end := l.next.Load()
+	if end-from >= pickLogSize {
+		return false
+	}
+	for n := from; n < end; n++ {
+		e := l.ring[n%pickLogSize].Load()
+		f(int(e>>32), int(uint32(e)))
+	}
+	// Append number from+pickLogSize overwrites from's entry; an append
+	// reads next first, so next read after the entries says whether one
+	// began meanwhile (only a dry run's read, without the lock, races one).
+	return l.next.Load() < from+pickLogSize
 }
 
 // refresh adds to s's loads and tree sizes the selections decided since
 // the snapshot was read, and reports whether there were any (the verdict
 // must then be judged again). It runs in decide, under the tree's write
-// lock, after the selections it adds.
+// lock, after the selections it adds (a dry run's without the lock: it
+// only reads).
 //
 // A snapshot is read before the tree lock is taken, and a selection adds
 // to its worker's load only once it returns. On a starved machine dozens
@@ -198,19 +233,94 @@ func (x *workerIndex) pick(i, tokens int) {
 // 7 each, and the fleet stayed so for the whole conversation (bench's
 // multiturn at 256 users: load CoV 0.15–0.56 in 2 of 5 runs on a loaded
 // machine, 0.000–0.016 on a quiet one).
+//
+// When the log no longer holds them all (pickLogSize selections or more
+// passed this one), the loads are read afresh instead: with the pending
+// counts they count every selection decided since the snapshot (those of
+// callers that say when they acquire; see pendingPick), as the log
+// would have. The tree sizes stay the snapshot's (they cannot be read
+// under the lock): they only order equal loads and choose the
+// smallest_tree fallback.
 func (s *snapshot) refresh() bool {
-	if s.picked == nil {
+	if !s.threshold || s.x.log.now() == s.logged {
 		return false
 	}
-	stale := false
-	for i := range s.picked {
-		p := &s.x.picks[i]
-		n, tokens := p.n.Load()-s.picked[i].n, p.tokens.Load()-s.picked[i].tokens
-		if n > 0 {
-			s.loads[i] += int(n)
-			s.sizes[i] += int(tokens)
-			stale = true
+	ok := s.x.log.since(s.logged, func(i, tokens int) {
+		s.loads[i]++
+		if s.sizes[i] >= 0 {
+			s.sizes[i] += tokens
 		}
+	})
+	if !ok {
+		s.readLoads()
 	}
-	return stale
+	return true
+}
+
+// readLoads reads each candidate's load, with the threshold mode's
+// decisions its worker does not count yet (see pendingPick).
+func (s *snapshot) readLoads() {
+	if s.x.pending.all.Load() == 0 {
+		// None is pending now, so each decision logged before the
+		// snapshot's number is in its worker's load already, and the
+		// others are in the log: no per-worker count to read.
+		for i, w := range s.ws {
+			s.loads[i] = w.Load()
+		}
+		return
+	}
+	for i, w := range s.ws {
+		// The pending count first: a decision acquired between the two
+		// reads counts twice, never not at all.
+		s.loads[i] = int(s.x.pending.per[i].Load())
+		s.loads[i] += w.Load()
+	}
+}
+
+// pendingPick counts a threshold-mode decision in its worker's pending
+// count until the caller says the worker's load counts it, or never will
+// (Decision.Acquired, promised by Request.Acquires); only the first call
+// counts.
+//
+// The caller raises the worker's load after Select returns and its
+// circuit breaker lets it, and a selection whose snapshot was read in
+// between saw that decision neither in the loads nor among the picks
+// logged since: on a starved machine the window is long, and a burst
+// herded through it as it did through a stale snapshot (see refresh).
+// Snapshots add the pending count to the load. A snapshot reads the log's
+// number, then per worker its pending count, then its load, so no
+// decision counts zero times; one counts twice when acquired between
+// those two reads, or when decided after the log's number was read but
+// before its worker's pending count (it is then among the picks logged
+// since as well). Twice only makes a worker look one request busier to
+// that one selection, which spreads a burst the more. Like the log, the
+// counts belong to the candidate list's index: a selection over another
+// list does not see them.
+type pendingPick struct {
+	x    *workerIndex
+	i    int // the worker's position in x, and its pending count's
+	done atomic.Bool
+}
+
+// pendingCounts are the decisions pending per worker, and in all.
+type pendingCounts struct {
+	per []atomic.Int32
+	all atomic.Int64
+}
+
+// pend counts a decision of worker i as pending in x. The caller holds
+// the tree's write lock and has not logged the decision yet: a snapshot
+// that reads x's total before its loads then sees it either pending, or
+// in the log past its number.
+func (p *pendingPick) pend(x *workerIndex, i int) {
+	p.x, p.i = x, i
+	x.pending.per[i].Add(1)
+	x.pending.all.Add(1)
+}
+
+func (p *pendingPick) acquired() {
+	if p.x != nil && p.done.CompareAndSwap(false, true) {
+		p.x.pending.per[p.i].Add(-1)
+		p.x.pending.all.Add(-1)
+	}
 }

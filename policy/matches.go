@@ -68,13 +68,16 @@ func (m *Matches) Map() map[string]int {
 func (m *Matches) String() string { return fmt.Sprint(m.Map()) }
 
 // workerIndex maps the URLs of a list of workers to their positions in it.
-// It is immutable once built.
+// It is immutable once built, but for the log it points to.
 type workerIndex struct {
 	ws     []workers.View // the list it was built or last confirmed for
 	urls   []string
 	pos    map[string]int
 	roster *tree.Roster // urls as cache_aware's tree tenants
-	picks  []picks      // cache_aware's decisions per worker (see picks)
+	log    *pickLog     // cache_aware's latest decisions (see pickLog)
+	// pending counts cache_aware's decisions that their workers' loads
+	// do not count yet (see pendingPick).
+	pending *pendingCounts
 }
 
 // indexCache keeps the workerIndex of the last candidate list. Building one
@@ -109,7 +112,7 @@ func (c *indexCache) of(ws []workers.View, added func(workers.View)) *workerInde
 			return &y
 		}
 	}
-	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws)), picks: make([]picks, len(ws))}
+	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws)), log: new(pickLog), pending: &pendingCounts{per: make([]atomic.Int32, len(ws))}}
 	for i, w := range ws {
 		x.urls[i] = w.URL()
 		x.pos[x.urls[i]] = i

@@ -42,6 +42,13 @@ type Request struct {
 	// unchanged. When every healthy candidate is excluded, Select returns
 	// ErrNoHealthyWorker.
 	Exclude []string
+	// Acquires promises that the caller calls the Decision's Acquired once
+	// the chosen worker's load counts the request (Worker.Acquire), or
+	// once it knows it never will (the attempt was abandoned). Until then
+	// cache_aware counts the decision in its worker's load itself, so a
+	// selection in between sees it (see CacheAware's pending). A caller
+	// that does not promise it gets no such count.
+	Acquires bool
 }
 
 // Decision is a policy's answer: the worker, and why it was chosen.
@@ -74,6 +81,23 @@ type Decision struct {
 	tick uint64
 	// why builds the reason on demand when Reason is empty (see Why).
 	why reasoner
+	// pending is the count the policy keeps of the decision until its
+	// worker's load does (see Request.Acquires); nil for none.
+	pending acquirer
+}
+
+// acquirer is what a policy counts of a decision until its worker's load
+// counts it.
+type acquirer interface{ acquired() }
+
+// Acquired tells the policy that the chosen worker's load now counts the
+// request, or that it never will: see Request.Acquires. Calls after the
+// first, and calls on a decision the policy keeps no count of (a dry run,
+// a request without Acquires, a policy that counts none), do nothing.
+func (d Decision) Acquired() {
+	if d.pending != nil {
+		d.pending.acquired()
+	}
 }
 
 // reasoner is what a policy keeps of a decision to explain it later.

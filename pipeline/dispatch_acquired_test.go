@@ -1,0 +1,96 @@
+package pipeline
+
+import (
+	"context"
+	"testing"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// inWindow runs during once, as soon as the policy it wraps has decided
+// a request: between that selection and the worker's Acquire, the window
+// a starved machine's other selections fall into.
+type inWindow struct {
+	policy.Policy
+	during func()
+}
+
+func (p *inWindow) Select(ctx context.Context, req *policy.Request, cands []workers.View) (policy.Decision, error) {
+	d, err := p.Policy.Select(ctx, req, cands)
+	if f := p.during; f != nil && !req.DryRun {
+		p.during = nil
+		f()
+	}
+	return d, err
+}
+
+// TestPlaceCountsItsDecisionUntilAcquired is the regular dispatcher's
+// side of cache_aware's count of decisions not yet acquired
+// (Request.Acquires): a request placed between another's selection and
+// that one's Acquire sees it, and once acquired it counts once, in its
+// worker's own load.
+//
+// w1 holds a long prompt, so w0 wins ties by tree size. A goes to w0; B,
+// placed in A's window, sees A and goes to w1 (before, it saw both idle
+// and went to w0 too). C ties them by load and goes to w0. With a request
+// of the test's own on w1, D ties them by load (2 each) and goes to w0,
+// unless each placement still counts twice (4 on w0 against 3).
+func TestPlaceCountsItsDecisionUntilAcquired(t *testing.T) {
+	ctx := context.Background()
+	reg := workers.NewRegistry()
+	w0 := workers.NewWorker("grpc://w0:1", workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
+	w1 := workers.NewWorker("grpc://w1:1", workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
+	for _, w := range []*workers.Worker{w0, w1} {
+		if err := reg.Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, err := policy.NewCacheAware(policy.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := func(first uint32, n int) []uint32 {
+		ids := make([]uint32, n)
+		for i := range ids {
+			ids[i] = first + uint32(i)
+		}
+		return ids
+	}
+	if _, err := ca.Select(ctx, &policy.Request{InputIDs: prompt(1_000, 512)}, workers.Views([]*workers.Worker{w1})); err != nil {
+		t.Fatal(err)
+	}
+	pol := &inWindow{Policy: ca}
+	p := New(Config{Registry: reg})
+	table := modeltable.New(modeltable.OneModel, p.RegularPlacer)
+	r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
+		return modeltable.Spec{Policies: map[workers.Role]policy.Policy{workers.RoleRegular: pol}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer := p.RegularPlacer(r)
+	place := func(name string, first uint32, want *workers.Worker) {
+		t.Helper()
+		j := &Job{ID: name, Route: r, InputIDs: prompt(first, 64), Sampling: &kvgatev1.SamplingParams{}}
+		j.Task = &generation{s: p, j: j}
+		plan, err := placer.Place(ctx, j, false)
+		if err != nil {
+			t.Fatalf("placing %s: %v", name, err)
+		}
+		if got := plan.Served(); got != want {
+			t.Errorf("%s went to %s (%s), want %s", name, got.URL(), plan.Decision().Why(), want.URL())
+		}
+	}
+
+	pol.during = func() { place("B", 20_000, w1) }
+	place("A", 10_000, w0)
+	if pol.during != nil {
+		t.Fatal("B was never placed")
+	}
+	place("C", 30_000, w0)
+	defer w1.Acquire()()
+	place("D", 40_000, w0)
+}

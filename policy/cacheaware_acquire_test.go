@@ -1,0 +1,107 @@
+package policy_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// TestCacheAwareCountsDecisionsUntilAcquired is the window between a
+// selection and its worker's Acquire, which the router crosses after
+// Select returns and the worker's circuit breaker lets the request in. A
+// selection in that window saw the first one neither in the loads nor
+// among the decisions made since its snapshot, and went to the same
+// worker: on a starved machine a burst herded through it. A caller that
+// promises to say when the worker's load counts the request
+// (Request.Acquires, Decision.Acquired) has it counted until then, once.
+//
+// Eight idle workers hold a shared system prompt; a first request of it
+// is decided, and then, per row, acquired or abandoned or neither; then a
+// second request of it is decided.
+func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		acquires bool // the first request's Request.Acquires
+		dryRun   bool
+		then     string // "": nothing yet; "acquired": Acquire, then Acquired; "abandoned": Acquired alone
+		// othersBusy puts a request in flight on every worker but w0
+		// before the second request; pendingOnW7 decides one more for
+		// w7 (its own prompt) and leaves it pending.
+		othersBusy, pendingOnW7 bool
+		want                    string // the second request's worker
+	}{
+		{name: "decided, not yet acquired: it counts in w0's load, the second goes elsewhere",
+			acquires: true, want: "w1"},
+		{name: "acquired: it counts once, in w0's own load, so w0 ties with the others",
+			acquires: true, then: "acquired", othersBusy: true, want: "w0"},
+		{name: "acquired, while another decision is pending on w7: it still counts once",
+			acquires: true, then: "acquired", othersBusy: true, pendingOnW7: true, want: "w0"},
+		{name: "abandoned (its breaker refused it): it counts no more",
+			acquires: true, then: "abandoned", want: "w0"},
+		{name: "a caller that does not promise Acquired: not counted",
+			want: "w0"},
+		{name: "a dry run (Explain): not counted",
+			acquires: true, dryRun: true, want: "w0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := fleet(8)
+			names := map[*workers.Worker]string{}
+			for i, w := range ws {
+				names[w] = "w" + string(rune('0'+i))
+			}
+			p, err := policy.NewCacheAware(policy.DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			system, own := caTokens(1, 1024), caTokens(5_000, 1024)
+			for _, w := range ws {
+				if _, err := p.Select(ctx, &policy.Request{InputIDs: system}, workers.Views([]*workers.Worker{w})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := p.Select(ctx, &policy.Request{InputIDs: own}, workers.Views(ws[7:])); err != nil {
+				t.Fatal(err)
+			}
+			views := workers.Views(ws)
+			first, err := p.Select(ctx, &policy.Request{InputIDs: system, Acquires: tc.acquires, DryRun: tc.dryRun}, views)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if names[first.Worker] != "w0" {
+				t.Fatalf("the first request went to %s, want w0", names[first.Worker])
+			}
+			switch tc.then {
+			case "acquired":
+				defer first.Worker.Acquire()()
+				first.Acquired()
+				first.Acquired() // a second call changes nothing
+			case "abandoned":
+				first.Acquired()
+			}
+			if tc.othersBusy {
+				for _, w := range ws[1:] {
+					defer busy(w, 1)()
+				}
+			}
+			if tc.pendingOnW7 {
+				d, err := p.Select(ctx, &policy.Request{InputIDs: own, Acquires: true}, views)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if names[d.Worker] != "w7" {
+					t.Fatalf("w7's own prompt went to %s, want w7", names[d.Worker])
+				}
+			}
+			second, err := p.Select(ctx, &policy.Request{InputIDs: system, Acquires: true}, views)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names[second.Worker]; got != tc.want {
+				t.Fatalf("the second request went to %s (%s), want %s", got, second.Why(), tc.want)
+			}
+		})
+	}
+}
