@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -134,5 +135,34 @@ func checkPageNums(t *testing.T, step int, tab *pageNums, want map[uint64]uint64
 	}
 	if got := tab.len(); got != len(want) {
 		t.Fatalf("after step %d: %d keys in the table, want %d", step, got, len(want))
+	}
+}
+
+// TestHashPageEveryToken: a page's hash depends on every token, at every
+// position, whatever the page's length (odd lengths and the lanes' tails
+// included), and on the order of the tokens.
+func TestHashPageEveryToken(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 32} {
+		page := make([]uint32, n)
+		for i := range page {
+			page[i] = uint32(1000 + i)
+		}
+		base := hashPage(page)
+		for i := range page {
+			for _, v := range []uint32{page[i] ^ 1, page[i] ^ 1<<31, 0} {
+				q := slices.Clone(page)
+				q[i] = v
+				if hashPage(q) == base {
+					t.Errorf("%d tokens: changing token %d to %d leaves the hash", n, i, v)
+				}
+			}
+		}
+		if n > 1 {
+			q := slices.Clone(page)
+			q[0], q[n-1] = q[n-1], q[0]
+			if hashPage(q) == base {
+				t.Errorf("%d tokens: swapping the first and last tokens leaves the hash", n)
+			}
+		}
 	}
 }

@@ -131,12 +131,23 @@ func (r *removals) cut(worker string, decision uint64, prompt, reply []uint32) i
 	return total
 }
 
-// hashPage is FNV-1a over a page's token ids.
+// hashPage hashes a page's token ids: FNV-1a's steps over two tokens at a
+// time, in two lanes (alternate pairs) folded together at the end. Every
+// page an engine removes is hashed, and a step's multiply waits for the one
+// before it: one token per step made the hash the largest cost of
+// recording a removal; two lanes of pairs are four times fewer steps in a
+// row. The keys live only in this process, so any good mix will do.
 func hashPage(tokens []uint32) uint64 {
-	h := uint64(14695981039346656037)
-	for _, t := range tokens {
-		h ^= uint64(t)
-		h *= 1099511628211
+	const prime = 1099511628211
+	a, b := uint64(14695981039346656037), uint64(0x9ae16a3b2f90404f)
+	i := 0
+	for ; i+4 <= len(tokens); i += 4 {
+		a = (a ^ (uint64(tokens[i]) | uint64(tokens[i+1])<<32)) * prime
+		b = (b ^ (uint64(tokens[i+2]) | uint64(tokens[i+3])<<32)) * prime
 	}
-	return h
+	for ; i < len(tokens); i++ {
+		a = (a ^ uint64(tokens[i])) * prime
+	}
+	h := (a ^ (b<<29 | b>>35)) * 0xff51afd7ed558ccd
+	return h ^ h>>32
 }

@@ -74,9 +74,9 @@ type Mirror struct {
 	arena []uint32 // the paths of one call's PageRuns, except the one aliasing path
 	dfs   []uint32 // the path of the block a walk below a block is at
 	stack []mirrorFrame
-	up    []bref  // scratch: blocks between one and the cached chain
-	found []bref  // scratch: Store's blocks, by index in its chain
-	dups  []int64 // scratch: a chain's hashes, sorted to find a repeat
+	up    []bref   // scratch: blocks between one and the cached chain
+	found []bref   // scratch: Store's blocks, by index in its chain
+	dups  chainSet // scratch: a chain's hashes, to find a repeat
 
 	// runUp is the parent of the block on top of the last PageRun of the
 	// current call, when that PageRun is a run of removed blocks that
