@@ -22,9 +22,9 @@ import (
 // the interceptors log and count as the same status. grpc-go's transport
 // supports a status written while another goroutine reads (it cancels the
 // stream's context for that). A timer is no goroutine until it fires, where
-// reading on a goroutine of its own cost 5-10% of the router's CPU per
-// request; the request's arrival stops it, so the rest of the call is not
-// bounded by it.
+// reading on a goroutine of its own started one per call and grew its stack
+// to decode the request; the request's arrival stops the timer, so the rest
+// of the call is not bounded by it.
 
 // statusWriter is the transport stream grpc-go puts in a call's context
 // (grpc.ServerTransportStreamFromContext): its WriteStatus ends the call
