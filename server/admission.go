@@ -12,7 +12,6 @@ import (
 
 	"github.com/kvgate/kvgate/answer"
 	"github.com/kvgate/kvgate/fault"
-	"github.com/kvgate/kvgate/internal/stackroom"
 	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/waitq"
 )
@@ -253,42 +252,6 @@ func (as *admittedStream) done() {
 		as.release()
 	}
 }
-
-// readWithin receives one message, failing with DEADLINE_EXCEEDED when it
-// has not arrived within d (0: no limit). The stream's context cannot be
-// cancelled from here, so the read runs on a goroutine of its own; when the
-// time is up the handler returns, grpc-go ends the stream, and the read
-// returns with it.
-func readWithin(ss grpc.ServerStream, m any, d time.Duration) error {
-	if d <= 0 {
-		return ss.RecvMsg(m)
-	}
-	got := make(chan error, 1)
-	go func() {
-		stackroom.Reserve16K() // a fresh goroutine, decoding the whole request
-		got <- ss.RecvMsg(m)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case err := <-got:
-		return err
-	case <-t.C:
-		return readTimeout(d)
-	}
-}
-
-// readTimeout is a request message that did not arrive in time. It is a
-// deadline, the call's own, so it unwraps to context.DeadlineExceeded and
-// the edge answers DEADLINE_EXCEEDED with this message.
-type readTimeout time.Duration
-
-func (e readTimeout) Error() string {
-	return fmt.Sprintf("the request message did not arrive within %v of the call's start (--request-read-timeout); send it as the call opens",
-		time.Duration(e))
-}
-
-func (readTimeout) Unwrap() error { return context.DeadlineExceeded }
 
 // admissionUnary is admissionStream for the Router's unary RPCs (Embed).
 // grpc-go reads and decodes a unary request before any interceptor runs,

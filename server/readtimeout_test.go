@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/router"
+	"github.com/kvgate/kvgate/workers/sim"
 )
 
 // silentCall opens a call of the given method over the fleet's connection
@@ -77,5 +79,77 @@ func TestRequestReadTimeoutEndsSilentCalls(t *testing.T) {
 			// The router still serves calls that send their request.
 			f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
 		})
+	}
+}
+
+// The read timeout costs a call no goroutine of its own: a call waiting for
+// its request is one goroutine, its handler's, blocked in the read. (It was
+// two: the request was read on a fresh goroutine while the handler waited
+// for it or the timeout, which cost 5-10% of the router's CPU per request.)
+// Goroutines are told apart by their stacks: those of the package server
+// blocked in grpc-go's read.
+func TestSilentCallsReadOnTheHandlersGoroutine(t *testing.T) {
+	for _, method := range []string{"/kvgate.v1.Router/Generate", "/kvgate.v1.Router/Chat"} {
+		t.Run(method[strings.LastIndex(method, "/")+1:], func(t *testing.T) {
+			f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) {
+				c.Admission.RequestReadTimeout = time.Minute
+			}})
+			held, release := context.WithCancel(context.Background())
+			defer release()
+			const silent = 5
+			for range silent {
+				silentCall(t, f, held, method)
+			}
+			testutil.Eventually(t, "the silent calls to reach the router", func() bool {
+				return gauge(t, f, "kvgate_requests_awaiting_message") == silent
+			})
+			var reading, elsewhere []string
+			for _, g := range goroutineStacks() {
+				if !strings.Contains(g, "google.golang.org/grpc.(*serverStream).RecvMsg") || !strings.Contains(g, "github.com/kvgate/kvgate/server.") {
+					continue
+				}
+				if strings.Contains(g, "github.com/kvgate/kvgate/server.(*admittedStream).RecvMsg") {
+					reading = append(reading, g)
+				} else {
+					elsewhere = append(elsewhere, g)
+				}
+			}
+			if len(reading) != silent || len(elsewhere) != 0 {
+				t.Fatalf("%d silent calls: %d requests read on their handler's goroutine, %d on goroutines of their own, want %d and 0; first of those:\n%s",
+					silent, len(reading), len(elsewhere), silent, strings.Join(elsewhere[:min(1, len(elsewhere))], ""))
+			}
+		})
+	}
+}
+
+// goroutineStacks returns the stack of every goroutine, one string each.
+func goroutineStacks() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Split(string(buf[:n]), "\n\n")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// The read timeout bounds the request's arrival only: a generation that
+// outlasts it many times over, its request sent at once, completes.
+func TestRequestReadTimeoutSparesTheStreamAfterTheRequest(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	f := startFleet(t, fleetOptions{workers: 1,
+		sim: func(_ int, c *sim.Config) {
+			// 20 tokens of 10 ms: the answer streams for 10 timeouts.
+			c.TimeScale, c.DecodeMsPerToken = 1, 10
+		},
+		config: func(c *router.Config) { c.Admission.RequestReadTimeout = timeout }})
+	start := time.Now()
+	r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(20)}})
+	if got := r.complete.GetUsage().GetCompletionTokens(); got != 20 {
+		t.Fatalf("completed %d tokens, want 20", got)
+	}
+	if took := time.Since(start); took < 5*timeout {
+		t.Fatalf("the generation took %v, under 5 read timeouts (%v): it proves nothing", took, 5*timeout)
 	}
 }
