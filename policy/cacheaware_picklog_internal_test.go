@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 
@@ -55,24 +54,7 @@ func head(p [][2]int) [][2]int { return p[:min(len(p), 4)] }
 // idle) would have sent it to the first worker, which by then carries
 // one request more than every other.
 func TestCacheAwareStaleSnapshotPastTheLog(t *testing.T) {
-	ws := make([]*workers.Worker, 8)
-	for i := range ws {
-		ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
-			workers.RoleRegular, workers.ModelInfo{}, nil, nil)
-	}
-	c, err := NewCacheAware(DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	system := make([]uint32, 1024)
-	for i := range system {
-		system[i] = uint32(i + 1)
-	}
-	for _, w := range ws {
-		if _, err := c.Select(context.Background(), &Request{InputIDs: system}, workers.Views([]*workers.Worker{w})); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, ws, system := systemPromptFleet(t, 0, true)
 	views := workers.Views(ws)
 	stale := c.snapshot(views)
 	for range pickLogSize + 1 { // 8×128+1: the first worker carries one more

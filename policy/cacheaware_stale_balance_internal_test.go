@@ -30,26 +30,7 @@ func TestCacheAwareStaleSnapshotsDoNotHerd(t *testing.T) {
 			limit: 256, burst: 9, want: [8]int{2, 1, 1, 1, 1, 1, 1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := make([]*workers.Worker, 8)
-			for i := range ws {
-				ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
-					workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: tc.limit}, nil, nil)
-			}
-			c, err := NewCacheAware(DefaultOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			system := make([]uint32, 1024)
-			for i := range system {
-				system[i] = uint32(i + 1)
-			}
-			if tc.warm {
-				for _, w := range ws {
-					if _, err := c.Select(context.Background(), &Request{InputIDs: system}, workers.Views([]*workers.Worker{w})); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			c, ws, system := systemPromptFleet(t, tc.limit, tc.warm)
 			views := workers.Views(ws)
 			snaps := make([]*snapshot, tc.burst)
 			for i := range snaps {
@@ -74,4 +55,32 @@ func TestCacheAwareStaleSnapshotsDoNotHerd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// systemPromptFleet is cache_aware over 8 engines reporting a running
+// limit of limit (0: none) and a 1,024-token system prompt; warm: each
+// engine already holds it.
+func systemPromptFleet(t *testing.T, limit int, warm bool) (*CacheAware, []*workers.Worker, []uint32) {
+	t.Helper()
+	ws := make([]*workers.Worker, 8)
+	for i := range ws {
+		ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
+			workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: limit}, nil, nil)
+	}
+	c, err := NewCacheAware(DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := make([]uint32, 1024)
+	for i := range system {
+		system[i] = uint32(i + 1)
+	}
+	if warm {
+		for _, w := range ws {
+			if _, err := c.Select(context.Background(), &Request{InputIDs: system}, workers.Views([]*workers.Worker{w})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return c, ws, system
 }
