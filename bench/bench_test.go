@@ -340,7 +340,7 @@ func TestJSONFieldNames(t *testing.T) {
 	runs := got["runs"].([]any)
 	run := runs[0].(map[string]any)
 	want := []string{"cache_hit_rate", "e2e_ms", "errors", "itl_ms", "load_cov", "oracle_hit_rate", "output_tokens_per_s",
-		"policy", "prediction_exact", "requests", "requests_per_s", "routers", "same_worker_rate", "ttft_ms"}
+		"policy", "prediction_exact", "requests", "requests_per_s", "routers", "same_worker_rate", "ttft_ms", "ttft_sent_ms"}
 	if keys := sortedKeys(run); !slices.Equal(keys, want) {
 		t.Fatalf("run keys %v, want %v", keys, want)
 	}
@@ -348,6 +348,9 @@ func TestJSONFieldNames(t *testing.T) {
 		if keys := sortedKeys(run[k].(map[string]any)); !slices.Equal(keys, []string{"mean", "p50", "p90", "p99"}) {
 			t.Fatalf("%s keys %v", k, keys)
 		}
+	}
+	if keys := sortedKeys(run["ttft_sent_ms"].(map[string]any)); !slices.Equal(keys, []string{"p50", "p90", "p99"}) {
+		t.Fatalf("ttft_sent_ms keys %v", keys)
 	}
 	if v, ok := runs[1].(map[string]any)["prediction_exact"]; !ok || v != nil {
 		t.Fatalf("cache-blind prediction_exact = %v, want null", v)
