@@ -52,7 +52,7 @@ type SentSummary struct {
 // sent requests (sent ≥ len(sorted)).
 func summarizeSent(sorted []float64, sent int) SentSummary {
 	at := func(p float64) *float64 {
-		rank := max(int(math.Ceil(p/100*float64(sent))), 1)
+		rank := nearestRank(p, sent)
 		if rank > len(sorted) {
 			return nil
 		}
@@ -68,8 +68,13 @@ func Percentile(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {
 		return 0
 	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
+	return sorted[min(nearestRank(p, len(sorted)), len(sorted))-1]
+}
+
+// nearestRank is the 1-based rank of the p-th percentile of n values: the
+// smallest with at least p% of the n at or below it (1 for n = 0).
+func nearestRank(p float64, n int) int {
+	return max(int(math.Ceil(p/100*float64(n))), 1)
 }
 
 // CoV is the coefficient of variation (population standard deviation over the
