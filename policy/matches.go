@@ -68,7 +68,8 @@ func (m *Matches) Map() map[string]int {
 func (m *Matches) String() string { return fmt.Sprint(m.Map()) }
 
 // workerIndex maps the URLs of a list of workers to their positions in it.
-// It is immutable once built, but for the log it points to.
+// It is immutable once built, but for the pick log and pending counts it
+// points to, which cache_aware's selections update.
 type workerIndex struct {
 	ws     []workers.View // the list it was built or last confirmed for
 	urls   []string
