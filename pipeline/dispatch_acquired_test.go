@@ -48,7 +48,9 @@ func TestPlaceCountsItsDecisionUntilAcquired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ca, err := policy.NewCacheAware(policy.DefaultOptions())
+	o := policy.DefaultOptions()
+	o.CacheAware.Mode = policy.ModeThreshold // the mode that counts pending decisions
+	ca, err := policy.NewCacheAware(o)
 	if err != nil {
 		t.Fatal(err)
 	}

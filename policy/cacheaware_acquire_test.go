@@ -52,7 +52,9 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 			for i, w := range ws {
 				names[w] = "w" + string(rune('0'+i))
 			}
-			p, err := policy.NewCacheAware(policy.DefaultOptions())
+			o := policy.DefaultOptions()
+			o.CacheAware.Mode = policy.ModeThreshold
+			p, err := policy.NewCacheAware(o)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -67,7 +67,9 @@ func systemPromptFleet(t *testing.T, limit int, warm bool) (*CacheAware, []*work
 		ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
 			workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: limit}, nil, nil)
 	}
-	c, err := NewCacheAware(DefaultOptions())
+	o := DefaultOptions()
+	o.CacheAware.Mode = ModeThreshold // the rule whose herding these tests pin
+	c, err := NewCacheAware(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,11 +131,14 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		EvictionPolicy:           "lru",
 		BlockSize:                16,
 		SpeculativeTTL:           500 * time.Millisecond,
-		Mode:                     ModeThreshold,
-		DecodeWeight:             DefaultDecodeWeight,
-		EvictWeight:              DefaultEvictWeight,
-		FleetWeight:              DefaultFleetWeight,
-		UnevenWeight:             DefaultUnevenWeight,
+		// The wait mode: it led the threshold rule on both Mooncake traces
+		// at speeds 3–5, was level at 6 once refusals count, and was level
+		// or better at light load (BENCHMARKS.md, "Routing under overload").
+		Mode:         ModeWait,
+		DecodeWeight: DefaultDecodeWeight,
+		EvictWeight:  DefaultEvictWeight,
+		FleetWeight:  DefaultFleetWeight,
+		UnevenWeight: DefaultUnevenWeight,
 	}
 }
 

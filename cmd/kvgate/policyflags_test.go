@@ -72,6 +72,14 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 					Mode: policy.ModeThreshold, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight,
 					FleetWeight: policy.DefaultFleetWeight, UnevenWeight: policy.DefaultUnevenWeight}
 			}},
+		{"without --cache-aware-mode, cache_aware uses the wait mode and vllm_cache_aware the threshold rule", nil,
+			func(o policy.Options) bool {
+				return o.CacheAware.Mode == policy.ModeWait && o.VllmCacheAware.Mode == policy.ModeThreshold
+			}},
+		{"--cache-aware-mode threshold reaches cache_aware", []string{"--cache-aware-mode", "threshold"},
+			func(o policy.Options) bool {
+				return o.CacheAware.Mode == policy.ModeThreshold && o.VllmCacheAware.Mode == policy.ModeThreshold
+			}},
 		{"--cache-aware-mode and its weights reach both cache-aware policies", []string{"--cache-aware-mode", "cost", "--cache-aware-decode-weight", "0", "--cache-aware-evict-weight", "0"},
 			func(o policy.Options) bool {
 				return o.CacheAware.Mode == policy.ModeCost && o.VllmCacheAware.Mode == policy.ModeCost &&
