@@ -50,6 +50,7 @@ type Mirror struct {
 	free       []bref // slots of removed blocks, ready for reuse
 
 	blocks  blockTable
+	adds    uint64         // blocks added since NewMirror: a Ref of an unknown hash holds while it stays
 	orphans map[int64]bref // by parent hash: the first of the blocks stored below a block not known
 
 	detached int // blocks in blocks that are not attached
@@ -204,7 +205,7 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // Clear forgets every block: the engine cleared its cache, or the caller
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
-	m.blocks = blockTable{key: m.blocks.key}
+	m.blocks = blockTable{key: m.blocks.key, lookups: m.blocks.lookups}
 	m.orphans = map[int64]bref{}
 	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
 	m.toks = nil
@@ -230,14 +231,22 @@ func (m *Mirror) Clear() {
 // applied. A chain continuing the last one stored costs O(pageSize) per
 // block; otherwise the parents are walked up to the last chain's path.
 func (m *Mirror) Store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []PageRun, err error) {
-	attached, detached, err = m.store(parent, hasParent, blocks)
+	return m.StoreFound(parent, hasParent, blocks, nil)
+}
+
+// StoreFound is Store, where found[i] is what Find said of blocks[i].Hash
+// (found may be shorter than blocks, or nil): those blocks are not looked
+// up again unless the mirror changed in a way that may have made found
+// stale (see Ref).
+func (m *Mirror) StoreFound(parent int64, hasParent bool, blocks []MirrorBlock, found []Ref) (attached, detached []PageRun, err error) {
+	attached, detached, err = m.store(parent, hasParent, blocks, found)
 	m.trimDetached()
 	return attached, detached, err
 }
 
-func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []PageRun, err error) {
+func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock, hints []Ref) (attached, detached []PageRun, err error) {
 	m.resetArena()
-	if err := m.check(parent, hasParent, blocks); err != nil {
+	if err := m.check(parent, hasParent, blocks, hints); err != nil {
 		return nil, nil, err
 	}
 	if !hasParent {
@@ -254,7 +263,7 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	for i, b := range blocks {
 		if r := found[i]; r != 0 {
 			if e := m.block(r); e.hasParent != prevHas || e.parent != prev || !equal(m.tokens(r), b.Tokens) {
-				detached = m.remove(r, detached)
+				detached = m.remove(r, 0, detached)
 				found[i] = 0
 			}
 		}
@@ -320,15 +329,34 @@ func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 	m.resetArena()
 	m.blocks.touch(hashes)
 	for _, h := range hashes {
-		r := m.lookup(h)
-		if r == 0 {
-			m.unknown++
-			continue
-		}
-		detached = m.remove(r, detached)
+		r, slot := m.blocks.find(h)
+		detached = m.removeFound(r, slot, detached)
 	}
 	m.trimDetached()
 	return detached
+}
+
+// RemoveFound is Remove of the hashes Find was asked for: each block is
+// taken from its Ref, not looked up again, unless the Ref went stale (see
+// Ref).
+func (m *Mirror) RemoveFound(found []Ref) (detached []PageRun) {
+	m.resetArena()
+	for _, f := range found {
+		r, slot := m.resolve(f)
+		detached = m.removeFound(r, slot, detached)
+	}
+	m.trimDetached()
+	return detached
+}
+
+// removeFound removes block r, held in slot of the table, or counts an
+// unknown hash when r is 0.
+func (m *Mirror) removeFound(r bref, slot uint32, detached []PageRun) []PageRun {
+	if r == 0 {
+		m.unknown++
+		return detached
+	}
+	return m.remove(r, slot, detached)
 }
 
 // trimDetached forgets the blocks detached longest ago while more than
@@ -348,7 +376,7 @@ func (m *Mirror) trimDetached() {
 		if e.attached {
 			continue
 		}
-		m.remove(r, nil)
+		m.remove(r, 0, nil)
 		m.evicted++
 	}
 	m.compactQueue()
@@ -407,6 +435,7 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue
 	*e = mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent}
 	copy(m.tokens(r), b.Tokens)
 	m.blocks.put(b.Hash, r)
+	m.adds++
 	m.detached++
 	if queue {
 		m.enqueue(r)
@@ -429,8 +458,9 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue
 }
 
 // remove forgets block r, appending the PageRuns that left the reachable
-// set.
-func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
+// set. slot is where the block table likely holds r (a slot find
+// returned), or 0 for none known.
+func (m *Mirror) remove(r bref, slot uint32, spans []PageRun) []PageRun {
 	if e := m.block(r); e.attached {
 		var path []uint32
 		if m.runUp == r && m.runAt == len(spans)-1 {
@@ -459,7 +489,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 	if e.hasParent {
 		up := e.up
 		if up == 0 {
-			up = m.lookup(e.parent)
+			up = m.blocks.get(e.parent)
 		}
 		if up != 0 {
 			m.unlink(&m.block(up).kid, r)
@@ -478,7 +508,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 		m.orphans[e.hash] = e.kid
 		e.kid = 0
 	}
-	m.blocks.del(e.hash)
+	m.blocks.del(e.hash, slot)
 	m.release(r)
 	return spans
 }
