@@ -241,6 +241,7 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 		}
 	}()
 	evs := b.Events
+	rm.prefetch(evs)
 	for i := 0; i < len(evs); {
 		ev := &evs[i]
 		switch ev.Kind {
@@ -266,6 +267,28 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 		}
 		e.applied[ev.Kind&3].Add(1)
 		i++
+	}
+}
+
+// prefetch reads where the mirror's lookups of the blocks evs store and
+// remove start. Each is looked up once, in gather or in the Store or
+// Remove after it, and those lookups come one after another, each behind
+// work that waits on the one before; read first with no load waiting on
+// another, their cache misses (the mirror is a cache's worth of blocks)
+// overlap.
+func (rm *rankMirror) prefetch(evs []workers.KVEvent) {
+	for i := range evs {
+		ev := &evs[i]
+		switch ev.Kind {
+		case workers.KVStored:
+			for k := range ev.Blocks {
+				rm.m.Prefetch(ev.Blocks[k].Hash)
+			}
+		case workers.KVRemoved:
+			for _, h := range ev.Hashes {
+				rm.m.Prefetch(h)
+			}
+		}
 	}
 }
 

@@ -130,6 +130,13 @@ func (t *blockTable) touch(hs []int64) {
 	t.touched |= any
 }
 
+// prefetch reads h's home slot (see Mirror.Prefetch).
+func (t *blockTable) prefetch(h int64) {
+	if t.n != 0 {
+		t.touched |= t.slots[t.home(h)].ref
+	}
+}
+
 // put files block r (not 0) under hash h, replacing what h named.
 func (t *blockTable) put(h int64, r bref) {
 	if (t.n+1)*blockTableLoadDen > len(t.slots)*blockTableLoadNum {
