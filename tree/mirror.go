@@ -71,6 +71,13 @@ type Mirror struct {
 	// of walking the parents from the root.
 	chain []bref
 	path  []uint32
+	// left and leftPath are the same for the path of the block Remove
+	// found a path for last, cut as its blocks leave: an engine evicting
+	// a chain leaf first goes on, in its next batch, from the block above
+	// the last it evicted, which then ends left, and its path is not
+	// walked up for again.
+	left     []bref
+	leftPath []uint32
 
 	arena []uint32 // the paths of one call's PageRuns, except the one aliasing path
 	dfs   []uint32 // the path of the block a walk below a block is at
@@ -214,6 +221,7 @@ func (m *Mirror) Clear() {
 	clear(m.queue)
 	m.queue, m.qhead = m.queue[:0], 0
 	m.truncate(0)
+	m.left, m.leftPath = m.left[:0], m.leftPath[:0]
 	m.arena = nil
 }
 
@@ -479,9 +487,7 @@ func (m *Mirror) remove(r bref, slot uint32, spans []PageRun) []PageRun {
 		if len(spans) == n {
 			m.runUp, m.runAt = m.block(r).up, n-1
 		}
-		if m.cached(r) {
-			m.truncate(int(e.depth) - 1)
-		}
+		m.uncache(r)
 	} else {
 		m.detached--
 	}
@@ -569,51 +575,4 @@ func (m *Mirror) spread(from bref, base []uint32, attach bool, spans []PageRun) 
 		spans = append(spans, PageRun{Path: m.arena[start:len(m.arena):len(m.arena)], Pages: f.run})
 	}
 	return spans
-}
-
-// cached reports whether attached block r is on the cached chain.
-func (m *Mirror) cached(r bref) bool {
-	d := int(m.block(r).depth)
-	return d <= len(m.chain) && m.chain[d-1] == r
-}
-
-// truncate cuts the cached chain to its first d blocks.
-func (m *Mirror) truncate(d int) {
-	m.chain = m.chain[:d]
-	m.path = m.path[:d*m.pageSize]
-}
-
-// climb collects in m.up the blocks from r up to, not including, its
-// deepest ancestor on the cached chain, and returns that ancestor's depth
-// (0: none, the path starts at the root).
-func (m *Mirror) climb(r bref) int {
-	m.up = m.up[:0]
-	for ; r != 0; r = m.block(r).up {
-		if m.cached(r) {
-			return int(m.block(r).depth)
-		}
-		m.up = append(m.up, r)
-	}
-	return 0
-}
-
-// cacheTo makes the cached chain end at attached block r (0: the root).
-func (m *Mirror) cacheTo(r bref) {
-	m.truncate(m.climb(r))
-	for i := len(m.up) - 1; i >= 0; i-- {
-		m.chain = append(m.chain, m.up[i])
-		m.path = append(m.path, m.tokens(m.up[i])...)
-	}
-}
-
-// pathOf returns attached block r's path in the arena, leaving the cached
-// chain as it is (PageRuns returned earlier in the call may alias it).
-func (m *Mirror) pathOf(r bref) []uint32 {
-	start := len(m.arena)
-	d := m.climb(r)
-	m.arena = append(m.arena, m.path[:d*m.pageSize]...)
-	for i := len(m.up) - 1; i >= 0; i-- {
-		m.arena = append(m.arena, m.tokens(m.up[i])...)
-	}
-	return m.arena[start:len(m.arena):len(m.arena)]
 }
