@@ -95,10 +95,13 @@ type rankMirror struct {
 	mu sync.Mutex
 	m  *tree.Mirror
 
-	// Scratch of ApplyKVEvents, under mu: the chain being gathered and
-	// the removals to apply before it.
+	// Scratch of ApplyKVEvents, under mu: the chain being gathered, what
+	// the mirror said of its first blocks, and the removals to apply
+	// before it. What gather looked up is handed on (tree.Ref), so that
+	// each block of the batch is looked up once.
 	blocks []tree.MirrorBlock
-	gone   []int64
+	found  []tree.Ref
+	gone   []tree.Ref
 	// chain holds the hashes of blocks[:indexed], built only when a
 	// removal names a hash the mirror does not know (see gather).
 	chain   map[int64]struct{}
@@ -238,13 +241,14 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 		}
 	}()
 	evs := b.Events
+	rm.prefetch(evs)
 	for i := 0; i < len(evs); {
 		ev := &evs[i]
 		switch ev.Kind {
 		case workers.KVStored:
 			j, stored, hoisted := rm.gather(evs, i)
 			if len(rm.gone) > 0 {
-				e.remove(worker, rm, rm.gone)
+				e.dropRuns(worker, rm.m.RemoveFound(rm.gone))
 				e.applied[workers.KVRemoved].Add(uint64(hoisted))
 			}
 			e.applied[workers.KVStored].Add(uint64(stored))
@@ -256,13 +260,35 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 			i = j
 			continue
 		case workers.KVRemoved:
-			e.remove(worker, rm, ev.Hashes)
+			e.dropRuns(worker, rm.m.Remove(ev.Hashes))
 		case workers.KVCleared:
 			rm.m.Clear()
 			e.idx.clear(worker)
 		}
 		e.applied[ev.Kind&3].Add(1)
 		i++
+	}
+}
+
+// prefetch reads where the mirror's lookups of the blocks evs store and
+// remove start. Each is looked up once, in gather or in the Store or
+// Remove after it, and those lookups come one after another, each behind
+// work that waits on the one before; read first with no load waiting on
+// another, their cache misses (the mirror is a cache's worth of blocks)
+// overlap.
+func (rm *rankMirror) prefetch(evs []workers.KVEvent) {
+	for i := range evs {
+		ev := &evs[i]
+		switch ev.Kind {
+		case workers.KVStored:
+			for k := range ev.Blocks {
+				rm.m.Prefetch(ev.Blocks[k].Hash)
+			}
+		case workers.KVRemoved:
+			for _, h := range ev.Hashes {
+				rm.m.Prefetch(h)
+			}
+		}
 	}
 }
 
@@ -282,7 +308,7 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoisted int) {
 	first := &evs[i]
 	rm.blocks = toMirrorBlocks(rm.blocks[:0], first.Blocks)
-	rm.gone = rm.gone[:0]
+	rm.found, rm.gone = rm.found[:0], rm.gone[:0]
 	if rm.indexed > 0 {
 		clear(rm.chain)
 		rm.indexed = 0
@@ -291,8 +317,10 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 	// only when a removal is to be hoisted, so it is computed then, over
 	// the blocks gathered up to there: a chain with no removal between its
 	// events (an engine with room) costs no lookup here, where each
-	// lookup in a map of a cache's worth of blocks is a cache miss.
-	fresh, checked := true, 0
+	// lookup in a map of a cache's worth of blocks is a cache miss. What
+	// the lookups found (rm.found, blocks[:len(rm.found)]) goes to the
+	// Store.
+	fresh := true
 	continues := func(ev *workers.KVEvent) bool {
 		return ev.Kind == workers.KVStored && ev.HasParent && len(rm.blocks) > 0 &&
 			ev.Parent == rm.blocks[len(rm.blocks)-1].Hash
@@ -301,8 +329,10 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 		if ev.Kind != workers.KVRemoved {
 			return false
 		}
-		for ; fresh && checked < len(rm.blocks); checked++ {
-			fresh = !rm.m.Known(rm.blocks[checked].Hash)
+		for fresh && len(rm.found) < len(rm.blocks) {
+			f := rm.m.Find(rm.blocks[len(rm.found)].Hash)
+			rm.found = append(rm.found, f)
+			fresh = !f.Known()
 		}
 		if !fresh {
 			return false
@@ -310,8 +340,12 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 		n := len(rm.gone)
 		for _, h := range ev.Hashes {
 			ok := !(first.HasParent && h == first.Parent)
-			if ok && rm.m.Known(h) {
-				ok = rm.m.LeafAfter(h, rm.gone)
+			var f tree.Ref
+			if ok {
+				f = rm.m.Find(h)
+			}
+			if ok && f.Known() {
+				ok = rm.m.LeafAfter(f, rm.gone)
 			} else if ok {
 				ok = !rm.inChain(h)
 			}
@@ -319,7 +353,7 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 				rm.gone = rm.gone[:n]
 				return false
 			}
-			rm.gone = append(rm.gone, h)
+			rm.gone = append(rm.gone, f)
 		}
 		return true
 	}
@@ -340,9 +374,9 @@ func (rm *rankMirror) gather(evs []workers.KVEvent, i int) (next, stored, hoiste
 	return next, stored, hoisted
 }
 
-// remove applies the removal of hashes.
-func (e *eventMirror) remove(worker string, rm *rankMirror, hashes []int64) {
-	for _, s := range rm.m.Remove(hashes) {
+// dropRuns drops from the index the PageRuns a removal detached.
+func (e *eventMirror) dropRuns(worker string, runs []tree.PageRun) {
+	for _, s := range runs {
 		e.idx.drop(worker, s.Path, s.Pages)
 	}
 }
@@ -355,7 +389,7 @@ func (e *eventMirror) remove(worker string, rm *rankMirror, hashes []int64) {
 // of the batch is to be ignored.
 func (e *eventMirror) storeChain(worker string, rm *rankMirror, evs []workers.KVEvent, stored int) bool {
 	first := &evs[0]
-	attached, detached, err := rm.m.Store(first.Parent, first.HasParent, rm.blocks)
+	attached, detached, err := rm.m.StoreFound(first.Parent, first.HasParent, rm.blocks, rm.found)
 	if stored == 1 || !errors.Is(err, tree.ErrBlockCycle) {
 		return e.stored(worker, rm, attached, detached, err)
 	}

@@ -134,7 +134,7 @@ func BenchmarkSelectUnderKVEvents(b *testing.B) {
 	}
 }
 
-func mustCA(b *testing.B) *policy.CacheAware {
+func mustCA(b testing.TB) *policy.CacheAware {
 	b.Helper()
 	p, err := policy.NewCacheAware(policy.DefaultOptions())
 	if err != nil {

@@ -50,6 +50,7 @@ type Mirror struct {
 	free       []bref // slots of removed blocks, ready for reuse
 
 	blocks  blockTable
+	adds    uint64         // blocks added since NewMirror: a Ref of an unknown hash holds while it stays
 	orphans map[int64]bref // by parent hash: the first of the blocks stored below a block not known
 
 	detached int // blocks in blocks that are not attached
@@ -70,6 +71,13 @@ type Mirror struct {
 	// of walking the parents from the root.
 	chain []bref
 	path  []uint32
+	// left and leftPath are the same for the path of the block Remove
+	// found a path for last, cut as its blocks leave: an engine evicting
+	// a chain leaf first goes on, in its next batch, from the block above
+	// the last it evicted, which then ends left, and its path is not
+	// walked up for again.
+	left     []bref
+	leftPath []uint32
 
 	arena []uint32 // the paths of one call's PageRuns, except the one aliasing path
 	dfs   []uint32 // the path of the block a walk below a block is at
@@ -204,7 +212,7 @@ func (m *Mirror) Unknown() int { return m.unknown }
 // Clear forgets every block: the engine cleared its cache, or the caller
 // resets after an error or a gap in the events.
 func (m *Mirror) Clear() {
-	m.blocks = blockTable{key: m.blocks.key}
+	m.blocks = blockTable{key: m.blocks.key, lookups: m.blocks.lookups}
 	m.orphans = map[int64]bref{}
 	m.slab = make([]mirrorBlock, 1) // slot 0 stays unused: bref 0 is none
 	m.toks = nil
@@ -213,6 +221,7 @@ func (m *Mirror) Clear() {
 	clear(m.queue)
 	m.queue, m.qhead = m.queue[:0], 0
 	m.truncate(0)
+	m.left, m.leftPath = m.left[:0], m.leftPath[:0]
 	m.arena = nil
 }
 
@@ -230,14 +239,22 @@ func (m *Mirror) Clear() {
 // applied. A chain continuing the last one stored costs O(pageSize) per
 // block; otherwise the parents are walked up to the last chain's path.
 func (m *Mirror) Store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []PageRun, err error) {
-	attached, detached, err = m.store(parent, hasParent, blocks)
+	return m.StoreFound(parent, hasParent, blocks, nil)
+}
+
+// StoreFound is Store, where found[i] is what Find said of blocks[i].Hash
+// (found may be shorter than blocks, or nil): those blocks are not looked
+// up again unless the mirror changed in a way that may have made found
+// stale (see Ref).
+func (m *Mirror) StoreFound(parent int64, hasParent bool, blocks []MirrorBlock, found []Ref) (attached, detached []PageRun, err error) {
+	attached, detached, err = m.store(parent, hasParent, blocks, found)
 	m.trimDetached()
 	return attached, detached, err
 }
 
-func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (attached, detached []PageRun, err error) {
+func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock, hints []Ref) (attached, detached []PageRun, err error) {
 	m.resetArena()
-	if err := m.check(parent, hasParent, blocks); err != nil {
+	if err := m.check(parent, hasParent, blocks, hints); err != nil {
 		return nil, nil, err
 	}
 	if !hasParent {
@@ -254,7 +271,7 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock) (atta
 	for i, b := range blocks {
 		if r := found[i]; r != 0 {
 			if e := m.block(r); e.hasParent != prevHas || e.parent != prev || !equal(m.tokens(r), b.Tokens) {
-				detached = m.remove(r, detached)
+				detached = m.remove(r, 0, detached)
 				found[i] = 0
 			}
 		}
@@ -320,15 +337,34 @@ func (m *Mirror) Remove(hashes []int64) (detached []PageRun) {
 	m.resetArena()
 	m.blocks.touch(hashes)
 	for _, h := range hashes {
-		r := m.lookup(h)
-		if r == 0 {
-			m.unknown++
-			continue
-		}
-		detached = m.remove(r, detached)
+		r, slot := m.blocks.find(h)
+		detached = m.removeFound(r, slot, detached)
 	}
 	m.trimDetached()
 	return detached
+}
+
+// RemoveFound is Remove of the hashes Find was asked for: each block is
+// taken from its Ref, not looked up again, unless the Ref went stale (see
+// Ref).
+func (m *Mirror) RemoveFound(found []Ref) (detached []PageRun) {
+	m.resetArena()
+	for _, f := range found {
+		r, slot := m.resolve(f)
+		detached = m.removeFound(r, slot, detached)
+	}
+	m.trimDetached()
+	return detached
+}
+
+// removeFound removes block r, held in slot of the table, or counts an
+// unknown hash when r is 0.
+func (m *Mirror) removeFound(r bref, slot uint32, detached []PageRun) []PageRun {
+	if r == 0 {
+		m.unknown++
+		return detached
+	}
+	return m.remove(r, slot, detached)
 }
 
 // trimDetached forgets the blocks detached longest ago while more than
@@ -348,7 +384,7 @@ func (m *Mirror) trimDetached() {
 		if e.attached {
 			continue
 		}
-		m.remove(r, nil)
+		m.remove(r, 0, nil)
 		m.evicted++
 	}
 	m.compactQueue()
@@ -407,6 +443,7 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue
 	*e = mirrorBlock{hash: b.Hash, parent: parent, hasParent: hasParent}
 	copy(m.tokens(r), b.Tokens)
 	m.blocks.put(b.Hash, r)
+	m.adds++
 	m.detached++
 	if queue {
 		m.enqueue(r)
@@ -429,8 +466,9 @@ func (m *Mirror) add(b MirrorBlock, parent int64, hasParent bool, up bref, queue
 }
 
 // remove forgets block r, appending the PageRuns that left the reachable
-// set.
-func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
+// set. slot is where the block table likely holds r (a slot find
+// returned), or 0 for none known.
+func (m *Mirror) remove(r bref, slot uint32, spans []PageRun) []PageRun {
 	if e := m.block(r); e.attached {
 		var path []uint32
 		if m.runUp == r && m.runAt == len(spans)-1 {
@@ -449,9 +487,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 		if len(spans) == n {
 			m.runUp, m.runAt = m.block(r).up, n-1
 		}
-		if m.cached(r) {
-			m.truncate(int(e.depth) - 1)
-		}
+		m.uncache(r)
 	} else {
 		m.detached--
 	}
@@ -459,7 +495,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 	if e.hasParent {
 		up := e.up
 		if up == 0 {
-			up = m.lookup(e.parent)
+			up = m.blocks.get(e.parent)
 		}
 		if up != 0 {
 			m.unlink(&m.block(up).kid, r)
@@ -478,7 +514,7 @@ func (m *Mirror) remove(r bref, spans []PageRun) []PageRun {
 		m.orphans[e.hash] = e.kid
 		e.kid = 0
 	}
-	m.blocks.del(e.hash)
+	m.blocks.del(e.hash, slot)
 	m.release(r)
 	return spans
 }
@@ -539,51 +575,4 @@ func (m *Mirror) spread(from bref, base []uint32, attach bool, spans []PageRun) 
 		spans = append(spans, PageRun{Path: m.arena[start:len(m.arena):len(m.arena)], Pages: f.run})
 	}
 	return spans
-}
-
-// cached reports whether attached block r is on the cached chain.
-func (m *Mirror) cached(r bref) bool {
-	d := int(m.block(r).depth)
-	return d <= len(m.chain) && m.chain[d-1] == r
-}
-
-// truncate cuts the cached chain to its first d blocks.
-func (m *Mirror) truncate(d int) {
-	m.chain = m.chain[:d]
-	m.path = m.path[:d*m.pageSize]
-}
-
-// climb collects in m.up the blocks from r up to, not including, its
-// deepest ancestor on the cached chain, and returns that ancestor's depth
-// (0: none, the path starts at the root).
-func (m *Mirror) climb(r bref) int {
-	m.up = m.up[:0]
-	for ; r != 0; r = m.block(r).up {
-		if m.cached(r) {
-			return int(m.block(r).depth)
-		}
-		m.up = append(m.up, r)
-	}
-	return 0
-}
-
-// cacheTo makes the cached chain end at attached block r (0: the root).
-func (m *Mirror) cacheTo(r bref) {
-	m.truncate(m.climb(r))
-	for i := len(m.up) - 1; i >= 0; i-- {
-		m.chain = append(m.chain, m.up[i])
-		m.path = append(m.path, m.tokens(m.up[i])...)
-	}
-}
-
-// pathOf returns attached block r's path in the arena, leaving the cached
-// chain as it is (PageRuns returned earlier in the call may alias it).
-func (m *Mirror) pathOf(r bref) []uint32 {
-	start := len(m.arena)
-	d := m.climb(r)
-	m.arena = append(m.arena, m.path[:d*m.pageSize]...)
-	for i := len(m.up) - 1; i >= 0; i-- {
-		m.arena = append(m.arena, m.tokens(m.up[i])...)
-	}
-	return m.arena[start:len(m.arena):len(m.arena)]
 }

@@ -6,8 +6,9 @@ import (
 )
 
 // check validates a Store before anything is applied, and fills m.found
-// with each block's block (0: new to the mirror).
-func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error {
+// with each block's block (0: new to the mirror): from hints, what Find
+// said of the first blocks, and by lookups for the rest.
+func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock, hints []Ref) error {
 	for i, b := range blocks {
 		if len(b.Tokens) != m.pageSize {
 			return fmt.Errorf("%w: block %d of %d (hash %d) has %d tokens, the page size is %d",
@@ -18,7 +19,11 @@ func (m *Mirror) check(parent int64, hasParent bool, blocks []MirrorBlock) error
 		return fmt.Errorf("%w: hash %d", ErrBlockCycle, h)
 	}
 	m.found = slices.Grow(m.found[:0], len(blocks))[:len(blocks)]
-	m.blocks.getAll(blocks, m.found)
+	n := 0
+	for ; n < min(len(hints), len(blocks)) && hints[n].hash == blocks[n].Hash; n++ {
+		m.found[n], _ = m.resolve(hints[n])
+	}
+	m.blocks.getAll(blocks[n:], m.found[n:])
 	fresh := 0
 	for _, r := range m.found {
 		if r == 0 {

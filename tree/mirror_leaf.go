@@ -1,18 +1,15 @@
 package tree
 
-// Known reports whether the mirror knows block h, attached or not.
-func (m *Mirror) Known(h int64) bool { return m.lookup(h) != 0 }
-
-// LeafAfter reports whether block h is known and would be a leaf once the
-// blocks named in gone are removed: every block stored below h is in gone.
+// LeafAfter reports whether block f (see Find) is known and would be a
+// leaf once the blocks named in gone are removed: every block stored below h is in gone.
 // Removing such a block detaches nothing but itself, so it commutes with
 // storing blocks that are not h and do not hang below it; the caller uses
 // that to apply an engine's evictions before the new chain they were
 // interleaved with. gone is searched from its end, where an engine evicting
 // a chain leaf first has just named h's child; a block with more children
 // than leafAfterScan, or children further back, is reported as no leaf.
-func (m *Mirror) LeafAfter(h int64, gone []int64) bool {
-	r := m.lookup(h)
+func (m *Mirror) LeafAfter(f Ref, gone []Ref) bool {
+	r, _ := m.resolve(f)
 	if r == 0 {
 		return false
 	}
@@ -24,7 +21,7 @@ next:
 			return false
 		}
 		for i := len(tail) - 1; i >= 0; i-- {
-			if tail[i] == m.block(k).hash {
+			if tail[i].hash == m.block(k).hash {
 				continue next
 			}
 		}

@@ -31,7 +31,11 @@ func TestMirrorLeafAfter(t *testing.T) {
 			if _, _, err := mirrorScript(t, m, steps); err != nil {
 				t.Fatal(err)
 			}
-			if got := m.LeafAfter(c.h, c.gone); got != c.want {
+			var gone []Ref
+			for _, h := range c.gone {
+				gone = append(gone, m.Find(h))
+			}
+			if got := m.LeafAfter(m.Find(c.h), gone); got != c.want {
 				t.Fatalf("LeafAfter(%d, %v) = %v, want %v", c.h, c.gone, got, c.want)
 			}
 		})

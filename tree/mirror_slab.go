@@ -79,12 +79,3 @@ func (m *Mirror) unlink(head *bref, r bref) {
 	}
 	b.prev, b.next = 0, 0
 }
-
-// lookup returns the block of hash h, 0 if the mirror does not know it.
-// A filter of counts per hash bucket used to stand in front of the table,
-// to answer most unknown hashes without probing a Go map; with the table's
-// probes short, the filter only added a cache miss of its own to every
-// lookup of a known hash (the blocks an engine removes).
-func (m *Mirror) lookup(h int64) bref {
-	return m.blocks.get(h)
-}

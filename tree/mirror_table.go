@@ -23,6 +23,9 @@ type blockTable struct {
 	// touched keeps the first passes of getAll and touch from being
 	// optimized away.
 	touched bref
+	// lookups counts the probes (finds) since the table was made; Clear
+	// keeps it (see Mirror.Lookups).
+	lookups int
 }
 
 // blockSlot is one entry; ref 0 marks it empty (bref 0 is no block).
@@ -56,19 +59,42 @@ func (t *blockTable) home(h int64) uint64 {
 
 // get returns the block of hash h, 0 when the table does not hold it.
 func (t *blockTable) get(h int64) bref {
+	r, _ := t.find(h)
+	return r
+}
+
+// find returns the block of hash h and the slot that holds it (0, 0 when
+// the table does not hold it). Every probe of the table is a find, and
+// counts in lookups.
+func (t *blockTable) find(h int64) (bref, uint32) {
+	t.lookups++
 	if t.n == 0 {
-		return 0
+		return 0, 0
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(h); ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.ref == 0 {
-			return 0
+			return 0, 0
 		}
 		if s.hash == h {
-			return s.ref
+			return s.ref, uint32(i)
 		}
 	}
+}
+
+// at returns the block in slot i if that slot holds hash h, else 0. A
+// slot find returned may no longer hold h (a delete shifts entries back, a
+// growth refiles them all), but a slot that holds h holds h's only entry:
+// so a slot checked this way needs no probe.
+func (t *blockTable) at(i uint32, h int64) bref {
+	if int(i) >= len(t.slots) {
+		return 0
+	}
+	if s := &t.slots[i]; s.ref != 0 && s.hash == h {
+		return s.ref
+	}
+	return 0
 }
 
 // getAll sets out[i] to the block of blocks[i]'s hash (0 when not held).
@@ -104,6 +130,13 @@ func (t *blockTable) touch(hs []int64) {
 	t.touched |= any
 }
 
+// prefetch reads h's home slot (see Mirror.Prefetch).
+func (t *blockTable) prefetch(h int64) {
+	if t.n != 0 {
+		t.touched |= t.slots[t.home(h)].ref
+	}
+}
+
 // put files block r (not 0) under hash h, replacing what h named.
 func (t *blockTable) put(h int64, r bref) {
 	if (t.n+1)*blockTableLoadDen > len(t.slots)*blockTableLoadNum {
@@ -124,25 +157,24 @@ func (t *blockTable) put(h int64, r bref) {
 	}
 }
 
-// del removes hash h, if held, moving back each entry after it in its run
-// whose home is not between the hole and the entry's slot: every hash stays
-// reachable from its home without crossing an empty slot.
-func (t *blockTable) del(h int64) {
-	if t.n == 0 {
-		return
-	}
-	mask := uint64(len(t.slots) - 1)
-	i := t.home(h)
-	for ; ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.ref == 0 {
+// del removes hash h, if held; slot is where h is likely held (a slot
+// find returned), checked before any probe.
+func (t *blockTable) del(h int64, slot uint32) {
+	if t.at(slot, h) == 0 {
+		var r bref
+		if r, slot = t.find(h); r == 0 {
 			return
 		}
-		if s.hash == h {
-			break
-		}
 	}
+	t.delAt(uint64(slot))
+}
+
+// delAt empties slot i, moving back each entry after it in its run whose
+// home is not between the hole and the entry's slot: every hash stays
+// reachable from its home without crossing an empty slot.
+func (t *blockTable) delAt(i uint64) {
 	t.n--
+	mask := uint64(len(t.slots) - 1)
 	for j := (i + 1) & mask; t.slots[j].ref != 0; j = (j + 1) & mask {
 		// The entry at j may fill the hole at i when its home is not in
 		// (i, j], cyclically: it is at least j-i slots from home.

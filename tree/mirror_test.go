@@ -158,6 +158,18 @@ func runMirror(t *testing.T, b []byte) {
 	lim := NewMirror(ps, max)
 	lim.LimitDetached(int(next() % 4))
 	r := &mirrorRef{ps: ps, max: max, blocks: map[int64]refBlock{}}
+	// Some calls go through Refs (StoreFound, RemoveFound), taken now or
+	// at an earlier step and kept: whatever changed since (a removal, a
+	// store, a move in the table, a Clear), the answers must not.
+	kept := map[int64]Ref{}
+	ref := func(h int64) Ref {
+		f, ok := kept[h]
+		if !ok || next()%2 == 0 {
+			f = m.Find(h)
+			kept[h] = f
+		}
+		return f
+	}
 	tokens := func(h int64) []uint32 {
 		n := ps
 		switch next() % 64 {
@@ -191,7 +203,13 @@ func runMirror(t *testing.T, b []byte) {
 				used[h] = true
 				blocks[i] = MirrorBlock{h, tokens(h)}
 			}
-			attached, detached, err := m.Store(parent, hasParent, blocks)
+			var found []Ref
+			if next()%2 == 0 {
+				for _, b := range blocks[:next()%byte(len(blocks)+1)] {
+					found = append(found, ref(b.Hash))
+				}
+			}
+			attached, detached, err := m.StoreFound(parent, hasParent, blocks, found)
 			_, _, _ = lim.Store(parent, hasParent, blocks)
 			wantA, wantD, wantErr := r.store(parent, hasParent, blocks)
 			if !errors.Is(err, wantErr) || (err == nil) != (wantErr == nil) {
@@ -208,7 +226,17 @@ func runMirror(t *testing.T, b []byte) {
 			for i := range hashes {
 				hashes[i] = int64(next() % 12)
 			}
-			got, want := pages(t, ps, m.Remove(hashes)), r.remove(hashes)
+			var spans []PageRun
+			if next()%2 == 0 {
+				var found []Ref
+				for _, h := range hashes {
+					found = append(found, ref(h))
+				}
+				spans = m.RemoveFound(found)
+			} else {
+				spans = m.Remove(hashes)
+			}
+			got, want := pages(t, ps, spans), r.remove(hashes)
 			lim.Remove(hashes)
 			if !slices.Equal(got, want) {
 				t.Fatalf("step %d: Remove(%v) detached %q, want %q", step, hashes, got, want)
