@@ -202,11 +202,14 @@ const DefaultLoadPollInterval = time.Second
 // RunLoadPolls reads every registered worker's own load figures (GetLoads) once
 // at start and then every interval (0 means DefaultLoadPollInterval), and records them with Worker.SetEngineLoad.
 // A failed poll keeps the previous figures; noticing a dead worker is the
-// health monitor's job. Each poll is bounded by interval, so polls never pile
-// up. An engine answering UNIMPLEMENTED lacks GetLoads: it is not asked again
+// health monitor's job. Each poll is bounded by its own timeout
+// (LoadPollHooks.Timeout), not by the interval, and an engine is asked
+// again only once its last poll has ended, so polls never pile up and an
+// engine slower than the interval still gets its figures recorded. An
+// engine answering UNIMPLEMENTED lacks GetLoads: it is not asked again
 // until LackingRecheck has passed (its load is then what this router has in
 // flight on it), and that is logged once per worker. It returns when ctx is
-// done. log may be nil.
+// done and its polls have ended. log may be nil.
 func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, log *slog.Logger) {
 	RunLoadPollsWith(ctx, reg, interval, LoadPollHooks{}, log)
 }
@@ -222,13 +225,24 @@ type LoadPollHooks struct {
 	// BusyLoadPollInterval (when it is longer) for the next round.
 	Busy func() bool
 	// Polled, when set, is called after each round of polls: the figures
-	// that say which engines have room are fresh.
+	// that say which engines have room are fresh. A round waits for the
+	// polls it started until the next round is due, no longer: an engine
+	// slower than that has its figures recorded when they come, and
+	// announced by the round after.
 	Polled func()
 	// Wake, when set, receives when requests start waiting: the wait under
 	// way, chosen while nobody waited, may be an interval long, so the
 	// next one is chosen again at once, counted from the last round's
 	// start (a round is due at once if BusyLoadPollInterval has passed).
 	Wake <-chan struct{}
+	// Timeout bounds one GetLoads poll; 0 means DefaultHealthConfig's
+	// Timeout. The router passes its health check timeout: a GetLoads is
+	// as light a call as a health check, and an engine that takes longer
+	// to answer one is what the operator called failing. The interval is
+	// no bound: while requests wait it is BusyLoadPollInterval, shorter
+	// than a loaded Python engine's answer, which then never came, when
+	// fresh figures matter most.
+	Timeout time.Duration
 }
 
 // RunLoadPollsWith is RunLoadPolls with hooks.
@@ -236,6 +250,10 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 	log = orDiscard(log)
 	if interval <= 0 {
 		interval = DefaultLoadPollInterval
+	}
+	timeout := hooks.Timeout
+	if timeout <= 0 {
+		timeout = DefaultHealthConfig().Timeout
 	}
 	var mu sync.Mutex
 	told := map[string]bool{} // workers whose missing GetLoads was logged
@@ -262,13 +280,39 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 		}
 		return interval
 	}
+	// polls holds each engine's poll under way (a DP group's, or a
+	// worker's), closed when it ends; only this goroutine reads or writes
+	// the map. all ends every poll before this function returns.
+	polls := map[any]chan struct{}{}
+	var all sync.WaitGroup
+	defer all.Wait()
+	start := func(key any, poll func(context.Context)) (done chan struct{}, ok bool) {
+		if prev := polls[key]; prev != nil {
+			select {
+			case <-prev:
+			default:
+				return nil, false // still asking: no second poll, no cancelling the first
+			}
+		}
+		done = make(chan struct{})
+		polls[key] = done
+		all.Go(func() {
+			defer close(done)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			poll(cctx)
+		})
+		return done, true
+	}
 	everyAdaptive(ctx, next, hooks.Wake, func() {
 		defer func() {
 			if hooks.Polled != nil {
 				hooks.Polled()
 			}
 		}()
-		var wg sync.WaitGroup
+		began := time.Now()
+		forgetEnded(polls)
+		var started []chan struct{}
 		polled := map[*dpGroup]bool{}
 		ws := reg.Snapshot()
 		forgetGone(&mu, told, ws)
@@ -280,19 +324,17 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 				// One GetLoads per engine gives every rank its figure.
 				if !polled[g] {
 					polled[g] = true
-					wg.Go(func() {
-						cctx, cancel := context.WithTimeout(ctx, interval)
-						defer cancel()
+					if done, ok := start(g, func(cctx context.Context) {
 						if err := g.poll(cctx); err != nil && ctx.Err() == nil && !lacking(g.members, g.endpoint, err) {
 							log.Debug("load poll failed", "worker", g.endpoint, "err", err)
 						}
-					})
+					}); ok {
+						started = append(started, done)
+					}
 				}
 				continue
 			}
-			wg.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, interval)
-				defer cancel()
+			if done, ok := start(w, func(cctx context.Context) {
 				poll := w.BeginLoadPoll()
 				l, err := w.Backend().Loads(cctx)
 				if err != nil {
@@ -302,10 +344,51 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 					return
 				}
 				poll.Record(l)
-			})
+			}); ok {
+				started = append(started, done)
+			}
 		}
-		wg.Wait()
+		awaitPolls(ctx, started, func() time.Time { return began.Add(next()) }, hooks.Wake)
 	})
+}
+
+// forgetEnded drops the polls that have ended, so that polls holds only
+// those under way (a worker gone from the registry is dropped once its
+// last poll ends).
+func forgetEnded(polls map[any]chan struct{}) {
+	for key, done := range polls {
+		select {
+		case <-done:
+			delete(polls, key)
+		default:
+		}
+	}
+}
+
+// awaitPolls waits until every poll of done has ended, or the next round
+// is due (due(), asked again when wake receives: a shorter interval then
+// ends the wait sooner), or ctx is done. It starts no goroutine, so a
+// stalled engine costs one waiting round, not one more goroutine a round.
+func awaitPolls(ctx context.Context, done []chan struct{}, due func() time.Time, wake <-chan struct{}) {
+	if len(done) == 0 {
+		return
+	}
+	t := time.NewTimer(time.Until(due()))
+	defer t.Stop()
+	for _, d := range done {
+		for waiting := true; waiting; {
+			select {
+			case <-d:
+				waiting = false
+			case <-t.C:
+				return
+			case <-ctx.Done():
+				return
+			case <-wake:
+				t.Reset(time.Until(due()))
+			}
+		}
+	}
 }
 
 // forgetGone drops from told the engines no worker of ws is on, so that
