@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/kvgate/kvgate/policy"
@@ -14,7 +15,9 @@ import (
 // promises Acquired (the regular dispatcher), with the previous
 // selection's decision still pending, as on a busy router: the snapshot
 // then reads the pending counts, and the decision is counted until the
-// next selection acquires it.
+// next selection acquires it. Like BenchmarkSelectionByFleetSize it
+// reports each selection's thread CPU time, which a loaded machine
+// disturbs less than its wall time.
 func BenchmarkScoredSelectionWhilePending(b *testing.B) {
 	ctx := context.Background()
 	for _, mode := range []string{policy.ModeCost, policy.ModeWait} {
@@ -42,17 +45,23 @@ func BenchmarkScoredSelectionWhilePending(b *testing.B) {
 				}
 				var prev policy.Decision
 				i := 0
+				lat := newLatencies()
+				runtime.LockOSThread() // for the thread CPU clock
+				defer runtime.UnlockOSThread()
 				b.ReportAllocs()
 				for b.Loop() {
-					d, err := p.Select(ctx, &reqs[i%len(reqs)], views)
-					if err != nil {
-						b.Fatal(err)
-					}
-					prev.Acquired()
-					prev = d
+					lat.time(func() {
+						d, err := p.Select(ctx, &reqs[i%len(reqs)], views)
+						if err != nil {
+							b.Fatal(err)
+						}
+						prev.Acquired()
+						prev = d
+					})
 					i++
 				}
 				prev.Acquired()
+				lat.report(b)
 			})
 		}
 	}
