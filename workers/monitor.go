@@ -239,9 +239,9 @@ type LoadPollHooks struct {
 	// Timeout. The router passes its health check timeout: a GetLoads is
 	// as light a call as a health check, and an engine that takes longer
 	// to answer one is what the operator called failing. The interval is
-	// no bound: while requests wait it is BusyLoadPollInterval, shorter
-	// than a loaded Python engine's answer, which then never came, when
-	// fresh figures matter most.
+	// no bound: a loaded Python engine answers GetLoads in more than
+	// 100 ms, and against an interval that short every poll was cancelled
+	// and its figures never recorded, when fresh ones matter most.
 	Timeout time.Duration
 }
 
