@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,12 +51,11 @@ func TestLoadPollsRecordAnEngineSlowerThanTheInterval(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 
-	// The answer is due in the fourth round; 50 rounds are many times that.
-	for n := 0; w.EngineLoad().Running != 1; n++ {
-		if n == 50 {
-			t.Fatalf("after %d rounds the engine's answer, %v late, is not recorded: %+v", n, cfg.Faults.RPC.Delay, w.EngineLoad())
-		}
-		testutil.Receive(t, rounds, "a round of polls")
+	// The first round to call Polled is the one after the answer came
+	// (rounds whose polls are under way call nothing).
+	testutil.Receive(t, rounds, "a round that recorded the engine's figures")
+	if got := w.EngineLoad().Running; got != 1 {
+		t.Fatalf("after a round of polls the engine's answer, %v late, is not recorded: %+v", cfg.Faults.RPC.Delay, w.EngineLoad())
 	}
 	if got := w.Load(); got != 1 {
 		t.Errorf("Load() = %d, want the other client's request: 1", got)
@@ -64,8 +64,9 @@ func TestLoadPollsRecordAnEngineSlowerThanTheInterval(t *testing.T) {
 
 // TestLoadPollsStalledEngineHoldsUpNoOther: an engine that never answers
 // GetLoads has one poll under way, not one more per round, and the other
-// engine's polls go on at the busy interval meanwhile; the polls end with
-// the loop, leaving no goroutine behind.
+// engine's polls go on at the busy interval meanwhile, each round that
+// recorded its figures calling Polled; the polls end with the loop,
+// leaving no goroutine behind.
 func TestLoadPollsStalledEngineHoldsUpNoOther(t *testing.T) {
 	testutil.NoLeaks(t)
 	stalledCfg := simtest.Config(sim.ProtocolSGLang)
@@ -82,7 +83,8 @@ func TestLoadPollsStalledEngineHoldsUpNoOther(t *testing.T) {
 	// An interval and a poll timeout of an hour: only the busy interval
 	// polls again within the test, and the stalled poll never times out.
 	busy := func() bool { return true }
-	hooks := workers.LoadPollHooks{Busy: busy, Timeout: time.Hour}
+	var rounds atomic.Int64
+	hooks := workers.LoadPollHooks{Busy: busy, Timeout: time.Hour, Polled: func() { rounds.Add(1) }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -103,4 +105,9 @@ func TestLoadPollsStalledEngineHoldsUpNoOther(t *testing.T) {
 	}
 	cancel()
 	testutil.Receive(t, done, "RunLoadPollsWith to return, its stalled poll cancelled")
+	// The other engine was polled 4 times or more (5 GetLoads, one of
+	// them Connect's); the last round may have been cut short.
+	if n := rounds.Load(); n < 3 {
+		t.Errorf("Polled called %d times; want one per round that recorded the other engine's figures, at least 3", n)
+	}
 }

@@ -224,11 +224,14 @@ type LoadPollHooks struct {
 	// Busy, when set and true, shortens the interval to
 	// BusyLoadPollInterval (when it is longer) for the next round.
 	Busy func() bool
-	// Polled, when set, is called after each round of polls: the figures
-	// that say which engines have room are fresh. A round waits for the
+	// Polled, when set, is called after each round of polls in which a
+	// poll recorded an engine's figures, or that found nothing to poll or
+	// wait for: the figures that say which engines have room are fresh. A round waits for the
 	// polls it started until the next round is due, no longer: an engine
 	// slower than that has its figures recorded when they come, and
-	// announced by the round after.
+	// announced by the round after. A round whose polls failed, or are
+	// still under way, calls nothing: no figure changed, and nobody
+	// waiting for one is woken for nothing every BusyLoadPollInterval.
 	Polled func()
 	// Wake, when set, receives when requests start waiting: the wait under
 	// way, chosen while nobody waited, may be an interval long, so the
@@ -281,37 +284,29 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 		return interval
 	}
 	// polls holds each engine's poll under way (a DP group's, or a
-	// worker's), closed when it ends; only this goroutine reads or writes
-	// the map. all ends every poll before this function returns.
-	polls := map[any]chan struct{}{}
+	// worker's), closed when it ends, until a round sees it ended; only
+	// this goroutine reads or writes the map. all ends every poll before
+	// this function returns.
+	polls := map[any]*loadPollRun{}
 	var all sync.WaitGroup
 	defer all.Wait()
-	start := func(key any, poll func(context.Context)) (done chan struct{}, ok bool) {
-		if prev := polls[key]; prev != nil {
-			select {
-			case <-prev:
-			default:
-				return nil, false // still asking: no second poll, no cancelling the first
-			}
+	start := func(key any, poll func(context.Context) (recorded bool)) (done chan struct{}, ok bool) {
+		if polls[key] != nil {
+			return nil, false // still asking: no second poll, no cancelling the first
 		}
-		done = make(chan struct{})
-		polls[key] = done
+		run := &loadPollRun{done: make(chan struct{})}
+		polls[key] = run
 		all.Go(func() {
-			defer close(done)
+			defer close(run.done)
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			poll(cctx)
+			run.recorded = poll(cctx)
 		})
-		return done, true
+		return run.done, true
 	}
 	everyAdaptive(ctx, next, hooks.Wake, func() {
-		defer func() {
-			if hooks.Polled != nil {
-				hooks.Polled()
-			}
-		}()
 		began := time.Now()
-		forgetEnded(polls)
+		recorded := forgetEnded(polls) // since the last round's end
 		var started []chan struct{}
 		polled := map[*dpGroup]bool{}
 		ws := reg.Snapshot()
@@ -324,45 +319,62 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 				// One GetLoads per engine gives every rank its figure.
 				if !polled[g] {
 					polled[g] = true
-					if done, ok := start(g, func(cctx context.Context) {
-						if err := g.poll(cctx); err != nil && ctx.Err() == nil && !lacking(g.members, g.endpoint, err) {
+					if done, ok := start(g, func(cctx context.Context) bool {
+						err := g.poll(cctx)
+						if err != nil && ctx.Err() == nil && !lacking(g.members, g.endpoint, err) {
 							log.Debug("load poll failed", "worker", g.endpoint, "err", err)
 						}
+						return err == nil
 					}); ok {
 						started = append(started, done)
 					}
 				}
 				continue
 			}
-			if done, ok := start(w, func(cctx context.Context) {
+			if done, ok := start(w, func(cctx context.Context) bool {
 				poll := w.BeginLoadPoll()
 				l, err := w.Backend().Loads(cctx)
 				if err != nil {
 					if ctx.Err() == nil && !lacking([]*Worker{w}, w.URL(), err) {
 						log.Debug("load poll failed", "worker", w.URL(), "err", err)
 					}
-					return
+					return false
 				}
 				poll.Record(l)
+				return true
 			}); ok {
 				started = append(started, done)
 			}
 		}
 		awaitPolls(ctx, started, func() time.Time { return began.Add(next()) }, hooks.Wake)
+		if recorded += forgetEnded(polls); (recorded > 0 || len(polls) == 0) && hooks.Polled != nil {
+			hooks.Polled()
+		}
 	})
+}
+
+// loadPollRun is one engine's load poll: done is closed when it ends,
+// recorded set before that when it recorded the engine's figures.
+type loadPollRun struct {
+	done     chan struct{}
+	recorded bool
 }
 
 // forgetEnded drops the polls that have ended, so that polls holds only
 // those under way (a worker gone from the registry is dropped once its
-// last poll ends).
-func forgetEnded(polls map[any]chan struct{}) {
-	for key, done := range polls {
+// last poll ends), and returns how many of them recorded figures.
+func forgetEnded(polls map[any]*loadPollRun) (recorded int) {
+	for key, run := range polls {
 		select {
-		case <-done:
+		case <-run.done:
 			delete(polls, key)
+			if run.recorded {
+				recorded++
+			}
 		default:
 		}
 	}
+	return recorded
 }
 
 // awaitPolls waits until every poll of done has ended, or the next round
