@@ -105,7 +105,9 @@ func (d *Dispatcher) Select(ctx context.Context, req *policy.Request, prefills, 
 	dec, err := d.cfg.Decode.Select(ctx, req, workers.Views(decodes))
 	if err != nil {
 		// The prefill policy may have learnt the prompt speculatively
-		// (cache_aware inserts on Select): the request never ran.
+		// (cache_aware inserts on Select): the request never ran, and its
+		// worker will not count it (Request.Acquires).
+		p.Acquired()
 		d.observePrefill(req, p, policy.Outcome{Err: err})
 		return Pair{}, fmt.Errorf("decode (%s policy, %d workers): %w", d.cfg.Decode.Name(), len(decodes), err)
 	}

@@ -116,8 +116,11 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 	r.Legs = r.legBuf[:1]
 	if !dryRun {
 		r.release = dec.Worker.Acquire()
-		dec.Acquired()
 		r.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
+		// Once the worker counts the request and its prefill: the policy's
+		// pending count covers both until then (the cost and wait modes
+		// price the prefill queue).
+		dec.Acquired()
 		d.s.Placed(d.policy.Name(), dec)
 	}
 	return &r.Plan, nil

@@ -29,16 +29,25 @@ func (p *inWindow) Select(ctx context.Context, req *policy.Request, cands []work
 
 // TestPlaceCountsItsDecisionUntilAcquired is the regular dispatcher's
 // side of cache_aware's count of decisions not yet acquired
-// (Request.Acquires): a request placed between another's selection and
-// that one's Acquire sees it, and once acquired it counts once, in its
-// worker's own load.
+// (Request.Acquires), in each of its modes: a request placed between
+// another's selection and that one's Acquire sees it, and once acquired it
+// counts once, in its worker's own load (and in the cost and wait modes,
+// its prompt once in the worker's PendingPrefill).
 //
-// w1 holds a long prompt, so w0 wins ties by tree size. A goes to w0; B,
+// w1 holds a long prompt, so w0 wins ties by tree size (the threshold
+// mode) or by being the earlier candidate (the others). A goes to w0; B,
 // placed in A's window, sees A and goes to w1 (before, it saw both idle
-// and went to w0 too). C ties them by load and goes to w0. With a request
-// of the test's own on w1, D ties them by load (2 each) and goes to w0,
-// unless each placement still counts twice (4 on w0 against 3).
+// and went to w0 too). C ties them by load (and queue) and goes to w0.
+// With a request of the test's own on w1, of as long a prompt, D ties
+// them by load (2 each) and queue (128 tokens each) and goes to w0,
+// unless each placement still counts twice.
 func TestPlaceCountsItsDecisionUntilAcquired(t *testing.T) {
+	for _, mode := range []string{policy.ModeThreshold, policy.ModeCost, policy.ModeWait} {
+		t.Run(mode, func(t *testing.T) { testPlaceCountsItsDecisionUntilAcquired(t, mode) })
+	}
+}
+
+func testPlaceCountsItsDecisionUntilAcquired(t *testing.T, mode string) {
 	ctx := context.Background()
 	reg := workers.NewRegistry()
 	w0 := workers.NewWorker("grpc://w0:1", workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
@@ -49,7 +58,7 @@ func TestPlaceCountsItsDecisionUntilAcquired(t *testing.T) {
 		}
 	}
 	o := policy.DefaultOptions()
-	o.CacheAware.Mode = policy.ModeThreshold // the mode that counts pending decisions
+	o.CacheAware.Mode = mode
 	ca, err := policy.NewCacheAware(o)
 	if err != nil {
 		t.Fatal(err)
@@ -94,5 +103,6 @@ func TestPlaceCountsItsDecisionUntilAcquired(t *testing.T) {
 	}
 	place("C", 30_000, w0)
 	defer w1.Acquire()()
+	defer w1.Prefilling(64)()
 	place("D", 40_000, w0)
 }

@@ -323,11 +323,11 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	c.tree.TenantTokensAmong(s.x.roster, s.sizes, func(i int) bool { return !leastOnly || s.needsSize(i, low) })
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
-		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] })
+		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] }, s.queued())
 		s.costc.terms = make([]costTerms, len(ws))
 	}
 	if c.wait != nil {
-		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return s.sizes[i] })
+		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return s.sizes[i] }, s.queued())
 		s.waitc.terms = make([]waitTerms, len(ws))
 	}
 	c.judge(s)
@@ -479,17 +479,13 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	if inputLen > 0 {
 		s.ratio = float64(s.bestTokens) / float64(inputLen)
 	}
-	if c.cost != nil {
+	switch {
+	case c.cost != nil:
 		c.cost.choose(&s.costc, inputLen, s.matched, s.loads, s.costLoads)
 		s.chosen, s.branch = s.costc.chosen, s.costc.branch()
-		return
-	}
-	if c.wait != nil {
+	case c.wait != nil:
 		c.wait.choose(&s.waitc, inputLen, s.matched, s.loads, s.waitLoads)
 		s.chosen, s.branch = s.waitc.chosen, s.waitc.branch()
-		return
-	}
-	switch {
 	case s.imbalanced && !s.keepsCache(best, c.threshold):
 		s.chosen, s.branch = s.least, "imbalance"
 	case best >= 0 && s.ratio >= c.threshold:
@@ -497,11 +493,15 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	default:
 		s.chosen, s.branch = s.fallback, "cache_miss"
 	}
-	if !s.dry {
-		if s.acquires {
-			s.pend.pend(s.x, s.chosen)
-		}
-		s.x.log.add(s.chosen, inputLen-s.matched[s.chosen])
+	if s.dry {
+		return
+	}
+	prefill := inputLen - s.matched[s.chosen]
+	if s.acquires {
+		s.pend.pend(s.x, s.chosen, prefill)
+	}
+	if s.threshold {
+		s.x.log.add(s.chosen, prefill)
 	}
 }
 

@@ -107,3 +107,92 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 		})
 	}
 }
+
+// TestScoredModesCountDecisionsUntilAcquired is the same window in the
+// cost and wait modes, which price a worker by the prefill queued on it
+// (PendingPrefill) and its load: a decision pending there counts in both,
+// its prompt in the queue and itself in the load, until the caller's
+// Acquire and Prefilling do (Decision.Acquired), once.
+//
+// Three idle workers, w2 holding a prompt of its own; a first cold prompt
+// is decided (to w0, the earliest of equals), then, per row, acquired or
+// abandoned or neither; then a second cold prompt is decided.
+func TestScoredModesCountDecisionsUntilAcquired(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []string{policy.ModeCost, policy.ModeWait} {
+		for _, tc := range []struct {
+			name     string
+			acquires bool
+			dryRun   bool
+			then     string // "": nothing yet; "acquired": Acquire and Prefilling, then Acquired; "abandoned": Acquired alone
+			// othersBusy gives w1 and w2 what the first request gives w0
+			// once acquired: a request in flight and its prompt queued;
+			// pendingOnW2 then decides w2's own prompt for w2 (it queues
+			// nothing there) and leaves it pending.
+			othersBusy, pendingOnW2 bool
+			want                    string
+		}{
+			{name: "decided, not yet acquired: its prompt queues on w0, the second goes elsewhere",
+				acquires: true, want: "w1"},
+			{name: "acquired: it counts once, in w0's own load and queue, so w0 ties with the others",
+				acquires: true, then: "acquired", othersBusy: true, want: "w0"},
+			{name: "acquired, while another decision is pending on w2: it still counts once",
+				acquires: true, then: "acquired", othersBusy: true, pendingOnW2: true, want: "w0"},
+			{name: "abandoned (its breaker refused it): it counts no more",
+				acquires: true, then: "abandoned", want: "w0"},
+			{name: "a caller that does not promise Acquired: not counted",
+				want: "w0"},
+			{name: "a dry run (Explain): not counted",
+				acquires: true, dryRun: true, want: "w0"},
+		} {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				ws := fleet(3)
+				names := map[*workers.Worker]string{ws[0]: "w0", ws[1]: "w1", ws[2]: "w2"}
+				p := newCA(t, func(o *policy.Options) { o.CacheAware.Mode = mode })
+				views := workers.Views(ws)
+				firstPrompt, secondPrompt, own := caTokens(1, 1024), caTokens(2, 1024), caTokens(3, 1024)
+				if _, err := p.Select(ctx, &policy.Request{InputIDs: own}, workers.Views(ws[2:])); err != nil {
+					t.Fatal(err)
+				}
+				first, err := p.Select(ctx, &policy.Request{InputIDs: firstPrompt, Acquires: tc.acquires, DryRun: tc.dryRun}, views)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if names[first.Worker] != "w0" {
+					t.Fatalf("the first request went to %s, want w0", names[first.Worker])
+				}
+				switch tc.then {
+				case "acquired":
+					defer first.Worker.Acquire()()
+					defer first.Worker.Prefilling(len(firstPrompt) - first.PredictedCachedTokens)()
+					first.Acquired()
+					first.Acquired() // a second call changes nothing
+				case "abandoned":
+					first.Acquired()
+				}
+				if tc.othersBusy {
+					for _, w := range ws[1:] {
+						defer busy(w, 1)()
+						defer w.Prefilling(len(firstPrompt))()
+					}
+				}
+				if tc.pendingOnW2 {
+					d, err := p.Select(ctx, &policy.Request{InputIDs: own, Acquires: true}, views)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if names[d.Worker] != "w2" {
+						t.Fatalf("w2's own prompt went to %s, want w2", names[d.Worker])
+					}
+				}
+				second, err := p.Select(ctx, &policy.Request{InputIDs: secondPrompt, Acquires: true}, views)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := names[second.Worker]; got != tc.want {
+					t.Fatalf("the second request went to %s (%s), want %s", got, second.Why(), tc.want)
+				}
+			})
+		}
+	}
+}

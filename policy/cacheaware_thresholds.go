@@ -257,8 +257,9 @@ func (s *snapshot) refresh() bool {
 	return true
 }
 
-// readLoads reads each candidate's load, with the threshold mode's
-// decisions its worker does not count yet (see pendingPick).
+// readLoads reads each candidate's load, with the decisions its worker
+// does not count yet (see pendingPick; the cost and wait modes add their
+// prompts to the queues in costLoads).
 func (s *snapshot) readLoads() {
 	if s.x.pending.all.Load() == 0 {
 		// None is pending now, so each decision logged before the
@@ -277,8 +278,18 @@ func (s *snapshot) readLoads() {
 	}
 }
 
-// pendingPick counts a threshold-mode decision in its worker's pending
-// count until the caller says the worker's load counts it, or never will
+// queued returns the pending counts whose prompts the cost and wait
+// modes add to their queues (costLoads), or nil while none is pending.
+func (s *snapshot) queued() *pendingCounts {
+	if s.x.pending.all.Load() == 0 {
+		return nil
+	}
+	return s.x.pending
+}
+
+// pendingPick counts a decision in its worker's pending count, and its
+// prompt tokens to compute in its pending prefill, until the caller says
+// the worker's load and PendingPrefill count them, or never will
 // (Decision.Acquired, promised by Request.Acquires); only the first call
 // counts.
 //
@@ -296,24 +307,41 @@ func (s *snapshot) readLoads() {
 // that one selection, which spreads a burst the more. Like the log, the
 // counts belong to the candidate list's index: a selection over another
 // list does not see them.
+//
+// The cost and wait modes keep no log, and price a worker by its queue
+// (PendingPrefill) and, in the wait mode, by its load against its
+// running-request limit: without the counts two selections in the window
+// saw the same free slot and the same short queue. Their snapshots add
+// the pending decisions to the loads and their prompt tokens to the
+// queues; a decision made after a snapshot's read is one it does not see
+// (as without the counts: no log tells it).
 type pendingPick struct {
-	x    *workerIndex
-	i    int // the worker's position in x, and its pending count's
-	done atomic.Bool
+	x      *workerIndex
+	i      int // the worker's position in x, and its pending count's
+	tokens int // the prompt tokens to compute, as the caller's Prefilling
+	done   atomic.Bool
 }
 
-// pendingCounts are the decisions pending per worker, and in all.
+// pendingCounts are the decisions pending per worker and in all, and
+// their prompt tokens to compute per worker (read only by the cost and
+// wait modes, in costLoads).
 type pendingCounts struct {
-	per []atomic.Int32
-	all atomic.Int64
+	per     []atomic.Int32
+	prefill []atomic.Int64
+	all     atomic.Int64
 }
 
-// pend counts a decision of worker i as pending in x. The caller holds
-// the tree's write lock and has not logged the decision yet: a snapshot
-// that reads x's total before its loads then sees it either pending, or
-// in the log past its number.
-func (p *pendingPick) pend(x *workerIndex, i int) {
-	p.x, p.i = x, i
+func newPendingCounts(n int) *pendingCounts {
+	return &pendingCounts{per: make([]atomic.Int32, n), prefill: make([]atomic.Int64, n)}
+}
+
+// pend counts a decision of worker i, with tokens of prompt to compute, as
+// pending in x. The caller holds the tree's write lock and has not logged
+// the decision yet: a snapshot that reads x's total before its loads then
+// sees it either pending, or in the log past its number.
+func (p *pendingPick) pend(x *workerIndex, i, tokens int) {
+	p.x, p.i, p.tokens = x, i, tokens
+	x.pending.prefill[i].Add(int64(tokens))
 	x.pending.per[i].Add(1)
 	x.pending.all.Add(1)
 }
@@ -321,6 +349,7 @@ func (p *pendingPick) pend(x *workerIndex, i int) {
 func (p *pendingPick) acquired() {
 	if p.x != nil && p.done.CompareAndSwap(false, true) {
 		p.x.pending.per[p.i].Add(-1)
+		p.x.pending.prefill[p.i].Add(-int64(p.tokens))
 		p.x.pending.all.Add(-1)
 	}
 }

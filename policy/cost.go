@@ -73,8 +73,11 @@ type costLoad struct {
 }
 
 // costLoads reads every candidate's queue, held KV and capacity; cached(i)
-// is the tokens the policy's index holds for candidate i.
-func costLoads(ws []workers.View, cached func(i int) int) []costLoad {
+// is the tokens the policy's index holds for candidate i. pending, when
+// not nil, holds by candidate position the prompts of decisions whose
+// callers have not counted them in PendingPrefill yet (see pendingPick),
+// which queue there too.
+func costLoads(ws []workers.View, cached func(i int) int, pending *pendingCounts) []costLoad {
 	out := make([]costLoad, len(ws))
 	for i, w := range ws {
 		l := w.EngineLoad()
@@ -82,7 +85,14 @@ func costLoads(ws []workers.View, cached func(i int) int) []costLoad {
 		if capacity <= 0 {
 			capacity = w.KVCapacityTokens()
 		}
-		c := costLoad{queue: max(w.PendingPrefill(), 0), held: max(l.UsedTokens, 0), capacity: max(capacity, 0)}
+		queue := 0
+		if pending != nil {
+			// Before PendingPrefill: a decision acquired between the two
+			// reads counts twice, never not at all.
+			queue = int(pending.prefill[i].Load())
+		}
+		queue += w.PendingPrefill()
+		c := costLoad{queue: max(queue, 0), held: max(l.UsedTokens, 0), capacity: max(capacity, 0)}
 		if c.capacity > 0 {
 			c.fullness = min(float64(max(cached(i), 0))/float64(c.capacity), 1)
 		}

@@ -113,7 +113,7 @@ func (c *indexCache) of(ws []workers.View, added func(workers.View)) *workerInde
 			return &y
 		}
 	}
-	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws)), log: new(pickLog), pending: &pendingCounts{per: make([]atomic.Int32, len(ws))}}
+	x = &workerIndex{ws: slices.Clone(ws), urls: make([]string, len(ws)), pos: make(map[string]int, len(ws)), log: new(pickLog), pending: newPendingCounts(len(ws))}
 	for i, w := range ws {
 		x.urls[i] = w.URL()
 		x.pos[x.urls[i]] = i

@@ -43,11 +43,13 @@ type Request struct {
 	// ErrNoHealthyWorker.
 	Exclude []string
 	// Acquires promises that the caller calls the Decision's Acquired once
-	// the chosen worker's load counts the request (Worker.Acquire), or
-	// once it knows it never will (the attempt was abandoned). Until then
-	// cache_aware counts the decision in its worker's load itself, so a
-	// selection in between sees it (see CacheAware's pending). A caller
-	// that does not promise it gets no such count.
+	// the chosen worker's load counts the request (Worker.Acquire) and its
+	// prefill counts the prompt less PredictedCachedTokens
+	// (Worker.Prefilling), or once it knows it never will (the attempt was
+	// abandoned). Until then cache_aware counts the decision in its
+	// worker's load, and its prompt in the cost and wait modes' queue,
+	// itself, so a selection in between sees it (see pendingPick). A
+	// caller that does not promise it gets no such count.
 	Acquires bool
 }
 

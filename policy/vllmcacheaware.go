@@ -147,11 +147,11 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	switch {
 	case p.cost != nil:
 		s.cost = &costChoice{terms: make([]costTerms, len(ws))}
-		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached))
+		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached, nil))
 		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
 	case p.wait != nil:
 		s.wait = &waitChoice{terms: make([]waitTerms, len(ws))}
-		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoads(ws, loads, cached))
+		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoads(ws, loads, cached, nil))
 		s.chosen, s.branch, s.inputLen = s.wait.chosen, s.wait.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
 		s.chosen, s.branch = best, "cache_hit"

@@ -99,9 +99,9 @@ type waitLoad struct {
 }
 
 // waitLoads reads every candidate's load, limit, queue and learned speed;
-// cached(i) is the tokens the policy's index holds for candidate i.
-func waitLoads(ws []workers.View, loads []int, cached func(i int) int) []waitLoad {
-	cl := costLoads(ws, cached)
+// cached and pending are costLoads'.
+func waitLoads(ws []workers.View, loads []int, cached func(i int) int, pending *pendingCounts) []waitLoad {
+	cl := costLoads(ws, cached, pending)
 	out := make([]waitLoad, len(ws))
 	known, sum := 0, 0.0
 	for i, w := range ws {

@@ -369,8 +369,9 @@ func New(ctx context.Context, cfg Config) (_ *Router, err error) {
 	// Loads are polled more often while requests wait for an engine with
 	// room, from the moment they start waiting, and each round wakes them
 	// (late binding).
+	// A poll may take as long as a health check (LoadPollHooks.Timeout).
 	polls := workers.LoadPollHooks{Busy: func() bool { return g.Server.Waiting() > 0 }, Polled: g.Server.LoadsRefreshed,
-		Wake: g.Server.WaitStarted()}
+		Wake: g.Server.WaitStarted(), Timeout: cfg.Health.Timeout}
 	g.bg.Go(func() { workers.RunLoadPollsWith(bg, g.Registry, cfg.LoadPollInterval, polls, log) })
 	if subs != nil {
 		g.bg.Go(func() { subs.Run(bg, g.Registry) })

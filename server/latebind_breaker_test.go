@@ -19,7 +19,7 @@ import (
 // the breaker's timeout passes it lets a probe through, and the waiting
 // requests are bound to that engine then, the first as the probe, the
 // second once the probe closed the breaker. The load poller cannot be what
-// binds them: its interval is an hour and the full engine's GetLoads hangs.
+// binds them: every engine's GetLoads hangs (bindOnWakesOnly).
 // Before, an open breaker turned half-open only when something asked it,
 // and nothing asked while the requests slept: they waited for the queue's
 // timeout.
@@ -53,7 +53,7 @@ func TestLateBindingWakesWhenBreakerLetsThrough(t *testing.T) {
 	if s := w.Breaker().State(); s != workers.BreakerOpen {
 		t.Fatalf("engine 1's breaker is %v after its failure, want open", s)
 	}
-	failing.SetFaults(sim.Faults{})
+	failing.SetFaults(sim.Faults{RPC: sim.RPCFaults{Stalled: "GetLoads"}})
 
 	full := f.sims[0].Engine()
 	faults := full.Faults()

@@ -16,9 +16,8 @@ import (
 // TestLateBindingWakesOnFleetChange: requests wait in the router while the
 // only engine is full; an engine with room that joins, or one that turns
 // healthy again, binds them at once. The load poller cannot be what binds
-// them: its interval is an hour, and the full engine's GetLoads hangs, so
-// the round that requests starting to wait begin never ends (and never
-// wakes anyone).
+// them: every engine's GetLoads hangs (bindOnWakesOnly), so its rounds
+// record nothing and wake nobody.
 func TestLateBindingWakesOnFleetChange(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -32,6 +31,7 @@ func TestLateBindingWakesOnFleetChange(t *testing.T) {
 		{"an engine joins", 1, func(t *testing.T, f *fleet) string {
 			c := sim.DefaultConfig()
 			c.TimeScale, c.MaxRunning, c.Logger = 0, 4, slog.New(slog.DiscardHandler)
+			c.Faults.RPC.Stalled = "GetLoads"
 			extra, err := sim.Start(c, "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -53,6 +53,7 @@ func TestLateBindingWakesOnFleetChange(t *testing.T) {
 			f := startFleet(t, fleetOptions{workers: tc.workers, healthInterval: 20 * time.Millisecond,
 				sim: oneFullEngine, config: bindOnWakesOnly})
 			if tc.workers > 1 {
+				f.sims[1].Engine().SetFaults(sim.Faults{RPC: sim.RPCFaults{Stalled: "GetLoads"}})
 				f.sims[1].Kill()
 				testutil.Eventually(t, "the killed engine to be unhealthy", func() bool {
 					w, ok := f.reg.Get(f.workerURL(1))
@@ -126,10 +127,15 @@ func oneFullEngine(i int, c *sim.Config) {
 }
 
 // bindOnWakesOnly holds requests in the router while engines are full
-// (a queue of 4, full engines avoided) and polls loads an hour apart, so
-// that only a wake binds a waiting request.
+// (a queue of 4, full engines avoided), polls loads an hour apart (every
+// BusyLoadPollInterval while requests wait) and lets a poll take a minute
+// (the health check timeout), so that once the test makes every engine's
+// GetLoads hang only a wake binds a waiting request: the poller asks each
+// engine once, its polls never end within the test, and a round that
+// records no figures wakes nobody.
 func bindOnWakesOnly(c *router.Config) {
 	c.LoadPollInterval = time.Hour
+	c.Health.Timeout = time.Minute
 	c.Admission.QueueSize = 4
 	c.Admission.AvoidFullEngines = true
 	c.Reliability.StreamIdleTimeout = 0

@@ -202,11 +202,14 @@ const DefaultLoadPollInterval = time.Second
 // RunLoadPolls reads every registered worker's own load figures (GetLoads) once
 // at start and then every interval (0 means DefaultLoadPollInterval), and records them with Worker.SetEngineLoad.
 // A failed poll keeps the previous figures; noticing a dead worker is the
-// health monitor's job. Each poll is bounded by interval, so polls never pile
-// up. An engine answering UNIMPLEMENTED lacks GetLoads: it is not asked again
+// health monitor's job. Each poll is bounded by its own timeout
+// (LoadPollHooks.Timeout), not by the interval, and an engine is asked
+// again only once its last poll has ended, so polls never pile up and an
+// engine slower than the interval still gets its figures recorded. An
+// engine answering UNIMPLEMENTED lacks GetLoads: it is not asked again
 // until LackingRecheck has passed (its load is then what this router has in
 // flight on it), and that is logged once per worker. It returns when ctx is
-// done. log may be nil.
+// done and its polls have ended. log may be nil.
 func RunLoadPolls(ctx context.Context, reg *Registry, interval time.Duration, log *slog.Logger) {
 	RunLoadPollsWith(ctx, reg, interval, LoadPollHooks{}, log)
 }
@@ -221,14 +224,28 @@ type LoadPollHooks struct {
 	// Busy, when set and true, shortens the interval to
 	// BusyLoadPollInterval (when it is longer) for the next round.
 	Busy func() bool
-	// Polled, when set, is called after each round of polls: the figures
-	// that say which engines have room are fresh.
+	// Polled, when set, is called after each round of polls in which a
+	// poll recorded an engine's figures, or that found nothing to poll or
+	// wait for: the figures that say which engines have room are fresh. A round waits for the
+	// polls it started until the next round is due, no longer: an engine
+	// slower than that has its figures recorded when they come, and
+	// announced by the round after. A round whose polls failed, or are
+	// still under way, calls nothing: no figure changed, and nobody
+	// waiting for one is woken for nothing every BusyLoadPollInterval.
 	Polled func()
 	// Wake, when set, receives when requests start waiting: the wait under
 	// way, chosen while nobody waited, may be an interval long, so the
 	// next one is chosen again at once, counted from the last round's
 	// start (a round is due at once if BusyLoadPollInterval has passed).
 	Wake <-chan struct{}
+	// Timeout bounds one GetLoads poll; 0 means DefaultHealthConfig's
+	// Timeout. The router passes its health check timeout: a GetLoads is
+	// as light a call as a health check, and an engine that takes longer
+	// to answer one is what the operator called failing. The interval is
+	// no bound: a loaded Python engine answers GetLoads in more than
+	// 100 ms, and against an interval that short every poll was cancelled
+	// and its figures never recorded, when fresh ones matter most.
+	Timeout time.Duration
 }
 
 // RunLoadPollsWith is RunLoadPolls with hooks.
@@ -236,6 +253,10 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 	log = orDiscard(log)
 	if interval <= 0 {
 		interval = DefaultLoadPollInterval
+	}
+	timeout := hooks.Timeout
+	if timeout <= 0 {
+		timeout = DefaultHealthConfig().Timeout
 	}
 	var mu sync.Mutex
 	told := map[string]bool{} // workers whose missing GetLoads was logged
@@ -262,13 +283,31 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 		}
 		return interval
 	}
+	// polls holds each engine's poll under way (a DP group's, or a
+	// worker's), closed when it ends, until a round sees it ended; only
+	// this goroutine reads or writes the map. all ends every poll before
+	// this function returns.
+	polls := map[any]*loadPollRun{}
+	var all sync.WaitGroup
+	defer all.Wait()
+	start := func(key any, poll func(context.Context) (recorded bool)) (done chan struct{}, ok bool) {
+		if polls[key] != nil {
+			return nil, false // still asking: no second poll, no cancelling the first
+		}
+		run := &loadPollRun{done: make(chan struct{})}
+		polls[key] = run
+		all.Go(func() {
+			defer close(run.done)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			run.recorded = poll(cctx)
+		})
+		return run.done, true
+	}
 	everyAdaptive(ctx, next, hooks.Wake, func() {
-		defer func() {
-			if hooks.Polled != nil {
-				hooks.Polled()
-			}
-		}()
-		var wg sync.WaitGroup
+		began := time.Now()
+		recorded := forgetEnded(polls) // since the last round's end
+		var started []chan struct{}
 		polled := map[*dpGroup]bool{}
 		ws := reg.Snapshot()
 		forgetGone(&mu, told, ws)
@@ -280,32 +319,88 @@ func RunLoadPollsWith(ctx context.Context, reg *Registry, interval time.Duration
 				// One GetLoads per engine gives every rank its figure.
 				if !polled[g] {
 					polled[g] = true
-					wg.Go(func() {
-						cctx, cancel := context.WithTimeout(ctx, interval)
-						defer cancel()
-						if err := g.poll(cctx); err != nil && ctx.Err() == nil && !lacking(g.members, g.endpoint, err) {
+					if done, ok := start(g, func(cctx context.Context) bool {
+						err := g.poll(cctx)
+						if err != nil && ctx.Err() == nil && !lacking(g.members, g.endpoint, err) {
 							log.Debug("load poll failed", "worker", g.endpoint, "err", err)
 						}
-					})
+						return err == nil
+					}); ok {
+						started = append(started, done)
+					}
 				}
 				continue
 			}
-			wg.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, interval)
-				defer cancel()
+			if done, ok := start(w, func(cctx context.Context) bool {
 				poll := w.BeginLoadPoll()
 				l, err := w.Backend().Loads(cctx)
 				if err != nil {
 					if ctx.Err() == nil && !lacking([]*Worker{w}, w.URL(), err) {
 						log.Debug("load poll failed", "worker", w.URL(), "err", err)
 					}
-					return
+					return false
 				}
 				poll.Record(l)
-			})
+				return true
+			}); ok {
+				started = append(started, done)
+			}
 		}
-		wg.Wait()
+		awaitPolls(ctx, started, func() time.Time { return began.Add(next()) }, hooks.Wake)
+		if recorded += forgetEnded(polls); (recorded > 0 || len(polls) == 0) && hooks.Polled != nil {
+			hooks.Polled()
+		}
 	})
+}
+
+// loadPollRun is one engine's load poll: done is closed when it ends,
+// recorded set before that when it recorded the engine's figures.
+type loadPollRun struct {
+	done     chan struct{}
+	recorded bool
+}
+
+// forgetEnded drops the polls that have ended, so that polls holds only
+// those under way (a worker gone from the registry is dropped once its
+// last poll ends), and returns how many of them recorded figures.
+func forgetEnded(polls map[any]*loadPollRun) (recorded int) {
+	for key, run := range polls {
+		select {
+		case <-run.done:
+			delete(polls, key)
+			if run.recorded {
+				recorded++
+			}
+		default:
+		}
+	}
+	return recorded
+}
+
+// awaitPolls waits until every poll of done has ended, or the next round
+// is due (due(), asked again when wake receives: a shorter interval then
+// ends the wait sooner), or ctx is done. It starts no goroutine, so a
+// stalled engine costs one waiting round, not one more goroutine a round.
+func awaitPolls(ctx context.Context, done []chan struct{}, due func() time.Time, wake <-chan struct{}) {
+	if len(done) == 0 {
+		return
+	}
+	t := time.NewTimer(time.Until(due()))
+	defer t.Stop()
+	for _, d := range done {
+		for waiting := true; waiting; {
+			select {
+			case <-d:
+				waiting = false
+			case <-t.C:
+				return
+			case <-ctx.Done():
+				return
+			case <-wake:
+				t.Reset(time.Until(due()))
+			}
+		}
+	}
 }
 
 // forgetGone drops from told the engines no worker of ws is on, so that

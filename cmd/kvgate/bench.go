@@ -23,7 +23,7 @@ import (
 var simFlagsSkipped = map[string]bool{
 	"model": true, "tokenizer-path": true, "vocab-size": true, "eos-token-id": true, "role": true, "bootstrap-port": true, "bootstrap-timeout": true, "kv-transfer-gbps": true, "dp-size": true,
 	"never-publish": true, "fail-after": true, "kv-event-drop-every": true, "kv-event-duplicate-every": true, "kv-event-delay": true, "kv-event-flood-blocks": true, "kv-event-flood-ranks": true, "fail-unavailable": true, "fail-unimplemented": true, "stall-after": true, "unhealthy": true,
-	"unimplemented": true, "health-empty": true, "embed-empty": true, "grpc-health": true,
+	"unimplemented": true, "delayed": true, "rpc-delay": true, "health-empty": true, "embed-empty": true, "grpc-health": true,
 }
 
 // benchConfig is everything `kvgate bench` is told on its command line.

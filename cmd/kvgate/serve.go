@@ -104,11 +104,11 @@ func (c *serveConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.promHost, "prometheus-host", "127.0.0.1", "address to serve Prometheus metrics on")
 	fs.IntVar(&c.promPort, "prometheus-port", 29000, "port to serve Prometheus metrics on, path /metrics (-1: disabled, 0: any free port)")
 	fs.DurationVar(&c.healthInterval, "health-check-interval", 10*time.Second, "time between health checks of each worker")
-	fs.DurationVar(&c.healthTimeout, "health-check-timeout", 5*time.Second, "how long a health check may take before it counts as failed")
+	fs.DurationVar(&c.healthTimeout, "health-check-timeout", 5*time.Second, "how long a health check may take before it counts as failed; also how long a GetLoads poll may take")
 	fs.IntVar(&c.healthFailures, "health-failure-threshold", 3, "consecutive failed health checks that mark a worker unhealthy")
 	fs.IntVar(&c.healthSuccesses, "health-success-threshold", 2, "consecutive passed health checks that mark an unhealthy worker healthy again")
 	fs.Var(&c.healthProbe, "health-check", healthCheckUsage)
-	fs.DurationVar(&c.loadPollInterval, "load-poll-interval", time.Second, "time between GetLoads polls of each worker")
+	fs.DurationVar(&c.loadPollInterval, "load-poll-interval", time.Second, "time between GetLoads polls of each worker (a worker whose last poll is still under way is not asked again meanwhile)")
 	c.kvEvents = true
 	fs.Var(&c.kvEventsZMQ, "kv-events-zmq", "workers whose engine publishes its KV events over ZMQ (vLLM's --kv-events-config publisher zmq) rather than SubscribeKvEvents: WORKER=tcp://host:port[?replay=tcp://host:port&topic=T&bind=true], WORKER as --worker-urls names it; tcp://*:port or bind=true binds, for publishers that connect. Several values comma-separated or repeated")
 	fs.Var(&c.kvEvents, "kv-events", "on: subscribe to every worker's KV cache events when the policy mirrors the engines' caches (cache_aware, vllm_cache_aware), so its view is exact; workers without events stay approximate. off: approximate for all")

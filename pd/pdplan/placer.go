@@ -67,8 +67,13 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		return nil, err
 	}
 	preq := j.PolicyRequest(dryRun)
+	// The policies may count their decisions as the workers' load until
+	// the workers' own counts do (Acquire below), or until abandoned.
+	preq.Acquires = !dryRun
 	var dec pd.Pair
+	acquired := func() { dec.Prefill.Acquired(); dec.Decode.Acquired() }
 	slots, err := pipeline.ChooseAndAcquire(preq, len(prefills)+len(decodes), func() ([]*workers.Worker, func(), error) {
+		acquired() // the previous try's, whose breaker refused it (or none)
 		var err error
 		if dec, err = d.pd.Select(ctx, preq, prefills, decodes); err != nil {
 			return nil, nil, pipeline.SelectionError("pd", len(prefills)+len(decodes), err)
@@ -76,6 +81,7 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		return []*workers.Worker{dec.Prefill.Worker, dec.Decode.Worker}, dec.Release, nil
 	})
 	if err != nil {
+		acquired() // abandoned: every breaker refused
 		return nil, err
 	}
 	if !dryRun {
@@ -90,6 +96,7 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		// reservation in the late-binding queue now, and its legs count
 		// themselves only once started.
 		prefillHeld, decodeHeld := dec.Prefill.Worker.Acquire(), dec.Decode.Worker.Acquire()
+		acquired()
 		r.unhold = sync.OnceFunc(func() { prefillHeld(); decodeHeld() })
 	}
 	r.Plan = pipeline.Plan{Room: dec.Room, Slots: slots, SelfAborting: true, Run: r}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,6 +30,12 @@ type RPCFaults struct {
 	// Stalled are unary engine RPCs held unanswered until the caller gives
 	// up (its deadline or cancellation): an engine that hangs on them.
 	Stalled RPCNames
+	// Delayed are unary engine RPCs answered Delay after they arrive (or
+	// when the caller gives up, if that is sooner), as a loaded engine
+	// whose Python server answers GetLoads late. It is a fault, not part of
+	// the latency model: TimeScale does not scale Delay.
+	Delayed RPCNames
+	Delay   time.Duration
 	// HealthEmpty makes HealthCheck answer an empty message: healthy
 	// unset, which proto3 decodes as false, and no message.
 	HealthEmpty bool
@@ -81,14 +88,17 @@ func engineRPCs() []string {
 // registerRPCFlags binds the partial-implementation switches to fs.
 func (c *Config) registerRPCFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Faults.RPC.Unimplemented, "unimplemented", "fault: answer these engine RPCs UNIMPLEMENTED, comma-separated (e.g. GetLoads,GetTokenizer,SubscribeKvEvents,HealthCheck,Embed)")
+	fs.Var(&c.Faults.RPC.Delayed, "delayed", "fault: answer these engine RPCs --rpc-delay late, comma-separated (e.g. GetLoads)")
+	fs.DurationVar(&c.Faults.RPC.Delay, "rpc-delay", c.Faults.RPC.Delay, "fault: how late the --delayed RPCs answer, not scaled by --time-scale")
 	fs.BoolVar(&c.Faults.RPC.HealthEmpty, "health-empty", c.Faults.RPC.HealthEmpty, "fault: HealthCheck answers an empty message (healthy unset)")
 	fs.BoolVar(&c.Faults.RPC.EmbedEmpty, "embed-empty", c.Faults.RPC.EmbedEmpty, "fault: Embed answers an empty message (no embedding)")
 	fs.Var((*OnOff)(&c.GRPCHealth), "grpc-health", `also serve the standard grpc.health.v1 Health service: "on" or "off"`)
 }
 
 // rpcFaultsUnary answers the RPCs listed in Faults.RPC.Unimplemented with
-// UNIMPLEMENTED, and HealthCheck and Embed with empty messages under
-// HealthEmpty and EmbedEmpty; it counts every call first (Engine.Calls).
+// UNIMPLEMENTED, holds those in Stalled and Delayed, and answers HealthCheck
+// and Embed with empty messages under HealthEmpty and EmbedEmpty; it
+// counts every call first (Engine.Calls).
 func (e *Engine) rpcFaultsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	rpc := path.Base(info.FullMethod)
 	e.calls.add(rpc)
@@ -99,6 +109,15 @@ func (e *Engine) rpcFaultsUnary(ctx context.Context, req any, info *grpc.UnarySe
 	if f.Stalled.Has(rpc) {
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if f.Delayed.Has(rpc) && f.Delay > 0 {
+		t := time.NewTimer(f.Delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
 	}
 	if rpc == "Embed" && f.EmbedEmpty {
 		switch req.(type) {

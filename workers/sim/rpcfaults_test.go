@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -118,6 +119,16 @@ func TestRPCFaults(t *testing.T) {
 			}
 			if m, err := c.embed(ctx); err != nil || proto.Size(m) == 0 {
 				t.Errorf("Embed = %v, %v; want a vector", m, err)
+			}
+		}},
+		{"delayed: the listed RPCs answer late, or when the caller gives up", RPCFaults{Delayed: "GetLoads", Delay: time.Hour}, func(t *testing.T, ctx context.Context, c rawCalls) {
+			lctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if err := c.loads(lctx); status.Code(err) != codes.DeadlineExceeded {
+				t.Errorf("GetLoads with a 100ms deadline: %v; want DEADLINE_EXCEEDED, the answer being an hour late", err)
+			}
+			if m, err := c.health(ctx); err != nil || proto.Size(m) == 0 {
+				t.Errorf("HealthCheck = %v, %v; want a healthy answer at once", m, err)
 			}
 		}},
 	}

@@ -1,0 +1,111 @@
+package pdplan_test
+
+import (
+	"context"
+	"testing"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/modeltable"
+	"github.com/kvgate/kvgate/pd"
+	"github.com/kvgate/kvgate/pd/pdplan"
+	"github.com/kvgate/kvgate/pipeline"
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// inWindow runs during once, as soon as the policy it wraps has decided
+// a request: between that selection and the worker's Acquire.
+type inWindow struct {
+	policy.Policy
+	during func()
+}
+
+func (p *inWindow) Select(ctx context.Context, req *policy.Request, cands []workers.View) (policy.Decision, error) {
+	d, err := p.Policy.Select(ctx, req, cands)
+	if f := p.during; f != nil && !req.DryRun {
+		p.during = nil
+		f()
+	}
+	return d, err
+}
+
+// TestPlacerCountsItsDecisionsUntilAcquired is the PD placer's side of
+// cache_aware's count of decisions not yet acquired (Request.Acquires),
+// as TestPlaceCountsItsDecisionUntilAcquired is the regular dispatcher's:
+// a pair placed between another's selection and its Acquire sees the
+// other's prefill decision, and once acquired it counts once.
+//
+// Two prefill workers and one decode worker, cache_aware on each side in
+// each mode; p1 holds a long prompt, so p0 wins ties by tree size (the
+// threshold mode) or by being the earlier candidate (the others). A's
+// prefill goes to p0; B, placed in A's window, sees A and goes to p1
+// (before, it saw both idle and went to p0 too). C ties them by load and
+// goes to p0. With a request of the test's own on p1, D ties them by load
+// (2 each) and goes to p0, unless each placement still counts twice.
+func TestPlacerCountsItsDecisionsUntilAcquired(t *testing.T) {
+	for _, mode := range []string{policy.ModeThreshold, policy.ModeCost, policy.ModeWait} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			p0 := workers.NewWorker("grpc://p0:1", workers.ProtocolSGLang, workers.RolePrefill, workers.ModelInfo{}, nil, nil)
+			p1 := workers.NewWorker("grpc://p1:1", workers.ProtocolSGLang, workers.RolePrefill, workers.ModelInfo{}, nil, nil)
+			d0 := workers.NewWorker("grpc://d0:1", workers.ProtocolSGLang, workers.RoleDecode, workers.ModelInfo{}, nil, nil)
+			reg := workers.NewRegistry()
+			if err := reg.AddAll(p0, p1, d0); err != nil {
+				t.Fatal(err)
+			}
+			o := policy.DefaultOptions()
+			o.CacheAware.Mode = mode
+			newCA := func() *policy.CacheAware {
+				ca, err := policy.NewCacheAware(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ca
+			}
+			prefill := &inWindow{Policy: newCA()}
+			decode := newCA()
+			pp := pipeline.New(pipeline.Config{Registry: reg})
+			d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
+			table := modeltable.New(modeltable.OneModel, func(r *pipeline.Route) pipeline.Placer { return pdplan.NewPlacer(pp, pdplan.NewMetrics(), r) })
+			r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
+				return modeltable.Spec{PD: d, Policies: map[workers.Role]policy.Policy{workers.RolePrefill: prefill, workers.RoleDecode: decode}}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			long := make([]uint32, 512)
+			for i := range long {
+				long[i] = 1_000 + uint32(i)
+			}
+			if _, err := prefill.Select(ctx, &policy.Request{InputIDs: long}, workers.Views([]*workers.Worker{p1})); err != nil {
+				t.Fatal(err)
+			}
+			placer := pdplan.NewPlacer(pp, pdplan.NewMetrics(), r)
+			place := func(name string, first uint32, want *workers.Worker) {
+				t.Helper()
+				ids := make([]uint32, 64)
+				for i := range ids {
+					ids[i] = first + uint32(i)
+				}
+				j := &pipeline.Job{ID: name, Route: r, InputIDs: ids, Sampling: &kvgatev1.SamplingParams{}}
+				j.Task = pp.Generation(j)
+				plan, err := placer.Place(ctx, j, false)
+				if err != nil {
+					t.Fatalf("placing %s: %v", name, err)
+				}
+				if got := plan.Legs[0].Worker; got != want {
+					t.Errorf("%s's prefill went to %s (%s), want %s", name, got.URL(), plan.Legs[0].Decision.Why(), want.URL())
+				}
+			}
+
+			prefill.during = func() { place("B", 20_000, p1) }
+			place("A", 10_000, p0)
+			if prefill.during != nil {
+				t.Fatal("B was never placed")
+			}
+			place("C", 30_000, p0)
+			defer p1.Acquire()()
+			place("D", 40_000, p0)
+		})
+	}
+}
