@@ -56,6 +56,9 @@ func TestLoadPollsWakeWhenRequestsStartWaiting(t *testing.T) {
 				if got := (<-rounds).Sub(prev); got != busyEvery {
 					t.Errorf("while busy, rounds %v apart, want %v", got, busyEvery)
 				}
+				// The poller chooses its next wait after Polled returns:
+				// let it choose while still busy.
+				synctest.Wait()
 				busy.Store(false)
 				prev = time.Now()
 				if got := (<-rounds).Sub(prev); got != busyEvery {
