@@ -239,8 +239,10 @@ func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) err
 		err = fault.Newf(fault.Unavailable, "%w", err)
 	}
 	// A request matching bound from the queue goes where it was matched:
-	// to an engine with room (see placing).
-	j.onlyFree = err == nil && g.cfg.MatchWindow > 0 && rep.Queued
+	// to an engine with room (see placing). Matching reads whole-request
+	// engines only, so a disaggregated model's requests are placed as
+	// without it.
+	j.onlyFree = err == nil && g.cfg.MatchWindow > 0 && rep.Queued && j.Route.PD == nil
 	if rep.Passed > 0 {
 		reason = ReasonPassed
 	}
