@@ -30,6 +30,10 @@ type Job struct {
 	full []string
 	// reserved: the job is bound and not yet placed (see gate.reserve).
 	reserved bool
+	// onlyFree: late binding's matching bound the attempt from the queue
+	// for an engine with room, so it is placed only on engines with room
+	// (gate.placing), as with Binding.AvoidFull.
+	onlyFree bool
 	// Priority is the request's class in the router's queue: lower is
 	// bound first (the kvgate-priority metadata, as vLLM's request
 	// priority); 0 by default.

@@ -23,6 +23,11 @@ const (
 	// ReasonRouterLimit: --max-concurrent-requests requests were bound
 	// to engines already.
 	ReasonRouterLimit = "router_limit"
+	// ReasonPassed: an engine had room while it waited, and late binding's
+	// matching gave it to a request behind it that holds more of its
+	// prompt there (--late-binding-match-window); it was passed over at
+	// most --late-binding-max-passes times.
+	ReasonPassed = "passed_over"
 )
 
 // Binding configures late binding: how many requests may be bound to
@@ -41,6 +46,15 @@ type Binding struct {
 	AvoidFull bool
 	// Saturation says when an engine is full (--late-binding-saturation).
 	Saturation waitq.Saturation
+	// MatchWindow, when > 0, binds requests that waited by matching
+	// (bindmatch.go): room that frees goes to the one, among the first
+	// MatchWindow waiting of the head's class, that loses least of its
+	// cache by running on an engine with room now, and it is placed only on
+	// such an engine (--late-binding-match-window).
+	MatchWindow int
+	// MaxPasses bounds how many times matching may pass one request over
+	// for one behind it (--late-binding-max-passes).
+	MaxPasses int
 	// Rejected, when set, is told each refusal's reason (queue_full,
 	// queue_timeout): the front's admission series counts them.
 	Rejected func(reason string)
@@ -56,6 +70,7 @@ type Binding struct {
 // instead of committing the request to an engine's own queue at arrival.
 type gate struct {
 	cfg Binding
+	reg *workers.Registry
 	q   *waitq.Queue
 	// running counts the requests bound under cfg.MaxBound.
 	running atomic.Int64
@@ -88,10 +103,10 @@ func newGate(cfg Binding, m *Metrics, reg *workers.Registry, stop context.Contex
 	if cfg.Waited == nil {
 		cfg.Waited = func(context.Context, string, time.Duration) {}
 	}
-	g := &gate{cfg: cfg, pending: map[string]int{}, waiting: make(chan struct{}, 1)}
+	g := &gate{cfg: cfg, reg: reg, pending: map[string]int{}, waiting: make(chan struct{}, 1)}
 	// A model's series stays at 0 when nobody waits: the model table bounds
 	// the models, and a series that vanishes reads as "no data".
-	g.q = waitq.New(waitq.Config{Size: cfg.QueueSize, Timeout: cfg.QueueTimeout, Changed: func(model string, n int) {
+	qc := waitq.Config{Size: cfg.QueueSize, Timeout: cfg.QueueTimeout, Changed: func(model string, n int) {
 		m.queueWaiting.WithLabelValues(model).Set(float64(n))
 		if n > 0 {
 			select {
@@ -99,7 +114,11 @@ func newGate(cfg Binding, m *Metrics, reg *workers.Registry, stop context.Contex
 			default: // already signalled
 			}
 		}
-	}})
+	}}
+	if cfg.MatchWindow > 0 {
+		qc.Pick, qc.Window, qc.MaxPasses = g.pick, cfg.MatchWindow, cfg.MaxPasses
+	}
+	g.q = waitq.New(qc)
 	unwatch := reg.Watch(func(workers.Change) { g.q.WakeAll() })
 	context.AfterFunc(stop, unwatch)
 	return g
@@ -186,7 +205,8 @@ func (s *Pipeline) attemptEnded(j *Job) { s.gate.q.Wake(j.model) }
 // await is one wait in the queue. Once bound, with AvoidFull, the job's
 // placement avoids the engines full when it is placed (see placing).
 func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) error {
-	t := waitq.Ticket{Model: j.model, Priority: j.Priority, Arrived: j.Start}
+	var rep waitq.Report
+	t := waitq.Ticket{Model: j.model, Priority: j.Priority, Arrived: j.Start, Ref: j, Report: &rep}
 	if d, ok := ctx.Deadline(); ok {
 		t.Deadline = d
 	}
@@ -217,6 +237,14 @@ func (g *gate) await(ctx context.Context, s *Pipeline, j *Job, holding bool) err
 		g.cfg.Rejected("queue_timeout")
 	case errors.Is(err, ErrShuttingDown):
 		err = fault.Newf(fault.Unavailable, "%w", err)
+	}
+	// A request matching bound from the queue goes where it was matched:
+	// to an engine with room (see placing). Matching reads whole-request
+	// engines only, so a disaggregated model's requests are placed as
+	// without it.
+	j.onlyFree = err == nil && g.cfg.MatchWindow > 0 && rep.Queued && j.Route.PD == nil
+	if rep.Passed > 0 {
+		reason = ReasonPassed
 	}
 	if reason != "" {
 		waited := time.Since(start)
@@ -251,7 +279,8 @@ func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 		sat.Room(workers.Views(r.Candidates(s.reg, workers.RoleDecode)), j.excluded, pending)
 }
 
-// placing, with AvoidFull, chooses the engines j's attempt avoids (j.full)
+// placing, with AvoidFull or for a request bound by matching (j.onlyFree),
+// chooses the engines j's attempt avoids (j.full)
 // at its placement, not when it was bound, and holds every other
 // placement off until done is called, once the placement acquired its
 // workers (or failed). Judged at binding, two requests bound in the same
@@ -261,7 +290,10 @@ func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 // acquired worker's load shows the next placement that it is taken. A dry
 // run (Explain) takes nothing and waits for nobody.
 func (g *gate) placing(s *Pipeline, j *Job, dryRun bool) (done func()) {
-	if !g.cfg.AvoidFull || dryRun {
+	if !g.cfg.AvoidFull && !j.onlyFree || dryRun {
+		if !dryRun {
+			j.full = nil // an earlier attempt's, bound by matching
+		}
 		return func() {}
 	}
 	g.placeMu.Lock()
@@ -315,6 +347,9 @@ func (s *Pipeline) WouldWait(j *Job) string {
 		return "it would wait in the router now: --max-concurrent-requests requests are bound to engines (" + ReasonRouterLimit + ")"
 	}
 	if n := g.q.WaitingFor(model); n > 0 {
+		if g.cfg.MatchWindow > 0 {
+			return fmt.Sprintf("it would wait in the router now, behind %d requests for its model (matching may bind it before some of them once it is among the first %d and an engine with room holds more of its prompt)", n, g.cfg.MatchWindow)
+		}
 		return fmt.Sprintf("it would wait in the router now, behind %d requests for its model", n)
 	}
 	return ""

@@ -143,7 +143,7 @@ func NewMetrics() *Metrics {
 		[]string{"model", "result"})
 	m.queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "kvgate_queue_wait_seconds",
-		Help:    "Time requests waited in the router before being bound to an engine, by model and reason (engines_full: every candidate engine was at its running-request limit; router_limit: --max-concurrent-requests).",
+		Help:    "Time requests waited in the router before being bound to an engine, by model and reason (engines_full: every candidate engine was at its running-request limit; router_limit: --max-concurrent-requests; passed_over: an engine had room, which matching gave to a request behind it that holds more of its prompt there).",
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"model", "reason"})
 	m.queueWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{

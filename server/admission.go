@@ -39,6 +39,16 @@ type AdmissionConfig struct {
 	// doubled TTFT p50, since a cached engine's queue is cheaper than a
 	// cold prefill elsewhere.
 	AvoidFullEngines bool
+	// MatchWindow, when > 0, binds requests that waited in the router by
+	// matching: a free engine place goes to the request, among the first
+	// MatchWindow waiting of the head's class, that loses least of its
+	// cached prefix by running on an engine with room, and it is placed only
+	// on such an engine (see pipeline/bindmatch.go); 0: the head is bound,
+	// and the policy chooses among all engines.
+	MatchWindow int
+	// MaxPasses bounds how many times matching passes one waiting request
+	// over for one behind it.
+	MaxPasses int
 	// EngineQueueFull also counts as full, for late binding, an engine
 	// whose last load poll reported requests in its own queue (see
 	// waitq.Saturation.EngineQueue).
@@ -69,6 +79,15 @@ type AdmissionConfig struct {
 	MaxLogprobBytes int64
 }
 
+// Late binding's matching by default (see AdmissionConfig.MatchWindow): a
+// window of 32 is about 2.5 s of arrivals on the overloaded conversation
+// trace, and 16 passes bound a waiting request's extra wait to 16 other
+// bindings.
+const (
+	DefaultMatchWindow = 32
+	DefaultMaxPasses   = 16
+)
+
 // DefaultAdmissionConfig admits 1,024 concurrent generations with 1,024
 // more waiting up to 30 s, each of whose request must arrive within 10 s of
 // its call (a request of 8 MiB, the default limit, takes under a second on
@@ -84,6 +103,8 @@ func DefaultAdmissionConfig() AdmissionConfig {
 		MaxConcurrentRequests: 1024,
 		QueueSize:             1024,
 		QueueTimeout:          30 * time.Second,
+		MatchWindow:           DefaultMatchWindow,
+		MaxPasses:             DefaultMaxPasses,
 		RequestReadTimeout:    10 * time.Second,
 		RateLimitKeys:         100_000,
 		MaxChatMessages:       10_000,
@@ -166,6 +187,8 @@ func (a *admission) binding() pipeline.Binding {
 		QueueSize:    a.cfg.QueueSize,
 		QueueTimeout: a.cfg.QueueTimeout,
 		AvoidFull:    a.cfg.AvoidFullEngines,
+		MatchWindow:  a.cfg.MatchWindow,
+		MaxPasses:    a.cfg.MaxPasses,
 		Saturation:   waitq.Saturation{EngineQueue: a.cfg.EngineQueueFull},
 		Rejected: func(reason string) {
 			if a.m != nil {

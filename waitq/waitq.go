@@ -13,10 +13,10 @@
 package waitq
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +36,20 @@ type Ticket struct {
 	Deadline time.Time
 	// Arrived orders requests of the same class and deadline.
 	Arrived time.Time
+	// Ref is the caller's own handle on the request, for Config.Pick; the
+	// queue never reads it.
+	Ref any
+	// Report, when set, is filled in before Wait returns.
+	Report *Report
+}
+
+// Report is what a request's wait was like.
+type Report struct {
+	// Queued: the request waited in its lane (it was not bound at once).
+	Queued bool
+	// Passed is how many times room went to a request behind it in its
+	// lane (Config.Pick chose it instead).
+	Passed int
 }
 
 // Config bounds the queue.
@@ -49,39 +63,60 @@ type Config struct {
 	// model each time it changes (a gauge). It is called with the queue's
 	// lock held and must not call back into the queue.
 	Changed func(model string, waiting int)
+	// Pick, when set, chooses which waiter of a lane is offered room that
+	// frees: it sees the lane's window (its first waiters in order, at most
+	// Window of them, all of the head's priority class, ending with the
+	// first one already passed over MaxPasses times) and returns the index
+	// of the one to offer it to; each waiter ahead of that one is passed
+	// over once more. So no request is passed over more than MaxPasses
+	// times, nor ever by one of a lower class. It is called with the
+	// queue's lock held and must be quick and must not call the queue. nil:
+	// the head, always.
+	Pick func(model string, window []Ticket) int
+	// Window bounds the waiters Pick sees (at least 1).
+	Window int
+	// MaxPasses bounds how many times one waiter may be passed over.
+	MaxPasses int
 }
 
 // Queue is a bounded set of per-model lanes of waiting requests. Only the
-// head of a lane is ever offered room, so a request never overtakes one
-// ahead of it in order; when the head leaves (bound, cancelled, timed out)
-// the next one is woken, so nobody is left asleep behind a gone waiter.
+// head of a lane is woken when room may have freed; it offers the room to
+// the waiter Config.Pick chooses (itself, without Pick), so a request never
+// overtakes one ahead of it in order but by Pick's bounded choice; when the
+// head leaves (bound, cancelled, timed out) the next one is woken, so
+// nobody is left asleep behind a gone waiter.
 type Queue struct {
 	cfg     Config
 	mu      sync.Mutex
 	lanes   map[string]*lane // only lanes with waiters: bounded by Size
 	waiting int
 	seq     uint64
+	// window is Pick's argument, reused (guarded by mu).
+	window []Ticket
 }
 
 // New returns an empty queue.
 func New(cfg Config) *Queue {
+	cfg.Window = max(cfg.Window, 1)
 	return &Queue{cfg: cfg, lanes: map[string]*lane{}}
 }
 
 // Wait returns nil once room() said yes for this request: at once when
-// nobody for its model waits and room() does, else when it is at the head of
-// its lane, woken (Wake), and room() does. room is called with the queue's
-// lock held, and only ever from Wait's own goroutine; it may take the place
-// it reports (a true answer binds the request); it must be quick and must
-// not call the queue.
+// nobody for its model waits and room() does, else when room is offered to
+// it (the head of its lane, woken by Wake, offers it as Config.Pick
+// chooses) and room() does. room is called with the queue's lock held,
+// from Wait's goroutine or from that of the head of its lane; it may take
+// the place it reports (a true answer binds the request); it must be quick
+// and must not call the queue.
 //
 // It fails with a fault.Busy naming --queue-size when the queue is full, one
 // naming --queue-timeout-secs when the request waited Timeout, or ctx's
-// cause when ctx ends first.
+// cause when ctx ends first; a request bound in the same moment (by the
+// head) is bound, whatever ended.
 func (q *Queue) Wait(ctx context.Context, t Ticket, room func() bool) error {
 	q.mu.Lock()
 	l := q.lanes[t.Model]
-	if l == nil || len(l.h) == 0 {
+	if l == nil || len(l.ws) == 0 {
 		if room() {
 			q.mu.Unlock()
 			return nil
@@ -96,12 +131,14 @@ func (q *Queue) Wait(ctx context.Context, t Ticket, room func() bool) error {
 		q.lanes[t.Model] = l
 	}
 	q.seq++
-	w := &waiter{t: t, seq: q.seq, wake: make(chan struct{}, 1)}
-	heap.Push(&l.h, w)
+	w := &waiter{t: t, seq: q.seq, wake: make(chan struct{}, 1), room: room}
+	l.insert(w)
 	q.waiting++
 	q.changed(t.Model, l)
-	if l.h[0] == w && room() { // it went straight to the head of a lane that was waiting
-		q.leave(t.Model, l, w)
+	if t.Report != nil {
+		t.Report.Queued = true
+	}
+	if l.ws[0] == w && q.offer(t.Model, l, w) { // it went straight to the head of a lane that was waiting
 		q.mu.Unlock()
 		return nil
 	}
@@ -113,20 +150,77 @@ func (q *Queue) Wait(ctx context.Context, t Ticket, room func() bool) error {
 		select {
 		case <-w.wake:
 			q.mu.Lock()
-			if l.h[0] == w && room() {
-				q.leave(t.Model, l, w)
+			if w.granted || l.ws[0] == w && q.offer(t.Model, l, w) {
 				q.mu.Unlock()
 				return nil
 			}
 			q.mu.Unlock()
 		case <-timer.C:
-			q.abandon(t.Model, l, w)
+			if q.abandon(t.Model, l, w) {
+				return nil
+			}
 			return fault.Newf(fault.Busy, "%w; retry later", timeoutError(q.cfg.Timeout))
 		case <-ctx.Done():
-			q.abandon(t.Model, l, w)
+			if q.abandon(t.Model, l, w) {
+				return nil
+			}
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// offer is the head's turn: while room lasts, it offers it to the waiter
+// Config.Pick chooses, and reports true once that is the head itself (bound,
+// and out of the lane). A waiter behind it that takes the room leaves the
+// lane at once and is woken to find itself granted. Called with the lock
+// held.
+func (q *Queue) offer(model string, l *lane, head *waiter) bool {
+	for {
+		i := q.pick(model, l)
+		c := l.ws[i]
+		if !c.room() {
+			return false
+		}
+		for _, p := range l.ws[:i] {
+			p.passed++
+			if p.t.Report != nil {
+				p.t.Report.Passed = p.passed
+			}
+		}
+		q.leave(model, l, c)
+		if c == head {
+			return true
+		}
+		c.granted = true
+		select {
+		case c.wake <- struct{}{}:
+		default: // a wake from when it was a head stands for this one
+		}
+	}
+}
+
+// pick is the index, in l.ws, of the waiter offered room now. Called with
+// the lock held.
+func (q *Queue) pick(model string, l *lane) int {
+	if q.cfg.Pick == nil || len(l.ws) < 2 {
+		return 0
+	}
+	q.window = q.window[:0]
+	for _, w := range l.ws[:min(len(l.ws), q.cfg.Window)] {
+		if w.t.Priority != l.ws[0].t.Priority {
+			break
+		}
+		q.window = append(q.window, w.t)
+		if w.passed >= q.cfg.MaxPasses {
+			break // nobody behind it may pass it again
+		}
+	}
+	i := q.cfg.Pick(model, q.window)
+	clear(q.window) // drop the references until the next pick
+	if i < 0 || i >= len(q.window) {
+		return 0
+	}
+	return i
 }
 
 // fullError is a request refused because the queue is full.
@@ -187,48 +281,69 @@ func (q *Queue) WaitingFor(model string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if l := q.lanes[model]; l != nil {
-		return len(l.h)
+		return len(l.ws)
 	}
 	return 0
 }
 
-// abandon removes a waiter that gives up.
-func (q *Queue) abandon(model string, l *lane, w *waiter) {
+// abandon removes a waiter that gives up, unless the head granted it room
+// first: then it reports true, and the request is bound.
+func (q *Queue) abandon(model string, l *lane, w *waiter) bool {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w.granted {
+		return true
+	}
 	q.leave(model, l, w)
-	q.mu.Unlock()
+	return false
 }
 
-// leave removes w from its lane and wakes the lane's new head, which may
-// have room now (the place w did not take, or one that freed while w held
-// the head). Called with the lock held.
+// leave removes w from its lane and, when w was its head, wakes the lane's
+// new head, which may have room now (the place w did not take, or one that
+// freed while w held the head). Called with the lock held.
 func (q *Queue) leave(model string, l *lane, w *waiter) {
-	heap.Remove(&l.h, w.idx)
+	i := slices.Index(l.ws, w)
+	l.ws = slices.Delete(l.ws, i, i+1)
 	q.waiting--
 	q.changed(model, l)
-	if len(l.h) == 0 {
+	if len(l.ws) == 0 {
 		delete(q.lanes, model)
 		return
 	}
-	l.nudge()
+	if i == 0 {
+		l.nudge()
+	}
 }
 
 func (q *Queue) changed(model string, l *lane) {
 	if q.cfg.Changed != nil {
-		q.cfg.Changed(model, len(l.h))
+		q.cfg.Changed(model, len(l.ws))
 	}
 }
 
-// lane is one model's waiters.
-type lane struct{ h waiters }
+// lane is one model's waiters, in the order they are served (a lane holds
+// at most Config.Size: kept sorted, so that Pick's window is its first
+// entries).
+type lane struct{ ws []*waiter }
+
+// insert puts w in its place: after every waiter served before it.
+func (l *lane) insert(w *waiter) {
+	i, _ := slices.BinarySearchFunc(l.ws, w, func(a, b *waiter) int {
+		if before(a, b) {
+			return -1
+		}
+		return 1
+	})
+	l.ws = slices.Insert(l.ws, i, w)
+}
 
 // nudge wakes the head; a wake it has not consumed yet stands for this one.
 func (l *lane) nudge() {
-	if len(l.h) == 0 {
+	if len(l.ws) == 0 {
 		return
 	}
 	select {
-	case l.h[0].wake <- struct{}{}:
+	case l.ws[0].wake <- struct{}{}:
 	default:
 	}
 }
@@ -237,8 +352,13 @@ func (l *lane) nudge() {
 type waiter struct {
 	t    Ticket
 	seq  uint64 // breaks ties of equal tickets by arrival in the queue
-	idx  int    // position in the heap
-	wake chan struct{}
+	room func() bool
+	// passed counts the times room went to a waiter behind it.
+	passed int
+	// granted: the head gave it room; it left the lane (guarded by the
+	// queue's lock).
+	granted bool
+	wake    chan struct{}
 }
 
 // before reports whether a is served before b.
@@ -257,26 +377,4 @@ func before(a, b *waiter) bool {
 		return a.t.Arrived.Before(b.t.Arrived)
 	}
 	return a.seq < b.seq
-}
-
-// waiters is a heap of waiters, first served at 0.
-type waiters []*waiter
-
-func (h waiters) Len() int           { return len(h) }
-func (h waiters) Less(i, j int) bool { return before(h[i], h[j]) }
-func (h waiters) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *waiters) Push(x any) {
-	w := x.(*waiter)
-	w.idx = len(*h)
-	*h = append(*h, w)
-}
-func (h *waiters) Pop() any {
-	old := *h
-	w := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return w
 }

@@ -2,6 +2,7 @@ package waitq_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,16 @@ func TestQueueSpec(t *testing.T) {
 		// every other one ("waiting", or the start of its error).
 		bound   string
 		outcome map[string]string
+		// pick, window and maxPasses are the queue's Config.Pick (given
+		// each waiter's name as its Ref), Window and MaxPasses.
+		pick              func(window []waitq.Ticket) int
+		window, maxPasses int
+		// passed is, for requests named, how many times their Report
+		// says they were passed over.
+		passed map[string]int
+		// anyOrder: requests bound in one turn may return in any order,
+		// so bound is compared as a set.
+		anyOrder bool
 	}{
 		{name: "room at once: no wait", size: 4,
 			steps: []step{{free: 1}, {arrive: "a"}},
@@ -89,6 +100,45 @@ func TestQueueSpec(t *testing.T) {
 			steps:   []step{{arrive: "a"}, {cancel: "a"}, {arrive: "b"}, {free: 1}},
 			bound:   "b",
 			outcome: map[string]string{"a": "canceled"}},
+
+		// Pick (late binding's matching) chooses who in the head's window
+		// gets the room; these pick the last of the window, the most
+		// hostile choice for the head.
+		{name: "pick: room goes to the waiter Pick chooses in the window", size: 8, pick: pickLast, window: 2, maxPasses: 4,
+			steps:   []step{{arrive: "a", ticket: waitq.Ticket{Arrived: at(1)}}, {arrive: "b", ticket: waitq.Ticket{Arrived: at(2)}}, {arrive: "c", ticket: waitq.Ticket{Arrived: at(3)}}, {free: 1}},
+			bound:   "b",
+			outcome: map[string]string{"a": "waiting", "c": "waiting"},
+			passed:  map[string]int{"a": 1, "c": 0}},
+		{name: "pick: a waiter never chosen is bound once passed over MaxPasses times", size: 8, pick: pickLast, window: 8, maxPasses: 2,
+			steps: []step{{arrive: "a", ticket: waitq.Ticket{Arrived: at(1)}}, {arrive: "b", ticket: waitq.Ticket{Arrived: at(2)}},
+				{arrive: "c", ticket: waitq.Ticket{Arrived: at(3)}}, {arrive: "d", ticket: waitq.Ticket{Arrived: at(4)}},
+				{free: 1}, {free: 1}, {free: 1}, {free: 1}},
+			bound:  "d c a b",
+			passed: map[string]int{"a": 2, "b": 2, "c": 1, "d": 0}},
+		{name: "pick: passes are bounded for newcomers too", size: 8, pick: pickLast, window: 8, maxPasses: 1,
+			steps: []step{{arrive: "a", ticket: waitq.Ticket{Arrived: at(1)}}, {arrive: "b", ticket: waitq.Ticket{Arrived: at(2)}}, {free: 1},
+				{arrive: "c", ticket: waitq.Ticket{Arrived: at(3)}}, {free: 1}, {free: 1}},
+			bound:  "b a c",
+			passed: map[string]int{"a": 1}},
+		{name: "pick: never a lower class before a higher one", size: 8, pick: pickLast, window: 8, maxPasses: 8,
+			steps: []step{{arrive: "lo1", ticket: waitq.Ticket{Priority: 1, Arrived: at(1)}}, {arrive: "hi", ticket: waitq.Ticket{Priority: -1, Arrived: at(2)}},
+				{arrive: "lo2", ticket: waitq.Ticket{Priority: 1, Arrived: at(3)}}, {free: 1}, {free: 1}, {free: 1}},
+			bound:  "hi lo2 lo1",
+			passed: map[string]int{"hi": 0, "lo1": 1}},
+		{name: "pick: the head offers every free place in one turn", size: 8, pick: pickLast, window: 8, maxPasses: 8,
+			steps: []step{{arrive: "a", ticket: waitq.Ticket{Arrived: at(1)}}, {arrive: "b", ticket: waitq.Ticket{Arrived: at(2)}},
+				{arrive: "c", ticket: waitq.Ticket{Arrived: at(3)}}, {free: 2}},
+			bound: "b c", anyOrder: true,
+			outcome: map[string]string{"a": "waiting"}},
+		{name: "pick: a waiter passed over still times out at its own time", size: 8, pick: pickLast, window: 8, maxPasses: 8,
+			steps: []step{{arrive: "a", ticket: waitq.Ticket{Arrived: at(1)}}, {after: 10 * time.Second}, {arrive: "b", ticket: waitq.Ticket{Arrived: at(2)}},
+				{free: 1}, {after: 20 * time.Second}},
+			bound:   "b",
+			outcome: map[string]string{"a": "busy: --queue-timeout-secs"},
+			passed:  map[string]int{"a": 1}},
+		{name: "pick: when the chosen waiter's room does not open, nobody is bound", size: 8, pick: pickFirst, window: 8, maxPasses: 8,
+			steps:   []step{{arrive: "a", stuck: map[string]bool{"a": true}}, {arrive: "b"}, {free: 1}},
+			outcome: map[string]string{"a": "waiting", "b": "waiting"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -96,7 +146,12 @@ func TestQueueSpec(t *testing.T) {
 				free, stuck := 0, map[string]bool{}
 				var bound []string
 				outcome := map[string]string{}
-				q := waitq.New(waitq.Config{Size: c.size, Timeout: 30 * time.Second})
+				cfg := waitq.Config{Size: c.size, Timeout: 30 * time.Second, Window: c.window, MaxPasses: c.maxPasses}
+				if c.pick != nil {
+					cfg.Pick = func(_ string, w []waitq.Ticket) int { return c.pick(w) }
+				}
+				q := waitq.New(cfg)
+				reports := map[string]*waitq.Report{}
 				cancels := map[string]context.CancelFunc{}
 				var wg sync.WaitGroup
 				for _, s := range c.steps {
@@ -112,6 +167,8 @@ func TestQueueSpec(t *testing.T) {
 						if tk.Model == "" {
 							tk.Model = "m"
 						}
+						tk.Ref, tk.Report = name, &waitq.Report{}
+						reports[name] = tk.Report
 						ctx, cancel := context.WithCancel(t.Context())
 						cancels[name] = cancel
 						mu.Lock()
@@ -144,6 +201,9 @@ func TestQueueSpec(t *testing.T) {
 					synctest.Wait()
 				}
 				mu.Lock()
+				if c.anyOrder {
+					slices.Sort(bound)
+				}
 				if got := strings.Join(bound, " "); got != c.bound {
 					t.Errorf("bound in order %q, want %q", got, c.bound)
 				}
@@ -158,6 +218,11 @@ func TestQueueSpec(t *testing.T) {
 					}
 					if got != want {
 						t.Errorf("%s: %s, want %s", name, got, want)
+					}
+				}
+				for name, want := range c.passed {
+					if got := reports[name].Passed; got != want {
+						t.Errorf("%s was passed over %d times, want %d", name, got, want)
 					}
 				}
 				mu.Unlock()
@@ -177,6 +242,11 @@ func TestQueueSpec(t *testing.T) {
 		})
 	}
 }
+
+// pickLast and pickFirst are Config.Picks: the last of the window, and
+// its head.
+func pickLast(w []waitq.Ticket) int { return len(w) - 1 }
+func pickFirst([]waitq.Ticket) int  { return 0 }
 
 // describe names a Wait's outcome for the spec.
 func describe(err error) string {
@@ -228,4 +298,56 @@ func TestWaitingPerModelIsReported(t *testing.T) {
 			t.Errorf("after cancel, waiting per model = %v, want zeros", seen)
 		}
 	})
+}
+
+// TestGrantedAsItsClientLeaves: the head grants room to a waiter behind it
+// (Config.Pick) in the same moment that waiter's client gives up. Whichever
+// comes first, a request that took a place is bound, and one that was
+// refused took none: the places taken equal the requests bound.
+func TestGrantedAsItsClientLeaves(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			var mu sync.Mutex
+			free, taken := 0, 0
+			room := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				if free == 0 {
+					return false
+				}
+				free--
+				taken++
+				return true
+			}
+			q := waitq.New(waitq.Config{Size: 4, Timeout: time.Minute, Window: 2, MaxPasses: 4,
+				Pick: func(string, []waitq.Ticket) int { return 1 }})
+			bound := 0
+			results := make(chan error, 2)
+			aCtx, cancelA := context.WithCancel(t.Context())
+			defer cancelA()
+			bCtx, cancelB := context.WithCancel(t.Context())
+			go func() { results <- q.Wait(aCtx, waitq.Ticket{Model: "m", Arrived: t0}, room) }()
+			synctest.Wait()
+			go func() { results <- q.Wait(bCtx, waitq.Ticket{Model: "m", Arrived: t0.Add(time.Second)}, room) }()
+			synctest.Wait()
+			mu.Lock()
+			free = 1
+			mu.Unlock()
+			q.WakeAll()
+			cancelB() // b's client leaves as the head grants it the place
+			synctest.Wait()
+			cancelA()
+			for range 2 {
+				if err := <-results; err == nil {
+					bound++
+				}
+			}
+			if bound != taken || taken != 1 {
+				t.Errorf("%d bound, %d places taken; want 1 and 1", bound, taken)
+			}
+			if q.Waiting() != 0 {
+				t.Errorf("Waiting() = %d after both left", q.Waiting())
+			}
+		})
+	}
 }

@@ -14,6 +14,7 @@ import (
 var benchAdmissionFlags = []string{
 	"max-concurrent-requests", "queue-size", "queue-timeout-secs",
 	"late-binding-avoid-full", "late-binding-engine-queue",
+	"late-binding-match-window", "late-binding-max-passes",
 }
 
 // registerAdmission adds benchAdmissionFlags to fs, as serve registers
@@ -35,6 +36,7 @@ func (c *benchConfig) tuneRouter(rc *router.Config) {
 	a, set := c.admission.config(), &rc.Admission
 	set.MaxConcurrentRequests, set.QueueSize, set.QueueTimeout = a.MaxConcurrentRequests, a.QueueSize, a.QueueTimeout
 	set.AvoidFullEngines, set.EngineQueueFull = a.AvoidFullEngines, a.EngineQueueFull
+	set.MatchWindow, set.MaxPasses = a.MatchWindow, a.MaxPasses
 }
 
 // serveArgs are the flags for `kvgate serve` with --peers.
@@ -46,5 +48,7 @@ func (c *benchConfig) serveArgs() []string {
 		"--queue-timeout-secs", fmt.Sprint(a.queueTimeoutSec),
 		fmt.Sprintf("--late-binding-avoid-full=%t", a.avoidFull),
 		fmt.Sprintf("--late-binding-engine-queue=%t", a.engineQueue),
+		"--late-binding-match-window", fmt.Sprint(a.matchWindow),
+		"--late-binding-max-passes", fmt.Sprint(a.maxPasses),
 	}
 }

@@ -78,6 +78,8 @@ type admissionFlags struct {
 	maxLogprobBytes int64
 	avoidFull       bool
 	engineQueue     bool
+	matchWindow     int
+	maxPasses       int
 }
 
 func (a *admissionFlags) register(fs *flag.FlagSet) {
@@ -88,6 +90,8 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.readTimeout, "request-read-timeout", d.RequestReadTimeout, "a Generate or Chat call must send its request this soon after it opens, else DEADLINE_EXCEEDED; no admission place is held before it arrives (0: no limit)")
 	fs.Float64Var(&a.ratePerKey, "rate-limit-per-key", 0, "requests per second (and burst) each client may send, keyed by x-routing-key, else authorization, else address (0: no limit)")
 	fs.BoolVar(&a.avoidFull, "late-binding-avoid-full", d.AvoidFullEngines, "a request bound after waiting for an engine with room is placed only on engines below their running-request limit, not on one the policy prefers that is full (false: the policy chooses among all, which keeps cache affinity)")
+	fs.IntVar(&a.matchWindow, "late-binding-match-window", d.MatchWindow, "requests that waited in the router are bound by matching: a free engine place goes to the one, among this many first waiting of the head's priority class, that loses least of its cached prefix by running on an engine with room now, and it is placed only on an engine with room; requests cached on a full engine wait in the router for it (0: the head is bound and the policy chooses among all engines)")
+	fs.IntVar(&a.maxPasses, "late-binding-max-passes", d.MaxPasses, "how many times matching (--late-binding-match-window) may pass a waiting request over for one behind it; after that nobody behind it is bound before it")
 	fs.BoolVar(&a.engineQueue, "late-binding-engine-queue", d.EngineQueueFull, "late binding also counts as full an engine whose last GetLoads reported requests waiting in its own queue (less ours that ended since), whatever its running-request limit, and keeps requests in the router while every engine is full (false: only the running-request limit counts)")
 	fs.Int64Var(&a.maxLogprobBytes, "max-logprob-bytes", d.MaxLogprobBytes, "log-probability bytes the engines' answers to requests in flight may carry together (prompt_logprobs and logprobs with max_new_tokens, weighted by positions × (top_logprobs+1)); a request beyond it gets RESOURCE_EXHAUSTED (-1: no limit)")
 	fs.IntVar(&a.maxRequestBytes, "max-request-bytes", server.DefaultMaxRequestBytes, "largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED")
@@ -103,5 +107,6 @@ func (a *admissionFlags) config() server.AdmissionConfig {
 	c.MaxLogprobBytes = a.maxLogprobBytes
 	c.AvoidFullEngines = a.avoidFull
 	c.EngineQueueFull = a.engineQueue
+	c.MatchWindow, c.MaxPasses = a.matchWindow, a.maxPasses
 	return c
 }
