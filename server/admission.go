@@ -79,12 +79,18 @@ type AdmissionConfig struct {
 	MaxLogprobBytes int64
 }
 
-// Late binding's matching by default (see AdmissionConfig.MatchWindow): a
-// window of 32 is about 2.5 s of arrivals on the overloaded conversation
-// trace, and 16 passes bound a waiting request's extra wait to 16 other
-// bindings.
+// Late binding's matching (see AdmissionConfig.MatchWindow) is off by
+// default. It won under overload on both Mooncake traces (TTFT p50 3-7%
+// lower at --speed 6, 29-34% in two of three pairs at 4), but on 4
+// engines of 8 slots under 128 conversations it raised TTFT p90 and p99
+// 13-19% over round_robin's with any bound on passes tried (2, 4, 16), where
+// binding the head keeps them level (BENCHMARKS.md, "Late binding by
+// matching"). MatchedWindow is the window those runs used, about 2.5 s of
+// arrivals on the overloaded conversation trace; 16 passes bound a waiting
+// request's extra wait to 16 other bindings.
 const (
-	DefaultMatchWindow = 32
+	DefaultMatchWindow = 0
+	MatchedWindow      = 32
 	DefaultMaxPasses   = 16
 )
 

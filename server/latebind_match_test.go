@@ -9,13 +9,14 @@ import (
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/router"
+	"github.com/kvgate/kvgate/server"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
 // TestLateBindingMatching: two engines of one slot, each held by a request
 // whose prompt the other requests extend; "head" (cached on engine A) and
 // then "second" (cached on engine B) wait in the router. When B's slot
-// frees, matching (the default) binds "second" there and keeps "head" in
+// frees, matching (--late-binding-match-window 32) binds "second" there and keeps "head" in
 // the router for A, its own cache, and binds it when A frees, counting its
 // wait as passed_over. Without matching the head is bound first, and the
 // wait mode sends it to A, full: it waits blind in A's own queue while
@@ -23,13 +24,13 @@ import (
 func TestLateBindingMatching(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		window int // --late-binding-match-window; -1: the default
+		window int // --late-binding-match-window
 		// after B frees: requests waiting in the router, and queued in
 		// an engine that was full
 		inRouter, inEngine float64
 		passed             uint64
 	}{
-		{name: "matching (default): the head waits in the router for its cache", window: -1, inRouter: 1, inEngine: 0, passed: 1},
+		{name: "matching: the head waits in the router for its cache", window: server.MatchedWindow, inRouter: 1, inEngine: 0, passed: 1},
 		{name: "without matching: the head waits in a full engine's queue", window: 0, inRouter: 0, inEngine: 1, passed: 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -38,9 +39,7 @@ func TestLateBindingMatching(t *testing.T) {
 				sim:     func(_ int, sc *sim.Config) { sc.MaxRunning, sc.Faults.StallAfterTokens = 1, 1 },
 				config: func(rc *router.Config) {
 					rc.Reliability.StreamIdleTimeout = 0
-					if c.window >= 0 {
-						rc.Admission.MatchWindow = c.window
-					}
+					rc.Admission.MatchWindow = c.window
 				}})
 			first := make(chan string, 4) // names, as their first chunk comes
 			stream := func(ctx context.Context, name string, ids []uint32) {

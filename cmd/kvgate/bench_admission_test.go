@@ -29,8 +29,8 @@ func TestBenchAdmissionFlagsReachTheRouter(t *testing.T) {
 			func(c *server.AdmissionConfig) { c.AvoidFullEngines = true }},
 		{"engine queues count as full", []string{"--late-binding-engine-queue"},
 			func(c *server.AdmissionConfig) { c.EngineQueueFull = true }},
-		{"matching's window and passes", []string{"--late-binding-match-window", "0", "--late-binding-max-passes", "3"},
-			func(c *server.AdmissionConfig) { c.MatchWindow, c.MaxPasses = 0, 3 }},
+		{"matching's window and passes", []string{"--late-binding-match-window", "32", "--late-binding-max-passes", "3"},
+			func(c *server.AdmissionConfig) { c.MatchWindow, c.MaxPasses = 32, 3 }},
 		{"the queue's size and timeout, the bound on requests", []string{"--queue-size", "7", "--queue-timeout-secs", "2.5", "--max-concurrent-requests", "-1"},
 			func(c *server.AdmissionConfig) {
 				c.QueueSize, c.QueueTimeout, c.MaxConcurrentRequests = 7, 2500*time.Millisecond, -1
