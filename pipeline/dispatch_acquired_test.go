@@ -5,27 +5,11 @@ import (
 	"testing"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil/policytest"
 	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
-
-// inWindow runs during once, as soon as the policy it wraps has decided
-// a request: between that selection and the worker's Acquire, the window
-// a starved machine's other selections fall into.
-type inWindow struct {
-	policy.Policy
-	during func()
-}
-
-func (p *inWindow) Select(ctx context.Context, req *policy.Request, cands []workers.View) (policy.Decision, error) {
-	d, err := p.Policy.Select(ctx, req, cands)
-	if f := p.during; f != nil && !req.DryRun {
-		p.during = nil
-		f()
-	}
-	return d, err
-}
 
 // TestPlaceCountsItsDecisionUntilAcquired is the regular dispatcher's
 // side of cache_aware's count of decisions not yet acquired
@@ -73,7 +57,7 @@ func testPlaceCountsItsDecisionUntilAcquired(t *testing.T, mode string) {
 	if _, err := ca.Select(ctx, &policy.Request{InputIDs: prompt(1_000, 512)}, workers.Views([]*workers.Worker{w1})); err != nil {
 		t.Fatal(err)
 	}
-	pol := &inWindow{Policy: ca}
+	pol := &policytest.InWindow{Policy: ca}
 	p := New(Config{Registry: reg})
 	table := modeltable.New(modeltable.OneModel, p.RegularPlacer)
 	r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
@@ -96,9 +80,9 @@ func testPlaceCountsItsDecisionUntilAcquired(t *testing.T, mode string) {
 		}
 	}
 
-	pol.during = func() { place("B", 20_000, w1) }
+	pol.During = func() { place("B", 20_000, w1) }
 	place("A", 10_000, w0)
-	if pol.during != nil {
+	if pol.During != nil {
 		t.Fatal("B was never placed")
 	}
 	place("C", 30_000, w0)

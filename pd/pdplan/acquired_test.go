@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil/policytest"
 	"github.com/kvgate/kvgate/modeltable"
 	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/pd/pdplan"
@@ -12,22 +13,6 @@ import (
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
-
-// inWindow runs during once, as soon as the policy it wraps has decided
-// a request: between that selection and the worker's Acquire.
-type inWindow struct {
-	policy.Policy
-	during func()
-}
-
-func (p *inWindow) Select(ctx context.Context, req *policy.Request, cands []workers.View) (policy.Decision, error) {
-	d, err := p.Policy.Select(ctx, req, cands)
-	if f := p.during; f != nil && !req.DryRun {
-		p.during = nil
-		f()
-	}
-	return d, err
-}
 
 // TestPlacerCountsItsDecisionsUntilAcquired is the PD placer's side of
 // cache_aware's count of decisions not yet acquired (Request.Acquires),
@@ -62,7 +47,7 @@ func TestPlacerCountsItsDecisionsUntilAcquired(t *testing.T) {
 				}
 				return ca
 			}
-			prefill := &inWindow{Policy: newCA()}
+			prefill := &policytest.InWindow{Policy: newCA()}
 			decode := newCA()
 			pp := pipeline.New(pipeline.Config{Registry: reg})
 			d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
@@ -98,9 +83,9 @@ func TestPlacerCountsItsDecisionsUntilAcquired(t *testing.T) {
 				}
 			}
 
-			prefill.during = func() { place("B", 20_000, p1) }
+			prefill.During = func() { place("B", 20_000, p1) }
 			place("A", 10_000, p0)
-			if prefill.during != nil {
+			if prefill.During != nil {
 				t.Fatal("B was never placed")
 			}
 			place("C", 30_000, p0)
