@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"slices"
+
 	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/waitq"
 	"github.com/kvgate/kvgate/workers"
@@ -76,7 +78,7 @@ func (g *gate) pick(_ string, window []waitq.Ticket) int {
 		anywhere, here := 0, 0
 		for _, tm := range look.Lookup(j.InputIDs).Tenants {
 			room, ok := free[tm.Tenant]
-			if !ok || excludedFrom(j, tm.Tenant) {
+			if !ok || slices.Contains(j.excluded, tm.Tenant) {
 				continue
 			}
 			anywhere = max(anywhere, tm.Tokens)
@@ -90,14 +92,4 @@ func (g *gate) pick(_ string, window []waitq.Ticket) int {
 		}
 	}
 	return best
-}
-
-// excludedFrom reports whether an earlier attempt of j failed on url.
-func excludedFrom(j *Job, url string) bool {
-	for _, e := range j.excluded {
-		if e == url {
-			return true
-		}
-	}
-	return false
 }

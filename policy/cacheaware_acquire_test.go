@@ -68,12 +68,9 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 				t.Fatal(err)
 			}
 			views := workers.Views(ws)
-			first, err := p.Select(ctx, &policy.Request{InputIDs: system, Acquires: tc.acquires, DryRun: tc.dryRun}, views)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if names[first.Worker] != "w0" {
-				t.Fatalf("the first request went to %s, want w0", names[first.Worker])
+			first, got := decideName(t, p, &policy.Request{InputIDs: system, Acquires: tc.acquires, DryRun: tc.dryRun}, views, names)
+			if got != "w0" {
+				t.Fatalf("the first request went to %s, want w0", got)
 			}
 			switch tc.then {
 			case "acquired":
@@ -89,19 +86,11 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 				}
 			}
 			if tc.pendingOnW7 {
-				d, err := p.Select(ctx, &policy.Request{InputIDs: own, Acquires: true}, views)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if names[d.Worker] != "w7" {
-					t.Fatalf("w7's own prompt went to %s, want w7", names[d.Worker])
+				if _, got := decideName(t, p, &policy.Request{InputIDs: own, Acquires: true}, views, names); got != "w7" {
+					t.Fatalf("w7's own prompt went to %s, want w7", got)
 				}
 			}
-			second, err := p.Select(ctx, &policy.Request{InputIDs: system, Acquires: true}, views)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := names[second.Worker]; got != tc.want {
+			if second, got := decideName(t, p, &policy.Request{InputIDs: system, Acquires: true}, views, names); got != tc.want {
 				t.Fatalf("the second request went to %s (%s), want %s", got, second.Why(), tc.want)
 			}
 		})
@@ -154,12 +143,9 @@ func TestScoredModesCountDecisionsUntilAcquired(t *testing.T) {
 				if _, err := p.Select(ctx, &policy.Request{InputIDs: own}, workers.Views(ws[2:])); err != nil {
 					t.Fatal(err)
 				}
-				first, err := p.Select(ctx, &policy.Request{InputIDs: firstPrompt, Acquires: tc.acquires, DryRun: tc.dryRun}, views)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if names[first.Worker] != "w0" {
-					t.Fatalf("the first request went to %s, want w0", names[first.Worker])
+				first, got := decideName(t, p, &policy.Request{InputIDs: firstPrompt, Acquires: tc.acquires, DryRun: tc.dryRun}, views, names)
+				if got != "w0" {
+					t.Fatalf("the first request went to %s, want w0", got)
 				}
 				switch tc.then {
 				case "acquired":
@@ -177,22 +163,24 @@ func TestScoredModesCountDecisionsUntilAcquired(t *testing.T) {
 					}
 				}
 				if tc.pendingOnW2 {
-					d, err := p.Select(ctx, &policy.Request{InputIDs: own, Acquires: true}, views)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if names[d.Worker] != "w2" {
-						t.Fatalf("w2's own prompt went to %s, want w2", names[d.Worker])
+					if _, got := decideName(t, p, &policy.Request{InputIDs: own, Acquires: true}, views, names); got != "w2" {
+						t.Fatalf("w2's own prompt went to %s, want w2", got)
 					}
 				}
-				second, err := p.Select(ctx, &policy.Request{InputIDs: secondPrompt, Acquires: true}, views)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := names[second.Worker]; got != tc.want {
+				if second, got := decideName(t, p, &policy.Request{InputIDs: secondPrompt, Acquires: true}, views, names); got != tc.want {
 					t.Fatalf("the second request went to %s (%s), want %s", got, second.Why(), tc.want)
 				}
 			})
 		}
 	}
+}
+
+// decideName decides req among views and names the worker it chose.
+func decideName(t *testing.T, p *policy.CacheAware, req *policy.Request, views []workers.View, names map[*workers.Worker]string) (policy.Decision, string) {
+	t.Helper()
+	d, err := p.Select(context.Background(), req, views)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, names[d.Worker]
 }
