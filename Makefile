@@ -59,7 +59,7 @@ sdk-tools: sdk/typescript/node_modules/.package-lock.json $(SDK_GEN_STAMP)
 sdk/typescript/node_modules/.package-lock.json: sdk/typescript/package-lock.json
 	cd sdk/typescript && npm ci --no-audit --no-fund --ignore-scripts
 
-$(SDK_GEN_STAMP): $(SDK_GEN_REQS)
+$(SDK_GEN_STAMP): | $(SDK_GEN_REQS)
 	rm -rf $(SDK_GEN_VENV)
 	$(SDK_PYTHON) -m venv $(SDK_GEN_VENV)
 	$(SDK_GEN_VENV)/bin/pip install --quiet --disable-pip-version-check -r $(SDK_GEN_REQS)
@@ -380,7 +380,7 @@ AIPERF_STAMP  := $(AIPERF_VENV)/.stamp-$(shell sha256sum $(AIPERF_REQS) 2>/dev/n
 aiperf-ci: $(AIPERF_STAMP)
 	go build -buildvcs=auto -o $(BIN)/kvgate ./cmd/kvgate
 	scripts/aiperf-ci.sh $(BIN)/kvgate $(AIPERF_VENV)/bin/aiperf
-$(AIPERF_STAMP): $(AIPERF_REQS)
+$(AIPERF_STAMP): | $(AIPERF_REQS)
 	rm -rf $(AIPERF_VENV)
 	$(AIPERF_PYTHON) -m venv $(AIPERF_VENV)
 	$(AIPERF_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r $(AIPERF_REQS)
