@@ -396,6 +396,13 @@ func TestKVEventsUnimplemented(t *testing.T) {
 
 			testutil.Eventually(t, "approximate mode", func() bool { return mode(subs, w.URL()) == workers.KVModeApproximate })
 			e.SetFaults(sim.Faults{})
+			// On a loaded machine a recheck can come before the fault is
+			// cleared and be refused too. Every subscription counted by now
+			// may have been refused; every later one is accepted.
+			refused := e.Calls("SubscribeKvEvents")
+			if most := 1 + uint64(time.Since(began)/recheck); refused > most {
+				t.Errorf("%d subscriptions while refused; want at most %d, one per Recheck", refused, most)
+			}
 			if err := e.WaitCalls(testutil.Context(t, 5*time.Second), "SubscribeKvEvents", 2); err != nil {
 				t.Fatal(err)
 			}
@@ -405,8 +412,8 @@ func TestKVEventsUnimplemented(t *testing.T) {
 			prompt := testutil.Tokens(10, 32)
 			generate(t, w, "after-recheck", prompt)
 			testutil.Eventually(t, "events mode", func() bool { return mode(subs, w.URL()) == workers.KVModeEvents })
-			if n := e.Calls("SubscribeKvEvents"); n != 2 {
-				t.Errorf("%d subscriptions; want 2 (the refused one and the recheck)", n)
+			if n := e.Calls("SubscribeKvEvents"); n < 2 || n > refused+1 {
+				t.Errorf("%d subscriptions, %d of them before the fault was cleared; want the refused ones and one recheck", n, refused)
 			}
 			if got := rec.log(w.URL()); len(got) < 2 || got[0] != "approximate" || !slices.Contains(got, "exact") {
 				t.Errorf("handler calls %q; want approximate, then the events and exact", got)
