@@ -143,6 +143,12 @@ func (f *zmqFleet) restart(t *testing.T) {
 	}
 	f.reopened(t, restarted)
 	f.reconnected(t)
+	// Requests sent before the subscription has reopened its stream make
+	// batches it never sees; once the new process has numbered as many as
+	// the old one had, its numbers no longer go backwards and nothing can
+	// tell its restart from a reconnection (which a loaded machine's
+	// backoff made happen about once in 30 runs).
+	testutil.Eventually(t, "the subscription to reopen its stream", func() bool { return f.status().Connected })
 }
 
 // reopened waits until the publisher has opened its sockets again for the
