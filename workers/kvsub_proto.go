@@ -43,9 +43,9 @@ func openKVEvents(ctx context.Context, conn grpc.ClientConnInterface, method str
 }
 
 // kvEventStream decodes an engine's stream of KvEventBatch messages. Two
-// decoders take turns, so a batch lives until the Recv after next (see
-// KVEventStream): the subscription applies one batch while its pump
-// receives the next, with no handshake between them.
+// decoders take turns, so a batch lives until the Recv after next, as
+// KVEventStream promises its readers (the subscription's receiver applies
+// each batch before it receives the next, and needs only one).
 type kvEventStream struct {
 	in   grpc.ClientStream
 	buf  []byte

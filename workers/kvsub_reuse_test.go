@@ -71,15 +71,16 @@ func TestKVEventBatchesLiveForOneCall(t *testing.T) {
 			if len(h.kept) < 3 || len(h.tokens) < 3 {
 				t.Fatalf("%d batches, %d with stored blocks; want at least 3", len(h.kept), len(h.tokens))
 			}
-			// Two decoders take turns (the pump receives a batch while the
-			// one before is applied): batches two apart share memory.
+			// Two decoders take turns (KVEventStream lets a reader receive
+			// a batch while the one before is applied): batches two apart
+			// share memory.
 			for i := 2; i < len(h.kept); i++ {
 				if h.kept[i] != h.kept[i-2] {
 					t.Errorf("batch %d was handed on in fresh memory; batches are decoded into two by turns", i)
 				}
 			}
 			if h.kept[0] == h.kept[1] {
-				t.Errorf("batches 0 and 1 share memory: the pump could decode into a batch being applied")
+				t.Errorf("batches 0 and 1 share memory: a reader receiving ahead could decode into a batch being applied")
 			}
 			// The tokens are the decoder's own scratch, not a copy: a batch's
 			// first page sits where one two batches before sat (its scratch

@@ -1,7 +1,9 @@
 package workers
 
 import (
+	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -219,4 +221,46 @@ func BenchmarkKVEventDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkKVEventDecodeSim: a 1K-token request's batch as a full
+// workers/sim engine sends it: 64 removals and 64 stores, each of one
+// 16-token page, with 64-bit block hashes, event ids and token ids drawn
+// from a 128K vocabulary (3-byte varints), as the router receives them in
+// `kvgate bench --overhead --cpu`.
+func BenchmarkKVEventDecodeSim(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var events []*smgcommon.KvCacheEvent
+	id := uint64(1)
+	for range 64 {
+		events = append(events, &smgcommon.KvCacheEvent{EventId: id, Data: &smgcommon.KvCacheEvent_Removed{
+			Removed: &smgcommon.KvBlocksRemoved{BlockHashes: []int64{rng.Int64()}}}})
+		toks := make([]uint32, 16)
+		for k := range toks {
+			toks[k] = uint32(rng.IntN(128256))
+		}
+		events = append(events, &smgcommon.KvCacheEvent{EventId: id + 1, Data: &smgcommon.KvCacheEvent_Stored{Stored: &smgcommon.KvBlocksStored{
+			ParentBlockHash: proto.Int64(rng.Int64()), Blocks: []*smgcommon.KvBlock{{BlockHash: rng.Int64(), TokenIds: toks, BlockSize: 16}}}}})
+		id += 2
+	}
+	data, err := proto.Marshal(&smgcommon.KvEventBatch{SequenceNumber: 1, Timestamp: 1.7e9, Events: events})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	// The thread's CPU time as well: on the shared machine ns/op counts
+	// other processes' work too.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0, cpuOK := testutil.ThreadCPU()
+	var d kvWire
+	for b.Loop() {
+		if _, err := d.decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if c1, _ := testutil.ThreadCPU(); cpuOK {
+		b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+	}
 }
