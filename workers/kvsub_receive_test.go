@@ -54,7 +54,8 @@ func (s kvBurstStream) Recv() (*workers.KVEventBatch, error) {
 // many Recv calls had been made and how long after its Recv the batch was
 // applied.
 type receiveChecker struct {
-	e *kvBurst
+	e   *kvBurst
+	all chan struct{} // closed when the burst's last batch is applied
 
 	mu      sync.Mutex
 	applied []uint64
@@ -72,6 +73,9 @@ func (c *receiveChecker) ApplyKVEvents(_ string, b *workers.KVEventBatch) {
 	c.applied = append(c.applied, b.Seq)
 	c.ahead = append(c.ahead, ahead)
 	c.waited = append(c.waited, waited)
+	if len(c.applied) == c.e.n {
+		close(c.all)
+	}
 }
 
 func (c *receiveChecker) ResetKVEvents(string, int)   {}
@@ -91,7 +95,7 @@ func TestKVSubscriptionAppliesEachBatchBeforeReceivingTheNext(t *testing.T) {
 		if err := reg.Add(workers.NewWorker(url, workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, e, nil)); err != nil {
 			t.Fatal(err)
 		}
-		c := &receiveChecker{e: e}
+		c := &receiveChecker{e: e, all: make(chan struct{})}
 		subs, err := workers.NewKVSubscriptions(kvTestConfig(c))
 		if err != nil {
 			t.Fatal(err)
@@ -99,15 +103,7 @@ func TestKVSubscriptionAppliesEachBatchBeforeReceivingTheNext(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error)
 		go func() { done <- subs.Run(ctx, reg) }()
-		for {
-			time.Sleep(time.Millisecond)
-			c.mu.Lock()
-			all := len(c.applied) == n
-			c.mu.Unlock()
-			if all {
-				break
-			}
-		}
+		<-c.all
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run = %v", err)
