@@ -109,6 +109,9 @@ type CacheAware struct {
 	misses missCounters
 	// removed remembers the pages KV events removed lately.
 	removed *removals
+	// flight holds the prompts placed and not yet observed, per worker,
+	// for predictions on engines that queue (see predictQueued).
+	flight *inFlight
 }
 
 // NewCacheAware builds a cache_aware policy configured by o.CacheAware, or
@@ -141,6 +144,7 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 	c.removed = newRemovals(cfg.BlockSize)
 	c.eventMirror = newEventMirror(treeIndex{t, c.removed}, cfg.BlockSize, o.Logger)
 	c.spec = newSpeculations(cfg.SpeculativeTTL, speculationTokens)
+	c.flight = newInFlight()
 	return c, nil
 }
 
@@ -205,6 +209,14 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	}
 	if s.pend.x != nil {
 		d.pending = &s.pend
+	}
+	if url := d.Worker.URL(); c.isExact(url) {
+		// See predictQueued; only where events keep the tree exact, since
+		// without them the outcome corrects the tree from the prediction.
+		d.PredictedCachedTokens = c.predictQueued(s.ws[s.chosen], req.InputIDs, d.PredictedCachedTokens)
+		if !req.DryRun {
+			c.flight.add(url, s, req.InputIDs, time.Now())
+		}
 	}
 	if req.DryRun {
 		d.Reason = s.reason()
@@ -548,6 +560,7 @@ func (s *snapshot) reason() string {
 func (c *CacheAware) Forget(url string) {
 	c.eventMirror.forget(url)
 	c.removed.forget(url)
+	c.flight.forget(url)
 	c.tree.RemoveTenant(url)
 }
 

@@ -79,6 +79,9 @@ func (c *CacheAware) Accuracy() Accuracy {
 // being removed, so an insert arriving after the router has forgotten it
 // would bring it back into the tree as a tenant nobody removes.
 func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
+	if s, ok := d.why.(*snapshot); ok && d.Worker != nil && (req == nil || !req.DryRun) {
+		c.flight.done(d.Worker.URL(), s)
+	}
 	if d.Worker != nil && d.Worker.Draining() {
 		return
 	}

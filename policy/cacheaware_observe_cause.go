@@ -29,7 +29,8 @@ const (
 	// MissUnseen: the engine reported more than predicted: it held pages
 	// the router did not know of (stored events not applied yet, a
 	// speculative entry expired before its events came, another router's
-	// traffic).
+	// traffic), or pages it was expected to evict while the request waited
+	// in its queue survived (see predictQueued).
 	MissUnseen
 	// MissBoundary: the difference is a matter of pages: the report is not
 	// a whole number of the router's pages (an engine block size other

@@ -1,0 +1,146 @@
+package policy
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvgate/kvgate/workers"
+)
+
+// An engine whose KV cache is full queues what it is sent, and while a
+// request waits there the requests admitted before it evict, least
+// recently used first, every page of the cache no running request holds:
+// the finished turns and idle prefixes that the router's tree, fed by the
+// engine's own events, still shows at the decision. Most misses under
+// eviction pressure were these (multi-turn, 128 conversations on
+// 40,000-token caches: the engine then reported cached only the system
+// prompt, which its running requests held). So on an engine whose last
+// load poll reported requests waiting in its own queue, cache_aware
+// predicts cached only the part of the match that a request of its own in
+// flight there shares: the pages an engine keeps are those its running
+// requests hold. A request in flight may itself still wait in the queue and
+// hold nothing; on the shared-prefix workload, where requests of one group
+// queue together, the misses this leaves remain.
+//
+// The engine is chosen before, from the match, as without the rule. What
+// follows the prediction is the prefill the worker is charged for the
+// request (Worker.Prefilling counts the prompt less the prediction), which
+// later decisions read as its backlog: the engine computes those pages
+// again.
+
+// inFlightMaxAge bounds how long a placed request's prompt is counted when
+// its outcome never comes (a placement abandoned before its dispatch): such
+// entries are swept when a worker's map reaches its sweep size, which is
+// then set to twice what remains (at least inFlightSweepMin).
+const inFlightMaxAge = 10 * time.Minute
+
+// inFlight is, per worker, the prompts of the requests this policy placed
+// there whose outcome it has not observed yet. The decision's snapshot
+// names each: Observe gets the decision back, and the snapshot is
+// allocated per selection anyway.
+type inFlight struct {
+	mu  sync.Mutex
+	per map[string]*flights
+}
+
+type flights struct {
+	reqs    map[*snapshot]flight
+	sweepAt int // sweep entries past inFlightMaxAge when reqs reaches it
+}
+
+type flight struct {
+	prompt []uint32
+	at     time.Time
+}
+
+// inFlightSweepMin is the smallest map a sweep looks at.
+const inFlightSweepMin = 1024
+
+func newInFlight() *inFlight { return &inFlight{per: map[string]*flights{}} }
+
+// add counts prompt as in flight on url until done(url, s).
+func (f *inFlight) add(url string, s *snapshot, prompt []uint32, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := f.per[url]
+	if fl == nil {
+		fl = &flights{reqs: map[*snapshot]flight{}, sweepAt: inFlightSweepMin}
+		f.per[url] = fl
+	}
+	if len(fl.reqs) >= fl.sweepAt {
+		for k, v := range fl.reqs {
+			if now.Sub(v.at) > inFlightMaxAge {
+				delete(fl.reqs, k)
+			}
+		}
+		fl.sweepAt = max(inFlightSweepMin, 2*len(fl.reqs))
+	}
+	fl.reqs[s] = flight{prompt: prompt, at: now}
+}
+
+// done ends s's count on url.
+func (f *inFlight) done(url string, s *snapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.per[url]; fl != nil {
+		delete(fl.reqs, s)
+	}
+}
+
+// forget drops url's requests (the worker left the fleet).
+func (f *inFlight) forget(url string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.per, url)
+}
+
+// shared is the longest prefix of prompt, in whole pages and at most limit
+// tokens, that a request in flight on url shares. A candidate can only
+// beat the best so far by matching the page after it, so that page is
+// compared first and most candidates are passed over in one page.
+func (f *inFlight) shared(url string, prompt []uint32, pageSize, limit int) int {
+	limit = min(limit, len(prompt)) / pageSize * pageSize
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := f.per[url]
+	if fl == nil {
+		return 0
+	}
+	best := 0
+	for _, r := range fl.reqs {
+		if best >= limit {
+			break
+		}
+		p := r.prompt
+		if len(p) < best+pageSize ||
+			!slices.Equal(p[best:best+pageSize], prompt[best:best+pageSize]) ||
+			!slices.Equal(p[:best], prompt[:best]) {
+			continue
+		}
+		n := best + pageSize
+		for n+pageSize <= min(len(p), limit) && slices.Equal(p[n:n+pageSize], prompt[n:n+pageSize]) {
+			n += pageSize
+		}
+		best = n
+	}
+	return best
+}
+
+// engineQueueing reports whether v's engine said, at its last load poll,
+// that requests wait in its own queue: a request sent there now waits too,
+// and finds cached only what the engine's running requests hold.
+func engineQueueing(v workers.View) bool {
+	return v.EngineLoad().Waiting > 0
+}
+
+// predictQueued returns the tokens of matched (the chosen worker's match)
+// that a request for prompt should find cached on v: all of them, unless
+// v's engine is queueing (engineQueueing), and then only those a request
+// of ours in flight there shares.
+func (c *CacheAware) predictQueued(v workers.View, prompt []uint32, matched int) int {
+	if matched == 0 || !engineQueueing(v) {
+		return matched
+	}
+	return c.flight.shared(v.URL(), prompt, c.pageSize, matched)
+}

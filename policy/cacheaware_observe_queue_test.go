@@ -1,0 +1,61 @@
+package policy_test
+
+import (
+	"testing"
+
+	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/workers"
+)
+
+// TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages: on an engine whose
+// last load poll reported requests waiting in its own queue, a request sent
+// now waits there while the ones admitted before it evict every page no
+// running request holds, so the prediction keeps only the part of the match
+// that a request of ours in flight on it shares. The engine's events hold
+// a system prompt (4 pages) and a conversation's history (2 pages); the
+// next turn matches both. The routing is the same in every row: only the
+// prediction changes.
+func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
+	sys, hist := caTokens(1, 64), caTokens(2, 32)
+	next := caJoin(sys, hist, caTokens(4, 20))
+	tests := []struct {
+		name     string
+		waiting  int        // the engine's queue at its last poll
+		inFlight [][]uint32 // prompts placed on it, outcome not yet seen
+		ended    bool       // their outcomes arrived before the next turn
+		want     int
+	}{
+		{"engine not queueing: the whole match", 0, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, 96},
+		{"queueing: what a request in flight shares", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, 64},
+		{"queueing: the longest of several shares", 2,
+			[][]uint32{caTokens(5, 48), caJoin(sys[:32], caTokens(6, 40)), caJoin(sys, hist[:16], caTokens(7, 16))}, false, 80},
+		{"queueing: a request of the same conversation holds it all", 2, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, 96},
+		{"queueing, nothing in flight: nothing", 2, nil, false, 0},
+		{"queueing, the requests in flight have ended: nothing", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, true, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := fleet(1)[0]
+			p := newCA(t, nil)
+			p.SetKVEventMode(w.URL(), true)
+			p.ApplyKVEvents(w.URL(), batch(0, engineChain(caJoin(sys, hist), 16, 100, nil)...))
+			var placed []policy.Decision
+			for _, ids := range tt.inFlight {
+				placed = append(placed, caSelect(t, p, ids, w))
+			}
+			if tt.ended {
+				for i, d := range placed {
+					p.Observe(&policy.Request{InputIDs: tt.inFlight[i]}, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
+				}
+			}
+			w.SetEngineLoad(workers.Load{Waiting: tt.waiting})
+			d := caExplain(t, p, next, w)
+			if got := d.PredictedCachedTokens; got != tt.want {
+				t.Fatalf("predicted %d cached, want %d", got, tt.want)
+			}
+			if got := d.Matched.Of(w.URL()); got != 96 {
+				t.Fatalf("the tree's match is %d, want 96 whatever the queue", got)
+			}
+		})
+	}
+}
