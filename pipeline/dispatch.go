@@ -116,7 +116,7 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 	r.Legs = r.legBuf[:1]
 	if !dryRun {
 		r.release = dec.Worker.Acquire()
-		r.prefilled = dec.Worker.Prefilling(len(preq.InputIDs) - dec.PredictedCachedTokens)
+		r.prefilled = dec.Worker.Prefilling(dec.PrefillTokens(len(preq.InputIDs)))
 		// Once the worker counts the request and its prefill: the policy's
 		// pending count covers both until then (the cost and wait modes
 		// price the prefill queue).

@@ -213,7 +213,8 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	if url := d.Worker.URL(); c.isExact(url) {
 		// See predictQueued; only where events keep the tree exact, since
 		// without them the outcome corrects the tree from the prediction.
-		d.PredictedCachedTokens = c.predictQueued(s.ws[s.chosen], req.InputIDs, d.PredictedCachedTokens)
+		predicted := c.predictQueued(s.ws[s.chosen], req.InputIDs, d.PredictedCachedTokens)
+		d.PredictedCachedTokens, d.queueCut = predicted, d.PredictedCachedTokens-predicted
 		if !req.DryRun {
 			c.flight.add(url, s, req.InputIDs, time.Now())
 		}

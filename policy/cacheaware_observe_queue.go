@@ -23,11 +23,10 @@ import (
 // hold nothing; on the shared-prefix workload, where requests of one group
 // queue together, the misses this leaves remain.
 //
-// The engine is chosen before, from the match, as without the rule. What
-// follows the prediction is the prefill the worker is charged for the
-// request (Worker.Prefilling counts the prompt less the prediction), which
-// later decisions read as its backlog: the engine computes those pages
-// again.
+// The engine is chosen before, from the match, as without the rule, and
+// the prefill the worker is charged for the request (Decision.PrefillTokens)
+// is still the prompt less that match: the routing is unchanged, and only
+// the prediction says what the engine will hold.
 
 // inFlightMaxAge bounds how long a placed request's prompt is counted when
 // its outcome never comes (a placement abandoned before its dispatch): such

@@ -13,8 +13,8 @@ import (
 // running request holds, so the prediction keeps only the part of the match
 // that a request of ours in flight on it shares. The engine's events hold
 // a system prompt (4 pages) and a conversation's history (2 pages); the
-// next turn matches both. The routing is the same in every row: only the
-// prediction changes.
+// next turn matches both. The routing is the same in every row, and so is
+// the prefill the worker is charged for: only the prediction changes.
 func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 	sys, hist := caTokens(1, 64), caTokens(2, 32)
 	next := caJoin(sys, hist, caTokens(4, 20))
@@ -55,6 +55,9 @@ func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 			}
 			if got := d.Matched.Of(w.URL()); got != 96 {
 				t.Fatalf("the tree's match is %d, want 96 whatever the queue", got)
+			}
+			if got, want := d.PrefillTokens(len(next)), len(next)-96; got != want {
+				t.Fatalf("the worker is charged %d tokens of prefill, want %d: the prompt less the match it was routed by", got, want)
 			}
 		})
 	}

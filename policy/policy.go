@@ -86,6 +86,23 @@ type Decision struct {
 	// pending is the count the policy keeps of the decision until its
 	// worker's load does (see Request.Acquires); nil for none.
 	pending acquirer
+	// queueCut is how many tokens of the match the policy routed by were
+	// left out of PredictedCachedTokens because the engine queues (see
+	// CacheAware.predictQueued); PrefillTokens adds them back.
+	queueCut int
+}
+
+// PrefillTokens is what the caller charges the chosen worker's prefill
+// backlog for a prompt of promptLen tokens (Worker.Prefilling): the prompt
+// less the cache the policy routed by. That is PredictedCachedTokens, but
+// on an engine whose queue the prediction expects to evict part of the
+// match, where it is the match: later decisions read the backlog
+// (cache_aware's rule that keeps a request with its cache, the cost and
+// wait modes), and the prediction is meant to say what the engine will
+// hold without moving them. (Charged from the prediction, the shared-prefix
+// runs at 40 requests/s queued more requests in the engines.)
+func (d Decision) PrefillTokens(promptLen int) int {
+	return promptLen - d.PredictedCachedTokens - d.queueCut
 }
 
 // acquirer is what a policy counts of a decision until its worker's load
