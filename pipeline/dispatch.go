@@ -99,7 +99,7 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 	preq.Acquires = !dryRun
 	var dec policy.Decision
 	slots, err := ChooseAndAcquire(preq, len(candidates), func() ([]*workers.Worker, func(), error) {
-		dec.Acquired() // the previous try's, whose breaker refused it (or none)
+		dec.Abandoned() // the previous try's, whose breaker refused it (or none)
 		var err error
 		if dec, err = d.policy.Select(ctx, preq, workers.Views(candidates)); err != nil {
 			return nil, nil, SelectionError(d.policy.Name(), len(candidates), err)
@@ -107,7 +107,7 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 		return []*workers.Worker{dec.Worker}, nil, nil
 	})
 	if err != nil {
-		dec.Acquired() // abandoned: every breaker refused
+		dec.Abandoned() // every breaker refused
 		return nil, err
 	}
 	r := &single{s: d.s, pol: d.policy, preq: preq, dec: dec, vocab: d.r.OutputVocab(dec.Worker)}

@@ -217,6 +217,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 		d.PredictedCachedTokens, d.queueCut = predicted, d.PredictedCachedTokens-predicted
 		if !req.DryRun {
 			c.flight.add(url, s, req.InputIDs, time.Now())
+			d.keeper = c
 		}
 	}
 	if req.DryRun {

@@ -29,7 +29,7 @@ import (
 // the prediction says what the engine will hold.
 
 // inFlightMaxAge bounds how long a placed request's prompt is counted when
-// its outcome never comes (a placement abandoned before its dispatch): such
+// its outcome never comes and it was not abandoned (Decision.Abandoned): such
 // entries are swept when a worker's map reaches its sweep size, which is
 // then set to twice what remains (at least inFlightSweepMin).
 const inFlightMaxAge = 10 * time.Minute
@@ -142,4 +142,13 @@ func (c *CacheAware) predictQueued(v workers.View, prompt []uint32, matched int)
 		return matched
 	}
 	return c.flight.shared(v.URL(), prompt, c.pageSize, matched)
+}
+
+// abandoned ends the in-flight count of a decision whose request was never
+// sent (Decision.Abandoned): no outcome will end it, and until the sweep it
+// would count as holding its prefix on an engine that never saw it.
+func (c *CacheAware) abandoned(d Decision) {
+	if s, ok := d.why.(*snapshot); ok && d.Worker != nil {
+		c.flight.done(d.Worker.URL(), s)
+	}
 }

@@ -23,15 +23,17 @@ func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 		waiting  int        // the engine's queue at its last poll
 		inFlight [][]uint32 // prompts placed on it, outcome not yet seen
 		ended    bool       // their outcomes arrived before the next turn
+		never    bool       // they were abandoned (Decision.Abandoned) instead
 		want     int
 	}{
-		{"engine not queueing: the whole match", 0, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, 96},
-		{"queueing: what a request in flight shares", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, 64},
+		{"engine not queueing: the whole match", 0, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, false, 96},
+		{"queueing: what a request in flight shares", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, false, 64},
 		{"queueing: the longest of several shares", 2,
-			[][]uint32{caTokens(5, 48), caJoin(sys[:32], caTokens(6, 40)), caJoin(sys, hist[:16], caTokens(7, 16))}, false, 80},
-		{"queueing: a request of the same conversation holds it all", 2, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, 96},
-		{"queueing, nothing in flight: nothing", 2, nil, false, 0},
-		{"queueing, the requests in flight have ended: nothing", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, true, 0},
+			[][]uint32{caTokens(5, 48), caJoin(sys[:32], caTokens(6, 40)), caJoin(sys, hist[:16], caTokens(7, 16))}, false, false, 80},
+		{"queueing: a request of the same conversation holds it all", 2, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, false, 96},
+		{"queueing, nothing in flight: nothing", 2, nil, false, false, 0},
+		{"queueing, the requests in flight have ended: nothing", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, true, false, 0},
+		{"queueing, the requests placed were never sent: nothing", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +48,11 @@ func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 			if tt.ended {
 				for i, d := range placed {
 					p.Observe(&policy.Request{InputIDs: tt.inFlight[i]}, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
+				}
+			}
+			if tt.never {
+				for _, d := range placed {
+					d.Abandoned()
 				}
 			}
 			w.SetEngineLoad(workers.Load{Waiting: tt.waiting})

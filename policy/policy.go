@@ -90,6 +90,10 @@ type Decision struct {
 	// left out of PredictedCachedTokens because the engine queues (see
 	// CacheAware.predictQueued); PrefillTokens adds them back.
 	queueCut int
+	// keeper is the policy that holds something of the decision until its
+	// outcome (Observe), to be let go if the request is never sent; nil
+	// for none (see Abandoned).
+	keeper abandoner
 }
 
 // PrefillTokens is what the caller charges the chosen worker's prefill
@@ -109,6 +113,10 @@ func (d Decision) PrefillTokens(promptLen int) int {
 // counts it.
 type acquirer interface{ acquired() }
 
+// abandoner is a policy that keeps something of a decision until its
+// outcome, and lets it go when the request is never sent.
+type abandoner interface{ abandoned(Decision) }
+
 // Acquired tells the policy that the chosen worker's load now counts the
 // request, or that it never will: see Request.Acquires. Calls after the
 // first, and calls on a decision the policy keeps no count of (a dry run,
@@ -116,6 +124,18 @@ type acquirer interface{ acquired() }
 func (d Decision) Acquired() {
 	if d.pending != nil {
 		d.pending.acquired()
+	}
+}
+
+// Abandoned tells the policy that the request will never be sent to the
+// chosen worker (its circuit breaker refused it, and the caller chooses
+// again or gives up): Acquired, and no outcome will come to Observe, so
+// whatever the policy keeps of the decision until then goes now. Calls on
+// the zero Decision do nothing.
+func (d Decision) Abandoned() {
+	d.Acquired()
+	if d.keeper != nil {
+		d.keeper.abandoned(d)
 	}
 }
 

@@ -72,8 +72,9 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 	preq.Acquires = !dryRun
 	var dec pd.Pair
 	acquired := func() { dec.Prefill.Acquired(); dec.Decode.Acquired() }
+	abandoned := func() { dec.Prefill.Abandoned(); dec.Decode.Abandoned() }
 	slots, err := pipeline.ChooseAndAcquire(preq, len(prefills)+len(decodes), func() ([]*workers.Worker, func(), error) {
-		acquired() // the previous try's, whose breaker refused it (or none)
+		abandoned() // the previous try's, whose breaker refused it (or none)
 		var err error
 		if dec, err = d.pd.Select(ctx, preq, prefills, decodes); err != nil {
 			return nil, nil, pipeline.SelectionError("pd", len(prefills)+len(decodes), err)
@@ -81,7 +82,7 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		return []*workers.Worker{dec.Prefill.Worker, dec.Decode.Worker}, dec.Release, nil
 	})
 	if err != nil {
-		acquired() // abandoned: every breaker refused
+		abandoned() // every breaker refused
 		return nil, err
 	}
 	if !dryRun {
