@@ -92,10 +92,13 @@ func TestZMQEventsRestartReplayFails(t *testing.T) {
 			}
 
 			// The restarted publisher sends its first two batches to
-			// nobody, and its replay socket fails the first request.
-			pub.DropNext(2)
-			pub.FailNextReplay()
-			f.restart(t)
+			// nobody, and its replay socket fails the first request. Set
+			// while the engine is down, so that no batch of the old
+			// process (one published after caughtUp) takes a drop.
+			f.restart(t, func() {
+				pub.DropNext(2)
+				pub.FailNextReplay()
+			})
 			f.until(t, "the restart and its lost batches to be seen", func() bool {
 				st := f.status()
 				return st.Resets > 0 && st.Gaps > 0
@@ -130,14 +133,17 @@ func (f *zmqFleet) caughtUp(t *testing.T) {
 	})
 }
 
-// restart kills the engine, waits for the event stream to break, starts
-// the engine again and waits until its publisher has reopened and the
-// worker reaches it.
-func (f *zmqFleet) restart(t *testing.T) {
+// restart kills the engine, waits for the event stream to break, runs
+// whileDown (if any), starts the engine again and waits until its
+// publisher has reopened and the worker reaches it.
+func (f *zmqFleet) restart(t *testing.T, whileDown ...func()) {
 	t.Helper()
 	_, restarted := f.pub.Published()
 	f.srv.Kill()
 	testutil.Eventually(t, "the stream to break", func() bool { return f.status().Failures > 0 })
+	for _, fn := range whileDown {
+		fn()
+	}
 	if err := f.srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
