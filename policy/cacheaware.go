@@ -278,12 +278,14 @@ type snapshot struct {
 	// sizes: each candidate's tokens in the tree (see judge and refresh);
 	// −1 for one the snapshot did not read (see needsSize).
 	sizes []int
-	// threshold: the threshold mode, whose selections are logged; logged:
-	// how many the log held when the snapshot was read (see refresh);
-	// dry: an Explain, which logs none; acquires: the caller says when
-	// the worker's load counts the decision, which pend counts until then
-	// (see pendingPick).
+	// threshold: the threshold mode; logs: a mode whose selections are
+	// logged (the threshold and wait modes); logged: how many the log
+	// held when the snapshot was read (see refresh); dry: an Explain,
+	// which logs none; acquires: the caller says when the worker's load
+	// counts the decision, which pend counts until then (see
+	// pendingPick).
 	threshold bool
+	logs      bool
 	logged    uint64
 	dry       bool
 	acquires  bool
@@ -325,7 +327,8 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
 	scored := c.cost != nil || c.wait != nil
 	s.threshold = !scored
-	if s.threshold {
+	s.logs = s.threshold || c.wait != nil
+	if s.logs {
 		// Before the loads: a selection acquired between the two reads
 		// counts twice (see refresh), never not at all.
 		s.logged = s.x.log.now()
@@ -514,7 +517,7 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	if s.acquires {
 		s.pend.pend(s.x, s.chosen, prefill)
 	}
-	if s.threshold {
+	if s.logs {
 		s.x.log.add(s.chosen, prefill)
 	}
 }

@@ -85,20 +85,26 @@ func costLoads(ws []workers.View, cached func(i int) int, pending *pendingCounts
 		if capacity <= 0 {
 			capacity = w.KVCapacityTokens()
 		}
-		queue := 0
-		if pending != nil {
-			// Before PendingPrefill: a decision acquired between the two
-			// reads counts twice, never not at all.
-			queue = int(pending.prefill[i].Load())
-		}
-		queue += w.PendingPrefill()
-		c := costLoad{queue: max(queue, 0), held: max(l.UsedTokens, 0), capacity: max(capacity, 0)}
+		c := costLoad{queue: queueOf(w, i, pending), held: max(l.UsedTokens, 0), capacity: max(capacity, 0)}
 		if c.capacity > 0 {
 			c.fullness = min(float64(max(cached(i), 0))/float64(c.capacity), 1)
 		}
 		out[i] = c
 	}
 	return out
+}
+
+// queueOf is candidate w's prefill queue in tokens: its PendingPrefill,
+// and the prompts of decisions pending at position i when pending is not
+// nil (see costLoads).
+func queueOf(w workers.View, i int, pending *pendingCounts) int {
+	queue := 0
+	if pending != nil {
+		// Before PendingPrefill: a decision acquired between the two
+		// reads counts twice, never not at all.
+		queue = int(pending.prefill[i].Load())
+	}
+	return max(queue+w.PendingPrefill(), 0)
 }
 
 // costTerms is one candidate's cost, term by term.

@@ -121,6 +121,17 @@ func waitLoads(ws []workers.View, loads []int, cached func(i int) int, pending *
 	return out
 }
 
+// rereadWaitLoads reads every candidate's load (loads, read afresh) and
+// queue again, in place: a selection that waited for the tree lock behind
+// more others than the pick log holds (see snapshot.refresh) prices them
+// as they are now. The rest (held KV, speed) stays as read before. It
+// allocates nothing: it runs under the tree's lock.
+func rereadWaitLoads(wl []waitLoad, ws []workers.View, loads []int, pending *pendingCounts) {
+	for i, w := range ws {
+		wl[i].load, wl[i].queue = loads[i], queueOf(w, i, pending)
+	}
+}
+
 // start is how long a request sent to the candidate waits before its
 // prefill begins: for a running slot (ahead of it: the requests beyond the
 // limit, this one included) and for the prefill lane, whichever is longer.
