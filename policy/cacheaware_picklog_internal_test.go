@@ -54,7 +54,7 @@ func head(p [][2]int) [][2]int { return p[:min(len(p), 4)] }
 // idle) would have sent it to the first worker, which by then carries
 // one request more than every other.
 func TestCacheAwareStaleSnapshotPastTheLog(t *testing.T) {
-	c, ws, system := systemPromptFleet(t, 0, true)
+	c, ws, system := systemPromptFleet(t, ModeThreshold, 0, true)
 	views := workers.Views(ws)
 	stale := c.snapshot(views)
 	for range pickLogSize + 1 { // 8×128+1: the first worker carries one more

@@ -8,29 +8,39 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// TestCacheAwareStaleSnapshotsDoNotHerd is a burst of selections that all
-// read their snapshot (loads, tree sizes) before any of them takes the
-// tree lock, as on a starved machine where each waits for it: each must
-// see the ones decided before it, so the burst spreads as it does when the
+// TestStaleSnapshotsDoNotHerd is a burst of selections that all read their
+// snapshot (loads, queues, tree sizes) before any of them takes the tree
+// lock, as on a starved machine where each waits for it: each must see the
+// ones decided before it, so the burst spreads as it does when the
 // selections run one after another. Without that, every one chose the
-// worker the shared snapshot saw as least loaded (or holding the prompt).
-func TestCacheAwareStaleSnapshotsDoNotHerd(t *testing.T) {
+// worker the shared snapshot saw as least loaded, with the shortest
+// queue, or holding the prompt. Both rules that keep a pick log are pinned.
+func TestStaleSnapshotsDoNotHerd(t *testing.T) {
 	for _, tc := range []struct {
+		mode  string
 		name  string
 		limit int // running-request limit each engine reports (0: none)
 		warm  bool
 		burst int
 		want  [8]int // selections per worker
 	}{
-		{name: "8 engines of 256 slots holding the system prompt, 16 new conversations: 2 each",
-			limit: 256, warm: true, burst: 16, want: [8]int{2, 2, 2, 2, 2, 2, 2, 2}},
-		{name: "8 engines reporting no limit, 24 new conversations: 3 each",
-			warm: true, burst: 24, want: [8]int{3, 3, 3, 3, 3, 3, 3, 3}},
-		{name: "8 idle empty engines of 256 slots, 9 new conversations: the first takes two, then the start-up rule gives each other one",
-			limit: 256, burst: 9, want: [8]int{2, 1, 1, 1, 1, 1, 1, 1}},
+		{ModeThreshold, "8 engines of 256 slots holding the system prompt, 16 new conversations: 2 each",
+			256, true, 16, [8]int{2, 2, 2, 2, 2, 2, 2, 2}},
+		{ModeThreshold, "8 engines reporting no limit, 24 new conversations: 3 each",
+			0, true, 24, [8]int{3, 3, 3, 3, 3, 3, 3, 3}},
+		{ModeThreshold, "8 idle empty engines of 256 slots, 9 new conversations: the first takes two, then the start-up rule gives each other one",
+			256, false, 9, [8]int{2, 1, 1, 1, 1, 1, 1, 1}},
+		{ModeWait, "8 engines of 256 slots holding the system prompt, 16 new conversations: 2 each",
+			256, true, 16, [8]int{2, 2, 2, 2, 2, 2, 2, 2}},
+		{ModeWait, "8 engines reporting no limit, 24 new conversations: 3 each",
+			0, true, 24, [8]int{3, 3, 3, 3, 3, 3, 3, 3}},
+		{ModeWait, "8 engines of 2 slots holding the system prompt, 16 new conversations: 2 each",
+			2, true, 16, [8]int{2, 2, 2, 2, 2, 2, 2, 2}},
+		{ModeWait, "8 idle empty engines, 9 new conversations: a queued copy of the system prompt costs more than a cold prefill, so each takes one, then the first a second",
+			256, false, 9, [8]int{2, 1, 1, 1, 1, 1, 1, 1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, ws, system := systemPromptFleet(t, tc.limit, tc.warm)
+		t.Run(tc.mode+"/"+tc.name, func(t *testing.T) {
+			c, ws, system := systemPromptFleet(t, tc.mode, tc.limit, tc.warm)
 			views := workers.Views(ws)
 			snaps := make([]*snapshot, tc.burst)
 			for i := range snaps {
@@ -38,10 +48,7 @@ func TestCacheAwareStaleSnapshotsDoNotHerd(t *testing.T) {
 			}
 			got := map[int]int{}
 			for i, s := range snaps {
-				prompt := append(append([]uint32(nil), system...), make([]uint32, 128)...)
-				for k := range 128 {
-					prompt[1024+k] = uint32(100_000 + 128*i + k)
-				}
+				prompt := conversationPrompt(system, i)
 				c.tree.MatchInsertAmong(prompt, s.x.roster, s.matched, func() int {
 					c.decide(s, len(prompt))
 					return s.chosen
@@ -57,10 +64,10 @@ func TestCacheAwareStaleSnapshotsDoNotHerd(t *testing.T) {
 	}
 }
 
-// systemPromptFleet is cache_aware over 8 engines reporting a running
-// limit of limit (0: none) and a 1,024-token system prompt; warm: each
-// engine already holds it.
-func systemPromptFleet(t *testing.T, limit int, warm bool) (*CacheAware, []*workers.Worker, []uint32) {
+// systemPromptFleet is cache_aware in mode over 8 engines reporting a
+// running limit of limit (0: none) and a 1,024-token system prompt; warm:
+// each engine already holds it.
+func systemPromptFleet(t *testing.T, mode string, limit int, warm bool) (*CacheAware, []*workers.Worker, []uint32) {
 	t.Helper()
 	ws := make([]*workers.Worker, 8)
 	for i := range ws {
@@ -68,7 +75,7 @@ func systemPromptFleet(t *testing.T, limit int, warm bool) (*CacheAware, []*work
 			workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: limit}, nil, nil)
 	}
 	o := DefaultOptions()
-	o.CacheAware.Mode = ModeThreshold // the rule whose herding these tests pin
+	o.CacheAware.Mode = mode
 	c, err := NewCacheAware(o)
 	if err != nil {
 		t.Fatal(err)
@@ -85,4 +92,14 @@ func systemPromptFleet(t *testing.T, limit int, warm bool) (*CacheAware, []*work
 		}
 	}
 	return c, ws, system
+}
+
+// conversationPrompt is conversation i's first turn: the system prompt
+// and a question of 128 tokens of its own.
+func conversationPrompt(system []uint32, i int) []uint32 {
+	prompt := append(append([]uint32(nil), system...), make([]uint32, 128)...)
+	for k := range 128 {
+		prompt[len(system)+k] = uint32(100_000 + 128*i + k)
+	}
+	return prompt
 }
