@@ -278,14 +278,12 @@ type snapshot struct {
 	// sizes: each candidate's tokens in the tree (see judge and refresh);
 	// −1 for one the snapshot did not read (see needsSize).
 	sizes []int
-	// threshold: the threshold mode; logs: a mode whose selections are
-	// logged (the threshold and wait modes); logged: how many the log
-	// held when the snapshot was read (see refresh); dry: an Explain,
-	// which logs none; acquires: the caller says when the worker's load
-	// counts the decision, which pend counts until then (see
-	// pendingPick).
+	// threshold: the threshold mode; logged: how many selections the
+	// pick log held when the snapshot was read (every mode logs them; see
+	// refresh); dry: an Explain, which logs none; acquires: the caller
+	// says when the worker's load counts the decision, which pend counts
+	// until then (see pendingPick).
 	threshold bool
-	logs      bool
 	logged    uint64
 	dry       bool
 	acquires  bool
@@ -327,12 +325,9 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	s := &snapshot{ws: ws, loads: make([]int, len(ws)), x: c.indexOf(ws), matched: make([]int, len(ws))}
 	scored := c.cost != nil || c.wait != nil
 	s.threshold = !scored
-	s.logs = s.threshold || c.wait != nil
-	if s.logs {
-		// Before the loads: a selection acquired between the two reads
-		// counts twice (see refresh), never not at all.
-		s.logged = s.x.log.now()
-	}
+	// Before the loads: a selection acquired between the two reads counts
+	// twice (see refresh), never not at all.
+	s.logged = s.x.log.now()
 	s.readLoads()
 	s.byCapacity = !scored && c.capThreshold > 0 && allReportCapacity(ws)
 	s.sizes = make([]int, len(ws))
@@ -517,9 +512,7 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	if s.acquires {
 		s.pend.pend(s.x, s.chosen, prefill)
 	}
-	if s.logs {
-		s.x.log.add(s.chosen, prefill)
-	}
+	s.x.log.add(s.chosen, prefill)
 }
 
 // reason says why s.chosen won, for logs and Explain (Decision.Why).

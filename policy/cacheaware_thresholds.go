@@ -162,17 +162,17 @@ func (s *snapshot) keptReason() string {
 		s.min, s.max, s.gap, s.ws[b].URL(), s.backlog[b], s.moveCost)
 }
 
-// pickLogSize is how many of the threshold and wait modes' latest
-// selections a candidate list's log holds (a power of two, for the ring's
-// index). A selection reads those decided since its snapshot; this many or
-// more means it waited for the tree lock behind as many others, and it
-// then reads the loads afresh (see refresh). On a starved machine dozens
+// pickLogSize is how many of the latest selections a candidate list's log
+// holds (a power of two, for the ring's index). A selection reads those
+// decided since its snapshot; this many or more means it waited for the
+// tree lock behind as many others, and it then reads the loads afresh
+// (see refresh). On a starved machine dozens
 // waited; the log, 8 KB, is built with each candidate list's index.
 const pickLogSize = 1024
 
-// pickLog is the threshold and wait modes' latest selections, in order:
-// the worker's position in the candidate list and the prompt tokens the
-// selection inserted into the tree for it. A snapshot notes one number,
+// pickLog is the latest selections, in order: the worker's position in
+// the candidate list and the prompt tokens the selection inserted into the
+// tree for it. A snapshot notes one number,
 // the selections logged so far (now); decide adds those logged since
 // (since). Per-worker counters would cost every selection a copy of them
 // all to learn of the few decided meanwhile: 13% of a selection's CPU,
@@ -248,15 +248,19 @@ func (l *pickLog) since(from uint64, f func(i, tokens int)) bool {
 // the same queue (bench's multiturn: load CoV 0.22–0.83 in 2 of 4 runs).
 // Its selections are logged too, and each logged since adds its prompt
 // tokens to compute to its worker's queue as well (see rereadWaitLoads
-// for a selection past the log).
+// for a selection past the log); so do the cost mode's, which herded
+// alike.
 func (s *snapshot) refresh() bool {
-	if !s.logs || s.x.log.now() == s.logged {
+	if s.x.log.now() == s.logged {
 		return false
 	}
 	ok := s.x.log.since(s.logged, func(i, tokens int) {
 		s.loads[i]++
 		if s.sizes[i] >= 0 {
 			s.sizes[i] += tokens
+		}
+		if s.costLoads != nil {
+			s.costLoads[i].queue += tokens
 		}
 		if s.waitLoads != nil {
 			s.waitLoads[i].load++
@@ -265,6 +269,9 @@ func (s *snapshot) refresh() bool {
 	})
 	if !ok {
 		s.readLoads()
+		if s.costLoads != nil {
+			rereadCostQueues(s.costLoads, s.ws, s.queued())
+		}
 		if s.waitLoads != nil {
 			rereadWaitLoads(s.waitLoads, s.ws, s.loads, s.queued())
 		}

@@ -94,6 +94,16 @@ func costLoads(ws []workers.View, cached func(i int) int, pending *pendingCounts
 	return out
 }
 
+// rereadCostQueues reads every candidate's queue again, in place, for a
+// selection past the pick log (see snapshot.refresh); held KV and
+// capacity stay as read. It allocates nothing: it runs under the tree's
+// lock.
+func rereadCostQueues(cl []costLoad, ws []workers.View, pending *pendingCounts) {
+	for i, w := range ws {
+		cl[i].queue = queueOf(w, i, pending)
+	}
+}
+
 // queueOf is candidate w's prefill queue in tokens: its PendingPrefill,
 // and the prompts of decisions pending at position i when pending is not
 // nil (see costLoads).
