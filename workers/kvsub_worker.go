@@ -212,9 +212,9 @@ type kvEnd struct {
 // fire while it does) and for the receiver's end. k.mu orders the two: the
 // receiver holds it while it handles a batch, this goroutine while it
 // handles a timer. Handing each batch from a receiving goroutine to this
-// one instead cost a goroutine wake-up per batch (about 5 µs of CPU on a
-// 2-core machine whose processors are often idle, where each wake-up
-// starts an idle thread spinning), and nothing is gained by it: a batch is
+// one instead cost a goroutine wake-up per batch (on a machine whose
+// processors are often idle, each wake-up also starts an idle thread
+// spinning), and nothing is gained by it: a batch is
 // applied as soon as it is decoded, in the stream's order, and the next
 // one is received once it has been.
 func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
