@@ -1,7 +1,9 @@
 package policy_test
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,12 +16,18 @@ import (
 // waitWorker is one candidate's state in a wait-mode case: what its tree
 // holds of the prompt, its load, and the speed the router has measured.
 type waitWorker struct {
-	holds    int           // leading prompt tokens the worker served before
-	inFlight int           // requests this router has in flight there
-	limit    int           // the engine's running-request limit (0: none reported)
-	queue    int           // prompt tokens sent there whose first token has not come
-	run      time.Duration // how long the requests it served took
-	rate     int           // tokens per second its timed prefills ran at (0: none timed)
+	holds    int             // leading prompt tokens the worker served before
+	inFlight int             // requests this router has in flight there
+	limit    int             // the engine's running-request limit (0: none reported)
+	queue    int             // prompt tokens sent there whose first token has not come
+	run      time.Duration   // how long the requests it served took
+	runs     []time.Duration // instead of run: requests of unlike lengths
+	rate     int             // tokens per second its timed prefills ran at (0: none timed)
+	// together: the requests in flight all started just now (a wave, as
+	// late binding fills a full engine's freed slots at once). Otherwise
+	// they started one every run ÷ limit, the last just now: a steady
+	// stream, whose oldest frees its slot run ÷ limit from now.
+	together bool
 }
 
 // waitCases are the wait mode's rule, written as cases: a 4,096-token
@@ -48,6 +56,18 @@ var waitCases = []struct {
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 800 * time.Millisecond, rate: 20000},
 		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
 		fleet: 4, want: "A", reason: []string{"max(slot 100ms (1 ahead), lane 0ms (0 queued)) + own 51ms"}},
+	{name: "a full cached engine whose requests all started just now frees a slot only when they end: the prompt goes to the idle engine",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 800 * time.Millisecond, rate: 20000, together: true},
+		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
+		fleet: 4, want: "B", reason: []string{"expects 205ms = max(slot 0ms, lane 0ms (0 queued)) + own 205ms", "next grpc://a:1 851ms"}},
+	{name: "requests of unlike lengths end in any order: one frees a slot about every run ÷ limit, however they started",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, runs: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 2380 * time.Millisecond}, rate: 20000, together: true},
+		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"max(slot 100ms (1 ahead), lane 0ms (0 queued)) + own 51ms"}},
+	{name: "lengths between alike and unlike: the two estimates weighed by their spread (cv 0.5: half of 800ms and half of 100ms)",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, runs: []time.Duration{400 * time.Millisecond, 1200 * time.Millisecond}, rate: 20000, together: true},
+		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
+		fleet: 4, want: "B", reason: []string{"next grpc://a:1 501ms"}},
 	{name: "every engine full, no fleet charge: a long prefill queue on the cached engine sends the prompt away",
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
 		b:     waitWorker{inFlight: 8, limit: 8, run: 4 * time.Second, rate: 20000},
@@ -95,9 +115,10 @@ var waitCases = []struct {
 }
 
 // waitFleet builds workers A and B in the state the case gives, inside a
-// synctest bubble: each serves one request lasting run and one prefill at
-// rate, so the router learns their speed as it would from real traffic,
-// then takes the case's load.
+// synctest bubble: each serves requests lasting run (or runs) and one
+// prefill at rate, so the router learns their speed as it would from real
+// traffic; then both take the case's load, their requests in flight
+// started as the case says.
 func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []uint32, w *workers.Worker)) (*workers.Worker, *workers.Worker) {
 	t.Helper()
 	mk := func(url string, c waitWorker) *workers.Worker {
@@ -112,18 +133,48 @@ func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []
 			time.Sleep(time.Duration(float64(n) / float64(c.rate) * float64(time.Second)))
 			done()
 		}
+		runs := c.runs
 		if c.run > 0 {
-			release := w.Acquire()
-			time.Sleep(c.run)
-			release()
+			runs = []time.Duration{c.run}
 		}
-		for range c.inFlight {
-			t.Cleanup(w.Acquire())
+		for _, d := range runs {
+			release := w.Acquire()
+			time.Sleep(d)
+			release()
 		}
 		t.Cleanup(w.Prefilling(c.queue))
 		return w
 	}
-	return mk("grpc://a:1", a), mk("grpc://b:1", b)
+	wa, wb := mk("grpc://a:1", a), mk("grpc://b:1", b)
+	// Each request in flight starts age before the selection, oldest first.
+	type start struct {
+		age time.Duration
+		w   *workers.Worker
+	}
+	var starts []start
+	for _, f := range []struct {
+		c waitWorker
+		w *workers.Worker
+	}{{a, wa}, {b, wb}} {
+		for i := range f.c.inFlight {
+			s := start{w: f.w}
+			if !f.c.together && f.c.limit > 0 {
+				s.age = time.Duration(f.c.inFlight-1-i) * f.c.run / time.Duration(f.c.limit)
+			}
+			starts = append(starts, s)
+		}
+	}
+	slices.SortStableFunc(starts, func(x, y start) int { return cmp.Compare(y.age, x.age) })
+	for i, s := range starts {
+		if i > 0 {
+			time.Sleep(starts[i-1].age - s.age)
+		}
+		t.Cleanup(s.w.Acquire())
+	}
+	if len(starts) > 0 {
+		time.Sleep(starts[len(starts)-1].age)
+	}
+	return wa, wb
 }
 
 func TestWaitModeSpecification(t *testing.T) {

@@ -26,15 +26,15 @@ const minRateSample = 1024
 type learned struct {
 	mu sync.Mutex
 	// runSec is the moving mean of a request's time from Acquire to its
-	// release; runN counts its samples.
-	runSec float64
-	runN   int
+	// release, runSq that of its square; runN counts their samples.
+	runSec, runSq float64
+	runN          int
 	// tok and sec are the moving means of a clean prefill's tokens and its
 	// time to first token; their ratio is the prefill rate.
 	tok, sec float64
 	rateN    int
 
-	meanRun, rate atomic.Uint64 // float64 bits; 0 until learned
+	meanRun, runCV, rate atomic.Uint64 // float64 bits; 0 until learned
 }
 
 // ewma folds sample x into the mean m of n earlier samples: the plain mean
@@ -49,9 +49,12 @@ func (l *learned) observeRun(d time.Duration) {
 		return
 	}
 	l.mu.Lock()
-	l.runSec = ewma(l.runSec, d.Seconds(), l.runN)
+	x := d.Seconds()
+	l.runSec = ewma(l.runSec, x, l.runN)
+	l.runSq = ewma(l.runSq, x*x, l.runN)
 	l.runN++
 	l.meanRun.Store(math.Float64bits(l.runSec))
+	l.runCV.Store(math.Float64bits(math.Sqrt(max(l.runSq-l.runSec*l.runSec, 0)) / l.runSec))
 	l.mu.Unlock()
 }
 
@@ -75,6 +78,15 @@ func (w *Worker) MeanRequestSeconds() float64 {
 	return math.Float64frombits(w.learned.meanRun.Load())
 }
 
+// RequestSecondsCV is the spread of those durations, their standard
+// deviation over MeanRequestSeconds (0 until one has ended): near 0, the
+// requests running on a full engine end in the order they started, each
+// about that long after its start; near 1 or over, as likely in any order,
+// one about every MeanRequestSeconds ÷ the running limit.
+func (w *Worker) RequestSecondsCV() float64 {
+	return math.Float64frombits(w.learned.runCV.Load())
+}
+
 // PrefillTokensPerSec is the engine's prefill rate as measured on this
 // router's requests that found its prefill queue empty (their uncached
 // tokens over their time to first token), 0 until one of at least
@@ -85,6 +97,12 @@ func (w *Worker) PrefillTokensPerSec() float64 {
 
 // MeanRequestSeconds is Worker.MeanRequestSeconds.
 func (v View) MeanRequestSeconds() float64 { return v.w.MeanRequestSeconds() }
+
+// RequestSecondsCV is Worker.RequestSecondsCV.
+func (v View) RequestSecondsCV() float64 { return v.w.RequestSecondsCV() }
+
+// InFlightAge is Worker.InFlightAge.
+func (v View) InFlightAge(now time.Time, k int) (time.Duration, int) { return v.w.InFlightAge(now, k) }
 
 // PrefillTokensPerSec is Worker.PrefillTokensPerSec.
 func (v View) PrefillTokensPerSec() float64 { return v.w.PrefillTokensPerSec() }

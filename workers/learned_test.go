@@ -25,11 +25,12 @@ func TestLearnedSpeed(t *testing.T) {
 		limit int
 		steps []step
 		run   float64 // want MeanRequestSeconds
+		cv    float64 // want RequestSecondsCV, checked with run
 		rate  float64 // want PrefillTokensPerSec
 	}{
 		{name: "nothing learned yet", run: 0, rate: 0},
 		{name: "a request's duration", steps: []step{{d: 3 * time.Second}}, run: 3},
-		{name: "the first samples are averaged plainly", steps: []step{{d: 2 * time.Second}, {d: 4 * time.Second}}, run: 3},
+		{name: "the first samples are averaged plainly, their spread too (sd 1 s of mean 3 s)", steps: []step{{d: 2 * time.Second}, {d: 4 * time.Second}}, run: 3, cv: 1.0 / 3},
 		{name: "a clean prefill times the rate", steps: []step{{tokens: 4000, d: 200 * time.Millisecond}}, rate: 20000},
 		{name: "a prefill behind a queue does not", steps: []step{{tokens: 4000, d: 400 * time.Millisecond, queued: 512}}},
 		{name: "a prefill waiting for a slot does not", limit: 2,
@@ -72,7 +73,46 @@ func TestLearnedSpeed(t *testing.T) {
 				if got := w.MeanRequestSeconds(); (tc.run > 0 || tc.steps == nil) && math.Abs(got-tc.run) > 1e-9 {
 					t.Errorf("MeanRequestSeconds %g, want %g", got, tc.run)
 				}
+				if got := w.RequestSecondsCV(); (tc.run > 0 || tc.steps == nil) && math.Abs(got-tc.cv) > 1e-9 {
+					t.Errorf("RequestSecondsCV %g, want %g", got, tc.cv)
+				}
 			})
 		})
 	}
+}
+
+// TestInFlightAge: the ages of the requests in flight, oldest first, as an
+// expected-wait policy reads them to tell when a full engine frees a slot; a
+// request that ended early leaves the order of the others.
+func TestInFlightAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := workers.NewWorker("grpc://a:1", workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
+		if age, rank := w.InFlightAge(time.Now(), 1); rank != 0 || age != 0 {
+			t.Fatalf("nothing in flight: age %v rank %d, want 0 0", age, rank)
+		}
+		var releases []func()
+		for range 3 { // started 3 s, 2 s and 1 s before the reading
+			releases = append(releases, w.Acquire())
+			time.Sleep(time.Second)
+		}
+		releases[1]()
+		now := time.Now()
+		for _, c := range []struct {
+			k, rank int
+			age     time.Duration
+		}{
+			{k: 1, rank: 1, age: 3 * time.Second},
+			{k: 2, rank: 2, age: time.Second},
+			{k: 5, rank: 2, age: time.Second}, // fewer in flight: the youngest
+		} {
+			if age, rank := w.InFlightAge(now, c.k); age != c.age || rank != c.rank {
+				t.Errorf("InFlightAge(%d) = %v, rank %d; want %v, rank %d", c.k, age, rank, c.age, c.rank)
+			}
+		}
+		releases[0]()
+		releases[2]()
+		if _, rank := w.InFlightAge(time.Now(), 1); rank != 0 {
+			t.Errorf("all released: rank %d, want 0", rank)
+		}
+	})
 }

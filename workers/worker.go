@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,6 +168,10 @@ type Worker struct {
 	// polling.
 	idleMu sync.Mutex
 	idle   chan struct{}
+	// starts holds, under idleMu, when each request in flight acquired the
+	// worker, oldest first, as offsets from born (see InFlightAge).
+	starts []time.Duration
+	born   time.Time
 
 	mu         sync.Mutex
 	engineLoad Load
@@ -191,7 +196,7 @@ func NewWorker(url string, protocol Protocol, role Role, info ModelInfo, b Backe
 		panic(err) // the defaults validate
 	}
 	w := &Worker{url: url, protocol: protocol, role: role, info: info, backend: b, closer: closer,
-		breaker: br, connected: true, endpoint: url, rank: -1, idle: make(chan struct{})}
+		breaker: br, connected: true, endpoint: url, rank: -1, idle: make(chan struct{}), born: time.Now()}
 	close(w.idle)
 	w.healthy.Store(true)
 	return w
@@ -231,17 +236,24 @@ func (w *Worker) Available() bool {
 // release is idempotent.
 func (w *Worker) Acquire() (release func()) {
 	w.idleMu.Lock()
+	start := time.Now()
+	at := start.Sub(w.born)
+	w.starts = append(w.starts, at)
 	w.acquired.Add(1)
 	if w.inFlight.Add(1) == 1 {
 		w.idle = make(chan struct{})
 	}
 	w.idleMu.Unlock()
-	start := time.Now()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			w.learned.observeRun(time.Since(start))
 			w.idleMu.Lock()
+			// Requests mostly end in the order they started: the
+			// search is short.
+			if i := slices.Index(w.starts, at); i >= 0 {
+				w.starts = slices.Delete(w.starts, i, i+1)
+			}
 			w.released.Add(1)
 			if w.inFlight.Add(-1) == 0 {
 				close(w.idle)
@@ -249,6 +261,22 @@ func (w *Worker) Acquire() (release func()) {
 			w.idleMu.Unlock()
 		})
 	}
+}
+
+// InFlightAge is how long, at now, the k-th oldest (from 1) of this
+// router's requests in flight on the worker has held it, or the youngest
+// when fewer than k are in flight; rank says which (0: none is). On a full
+// engine whose requests take about the same time, the k-th oldest is the
+// k-th to free a running slot: an expected-wait policy reads from it when a
+// slot frees, where a count alone says only how many are ahead.
+func (w *Worker) InFlightAge(now time.Time, k int) (age time.Duration, rank int) {
+	w.idleMu.Lock()
+	defer w.idleMu.Unlock()
+	rank = min(k, len(w.starts))
+	if rank <= 0 {
+		return 0, 0
+	}
+	return max(now.Sub(w.born)-w.starts[rank-1], 0), rank
 }
 
 // Prefilling counts n prompt tokens the worker has yet to prefill for a
