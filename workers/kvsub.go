@@ -7,7 +7,8 @@ package workers
 //
 // The hard part is knowing when that account can be trusted. Sequence
 // numbers tell a lost batch (a gap: the mirror is missing something) from an
-// engine restart (numbers go backwards: the cache is empty again) from a
+// engine restart (numbers go backwards, or a resumed stream sends another
+// batch under the last number applied: the cache is empty again) from a
 // replayed duplicate; each of these ends in a ResetKVEvents for the worker
 // and a fresh start, never in a mirror that silently drifts. An engine
 // without events (UNIMPLEMENTED), or one whose stream stays broken, is left
@@ -120,8 +121,9 @@ type KVEventMetrics struct {
 	// Gap counts a skipped sequence number: events were lost, the mirror was
 	// reset and the subscription started again.
 	Gap func(worker string)
-	// Reset counts an engine restart seen in the numbering (it went
-	// backwards on a resumed stream): the mirror was reset.
+	// Reset counts an engine restart seen on a resumed stream (the numbers
+	// went backwards, or another batch came under the number of the last
+	// one applied): the mirror was reset.
 	Reset func(worker string)
 	// Resync counts a fresh start the stream itself asked for (OUT_OF_RANGE,
 	// DATA_LOSS, a batch that broke the protocol) or that a resume across

@@ -182,8 +182,9 @@ func batchOf(rank int, seq uint64) *workers.KVEventBatch {
 type kvHarness struct {
 	t      *testing.T
 	src    *kvScript
-	opened int    // attempts the steps have accounted for
-	run    func() // starts the subscriptions, when not nil: the first opens step calls it
+	opened int                                 // attempts the steps have accounted for
+	run    func()                              // starts the subscriptions, when not nil: the first opens step calls it
+	sent   map[[2]uint64]*workers.KVEventBatch // by rank and number, for again
 }
 
 type kvStep func(h *kvHarness)
@@ -215,7 +216,44 @@ func opens(start uint64, after time.Duration) kvStep {
 
 // batch: the open stream delivers one batch.
 func batch(rank int, seq uint64) kvStep {
-	return func(h *kvHarness) { h.deliver(kvItem{b: batchOf(rank, seq)}) }
+	return func(h *kvHarness) {
+		b := batchOf(rank, seq)
+		if h.sent == nil {
+			h.sent = map[[2]uint64]*workers.KVEventBatch{}
+		}
+		h.sent[[2]uint64{uint64(rank), seq}] = b.Clone()
+		h.deliver(kvItem{b: b})
+	}
+}
+
+// again: the open stream delivers the batch batch delivered under the same
+// rank and number, as an engine replays a batch it kept.
+func again(rank int, seq uint64) kvStep {
+	return func(h *kvHarness) {
+		h.t.Helper()
+		b, ok := h.sent[[2]uint64{uint64(rank), seq}]
+		if !ok {
+			h.t.Fatalf("again(%d, %d): no such batch delivered before", rank, seq)
+		}
+		h.deliver(kvItem{b: b.Clone()})
+	}
+}
+
+// other: the open stream delivers another process's batch under rank and
+// seq: one stored block named differently from batch's.
+func other(rank int, seq uint64) kvStep {
+	return func(h *kvHarness) {
+		b := batchOf(rank, seq)
+		b.Events[0].Blocks[0].Hash = -1 - int64(seq)
+		h.deliver(kvItem{b: b})
+	}
+}
+
+// heartbeat: the open stream delivers a load-only batch numbered seq.
+func heartbeat(rank int, seq uint64) kvStep {
+	return func(h *kvHarness) {
+		h.deliver(kvItem{b: &workers.KVEventBatch{Seq: seq, DPRank: rank, LoadOnly: true}})
+	}
 }
 
 // fails: the open stream ends with err.

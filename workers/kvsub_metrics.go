@@ -38,7 +38,7 @@ func NewKVEventCounters() *KVEventCounters {
 		gaps: perWorker("kvgate_kv_event_gaps_total",
 			"Skipped KV event sequence numbers (lost events): the worker's view was cleared and its stream restarted from scratch."),
 		resets: perWorker("kvgate_kv_event_resets_total",
-			"KV event sequence numbers that went backwards (the engine restarted): the worker's view was cleared."),
+			"Engine restarts seen on a resumed KV event stream (numbers that went backwards, or another batch under the last number applied): the worker's view was cleared."),
 		resyncs: perWorker("kvgate_kv_event_resyncs_total",
 			"KV event streams restarted from scratch because the engine could not replay what was missed (OUT_OF_RANGE, DATA_LOSS)."),
 		duplicates: perWorker("kvgate_kv_event_duplicates_total",

@@ -66,31 +66,66 @@ func TestKVSubscriptionSequence(t *testing.T) {
 		},
 		{
 			name:  "a broken stream resumes after the last batch applied, after the backoff, seamlessly",
-			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(7, 100*ms), batch(0, 7)},
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(6, 100*ms), again(0, 6), batch(0, 7)},
 			want:  []string{"apply 0:5", "exact", "apply 0:6", "apply 0:7"},
 			count: kvCounts{Mode: workers.KVModeEvents, Failures: 1},
 		},
 		{
+			name: "a resumed stream that opens with the next batch (the engine sends only live ones) goes on unverified",
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(6, 100*ms), heartbeat(0, 6),
+				batch(0, 7), again(0, 6)},
+			want:  []string{"apply 0:5", "exact", "apply 0:6", "apply 0:7"},
+			count: kvCounts{Mode: workers.KVModeEvents, Duplicates: 1, Failures: 1},
+		},
+		{
+			name: "a restarted engine that numbered past the old position shows another batch under the last number: " +
+				"reset, and subscribe from 0 at once; a first batch above 0 there is a gap (the new process's first were lost)",
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(6, 100*ms), heartbeat(0, 6),
+				other(0, 6), opens(0, 0), fails(unavailable), opens(0, 200*ms), batch(0, 9), batch(0, 10)},
+			want:  []string{"apply 0:5", "exact", "apply 0:6", "reset 0", "apply 0:9", "apply 0:10"},
+			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Gaps: 1, Failures: 2},
+		},
+		{
+			name: "a restart past the old position on an engine that replays from its first batch loses nothing",
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(6, 100*ms), other(0, 6),
+				opens(0, 0), batch(0, 0), batch(0, 1)},
+			want:  []string{"apply 0:5", "exact", "apply 0:6", "reset 0", "apply 0:0", "apply 0:1"},
+			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Failures: 1},
+		},
+		{
+			name:  "after one batch numbered 0, a restart shows another batch 0: reset, and the batch is the new baseline",
+			steps: []kvStep{opens(0, 0), batch(0, 0), fails(unavailable), opens(0, 100*ms), other(0, 0), batch(0, 1)},
+			want:  []string{"apply 0:0", "exact", "reset 0", "apply 0:0", "apply 0:1"},
+			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Failures: 1},
+		},
+		{
+			name: "only a resumed stream's first batch is compared: another under the last number later is a duplicate",
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(6, 100*ms), again(0, 6),
+				other(0, 6), batch(0, 7)},
+			want:  []string{"apply 0:5", "exact", "apply 0:6", "apply 0:7"},
+			count: kvCounts{Mode: workers.KVModeEvents, Duplicates: 1, Failures: 1},
+		},
+		{
 			name:  "a stream the engine closed (EOF) resumes the same way",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(io.EOF), opens(6, 100*ms), batch(0, 6)},
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(io.EOF), opens(5, 100*ms), again(0, 5), batch(0, 6)},
 			want:  []string{"apply 0:5", "exact", "apply 0:6"},
 			count: kvCounts{Mode: workers.KVModeEvents, Failures: 1},
 		},
 		{
 			name:  "a slow subscriber dropped by the engine (RESOURCE_EXHAUSTED) resumes the same way",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.ResourceExhausted)), opens(6, 100*ms), batch(0, 6)},
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(code(codes.ResourceExhausted)), opens(5, 100*ms), again(0, 5), batch(0, 6)},
 			want:  []string{"apply 0:5", "exact", "apply 0:6"},
 			count: kvCounts{Mode: workers.KVModeEvents, Failures: 1},
 		},
 		{
 			name:  "a resumed stream that opens with a gap resets and subscribes from 0",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), opens(6, 100*ms), batch(0, 9), opens(0, 200*ms), batch(0, 30)},
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), opens(5, 100*ms), batch(0, 9), opens(0, 200*ms), batch(0, 30)},
 			want:  []string{"apply 0:5", "exact", "reset 0", "apply 0:30"},
 			count: kvCounts{Mode: workers.KVModeEvents, Gaps: 1, Failures: 1},
 		},
 		{
 			name:  "numbers going backwards on a resumed stream are an engine restart: reset, and the batch is the new baseline",
-			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(7, 100*ms), batch(0, 0), batch(0, 1)},
+			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(6, 100*ms), batch(0, 0), batch(0, 1)},
 			want:  []string{"apply 0:5", "exact", "apply 0:6", "reset 0", "apply 0:0", "apply 0:1"},
 			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Failures: 1},
 		},
@@ -109,7 +144,7 @@ func TestKVSubscriptionSequence(t *testing.T) {
 		{
 			name: "a resume refused with OUT_OF_RANGE subscribes from 0 after the backoff",
 			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), refuseNext(code(codes.OutOfRange)),
-				opens(6, 100*ms), opens(0, 200*ms), batch(0, 40)},
+				opens(5, 100*ms), opens(0, 200*ms), batch(0, 40)},
 			want:  []string{"apply 0:5", "exact", "reset 0", "apply 0:40"},
 			count: kvCounts{Mode: workers.KVModeEvents, Resyncs: 1, Failures: 2},
 		},
@@ -168,9 +203,9 @@ func TestKVSubscriptionSequence(t *testing.T) {
 		},
 		{
 			name: "the backoff starts over once a stream has stayed open without a gap or an error for StableAfter",
-			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), opens(6, 100*ms), batch(0, 6),
-				idle(9 * time.Second), fails(unavailable), opens(7, 200*ms), batch(0, 7),
-				idle(10 * time.Second), fails(unavailable), opens(8, 100*ms), batch(0, 8)},
+			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), opens(5, 100*ms), batch(0, 6),
+				idle(9 * time.Second), fails(unavailable), opens(6, 200*ms), batch(0, 7),
+				idle(10 * time.Second), fails(unavailable), opens(7, 100*ms), batch(0, 8)},
 			want:  []string{"apply 0:5", "exact", "apply 0:6", "apply 0:7", "apply 0:8"},
 			count: kvCounts{Mode: workers.KVModeEvents, Failures: 3},
 		},
@@ -186,8 +221,8 @@ func TestKVSubscriptionSequence(t *testing.T) {
 		{
 			name: "a stream broken for longer than MaxBackoff makes the worker approximate until it is back",
 			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), refuseAll(unavailable),
-				opens(6, 100*ms), opens(6, 200*ms), opens(6, 400*ms), // 700 ms broken
-				refuseAll(nil), opens(6, 800*ms), // the worker went approximate at 1 s
+				opens(5, 100*ms), opens(5, 200*ms), opens(5, 400*ms), // 700 ms broken
+				refuseAll(nil), opens(5, 800*ms), // the worker went approximate at 1 s
 				batch(0, 6)},
 			want:  []string{"apply 0:5", "exact", "approximate", "apply 0:6", "exact"},
 			count: kvCounts{Mode: workers.KVModeEvents, Failures: 4},
@@ -195,7 +230,7 @@ func TestKVSubscriptionSequence(t *testing.T) {
 		{
 			name: "a worker approximate after a long break comes back through a reset when the engine restarted",
 			steps: []kvStep{opens(0, 0), batch(0, 5), fails(unavailable), refuseAll(unavailable),
-				opens(6, 100*ms), opens(6, 200*ms), opens(6, 400*ms), refuseAll(nil), opens(6, 800*ms),
+				opens(5, 100*ms), opens(5, 200*ms), opens(5, 400*ms), refuseAll(nil), opens(5, 800*ms),
 				batch(0, 1)},
 			want:  []string{"apply 0:5", "exact", "approximate", "reset 0", "apply 0:1", "exact"},
 			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Failures: 4},
@@ -315,7 +350,7 @@ func TestKVSubscriptionStatus(t *testing.T) {
 		opens(0, 200*time.Millisecond)(h)
 		batch(0, 3)(h)
 		fails(code(codes.Unavailable))(h)
-		opens(4, 400*time.Millisecond)(h)
+		opens(3, 400*time.Millisecond)(h)
 		batch(0, 1)(h) // the engine restarted
 
 		st, _ := subs.Status(url)

@@ -30,20 +30,27 @@ import (
 //   - above it means lost batches (a gap): every rank is reset and the
 //     subscription starts again from 0, which an engine reads as "from now",
 //     after the backoff;
-//   - below it, on a stream that resumed after a break, and as the first
-//     batch of that rank on it, means the engine restarted and numbers
-//     afresh: the rank is reset and the batch is its new baseline;
+//   - one below it, as the first batch of that rank on a stream that
+//     resumed after a break, is compared with the batch applied under that
+//     number (the stream resumed one early to see it; kvsub_restart.go): the
+//     same batch is skipped, another means the engine restarted and has
+//     numbered past the old position: the mirror is reset and the
+//     subscription starts again from 0 at once;
+//   - further below it, as the first batch of that rank on a resumed
+//     stream, means the engine restarted and numbers afresh: the rank is
+//     reset and the batch is its new baseline;
 //   - below it otherwise is a duplicate on the same stream, skipped.
 //
 // A stream that knows the engine restarted and lost the new process's first
 // batches says so (KVEventsLostError): that is a reset and a gap at once,
 // and the subscription starts again from 0 after the backoff.
 //
-// A broken stream resumes at the rank's next expected number, so that an
-// engine that kept its history replays what was missed. The request names
-// one start for the whole engine, so with several ranks known there is no
-// start that fits them all: every rank is reset and the subscription starts
-// again from 0 (a resync).
+// A broken stream resumes at the number of the rank's last batch applied,
+// so that an engine that kept its history replays what was missed, and
+// shows with its first batch whether it is still the process whose batches
+// were applied. The request names one start for the whole engine, so with
+// several ranks known there is no start that fits them all: every rank is
+// reset and the subscription starts again from 0 (a resync).
 //
 // Backoff. Every subscription after the first waits the backoff, whatever
 // ended the last stream (an error, a gap, a refusal), and each wait doubles
@@ -90,6 +97,9 @@ type kvSub struct {
 	warn        *lograte.Limiter // one WARN line per kvWarnEvery
 	noEvents    bool             // the engine answered UNIMPLEMENTED (logged once)
 	groups      prefixGroups     // keeps the events of prefix cache groups
+	last        kvMark           // the last batch applied
+	probe       kvMark           // the batch a resumed stream must show first
+	afresh      kvAfresh         // a restart seen past the old position
 }
 
 func newKVSub(s *KVSubscriptions, url string, src KVEventSource, cancel context.CancelFunc) *kvSub {
@@ -152,6 +162,7 @@ type kvNext int
 
 const (
 	kvBackOff  kvNext = iota // wait (backoff), then subscribe again
+	kvAtOnce                 // subscribe again now (restartedPast)
 	kvRecheck                // the engine has no events: ask again after Recheck
 	kvFinished               // stop: ctx ended
 )
@@ -170,6 +181,7 @@ func (k *kvSub) run(ctx context.Context) {
 			if !k.recheckLater(ctx) {
 				return
 			}
+		case kvAtOnce:
 		default:
 			if !k.sleep(ctx) {
 				return
@@ -196,12 +208,22 @@ func (k *kvSub) recheckLater(ctx context.Context) bool {
 }
 
 // kvEnd is how a stream's receiver ended: the error Recv returned, or a
-// batch that ended the stream (gap: a skipped number).
+// batch that ended the stream (a skipped number, or a restart seen past the
+// old position).
 type kvEnd struct {
 	err      error
-	gap      bool
+	verdict  kvVerdict
 	progress bool // a valid batch arrived on the stream
 }
+
+// kvVerdict is what a batch means for its stream.
+type kvVerdict int
+
+const (
+	kvGoOn      kvVerdict = iota // applied or skipped: receive the next
+	kvGap                        // numbers skipped: start again from 0 after the backoff
+	kvRestarted                  // restartedPast: start again from 0 at once
+)
 
 // stream opens one stream from start and follows it until it ends; it
 // returns the start of the next subscription and when to open it.
@@ -277,6 +299,9 @@ func (k *kvSub) stream(ctx context.Context, start uint64) (uint64, kvNext) {
 			if e.err != nil {
 				return k.failed(ctx, start, e.err, e.progress)
 			}
+			if e.verdict == kvRestarted {
+				return 0, kvAtOnce
+			}
 			return 0, kvBackOff // a gap
 		}
 	}
@@ -295,18 +320,17 @@ func (k *kvSub) receive(st KVEventStream) kvEnd {
 		at := time.Now()
 		progress = true
 		k.mu.Lock()
-		ok := k.batch(b, at, seen)
+		v := k.batch(b, at, seen)
 		k.mu.Unlock()
-		if !ok {
-			return kvEnd{gap: true, progress: true}
+		if v != kvGoOn {
+			return kvEnd{verdict: v, progress: true}
 		}
 	}
 }
 
 // batch applies, skips or refuses one batch received at at, following the
-// rules in kvSub's comment. It returns false for a gap: the subscription
-// must start again from 0, after the backoff.
-func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
+// rules in kvSub's comment, and says whether the stream goes on.
+func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) kvVerdict {
 	lag := time.Duration(0)
 	if !b.Timestamp.IsZero() {
 		lag = max(at.Sub(b.Timestamp), 0)
@@ -319,15 +343,28 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 	if b.LoadOnly {
 		// A heartbeat: the stream is alive; there is nothing to apply.
 		k.confirm()
-		return true
+		return kvGoOn
 	}
 	rank := b.DPRank
 	first := !seen[rank]
 	seen[rank] = true
 	next, known := k.expected[rank]
-	ok := true
+	var same, probed bool
+	if first {
+		same, probed = k.sameAsApplied(b)
+	}
+	v := kvGoOn
 	switch {
+	case probed && same:
+		// The batch applied last, sent again: the engine kept its numbering.
+	case probed:
+		if !k.restartedPast(b) {
+			v = kvRestarted
+		}
 	case !known || b.Seq == next:
+		if first {
+			k.startedAfresh(b)
+		}
 		k.apply(b)
 	case b.Seq > next:
 		k.warn.Warn(k.log, "KV events lost: sequence gap; resetting the worker's cache mirror and subscribing afresh after the backoff",
@@ -337,7 +374,7 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 			k.cfg.Metrics.Gap(k.url)
 		}
 		k.forget()
-		ok = false
+		v = kvGap
 	case first:
 		// Only a resumed stream can open below the expected number: the
 		// engine restarted and counts again from its start.
@@ -357,35 +394,18 @@ func (k *kvSub) batch(b *KVEventBatch, at time.Time, seen map[int]bool) bool {
 		}
 	}
 	k.confirm()
-	return ok
-}
-
-// lostAcrossRestart handles a stream that saw its engine restart and lost
-// the new process's first batches (see KVEventsLostError): a reset and a
-// gap, and a fresh start from 0 after the backoff.
-func (k *kvSub) lostAcrossRestart(e *KVEventsLostError) {
-	k.log.Info("engine restarted (KV event numbers went backwards); resetting the worker's cache mirror",
-		"rank", e.Rank, "received", e.To)
-	k.update(func(s *KVEventStatus) { s.Resets++ })
-	if k.cfg.Metrics.Reset != nil {
-		k.cfg.Metrics.Reset(k.url)
-	}
-	k.warn.Warn(k.log, "KV events lost: the restarted engine's first batches were not received; subscribing afresh after the backoff",
-		"rank", e.Rank, "err", e, "backoff", k.backoff)
-	k.update(func(s *KVEventStatus) { s.Gaps++ })
-	if k.cfg.Metrics.Gap != nil {
-		k.cfg.Metrics.Gap(k.url)
-	}
-	k.forget()
+	return v
 }
 
 // apply hands b to the handler and counts it.
 func (k *kvSub) apply(b *KVEventBatch) {
+	sum := kvDigest(b) // before the filter changes b
 	k.groups.filter(b)
 	if !k.call(func(h KVEventHandler) { h.ApplyKVEvents(k.url, b) }) {
 		return
 	}
 	k.expected[b.DPRank] = b.Seq + 1
+	k.last = kvMark{rank: b.DPRank, seq: b.Seq, sum: sum, ok: true}
 	var n [KVCleared + 1]int
 	for _, e := range b.Events {
 		if e.Kind <= KVCleared {
@@ -414,6 +434,7 @@ func (k *kvSub) forget() {
 		k.call(func(h KVEventHandler) { h.ResetKVEvents(k.url, rank) })
 	}
 	clear(k.expected)
+	k.last, k.probe, k.afresh = kvMark{}, kvMark{}, kvAfresh{}
 }
 
 // failed handles a stream (or a subscription) that ended with err and
@@ -460,8 +481,8 @@ func (k *kvSub) failed(ctx context.Context, start uint64, err error, progress bo
 	case 0:
 		return 0, kvBackOff
 	case 1:
-		for _, next := range k.expected {
-			return next, kvBackOff
+		for rank, next := range k.expected {
+			return k.resumeAt(rank, next), kvBackOff
 		}
 	}
 	// One start cannot resume several ranks' numbering.
