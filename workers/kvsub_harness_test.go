@@ -216,8 +216,24 @@ func opens(start uint64, after time.Duration) kvStep {
 
 // batch: the open stream delivers one batch.
 func batch(rank int, seq uint64) kvStep {
+	return batchWith(rank, seq, func(*workers.KVEventBatch) {})
+}
+
+// hybrid: the open stream delivers a hybrid model's batch: batch's, after
+// a store in a sliding-window cache group, which the subscription drops.
+func hybrid(rank int, seq uint64) kvStep {
+	return batchWith(rank, seq, func(b *workers.KVEventBatch) {
+		sw := b.Events[0]
+		sw.Group = workers.KVGroup{Index: 1, HasIndex: true, Kind: "sliding_window", SlidingWindow: 32}
+		b.Events = append([]workers.KVEvent{sw}, b.Events...)
+	})
+}
+
+// batchWith: the open stream delivers batch's batch, changed by f.
+func batchWith(rank int, seq uint64, f func(*workers.KVEventBatch)) kvStep {
 	return func(h *kvHarness) {
 		b := batchOf(rank, seq)
+		f(b)
 		if h.sent == nil {
 			h.sent = map[[2]uint64]*workers.KVEventBatch{}
 		}

@@ -45,36 +45,45 @@ type kvMark struct {
 }
 
 // kvDigest sums up what tells one process's batch from another's under the
-// same number: its timestamp and every event's kind, parent and block
-// hashes. Block hashes alone would do for engines that name blocks afresh in
-// every process (vLLM draws a random start for its chain of hashes in each),
-// but not for one that names them by their content alone (vLLM set up for
-// names reproducible across processes): the same first requests after a
-// restart would make the same batches. The timestamp tells those apart; the
-// engines that replay (the simulated one, vLLM's ZMQ replay socket) send a
-// kept batch as it was, stamp included.
+// same number: its timestamp, its number of events, and the kind, parent
+// and first and last block hashes of its first and last events. Block
+// hashes alone would do for engines that name blocks afresh in every
+// process (vLLM draws a random start for its chain of hashes in each), but
+// not for one that names them by their content alone (vLLM set up for names
+// reproducible across processes): the same first requests after a restart
+// would make the same batches. The timestamp tells those apart; the engines
+// that replay (the simulated one, vLLM's ZMQ replay socket) send a kept
+// batch as it was, stamp included.
 //
 // It is computed for every batch applied, before the cache group filter
-// changes it: a few multiplications per event and block, and no allocation.
+// changes it, so it reads a fixed handful of fields whatever the batch's
+// size: going over every event and block cost about 4 ns an event (half
+// again the subscription's own work on a full engine's batch,
+// BenchmarkKVSubscriptionBatch), and tells two processes' batches apart no
+// better, their names and stamps differing throughout.
 func kvDigest(b *KVEventBatch) uint64 {
-	h := uint64(len(b.Events))
+	var ts uint64
 	if !b.Timestamp.IsZero() {
-		h = kvMix(h, uint64(b.Timestamp.UnixNano()))
+		ts = uint64(b.Timestamp.UnixNano())
 	}
-	for i := range b.Events {
-		e := &b.Events[i]
-		kind := uint64(e.Kind)
-		if e.HasParent {
-			kind |= 1 << 8
-			h = kvMix(h, uint64(e.Parent))
-		}
-		h = kvMix(h, kind)
-		for j := range e.Blocks {
-			h = kvMix(h, uint64(e.Blocks[j].Hash))
-		}
-		for _, x := range e.Hashes {
-			h = kvMix(h, uint64(x))
-		}
+	h := kvMix(uint64(len(b.Events)), ts)
+	if n := len(b.Events); n > 0 {
+		h = kvMix(kvMix(h, kvEventName(&b.Events[0])), kvEventName(&b.Events[n-1]))
+	}
+	return h
+}
+
+// kvEventName is e's kind, parent, and first and last block hashes, mixed.
+func kvEventName(e *KVEvent) uint64 {
+	h := uint64(e.Kind)
+	if e.HasParent {
+		h = kvMix(h|1<<8, uint64(e.Parent))
+	}
+	if n := len(e.Blocks); n > 0 {
+		h = kvMix(kvMix(h, uint64(e.Blocks[0].Hash)), uint64(e.Blocks[n-1].Hash))
+	}
+	if n := len(e.Hashes); n > 0 {
+		h = kvMix(kvMix(h, uint64(e.Hashes[0])), uint64(e.Hashes[n-1]))
 	}
 	return h
 }

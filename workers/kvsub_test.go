@@ -99,6 +99,12 @@ func TestKVSubscriptionSequence(t *testing.T) {
 			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Failures: 1},
 		},
 		{
+			name:  "a hybrid model's batch sent again is the same, though the subscription dropped part of it when it applied it",
+			steps: []kvStep{opens(0, 0), hybrid(0, 5), fails(unavailable), opens(5, 100*ms), again(0, 5), batch(0, 6)},
+			want:  []string{"apply 0:5", "exact", "apply 0:6"},
+			count: kvCounts{Mode: workers.KVModeEvents, Failures: 1},
+		},
+		{
 			name: "only a resumed stream's first batch is compared: another under the last number later is a duplicate",
 			steps: []kvStep{opens(0, 0), batch(0, 5), batch(0, 6), fails(unavailable), opens(6, 100*ms), again(0, 6),
 				other(0, 6), batch(0, 7)},
