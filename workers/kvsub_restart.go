@@ -53,7 +53,9 @@ type kvMark struct {
 // reproducible across processes): the same first requests after a restart
 // would make the same batches. The timestamp tells those apart; the engines
 // that replay (the simulated one, vLLM's ZMQ replay socket) send a kept
-// batch as it was, stamp included.
+// batch as it was, stamp included. An empty batch without a stamp reads as
+// any other such batch: the resume then goes on as it did before the
+// comparison existed.
 //
 // It is computed for every batch applied, before the cache group filter
 // changes it, so it reads a fixed handful of fields whatever the batch's

@@ -99,6 +99,13 @@ func TestKVSubscriptionSequence(t *testing.T) {
 			count: kvCounts{Mode: workers.KVModeEvents, Resets: 1, Failures: 1},
 		},
 		{
+			name: "with one data-parallel rank known, that rank resumes one early; another rank's first batch is its baseline, not the comparison",
+			steps: []kvStep{opens(0, 0), batch(1, 4), batch(1, 5), fails(unavailable), opens(5, 100*ms), batch(0, 9), again(1, 5),
+				batch(1, 6)},
+			want:  []string{"apply 1:4", "exact", "apply 1:5", "apply 0:9", "apply 1:6"},
+			count: kvCounts{Mode: workers.KVModeEvents, Failures: 1},
+		},
+		{
 			name:  "a hybrid model's batch sent again is the same, though the subscription dropped part of it when it applied it",
 			steps: []kvStep{opens(0, 0), hybrid(0, 5), fails(unavailable), opens(5, 100*ms), again(0, 5), batch(0, 6)},
 			want:  []string{"apply 0:5", "exact", "apply 0:6"},
