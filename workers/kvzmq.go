@@ -16,9 +16,11 @@ package workers
 // holes itself from the replay socket, when there is one, before the
 // subscription sees them: a batch numbered past the next expected one is
 // preceded by the replayed batches in between. A resumed stream (start > 0)
-// first asks the replay socket for what it missed while away; if its first
-// live batch is numbered below start, the publisher restarted, and the
-// replay from 0 recovers the restarted process's first batches. What the
+// first asks the replay socket for what it missed while away (from the
+// last batch the subscription applied, which it compares with the one it
+// gets back: see kvsub_restart.go); if its first live batch is numbered
+// below start, the publisher restarted, and the replay from 0 recovers the
+// restarted process's first batches. What the
 // replay cannot fill reaches kvSub as the gap it is: by the numbers, or,
 // for a restarted publisher whose first batches are lost, as a
 // KVEventsLostError (its first batch on hand would otherwise read as the
