@@ -103,9 +103,11 @@ func TestCacheAwareCountsDecisionsUntilAcquired(t *testing.T) {
 // its prompt in the queue and itself in the load, until the caller's
 // Acquire and Prefilling do (Decision.Acquired), once.
 //
-// Three idle workers, w2 holding a prompt of its own; a first cold prompt
-// is decided (to w0, the earliest of equals), then, per row, acquired or
-// abandoned or neither; then a second cold prompt is decided.
+// Three idle workers, w1 and w2 holding prompts of their own, twice as long
+// as the first and second; a first cold prompt is decided (to w0, whose
+// tree is the smallest), then, per row, acquired or abandoned or neither;
+// then a second cold prompt is decided. Where w0 ties with the others, its
+// tree is still the smallest, so the tie goes to w0.
 func TestScoredModesCountDecisionsUntilAcquired(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []string{policy.ModeCost, policy.ModeWait} {
@@ -139,8 +141,11 @@ func TestScoredModesCountDecisionsUntilAcquired(t *testing.T) {
 				names := map[*workers.Worker]string{ws[0]: "w0", ws[1]: "w1", ws[2]: "w2"}
 				p := newCA(t, func(o *policy.Options) { o.CacheAware.Mode = mode })
 				views := workers.Views(ws)
-				firstPrompt, secondPrompt, own := caTokens(1, 1024), caTokens(2, 1024), caTokens(3, 1024)
+				firstPrompt, secondPrompt, own := caTokens(1, 1024), caTokens(2, 1024), caTokens(3, 2048)
 				if _, err := p.Select(ctx, &policy.Request{InputIDs: own}, workers.Views(ws[2:])); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := p.Select(ctx, &policy.Request{InputIDs: caTokens(4, 2048)}, workers.Views(ws[1:2])); err != nil {
 					t.Fatal(err)
 				}
 				first, got := decideName(t, p, &policy.Request{InputIDs: firstPrompt, Acquires: tc.acquires, DryRun: tc.dryRun}, views, names)

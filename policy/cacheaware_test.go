@@ -202,6 +202,16 @@ func TestCacheAwareFallbackTieBreaks(t *testing.T) {
 		place(t, p, ws[2], caTokens(3, 48))
 		wantDecision(t, caSelect(t, p, caTokens(9, 64), ws...), ws[1], "cache_miss", 0)
 	})
+	for _, mode := range []string{policy.ModeCost, policy.ModeWait} {
+		t.Run(mode+" mode: equal prices, matches and loads go to the smaller tree", func(t *testing.T) {
+			ws := fleet(3)
+			p := newCA(t, func(o *policy.Options) { o.CacheAware.Mode = mode })
+			place(t, p, ws[0], caTokens(1, 64))
+			place(t, p, ws[1], caTokens(2, 32))
+			place(t, p, ws[2], caTokens(3, 48))
+			wantDecision(t, caSelect(t, p, caTokens(9, 64), ws...), ws[1], "cache_miss", 0)
+		})
+	}
 	t.Run("smallest_tree: equal trees go to the less loaded", func(t *testing.T) {
 		ws := fleet(3)
 		p := newCA(t, func(o *policy.Options) { o.CacheAware.CacheMissFallback = policy.FallbackSmallestTree })

@@ -58,7 +58,7 @@ const (
 // round_robin's).
 //
 // Ties go to the longer match, then the lower load (requests in flight),
-// then the earlier candidate.
+// then the smaller tree, then the earlier candidate.
 type costModel struct {
 	decodeWeight, evictWeight float64
 }
@@ -67,6 +67,9 @@ type costModel struct {
 // the selection looks at the match.
 type costLoad struct {
 	queue, held, capacity int
+	// cached is the tokens the policy's index holds for the worker: the
+	// last tie-break (see cheaper).
+	cached int
 	// fullness is the share of capacity the policy's index holds for the
 	// worker, in [0, 1]; 0 when the capacity is unknown.
 	fullness float64
@@ -85,9 +88,9 @@ func costLoads(ws []workers.View, cached func(i int) int, pending *pendingCounts
 		if capacity <= 0 {
 			capacity = w.KVCapacityTokens()
 		}
-		c := costLoad{queue: queueOf(w, i, pending), held: max(l.UsedTokens, 0), capacity: max(capacity, 0)}
+		c := costLoad{queue: queueOf(w, i, pending), held: max(l.UsedTokens, 0), capacity: max(capacity, 0), cached: max(cached(i), 0)}
 		if c.capacity > 0 {
-			c.fullness = min(float64(max(cached(i), 0))/float64(c.capacity), 1)
+			c.fullness = min(float64(c.cached)/float64(c.capacity), 1)
 		}
 		out[i] = c
 	}
@@ -153,24 +156,30 @@ func (m costModel) choose(c *costChoice, inputLen int, matched, loads []int, cl 
 	for i := range matched {
 		c.terms[i] = m.terms(inputLen, matched[i], cl[i])
 		t, b := c.terms[i], c.terms[c.chosen]
-		if i > 0 && cheaper(t.total, t.matched, loads[i], b.total, b.matched, loads[c.chosen]) {
+		if i > 0 && cheaper(t.total, t.matched, loads[i], cl[i].cached, b.total, b.matched, loads[c.chosen], cl[c.chosen].cached) {
 			c.chosen = i
 		}
 	}
 }
 
 // cheaper reports whether a candidate priced total, holding matched tokens
-// of the prompt and load requests, beats the best so far (bTotal, bMatched,
-// bLoad): the lower price, then the longer match, then the lower load. The
-// cost and wait modes rank their candidates alike.
-func cheaper(total float64, matched, load int, bTotal float64, bMatched, bLoad int) bool {
+// of the prompt and load requests, its tree cached tokens, beats the best
+// so far (bTotal, bMatched, bLoad, bCached): the lower price, then the
+// longer match, then the lower load, then the smaller tree. The cost and
+// wait modes rank their candidates alike. The smaller tree breaks the tie
+// of cold prompts on idle engines, as the threshold rule's miss fallback
+// does: without it one request at a time went to the first candidate every
+// time, and the other engines' caches stayed empty.
+func cheaper(total float64, matched, load, cached int, bTotal float64, bMatched, bLoad, bCached int) bool {
 	switch {
 	case total != bTotal:
 		return total < bTotal
 	case matched != bMatched:
 		return matched > bMatched
-	default:
+	case load != bLoad:
 		return load < bLoad
+	default:
+		return cached < bCached
 	}
 }
 

@@ -77,8 +77,8 @@ const assumedPrefillRate = 20000
 //     --speed 5 on the conversation trace, TTFT p50 14% over the
 //     threshold rule's, whose balance rule evens the lanes out).
 //
-// Ties go to the longer match, then the lower load, then the earlier
-// candidate.
+// Ties go to the longer match, then the lower load, then the smaller tree,
+// then the earlier candidate.
 type waitModel struct {
 	evictWeight, fleetWeight, unevenWeight float64
 }
@@ -245,7 +245,7 @@ func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl 
 	for i := range matched {
 		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.pressure, c.soonest)
 		t, b := c.terms[i], c.terms[c.chosen]
-		if i > 0 && cheaper(t.total, t.matched, loads[i], b.total, b.matched, loads[c.chosen]) {
+		if i > 0 && cheaper(t.total, t.matched, loads[i], wl[i].cached, b.total, b.matched, loads[c.chosen], wl[c.chosen].cached) {
 			c.chosen = i
 		}
 	}
