@@ -131,16 +131,13 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		EvictionPolicy:           "lru",
 		BlockSize:                16,
 		SpeculativeTTL:           500 * time.Millisecond,
-		// The wait mode: it leads the threshold rule on both Mooncake
-		// traces at speeds 3–5 (the synthetic trace at --speed 3 by half
-		// at TTFT p50), is level at 6 once refusals count, and level or
-		// better at light load (BENCHMARKS.md, "Routing under overload").
+		// The wait mode: it led the threshold rule on both Mooncake traces
+		// at speeds 3–5, was level at 6 once refusals count, and was level
+		// or better at light load (BENCHMARKS.md, "Routing under overload").
 		// Tried before and reverted for hot spots at 128 conversations and
-		// an 8-slot tail over round_robin's: the first came from stale
-		// snapshots herding bursts, which the pick log ends (see
-		// snapshot.refresh); the second from pricing a full engine's slot
-		// wait as if its requests ended evenly spread, when under late
-		// binding they end in waves (see waitLoad.slotWait).
+		// an 8-slot tail over round_robin's; both came from stale
+		// snapshots herding bursts, which the pick log now ends (see
+		// snapshot.refresh; bench/results/waitbal-2026-11-29).
 		Mode:         ModeWait,
 		DecodeWeight: DefaultDecodeWeight,
 		EvictWeight:  DefaultEvictWeight,
