@@ -131,14 +131,12 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		EvictionPolicy:           "lru",
 		BlockSize:                16,
 		SpeculativeTTL:           500 * time.Millisecond,
-		// The wait mode: it led the threshold rule on both Mooncake traces
-		// at speeds 3–5, was level at 6 once refusals count, and was level
-		// or better at light load (BENCHMARKS.md, "Routing under overload").
-		// Tried before and reverted for hot spots at 128 conversations and
-		// an 8-slot tail over round_robin's; both came from stale
-		// snapshots herding bursts, which the pick log now ends (see
-		// snapshot.refresh; bench/results/waitbal-2026-11-29).
-		Mode:         ModeWait,
+		// The threshold rule, although the wait mode leads it on both
+		// Mooncake traces at speeds 3–6: on engines of 8 slots the wait
+		// mode's TTFT p90 and p99 were 18% over round_robin's, and at 128
+		// conversations one run in two gathered them on few engines
+		// (BENCHMARKS.md, "The wait mode as the default, tried").
+		Mode:         ModeThreshold,
 		DecodeWeight: DefaultDecodeWeight,
 		EvictWeight:  DefaultEvictWeight,
 		FleetWeight:  DefaultFleetWeight,
