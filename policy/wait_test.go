@@ -28,6 +28,7 @@ type waitWorker struct {
 	// they started one every run ÷ limit, the last just now: a steady
 	// stream, whose oldest frees its slot run ÷ limit from now.
 	together bool
+	kv, held int // the engine's KV capacity and what its running requests hold (0: not reported)
 }
 
 // waitCases are the wait mode's rule, written as cases: a 4,096-token
@@ -68,6 +69,10 @@ var waitCases = []struct {
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, runs: []time.Duration{400 * time.Millisecond, 1200 * time.Millisecond}, rate: 20000, together: true},
 		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
 		fleet: 4, want: "B", reason: []string{"next grpc://a:1 501ms"}},
+	{name: "a full cache whose running requests hold the shared prefix: the whole match counts, not only what fits beside them",
+		a:     waitWorker{holds: 3072, limit: 8, run: 800 * time.Millisecond, rate: 20000, kv: 16384, held: 16384},
+		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000, kv: 16384, held: 15360},
+		fleet: 4, want: "A", reason: []string{"own 256ms (4096 prompt − 3072 cached)", "next grpc://b:1 358ms"}},
 	{name: "every engine full, no fleet charge: a long prefill queue on the cached engine sends the prompt away",
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
 		b:     waitWorker{inFlight: 8, limit: 8, run: 4 * time.Second, rate: 20000},
@@ -123,7 +128,8 @@ func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []
 	t.Helper()
 	mk := func(url string, c waitWorker) *workers.Worker {
 		w := workers.NewWorker(url, workers.ProtocolSGLang, workers.RoleRegular,
-			workers.ModelInfo{MaxRunningRequests: c.limit}, nil, nil)
+			workers.ModelInfo{MaxRunningRequests: c.limit, KVCapacityTokens: c.kv}, nil, nil)
+		w.SetEngineLoad(workers.Load{UsedTokens: c.held})
 		if c.holds > 0 {
 			serve(prompt[:c.holds], w)
 		}
