@@ -196,17 +196,16 @@ type waitTerms struct {
 }
 
 // terms prices a prompt of inputLen tokens, matched tokens of which the
-// candidate holds, on a candidate with load l in a fleet under pressure
-// whose soonest start is soonest.
-func (m waitModel) terms(inputLen, matched int, l waitLoad, pressure, soonest float64) waitTerms {
-	t := waitTerms{matched: matched, queue: l.queue}
+// candidate holds, on a candidate with load l, whose start (l.start) was
+// read into st, in a fleet under pressure whose soonest start is soonest.
+func (m waitModel) terms(inputLen, matched int, l waitLoad, st waitTerms, pressure, soonest float64) waitTerms {
+	t := waitTerms{matched: matched, queue: l.queue, ahead: st.ahead, slot: st.slot, lane: st.lane}
 	over := 0 // the prompt's tokens that do not fit beside what is held
 	if l.capacity > 0 {
 		over = max(inputLen-max(l.capacity-l.held, 0), 0)
 	}
 	t.prefill = max(inputLen-matched, 0)
 	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
-	t.ahead, t.slot, t.lane = l.start()
 	t.own = float64(t.prefill+over) / l.rate
 	t.evictS = m.evictWeight * float64(t.evict) / l.rate
 	t.fleet = pressure * m.fleetWeight * t.own
@@ -232,8 +231,11 @@ type waitChoice struct {
 func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl []waitLoad) {
 	c.chosen, c.soonest, c.whole, c.pressure = 0, 0, 0, 0
 	for i, l := range wl {
-		_, slot, lane := l.start()
-		if w := max(slot, lane); i == 0 || w < c.soonest {
+		// Read once: a full engine's slot wait reads its requests' ages
+		// under the worker's lock.
+		st := &c.terms[i]
+		st.ahead, st.slot, st.lane = l.start()
+		if w := max(st.slot, st.lane); i == 0 || w < c.soonest {
 			c.soonest = w
 		}
 	}
@@ -247,7 +249,7 @@ func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl 
 		c.pressure = c.soonest / c.whole
 	}
 	for i := range matched {
-		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.pressure, c.soonest)
+		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.terms[i], c.pressure, c.soonest)
 		t, b := c.terms[i], c.terms[c.chosen]
 		if i > 0 && cheaper(t.total, t.matched, loads[i], wl[i].cached, b.total, b.matched, loads[c.chosen], wl[c.chosen].cached) {
 			c.chosen = i
