@@ -85,6 +85,17 @@ const assumedPrefillRate = 20000
 //
 // Ties go to the longer match, then the lower load, then the smaller tree,
 // then the earlier candidate.
+//
+// One rule comes before the terms, the threshold rule's start-up rule
+// (see seedIdle): while a candidate is idle and holds nothing, and some
+// worker carries two requests, the request goes to the idle one. Its terms
+// never say so, since they price this request alone: a burst of
+// conversations sharing a system prompt found it on the first engine to
+// hold it, which could always start the next at once on engines of 256
+// slots, so that engine took all 64 conversations at 2 a second (load CoV
+// 2.6 in bench's unloaded multiturn) while three engines idled. The move
+// costs the idle engine one copy of the shared prefix, after which the
+// matches tie and load spreads the rest.
 type waitModel struct {
 	evictWeight, fleetWeight, unevenWeight float64
 }
@@ -223,6 +234,10 @@ type waitChoice struct {
 	// pressure soonest ÷ whole, at most 1.
 	soonest, whole, pressure float64
 	chosen                   int
+	// seeded: the start-up rule chose an idle candidate holding nothing
+	// while a worker carried busiest requests.
+	seeded  bool
+	busiest int
 }
 
 // choose prices every candidate into c.terms (as long as matched) and picks
@@ -255,17 +270,43 @@ func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl 
 			c.chosen = i
 		}
 	}
+	c.seed(loads, wl)
 }
 
-// branch names the decision as the other modes do (see matchBranch).
-func (c waitChoice) branch() string { return matchBranch(c.terms[c.chosen].matched) }
+// seed applies the start-up rule (see waitModel) to a choice made.
+func (c *waitChoice) seed(loads []int, wl []waitLoad) {
+	c.seeded, c.busiest = false, 0
+	idle := -1
+	for i, l := range wl {
+		c.busiest = max(c.busiest, loads[i])
+		if idle < 0 && loads[i] == 0 && l.cached == 0 {
+			idle = i
+		}
+	}
+	if idle >= 0 && c.busiest >= 2 && idle != c.chosen {
+		c.chosen, c.seeded = idle, true
+	}
+}
+
+// branch names the decision as the other modes do (see matchBranch); the
+// start-up rule's as the threshold rule's.
+func (c waitChoice) branch() string {
+	if c.seeded {
+		return "imbalance"
+	}
+	return matchBranch(c.terms[c.chosen].matched)
+}
 
 // reason says what the chosen worker's expected wait was made of, and the
 // runner-up's.
 func (c waitChoice) reason(m waitModel, ws []workers.View, inputLen int) string {
 	var b strings.Builder
 	t := c.terms[c.chosen]
-	fmt.Fprintf(&b, "%s: %s expects %s", c.branch(), ws[c.chosen].URL(), t.format(m, inputLen, c))
+	fmt.Fprintf(&b, "%s: %s ", c.branch(), ws[c.chosen].URL())
+	if c.seeded {
+		fmt.Fprintf(&b, "is idle and holds nothing while a worker carries %d; it ", c.busiest)
+	}
+	fmt.Fprintf(&b, "expects %s", t.format(m, inputLen, c))
 	second := runnerUp(len(c.terms), c.chosen, func(i int) float64 { return c.terms[i].total })
 	if second >= 0 {
 		fmt.Fprintf(&b, "; next %s %s", ws[second].URL(), ms(c.terms[second].total))

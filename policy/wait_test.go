@@ -29,6 +29,10 @@ type waitWorker struct {
 	// stream, whose oldest frees its slot run ÷ limit from now.
 	together bool
 	kv, held int // the engine's KV capacity and what its running requests hold (0: not reported)
+	// empty: the worker has served nothing. Otherwise it served another
+	// prompt first, so that the start-up rule, which moves a request to an
+	// idle worker holding nothing, leaves the case to the terms.
+	empty bool
 }
 
 // waitCases are the wait mode's rule, written as cases: a 4,096-token
@@ -70,8 +74,8 @@ var waitCases = []struct {
 		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
 		fleet: 4, want: "B", reason: []string{"next grpc://a:1 501ms"}},
 	{name: "a full cache whose running requests hold the shared prefix: the whole match counts, not only what fits beside them",
-		a:     waitWorker{holds: 3072, limit: 8, run: 800 * time.Millisecond, rate: 20000, kv: 16384, held: 16384},
-		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000, kv: 16384, held: 15360},
+		a:     waitWorker{holds: 3072, limit: 8, run: 800 * time.Millisecond, rate: 20000, kv: 16384, held: 16384, empty: true},
+		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000, kv: 16384, held: 15360, empty: true},
 		fleet: 4, want: "A", reason: []string{"own 256ms (4096 prompt − 3072 cached)", "next grpc://b:1 358ms"}},
 	{name: "every engine full, no fleet charge: a long prefill queue on the cached engine sends the prompt away",
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, queue: 20000, run: 4 * time.Second, rate: 20000},
@@ -112,6 +116,22 @@ var waitCases = []struct {
 		b:     waitWorker{limit: 8, run: 4 * time.Second, rate: 20000},
 		fleet: 4, uneven: 4, want: "A", reason: []string{"expects 151ms = max(slot 0ms, lane 100ms (2000 queued)) + own 51ms (4096 prompt − 3072 cached)", "next grpc://b:1 205ms"},
 		absent: []string{"fleet", "uneven"}},
+	{name: "start-up: a worker carrying two requests beside an idle one that holds nothing: the idle one, whatever the terms",
+		a:     waitWorker{holds: 3072, inFlight: 2, limit: 256, run: 800 * time.Millisecond, rate: 20000},
+		b:     waitWorker{limit: 256, run: 800 * time.Millisecond, rate: 20000, empty: true},
+		fleet: 4, want: "B", reason: []string{"imbalance: grpc://b:1 is idle and holds nothing while a worker carries 2; it expects 205ms", "next grpc://a:1 51ms"}},
+	{name: "start-up: one request beside an idle worker that holds nothing: the terms",
+		a:     waitWorker{holds: 3072, inFlight: 1, limit: 256, run: 800 * time.Millisecond, rate: 20000},
+		b:     waitWorker{limit: 256, run: 800 * time.Millisecond, rate: 20000, empty: true},
+		fleet: 4, want: "A", reason: []string{"cache_hit: grpc://a:1 expects 51ms"}},
+	{name: "start-up: two requests beside an idle worker that holds something: the terms",
+		a:     waitWorker{holds: 3072, inFlight: 2, limit: 256, run: 800 * time.Millisecond, rate: 20000},
+		b:     waitWorker{limit: 256, run: 800 * time.Millisecond, rate: 20000},
+		fleet: 4, want: "A", reason: []string{"cache_hit: grpc://a:1 expects 51ms"}},
+	{name: "start-up: two requests on the worker that holds nothing: the terms",
+		a:     waitWorker{holds: 3072, limit: 256, run: 800 * time.Millisecond, rate: 20000},
+		b:     waitWorker{inFlight: 2, limit: 256, run: 800 * time.Millisecond, rate: 20000, empty: true},
+		fleet: 4, want: "A", reason: []string{"cache_hit: grpc://a:1 expects 51ms"}},
 	{name: "every engine is priced at the fleet's mean prefill rate",
 		a: waitWorker{queue: 4000, rate: 10000}, b: waitWorker{rate: 30000}, fleet: 0, want: "B",
 		reason: []string{"own 205ms", "next grpc://a:1 405ms"}},
@@ -130,6 +150,9 @@ func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []
 		w := workers.NewWorker(url, workers.ProtocolSGLang, workers.RoleRegular,
 			workers.ModelInfo{MaxRunningRequests: c.limit, KVCapacityTokens: c.kv}, nil, nil)
 		w.SetEngineLoad(workers.Load{UsedTokens: c.held})
+		if !c.empty {
+			serve(caTokens(99, 64), w)
+		}
 		if c.holds > 0 {
 			serve(prompt[:c.holds], w)
 		}
@@ -209,7 +232,8 @@ func TestWaitModeSpecification(t *testing.T) {
 					if got := map[*workers.Worker]string{a: "A", b: "B"}[d.Worker]; got != tc.want {
 						t.Fatalf("chose %s, want %s: %s", got, tc.want, d.Why())
 					}
-					if !strings.HasPrefix(d.Why(), d.Branch+": "+d.Worker.URL()+" expects ") {
+					prefix := d.Branch + ": " + d.Worker.URL() + " "
+					if rest, ok := strings.CutPrefix(d.Why(), prefix); !ok || !strings.HasPrefix(rest, "expects ") && !strings.Contains(rest, "; it expects ") {
 						t.Errorf("reason %q does not start with the branch and the worker's expected wait", d.Why())
 					}
 					for _, part := range tc.reason {
