@@ -33,8 +33,9 @@ func caTokens(seed, n int) []uint32 {
 func caJoin(parts ...[]uint32) []uint32 { return slices.Concat(parts...) }
 
 // newCA builds a cache_aware policy in the threshold mode, whose rules
-// most tests here specify whichever mode is the default, with the other
-// defaults (page 16, threshold 0.3, balance 64 / 1.5) changed by edit.
+// most tests here specify, with the other defaults (page 16, threshold
+// 0.3, balance 64 / 1.5) changed by edit. The default mode is wait, whose
+// rule wait_test.go specifies.
 func newCA(t *testing.T, edit func(*policy.Options)) *policy.CacheAware {
 	t.Helper()
 	o := policy.DefaultOptions()

@@ -94,8 +94,10 @@ type CacheAwareConfig struct {
 	// the events still on their way when the request ends.
 	SpeculativeTTL time.Duration
 	// Mode (--cache-aware-mode) is the selection rule: ModeThreshold (the
-	// threshold and balance rules above) or ModeCost (the least cost; see
-	// costModel). In ModeCost the threshold and balance settings are unused.
+	// threshold and balance rules above), ModeCost (the least cost; see
+	// costModel) or ModeWait (the least expected wait for the first token;
+	// see waitModel). In ModeCost and ModeWait the threshold and balance
+	// settings are unused.
 	Mode string
 	// DecodeWeight (--cache-aware-decode-weight) is, in ModeCost, the
 	// weight of a worker's held KV tokens against prompt tokens to
@@ -131,12 +133,17 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		EvictionPolicy:           "lru",
 		BlockSize:                16,
 		SpeculativeTTL:           500 * time.Millisecond,
-		// The threshold rule, although the wait mode leads it on both
-		// Mooncake traces at speeds 3–6: on engines of 8 slots the wait
-		// mode's TTFT p90 and p99 were 18% over round_robin's, and at 128
-		// conversations one run in two gathered them on few engines
-		// (BENCHMARKS.md, "The wait mode as the default, tried").
-		Mode:         ModeThreshold,
+		// The wait mode: on both Mooncake traces it leads the threshold
+		// rule at the loads where a router's choice matters, and is level
+		// with it on engines of 2, 8 and 256 slots and on make bench's
+		// workloads (BENCHMARKS.md, "The wait mode the default").
+		// Earlier switches were reverted for hot spots (stale snapshots
+		// herding bursts; a burst's shared system prompt kept on one
+		// engine, now the start-up rule), an 8-slot tail (the slot wait
+		// priced as if requests ended evenly spread) and a collapse on
+		// shared prefixes under cache pressure (only the match that fits
+		// beside the held KV counted).
+		Mode:         ModeWait,
 		DecodeWeight: DefaultDecodeWeight,
 		EvictWeight:  DefaultEvictWeight,
 		FleetWeight:  DefaultFleetWeight,

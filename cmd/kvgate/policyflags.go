@@ -77,7 +77,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.speculativeTTLMs, "speculative-ttl-ms", int(ca.SpeculativeTTL/time.Millisecond),
 		"cache_aware, workers with KV events: how long after a request ends the pages its routing decision expected on the worker stay in the tree unless an event confirmed them, ≥ 0")
 	fs.StringVar(&p.cacheAwareMode, "cache-aware-mode", ca.Mode,
-		"cache_aware, vllm_cache_aware: selection rule: threshold (the longest match over --cache-threshold unless the fleet is imbalanced) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, plus, when no engine could start the request at once, --cache-aware-fleet-weight × that prefill)")
+		"cache_aware, vllm_cache_aware: selection rule (default wait for cache_aware, threshold for vllm_cache_aware unless given): threshold (the longest match over --cache-threshold unless the fleet is imbalanced) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, plus, when no engine could start the request at once, --cache-aware-fleet-weight × that prefill)")
 	fs.Float64Var(&p.fleetWeight, "cache-aware-fleet-weight", ca.FleetWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the seconds of wait charged for each second of prefill a request adds to the fleet (later requests wait for it), scaled by the soonest any engine could start the request over its whole prompt's prefill time (at most 1), ≥ 0")
 	fs.Float64Var(&p.unevenWeight, "cache-aware-uneven-weight", ca.UnevenWeight,
@@ -186,7 +186,14 @@ func (p *policyFlags) options() policy.Options {
 	v.CacheThreshold = p.vllmCacheThreshold
 	v.LoadFactor = p.vllmLoadFactor
 	v.BlockHash = p.vllmBlockHash
-	v.Mode, v.DecodeWeight, v.EvictWeight, v.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
+	v.DecodeWeight, v.EvictWeight, v.FleetWeight = p.decodeWeight, p.evictWeight, p.fleetWeight
 	v.UnevenWeight = p.unevenWeight
+	// The modes' defaults differ: cache_aware's wait mode is measured
+	// against the threshold rule on both traces at every load, while
+	// vllm_cache_aware's has not been measured on vLLM engines yet, so
+	// it keeps the threshold rule unless the flag is given.
+	if p.given("cache-aware-mode") {
+		v.Mode = p.cacheAwareMode
+	}
 	return o
 }

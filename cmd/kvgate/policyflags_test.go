@@ -72,7 +72,11 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 					Mode: policy.ModeThreshold, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight,
 					FleetWeight: policy.DefaultFleetWeight, UnevenWeight: policy.DefaultUnevenWeight}
 			}},
-		{"without --cache-aware-mode, both cache-aware policies use the threshold rule", nil,
+		{"without --cache-aware-mode, cache_aware uses the wait mode and vllm_cache_aware the threshold rule", nil,
+			func(o policy.Options) bool {
+				return o.CacheAware.Mode == policy.ModeWait && o.VllmCacheAware.Mode == policy.ModeThreshold
+			}},
+		{"--cache-aware-mode threshold reaches cache_aware", []string{"--cache-aware-mode", "threshold"},
 			func(o policy.Options) bool {
 				return o.CacheAware.Mode == policy.ModeThreshold && o.VllmCacheAware.Mode == policy.ModeThreshold
 			}},
