@@ -93,7 +93,7 @@ const assumedPrefillRate = 20000
 // conversations sharing a system prompt found it on the first engine to
 // hold it, which could always start the next at once on engines of 256
 // slots, so that engine took all 64 conversations at 2 a second (load CoV
-// 2.6 in bench's unloaded multiturn) while three engines idled. The move
+// 2.6 in bench's unloaded multiturn) while seven engines idled. The move
 // costs the idle engine one copy of the shared prefix, after which the
 // matches tie and load spreads the rest.
 type waitModel struct {
