@@ -128,7 +128,7 @@ golden-check: testdata
 ## whole synthetic trace (4 policies x ~4.5 minutes).
 BENCH_RESULTS  := bench/results
 BENCH_TRACE    ?= bench/testdata/traces/synthetic_trace.jsonl
-BENCH_POLICIES := cache_aware,cache_aware:smallest_tree,prefix_hash,power_of_two,round_robin,random
+BENCH_POLICIES := cache_aware,cache_aware:threshold:smallest_tree,prefix_hash,power_of_two,round_robin,random
 bench: SHELL := /bin/bash
 bench: .SHELLFLAGS := -o pipefail -c
 bench:

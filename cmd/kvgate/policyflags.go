@@ -57,15 +57,15 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	d := policy.DefaultOptions()
 	ca, ph, m, b, v := d.CacheAware, d.PrefixHash, d.Manual, d.Bucket, d.VllmCacheAware
 	fs.Float64Var(&p.cacheThreshold, "cache-threshold", ca.CacheThreshold,
-		"cache_aware: route by cache when the longest match covers at least this share of the prompt, in [0, 1] (0: whenever any page matches)")
+		"cache_aware with --cache-aware-mode threshold: route by cache when the longest match covers at least this share of the prompt, in [0, 1] (0: whenever any page matches)")
 	fs.IntVar(&p.balanceAbs, "balance-abs-threshold", ca.BalanceAbsThreshold,
-		fmt.Sprintf("cache_aware, bucket: load difference (max - min) above which the fleet counts as imbalanced, ≥ 0 (bucket's default when not given: %d); cache_aware counts a smaller difference while the fleet's mean load is under half of it: twice the mean, but not less than half the threshold", b.BalanceAbsThreshold))
+		fmt.Sprintf("cache_aware with --cache-aware-mode threshold, bucket: load difference (max - min) above which the fleet counts as imbalanced, ≥ 0 (bucket's default when not given: %d); cache_aware counts a smaller difference while the fleet's mean load is under half of it: twice the mean, but not less than half the threshold", b.BalanceAbsThreshold))
 	fs.Float64Var(&p.balanceRel, "balance-rel-threshold", ca.BalanceRelThreshold,
-		fmt.Sprintf("cache_aware, bucket: load ratio (max / min) above which the fleet counts as imbalanced, ≥ 1 (bucket's default when not given: %g)", b.BalanceRelThreshold))
+		fmt.Sprintf("cache_aware with --cache-aware-mode threshold, bucket: load ratio (max / min) above which the fleet counts as imbalanced, ≥ 1 (bucket's default when not given: %g)", b.BalanceRelThreshold))
 	fs.Float64Var(&p.balanceCapacity, "balance-capacity-threshold", ca.BalanceCapacityThreshold,
-		"cache_aware: where every engine reports how many requests it runs at once, the fleet also counts as imbalanced when the loads as shares of those limits differ by at least this much (1: one engine's worth) and by more than --balance-rel-threshold ×, and, while a worker is idle and holds nothing, once any worker carries two requests; ≥ 0, 0 turns it off (where an engine reports no limit, --balance-abs-threshold alone judges)")
+		"cache_aware with --cache-aware-mode threshold: where every engine reports how many requests it runs at once, the fleet also counts as imbalanced when the loads as shares of those limits differ by at least this much (1: one engine's worth) and by more than --balance-rel-threshold ×, and, while a worker is idle and holds nothing, once any worker carries two requests; ≥ 0, 0 turns it off (where an engine reports no limit, --balance-abs-threshold alone judges)")
 	fs.StringVar(&p.cacheMissFallback, "cache-miss-fallback", ca.CacheMissFallback,
-		"cache_aware: where a cache miss goes: least_loaded or smallest_tree (the worker with the most cache capacity, SMG's rule)")
+		"cache_aware with --cache-aware-mode threshold: where a cache miss goes: least_loaded or smallest_tree (the worker with the most cache capacity, SMG's rule)")
 	fs.IntVar(&p.evictionIntervalSecs, "eviction-interval", int(ca.EvictionInterval/time.Second),
 		fmt.Sprintf("cache_aware: seconds between periodic tree evictions (the budget holds without them); manual: between idle-key checks; ≥ 1 (manual's default when not given: %d)", int(m.EvictionInterval/time.Second)))
 	fs.IntVar(&p.maxTreeSize, "max-tree-size", ca.MaxTreeSize,
