@@ -102,15 +102,35 @@ func (c *CacheAware) capacityImbalanced(s *snapshot) {
 // comes to hold the system prompt within the burst's first requests, and
 // equal matches then spread the rest by load.
 func (c *CacheAware) seedIdle(s *snapshot, sizes []int) {
-	if !s.byCapacity || s.imbalanced || s.min != 0 || s.max < 2 {
+	if !s.byCapacity || s.imbalanced {
 		return
 	}
-	for i := range s.ws {
-		if s.loads[i] == 0 && sizes[i] == 0 {
-			s.imbalanced, s.seeding = true, true
-			return
+	if idle, _ := idleEmpty(s.loads, func(i int) int { return sizes[i] }); idle >= 0 {
+		s.imbalanced, s.seeding = true, true
+	}
+}
+
+// seedBusy is the load the busiest worker must carry before the start-up
+// rule sends a request to an idle worker that holds nothing.
+const seedBusy = 2
+
+// idleEmpty is the start-up rule's test, which the threshold rule
+// (seedIdle) and the wait mode (waitChoice.seed) share: idle is the first
+// worker that carries no request and of which the policy's index holds
+// nothing (held(i) == 0), when the busiest carries at least seedBusy, and
+// -1 otherwise; busiest is the busiest worker's load, for the reason.
+func idleEmpty(loads []int, held func(i int) int) (idle, busiest int) {
+	idle = -1
+	for i, l := range loads {
+		busiest = max(busiest, l)
+		if idle < 0 && l == 0 && held(i) == 0 {
+			idle = i
 		}
 	}
+	if busiest < seedBusy {
+		idle = -1
+	}
+	return idle, busiest
 }
 
 // noteBacklogs reads, once the absolute rule has found the fleet imbalanced

@@ -275,16 +275,11 @@ func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl 
 
 // seed applies the start-up rule (see waitModel) to a choice made.
 func (c *waitChoice) seed(loads []int, wl []waitLoad) {
-	c.seeded, c.busiest = false, 0
-	idle := -1
-	for i, l := range wl {
-		c.busiest = max(c.busiest, loads[i])
-		if idle < 0 && loads[i] == 0 && l.cached == 0 {
-			idle = i
-		}
-	}
-	if idle >= 0 && c.busiest >= 2 && idle != c.chosen {
-		c.chosen, c.seeded = idle, true
+	var idle int
+	idle, c.busiest = idleEmpty(loads, func(i int) int { return wl[i].cached })
+	c.seeded = idle >= 0 && idle != c.chosen
+	if c.seeded {
+		c.chosen = idle
 	}
 }
 
