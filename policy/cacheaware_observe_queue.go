@@ -16,12 +16,13 @@ import (
 // eviction pressure were these (multi-turn, 128 conversations on
 // 40,000-token caches: the engine then reported cached only the system
 // prompt, which its running requests held). So on an engine whose last
-// load poll reported requests waiting in its own queue, cache_aware
-// predicts cached only the part of the match that a request of its own in
-// flight there shares: the pages an engine keeps are those its running
-// requests hold. A request in flight may itself still wait in the queue and
-// hold nothing; on the shared-prefix workload, where requests of one group
-// queue together, the misses this leaves remain.
+// load poll reported requests waiting in its own queue for KV room
+// (engineQueueing), cache_aware predicts cached only the part of the
+// match that a request of its own in flight there shares: the pages an
+// engine keeps are those its running requests hold. A request in flight
+// may itself still wait in the queue and hold nothing; on the
+// shared-prefix workload, where requests of one group queue together, the
+// misses this leaves remain.
 //
 // The engine is chosen before, from the match, as without the rule, and
 // the prefill the worker is charged for the request (Decision.PrefillTokens)
@@ -126,11 +127,31 @@ func (f *inFlight) shared(url string, prompt []uint32, pageSize, limit int) int 
 	return best
 }
 
-// engineQueueing reports whether v's engine said, at its last load poll,
-// that requests wait in its own queue: a request sent there now waits too,
-// and finds cached only what the engine's running requests hold.
-func engineQueueing(v workers.View) bool {
-	return v.EngineLoad().Waiting > 0
+// engineQueueing reports whether a request for a prompt of promptLen
+// tokens sent to v now waits in its engine's queue while the requests
+// ahead of it push out every page no running request holds. The engine
+// said at its last load poll that requests wait there, and either:
+//   - it runs fewer than its running limit, so the queue waits for KV
+//     room (or it reports no limit or no KV size, taken the same way); or
+//   - it is at its limit, and the requests ahead, each counted at
+//     promptLen, need at least the KV its running requests leave free
+//     (MaxTotalTokens less UsedTokens).
+//
+// An engine that queues only for a running place while its KV has room
+// (engines of 8 slots and 400,000-token caches on the conversation trace)
+// fills that room first and keeps what it holds. Calling it queueing
+// there under-predicted: the wait mode binds requests to such engines on
+// purpose, and at --speed 6 95 of its 100 misses were pages the engine
+// kept.
+func engineQueueing(v workers.View, promptLen int) bool {
+	l := v.EngineLoad()
+	switch {
+	case l.Waiting == 0:
+		return false
+	case l.MaxRunning == 0 || l.MaxTotalTokens == 0 || l.Running < l.MaxRunning:
+		return true
+	}
+	return l.Waiting*promptLen >= l.MaxTotalTokens-l.UsedTokens
 }
 
 // predictQueued returns the tokens of matched (the chosen worker's match)
@@ -138,7 +159,7 @@ func engineQueueing(v workers.View) bool {
 // v's engine is queueing (engineQueueing), and then only those a request
 // of ours in flight there shares.
 func (c *CacheAware) predictQueued(v workers.View, prompt []uint32, matched int) int {
-	if matched == 0 || !engineQueueing(v) {
+	if matched == 0 || !engineQueueing(v, len(prompt)) {
 		return matched
 	}
 	return c.flight.shared(v.URL(), prompt, c.pageSize, matched)

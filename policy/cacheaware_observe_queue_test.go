@@ -15,25 +15,42 @@ import (
 // a system prompt (4 pages) and a conversation's history (2 pages); the
 // next turn matches both. The routing is the same in every row, and so is
 // the prefill the worker is charged for: only the prediction changes.
+//
+// An engine at its running limit whose KV has room keeps what it holds
+// while requests queue for a running place: those ahead of ours fill the
+// room first. There the rule applies only when the queue ahead, each
+// request the size of this prompt, needs at least the KV the running
+// requests leave free. Below its limit, an engine's queue waits for KV;
+// an engine that reports neither limit nor KV size is taken the same way.
 func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 	sys, hist := caTokens(1, 64), caTokens(2, 32)
-	next := caJoin(sys, hist, caTokens(4, 20))
+	next := caJoin(sys, hist, caTokens(4, 20))       // 116 tokens; a queue of 2 needs 232
+	queued := workers.Load{Waiting: 2}               // no limit or KV size reported
+	held := [][]uint32{caJoin(sys, caTokens(3, 32))} // shares the system prompt
 	tests := []struct {
 		name     string
-		waiting  int        // the engine's queue at its last poll
-		inFlight [][]uint32 // prompts placed on it, outcome not yet seen
-		ended    bool       // their outcomes arrived before the next turn
-		never    bool       // they were abandoned (Decision.Abandoned) instead
+		load     workers.Load // the engine's last poll
+		inFlight [][]uint32   // prompts placed on it, outcome not yet seen
+		ended    bool         // their outcomes arrived before the next turn
+		never    bool         // they were abandoned (Decision.Abandoned) instead
 		want     int
 	}{
-		{"engine not queueing: the whole match", 0, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, false, 96},
-		{"queueing: what a request in flight shares", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, false, 64},
-		{"queueing: the longest of several shares", 2,
+		{"engine not queueing: the whole match", workers.Load{}, held, false, false, 96},
+		{"queueing: what a request in flight shares", queued, held, false, false, 64},
+		{"queueing: the longest of several shares", queued,
 			[][]uint32{caTokens(5, 48), caJoin(sys[:32], caTokens(6, 40)), caJoin(sys, hist[:16], caTokens(7, 16))}, false, false, 80},
-		{"queueing: a request of the same conversation holds it all", 2, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, false, 96},
-		{"queueing, nothing in flight: nothing", 2, nil, false, false, 0},
-		{"queueing, the requests in flight have ended: nothing", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, true, false, 0},
-		{"queueing, the requests placed were never sent: nothing", 2, [][]uint32{caJoin(sys, caTokens(3, 32))}, false, true, 0},
+		{"queueing: a request of the same conversation holds it all", queued, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, false, 96},
+		{"queueing, nothing in flight: nothing", queued, nil, false, false, 0},
+		{"queueing, the requests in flight have ended: nothing", queued, held, true, false, 0},
+		{"queueing, the requests placed were never sent: nothing", queued, held, false, true, 0},
+		{"below its running limit, queueing for KV: what is held",
+			workers.Load{Waiting: 2, Running: 3, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, held, false, false, 64},
+		{"at its running limit, KV room for the queue ahead: the whole match",
+			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, held, false, false, 96},
+		{"at its running limit, the queue ahead needs just the room left: what is held",
+			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 768, MaxTotalTokens: 1000}, held, false, false, 64},
+		{"at its running limit, less room than the queue ahead needs: what is held",
+			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 900, MaxTotalTokens: 1000}, held, false, false, 64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,7 +72,7 @@ func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 					d.Abandoned()
 				}
 			}
-			w.SetEngineLoad(workers.Load{Waiting: tt.waiting})
+			w.SetEngineLoad(tt.load)
 			d := caExplain(t, p, next, w)
 			if got := d.PredictedCachedTokens; got != tt.want {
 				t.Fatalf("predicted %d cached, want %d", got, tt.want)
