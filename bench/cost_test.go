@@ -17,14 +17,15 @@ func TestParsePolicyVariants(t *testing.T) {
 	for _, tc := range []struct {
 		label, name, mode, vllmMode, fallback, hash string
 	}{
-		{"cache_aware:cost", "cache_aware", "cost", "threshold", "least_loaded", "chained"},
-		{"cache_aware:threshold", "cache_aware", "threshold", "threshold", "least_loaded", "chained"},
-		{"cache_aware:cost:smallest_tree", "cache_aware", "cost", "threshold", "smallest_tree", "chained"},
-		{"cache_aware:wait", "cache_aware", "wait", "threshold", "least_loaded", "chained"},
-		{"vllm_cache_aware:wait", "vllm_cache_aware", "wait", "wait", "least_loaded", "chained"},
+		{"cache_aware:cost", "cache_aware", "cost", "wait", "least_loaded", "chained"},
+		{"cache_aware:threshold", "cache_aware", "threshold", "wait", "least_loaded", "chained"},
+		{"cache_aware:cost:smallest_tree", "cache_aware", "cost", "wait", "smallest_tree", "chained"},
+		{"cache_aware:wait", "cache_aware", "wait", "wait", "least_loaded", "chained"},
+		{"vllm_cache_aware", "vllm_cache_aware", "wait", "wait", "least_loaded", "chained"},
+		{"vllm_cache_aware:threshold", "vllm_cache_aware", "wait", "threshold", "least_loaded", "chained"},
 		{"vllm_cache_aware:cost", "vllm_cache_aware", "wait", "cost", "least_loaded", "chained"},
 		{"vllm_cache_aware:position:cost", "vllm_cache_aware", "wait", "cost", "least_loaded", "position"},
-		{Pooled, "round_robin", "wait", "threshold", "least_loaded", "chained"},
+		{Pooled, "round_robin", "wait", "wait", "least_loaded", "chained"},
 	} {
 		name, o, err := ParsePolicy(tc.label)
 		if err != nil || name != tc.name || o.CacheAware.Mode != tc.mode || o.VllmCacheAware.Mode != tc.vllmMode ||

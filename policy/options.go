@@ -387,7 +387,7 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		CacheThreshold:      0.3,
 		LoadFactor:          1.25,
 		BlockHash:           BlockHashChained,
-		Mode:                ModeThreshold,
+		Mode:                ModeWait,
 		DecodeWeight:        DefaultDecodeWeight,
 		EvictWeight:         DefaultEvictWeight,
 		FleetWeight:         DefaultFleetWeight,

@@ -20,11 +20,14 @@ var (
 	_ policy.Forgetter = (*policy.VllmCacheAware)(nil)
 )
 
-// newVCA builds a vllm_cache_aware policy with the defaults (block 16,
-// threshold 0.3, load factor 1.25, chained keys) changed by edit.
+// newVCA builds a vllm_cache_aware policy in the threshold mode, whose
+// rules most tests here specify, with the other defaults (block 16,
+// threshold 0.3, load factor 1.25, chained keys) changed by edit. The
+// default mode is wait, whose rule wait_test.go specifies.
 func newVCA(t *testing.T, edit func(*policy.VllmCacheAwareConfig)) *policy.VllmCacheAware {
 	t.Helper()
 	o := policy.DefaultOptions()
+	o.VllmCacheAware.Mode = policy.ModeThreshold
 	if edit != nil {
 		edit(&o.VllmCacheAware)
 	}

@@ -77,7 +77,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.speculativeTTLMs, "speculative-ttl-ms", int(ca.SpeculativeTTL/time.Millisecond),
 		"cache_aware, workers with KV events: how long after a request ends the pages its routing decision expected on the worker stay in the tree unless an event confirmed them, ≥ 0")
 	fs.StringVar(&p.cacheAwareMode, "cache-aware-mode", ca.Mode,
-		"cache_aware, vllm_cache_aware: selection rule (default wait for cache_aware, threshold for vllm_cache_aware unless given): threshold (the longest match over --cache-threshold unless the fleet is imbalanced) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, plus, when no engine could start the request at once, --cache-aware-fleet-weight × that prefill)")
+		"cache_aware, vllm_cache_aware: selection rule: threshold (cache_aware: the longest match over --cache-threshold unless the fleet is imbalanced; vllm_cache_aware: SMG's --vllm-cache-threshold and --vllm-load-factor) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, plus, when no engine could start the request at once, --cache-aware-fleet-weight × that prefill)")
 	fs.Float64Var(&p.fleetWeight, "cache-aware-fleet-weight", ca.FleetWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the seconds of wait charged for each second of prefill a request adds to the fleet (later requests wait for it), scaled by the soonest any engine could start the request over its whole prompt's prefill time (at most 1), ≥ 0")
 	fs.Float64Var(&p.unevenWeight, "cache-aware-uneven-weight", ca.UnevenWeight,
@@ -105,9 +105,9 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.vllmEvictionSecs, "vllm-eviction-interval-secs", int(v.EvictionInterval/time.Second),
 		"vllm_cache_aware: seconds between evictions down to --vllm-max-blocks-per-backend, ≥ 0 (0: none; recording still keeps each worker within a quarter over)")
 	fs.Float64Var(&p.vllmCacheThreshold, "vllm-cache-threshold", v.CacheThreshold,
-		"vllm_cache_aware: route by cache when the matched share of the prompt's whole blocks is above this, in [0, 1]")
+		"vllm_cache_aware with --cache-aware-mode threshold: route by cache when the matched share of the prompt's whole blocks is above this, in [0, 1]")
 	fs.Float64Var(&p.vllmLoadFactor, "vllm-load-factor", v.LoadFactor,
-		"vllm_cache_aware: skip the cached worker when its load is not below this factor times the average (unless it is the least loaded), ≥ 1; where every engine reports its running-request limit, keep it below that limit while its load is at most twice the average and one more, and, while an engine is idle and holds no block, only while it carries at most one request")
+		"vllm_cache_aware with --cache-aware-mode threshold: skip the cached worker when its load is not below this factor times the average (unless it is the least loaded), ≥ 1; where every engine reports its running-request limit, keep it below that limit while its load is at most twice the average and one more, and, while an engine is idle and holds no block, only while it carries at most one request")
 	fs.StringVar(&p.vllmBlockHash, "vllm-block-hash", v.BlockHash,
 		"vllm_cache_aware: block keys: chained (each names its whole prefix) or position (SMG's; over-predicts when prompts share a block at the same position after differing)")
 }
@@ -186,14 +186,7 @@ func (p *policyFlags) options() policy.Options {
 	v.CacheThreshold = p.vllmCacheThreshold
 	v.LoadFactor = p.vllmLoadFactor
 	v.BlockHash = p.vllmBlockHash
-	v.DecodeWeight, v.EvictWeight, v.FleetWeight = p.decodeWeight, p.evictWeight, p.fleetWeight
+	v.Mode, v.DecodeWeight, v.EvictWeight, v.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
 	v.UnevenWeight = p.unevenWeight
-	// The modes' defaults differ: cache_aware's wait mode is measured
-	// against the threshold rule on both traces at every load, while
-	// vllm_cache_aware's has not been measured on vLLM engines yet, so
-	// it keeps the threshold rule unless the flag is given.
-	if p.given("cache-aware-mode") {
-		v.Mode = p.cacheAwareMode
-	}
 	return o
 }

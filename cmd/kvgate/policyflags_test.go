@@ -69,12 +69,12 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 			func(o policy.Options) bool {
 				return o.VllmCacheAware == policy.VllmCacheAwareConfig{BlockSize: 32, MaxBlocksPerBackend: 500,
 					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition,
-					Mode: policy.ModeThreshold, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight,
+					Mode: policy.ModeWait, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight,
 					FleetWeight: policy.DefaultFleetWeight, UnevenWeight: policy.DefaultUnevenWeight}
 			}},
-		{"without --cache-aware-mode, cache_aware uses the wait mode and vllm_cache_aware the threshold rule", nil,
+		{"without --cache-aware-mode, both cache-aware policies use the wait mode", nil,
 			func(o policy.Options) bool {
-				return o.CacheAware.Mode == policy.ModeWait && o.VllmCacheAware.Mode == policy.ModeThreshold
+				return o.CacheAware.Mode == policy.ModeWait && o.VllmCacheAware.Mode == policy.ModeWait
 			}},
 		{"--cache-aware-mode threshold reaches cache_aware", []string{"--cache-aware-mode", "threshold"},
 			func(o policy.Options) bool {
