@@ -366,8 +366,8 @@ type VllmCacheAwareConfig struct {
 	// Mode (--cache-aware-mode), DecodeWeight
 	// (--cache-aware-decode-weight) and EvictWeight
 	// (--cache-aware-evict-weight), FleetWeight and UnevenWeight are as
-	// CacheAwareConfig's; in ModeCost the threshold and load factor are
-	// unused.
+	// CacheAwareConfig's; in ModeCost and ModeWait the threshold and load
+	// factor are unused.
 	Mode                                                 string
 	DecodeWeight, EvictWeight, FleetWeight, UnevenWeight float64
 }
@@ -387,11 +387,14 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		CacheThreshold:      0.3,
 		LoadFactor:          1.25,
 		BlockHash:           BlockHashChained,
-		Mode:                ModeWait,
-		DecodeWeight:        DefaultDecodeWeight,
-		EvictWeight:         DefaultEvictWeight,
-		FleetWeight:         DefaultFleetWeight,
-		UnevenWeight:        DefaultUnevenWeight,
+		// The wait mode, as cache_aware's, on the same evidence measured
+		// on engines speaking the vLLM protocol (BENCHMARKS.md,
+		// "vllm_cache_aware selects by the wait mode too").
+		Mode:         ModeWait,
+		DecodeWeight: DefaultDecodeWeight,
+		EvictWeight:  DefaultEvictWeight,
+		FleetWeight:  DefaultFleetWeight,
+		UnevenWeight: DefaultUnevenWeight,
 	}
 }
 
