@@ -276,8 +276,11 @@ func (x *frontierIndex) sameKey(e *fentry, h holder) bool {
 }
 
 // noteFrontier pushes tenant id's holding of n, if n is on its frontier,
-// and probes the tenant's heap if probe is set. The caller holds the write
-// lock and checked that the tree has an index.
+// and probes the tenant's heap if probe is set. Without a probe the heap's
+// bound is still held: an eviction pops an entry and pushes the parent's
+// for each holding it drops, so the heap keeps its length while the
+// tenant's holder entries fall. The caller holds the write lock and
+// checked that the tree has an index.
 func (t *Tree) noteFrontier(n *node, id uint32, probe bool) {
 	if n != &t.root && !n.deleted() {
 		if i := n.holderIndex(id); i >= 0 && n.leafFor(id) {
@@ -287,6 +290,8 @@ func (t *Tree) noteFrontier(n *node, id uint32, probe bool) {
 	}
 	if probe {
 		t.probe(id)
+	} else {
+		t.bound(id)
 	}
 }
 
@@ -308,21 +313,44 @@ func (t *Tree) probe(id uint32) {
 			x.removeAt(id, i)
 		}
 	}
-	if len(x.heaps[id]) > 2*t.tenants[id].refs+64 {
+	t.bound(id)
+}
+
+// bound compacts tenant id's heap if it grew past twice the tenant's
+// holder entries (plus 64). A compaction leaves at most one entry per
+// frontier pair, so the next one waits until the holder entries halve or
+// the heap doubles: linear work spread over as many pushes or removals.
+func (t *Tree) bound(id uint32) {
+	if int(id) < len(t.idx.heaps) && len(t.idx.heaps[id]) > 2*t.tenants[id].refs+64 {
 		t.compact(id)
 	}
 }
 
-// compact drops every stale entry of tenant id's heap.
+// compact drops every stale entry of tenant id's heap, and every entry of
+// a pair but its earliest. Popping the earliest finds the pair's current
+// key or pushes it again with it (evictEntry), so the later ones add
+// nothing; and they are not stale, since stays asks only whether the pair
+// is on the frontier. Where every touch pushes (MRU order), a leaf touched
+// again and again piled up entries that no compaction dropped (FuzzTree:
+// 71 entries for 3 holder entries).
 func (t *Tree) compact(id uint32) {
 	x := t.idx
 	x.compactions++
 	h := x.heaps[id]
+	at := make(map[*node]int, len(h)) // a node's entry in kept
 	kept := h[:0]
 	for i := range h {
-		if t.stays(id, &h[i]) {
-			kept = append(kept, h[i])
+		if !t.stays(id, &h[i]) {
+			continue
 		}
+		if j, ok := at[h[i].n]; ok {
+			if x.less(&h[i], &kept[j]) {
+				kept[j] = h[i]
+			}
+			continue
+		}
+		at[h[i].n] = len(kept)
+		kept = append(kept, h[i])
 	}
 	clear(h[len(kept):])
 	for i := len(kept)/2 - 1; i >= 0; i-- {

@@ -354,3 +354,29 @@ func TestFrontierIndexChurn(t *testing.T) {
 		})
 	}
 }
+
+// TestFrontierIndexRepeatedTouches: where every touch of a holding pushes
+// an entry (MRU order), one leaf touched again and again leaves entries
+// that all name a pair on the frontier; a compaction keeps only the
+// earliest of each pair, so the heap stays within twice the holder entries
+// (plus 64) and the leaf is still evicted first.
+func TestFrontierIndexRepeatedTouches(t *testing.T) {
+	tr := mustNew(t, Config{PageSize: 1, Policy: "mru", MaxTokens: 1 << 30})
+	tr.Insert([]uint32{1, 2, 3}, "a")
+	hot := []uint32{7, 8}
+	for range 1000 {
+		tr.Insert(hot, "a")
+	}
+	checkInvariants(t, tr)
+	id := tr.ids["a"]
+	if n, refs := len(tr.idx.heaps[id]), tr.tenants[id].refs; n > 2*refs+64 {
+		t.Fatalf("%d entries for %d holder entries", n, refs)
+	}
+	if tr.idx.compactions == 0 {
+		t.Fatal("no compaction: the test no longer piles entries up")
+	}
+	tr.SetTenantLimit("a", 3)
+	if got := tr.Match(hot).Of("a"); got != 0 {
+		t.Fatalf("the most recently used leaf still matches %d tokens after the limit evicted it", got)
+	}
+}
