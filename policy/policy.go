@@ -81,6 +81,10 @@ type Decision struct {
 	// tick is the logical time of the policy's speculative insert, so the
 	// insert can be expired once the request is over.
 	tick uint64
+	// removals is the number of the KV removals the policy had applied
+	// when it matched (vllm_cache_aware; see removals), so that Observe
+	// does not record again blocks the engine removed since.
+	removals uint64
 	// why builds the reason on demand when Reason is empty (see Why).
 	why reasoner
 	// pending is the count the policy keeps of the decision until its
@@ -247,6 +251,7 @@ var (
 	_ Forgetter              = (*CacheAware)(nil)
 	_ CacheForgetter         = (*CacheAware)(nil)
 	_ workers.KVEventHandler = (*CacheAware)(nil)
+	_ Observer               = (*VllmCacheAware)(nil)
 	_ Runner                 = (*VllmCacheAware)(nil)
 	_ Forgetter              = (*VllmCacheAware)(nil)
 	_ CacheForgetter         = (*VllmCacheAware)(nil)

@@ -209,8 +209,13 @@ func (x *BlockIndex) shardIndex(key uint64) int { return int(key >> x.shift) }
 // Keys returns the keys of tokens' whole blocks; a partial last block has
 // none, since no engine can reuse it. Keys reads only the configuration, so
 // it may run before any lock is taken.
-func (x *BlockIndex) Keys(tokens []uint32) []uint64 {
-	n := len(tokens) / x.blockSize
+func (x *BlockIndex) Keys(tokens []uint32) []uint64 { return x.KeysJoined(tokens, nil) }
+
+// KeysJoined returns the keys of the whole blocks of head followed by
+// tail, as Keys of the two joined would, without joining them: a finished
+// request's prompt and reply, which its engine caches as one sequence.
+func (x *BlockIndex) KeysJoined(head, tail []uint32) []uint64 {
+	n := (len(head) + len(tail)) / x.blockSize
 	keys := make([]uint64, n)
 	var stack [8 + 4*64]byte
 	buf := stack[:]
@@ -226,21 +231,34 @@ func (x *BlockIndex) Keys(tokens []uint32) []uint64 {
 		} else {
 			binary.LittleEndian.PutUint64(buf, uint64(i))
 		}
-		block := tokens[i*x.blockSize : (i+1)*x.blockSize]
-		if x.littleEndian {
-			// The tokens' memory is already their little-endian bytes:
-			// one copy instead of a store per token, which took over
-			// half of Keys' time.
-			copy(buf[8:], unsafe.Slice((*byte)(unsafe.Pointer(&block[0])), 4*len(block)))
-		} else {
-			for j, t := range block {
-				binary.LittleEndian.PutUint32(buf[8+4*j:], t)
-			}
+		lo, hi := i*x.blockSize, (i+1)*x.blockSize
+		switch {
+		case hi <= len(head):
+			x.putTokens(buf[8:], head[lo:hi])
+		case lo >= len(head):
+			x.putTokens(buf[8:], tail[lo-len(head):hi-len(head)])
+		default: // the block that spans the two
+			x.putTokens(buf[8:], head[lo:])
+			x.putTokens(buf[8+4*(len(head)-lo):], tail[:hi-len(head)])
 		}
 		prev = xxh3.Hash(buf)
 		keys[i] = prev
 	}
 	return keys
+}
+
+// putTokens writes tokens into dst as little-endian 32-bit words.
+func (x *BlockIndex) putTokens(dst []byte, tokens []uint32) {
+	if x.littleEndian {
+		// The tokens' memory is already their little-endian bytes: one
+		// copy instead of a store per token, which took over half of
+		// Keys' time.
+		copy(dst, unsafe.Slice((*byte)(unsafe.Pointer(&tokens[0])), 4*len(tokens)))
+		return
+	}
+	for j, t := range tokens {
+		binary.LittleEndian.PutUint32(dst[4*j:], t)
+	}
 }
 
 // backend returns name's interned backend, creating it, with backendsMu held

@@ -103,6 +103,24 @@ func TestBlockIndexKeys(t *testing.T) {
 	}
 }
 
+// TestBlockIndexKeysJoined: the keys of a prompt followed by its reply are
+// those of the two joined, wherever the prompt ends in a block (a reply
+// starts mid-block as often as not), in both key variants.
+func TestBlockIndexKeysJoined(t *testing.T) {
+	const bs = 4
+	seq := blocks(bs, 1, 2, 3)
+	seq = append(seq, 7, 8) // and a partial block, which has no key
+	for _, hash := range []string{tree.HashChained, tree.HashPosition} {
+		x := mustBlockIndex(t, tree.BlockIndexConfig{BlockSize: bs, MaxBlocksPerBackend: 10, Hash: hash})
+		want := x.Keys(seq)
+		for cut := 0; cut <= len(seq); cut++ {
+			if got := x.KeysJoined(seq[:cut], seq[cut:]); !slices.Equal(got, want) {
+				t.Errorf("%s: KeysJoined split at %d = %x, want Keys of the whole = %x", hash, cut, got, want)
+			}
+		}
+	}
+}
+
 // TestBlockIndexMatch is Match's specification on small cases: whole blocks,
 // per backend, from block 0.
 func TestBlockIndexMatch(t *testing.T) {
