@@ -110,8 +110,8 @@ type CacheAware struct {
 	// removed remembers the pages KV events removed lately.
 	removed *removals
 	// flight holds the prompts placed and not yet observed, per worker,
-	// for predictions on engines that queue (see predictQueued).
-	flight *inFlight
+	// for predictions on engines that queue (see inFlight.predict).
+	flight *inFlight[*snapshot]
 }
 
 // NewCacheAware builds a cache_aware policy configured by o.CacheAware, or
@@ -144,7 +144,7 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 	c.removed = newRemovals(cfg.BlockSize)
 	c.eventMirror = newEventMirror(treeIndex{t, c.removed}, cfg.BlockSize, o.Logger)
 	c.spec = newSpeculations(cfg.SpeculativeTTL, speculationTokens)
-	c.flight = newInFlight()
+	c.flight = newInFlight[*snapshot]()
 	return c, nil
 }
 
@@ -211,9 +211,10 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 		d.pending = &s.pend
 	}
 	if url := d.Worker.URL(); c.isExact(url) {
-		// See predictQueued; only where events keep the tree exact, since
-		// without them the outcome corrects the tree from the prediction.
-		predicted := c.predictQueued(s.ws[s.chosen], req.InputIDs, d.PredictedCachedTokens)
+		// See inFlight.predict; only where events keep the tree exact,
+		// since without them the outcome corrects the tree from the
+		// prediction.
+		predicted := c.flight.predict(s.ws[s.chosen], req.InputIDs, c.pageSize, d.PredictedCachedTokens)
 		d.PredictedCachedTokens, d.queueCut = predicted, d.PredictedCachedTokens-predicted
 		if !req.DryRun {
 			c.flight.add(url, s, req.InputIDs, time.Now())

@@ -165,3 +165,12 @@ func (c *CacheAware) count(predicted, reported int) {
 		c.acc.absErr.Add(uint64(reported - predicted))
 	}
 }
+
+// abandoned ends the in-flight count of a decision whose request was never
+// sent (Decision.Abandoned): no outcome will end it, and until the sweep it
+// would count as holding its prefix on an engine that never saw it.
+func (c *CacheAware) abandoned(d Decision) {
+	if s, ok := d.why.(*snapshot); ok && d.Worker != nil {
+		c.flight.done(d.Worker.URL(), s)
+	}
+}

@@ -30,7 +30,7 @@ const (
 	// the router did not know of (stored events not applied yet, a
 	// speculative entry expired before its events came, another router's
 	// traffic), or pages it was expected to evict while the request waited
-	// in its queue survived (see predictQueued).
+	// in its queue survived (see inFlight.predict).
 	MissUnseen
 	// MissBoundary: the difference is a matter of pages: the report is not
 	// a whole number of the router's pages (an engine block size other

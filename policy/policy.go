@@ -92,9 +92,9 @@ type Decision struct {
 	pending acquirer
 	// queueCut is how many tokens of the match the policy routed by were
 	// left out of PredictedCachedTokens because the engine queues (see
-	// CacheAware.predictQueued); PrefillTokens adds them back.
+	// inFlight.predict); PrefillTokens adds them back.
 	queueCut int
-	// keeper is the policy that holds something of the decision until its
+	// keeper holds something of the decision for the policy until its
 	// outcome (Observe), to be let go if the request is never sent; nil
 	// for none (see Abandoned).
 	keeper abandoner

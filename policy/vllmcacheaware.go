@@ -45,7 +45,11 @@ import (
 // workers, as in SMG.
 //
 // Predictions can be made exact from the engines' KV events: Confirm,
-// Unconfirm and Clear apply stored, removed and cleared blocks. The index is
+// Unconfirm and Clear apply stored, removed and cleared blocks. Observe
+// records a finished request's reply with its prompt, for the next turn
+// of a conversation, which can arrive before the reply's events do; and
+// on an engine that queues, the prediction keeps only what a request in
+// flight there shares (inFlight.predict), as cache_aware's does. The index is
 // bounded per worker (MaxBlocksPerBackend, within a quarter at all times);
 // Run trims it exactly every EvictionInterval. It is safe for concurrent use.
 type VllmCacheAware struct {
@@ -59,6 +63,9 @@ type VllmCacheAware struct {
 	// removed remembers the blocks KV events removed lately, so that
 	// Observe does not record a reply's blocks the engine already evicted.
 	removed *removals
+	// flight holds the prompts placed and not yet observed, per worker,
+	// for predictions on engines that queue (see inFlight.predict).
+	flight *inFlight[*vcaFlight]
 	// cost, in ModeCost, and wait, in ModeWait, replace the threshold
 	// rule (see costModel, waitModel).
 	cost *costModel
@@ -90,6 +97,7 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 		loadFactor:    cfg.LoadFactor,
 		evictInterval: cfg.EvictionInterval,
 		removed:       newRemovals(cfg.BlockSize),
+		flight:        newInFlight[*vcaFlight](),
 	}
 	if cfg.Mode == ModeCost {
 		p.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
@@ -176,6 +184,18 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		Branch:                s.branch,
 		Reason:                p.reason(&s),
 		removals:              removals,
+	}
+	if url := chosen.URL(); p.isExact(url) {
+		// See inFlight.predict: on an engine that queues, only what a
+		// request in flight there shares. Only where events keep the index
+		// exact, as cache_aware does.
+		predicted := p.flight.predict(chosen, req.InputIDs, p.blockSize, d.PredictedCachedTokens)
+		d.PredictedCachedTokens, d.queueCut = predicted, d.PredictedCachedTokens-predicted
+		if !req.DryRun {
+			f := &vcaFlight{p}
+			p.flight.add(url, f, req.InputIDs, time.Now())
+			d.keeper = f
+		}
 	}
 	for i := range matched { // blocks to tokens, now that the reason is written
 		matched[i] *= p.blockSize
@@ -312,6 +332,7 @@ func (p *VllmCacheAware) Clear(worker string) { p.index.RemoveBackend(worker) }
 func (p *VllmCacheAware) Forget(url string) {
 	p.eventMirror.forget(url)
 	p.removed.forget(url)
+	p.flight.forget(url)
 	p.index.RemoveBackend(url)
 }
 
@@ -340,8 +361,12 @@ func (p *VllmCacheAware) ForgetCache(url string) {
 //
 // A failed request records nothing more (Select recorded its prompt, as
 // SMG does), nor a dry run, nor a draining worker's request, which would
-// bring a worker being removed back into the index.
+// bring a worker being removed back into the index. Whatever the outcome,
+// the request is no longer in flight (see inFlight.predict).
 func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
+	if f, ok := d.keeper.(*vcaFlight); ok && d.Worker != nil {
+		p.flight.done(d.Worker.URL(), f)
+	}
 	if req == nil || req.DryRun || d.Worker == nil || d.Worker.Draining() ||
 		o.Err != nil || len(o.OutputIDs) < 2 {
 		return
@@ -356,6 +381,16 @@ func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
 		return // the engine evicted part of the prompt, or the reply's first block
 	}
 	p.index.Record(p.index.KeysJoined(prompt, reply)[:cut/p.blockSize], url)
+}
+
+// vcaFlight names a decision's request in flight (see inFlight), until its
+// outcome or its abandonment (Decision.Abandoned).
+type vcaFlight struct{ p *VllmCacheAware }
+
+func (f *vcaFlight) abandoned(d Decision) {
+	if d.Worker != nil {
+		f.p.flight.done(d.Worker.URL(), f)
+	}
 }
 
 // blockIndex is vllm_cache_aware's block index seen as an eventMirror's

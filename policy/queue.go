@@ -35,17 +35,17 @@ import (
 // then set to twice what remains (at least inFlightSweepMin).
 const inFlightMaxAge = 10 * time.Minute
 
-// inFlight is, per worker, the prompts of the requests this policy placed
-// there whose outcome it has not observed yet. The decision's snapshot
-// names each: Observe gets the decision back, and the snapshot is
-// allocated per selection anyway.
-type inFlight struct {
+// inFlight is, per worker, the prompts of the requests a policy placed
+// there whose outcome it has not observed yet, each named by a K the
+// decision carries back to Observe (cache_aware's snapshot, which its
+// selection allocates anyway; vllm_cache_aware's vcaFlight).
+type inFlight[K comparable] struct {
 	mu  sync.Mutex
-	per map[string]*flights
+	per map[string]*flights[K]
 }
 
-type flights struct {
-	reqs    map[*snapshot]flight
+type flights[K comparable] struct {
+	reqs    map[K]flight
 	sweepAt int // sweep entries past inFlightMaxAge when reqs reaches it
 }
 
@@ -57,15 +57,15 @@ type flight struct {
 // inFlightSweepMin is the smallest map a sweep looks at.
 const inFlightSweepMin = 1024
 
-func newInFlight() *inFlight { return &inFlight{per: map[string]*flights{}} }
+func newInFlight[K comparable]() *inFlight[K] { return &inFlight[K]{per: map[string]*flights[K]{}} }
 
 // add counts prompt as in flight on url until done(url, s).
-func (f *inFlight) add(url string, s *snapshot, prompt []uint32, now time.Time) {
+func (f *inFlight[K]) add(url string, s K, prompt []uint32, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.per[url]
 	if fl == nil {
-		fl = &flights{reqs: map[*snapshot]flight{}, sweepAt: inFlightSweepMin}
+		fl = &flights[K]{reqs: map[K]flight{}, sweepAt: inFlightSweepMin}
 		f.per[url] = fl
 	}
 	if len(fl.reqs) >= fl.sweepAt {
@@ -80,7 +80,7 @@ func (f *inFlight) add(url string, s *snapshot, prompt []uint32, now time.Time) 
 }
 
 // done ends s's count on url.
-func (f *inFlight) done(url string, s *snapshot) {
+func (f *inFlight[K]) done(url string, s K) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.per[url]; fl != nil {
@@ -89,7 +89,7 @@ func (f *inFlight) done(url string, s *snapshot) {
 }
 
 // forget drops url's requests (the worker left the fleet).
-func (f *inFlight) forget(url string) {
+func (f *inFlight[K]) forget(url string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.per, url)
@@ -99,7 +99,7 @@ func (f *inFlight) forget(url string) {
 // tokens, that a request in flight on url shares. A candidate can only
 // beat the best so far by matching the page after it, so that page is
 // compared first and most candidates are passed over in one page.
-func (f *inFlight) shared(url string, prompt []uint32, pageSize, limit int) int {
+func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit int) int {
 	limit = min(limit, len(prompt)) / pageSize * pageSize
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -154,22 +154,13 @@ func engineQueueing(v workers.View, promptLen int) bool {
 	return l.Waiting*promptLen >= l.MaxTotalTokens-l.UsedTokens
 }
 
-// predictQueued returns the tokens of matched (the chosen worker's match)
-// that a request for prompt should find cached on v: all of them, unless
-// v's engine is queueing (engineQueueing), and then only those a request
-// of ours in flight there shares.
-func (c *CacheAware) predictQueued(v workers.View, prompt []uint32, matched int) int {
+// predict returns the tokens of matched (the chosen worker's match) that a
+// request for prompt should find cached on v: all of them, unless v's
+// engine is queueing (engineQueueing), and then only those a request in
+// flight there shares, in whole pages of pageSize tokens.
+func (f *inFlight[K]) predict(v workers.View, prompt []uint32, pageSize, matched int) int {
 	if matched == 0 || !engineQueueing(v, len(prompt)) {
 		return matched
 	}
-	return c.flight.shared(v.URL(), prompt, c.pageSize, matched)
-}
-
-// abandoned ends the in-flight count of a decision whose request was never
-// sent (Decision.Abandoned): no outcome will end it, and until the sweep it
-// would count as holding its prefix on an engine that never saw it.
-func (c *CacheAware) abandoned(d Decision) {
-	if s, ok := d.why.(*snapshot); ok && d.Worker != nil {
-		c.flight.done(d.Worker.URL(), s)
-	}
+	return f.shared(v.URL(), prompt, pageSize, matched)
 }

@@ -7,7 +7,17 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages: on an engine whose
+// queuePolicy is a cache-aware policy whose engines report KV events, as
+// the queue rule's test drives it.
+type queuePolicy interface {
+	policy.Policy
+	policy.Observer
+	SetKVEventMode(worker string, on bool)
+	ApplyKVEvents(worker string, b *workers.KVEventBatch)
+}
+
+// TestPredictsQueuedEngineKeepsOnlyHeldPages, for cache_aware and
+// vllm_cache_aware (pages are blocks of 16 tokens to both): on an engine whose
 // last load poll reported requests waiting in its own queue, a request sent
 // now waits there while the ones admitted before it evict every page no
 // running request holds, so the prediction keeps only the part of the match
@@ -22,7 +32,14 @@ import (
 // request the size of this prompt, needs at least the KV the running
 // requests leave free. Below its limit, an engine's queue waits for KV;
 // an engine that reports neither limit nor KV size is taken the same way.
-func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
+func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
+	policies := []struct {
+		name string
+		new  func(*testing.T) queuePolicy
+	}{
+		{"cache_aware", func(t *testing.T) queuePolicy { return newCA(t, nil) }},
+		{"vllm_cache_aware", func(t *testing.T) queuePolicy { return newVCA(t, nil) }},
+	}
 	sys, hist := caTokens(1, 64), caTokens(2, 32)
 	next := caJoin(sys, hist, caTokens(4, 20))       // 116 tokens; a queue of 2 needs 232
 	queued := workers.Load{Waiting: 2}               // no limit or KV size reported
@@ -52,37 +69,39 @@ func TestCacheAwarePredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 		{"at its running limit, less room than the queue ahead needs: what is held",
 			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 900, MaxTotalTokens: 1000}, held, false, false, 64},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			w := fleet(1)[0]
-			p := newCA(t, nil)
-			p.SetKVEventMode(w.URL(), true)
-			p.ApplyKVEvents(w.URL(), batch(0, engineChain(caJoin(sys, hist), 16, 100, nil)...))
-			var placed []policy.Decision
-			for _, ids := range tt.inFlight {
-				placed = append(placed, caSelect(t, p, ids, w))
-			}
-			if tt.ended {
-				for i, d := range placed {
-					p.Observe(&policy.Request{InputIDs: tt.inFlight[i]}, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
+	for _, pol := range policies {
+		for _, tt := range tests {
+			t.Run(pol.name+"/"+tt.name, func(t *testing.T) {
+				w := fleet(1)[0]
+				p := pol.new(t)
+				p.SetKVEventMode(w.URL(), true)
+				p.ApplyKVEvents(w.URL(), batch(0, engineChain(caJoin(sys, hist), 16, 100, nil)...))
+				var placed []policy.Decision
+				for _, ids := range tt.inFlight {
+					placed = append(placed, caSelectReq(t, p, &policy.Request{InputIDs: ids}, []*workers.Worker{w}))
 				}
-			}
-			if tt.never {
-				for _, d := range placed {
-					d.Abandoned()
+				if tt.ended {
+					for i, d := range placed {
+						p.Observe(&policy.Request{InputIDs: tt.inFlight[i]}, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
+					}
 				}
-			}
-			w.SetEngineLoad(tt.load)
-			d := caExplain(t, p, next, w)
-			if got := d.PredictedCachedTokens; got != tt.want {
-				t.Fatalf("predicted %d cached, want %d", got, tt.want)
-			}
-			if got := d.Matched.Of(w.URL()); got != 96 {
-				t.Fatalf("the tree's match is %d, want 96 whatever the queue", got)
-			}
-			if got, want := d.PrefillTokens(len(next)), len(next)-96; got != want {
-				t.Fatalf("the worker is charged %d tokens of prefill, want %d: the prompt less the match it was routed by", got, want)
-			}
-		})
+				if tt.never {
+					for _, d := range placed {
+						d.Abandoned()
+					}
+				}
+				w.SetEngineLoad(tt.load)
+				d := caSelectReq(t, p, &policy.Request{InputIDs: next, DryRun: true}, []*workers.Worker{w})
+				if got := d.PredictedCachedTokens; got != tt.want {
+					t.Fatalf("predicted %d cached, want %d", got, tt.want)
+				}
+				if got := d.Matched.Of(w.URL()); got != 96 {
+					t.Fatalf("the policy's match is %d, want 96 whatever the queue", got)
+				}
+				if got, want := d.PrefillTokens(len(next)), len(next)-96; got != want {
+					t.Fatalf("the worker is charged %d tokens of prefill, want %d: the prompt less the match it was routed by", got, want)
+				}
+			})
+		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 // worker's entries reach the sweep size, those older than inFlightMaxAge
 // go and younger ones stay.
 func TestInFlightSweepsAbandonedEntries(t *testing.T) {
-	f := newInFlight()
+	f := newInFlight[*snapshot]()
 	t0 := time.Unix(1_000_000, 0)
 	prompt := []uint32{1, 2, 3}
 	for range inFlightSweepMin - 1 {
