@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// MissCause says why a cache_aware prediction differed from the cached
+// MissCause says why a cache_aware or vllm_cache_aware prediction differed from the cached
 // tokens the engine reported. Telling the causes apart is what lets each be
 // fixed where it arises: in the router's speculation, in its page
 // arithmetic, or (for evictions the router cannot see coming) in where
@@ -92,35 +92,57 @@ func classifyMiss(promptLen, pageSize, predicted, confirmed, reported int, queue
 	}
 }
 
-// missCounters counts cache_aware's misses by cause.
+// missCounters counts a policy's misses by cause.
 type missCounters [missCauses]atomic.Uint64
 
-// PredictionMisses returns how many predictions missed, by cause.
-func (c *CacheAware) PredictionMisses() map[string]uint64 {
+// byCause returns how many predictions missed, by cause.
+func (m *missCounters) byCause() map[string]uint64 {
 	out := make(map[string]uint64, missCauses)
-	for i := range c.misses {
-		out[MissCause(i).String()] = c.misses[i].Load()
+	for i := range m {
+		out[MissCause(i).String()] = m[i].Load()
 	}
 	return out
 }
 
+// missed is one prediction that missed, as a policy knew it at the
+// decision and the engine reported it.
+type missed struct {
+	req       *Request
+	d         Decision
+	pageSize  int
+	confirmed int // the part of the prediction the KV events had confirmed
+	reported  int
+	// load is the chosen worker's load at the decision (this request not
+	// counted), limit its engine's running-request limit (0: unknown).
+	load, limit int
+	events      bool // the worker's KV events keep the policy's view exact
+}
+
+// note classifies m, counts it, and logs it at debug level.
+func (c *missCounters) note(log *slog.Logger, m missed) {
+	queued := m.limit > 0 && m.load >= m.limit
+	cause := classifyMiss(len(m.req.InputIDs), m.pageSize, m.d.PredictedCachedTokens, m.confirmed, m.reported, queued)
+	c[cause].Add(1)
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("cache prediction missed", "cause", cause.String(), "request_id", m.req.RequestID,
+			"worker", m.d.Worker.URL(), "kv_events", m.events, "branch", m.d.Branch, "prompt_tokens", len(m.req.InputIDs),
+			"predicted", m.d.PredictedCachedTokens, "confirmed", m.confirmed, "reported", m.reported,
+			"load_at_decision", m.load, "running_limit", m.limit)
+	}
+}
+
+// PredictionMisses returns how many predictions missed, by cause.
+func (c *CacheAware) PredictionMisses() map[string]uint64 { return c.misses.byCause() }
+
 // miss counts and logs (at debug) one prediction that missed.
 func (c *CacheAware) miss(req *Request, d Decision, reported int, events bool) {
-	url := d.Worker.URL()
 	confirmed := d.PredictedCachedTokens
 	if events {
-		confirmed = d.Confirmed.Of(url)
+		confirmed = d.Confirmed.Of(d.Worker.URL())
 	}
 	load, limit := placedLoad(d)
-	queued := limit > 0 && load >= limit
-	cause := classifyMiss(len(req.InputIDs), c.pageSize, d.PredictedCachedTokens, confirmed, reported, queued)
-	c.misses[cause].Add(1)
-	if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.log.Debug("cache prediction missed", "cause", cause.String(), "request_id", req.RequestID,
-			"worker", url, "kv_events", events, "branch", d.Branch, "prompt_tokens", len(req.InputIDs),
-			"predicted", d.PredictedCachedTokens, "confirmed", confirmed, "reported", reported,
-			"load_at_decision", load, "running_limit", limit)
-	}
+	c.misses.note(c.log, missed{req: req, d: d, pageSize: c.pageSize, confirmed: confirmed, reported: reported,
+		load: load, limit: limit, events: events})
 }
 
 // placedLoad is the chosen worker's load when d was decided (the requests

@@ -14,8 +14,13 @@ type TreeStatser interface{ TreeStats() tree.Stats }
 type speculationStatser interface{ SpeculativeExpired() uint64 }
 
 // missStatser is implemented by policies that count why their cache
-// predictions missed (cache_aware).
+// predictions missed (cache_aware, vllm_cache_aware).
 type missStatser interface{ PredictionMisses() map[string]uint64 }
+
+var (
+	_ missStatser = (*CacheAware)(nil)
+	_ missStatser = (*VllmCacheAware)(nil)
+)
 
 // eventStatser is implemented by the policies that mirror the engines'
 // caches from their KV events (cache_aware, vllm_cache_aware).

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,8 @@ type VllmCacheAware struct {
 	// flight holds the prompts placed and not yet observed, per worker,
 	// for predictions on engines that queue (see inFlight.predict).
 	flight *inFlight[*vcaFlight]
+	misses missCounters // predictions that missed, by cause
+	log    *slog.Logger
 	// cost, in ModeCost, and wait, in ModeWait, replace the threshold
 	// rule (see costModel, waitModel).
 	cost *costModel
@@ -98,6 +101,10 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 		evictInterval: cfg.EvictionInterval,
 		removed:       newRemovals(cfg.BlockSize),
 		flight:        newInFlight[*vcaFlight](),
+		log:           o.Logger,
+	}
+	if p.log == nil {
+		p.log = slog.Default()
 	}
 	if cfg.Mode == ModeCost {
 		p.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
@@ -185,16 +192,19 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		Reason:                p.reason(&s),
 		removals:              removals,
 	}
+	var f *vcaFlight
+	if !req.DryRun {
+		f = &vcaFlight{p: p, load: loads[s.chosen], limit: chosen.MaxRunningRequests()}
+		d.keeper = f
+	}
 	if url := chosen.URL(); p.isExact(url) {
 		// See inFlight.predict: on an engine that queues, only what a
 		// request in flight there shares. Only where events keep the index
 		// exact, as cache_aware does.
 		predicted := p.flight.predict(chosen, req.InputIDs, p.blockSize, d.PredictedCachedTokens)
 		d.PredictedCachedTokens, d.queueCut = predicted, d.PredictedCachedTokens-predicted
-		if !req.DryRun {
-			f := &vcaFlight{p}
+		if f != nil {
 			p.flight.add(url, f, req.InputIDs, time.Now())
-			d.keeper = f
 		}
 	}
 	for i := range matched { // blocks to tokens, now that the reason is written
@@ -362,13 +372,25 @@ func (p *VllmCacheAware) ForgetCache(url string) {
 // A failed request records nothing more (Select recorded its prompt, as
 // SMG does), nor a dry run, nor a draining worker's request, which would
 // bring a worker being removed back into the index. Whatever the outcome,
-// the request is no longer in flight (see inFlight.predict).
+// the request is no longer in flight (see inFlight.predict); a report
+// other than the prediction is counted by cause (PredictionMisses), as
+// cache_aware counts its own.
 func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
-	if f, ok := d.keeper.(*vcaFlight); ok && d.Worker != nil {
-		p.flight.done(d.Worker.URL(), f)
+	f, ok := d.keeper.(*vcaFlight)
+	if !ok || req == nil || d.Worker == nil {
+		return // a dry run, or a decision this policy did not make
 	}
-	if req == nil || req.DryRun || d.Worker == nil || d.Worker.Draining() ||
-		o.Err != nil || len(o.OutputIDs) < 2 {
+	p.flight.done(d.Worker.URL(), f)
+	if d.Worker.Draining() {
+		return
+	}
+	if reported := max(o.CachedTokens, 0); ((o.Err == nil && !o.Unreported) || reported > 0) && reported != d.PredictedCachedTokens {
+		// The index does not tell blocks the events confirmed from those
+		// Select recorded: the whole prediction counts as confirmed.
+		p.misses.note(p.log, missed{req: req, d: d, pageSize: p.blockSize, confirmed: d.PredictedCachedTokens,
+			reported: reported, load: f.load, limit: f.limit, events: p.isExact(d.Worker.URL())})
+	}
+	if o.Err != nil || len(o.OutputIDs) < 2 {
 		return
 	}
 	prompt, reply := req.InputIDs, o.OutputIDs[:len(o.OutputIDs)-1]
@@ -383,9 +405,14 @@ func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
 	p.index.Record(p.index.KeysJoined(prompt, reply)[:cut/p.blockSize], url)
 }
 
-// vcaFlight names a decision's request in flight (see inFlight), until its
-// outcome or its abandonment (Decision.Abandoned).
-type vcaFlight struct{ p *VllmCacheAware }
+// vcaFlight is what vllm_cache_aware keeps of a decision until its outcome
+// (Observe) or its abandonment (Decision.Abandoned): the request's name in
+// flight (see inFlight), and the chosen worker's load and running limit at
+// the decision, to classify a miss (see MissQueued).
+type vcaFlight struct {
+	p           *VllmCacheAware
+	load, limit int
+}
 
 func (f *vcaFlight) abandoned(d Decision) {
 	if d.Worker != nil {
@@ -425,6 +452,12 @@ func (p *VllmCacheAware) Run(ctx context.Context) {
 		}
 	}
 }
+
+// PredictionMisses returns how many predictions missed, by cause (see
+// MissCause). The index does not tell confirmed blocks from recorded ones,
+// so a prediction above the report counts as evicted or queued, never as
+// speculation.
+func (p *VllmCacheAware) PredictionMisses() map[string]uint64 { return p.misses.byCause() }
 
 // IndexStats reports the block index's size (blocks, per-worker blocks,
 // approximate bytes).
