@@ -7,15 +7,6 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// queuePolicy is a cache-aware policy whose engines report KV events, as
-// the queue rule's test drives it.
-type queuePolicy interface {
-	policy.Policy
-	policy.Observer
-	SetKVEventMode(worker string, on bool)
-	ApplyKVEvents(worker string, b *workers.KVEventBatch)
-}
-
 // TestPredictsQueuedEngineKeepsOnlyHeldPages, for cache_aware and
 // vllm_cache_aware (pages are blocks of 16 tokens to both): on an engine whose
 // last load poll reported requests waiting in its own queue, a request sent
@@ -33,13 +24,6 @@ type queuePolicy interface {
 // requests leave free. Below its limit, an engine's queue waits for KV;
 // an engine that reports neither limit nor KV size is taken the same way.
 func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
-	policies := []struct {
-		name string
-		new  func(*testing.T) queuePolicy
-	}{
-		{"cache_aware", func(t *testing.T) queuePolicy { return newCA(t, nil) }},
-		{"vllm_cache_aware", func(t *testing.T) queuePolicy { return newVCA(t, nil) }},
-	}
 	sys, hist := caTokens(1, 64), caTokens(2, 32)
 	next := caJoin(sys, hist, caTokens(4, 20))       // 116 tokens; a queue of 2 needs 232
 	queued := workers.Load{Waiting: 2}               // no limit or KV size reported
@@ -69,7 +53,7 @@ func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 		{"at its running limit, less room than the queue ahead needs: what is held",
 			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 900, MaxTotalTokens: 1000}, held, false, false, 64},
 	}
-	for _, pol := range policies {
+	for _, pol := range eventPolicies {
 		for _, tt := range tests {
 			t.Run(pol.name+"/"+tt.name, func(t *testing.T) {
 				w := fleet(1)[0]

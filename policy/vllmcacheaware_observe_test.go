@@ -5,66 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/policy"
-	"github.com/kvgate/kvgate/workers"
 )
-
-// TestVllmCacheAwareObserveRecordsReply: a completed request's reply joins
-// its prompt in the block index, so the conversation's next turn, which
-// repeats it, is predicted whole even before the engine's stored events
-// for the reply arrive; but not the blocks the engine's events removed
-// after the decision. The prompt is 4 blocks, the reply (but its last
-// token) 2 more; the engine's events, applied before the outcome, and the
-// outcome are the row's.
-func TestVllmCacheAwareObserveRecordsReply(t *testing.T) {
-	prompt := caTokens(1, 64)
-	reply := caTokens(2, 33) // its first 32 tokens fill blocks 5 and 6
-	seq := caJoin(prompt, reply[:32])
-	done := policy.Outcome{CachedTokens: 0, OutputIDs: reply}
-	tests := []struct {
-		name    string
-		events  [][]workers.KVEvent
-		outcome policy.Outcome
-		req     policy.Request
-		drain   bool
-		want    int // the next turn's prediction on the worker
-	}{
-		{name: "events still on their way", outcome: done, want: 96},
-		{name: "prompt and reply stored", events: [][]workers.KVEvent{engineChain(seq, 16, 100, nil)},
-			outcome: done, want: 96},
-		{name: "reply stored then evicted", events: [][]workers.KVEvent{engineChain(seq, 16, 100, nil), {removed(105, 104)}},
-			outcome: done, want: 64},
-		{name: "second reply block evicted", events: [][]workers.KVEvent{engineChain(seq, 16, 100, nil), {removed(105)}},
-			outcome: done, want: 80},
-		{name: "prompt tail evicted before the reply was stored", events: [][]workers.KVEvent{engineChain(prompt, 16, 100, nil), {removed(103)}},
-			outcome: done, want: 48},
-		{name: "everything evicted", events: [][]workers.KVEvent{engineChain(seq, 16, 100, nil), {removed(105, 104, 103, 102, 101, 100)}},
-			outcome: done, want: 0},
-		{name: "a reply that completes no block", outcome: policy.Outcome{OutputIDs: reply[:10]}, want: 64},
-		{name: "a failed request", outcome: policy.Outcome{OutputIDs: reply, Err: errors.New("stream reset")}, want: 64},
-		{name: "a draining worker", outcome: done, drain: true, want: 64},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ws := fleet(1)
-			w := ws[0]
-			p := newVCA(t, nil)
-			req := &policy.Request{InputIDs: prompt}
-			d := vcaSelect(t, p, req, w)
-			for i, evs := range tt.events {
-				p.ApplyKVEvents(w.URL(), batch(uint64(i), evs...))
-			}
-			if tt.drain {
-				w.SetDraining(true)
-			}
-			p.Observe(req, d, tt.outcome)
-			w.SetDraining(false)
-			next := caJoin(seq, caTokens(3, 20))
-			if got := vcaSelect(t, p, &policy.Request{InputIDs: next, DryRun: true}, w).PredictedCachedTokens; got != tt.want {
-				t.Fatalf("next turn predicted %d cached, want %d", got, tt.want)
-			}
-		})
-	}
-}
 
 // TestVllmCacheAwareObserveIgnoresDryRun: a dry run (Explain) was never
 // sent, so its outcome records nothing.
