@@ -13,7 +13,10 @@
 # KVGATE_BIN (built when unset), BENCH_REQUESTS_PER_GROUP (50: 4 groups of
 # 50 requests, 200 per run), ROUTERS ("kvgate smg"), POLICIES
 # ("cache_aware round_robin"), ATTACH ("host:port host:port": engines already
-# running, started as below, instead of starting two).
+# running, started as below, instead of starting two), KVGATE_ARGS (more
+# `kvgate serve` flags, e.g. "--vllm-block-size 32" for vllm_cache_aware),
+# BENCH_WORKLOAD (the `kvgate bench` workload flags, replacing the
+# shared-prefix default below).
 #
 # The hit rate is the engines' own cached-token counts (vLLM's
 # num_cached_tokens, which both routers relay per request) over the prompt
@@ -105,6 +108,10 @@ URLS="grpc://${ENGINES[0]},grpc://${ENGINES[1]}"
 # split ("CPU Generator does not use offset").
 WORKLOAD=(--workload shared-prefix --groups 4 --prompts-per-group "$PER_GROUP" --system-tokens 1024
 	--question-tokens 64 --output-tokens 16 --concurrency 8 --seed 1 --unseeded)
+if [ -n "${BENCH_WORKLOAD:-}" ]; then
+	read -r -a WORKLOAD <<<"$BENCH_WORKLOAD"
+fi
+read -r -a EXTRA <<<"${KVGATE_ARGS:-}"
 
 for policy in $POLICIES; do
 	for router in $ROUTERS; do
@@ -117,7 +124,7 @@ print(*(x.getsockname()[1] for x in s))')
 		case $router in
 		kvgate)
 			start "$router-$policy" "$KVGATE" serve --host 127.0.0.1 --port "$PORT" --prometheus-port "$METRICS" \
-				--worker-urls "$URLS" --policy "$policy" --wait-for-workers --log-level warn
+				--worker-urls "$URLS" --policy "$policy" --wait-for-workers --log-level warn "${EXTRA[@]}"
 			pid=$STARTED
 			"$PY" scripts/realengine/engine_ctl.py wait-serving 120 "127.0.0.1:$PORT"
 			front=()
@@ -144,6 +151,11 @@ print(*(x.getsockname()[1] for x in s))')
 		esac
 		"$KVGATE" bench --target "127.0.0.1:$PORT" --target-label "$label" "${front[@]}" "${WORKLOAD[@]}" \
 			--json "$OUT/$router-$policy.json" | tee "$OUT/$router-$policy.txt"
+		if [ "$router" = kvgate ]; then
+			# kvgate's own account of its predictions against the engines' reports.
+			curl -sf "http://127.0.0.1:$METRICS/metrics" | grep -E '^kvgate_cache_prediction' \
+				>"$OUT/$router-$policy.predictions" || true
+		fi
 		stop "$pid"
 	done
 done
