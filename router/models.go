@@ -58,6 +58,9 @@ func (g *Router) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 		if cfg.LearnBlockSize {
 			o.CacheAware.BlockSize = learnedPageSize(ws, role)
 		}
+		if cfg.LearnVllmBlockSize {
+			o.VllmCacheAware.BlockSize = learnedPageSize(ws, role)
+		}
 		if role != workers.RoleDecode {
 			spec.PageSize = o.CacheAware.BlockSize
 		}

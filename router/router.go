@@ -57,6 +57,11 @@ type Config struct {
 	// LearnBlockSize takes the tree's page size from the workers' reported
 	// KV page size (else 16), overriding Options' block size.
 	LearnBlockSize bool
+	// LearnVllmBlockSize does the same for vllm_cache_aware's block size
+	// (Options.VllmCacheAware.BlockSize): a block tracker of 16-token
+	// blocks in front of engines of 32 refuses their KV events and matches
+	// at the wrong granularity.
+	LearnVllmBlockSize bool
 
 	// Text is the model's tokenizer and chat template when the caller has
 	// loaded it; otherwise TextSources are loaded, and without those the
@@ -156,22 +161,23 @@ type Config struct {
 // polls every second, and the server's default reliability settings.
 func DefaultConfig() Config {
 	return Config{
-		Policy:           "cache_aware",
-		PrefillPolicy:    "cache_aware",
-		DecodePolicy:     "power_of_two",
-		Options:          policy.DefaultOptions(),
-		LearnBlockSize:   true,
-		FetchTimeout:     30 * time.Second,
-		Health:           workers.DefaultHealthConfig(),
-		LoadPollInterval: workers.DefaultLoadPollInterval,
-		StartupTimeout:   60 * time.Second,
-		Breaker:          workers.DefaultBreakerConfig(),
-		KVEvents:         true,
-		KVSubscription:   workers.DefaultKVSubscriptionConfig(nil),
-		DrainTimeout:     30 * time.Second,
-		Reliability:      server.DefaultReliability(),
-		Admission:        server.DefaultAdmissionConfig(),
-		MaxRequestBytes:  server.DefaultMaxRequestBytes,
+		Policy:             "cache_aware",
+		PrefillPolicy:      "cache_aware",
+		DecodePolicy:       "power_of_two",
+		Options:            policy.DefaultOptions(),
+		LearnBlockSize:     true,
+		LearnVllmBlockSize: true,
+		FetchTimeout:       30 * time.Second,
+		Health:             workers.DefaultHealthConfig(),
+		LoadPollInterval:   workers.DefaultLoadPollInterval,
+		StartupTimeout:     60 * time.Second,
+		Breaker:            workers.DefaultBreakerConfig(),
+		KVEvents:           true,
+		KVSubscription:     workers.DefaultKVSubscriptionConfig(nil),
+		DrainTimeout:       30 * time.Second,
+		Reliability:        server.DefaultReliability(),
+		Admission:          server.DefaultAdmissionConfig(),
+		MaxRequestBytes:    server.DefaultMaxRequestBytes,
 	}
 }
 

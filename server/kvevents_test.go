@@ -583,6 +583,43 @@ func TestKVEventsOfAnotherBlockSizeAreRefusedLoudly(t *testing.T) {
 	}
 }
 
+// TestVLLMBlockSizeBecomesTheBlockTrackersBlock: vllm_cache_aware's block
+// table takes the engine's reported block size as cache_aware's tree does,
+// unless --vllm-block-size was given: left at 16 in front of an engine of
+// 32-token blocks, it would refuse the engine's events and count two of its
+// blocks per engine block.
+func TestVLLMBlockSizeBecomesTheBlockTrackersBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		learn  bool
+		mode   string // the worker's KV event mode after a request
+		blocks int    // blocks the table holds for its 100-token prompt (-1: not checked)
+	}{
+		{"learned: the engine's 32-token blocks", true, "events", 3},
+		{"--vllm-block-size 16 given: refused", false, "approximate", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{protocol: "vllm", workers: 1, policy: "vllm_cache_aware", sim: func(i int, c *sim.Config) {
+				bigVocab(i, c)
+				c.PageSize = 32
+			}, config: func(c *router.Config) { c.LearnVllmBlockSize = tc.learn }})
+			waitMode(t, f.admin, "events")
+			if _, err := f.generate(context.Background(), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 100),
+				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}}); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, "the worker in mode "+tc.mode, func() bool { return kvStatus(t, f, 0).GetMode() == tc.mode })
+			p, ok := f.g.Policy.(*policy.VllmCacheAware)
+			if !ok {
+				t.Fatalf("policy is %T, want vllm_cache_aware", f.g.Policy)
+			}
+			if got := p.IndexStats().Blocks; tc.blocks >= 0 && got != tc.blocks {
+				t.Fatalf("the block table holds %d blocks for a 100-token prompt, want %d", got, tc.blocks)
+			}
+		})
+	}
+}
+
 // TestVLLMBlockSizeBecomesTheTreesPage: a vLLM engine reports its block size
 // (GetServerInfo block_size), so a router left to learn it pages its tree
 // the same way, and the engine's 32-token blocks are confirmed as pages.

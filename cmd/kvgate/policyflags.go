@@ -99,7 +99,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.bucketAdjustSecs, "bucket-adjust-interval-secs", int(b.AdjustInterval/time.Second),
 		"bucket: seconds between boundary adjustments, ≥ 1")
 	fs.IntVar(&p.vllmBlockSize, "vllm-block-size", v.BlockSize,
-		"vllm_cache_aware: tokens per KV block, ≥ 1; must match the vLLM engines' --block-size")
+		"vllm_cache_aware: tokens per KV block, ≥ 1; unless given, the block size the engines report (16 where they report none); given, it must match the vLLM engines' --block-size")
 	fs.IntVar(&p.vllmMaxBlocks, "vllm-max-blocks-per-backend", v.MaxBlocksPerBackend,
 		"vllm_cache_aware: blocks tracked per worker (least recently used evicted first), ≥ 1; about 40 bytes each")
 	fs.IntVar(&p.vllmEvictionSecs, "vllm-eviction-interval-secs", int(v.EvictionInterval/time.Second),

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,33 @@ func TestPolicyFlagsHelpStatesNoMagicZero(t *testing.T) {
 		"vllm-cache-threshold": "0.3", "vllm-load-factor": "1.25", "vllm-block-hash": "chained"} {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s default %s, want %s", name, got, want)
+		}
+	}
+}
+
+// TestBlockSizesLearnedUnlessGiven: the router takes cache_aware's page
+// size and vllm_cache_aware's block size from the engines unless the flag
+// for it was given (--block-size 0 also asks to learn).
+func TestBlockSizesLearnedUnlessGiven(t *testing.T) {
+	for _, tc := range []struct {
+		flags             []string
+		learnCA, learnVCA bool
+	}{
+		{nil, true, true},
+		{[]string{"--vllm-block-size", "16"}, true, false},
+		{[]string{"--vllm-block-size", "32"}, true, false},
+		{[]string{"--block-size", "16"}, false, true},
+		{[]string{"--block-size", "0"}, true, true},
+	} {
+		c := defaults(t, append([]string{"--worker-urls", "grpc://127.0.0.1:1"}, tc.flags...)...)
+		g, stop, err := c.routerConfig(slog.New(slog.DiscardHandler))
+		stop()
+		if err != nil {
+			t.Fatalf("%v: %v", tc.flags, err)
+		}
+		if g.LearnBlockSize != tc.learnCA || g.LearnVllmBlockSize != tc.learnVCA {
+			t.Errorf("%v: learn cache_aware's %v, vllm_cache_aware's %v; want %v, %v",
+				tc.flags, g.LearnBlockSize, g.LearnVllmBlockSize, tc.learnCA, tc.learnVCA)
 		}
 	}
 }

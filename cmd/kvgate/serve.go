@@ -405,6 +405,7 @@ func (c serveConfig) routerConfig(log *slog.Logger) (router.Config, func(), erro
 	g.Policy, g.PrefillPolicy, g.DecodePolicy = c.policy, c.prefillPolicy, c.decodePolicy
 	g.Options = c.routing.options()
 	g.LearnBlockSize = c.routing.blockSize == 0
+	g.LearnVllmBlockSize = !c.routing.given("vllm-block-size")
 	g.TextSources, g.TextOptions, g.FetchTimeout = c.text.src, c.text.options(), c.text.fetchTimeout
 	if err := answer.ValidateReasoningParser(c.text.reasoningParser); err != nil {
 		return g, func() {}, fmt.Errorf("--reasoning-parser: %w", err)
