@@ -4,7 +4,7 @@
 Usage (with the venv's python, which has grpcio and smg-grpc-proto):
   engine_ctl.py wait-engines SECONDS HOST:PORT...  each engine's HealthCheck says healthy
   engine_ctl.py wait-serving SECONDS HOST:PORT     grpc.health.v1 answers SERVING (kvgate)
-  engine_ctl.py flush HOST:PORT...                 FlushCache: empty each engine's prefix cache
+  engine_ctl.py flush HOST:PORT...                 FlushCache: empty each engine's prefix cache (a refusal asked again for a minute)
 
 bench.sh runs each router against the same engines with the same workload;
 flushing between runs keeps one router's prompts from warming the next one's
@@ -50,13 +50,22 @@ def serving(addr: str) -> bool:
         return r.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def flush(addr: str) -> None:
-    with grpc.insecure_channel(addr) as ch:
-        r = vllm_engine_pb2_grpc.VllmEngineStub(ch).FlushCache(
-            common_pb2.FlushCacheRequest(), timeout=30
-        )
-    if not r.success:
-        sys.exit(f"FlushCache on {addr} refused: {r.message}")
+def flush(addr: str, seconds: float = 60) -> None:
+    """vLLM refuses to reset its prefix cache while a request runs, and an
+    engine just started may still be finishing one of its own (one run of
+    bench.sh stopped on "requests may be in flight" before any router had
+    started), so a refusal is asked again once a second until the deadline."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with grpc.insecure_channel(addr) as ch:
+            r = vllm_engine_pb2_grpc.VllmEngineStub(ch).FlushCache(
+                common_pb2.FlushCacheRequest(), timeout=30
+            )
+        if r.success:
+            return
+        if time.monotonic() >= deadline:
+            sys.exit(f"FlushCache on {addr} refused for {seconds:.0f} s: {r.message}")
+        time.sleep(1)
 
 
 def main() -> None:
