@@ -150,6 +150,9 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 
 func (*CacheAware) Name() string { return "cache_aware" }
 
+// PageSize is the tokens per page of the policy's tree.
+func (c *CacheAware) PageSize() int { return c.pageSize }
+
 // Select chooses among the healthy candidates; see CacheAware for the rules.
 // Decision.Matched holds every candidate's match, healthy or not, so Explain
 // can show a better-matching worker that was passed over; an unhealthy worker

@@ -118,6 +118,9 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 
 func (*VllmCacheAware) Name() string { return "vllm_cache_aware" }
 
+// PageSize is the tokens per block the policy matches by.
+func (p *VllmCacheAware) PageSize() int { return p.blockSize }
+
 // Select chooses among the healthy candidates; see VllmCacheAware for the
 // rules. Decision.Matched holds every candidate's match in tokens, healthy
 // or not, so Explain can show a better-matching worker that was passed over.

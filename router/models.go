@@ -43,6 +43,12 @@ func (g *Router) ensureModel(cfg Config, name string) <-chan struct{} {
 	return e.Ready()
 }
 
+// paged is a policy that matches prompts by pages of a size: cache_aware's
+// tree pages, vllm_cache_aware's blocks. The model shows the size its
+// policy uses (ListModels), so that a worker whose engine reports another
+// is seen to be matched approximately.
+type paged interface{ PageSize() int }
+
 // buildModel makes a model's policies from the configuration, their page
 // size learned from the model's workers, and starts their background loops.
 func (g *Router) buildModel(cfg Config, name string) (modeltable.Spec, error) {
@@ -61,12 +67,15 @@ func (g *Router) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 		if cfg.LearnVllmBlockSize {
 			o.VllmCacheAware.BlockSize = learnedPageSize(ws, role)
 		}
-		if role != workers.RoleDecode {
-			spec.PageSize = o.CacheAware.BlockSize
-		}
 		p, err := policy.New(pname, o)
 		if err != nil {
 			return nil, err
+		}
+		if role != workers.RoleDecode {
+			spec.PageSize = o.CacheAware.BlockSize
+			if pp, ok := p.(paged); ok {
+				spec.PageSize = pp.PageSize()
+			}
 		}
 		if r, ok := p.(policy.Runner); ok {
 			runners = append(runners, r)

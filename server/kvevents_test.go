@@ -594,9 +594,10 @@ func TestVLLMBlockSizeBecomesTheBlockTrackersBlock(t *testing.T) {
 		learn  bool
 		mode   string // the worker's KV event mode after a request
 		blocks int    // blocks the table holds for its 100-token prompt (-1: not checked)
+		page   int    // the model's page size in ListModels
 	}{
-		{"learned: the engine's 32-token blocks", true, "events", 3},
-		{"--vllm-block-size 16 given: refused", false, "approximate", -1},
+		{"learned: the engine's 32-token blocks", true, "events", 3, 32},
+		{"--vllm-block-size 16 given: refused", false, "approximate", -1, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := startFleet(t, fleetOptions{protocol: "vllm", workers: 1, policy: "vllm_cache_aware", sim: func(i int, c *sim.Config) {
@@ -615,6 +616,15 @@ func TestVLLMBlockSizeBecomesTheBlockTrackersBlock(t *testing.T) {
 			}
 			if got := p.IndexStats().Blocks; tc.blocks >= 0 && got != tc.blocks {
 				t.Fatalf("the block table holds %d blocks for a 100-token prompt, want %d", got, tc.blocks)
+			}
+			// The model shows the block size the tracker matches by, not
+			// the tree's (which the router learns as 32 in both rows).
+			ms, err := f.admin.ListModels(context.Background(), &kvgatev1.ListModelsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ms.GetModels()) != 1 || ms.GetModels()[0].GetPageSize() != uint32(tc.page) {
+				t.Fatalf("models %v, want one paged by %d", ms.GetModels(), tc.page)
 			}
 		})
 	}
