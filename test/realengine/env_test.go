@@ -249,7 +249,7 @@ func startSuite(dir string) (*realSuite, error) {
 	errs := make([]error, len(s.engines))
 	var wg sync.WaitGroup
 	for i, e := range s.engines {
-		wg.Go(func() { errs[i] = s.startEngine(e) })
+		wg.Go(func() { errs[i] = s.startEngineFresh(e) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -324,6 +324,37 @@ func (s *realSuite) dialEngine(e *engine) error {
 	}
 	e.conn, e.client = conn, vllm.NewVllmEngineClient(conn)
 	return nil
+}
+
+// startEngineFresh starts e for the first time, and once more on new ports
+// if one of its ports was taken before it could bind it ("Address already
+// in use"): freePorts releases the ports it reserves for the engine to
+// bind, and meanwhile any process may take one: a CI run lost engine 1's
+// KV event port so, most likely to engine 0, which binds ports of its own
+// as it starts beside it.
+func (s *realSuite) startEngineFresh(e *engine) error {
+	err := s.startEngine(e)
+	if err == nil || e.p == nil || !logSays(e.p.log, "Address already in use") {
+		return err
+	}
+	e.p.kill()
+	if e.conn != nil {
+		e.conn.Close()
+		e.conn, e.client = nil, nil
+	}
+	ports, perr := freePorts(3)
+	if perr != nil {
+		return errors.Join(err, perr)
+	}
+	fmt.Fprintf(os.Stderr, "real engines: engine %d lost a port before binding it; starting it again on new ones\n", e.index)
+	e.port, e.eventPort, e.replay = ports[0], ports[1], ports[2]
+	return s.startEngine(e)
+}
+
+// logSays reports whether the log at path contains text.
+func logSays(path, text string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && strings.Contains(string(b), text)
 }
 
 // startEngine starts (or restarts) e and waits until it answers HealthCheck.
