@@ -488,6 +488,10 @@ func TestKVSubscriptionsFollowTheRegistry(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Errorf("Run = %v", err)
 		}
+		// Run waits for its goroutines, but one that has told Run it is
+		// done may not have returned yet; once every goroutine of the
+		// bubble is blocked, one still there is a leak.
+		synctest.Wait()
 		for _, st := range []*kvFakeStream{srcA2.stream(), srcB.stream()} {
 			if !st.closed() {
 				t.Error("a stream outlived Run")
