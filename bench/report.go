@@ -54,8 +54,10 @@ type PolicyRun struct {
 
 	// TTFTs are the successful requests' TTFTs in ms, sorted, for the chart.
 	TTFTs []float64 `json:"-"`
-	// outcomes are the requests' own figures, for the progress line.
+	// outcomes are the requests' own figures, for the progress line and
+	// the request log; start is when the run began.
 	outcomes []outcome
+	start    time.Time
 }
 
 func nullable(x float64) *float64 {
@@ -71,7 +73,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // size (0: only the workers seen count towards the load CoV).
 // The hit rates count the successful requests only.
 func summarize(label string, start time.Time, os []outcome, workers int) PolicyRun {
-	r := PolicyRun{Policy: label, Requests: len(os)}
+	r := PolicyRun{Policy: label, Requests: len(os), start: start}
 	var ttft, itl, e2e []float64
 	var prompt, cached, oracle, completion int
 	perWorker := map[string]int{}

@@ -86,7 +86,12 @@ type outcome struct {
 	completion int
 	worker     string
 	err        error
-	end        time.Time
+	// sent and end are when the request was sent and when it ended.
+	sent, end time.Time
+	// head is a hash of the prompt's first headTokens tokens: requests
+	// that begin alike (a shared-prefix group, a conversation's system
+	// prompt) share it, so a request log shows where each prefix went.
+	head uint64
 }
 
 // Run runs wl once per policy and replica count (or once against
@@ -466,8 +471,8 @@ func (d *driver) send(ctx context.Context, replica int, prompt []uint32, output 
 	d.oracle.Insert(prompt)
 	d.mu.Unlock()
 
-	o := outcome{prompt: len(prompt), oracle: oracle}
 	t0 := time.Now()
+	o := outcome{prompt: len(prompt), oracle: oracle, sent: t0, head: headHash(prompt)}
 	last := t0
 	res, err := d.front.generate(ctx, replica, genRequest{prompt: prompt, maxNew: uint32(output), seed: d.seed}, func() {
 		now := time.Now()

@@ -34,6 +34,7 @@ type benchConfig struct {
 	seed        uint64
 	concurrency int
 	jsonPath    string
+	requestsOut string
 	plotPath    string
 	speeds      speeds
 	sloTTFT     time.Duration
@@ -66,6 +67,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.Var(&c.speeds, "speed", "trace workload: replay speed-up (timestamps are divided by it); several, comma-separated, replay the trace once per speed and --plot draws TTFT p50, p99 and goodput against speed per policy")
 	fs.DurationVar(&c.sloTTFT, "slo-ttft", bench.DefaultSLOTTFT, "with several --speed values, or with --peers: the time to first token a request must meet to count towards goodput")
 	fs.StringVar(&c.jsonPath, "json", "", "write the results as JSON to this file")
+	fs.StringVar(&c.requestsOut, "requests-out", "", "write every request (when it was sent, its prompt's first 32 tokens as a hash, the worker that served it, TTFT, end-to-end time, prompt, cached and oracle tokens, error) as JSON lines to this file: where each prefix went and what it waited, request by request (not with several --speed values)")
 	fs.StringVar(&c.plotPath, "plot", "", "write an SVG chart (TTFT CDF per policy, cache hit rate vs oracle; with several --speed values, TTFT p50, p99 and goodput against speed per policy) to this file")
 	fs.BoolVar(&c.overhead, "overhead", false, "measure the router's own overhead instead: added latency, router vs direct, against a zero-latency engine at 1K and 8K prompt tokens, and the most requests/s it sustains (--requests and --concurrency apply)")
 	c.ovh.register(fs)
@@ -198,6 +200,11 @@ func (c *benchConfig) write(rep *bench.Report, stdout io.Writer) error {
 	}
 	if c.jsonPath != "" {
 		if err := writeFile(c.jsonPath, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if c.requestsOut != "" {
+		if err := writeFile(c.requestsOut, rep.WriteRequests); err != nil {
 			return err
 		}
 	}

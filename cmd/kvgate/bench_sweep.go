@@ -60,6 +60,8 @@ func (c *benchConfig) runSweep(ctx context.Context, stdout, stderr io.Writer) er
 		return fmt.Errorf("--speed %s: several speeds need --workload trace", &c.speeds)
 	case c.peers != "":
 		return fmt.Errorf("--speed %s: several speeds do not combine with --peers; run one speed at a time", &c.speeds)
+	case c.requestsOut != "":
+		return fmt.Errorf("--requests-out %s: several speeds do not combine with it; run one speed at a time to log its requests", c.requestsOut)
 	case c.sloTTFT <= 0:
 		return fmt.Errorf("--slo-ttft %v: must be > 0", c.sloTTFT)
 	}

@@ -81,6 +81,7 @@ func TestBenchSpeedRefusals(t *testing.T) {
 		{"not a number", []string{"--workload", "trace", "--trace", trace, "--speed", "fast"}, "not a number"},
 		{"several speeds without a trace", []string{"--workload", "multiturn", "--speed", "2,3"}, "need --workload trace"},
 		{"several speeds with --peers", []string{"--workload", "trace", "--trace", trace, "--speed", "2,3", "--peers", "smg"}, "--peers"},
+		{"several speeds with a request log", []string{"--workload", "trace", "--trace", trace, "--speed", "2,3", "--requests-out", "r.jsonl"}, "--requests-out"},
 		{"an SLO of 0", []string{"--workload", "trace", "--trace", trace, "--speed", "2,3", "--slo-ttft", "0s"}, "--slo-ttft"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

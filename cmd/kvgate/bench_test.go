@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,17 +16,17 @@ import (
 )
 
 // TestBenchSmoke runs `kvgate bench` end to end on a tiny shared-prefix
-// workload: the table, the JSON and the chart are written.
+// workload: the table, the JSON, the request log and the chart are written.
 func TestBenchSmoke(t *testing.T) {
 	dir := t.TempDir()
-	jsonPath, plotPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg")
+	jsonPath, plotPath, reqPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg"), filepath.Join(dir, "r.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := runBench(ctx, []string{
 		"--workload", "shared-prefix", "--groups", "3", "--prompts-per-group", "4", "--system-tokens", "128",
 		"--question-tokens", "16", "--output-tokens", "4", "--workers", "2", "--time-scale", "0", "--sim-seed", "3",
-		"--policies", "cache_aware, round_robin", "--json", jsonPath, "--plot", plotPath,
+		"--policies", "cache_aware, round_robin", "--json", jsonPath, "--plot", plotPath, "--requests-out", reqPath,
 	}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, stderr.String())
@@ -53,6 +54,57 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	if svg, err := os.ReadFile(plotPath); err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
 		t.Fatalf("plot: %v %.40q", err, svg)
+	}
+	checkRequestLog(t, reqPath, map[string]int{"cache_aware": 12, "round_robin": 12}, 3)
+}
+
+// checkRequestLog reads a --requests-out file and checks that each policy
+// logged its requests, each served by a worker, in the order they were
+// sent, with prefixes distinct prompt heads apiece.
+func checkRequestLog(t *testing.T, path string, requests map[string]int, prefixes int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type line struct {
+		Policy string  `json:"policy"`
+		SentMS float64 `json:"sent_ms"`
+		Prefix string  `json:"prefix"`
+		Worker string  `json:"worker"`
+		TTFTMS float64 `json:"ttft_ms"`
+		E2EMS  float64 `json:"e2e_ms"`
+		Prompt int     `json:"prompt_tokens"`
+		Cached int     `json:"cached_tokens"`
+		Oracle int     `json:"oracle_tokens"`
+		Error  string  `json:"error"`
+	}
+	got := map[string]int{}
+	heads := map[string]map[string]bool{}
+	last := map[string]float64{}
+	for i, raw := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
+		var l line
+		if err := json.Unmarshal(raw, &l); err != nil {
+			t.Fatalf("line %d: %v: %s", i+1, err, raw)
+		}
+		if l.Error != "" || !strings.HasPrefix(l.Worker, "grpc://") || l.SentMS < last[l.Policy] ||
+			l.TTFTMS <= 0 || l.E2EMS < l.TTFTMS || l.Cached > l.Prompt || l.Oracle > l.Prompt || len(l.Prefix) != 16 {
+			t.Errorf("line %d: %s", i+1, raw)
+		}
+		last[l.Policy] = l.SentMS
+		got[l.Policy]++
+		if heads[l.Policy] == nil {
+			heads[l.Policy] = map[string]bool{}
+		}
+		heads[l.Policy][l.Prefix] = true
+	}
+	if !maps.Equal(got, requests) {
+		t.Errorf("requests per policy %v, want %v", got, requests)
+	}
+	for p, h := range heads {
+		if len(h) != prefixes {
+			t.Errorf("%s: %d prefixes, want %d", p, len(h), prefixes)
+		}
 	}
 }
 

@@ -150,7 +150,7 @@ print(*(x.getsockname()[1] for x in s))')
 			;;
 		esac
 		"$KVGATE" bench --target "127.0.0.1:$PORT" --target-label "$label" "${front[@]}" "${WORKLOAD[@]}" \
-			--json "$OUT/$router-$policy.json" | tee "$OUT/$router-$policy.txt"
+			--json "$OUT/$router-$policy.json" --requests-out "$OUT/$router-$policy.requests.jsonl" | tee "$OUT/$router-$policy.txt"
 		if [ "$router" = kvgate ]; then
 			# kvgate's own account of its predictions against the engines' reports.
 			curl -sf "http://127.0.0.1:$METRICS/metrics" | grep -E '^kvgate_cache_prediction' \
