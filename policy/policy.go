@@ -81,10 +81,6 @@ type Decision struct {
 	// tick is the logical time of the policy's speculative insert, so the
 	// insert can be expired once the request is over.
 	tick uint64
-	// removals is the number of the KV removals the policy had applied
-	// when it matched (vllm_cache_aware; see removals), so that Observe
-	// does not record again blocks the engine removed since.
-	removals uint64
 	// why builds the reason on demand when Reason is empty (see Why).
 	why reasoner
 	// pending is the count the policy keeps of the decision until its

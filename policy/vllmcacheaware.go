@@ -193,11 +193,10 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		PredictedCachedTokens: matched[s.chosen] * p.blockSize,
 		Branch:                s.branch,
 		Reason:                p.reason(&s),
-		removals:              removals,
 	}
 	var f *vcaFlight
 	if !req.DryRun {
-		f = &vcaFlight{p: p, load: loads[s.chosen], limit: chosen.MaxRunningRequests()}
+		f = &vcaFlight{p: p, load: loads[s.chosen], limit: chosen.MaxRunningRequests(), removals: removals}
 		d.keeper = f
 	}
 	if url := chosen.URL(); p.isExact(url) {
@@ -401,7 +400,7 @@ func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
 		return // the reply completes no block
 	}
 	url := d.Worker.URL()
-	cut := p.removed.cut(url, d.removals, prompt, reply)
+	cut := p.removed.cut(url, f.removals, prompt, reply)
 	if cut/p.blockSize <= len(prompt)/p.blockSize {
 		return // the engine evicted part of the prompt, or the reply's first block
 	}
@@ -410,11 +409,14 @@ func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
 
 // vcaFlight is what vllm_cache_aware keeps of a decision until its outcome
 // (Observe) or its abandonment (Decision.Abandoned): the request's name in
-// flight (see inFlight), and the chosen worker's load and running limit at
-// the decision, to classify a miss (see MissQueued).
+// flight (see inFlight), the chosen worker's load and running limit at the
+// decision, to classify a miss (see MissQueued), and the number of the KV
+// removals applied when it matched, so that Observe does not record again
+// blocks the engine removed since (see removals).
 type vcaFlight struct {
 	p           *VllmCacheAware
 	load, limit int
+	removals    uint64
 }
 
 func (f *vcaFlight) abandoned(d Decision) {
