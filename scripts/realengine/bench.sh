@@ -4,7 +4,9 @@
 # with the same short shared-prefix workload: kvgate:cache_aware,
 # smg:cache_aware, kvgate:round_robin, smg:round_robin. Each router is a
 # process of its own, started fresh for its run; the engines' prefix caches
-# are flushed (FlushCache) before each run, so no run inherits another's.
+# are flushed (FlushCache) before each run, so no run inherits another's,
+# and warmed once before the first (see below). A policy listed twice runs
+# twice, its second run's files named P.2.
 # kvgate is driven through its gRPC Router service, SMG through its HTTP
 # /generate with the same token ids (`kvgate bench --target-front smg`).
 #
@@ -17,6 +19,11 @@
 # `kvgate serve` flags, e.g. "--vllm-block-size 32" for vllm_cache_aware),
 # BENCH_WORKLOAD (the `kvgate bench` workload flags, replacing the
 # shared-prefix default below).
+#
+# Each run writes NAME.txt (the table), NAME.json, NAME.requests.jsonl (every
+# request: when sent, its prefix, worker, TTFT; see kvgate bench
+# --requests-out), NAME.cpu (the router's and the engines' CPU seconds during
+# the run) and, for kvgate, NAME.predictions.
 #
 # The hit rate is the engines' own cached-token counts (vLLM's
 # num_cached_tokens, which both routers relay per request) over the prompt
@@ -64,11 +71,24 @@ start() {
 	PIDS+=("$STARTED")
 }
 
+# cpu_ticks PID...: the CPU time (user + system, in clock ticks) of every
+# process in the process groups these pids lead: an engine with its engine
+# core, a router. On two cores every tick a router spends is one the engines
+# do not get, so each run records both.
+cpu_ticks() {
+	local total=0 pg
+	for pg in "$@"; do
+		total=$((total + $(awk -v g="$pg" '$5 == g { t += $14 + $15 } END { print t + 0 }' /proc/[0-9]*/stat 2>/dev/null)))
+	done
+	echo "$total"
+}
+
 stop() {
 	kill -9 -- "-$1" 2>/dev/null || kill -9 "$1" 2>/dev/null || true
 	wait "$1" 2>/dev/null || true
 }
 
+ENGINE_PIDS=() # the engines this script starts (none with ATTACH)
 if [ -n "${ATTACH:-}" ]; then
 	read -r -a ENGINES <<<"$ATTACH"
 	[ "${#ENGINES[@]}" -eq 2 ] || { echo "ATTACH=\"$ATTACH\": want two host:port" >&2; exit 1; }
@@ -97,6 +117,7 @@ else
 			--enable-prefix-caching --enforce-eager --max-num-seqs 16 \
 			--kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$events\"}"
 		ENGINES+=("127.0.0.1:$port")
+		ENGINE_PIDS+=("$STARTED")
 		i=$((i + 1))
 	done
 	echo "bench: starting two vLLM engines (logs in $OUT; minutes on a busy machine)" >&2
@@ -113,24 +134,56 @@ if [ -n "${BENCH_WORKLOAD:-}" ]; then
 fi
 read -r -a EXTRA <<<"${KVGATE_ARGS:-}"
 
-for policy in $POLICIES; do
-	for router in $ROUTERS; do
-		label=$router:$policy
-		"$PY" scripts/realengine/engine_ctl.py flush "${ENGINES[@]}"
-		read -r PORT METRICS < <("$PY" -c 'import socket
+# free_ports: two free loopback ports into PORT and METRICS.
+free_ports() {
+	read -r PORT METRICS < <("$PY" -c 'import socket
 s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]
 print(*(x.getsockname()[1] for x in s))')
+}
+
+# serve_kvgate NAME POLICY: kvgate serve in front of the engines, on PORT
+# and METRICS, until it answers SERVING; sets pid.
+serve_kvgate() {
+	start "$1" "$KVGATE" serve --host 127.0.0.1 --port "$PORT" --prometheus-port "$METRICS" \
+		--worker-urls "$URLS" --policy "$2" --wait-for-workers --log-level warn "${EXTRA[@]}"
+	pid=$STARTED
+	"$PY" scripts/realengine/engine_ctl.py wait-serving 120 "127.0.0.1:$PORT"
+}
+
+# Warm the engines first: a fresh vLLM engine's first requests can run
+# several times slower than later ones (without this, the first run's
+# opening burst of eight took 2.1 s on the engine that had served nothing,
+# where the later runs' bursts took 0.2-0.6 s), which lands on whichever
+# run goes first.
+# The same workload with another seed (other prompts), 32 requests, through
+# round_robin so both engines get them; its caches are flushed below.
+free_ports
+serve_kvgate warmup round_robin
+"$KVGATE" bench --target "127.0.0.1:$PORT" --target-label warmup "${WORKLOAD[@]}" --seed 97 --requests 32 \
+	>"$OUT/warmup.txt" 2>&1 || { echo "bench: the warm-up run failed; see $OUT/warmup.txt" >&2; exit 1; }
+stop "$pid"
+
+for policy in $POLICIES; do
+	for router in $ROUTERS; do
+		label=$router:$policy
+		# A policy listed again (alternating runs) writes files of its own:
+		# kvgate-P, kvgate-P.2, ...
+		name=$router-$policy
+		n=1
+		while [ -e "$OUT/$name.json" ]; do
+			n=$((n + 1))
+			name=$router-$policy.$n
+		done
+		"$PY" scripts/realengine/engine_ctl.py flush "${ENGINES[@]}"
+		free_ports
 		case $router in
 		kvgate)
-			start "$router-$policy" "$KVGATE" serve --host 127.0.0.1 --port "$PORT" --prometheus-port "$METRICS" \
-				--worker-urls "$URLS" --policy "$policy" --wait-for-workers --log-level warn "${EXTRA[@]}"
-			pid=$STARTED
-			"$PY" scripts/realengine/engine_ctl.py wait-serving 120 "127.0.0.1:$PORT"
+			serve_kvgate "$name" "$policy"
 			front=()
 			;;
 		smg)
-			start "$router-$policy" "$SMG" launch --host 127.0.0.1 --port "$PORT" \
+			start "$name" "$SMG" launch --host 127.0.0.1 --port "$PORT" \
 				--worker-urls "grpc://${ENGINES[0]}" "grpc://${ENGINES[1]}" --policy "$policy" \
 				--tokenizer-path "$MODEL" --prometheus-host 127.0.0.1 --prometheus-port "$METRICS" --log-level warn
 			pid=$STARTED
@@ -143,18 +196,23 @@ print(*(x.getsockname()[1] for x in s))')
 				fi
 				sleep 1 # SMG is another process: asking again is the signal
 			done
-			[ -n "$ok" ] || { echo "bench: SMG did not answer /generate; see $OUT/$router-$policy.log" >&2; exit 1; }
+			[ -n "$ok" ] || { echo "bench: SMG did not answer /generate; see $OUT/$name.log" >&2; exit 1; }
 			front=(--target-front smg --target-model tiny-qwen3)
 			# The readiness request warmed a block: start from empty caches.
 			"$PY" scripts/realengine/engine_ctl.py flush "${ENGINES[@]}"
 			;;
 		esac
+		router0=$(cpu_ticks "$pid")
+		engines0=$(cpu_ticks "${ENGINE_PIDS[@]}")
 		"$KVGATE" bench --target "127.0.0.1:$PORT" --target-label "$label" "${front[@]}" "${WORKLOAD[@]}" \
-			--json "$OUT/$router-$policy.json" --requests-out "$OUT/$router-$policy.requests.jsonl" | tee "$OUT/$router-$policy.txt"
+			--json "$OUT/$name.json" --requests-out "$OUT/$name.requests.jsonl" | tee "$OUT/$name.txt"
+		awk -v l="$label" -v hz="$(getconf CLK_TCK)" -v r="$(( $(cpu_ticks "$pid") - router0 ))" \
+			-v e="$(( $(cpu_ticks "${ENGINE_PIDS[@]}") - engines0 ))" \
+			'BEGIN { printf "%s: CPU seconds during the run: router %.1f, engines %.1f\n", l, r / hz, e / hz }' | tee "$OUT/$name.cpu"
 		if [ "$router" = kvgate ]; then
 			# kvgate's own account of its predictions against the engines' reports.
 			curl -sf "http://127.0.0.1:$METRICS/metrics" | grep -E '^kvgate_cache_prediction' \
-				>"$OUT/$router-$policy.predictions" || true
+				>"$OUT/$name.predictions" || true
 		fi
 		stop "$pid"
 	done
