@@ -61,11 +61,14 @@ func (g *Router) buildModel(cfg Config, name string) (modeltable.Spec, error) {
 		if o.Logger == nil {
 			o.Logger = g.log
 		}
-		if cfg.LearnBlockSize {
-			o.CacheAware.BlockSize = learnedPageSize(ws, role)
-		}
-		if cfg.LearnVllmBlockSize {
-			o.VllmCacheAware.BlockSize = learnedPageSize(ws, role)
+		if cfg.LearnBlockSize || cfg.LearnVllmBlockSize {
+			learned := learnedPageSize(ws, role)
+			if cfg.LearnBlockSize {
+				o.CacheAware.BlockSize = learned
+			}
+			if cfg.LearnVllmBlockSize {
+				o.VllmCacheAware.BlockSize = learned
+			}
 		}
 		p, err := policy.New(pname, o)
 		if err != nil {

@@ -154,7 +154,7 @@ serve_kvgate() {
 # Warm the engines first: a fresh vLLM engine's first requests can run
 # several times slower than later ones (without this, the first run's
 # opening burst of eight took 2.1 s on the engine that had served nothing,
-# where the later runs' bursts took 0.2-0.6 s), which lands on whichever
+# where the next run's took 0.07-0.62 s), which lands on whichever
 # run goes first.
 # The same workload with another seed (other prompts), 32 requests, through
 # round_robin so both engines get them; its caches are flushed below.
