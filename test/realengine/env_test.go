@@ -232,7 +232,7 @@ func startSuite(dir string) (*realSuite, error) {
 	}
 	s.logs = logs
 	fmt.Fprintf(os.Stderr, "real engines: logs in %s\n", logs)
-	ports, err := freePorts(10)
+	ports, err := freePorts(3 * len(s.engines))
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +243,7 @@ func startSuite(dir string) (*realSuite, error) {
 		if err := s.attach(attach); err != nil {
 			return s, err
 		}
-		return s, s.startKvgates(ports[6:])
+		return s, s.startKvgates()
 	}
 	// Both engines load at once: on two cores most of their start is imports.
 	errs := make([]error, len(s.engines))
@@ -255,7 +255,7 @@ func startSuite(dir string) (*realSuite, error) {
 	if err := errors.Join(errs...); err != nil {
 		return s, err
 	}
-	return s, s.startKvgates(ports[6:])
+	return s, s.startKvgates()
 }
 
 // engineArgs is the command line of one vLLM gRPC server: the tiny model in
@@ -388,8 +388,8 @@ func (s *realSuite) startEngine(e *engine) error {
 }
 
 // startKvgates builds kvgate (or takes KVGATE_BIN) and starts the two
-// fronts on ports (four: each one's gRPC and Prometheus ports).
-func (s *realSuite) startKvgates(ports []int) error {
+// fronts.
+func (s *realSuite) startKvgates() error {
 	s.bin = os.Getenv("KVGATE_BIN")
 	if s.bin == "" {
 		s.bin = filepath.Join(s.logs, "kvgate")
@@ -399,7 +399,7 @@ func (s *realSuite) startKvgates(ports []int) error {
 		}
 	}
 	var err error
-	if s.front, err = s.startKvgate("kvgate", ports[0], ports[1]); err != nil {
+	if s.front, err = s.startKvgateFresh("kvgate"); err != nil {
 		return err
 	}
 	// The engines' publishers bind (tcp://*:PORT); kvgate connects.
@@ -408,8 +408,29 @@ func (s *realSuite) startKvgates(ports []int) error {
 		zmqFlags = append(zmqFlags, "--kv-events-zmq",
 			fmt.Sprintf("%s=tcp://127.0.0.1:%d?replay=tcp://127.0.0.1:%d", e.url(), e.eventPort, e.replay))
 	}
-	s.zmq, err = s.startKvgate("kvgate-zmq", ports[2], ports[3], zmqFlags...)
+	s.zmq, err = s.startKvgateFresh("kvgate-zmq", zmqFlags...)
 	return err
+}
+
+// startKvgateFresh reserves a gRPC and a Prometheus port for one kvgate
+// just before starting it, and starts it again on new ones if either was
+// taken in between ("address already in use"). A CI run lost kvgate's
+// Prometheus port when the ports were reserved before the engines' minutes
+// of start-up, during which they bind ports of their own.
+func (s *realSuite) startKvgateFresh(name string, extra ...string) (*front, error) {
+	const attempts = 3
+	for try := 1; ; try++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		f, err := s.startKvgate(name, ports[0], ports[1], extra...)
+		if err == nil || try == attempts || f == nil || !logSays(f.p.log, "address already in use") {
+			return f, err
+		}
+		f.stop()
+		fmt.Fprintf(os.Stderr, "real engines: %s lost a port before binding it; starting it again on new ones\n", name)
+	}
 }
 
 // startKvgate starts one kvgate in front of both engines, with no tokenizer
