@@ -139,6 +139,9 @@ type single struct {
 	// prefilled ends the worker's count of this attempt's prefill tokens
 	// (Worker.Prefilling): at the first token, or at the end.
 	prefilled func()
+	// decoded teaches the worker its decode step (Worker.Decoding): set
+	// at the first token, called at the end of a completed request.
+	decoded func(tokens int)
 	// vocab bounds the output ids (route.outputVocab).
 	vocab int
 	// held is the engine's stream, which may outlive the attempt (see
@@ -157,10 +160,15 @@ func (p *single) Start(ctx context.Context, req *workers.GenerateRequest) (worke
 	return workers.CheckedStream(p.held, p.vocab), nil
 }
 
-// FirstToken tells the worker's accounting that the prompt is prefilled.
-func (p *single) FirstToken(time.Time) {
+// FirstToken tells the worker's accounting that the prompt is prefilled,
+// and starts timing the decode (at is zero when the request ends without
+// a token).
+func (p *single) FirstToken(at time.Time) {
 	if p.prefilled != nil {
 		p.prefilled()
+	}
+	if !at.IsZero() && p.decoded == nil && p.release != nil {
+		p.decoded = p.dec.Worker.Decoding()
 	}
 }
 
@@ -179,6 +187,10 @@ func (p *single) Aborted(err error, again func() error) {
 }
 
 func (p *single) End(out policy.Outcome) {
+	// Before the release: the batch it ran in counts this request.
+	if p.decoded != nil && out.Err == nil && len(out.OutputIDs) > 1 {
+		p.decoded(len(out.OutputIDs) - 1)
+	}
 	switch {
 	case p.held != nil:
 		p.held.release(p.release, p.s.cfg.AbortConfirmTimeout, p.s.hardStop.Done())

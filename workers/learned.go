@@ -35,7 +35,29 @@ type learned struct {
 	rateN    int
 
 	meanRun, runCV, rate atomic.Uint64 // float64 bits; 0 until learned
+
+	// bx, by, bxx, bxy are the moving means of a decoding request's batch
+	// (the engine's requests in flight beside and including it), of its
+	// seconds per output token, and of their products: a least-squares
+	// line through them is the engine's decode step against its batch.
+	bx, by, bxx, bxy float64
+	stepN            int
+	step             atomic.Pointer[StepModel] // nil until learned
 }
+
+// StepModel is an engine's decode step as this router's requests measure
+// it: Base seconds plus PerRequest seconds for each request in its batch.
+type StepModel struct {
+	Base, PerRequest float64
+}
+
+// Seconds is the step's length with batch requests in flight.
+func (m StepModel) Seconds(batch int) float64 { return m.Base + m.PerRequest*float64(batch) }
+
+// minBatchVariance is the least variance of the batches seen for the step
+// to be fitted as a line: below it the batch hardly varied, the slope is
+// noise, and the step is taken as flat at the mean.
+const minBatchVariance = 0.25
 
 // ewma folds sample x into the mean m of n earlier samples: the plain mean
 // while there are few, so the first samples are not diluted by a zero start.
@@ -70,6 +92,33 @@ func (l *learned) observePrefill(tokens int, d time.Duration) {
 	l.mu.Unlock()
 }
 
+// observeDecode folds in a request that produced tokens after its first
+// in d, with batch requests in flight on the engine on average.
+func (l *learned) observeDecode(tokens int, d time.Duration, batch float64) {
+	if tokens <= 0 || d <= 0 || batch <= 0 {
+		return
+	}
+	y := d.Seconds() / float64(tokens)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bx = ewma(l.bx, batch, l.stepN)
+	l.by = ewma(l.by, y, l.stepN)
+	l.bxx = ewma(l.bxx, batch*batch, l.stepN)
+	l.bxy = ewma(l.bxy, batch*y, l.stepN)
+	l.stepN++
+	m := StepModel{Base: l.by}
+	if v := l.bxx - l.bx*l.bx; v >= minBatchVariance {
+		// A step never shortens as the batch grows; a fitted line that
+		// says so is noise, taken as flat.
+		m.PerRequest = max((l.bxy-l.bx*l.by)/v, 0)
+		m.Base = l.by - m.PerRequest*l.bx
+		if m.Base < 0 { // the line through the mean from a step of 0
+			m.Base, m.PerRequest = 0, l.by/l.bx
+		}
+	}
+	l.step.Store(&m)
+}
+
 // MeanRequestSeconds is the moving mean of how long a request of this
 // router's held the worker (from Acquire to its release), 0 until one has
 // ended: with the engine's running-request limit it says how soon a slot
@@ -94,6 +143,24 @@ func (w *Worker) RequestSecondsCV() float64 {
 func (w *Worker) PrefillTokensPerSec() float64 {
 	return math.Float64frombits(w.learned.rate.Load())
 }
+
+// Step is the engine's decode step against its batch, as measured on this
+// router's requests (see Worker.Decoded); ok is false until one has
+// decoded. A request sent to an engine that is decoding waits for its
+// steps: for the one running to end, then for the one that carries its
+// prefill, each longer the more requests the engine runs. An engine that
+// batches prefill with decode (vLLM's scheduler; a CPU engine most of
+// all) slows every request it admits in proportion to its batch, well
+// below its running-request limit.
+func (w *Worker) Step() (m StepModel, ok bool) {
+	if p := w.learned.step.Load(); p != nil {
+		return *p, true
+	}
+	return StepModel{}, false
+}
+
+// Step is Worker.Step.
+func (v View) Step() (StepModel, bool) { return v.w.Step() }
 
 // MeanRequestSeconds is Worker.MeanRequestSeconds.
 func (v View) MeanRequestSeconds() float64 { return v.w.MeanRequestSeconds() }

@@ -116,3 +116,70 @@ func TestInFlightAge(t *testing.T) {
 		}
 	})
 }
+
+// TestLearnedStep: the router learns an engine's decode step against its
+// batch from the requests it relays (seconds per token after the first,
+// against the requests running beside and including each): a line where
+// the batch varies, flat where it does not or where the fitted line would
+// shorten the step as the batch grows.
+func TestLearnedStep(t *testing.T) {
+	type decode struct {
+		batch    int           // requests running, this one included
+		perToken time.Duration // its time per token after the first
+	}
+	line := func(base, per time.Duration, batches ...int) []decode {
+		var out []decode
+		for _, b := range batches {
+			out = append(out, decode{b, base + per*time.Duration(b)})
+		}
+		return out
+	}
+	ms := func(d float64) float64 { return d / 1000 }
+	cases := []struct {
+		name    string
+		limit   int
+		decodes []decode
+		want    workers.StepModel
+		learned bool
+	}{
+		{name: "nothing learned yet"},
+		{name: "one batch size: flat at its mean", decodes: []decode{{4, 20 * time.Millisecond}, {4, 30 * time.Millisecond}},
+			want: workers.StepModel{Base: ms(25)}, learned: true},
+		{name: "batches of 1 to 8 on a line: its base and slope",
+			decodes: line(10*time.Millisecond, 6*time.Millisecond, 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1),
+			want:    workers.StepModel{Base: ms(10), PerRequest: ms(6)}, learned: true},
+		{name: "a step that shortens as the batch grows is noise: flat at the mean",
+			decodes: []decode{{1, 30 * time.Millisecond}, {5, 10 * time.Millisecond}},
+			want:    workers.StepModel{Base: ms(20)}, learned: true},
+		{name: "a line below 0 at no batch: through 0 and the mean instead (15 ms at a mean batch of 3)",
+			decodes: []decode{{2, 5 * time.Millisecond}, {4, 25 * time.Millisecond}},
+			want:    workers.StepModel{PerRequest: ms(5)}, learned: true},
+		{name: "requests beyond the running limit wait and do not decode: the batch is at most the limit", limit: 2,
+			decodes: []decode{{4, 30 * time.Millisecond}, {2, 20 * time.Millisecond}},
+			want:    workers.StepModel{Base: ms(25)}, learned: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := workers.NewWorker("grpc://a:1", workers.ProtocolVLLM, workers.RoleRegular,
+					workers.ModelInfo{MaxRunningRequests: tc.limit}, nil, nil)
+				for _, d := range tc.decodes {
+					var releases []func()
+					for range d.batch {
+						releases = append(releases, w.Acquire())
+					}
+					done := w.Decoding()
+					time.Sleep(10 * d.perToken)
+					done(10)
+					for _, r := range releases {
+						r()
+					}
+				}
+				got, ok := w.Step()
+				if ok != tc.learned || math.Abs(got.Base-tc.want.Base) > 1e-9 || math.Abs(got.PerRequest-tc.want.PerRequest) > 1e-9 {
+					t.Errorf("Step() = %+v, %v; want %+v, %v", got, ok, tc.want, tc.learned)
+				}
+			})
+		})
+	}
+}

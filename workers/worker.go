@@ -305,6 +305,27 @@ func (w *Worker) Prefilling(n int) (done func()) {
 	}
 }
 
+// Decoding starts timing a request's decode at its first token; done, at
+// its end, with how many tokens it produced after the first, teaches the
+// engine's decode step against its batch (Step). The batch is the
+// requests running there, this one included, averaged over the first
+// token and the end: Load, at most the engine's running limit (the rest
+// wait and do not decode).
+func (w *Worker) Decoding() (done func(tokens int)) {
+	start, batch := time.Now(), w.running()
+	return func(tokens int) {
+		w.learned.observeDecode(tokens, time.Since(start), float64(batch+w.running())/2)
+	}
+}
+
+// running is Load, at most the engine's running limit when it reports one.
+func (w *Worker) running() int {
+	if l := w.info.MaxRunningRequests; l > 0 {
+		return min(w.Load(), l)
+	}
+	return w.Load()
+}
+
 // PendingPrefill is the prompt tokens counted by Prefilling and not yet done.
 func (w *Worker) PendingPrefill() int { return int(w.prefill.Load()) }
 
