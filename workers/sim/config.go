@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +85,16 @@ type Config struct {
 	DecodeMsPerToken float64
 	// DecodeMsPerRunning is added to each decode step per running request.
 	DecodeMsPerRunning float64
+	// StepsBeforeFirstToken is how many decode steps, each as long as a
+	// step of the batch the request joins (DecodeMsPerToken plus
+	// DecodeMsPerRunning for each running request, this one included),
+	// a request's first token comes after its prefill: 0 (the default) is
+	// an engine that prefills in a lane of its own; about 1.5 an engine
+	// whose scheduler runs prefill inside the decode batch (vLLM's), where
+	// the prefill waits for the running step to end and then shares a
+	// step with every running request, so its first token comes later
+	// the more requests the engine runs.
+	StepsBeforeFirstToken float64
 	// MaxRunning caps concurrently running requests; the rest wait (FIFO).
 	MaxRunning int
 	// TimeScale multiplies every delay. 0 means no delays at all (tests);
@@ -317,6 +328,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestOverhead, "request-overhead", c.RequestOverhead, "fixed per-request delay before the first token"+h100)
 	fs.Float64Var(&c.DecodeMsPerToken, "decode-ms-per-token", c.DecodeMsPerToken, "base decode step in milliseconds"+h100)
 	fs.Float64Var(&c.DecodeMsPerRunning, "decode-ms-per-running", c.DecodeMsPerRunning, "extra milliseconds per decode step for each running request"+h100)
+	fs.Float64Var(&c.StepsBeforeFirstToken, "steps-before-first-token", c.StepsBeforeFirstToken,
+		"decode steps of the batch a request joins that its first token waits for after its prefill (0: prefill in a lane of its own; about 1.5: prefill inside the decode batch, as vLLM schedules it)")
 	fs.IntVar(&c.MaxRunning, "max-running", c.MaxRunning, "maximum running requests; the rest wait in a FIFO queue")
 	fs.Float64Var(&c.TimeScale, "time-scale", c.TimeScale, "multiplies every delay; 0 runs as fast as possible")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed mixed into every request's sampling")
@@ -426,6 +439,8 @@ func (c *Config) validate() error {
 		return bad("DecodeMsPerToken", "must be >= 0, got %v", c.DecodeMsPerToken)
 	case !(c.DecodeMsPerRunning >= 0):
 		return bad("DecodeMsPerRunning", "must be >= 0, got %v", c.DecodeMsPerRunning)
+	case !(c.StepsBeforeFirstToken >= 0) || math.IsInf(c.StepsBeforeFirstToken, 1):
+		return bad("StepsBeforeFirstToken", "must be >= 0 and finite, got %v", c.StepsBeforeFirstToken)
 	case c.MaxRunning <= 0:
 		return bad("MaxRunning", "must be > 0, got %d", c.MaxRunning)
 	case !(c.TimeScale >= 0):

@@ -15,7 +15,9 @@
 //     evicting unpinned pages). The head of the queue blocks those behind it.
 //   - Prefill: one lane, in admission order: a request's uncached prompt
 //     tokens take uncached/PrefillTokensPerSec after the previous prefill
-//     ends. RequestOverhead is added before the first token.
+//     ends. RequestOverhead is added before the first token, and
+//     StepsBeforeFirstToken decode steps of the batch it joins (none by
+//     default; an engine that runs prefill inside the decode batch).
 //   - Decode: one token per step per request; a step lasts DecodeMsPerToken
 //     plus DecodeMsPerRunning for each running request.
 //   - KV cache: see pageCache. A running request pins its prompt's whole

@@ -352,6 +352,47 @@ func TestLatencyModel(t *testing.T) {
 	}
 }
 
+// TestStepsBeforeFirstToken: an engine that runs prefill inside the decode
+// batch gives the first token after its prefill and that many steps of the
+// batch the request joins: with two requests already decoding, two steps
+// of 10 + 20 × 3 ms. A lower bound only, as above: without the steps the
+// prefill (16 tokens at 10⁹ a second) takes no time.
+func TestStepsBeforeFirstToken(t *testing.T) {
+	const steps = 2
+	cfg := testConfig(ProtocolVLLM)
+	cfg.TimeScale = 1
+	cfg.PrefillTokensPerSec = 1e9
+	cfg.RequestOverhead = 0
+	cfg.DecodeMsPerToken, cfg.DecodeMsPerRunning = 10, 20
+	cfg.StepsBeforeFirstToken = steps
+	srv, c := startSim(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 2 { // two requests decoding beside it
+		recv, err := c.generate(ctx, genParams{prompt: prompt(100*i, 16), maxNew: u32(1000), ignoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := srv.Engine().Stats(); l.Running != 2 {
+		t.Fatalf("running %d, want 2", l.Running)
+	}
+	start := time.Now()
+	recv, err := c.generate(ctx, genParams{prompt: prompt(500, 16), maxNew: u32(1), ignoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recv(); err != nil {
+		t.Fatal(err)
+	}
+	if ttft, want := time.Since(start), steps*70*time.Millisecond; ttft < want {
+		t.Errorf("%d steps: TTFT %v, want >= %v", steps, ttft, want)
+	}
+}
+
 func TestInfoRPCs(t *testing.T) {
 	forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
 		l, err := c.loads(context.Background())

@@ -437,6 +437,10 @@ func (e *Engine) admitLocked() {
 			}
 			e.prefillFreeAt = start.Add(prefill)
 			r.firstAt = e.prefillFreeAt.Add(e.scale(e.cfg.RequestOverhead))
+			if k := e.cfg.StepsBeforeFirstToken; k > 0 {
+				step := e.cfg.DecodeMsPerToken + e.cfg.DecodeMsPerRunning*float64(e.running)
+				r.firstAt = r.firstAt.Add(e.scale(msDuration(k * step)))
+			}
 		}
 		close(r.admitted)
 		e.log.Debug("admitted", "request_id", r.id, "prompt_tokens", len(r.prompt), "cached_tokens", cached, "cached_at_arrival", r.arrivalCached,
