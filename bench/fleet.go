@@ -95,6 +95,11 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 			opts.CacheAware.UnevenWeight, opts.VllmCacheAware.UnevenWeight = w, w
 			continue
 		}
+		// s<weight>: the wait mode's --cache-aware-step-weight.
+		if w, err := strconv.ParseFloat(strings.TrimPrefix(variant, "s"), 64); err == nil && strings.HasPrefix(variant, "s") && strings.HasSuffix(name, "cache_aware") {
+			opts.CacheAware.StepWeight, opts.VllmCacheAware.StepWeight = w, w
+			continue
+		}
 		switch {
 		case name == "cache_aware" && (variant == policy.FallbackSmallestTree || variant == policy.FallbackLeastLoaded):
 			opts.CacheAware.CacheMissFallback = variant

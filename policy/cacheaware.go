@@ -138,7 +138,7 @@ func NewCacheAware(o Options) (*CacheAware, error) {
 		c.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
 	}
 	if cfg.Mode == ModeWait {
-		c.wait = &waitModel{evictWeight: cfg.EvictWeight, fleetWeight: cfg.FleetWeight, unevenWeight: cfg.UnevenWeight}
+		c.wait = &waitModel{evictWeight: cfg.EvictWeight, fleetWeight: cfg.FleetWeight, unevenWeight: cfg.UnevenWeight, stepWeight: cfg.StepWeight}
 	}
 	c.tree = t
 	c.removed = newRemovals(cfg.BlockSize)

@@ -116,6 +116,11 @@ type CacheAwareConfig struct {
 	// wait exceeds the fleet's soonest, in seconds of wait; ≥ 0 and finite
 	// (see waitModel).
 	UnevenWeight float64
+	// StepWeight (--cache-aware-step-weight) is, in ModeWait, the charge
+	// in decode steps of the candidate's engine, at its batch with the
+	// request added, for the steps the request waits for before its first
+	// token; ≥ 0 and finite (see waitModel).
+	StepWeight float64
 }
 
 // DefaultCacheAwareConfig returns SMG's cache_aware settings.
@@ -148,6 +153,7 @@ func DefaultCacheAwareConfig() CacheAwareConfig {
 		EvictWeight:  DefaultEvictWeight,
 		FleetWeight:  DefaultFleetWeight,
 		UnevenWeight: DefaultUnevenWeight,
+		StepWeight:   DefaultStepWeight,
 	}
 }
 
@@ -166,7 +172,7 @@ const DefaultEvictWeight = 4
 
 // checkMode refuses a selection mode other than ModeThreshold, ModeCost and
 // ModeWait, and weights that are negative, infinite or NaN.
-func checkMode(mode string, decode, evict, fleet, uneven float64) error {
+func checkMode(mode string, decode, evict, fleet, uneven, step float64) error {
 	var errs []error
 	if mode != ModeThreshold && mode != ModeCost && mode != ModeWait {
 		errs = append(errs, fmt.Errorf("--cache-aware-mode %q: want %s (SMG's threshold and balance rules), %s (least prefill, eviction, queue and decode cost) or %s (least expected wait for the first token)", mode, ModeThreshold, ModeCost, ModeWait))
@@ -174,7 +180,7 @@ func checkMode(mode string, decode, evict, fleet, uneven float64) error {
 	for _, w := range []struct {
 		flag string
 		v    float64
-	}{{"--cache-aware-decode-weight", decode}, {"--cache-aware-evict-weight", evict}, {"--cache-aware-fleet-weight", fleet}, {"--cache-aware-uneven-weight", uneven}} {
+	}{{"--cache-aware-decode-weight", decode}, {"--cache-aware-evict-weight", evict}, {"--cache-aware-fleet-weight", fleet}, {"--cache-aware-uneven-weight", uneven}, {"--cache-aware-step-weight", step}} {
 		if !(w.v >= 0) || math.IsInf(w.v, 1) {
 			errs = append(errs, fmt.Errorf("%s %g: must be ≥ 0 and finite", w.flag, w.v))
 		}
@@ -218,7 +224,7 @@ func (c CacheAwareConfig) Validate() error {
 	if !slices.Contains(evictionPolicies, strings.ToLower(c.EvictionPolicy)) {
 		errs = append(errs, fmt.Errorf("--eviction-policy %q: want %s", c.EvictionPolicy, strings.Join(evictionPolicies, ", ")))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight, c.UnevenWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight, c.UnevenWeight, c.StepWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -365,11 +371,11 @@ type VllmCacheAwareConfig struct {
 	BlockHash string
 	// Mode (--cache-aware-mode), DecodeWeight
 	// (--cache-aware-decode-weight) and EvictWeight
-	// (--cache-aware-evict-weight), FleetWeight and UnevenWeight are as
-	// CacheAwareConfig's; in ModeCost and ModeWait the threshold and load
-	// factor are unused.
-	Mode                                                 string
-	DecodeWeight, EvictWeight, FleetWeight, UnevenWeight float64
+	// (--cache-aware-evict-weight), FleetWeight, UnevenWeight and
+	// StepWeight are as CacheAwareConfig's; in ModeCost and ModeWait the
+	// threshold and load factor are unused.
+	Mode                                                             string
+	DecodeWeight, EvictWeight, FleetWeight, UnevenWeight, StepWeight float64
 }
 
 // Block key variants of --vllm-block-hash.
@@ -395,6 +401,7 @@ func DefaultVllmCacheAwareConfig() VllmCacheAwareConfig {
 		EvictWeight:  DefaultEvictWeight,
 		FleetWeight:  DefaultFleetWeight,
 		UnevenWeight: DefaultUnevenWeight,
+		StepWeight:   DefaultStepWeight,
 	}
 }
 
@@ -419,7 +426,7 @@ func (c VllmCacheAwareConfig) Validate() error {
 	if c.BlockHash != BlockHashChained && c.BlockHash != BlockHashPosition {
 		errs = append(errs, fmt.Errorf("--vllm-block-hash %q: want %s or %s", c.BlockHash, BlockHashChained, BlockHashPosition))
 	}
-	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight, c.UnevenWeight); err != nil {
+	if err := checkMode(c.Mode, c.DecodeWeight, c.EvictWeight, c.FleetWeight, c.UnevenWeight, c.StepWeight); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

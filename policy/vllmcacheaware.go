@@ -110,7 +110,7 @@ func NewVllmCacheAware(o Options) (*VllmCacheAware, error) {
 		p.cost = &costModel{decodeWeight: cfg.DecodeWeight, evictWeight: cfg.EvictWeight}
 	}
 	if cfg.Mode == ModeWait {
-		p.wait = &waitModel{evictWeight: cfg.EvictWeight, fleetWeight: cfg.FleetWeight, unevenWeight: cfg.UnevenWeight}
+		p.wait = &waitModel{evictWeight: cfg.EvictWeight, fleetWeight: cfg.FleetWeight, unevenWeight: cfg.UnevenWeight, stepWeight: cfg.StepWeight}
 	}
 	p.eventMirror = newEventMirror(blockIndex{p}, cfg.BlockSize, o.Logger)
 	return p, nil

@@ -23,6 +23,20 @@ const DefaultFleetWeight = 4
 // waitModel.
 const DefaultUnevenWeight = 0
 
+// DefaultStepWeight is the wait mode's charge, in decode steps of the
+// candidate's engine at its batch with the request added, for the steps
+// the request waits for before its first token: none by default. Priced
+// at 1.5 (about half a step for the one running to end, then the step
+// that carries its prefill), it evened the requests in flight over two
+// vLLM CPU engines, but their TTFT did not improve: the two engines used
+// all of the machine's two cores in every run, so an even split added no
+// compute, and the cached requests that waited longest moved from engines
+// running six or seven to engines running three to five
+// (BENCHMARKS.md, "The decode step priced"). Engines of compute of their
+// own, whose step grows with the batch, are where it may pay. See
+// waitModel.
+const DefaultStepWeight = 0
+
 // assumedPrefillRate is the prefill rate, in tokens per second, the wait
 // mode assumes for an engine until the router has timed one of its
 // prefills and no other candidate's is known: an 8B model on one H100.
@@ -31,7 +45,7 @@ const assumedPrefillRate = 20000
 
 // waitModel is the wait mode's rule: a request goes to the worker where
 //
-//	max(slot, lane) + own + evict + fleet + uneven
+//	max(slot, lane) + own + step + evict + fleet + uneven
 //
 // is least, every term in seconds of the engine's time:
 //
@@ -54,6 +68,21 @@ const assumedPrefillRate = 20000
 //     of 30,000 tokens the mode routed nearly as round_robin (TTFT p50 6.0 s
 //     and hit rate 0.27, where counting the whole match gives 92 ms and
 //     0.73);
+//   - step: StepWeight × the decode step with this request added to the
+//     candidate's batch (workers.Worker.Step, learned from the requests
+//     this router relays: their seconds per output token against the
+//     requests running beside them; the candidates' mean, as for rate).
+//     The prefill of a request sent to an
+//     engine that is decoding waits for the running step to end and
+//     then shares a step with every request it runs, so its first token
+//     comes later the more requests the engine runs, below its limit as
+//     well. On two vLLM CPU engines, a request whose prefix was cached
+//     took 28 ms to its first token with nothing beside it and 90 ms with
+//     five, and each engine's step grew with its batch alike (13 to 33
+//     ms a token): no other term sees this, since below the limit slot
+//     is 0, and lane counts only prefill. Engines whose step hardly grows
+//     with the batch (the simulator's: a prefill lane of its own) are
+//     charged about the same step everywhere, which decides nothing;
 //   - evict: EvictWeight × the cached tokens those new pages push out of a
 //     full cache (the cost mode's term), at that rate: later prompts that
 //     would have found them there pay for them again;
@@ -97,7 +126,7 @@ const assumedPrefillRate = 20000
 // costs the idle engine one copy of the shared prefix, after which the
 // matches tie and load spreads the rest.
 type waitModel struct {
-	evictWeight, fleetWeight, unevenWeight float64
+	evictWeight, fleetWeight, unevenWeight, stepWeight float64
 }
 
 // waitLoad is what a candidate's expected wait needs besides its match,
@@ -116,7 +145,11 @@ type waitLoad struct {
 	// cv is the spread of the engine's request durations
 	// (workers.Worker.RequestSecondsCV); view reads the ages of the
 	// requests in flight there, at now.
-	cv   float64
+	cv float64
+	// step is the candidates' mean decode step against the batch
+	// (workers.Worker.Step; the zero step until one has decoded for this
+	// router), the same for all, as rate is, each priced at its own batch.
+	step workers.StepModel
 	view workers.View
 	now  time.Time
 }
@@ -140,8 +173,21 @@ func waitLoads(ws []workers.View, loads []int, cached func(i int) int, pending *
 	if known > 0 {
 		rate = sum / float64(known)
 	}
+	var step workers.StepModel
+	stepped := 0
+	for _, w := range ws {
+		if m, ok := w.Step(); ok {
+			step.Base += m.Base
+			step.PerRequest += m.PerRequest
+			stepped++
+		}
+	}
+	if stepped > 0 {
+		step.Base /= float64(stepped)
+		step.PerRequest /= float64(stepped)
+	}
 	for i := range out {
-		out[i].rate = rate
+		out[i].rate, out[i].step = rate, step
 	}
 	return out
 }
@@ -202,8 +248,8 @@ func (l waitLoad) slotWait(ahead int) float64 {
 // waitTerms is one candidate's expected wait, term by term, in seconds
 // (and the token counts they come from).
 type waitTerms struct {
-	matched, prefill, evict, queue, ahead         int
-	slot, lane, own, evictS, fleet, uneven, total float64
+	matched, prefill, evict, queue, ahead               int
+	slot, lane, own, step, evictS, fleet, uneven, total float64
 }
 
 // terms prices a prompt of inputLen tokens, matched tokens of which the
@@ -218,11 +264,22 @@ func (m waitModel) terms(inputLen, matched int, l waitLoad, st waitTerms, pressu
 	t.prefill = max(inputLen-matched, 0)
 	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
 	t.own = float64(t.prefill+over) / l.rate
+	t.step = m.stepWeight * l.stepSeconds()
 	t.evictS = m.evictWeight * float64(t.evict) / l.rate
 	t.fleet = pressure * m.fleetWeight * t.own
 	t.uneven = pressure * m.unevenWeight * max(max(t.slot, t.lane)-soonest, 0)
-	t.total = max(t.slot, t.lane) + t.own + t.evictS + t.fleet + t.uneven
+	t.total = max(t.slot, t.lane) + t.own + t.step + t.evictS + t.fleet + t.uneven
 	return t
+}
+
+// stepSeconds is the candidate's decode step with this request added to
+// what it runs (at most its limit: the rest wait and do not decode).
+func (l waitLoad) stepSeconds() float64 {
+	batch := l.load + 1
+	if l.limit > 0 {
+		batch = min(batch, l.limit)
+	}
+	return l.step.Seconds(batch)
 }
 
 // waitChoice is a wait-mode selection: every candidate's terms, the fleet's
@@ -316,6 +373,9 @@ func (t waitTerms) format(m waitModel, inputLen int, c waitChoice) string {
 		s += fmt.Sprintf(" (%d ahead)", t.ahead)
 	}
 	s += fmt.Sprintf(", lane %s (%d queued)) + own %s (%d prompt − %d cached)", ms(t.lane), t.queue, ms(t.own), inputLen, t.matched)
+	if t.step > 0 {
+		s += fmt.Sprintf(" + step %s (%g steps)", ms(t.step), m.stepWeight)
+	}
 	if t.evictS > 0 {
 		s += fmt.Sprintf(" + evict %s (%g × %d)", ms(t.evictS), m.evictWeight, t.evict)
 	}

@@ -1,16 +1,20 @@
 package policy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvgate/kvgate/workers"
+)
 
 // TestWaitChooseAllocatesNothing: cache_aware prices the candidates under
 // its tree's write lock, so the wait mode's choice (the fleet's pressure
 // and the uneven-lane charge included) must not allocate.
 func TestWaitChooseAllocatesNothing(t *testing.T) {
-	m := waitModel{evictWeight: DefaultEvictWeight, fleetWeight: DefaultFleetWeight, unevenWeight: 1}
+	m := waitModel{evictWeight: DefaultEvictWeight, fleetWeight: DefaultFleetWeight, unevenWeight: 1, stepWeight: DefaultStepWeight}
 	wl := []waitLoad{
 		{costLoad: costLoad{queue: 30000}, load: 8, limit: 8, runSec: 4, rate: 20000},
 		{costLoad: costLoad{queue: 2000, capacity: 400000, fullness: 0.9}, load: 3, limit: 8, runSec: 4, rate: 20000},
-		{load: 9, limit: 8, runSec: 4, rate: 20000},
+		{load: 9, limit: 8, runSec: 4, rate: 20000, step: workers.StepModel{Base: 0.01, PerRequest: 0.006}},
 	}
 	matched, loads := []int{3072, 0, 1024}, []int{8, 3, 9}
 	c := waitChoice{terms: make([]waitTerms, len(wl))}

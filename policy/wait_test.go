@@ -29,10 +29,30 @@ type waitWorker struct {
 	// stream, whose oldest frees its slot run ÷ limit from now.
 	together bool
 	kv, held int // the engine's KV capacity and what its running requests hold (0: not reported)
+	// steps: the decode step it was measured at (see stepLine), nil:
+	// none measured.
+	steps []decodeStep
 	// empty: the worker has served nothing. Otherwise it served another
 	// prompt first, so that the start-up rule, which moves a request to an
 	// idle worker holding nothing, leaves the case to the terms.
 	empty bool
+}
+
+// decodeStep is one request the router relayed, by the requests running
+// beside and including it on its engine and its time per token.
+type decodeStep struct {
+	batch    int
+	perToken time.Duration
+}
+
+// stepLine is requests that decoded at batches 1 to 8, each step base plus
+// per for every request in it: the engine's step grows with its batch.
+func stepLine(base, per time.Duration) []decodeStep {
+	var out []decodeStep
+	for b := 1; b <= 8; b++ {
+		out = append(out, decodeStep{b, base + per*time.Duration(b)})
+	}
+	return out
 }
 
 // waitCases are the wait mode's rule, written as cases: a 4,096-token
@@ -44,6 +64,7 @@ var waitCases = []struct {
 	a, b   waitWorker
 	fleet  float64 // --cache-aware-fleet-weight
 	uneven float64 // --cache-aware-uneven-weight
+	step   float64 // --cache-aware-step-weight
 	want   string  // "A" or "B"
 	reason []string
 	absent []string // what the reason must not say
@@ -137,6 +158,26 @@ var waitCases = []struct {
 		reason: []string{"own 205ms", "next grpc://a:1 405ms"}},
 	{name: "an engine not yet timed is assumed as fast as the fleet's others",
 		a: waitWorker{queue: 4000, rate: 40000}, b: waitWorker{}, fleet: 0, want: "B", reason: []string{"own 102ms", "next grpc://a:1 202ms"}},
+	{name: "below the limit, an engine whose step grows with its batch: the busy cached engine loses to a quiet one holding less",
+		a:    waitWorker{holds: 3072, inFlight: 9, limit: 16, run: 800 * time.Millisecond, rate: 20000, steps: stepLine(10*time.Millisecond, 6*time.Millisecond)},
+		b:    waitWorker{holds: 2048, inFlight: 1, limit: 16, run: 800 * time.Millisecond, rate: 20000, steps: stepLine(10*time.Millisecond, 6*time.Millisecond)},
+		step: 1.5, want: "B", reason: []string{"own 102ms (4096 prompt − 2048 cached) + step 33ms (1.5 steps)", "next grpc://a:1 156ms"}},
+	{name: "the same without the step's charge: the longer match",
+		a:    waitWorker{holds: 3072, inFlight: 9, limit: 16, run: 800 * time.Millisecond, rate: 20000, steps: stepLine(10*time.Millisecond, 6*time.Millisecond)},
+		b:    waitWorker{holds: 2048, inFlight: 1, limit: 16, run: 800 * time.Millisecond, rate: 20000, steps: stepLine(10*time.Millisecond, 6*time.Millisecond)},
+		step: 0, want: "A", reason: []string{"own 51ms (4096 prompt − 3072 cached)", "next grpc://b:1 102ms"}, absent: []string{"step"}},
+	{name: "a step that hardly grows with the batch (the simulator's) decides nothing",
+		a:    waitWorker{holds: 3072, inFlight: 9, limit: 16, run: 800 * time.Millisecond, rate: 20000, steps: stepLine(8*time.Millisecond, 50*time.Microsecond)},
+		b:    waitWorker{holds: 2048, inFlight: 1, limit: 16, run: 800 * time.Millisecond, rate: 20000, steps: stepLine(8*time.Millisecond, 50*time.Microsecond)},
+		step: 1.5, want: "A", reason: []string{"own 51ms (4096 prompt − 3072 cached) + step 13ms (1.5 steps)", "next grpc://b:1 115ms"}},
+	{name: "every engine is priced at the fleet's mean step, at its own batch: here A's, for B has decoded nothing",
+		a:    waitWorker{holds: 3072, inFlight: 9, limit: 16, run: 800 * time.Millisecond, rate: 20000, steps: stepLine(10*time.Millisecond, 6*time.Millisecond)},
+		b:    waitWorker{holds: 2048, inFlight: 1, limit: 16, run: 800 * time.Millisecond, rate: 20000},
+		step: 1.5, want: "B", reason: []string{"+ step 33ms (1.5 steps)", "next grpc://a:1 156ms"}},
+	{name: "an engine at its limit decodes its limit: the step is priced at the limit",
+		a:    waitWorker{holds: 3072, inFlight: 20, limit: 16, run: 100 * time.Millisecond, rate: 20000, steps: stepLine(10*time.Millisecond, 6*time.Millisecond), together: true},
+		b:    waitWorker{holds: 3072, inFlight: 20, limit: 16, run: 100 * time.Millisecond, rate: 20000, steps: stepLine(10*time.Millisecond, 6*time.Millisecond), together: true},
+		step: 1.5, want: "A", reason: []string{"+ step 159ms (1.5 steps)"}},
 }
 
 // waitFleet builds workers A and B in the state the case gives, inside a
@@ -155,6 +196,18 @@ func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []
 		}
 		if c.holds > 0 {
 			serve(prompt[:c.holds], w)
+		}
+		for _, d := range c.steps {
+			var releases []func()
+			for range d.batch {
+				releases = append(releases, w.Acquire())
+			}
+			done := w.Decoding()
+			time.Sleep(10 * d.perToken)
+			done(10)
+			for _, r := range releases {
+				r()
+			}
 		}
 		if c.rate > 0 {
 			const n = 4000
@@ -215,6 +268,7 @@ func TestWaitModeSpecification(t *testing.T) {
 					o := policy.DefaultOptions()
 					o.CacheAware.Mode, o.CacheAware.FleetWeight, o.CacheAware.UnevenWeight = policy.ModeWait, tc.fleet, tc.uneven
 					o.VllmCacheAware.Mode, o.VllmCacheAware.FleetWeight, o.VllmCacheAware.UnevenWeight = policy.ModeWait, tc.fleet, tc.uneven
+					o.CacheAware.StepWeight, o.VllmCacheAware.StepWeight = tc.step, tc.step
 					p, err := policy.New(pol, o)
 					if err != nil {
 						t.Fatal(err)

@@ -37,6 +37,7 @@ type policyFlags struct {
 	evictWeight          float64
 	fleetWeight          float64
 	unevenWeight         float64
+	stepWeight           float64
 	prefixTokenCount     int
 	prefixHashLoadFactor float64
 	assignmentMode       string
@@ -77,11 +78,13 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.speculativeTTLMs, "speculative-ttl-ms", int(ca.SpeculativeTTL/time.Millisecond),
 		"cache_aware, workers with KV events: how long after a request ends the pages its routing decision expected on the worker stay in the tree unless an event confirmed them, ≥ 0")
 	fs.StringVar(&p.cacheAwareMode, "cache-aware-mode", ca.Mode,
-		"cache_aware, vllm_cache_aware: selection rule: threshold (cache_aware: the longest match over --cache-threshold unless the fleet is imbalanced; vllm_cache_aware: SMG's --vllm-cache-threshold and --vllm-load-factor) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, plus, when no engine could start the request at once, --cache-aware-fleet-weight × that prefill)")
+		"cache_aware, vllm_cache_aware: selection rule: threshold (cache_aware: the longest match over --cache-threshold unless the fleet is imbalanced; vllm_cache_aware: SMG's --vllm-cache-threshold and --vllm-load-factor) cost (the worker where prefill of the uncached part + the prefill this router has queued there + --cache-aware-decode-weight × the KV its running requests hold is least) or wait (the worker where the first token is expected soonest: the wait for a running slot or the prefill queued there, then the prompt's uncached part, at the engine's measured speed, and --cache-aware-step-weight decode steps at its batch, plus, when no engine could start the request at once, --cache-aware-fleet-weight × that prefill)")
 	fs.Float64Var(&p.fleetWeight, "cache-aware-fleet-weight", ca.FleetWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the seconds of wait charged for each second of prefill a request adds to the fleet (later requests wait for it), scaled by the soonest any engine could start the request over its whole prompt's prefill time (at most 1), ≥ 0")
 	fs.Float64Var(&p.unevenWeight, "cache-aware-uneven-weight", ca.UnevenWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the seconds of wait charged for each second an engine's wait before it could start the request exceeds the shortest such wait in the fleet (a longer lane delays every later request sent there), scaled as --cache-aware-fleet-weight is, ≥ 0")
+	fs.Float64Var(&p.stepWeight, "cache-aware-step-weight", ca.StepWeight,
+		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the decode steps charged for the wait before a request's first token on an engine that is decoding (the running step, then the one carrying its prefill), each step as long as the engine's measured step at its batch with the request added, ≥ 0; 0: the batch is not priced (see BENCHMARKS.md, \"The decode step priced\")")
 	fs.Float64Var(&p.decodeWeight, "cache-aware-decode-weight", ca.DecodeWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of a worker's KV tokens held by running requests against prompt tokens to prefill, ≥ 0")
 	fs.Float64Var(&p.evictWeight, "cache-aware-evict-weight", ca.EvictWeight,
@@ -154,7 +157,7 @@ func (p *policyFlags) options() policy.Options {
 	ca.BlockSize = p.blockSize
 	ca.SpeculativeTTL = time.Duration(p.speculativeTTLMs) * time.Millisecond
 	ca.Mode, ca.DecodeWeight, ca.EvictWeight, ca.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
-	ca.UnevenWeight = p.unevenWeight
+	ca.UnevenWeight, ca.StepWeight = p.unevenWeight, p.stepWeight
 	if ca.BlockSize == 0 {
 		// The router learns it from the workers (LearnBlockSize); until
 		// then the default keeps the options valid.
@@ -187,6 +190,6 @@ func (p *policyFlags) options() policy.Options {
 	v.LoadFactor = p.vllmLoadFactor
 	v.BlockHash = p.vllmBlockHash
 	v.Mode, v.DecodeWeight, v.EvictWeight, v.FleetWeight = p.cacheAwareMode, p.decodeWeight, p.evictWeight, p.fleetWeight
-	v.UnevenWeight = p.unevenWeight
+	v.UnevenWeight, v.StepWeight = p.unevenWeight, p.stepWeight
 	return o
 }

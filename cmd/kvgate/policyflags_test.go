@@ -71,7 +71,7 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 				return o.VllmCacheAware == policy.VllmCacheAwareConfig{BlockSize: 32, MaxBlocksPerBackend: 500,
 					EvictionInterval: 9 * time.Second, CacheThreshold: 0.5, LoadFactor: 2, BlockHash: policy.BlockHashPosition,
 					Mode: policy.ModeWait, DecodeWeight: policy.DefaultDecodeWeight, EvictWeight: policy.DefaultEvictWeight,
-					FleetWeight: policy.DefaultFleetWeight, UnevenWeight: policy.DefaultUnevenWeight}
+					FleetWeight: policy.DefaultFleetWeight, UnevenWeight: policy.DefaultUnevenWeight, StepWeight: policy.DefaultStepWeight}
 			}},
 		{"without --cache-aware-mode, both cache-aware policies use the wait mode", nil,
 			func(o policy.Options) bool {
@@ -95,6 +95,14 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 		{"--cache-aware-uneven-weight reaches both cache-aware policies", []string{"--cache-aware-mode", "wait", "--cache-aware-uneven-weight", "0"},
 			func(o policy.Options) bool {
 				return o.CacheAware.UnevenWeight == 0 && o.VllmCacheAware.UnevenWeight == 0
+			}},
+		{"--cache-aware-step-weight reaches both cache-aware policies", []string{"--cache-aware-step-weight", "1.5"},
+			func(o policy.Options) bool {
+				return o.CacheAware.StepWeight == 1.5 && o.VllmCacheAware.StepWeight == 1.5
+			}},
+		{"the step is not priced by default", nil,
+			func(o policy.Options) bool {
+				return o.CacheAware.StepWeight == policy.DefaultStepWeight && o.VllmCacheAware.StepWeight == policy.DefaultStepWeight
 			}},
 		{"--vllm-cache-threshold 0 and --vllm-eviction-interval-secs 0 are 0", []string{"--vllm-cache-threshold", "0", "--vllm-eviction-interval-secs", "0"},
 			func(o policy.Options) bool {
@@ -141,6 +149,8 @@ func TestPolicyFlagsRefused(t *testing.T) {
 		{"cache_aware", []string{"--cache-aware-evict-weight", "+Inf"}, "--cache-aware-evict-weight"},
 		{"vllm_cache_aware", []string{"--cache-aware-fleet-weight", "-1"}, "--cache-aware-fleet-weight"},
 		{"cache_aware", []string{"--cache-aware-uneven-weight", "-0.5"}, "--cache-aware-uneven-weight"},
+		{"vllm_cache_aware", []string{"--cache-aware-step-weight", "-1"}, "--cache-aware-step-weight"},
+		{"cache_aware", []string{"--cache-aware-step-weight", "NaN"}, "--cache-aware-step-weight"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, err := policy.New(tc.policy, parsePolicyFlags(t, tc.args...))
