@@ -83,6 +83,16 @@ const assumedPrefillRate = 20000
 //     is 0, and lane counts only prefill. Engines whose step hardly grows
 //     with the batch (the simulator's: a prefill lane of its own) are
 //     charged about the same step everywhere, which decides nothing;
+//   - slows: while the step is priced (StepWeight > 0), the time the
+//     request's decode adds to the requests running beside it: each of
+//     its steps (the mean tokens a request decodes after its first) is
+//     longer by the step's growth per request for each of them. The step
+//     term prices this request's own wait; a request added to a busy
+//     engine also slows everything it runs. Without this, on engines
+//     whose step grows steeply with the batch, a prefix group's requests
+//     stayed on the engine that held it however busy (moving one costs a
+//     cold prefill larger than the steps it saves, where the copy, once
+//     made, lets every later request of the group go to either);
 //   - evict: EvictWeight × the cached tokens those new pages push out of a
 //     full cache (the cost mode's term), at that rate: later prompts that
 //     would have found them there pay for them again;
@@ -179,12 +189,14 @@ func waitLoads(ws []workers.View, loads []int, cached func(i int) int, pending *
 		if m, ok := w.Step(); ok {
 			step.Base += m.Base
 			step.PerRequest += m.PerRequest
+			step.Tokens += m.Tokens
 			stepped++
 		}
 	}
 	if stepped > 0 {
 		step.Base /= float64(stepped)
 		step.PerRequest /= float64(stepped)
+		step.Tokens /= float64(stepped)
 	}
 	for i := range out {
 		out[i].rate, out[i].step = rate, step
@@ -248,8 +260,8 @@ func (l waitLoad) slotWait(ahead int) float64 {
 // waitTerms is one candidate's expected wait, term by term, in seconds
 // (and the token counts they come from).
 type waitTerms struct {
-	matched, prefill, evict, queue, ahead               int
-	slot, lane, own, step, evictS, fleet, uneven, total float64
+	matched, prefill, evict, queue, ahead, beside              int
+	slot, lane, own, step, slows, evictS, fleet, uneven, total float64
 }
 
 // terms prices a prompt of inputLen tokens, matched tokens of which the
@@ -264,22 +276,28 @@ func (m waitModel) terms(inputLen, matched int, l waitLoad, st waitTerms, pressu
 	t.prefill = max(inputLen-matched, 0)
 	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
 	t.own = float64(t.prefill+over) / l.rate
-	t.step = m.stepWeight * l.stepSeconds()
+	if m.stepWeight > 0 {
+		var batch int
+		batch, t.step = l.stepSeconds()
+		t.step *= m.stepWeight
+		t.beside = batch - 1
+		t.slows = float64(t.beside) * l.step.PerRequest * l.step.Tokens
+	}
 	t.evictS = m.evictWeight * float64(t.evict) / l.rate
 	t.fleet = pressure * m.fleetWeight * t.own
 	t.uneven = pressure * m.unevenWeight * max(max(t.slot, t.lane)-soonest, 0)
-	t.total = max(t.slot, t.lane) + t.own + t.step + t.evictS + t.fleet + t.uneven
+	t.total = max(t.slot, t.lane) + t.own + t.step + t.slows + t.evictS + t.fleet + t.uneven
 	return t
 }
 
-// stepSeconds is the candidate's decode step with this request added to
-// what it runs (at most its limit: the rest wait and do not decode).
-func (l waitLoad) stepSeconds() float64 {
-	batch := l.load + 1
+// stepSeconds is the candidate's batch with this request added (at most
+// its limit: the rest wait and do not decode) and its decode step.
+func (l waitLoad) stepSeconds() (batch int, sec float64) {
+	batch = l.load + 1
 	if l.limit > 0 {
 		batch = min(batch, l.limit)
 	}
-	return l.step.Seconds(batch)
+	return batch, l.step.Seconds(batch)
 }
 
 // waitChoice is a wait-mode selection: every candidate's terms, the fleet's
@@ -375,6 +393,9 @@ func (t waitTerms) format(m waitModel, inputLen int, c waitChoice) string {
 	s += fmt.Sprintf(", lane %s (%d queued)) + own %s (%d prompt − %d cached)", ms(t.lane), t.queue, ms(t.own), inputLen, t.matched)
 	if t.step > 0 {
 		s += fmt.Sprintf(" + step %s (%g steps)", ms(t.step), m.stepWeight)
+	}
+	if t.slows > 0 {
+		s += fmt.Sprintf(" + slows %s (%d running beside it)", ms(t.slows), t.beside)
 	}
 	if t.evictS > 0 {
 		s += fmt.Sprintf(" + evict %s (%g × %d)", ms(t.evictS), m.evictWeight, t.evict)

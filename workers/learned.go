@@ -41,14 +41,19 @@ type learned struct {
 	// seconds per output token, and of their products: a least-squares
 	// line through them is the engine's decode step against its batch.
 	bx, by, bxx, bxy float64
-	stepN            int
-	step             atomic.Pointer[StepModel] // nil until learned
+	// tokens is the moving mean of those requests' tokens after the first.
+	tokens float64
+	stepN  int
+	step   atomic.Pointer[StepModel] // nil until learned
 }
 
 // StepModel is an engine's decode step as this router's requests measure
-// it: Base seconds plus PerRequest seconds for each request in its batch.
+// it: Base seconds plus PerRequest seconds for each request in its batch;
+// and Tokens, how many tokens a request decodes after its first, on
+// average: for so many steps a request added to a batch lengthens each
+// step of the requests beside it by PerRequest.
 type StepModel struct {
-	Base, PerRequest float64
+	Base, PerRequest, Tokens float64
 }
 
 // Seconds is the step's length with batch requests in flight.
@@ -105,8 +110,9 @@ func (l *learned) observeDecode(tokens int, d time.Duration, batch float64) {
 	l.by = ewma(l.by, y, l.stepN)
 	l.bxx = ewma(l.bxx, batch*batch, l.stepN)
 	l.bxy = ewma(l.bxy, batch*y, l.stepN)
+	l.tokens = ewma(l.tokens, float64(tokens), l.stepN)
 	l.stepN++
-	m := StepModel{Base: l.by}
+	m := StepModel{Base: l.by, Tokens: l.tokens}
 	if v := l.bxx - l.bx*l.bx; v >= minBatchVariance {
 		// A step never shortens as the batch grows; a fitted line that
 		// says so is noise, taken as flat.

@@ -144,19 +144,19 @@ func TestLearnedStep(t *testing.T) {
 	}{
 		{name: "nothing learned yet"},
 		{name: "one batch size: flat at its mean", decodes: []decode{{4, 20 * time.Millisecond}, {4, 30 * time.Millisecond}},
-			want: workers.StepModel{Base: ms(25)}, learned: true},
+			want: workers.StepModel{Base: ms(25), Tokens: 10}, learned: true},
 		{name: "batches of 1 to 8 on a line: its base and slope",
 			decodes: line(10*time.Millisecond, 6*time.Millisecond, 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1),
-			want:    workers.StepModel{Base: ms(10), PerRequest: ms(6)}, learned: true},
+			want:    workers.StepModel{Base: ms(10), PerRequest: ms(6), Tokens: 10}, learned: true},
 		{name: "a step that shortens as the batch grows is noise: flat at the mean",
 			decodes: []decode{{1, 30 * time.Millisecond}, {5, 10 * time.Millisecond}},
-			want:    workers.StepModel{Base: ms(20)}, learned: true},
+			want:    workers.StepModel{Base: ms(20), Tokens: 10}, learned: true},
 		{name: "a line below 0 at no batch: through 0 and the mean instead (15 ms at a mean batch of 3)",
 			decodes: []decode{{2, 5 * time.Millisecond}, {4, 25 * time.Millisecond}},
-			want:    workers.StepModel{PerRequest: ms(5)}, learned: true},
+			want:    workers.StepModel{PerRequest: ms(5), Tokens: 10}, learned: true},
 		{name: "requests beyond the running limit wait and do not decode: the batch is at most the limit", limit: 2,
 			decodes: []decode{{4, 30 * time.Millisecond}, {2, 20 * time.Millisecond}},
-			want:    workers.StepModel{Base: ms(25)}, learned: true},
+			want:    workers.StepModel{Base: ms(25), Tokens: 10}, learned: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,7 +176,7 @@ func TestLearnedStep(t *testing.T) {
 					}
 				}
 				got, ok := w.Step()
-				if ok != tc.learned || math.Abs(got.Base-tc.want.Base) > 1e-9 || math.Abs(got.PerRequest-tc.want.PerRequest) > 1e-9 {
+				if ok != tc.learned || math.Abs(got.Base-tc.want.Base) > 1e-9 || math.Abs(got.PerRequest-tc.want.PerRequest) > 1e-9 || got.Tokens != tc.want.Tokens {
 					t.Errorf("Step() = %+v, %v; want %+v, %v", got, ok, tc.want, tc.learned)
 				}
 			})
