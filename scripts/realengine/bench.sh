@@ -18,7 +18,10 @@
 # running, started as below, instead of starting two), KVGATE_ARGS (more
 # `kvgate serve` flags, e.g. "--vllm-block-size 32" for vllm_cache_aware),
 # BENCH_WORKLOAD (the `kvgate bench` workload flags, replacing the
-# shared-prefix default below).
+# shared-prefix default below). A router named kvgate+NAME is kvgate with
+# the flags of KVGATE_ARGS_NAME added, so that two settings alternate
+# against the same engines (ROUTERS="kvgate kvgate+step"
+# KVGATE_ARGS_step="--cache-aware-step-weight 1.5").
 #
 # Each run writes NAME.txt (the table), NAME.json, NAME.requests.jsonl (every
 # request: when sent, its prefix, worker, TTFT; see kvgate bench
@@ -142,11 +145,11 @@ s=[socket.socket() for _ in range(2)]
 print(*(x.getsockname()[1] for x in s))')
 }
 
-# serve_kvgate NAME POLICY: kvgate serve in front of the engines, on PORT
-# and METRICS, until it answers SERVING; sets pid.
+# serve_kvgate NAME POLICY [FLAG...]: kvgate serve in front of the
+# engines, on PORT and METRICS, until it answers SERVING; sets pid.
 serve_kvgate() {
 	start "$1" "$KVGATE" serve --host 127.0.0.1 --port "$PORT" --prometheus-port "$METRICS" \
-		--worker-urls "$URLS" --policy "$2" --wait-for-workers --log-level warn "${EXTRA[@]}"
+		--worker-urls "$URLS" --policy "$2" --wait-for-workers --log-level warn "${EXTRA[@]}" "${@:3}"
 	pid=$STARTED
 	"$PY" scripts/realengine/engine_ctl.py wait-serving 120 "127.0.0.1:$PORT"
 }
@@ -178,8 +181,13 @@ for policy in $POLICIES; do
 		"$PY" scripts/realengine/engine_ctl.py flush "${ENGINES[@]}"
 		free_ports
 		case $router in
-		kvgate)
-			serve_kvgate "$name" "$policy"
+		kvgate | kvgate+*)
+			variant=()
+			if [ "$router" != kvgate ]; then
+				args=KVGATE_ARGS_${router#kvgate+}
+				read -r -a variant <<<"${!args:-}"
+			fi
+			serve_kvgate "$name" "$policy" "${variant[@]}"
 			front=()
 			;;
 		smg)
@@ -209,7 +217,7 @@ for policy in $POLICIES; do
 		awk -v l="$label" -v hz="$(getconf CLK_TCK)" -v r="$(( $(cpu_ticks "$pid") - router0 ))" \
 			-v e="$(( $(cpu_ticks "${ENGINE_PIDS[@]}") - engines0 ))" \
 			'BEGIN { printf "%s: CPU seconds during the run: router %.1f, engines %.1f\n", l, r / hz, e / hz }' | tee "$OUT/$name.cpu"
-		if [ "$router" = kvgate ]; then
+		if [ "$router" != smg ]; then
 			# kvgate's own account of its predictions against the engines' reports.
 			curl -sf "http://127.0.0.1:$METRICS/metrics" | grep -E '^kvgate_cache_prediction' \
 				>"$OUT/$name.predictions" || true
