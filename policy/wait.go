@@ -25,16 +25,13 @@ const DefaultUnevenWeight = 0
 
 // DefaultStepWeight is the wait mode's charge, in decode steps of the
 // candidate's engine at its batch with the request added, for the steps
-// the request waits for before its first token: none by default. Priced
-// at 1.5 (about half a step for the one running to end, then the step
-// that carries its prefill), it evened the requests in flight over two
-// vLLM CPU engines, but their TTFT did not improve: the two engines used
-// all of the machine's two cores in every run, so an even split added no
-// compute, and the cached requests that waited longest moved from engines
-// running six or seven to engines running three to five
-// (BENCHMARKS.md, "The decode step priced"). Engines of compute of their
-// own, whose step grows with the batch, are where it may pay. See
-// waitModel.
+// the request waits for before its first token (and, while above 0,
+// what it slows beside it): none by default. At 1.5 (about half a step
+// for the one running to end, then the step that carries its prefill)
+// it cut cache_aware's TTFT p90 by a third on two vLLM CPU engines, but
+// it has not yet run through make bench and the trace sweeps, where its
+// charge may move requests off their prefixes (BENCHMARKS.md, "The
+// decode step priced"). See waitModel.
 const DefaultStepWeight = 0
 
 // assumedPrefillRate is the prefill rate, in tokens per second, the wait

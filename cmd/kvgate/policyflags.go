@@ -84,7 +84,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&p.unevenWeight, "cache-aware-uneven-weight", ca.UnevenWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the seconds of wait charged for each second an engine's wait before it could start the request exceeds the shortest such wait in the fleet (a longer lane delays every later request sent there), scaled as --cache-aware-fleet-weight is, ≥ 0")
 	fs.Float64Var(&p.stepWeight, "cache-aware-step-weight", ca.StepWeight,
-		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the decode steps charged for the wait before a request's first token on an engine that is decoding (the running step, then the one carrying its prefill), each step as long as the engine's measured step at its batch with the request added, ≥ 0; 0: the batch is not priced (see BENCHMARKS.md, \"The decode step priced\")")
+		"cache_aware, vllm_cache_aware with --cache-aware-mode wait: the decode steps charged for the wait before a request's first token on an engine that is decoding (the running step, then the one carrying its prefill), each step as long as the engine's measured step at its batch with the request added, and, while above 0, the time its decode adds to the requests running beside it, ≥ 0; 0: the batch is not priced (see BENCHMARKS.md, \"The decode step priced\")")
 	fs.Float64Var(&p.decodeWeight, "cache-aware-decode-weight", ca.DecodeWeight,
 		"cache_aware, vllm_cache_aware with --cache-aware-mode cost: weight of a worker's KV tokens held by running requests against prompt tokens to prefill, ≥ 0")
 	fs.Float64Var(&p.evictWeight, "cache-aware-evict-weight", ca.EvictWeight,
