@@ -28,10 +28,11 @@ const DefaultUnevenWeight = 0
 // the request waits for before its first token (and, while above 0,
 // what it slows beside it): none by default. At 1.5 (about half a step
 // for the one running to end, then the step that carries its prefill)
-// it cut cache_aware's TTFT p90 by a third on two vLLM CPU engines, but
-// it has not yet run through make bench and the trace sweeps, where its
-// charge may move requests off their prefixes (BENCHMARKS.md, "The
-// decode step priced"). See waitModel.
+// it cut cache_aware's TTFT p90 by a third on two vLLM CPU engines,
+// whose step grows steeply with the batch; on make bench's shared-prefix
+// and multiturn workloads, on simulated engines whose step hardly grows,
+// it moved requests off their prefixes and cost TTFT and hit rate
+// (BENCHMARKS.md, "The decode step priced"). See waitModel.
 const DefaultStepWeight = 0
 
 // assumedPrefillRate is the prefill rate, in tokens per second, the wait

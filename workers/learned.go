@@ -151,7 +151,7 @@ func (w *Worker) PrefillTokensPerSec() float64 {
 }
 
 // Step is the engine's decode step against its batch, as measured on this
-// router's requests (see Worker.Decoded); ok is false until one has
+// router's requests (see Worker.Decoding); ok is false until one has
 // decoded. A request sent to an engine that is decoding waits for its
 // steps: for the one running to end, then for the one that carries its
 // prefill, each longer the more requests the engine runs. An engine that
