@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil/policytest"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -202,16 +203,7 @@ func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []
 			serve(prompt[:c.holds], w)
 		}
 		for _, d := range c.steps {
-			var releases []func()
-			for range d.batch {
-				releases = append(releases, w.Acquire())
-			}
-			done := w.Decoding()
-			time.Sleep(10 * d.perToken)
-			done(10)
-			for _, r := range releases {
-				r()
-			}
+			policytest.Decode(w, d.batch, 10, d.perToken)
 		}
 		if c.rate > 0 {
 			const n = 4000

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil/policytest"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -164,16 +165,7 @@ func TestLearnedStep(t *testing.T) {
 				w := workers.NewWorker("grpc://a:1", workers.ProtocolVLLM, workers.RoleRegular,
 					workers.ModelInfo{MaxRunningRequests: tc.limit}, nil, nil)
 				for _, d := range tc.decodes {
-					var releases []func()
-					for range d.batch {
-						releases = append(releases, w.Acquire())
-					}
-					done := w.Decoding()
-					time.Sleep(10 * d.perToken)
-					done(10)
-					for _, r := range releases {
-						r()
-					}
+					policytest.Decode(w, d.batch, 10, d.perToken)
 				}
 				got, ok := w.Step()
 				if ok != tc.learned || math.Abs(got.Base-tc.want.Base) > 1e-9 || math.Abs(got.PerRequest-tc.want.PerRequest) > 1e-9 || got.Tokens != tc.want.Tokens {

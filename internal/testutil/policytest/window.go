@@ -1,5 +1,6 @@
-// Package policytest holds test helpers that wrap routing policies. It is
-// apart from testutil because package policy's own tests use testutil.
+// Package policytest holds test helpers that wrap routing policies or
+// teach workers what policies read. It is apart from testutil because
+// package policy's own tests use testutil.
 package policytest
 
 import (
