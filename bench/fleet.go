@@ -89,14 +89,14 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 		return name, opts, nil
 	}
 	for _, variant := range strings.Split(variants, ":") {
-		// u<weight>: the wait mode's --cache-aware-uneven-weight, so
+		// u<weight> and s<weight>: the wait mode's
+		// --cache-aware-uneven-weight and --cache-aware-step-weight, so
 		// weights compare in one run.
-		if w, err := strconv.ParseFloat(strings.TrimPrefix(variant, "u"), 64); err == nil && strings.HasPrefix(variant, "u") && strings.HasSuffix(name, "cache_aware") {
+		if w, ok := waitWeight(name, variant, "u"); ok {
 			opts.CacheAware.UnevenWeight, opts.VllmCacheAware.UnevenWeight = w, w
 			continue
 		}
-		// s<weight>: the wait mode's --cache-aware-step-weight.
-		if w, err := strconv.ParseFloat(strings.TrimPrefix(variant, "s"), 64); err == nil && strings.HasPrefix(variant, "s") && strings.HasSuffix(name, "cache_aware") {
+		if w, ok := waitWeight(name, variant, "s"); ok {
 			opts.CacheAware.StepWeight, opts.VllmCacheAware.StepWeight = w, w
 			continue
 		}
@@ -114,6 +114,17 @@ func ParsePolicy(label string) (string, policy.Options, error) {
 		}
 	}
 	return name, opts, nil
+}
+
+// waitWeight reads a variant of a cache-aware policy that is prefix and a
+// number.
+func waitWeight(name, variant, prefix string) (float64, bool) {
+	rest, ok := strings.CutPrefix(variant, prefix)
+	if !ok || !strings.HasSuffix(name, "cache_aware") {
+		return 0, false
+	}
+	w, err := strconv.ParseFloat(rest, 64)
+	return w, err == nil
 }
 
 // StartTestbed starts n simulated engines with cfg, a registry, the policy named

@@ -139,9 +139,9 @@ type single struct {
 	// prefilled ends the worker's count of this attempt's prefill tokens
 	// (Worker.Prefilling): at the first token, or at the end.
 	prefilled func()
-	// decoded teaches the worker its decode step (Worker.Decoding): set
-	// at the first token, called at the end of a completed request.
-	decoded func(tokens int)
+	// decoded teaches the worker its decode step (Worker.Decoding):
+	// started at the first token, done at the end of a completed request.
+	decoded workers.Decode
 	// vocab bounds the output ids (route.outputVocab).
 	vocab int
 	// held is the engine's stream, which may outlive the attempt (see
@@ -167,7 +167,7 @@ func (p *single) FirstToken(at time.Time) {
 	if p.prefilled != nil {
 		p.prefilled()
 	}
-	if !at.IsZero() && p.decoded == nil && p.release != nil {
+	if !at.IsZero() && !p.decoded.Started() && p.release != nil {
 		p.decoded = p.dec.Worker.Decoding()
 	}
 }
@@ -188,8 +188,8 @@ func (p *single) Aborted(err error, again func() error) {
 
 func (p *single) End(out policy.Outcome) {
 	// Before the release: the batch it ran in counts this request.
-	if p.decoded != nil && out.Err == nil && len(out.OutputIDs) > 1 {
-		p.decoded(len(out.OutputIDs) - 1)
+	if out.Err == nil && len(out.OutputIDs) > 1 {
+		p.decoded.Done(len(out.OutputIDs) - 1)
 	}
 	switch {
 	case p.held != nil:

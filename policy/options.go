@@ -119,7 +119,8 @@ type CacheAwareConfig struct {
 	// StepWeight (--cache-aware-step-weight) is, in ModeWait, the charge
 	// in decode steps of the candidate's engine, at its batch with the
 	// request added, for the steps the request waits for before its first
-	// token; ≥ 0 and finite (see waitModel).
+	// token; above 0 it also charges what the request slows beside it.
+	// ≥ 0 and finite (see waitModel).
 	StepWeight float64
 }
 

@@ -44,7 +44,11 @@ type learned struct {
 	// tokens is the moving mean of those requests' tokens after the first.
 	tokens float64
 	stepN  int
-	step   atomic.Pointer[StepModel] // nil until learned
+	// The published StepModel, float64 bits, as meanRun is: a reader may
+	// see one field of the next model beside the others of this one,
+	// which prices a candidate no worse than either. stepTokens is 0
+	// until a request has decoded.
+	stepBase, stepPer, stepTokens atomic.Uint64
 }
 
 // StepModel is an engine's decode step as this router's requests measure
@@ -122,7 +126,9 @@ func (l *learned) observeDecode(tokens int, d time.Duration, batch float64) {
 			m.Base, m.PerRequest = 0, l.by/l.bx
 		}
 	}
-	l.step.Store(&m)
+	l.stepBase.Store(math.Float64bits(m.Base))
+	l.stepPer.Store(math.Float64bits(m.PerRequest))
+	l.stepTokens.Store(math.Float64bits(m.Tokens))
 }
 
 // MeanRequestSeconds is the moving mean of how long a request of this
@@ -159,10 +165,14 @@ func (w *Worker) PrefillTokensPerSec() float64 {
 // all) slows every request it admits in proportion to its batch, well
 // below its running-request limit.
 func (w *Worker) Step() (m StepModel, ok bool) {
-	if p := w.learned.step.Load(); p != nil {
-		return *p, true
+	l := &w.learned
+	m.Tokens = math.Float64frombits(l.stepTokens.Load())
+	if m.Tokens == 0 {
+		return StepModel{}, false
 	}
-	return StepModel{}, false
+	m.Base = math.Float64frombits(l.stepBase.Load())
+	m.PerRequest = math.Float64frombits(l.stepPer.Load())
+	return m, true
 }
 
 // Step is Worker.Step.

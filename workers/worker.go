@@ -305,17 +305,34 @@ func (w *Worker) Prefilling(n int) (done func()) {
 	}
 }
 
-// Decoding starts timing a request's decode at its first token; done, at
-// its end, with how many tokens it produced after the first, teaches the
-// engine's decode step against its batch (Step). The batch is the
-// requests running there, this one included, averaged over the first
-// token and the end: Load, at most the engine's running limit (the rest
-// wait and do not decode).
-func (w *Worker) Decoding() (done func(tokens int)) {
-	start, batch := time.Now(), w.running()
-	return func(tokens int) {
-		w.learned.observeDecode(tokens, time.Since(start), float64(batch+w.running())/2)
+// Decoding starts timing a request's decode at its first token; the
+// Decode's Done, at its end, with how many tokens it produced after the
+// first, teaches the engine's decode step against its batch (Step). The
+// batch is the requests running there, this one included, averaged over
+// the first token and the end: Load, at most the engine's running limit
+// (the rest wait and do not decode). A value, so the request path keeps
+// it without an allocation.
+func (w *Worker) Decoding() Decode {
+	return Decode{w: w, start: time.Now(), batch: w.running()}
+}
+
+// Decode is one request's decode being timed (Worker.Decoding); the zero
+// Decode times nothing.
+type Decode struct {
+	w     *Worker
+	start time.Time
+	batch int
+}
+
+// Started reports whether d times a decode.
+func (d Decode) Started() bool { return d.w != nil }
+
+// Done ends d with the tokens the request produced after its first.
+func (d Decode) Done(tokens int) {
+	if d.w == nil {
+		return
 	}
+	d.w.learned.observeDecode(tokens, time.Since(d.start), float64(d.batch+d.w.running())/2)
 }
 
 // running is Load, at most the engine's running limit when it reports one.

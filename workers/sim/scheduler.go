@@ -438,8 +438,7 @@ func (e *Engine) admitLocked() {
 			e.prefillFreeAt = start.Add(prefill)
 			r.firstAt = e.prefillFreeAt.Add(e.scale(e.cfg.RequestOverhead))
 			if k := e.cfg.StepsBeforeFirstToken; k > 0 {
-				step := e.cfg.DecodeMsPerToken + e.cfg.DecodeMsPerRunning*float64(e.running)
-				r.firstAt = r.firstAt.Add(e.scale(msDuration(k * step)))
+				r.firstAt = r.firstAt.Add(e.scale(msDuration(k * e.stepMsLocked())))
 			}
 		}
 		close(r.admitted)
@@ -454,7 +453,13 @@ func (e *Engine) progress(r *request) time.Duration {
 	defer e.mu.Unlock()
 	r.generated++
 	e.counters.generatedTokens++
-	return e.scale(msDuration(e.cfg.DecodeMsPerToken + e.cfg.DecodeMsPerRunning*float64(e.running)))
+	return e.scale(msDuration(e.stepMsLocked()))
+}
+
+// stepMsLocked is a decode step's length in milliseconds at the running
+// batch, unscaled.
+func (e *Engine) stepMsLocked() float64 {
+	return e.cfg.DecodeMsPerToken + e.cfg.DecodeMsPerRunning*float64(e.running)
 }
 
 // end removes r from the engine and frees its pages. It reports false if r

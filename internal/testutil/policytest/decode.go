@@ -15,9 +15,9 @@ func Decode(w *workers.Worker, batch, tokens int, perToken time.Duration) {
 	for range batch {
 		releases = append(releases, w.Acquire())
 	}
-	done := w.Decoding()
+	d := w.Decoding()
 	time.Sleep(time.Duration(tokens) * perToken)
-	done(tokens)
+	d.Done(tokens)
 	for _, r := range releases {
 		r()
 	}
