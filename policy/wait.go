@@ -90,7 +90,12 @@ const assumedPrefillRate = 20000
 //     whose step grows steeply with the batch, a prefix group's requests
 //     stayed on the engine that held it however busy (moving one costs a
 //     cold prefill larger than the steps it saves, where the copy, once
-//     made, lets every later request of the group go to either);
+//     made, lets every later request of the group go to either). It counts
+//     in full only where one request lengthens a lone request's step by
+//     materialStepShare or more, and in proportion below: where the step
+//     hardly grows, a request's added decode time is spread thin over
+//     many, and chasing it gave up prefixes for nothing a first token
+//     waits on;
 //   - evict: EvictWeight × the cached tokens those new pages push out of a
 //     full cache (the cost mode's term), at that rate: later prompts that
 //     would have found them there pay for them again;
@@ -260,6 +265,9 @@ func (l waitLoad) slotWait(ahead int) float64 {
 type waitTerms struct {
 	matched, prefill, evict, queue, ahead, beside              int
 	slot, lane, own, step, slows, evictS, fleet, uneven, total float64
+	// share is how much one request lengthens a lone request's step
+	// (stepShare), which scales slows below materialStepShare.
+	share float64
 }
 
 // terms prices a prompt of inputLen tokens, matched tokens of which the
@@ -275,17 +283,37 @@ func (m waitModel) terms(inputLen, matched int, l waitLoad, st waitTerms, pressu
 	t.evict = int(float64(t.prefill)*l.fullness + 0.5)
 	t.own = float64(t.prefill+over) / l.rate
 	if m.stepWeight > 0 {
-		var batch int
-		batch, t.step = l.stepSeconds()
-		t.step *= m.stepWeight
+		batch, sec := l.stepSeconds()
+		t.step = m.stepWeight * sec
 		t.beside = batch - 1
-		t.slows = float64(t.beside) * l.step.PerRequest * l.step.Tokens
+		t.share = stepShare(l.step)
+		t.slows = float64(t.beside) * l.step.PerRequest * l.step.Tokens * min(t.share/materialStepShare, 1)
 	}
 	t.evictS = m.evictWeight * float64(t.evict) / l.rate
 	t.fleet = pressure * m.fleetWeight * t.own
 	t.uneven = pressure * m.unevenWeight * max(max(t.slot, t.lane)-soonest, 0)
 	t.total = max(t.slot, t.lane) + t.own + t.step + t.slows + t.evictS + t.fleet + t.uneven
 	return t
+}
+
+// materialStepShare is how much one request added to a lone request's
+// decode step must lengthen it for what a request slows beside it to count
+// in full (see waitModel's slows); below it the charge falls in
+// proportion. On two vLLM CPU engines a second request lengthened the step
+// by about a third (13 to 33 ms a token at five beside it); on the
+// simulator's default engines (8 ms, and 0.05 ms per running request) by
+// 0.6%, where the full charge moved requests off their prefixes for decode
+// time no first token waits for.
+const materialStepShare = 0.1
+
+// stepShare is the part of a lone request's step that one more request
+// adds to it: the step's steepness, the same at any batch. 0 for a step
+// not yet learned.
+func stepShare(m workers.StepModel) float64 {
+	if one := m.Seconds(1); one > 0 {
+		return m.PerRequest / one
+	}
+	return 0
 }
 
 // stepSeconds is the candidate's batch with this request added (at most
@@ -393,7 +421,11 @@ func (t waitTerms) format(m waitModel, inputLen int, c waitChoice) string {
 		s += fmt.Sprintf(" + step %s (%g steps)", ms(t.step), m.stepWeight)
 	}
 	if t.slows > 0 {
-		s += fmt.Sprintf(" + slows %s (%d running beside it)", ms(t.slows), t.beside)
+		s += fmt.Sprintf(" + slows %s (%d running beside it", ms(t.slows), t.beside)
+		if t.share < materialStepShare {
+			s += fmt.Sprintf(", × %.2f: a request lengthens a step %.1f%%", t.share/materialStepShare, 100*t.share)
+		}
+		s += ")"
 	}
 	if t.evictS > 0 {
 		s += fmt.Sprintf(" + evict %s (%g × %d)", ms(t.evictS), m.evictWeight, t.evict)
