@@ -428,55 +428,69 @@ func TestKVEventsUnimplemented(t *testing.T) {
 // instead of starting again at once (which made thousands of
 // subscriptions, and as many WARN lines, in seconds). The waits are lower
 // bounds, which a loaded machine only lengthens.
+//
+// Traffic goes in step with the subscriptions: requests are sent only once
+// the engine has the next subscription, one at a time until its stream
+// shows the gap. Requests sent while the router backs off would reach no
+// subscriber, and a flood of them once used up the prompts the engine
+// accepts before the fifth gap on a fast machine (and then, refused, made
+// no batches at all).
 func TestKVEventsGapsBackOff(t *testing.T) {
-	srv, w := simtest.Worker(t, simtest.Config(sim.ProtocolSGLang))
-	srv.Engine().SetFaults(sim.Faults{KVEventDropEvery: 2})
-	reg := workers.NewRegistry()
-	_ = reg.Add(w)
-	const initial = 20 * time.Millisecond
-	gaps := make(chan time.Time, 64)
-	cfg := workers.DefaultKVSubscriptionConfig(newKVRecorder())
-	cfg.InitialBackoff, cfg.MaxBackoff, cfg.Jitter = initial, time.Minute, 0
-	cfg.Metrics.Gap = func(string) { gaps <- time.Now() }
-	subs, err := workers.NewKVSubscriptions(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go func() { _ = subs.Run(ctx, reg) }()
+	const (
+		initial = 20 * time.Millisecond
+		want    = 5 // gaps: four backoffs, doubling
+		// most bounds the requests, so that a stall fails here rather than
+		// at the engine's vocabulary (prompt i is ids 32i to 32i+31). A
+		// stream sees a gap a few batches after the engine registers it;
+		// a router slow to read them takes a few dozen requests more.
+		most = 2000
+	)
+	for _, p := range allSimProtocols {
+		t.Run(p.name, func(t *testing.T) {
+			srv, w := simtest.Worker(t, simtest.Config(p.name))
+			e := srv.Engine()
+			e.SetFaults(sim.Faults{KVEventDropEvery: 2})
+			reg := workers.NewRegistry()
+			_ = reg.Add(w)
+			gaps := make(chan time.Time, 64)
+			subs, _ := runKVSubscriptions(t, reg, newKVRecorder(), func(c *workers.KVSubscriptionConfig) {
+				c.InitialBackoff, c.MaxBackoff, c.Jitter = initial, time.Minute, 0
+				c.Metrics.Gap = func(string) { gaps <- time.Now() }
+			})
 
-	// Traffic makes the engine publish; each request is one or more batches.
-	traffic := make(chan struct{})
-	go func() {
-		defer close(traffic)
-		for i := 0; ctx.Err() == nil; i++ {
-			st, err := w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: fmt.Sprint("gap-", i),
-				InputIDs: testutil.Tokens(uint32(100*i), 32), Sampling: workers.Sampling{MaxNewTokens: ptr[uint32](1), IgnoreEOS: true}})
-			for err == nil {
-				_, err = st.Recv()
+			var at []time.Time
+			for i := 0; len(at) < want; {
+				// The subscription after the last gap, opened once its
+				// backoff is over.
+				if err := e.WaitCalls(testutil.Context(t, 10*time.Second), "SubscribeKvEvents", uint64(len(at)+1)); err != nil {
+					t.Fatalf("after %d gaps: %v", len(at), err)
+				}
+				// Each request publishes at least its prompt's pages; every
+				// other batch is lost, so a few requests make a gap. The
+				// gap may be seen after the request has returned: the
+				// next request's check finds it.
+				for n := len(at); len(at) == n; i++ {
+					if i == most {
+						t.Fatalf("%d gaps after %d requests", len(at), i)
+					}
+					generate(t, w, fmt.Sprint("gap-", i), testutil.Tokens(uint32(32*i), 32))
+					select {
+					case g := <-gaps:
+						at = append(at, g)
+					default:
+					}
+				}
 			}
-		}
-	}()
-	var at []time.Time
-	for len(at) < 5 {
-		select {
-		case g := <-gaps:
-			at = append(at, g)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d gaps in 30 s", len(at))
-		}
-	}
-	cancel()
-	<-traffic
-	want := initial
-	for i := 1; i < len(at); i++ {
-		if d := at[i].Sub(at[i-1]); d < want {
-			t.Errorf("gap %d came %v after gap %d; the backoff before it was %v", i+1, d, i, want)
-		}
-		want *= 2
-	}
-	if st, _ := subs.Status(w.URL()); st.Gaps < 5 {
-		t.Errorf("status counts %d gaps", st.Gaps)
+			backoff := initial
+			for i := 1; i < len(at); i++ {
+				if d := at[i].Sub(at[i-1]); d < backoff {
+					t.Errorf("gap %d came %v after gap %d; the backoff before it was %v", i+1, d, i, backoff)
+				}
+				backoff *= 2
+			}
+			if st, _ := subs.Status(w.URL()); st.Gaps < want {
+				t.Errorf("status counts %d gaps; want %d or more", st.Gaps, want)
+			}
+		})
 	}
 }
