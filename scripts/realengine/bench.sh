@@ -79,9 +79,14 @@ start() {
 # core, a router. On two cores every tick a router spends is one the engines
 # do not get, so each run records both.
 cpu_ticks() {
-	local total=0 pg
+	local total=0 pg t
 	for pg in "$@"; do
-		total=$((total + $(awk -v g="$pg" '$5 == g { t += $14 + $15 } END { print t + 0 }' /proc/[0-9]*/stat 2>/dev/null)))
+		# cat, not awk on the files: a process that exits between the glob
+		# and its read is skipped, where awk gave up and printed nothing.
+		# Fields are counted after the command name, which may hold spaces.
+		t=$(cat /proc/[0-9]*/stat 2>/dev/null |
+			awk -v g="$pg" '{ sub(/^.*\) /, "") } $3 == g { t += $12 + $13 } END { print t + 0 }')
+		total=$((total + ${t:-0}))
 	done
 	echo "$total"
 }
