@@ -26,14 +26,13 @@ const DefaultUnevenWeight = 0
 // DefaultStepWeight is the wait mode's charge, in decode steps of the
 // candidate's engine at its batch with the request added, for the steps
 // the request waits for before its first token (and, while above 0,
-// what it slows beside it): none by default. At 1.5 (about half a step
-// for the one running to end, then the step that carries its prefill)
-// it cut cache_aware's TTFT p90 by a third on two vLLM CPU engines,
-// whose step grows steeply with the batch; on make bench's shared-prefix
-// and multiturn workloads, on simulated engines whose step hardly grows,
-// it moved requests off their prefixes and cost TTFT and hit rate
+// what it slows beside it, scaled by how steeply the step grows; see
+// materialStepShare): about half a step for the one running to end, then
+// the step that carries its prefill. On two vLLM CPU engines, whose step
+// grows steeply with the batch, it cut cache_aware's TTFT p90 by a third;
+// on simulated engines whose step hardly grows it decides next to nothing
 // (BENCHMARKS.md, "The decode step priced"). See waitModel.
-const DefaultStepWeight = 0
+const DefaultStepWeight = 1.5
 
 // assumedPrefillRate is the prefill rate, in tokens per second, the wait
 // mode assumes for an engine until the router has timed one of its

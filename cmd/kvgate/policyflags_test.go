@@ -96,13 +96,13 @@ func TestPolicyFlagsTakeValuesAsGiven(t *testing.T) {
 			func(o policy.Options) bool {
 				return o.CacheAware.UnevenWeight == 0 && o.VllmCacheAware.UnevenWeight == 0
 			}},
-		{"--cache-aware-step-weight reaches both cache-aware policies", []string{"--cache-aware-step-weight", "1.5"},
+		{"--cache-aware-step-weight reaches both cache-aware policies", []string{"--cache-aware-step-weight", "0"},
+			func(o policy.Options) bool {
+				return o.CacheAware.StepWeight == 0 && o.VllmCacheAware.StepWeight == 0
+			}},
+		{"the step is priced at 1.5 steps by default", nil,
 			func(o policy.Options) bool {
 				return o.CacheAware.StepWeight == 1.5 && o.VllmCacheAware.StepWeight == 1.5
-			}},
-		{"the step is not priced by default", nil,
-			func(o policy.Options) bool {
-				return o.CacheAware.StepWeight == policy.DefaultStepWeight && o.VllmCacheAware.StepWeight == policy.DefaultStepWeight
 			}},
 		{"--vllm-cache-threshold 0 and --vllm-eviction-interval-secs 0 are 0", []string{"--vllm-cache-threshold", "0", "--vllm-eviction-interval-secs", "0"},
 			func(o policy.Options) bool {
