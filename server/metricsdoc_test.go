@@ -92,6 +92,7 @@ func TestMetricsReferenceMatchesTheRouter(t *testing.T) {
 		{"late binding", lateBinding},
 		{"retry budget", retryBudget},
 		{"an engine without Embed", engineWithoutEmbed},
+		{"a long prompt", learnedPrefillRate},
 	}
 	exported := map[string]*metricsdoc.Family{} // the union, every series kept
 	for _, sc := range scenarios {
@@ -634,5 +635,17 @@ func engineWithoutEmbed(t *testing.T) *fleet {
 	if _, err := f.router.Embed(ctx, &kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{InputIds: prompt(1, 8)}}}); err != nil {
 		t.Fatalf("Embed with one engine that has it: %v", err)
 	}
+	return f
+}
+
+// learnedPrefillRate sends one prompt long enough to teach its engine the
+// prefill rate (workers learn it from prompts of 1024 uncached tokens or
+// more, and the other scenarios' are shorter):
+// kvgate_worker_prefill_tokens_per_second has no series until then. Its
+// tokens after the first teach the decode step.
+func learnedPrefillRate(t *testing.T) *fleet {
+	f := startFleet(t, fleetOptions{workers: 1})
+	f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 2048),
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
 	return f
 }

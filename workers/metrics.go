@@ -36,12 +36,31 @@ var (
 		[]string{"worker", "model", "role", "protocol"}, nil)
 	descDraining = prometheus.NewDesc("kvgate_worker_draining",
 		"1 while the worker is being removed (Admin.RemoveWorker): it gets no new requests.", []string{"worker"}, nil)
+
+	// The engine's speed as the router learned it from the requests it
+	// relayed (learned.go), which the wait mode prices candidates with:
+	// exported so that an operator can see why the router takes an engine
+	// for slow. Each has no series for a worker until its figure is
+	// learned, as 0 would read as an infinitely fast engine.
+	descPrefillRate = prometheus.NewDesc("kvgate_worker_prefill_tokens_per_second",
+		"The engine's prefill rate learned from this router's requests that found its queue empty (no series until learned).", []string{"worker"}, nil)
+	descRequestMean = prometheus.NewDesc("kvgate_worker_request_duration_mean_seconds",
+		"Moving mean of how long this router's requests held the worker, from placement to release (no series until one has ended).", []string{"worker"}, nil)
+	descRequestCV = prometheus.NewDesc("kvgate_worker_request_duration_cv",
+		"Coefficient of variation of those durations: their standard deviation over their mean (no series until one has ended).", []string{"worker"}, nil)
+	descStepBase = prometheus.NewDesc("kvgate_worker_decode_step_seconds",
+		"The engine's learned decode step with an empty batch: seconds per output token (no series until a request has decoded).", []string{"worker"}, nil)
+	descStepPerRequest = prometheus.NewDesc("kvgate_worker_decode_step_per_request_seconds",
+		"How much the learned decode step grows for each request in the engine's batch (no series until a request has decoded).", []string{"worker"}, nil)
+	descDecodeTokens = prometheus.NewDesc("kvgate_worker_decode_mean_tokens",
+		"Moving mean of the tokens this router's requests decoded on the worker after their first (no series until one has decoded).", []string{"worker"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descActive, descRequestsActive, descEngineHitRate, descHealthy, descLoad,
-		descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining, descWorkerInfo} {
+		descEngineRunning, descEngineWaiting, descKVUsage, descBreaker, descDraining, descWorkerInfo,
+		descPrefillRate, descRequestMean, descRequestCV, descStepBase, descStepPerRequest, descDecodeTokens} {
 		ch <- d
 	}
 }
@@ -65,6 +84,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descDraining, oneIf(w.Draining()))
 		ch <- prometheus.MustNewConstMetric(descWorkerInfo, prometheus.GaugeValue, 1, w.URL(), w.Info().Model, w.Role().String(),
 			w.Protocol().String())
+		// The learned figures are 0 until learned (Step says so with ok):
+		// their series are left out until then. The spread is published
+		// with the mean, and 0 is a real spread once one request ended.
+		if r := w.PrefillTokensPerSec(); r > 0 {
+			gauge(descPrefillRate, r)
+		}
+		if m := w.MeanRequestSeconds(); m > 0 {
+			gauge(descRequestMean, m)
+			gauge(descRequestCV, w.RequestSecondsCV())
+		}
+		if m, ok := w.Step(); ok {
+			gauge(descStepBase, m.Base)
+			gauge(descStepPerRequest, m.PerRequest)
+			gauge(descDecodeTokens, m.Tokens)
+		}
 	}
 }
 
