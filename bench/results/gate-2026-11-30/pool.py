@@ -37,14 +37,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # default), kvgate+nostep the same build with 0. run2: kvgate+step is the
 # build with the step and what a request slows priced (weight 1.5),
 # kvgate the same build with its default, 0; run3 the same, kvgate first.
+# The build at weight 1.5 (the new default) and at 0 (the old default), by
+# invocation: run1 and run2 ran a build whose default was 0, with 1.5 as
+# kvgate+step; run3 the build whose default is 1.5, with 0 as kvgate+s0.
+NEW = {"run1": "kvgate+step", "run2": "kvgate+step", "run3": "kvgate"}
+OLD = {"run1": "kvgate", "run2": "kvgate", "run3": "kvgate+s0"}
 POOLS = {}
-for run in ("run1", "run2", "run[12]"):
+for runs_ in (["run1"], ["run2"], ["run3"], ["run1", "run2"], ["run1", "run2", "run3"]):
+    name = "+".join(runs_)
     POOLS.update({
-        f"{run} kvgate cache_aware 1.5": [f"{run}/kvgate+step-cache_aware*"],
-        f"{run} kvgate cache_aware 0": [f"{run}/kvgate-cache_aware*"],
-        f"{run} kvgate round_robin": [f"{run}/kvgate-round_robin*", f"{run}/kvgate+step-round_robin*"],
-        f"{run} smg cache_aware": [f"{run}/smg-cache_aware*"],
-        f"{run} smg round_robin": [f"{run}/smg-round_robin*"],
+        f"{name} kvgate cache_aware 1.5": [f"{r}/{NEW[r]}-cache_aware*" for r in runs_],
+        f"{name} kvgate cache_aware 0": [f"{r}/{OLD[r]}-cache_aware*" for r in runs_],
+        f"{name} kvgate round_robin": [f"{r}/{k}-round_robin*" for r in runs_ for k in (NEW[r], OLD[r])],
+        f"{name} smg cache_aware": [f"{r}/smg-cache_aware*" for r in runs_],
+        f"{name} smg round_robin": [f"{r}/smg-round_robin*" for r in runs_],
     })
 
 
@@ -75,7 +81,7 @@ def pooled():
                 p99s.append(q(t, 0.99))
         if not ttft:
             continue
-        print(f"{label:32s} runs {n:2d} requests {len(ttft):5d}  TTFT p50 {q(ttft, .5):5.0f} p90 {q(ttft, .9):5.0f} "
+        print(f"{label:38s} runs {n:2d} requests {len(ttft):5d}  TTFT p50 {q(ttft, .5):5.0f} p90 {q(ttft, .9):5.0f} "
               f"p99 {q(ttft, .99):5.0f} mean {statistics.mean(ttft):4.0f}  e2e p50 {q(e2e, .5):4.0f} p99 {q(e2e, .99):5.0f}  "
               f"runs' p90 {min(p90s):.0f}-{max(p90s):.0f}, p99 {min(p99s):.0f}-{max(p99s):.0f}")
 
@@ -106,7 +112,7 @@ def splits():
         near = sum(n for (a, b), n in seen.items() if b - a <= 1) / total
         far = sum(n for (a, b), n in seen.items() if b - a >= 4) / total
         top = ", ".join(f"{a}/{b} {n / total:.2f}" for (a, b), n in seen.most_common(5))
-        print(f"{label:32s} within one {near:.2f}, four or more apart {far:.2f}; {top}")
+        print(f"{label:38s} within one {near:.2f}, four or more apart {far:.2f}; {top}")
 
 
 def steps():
@@ -143,7 +149,7 @@ def slow():
         total = sum(by.values())
         if n:
             dist = ", ".join(f"{k}: {by[k]}" for k in sorted(by))
-            print(f"{label:32s} {total} of {n} cached requests over 500 ms; others in flight at their send: {dist}")
+            print(f"{label:38s} {total} of {n} cached requests over 500 ms; others in flight at their send: {dist}")
 
 
 def cpu():
