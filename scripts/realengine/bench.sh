@@ -96,20 +96,23 @@ stop() {
 	wait "$1" 2>/dev/null || true
 }
 
+# free_loopback_ports N: N distinct loopback ports free at the time of the
+# call, on one line. All N sockets are open at once, so no two are equal.
+free_loopback_ports() {
+	"$PY" -c 'import socket, sys
+s = [socket.socket() for _ in range(int(sys.argv[1]))]
+for x in s:
+    x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))' "$1"
+}
+
 ENGINE_PIDS=() # the engines this script starts (none with ATTACH)
 if [ -n "${ATTACH:-}" ]; then
 	read -r -a ENGINES <<<"$ATTACH"
 	[ "${#ENGINES[@]}" -eq 2 ] || { echo "ATTACH=\"$ATTACH\": want two host:port" >&2; exit 1; }
 else
 	# Free loopback ports: the engines' gRPC ports and their ZMQ publishers'.
-	read -r E0 E1 Z0 Z1 < <("$PY" - <<-'EOF'
-	import socket
-	socks = [socket.socket() for _ in range(4)]
-	for s in socks:
-	    s.bind(("127.0.0.1", 0))
-	print(*(s.getsockname()[1] for s in socks))
-	EOF
-	)
+	read -r E0 E1 Z0 Z1 < <(free_loopback_ports 4)
 
 	# The engines as test/realengine starts them: float32, block size 32 (vLLM's
 	# CPU attention takes multiples of 32 only), prefix caching, KV events, one
@@ -144,10 +147,7 @@ read -r -a EXTRA <<<"${KVGATE_ARGS:-}"
 
 # free_ports: two free loopback ports into PORT and METRICS.
 free_ports() {
-	read -r PORT METRICS < <("$PY" -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*(x.getsockname()[1] for x in s))')
+	read -r PORT METRICS < <(free_loopback_ports 2)
 }
 
 # serve_kvgate NAME POLICY [FLAG...]: kvgate serve in front of the
