@@ -13,6 +13,11 @@ folder's bench.sh runs and prints what BENCHMARKS quotes from them:
                      many others their engine had in flight when each was sent
   pool.py cpu        per run, the engines' CPU seconds (bench.sh's NAME.cpu)
                      over the run's wall time, first request to last answer
+  pool.py late       as pooled, but only the requests sent past each run's
+                     first second (and, for comparison, all of them): the
+                     runs' first eight requests are sent at once, and the
+                     seconds some of them wait decide the pooled p99; with
+                     run4's pools (the mirror on and off) besides
   pool.py steps      from every kvgate run here: by how many other requests
                      its engine had in flight when each was sent, its time per
                      output token after the first, and the TTFT of those that
@@ -43,6 +48,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NEW = {"run1": "kvgate+step", "run2": "kvgate+step", "run3": "kvgate"}
 OLD = {"run1": "kvgate", "run2": "kvgate", "run3": "kvgate+s0"}
 POOLS = {}
+# run4: the build at 51739b2 (default 1.5) with its KV event mirror on
+# (kvgate) and off (kvgate+off), to see whether subscribing to the engines'
+# events is what makes some runs' first second slow; `late` reads it.
+RUN4 = {
+    "run4 kvgate cache_aware 1.5, mirror on": ["run4/kvgate-cache_aware*"],
+    "run4 kvgate cache_aware 1.5, mirror off": ["run4/kvgate+off-cache_aware*"],
+    "run4 kvgate round_robin": ["run4/kvgate-round_robin*", "run4/kvgate+off-round_robin*"],
+}
 for runs_ in (["run1"], ["run2"], ["run3"], ["run1", "run2"], ["run1", "run2", "run3"]):
     name = "+".join(runs_)
     POOLS.update({
@@ -84,6 +97,26 @@ def pooled():
         print(f"{label:38s} runs {n:2d} requests {len(ttft):5d}  TTFT p50 {q(ttft, .5):5.0f} p90 {q(ttft, .9):5.0f} "
               f"p99 {q(ttft, .99):5.0f} mean {statistics.mean(ttft):4.0f}  e2e p50 {q(e2e, .5):4.0f} p99 {q(e2e, .99):5.0f}  "
               f"runs' p90 {min(p90s):.0f}-{max(p90s):.0f}, p99 {min(p99s):.0f}-{max(p99s):.0f}")
+
+
+def late():
+    for label, pats in {**POOLS, **RUN4}.items():
+        slow_starts, n = 0, 0
+        for cut in (0, 1000):
+            ttft = []
+            for pat in pats:
+                for _, reqs in runs(pat):
+                    t0 = min(r["sent_ms"] for r in reqs)
+                    ttft += [r["ttft_ms"] for r in reqs if not r.get("error") and r["sent_ms"] - t0 >= cut]
+                    if cut == 0:
+                        n += 1
+                        slow_starts += any(r["ttft_ms"] > 1000 for r in reqs if r["sent_ms"] - t0 < 1000)
+            if not ttft:
+                continue
+            print(f"{label:38s} sent from {cut:4d} ms: requests {len(ttft):5d}  TTFT p50 {q(ttft, .5):5.0f} "
+                  f"p90 {q(ttft, .9):5.0f} p99 {q(ttft, .99):5.0f} mean {statistics.mean(ttft):4.0f}")
+        if n:
+            print(f"{label:38s} runs whose first second had a TTFT over 1 s: {slow_starts} of {n}")
 
 
 def in_flight(reqs, r, at):
@@ -163,4 +196,4 @@ def cpu():
 
 
 if __name__ == "__main__":
-    {"pooled": pooled, "splits": splits, "steps": steps, "slow": slow, "cpu": cpu}[sys.argv[1] if len(sys.argv) > 1 else "pooled"]()
+    {"pooled": pooled, "late": late, "splits": splits, "steps": steps, "slow": slow, "cpu": cpu}[sys.argv[1] if len(sys.argv) > 1 else "pooled"]()
