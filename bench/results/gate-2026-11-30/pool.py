@@ -101,22 +101,20 @@ def pooled():
 
 def late():
     for label, pats in {**POOLS, **RUN4}.items():
-        slow_starts, n = 0, 0
+        logs = [reqs for pat in pats for _, reqs in runs(pat)]
+        if not logs:
+            continue
+        # Each request with the time it was sent after its run's first.
+        sent = []
+        for reqs in logs:
+            t0 = min(r["sent_ms"] for r in reqs)
+            sent.append([(r["sent_ms"] - t0, r) for r in reqs])
         for cut in (0, 1000):
-            ttft = []
-            for pat in pats:
-                for _, reqs in runs(pat):
-                    t0 = min(r["sent_ms"] for r in reqs)
-                    ttft += [r["ttft_ms"] for r in reqs if not r.get("error") and r["sent_ms"] - t0 >= cut]
-                    if cut == 0:
-                        n += 1
-                        slow_starts += any(r["ttft_ms"] > 1000 for r in reqs if r["sent_ms"] - t0 < 1000)
-            if not ttft:
-                continue
+            ttft = [r["ttft_ms"] for log in sent for at, r in log if not r.get("error") and at >= cut]
             print(f"{label:38s} sent from {cut:4d} ms: requests {len(ttft):5d}  TTFT p50 {q(ttft, .5):5.0f} "
                   f"p90 {q(ttft, .9):5.0f} p99 {q(ttft, .99):5.0f} mean {statistics.mean(ttft):4.0f}")
-        if n:
-            print(f"{label:38s} runs whose first second had a TTFT over 1 s: {slow_starts} of {n}")
+        slow = sum(any(r["ttft_ms"] > 1000 for at, r in log if at < 1000) for log in sent)
+        print(f"{label:38s} runs whose first second had a TTFT over 1 s: {slow} of {len(logs)}")
 
 
 def in_flight(reqs, r, at):
