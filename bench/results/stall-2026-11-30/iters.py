@@ -64,8 +64,7 @@ def main():
             rs = [json.loads(l) for l in f]
         start = end - max(r["sent_ms"] + r["e2e_ms"] for r in rs) / 1000
         first = max((r for r in rs if r["sent_ms"] < 1000), key=lambda r: r["ttft_ms"])
-        on = "engine0" if first.get("worker", "").endswith(URL0.get(name.split("/")[0], "?")) else (
-            "engine1" if "worker" in first else "-")
+        on = "-" if "worker" not in first else "engine0" if first["worker"].endswith(ENGINE0_PORT) else "engine1"
         counts = []
         for i in (0, 1):
             lo = bisect.bisect_left(times[i], int(start))
@@ -77,13 +76,14 @@ def main():
         print(f"{name:44s} {p99:6.0f} {first['ttft_ms']:9.0f} {on:>8s} {counts[0]:>9d}/{counts[1]}")
     print("\niterations over 1 s in a run, and the other engine's in the same second:")
     for name, i, t, ms, what in slow:
-        other = sorted(o for tt, o, _ in eng[1 - i] if tt == t)
+        j = 1 - i
+        other = sorted(o for _, o, _ in eng[j][bisect.bisect_left(times[j], t):bisect.bisect_right(times[j], t)])
         o = f"{len(other)} iterations, median {p(other, 0.5):.0f} ms, max {other[-1]:.0f} ms" if other else "none"
         print(f"{name.split('/')[0]} engine{i} {t // 3600:02d}:{t % 3600 // 60:02d}:{t % 60:02d} {ms:5.0f} ms ({what}); engine{1 - i}: {o}")
 
 
-# The first worker's port in each invocation (bench.sh's ATTACH order).
-URL0 = {"b1": "50601", "b2": "50601", "b4": "50601"}
+# The first worker's port (bench.sh's ATTACH order), the same in every invocation.
+ENGINE0_PORT = ":50601"
 
 if __name__ == "__main__":
     main()
