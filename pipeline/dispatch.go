@@ -138,7 +138,7 @@ type single struct {
 	release func()
 	// prefilled ends the worker's count of this attempt's prefill tokens
 	// (Worker.Prefilling): at the first token, or at the end.
-	prefilled func()
+	prefilled workers.Prefill
 	// decoded teaches the worker its decode step (Worker.Decoding):
 	// started at the first token, done at the end of a completed request.
 	decoded workers.Decode
@@ -164,10 +164,12 @@ func (p *single) Start(ctx context.Context, req *workers.GenerateRequest) (worke
 // and starts timing the decode (at is zero when the request ends without
 // a token).
 func (p *single) FirstToken(at time.Time) {
-	if p.prefilled != nil {
-		p.prefilled()
+	if at.IsZero() {
+		p.prefilled.End()
+		return
 	}
-	if !at.IsZero() && !p.decoded.Started() && p.release != nil {
+	p.prefilled.Prefilled()
+	if !p.decoded.Started() && p.release != nil {
 		p.decoded = p.dec.Worker.Decoding()
 	}
 }

@@ -87,6 +87,6 @@ func testPlaceCountsItsDecisionUntilAcquired(t *testing.T, mode string) {
 	}
 	place("C", 30_000, w0)
 	defer w1.Acquire()()
-	defer w1.Prefilling(64)()
+	defer w1.Prefilling(64).End()
 	place("D", 40_000, w0)
 }

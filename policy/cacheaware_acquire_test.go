@@ -155,7 +155,7 @@ func TestScoredModesCountDecisionsUntilAcquired(t *testing.T) {
 				switch tc.then {
 				case "acquired":
 					defer first.Worker.Acquire()()
-					defer first.Worker.Prefilling(len(firstPrompt) - first.PredictedCachedTokens)()
+					defer first.Worker.Prefilling(len(firstPrompt) - first.PredictedCachedTokens).End()
 					first.Acquired()
 					first.Acquired() // a second call changes nothing
 				case "abandoned":
@@ -164,7 +164,7 @@ func TestScoredModesCountDecisionsUntilAcquired(t *testing.T) {
 				if tc.othersBusy {
 					for _, w := range ws[1:] {
 						defer busy(w, 1)()
-						defer w.Prefilling(len(firstPrompt))()
+						defer w.Prefilling(len(firstPrompt)).End()
 					}
 				}
 				if tc.pendingOnW2 {

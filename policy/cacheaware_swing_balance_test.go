@@ -59,7 +59,7 @@ func TestCacheAwareSwingIsNotAHotSpot(t *testing.T) {
 			for i, n := range tc.limits {
 				ws[i] = workers.NewWorker(fmt.Sprintf("grpc://127.0.0.1:%d", 9000+i), workers.ProtocolSGLang,
 					workers.RoleRegular, workers.ModelInfo{MaxRunningRequests: n}, nil, nil)
-				defer ws[i].Prefilling(tc.backlog[i])()
+				defer ws[i].Prefilling(tc.backlog[i]).End()
 				ws[i].SetEngineLoad(workers.Load{Waiting: tc.waiting[i], MaxRunning: n})
 			}
 			p := newCA(t, func(o *policy.Options) {

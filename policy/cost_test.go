@@ -91,7 +91,7 @@ func costFleet(t *testing.T, prompt []uint32, a, b costWorker, serve func(ids []
 		for range c.inFlight {
 			t.Cleanup(w.Acquire())
 		}
-		t.Cleanup(w.Prefilling(c.queue))
+		t.Cleanup(w.Prefilling(c.queue).End)
 		w.SetEngineLoad(workers.Load{UsedTokens: c.held, MaxTotalTokens: c.capacity})
 		return w
 	}
@@ -178,7 +178,7 @@ func TestCostModeSpreadsABurstByQueue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(d.Worker.Prefilling(len(ids) - d.PredictedCachedTokens))
+		t.Cleanup(d.Worker.Prefilling(len(ids) - d.PredictedCachedTokens).End)
 		first[i] = d.Worker
 		count[d.Worker]++
 	}

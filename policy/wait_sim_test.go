@@ -30,13 +30,16 @@ func relay(ctx context.Context, w *workers.Worker, id string, ids []uint32, out 
 	s, err := w.Backend().Generate(ctx, &workers.GenerateRequest{RequestID: id, InputIDs: ids,
 		Sampling: workers.Sampling{MaxNewTokens: &out, IgnoreEOS: true}})
 	if err != nil {
+		prefilled.End()
 		release()
 		return err
 	}
 	for first := true; ; first = false {
 		c, err := s.Recv()
-		if first {
-			prefilled()
+		if first && err == nil {
+			prefilled.Prefilled()
+		} else if first {
+			prefilled.End() // the stream ended without a token
 		}
 		switch {
 		case err == nil && stalled:

@@ -17,7 +17,7 @@ func TestWaitModeRereadsQueuesPastThePickLog(t *testing.T) {
 	// Meanwhile worker 0 got a long prefill queue (2 s at 20,000 tokens a
 	// second) and the log went round: the selections behind it went to
 	// workers it no longer says.
-	t.Cleanup(ws[0].Prefilling(40000))
+	t.Cleanup(ws[0].Prefilling(40000).End)
 	for range pickLogSize {
 		s.x.log.add(1, 0)
 	}

@@ -211,9 +211,9 @@ func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []
 		}
 		if c.rate > 0 {
 			const n = 4000
-			done := w.Prefilling(n)
+			p := w.Prefilling(n)
 			time.Sleep(time.Duration(float64(n) / float64(c.rate) * float64(time.Second)))
-			done()
+			p.Prefilled()
 		}
 		runs := c.runs
 		if c.run > 0 {
@@ -224,7 +224,7 @@ func waitFleet(t *testing.T, prompt []uint32, a, b waitWorker, serve func(ids []
 			time.Sleep(d)
 			release()
 		}
-		t.Cleanup(w.Prefilling(c.queue))
+		t.Cleanup(w.Prefilling(c.queue).End)
 		return w
 	}
 	wa, wb := mk("grpc://a:1", a), mk("grpc://b:1", b)

@@ -12,14 +12,16 @@ import (
 
 // TestLearnedSpeed: the router learns an engine's request duration from
 // Acquire to release, and its prefill rate only from prefills that found
-// nothing queued ahead on an engine with a free slot, and large enough that
-// the engine's fixed overhead does not hide the rate.
+// nothing queued ahead on an engine with a free slot, large enough that
+// the engine's fixed overhead does not hide the rate, and that came to a
+// first token.
 func TestLearnedSpeed(t *testing.T) {
 	type step struct {
 		tokens   int           // Prefilling(tokens); 0: a request of duration d instead
 		d        time.Duration // how long it takes
 		queued   int           // tokens already queued when it is sent
 		inFlight int           // requests already running when it is sent
+		failed   bool          // the request ends without a first token
 	}
 	cases := []struct {
 		name  string
@@ -37,6 +39,8 @@ func TestLearnedSpeed(t *testing.T) {
 		{name: "a prefill waiting for a slot does not", limit: 2,
 			steps: []step{{tokens: 4000, d: time.Second, inFlight: 2}}},
 		{name: "a prefill below the minimum does not", steps: []step{{tokens: 512, d: 30 * time.Millisecond}}},
+		{name: "a request that ends without a first token does not (it failed, or its client left)",
+			steps: []step{{tokens: 4000, d: time.Millisecond, failed: true}}},
 		{name: "the rate is tokens over seconds of the samples", steps: []step{
 			{tokens: 2000, d: 100 * time.Millisecond}, {tokens: 6000, d: 300 * time.Millisecond}}, rate: 20000},
 	}
@@ -47,15 +51,19 @@ func TestLearnedSpeed(t *testing.T) {
 					workers.ModelInfo{MaxRunningRequests: tc.limit}, nil, nil)
 				for _, s := range tc.steps {
 					var undo []func()
-					undo = append(undo, w.Prefilling(s.queued))
+					undo = append(undo, w.Prefilling(s.queued).End)
 					for range s.inFlight {
 						undo = append(undo, w.Acquire())
 					}
 					if s.tokens > 0 {
 						release := w.Acquire()
-						done := w.Prefilling(s.tokens)
+						p := w.Prefilling(s.tokens)
 						time.Sleep(s.d)
-						done()
+						if s.failed {
+							p.End()
+						} else {
+							p.Prefilled()
+						}
 						undo = append(undo, release)
 					} else {
 						release := w.Acquire()
@@ -65,6 +73,9 @@ func TestLearnedSpeed(t *testing.T) {
 					for _, f := range undo {
 						f()
 					}
+				}
+				if got := w.PendingPrefill(); got != 0 {
+					t.Errorf("PendingPrefill %d after every request ended, want 0", got)
 				}
 				if got := w.PrefillTokensPerSec(); math.Abs(got-tc.rate) > 1e-6*tc.rate {
 					t.Errorf("PrefillTokensPerSec %g, want %g", got, tc.rate)

@@ -46,9 +46,9 @@ func TestCollectorExportsLearnedSpeed(t *testing.T) {
 		}},
 		{name: "a clean prefill: the rate, and its request's duration", teach: func(w *workers.Worker) {
 			release := w.Acquire()
-			done := w.Prefilling(4096)
+			p := w.Prefilling(4096)
 			time.Sleep(250 * time.Millisecond)
-			done()
+			p.Prefilled()
 			release()
 		}, want: []string{
 			`kvgate_worker_prefill_tokens_per_second{worker="grpc://a:1"} 16384`,
@@ -56,9 +56,9 @@ func TestCollectorExportsLearnedSpeed(t *testing.T) {
 			`kvgate_worker_request_duration_mean_seconds{worker="grpc://a:1"} 0.25`,
 		}},
 		{name: "a prefill below the rate's minimum: no rate", teach: func(w *workers.Worker) {
-			done := w.Prefilling(16)
+			p := w.Prefilling(16)
 			time.Sleep(time.Millisecond)
-			done()
+			p.Prefilled()
 		}},
 		{name: "one batch size: a flat step", teach: func(w *workers.Worker) {
 			policytest.Decode(w, 4, 4, 250*time.Millisecond) // 4 requests of 1 s

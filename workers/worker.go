@@ -280,28 +280,51 @@ func (w *Worker) InFlightAge(now time.Time, k int) (age time.Duration, rank int)
 }
 
 // Prefilling counts n prompt tokens the worker has yet to prefill for a
-// request sent to it, until done is called: at the request's first token,
-// or at its end when no token came. done is idempotent, so the request path
-// calls it at both. A cost-aware policy reads the sum (PendingPrefill) as
-// the work queued ahead of a new request; the engine's polled load says how
-// many requests wait, not how long their prompts are.
-func (w *Worker) Prefilling(n int) (done func()) {
+// request sent to it, until the returned Prefill ends: Prefilled at the
+// request's first token (a prefill leg's end, with disaggregation), End when
+// the request ends without one. A cost-aware policy reads the sum
+// (PendingPrefill) as the work queued ahead of a new request; the engine's
+// polled load says how many requests wait, not how long their prompts are.
+func (w *Worker) Prefilling(n int) Prefill {
 	if n <= 0 {
-		return func() {}
+		return Prefill{}
 	}
 	// A prefill that finds the queue empty and a running slot free times
 	// the engine's prefill rate (see learned).
 	clean := w.prefill.Add(int64(n)) == int64(n) &&
 		(w.info.MaxRunningRequests <= 0 || w.Load() <= w.info.MaxRunningRequests)
-	start := time.Now()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			w.prefill.Add(-int64(n))
-			if clean {
-				w.learned.observePrefill(n, time.Since(start))
-			}
-		})
+	return Prefill{w: w, n: n, start: time.Now(), clean: clean, ended: new(atomic.Bool)}
+}
+
+// Prefill is one request's prompt counted as queued prefill on a worker
+// (Worker.Prefilling). Its first end, Prefilled or End, takes the tokens
+// off the count; the later ones do nothing, so the request path may end it
+// at the first token and again at the request's end. The zero Prefill
+// counts nothing.
+type Prefill struct {
+	w     *Worker
+	n     int
+	start time.Time
+	clean bool
+	ended *atomic.Bool
+}
+
+// Prefilled ends the count at the request's first token. A prefill that
+// found nothing queued ahead teaches the engine's prefill rate.
+func (p Prefill) Prefilled() { p.end(true) }
+
+// End ends the count of a request that produced no first token (it failed,
+// or its client left): its time says nothing of the engine's rate, and
+// teaching it made a fast failure read as a fast engine.
+func (p Prefill) End() { p.end(false) }
+
+func (p Prefill) end(prefilled bool) {
+	if p.w == nil || !p.ended.CompareAndSwap(false, true) {
+		return
+	}
+	p.w.prefill.Add(-int64(p.n))
+	if prefilled && p.clean {
+		p.w.learned.observePrefill(p.n, time.Since(p.start))
 	}
 }
 
