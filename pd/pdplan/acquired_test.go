@@ -18,15 +18,18 @@ import (
 // cache_aware's count of decisions not yet acquired (Request.Acquires),
 // as TestPlaceCountsItsDecisionUntilAcquired is the regular dispatcher's:
 // a pair placed between another's selection and its Acquire sees the
-// other's prefill decision, and once acquired it counts once.
+// other's prefill decision, and once acquired it counts once, in its
+// prefill worker's own load (and in the cost and wait modes, its prompt
+// once in that worker's PendingPrefill).
 //
 // Two prefill workers and one decode worker, cache_aware on each side in
 // each mode; p1 holds a long prompt, so p0 wins ties by tree size (the
 // threshold mode) or by being the earlier candidate (the others). A's
 // prefill goes to p0; B, placed in A's window, sees A and goes to p1
 // (before, it saw both idle and went to p0 too). C ties them by load and
-// goes to p0. With a request of the test's own on p1, D ties them by load
-// (2 each) and goes to p0, unless each placement still counts twice.
+// goes to p0. With a request of the test's own on p1 (and its prompt's
+// prefill), D ties them by load (2 each) and queued prefill and goes to
+// p0, unless each placement still counts twice.
 func TestPlacerCountsItsDecisionsUntilAcquired(t *testing.T) {
 	for _, mode := range []string{policy.ModeThreshold, policy.ModeCost, policy.ModeWait} {
 		t.Run(mode, func(t *testing.T) {
@@ -90,6 +93,7 @@ func TestPlacerCountsItsDecisionsUntilAcquired(t *testing.T) {
 			}
 			place("C", 30_000, p0)
 			defer p1.Acquire()()
+			defer p1.Prefilling(64).End()
 			place("D", 40_000, p0)
 		})
 	}

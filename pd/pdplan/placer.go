@@ -90,13 +90,18 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		d.s.Placed("pd_decode:"+d.decode, dec.Decode)
 	}
 	r := &pair{s: d.s, m: d.m, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.Start,
-		unhold: func() {}}
+		unhold: func() {}, decodeW: dec.Decode.Worker}
 	if !dryRun {
 		// Both workers' loads show the attempt from its placement on, as a
 		// regular placement's does: the pipeline ends the request's
 		// reservation in the late-binding queue now, and its legs count
 		// themselves only once started.
 		prefillHeld, decodeHeld := dec.Prefill.Worker.Acquire(), dec.Decode.Worker.Acquire()
+		// The prefill engine counts the prompt's uncached tokens as queued
+		// prefill until its leg ends, as a regular placement's engine does
+		// until the first token: the cost and wait modes price that queue,
+		// and the leg's time teaches the engine's prefill rate.
+		r.prefilled = dec.Prefill.Worker.Prefilling(dec.Prefill.PrefillTokens(len(preq.InputIDs)))
 		acquired()
 		r.unhold = sync.OnceFunc(func() { prefillHeld(); decodeHeld() })
 	}
@@ -124,6 +129,15 @@ type pair struct {
 	// unhold ends the load counted at placement, once the legs count
 	// their own (or the attempt ends unstarted).
 	unhold func()
+	// prefilled ends the prefill engine's count of the prompt's tokens
+	// (Worker.Prefilling): when the prefill leg ends, or at the end.
+	prefilled workers.Prefill
+	// decoded teaches the decode engine its decode step (Worker.Decoding),
+	// from the decode leg's first token to the end of a completed request,
+	// as a regular placement's does: the wait mode prices a decode
+	// candidate's batch with it.
+	decodeW *workers.Worker
+	decoded workers.Decode
 }
 
 func (p *pair) Start(ctx context.Context, req *workers.GenerateRequest) (workers.Stream, error) {
@@ -133,7 +147,10 @@ func (p *pair) Start(ctx context.Context, req *workers.GenerateRequest) (workers
 	defer p.unhold() // the legs, created by Start, count themselves
 	st, err := p.att.Start(ctx, req, func(r pd.PrefillResult) {
 		if r.Err == nil {
+			p.prefilled.Prefilled()
 			p.m.prefill.Observe(r.Duration.Seconds())
+		} else {
+			p.prefilled.End()
 		}
 		if prefillSpan != nil {
 			prefillSpan.SetAttributes(attrUsagePrompt.Int(int(r.PromptTokens)), attrCachedTokens.Int(int(r.CachedTokens)))
@@ -150,6 +167,9 @@ func (p *pair) Start(ctx context.Context, req *workers.GenerateRequest) (workers
 // FirstToken records the PD handoff figures when the decode leg's first token
 // reaches the relay.
 func (p *pair) FirstToken(at time.Time) {
+	if !p.decoded.Started() {
+		p.decoded = p.decodeW.Decoding()
+	}
 	if h := p.att.Handoff(at); h > 0 {
 		p.m.handoff.Observe(h.Seconds())
 	}
@@ -161,6 +181,13 @@ func (p *pair) Aborted(error, func() error) {}
 // End counts a started attempt's failure by the leg that failed; one never
 // started gives its room back.
 func (p *pair) End(out policy.Outcome) {
+	// The decode leg has ended by now (its engine's load no longer counts
+	// the request), so the batch averaged over its first token and its end
+	// reads half a request low; the step's growth per request is the same.
+	if out.Err == nil && len(out.OutputIDs) > 1 {
+		p.decoded.Done(len(out.OutputIDs) - 1)
+	}
+	p.prefilled.End()
 	p.unhold()
 	if !p.att.End() {
 		return

@@ -1,6 +1,7 @@
 package pdplan_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -139,4 +140,87 @@ func histogramCount(t *testing.T, c prometheus.Collector, name string) uint64 {
 		}
 	}
 	return 0
+}
+
+// TestPlacerTeachesTheEngines: a disaggregated request teaches the router
+// what a regular one does. The prefill engine counts the prompt's tokens
+// as queued prefill from the placement (the cost and wait modes price that
+// queue) until the prefill leg ends, or the attempt ends unstarted; the
+// prefill leg's time teaches the prefill engine's rate (an attempt ended
+// unstarted teaches nothing); and the decode leg, from its first token to
+// its end, the decode engine's step.
+func TestPlacerTeachesTheEngines(t *testing.T) {
+	for _, protocol := range []string{sim.ProtocolSGLang, sim.ProtocolVLLM} {
+		t.Run(protocol, func(t *testing.T) {
+			pcfg := simtest.Config(protocol)
+			pcfg.Role, pcfg.BootstrapTimeout = sim.RolePrefill, time.Second
+			pcfg.TimeScale, pcfg.PrefillTokensPerSec, pcfg.RequestOverhead = 1, 100_000, 0
+			_, prefillW := simtest.Worker(t, pcfg)
+			dcfg := simtest.Config(protocol)
+			dcfg.Role, dcfg.BootstrapTimeout = sim.RoleDecode, time.Second
+			dcfg.TimeScale, dcfg.DecodeMsPerToken, dcfg.DecodeMsPerRunning, dcfg.RequestOverhead = 1, 5, 0, 0
+			_, decodeW := simtest.Worker(t, dcfg)
+			reg := workers.NewRegistry()
+			if err := reg.AddAll(prefillW, decodeW); err != nil {
+				t.Fatal(err)
+			}
+			p := pipeline.New(pipeline.Config{Registry: reg})
+			prefill, decode := policy.NewRoundRobin(), policy.NewRoundRobin()
+			d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
+			table := modeltable.New(modeltable.OneModel, func(r *pipeline.Route) pipeline.Placer { return pdplan.NewPlacer(p, pdplan.NewMetrics(), r) })
+			r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
+				return modeltable.Spec{PD: d, Policies: map[workers.Role]policy.Policy{workers.RolePrefill: prefill, workers.RoleDecode: decode}}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			job := func(first uint32, maxNew uint32) *pipeline.Job {
+				ids := make([]uint32, 2048)
+				for i := range ids {
+					ids[i] = first + uint32(i)
+				}
+				j := &pipeline.Job{ID: "pd", Route: r, InputIDs: ids, Start: time.Now(),
+					Sampling: &kvgatev1.SamplingParams{MaxNewTokens: &maxNew, IgnoreEos: true},
+					Send:     func(*kvgatev1.GenerateChunk, *kvgatev1.GenerateComplete) error { return nil }}
+				j.Task = p.Generation(j)
+				return j
+			}
+
+			plan, err := pdplan.NewPlacer(p, pdplan.NewMetrics(), r).Place(t.Context(), job(10_000, 20), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := prefillW.PendingPrefill(); got != 2048 {
+				t.Errorf("placed, unstarted: the prefill engine counts %d tokens of queued prefill; want the prompt's 2048", got)
+			}
+			if got := decodeW.PendingPrefill(); got != 0 {
+				t.Errorf("the decode engine counts %d tokens of queued prefill; want 0: it prefills nothing", got)
+			}
+			plan.Run.End(policy.Outcome{Err: context.Canceled})
+			if got := prefillW.PendingPrefill(); got != 0 {
+				t.Errorf("ended unstarted: the prefill engine still counts %d tokens", got)
+			}
+
+			for i := range 3 {
+				if err := p.Run(t.Context(), job(uint32(20_000+5_000*i), 20)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := prefillW.PendingPrefill(); got != 0 {
+				t.Errorf("after three requests the prefill engine still counts %d tokens", got)
+			}
+			// The leg's time holds the engine's prefill and more, so the
+			// rate learned is at most the engine's: a faster one timed
+			// something else (the attempt ended unstarted above).
+			if rate := prefillW.PrefillTokensPerSec(); rate <= 0 || rate > 100_000 {
+				t.Errorf("the prefill engine's learned rate is %.0f tokens/s; want some, and at most the engine's 100000", rate)
+			}
+			if m, ok := decodeW.Step(); !ok || m.Seconds(1) < (4*time.Millisecond).Seconds() {
+				t.Errorf("the decode engine's learned step %+v (%v); want at least its 5 ms a token", m, ok)
+			}
+			if _, ok := prefillW.Step(); ok {
+				t.Errorf("the prefill engine learned a decode step; it decodes nothing")
+			}
+		})
+	}
 }
