@@ -6,8 +6,6 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/testutil/policytest"
-	"github.com/kvgate/kvgate/modeltable"
-	"github.com/kvgate/kvgate/pd"
 	"github.com/kvgate/kvgate/pd/pdplan"
 	"github.com/kvgate/kvgate/pipeline"
 	"github.com/kvgate/kvgate/policy"
@@ -53,14 +51,7 @@ func TestPlacerCountsItsDecisionsUntilAcquired(t *testing.T) {
 			prefill := &policytest.InWindow{Policy: newCA()}
 			decode := newCA()
 			pp := pipeline.New(pipeline.Config{Registry: reg})
-			d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
-			table := modeltable.New(modeltable.OneModel, func(r *pipeline.Route) pipeline.Placer { return pdplan.NewPlacer(pp, pdplan.NewMetrics(), r) })
-			r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
-				return modeltable.Spec{PD: d, Policies: map[workers.Role]policy.Policy{workers.RolePrefill: prefill, workers.RoleDecode: decode}}, nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, _ := pdRoute(t, pp, pdplan.NewMetrics(), prefill, decode)
 			long := make([]uint32, 512)
 			for i := range long {
 				long[i] = 1_000 + uint32(i)

@@ -55,14 +55,7 @@ func TestPlacerServesTwoLegsOnSimulatedEngines(t *testing.T) {
 				pm, m := pipeline.NewMetrics(), pdplan.NewMetrics()
 				p := pipeline.New(pipeline.Config{Reliability: rel, Registry: reg, Metrics: pm})
 				prefill, decode := policy.NewRoundRobin(), policy.NewRoundRobin()
-				d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
-				table := modeltable.New(modeltable.OneModel, func(r *pipeline.Route) pipeline.Placer { return pdplan.NewPlacer(p, m, r) })
-				r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
-					return modeltable.Spec{PD: d, Policies: map[workers.Role]policy.Policy{workers.RolePrefill: prefill, workers.RoleDecode: decode}}, nil
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
+				r, d := pdRoute(t, p, m, prefill, decode)
 
 				var done *kvgatev1.GenerateComplete
 				maxNew := uint32(4)
@@ -75,7 +68,7 @@ func TestPlacerServesTwoLegsOnSimulatedEngines(t *testing.T) {
 						return nil
 					}}
 				j.Task = p.Generation(j)
-				err = p.Run(t.Context(), j)
+				err := p.Run(t.Context(), j)
 
 				if tc.wantFault != "" {
 					k, ok := fault.KindOf(err)
@@ -108,6 +101,22 @@ func TestPlacerServesTwoLegsOnSimulatedEngines(t *testing.T) {
 			})
 		}
 	}
+}
+
+// pdRoute is the route of a table of one model served disaggregated
+// through p, prefill and decode choosing its workers, its PD figures
+// recorded in m; and the route's dispatcher.
+func pdRoute(t *testing.T, p *pipeline.Pipeline, m *pdplan.Metrics, prefill, decode policy.Policy) (*pipeline.Route, *pd.Dispatcher) {
+	t.Helper()
+	d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
+	table := modeltable.New(modeltable.OneModel, func(r *pipeline.Route) pipeline.Placer { return pdplan.NewPlacer(p, m, r) })
+	r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
+		return modeltable.Spec{PD: d, Policies: map[workers.Role]policy.Policy{workers.RolePrefill: prefill, workers.RoleDecode: decode}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, d
 }
 
 // engine serves a simulated engine of protocol in role (failing every call
@@ -166,14 +175,7 @@ func TestPlacerTeachesTheEngines(t *testing.T) {
 			}
 			p := pipeline.New(pipeline.Config{Registry: reg})
 			prefill, decode := policy.NewRoundRobin(), policy.NewRoundRobin()
-			d := pd.New(pd.Config{Prefill: prefill, Decode: decode})
-			table := modeltable.New(modeltable.OneModel, func(r *pipeline.Route) pipeline.Placer { return pdplan.NewPlacer(p, pdplan.NewMetrics(), r) })
-			r, _, err := table.Ensure("", func() (modeltable.Spec, error) {
-				return modeltable.Spec{PD: d, Policies: map[workers.Role]policy.Policy{workers.RolePrefill: prefill, workers.RoleDecode: decode}}, nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, _ := pdRoute(t, p, pdplan.NewMetrics(), prefill, decode)
 			job := func(first uint32, maxNew uint32) *pipeline.Job {
 				ids := make([]uint32, 2048)
 				for i := range ids {
