@@ -164,8 +164,8 @@ func (p *pair) Start(ctx context.Context, req *workers.GenerateRequest) (workers
 	return workers.CheckedStream(st, p.vocab), nil
 }
 
-// FirstToken records the PD handoff figures when the decode leg's first token
-// reaches the relay.
+// FirstToken starts timing the decode leg and records the PD handoff
+// figures when the decode leg's first token reaches the relay.
 func (p *pair) FirstToken(at time.Time) {
 	if !p.decoded.Started() {
 		p.decoded = p.decodeW.Decoding()
@@ -178,7 +178,9 @@ func (p *pair) FirstToken(at time.Time) {
 
 func (p *pair) Aborted(error, func() error) {}
 
-// End counts a started attempt's failure by the leg that failed; one never
+// End teaches the decode engine its step from a completed request, ends the
+// prefill engine's count of the prompt (if the prefill leg has not), and
+// counts a started attempt's failure by the leg that failed; one never
 // started gives its room back.
 func (p *pair) End(out policy.Outcome) {
 	// The decode leg has ended by now (its engine's load no longer counts
