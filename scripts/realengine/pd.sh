@@ -3,8 +3,10 @@
 # with vLLM's NixlConnector (NIXL over UCX, KV in host memory), kvgate serve
 # --pd-disaggregation in front (the first engine prefills, the second
 # decodes), and a few shared-prefix requests through kvgate. It passes when
-# every request succeeds and the decode engine reports NIXL transfers of the
-# prefill's KV ("KV Transfer metrics: Num successful transfers=N").
+# every request succeeds, the router has learned the prefill engine's rate
+# and the decode engine's step from the legs, and the decode engine reports
+# NIXL transfers of the prefill's KV ("KV Transfer metrics: Num successful
+# transfers=N").
 #
 # Usage: scripts/realengine/pd.sh [OUT_DIR]   (make real-engines-pd)
 # Environment: KVGATE_CACHE (~/.cache/kvgate), NIXL_SITE (the directory
@@ -75,11 +77,33 @@ start kvgate "$KVGATE" serve --pd-disaggregation --worker-urls "grpc://127.0.0.1
 "$PY" scripts/realengine/engine_ctl.py wait-serving 120 "127.0.0.1:$PORT"
 
 # --unseeded: vLLM's CPU build dies on a seeded request whose prefill is split.
+# System prompts of 1,024 tokens: each group's first prefill is long enough
+# to time the prefill engine's rate.
 "$KVGATE" bench --target "127.0.0.1:$PORT" --target-label kvgate:pd --workload shared-prefix \
-	--groups 2 --prompts-per-group 3 --system-tokens 256 --question-tokens 16 --output-tokens 8 \
+	--groups 2 --prompts-per-group 3 --system-tokens 1024 --question-tokens 16 --output-tokens 8 \
 	--concurrency 1 --unseeded --json "$OUT/pd.json" | tee "$OUT/pd.txt"
 errors=$("$PY" -c 'import json,sys; print(sum(r["errors"] for r in json.load(open(sys.argv[1]))["runs"]))' "$OUT/pd.json")
 [ "$errors" = 0 ] || { echo "pd: $errors requests failed; see $OUT/kvgate.log" >&2; exit 1; }
+
+# The legs taught the router each engine's speed: the prefill engine's rate
+# from its legs, the decode engine's step from its.
+"$PY" - "http://127.0.0.1:$METRICS/metrics" "grpc://127.0.0.1:$P0" "grpc://127.0.0.1:$P1" <<'PY' | tee "$OUT/learned.txt" >&2
+import sys, urllib.request
+url, prefill, decode = sys.argv[1:]
+text = urllib.request.urlopen(url, timeout=10).read().decode()
+want = {f'kvgate_worker_prefill_tokens_per_second{{worker="{prefill}"}}': "the prefill engine's rate",
+        f'kvgate_worker_decode_step_seconds{{worker="{decode}"}}': "the decode engine's step"}
+missing = []
+for series, what in want.items():
+    line = next((l for l in text.splitlines() if l.startswith(series + " ")), None)
+    if line is None:
+        missing.append(f"{what} ({series})")
+    else:
+        print(f"pd: learned {what}: {line}")
+if missing:
+    print("pd: the router learned no " + ", no ".join(missing), file=sys.stderr)
+    sys.exit(1)
+PY
 
 # vLLM logs its KV transfer metrics every 10 s: wait for the decode engine's.
 for _ in $(seq 30); do
