@@ -90,7 +90,7 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		d.s.Placed("pd_decode:"+d.decode, dec.Decode)
 	}
 	r := &pair{s: d.s, m: d.m, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.Start,
-		unhold: func() {}, decodeW: dec.Decode.Worker}
+		unhold: func() {}}
 	if !dryRun {
 		// Both workers' loads show the attempt from its placement on, as a
 		// regular placement's does: the pipeline ends the request's
@@ -132,11 +132,10 @@ type pair struct {
 	// prefilled ends the prefill engine's count of the prompt's tokens
 	// (Worker.Prefilling): when the prefill leg ends, or at the end.
 	prefilled workers.Prefill
-	// decoded teaches the decode engine its decode step (Worker.Decoding),
-	// from the decode leg's first token to the end of a completed request,
-	// as a regular placement's does: the wait mode prices a decode
-	// candidate's batch with it.
-	decodeW *workers.Worker
+	// decoded teaches the decode engine (the decode leg's worker) its
+	// decode step (Worker.Decoding), from the decode leg's first token to
+	// the end of a completed request, as a regular placement's does: the
+	// wait mode prices a decode candidate's batch with it.
 	decoded workers.Decode
 }
 
@@ -168,7 +167,7 @@ func (p *pair) Start(ctx context.Context, req *workers.GenerateRequest) (workers
 // figures when the decode leg's first token reaches the relay.
 func (p *pair) FirstToken(at time.Time) {
 	if !p.decoded.Started() {
-		p.decoded = p.decodeW.Decoding()
+		p.decoded = p.legBuf[1].Worker.Decoding()
 	}
 	if h := p.att.Handoff(at); h > 0 {
 		p.m.handoff.Observe(h.Seconds())
