@@ -182,6 +182,16 @@ func replayIndexer(b *testing.B, recs []traceRecord, page int) (indexerReplay, *
 		ws[i] = workers.NewWorker(fmt.Sprintf("grpc://10.0.%d.%d:30000", i/250, i%250), workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
 		engines[ws[i]] = newPagedEngine(page, indexerEngineTokens/page)
 		p.SetKVEventMode(ws[i].URL(), true)
+		// Engines report their KV capacity with their load, and the
+		// default (wait) mode prices what a prompt evicts from a full
+		// cache by it. Without it every engine looked as if it had
+		// room, so conversations piled onto the few engines holding the
+		// trace's common first block and evicted one another while the
+		// rest stayed empty: the hit rate fell from 0.23 to 0.04 and the
+		// lookups, matching less, looked four times cheaper than they
+		// are. No request is running between admissions, so nothing is
+		// used.
+		ws[i].SetEngineLoad(workers.Load{MaxTotalTokens: indexerEngineTokens})
 	}
 	views := workers.Views(ws)
 	// Thread CPU time is read on this goroutine's thread only.
