@@ -112,6 +112,8 @@ type CacheAware struct {
 	// flight holds the prompts placed and not yet observed, per worker,
 	// for predictions on engines that queue (see inFlight.predict).
 	flight *inFlight[*snapshot]
+	// scratch is the wait mode's per-candidate reading, reused.
+	scratch waitScratches
 }
 
 // NewCacheAware builds a cache_aware policy configured by o.CacheAware, or
@@ -227,7 +229,20 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	if req.DryRun {
 		d.Reason = s.reason()
 	}
+	c.settle(s)
 	return d, nil
+}
+
+// settle lets go of what only the choice needed once it is made (see
+// waitChoice.settle): the decision keeps its snapshot while its request
+// is in flight.
+func (c *CacheAware) settle(s *snapshot) {
+	if s.waitScratch == nil {
+		return
+	}
+	s.waitc.settle(*c.wait, s.inputLen)
+	c.scratch.put(s.waitScratch)
+	s.waitScratch, s.waitLoads = nil, nil
 }
 
 // unavailableMatches returns what the candidates left out of a selection
@@ -321,8 +336,9 @@ type snapshot struct {
 	costc     costChoice
 	// In ModeWait: the same, with each candidate's learned speed, and the
 	// fleet's pressure (in waitc).
-	waitLoads []waitLoad
-	waitc     waitChoice
+	waitLoads   []waitLoad
+	waitc       waitChoice
+	waitScratch *waitScratch // waitLoads' and waitc's, until settled
 }
 
 func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
@@ -343,8 +359,9 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 		s.costc.terms = make([]costTerms, len(ws))
 	}
 	if c.wait != nil {
-		s.waitLoads = waitLoads(ws, s.loads, func(i int) int { return s.sizes[i] }, s.queued())
-		s.waitc.terms = make([]waitTerms, len(ws))
+		s.waitScratch = c.scratch.get(len(ws))
+		s.waitLoads = waitLoadsInto(s.waitScratch.loads, &s.waitScratch.fleet, ws, s.loads, func(i int) int { return s.sizes[i] }, s.queued())
+		s.waitc.cands = s.waitScratch.cands
 	}
 	c.judge(s)
 	return s

@@ -83,18 +83,24 @@ type costLoad struct {
 func costLoads(ws []workers.View, cached func(i int) int, pending *pendingCounts) []costLoad {
 	out := make([]costLoad, len(ws))
 	for i, w := range ws {
-		l := w.EngineLoad()
-		capacity := l.MaxTotalTokens
-		if capacity <= 0 {
-			capacity = w.KVCapacityTokens()
-		}
-		c := costLoad{queue: queueOf(w, i, pending), held: max(l.UsedTokens, 0), capacity: max(capacity, 0), cached: max(cached(i), 0)}
-		if c.capacity > 0 {
-			c.fullness = min(float64(c.cached)/float64(c.capacity), 1)
-		}
-		out[i] = c
+		out[i] = costLoadOf(w, i, cached(i), pending)
 	}
 	return out
+}
+
+// costLoadOf is costLoads' reading of candidate w at position i, which
+// holds cached tokens in the policy's index.
+func costLoadOf(w workers.View, i, cached int, pending *pendingCounts) costLoad {
+	l := w.EngineLoad()
+	capacity := l.MaxTotalTokens
+	if capacity <= 0 {
+		capacity = w.KVCapacityTokens()
+	}
+	c := costLoad{queue: queueOf(w, i, pending), held: max(l.UsedTokens, 0), capacity: max(capacity, 0), cached: max(cached, 0)}
+	if c.capacity > 0 {
+		c.fullness = min(float64(c.cached)/float64(c.capacity), 1)
+	}
+	return c
 }
 
 // rereadCostQueues reads every candidate's queue again, in place, for a

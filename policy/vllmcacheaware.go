@@ -173,7 +173,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached, nil))
 		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
 	case p.wait != nil:
-		s.wait = &waitChoice{terms: make([]waitTerms, len(ws))}
+		s.wait = newWaitChoice(len(ws))
 		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoads(ws, loads, cached, nil))
 		s.chosen, s.branch, s.inputLen = s.wait.chosen, s.wait.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:

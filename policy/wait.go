@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvgate/kvgate/workers"
@@ -146,63 +147,75 @@ type waitModel struct {
 type waitLoad struct {
 	costLoad
 	load, limit int
-	// runSec is the engine's mean request duration; rate the candidates'
-	// mean learned prefill rate (else assumedPrefillRate), the same for
-	// all: one engine's rate read apart from the others' is mostly noise
-	// (a prefill the router thought cold that found its prefix cached
-	// reads many times too fast), and a rate too high made its engine look
-	// cheap for every cold prompt, so it took them all (load CoV 0.54 on
-	// the conversation trace at --speed 5 on engines of 8 slots).
-	runSec, rate float64
-	// cv is the spread of the engine's request durations
-	// (workers.Worker.RequestSecondsCV); view reads the ages of the
-	// requests in flight there, at now.
-	cv float64
+	// runSec is the engine's mean request duration; cv the spread of its
+	// request durations (workers.Worker.RequestSecondsCV); view reads the
+	// ages of the requests in flight there, at the fleet's now.
+	runSec, cv float64
+	view       workers.View
+	// What every candidate shares, read once per selection: a pointer,
+	// since a selection among 1,000 workers copied it into each (56
+	// bytes a candidate, allocated and cleared at every selection).
+	*waitFleet
+}
+
+// waitFleet is what the wait mode reads once for all candidates.
+type waitFleet struct {
+	// rate is the candidates' mean learned prefill rate (else
+	// assumedPrefillRate), the same for all: one engine's rate read apart
+	// from the others' is mostly noise (a prefill the router thought cold
+	// that found its prefix cached reads many times too fast), and a rate
+	// too high made its engine look cheap for every cold prompt, so it
+	// took them all (load CoV 0.54 on the conversation trace at --speed 5
+	// on engines of 8 slots).
+	rate float64
 	// step is the candidates' mean decode step against the batch
 	// (workers.Worker.Step; the zero step until one has decoded for this
 	// router), the same for all, as rate is, each priced at its own batch.
 	step workers.StepModel
-	view workers.View
-	now  time.Time
+	// share is step's stepShare, and slowsPer what the request slows each
+	// request running beside it (see waitModel's slows): the same for
+	// every candidate, so worked out once.
+	share, slowsPer float64
+	now             time.Time
 }
 
 // waitLoads reads every candidate's load, limit, queue and learned speed;
 // cached and pending are costLoads'.
 func waitLoads(ws []workers.View, loads []int, cached func(i int) int, pending *pendingCounts) []waitLoad {
-	cl := costLoads(ws, cached, pending)
-	out := make([]waitLoad, len(ws))
+	return waitLoadsInto(make([]waitLoad, len(ws)), new(waitFleet), ws, loads, cached, pending)
+}
+
+// waitLoadsInto is waitLoads into out (as long as ws), every candidate
+// sharing f.
+func waitLoadsInto(out []waitLoad, f *waitFleet, ws []workers.View, loads []int, cached func(i int) int, pending *pendingCounts) []waitLoad {
+	*f = waitFleet{now: time.Now()}
 	known, sum := 0, 0.0
-	now := time.Now()
+	stepped := 0
 	for i, w := range ws {
-		out[i] = waitLoad{costLoad: cl[i], load: loads[i], limit: w.MaxRunningRequests(), runSec: w.MeanRequestSeconds(),
-			cv: w.RequestSecondsCV(), view: w, now: now}
+		out[i] = waitLoad{costLoad: costLoadOf(w, i, cached(i), pending), load: loads[i], limit: w.MaxRunningRequests(),
+			runSec: w.MeanRequestSeconds(), cv: w.RequestSecondsCV(), view: w, waitFleet: f}
 		if r := w.PrefillTokensPerSec(); r > 0 {
 			known++
 			sum += r
 		}
-	}
-	rate := float64(assumedPrefillRate)
-	if known > 0 {
-		rate = sum / float64(known)
-	}
-	var step workers.StepModel
-	stepped := 0
-	for _, w := range ws {
 		if m, ok := w.Step(); ok {
-			step.Base += m.Base
-			step.PerRequest += m.PerRequest
-			step.Tokens += m.Tokens
+			f.step.Base += m.Base
+			f.step.PerRequest += m.PerRequest
+			f.step.Tokens += m.Tokens
 			stepped++
 		}
 	}
+	f.rate = float64(assumedPrefillRate)
+	if known > 0 {
+		f.rate = sum / float64(known)
+	}
 	if stepped > 0 {
-		step.Base /= float64(stepped)
-		step.PerRequest /= float64(stepped)
-		step.Tokens /= float64(stepped)
+		f.step.Base /= float64(stepped)
+		f.step.PerRequest /= float64(stepped)
+		f.step.Tokens /= float64(stepped)
 	}
-	for i := range out {
-		out[i].rate, out[i].step = rate, step
-	}
+	f.share = stepShare(f.step)
+	f.slowsPer = f.step.PerRequest * f.step.Tokens * min(f.share/materialStepShare, 1)
 	return out
 }
 
@@ -220,7 +233,7 @@ func rereadWaitLoads(wl []waitLoad, ws []workers.View, loads []int, pending *pen
 // start is how long a request sent to the candidate waits before its
 // prefill begins: for a running slot (ahead of it: the requests beyond the
 // limit, this one included) and for the prefill lane, whichever is longer.
-func (l waitLoad) start() (ahead int, slot, lane float64) {
+func (l *waitLoad) start() (ahead int, slot, lane float64) {
 	if l.limit > 0 && l.load >= l.limit {
 		ahead = l.load - l.limit + 1
 		slot = l.slotWait(ahead)
@@ -246,7 +259,7 @@ func (l waitLoad) start() (ahead int, slot, lane float64) {
 // Between the two, the estimates are weighed by cv. Requests beyond those
 // this router has in flight there (another client's) count at the even
 // rate.
-func (l waitLoad) slotWait(ahead int) float64 {
+func (l *waitLoad) slotWait(ahead int) float64 {
 	even := float64(ahead) * l.runSec / float64(l.limit)
 	if l.cv >= 1 || l.view.IsZero() {
 		return even
@@ -272,7 +285,7 @@ type waitTerms struct {
 // terms prices a prompt of inputLen tokens, matched tokens of which the
 // candidate holds, on a candidate with load l, whose start (l.start) was
 // read into st, in a fleet under pressure whose soonest start is soonest.
-func (m waitModel) terms(inputLen, matched int, l waitLoad, st waitTerms, pressure, soonest float64) waitTerms {
+func (m waitModel) terms(inputLen, matched int, l *waitLoad, st waitTerms, pressure, soonest float64) waitTerms {
 	t := waitTerms{matched: matched, queue: l.queue, ahead: st.ahead, slot: st.slot, lane: st.lane}
 	over := 0 // the prompt's tokens that do not fit beside what is held
 	if l.capacity > 0 {
@@ -285,8 +298,8 @@ func (m waitModel) terms(inputLen, matched int, l waitLoad, st waitTerms, pressu
 		batch, sec := l.stepSeconds()
 		t.step = m.stepWeight * sec
 		t.beside = batch - 1
-		t.share = stepShare(l.step)
-		t.slows = float64(t.beside) * l.step.PerRequest * l.step.Tokens * min(t.share/materialStepShare, 1)
+		t.share = l.share
+		t.slows = float64(t.beside) * l.slowsPer
 	}
 	t.evictS = m.evictWeight * float64(t.evict) / l.rate
 	t.fleet = pressure * m.fleetWeight * t.own
@@ -317,7 +330,7 @@ func stepShare(m workers.StepModel) float64 {
 
 // stepSeconds is the candidate's batch with this request added (at most
 // its limit: the rest wait and do not decode) and its decode step.
-func (l waitLoad) stepSeconds() (batch int, sec float64) {
+func (l *waitLoad) stepSeconds() (batch int, sec float64) {
 	batch = l.load + 1
 	if l.limit > 0 {
 		batch = min(batch, l.limit)
@@ -325,10 +338,15 @@ func (l waitLoad) stepSeconds() (batch int, sec float64) {
 	return batch, l.step.Seconds(batch)
 }
 
-// waitChoice is a wait-mode selection: every candidate's terms, the fleet's
-// pressure and what it came from, and the winner.
+// waitChoice is a wait-mode selection: what each candidate was compared
+// by, the fleet's pressure and what it came from, and the winner.
 type waitChoice struct {
-	terms []waitTerms
+	// cands holds by candidate what the choice compares: the whole terms
+	// of 1,000 candidates made a selection allocate and clear 128 KB.
+	// reason prices the two it names again from loads, the candidates'
+	// loads the choice was made from.
+	cands []waitCand
+	loads []waitLoad
 	// soonest is the least wait before the request's prefill could begin
 	// on any candidate; whole the time its whole prompt takes to prefill;
 	// pressure soonest ÷ whole, at most 1.
@@ -338,19 +356,68 @@ type waitChoice struct {
 	// while a worker carried busiest requests.
 	seeded  bool
 	busiest int
+	// What reason names, kept by settle once cands and loads go: the
+	// chosen candidate's terms, and the runner-up (−1 for none) and its
+	// expected wait.
+	settled     bool
+	named       waitTerms
+	second      int
+	secondTotal float64
 }
 
-// choose prices every candidate into c.terms (as long as matched) and picks
+// waitCand is one candidate of a waitChoice: its start (waitLoad.start),
+// its match, and its expected wait.
+type waitCand struct {
+	ahead      int
+	slot, lane float64
+	matched    int
+	total      float64
+}
+
+// newWaitChoice returns a choice among n candidates.
+func newWaitChoice(n int) *waitChoice { return &waitChoice{cands: make([]waitCand, n)} }
+
+// waitScratch is what a wait-mode selection reads the candidates into:
+// cache_aware reuses it from one selection to the next (see settle).
+type waitScratch struct {
+	fleet waitFleet
+	loads []waitLoad
+	cands []waitCand
+}
+
+// waitScratches reuses waitScratch between selections.
+type waitScratches struct{ pool sync.Pool }
+
+// get returns a scratch for n candidates.
+func (p *waitScratches) get(n int) *waitScratch {
+	sc, _ := p.pool.Get().(*waitScratch)
+	if sc == nil {
+		sc = new(waitScratch)
+	}
+	if cap(sc.loads) < n {
+		sc.loads, sc.cands = make([]waitLoad, n), make([]waitCand, n)
+	}
+	sc.loads, sc.cands = sc.loads[:n], sc.cands[:n]
+	return sc
+}
+
+// put gives sc back once the choice made with it is settled.
+func (p *waitScratches) put(sc *waitScratch) {
+	clear(sc.loads) // the views: a worker removed from the fleet is not kept
+	p.pool.Put(sc)
+}
+
+// choose prices every candidate into c.cands (as long as matched) and picks
 // the least. It allocates nothing: cache_aware calls it under its tree's
 // lock.
 func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl []waitLoad) {
-	c.chosen, c.soonest, c.whole, c.pressure = 0, 0, 0, 0
-	for i, l := range wl {
+	c.chosen, c.soonest, c.whole, c.pressure, c.loads, c.settled = 0, 0, 0, 0, wl, false
+	for i := range wl {
 		// Read once: a full engine's slot wait reads its requests' ages
 		// under the worker's lock.
-		st := &c.terms[i]
-		st.ahead, st.slot, st.lane = l.start()
-		if w := max(st.slot, st.lane); i == 0 || w < c.soonest {
+		cd := &c.cands[i]
+		cd.ahead, cd.slot, cd.lane = wl[i].start()
+		if w := max(cd.slot, cd.lane); i == 0 || w < c.soonest {
 			c.soonest = w
 		}
 	}
@@ -364,13 +431,47 @@ func (m waitModel) choose(c *waitChoice, inputLen int, matched, loads []int, wl 
 		c.pressure = c.soonest / c.whole
 	}
 	for i := range matched {
-		c.terms[i] = m.terms(inputLen, matched[i], wl[i], c.terms[i], c.pressure, c.soonest)
-		t, b := c.terms[i], c.terms[c.chosen]
-		if i > 0 && cheaper(t.total, t.matched, loads[i], wl[i].cached, b.total, b.matched, loads[c.chosen], wl[c.chosen].cached) {
+		cd := &c.cands[i]
+		cd.matched = matched[i]
+		cd.total = m.terms(inputLen, cd.matched, &wl[i], cd.start(), c.pressure, c.soonest).total
+		if b := &c.cands[c.chosen]; i > 0 && cheaper(cd.total, cd.matched, loads[i], wl[i].cached, b.total, b.matched, loads[c.chosen], wl[c.chosen].cached) {
 			c.chosen = i
 		}
 	}
 	c.seed(loads, wl)
+}
+
+// start is the candidate's start as terms takes it.
+func (cd *waitCand) start() waitTerms {
+	return waitTerms{ahead: cd.ahead, slot: cd.slot, lane: cd.lane}
+}
+
+// termsOf prices candidate i again, term by term, as choose priced it.
+func (c *waitChoice) termsOf(m waitModel, inputLen, i int) waitTerms {
+	cd := &c.cands[i]
+	return m.terms(inputLen, cd.matched, &c.loads[i], cd.start(), c.pressure, c.soonest)
+}
+
+// settle keeps what reason names and lets go of cands and loads, which
+// cache_aware reuses for later selections: a decision lives as long as its
+// request, and keeping every candidate's load with it held 150 KB a
+// request in flight among 1,000 workers. Calls after the first do
+// nothing.
+func (c *waitChoice) settle(m waitModel, inputLen int) {
+	if c.settled {
+		return
+	}
+	c.second = -1
+	if c.loads == nil { // never chosen: nothing to name
+		c.settled, c.cands = true, nil
+		return
+	}
+	c.named = c.termsOf(m, inputLen, c.chosen)
+	c.second = runnerUp(len(c.cands), c.chosen, func(i int) float64 { return c.cands[i].total })
+	if c.second >= 0 {
+		c.secondTotal = c.cands[c.second].total
+	}
+	c.settled, c.cands, c.loads = true, nil, nil
 }
 
 // seed applies the start-up rule (see waitModel) to a choice made.
@@ -385,32 +486,35 @@ func (c *waitChoice) seed(loads []int, wl []waitLoad) {
 
 // branch names the decision as the other modes do (see matchBranch); the
 // start-up rule's as the threshold rule's.
-func (c waitChoice) branch() string {
+func (c *waitChoice) branch() string {
 	if c.seeded {
 		return "imbalance"
 	}
-	return matchBranch(c.terms[c.chosen].matched)
+	if c.settled {
+		return matchBranch(c.named.matched)
+	}
+	return matchBranch(c.cands[c.chosen].matched)
 }
 
 // reason says what the chosen worker's expected wait was made of, and the
 // runner-up's.
-func (c waitChoice) reason(m waitModel, ws []workers.View, inputLen int) string {
+func (c *waitChoice) reason(m waitModel, ws []workers.View, inputLen int) string {
+	c.settle(m, inputLen)
 	var b strings.Builder
-	t := c.terms[c.chosen]
+	t := c.named
 	fmt.Fprintf(&b, "%s: %s ", c.branch(), ws[c.chosen].URL())
 	if c.seeded {
 		fmt.Fprintf(&b, "is idle and holds nothing while a worker carries %d; it ", c.busiest)
 	}
 	fmt.Fprintf(&b, "expects %s", t.format(m, inputLen, c))
-	second := runnerUp(len(c.terms), c.chosen, func(i int) float64 { return c.terms[i].total })
-	if second >= 0 {
-		fmt.Fprintf(&b, "; next %s %s", ws[second].URL(), ms(c.terms[second].total))
+	if c.second >= 0 {
+		fmt.Fprintf(&b, "; next %s %s", ws[c.second].URL(), ms(c.secondTotal))
 	}
 	return b.String()
 }
 
 // format writes the terms of one candidate's expected wait.
-func (t waitTerms) format(m waitModel, inputLen int, c waitChoice) string {
+func (t waitTerms) format(m waitModel, inputLen int, c *waitChoice) string {
 	s := fmt.Sprintf("%s = max(slot %s", ms(t.total), ms(t.slot))
 	if t.ahead > 0 {
 		s += fmt.Sprintf(" (%d ahead)", t.ahead)
