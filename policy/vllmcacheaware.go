@@ -67,8 +67,10 @@ type VllmCacheAware struct {
 	// flight holds the prompts placed and not yet observed, per worker,
 	// for predictions on engines that queue (see inFlight.predict).
 	flight *inFlight[*vcaFlight]
-	misses missCounters // predictions that missed, by cause
-	log    *slog.Logger
+	// scratch is the wait mode's per-candidate reading, reused.
+	scratch waitScratches
+	misses  missCounters // predictions that missed, by cause
+	log     *slog.Logger
 	// cost, in ModeCost, and wait, in ModeWait, replace the threshold
 	// rule (see costModel, waitModel).
 	cost *costModel
@@ -173,8 +175,10 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached, nil))
 		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
 	case p.wait != nil:
-		s.wait = newWaitChoice(len(ws))
-		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoads(ws, loads, cached, nil))
+		sc := p.scratch.get(len(ws))
+		defer p.scratch.put(sc) // the reason, written below, settles the choice
+		s.wait = &waitChoice{cands: sc.cands}
+		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoadsInto(sc.loads, &sc.fleet, ws, loads, cached, nil))
 		s.chosen, s.branch, s.inputLen = s.wait.chosen, s.wait.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
 		s.chosen, s.branch = best, "cache_hit"

@@ -179,14 +179,9 @@ type waitFleet struct {
 	now             time.Time
 }
 
-// waitLoads reads every candidate's load, limit, queue and learned speed;
-// cached and pending are costLoads'.
-func waitLoads(ws []workers.View, loads []int, cached func(i int) int, pending *pendingCounts) []waitLoad {
-	return waitLoadsInto(make([]waitLoad, len(ws)), new(waitFleet), ws, loads, cached, pending)
-}
-
-// waitLoadsInto is waitLoads into out (as long as ws), every candidate
-// sharing f.
+// waitLoadsInto reads every candidate's load, limit, queue and learned
+// speed into out (as long as ws), and what they share into f; cached and
+// pending are costLoads'.
 func waitLoadsInto(out []waitLoad, f *waitFleet, ws []workers.View, loads []int, cached func(i int) int, pending *pendingCounts) []waitLoad {
 	*f = waitFleet{now: time.Now()}
 	known, sum := 0, 0.0
@@ -373,9 +368,6 @@ type waitCand struct {
 	matched    int
 	total      float64
 }
-
-// newWaitChoice returns a choice among n candidates.
-func newWaitChoice(n int) *waitChoice { return &waitChoice{cands: make([]waitCand, n)} }
 
 // waitScratch is what a wait-mode selection reads the candidates into:
 // cache_aware reuses it from one selection to the next (see settle).

@@ -19,7 +19,7 @@ func TestWaitChooseAllocatesNothing(t *testing.T) {
 		{load: 9, limit: 8, runSec: 4, waitFleet: f},
 	}
 	matched, loads := []int{3072, 0, 1024}, []int{8, 3, 9}
-	c := newWaitChoice(len(wl))
+	c := &waitChoice{cands: make([]waitCand, len(wl))}
 	if n := testing.AllocsPerRun(100, func() { m.choose(c, 4096, matched, loads, wl) }); n != 0 {
 		t.Errorf("choose allocated %v times a selection, want 0", n)
 	}
