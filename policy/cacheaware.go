@@ -233,10 +233,12 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	return d, nil
 }
 
-// settle lets go of what only the choice needed once it is made (see
+// settle lets go of what only the choice needed once it is made (each
+// candidate's load and tree size, and the wait mode's reading: see
 // waitChoice.settle): the decision keeps its snapshot while its request
 // is in flight.
 func (c *CacheAware) settle(s *snapshot) {
+	s.loads, s.sizes = nil, nil
 	if s.waitScratch == nil {
 		return
 	}
@@ -320,6 +322,9 @@ type snapshot struct {
 	ratio      float64
 	chosen     int
 	branch     string
+	// chosenLoad is the chosen worker's load as decided: what the
+	// decision keeps of loads once settled.
+	chosenLoad int
 
 	// Filled in by Select for the decision, which points into the
 	// snapshot instead of allocating its own: the matches by URL, and
@@ -526,6 +531,7 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	default:
 		s.chosen, s.branch = s.fallback, "cache_miss"
 	}
+	s.chosenLoad = s.loads[s.chosen]
 	if s.dry {
 		return
 	}
@@ -553,10 +559,10 @@ func (s *snapshot) reason() string {
 		}
 		if s.byCapacityFired {
 			return fmt.Sprintf("imbalance: loads %.2f..%.2f of the running-request limits differ by at least %g and ×%g; least loaded %s (%d of %d)",
-				s.minShare, s.maxShare, c.capThreshold, c.relThreshold, url, s.loads[s.chosen], s.ws[s.chosen].MaxRunningRequests())
+				s.minShare, s.maxShare, c.capThreshold, c.relThreshold, url, s.chosenLoad, s.ws[s.chosen].MaxRunningRequests())
 		}
 		return fmt.Sprintf("imbalance: loads %d..%d differ by more than %d and ×%g; least loaded %s (%d)",
-			s.min, s.max, s.gap, c.relThreshold, url, s.loads[s.chosen])
+			s.min, s.max, s.gap, c.relThreshold, url, s.chosenLoad)
 	case "cache_hit":
 		r := fmt.Sprintf("cache_hit: %s holds %d of %d prompt tokens (%.0f%% ≥ %.0f%%)",
 			url, s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold)
@@ -570,7 +576,7 @@ func (s *snapshot) reason() string {
 		fb = FallbackSmallestTree
 	}
 	return fmt.Sprintf("cache_miss: best match %d of %d prompt tokens (%.0f%% < %.0f%%); %s %s (load %d)",
-		s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold, fb, url, s.loads[s.chosen])
+		s.bestTokens, inputLen, 100*s.ratio, 100*c.threshold, fb, url, s.chosenLoad)
 }
 
 // Forget removes a worker from the tree. The router calls it when a worker is

@@ -154,5 +154,5 @@ func placedLoad(d Decision) (load, limit int) {
 	if !ok || s.chosen < 0 || s.chosen >= len(s.ws) {
 		return 0, 0
 	}
-	return s.loads[s.chosen], s.ws[s.chosen].MaxRunningRequests()
+	return s.chosenLoad, s.ws[s.chosen].MaxRunningRequests()
 }
