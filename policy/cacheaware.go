@@ -360,12 +360,12 @@ func (c *CacheAware) snapshot(ws []workers.View) *snapshot {
 	c.tree.TenantTokensAmong(s.x.roster, s.sizes, func(i int) bool { return !leastOnly || s.needsSize(i, low) })
 	if c.cost != nil {
 		// The cost weighs load itself; the imbalance rule would override it.
-		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] }, s.queued())
+		s.costLoads = costLoads(ws, func(i int) int { return s.sizes[i] }, s.queued(), c.learnedCapacity)
 		s.costc.terms = make([]costTerms, len(ws))
 	}
 	if c.wait != nil {
 		s.waitScratch = c.scratch.get(len(ws))
-		s.waitLoads = waitLoadsInto(s.waitScratch.loads, &s.waitScratch.fleet, ws, s.loads, func(i int) int { return s.sizes[i] }, s.queued())
+		s.waitLoads = waitLoadsInto(s.waitScratch.loads, &s.waitScratch.fleet, ws, s.loads, func(i int) int { return s.sizes[i] }, s.queued(), c.learnedCapacity)
 		s.waitc.cands = s.waitScratch.cands
 	}
 	c.judge(s)

@@ -49,8 +49,9 @@ const (
 // keep = capacity − held bounds what of its cache a worker can still offer
 // this request: held pages are pinned by running requests, and a match
 // beyond the rest cannot be in the cache. capacity is the engine's reported
-// MaxTotalTokens, else its KVCapacityTokens; when neither is known, keep is
-// unbounded. The queue is not taken from keep: an engine matches a prompt's
+// MaxTotalTokens, else its KVCapacityTokens, else what its KV events showed
+// it held as it evicted (eventMirror.learnedCapacity); when none is known,
+// keep is unbounded and nothing is evicted. The queue is not taken from keep: an engine matches a prompt's
 // prefix when it admits the request, and admission does not wait for the
 // prefills ahead of it (the simulator's does not; a first version that
 // assumed it did counted every match as lost once queues passed the cache's
@@ -80,21 +81,26 @@ type costLoad struct {
 // not nil, holds by candidate position the prompts of decisions whose
 // callers have not counted them in PendingPrefill yet (see pendingPick),
 // which queue there too.
-func costLoads(ws []workers.View, cached func(i int) int, pending *pendingCounts) []costLoad {
+func costLoads(ws []workers.View, cached func(i int) int, pending *pendingCounts, learned func(url string) int) []costLoad {
 	out := make([]costLoad, len(ws))
 	for i, w := range ws {
-		out[i] = costLoadOf(w, i, cached(i), pending)
+		out[i] = costLoadOf(w, i, cached(i), pending, learned)
 	}
 	return out
 }
 
 // costLoadOf is costLoads' reading of candidate w at position i, which
-// holds cached tokens in the policy's index.
-func costLoadOf(w workers.View, i, cached int, pending *pendingCounts) costLoad {
+// holds cached tokens in the policy's index. learned, when not nil, is
+// the capacity the engine's KV events showed (eventMirror.learnedCapacity),
+// for an engine that reports none.
+func costLoadOf(w workers.View, i, cached int, pending *pendingCounts, learned func(url string) int) costLoad {
 	l := w.EngineLoad()
 	capacity := l.MaxTotalTokens
 	if capacity <= 0 {
 		capacity = w.KVCapacityTokens()
+	}
+	if capacity <= 0 && learned != nil {
+		capacity = learned(w.URL())
 	}
 	c := costLoad{queue: queueOf(w, i, pending), held: max(l.UsedTokens, 0), capacity: max(capacity, 0), cached: max(cached, 0)}
 	if c.capacity > 0 {

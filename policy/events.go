@@ -106,6 +106,10 @@ type rankMirror struct {
 	// removal names a hash the mirror does not know (see gather).
 	chain   map[int64]struct{}
 	indexed int
+
+	// full is the most tokens the engine was seen to hold as it evicted
+	// (see learnedCapacity); 0 until it has evicted.
+	full atomic.Int64
 }
 
 // inChain reports whether h is the hash of a block gathered so far.
@@ -240,6 +244,18 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 				"worker", worker, "bound", e.maxDetached)
 		}
 	}()
+	// An engine evicts only once its cache is full: what it held then is
+	// its capacity, for engines that do not report one (see
+	// learnedCapacity). Within a batch it holds at most that, so the
+	// larger of the counts before and after is the closest reading.
+	before, removed := rm.m.Len(), false
+	defer func() {
+		if removed {
+			if n := int64(max(before, rm.m.Len()) * e.pageSize); n > rm.full.Load() {
+				rm.full.Store(n)
+			}
+		}
+	}()
 	evs := b.Events
 	rm.prefetch(evs)
 	for i := 0; i < len(evs); {
@@ -248,6 +264,7 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 		case workers.KVStored:
 			j, stored, hoisted := rm.gather(evs, i)
 			if len(rm.gone) > 0 {
+				removed = true
 				e.dropRuns(worker, rm.m.RemoveFound(rm.gone))
 				e.applied[workers.KVRemoved].Add(uint64(hoisted))
 			}
@@ -260,6 +277,7 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 			i = j
 			continue
 		case workers.KVRemoved:
+			removed = removed || len(ev.Hashes) > 0
 			e.dropRuns(worker, rm.m.Remove(ev.Hashes))
 		case workers.KVCleared:
 			rm.m.Clear()
@@ -455,6 +473,27 @@ func toMirrorBlocks(dst []tree.MirrorBlock, bs []workers.KVBlock) []tree.MirrorB
 		dst = append(dst, tree.MirrorBlock{Hash: b.Hash, Tokens: b.Tokens})
 	}
 	return dst
+}
+
+// learnedCapacity is worker's KV cache capacity in tokens as its events
+// show it: the most blocks its engine held as it evicted, 0 until it has
+// evicted. The cost and wait modes price what a prompt evicts from a full
+// cache by the engine's capacity; an engine that reports none (TensorRT-LLM
+// reports no KV size, and no engine has before its first load poll) looked
+// as if it always had room, and a fleet of them sent every prompt to the
+// engines holding its first page while the others stayed empty (on the
+// Mooncake conversation trace over 128 such engines, a hit rate of 0.04
+// where the engines' reported capacity gives 0.23). It takes the mirrors'
+// map lock, never the tree's; selections call it only for candidates
+// without a reported capacity.
+func (e *eventMirror) learnedCapacity(worker string) int {
+	e.mu.Lock()
+	rm := e.mirrors[mirrorKey{worker, wantRank(worker)}]
+	e.mu.Unlock()
+	if rm == nil {
+		return 0
+	}
+	return int(rm.full.Load())
 }
 
 // ResetKVEvents forgets what worker's rank said: the index drops everything

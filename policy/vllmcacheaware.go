@@ -172,13 +172,13 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	switch {
 	case p.cost != nil:
 		s.cost = &costChoice{terms: make([]costTerms, len(ws))}
-		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached, nil))
+		p.cost.choose(s.cost, len(req.InputIDs), tokens, loads, costLoads(ws, cached, nil, p.learnedCapacity))
 		s.chosen, s.branch, s.inputLen = s.cost.chosen, s.cost.branch(), len(req.InputIDs)
 	case p.wait != nil:
 		sc := p.scratch.get(len(ws))
 		defer p.scratch.put(sc) // the reason, written below, settles the choice
 		s.wait = &waitChoice{cands: sc.cands}
-		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoadsInto(sc.loads, &sc.fleet, ws, loads, cached, nil))
+		p.wait.choose(s.wait, len(req.InputIDs), tokens, loads, waitLoadsInto(sc.loads, &sc.fleet, ws, loads, cached, nil, p.learnedCapacity))
 		s.chosen, s.branch, s.inputLen = s.wait.chosen, s.wait.branch(), len(req.InputIDs)
 	case s.ratio > p.threshold && acceptable:
 		s.chosen, s.branch = best, "cache_hit"

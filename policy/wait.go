@@ -180,14 +180,14 @@ type waitFleet struct {
 }
 
 // waitLoadsInto reads every candidate's load, limit, queue and learned
-// speed into out (as long as ws), and what they share into f; cached and
-// pending are costLoads'.
-func waitLoadsInto(out []waitLoad, f *waitFleet, ws []workers.View, loads []int, cached func(i int) int, pending *pendingCounts) []waitLoad {
+// speed into out (as long as ws), and what they share into f; cached,
+// pending and learned are costLoads'.
+func waitLoadsInto(out []waitLoad, f *waitFleet, ws []workers.View, loads []int, cached func(i int) int, pending *pendingCounts, learned func(url string) int) []waitLoad {
 	*f = waitFleet{now: time.Now()}
 	known, sum := 0, 0.0
 	stepped := 0
 	for i, w := range ws {
-		out[i] = waitLoad{costLoad: costLoadOf(w, i, cached(i), pending), load: loads[i], limit: w.MaxRunningRequests(),
+		out[i] = waitLoad{costLoad: costLoadOf(w, i, cached(i), pending, learned), load: loads[i], limit: w.MaxRunningRequests(),
 			runSec: w.MeanRequestSeconds(), cv: w.RequestSecondsCV(), view: w, waitFleet: f}
 		if r := w.PrefillTokensPerSec(); r > 0 {
 			known++
