@@ -58,20 +58,27 @@ func BenchmarkMooncakeIndexer(b *testing.B) {
 		trace    string
 		page     int
 		requests int // 0: all
+		// unreported: the engines report no KV capacity (TensorRT-LLM
+		// reports none), so the policy learns it from their evictions.
+		unreported bool
 	}{
-		{"conversation", 512, 0},
-		{"synthetic", 512, 0},
-		{"conversation", 16, 2000},
+		{"conversation", 512, 0, false},
+		{"synthetic", 512, 0, false},
+		{"conversation", 16, 2000, false},
+		{"conversation", 512, 0, true},
 	} {
 		name := fmt.Sprintf("trace=%s/block=%d", c.trace, c.page)
 		if c.requests > 0 {
 			name += fmt.Sprintf("/requests=%d", c.requests)
 		}
+		if c.unreported {
+			name += "/capacity=unreported"
+		}
 		b.Run(name, func(b *testing.B) {
 			recs := readTraceRecords(b, filepath.Join("testdata", "traces", c.trace+"_trace.jsonl"), c.requests)
 			var total indexerReplay
 			for b.Loop() {
-				r, _ := replayIndexer(b, recs, c.page)
+				r, _ := replayIndexer(b, recs, c.page, !c.unreported)
 				total.add(r)
 			}
 			total.report(b)
@@ -165,9 +172,10 @@ func (a *indexerReplay) report(b *testing.B) {
 }
 
 // replayIndexer routes recs among indexerWorkers with cache_aware, feeding
-// the policy the events of each chosen engine. It returns what it measured
-// and the policy, whose mirror holds what the engines hold at the end.
-func replayIndexer(b *testing.B, recs []traceRecord, page int) (indexerReplay, *policy.CacheAware) {
+// the policy the events of each chosen engine, which report their KV
+// capacity if reported is set. It returns what it measured and the
+// policy, whose mirror holds what the engines hold at the end.
+func replayIndexer(b *testing.B, recs []traceRecord, page int, reported bool) (indexerReplay, *policy.CacheAware) {
 	b.StopTimer()
 	defer b.StartTimer()
 	o := policy.DefaultOptions()
@@ -184,14 +192,17 @@ func replayIndexer(b *testing.B, recs []traceRecord, page int) (indexerReplay, *
 		p.SetKVEventMode(ws[i].URL(), true)
 		// Engines report their KV capacity with their load, and the
 		// default (wait) mode prices what a prompt evicts from a full
-		// cache by it. Without it every engine looked as if it had
-		// room, so conversations piled onto the few engines holding the
-		// trace's common first block and evicted one another while the
-		// rest stayed empty: the hit rate fell from 0.23 to 0.04 and the
+		// cache by it. Before the policy learned it from evictions, an
+		// engine that reported none looked as if it had room, so
+		// conversations piled onto the few engines holding the trace's
+		// common first block and evicted one another while the rest
+		// stayed empty: the hit rate fell from 0.23 to 0.04 and the
 		// lookups, matching less, looked four times cheaper than they
 		// are. No request is running between admissions, so nothing is
 		// used.
-		ws[i].SetEngineLoad(workers.Load{MaxTotalTokens: indexerEngineTokens})
+		if reported {
+			ws[i].SetEngineLoad(workers.Load{MaxTotalTokens: indexerEngineTokens})
+		}
 	}
 	views := workers.Views(ws)
 	// Thread CPU time is read on this goroutine's thread only.
