@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -42,9 +43,7 @@ func hostileFlood(b *testing.B, blocks, ranks int) (heap uint64, kept *policy.Ca
 	url := "grpc://10.0.0.9:30000"
 	p.SetKVEventMode(url, true)
 	tokens := make([]uint32, 16)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := testutil.LiveHeap()
 	seq := make([]uint64, ranks)
 	evs := make([]workers.KVEvent, chunk)
 	hash := int64(1)
@@ -61,10 +60,9 @@ func hostileFlood(b *testing.B, blocks, ranks int) (heap uint64, kept *policy.Ca
 		sent += n
 	}
 	clear(evs)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if after.HeapAlloc < before.HeapAlloc {
+	after := testutil.LiveHeap()
+	if after < before {
 		return 0, p
 	}
-	return after.HeapAlloc - before.HeapAlloc, p
+	return uint64(after - before), p
 }

@@ -3,9 +3,9 @@ package policy_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -48,14 +48,14 @@ func BenchmarkDecisionsHeld(b *testing.B) {
 				var total float64
 				for b.Loop() {
 					clear(held)
-					before := liveHeap()
+					before := testutil.LiveHeap()
 					for i := range held {
 						req := &policy.Request{InputIDs: w.reqs[i%len(w.reqs)].InputIDs}
 						if held[i], err = p.Select(ctx, req, views); err != nil {
 							b.Fatal(err)
 						}
 					}
-					total += float64(liveHeap()-before) / heldDecisions
+					total += float64(testutil.LiveHeap()-before) / heldDecisions
 					if obs != nil {
 						for i, d := range held {
 							obs.Observe(&policy.Request{InputIDs: w.reqs[i%len(w.reqs)].InputIDs}, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
@@ -66,12 +66,4 @@ func BenchmarkDecisionsHeld(b *testing.B) {
 			})
 		}
 	}
-}
-
-// liveHeap is the heap in use after a collection.
-func liveHeap() int64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }

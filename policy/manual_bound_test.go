@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
 )
@@ -20,21 +21,18 @@ func TestManualRetainsNoKeyBytes(t *testing.T) {
 	const keys, keyLen = 10_000, 1 << 20
 	ws := fleet(3)
 	p := must(policy.NewManual(policy.DefaultOptions()))
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
+	before := testutil.LiveHeap()
 	buf := make([]byte, keyLen)
 	for i := range keys {
 		binary.LittleEndian.PutUint64(buf, uint64(i))
 		// A fresh string per key, as a request's metadata would be.
 		mustSelect(t, p, &policy.Request{RoutingKey: string(buf)}, ws)
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	after := testutil.LiveHeap()
 	if n := p.Keys(); n != keys {
 		t.Fatalf("%d keys pinned, want %d", n, keys)
 	}
-	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	grown := after - before
 	if limit := int64(keys * 512); grown > limit { // ~130 B an entry, with room to spare
 		t.Fatalf("heap grew %d bytes for %d keys of %d bytes (%d B/key), want under %d",
 			grown, keys, keyLen, grown/keys, limit)
