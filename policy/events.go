@@ -56,6 +56,11 @@ type eventMirror struct {
 	exact   map[string]bool   // workers whose events are the truth
 	refused map[string]string // workers whose events cannot be used, and why
 
+	// evicting is set once any engine's events showed it evict (see
+	// learnedCapacity), and never cleared: until then no engine has a
+	// learned capacity, and selections skip asking for one.
+	evicting atomic.Bool
+
 	applied   [4]atomic.Uint64 // events applied, by workers.KVEventKind
 	unusable  atomic.Uint64    // batches ignored because the worker's events cannot be used
 	overflows atomic.Uint64    // mirrors that outgrew maxBlocks and were reset
@@ -253,6 +258,7 @@ func (e *eventMirror) ApplyKVEvents(worker string, b *workers.KVEventBatch) {
 		if removed {
 			if n := int64(max(before, rm.m.Len()) * e.pageSize); n > rm.full.Load() {
 				rm.full.Store(n)
+				e.evicting.Store(true)
 			}
 		}
 	}()
@@ -485,8 +491,15 @@ func toMirrorBlocks(dst []tree.MirrorBlock, bs []workers.KVBlock) []tree.MirrorB
 // Mooncake conversation trace over 128 such engines, a hit rate of 0.04
 // where the engines' reported capacity gives 0.23). It takes the mirrors'
 // map lock, never the tree's; selections call it only for candidates
-// without a reported capacity.
+// without a reported capacity, and it answers at once while no engine
+// has evicted.
 func (e *eventMirror) learnedCapacity(worker string) int {
+	if !e.evicting.Load() {
+		// A fleet without reported capacities whose engines have not
+		// evicted: a map lookup under a lock per candidate added about
+		// 25 µs to a selection among 1,000 workers.
+		return 0
+	}
 	e.mu.Lock()
 	rm := e.mirrors[mirrorKey{worker, wantRank(worker)}]
 	e.mu.Unlock()
