@@ -234,11 +234,12 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 }
 
 // settle lets go of what only the choice needed once it is made (each
-// candidate's load and tree size, and the wait mode's reading: see
-// waitChoice.settle): the decision keeps its snapshot while its request
-// is in flight.
+// candidate's load, tree size and cost reading, and the wait mode's
+// reading: see waitChoice.settle): the decision keeps its snapshot while
+// its request is in flight. The cost mode's terms stay: its reason reads
+// them.
 func (c *CacheAware) settle(s *snapshot) {
-	s.loads, s.sizes = nil, nil
+	s.loads, s.sizes, s.costLoads = nil, nil, nil
 	if s.waitScratch == nil {
 		return
 	}
