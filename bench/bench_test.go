@@ -128,7 +128,7 @@ func TestWorkloadShapesAndDeterminism(t *testing.T) {
 			gen := func() *Workload {
 				cfg := tt.cfg()
 				if cfg.Name == Trace {
-					w, err := ReadTrace(strings.NewReader(trace), 2, 0)
+					w, err := ReadTrace(strings.NewReader(trace), TraceConfig{Speed: 2})
 					if err != nil {
 						t.Fatal(err)
 					}

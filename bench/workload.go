@@ -7,11 +7,16 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -60,6 +65,9 @@ type WorkloadConfig struct {
 	// trace: the Mooncake JSONL file and the replay speed-up.
 	TracePath string
 	Speed     float64
+	// TraceBlockTokens is the tokens behind each of the trace's hash ids
+	// (0: 512, Mooncake's).
+	TraceBlockTokens int
 
 	// QPS is the Poisson arrival rate of shared-prefix requests and of
 	// multiturn conversations' first turns (0: as fast as concurrency allows).
@@ -145,7 +153,7 @@ func Generate(cfg WorkloadConfig) (*Workload, error) {
 			return nil, err
 		}
 		defer f.Close()
-		return ReadTrace(f, cfg.Speed, cfg.Requests)
+		return ReadTrace(f, TraceConfig{Speed: cfg.Speed, Limit: cfg.Requests, BlockTokens: cfg.TraceBlockTokens})
 	}
 	if cfg.Name == Unique {
 		return nil, fmt.Errorf("workload %q is not generated ahead: RunUnique sends it", Unique)
@@ -236,64 +244,138 @@ func multiturn(cfg WorkloadConfig) *Workload {
 	return &Workload{Name: Multiturn, Conversations: convs, Limit: cfg.Requests}
 }
 
-// traceRecord is one line of a Mooncake trace.
+// traceRecord is one line of a Mooncake trace. The pointer fields are
+// ones kvgate bench cannot replay (aiperf's multi-turn sessions and literal
+// prompts): read only to refuse them by name.
 type traceRecord struct {
-	Timestamp    float64  `json:"timestamp"`
+	Timestamp    *float64 `json:"timestamp"`
 	InputLength  int      `json:"input_length"`
 	OutputLength int      `json:"output_length"`
 	HashIDs      []uint64 `json:"hash_ids"`
+
+	SessionID *json.RawMessage `json:"session_id"`
+	Delay     *json.RawMessage `json:"delay"`
+	TextInput *json.RawMessage `json:"text_input"`
+	Messages  *json.RawMessage `json:"messages"`
+	Payload   *json.RawMessage `json:"payload"`
 }
 
-// ReadTrace reads a Mooncake-format trace: each hash id becomes 512 tokens
-// seeded by the id, each prompt is cut to its input_length, and arrivals are
-// the timestamps (ms) divided by speed. limit caps the requests read (0: all).
-func ReadTrace(r io.Reader, speed float64, limit int) (*Workload, error) {
+// TraceConfig says how ReadTrace replays a trace.
+type TraceConfig struct {
+	// Speed divides the timestamps (0: 1).
+	Speed float64
+	// Limit keeps the first this many requests in arrival order (0: all).
+	Limit int
+	// BlockTokens is the tokens behind each hash id (0: 512, Mooncake's).
+	BlockTokens int
+}
+
+// DefaultTraceBlockTokens is the tokens behind each hash id of a Mooncake
+// trace, as the Mooncake traces were recorded.
+const DefaultTraceBlockTokens = traceBlockTokens
+
+// ReadTrace reads a Mooncake-format trace: each hash id becomes
+// tc.BlockTokens tokens seeded by the id, each prompt is cut to its
+// input_length, and arrivals are the timestamps (ms) divided by tc.Speed,
+// in time order whatever the file's. A line the replay cannot honour (no
+// timestamp, a length out of range, a multi-turn session or a literal
+// prompt) is refused with its line number and field, never replayed as
+// something else.
+func ReadTrace(r io.Reader, tc TraceConfig) (*Workload, error) {
+	speed, block := tc.Speed, tc.BlockTokens
 	if speed <= 0 {
 		speed = 1
 	}
-	blocks := map[uint64][]uint32{}
-	block := func(id uint64) []uint32 {
-		b, ok := blocks[id]
-		if !ok {
-			b = tokens(rng(0x7ace, id), traceBlockTokens)
-			blocks[id] = b
-		}
-		return b
+	if block <= 0 {
+		block = traceBlockTokens
 	}
-	w := &Workload{Name: Trace}
+	type row struct {
+		rec  traceRecord
+		line int
+	}
+	var rows []row
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for line := 1; sc.Scan(); line++ {
-		if len(sc.Bytes()) == 0 {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		var rec traceRecord
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			return nil, fmt.Errorf("trace line %d: %w", line, err)
 		}
+		if err := rec.check(); err != nil {
+			return nil, fmt.Errorf("trace line %d: %w", line, err)
+		}
+		rows = append(rows, row{rec, line})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	// Arrival order: a trace merged from several sources need not be
+	// sorted, and the driver sends in slice order.
+	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(*a.rec.Timestamp, *b.rec.Timestamp) })
+	if tc.Limit > 0 && len(rows) > tc.Limit {
+		rows = rows[:tc.Limit]
+	}
+	blocks := map[uint64][]uint32{}
+	w := &Workload{Name: Trace, Requests: make([]Arrival, 0, len(rows))}
+	for _, rw := range rows {
+		rec := rw.rec
 		p := make([]uint32, 0, rec.InputLength)
 		for _, id := range rec.HashIDs {
 			if len(p) >= rec.InputLength {
 				break
 			}
-			p = append(p, block(id)...)
+			b, ok := blocks[id]
+			if !ok {
+				b = tokens(rng(0x7ace, id), block)
+				blocks[id] = b
+			}
+			p = append(p, b...)
 		}
 		if len(p) < rec.InputLength { // more tokens than blocks: unique filler
-			p = append(p, tokens(rng(0xf111, uint64(line)), rec.InputLength-len(p))...)
+			p = append(p, tokens(rng(0xf111, uint64(rw.line)), rec.InputLength-len(p))...)
 		}
-		p = p[:rec.InputLength]
-		out := max(rec.OutputLength, 1)
 		w.Requests = append(w.Requests, Arrival{
-			At:     time.Duration(rec.Timestamp / speed * float64(time.Millisecond)),
-			Prompt: p,
-			Output: out,
+			At:     time.Duration(*rec.Timestamp / speed * float64(time.Millisecond)),
+			Prompt: p[:rec.InputLength],
+			Output: max(rec.OutputLength, 1),
 		})
-		if limit > 0 && len(w.Requests) >= limit {
-			break
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
 	}
 	return w, nil
+}
+
+// maxTraceInputLength bounds a trace line's input_length: ten times the
+// longest prompt of the Mooncake traces (about 126K tokens), so a typo
+// cannot ask for gigabytes of prompt.
+const maxTraceInputLength = 1 << 21
+
+// check refuses what the replay cannot honour, naming the field.
+func (rec *traceRecord) check() error {
+	for _, f := range []struct {
+		name, what string
+		v          *json.RawMessage
+	}{
+		{"session_id", "a multi-turn session, whose turns follow each other's answers", rec.SessionID},
+		{"delay", "a turn sent a delay after the previous one's answer", rec.Delay},
+		{"text_input", "a literal prompt", rec.TextInput},
+		{"messages", "a literal conversation", rec.Messages},
+		{"payload", "a literal request body", rec.Payload},
+	} {
+		if f.v != nil {
+			return fmt.Errorf("field %q (%s) is not replayed: kvgate bench sends each line at its timestamp, its prompt built from input_length and hash_ids", f.name, f.what)
+		}
+	}
+	switch {
+	case rec.Timestamp == nil:
+		return errors.New("no timestamp: kvgate bench replays each line at its timestamp (ms)")
+	case math.IsNaN(*rec.Timestamp) || math.IsInf(*rec.Timestamp, 0) || *rec.Timestamp < 0:
+		return fmt.Errorf("timestamp %v: want a finite number of milliseconds ≥ 0", *rec.Timestamp)
+	case rec.InputLength < 1 || rec.InputLength > maxTraceInputLength:
+		return fmt.Errorf("input_length %d: want 1 to %d tokens", rec.InputLength, maxTraceInputLength)
+	case rec.OutputLength < 0:
+		return fmt.Errorf("output_length %d: want ≥ 0", rec.OutputLength)
+	}
+	return nil
 }

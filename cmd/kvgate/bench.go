@@ -63,6 +63,7 @@ func (c *benchConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.Requests, "requests", 0, "send at most this many requests (0: the whole workload)")
 	fs.IntVar(&c.concurrency, "concurrency", -1, "maximum requests in flight (0: unlimited; -1: 64 for shared-prefix without --qps, 16 for unique, else unlimited); unique: streams open at once, so --requests N --concurrency N is a burst of N simultaneous streams")
 	fs.StringVar(&w.TracePath, "trace", "", "trace workload: Mooncake-format JSONL file")
+	fs.IntVar(&w.TraceBlockTokens, "trace-block-tokens", bench.DefaultTraceBlockTokens, "trace workload: tokens behind each of the trace's hash_ids (the block size it was recorded with; Mooncake's traces: 512)")
 	c.speeds = speeds{1}
 	fs.Var(&c.speeds, "speed", "trace workload: replay speed-up (timestamps are divided by it); several, comma-separated, replay the trace once per speed and --plot draws TTFT p50, p99 and goodput against speed per policy")
 	fs.DurationVar(&c.sloTTFT, "slo-ttft", bench.DefaultSLOTTFT, "with several --speed values, or with --peers: the time to first token a request must meet to count towards goodput")
@@ -153,6 +154,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if c.workload.Name == bench.SharedPrefix && c.workload.QPS == 0 {
 			c.run.Concurrency = 64
 		}
+	}
+	if c.workload.TraceBlockTokens < 1 || c.workload.TraceBlockTokens > 1<<16 {
+		return fmt.Errorf("--trace-block-tokens %d: want 1 to 65536", c.workload.TraceBlockTokens)
 	}
 	c.workload.Speed = c.speeds[0]
 	if len(c.speeds) > 1 {

@@ -191,6 +191,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--policies", "round_robin:smallest_tree"}, ""},
 		{[]string{"--workload", "trace"}, ""},
 		{[]string{"--workload", "zipf"}, ""},
+		{[]string{"--workload", "trace", "--trace", "t.jsonl", "--trace-block-tokens", "0"}, "--trace-block-tokens"},
+		{[]string{"--workload", "trace", "--trace", "t.jsonl", "--trace-block-tokens", "100000"}, "--trace-block-tokens"},
 		{[]string{"--workload", "unique", "--requests", "1"}, ""},         // no --target
 		{[]string{"--workload", "unique", "--target", "127.0.0.1:1"}, ""}, // neither --duration nor --requests
 		{[]string{"extra"}, ""},
