@@ -41,11 +41,11 @@ func TestReadTraceRefuses(t *testing.T) {
 }
 
 // TestReadTraceOrder: requests are sent in time order whatever the file's,
-// --requests keeps the earliest, and a line's filler does not depend on
-// where the sort put it.
+// --requests keeps the earliest, a line's filler does not depend on where
+// the sort put it, and a refused field written as null counts as absent.
 func TestReadTraceOrder(t *testing.T) {
 	trace := `{"timestamp": 300, "input_length": 4, "output_length": 3}
-{"timestamp": 100, "input_length": 5, "output_length": 1}
+{"timestamp": 100, "input_length": 5, "output_length": 1, "session_id": null, "delay": null}
 
 {"timestamp": 200, "input_length": 6, "output_length": 2}
 {"timestamp": 100, "input_length": 7, "output_length": 0}

@@ -346,9 +346,9 @@ func ReadTrace(r io.Reader, tc TraceConfig) (*Workload, error) {
 	return w, nil
 }
 
-// maxTraceInputLength bounds a trace line's input_length: ten times the
-// longest prompt of the Mooncake traces (about 126K tokens), so a typo
-// cannot ask for gigabytes of prompt.
+// maxTraceInputLength bounds a trace line's input_length: about eleven
+// times the longest prompt of the Mooncake traces (191,378 tokens), so a
+// typo cannot ask for gigabytes of prompt.
 const maxTraceInputLength = 1 << 21
 
 // check refuses what the replay cannot honour, naming the field.
