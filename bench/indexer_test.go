@@ -115,9 +115,9 @@ func readTraceRecords(tb testing.TB, path string, limit int) []traceRecord {
 // tokens seeded by the id, cut to input_length (whole pages are what
 // engines cache, so the tail beyond the hash ids is left out).
 func tracePrompt(r traceRecord) []uint32 {
-	p := make([]uint32, 0, len(r.HashIDs)*traceBlockTokens)
+	p := make([]uint32, 0, len(r.HashIDs)*DefaultTraceBlockTokens)
 	for _, id := range r.HashIDs {
-		p = append(p, tokens(rng(0x7ace, id), traceBlockTokens)...)
+		p = append(p, tokens(rng(0x7ace, id), DefaultTraceBlockTokens)...)
 	}
 	return p[:min(len(p), r.InputLength)]
 }

@@ -28,9 +28,9 @@ const (
 	// workloads (Llama-3.1's figures).
 	VocabSize  = 128256
 	EOSTokenID = 128001
-	// traceBlockTokens is the number of tokens behind each hash id of a
-	// Mooncake trace.
-	traceBlockTokens = 512
+	// DefaultTraceBlockTokens is the tokens behind each hash id of a
+	// Mooncake trace, as the Mooncake traces were recorded.
+	DefaultTraceBlockTokens = 512
 )
 
 // Workload names.
@@ -270,10 +270,6 @@ type TraceConfig struct {
 	BlockTokens int
 }
 
-// DefaultTraceBlockTokens is the tokens behind each hash id of a Mooncake
-// trace, as the Mooncake traces were recorded.
-const DefaultTraceBlockTokens = traceBlockTokens
-
 // ReadTrace reads a Mooncake-format trace: each hash id becomes
 // tc.BlockTokens tokens seeded by the id, each prompt is cut to its
 // input_length, and arrivals are the timestamps (ms) divided by tc.Speed,
@@ -287,7 +283,7 @@ func ReadTrace(r io.Reader, tc TraceConfig) (*Workload, error) {
 		speed = 1
 	}
 	if block <= 0 {
-		block = traceBlockTokens
+		block = DefaultTraceBlockTokens
 	}
 	type row struct {
 		rec  traceRecord
