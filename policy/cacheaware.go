@@ -222,7 +222,7 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 		predicted := c.flight.predict(s.ws[s.chosen], req.InputIDs, c.pageSize, d.PredictedCachedTokens)
 		d.PredictedCachedTokens, d.queueCut = predicted, d.PredictedCachedTokens-predicted
 		if !req.DryRun {
-			c.flight.add(url, s, req.InputIDs, time.Now())
+			c.flight.add(url, s, req.InputIDs, len(req.InputIDs)-predicted, time.Now())
 			d.keeper = c
 		}
 	}

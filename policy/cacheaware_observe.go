@@ -80,7 +80,7 @@ func (c *CacheAware) Accuracy() Accuracy {
 // would bring it back into the tree as a tenant nobody removes.
 func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 	if s, ok := d.why.(*snapshot); ok && d.Worker != nil && (req == nil || !req.DryRun) {
-		c.flight.done(d.Worker.URL(), s)
+		c.flight.done(d.Worker.URL(), s, o.Err == nil || o.CachedTokens > 0)
 	}
 	if d.Worker != nil && d.Worker.Draining() {
 		return
@@ -171,6 +171,6 @@ func (c *CacheAware) count(predicted, reported int) {
 // would count as holding its prefix on an engine that never saw it.
 func (c *CacheAware) abandoned(d Decision) {
 	if s, ok := d.why.(*snapshot); ok && d.Worker != nil {
-		c.flight.done(d.Worker.URL(), s)
+		c.flight.abandon(d.Worker.URL(), s)
 	}
 }

@@ -14,23 +14,73 @@ func TestInFlightSweepsAbandonedEntries(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	prompt := []uint32{1, 2, 3}
 	for range inFlightSweepMin - 1 {
-		f.add("w", &snapshot{}, prompt, t0)
+		f.add("w", &snapshot{}, prompt, 3, t0)
 	}
 	live := &snapshot{}
-	f.add("w", live, prompt, t0.Add(inFlightMaxAge/2))
+	f.add("w", live, prompt, 3, t0.Add(inFlightMaxAge/2))
 	if n := len(f.per["w"].reqs); n != inFlightSweepMin {
 		t.Fatalf("%d entries below the sweep size, want %d", n, inFlightSweepMin)
 	}
-	f.add("w", &snapshot{}, prompt, t0.Add(inFlightMaxAge+time.Second))
+	f.add("w", &snapshot{}, prompt, 3, t0.Add(inFlightMaxAge+time.Second))
 	if n := len(f.per["w"].reqs); n != 2 {
 		t.Fatalf("%d entries after sweeping the abandoned ones, want 2 (the live one and the new one)", n)
 	}
 	if _, ok := f.per["w"].reqs[live]; !ok {
 		t.Fatal("the sweep dropped an entry younger than inFlightMaxAge")
 	}
-	f.done("w", live)
+	f.done("w", live, true)
 	f.forget("w")
 	if _, ok := f.per["w"]; ok {
 		t.Fatal("forget kept the worker's entries")
 	}
+}
+
+// TestInFlightKeepsRecentEndsBounded: the prompts of ended requests a
+// worker keeps (for atLimitEvicts) are the latest recentEnds, and fewer
+// when their tokens pass recentEndTokens, but never none; an abandoned
+// request leaves no end and takes its charge back; a failed one leaves no
+// end but keeps its charge (the engine may have run part of it).
+func TestInFlightKeepsRecentEndsBounded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	tests := []struct {
+		name                 string
+		ends, promptLen      int
+		wantEnds, wantTokens int
+	}{
+		{"few short prompts: all kept", 10, 100, 10, 1_000},
+		{"many short prompts: the latest recentEnds", recentEnds + 30, 100, recentEnds, recentEnds * 100},
+		{"long prompts: as many as the token bound holds", 10, recentEndTokens / 4, 4, recentEndTokens},
+		{"one prompt over the token bound: kept alone", 3, recentEndTokens + 1, 1, recentEndTokens + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newInFlight[*snapshot]()
+			for i := range tt.ends {
+				s := &snapshot{}
+				prompt := make([]uint32, tt.promptLen)
+				prompt[0] = uint32(i)
+				f.add("w", s, prompt, 1, t0)
+				f.done("w", s, true)
+			}
+			fl := f.per["w"]
+			if len(fl.ends) != tt.wantEnds || fl.endToks != tt.wantTokens {
+				t.Fatalf("kept %d ends of %d tokens, want %d of %d", len(fl.ends), fl.endToks, tt.wantEnds, tt.wantTokens)
+			}
+			if last := fl.ends[len(fl.ends)-1]; last.prompt[0] != uint32(tt.ends-1) || last.charged != int64(tt.ends) {
+				t.Fatalf("the last end kept is request %d at %d charged, want the latest, %d at %d", last.prompt[0], last.charged, tt.ends-1, tt.ends)
+			}
+		})
+	}
+	t.Run("abandoned and failed requests", func(t *testing.T) {
+		f := newInFlight[*snapshot]()
+		gone, failed := &snapshot{}, &snapshot{}
+		f.add("w", gone, []uint32{1}, 50, t0)
+		f.add("w", failed, []uint32{2}, 70, t0)
+		f.abandon("w", gone)
+		f.done("w", failed, false)
+		fl := f.per["w"]
+		if len(fl.ends) != 0 || fl.charged != 70 {
+			t.Fatalf("%d ends and %d charged, want none and 70 (the failed request's charge)", len(fl.ends), fl.charged)
+		}
+	})
 }

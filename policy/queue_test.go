@@ -17,41 +17,56 @@ import (
 // next turn matches both. The routing is the same in every row, and so is
 // the prefill the worker is charged for: only the prediction changes.
 //
-// An engine at its running limit whose KV has room keeps what it holds
-// while requests queue for a running place: those ahead of ours fill the
-// room first. There the rule applies only when the queue ahead, each
-// request the size of this prompt, needs at least the KV the running
-// requests leave free. Below its limit, an engine's queue waits for KV;
-// an engine that reports neither limit nor KV size is taken the same way.
+// An engine at its running limit queues for a running place: the requests
+// ahead of ours fill the KV its running requests leave free, then evict
+// least recently used first. Where a request that held the match ended on
+// it lately (the conversation's previous turn), the match is lost when the
+// prefill charged to the engine since, plus that of the requests queued
+// ahead (the newest in flight, as many as wait), reaches the free KV.
+// Where none did, the rule is the coarse one: the queue ahead, each
+// request the size of this prompt, needs at least the free KV. Below its
+// limit, an engine's queue waits for KV; an engine that reports neither
+// limit nor KV size is taken the same way.
 func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 	sys, hist := caTokens(1, 64), caTokens(2, 32)
 	next := caJoin(sys, hist, caTokens(4, 20))       // 116 tokens; a queue of 2 needs 232
 	queued := workers.Load{Waiting: 2}               // no limit or KV size reported
-	held := [][]uint32{caJoin(sys, caTokens(3, 32))} // shares the system prompt
+	held := [][]uint32{caJoin(sys, caTokens(3, 32))} // shares the system prompt; charged 32
+	prev := caJoin(sys, hist, caTokens(8, 8))        // the previous turn: charged 8
+	other := caTokens(9, 80)                         // shares nothing: charged 80
+	atLimit := func(used int) workers.Load {
+		return workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: used, MaxTotalTokens: 1000}
+	}
 	tests := []struct {
 		name     string
 		load     workers.Load // the engine's last poll
+		before   [][]uint32   // prompts placed on it and ended, in order, before inFlight
 		inFlight [][]uint32   // prompts placed on it, outcome not yet seen
 		ended    bool         // their outcomes arrived before the next turn
 		never    bool         // they were abandoned (Decision.Abandoned) instead
 		want     int
 	}{
-		{"engine not queueing: the whole match", workers.Load{}, held, false, false, 96},
-		{"queueing: what a request in flight shares", queued, held, false, false, 64},
-		{"queueing: the longest of several shares", queued,
+		{"engine not queueing: the whole match", workers.Load{}, nil, held, false, false, 96},
+		{"queueing: what a request in flight shares", queued, nil, held, false, false, 64},
+		{"queueing: the longest of several shares", queued, nil,
 			[][]uint32{caTokens(5, 48), caJoin(sys[:32], caTokens(6, 40)), caJoin(sys, hist[:16], caTokens(7, 16))}, false, false, 80},
-		{"queueing: a request of the same conversation holds it all", queued, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, false, 96},
-		{"queueing, nothing in flight: nothing", queued, nil, false, false, 0},
-		{"queueing, the requests in flight have ended: nothing", queued, held, true, false, 0},
-		{"queueing, the requests placed were never sent: nothing", queued, held, false, true, 0},
+		{"queueing: a request of the same conversation holds it all", queued, nil, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, false, 96},
+		{"queueing, nothing in flight: nothing", queued, nil, nil, false, false, 0},
+		{"queueing, the requests in flight have ended: nothing", queued, nil, held, true, false, 0},
+		{"queueing, the requests placed were never sent: nothing", queued, nil, held, false, true, 0},
 		{"below its running limit, queueing for KV: what is held",
-			workers.Load{Waiting: 2, Running: 3, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, held, false, false, 64},
-		{"at its running limit, KV room for the queue ahead: the whole match",
-			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, held, false, false, 96},
-		{"at its running limit, the queue ahead needs just the room left: what is held",
-			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 768, MaxTotalTokens: 1000}, held, false, false, 64},
-		{"at its running limit, less room than the queue ahead needs: what is held",
-			workers.Load{Waiting: 2, Running: 8, MaxRunning: 8, UsedTokens: 900, MaxTotalTokens: 1000}, held, false, false, 64},
+			workers.Load{Waiting: 2, Running: 3, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, nil, held, false, false, 64},
+		{"at its running limit, KV room for the queue ahead: the whole match", atLimit(100), nil, held, false, false, 96},
+		{"at its running limit, the queue ahead needs just the room left: what is held", atLimit(768), nil, held, false, false, 64},
+		{"at its running limit, less room than the queue ahead needs: what is held", atLimit(900), nil, held, false, false, 64},
+		{"at its running limit, the match used lately, the prefill since and ahead fits: the whole match",
+			atLimit(900), [][]uint32{prev}, held, false, false, 96}, // 32 since, 32 ahead; 100 free
+		{"at its running limit, the match used lately, the prefill since and ahead fills the room: what is held",
+			atLimit(936), [][]uint32{prev}, held, false, false, 64}, // 64 free
+		{"at its running limit, the prefill of requests ended since counts: what is held",
+			atLimit(900), [][]uint32{prev, other}, held, false, false, 64}, // 80 + 32 since, 32 ahead
+		{"at its running limit, prefill charged before the match was last used does not count: the whole match",
+			atLimit(900), [][]uint32{other, prev}, held, false, false, 96},
 	}
 	for _, pol := range eventPolicies {
 		for _, tt := range tests {
@@ -60,6 +75,10 @@ func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 				p := pol.new(t)
 				p.SetKVEventMode(w.URL(), true)
 				p.ApplyKVEvents(w.URL(), batch(0, engineChain(caJoin(sys, hist), 16, 100, nil)...))
+				for _, ids := range tt.before {
+					d := caSelectReq(t, p, &policy.Request{InputIDs: ids}, []*workers.Worker{w})
+					p.Observe(&policy.Request{InputIDs: ids}, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
+				}
 				var placed []policy.Decision
 				for _, ids := range tt.inFlight {
 					placed = append(placed, caSelectReq(t, p, &policy.Request{InputIDs: ids}, []*workers.Worker{w}))

@@ -210,7 +210,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		predicted := p.flight.predict(chosen, req.InputIDs, p.blockSize, d.PredictedCachedTokens)
 		d.PredictedCachedTokens, d.queueCut = predicted, d.PredictedCachedTokens-predicted
 		if f != nil {
-			p.flight.add(url, f, req.InputIDs, time.Now())
+			p.flight.add(url, f, req.InputIDs, len(req.InputIDs)-predicted, time.Now())
 		}
 	}
 	for i := range matched { // blocks to tokens, now that the reason is written
@@ -386,7 +386,7 @@ func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
 	if !ok || req == nil || d.Worker == nil {
 		return // a dry run, or a decision this policy did not make
 	}
-	p.flight.done(d.Worker.URL(), f)
+	p.flight.done(d.Worker.URL(), f, o.Err == nil || o.CachedTokens > 0)
 	if d.Worker.Draining() {
 		return
 	}
@@ -425,7 +425,7 @@ type vcaFlight struct {
 
 func (f *vcaFlight) abandoned(d Decision) {
 	if d.Worker != nil {
-		f.p.flight.done(d.Worker.URL(), f)
+		f.p.flight.abandon(d.Worker.URL(), f)
 	}
 }
 
