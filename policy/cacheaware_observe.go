@@ -80,7 +80,7 @@ func (c *CacheAware) Accuracy() Accuracy {
 // would bring it back into the tree as a tenant nobody removes.
 func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 	if s, ok := d.why.(*snapshot); ok && d.Worker != nil && (req == nil || !req.DryRun) {
-		c.flight.done(d.Worker.URL(), s, o.Err == nil || o.CachedTokens > 0)
+		c.flight.done(d.Worker.URL(), s, o.Err == nil || o.CachedTokens > 0, cachedReply(o.OutputIDs))
 	}
 	if d.Worker != nil && d.Worker.Draining() {
 		return

@@ -27,17 +27,19 @@ import (
 // An engine at its running limit queues for a running place, not for KV:
 // the requests ahead of ours fill its free KV and then evict, least
 // recently used first, as much as they add beyond it. Whether that reaches
-// the match depends on when the engine last used the match's pages. So on
-// such an engine cache_aware remembers, per worker, the prompts of the
-// requests that ended there lately (recentEnds of them) and the prefill it
-// has charged the worker since each ended; the match is predicted lost
-// (only what a request in flight shares is kept) when the prefill charged
-// since the last request that held the match ended, plus the prefill of
-// the requests queued ahead, reaches the KV the engine's running requests
-// leave free (see atLimitEvicts). Under overload on the Mooncake traces
-// (8 engines of 8 slots, --speed 5 and 6) this rule cut the misses at the
-// running limit by a fifth to a half; what it leaves are mostly prefixes
-// the engine lost only in part, whose extent no such rule tells.
+// the match depends on when the engine last used the match's pages. So
+// the policies remember, per worker, what the requests that ended there
+// lately had cached (their prompts and replies, recentEnds of them) and the
+// KV their requests added there since each ended (prefill charged, replies
+// of those that ended); the match is predicted lost (only what a request
+// in flight shares is kept) when the KV added since the last request that
+// held the match ended, plus the prefill of the requests queued ahead,
+// reaches the KV the engine's running requests leave free (see
+// atLimitEvicts). Under overload on the Mooncake traces (8 engines of 8
+// slots) this rule removed a quarter to a half of the misses; most of what
+// it leaves are prefixes the engine lost only in part, whose extent no
+// such rule tells (BENCHMARKS.md, "A full engine's eviction predicted from
+// the match's last use").
 //
 // The engine is chosen before, from the match, as without the rule, and
 // the prefill the worker is charged for the request (Decision.PrefillTokens)
@@ -62,9 +64,11 @@ type inFlight[K comparable] struct {
 type flights[K comparable] struct {
 	reqs    map[K]flight
 	sweepAt int // sweep entries past inFlightMaxAge when reqs reaches it
-	// charged is the prefill (prompt less prediction) of every request
-	// placed on the worker so far; ends the latest requests that ended
-	// there, oldest first, at most recentEnds and recentEndTokens.
+	// charged is the KV the router's requests added on the worker so
+	// far: the prefill (prompt less prediction) of every request placed
+	// there, and the output of every one that ended. ends are the latest
+	// requests that ended there, oldest first, at most recentEnds and
+	// recentEndTokens.
 	charged int64
 	ends    []ended
 	endToks int
@@ -76,11 +80,28 @@ type flight struct {
 	charge int // the prefill the worker was charged: prompt less prediction
 }
 
-// ended is a request that ended on the worker, and the prefill charged to
-// the worker up to its end (flights.charged then).
+// ended is a request that ended on the worker, what the engine cached of it
+// (its prompt, then its reply), and the KV charged to the worker up to its
+// end (flights.charged then).
 type ended struct {
-	prompt  []uint32
-	charged int64
+	prompt, reply []uint32
+	charged       int64
+}
+
+// holds reports whether the engine cached ids[from:to] where e had them: e's
+// prompt followed by its reply holds those tokens at those positions.
+func (e ended) holds(ids []uint32, from, to int) bool {
+	p, r := e.prompt, e.reply
+	if to > len(p)+len(r) {
+		return false
+	}
+	if from < len(p) {
+		if !slices.Equal(p[from:min(to, len(p))], ids[from:min(to, len(p))]) {
+			return false
+		}
+		from = len(p)
+	}
+	return from >= to || slices.Equal(r[from-len(p):to-len(p)], ids[from:to])
 }
 
 // recentEnds and recentEndTokens bound the prompts of ended requests kept
@@ -123,8 +144,8 @@ func (f *inFlight[K]) add(url string, s K, prompt []uint32, charge int, now time
 
 // done ends s's count on url. used says its request ran there (it did not
 // fail before the engine had it), so the engine last used its prompt's
-// pages then.
-func (f *inFlight[K]) done(url string, s K, used bool) {
+// pages then, and cached reply (the output but its last token) after them.
+func (f *inFlight[K]) done(url string, s K, used bool, reply []uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.per[url]
@@ -139,11 +160,12 @@ func (f *inFlight[K]) done(url string, s K, used bool) {
 	if !used {
 		return
 	}
-	fl.ends = append(fl.ends, ended{prompt: r.prompt, charged: fl.charged})
-	fl.endToks += len(r.prompt)
+	fl.charged += int64(len(reply))
+	fl.ends = append(fl.ends, ended{prompt: r.prompt, reply: reply, charged: fl.charged})
+	fl.endToks += len(r.prompt) + len(reply)
 	drop := 0
 	for len(fl.ends)-drop > recentEnds || (fl.endToks > recentEndTokens && len(fl.ends)-drop > 1) {
-		fl.endToks -= len(fl.ends[drop].prompt)
+		fl.endToks -= len(fl.ends[drop].prompt) + len(fl.ends[drop].reply)
 		drop++
 	}
 	if drop > 0 {
@@ -227,13 +249,14 @@ func engineQueueing(v workers.View) (queueing, atLimit bool) {
 // requests waiting in its queue, evicts the first matched tokens of prompt
 // before a request for it, sent now, is admitted. It fills the KV its
 // running requests leave free (MaxTotalTokens less UsedTokens) first, then
-// evicts least recently used first: the match goes when the prefill added
-// since the engine last used it, and by the requests queued ahead (the
-// Waiting newest of ours in flight there), reaches that free KV. The
-// prefill added since is what this router charged the worker after the
-// latest request that held the match ended there; the prefill charged to
-// those still queued is in both terms, which a fit over overloaded runs
-// did not find worth correcting.
+// evicts least recently used first: the match goes when the KV added since
+// the engine last used it, and by the requests queued ahead (the Waiting
+// newest of ours in flight there), reaches that free KV. The KV added
+// since is the prefill this router charged the worker after the
+// latest request that held the match ended there, and the replies of
+// those that ended since (their decode took KV too); the prefill charged
+// to those still queued is in both terms, which a fit over overloaded runs
+// did not find worth correcting (bench/results/atlimit-2026-12-01/fit.py).
 //
 // When no request that held the match ended there lately, when it last
 // used the match is not known, and the rule is the coarse one: the queue
@@ -250,16 +273,14 @@ func (fl *flights[K]) atLimitEvicts(l workers.Load, prompt []uint32, pageSize, m
 	return since+fl.aheadCharge(l.Waiting) >= free
 }
 
-// chargedSinceEnd is the prefill charged to the worker since the latest
-// ended request whose prompt held the first matched tokens of prompt.
+// chargedSinceEnd is the KV charged to the worker since the latest ended
+// request that held the first matched tokens of prompt.
 func (fl *flights[K]) chargedSinceEnd(prompt []uint32, pageSize, matched int) (int64, bool) {
 	last := max(0, matched-pageSize) // compared first: the page a match ends on tells most apart
 	for i := len(fl.ends) - 1; i >= 0; i-- {
-		p := fl.ends[i].prompt
-		if len(p) < matched || !slices.Equal(p[last:matched], prompt[last:matched]) || !slices.Equal(p[:last], prompt[:last]) {
-			continue
+		if e := fl.ends[i]; e.holds(prompt, last, matched) && e.holds(prompt, 0, last) {
+			return fl.charged - e.charged, true
 		}
-		return fl.charged - fl.ends[i].charged, true
 	}
 	return 0, false
 }
@@ -312,4 +333,13 @@ func (f *inFlight[K]) evictsAtLimit(url string, l workers.Load, prompt []uint32,
 		fl = &flights[K]{} // nothing placed there: nothing known
 	}
 	return fl.atLimitEvicts(l, prompt, pageSize, matched)
+}
+
+// cachedReply is what an engine caches of a request's output after its
+// prompt: all of it but the last token, which no step has read yet.
+func cachedReply(out []uint32) []uint32 {
+	if len(out) < 2 {
+		return nil
+	}
+	return out[:len(out)-1]
 }

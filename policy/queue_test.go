@@ -41,32 +41,37 @@ func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 		name     string
 		load     workers.Load // the engine's last poll
 		before   [][]uint32   // prompts placed on it and ended, in order, before inFlight
+		reply    []uint32     // the output of before's last request
 		inFlight [][]uint32   // prompts placed on it, outcome not yet seen
 		ended    bool         // their outcomes arrived before the next turn
 		never    bool         // they were abandoned (Decision.Abandoned) instead
 		want     int
 	}{
-		{"engine not queueing: the whole match", workers.Load{}, nil, held, false, false, 96},
-		{"queueing: what a request in flight shares", queued, nil, held, false, false, 64},
-		{"queueing: the longest of several shares", queued, nil,
+		{"engine not queueing: the whole match", workers.Load{}, nil, nil, held, false, false, 96},
+		{"queueing: what a request in flight shares", queued, nil, nil, held, false, false, 64},
+		{"queueing: the longest of several shares", queued, nil, nil,
 			[][]uint32{caTokens(5, 48), caJoin(sys[:32], caTokens(6, 40)), caJoin(sys, hist[:16], caTokens(7, 16))}, false, false, 80},
-		{"queueing: a request of the same conversation holds it all", queued, nil, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, false, 96},
-		{"queueing, nothing in flight: nothing", queued, nil, nil, false, false, 0},
-		{"queueing, the requests in flight have ended: nothing", queued, nil, held, true, false, 0},
-		{"queueing, the requests placed were never sent: nothing", queued, nil, held, false, true, 0},
+		{"queueing: a request of the same conversation holds it all", queued, nil, nil, [][]uint32{caJoin(sys, hist, caTokens(3, 40))}, false, false, 96},
+		{"queueing, nothing in flight: nothing", queued, nil, nil, nil, false, false, 0},
+		{"queueing, the requests in flight have ended: nothing", queued, nil, nil, held, true, false, 0},
+		{"queueing, the requests placed were never sent: nothing", queued, nil, nil, held, false, true, 0},
 		{"below its running limit, queueing for KV: what is held",
-			workers.Load{Waiting: 2, Running: 3, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, nil, held, false, false, 64},
-		{"at its running limit, KV room for the queue ahead: the whole match", atLimit(100), nil, held, false, false, 96},
-		{"at its running limit, the queue ahead needs just the room left: what is held", atLimit(768), nil, held, false, false, 64},
-		{"at its running limit, less room than the queue ahead needs: what is held", atLimit(900), nil, held, false, false, 64},
+			workers.Load{Waiting: 2, Running: 3, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, nil, nil, held, false, false, 64},
+		{"at its running limit, KV room for the queue ahead: the whole match", atLimit(100), nil, nil, held, false, false, 96},
+		{"at its running limit, the queue ahead needs just the room left: what is held", atLimit(768), nil, nil, held, false, false, 64},
+		{"at its running limit, less room than the queue ahead needs: what is held", atLimit(900), nil, nil, held, false, false, 64},
 		{"at its running limit, the match used lately, the prefill since and ahead fits: the whole match",
-			atLimit(900), [][]uint32{prev}, held, false, false, 96}, // 32 since, 32 ahead; 100 free
+			atLimit(900), [][]uint32{prev}, nil, held, false, false, 96}, // 32 since, 32 ahead; 100 free
 		{"at its running limit, the match used lately, the prefill since and ahead fills the room: what is held",
-			atLimit(936), [][]uint32{prev}, held, false, false, 64}, // 64 free
+			atLimit(936), [][]uint32{prev}, nil, held, false, false, 64}, // 64 free
 		{"at its running limit, the prefill of requests ended since counts: what is held",
-			atLimit(900), [][]uint32{prev, other}, held, false, false, 64}, // 80 + 32 since, 32 ahead
+			atLimit(900), [][]uint32{prev, other}, nil, held, false, false, 64}, // 80 + 32 since, 32 ahead
+		{"at its running limit, the output of requests ended since counts: what is held",
+			atLimit(860), [][]uint32{prev, other[:40]}, other[40:], held, false, false, 64}, // 40 + 39 + 32 since, 32 ahead; 140 free
 		{"at its running limit, prefill charged before the match was last used does not count: the whole match",
-			atLimit(900), [][]uint32{other, prev}, held, false, false, 96},
+			atLimit(900), [][]uint32{other, prev}, nil, held, false, false, 96},
+		{"at its running limit, the match runs into the reply of the turn before: the whole match",
+			atLimit(900), [][]uint32{caJoin(sys, hist[:16])}, caJoin(hist[16:], caTokens(8, 1)), held, false, false, 96},
 	}
 	for _, pol := range eventPolicies {
 		for _, tt := range tests {
@@ -75,9 +80,13 @@ func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 				p := pol.new(t)
 				p.SetKVEventMode(w.URL(), true)
 				p.ApplyKVEvents(w.URL(), batch(0, engineChain(caJoin(sys, hist), 16, 100, nil)...))
-				for _, ids := range tt.before {
+				for i, ids := range tt.before {
 					d := caSelectReq(t, p, &policy.Request{InputIDs: ids}, []*workers.Worker{w})
-					p.Observe(&policy.Request{InputIDs: ids}, d, policy.Outcome{CachedTokens: d.PredictedCachedTokens})
+					o := policy.Outcome{CachedTokens: d.PredictedCachedTokens}
+					if i == len(tt.before)-1 {
+						o.OutputIDs = tt.reply
+					}
+					p.Observe(&policy.Request{InputIDs: ids}, d, o)
 				}
 				var placed []policy.Decision
 				for _, ids := range tt.inFlight {

@@ -386,7 +386,7 @@ func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
 	if !ok || req == nil || d.Worker == nil {
 		return // a dry run, or a decision this policy did not make
 	}
-	p.flight.done(d.Worker.URL(), f, o.Err == nil || o.CachedTokens > 0)
+	p.flight.done(d.Worker.URL(), f, o.Err == nil || o.CachedTokens > 0, cachedReply(o.OutputIDs))
 	if d.Worker.Draining() {
 		return
 	}
