@@ -36,7 +36,7 @@ import (
 // held the match ended, plus the prefill of the requests queued ahead,
 // reaches the KV the engine's running requests leave free (see
 // atLimitEvicts). Under overload on the Mooncake traces (8 engines of 8
-// slots) this rule removed a quarter to a half of the misses; most of what
+// slots) this rule removed up to half of the misses; most of what
 // it leaves are prefixes the engine lost only in part, whose extent no
 // such rule tells (BENCHMARKS.md, "A full engine's eviction predicted from
 // the match's last use").
@@ -104,12 +104,12 @@ func (e ended) holds(ids []uint32, from, to int) bool {
 	return from >= to || slices.Equal(r[from-len(p):to-len(p)], ids[from:to])
 }
 
-// recentEnds and recentEndTokens bound the prompts of ended requests kept
-// per worker. Under overload on the conversation trace (8 engines of 8
-// slots) the matches an engine at its limit lost were last used 6 to 17 s
-// before, some 10 to 25 requests ago on that engine; 64 covers that with
-// room, and the token bound keeps long prompts from holding more than a
-// few megabytes per worker.
+// recentEnds and recentEndTokens bound the ended requests kept per worker.
+// Under overload on the conversation trace (8 engines of 8 slots) the
+// matches an engine at its limit lost had last been used a median of 10 to
+// 11 s before (the 90th percentile 13 to 15 s), some 20 requests ago on
+// that engine at most; 64 covers that with room, and the token bound keeps
+// long prompts from holding more than 4 MB per worker.
 const (
 	recentEnds      = 64
 	recentEndTokens = 1 << 20
