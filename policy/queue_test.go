@@ -20,8 +20,9 @@ import (
 // An engine at its running limit queues for a running place: the requests
 // ahead of ours fill the KV its running requests leave free, then evict
 // least recently used first. Where a request that held the match ended on
-// it lately (the conversation's previous turn), the match is lost when the
-// prefill charged to the engine since, plus that of the requests queued
+// it lately (the conversation's previous turn, its reply included), the
+// match is lost when the KV added there since (the prefill charged, the
+// replies of requests that ended), plus the prefill of the requests queued
 // ahead (the newest in flight, as many as wait), reaches the free KV.
 // Where none did, the rule is the coarse one: the queue ahead, each
 // request the size of this prompt, needs at least the free KV. Below its
