@@ -107,9 +107,10 @@ func (e ended) holds(ids []uint32, from, to int) bool {
 // recentEnds and recentEndTokens bound the ended requests kept per worker.
 // Under overload on the conversation trace (8 engines of 8 slots) the
 // matches an engine at its limit lost had last been used a median of 10 to
-// 11 s before (the 90th percentile 13 to 15 s), some 20 requests ago on
-// that engine at most; 64 covers that with room, and the token bound keeps
-// long prompts from holding more than 4 MB per worker.
+// 11 s before (the 90th percentile 13 to 15 s), with a median of 13 to 17
+// and at most 35 requests ended on that engine since; 64 covers that with
+// room, and the token bound keeps long prompts from holding more than 4 MB
+// per worker.
 const (
 	recentEnds      = 64
 	recentEndTokens = 1 << 20
@@ -227,15 +228,14 @@ func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit int) i
 	return best
 }
 
-// engineQueueing reports whether a request sent to v now waits in its
-// engine's queue for KV room, while the requests ahead of it push out every
-// page no running request holds: the engine said at its last load poll
-// that requests wait there, and it runs fewer than its running limit (or
-// reports no limit or no KV size, taken the same way). atLimit reports an
-// engine that queues at its limit instead, for a running place (see
+// engineQueueing reports whether a request sent now to an engine whose last
+// load poll was l waits in its queue for KV room, while the requests ahead
+// of it push out every page no running request holds: the poll said that
+// requests wait there, and the engine runs fewer than its running limit
+// (or reports no limit or no KV size, taken the same way). atLimit reports
+// an engine that queues at its limit instead, for a running place (see
 // atLimitEvicts).
-func engineQueueing(v workers.View) (queueing, atLimit bool) {
-	l := v.EngineLoad()
+func engineQueueing(l workers.Load) (queueing, atLimit bool) {
 	switch {
 	case l.Waiting == 0:
 		return false, false
@@ -313,12 +313,13 @@ func (f *inFlight[K]) predict(v workers.View, prompt []uint32, pageSize, matched
 	if matched == 0 {
 		return 0
 	}
-	queueing, atLimit := engineQueueing(v)
+	l := v.EngineLoad()
+	queueing, atLimit := engineQueueing(l)
 	if !queueing && !atLimit {
 		return matched
 	}
 	url := v.URL()
-	if atLimit && !f.evictsAtLimit(url, v.EngineLoad(), prompt, pageSize, matched) {
+	if atLimit && !f.evictsAtLimit(url, l, prompt, pageSize, matched) {
 		return matched
 	}
 	return f.shared(url, prompt, pageSize, matched)
