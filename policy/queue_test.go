@@ -12,7 +12,9 @@ import (
 // last load poll reported requests waiting in its own queue, a request sent
 // now waits there while the ones admitted before it evict every page no
 // running request holds, so the prediction keeps only the part of the match
-// that a request of ours in flight on it shares. The engine's events hold
+// that a request of ours running on it then shares: one of the newest in
+// flight, as many as the engine runs (at its running limit, any in flight).
+// The engine's events hold
 // a system prompt (4 pages) and a conversation's history (2 pages); the
 // next turn matches both. The routing is the same in every row, and so is
 // the prefill the worker is charged for: only the prediction changes.
@@ -31,7 +33,7 @@ import (
 func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 	sys, hist := caTokens(1, 64), caTokens(2, 32)
 	next := caJoin(sys, hist, caTokens(4, 20))       // 116 tokens; a queue of 2 needs 232
-	queued := workers.Load{Waiting: 2}               // no limit or KV size reported
+	queued := workers.Load{Waiting: 2, Running: 4}   // no limit or KV size reported
 	held := [][]uint32{caJoin(sys, caTokens(3, 32))} // shares the system prompt; charged 32
 	prev := caJoin(sys, hist, caTokens(8, 8))        // the previous turn: charged 8
 	other := caTokens(9, 80)                         // shares nothing: charged 80
@@ -56,11 +58,19 @@ func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 		{"queueing, nothing in flight: nothing", queued, nil, nil, nil, false, false, 0},
 		{"queueing, the requests in flight have ended: nothing", queued, nil, nil, held, true, false, 0},
 		{"queueing, the requests placed were never sent: nothing", queued, nil, nil, held, false, true, 0},
+		{"queueing, the engine runs nothing: nothing", workers.Load{Waiting: 2}, nil, nil, held, false, false, 0},
+		{"queueing, the request sharing the match placed last, as many as run: what it holds",
+			workers.Load{Waiting: 1, Running: 1}, nil, nil, [][]uint32{other, held[0]}, false, false, 64},
+		{"queueing, the request sharing the match placed before as many as run: it will have ended, nothing",
+			workers.Load{Waiting: 1, Running: 1}, nil, nil, [][]uint32{held[0], other}, false, false, 0},
 		{"below its running limit, queueing for KV: what is held",
 			workers.Load{Waiting: 2, Running: 3, MaxRunning: 8, UsedTokens: 100, MaxTotalTokens: 1000}, nil, nil, held, false, false, 64},
 		{"at its running limit, KV room for the queue ahead: the whole match", atLimit(100), nil, nil, held, false, false, 96},
 		{"at its running limit, the queue ahead needs just the room left: what is held", atLimit(768), nil, nil, held, false, false, 64},
 		{"at its running limit, less room than the queue ahead needs: what is held", atLimit(900), nil, nil, held, false, false, 64},
+		{"at its running limit, less room than the queue ahead needs: what a request in flight holds, placed before as many as run too",
+			workers.Load{Waiting: 1, Running: 1, MaxRunning: 1, UsedTokens: 900, MaxTotalTokens: 1000}, nil, nil,
+			[][]uint32{held[0], other}, false, false, 64},
 		{"at its running limit, the match used lately, the prefill since and ahead fits: the whole match",
 			atLimit(900), [][]uint32{prev}, nil, held, false, false, 96}, // 32 since, 32 ahead; 100 free
 		{"at its running limit, the match used lately, the prefill since and ahead fills the room: what is held",
