@@ -197,8 +197,8 @@ func (f *inFlight[K]) forget(url string) {
 
 // shared is the longest prefix of prompt, in whole pages and at most limit
 // tokens, that one of the newest holders requests in flight on url shares
-// (all of them when there are no more than holders; none when holders is
-// 0). A candidate can only beat the best so far by matching the page after
+// (all of them when there are no more than holders; none when holders is 0
+// or less). A candidate can only beat the best so far by matching the page after
 // it, so that page is compared first and most candidates are passed over in
 // one page.
 func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit, holders int) int {
@@ -236,8 +236,8 @@ func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit, holde
 	return best
 }
 
-// newestPlacedSince is when the n-th newest request in flight was placed
-// (n at most how many are).
+// newestPlacedSince is when the n-th newest request in flight was placed,
+// for n from 1 to how many are.
 func (fl *flights[K]) newestPlacedSince(n int) time.Time {
 	ats := make([]time.Time, 0, len(fl.reqs))
 	for _, r := range fl.reqs {

@@ -14,10 +14,10 @@ import (
 // running request holds, so the prediction keeps only the part of the match
 // that a request of ours running on it then shares: one of the newest in
 // flight, as many as the engine runs (at its running limit, any in flight).
-// The engine's events hold
-// a system prompt (4 pages) and a conversation's history (2 pages); the
-// next turn matches both. The routing is the same in every row, and so is
-// the prefill the worker is charged for: only the prediction changes.
+// The engine's events hold a system prompt (4 pages) and a conversation's
+// history (2 pages); the next turn matches both. The routing is the same
+// in every row, and so is the prefill the worker is charged for: only the
+// prediction changes.
 //
 // An engine at its running limit queues for a running place: the requests
 // ahead of ours fill the KV its running requests leave free, then evict
