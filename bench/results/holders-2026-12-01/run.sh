@@ -3,7 +3,8 @@
 # Each case runs the build before and the change at the same time, and logs
 # their exactness and misses by cause. SET: first (first/, the first version
 # against acadfe8), merged (merged/), makebench (makebench/: make bench's
-# multiturn and trace workloads).
+# multiturn and trace workloads), untuned (untuned/: parts of the traces
+# the change was not looked at on, at a speed it was not run at).
 set=$1; out=$2; old=$3; new=$4; mkdir -p $out
 T=bench/testdata/traces
 pair() { tag=$1; pol=$2; shift 2
@@ -34,6 +35,10 @@ merged)
 makebench)
   pair multiturn cache_aware --workload multiturn --users 256
   pair trace cache_aware --workload trace --trace $T/synthetic_trace.jsonl --speed 3 ;;
-*) echo "usage: $0 first|merged|makebench OUTDIR OLD_BIN NEW_BIN" >&2; exit 2 ;;
+untuned)
+  python3 bench/results/unseen-2026-11-30/slices.py $out
+  pair conv6000 cache_aware --workload trace --trace $out/conv-6000.jsonl --speed 5 --requests 2000 --slo-ttft 2s --max-running 256
+  pair synth2000 cache_aware --workload trace --trace $out/synth-2000.jsonl --speed 5 --requests 2000 --slo-ttft 2s --max-running 256 ;;
+*) echo "usage: $0 first|merged|makebench|untuned OUTDIR OLD_BIN NEW_BIN" >&2; exit 2 ;;
 esac
 echo "== $(date -u +%H:%M:%S) done" >> $out/log.txt
