@@ -79,8 +79,9 @@ func (c *CacheAware) Accuracy() Accuracy {
 // being removed, so an insert arriving after the router has forgotten it
 // would bring it back into the tree as a tenant nobody removes.
 func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
+	cached := cachedReply(o.OutputIDs)
 	if s, ok := d.why.(*snapshot); ok && d.Worker != nil && (req == nil || !req.DryRun) {
-		c.flight.done(d.Worker.URL(), s, o.Err == nil || o.CachedTokens > 0, cachedReply(o.OutputIDs))
+		c.flight.done(d.Worker.URL(), s, o.Err == nil || o.CachedTokens > 0, cached)
 	}
 	if d.Worker != nil && d.Worker.Draining() {
 		return
@@ -94,8 +95,11 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 			}
 		}
 		var reply []uint32
+		if o.Err == nil {
+			reply = cached
+		}
 		tick := d.tick
-		if o.Err == nil && len(o.OutputIDs) > 1 {
+		if len(reply) > 0 {
 			// The engine stores the reply's pages as the request ends,
 			// and their events may reach the router after the client's
 			// next turn does: expect them now, like the prompt's. The
@@ -104,7 +108,6 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 			// joined. Pages the events removed since the decision are
 			// not expected again (see removals): the expectation stops
 			// at the first of them.
-			reply = o.OutputIDs[:len(o.OutputIDs)-1]
 			if s, ok := d.why.(*snapshot); ok {
 				if cut := c.removed.cut(url, s.removals, req.InputIDs, reply); cut <= len(req.InputIDs) {
 					reply = nil
@@ -120,8 +123,8 @@ func (c *CacheAware) Observe(req *Request, d Decision, o Outcome) {
 		return
 	}
 	c.observe(req, d, o)
-	if req != nil && !req.DryRun && d.Worker != nil && o.Err == nil && len(o.OutputIDs) > 1 {
-		c.tree.Extend(d.tick, req.InputIDs, o.OutputIDs[:len(o.OutputIDs)-1], d.Worker.URL())
+	if req != nil && !req.DryRun && d.Worker != nil && o.Err == nil && len(cached) > 0 {
+		c.tree.Extend(d.tick, req.InputIDs, cached, d.Worker.URL())
 	}
 }
 

@@ -198,9 +198,9 @@ func (f *inFlight[K]) forget(url string) {
 // shared is the longest prefix of prompt, in whole pages and at most limit
 // tokens, that one of the newest holders requests in flight on url shares
 // (all of them when there are no more than holders; none when holders is 0
-// or less). A candidate can only beat the best so far by matching the page after
-// it, so that page is compared first and most candidates are passed over in
-// one page.
+// or less). A candidate can only beat the best so far by matching the page
+// after it, so that page is compared first and most candidates are passed
+// over in one page.
 func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit, holders int) int {
 	limit = min(limit, len(prompt)) / pageSize * pageSize
 	f.mu.Lock()
@@ -211,7 +211,7 @@ func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit, holde
 	}
 	var since time.Time // when set, requests placed before it do not count
 	if holders < len(fl.reqs) {
-		since = fl.newestPlacedSince(holders)
+		since = fl.newestFirst()[holders-1].at
 	}
 	best := 0
 	for _, r := range fl.reqs {
@@ -236,15 +236,15 @@ func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit, holde
 	return best
 }
 
-// newestPlacedSince is when the n-th newest request in flight was placed,
-// for n from 1 to how many are.
-func (fl *flights[K]) newestPlacedSince(n int) time.Time {
-	ats := make([]time.Time, 0, len(fl.reqs))
+// newestFirst is the worker's requests in flight, the last placed first:
+// an engine that serves in arrival order admits them in the reverse order.
+func (fl *flights[K]) newestFirst() []flight {
+	rs := make([]flight, 0, len(fl.reqs))
 	for _, r := range fl.reqs {
-		ats = append(ats, r.at)
+		rs = append(rs, r)
 	}
-	slices.SortFunc(ats, time.Time.Compare)
-	return ats[len(ats)-n]
+	slices.SortFunc(rs, func(a, b flight) int { return b.at.Compare(a.at) })
+	return rs
 }
 
 // engineQueueing reports whether a request sent now to an engine whose last
@@ -311,11 +311,7 @@ func (fl *flights[K]) aheadCharge(n int) int64 {
 	if n <= 0 || len(fl.reqs) == 0 {
 		return 0
 	}
-	rs := make([]flight, 0, len(fl.reqs))
-	for _, r := range fl.reqs {
-		rs = append(rs, r)
-	}
-	slices.SortFunc(rs, func(a, b flight) int { return b.at.Compare(a.at) })
+	rs := fl.newestFirst()
 	var sum int64
 	for _, r := range rs[:min(n, len(rs))] {
 		sum += int64(r.charge)

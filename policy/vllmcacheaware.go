@@ -396,10 +396,11 @@ func (p *VllmCacheAware) Observe(req *Request, d Decision, o Outcome) {
 		p.misses.note(p.log, missed{req: req, d: d, pageSize: p.blockSize, confirmed: d.PredictedCachedTokens,
 			reported: reported, load: f.load, limit: f.limit, events: p.isExact(d.Worker.URL())})
 	}
-	if o.Err != nil || len(o.OutputIDs) < 2 {
+	reply := cachedReply(o.OutputIDs)
+	if o.Err != nil || len(reply) == 0 {
 		return
 	}
-	prompt, reply := req.InputIDs, o.OutputIDs[:len(o.OutputIDs)-1]
+	prompt := req.InputIDs
 	if (len(prompt)+len(reply))/p.blockSize == len(prompt)/p.blockSize {
 		return // the reply completes no block
 	}
