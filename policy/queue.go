@@ -195,30 +195,62 @@ func (f *inFlight[K]) forget(url string) {
 	delete(f.per, url)
 }
 
+// holders says which of a worker's requests in flight hold their pages
+// when its engine admits the next request: the newest of them (the last
+// placed), and, when young is set, any placed at or after since.
+type holders struct {
+	newest int
+	young  bool
+	since  time.Time
+}
+
+// youngHold is the share of an engine's mean request duration
+// (workers.View.MeanRequestSeconds, from placement to end, its time in
+// the engine's queue included) within which a request placed there still
+// runs when an engine queueing for KV admits the next one: it has most of
+// its run ahead of it. Counting only the newest running ones left, on
+// engines of 256 slots, misses where an older request still ran and held
+// the match; how long ago it was placed told those apart (the ones still
+// held a median of 0.5 of the mean duration before, the evicted ones
+// 0.85 to 0.9). Replayed on the same decisions, 0.6 was the best share on
+// the two Mooncake traces at --speed 6 and shared prefixes at 40 QPS, and
+// on trace parts and speeds it was not chosen on it removed 1 to 29 of 13
+// to 119 misses (bench/results/young-2026-12-01).
+const youngHold = 0.6
+
 // shared is the longest prefix of prompt, in whole pages and at most limit
-// tokens, that one of the newest holders requests in flight on url shares
-// (all of them when there are no more than holders; none when holders is 0
-// or less). A candidate can only beat the best so far by matching the page
-// after it, so that page is compared first and most candidates are passed
-// over in one page.
-func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit, holders int) int {
+// tokens, that one of the requests in flight on url that h counts shares.
+// A candidate can only beat the best so far by matching the page after
+// it, so that page is compared first and most candidates are passed over
+// in one page.
+func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit int, h holders) int {
 	limit = min(limit, len(prompt)) / pageSize * pageSize
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.per[url]
-	if fl == nil || holders <= 0 {
+	if fl == nil {
 		return 0
 	}
-	var since time.Time // when set, requests placed before it do not count
-	if holders < len(fl.reqs) {
-		since = fl.newestFirst()[holders-1].at
+	var from time.Time // requests placed before it do not count
+	switch {
+	case h.newest >= len(fl.reqs):
+		// every one counts
+	case h.newest > 0:
+		from = fl.newestFirst()[h.newest-1].at
+		if h.young && h.since.Before(from) {
+			from = h.since
+		}
+	case h.young:
+		from = h.since
+	default:
+		return 0
 	}
 	best := 0
 	for _, r := range fl.reqs {
 		if best >= limit {
 			break
 		}
-		if r.at.Before(since) {
+		if r.at.Before(from) {
 			continue
 		}
 		p := r.prompt
@@ -330,8 +362,9 @@ func (fl *flights[K]) aheadCharge(n int) int64 {
 // counts is the requests the engine runs when it admits this one: it
 // admits in arrival order and runs about as many at a time as its last
 // poll said (l.Running), so those are the newest that many of ours in
-// flight there; the older ones will have ended, and their pages gone to
-// the queue's admissions. On engines of 256 slots with full KV (the
+// flight there, and with them any placed there lately (youngHold); the
+// older ones will have ended, and their pages gone to the queue's
+// admissions. On engines of 256 slots with full KV (the
 // conversation trace at --speed 6), with every request in flight counted,
 // 59 of the 61 predictions above the engine's report were matches one of
 // them shared whole, evicted by the admission all the same; counting the
@@ -352,12 +385,16 @@ func (f *inFlight[K]) predict(v workers.View, prompt []uint32, pageSize, matched
 	}
 	url := v.URL()
 	if queueing {
-		return f.shared(url, prompt, pageSize, matched, l.Running)
+		h := holders{newest: l.Running}
+		if mean := v.MeanRequestSeconds(); mean > 0 {
+			h.young, h.since = true, time.Now().Add(-time.Duration(youngHold*mean*float64(time.Second)))
+		}
+		return f.shared(url, prompt, pageSize, matched, h)
 	}
 	if !f.evictsAtLimit(url, l, prompt, pageSize, matched) {
 		return matched
 	}
-	return f.shared(url, prompt, pageSize, matched, math.MaxInt)
+	return f.shared(url, prompt, pageSize, matched, holders{newest: math.MaxInt})
 }
 
 // evictsAtLimit is atLimitEvicts for url's requests.

@@ -2,6 +2,8 @@ package policy_test
 
 import (
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/kvgate/kvgate/policy"
 	"github.com/kvgate/kvgate/workers"
@@ -13,7 +15,9 @@ import (
 // now waits there while the ones admitted before it evict every page no
 // running request holds, so the prediction keeps only the part of the match
 // that a request of ours running on it then shares: one of the newest in
-// flight, as many as the engine runs (at its running limit, any in flight).
+// flight, as many as the engine runs (at its running limit, any in flight;
+// no request has ended on the engine here, so none counts by how lately it
+// was placed: see the next test).
 // The engine's events hold a system prompt (4 pages) and a conversation's
 // history (2 pages); the next turn matches both. The routing is the same
 // in every row, and so is the prefill the worker is charged for: only the
@@ -124,6 +128,57 @@ func TestPredictsQueuedEngineKeepsOnlyHeldPages(t *testing.T) {
 				if got, want := d.PrefillTokens(len(next)), len(next)-96; got != want {
 					t.Fatalf("the worker is charged %d tokens of prefill, want %d: the prompt less the match it was routed by", got, want)
 				}
+			})
+		}
+	}
+}
+
+// TestPredictsQueuedEngineKeepsPagesOfRequestsPlacedLately, for both
+// policies: on an engine queueing for KV, a request of ours placed there
+// lately still runs when the engine admits the next one, even when newer
+// ones outnumber what the engine runs; lately is within youngHold (0.6) of
+// the engine's mean request duration, learned from requests that ended
+// there. The sharing request is placed first and another after it; the
+// engine runs one and queues one, so the sharing request counts only by
+// its age. The clock is synctest's.
+func TestPredictsQueuedEngineKeepsPagesOfRequestsPlacedLately(t *testing.T) {
+	sys, hist := caTokens(1, 64), caTokens(2, 32)
+	next := caJoin(sys, hist, caTokens(4, 20))
+	held := caJoin(sys, caTokens(3, 32)) // shares the system prompt, 64 tokens
+	other := caTokens(9, 80)
+	tests := []struct {
+		name string
+		mean time.Duration // the engine's mean request duration; 0: none ended yet
+		age  time.Duration // how long before the decision held was placed
+		want int
+	}{
+		{"no request ended there: only the newest as many as run", 0, time.Second, 0},
+		{"placed half a mean request ago: what it holds", 10 * time.Second, 5 * time.Second, 64},
+		{"placed just within 0.6 of a mean request ago: what it holds", 10 * time.Second, 6*time.Second - time.Millisecond, 64},
+		{"placed 0.7 of a mean request ago: it will have ended, nothing", 10 * time.Second, 7 * time.Second, 0},
+	}
+	for _, pol := range eventPolicies {
+		for _, tt := range tests {
+			t.Run(pol.name+"/"+tt.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					w := fleet(1)[0]
+					if tt.mean > 0 {
+						release := w.Acquire()
+						time.Sleep(tt.mean)
+						release()
+					}
+					p := pol.new(t)
+					p.SetKVEventMode(w.URL(), true)
+					p.ApplyKVEvents(w.URL(), batch(0, engineChain(caJoin(sys, hist), 16, 100, nil)...))
+					caSelectReq(t, p, &policy.Request{InputIDs: held}, []*workers.Worker{w})
+					time.Sleep(tt.age)
+					caSelectReq(t, p, &policy.Request{InputIDs: other}, []*workers.Worker{w})
+					w.SetEngineLoad(workers.Load{Waiting: 1, Running: 1})
+					d := caSelectReq(t, p, &policy.Request{InputIDs: next, DryRun: true}, []*workers.Worker{w})
+					if got := d.PredictedCachedTokens; got != tt.want {
+						t.Fatalf("predicted %d cached, want %d", got, tt.want)
+					}
+				})
 			})
 		}
 	}
