@@ -6,20 +6,12 @@
 out=$1; old=$2; new=$3; mkdir -p $out
 python3 bench/results/unseen-2026-11-30/slices.py $out
 T=bench/testdata/traces
-pair() { tag=$1; shift
-  echo "== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $tag" >> $out/log.txt
-  $old bench "$@" --policies cache_aware > $out/$tag-old.txt 2>&1 &
-  $new bench "$@" --policies cache_aware > $out/$tag-new.txt 2>&1 &
-  wait
-  for b in old new; do
-    grep -E "^\s+cache_aware|prediction misses" $out/$tag-$b.txt | sed "s/^/$tag $b /" >> $out/log.txt
-  done
-}
-pair conv --workload trace --trace $T/conversation_trace.jsonl --speed 5,6 --requests 2000 --slo-ttft 2s --max-running 8
-pair synth --workload trace --trace $T/synthetic_trace.jsonl --speed 5,6 --requests 2000 --slo-ttft 2s --max-running 8
-pair conv6000 --workload trace --trace $out/conv-6000.jsonl --speed 4.5 --requests 2000 --slo-ttft 2s --max-running 8
-pair synth2000 --workload trace --trace $out/synth-2000.jsonl --speed 4.5 --requests 2000 --slo-ttft 2s --max-running 8
-pair mt128s8 --workload multiturn --users 128 --rounds 8 --workers 4 --max-running 8 --kv-capacity-tokens 32768
-pair mt128 --workload multiturn --users 128 --workers 4 --kv-capacity-tokens 40000
-pair sp30 --workload shared-prefix --qps 40 --workers 4 --kv-capacity-tokens 30000
+. bench/results/pair.sh
+pair conv cache_aware --workload trace --trace $T/conversation_trace.jsonl --speed 5,6 --requests 2000 --slo-ttft 2s --max-running 8
+pair synth cache_aware --workload trace --trace $T/synthetic_trace.jsonl --speed 5,6 --requests 2000 --slo-ttft 2s --max-running 8
+pair conv6000 cache_aware --workload trace --trace $out/conv-6000.jsonl --speed 4.5 --requests 2000 --slo-ttft 2s --max-running 8
+pair synth2000 cache_aware --workload trace --trace $out/synth-2000.jsonl --speed 4.5 --requests 2000 --slo-ttft 2s --max-running 8
+pair mt128s8 cache_aware --workload multiturn --users 128 --rounds 8 --workers 4 --max-running 8 --kv-capacity-tokens 32768
+pair mt128 cache_aware --workload multiturn --users 128 --workers 4 --kv-capacity-tokens 40000
+pair sp30 cache_aware --workload shared-prefix --qps 40 --workers 4 --kv-capacity-tokens 30000
 echo "== $(date -u +%H:%M:%S) done" >> $out/log.txt

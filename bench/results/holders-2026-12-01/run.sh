@@ -7,15 +7,7 @@
 # the change was not looked at on, at a speed it was not run at).
 set=$1; out=$2; old=$3; new=$4; mkdir -p $out
 T=bench/testdata/traces
-pair() { tag=$1; pol=$2; shift 2
-  echo "== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $tag" >> $out/log.txt
-  $old bench "$@" --policies $pol > $out/$tag-old.txt 2>&1 &
-  $new bench "$@" --policies $pol > $out/$tag-new.txt 2>&1 &
-  wait
-  for b in old new; do
-    grep -E "^\s+(cache_aware|vllm_cache_aware)|prediction misses" $out/$tag-$b.txt | sed "s/^/$tag $b /" >> $out/log.txt
-  done
-}
+. bench/results/pair.sh
 conv256() { pair conv256$1 $2 --workload trace --trace $T/conversation_trace.jsonl --speed 6 --requests 2000 --slo-ttft 2s --max-running 256 ${3:+--protocol $3}; }
 synth256() { pair synth256 cache_aware --workload trace --trace $T/synthetic_trace.jsonl --speed 6 --requests 2000 --slo-ttft 2s --max-running 256; }
 mt128() { pair mt128$1 $2 --workload multiturn --users 128 --workers 4 --kv-capacity-tokens 40000 ${3:+--protocol $3}; }

@@ -8,15 +8,7 @@
 # (make bench's multiturn and trace).
 set=$1; out=$2; old=$3; new=$4; mkdir -p $out
 T=bench/testdata/traces
-pair() { tag=$1; pol=$2; shift 2
-  echo "== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $tag" >> $out/log.txt
-  $old bench "$@" --policies $pol > $out/$tag-old.txt 2>&1 &
-  $new bench "$@" --policies $pol > $out/$tag-new.txt 2>&1 &
-  wait
-  for b in old new; do
-    grep -E "^\s+(cache_aware|vllm_cache_aware)|prediction misses" $out/$tag-$b.txt | sed "s/^/$tag $b /" >> $out/log.txt
-  done
-}
+. bench/results/pair.sh
 trace256() { tag=$1; file=$2; speed=$3; shift 3
   pair $tag ${1:-cache_aware} --workload trace --trace $file --speed $speed --requests 2000 --slo-ttft 2s --max-running 256 ${2:+--protocol $2}; }
 case $set in
