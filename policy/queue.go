@@ -357,23 +357,23 @@ func (fl *flights[K]) aheadCharge(n int) int64 {
 // evicts the match first (atLimitEvicts), and then only those a request in
 // flight there shares (shared), in whole pages of pageSize tokens.
 //
-// Which requests in flight count differs between the two queues. One for
-// KV room evicts every page no running request pins as it admits, so what
-// counts is the requests the engine runs when it admits this one: it
-// admits in arrival order and runs about as many at a time as its last
-// poll said (l.Running), so those are the newest that many of ours in
-// flight there, and with them any placed there lately (youngHold); the
-// older ones will have ended, and their pages gone to the queue's
-// admissions. On engines of 256 slots with full KV (the
-// conversation trace at --speed 6), with every request in flight counted,
-// 59 of the 61 predictions above the engine's report were matches one of
-// them shared whole, evicted by the admission all the same; counting the
-// newest running ones cut the misses on both Mooncake traces by a quarter
-// to three quarters (BENCHMARKS.md, "The requests that hold a queueing
-// engine's pages"). At the running limit the engine queues for a place
-// with KV to spare: a request in flight that ends first leaves its pages
-// cached and lately used, so every one counts (counting only the newest
-// there did no better on engines of 8 slots, and worse on two workloads).
+// Which requests in flight count differs between the two queues. One for KV
+// room evicts every page no running request pins as it admits, so what
+// counts is the requests the engine runs when it admits this one: it admits
+// in arrival order and runs about as many at a time as its last poll said
+// (l.Running), so those are the newest that many of ours in flight there,
+// and with them any placed there lately (youngHold); the older ones will
+// have ended, and their pages gone to the queue's admissions. On engines of
+// 256 slots with full KV (the conversation trace at --speed 6), with every
+// request in flight counted, 59 of the 61 predictions above the engine's
+// report were matches one of them shared whole, evicted by the admission all
+// the same; counting the newest running ones cut the misses on both Mooncake
+// traces by a quarter to three quarters (BENCHMARKS.md, "The requests that
+// hold a queueing engine's pages"). At the running limit the engine queues
+// for a place with KV to spare: a request in flight that ends first leaves
+// its pages cached and lately used, so every one counts (counting only the
+// newest there did no better on engines of 8 slots, and worse on two
+// workloads).
 func (f *inFlight[K]) predict(v workers.View, prompt []uint32, pageSize, matched int) int {
 	if matched == 0 {
 		return 0
