@@ -197,10 +197,9 @@ func (f *inFlight[K]) forget(url string) {
 
 // holders says which of a worker's requests in flight hold their pages
 // when its engine admits the next request: the newest of them (the last
-// placed), and, when young is set, any placed at or after since.
+// placed), and, when since is set, any placed at or after it.
 type holders struct {
 	newest int
-	young  bool
 	since  time.Time
 }
 
@@ -237,10 +236,10 @@ func (f *inFlight[K]) shared(url string, prompt []uint32, pageSize, limit int, h
 		// every one counts
 	case h.newest > 0:
 		from = fl.newestFirst()[h.newest-1].at
-		if h.young && h.since.Before(from) {
+		if !h.since.IsZero() && h.since.Before(from) {
 			from = h.since
 		}
-	case h.young:
+	case !h.since.IsZero():
 		from = h.since
 	default:
 		return 0
@@ -387,7 +386,7 @@ func (f *inFlight[K]) predict(v workers.View, prompt []uint32, pageSize, matched
 	if queueing {
 		h := holders{newest: l.Running}
 		if mean := v.MeanRequestSeconds(); mean > 0 {
-			h.young, h.since = true, time.Now().Add(-time.Duration(youngHold*mean*float64(time.Second)))
+			h.since = time.Now().Add(-time.Duration(youngHold * mean * float64(time.Second)))
 		}
 		return f.shared(url, prompt, pageSize, matched, h)
 	}

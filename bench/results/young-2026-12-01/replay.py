@@ -12,10 +12,16 @@ there newest first (InFlight of them) as Steps: [rank, age in seconds, the
 longest share among the newest rank+1], one step wherever the share grows.
 
   replay.py diag/*.jsonl.gz
+
+After the rules it prints, per log, how long before the decision (in mean
+request durations) the older requests had been placed, those beyond the
+newest count that shared more than the logged prediction, split by whether
+the engine still held what they shared.
 """
 
 import gzip
 import json
+import statistics
 import sys
 
 
@@ -69,6 +75,19 @@ def misses(rows, counts):
     return n
 
 
+def older_ages(rows):
+    """The ages (in mean durations) of older sharing requests, held and gone."""
+    held, gone = [], []
+    for r in rows:
+        if not (queueing(r) and r["Matched"] > 0) or r["Mean"] <= 0:
+            continue
+        for rank, age, share in r.get("Steps", []):
+            share = min(share, r["Matched"])
+            if rank >= r["Running"] and share > r["Predicted"]:
+                (held if r["Reported"] >= share else gone).append(age / r["Mean"])
+    return held, gone
+
+
 def main():
     logs = []
     for path in sys.argv[1:]:
@@ -80,6 +99,13 @@ def main():
     print("%-14s" % "rule" + "".join(h.rjust(w) for h in heads))
     for name, counts in RULES:
         print("%-14s" % name + "".join(str(misses(rows, counts)).rjust(w) for _, rows in logs))
+    print()
+    print("older requests sharing more than the prediction: how many, and the median of how long before")
+    print("the decision they were placed, in mean request durations, by whether the engine still held it")
+    for n, rows in logs:
+        held, gone = older_ages(rows)
+        med = lambda xs: "%.2f" % statistics.median(xs) if xs else "-"
+        print("%-28s held %4d, median %s; evicted %4d, median %s" % (n, len(held), med(held), len(gone), med(gone)))
 
 
 if __name__ == "__main__":
