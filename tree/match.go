@@ -67,7 +67,7 @@ func (t *Tree) descendFrom(top *node, ids []uint32, s *scratch) int {
 		if c == nil {
 			break
 		}
-		l := ps + commonPrefix(c.tokens[ps:], ids[pos+ps:], ps)
+		l := t.common(c, ids[pos:])
 		pos += l
 		s.path = append(s.path, step{c, l})
 		if l < len(c.tokens) {
@@ -238,6 +238,7 @@ func (t *Tree) insertBelow(top *node, ids []uint32, pos int, path []step, name s
 	}
 	if pos < len(ids) {
 		leaf := &node{tokens: clone(ids[pos:]), parent: parent}
+		leaf.keys = t.chunkKeys(leaf.tokens)
 		parent.addKid(leaf, t.key(leaf.tokens[:t.pageSize]))
 		t.nodes++
 		t.unique += len(leaf.tokens)
@@ -343,6 +344,7 @@ func (t *Tree) split(n *node, k int) *node {
 	} else {
 		u.tokens, n.tokens = n.tokens[:k:k], clone(n.tokens[k:])
 	}
+	t.splitKeys(u, n, k)
 	copy(u.holders, n.holders)
 	for _, h := range u.holders {
 		t.tenants[h.id()].refs++
@@ -400,7 +402,7 @@ func (t *Tree) prune(n *node) {
 		}
 		t.nodes--
 		t.unique -= len(n.tokens)
-		n.tokens, n.parent, n.holders = nil, nil, nil
+		n.tokens, n.keys, n.parent, n.holders = nil, nil, nil, nil
 		n = p
 	}
 }

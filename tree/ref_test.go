@@ -273,6 +273,9 @@ func run(t *testing.T, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Chunks of one to three pages, so that the short prompts here match
+	// by chunk keys, split chunks and end in partial ones (chunks.go).
+	tr.chunk = cfg.PageSize * (1 + cfg.MaxTokens%3)
 	r := &ref{ps: cfg.PageSize, held: map[string]map[string]page{}, limits: map[string]int{}}
 	tenants := []string{"a", "b", "c", "d"}
 	alphabet := 2 + uint32(next()%2)
@@ -464,6 +467,9 @@ func checkInvariants(t *testing.T, tr *Tree) {
 			}
 			if i > 0 && n.kids[i-1].key > k.key {
 				panic("children out of order")
+			}
+			if want := (&node{keys: tr.chunkKeys(c.tokens)}).chunks(); !slices.Equal(c.chunks(), want) {
+				panic(fmt.Sprintf("node %v: chunk keys %v, want %v", c.tokens, c.chunks(), want))
 			}
 			if len(c.tokens)%tr.pageSize != 0 || len(c.holders) == 0 {
 				panic(fmt.Sprintf("node %v: %d holders", c.tokens, len(c.holders)))

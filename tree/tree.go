@@ -143,7 +143,13 @@ func (t *Tree) key(page []uint32) uint64 {
 // node is one edge of the radix tree: whole pages of tokens, children sorted
 // by first token, and the tenants holding it. A deleted node has nil tokens.
 type node struct {
-	tokens  []uint32
+	tokens []uint32
+	// keys points to the count of whole chunks of tokens, from the first
+	// token on, followed by their keys (chunks.go; node.chunks reads
+	// them): descents compare keys instead of tokens. Nil if tokens hold
+	// no whole chunk. A pointer rather than a slice keeps a node in the
+	// allocator's 96-byte class: one-page nodes are most of some trees.
+	keys    *uint64
 	parent  *node
 	kids    []kid
 	holders []holder
@@ -250,6 +256,7 @@ type Tree struct {
 	waiting atomic.Int32
 
 	pageSize  int
+	chunk     int // tokens per chunk key (chunks.go)
 	maxTokens int
 	order     order
 	seed      maphash.Seed // of key
@@ -300,7 +307,7 @@ func New(cfg Config) (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tree{pageSize: cfg.PageSize, maxTokens: cfg.MaxTokens, order: o, ids: map[string]uint32{}, limits: map[string]int{},
+	t := &Tree{pageSize: cfg.PageSize, chunk: chunkFor(cfg.PageSize), maxTokens: cfg.MaxTokens, order: o, ids: map[string]uint32{}, limits: map[string]int{},
 		seed: maphash.MakeSeed()}
 	t.pool.New = func() any { return new(scratch) }
 	if cfg.MaxTokens > 0 {
