@@ -115,7 +115,7 @@ func (t *Tree) Trim(ids []uint32, tenant string, keep int) {
 		if c == nil {
 			return
 		}
-		l := ps + commonPrefix(c.tokens[ps:], ids[pos+ps:], ps)
+		l := t.common(c, ids[pos:])
 		if pos+l <= keep {
 			if l < len(c.tokens) {
 				return // ids leave the tree before keep
@@ -196,7 +196,12 @@ func (t *Tree) ExpireSpeculativeReply(prompt, reply []uint32, tenant string, tic
 		if h := c.holders[i]; !h.confirmed() && t.touchedBy(h, tick) {
 			return t.dropBelow(c, id)
 		}
-		l := ps + s.commonPrefix(c.tokens[ps:], pos+ps, ps)
+		var l int
+		if a, _ := s.from(pos); len(c.tokens) <= len(a) {
+			l = t.common(c, a) // c lies within the first part: by chunk keys
+		} else {
+			l = ps + s.commonPrefix(c.tokens[ps:], pos+ps, ps)
+		}
 		if l < len(c.tokens) {
 			return 0 // ids end or leave the tree inside c
 		}
