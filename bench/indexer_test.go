@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -212,12 +213,14 @@ func replayIndexer(b *testing.B, recs []traceRecord, page int, reported bool) (i
 	r.lookups = make([]time.Duration, 0, len(recs))
 	r.selects = make([]time.Duration, 0, len(recs))
 	ctx := context.Background()
+	var buf []tree.TenantMatch // each lookup's result, reused as the router's queue reuses it
 	for _, rec := range recs {
 		prompt := tracePrompt(rec)
 		b.StartTimer()
 		l0, _ := testutil.ThreadCPU()
 		t0 := time.Now()
-		m := p.Lookup(prompt)
+		m := p.Lookup(buf, prompt)
+		buf = m.Tenants
 		t1 := time.Now()
 		l1, _ := testutil.ThreadCPU()
 		d, err := p.Select(ctx, &policy.Request{InputIDs: prompt}, views)

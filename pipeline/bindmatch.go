@@ -39,7 +39,7 @@ import (
 // prefixLookup is the read-only prefix match of a cache-aware policy
 // (policy.CacheAware.Lookup).
 type prefixLookup interface {
-	Lookup(ids []uint32) tree.Match
+	Lookup(dst []tree.TenantMatch, ids []uint32) tree.Match
 }
 
 // pick is the queue's Config.Pick: the index in window of the request to
@@ -73,10 +73,12 @@ func (g *gate) pick(_ string, window []waitq.Ticket) int {
 		return 0 // every engine has room, or none: nothing to match
 	}
 	best, bestLoss, bestHere := 0, 0, 0
+	var m tree.Match // its Tenants reused from one request to the next
 	for i, t := range window {
 		j := t.Ref.(*Job)
 		anywhere, here := 0, 0
-		for _, tm := range look.Lookup(j.InputIDs).Tenants {
+		m = look.Lookup(m.Tenants, j.InputIDs)
+		for _, tm := range m.Tenants {
 			room, ok := free[tm.Tenant]
 			if !ok || slices.Contains(j.excluded, tm.Tenant) {
 				continue

@@ -6,5 +6,9 @@ import "github.com/kvgate/kvgate/tree"
 // whole-page prefix it holds, and the part of it its engine's KV events
 // confirmed), changing nothing. It is the prefix match a selection makes,
 // without the decision and the speculative insert that follow it: what an
-// indexer benchmark compares with other routers' indexers.
-func (c *CacheAware) Lookup(ids []uint32) tree.Match { return c.tree.Match(ids) }
+// indexer benchmark compares with other routers' indexers. The result's
+// Tenants are appended to dst[:0], so a caller matching many prompts can
+// pass the last result's Tenants back instead of allocating each time.
+func (c *CacheAware) Lookup(dst []tree.TenantMatch, ids []uint32) tree.Match {
+	return c.tree.MatchAppend(dst, ids)
+}

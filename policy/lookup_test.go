@@ -2,9 +2,11 @@ package policy_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/kvgate/kvgate/policy"
+	"github.com/kvgate/kvgate/tree"
 	"github.com/kvgate/kvgate/workers"
 )
 
@@ -41,7 +43,7 @@ func TestLookupIsTheSelectionsMatchAndChangesNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m := p.Lookup(c.ids)
+			m := p.Lookup(nil, c.ids)
 			if got := m.Of(owner); got != c.owner {
 				t.Errorf("Lookup: %s holds %d tokens, want %d", owner, got, c.owner)
 			}
@@ -54,6 +56,16 @@ func TestLookupIsTheSelectionsMatchAndChangesNothing(t *testing.T) {
 			}
 			if got, want := m.Of(owner), dry.Matched.Of(owner); got != want {
 				t.Errorf("Lookup says %d tokens, a dry-run selection %d", got, want)
+			}
+			// A caller's buffer holds the same answer, in its own array:
+			// the router's queue matches its waiting requests through one.
+			buf := make([]tree.TenantMatch, 1, 4)
+			again := p.Lookup(buf, c.ids)
+			if !slices.Equal(again.Tenants, m.Tenants) || again.Input != m.Input {
+				t.Errorf("Lookup into a buffer = %+v, without one %+v", again, m)
+			}
+			if len(again.Tenants) > 0 && &again.Tenants[0] != &buf[0] {
+				t.Errorf("Lookup into a buffer with room for %d allocated for %d", cap(buf), len(again.Tenants))
 			}
 		})
 	}
