@@ -32,8 +32,11 @@ import "unsafe"
 // chunkMin is the fewest tokens in a chunk.
 const chunkMin = 256
 
-// chunkFor returns the chunk size for pages of pageSize tokens.
+// chunkFor returns the chunk size for pages of pageSize tokens (≥ 1).
 func chunkFor(pageSize int) int {
+	if pageSize >= chunkMin {
+		return pageSize // and no sum that could overflow
+	}
 	return (chunkMin + pageSize - 1) / pageSize * pageSize
 }
 
