@@ -18,6 +18,10 @@ func TestExpireSpeculativeReplyEqualsJoined(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 3))
 			ps := 1 + rng.IntN(3)
 			joined, split := mustTree(t, Config{PageSize: ps}), mustTree(t, Config{PageSize: ps})
+			// Chunks of one to three pages, so that prompts of a few pages
+			// are matched by chunk keys (chunks.go), across the two parts too.
+			ch := ps * (1 + rng.IntN(3))
+			joined.chunk, split.chunk = ch, ch
 			tenants := []string{"a", "b", "c"}
 			ids := func() []uint32 {
 				s := make([]uint32, rng.IntN(5*ps+2))
