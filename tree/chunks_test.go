@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -62,4 +63,32 @@ func distinct(n int) []uint32 {
 		ids[i] = uint32(i + 1)
 	}
 	return ids
+}
+
+// BenchmarkChunkKeys times hashing a 64K-token prompt in chunks of each
+// size, as a descent hashes a prompt: ns-per-token is what matching by
+// keys costs per token of the prompt, and the sizes below 256 tokens show
+// why a chunk is not a 16-token page (the per-call cost dominates).
+//
+//	go test -run '^$' -bench ChunkKeys ./tree/
+func BenchmarkChunkKeys(b *testing.B) {
+	prompt := distinct(1 << 16)
+	for _, size := range []int{16, 64, 256, 512} {
+		b.Run(fmt.Sprintf("tokens=%d", size), func(b *testing.B) {
+			tr, err := New(Config{PageSize: size})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var sink uint64
+			for b.Loop() {
+				for i := 0; i+size <= len(prompt); i += size {
+					sink += tr.key(prompt[i : i+size])
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(prompt)), "ns-per-token")
+			if sink == 1 {
+				b.Log(sink)
+			}
+		})
+	}
 }
