@@ -19,8 +19,12 @@ type Attempt struct {
 	d    *Dispatcher
 	dec  Pair
 	preq *policy.Request
-	// started: Start dispatched the legs, which then own the room.
-	started    bool
+	// started: Start dispatched the legs, which then own the room and
+	// the held counts.
+	started bool
+	// held are the workers' counts taken by Hold, until the legs adopt
+	// them.
+	held       Holds
 	prefillEnd atomic.Int64 // unix nanos when the prefill leg ended; 0 before
 }
 
@@ -35,11 +39,11 @@ func (d *Dispatcher) NewAttempt(dec Pair, preq *policy.Request) *Attempt {
 // goroutine, with the prefill leg's result as soon as that leg ends (which
 // it does before the stream's Done, whatever happened).
 func (a *Attempt) Start(ctx context.Context, req *workers.GenerateRequest, onPrefill func(PrefillResult)) (PairStream, error) {
-	st, err := a.d.Dispatch(ctx, a.dec, a.preq, req)
+	st, err := a.d.Dispatch(ctx, a.dec, a.preq, req, a.held)
 	if err != nil {
 		return nil, err
 	}
-	a.started = true
+	a.started, a.held = true, Holds{}
 	go func() {
 		<-st.PrefillDone()
 		a.prefillEnd.Store(time.Now().UnixNano())
@@ -62,12 +66,22 @@ func (a *Attempt) Handoff(at time.Time) time.Duration {
 	return max(at.Sub(time.Unix(0, end)), 0)
 }
 
-// End closes the attempt: an attempt never started gives its room back
-// (a started one's legs do when both have ended). It reports whether the
-// legs were started.
+// Hold counts the attempt in both workers' loads from now on, its
+// placement, as a regular request counts from its worker's acquisition:
+// the requests placed after it must see its engines taken before its legs
+// start. Start hands the counts to the legs, each released as its leg
+// ends.
+func (a *Attempt) Hold() {
+	a.held = Holds{Prefill: a.dec.Prefill.Worker.Acquire(), Decode: a.dec.Decode.Worker.Acquire()}
+}
+
+// End closes the attempt: an attempt never started gives its room and its
+// held counts back (a started one's legs do as they end). It reports
+// whether the legs were started.
 func (a *Attempt) End() (started bool) {
 	if !a.started {
 		a.dec.Release()
+		a.held.release()
 	}
 	return a.started
 }

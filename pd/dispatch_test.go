@@ -81,7 +81,7 @@ func (f *pdFleet) run(t *testing.T, id string, prompt []uint32) (pd.Pair, []uint
 		t.Fatal(err)
 	}
 	st, err := f.d.Dispatch(t.Context(), dec, preq, &workers.GenerateRequest{RequestID: id, InputIDs: prompt,
-		Sampling: workers.Sampling{MaxNewTokens: ptr(uint32(2)), IgnoreEOS: true}})
+		Sampling: workers.Sampling{MaxNewTokens: ptr(uint32(2)), IgnoreEOS: true}}, pd.Holds{})
 	if err != nil {
 		t.Fatal(err)
 	}

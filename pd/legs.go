@@ -110,8 +110,15 @@ type leg struct {
 // start in goroutines (the decode leg of a sequential pair only after the
 // prefill), and a request bound late must not leave its engines looking
 // free meanwhile, or the requests waiting behind it are bound to them too.
-func newLeg(name string, w *workers.Worker, id string) *leg {
-	return &leg{name: name, w: w, id: id, done: make(chan struct{}), release: w.Acquire()}
+// held, when not nil, is the count the placement took on w, which the leg
+// adopts: taking another read one request as two until the placement let
+// go of its own, and a placement in that moment found an engine with room
+// full.
+func newLeg(name string, w *workers.Worker, id string, held func()) *leg {
+	if held == nil {
+		held = w.Acquire()
+	}
+	return &leg{name: name, w: w, id: id, done: make(chan struct{}), release: held}
 }
 
 // start sends the leg's request on a context the caller's cancellation does

@@ -123,10 +123,12 @@ func (d *Dispatcher) Select(ctx context.Context, req *policy.Request, prefills, 
 // the abort rules, which apply when ctx ends). When the prefill leg ends,
 // the prefill policy observes its real outcome (the prefill engine's cached
 // tokens, or its failure); when both legs have ended, the decode policy
-// observes the decode leg's and the room is released.
-func (d *Dispatcher) Dispatch(ctx context.Context, dec Pair, preq *policy.Request, req *workers.GenerateRequest) (PairStream, error) {
+// observes the decode leg's and the room is released. The legs adopt held,
+// the counts the caller's placement took on the two workers (see Legs.Held),
+// unless Dispatch fails.
+func (d *Dispatcher) Dispatch(ctx context.Context, dec Pair, preq *policy.Request, req *workers.GenerateRequest, held Holds) (PairStream, error) {
 	st, err := Run(ctx, dec.Prefill.Worker, dec.Decode.Worker, req,
-		Legs{Room: dec.Room, BootstrapPorts: d.ports, DecodeAbortWait: d.cfg.DecodeAbortWait})
+		Legs{Room: dec.Room, BootstrapPorts: d.ports, DecodeAbortWait: d.cfg.DecodeAbortWait, Held: held})
 	if err != nil {
 		d.observePrefill(preq, dec.Prefill, policy.Outcome{Err: err})
 		d.observeDecode(preq, dec.Decode, policy.Outcome{Err: err})

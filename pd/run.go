@@ -69,6 +69,25 @@ type Legs struct {
 	// DecodeAbortWait bounds the wait for the decode leg's first item
 	// before an abort (see the abort rules); 0 means DefaultDecodeAbortWait.
 	DecodeAbortWait time.Duration
+	// Held are the two workers' in-flight counts the caller took when it
+	// placed the request; the legs adopt them (when Run returns no error)
+	// instead of counting the request a second time.
+	Held Holds
+}
+
+// Holds are a placement's in-flight counts on its prefill and decode
+// workers: Worker.Acquire's releases. A nil one is taken by the leg.
+type Holds struct {
+	Prefill, Decode func()
+}
+
+// release ends both counts (each release is idempotent).
+func (h Holds) release() {
+	for _, r := range []func(){h.Prefill, h.Decode} {
+		if r != nil {
+			r()
+		}
+	}
 }
 
 // Run starts req as a disaggregated request: prefill on one worker, decode
@@ -96,8 +115,8 @@ func Run(ctx context.Context, prefill, decode *workers.Worker, req *workers.Gene
 		abortWait = DefaultDecodeAbortWait
 	}
 	s := &stream{
-		prefill:    newLeg("prefill", prefill, req.RequestID),
-		decode:     newLeg("decode", decode, req.RequestID),
+		prefill:    newLeg("prefill", prefill, req.RequestID, l.Held.Prefill),
+		decode:     newLeg("decode", decode, req.RequestID, l.Held.Decode),
 		abortWait:  abortWait,
 		ready:      make(chan struct{}),
 		done:       make(chan struct{}),

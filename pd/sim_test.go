@@ -57,7 +57,7 @@ func TestDispatchAgainstSimulatedEngines(t *testing.T) {
 				st, err := d.Dispatch(t.Context(), dec, preq, &workers.GenerateRequest{
 					RequestID: "sim", InputIDs: prompt,
 					Sampling: workers.Sampling{MaxNewTokens: ptr(uint32(4)), IgnoreEOS: true},
-				})
+				}, pd.Holds{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -12,7 +12,6 @@ package pdplan
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,21 +88,19 @@ func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipe
 		d.s.Placed("pd_prefill:"+d.prefill, dec.Prefill)
 		d.s.Placed("pd_decode:"+d.decode, dec.Decode)
 	}
-	r := &pair{s: d.s, m: d.m, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.Start,
-		unhold: func() {}}
+	r := &pair{s: d.s, m: d.m, att: d.pd.NewAttempt(dec, preq), vocab: d.r.OutputVocab(dec.Decode.Worker), jobStart: j.Start}
 	if !dryRun {
 		// Both workers' loads show the attempt from its placement on, as a
 		// regular placement's does: the pipeline ends the request's
-		// reservation in the late-binding queue now, and its legs count
-		// themselves only once started.
-		prefillHeld, decodeHeld := dec.Prefill.Worker.Acquire(), dec.Decode.Worker.Acquire()
+		// reservation in the late-binding queue now. The legs take the
+		// counts over when they start.
+		r.att.Hold()
 		// The prefill engine counts the prompt's uncached tokens as queued
 		// prefill until its leg ends, as a regular placement's engine does
 		// until the first token: the cost and wait modes price that queue,
 		// and the leg's time teaches the engine's prefill rate.
 		r.prefilled = dec.Prefill.Worker.Prefilling(dec.Prefill.PrefillTokens(len(preq.InputIDs)))
 		acquired()
-		r.unhold = sync.OnceFunc(func() { prefillHeld(); decodeHeld() })
 	}
 	r.Plan = pipeline.Plan{Room: dec.Room, Slots: slots, SelfAborting: true, Run: r}
 	r.legBuf = [2]pipeline.Leg{
@@ -126,9 +123,6 @@ type pair struct {
 	att      *pd.Attempt
 	vocab    int       // bounds the output ids (route.outputVocab of the decode worker)
 	jobStart time.Time // when the request arrived, for the PD TTFT
-	// unhold ends the load counted at placement, once the legs count
-	// their own (or the attempt ends unstarted).
-	unhold func()
 	// prefilled ends the prefill engine's count of the prompt's tokens
 	// (Worker.Prefilling): when the prefill leg ends, or at the end.
 	prefilled workers.Prefill
@@ -143,7 +137,6 @@ func (p *pair) Start(ctx context.Context, req *workers.GenerateRequest) (workers
 	// The prefill leg's span ends with that leg, before the decode leg's,
 	// which the pipeline ends with the attempt.
 	prefillSpan := p.Legs[0].Span
-	defer p.unhold() // the legs, created by Start, count themselves
 	st, err := p.att.Start(ctx, req, func(r pd.PrefillResult) {
 		if r.Err == nil {
 			p.prefilled.Prefilled()
@@ -189,7 +182,6 @@ func (p *pair) End(out policy.Outcome) {
 		p.decoded.Done(len(out.OutputIDs) - 1)
 	}
 	p.prefilled.End()
-	p.unhold()
 	if !p.att.End() {
 		return
 	}
