@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,37 +301,17 @@ func (g *gate) placing(s *Pipeline, j *Job, dryRun bool) (done func()) {
 }
 
 // fullEngines are the engines j's attempt should not be placed on: those
-// full now. A request that names its worker (x-target-worker) goes there
-// whatever its load. When every available engine of a role is full (the
-// router's count of requests bound and not yet placed said one had room,
-// but a load poll since showed another client's requests there), none of
-// that role is avoided: the policy chooses among them all, as without
-// AvoidFull, rather than failing a request that may run.
+// full now (waitq.Saturation.Avoid, role by role). A request that names its
+// worker (x-target-worker) goes there whatever its load.
 func (s *Pipeline) fullEngines(j *Job) []string {
 	if j.Routing != nil && j.Routing.TargetWorker != "" {
 		return nil
 	}
 	var full []string
 	for _, role := range []workers.Role{workers.RoleRegular, workers.RolePrefill, workers.RoleDecode} {
-		cs := workers.Views(j.Route.Candidates(s.reg, role))
-		n := len(full)
-		full = s.gate.cfg.Saturation.FullOf(full, cs, j.excluded)
-		if len(full)-n == availableOutside(cs, j.excluded) {
-			full = full[:n]
-		}
+		full = s.gate.cfg.Saturation.Avoid(full, workers.Views(j.Route.Candidates(s.reg, role)), j.excluded)
 	}
 	return full
-}
-
-// availableOutside counts the available candidates outside excluded.
-func availableOutside(cs []workers.View, excluded []string) int {
-	n := 0
-	for _, v := range cs {
-		if v.Available() && !slices.Contains(excluded, v.URL()) {
-			n++
-		}
-	}
-	return n
 }
 
 // WouldWait says, for Explain, whether a request for j would wait now and

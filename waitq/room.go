@@ -94,3 +94,36 @@ func (s Saturation) FullOf(dst []string, candidates []workers.View, excluded []s
 	}
 	return dst
 }
+
+// Avoid appends to dst the candidates a request bound now should not be
+// placed on: the Full ones, unless they are every available candidate
+// outside excluded. The request was bound because a place looked free, so a
+// poll taken since then (another client's requests, perhaps ended by now) is
+// what fills some of them. Then only those this router's own requests fill
+// are avoided (in flight on them as many as their limit; that count is
+// never stale), and none when that too is all of them: the policy chooses
+// among them rather than fail a request that may run.
+func (s Saturation) Avoid(dst []string, candidates []workers.View, excluded []string) []string {
+	n := len(dst)
+	dst = s.FullOf(dst, candidates, excluded)
+	available := 0
+	for _, v := range candidates {
+		if v.Available() && !slices.Contains(excluded, v.URL()) {
+			available++
+		}
+	}
+	if len(dst)-n < available {
+		return dst
+	}
+	dst = dst[:n]
+	for _, v := range candidates {
+		if limit := v.MaxRunningRequests(); limit > 0 && v.Worker().InFlight() >= limit &&
+			v.Available() && !slices.Contains(excluded, v.URL()) {
+			dst = append(dst, v.URL())
+		}
+	}
+	if len(dst)-n == available {
+		dst = dst[:n]
+	}
+	return dst
+}

@@ -23,6 +23,9 @@ type engine struct {
 	probes, probing int
 }
 
+// none is an Avoid expectation of no engine.
+var none = []int{}
+
 func TestRoomSpec(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -31,19 +34,22 @@ func TestRoomSpec(t *testing.T) {
 		queue   bool // Saturation.EngineQueue
 		room    bool
 		full    []int // indices Full reports (FullOf)
+		// avoid: the indices Avoid reports, when not the same as full;
+		// none for no index.
+		avoid []int
 	}{
 		{name: "below its limit: room", engines: []engine{{limit: 2, ours: 1}}, room: true},
-		{name: "at its limit: full", engines: []engine{{limit: 2, ours: 2}}, room: false, full: []int{0}},
+		{name: "at its limit: full", engines: []engine{{limit: 2, ours: 2}}, room: false, full: []int{0}, avoid: none},
 		{name: "no limit reported: never full", engines: []engine{{ours: 500}}, room: true},
 		{name: "one engine with room is enough", engines: []engine{{limit: 2, ours: 2}, {limit: 2, ours: 1}}, room: true, full: []int{0}},
 		{name: "another client's requests count",
-			engines: []engine{{limit: 4, ours: 1, polled: workers.Load{Running: 4}}}, room: false, full: []int{0}},
+			engines: []engine{{limit: 4, ours: 1, polled: workers.Load{Running: 4}}}, room: false, full: []int{0}, avoid: none},
 		{name: "an engine with a queue of its own is full, though few are ours",
-			engines: []engine{{limit: 2, polled: workers.Load{Running: 2, Waiting: 3}}}, room: false, full: []int{0}},
+			engines: []engine{{limit: 2, polled: workers.Load{Running: 2, Waiting: 3}}}, room: false, full: []int{0}, avoid: none},
 		{name: "an unhealthy engine's room does not count",
-			engines: []engine{{limit: 2, sick: true}, {limit: 2, ours: 2}}, room: false, full: []int{1}},
+			engines: []engine{{limit: 2, sick: true}, {limit: 2, ours: 2}}, room: false, full: []int{1}, avoid: none},
 		{name: "an excluded engine's room does not count",
-			engines: []engine{{limit: 2, excluded: true}, {limit: 2, ours: 2}}, room: false, full: []int{1}},
+			engines: []engine{{limit: 2, excluded: true}, {limit: 2, ours: 2}}, room: false, full: []int{1}, avoid: none},
 		{name: "nothing available: do not wait (placement says why)",
 			engines: []engine{{limit: 2, sick: true}}, room: true},
 		{name: "the one free place is taken by a request bound before, not yet placed",
@@ -59,13 +65,13 @@ func TestRoomSpec(t *testing.T) {
 		{name: "without EngineQueue, an engine queuing requests below its limit has room",
 			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}}, room: true},
 		{name: "an engine queuing requests of its own is full below its limit",
-			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}}, queue: true, room: false, full: []int{0}},
+			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}}, queue: true, room: false, full: []int{0}, avoid: none},
 		{name: "an engine queuing requests is full though it reports no limit",
-			engines: []engine{{polled: workers.Load{Running: 8, Waiting: 1}}}, queue: true, room: false, full: []int{0}},
+			engines: []engine{{polled: workers.Load{Running: 8, Waiting: 1}}}, queue: true, room: false, full: []int{0}, avoid: none},
 		{name: "a queue as many of our requests as ended since the poll have drained: room",
 			engines: []engine{{limit: 256, ended: 2, polled: workers.Load{Running: 8, Waiting: 2}}}, queue: true, room: true},
 		{name: "a queue longer than our requests ended since the poll: full",
-			engines: []engine{{limit: 256, ended: 1, polled: workers.Load{Running: 8, Waiting: 2}}}, queue: true, room: false, full: []int{0}},
+			engines: []engine{{limit: 256, ended: 1, polled: workers.Load{Running: 8, Waiting: 2}}}, queue: true, room: false, full: []int{0}, avoid: none},
 		{name: "an engine queuing requests frees no place for one bound before",
 			engines: []engine{{limit: 256, polled: workers.Load{Running: 8, Waiting: 1}}, {limit: 2, ours: 1}}, queue: true, pending: 1, room: false, full: []int{0}},
 		{name: "one engine without a queue is enough",
@@ -75,11 +81,18 @@ func TestRoomSpec(t *testing.T) {
 		{name: "a half-open breaker's probe is the place of a request bound before",
 			engines: []engine{{limit: 4, probes: 1}}, pending: 1, room: false},
 		{name: "a half-open breaker with its probe taken has no place",
-			engines: []engine{{limit: 4, probes: 1, probing: 1}, {limit: 2, ours: 2}}, room: false, full: []int{1}},
+			engines: []engine{{limit: 4, probes: 1, probing: 1}, {limit: 2, ours: 2}}, room: false, full: []int{1}, avoid: none},
 		{name: "a half-open breaker's probe counts for an engine without a limit",
 			engines: []engine{{probes: 2, probing: 1}}, pending: 1, room: false},
 		{name: "an engine that reported no load at all is unaffected",
 			engines: []engine{{limit: 256, ours: 3}, {ours: 3}}, queue: true, room: true},
+		{name: "every engine full, one by a poll only: only those our own requests fill are avoided",
+			engines: []engine{{limit: 2, ours: 2}, {limit: 2, polled: workers.Load{Running: 2}}, {limit: 1, ours: 1}},
+			room:    false, full: []int{0, 1, 2}, avoid: []int{0, 2}},
+		{name: "every engine full by our own requests: none is avoided",
+			engines: []engine{{limit: 1, ours: 1}, {limit: 2, ours: 2}}, room: false, full: []int{0, 1}, avoid: none},
+		{name: "every available engine full by a poll only: none is avoided",
+			engines: []engine{{limit: 2, sick: true}, {limit: 2, ours: 1, polled: workers.Load{Running: 2}}}, room: false, full: []int{1}, avoid: none},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var views []workers.View
@@ -117,6 +130,15 @@ func TestRoomSpec(t *testing.T) {
 			}
 			if got := sat.FullOf(nil, views, excluded); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("FullOf = %v, want %v", got, want)
+			}
+			if c.avoid != nil {
+				want = nil
+				for _, i := range c.avoid {
+					want = append(want, views[i].URL())
+				}
+			}
+			if got := sat.Avoid([]string{"grpc://before"}, views, excluded); fmt.Sprint(got) != fmt.Sprint(append([]string{"grpc://before"}, want...)) {
+				t.Errorf("Avoid = %v, want %v after what dst held", got, want)
 			}
 		})
 	}
