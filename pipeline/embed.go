@@ -40,7 +40,8 @@ func (t *Embedding) Inputs() [][]uint32 { return t.inputs }
 
 // check refuses inputs the workers cannot take: a token id outside the
 // vocabulary, an input longer than the model's context (an embedding has
-// no output, so the whole context is the input's).
+// no output, so the whole context is the input's) or than the engines
+// accept.
 func (t *Embedding) check(l limits) error {
 	for i, ids := range t.inputs {
 		if l.vocabSize > 0 {
@@ -52,6 +53,12 @@ func (t *Embedding) check(l limits) error {
 		}
 		if l.maxContext > 0 && len(ids) > l.maxContext {
 			return fault.Invalidf(fmt.Sprintf("inputs[%d]", i), "inputs[%d] has %d tokens; the model's context is %d tokens", i, len(ids), l.maxContext)
+		}
+		// max_req_input_len keeps a token for the output, which an
+		// embedding does not make.
+		if l.maxInput > 0 && len(ids) > l.maxInput+1 {
+			return fault.Invalidf(fmt.Sprintf("inputs[%d]", i), "inputs[%d] has %d tokens; the engines accept at most %d (their max_req_input_len, and the token it keeps for output)",
+				i, len(ids), l.maxInput+1)
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 type limits struct {
 	vocabSize  int // 0: unknown
 	maxContext int // 0: unknown
+	maxInput   int // the longest prompt accepted (ModelInfo.MaxInputTokens); 0: unknown
 }
 
 // limitsOf returns the strictest limits among the healthy workers: a request
@@ -29,6 +30,9 @@ func limitsOf(ws []*workers.Worker) limits {
 		}
 		if info.MaxContextLength > 0 && (l.maxContext == 0 || info.MaxContextLength < l.maxContext) {
 			l.maxContext = info.MaxContextLength
+		}
+		if info.MaxInputTokens > 0 && (l.maxInput == 0 || info.MaxInputTokens < l.maxInput) {
+			l.maxInput = info.MaxInputTokens
 		}
 	}
 	return l
@@ -52,6 +56,10 @@ func validateAgainst(ids []uint32, sp *kvgatev1.SamplingParams, l limits) error 
 				return fault.Invalidf(fmt.Sprintf("sampling_params.stop_token_ids[%d]", i), "sampling_params.stop_token_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
 			}
 		}
+	}
+	if n := len(ids); l.maxInput > 0 && n > l.maxInput {
+		return fault.Invalidf("input_ids", "the prompt (input_ids) has %d tokens; the engines accept at most %d (their max_req_input_len: "+
+			"the smaller of the model's context and the engine's KV cache, less one)", n, l.maxInput)
 	}
 	if l.maxContext > 0 {
 		n := len(ids)

@@ -35,6 +35,12 @@ func TestValidateAgainstNamesTheField(t *testing.T) {
 		{"an embedding input beyond the context",
 			(&Embedding{inputs: [][]uint32{{1}, make([]uint32, 11)}}).check(small),
 			"inputs[1]", "the model's context is 10 tokens"},
+		{"a prompt longer than the engines accept",
+			validateAgainst(make([]uint32, 7), nil, limits{maxContext: 10, maxInput: 6}),
+			"input_ids", "the engines accept at most 6"},
+		{"an embedding input longer than the engines accept",
+			(&Embedding{inputs: [][]uint32{{1}, make([]uint32, 7), make([]uint32, 8)}}).check(limits{maxContext: 10, maxInput: 6}),
+			"inputs[2]", "accept at most 7"},
 		{"an embedding token outside the vocabulary",
 			(&Embedding{inputs: [][]uint32{{1, 100}}}).check(small),
 			"inputs[0].input_ids[1]", "below the model's vocab_size 100"},
@@ -54,17 +60,17 @@ func TestValidateAgainstNamesTheField(t *testing.T) {
 // panic, every refusal must be an invalid-request fault naming its field,
 // and what it accepts must be what the limits promise to engines.
 func FuzzValidateAgainst(f *testing.F) {
-	f.Add([]byte{1, 2, 3}, []byte{4, 5, 6, 7}, uint32(0), uint32(16), true, uint32(512), uint32(4096))
-	f.Add([]byte{}, []byte{}, uint32(9), uint32(0), false, uint32(0), uint32(0))
-	f.Add([]byte{255, 255, 255, 255}, []byte{9}, uint32(1<<31), uint32(1<<31), true, uint32(8), uint32(10))
-	f.Fuzz(func(t *testing.T, stopIDs, ids []byte, minNew, maxNew uint32, setMax bool, vocab, maxCtx uint32) {
+	f.Add([]byte{1, 2, 3}, []byte{4, 5, 6, 7}, uint32(0), uint32(16), true, uint32(512), uint32(4096), uint32(0))
+	f.Add([]byte{}, []byte{}, uint32(9), uint32(0), false, uint32(0), uint32(0), uint32(2))
+	f.Add([]byte{255, 255, 255, 255}, []byte{9}, uint32(1<<31), uint32(1<<31), true, uint32(8), uint32(10), uint32(1))
+	f.Fuzz(func(t *testing.T, stopIDs, ids []byte, minNew, maxNew uint32, setMax bool, vocab, maxCtx, maxIn uint32) {
 		sp := &kvgatev1.SamplingParams{MinNewTokens: minNew, StopTokenIds: fuzzIDs(stopIDs, 1<<11)}
 		if setMax {
 			sp.MaxNewTokens = &maxNew
 		}
 		prompt := fuzzIDs(ids, 1<<12)
 		// Both limits stay small enough to be reached by a fuzzed prompt.
-		l := limits{vocabSize: int(vocab % (1 << 20)), maxContext: int(maxCtx % (1 << 13))}
+		l := limits{vocabSize: int(vocab % (1 << 20)), maxContext: int(maxCtx % (1 << 13)), maxInput: int(maxIn % (1 << 13))}
 		if err := validateAgainst(prompt, sp, l); err != nil {
 			if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field == "" || f.Msg == "" {
 				t.Fatalf("validateAgainst: %v (%#v); want an invalid-request fault naming its field, with a message", err, f)
@@ -73,6 +79,9 @@ func FuzzValidateAgainst(f *testing.F) {
 		}
 		if len(prompt) == 0 {
 			t.Fatal("validateAgainst accepted an empty prompt")
+		}
+		if l.maxInput > 0 && len(prompt) > l.maxInput {
+			t.Fatalf("validateAgainst accepted %d prompt tokens where the engines accept %d", len(prompt), l.maxInput)
 		}
 		for _, v := range append(append([]uint32(nil), prompt...), sp.StopTokenIds...) {
 			if l.vocabSize > 0 && int(v) >= l.vocabSize {
@@ -93,9 +102,9 @@ func FuzzValidateAgainst(f *testing.F) {
 // FuzzEmbeddingCheck: an Embed batch checked against the workers' limits
 // is refused with an invalid-request fault, or is within them.
 func FuzzEmbeddingCheck(f *testing.F) {
-	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0}, uint8(2), uint32(1000), uint32(8))
-	f.Add([]byte{255, 255, 255, 255}, uint8(1), uint32(0), uint32(0))
-	f.Fuzz(func(t *testing.T, ids []byte, n uint8, vocab, maxCtx uint32) {
+	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0}, uint8(2), uint32(1000), uint32(8), uint32(0))
+	f.Add([]byte{255, 255, 255, 255}, uint8(1), uint32(0), uint32(0), uint32(1))
+	f.Fuzz(func(t *testing.T, ids []byte, n uint8, vocab, maxCtx, maxIn uint32) {
 		all := fuzzIDs(ids, 1<<12)
 		t1 := &Embedding{}
 		// n splits the ids into up to 8 inputs.
@@ -103,7 +112,7 @@ func FuzzEmbeddingCheck(f *testing.F) {
 		for i := range parts {
 			t1.inputs = append(t1.inputs, all[i*len(all)/parts:(i+1)*len(all)/parts])
 		}
-		l := limits{vocabSize: int(vocab % (1 << 16)), maxContext: int(maxCtx % (1 << 10))}
+		l := limits{vocabSize: int(vocab % (1 << 16)), maxContext: int(maxCtx % (1 << 10)), maxInput: int(maxIn % (1 << 10))}
 		if err := t1.check(l); err != nil {
 			if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field == "" {
 				t.Fatalf("check: %v; want an invalid-request fault naming its field", err)
@@ -113,6 +122,9 @@ func FuzzEmbeddingCheck(f *testing.F) {
 		for i, in := range t1.inputs {
 			if l.maxContext > 0 && len(in) > l.maxContext {
 				t.Fatalf("check accepted %d tokens in inputs[%d], in a context of %d", len(in), i, l.maxContext)
+			}
+			if l.maxInput > 0 && len(in) > l.maxInput+1 {
+				t.Fatalf("check accepted %d tokens in inputs[%d] where the engines accept %d and one for output", len(in), i, l.maxInput)
 			}
 			for _, id := range in {
 				if l.vocabSize > 0 && int(id) >= l.vocabSize {

@@ -329,6 +329,37 @@ func TestBadInputIsRejectedWithTheFieldAndLimit(t *testing.T) {
 	}
 }
 
+// TestPromptLongerThanTheCacheIsRefusedByTheRouter: an SGLang engine whose
+// KV cache holds fewer tokens than its context accepts prompts up to the
+// cache's size less one (its max_req_input_len); the router refuses a longer
+// one itself, naming the field and the limit, before any engine sees it, and
+// routes one that fits.
+func TestPromptLongerThanTheCacheIsRefusedByTheRouter(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, sim: func(_ int, c *sim.Config) {
+		c.MaxContextLength, c.KVCapacityTokens = 4096, 1024
+	}})
+	ctx := testutil.Context(t, 10*time.Second)
+	_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(0, 1500)})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a 1,500-token prompt for engines that hold 1,024 tokens: err = %v, want INVALID_ARGUMENT", err)
+	}
+	for _, w := range []string{"input_ids", "1500", "at most 1023", "max_req_input_len"} {
+		if msg := status.Convert(err).Message(); !strings.Contains(msg, w) {
+			t.Errorf("message %q does not mention %q", msg, w)
+		}
+	}
+	for i := range f.sims {
+		if n := f.sims[i].Engine().Stats().Requests; n != 0 {
+			t.Errorf("sim %d received %d requests; a prompt no engine accepts must not reach one", i, n)
+		}
+	}
+	r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(0, 1000),
+		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
+	if err != nil || r.complete == nil || len(r.complete.GetOutputIds()) != 4 {
+		t.Fatalf("a 1,000-token prompt that fits: %v, %v; want a completion of 4 tokens", r, err)
+	}
+}
+
 func TestConcurrentRequestsAllComplete(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 3, policy: "power_of_two"})
 	const n = 40

@@ -188,7 +188,13 @@ type ModelInfo struct {
 	Model            string
 	VocabSize        int
 	MaxContextLength int
-	EOSTokenIDs      []uint32
+	// MaxInputTokens is the longest prompt the engine accepts, in tokens;
+	// 0 when not reported (max_req_input_len). SGLang reports the smaller
+	// of its context and its KV cache's token capacity, less one: an
+	// engine whose cache is smaller than its context refuses a prompt
+	// that fits the context.
+	MaxInputTokens int
+	EOSTokenIDs    []uint32
 	// PageSize is the KV cache page size in tokens; 0 when not reported.
 	PageSize int
 	// KVCapacityTokens is the KV cache size in tokens; 0 when not reported.

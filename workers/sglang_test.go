@@ -191,7 +191,7 @@ func TestSGLangManagement(t *testing.T) {
 	eng := &sglangEngine{
 		modelInfo: &sglang.GetModelInfoResponse{
 			ModelPath: "/models/llama", ServedModelName: "llama-8b", VocabSize: 128256,
-			MaxContextLength: 8192, EosTokenIds: []int32{128001, -1, 128009},
+			MaxContextLength: 8192, EosTokenIds: []int32{128001, -1, 128009}, MaxReqInputLen: 8191,
 		},
 		serverInfo: &sglang.GetServerInfoResponse{ServerArgs: serverArgs, MaxTotalNumTokens: 500000},
 		loads: &sglang.GetLoadsResponse{Loads: []*sglang.SchedulerLoad{
@@ -208,7 +208,7 @@ func TestSGLangManagement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantInfo := workers.ModelInfo{Model: "llama-8b", VocabSize: 128256, MaxContextLength: 8192,
+	wantInfo := workers.ModelInfo{Model: "llama-8b", VocabSize: 128256, MaxContextLength: 8192, MaxInputTokens: 8191,
 		EOSTokenIDs: []uint32{128001, 128009}, PageSize: 64, KVCapacityTokens: 500000}
 	if !reflect.DeepEqual(info, wantInfo) {
 		t.Errorf("Info = %+v, want %+v", info, wantInfo)

@@ -215,6 +215,7 @@ func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 		Model:            modelName(mi.GetServedModelName(), mi.GetModelPath()),
 		VocabSize:        int(mi.GetVocabSize()),
 		MaxContextLength: int(mi.GetMaxContextLength()),
+		MaxInputTokens:   max(int(mi.GetMaxReqInputLen()), 0),
 		EOSTokenIDs:      tokenIDs(mi.GetEosTokenIds()),
 	}
 	si, err := b.c.GetServerInfo(ctx, &vllm.GetServerInfoRequest{})

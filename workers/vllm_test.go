@@ -122,7 +122,8 @@ func TestVLLMStreamEndsEarly(t *testing.T) {
 
 func TestVLLMManagement(t *testing.T) {
 	eng := &vllmEngine{
-		modelInfo: &vllm.GetModelInfoResponse{ModelPath: "/m/qwen", VocabSize: 151936, MaxContextLength: 32768, EosTokenIds: []int32{151645}},
+		modelInfo: &vllm.GetModelInfoResponse{ModelPath: "/m/qwen", VocabSize: 151936, MaxContextLength: 32768, EosTokenIds: []int32{151645},
+			MaxReqInputLen: 32767},
 		loads: &vllm.GetLoadsResponse{Loads: []*vllm.SchedulerLoad{
 			{NumRunningReqs: 4, NumWaitingReqs: 2, NumUsedTokens: 250, MaxTotalNumTokens: 1000, CacheHitRate: 0.25},
 		}},
@@ -135,7 +136,7 @@ func TestVLLMManagement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantInfo := workers.ModelInfo{Model: "/m/qwen", VocabSize: 151936, MaxContextLength: 32768,
+	wantInfo := workers.ModelInfo{Model: "/m/qwen", VocabSize: 151936, MaxContextLength: 32768, MaxInputTokens: 32767,
 		EOSTokenIDs: []uint32{151645}, KVCapacityTokens: 1000}
 	if !reflect.DeepEqual(info, wantInfo) {
 		t.Errorf("Info = %+v, want %+v", info, wantInfo)

@@ -184,8 +184,10 @@ func (s *sglangServer) GetModelInfo(context.Context, *sglang.GetModelInfoRequest
 		EosTokenIds:      []int32{int32(c.EOSTokenID)},
 		PadTokenId:       int32(c.EOSTokenID),
 		BosTokenId:       s.e.bosTokenID(),
-		MaxReqInputLen:   int32(c.MaxContextLength - 1),
-		Architectures:    []string{"LlamaForCausalLM"},
+		// As SGLang's scheduler computes it: a prompt must fit the
+		// context and the KV cache, with one token to spare.
+		MaxReqInputLen: int32(min(c.MaxContextLength, s.e.capacityTokens()) - 1),
+		Architectures:  []string{"LlamaForCausalLM"},
 	}
 	if s.e.Faults().ModelInfoMinimal {
 		info.VocabSize, info.MaxContextLength, info.EosTokenIds, info.MaxReqInputLen = 0, 0, nil, 0
