@@ -192,7 +192,8 @@ type ModelInfo struct {
 	// 0 when not reported (max_req_input_len). SGLang reports the smaller
 	// of its context and its KV cache's token capacity, less one: an
 	// engine whose cache is smaller than its context refuses a prompt
-	// that fits the context.
+	// that fits the context. 0 too for an SGLang engine started with
+	// allow_auto_truncate, which truncates such a prompt instead.
 	MaxInputTokens int
 	EOSTokenIDs    []uint32
 	// PageSize is the KV cache page size in tokens; 0 when not reported.

@@ -237,6 +237,10 @@ func (b *sglangBackend) Info(ctx context.Context) (ModelInfo, error) {
 			info.BootstrapPort = int(n.NumberValue)
 		}
 	}
+	if v, ok := si.GetServerArgs().GetFields()["allow_auto_truncate"]; ok && v.GetBoolValue() {
+		// The engine truncates a longer prompt instead of refusing it.
+		info.MaxInputTokens = 0
+	}
 	info.KVCapacityTokens = int(si.GetMaxTotalNumTokens())
 	return info, nil
 }

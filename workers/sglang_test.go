@@ -240,6 +240,34 @@ func TestSGLangManagement(t *testing.T) {
 	}
 }
 
+// TestSGLangInfoWithAutoTruncate: an engine started with
+// allow_auto_truncate truncates a prompt longer than its max_req_input_len
+// instead of refusing it, so the router is told no input limit (the
+// context still bounds the prompt).
+func TestSGLangInfoWithAutoTruncate(t *testing.T) {
+	for _, truncate := range []bool{false, true} {
+		serverArgs, err := structpb.NewStruct(map[string]any{"allow_auto_truncate": truncate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng := &sglangEngine{
+			modelInfo:  &sglang.GetModelInfoResponse{ModelPath: "/m", MaxContextLength: 8192, MaxReqInputLen: 1023},
+			serverInfo: &sglang.GetServerInfoResponse{ServerArgs: serverArgs, MaxTotalNumTokens: 1024},
+		}
+		info, err := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t))).Info(testutil.Context(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1023
+		if truncate {
+			want = 0
+		}
+		if info.MaxInputTokens != want || info.MaxContextLength != 8192 {
+			t.Errorf("allow_auto_truncate %v: MaxInputTokens %d, context %d; want %d and 8192", truncate, info.MaxInputTokens, info.MaxContextLength, want)
+		}
+	}
+}
+
 func TestSGLangInfoWithoutServerInfo(t *testing.T) {
 	eng := &sglangEngine{} // GetServerInfo unimplemented
 	info, err := workers.NewSGLangBackend(testutil.Dial(t, eng.start(t))).Info(testutil.Context(t, 5*time.Second))
