@@ -24,11 +24,12 @@ import "unsafe"
 // What this gives up: two different chunks whose keys are equal would be
 // taken as equal. The hash is keyed with a random value drawn per tree,
 // so a client cannot choose tokens that collide, and two unrelated chunks
-// collide with probability 2^-64 per comparison. A collision would cost one misrouted request (the
-// router predicts a hit the engine does not have); the engine matches its
-// own cache and computes the right tokens regardless. The first page of
-// every node is still compared token by token (child), so a collision can
-// never make a descent take the wrong branch.
+// collide with probability 2^-64 per comparison. A collision would cost
+// one misrouted request (the router predicts a hit the engine does not
+// have); the engine matches its own cache and computes the right tokens
+// regardless. The first page of every node is still compared token by
+// token (child), so a collision can never make a descent take the wrong
+// branch.
 
 // chunkMin is the fewest tokens in a chunk.
 const chunkMin = 256

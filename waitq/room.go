@@ -57,7 +57,7 @@ func (s Saturation) Full(v workers.View) bool {
 func (s Saturation) Room(candidates []workers.View, excluded []string, pending int) bool {
 	available, free := false, 0
 	for _, v := range candidates {
-		if !v.Available() || slices.Contains(excluded, v.URL()) {
+		if !usable(v, excluded) {
 			continue
 		}
 		available = true
@@ -88,7 +88,7 @@ func (s Saturation) Room(candidates []workers.View, excluded []string, pending i
 // Full: the ones a request bound now should not be sent to.
 func (s Saturation) FullOf(dst []string, candidates []workers.View, excluded []string) []string {
 	for _, v := range candidates {
-		if v.Available() && s.Full(v) && !slices.Contains(excluded, v.URL()) {
+		if usable(v, excluded) && s.Full(v) {
 			dst = append(dst, v.URL())
 		}
 	}
@@ -108,7 +108,7 @@ func (s Saturation) Avoid(dst []string, candidates []workers.View, excluded []st
 	dst = s.FullOf(dst, candidates, excluded)
 	available := 0
 	for _, v := range candidates {
-		if v.Available() && !slices.Contains(excluded, v.URL()) {
+		if usable(v, excluded) {
 			available++
 		}
 	}
@@ -117,8 +117,7 @@ func (s Saturation) Avoid(dst []string, candidates []workers.View, excluded []st
 	}
 	dst = dst[:n]
 	for _, v := range candidates {
-		if limit := v.MaxRunningRequests(); limit > 0 && v.Worker().InFlight() >= limit &&
-			v.Available() && !slices.Contains(excluded, v.URL()) {
+		if limit := v.MaxRunningRequests(); limit > 0 && v.Worker().InFlight() >= limit && usable(v, excluded) {
 			dst = append(dst, v.URL())
 		}
 	}
@@ -126,4 +125,10 @@ func (s Saturation) Avoid(dst []string, candidates []workers.View, excluded []st
 		dst = dst[:n]
 	}
 	return dst
+}
+
+// usable reports whether v may be given a request: available and not
+// excluded (an engine an earlier attempt failed on).
+func usable(v workers.View, excluded []string) bool {
+	return v.Available() && !slices.Contains(excluded, v.URL())
 }
