@@ -34,6 +34,11 @@ type kvBurstStream struct {
 }
 
 func (s kvBurstStream) Recv() (*workers.KVEventBatch, error) {
+	// Let the subscription's other goroutine park in its select first:
+	// receiveChecker waits for the bubble to block while the subscription
+	// holds its lock, and a goroutine that reaches for that lock then is
+	// not durably blocked, so the wait would never end.
+	synctest.Wait()
 	e := s.e
 	e.mu.Lock()
 	seq := e.recvs
