@@ -209,7 +209,9 @@ func (p *single) End(out policy.Outcome) {
 }
 
 // CheckCandidates refuses a job that no worker of a side could serve: none is
-// available, or the prompt does not fit the model.
+// available, or the prompt does not fit the model. Workers too small for
+// the prompt, when others can take it, join the job's excluded workers
+// (see fit).
 func CheckCandidates(side string, ws []*workers.Worker, j *Job) error {
 	if !slices.ContainsFunc(ws, (*workers.Worker).Available) {
 		healthy, open := 0, 0
@@ -224,12 +226,15 @@ func CheckCandidates(side string, ws []*workers.Worker, j *Job) error {
 		return fault.Newf(fault.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
 			side, len(ws), healthy, open)
 	}
-	l := limitsOf(ws)
-	if l.vocabSize == 0 {
+	vocab := vocabOf(ws)
+	if vocab == 0 {
 		// No engine reports its vocabulary: the tokenizer's holds.
-		l.vocabSize = j.Route.TokenizerVocab()
+		vocab = j.Route.TokenizerVocab()
 	}
-	return j.Task.check(l)
+	if err := j.Task.check(limits{vocabSize: vocab}); err != nil {
+		return err
+	}
+	return fit(ws, j)
 }
 
 // implementing keeps the workers that may be given rpc ("": all of them).

@@ -23,7 +23,8 @@ type Job struct {
 	Stream   bool
 	Start    time.Time
 	Send     func(chunk *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error
-	// excluded are the workers earlier attempts failed on.
+	// excluded are the workers earlier attempts failed on, and those
+	// whose own limits the prompt exceeds while others' it fits (fit).
 	excluded []string
 	// full are the engines at their running-request limit when the
 	// attempt was bound, with Binding.AvoidFull: it is placed elsewhere.

@@ -278,6 +278,20 @@ func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 		sat.Room(workers.Views(r.Candidates(s.reg, workers.RoleDecode)), j.excluded, pending)
 }
 
+// fitEngines leaves out of j's placements the engines whose own limits
+// its prompt exceeds, and refuses it when no engine would accept it (fit),
+// among the engines engineRoom waits for.
+func (s *Pipeline) fitEngines(j *Job) error {
+	r := j.Route
+	if cs := r.Candidates(s.reg, workers.RoleRegular); len(cs) > 0 {
+		return fit(cs, j)
+	}
+	if err := fit(r.Candidates(s.reg, workers.RolePrefill), j); err != nil {
+		return err
+	}
+	return fit(r.Candidates(s.reg, workers.RoleDecode), j)
+}
+
 // placing, with AvoidFull or for a request bound by matching (j.onlyFree),
 // chooses the engines j's attempt avoids (j.full)
 // at its placement, not when it was bound, and holds every other

@@ -145,6 +145,11 @@ func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 	defer func() {
 		s.metrics.policyLatency.WithLabelValues(j.Route.Placer.PolicyName()).Observe(time.Since(j.Start).Seconds())
 	}()
+	// Before the queue: a prompt no engine accepts is refused now, and
+	// the queue waits only for room on engines that accept it.
+	if err := s.fitEngines(j); err != nil {
+		return err
+	}
 	unbind, err := s.bind(ctx, j) // late binding: wait for room
 	if err != nil {
 		return err

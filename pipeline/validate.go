@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -9,33 +10,103 @@ import (
 	"github.com/kvgate/kvgate/workers"
 )
 
-// limits are what a request must fit to succeed on every candidate worker.
+// limits are what a request must fit to succeed on a worker.
 type limits struct {
 	vocabSize  int // 0: unknown
 	maxContext int // 0: unknown
 	maxInput   int // the longest prompt accepted (ModelInfo.MaxInputTokens); 0: unknown
 }
 
-// limitsOf returns the strictest limits among the healthy workers: a request
-// that fits them fits whichever worker the policy picks.
-func limitsOf(ws []*workers.Worker) limits {
-	var l limits
+// lengthsOf are one engine's own length limits. The vocabulary is the
+// model's, checked once for the fleet (vocabOf), so it is left out.
+func lengthsOf(info workers.ModelInfo) limits {
+	return limits{maxContext: info.MaxContextLength, maxInput: info.MaxInputTokens}
+}
+
+// vocabOf returns the smallest vocabulary among the healthy workers (0:
+// none reports one): every worker serves the same model, and a token id
+// beyond one engine's vocabulary is a client's mistake, not a reason to
+// place the request elsewhere.
+func vocabOf(ws []*workers.Worker) int {
+	v := 0
+	for _, w := range ws {
+		if n := w.Info().VocabSize; w.Healthy() && n > 0 && (v == 0 || n < v) {
+			v = n
+		}
+	}
+	return v
+}
+
+// lengthBounds returns the strictest and the loosest length limits among
+// the healthy workers of ws, and how many are healthy: a request within
+// strict fits every one of them, and one beyond loose fits none. A worker
+// that reports no limit (0) makes loose unlimited.
+func lengthBounds(ws []*workers.Worker) (strict, loose limits, healthy int) {
+	tighter := func(cur, n int) int {
+		if n > 0 && (cur == 0 || n < cur) {
+			return n
+		}
+		return cur
+	}
+	var anyContext, anyInput bool // some worker reports no limit
 	for _, w := range ws {
 		if !w.Healthy() {
 			continue
 		}
-		info := w.Info()
-		if info.VocabSize > 0 && (l.vocabSize == 0 || info.VocabSize < l.vocabSize) {
-			l.vocabSize = info.VocabSize
+		healthy++
+		l := lengthsOf(w.Info())
+		strict.maxContext, strict.maxInput = tighter(strict.maxContext, l.maxContext), tighter(strict.maxInput, l.maxInput)
+		loose.maxContext, loose.maxInput = max(loose.maxContext, l.maxContext), max(loose.maxInput, l.maxInput)
+		anyContext, anyInput = anyContext || l.maxContext == 0, anyInput || l.maxInput == 0
+	}
+	if anyContext {
+		loose.maxContext = 0
+	}
+	if anyInput {
+		loose.maxInput = 0
+	}
+	return strict, loose, healthy
+}
+
+// fit checks j's lengths against the workers of ws, whose limits may
+// differ (an SGLang engine with a smaller KV cache accepts shorter
+// prompts). It refuses a request that no healthy worker would accept, and
+// adds the workers whose own limits j exceeds to j.excluded, so that the
+// queue, the policy and Explain consider only engines that can run it:
+// sending it to one that cannot would fail it there.
+func fit(ws []*workers.Worker, j *Job) error {
+	strict, loose, healthy := lengthBounds(ws)
+	if healthy == 0 || j.Task.check(strict) == nil {
+		return nil
+	}
+	if err := j.Task.check(loose); err != nil {
+		return err
+	}
+	// Within the loosest limits but beyond some worker's own.
+	var refusal error
+	fits, before := 0, len(j.excluded)
+	for _, w := range ws {
+		err := j.Task.check(lengthsOf(w.Info()))
+		switch {
+		case err == nil:
+			if w.Healthy() {
+				fits++
+			}
+			continue
+		case refusal == nil && w.Healthy():
+			refusal = err
 		}
-		if info.MaxContextLength > 0 && (l.maxContext == 0 || info.MaxContextLength < l.maxContext) {
-			l.maxContext = info.MaxContextLength
-		}
-		if info.MaxInputTokens > 0 && (l.maxInput == 0 || info.MaxInputTokens < l.maxInput) {
-			l.maxInput = info.MaxInputTokens
+		if !slices.Contains(j.excluded, w.URL()) {
+			j.excluded = append(j.excluded, w.URL())
 		}
 	}
-	return l
+	if fits == 0 {
+		// Each worker refuses it for a limit another exceeds (a
+		// longer context, a shorter input limit).
+		j.excluded = j.excluded[:before]
+		return refusal
+	}
+	return nil
 }
 
 // validateAgainst checks a prompt against the model's vocabulary and context.

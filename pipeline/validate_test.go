@@ -1,11 +1,14 @@
 package pipeline
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/workers"
 )
 
 // TestValidateAgainstNamesTheField: a prompt checked against the workers'
@@ -144,3 +147,132 @@ func fuzzIDs(b []byte, max int) []uint32 {
 	}
 	return ids
 }
+
+// engine is a worker of the fit tests: its own length limits, and whether
+// it passes its health checks.
+type engine struct {
+	context, input int
+	down           bool
+}
+
+func fleetOf(es []engine) []*workers.Worker {
+	ws := make([]*workers.Worker, len(es))
+	for i, e := range es {
+		ws[i] = workers.NewWorker(fmt.Sprintf("w%d", i), workers.ProtocolSGLang, workers.RoleRegular,
+			workers.ModelInfo{MaxContextLength: e.context, MaxInputTokens: e.input}, nil, nil)
+		ws[i].SetHealthy(!e.down)
+	}
+	return ws
+}
+
+// TestFitPlacesOnlyWhereThePromptFits: in a fleet whose engines accept
+// different lengths (SGLang engines with KV caches of different sizes), a
+// prompt that some healthy engine accepts is placed only among those that
+// do; one that no healthy engine accepts is refused, naming the field and
+// the largest limit.
+func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
+	small, large := engine{context: 8192, input: 1023}, engine{context: 8192, input: 4095}
+	tests := []struct {
+		name     string
+		fleet    []engine
+		prompt   int
+		maxNew   *uint32
+		embed    bool     // an Embed input of prompt tokens
+		before   []string // excluded by earlier attempts
+		excluded []string
+		field    string // "": accepted
+		msg      string
+	}{
+		{name: "a prompt every engine accepts", fleet: []engine{small, large}, prompt: 1000},
+		{name: "a prompt only the larger engines accept", fleet: []engine{small, large, small, large}, prompt: 1500,
+			excluded: []string{"w0", "w2"}},
+		{name: "a prompt no engine accepts names the largest limit", fleet: []engine{small, large}, prompt: 5000,
+			field: "input_ids", msg: "at most 4095"},
+		{name: "the larger engine down", fleet: []engine{small, {context: 8192, input: 4095, down: true}}, prompt: 1500,
+			field: "input_ids", msg: "at most 1023"},
+		{name: "an engine that reports no input limit", fleet: []engine{small, {context: 8192}}, prompt: 5000,
+			excluded: []string{"w0"}},
+		{name: "an engine that reports no limit at all", fleet: []engine{large, {}}, prompt: 100000,
+			excluded: []string{"w0"}},
+		{name: "max_new_tokens beyond one engine's context", fleet: []engine{{context: 2048}, {context: 8192}}, prompt: 1000,
+			maxNew: u32p(2000), excluded: []string{"w0"}},
+		{name: "max_new_tokens beyond every context", fleet: []engine{{context: 2048}, {context: 8192}}, prompt: 1000,
+			maxNew: u32p(8000), field: "sampling_params.max_new_tokens", msg: "context is 8192"},
+		{name: "each engine refuses for a limit the other exceeds",
+			fleet: []engine{{context: 8192, input: 1023}, {context: 1024, input: 4095}}, prompt: 1500,
+			field: "input_ids", msg: "at most 1023"},
+		{name: "a worker already excluded is listed once", fleet: []engine{small, large}, prompt: 1500,
+			before: []string{"w0"}, excluded: []string{"w0"}},
+		{name: "an embedding may use the token kept for output", fleet: []engine{small, large}, prompt: 1024, embed: true},
+		{name: "an embedding beyond it", fleet: []engine{small, large}, prompt: 1025, embed: true,
+			excluded: []string{"w0"}},
+		{name: "no healthy engine: the placement says so", fleet: []engine{{context: 10, down: true}}, prompt: 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := &Job{InputIDs: make([]uint32, tt.prompt), excluded: slices.Clone(tt.before)}
+			if tt.maxNew != nil {
+				j.Sampling = &kvgatev1.SamplingParams{MaxNewTokens: tt.maxNew}
+			}
+			j.Task = (&Pipeline{}).Generation(j)
+			if tt.embed {
+				j.Task = &Embedding{inputs: [][]uint32{j.InputIDs}}
+			}
+			err := fit(fleetOf(tt.fleet), j)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("fit: %v; want it accepted", err)
+				}
+			} else if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field != tt.field || !strings.Contains(f.Msg, tt.msg) {
+				t.Fatalf("fit: %v; want an invalid-request fault about %s saying %q", err, tt.field, tt.msg)
+			}
+			if !slices.Equal(j.excluded, tt.excluded) {
+				t.Errorf("excluded %v; want %v", j.excluded, tt.excluded)
+			}
+		})
+	}
+}
+
+// FuzzFit: whatever the fleet's limits and health, fit accepts a prompt
+// exactly when some healthy engine's own limits hold it, and then excludes
+// only engines whose limits do not.
+func FuzzFit(f *testing.F) {
+	f.Add([]byte{10, 0, 9, 0, 1, 40, 0, 39, 0, 1}, uint16(20), uint16(5), true)
+	f.Add([]byte{0, 0, 0, 0, 0}, uint16(1), uint16(0), false)
+	f.Fuzz(func(t *testing.T, spec []byte, prompt, maxNew uint16, setMax bool) {
+		// Five bytes an engine: context and input limit (little-endian,
+		// 0 none), and whether it is up.
+		var fleet []engine
+		for i := 0; i+5 <= len(spec) && len(fleet) < 6; i += 5 {
+			fleet = append(fleet, engine{context: int(spec[i]) | int(spec[i+1])<<8, input: int(spec[i+2]) | int(spec[i+3])<<8, down: spec[i+4]%2 == 0})
+		}
+		j := &Job{InputIDs: make([]uint32, prompt%4096)}
+		if setMax {
+			j.Sampling = &kvgatev1.SamplingParams{MaxNewTokens: u32p(uint32(maxNew))}
+		}
+		j.Task = (&Pipeline{}).Generation(j)
+		ws := fleetOf(fleet)
+		err := fit(ws, j)
+		if err != nil {
+			if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field == "" {
+				t.Fatalf("fit: %v; want an invalid-request fault naming its field", err)
+			}
+		}
+		healthyFits := false
+		for _, w := range ws {
+			own := j.Task.check(lengthsOf(w.Info()))
+			if slices.Contains(j.excluded, w.URL()) && own == nil {
+				t.Fatalf("%s excluded, but its limits %+v hold the prompt", w.URL(), w.Info())
+			}
+			if own == nil && w.Healthy() {
+				healthyFits = true
+			}
+		}
+		anyHealthy := slices.ContainsFunc(ws, (*workers.Worker).Healthy)
+		if anyHealthy && healthyFits != (err == nil) {
+			t.Fatalf("fit: %v, while a healthy engine holds the prompt: %v", err, healthyFits)
+		}
+	})
+}
+
+func u32p(v uint32) *uint32 { return &v }

@@ -115,7 +115,7 @@ func selectTarget(req *Request, t string, candidates []workers.View) (Decision, 
 	}
 	w := candidates[i]
 	if !usable(req, w) {
-		return Decision{}, fmt.Errorf("%w: x-target-worker %d (%s) is unhealthy or excluded", ErrTargetUnavailable, i, w.URL())
+		return Decision{}, fmt.Errorf("%w: x-target-worker %d (%s) is unhealthy or excluded (an earlier attempt failed there, or it accepts a shorter prompt than this one)", ErrTargetUnavailable, i, w.URL())
 	}
 	return Decision{Worker: w.Worker(), Branch: "target", Reason: fmt.Sprintf("consistent_hashing: x-target-worker %d", i)}, nil
 }

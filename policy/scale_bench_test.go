@@ -85,9 +85,9 @@ func scaleFleet(b *testing.B, n int) *workers.Registry {
 }
 
 // serverChecks is what the server does per request with the candidates
-// before the policy sees them (server/dispatch.go checkCandidates and
-// server/validate.go limitsOf): find one available worker, and the
-// smallest vocabulary and context among the healthy ones.
+// before the policy sees them (pipeline/dispatch.go CheckCandidates,
+// pipeline/validate.go vocabOf and lengthBounds): find one available
+// worker, and the smallest vocabulary and context among the healthy ones.
 func serverChecks(ws []*workers.Worker) (vocab, context int) {
 	if !slices.ContainsFunc(ws, (*workers.Worker).Available) {
 		return 0, 0

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
 	"github.com/kvgate/kvgate/workers/sim"
 )
 
@@ -357,6 +359,60 @@ func TestPromptLongerThanTheCacheIsRefusedByTheRouter(t *testing.T) {
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
 	if err != nil || r.complete == nil || len(r.complete.GetOutputIds()) != 4 {
 		t.Fatalf("a 1,000-token prompt that fits: %v, %v; want a completion of 4 tokens", r, err)
+	}
+}
+
+// TestPromptsGoOnlyToEnginesThatHoldThem: in a fleet of two SGLang engines
+// with 1,024-token KV caches and one with 4,096, of two running slots each,
+// eight 1,500-token prompts at once all complete on the larger engine: the
+// requests beyond its slots wait in the router for it, though the smaller
+// engines have room (with --late-binding-avoid-full as well, where a queue
+// that did not know would bind them to a place they cannot take). Explain
+// names that engine, and a prompt longer than every engine accepts is
+// refused naming the largest limit.
+func TestPromptsGoOnlyToEnginesThatHoldThem(t *testing.T) {
+	for _, avoidFull := range []bool{false, true} {
+		t.Run(fmt.Sprintf("avoid full %v", avoidFull), func(t *testing.T) {
+			f := startFleet(t, fleetOptions{workers: 3, policy: "cache_aware",
+				sim: func(i int, c *sim.Config) {
+					c.MaxContextLength, c.KVCapacityTokens, c.MaxRunning, c.TimeScale = 8192, 1024, 2, 0.2
+					if i == 2 {
+						c.KVCapacityTokens = 4096
+					}
+				},
+				config: func(rc *router.Config) { rc.Admission.AvoidFullEngines = avoidFull }})
+			ctx := testutil.Context(t, 30*time.Second)
+			ex, err := f.admin.Explain(ctx, &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{
+				Generate: &kvgatev1.GenerateRequest{InputIds: prompt(99, 1500)}}})
+			if want := "grpc://" + f.sims[2].Addr(); err != nil || ex.GetWorker() != want {
+				t.Fatalf("Explain of a 1,500-token prompt: %v, %v; want worker %s, the one engine that accepts it", ex.GetWorker(), err, want)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for i := range 8 {
+				wg.Go(func() {
+					_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 1500),
+						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}})
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Errorf("a 1,500-token prompt failed: %v", err)
+				}
+			}
+			got := []uint64{f.sims[0].Engine().Stats().Requests, f.sims[1].Engine().Stats().Requests, f.sims[2].Engine().Stats().Requests}
+			if got[0] != 0 || got[1] != 0 || got[2] != 8 {
+				t.Errorf("requests per engine %v; want [0 0 8]", got)
+			}
+			long := slices.Concat(prompt(0, 1000), prompt(0, 1000), prompt(0, 1000), prompt(0, 1000), prompt(0, 1000))
+			_, err = f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: long})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "at most 4095") {
+				t.Fatalf("a 5,000-token prompt: %v; want INVALID_ARGUMENT naming the largest limit, 4095", err)
+			}
+		})
 	}
 }
 
