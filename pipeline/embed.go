@@ -51,6 +51,9 @@ func (t *Embedding) check(l limits) error {
 				}
 			}
 		}
+		if l.truncates {
+			continue // the engine cuts the input to fit
+		}
 		if l.maxContext > 0 && len(ids) > l.maxContext {
 			return fault.Invalidf(fmt.Sprintf("inputs[%d]", i), "inputs[%d] has %d tokens; the model's context is %d tokens", i, len(ids), l.maxContext)
 		}

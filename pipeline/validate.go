@@ -15,12 +15,16 @@ type limits struct {
 	vocabSize  int // 0: unknown
 	maxContext int // 0: unknown
 	maxInput   int // the longest prompt accepted (ModelInfo.MaxInputTokens); 0: unknown
+	// truncates: the engine cuts a prompt beyond maxInput or the context
+	// instead of refusing it (ModelInfo.TruncatesPrompts), so no length
+	// is refused; maxContext still bounds the answer's size.
+	truncates bool
 }
 
 // lengthsOf are one engine's own length limits. The vocabulary is the
 // model's, checked once for the fleet (vocabOf), so it is left out.
 func lengthsOf(info workers.ModelInfo) limits {
-	return limits{maxContext: info.MaxContextLength, maxInput: info.MaxInputTokens}
+	return limits{maxContext: info.MaxContextLength, maxInput: info.MaxInputTokens, truncates: info.TruncatesPrompts}
 }
 
 // vocabOf returns the smallest vocabulary among the healthy workers (0:
@@ -49,6 +53,7 @@ func lengthBounds(ws []*workers.Worker) (strict, loose limits, healthy int) {
 		return cur
 	}
 	var anyContext, anyInput bool // some worker reports no limit
+	strict.truncates = true
 	for _, w := range ws {
 		if !w.Healthy() {
 			continue
@@ -58,6 +63,7 @@ func lengthBounds(ws []*workers.Worker) (strict, loose limits, healthy int) {
 		strict.maxContext, strict.maxInput = tighter(strict.maxContext, l.maxContext), tighter(strict.maxInput, l.maxInput)
 		loose.maxContext, loose.maxInput = max(loose.maxContext, l.maxContext), max(loose.maxInput, l.maxInput)
 		anyContext, anyInput = anyContext || l.maxContext == 0, anyInput || l.maxInput == 0
+		strict.truncates, loose.truncates = strict.truncates && l.truncates, loose.truncates || l.truncates
 	}
 	if anyContext {
 		loose.maxContext = 0
@@ -127,6 +133,9 @@ func validateAgainst(ids []uint32, sp *kvgatev1.SamplingParams, l limits) error 
 				return fault.Invalidf(fmt.Sprintf("sampling_params.stop_token_ids[%d]", i), "sampling_params.stop_token_ids[%d] is %d; token ids must be below the model's vocab_size %d", i, id, l.vocabSize)
 			}
 		}
+	}
+	if l.truncates {
+		return nil // the engine cuts the prompt to fit, and max_new_tokens
 	}
 	if n := len(ids); l.maxInput > 0 && n > l.maxInput {
 		return fault.Invalidf("input_ids", "the prompt (input_ids) has %d tokens; the engines accept at most %d (their max_req_input_len: "+

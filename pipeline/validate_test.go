@@ -44,6 +44,9 @@ func TestValidateAgainstNamesTheField(t *testing.T) {
 		{"an embedding input longer than the engines accept",
 			(&Embedding{inputs: [][]uint32{{1}, make([]uint32, 7), make([]uint32, 8)}}).check(limits{maxContext: 10, maxInput: 6}),
 			"inputs[2]", "accept at most 7"},
+		{"a token outside the vocabulary of an engine that truncates",
+			validateAgainst(make([]uint32, 20000), &kvgatev1.SamplingParams{StopTokenIds: []uint32{100}}, limits{vocabSize: 100, maxContext: 10, truncates: true}),
+			"sampling_params.stop_token_ids[0]", "below the model's vocab_size 100"},
 		{"an embedding token outside the vocabulary",
 			(&Embedding{inputs: [][]uint32{{1, 100}}}).check(small),
 			"inputs[0].input_ids[1]", "below the model's vocab_size 100"},
@@ -152,6 +155,7 @@ func fuzzIDs(b []byte, max int) []uint32 {
 // it passes its health checks.
 type engine struct {
 	context, input int
+	truncates      bool
 	down           bool
 }
 
@@ -159,7 +163,7 @@ func fleetOf(es []engine) []*workers.Worker {
 	ws := make([]*workers.Worker, len(es))
 	for i, e := range es {
 		ws[i] = workers.NewWorker(fmt.Sprintf("w%d", i), workers.ProtocolSGLang, workers.RoleRegular,
-			workers.ModelInfo{MaxContextLength: e.context, MaxInputTokens: e.input}, nil, nil)
+			workers.ModelInfo{MaxContextLength: e.context, MaxInputTokens: e.input, TruncatesPrompts: e.truncates}, nil, nil)
 		ws[i].SetHealthy(!e.down)
 	}
 	return ws
@@ -206,6 +210,12 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 		{name: "an embedding may use the token kept for output", fleet: []engine{small, large}, prompt: 1024, embed: true},
 		{name: "an embedding beyond it", fleet: []engine{small, large}, prompt: 1025, embed: true,
 			excluded: []string{"w0"}},
+		{name: "an engine that truncates takes any length", fleet: []engine{small, {context: 8192, input: 1023, truncates: true}},
+			prompt: 100000, maxNew: u32p(100000), excluded: []string{"w0"}},
+		{name: "every engine truncates", fleet: []engine{{context: 8192, input: 1023, truncates: true}, {context: 8192, input: 4095, truncates: true}},
+			prompt: 100000},
+		{name: "an embedding on an engine that truncates", fleet: []engine{small, {context: 8192, input: 1023, truncates: true}},
+			prompt: 9000, embed: true, excluded: []string{"w0"}},
 		{name: "no healthy engine: the placement says so", fleet: []engine{{context: 10, down: true}}, prompt: 100},
 	}
 	for _, tt := range tests {
@@ -241,10 +251,11 @@ func FuzzFit(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0}, uint16(1), uint16(0), false)
 	f.Fuzz(func(t *testing.T, spec []byte, prompt, maxNew uint16, setMax bool) {
 		// Five bytes an engine: context and input limit (little-endian,
-		// 0 none), and whether it is up.
+		// 0 none), and whether it is up and truncates long prompts.
 		var fleet []engine
 		for i := 0; i+5 <= len(spec) && len(fleet) < 6; i += 5 {
-			fleet = append(fleet, engine{context: int(spec[i]) | int(spec[i+1])<<8, input: int(spec[i+2]) | int(spec[i+3])<<8, down: spec[i+4]%2 == 0})
+			fleet = append(fleet, engine{context: int(spec[i]) | int(spec[i+1])<<8, input: int(spec[i+2]) | int(spec[i+3])<<8,
+				down: spec[i+4]&1 == 0, truncates: spec[i+4]&2 != 0})
 		}
 		j := &Job{InputIDs: make([]uint32, prompt%4096)}
 		if setMax {

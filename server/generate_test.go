@@ -416,6 +416,33 @@ func TestPromptsGoOnlyToEnginesThatHoldThem(t *testing.T) {
 	}
 }
 
+// TestPromptsBeyondEveryLimitGoToAnEngineThatTruncates: an SGLang engine
+// started with --allow-auto-truncate cuts a prompt longer than it accepts
+// instead of refusing it; a prompt beyond every engine's context goes to
+// that engine, which serves its head, and never to the engine that would
+// refuse it.
+func TestPromptsBeyondEveryLimitGoToAnEngineThatTruncates(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, sim: func(i int, c *sim.Config) {
+		c.MaxContextLength, c.KVCapacityTokens, c.AutoTruncate = 4096, 2048, i == 1
+	}})
+	ctx := testutil.Context(t, 10*time.Second)
+	long := slices.Concat(prompt(0, 1000), prompt(0, 1000), prompt(0, 1000), prompt(0, 1000), prompt(0, 1000))
+	for range 3 { // round_robin would send one of them to the engine that refuses it
+		r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: long,
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
+		if err != nil || r.complete == nil || len(r.complete.GetOutputIds()) != 4 {
+			t.Fatalf("a 5,000-token prompt for engines of a 4,096-token context: %v, %v; want a completion of 4 tokens", r, err)
+		}
+	}
+	refusing, truncating := f.sims[0].Engine().Stats(), f.sims[1].Engine().Stats()
+	if refusing.Requests != 0 || truncating.Requests != 3 {
+		t.Errorf("requests %d on the engine that refuses, %d on the one that truncates; want 0 and 3", refusing.Requests, truncating.Requests)
+	}
+	if want := uint64(3 * 2047); truncating.PromptTokens != want {
+		t.Errorf("the truncating engine ran %d prompt tokens; want %d, three prompts cut to its max_req_input_len", truncating.PromptTokens, want)
+	}
+}
+
 func TestConcurrentRequestsAllComplete(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 3, policy: "power_of_two"})
 	const n = 40

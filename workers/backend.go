@@ -192,10 +192,13 @@ type ModelInfo struct {
 	// 0 when not reported (max_req_input_len). SGLang reports the smaller
 	// of its context and its KV cache's token capacity, less one: an
 	// engine whose cache is smaller than its context refuses a prompt
-	// that fits the context. 0 too for an SGLang engine started with
-	// allow_auto_truncate, which truncates such a prompt instead.
+	// that fits the context.
 	MaxInputTokens int
-	EOSTokenIDs    []uint32
+	// TruncatesPrompts: the engine cuts a prompt beyond its limits
+	// instead of refusing it (SGLang's allow_auto_truncate), so no
+	// prompt is too long for it.
+	TruncatesPrompts bool
+	EOSTokenIDs      []uint32
 	// PageSize is the KV cache page size in tokens; 0 when not reported.
 	PageSize int
 	// KVCapacityTokens is the KV cache size in tokens; 0 when not reported.

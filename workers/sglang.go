@@ -238,8 +238,7 @@ func (b *sglangBackend) Info(ctx context.Context) (ModelInfo, error) {
 		}
 	}
 	if v, ok := si.GetServerArgs().GetFields()["allow_auto_truncate"]; ok && v.GetBoolValue() {
-		// The engine truncates a longer prompt instead of refusing it.
-		info.MaxInputTokens = 0
+		info.TruncatesPrompts = true
 	}
 	info.KVCapacityTokens = int(si.GetMaxTotalNumTokens())
 	return info, nil

@@ -242,8 +242,7 @@ func TestSGLangManagement(t *testing.T) {
 
 // TestSGLangInfoWithAutoTruncate: an engine started with
 // allow_auto_truncate truncates a prompt longer than its max_req_input_len
-// instead of refusing it, so the router is told no input limit (the
-// context still bounds the prompt).
+// instead of refusing it, and the router is told so beside the limits.
 func TestSGLangInfoWithAutoTruncate(t *testing.T) {
 	for _, truncate := range []bool{false, true} {
 		serverArgs, err := structpb.NewStruct(map[string]any{"allow_auto_truncate": truncate})
@@ -258,12 +257,9 @@ func TestSGLangInfoWithAutoTruncate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 1023
-		if truncate {
-			want = 0
-		}
-		if info.MaxInputTokens != want || info.MaxContextLength != 8192 {
-			t.Errorf("allow_auto_truncate %v: MaxInputTokens %d, context %d; want %d and 8192", truncate, info.MaxInputTokens, info.MaxContextLength, want)
+		if info.TruncatesPrompts != truncate || info.MaxInputTokens != 1023 || info.MaxContextLength != 8192 {
+			t.Errorf("allow_auto_truncate %v: TruncatesPrompts %v, MaxInputTokens %d, context %d; want %v, 1023 and 8192",
+				truncate, info.TruncatesPrompts, info.MaxInputTokens, info.MaxContextLength, truncate)
 		}
 	}
 }

@@ -76,6 +76,11 @@ type Config struct {
 	PageSize int
 	// KVCapacityTokens is the KV cache size in tokens.
 	KVCapacityTokens int
+	// AutoTruncate serves SGLang as started with --allow-auto-truncate: a
+	// prompt longer than max_req_input_len is cut to it, and max new
+	// tokens to what the context leaves, instead of being refused; the
+	// engine says so in GetServerInfo's server_args.
+	AutoTruncate bool
 	// PrefillTokensPerSec is the prefill throughput of the whole engine.
 	PrefillTokensPerSec float64
 	// RequestOverhead is a fixed per-request delay before the first token
@@ -324,6 +329,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SpecDraftTokens, "spec-draft-tokens", c.SpecDraftTokens,
 		"report speculative decoding with this many draft tokens per decode step, half of them accepted (0: none)")
 	fs.IntVar(&c.KVCapacityTokens, "kv-capacity-tokens", c.KVCapacityTokens, "KV cache capacity in tokens"+h100)
+	fs.BoolVar(&c.AutoTruncate, "auto-truncate", c.AutoTruncate,
+		"SGLang: cut a prompt longer than max_req_input_len to it, and max new tokens to the context left, instead of refusing it (SGLang's --allow-auto-truncate)")
 	fs.Float64Var(&c.PrefillTokensPerSec, "prefill-tokens-per-sec", c.PrefillTokensPerSec, "prefill throughput, shared by all requests"+h100)
 	fs.DurationVar(&c.RequestOverhead, "request-overhead", c.RequestOverhead, "fixed per-request delay before the first token"+h100)
 	fs.Float64Var(&c.DecodeMsPerToken, "decode-ms-per-token", c.DecodeMsPerToken, "base decode step in milliseconds"+h100)

@@ -78,6 +78,9 @@ func (s *sglangServer) request(req *sglang.GenerateRequest) (*request, error) {
 		maxNew = int(sp.GetMaxNewTokens())
 	}
 	prompt := req.GetTokenized().GetInputIds()
+	if e.cfg.AutoTruncate {
+		prompt, maxNew = s.truncate(prompt, maxNew)
+	}
 	if err := e.checkPrompt(prompt, maxNew); err != nil {
 		return nil, err
 	}
@@ -184,15 +187,30 @@ func (s *sglangServer) GetModelInfo(context.Context, *sglang.GetModelInfoRequest
 		EosTokenIds:      []int32{int32(c.EOSTokenID)},
 		PadTokenId:       int32(c.EOSTokenID),
 		BosTokenId:       s.e.bosTokenID(),
-		// As SGLang's scheduler computes it: a prompt must fit the
-		// context and the KV cache, with one token to spare.
-		MaxReqInputLen: int32(min(c.MaxContextLength, s.e.capacityTokens()) - 1),
-		Architectures:  []string{"LlamaForCausalLM"},
+		MaxReqInputLen:   int32(s.maxReqInputLen()),
+		Architectures:    []string{"LlamaForCausalLM"},
 	}
 	if s.e.Faults().ModelInfoMinimal {
 		info.VocabSize, info.MaxContextLength, info.EosTokenIds, info.MaxReqInputLen = 0, 0, nil, 0
 	}
 	return info, nil
+}
+
+// maxReqInputLen is the longest prompt the engine accepts, as SGLang's
+// scheduler computes it: the prompt must fit the context and the KV cache,
+// with one token to spare.
+func (s *sglangServer) maxReqInputLen() int {
+	return min(s.e.cfg.MaxContextLength, s.e.capacityTokens()) - 1
+}
+
+// truncate cuts prompt and maxNew as SGLang started with
+// --allow-auto-truncate does: the prompt's head up to max_req_input_len,
+// and max new tokens to what the context leaves after it.
+func (s *sglangServer) truncate(prompt []uint32, maxNew int) ([]uint32, int) {
+	if n := s.maxReqInputLen(); len(prompt) > n && n > 0 {
+		prompt = prompt[:n]
+	}
+	return prompt, max(0, min(maxNew, s.e.cfg.MaxContextLength-len(prompt)))
 }
 
 func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoRequest) (*sglang.GetServerInfoResponse, error) {
@@ -213,6 +231,7 @@ func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoReque
 		"dp_size":              s.e.DPSize(),
 		"disaggregation_mode":  mode,
 		"random_seed":          c.Seed,
+		"allow_auto_truncate":  c.AutoTruncate,
 	}
 	if s.e.boot != nil && !s.e.Faults().UnreportedBootstrapPort {
 		fields["disaggregation_bootstrap_port"] = s.e.BootstrapPort()
