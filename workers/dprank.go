@@ -207,7 +207,7 @@ func splitRanks(w *Worker, n int, br *BreakerConfig) ([]*Worker, error) {
 	g.open.Store(int32(n))
 	ws := make([]*Worker, n)
 	for r := range n {
-		rw := NewWorker(RankName(w.url, r), w.protocol, w.role, w.info, rankBackend{Backend: w.backend, rank: r}, g.release)
+		rw := NewWorker(RankName(w.url, r), w.protocol, w.role, w.Info(), rankBackend{Backend: w.backend, rank: r}, g.release)
 		rw.endpoint, rw.rank, rw.group = w.url, r, g
 		if br != nil {
 			if err := rw.breaker.Reconfigure(*br); err != nil {
@@ -271,11 +271,13 @@ func rankCapacities(ctx context.Context, ws []*Worker, timeout time.Duration) {
 		return
 	}
 	for _, w := range ws {
+		info := w.Info()
 		if c := loads[w.rank].MaxTotalTokens; c > 0 {
-			w.info.KVCapacityTokens = c
+			info.KVCapacityTokens = c
 		}
 		if n := loads[w.rank].MaxRunning; n > 0 {
-			w.info.MaxRunningRequests = n
+			info.MaxRunningRequests = n
 		}
+		w.info.Store(&info)
 	}
 }

@@ -103,7 +103,10 @@ func RunHealthChecks(ctx context.Context, reg *Registry, cfg HealthConfig, log *
 				s = &healthStreak{healthy: w.Healthy()}
 				streaks[w] = s
 			}
-			if s.record(w, errs[i], cfg) {
+			// A worker coming back may be a restarted engine with other
+			// limits: they are read before requests are placed on it.
+			recovering := func() { refreshLimits(ctx, w, cfg.Timeout, log) }
+			if s.record(w, errs[i], cfg, recovering) {
 				healthy := w.Healthy()
 				if healthy {
 					log.Info("worker healthy again", "worker", w.URL(), "successes", cfg.SuccessThreshold)
@@ -168,9 +171,10 @@ type healthStreak struct {
 	failures, successes int
 }
 
-// record adds one check result and applies a threshold crossing to w. It
-// reports whether it changed w's health.
-func (s *healthStreak) record(w *Worker, err error, cfg HealthConfig) (changed bool) {
+// record adds one check result and applies a threshold crossing to w,
+// calling recovering first when w becomes healthy. It reports whether it
+// changed w's health.
+func (s *healthStreak) record(w *Worker, err error, cfg HealthConfig, recovering func()) (changed bool) {
 	if cur := w.Healthy(); cur != s.healthy {
 		*s = healthStreak{healthy: cur}
 	}
@@ -189,6 +193,9 @@ func (s *healthStreak) record(w *Worker, err error, cfg HealthConfig) (changed b
 	}
 	if changed {
 		s.healthy = !s.healthy
+		if s.healthy {
+			recovering()
+		}
 		w.SetHealthy(s.healthy)
 	}
 	return changed

@@ -58,3 +58,52 @@ func TestEngineKilledAndRestarted(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartedEngineBringsItsOwnLimits: an SGLang engine killed and started
+// again at the same address with a KV cache four times larger and more
+// running slots accepts longer prompts; once the health checks see it back,
+// the worker reports the new max_req_input_len, capacity and running limit
+// before it is marked healthy, so no request is held to the old ones.
+func TestRestartedEngineBringsItsOwnLimits(t *testing.T) {
+	cfg := simtest.Config("sglang")
+	cfg.MaxContextLength, cfg.KVCapacityTokens, cfg.MaxRunning = 8192, 1024, 4
+	srv, w := simtest.Worker(t, cfg)
+	if got := w.Info().MaxInputTokens; got != 1023 {
+		t.Fatalf("MaxInputTokens %d at start; want 1023", got)
+	}
+	reg := workers.NewRegistry()
+	if err := reg.Add(w); err != nil {
+		t.Fatal(err)
+	}
+	flips := make(chan bool, 4)
+	var atRecovery workers.ModelInfo
+	hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1,
+		OnChange: func(cw *workers.Worker, healthy bool) {
+			if healthy {
+				atRecovery = cw.Info()
+			}
+			flips <- healthy
+		}}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		workers.RunHealthChecks(ctx, reg, hc, nil)
+	}()
+	defer func() { cancel(); <-done }()
+
+	srv.Kill()
+	if healthy := testutil.Receive(t, flips, "the killed engine marked unhealthy"); healthy {
+		t.Fatal("first flip was to healthy")
+	}
+	if err := srv.RestartWith(func(c *sim.Config) { c.KVCapacityTokens, c.MaxRunning = 4096, 8 }); err != nil {
+		t.Fatal(err)
+	}
+	if healthy := testutil.Receive(t, flips, "the restarted engine marked healthy"); !healthy {
+		t.Fatal("second flip was to unhealthy")
+	}
+	if got := atRecovery; got.MaxInputTokens != 4095 || got.KVCapacityTokens != 4096 || got.MaxRunningRequests != 8 || got.Model != cfg.Model {
+		t.Errorf("when the worker became healthy again: MaxInputTokens %d, KV capacity %d, running limit %d, model %q; "+
+			"want the restarted engine's 4095, 4096 and 8, and the model kept", got.MaxInputTokens, got.KVCapacityTokens, got.MaxRunningRequests, got.Model)
+	}
+}

@@ -63,9 +63,9 @@ func (v View) PendingPrefill() int { return v.w.PendingPrefill() }
 
 // KVCapacityTokens is the engine's KV cache capacity in tokens, 0 when it
 // reports none.
-func (v View) KVCapacityTokens() int { return v.w.info.KVCapacityTokens }
+func (v View) KVCapacityTokens() int { return v.w.info.Load().KVCapacityTokens }
 
 // MaxRunningRequests is how many requests the engine runs at once, 0 when
 // it reports no limit: the capacity a policy judges the worker's load
 // against.
-func (v View) MaxRunningRequests() int { return v.w.info.MaxRunningRequests }
+func (v View) MaxRunningRequests() int { return v.w.info.Load().MaxRunningRequests }

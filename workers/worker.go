@@ -132,9 +132,12 @@ type Worker struct {
 	url      string
 	protocol Protocol
 	role     Role
-	info     ModelInfo
-	backend  Backend
-	closer   func() error
+	// info is what the engine reported when it was connected; only its
+	// limits change later (refreshLimits), when an engine coming back
+	// healthy reports others.
+	info    atomic.Pointer[ModelInfo]
+	backend Backend
+	closer  func() error
 
 	breaker   *Breaker
 	connected bool // false for Join's placeholder
@@ -200,8 +203,9 @@ func NewWorker(url string, protocol Protocol, role Role, info ModelInfo, b Backe
 	if err != nil {
 		panic(err) // the defaults validate
 	}
-	w := &Worker{url: url, protocol: protocol, role: role, info: info, backend: b, closer: closer,
+	w := &Worker{url: url, protocol: protocol, role: role, backend: b, closer: closer,
 		breaker: br, connected: true, endpoint: url, rank: -1, idle: make(chan struct{}), born: time.Now()}
+	w.info.Store(&info)
 	close(w.idle)
 	w.healthy.Store(true)
 	return w
@@ -210,7 +214,7 @@ func NewWorker(url string, protocol Protocol, role Role, info ModelInfo, b Backe
 func (w *Worker) URL() string        { return w.url }
 func (w *Worker) Protocol() Protocol { return w.protocol }
 func (w *Worker) Role() Role         { return w.role }
-func (w *Worker) Info() ModelInfo    { return w.info }
+func (w *Worker) Info() ModelInfo    { return *w.info.Load() }
 func (w *Worker) Backend() Backend   { return w.backend }
 func (w *Worker) Healthy() bool      { return w.healthy.Load() }
 func (w *Worker) SetHealthy(h bool)  { w.healthy.Store(h) }
@@ -297,7 +301,7 @@ func (w *Worker) Prefilling(n int) Prefill {
 	// A prefill that finds the queue empty and a running slot free times
 	// the engine's prefill rate (see learned).
 	clean := w.prefill.Add(int64(n)) == int64(n) &&
-		(w.info.MaxRunningRequests <= 0 || w.Load() <= w.info.MaxRunningRequests)
+		(w.info.Load().MaxRunningRequests <= 0 || w.Load() <= w.info.Load().MaxRunningRequests)
 	return Prefill{w: w, n: n, start: time.Now(), clean: clean, ended: new(atomic.Bool)}
 }
 
@@ -365,7 +369,7 @@ func (d Decode) Done(tokens int) {
 
 // running is Load, at most the engine's running limit when it reports one.
 func (w *Worker) running() int {
-	if l := w.info.MaxRunningRequests; l > 0 {
+	if l := w.info.Load().MaxRunningRequests; l > 0 {
 		return min(w.Load(), l)
 	}
 	return w.Load()

@@ -159,6 +159,19 @@ func (s *Process) Restart() error {
 	return s.serve()
 }
 
+// RestartWith is Restart for an engine started again with other settings
+// (a larger KV cache, another context length): adjust changes the Config
+// that this and later restarts serve.
+func (s *Process) RestartWith(adjust func(*Config)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running || s.stopped {
+		return fmt.Errorf("sim: restart %s: the server is running or stopped", s.addr)
+	}
+	adjust(&s.cfg)
+	return s.serve()
+}
+
 // Stop ends the server for good, like Kill, and makes Restart fail. It is
 // idempotent.
 func (s *Process) Stop() {
