@@ -89,14 +89,14 @@ func (a *admin) RemoveWorker(ctx context.Context, req *kvgatev1.RemoveWorkerRequ
 
 // workerPB describes a worker as ListWorkers shows it.
 func (a *admin) workerPB(w *workers.Worker) *kvgatev1.Worker {
-	el := w.EngineLoad()
+	el, info := w.EngineLoad(), w.Info()
 	pb := &kvgatev1.Worker{
 		Address:       w.URL(),
 		Protocol:      protocolPB(w.Protocol()),
 		Role:          rolePB(w.Role()),
 		Health:        healthPB(w),
 		InFlight:      uint32(w.InFlight()),
-		Model:         w.Info().Model,
+		Model:         info.Model,
 		EngineRunning: uint32(max(el.Running, 0)),
 		EngineWaiting: uint32(max(el.Waiting, 0)),
 		KvUsage:       el.TokenUsage,
@@ -104,8 +104,14 @@ func (a *admin) workerPB(w *workers.Worker) *kvgatev1.Worker {
 		Draining:      w.Draining(),
 		Connecting:    !w.Connected(),
 		HealthCheck:   w.HealthCheckInUse(),
-		VocabSize:     uint32(max(w.Info().VocabSize, 0)),
-		PageSize:      uint32(max(w.Info().PageSize, 0)),
+		VocabSize:     uint32(max(info.VocabSize, 0)),
+		PageSize:      uint32(max(info.PageSize, 0)),
+
+		MaxContextLength:   uint32(max(info.MaxContextLength, 0)),
+		MaxInputTokens:     uint32(max(info.MaxInputTokens, 0)),
+		TruncatesPrompts:   info.TruncatesPrompts,
+		KvCapacityTokens:   uint32(max(info.KVCapacityTokens, 0)),
+		MaxRunningRequests: uint32(max(info.MaxRunningRequests, 0)),
 	}
 	if pb.VocabSize == 0 {
 		if r := a.s.models.Of(w); r != nil {

@@ -403,6 +403,21 @@ func TestPromptsGoOnlyToEnginesThatHoldThem(t *testing.T) {
 					t.Errorf("a 1,500-token prompt failed: %v", err)
 				}
 			}
+			ws, err := f.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range ws.GetWorkers() {
+				input, capacity := uint32(1023), uint32(1024)
+				if i == 2 {
+					input, capacity = 4095, 4096
+				}
+				if w.GetMaxInputTokens() != input || w.GetKvCapacityTokens() != capacity || w.GetMaxContextLength() != 8192 ||
+					w.GetMaxRunningRequests() != 2 || w.GetTruncatesPrompts() {
+					t.Errorf("ListWorkers shows worker %d with limits %d, %d, %d, %d, %v; want max_input_tokens %d, kv_capacity_tokens %d, context 8192, 2 running, no truncation",
+						i, w.GetMaxInputTokens(), w.GetKvCapacityTokens(), w.GetMaxContextLength(), w.GetMaxRunningRequests(), w.GetTruncatesPrompts(), input, capacity)
+				}
+			}
 			got := []uint64{f.sims[0].Engine().Stats().Requests, f.sims[1].Engine().Stats().Requests, f.sims[2].Engine().Stats().Requests}
 			if got[0] != 0 || got[1] != 0 || got[2] != 8 {
 				t.Errorf("requests per engine %v; want [0 0 8]", got)
@@ -433,6 +448,10 @@ func TestPromptsBeyondEveryLimitGoToAnEngineThatTruncates(t *testing.T) {
 		if err != nil || r.complete == nil || len(r.complete.GetOutputIds()) != 4 {
 			t.Fatalf("a 5,000-token prompt for engines of a 4,096-token context: %v, %v; want a completion of 4 tokens", r, err)
 		}
+	}
+	ws, err := f.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
+	if err != nil || len(ws.GetWorkers()) != 2 || ws.GetWorkers()[0].GetTruncatesPrompts() || !ws.GetWorkers()[1].GetTruncatesPrompts() {
+		t.Errorf("ListWorkers: %v, %v; want the second worker, not the first, shown truncating prompts", ws, err)
 	}
 	refusing, truncating := f.sims[0].Engine().Stats(), f.sims[1].Engine().Stats()
 	if refusing.Requests != 0 || truncating.Requests != 3 {

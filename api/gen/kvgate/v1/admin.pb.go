@@ -1226,9 +1226,24 @@ type Worker struct {
 	// The cache_aware tree pages by it unless --block-size is given, so a
 	// worker whose figure differs from ListModels' page_size is matched
 	// approximately.
-	PageSize      uint32 `protobuf:"varint,16,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageSize uint32 `protobuf:"varint,16,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The model's context, prompt plus output tokens. This and the limits
+	// below are the engine's as it reported them when it joined or last came
+	// back healthy (0: not reported); a request is placed only on workers
+	// whose limits it fits, and refused when it fits none.
+	MaxContextLength uint32 `protobuf:"varint,17,opt,name=max_context_length,json=maxContextLength,proto3" json:"max_context_length,omitempty"`
+	// The longest prompt it accepts (SGLang's max_req_input_len: the smaller of
+	// its context and its KV cache's tokens, less one).
+	MaxInputTokens uint32 `protobuf:"varint,18,opt,name=max_input_tokens,json=maxInputTokens,proto3" json:"max_input_tokens,omitempty"`
+	// It cuts a longer prompt instead of refusing it (SGLang's
+	// --allow-auto-truncate): no prompt is too long for it.
+	TruncatesPrompts bool `protobuf:"varint,19,opt,name=truncates_prompts,json=truncatesPrompts,proto3" json:"truncates_prompts,omitempty"`
+	// Its KV cache's capacity in tokens, and how many requests it runs at once
+	// (the rest wait in its queue).
+	KvCapacityTokens   uint32 `protobuf:"varint,20,opt,name=kv_capacity_tokens,json=kvCapacityTokens,proto3" json:"kv_capacity_tokens,omitempty"`
+	MaxRunningRequests uint32 `protobuf:"varint,21,opt,name=max_running_requests,json=maxRunningRequests,proto3" json:"max_running_requests,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
@@ -1369,6 +1384,41 @@ func (x *Worker) GetVocabSize() uint32 {
 func (x *Worker) GetPageSize() uint32 {
 	if x != nil {
 		return x.PageSize
+	}
+	return 0
+}
+
+func (x *Worker) GetMaxContextLength() uint32 {
+	if x != nil {
+		return x.MaxContextLength
+	}
+	return 0
+}
+
+func (x *Worker) GetMaxInputTokens() uint32 {
+	if x != nil {
+		return x.MaxInputTokens
+	}
+	return 0
+}
+
+func (x *Worker) GetTruncatesPrompts() bool {
+	if x != nil {
+		return x.TruncatesPrompts
+	}
+	return false
+}
+
+func (x *Worker) GetKvCapacityTokens() uint32 {
+	if x != nil {
+		return x.KvCapacityTokens
+	}
+	return 0
+}
+
+func (x *Worker) GetMaxRunningRequests() uint32 {
+	if x != nil {
+		return x.MaxRunningRequests
 	}
 	return 0
 }
@@ -1588,7 +1638,7 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\x12speculative_tokens\x18\t \x01(\rR\x11speculativeTokens\"\x14\n" +
 	"\x12ListWorkersRequest\"B\n" +
 	"\x13ListWorkersResponse\x12+\n" +
-	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xc4\x04\n" +
+	"\aworkers\x18\x01 \x03(\v2\x11.kvgate.v1.WorkerR\aworkers\"\xa9\x06\n" +
 	"\x06Worker\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12/\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x13.kvgate.v1.ProtocolR\bprotocol\x12#\n" +
@@ -1609,7 +1659,12 @@ const file_kvgate_v1_admin_proto_rawDesc = "" +
 	"\fhealth_check\x18\x0f \x01(\tR\vhealthCheck\x12\x1d\n" +
 	"\n" +
 	"vocab_size\x18\x0e \x01(\rR\tvocabSize\x12\x1b\n" +
-	"\tpage_size\x18\x10 \x01(\rR\bpageSize\"\x85\x03\n" +
+	"\tpage_size\x18\x10 \x01(\rR\bpageSize\x12,\n" +
+	"\x12max_context_length\x18\x11 \x01(\rR\x10maxContextLength\x12(\n" +
+	"\x10max_input_tokens\x18\x12 \x01(\rR\x0emaxInputTokens\x12+\n" +
+	"\x11truncates_prompts\x18\x13 \x01(\bR\x10truncatesPrompts\x12,\n" +
+	"\x12kv_capacity_tokens\x18\x14 \x01(\rR\x10kvCapacityTokens\x120\n" +
+	"\x14max_running_requests\x18\x15 \x01(\rR\x12maxRunningRequests\"\x85\x03\n" +
 	"\rKvEventStream\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x125\n" +

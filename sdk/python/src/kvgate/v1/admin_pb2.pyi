@@ -204,7 +204,7 @@ class ListWorkersResponse(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[Worker, _Mapping]]] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ("address", "protocol", "role", "health", "in_flight", "model", "engine_running", "engine_waiting", "kv_usage", "breaker", "draining", "connecting", "kv_events", "health_check", "vocab_size", "page_size")
+    __slots__ = ("address", "protocol", "role", "health", "in_flight", "model", "engine_running", "engine_waiting", "kv_usage", "breaker", "draining", "connecting", "kv_events", "health_check", "vocab_size", "page_size", "max_context_length", "max_input_tokens", "truncates_prompts", "kv_capacity_tokens", "max_running_requests")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,11 @@ class Worker(_message.Message):
     HEALTH_CHECK_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATES_PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    KV_CAPACITY_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     address: str
     protocol: Protocol
     role: Role
@@ -237,7 +242,12 @@ class Worker(_message.Message):
     health_check: str
     vocab_size: int
     page_size: int
-    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ..., health_check: _Optional[str] = ..., vocab_size: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
+    max_context_length: int
+    max_input_tokens: int
+    truncates_prompts: bool
+    kv_capacity_tokens: int
+    max_running_requests: int
+    def __init__(self, address: _Optional[str] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., role: _Optional[_Union[Role, str]] = ..., health: _Optional[_Union[Health, str]] = ..., in_flight: _Optional[int] = ..., model: _Optional[str] = ..., engine_running: _Optional[int] = ..., engine_waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., breaker: _Optional[_Union[BreakerState, str]] = ..., draining: bool = ..., connecting: bool = ..., kv_events: _Optional[_Union[KvEventStream, _Mapping]] = ..., health_check: _Optional[str] = ..., vocab_size: _Optional[int] = ..., page_size: _Optional[int] = ..., max_context_length: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., truncates_prompts: bool = ..., kv_capacity_tokens: _Optional[int] = ..., max_running_requests: _Optional[int] = ...) -> None: ...
 
 class KvEventStream(_message.Message):
     __slots__ = ("mode", "connected", "last_sequence_number", "lag_seconds", "batches", "events", "gaps", "resets", "resyncs", "duplicates", "failures", "last_error")
