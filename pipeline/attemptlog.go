@@ -7,15 +7,20 @@ import (
 )
 
 // attemptLogger is the logger of one attempt: the pipeline's, with the
-// request's id, the attempt's number and the plan's attributes (worker,
-// policy, branch, the decision's reason). slog's With formats attributes
+// request's id, the attempt's number, the plan's attributes (worker,
+// policy, branch, the decision's reason) and the workers left out for
+// their limits (Job.LeftOut). slog's With formats attributes
 // as it is called, the decision's reason among them, and most attempts log
 // nothing (at --log-level warn a successful one writes no line), so the
 // attributes are computed and added at the attempt's first line instead:
 // the lines read exactly as with With.
-func (s *Pipeline) attemptLogger(id string, n int, p *Plan) *slog.Logger {
+func (s *Pipeline) attemptLogger(j *Job, n int, p *Plan) *slog.Logger {
 	return slog.New(&lazyAttrs{base: s.log.Handler(), attrs: func() []any {
-		return append([]any{"request_id", id, "attempt", n}, p.logAttrs()...)
+		attrs := append([]any{"request_id", j.ID, "attempt", n}, p.logAttrs()...)
+		if j.leftOut != "" {
+			attrs = append(attrs, "left_out", j.leftOut)
+		}
+		return attrs
 	}})
 }
 

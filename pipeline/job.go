@@ -26,6 +26,9 @@ type Job struct {
 	// excluded are the workers earlier attempts failed on, and those
 	// whose own limits the prompt exceeds while others' it fits (fit).
 	excluded []string
+	// leftOut names the workers excluded for their limits and why, for
+	// Explain and the request's log (LeftOut); "" when none is.
+	leftOut string
 	// full are the engines at their running-request limit when the
 	// attempt was bound, with Binding.AvoidFull: it is placed elsewhere.
 	full []string
@@ -62,6 +65,10 @@ type Job struct {
 	// (Embed): only workers that have not shown they lack it are placed.
 	Needs workers.RPC
 }
+
+// LeftOut says which workers the job's prompt was kept from because it is
+// longer than they accept, and why ("" when none was).
+func (j *Job) LeftOut() string { return j.leftOut }
 
 // PolicyRequest is what the policy sees of an attempt of the job: its
 // routing metadata, its prompt and the workers earlier attempts failed on.

@@ -244,7 +244,7 @@ func (s *Pipeline) attempt(ctx context.Context, j *Job, n int) *failure {
 		j.Commit() // the prompt fits the model: worth caching
 		j.Commit = nil
 	}
-	log := s.attemptLogger(j.ID, n, p)
+	log := s.attemptLogger(j, n, p)
 	id := attemptID(j.ID)
 
 	// The attempt's streams live on a context the pipeline ends when it is

@@ -1,8 +1,10 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -89,7 +91,8 @@ func fit(ws []*workers.Worker, j *Job) error {
 		return err
 	}
 	// Within the loosest limits but beyond some worker's own.
-	var refusal error
+	var refusal, why error
+	var unfit []string
 	fits, before := 0, len(j.excluded)
 	for _, w := range ws {
 		err := j.Task.check(lengthsOf(w.Info()))
@@ -102,6 +105,8 @@ func fit(ws []*workers.Worker, j *Job) error {
 		case refusal == nil && w.Healthy():
 			refusal = err
 		}
+		why = cmp.Or(why, err)
+		unfit = append(unfit, w.URL())
 		if !slices.Contains(j.excluded, w.URL()) {
 			j.excluded = append(j.excluded, w.URL())
 		}
@@ -112,7 +117,25 @@ func fit(ws []*workers.Worker, j *Job) error {
 		j.excluded = j.excluded[:before]
 		return refusal
 	}
+	j.leftOut = leftOutNote(unfit, why)
 	return nil
+}
+
+// leftOutNote says, for Explain and the request's log, which workers a
+// prompt was kept from for their limits, and the first one's reason.
+func leftOutNote(urls []string, why error) string {
+	if len(urls) == 0 {
+		return ""
+	}
+	msg := why.Error()
+	if f, ok := fault.As(why); ok {
+		msg = f.Msg
+	}
+	names := strings.Join(urls[:min(len(urls), 3)], ", ")
+	if len(urls) > 3 {
+		names += fmt.Sprintf(" and %d more", len(urls)-3)
+	}
+	return fmt.Sprintf("left out for their limits: %s (%s)", names, msg)
 }
 
 // validateAgainst checks a prompt against the model's vocabulary and context.

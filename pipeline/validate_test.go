@@ -184,6 +184,7 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 		embed    bool     // an Embed input of prompt tokens
 		before   []string // excluded by earlier attempts
 		excluded []string
+		note     string // part of LeftOut, when some are left out
 		field    string // "": accepted
 		msg      string
 	}{
@@ -205,8 +206,10 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 		{name: "each engine refuses for a limit the other exceeds",
 			fleet: []engine{{context: 8192, input: 1023}, {context: 1024, input: 4095}}, prompt: 1500,
 			field: "input_ids", msg: "at most 1023"},
+		{name: "many engines left out are counted", fleet: []engine{small, small, small, small, small, large}, prompt: 1500,
+			excluded: []string{"w0", "w1", "w2", "w3", "w4"}, note: "w0, w1, w2 and 2 more (the prompt (input_ids) has 1500 tokens; the engines accept at most 1023"},
 		{name: "a worker already excluded is listed once", fleet: []engine{small, large}, prompt: 1500,
-			before: []string{"w0"}, excluded: []string{"w0"}},
+			before: []string{"w0"}, excluded: []string{"w0"}, note: "at most 1023"},
 		{name: "an embedding may use the token kept for output", fleet: []engine{small, large}, prompt: 1024, embed: true},
 		{name: "an embedding beyond it", fleet: []engine{small, large}, prompt: 1025, embed: true,
 			excluded: []string{"w0"}},
@@ -238,6 +241,13 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 			}
 			if !slices.Equal(j.excluded, tt.excluded) {
 				t.Errorf("excluded %v; want %v", j.excluded, tt.excluded)
+			}
+			note, leftOut := j.LeftOut(), tt.note != "" || len(tt.excluded) > len(tt.before)
+			switch {
+			case !leftOut && note != "":
+				t.Errorf("LeftOut %q; want none, no worker was left out for its limits", note)
+			case leftOut && (!strings.Contains(note, "left out for their limits: "+tt.excluded[0]) || !strings.Contains(note, tt.note)):
+				t.Errorf("LeftOut %q; want it to name %s and say %q", note, tt.excluded[0], tt.note)
 			}
 		})
 	}

@@ -46,7 +46,7 @@ func (a *admin) Explain(ctx context.Context, req *kvgatev1.ExplainRequest) (*kvg
 		Worker:                p.Served().URL(),
 		Policy:                j.Route.Placer.PolicyName(),
 		Branch:                served.Branch,
-		Reason:                explainReason(p.Reason(), s.pipe.WouldWait(j)),
+		Reason:                explainReason(p.Reason(), s.pipe.WouldWait(j), j.LeftOut()),
 		PromptTokens:          uint32(len(j.InputIDs)),
 		PredictedCachedTokens: uint32(first.Decision.PredictedCachedTokens),
 		Workers:               a.views(j.Route, first.Decision),
@@ -81,11 +81,14 @@ func (a *admin) views(r *route, dec policy.Decision) []*kvgatev1.WorkerView {
 	return out
 }
 
-// explainReason adds to a decision's reason whether the request would wait
-// in the router first.
-func explainReason(reason, wait string) string {
-	if wait == "" {
-		return reason
+// explainReason adds to a decision's reason the notes that apply: whether the
+// request would wait in the router first, which workers its prompt was kept
+// from for their limits.
+func explainReason(reason string, notes ...string) string {
+	for _, n := range notes {
+		if n != "" {
+			reason += "; " + n
+		}
 	}
-	return reason + "; " + wait
+	return reason
 }

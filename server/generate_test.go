@@ -387,6 +387,10 @@ func TestPromptsGoOnlyToEnginesThatHoldThem(t *testing.T) {
 			if want := "grpc://" + f.sims[2].Addr(); err != nil || ex.GetWorker() != want {
 				t.Fatalf("Explain of a 1,500-token prompt: %v, %v; want worker %s, the one engine that accepts it", ex.GetWorker(), err, want)
 			}
+			if want := "left out for their limits: grpc://" + f.sims[0].Addr() + ", grpc://" + f.sims[1].Addr(); !strings.Contains(ex.GetReason(), want) ||
+				!strings.Contains(ex.GetReason(), "at most 1023") {
+				t.Errorf("Explain's reason %q; want it to say %q, and their limit", ex.GetReason(), want)
+			}
 			var wg sync.WaitGroup
 			errs := make(chan error, 8)
 			for i := range 8 {
