@@ -435,6 +435,32 @@ func TestPromptsGoOnlyToEnginesThatHoldThem(t *testing.T) {
 	}
 }
 
+// TestDisaggregatedPromptsGoOnlyToEnginesThatHoldThem: with prefill and
+// decode on separate engines, each leg goes only to an engine of its role
+// that accepts the prompt: of two prefill engines and two decode engines,
+// one of each with a 1,024-token cache, a 1,500-token prompt runs on the
+// larger ones every time.
+func TestDisaggregatedPromptsGoOnlyToEnginesThatHoldThem(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 4, pd: true, policy: "cache_aware", sim: func(i int, c *sim.Config) {
+		c.MaxContextLength, c.KVCapacityTokens = 8192, 4096
+		if i == 0 || i == 2 { // the first prefill and the first decode engine
+			c.KVCapacityTokens = 1024
+		}
+	}})
+	ctx := testutil.Context(t, 20*time.Second)
+	for i := range 4 {
+		r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 1500),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4), IgnoreEos: true}})
+		if err != nil || r.complete == nil {
+			t.Fatalf("request %d: %v, %v", i, r, err)
+		}
+		if c := r.complete; c.GetPrefillWorker() != f.workerURL(1) || c.GetWorker() != f.workerURL(3) {
+			t.Errorf("request %d ran on prefill %s and decode %s; want the larger engines, %s and %s",
+				i, c.GetPrefillWorker(), c.GetWorker(), f.workerURL(1), f.workerURL(3))
+		}
+	}
+}
+
 // TestPromptsBeyondEveryLimitGoToAnEngineThatTruncates: an SGLang engine
 // started with --allow-auto-truncate cuts a prompt longer than it accepts
 // instead of refusing it; a prompt beyond every engine's context goes to
