@@ -226,7 +226,8 @@ func CheckCandidates(side string, ws []*workers.Worker, j *Job) error {
 		return fault.Newf(fault.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
 			side, len(ws), healthy, open)
 	}
-	vocab := vocabOf(ws)
+	b := boundsOf(ws)
+	vocab := b.vocab
 	if vocab == 0 {
 		// No engine reports its vocabulary: the tokenizer's holds.
 		vocab = j.Route.TokenizerVocab()
@@ -234,7 +235,7 @@ func CheckCandidates(side string, ws []*workers.Worker, j *Job) error {
 	if err := j.Task.check(limits{vocabSize: vocab}); err != nil {
 		return err
 	}
-	return fit(ws, j)
+	return fit(ws, b, j)
 }
 
 // implementing keeps the workers that may be given rpc ("": all of them).

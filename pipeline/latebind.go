@@ -284,12 +284,13 @@ func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 func (s *Pipeline) fitEngines(j *Job) error {
 	r := j.Route
 	if cs := r.Candidates(s.reg, workers.RoleRegular); len(cs) > 0 {
-		return fit(cs, j)
+		return fit(cs, boundsOf(cs), j)
 	}
-	if err := fit(r.Candidates(s.reg, workers.RolePrefill), j); err != nil {
+	prefill, decode := r.Candidates(s.reg, workers.RolePrefill), r.Candidates(s.reg, workers.RoleDecode)
+	if err := fit(prefill, boundsOf(prefill), j); err != nil {
 		return err
 	}
-	return fit(r.Candidates(s.reg, workers.RoleDecode), j)
+	return fit(decode, boundsOf(decode), j)
 }
 
 // placing, with AvoidFull or for a request bound by matching (j.onlyFree),

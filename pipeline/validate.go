@@ -23,71 +23,69 @@ type limits struct {
 	truncates bool
 }
 
-// lengthsOf are one engine's own length limits. The vocabulary is the
-// model's, checked once for the fleet (vocabOf), so it is left out.
-func lengthsOf(info workers.ModelInfo) limits {
-	return limits{maxContext: info.MaxContextLength, maxInput: info.MaxInputTokens, truncates: info.TruncatesPrompts}
+// lengthsOf are w's own length limits. The vocabulary is the model's,
+// checked once for the fleet (bounds.vocab), so it is left out.
+func lengthsOf(w *workers.Worker) limits {
+	_, ctx, input, truncates := w.PromptLimits()
+	return limits{maxContext: ctx, maxInput: input, truncates: truncates}
 }
 
-// vocabOf returns the smallest vocabulary among the healthy workers (0:
-// none reports one): every worker serves the same model, and a token id
-// beyond one engine's vocabulary is a client's mistake, not a reason to
-// place the request elsewhere.
-func vocabOf(ws []*workers.Worker) int {
-	v := 0
-	for _, w := range ws {
-		if n := w.Info().VocabSize; w.Healthy() && n > 0 && (v == 0 || n < v) {
-			v = n
-		}
-	}
-	return v
+// bounds are a fleet's limits, among its healthy workers: a request within
+// strict fits every one of them, and one beyond loose fits none.
+type bounds struct {
+	// vocab is the smallest vocabulary (0: none reports one): every worker
+	// serves the same model, and a token id beyond one engine's vocabulary
+	// is a client's mistake, not a reason to place the request elsewhere.
+	vocab         int
+	strict, loose limits
+	healthy       int
 }
 
-// lengthBounds returns the strictest and the loosest length limits among
-// the healthy workers of ws, and how many are healthy: a request within
-// strict fits every one of them, and one beyond loose fits none. A worker
-// that reports no limit (0) makes loose unlimited.
-func lengthBounds(ws []*workers.Worker) (strict, loose limits, healthy int) {
+// boundsOf reads ws's limits in one pass: a request reads every worker's.
+// A worker that reports no limit (0) makes loose unlimited.
+func boundsOf(ws []*workers.Worker) bounds {
 	tighter := func(cur, n int) int {
 		if n > 0 && (cur == 0 || n < cur) {
 			return n
 		}
 		return cur
 	}
+	var b bounds
 	var anyContext, anyInput bool // some worker reports no limit
-	strict.truncates = true
+	b.strict.truncates = true
 	for _, w := range ws {
 		if !w.Healthy() {
 			continue
 		}
-		healthy++
-		l := lengthsOf(w.Info())
-		strict.maxContext, strict.maxInput = tighter(strict.maxContext, l.maxContext), tighter(strict.maxInput, l.maxInput)
-		loose.maxContext, loose.maxInput = max(loose.maxContext, l.maxContext), max(loose.maxInput, l.maxInput)
-		anyContext, anyInput = anyContext || l.maxContext == 0, anyInput || l.maxInput == 0
-		strict.truncates, loose.truncates = strict.truncates && l.truncates, loose.truncates || l.truncates
+		b.healthy++
+		vocab, ctx, input, truncates := w.PromptLimits()
+		b.vocab = tighter(b.vocab, vocab)
+		b.strict.maxContext, b.strict.maxInput = tighter(b.strict.maxContext, ctx), tighter(b.strict.maxInput, input)
+		b.loose.maxContext, b.loose.maxInput = max(b.loose.maxContext, ctx), max(b.loose.maxInput, input)
+		anyContext, anyInput = anyContext || ctx == 0, anyInput || input == 0
+		b.strict.truncates, b.loose.truncates = b.strict.truncates && truncates, b.loose.truncates || truncates
 	}
 	if anyContext {
-		loose.maxContext = 0
+		b.loose.maxContext = 0
 	}
 	if anyInput {
-		loose.maxInput = 0
+		b.loose.maxInput = 0
 	}
-	return strict, loose, healthy
+	return b
 }
 
-// fit checks j's lengths against the workers of ws, whose limits may
+// fit checks j's lengths against the workers of ws (b, their bounds),
+// whose limits may
 // differ (an SGLang engine with a smaller KV cache accepts shorter
 // prompts). It refuses a request that no healthy worker would accept, and
 // adds the workers whose own limits j exceeds to j.excluded, so that the
 // queue, the policy and Explain consider only engines that can run it:
 // sending it to one that cannot would fail it there.
-func fit(ws []*workers.Worker, j *Job) error {
-	strict, loose, healthy := lengthBounds(ws)
-	if healthy == 0 || j.Task.check(strict) == nil {
+func fit(ws []*workers.Worker, b bounds, j *Job) error {
+	if b.healthy == 0 || j.Task.check(b.strict) == nil {
 		return nil
 	}
-	if err := j.Task.check(loose); err != nil {
+	if err := j.Task.check(b.loose); err != nil {
 		return err
 	}
 	// Within the loosest limits but beyond some worker's own.
@@ -95,7 +93,7 @@ func fit(ws []*workers.Worker, j *Job) error {
 	var unfit []string
 	fits, before := 0, len(j.excluded)
 	for _, w := range ws {
-		err := j.Task.check(lengthsOf(w.Info()))
+		err := j.Task.check(lengthsOf(w))
 		switch {
 		case err == nil:
 			if w.Healthy() {

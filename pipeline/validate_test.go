@@ -231,7 +231,8 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 			if tt.embed {
 				j.Task = &Embedding{inputs: [][]uint32{j.InputIDs}}
 			}
-			err := fit(fleetOf(tt.fleet), j)
+			ws := fleetOf(tt.fleet)
+			err := fit(ws, boundsOf(ws), j)
 			if tt.field == "" {
 				if err != nil {
 					t.Fatalf("fit: %v; want it accepted", err)
@@ -273,7 +274,7 @@ func FuzzFit(f *testing.F) {
 		}
 		j.Task = (&Pipeline{}).Generation(j)
 		ws := fleetOf(fleet)
-		err := fit(ws, j)
+		err := fit(ws, boundsOf(ws), j)
 		if err != nil {
 			if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field == "" {
 				t.Fatalf("fit: %v; want an invalid-request fault naming its field", err)
@@ -281,7 +282,7 @@ func FuzzFit(f *testing.F) {
 		}
 		healthyFits := false
 		for _, w := range ws {
-			own := j.Task.check(lengthsOf(w.Info()))
+			own := j.Task.check(lengthsOf(w))
 			if slices.Contains(j.excluded, w.URL()) && own == nil {
 				t.Fatalf("%s excluded, but its limits %+v hold the prompt", w.URL(), w.Info())
 			}

@@ -221,6 +221,15 @@ func (w *Worker) SetHealthy(h bool)  { w.healthy.Store(h) }
 func (w *Worker) InFlight() int      { return int(w.inFlight.Load()) }
 func (w *Worker) String() string     { return w.url }
 
+// PromptLimits are the figures of Info a prompt is checked against:
+// requests read them for every worker, and copying the whole information
+// each time made a pass over 1,000 workers take 9 µs instead of 7
+// (BenchmarkFit in pipeline).
+func (w *Worker) PromptLimits() (vocab, maxContext, maxInput int, truncates bool) {
+	i := w.info.Load()
+	return i.VocabSize, i.MaxContextLength, i.MaxInputTokens, i.TruncatesPrompts
+}
+
 // Breaker is the worker's circuit breaker.
 func (w *Worker) Breaker() *Breaker { return w.breaker }
 
