@@ -223,8 +223,7 @@ func (w *Worker) String() string     { return w.url }
 
 // PromptLimits are the figures of Info a prompt is checked against:
 // requests read them for every worker, and copying the whole information
-// each time made a pass over 1,000 workers take 9 µs instead of 7
-// (BenchmarkFit in pipeline).
+// each time doubled what that costs (BenchmarkFit in pipeline, BENCHMARKS.md).
 func (w *Worker) PromptLimits() (vocab, maxContext, maxInput int, truncates bool) {
 	i := w.info.Load()
 	return i.VocabSize, i.MaxContextLength, i.MaxInputTokens, i.TruncatesPrompts
