@@ -75,12 +75,12 @@ func boundsOf(ws []*workers.Worker) bounds {
 }
 
 // fit checks j's lengths against the workers of ws (b, their bounds),
-// whose limits may
-// differ (an SGLang engine with a smaller KV cache accepts shorter
-// prompts). It refuses a request that no healthy worker would accept, and
-// adds the workers whose own limits j exceeds to j.excluded, so that the
-// queue, the policy and Explain consider only engines that can run it:
-// sending it to one that cannot would fail it there.
+// whose limits may differ (an SGLang engine with a smaller KV cache
+// accepts shorter prompts). It refuses a request that no healthy worker
+// would accept, and adds the workers whose own limits j exceeds to
+// j.excluded, so that the queue, the policy and Explain consider only
+// engines that can run it: sending it to one that cannot would fail it
+// there.
 func fit(ws []*workers.Worker, b bounds, j *Job) error {
 	if b.healthy == 0 || j.Task.check(b.strict) == nil {
 		return nil
