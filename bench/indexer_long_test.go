@@ -27,7 +27,7 @@ import (
 //	go test -run '^$' -bench MooncakeLookupLong -benchtime 3x ./bench/
 func BenchmarkMooncakeLookupLong(b *testing.B) {
 	recs := readTraceRecords(b, filepath.Join("testdata", "traces", "conversation_trace.jsonl"), 0)
-	_, p := replayIndexer(b, recs, DefaultTraceBlockTokens, true)
+	_, p := replayIndexer(b, recs, DefaultTraceBlockTokens, true, nil)
 	long := longestPrompts(recs, len(recs)/100)
 	// copies[i] holds the part of long[i] the mirror matched, for the floor.
 	copies := make([][]uint32, len(long))

@@ -79,7 +79,12 @@ func BenchmarkMooncakeIndexer(b *testing.B) {
 			recs := readTraceRecords(b, filepath.Join("testdata", "traces", c.trace+"_trace.jsonl"), c.requests)
 			var total indexerReplay
 			for b.Loop() {
-				r, _ := replayIndexer(b, recs, c.page, !c.unreported)
+				var script *replayScript
+				if total.requests == 0 && !c.unreported {
+					script = newReplayScript(b, c.trace, c.page)
+				}
+				r, _ := replayIndexer(b, recs, c.page, !c.unreported, script)
+				script.close(b)
 				total.add(r)
 			}
 			total.report(b)
@@ -175,8 +180,9 @@ func (a *indexerReplay) report(b *testing.B) {
 // replayIndexer routes recs among indexerWorkers with cache_aware, feeding
 // the policy the events of each chosen engine, which report their KV
 // capacity if reported is set. It returns what it measured and the
-// policy, whose mirror holds what the engines hold at the end.
-func replayIndexer(b *testing.B, recs []traceRecord, page int, reported bool) (indexerReplay, *policy.CacheAware) {
+// policy, whose mirror holds what the engines hold at the end. A non-nil
+// script records the replay for another indexer to follow.
+func replayIndexer(b *testing.B, recs []traceRecord, page int, reported bool, script *replayScript) (indexerReplay, *policy.CacheAware) {
 	b.StopTimer()
 	defer b.StartTimer()
 	o := policy.DefaultOptions()
@@ -187,8 +193,10 @@ func replayIndexer(b *testing.B, recs []traceRecord, page int, reported bool) (i
 	}
 	ws := make([]*workers.Worker, indexerWorkers)
 	engines := make(map[*workers.Worker]*pagedEngine, len(ws))
+	index := make(map[*workers.Worker]int, len(ws))
 	for i := range ws {
 		ws[i] = workers.NewWorker(fmt.Sprintf("grpc://10.0.%d.%d:30000", i/250, i%250), workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
+		index[ws[i]] = i
 		engines[ws[i]] = newPagedEngine(page, indexerEngineTokens/page)
 		p.SetKVEventMode(ws[i].URL(), true)
 		// Engines report their KV capacity with their load, and the
@@ -237,6 +245,7 @@ func replayIndexer(b *testing.B, recs []traceRecord, page int, reported bool) (i
 			b.Fatal(err)
 		}
 		cached, batch := engines[d.Worker].admit(prompt)
+		script.request(index[d.Worker], cached/page, rec, prompt, page, batch)
 		ops := 0
 		for i := range batch.Events {
 			ops += len(batch.Events[i].Blocks) + len(batch.Events[i].Hashes)
