@@ -27,9 +27,10 @@ import "unsafe"
 // collide with probability 2^-64 per comparison. A collision would cost
 // one misrouted request (the router predicts a hit the engine does not
 // have); the engine matches its own cache and computes the right tokens
-// regardless. The first page of every node is still compared token by
-// token (child), so a collision can never make a descent take the wrong
-// branch.
+// regardless. Children are chosen by the key of their first page too; child
+// also compares that page's first pageCheck tokens (the whole page at
+// kvgate's default size), so a collision sends a descent down the wrong
+// branch only between pages that agree on those.
 
 // chunkMin is the fewest tokens in a chunk.
 const chunkMin = 256

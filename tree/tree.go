@@ -191,11 +191,22 @@ func (n *node) kidIndex(key uint64) int {
 	return lo
 }
 
+// pageCheck is how many tokens of a child's first page child compares,
+// beside the page's key. Children are told apart by their keys, 64-bit
+// hashes keyed per tree (chunks.go says why equal keys are taken as equal
+// contents); the tokens only guard against a collision. Comparing a whole
+// page read 2 KB of cold memory per node at 512-token pages, a tenth to a
+// quarter of a long prompt's lookup at the indexer benchmark's p99
+// (BENCHMARKS.md, "The first page's tokens"); a page of 16 tokens or fewer,
+// kvgate's default, is still compared whole.
+const pageCheck = 16
+
 // child returns the child whose first page is page, key being its hash
 // (Tree.key), or nil.
 func (n *node) child(key uint64, page []uint32) *node {
+	k := min(len(page), pageCheck)
 	for i := n.kidIndex(key); i < len(n.kids) && n.kids[i].key == key; i++ {
-		if c := n.kids[i].n; equal(c.tokens[:len(page)], page) {
+		if c := n.kids[i].n; equal(c.tokens[:k], page[:k]) {
 			return c
 		}
 	}
