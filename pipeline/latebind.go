@@ -269,28 +269,39 @@ func (g *gate) blocked(s *Pipeline, j *Job, holding bool) string {
 // it beyond pending requests bound before it (see waitq.Room); with
 // prefill/decode disaggregation both a prefill and a decode engine must.
 func (s *Pipeline) engineRoom(j *Job, pending int) bool {
-	r := j.Route
-	if cs := r.Candidates(s.reg, workers.RoleRegular); len(cs) > 0 {
-		return s.gate.cfg.Saturation.Room(workers.Views(cs), j.excluded, pending)
+	legs, n := s.legs(j.Route)
+	for _, cs := range legs[:n] {
+		if !s.gate.cfg.Saturation.Room(workers.Views(cs), j.excluded, pending) {
+			return false
+		}
 	}
-	sat := s.gate.cfg.Saturation
-	return sat.Room(workers.Views(r.Candidates(s.reg, workers.RolePrefill)), j.excluded, pending) &&
-		sat.Room(workers.Views(r.Candidates(s.reg, workers.RoleDecode)), j.excluded, pending)
+	return true
 }
 
 // fitEngines leaves out of j's placements the engines whose own limits
-// its prompt exceeds, and refuses it when no engine would accept it (fit),
-// among the engines engineRoom waits for.
+// its prompt exceeds, and refuses it when no engine of a leg would accept
+// it (fit), among the engines engineRoom waits for.
 func (s *Pipeline) fitEngines(j *Job) error {
-	r := j.Route
+	legs, n := s.legs(j.Route)
+	for _, cs := range legs[:n] {
+		if err := fit(cs, boundsOf(cs), j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// legs returns the engines a request on r waits for and is placed on, in
+// its first n entries: r's regular engines if it has any, else its prefill
+// engines and its decode engines, both of which it needs. An array, not a
+// slice, so that asking costs no allocation on the queue's path.
+func (s *Pipeline) legs(r *Route) (legs [2][]*workers.Worker, n int) {
 	if cs := r.Candidates(s.reg, workers.RoleRegular); len(cs) > 0 {
-		return fit(cs, boundsOf(cs), j)
+		legs[0] = cs
+		return legs, 1
 	}
-	prefill, decode := r.Candidates(s.reg, workers.RolePrefill), r.Candidates(s.reg, workers.RoleDecode)
-	if err := fit(prefill, boundsOf(prefill), j); err != nil {
-		return err
-	}
-	return fit(decode, boundsOf(decode), j)
+	legs[0], legs[1] = r.Candidates(s.reg, workers.RolePrefill), r.Candidates(s.reg, workers.RoleDecode)
+	return legs, 2
 }
 
 // placing, with AvoidFull or for a request bound by matching (j.onlyFree),
