@@ -103,10 +103,7 @@ func RunHealthChecks(ctx context.Context, reg *Registry, cfg HealthConfig, log *
 				s = &healthStreak{healthy: w.Healthy()}
 				streaks[w] = s
 			}
-			// A worker coming back may be a restarted engine with other
-			// limits: they are read before requests are placed on it.
-			recovering := func() { refreshLimits(ctx, w, cfg.Timeout, log) }
-			if s.record(w, errs[i], cfg, recovering) {
+			if s.record(ctx, w, errs[i], cfg, log) {
 				healthy := w.Healthy()
 				if healthy {
 					log.Info("worker healthy again", "worker", w.URL(), "successes", cfg.SuccessThreshold)
@@ -171,10 +168,11 @@ type healthStreak struct {
 	failures, successes int
 }
 
-// record adds one check result and applies a threshold crossing to w,
-// calling recovering first when w becomes healthy. It reports whether it
-// changed w's health.
-func (s *healthStreak) record(w *Worker, err error, cfg HealthConfig, recovering func()) (changed bool) {
+// record adds one check result and applies a threshold crossing to w. It
+// reports whether it changed w's health. A worker coming back may be a
+// restarted engine with other limits: they are read (refreshLimits) before
+// it is marked healthy, so no request is placed on it by the old ones.
+func (s *healthStreak) record(ctx context.Context, w *Worker, err error, cfg HealthConfig, log *slog.Logger) (changed bool) {
 	if cur := w.Healthy(); cur != s.healthy {
 		*s = healthStreak{healthy: cur}
 	}
@@ -194,7 +192,7 @@ func (s *healthStreak) record(w *Worker, err error, cfg HealthConfig, recovering
 	if changed {
 		s.healthy = !s.healthy
 		if s.healthy {
-			recovering()
+			refreshLimits(ctx, w, cfg.Timeout, log)
 		}
 		w.SetHealthy(s.healthy)
 	}
