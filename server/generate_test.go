@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -391,22 +390,10 @@ func TestPromptsGoOnlyToEnginesThatHoldThem(t *testing.T) {
 				!strings.Contains(ex.GetReason(), "at most 1023") {
 				t.Errorf("Explain's reason %q; want it to say %q, and their limit", ex.GetReason(), want)
 			}
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for i := range 8 {
-				wg.Go(func() {
-					_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 1500),
-						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}})
-					errs <- err
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Errorf("a 1,500-token prompt failed: %v", err)
-				}
-			}
+			f.generateAll(ctx, t, 8, func(i int) *kvgatev1.GenerateRequest {
+				return &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i), 1500),
+					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}}
+			})
 			ws, err := f.admin.ListWorkers(ctx, &kvgatev1.ListWorkersRequest{})
 			if err != nil {
 				t.Fatal(err)

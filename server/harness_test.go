@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,6 +229,31 @@ func (f *fleet) readGenerate(ctx context.Context, req *kvgatev1.GenerateRequest)
 			r.complete = x.Complete
 		}
 	}
+}
+
+// generateAll runs n Generate calls at once, the i-th sending req(i), and
+// returns the results of those that succeeded; each failure fails the test.
+func (f *fleet) generateAll(ctx context.Context, t testing.TB, n int, req func(i int) *kvgatev1.GenerateRequest) []result {
+	t.Helper()
+	var wg sync.WaitGroup
+	results := make(chan result, n)
+	for i := range n {
+		wg.Go(func() {
+			r, err := f.readGenerate(ctx, req(i))
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			results <- r
+		})
+	}
+	wg.Wait()
+	close(results)
+	out := make([]result, 0, n)
+	for r := range results {
+		out = append(out, r)
+	}
+	return out
 }
 
 // mustGenerate is generate for calls that must succeed with a completion.

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,26 +80,10 @@ func TestLateBindingWithPrefillDecode(t *testing.T) {
 // failure is reported.
 func sendBurst(ctx context.Context, t *testing.T, f *fleet, n int) []result {
 	t.Helper()
-	var wg sync.WaitGroup
-	results := make(chan result, n)
-	for i := range n {
-		wg.Go(func() {
-			r, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
-				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}})
-			if err != nil {
-				t.Errorf("request %d: %v", i, err)
-				return
-			}
-			results <- r
-		})
-	}
-	wg.Wait()
-	close(results)
-	var out []result
-	for r := range results {
-		out = append(out, r)
-	}
-	return out
+	return f.generateAll(ctx, t, n, func(i int) *kvgatev1.GenerateRequest {
+		return &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8), IgnoreEos: true}}
+	})
 }
 
 // wantLegsWithinLimits wants no engine of a disaggregated fleet (its first

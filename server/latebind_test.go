@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -70,22 +69,10 @@ func TestLateBindingUnderOverload(t *testing.T) {
 				sim:    func(_ int, sc *sim.Config) { sc.MaxRunning, sc.TimeScale = 2, 0.2 },
 				config: func(rc *router.Config) { rc.Admission.AvoidFullEngines = c.avoidFull }})
 			ctx := testutil.Context(t, 30*time.Second)
-			var wg sync.WaitGroup
-			errs := make(chan error, 16)
-			for i := range 16 {
-				wg.Go(func() {
-					_, err := f.generate(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
-						SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(16), IgnoreEos: true}})
-					errs <- err
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Errorf("a request failed: %v", err)
-				}
-			}
+			f.generateAll(ctx, t, 16, func(i int) *kvgatev1.GenerateRequest {
+				return &kvgatev1.GenerateRequest{InputIds: prompt(uint32(i%3+1), 32),
+					SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(16), IgnoreEos: true}}
+			})
 			if n := queuedInEngines(f); c.noneQueued && n != 0 {
 				t.Errorf("%d requests were sent to an engine that was full", n)
 			}
