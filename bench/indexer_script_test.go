@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/kvgate/kvgate/workers"
@@ -106,5 +108,108 @@ func (s *replayScript) close(b *testing.B) {
 	}
 	if err := s.f.Close(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// TestReplayScriptFollowsTheEngines writes the script of a short replay
+// and follows it with the simplest index there is (each worker's blocks,
+// found from the root by their local hashes): every lookup must find in
+// the chosen worker's blocks exactly the pages its engine held, as the
+// indexers that read the script are checked to.
+func TestReplayScriptFollowsTheEngines(t *testing.T) {
+	for _, page := range []int{DefaultTraceBlockTokens, 16} {
+		t.Run(fmt.Sprint("page=", page), func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv(indexerScriptEnv, dir)
+			recs := readTraceRecords(t, filepath.Join("testdata", "traces", "conversation_trace.jsonl"), 300)
+			b := &testing.B{}
+			script := newReplayScript(b, "conversation", page)
+			replayIndexer(b, recs, page, true, script)
+			script.close(b)
+			followScript(t, filepath.Join(dir, fmt.Sprintf("conversation-%d.script", page)), len(recs))
+		})
+	}
+}
+
+// followScript checks a script as TestReplayScriptFollowsTheEngines says.
+func followScript(t *testing.T, path string, requests int) {
+	t.Helper()
+	type block struct {
+		parent, local uint64
+		root          bool
+	}
+	type worker struct {
+		blocks map[uint64]block
+		kids   map[[2]uint64]uint64 // (parent, local) → block; parent 0 with root
+	}
+	ws := map[string]*worker{}
+	of := func(name string) *worker {
+		if ws[name] == nil {
+			ws[name] = &worker{blocks: map[uint64]block{}, kids: map[[2]uint64]uint64{}}
+		}
+		return ws[name]
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	num := func(s string) uint64 {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return n
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	lookups, hits := 0, 0
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		w := of(fs[1])
+		switch fs[0] {
+		case "L":
+			lookups++
+			at, root, held := uint64(0), true, 0
+			for _, h := range fs[4:] {
+				next, ok := w.kids[[2]uint64{at, num(h)}]
+				if !ok || (root && !w.blocks[next].root) {
+					break
+				}
+				at, root = next, false
+				held++
+			}
+			if want := int(num(fs[2])); held != want {
+				t.Fatalf("lookup %d: worker %s holds %d pages of the prompt in the script, its engine held %d", lookups, fs[1], held, want)
+			}
+			hits += held
+		case "S":
+			hash, local := num(fs[3]), num(fs[4])
+			b := block{local: local, root: fs[2] == "-"}
+			if !b.root {
+				b.parent = num(fs[2])
+				if _, ok := w.blocks[b.parent]; !ok {
+					t.Fatalf("worker %s stores %d below %d, which it does not hold", fs[1], hash, b.parent)
+				}
+			}
+			w.blocks[hash] = b
+			w.kids[[2]uint64{b.parent, local}] = hash
+		case "R":
+			hash := num(fs[2])
+			b, ok := w.blocks[hash]
+			if !ok {
+				t.Fatalf("worker %s removes %d, which it does not hold", fs[1], hash)
+			}
+			delete(w.blocks, hash)
+			delete(w.kids, [2]uint64{b.parent, b.local})
+		default:
+			t.Fatalf("%s: a line of kind %q", path, fs[0])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if lookups != requests || hits == 0 {
+		t.Fatalf("%d lookups with %d pages held in all; want %d lookups and some pages held", lookups, hits, requests)
 	}
 }
