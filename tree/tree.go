@@ -195,10 +195,10 @@ func (n *node) kidIndex(key uint64) int {
 // beside the page's key. Children are told apart by their keys, 64-bit
 // hashes keyed per tree (chunks.go says why equal keys are taken as equal
 // contents); the tokens only guard against a collision. Comparing a whole
-// page read 2 KB of cold memory per node at 512-token pages, a tenth to a
-// quarter of a long prompt's lookup at the indexer benchmark's p99
-// (BENCHMARKS.md, "The first page's tokens"); a page of 16 tokens or fewer,
-// kvgate's default, is still compared whole.
+// page read 2 KB of cold memory per node at 512-token pages: 5-29% of the
+// indexer benchmark's lookup p99 on the conversation trace (BENCHMARKS.md,
+// "The first page's tokens"). A page of 16 tokens or fewer, kvgate's
+// default, is still compared whole.
 const pageCheck = 16
 
 // child returns the child whose first page is page, key being its hash
