@@ -308,8 +308,8 @@ func (w *Worker) Prefilling(n int) Prefill {
 	}
 	// A prefill that finds the queue empty and a running slot free times
 	// the engine's prefill rate (see learned).
-	clean := w.prefill.Add(int64(n)) == int64(n) &&
-		(w.info.Load().MaxRunningRequests <= 0 || w.Load() <= w.info.Load().MaxRunningRequests)
+	limit := w.info.Load().MaxRunningRequests
+	clean := w.prefill.Add(int64(n)) == int64(n) && (limit <= 0 || w.Load() <= limit)
 	return Prefill{w: w, n: n, start: time.Now(), clean: clean, ended: new(atomic.Bool)}
 }
 
