@@ -43,14 +43,14 @@ type replayScript struct {
 // newReplayScript opens the script for the trace replayed at page-token
 // blocks in the directory the environment names, or returns nil when it
 // names none.
-func newReplayScript(b *testing.B, trace string, page int) *replayScript {
+func newReplayScript(tb testing.TB, trace string, page int) *replayScript {
 	dir := os.Getenv(indexerScriptEnv)
 	if dir == "" {
 		return nil
 	}
 	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.script", trace, page)))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return &replayScript{f: f, w: bufio.NewWriterSize(f, 1<<20), local: map[int64]uint64{}}
 }
@@ -99,15 +99,15 @@ func (s *replayScript) request(worker int, cachedPages int, rec traceRecord, pro
 	}
 }
 
-func (s *replayScript) close(b *testing.B) {
+func (s *replayScript) close(tb testing.TB) {
 	if s == nil {
 		return
 	}
 	if err := s.w.Flush(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := s.f.Close(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
@@ -122,10 +122,9 @@ func TestReplayScriptFollowsTheEngines(t *testing.T) {
 			dir := t.TempDir()
 			t.Setenv(indexerScriptEnv, dir)
 			recs := readTraceRecords(t, filepath.Join("testdata", "traces", "conversation_trace.jsonl"), 300)
-			b := &testing.B{}
-			script := newReplayScript(b, "conversation", page)
-			replayIndexer(b, recs, page, true, script)
-			script.close(b)
+			script := newReplayScript(t, "conversation", page)
+			replayIndexer(&testing.B{}, recs, page, true, script)
+			script.close(t)
 			followScript(t, filepath.Join(dir, fmt.Sprintf("conversation-%d.script", page)), len(recs))
 		})
 	}
@@ -134,10 +133,7 @@ func TestReplayScriptFollowsTheEngines(t *testing.T) {
 // followScript checks a script as TestReplayScriptFollowsTheEngines says.
 func followScript(t *testing.T, path string, requests int) {
 	t.Helper()
-	type block struct {
-		parent, local uint64
-		root          bool
-	}
+	type block struct{ parent, local uint64 } // parent 0: the root
 	type worker struct {
 		blocks map[uint64]block
 		kids   map[[2]uint64]uint64 // (parent, local) → block; parent 0 with root
@@ -170,13 +166,13 @@ func followScript(t *testing.T, path string, requests int) {
 		switch fs[0] {
 		case "L":
 			lookups++
-			at, root, held := uint64(0), true, 0
+			at, held := uint64(0), 0 // at: the block reached, 0 for the root
 			for _, h := range fs[4:] {
 				next, ok := w.kids[[2]uint64{at, num(h)}]
-				if !ok || (root && !w.blocks[next].root) {
+				if !ok {
 					break
 				}
-				at, root = next, false
+				at = next
 				held++
 			}
 			if want := int(num(fs[2])); held != want {
@@ -185,8 +181,8 @@ func followScript(t *testing.T, path string, requests int) {
 			hits += held
 		case "S":
 			hash, local := num(fs[3]), num(fs[4])
-			b := block{local: local, root: fs[2] == "-"}
-			if !b.root {
+			b := block{local: local}
+			if fs[2] != "-" {
 				b.parent = num(fs[2])
 				if _, ok := w.blocks[b.parent]; !ok {
 					t.Fatalf("worker %s stores %d below %d, which it does not hold", fs[1], hash, b.parent)
