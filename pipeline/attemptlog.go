@@ -17,8 +17,8 @@ import (
 func (s *Pipeline) attemptLogger(j *Job, n int, p *Plan) *slog.Logger {
 	return slog.New(&lazyAttrs{base: s.log.Handler(), attrs: func() []any {
 		attrs := append([]any{"request_id", j.ID, "attempt", n}, p.logAttrs()...)
-		if j.leftOut != "" {
-			attrs = append(attrs, "left_out", j.leftOut)
+		if note := j.LeftOut(); note != "" {
+			attrs = append(attrs, "left_out", note)
 		}
 		return attrs
 	}})

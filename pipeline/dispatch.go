@@ -90,7 +90,7 @@ func (d *regularDispatcher) Place(ctx context.Context, j *Job, dryRun bool) (*Pl
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckCandidates("", candidates, j); err != nil {
+	if err := CheckCandidates(workers.RoleRegular, candidates, j); err != nil {
 		return nil, err
 	}
 	preq := j.PolicyRequest(dryRun)
@@ -208,12 +208,16 @@ func (p *single) End(out policy.Outcome) {
 	}
 }
 
-// CheckCandidates refuses a job that no worker of a side could serve: none is
-// available, or the prompt does not fit the model. Workers too small for
+// CheckCandidates refuses a job that no worker of a role could serve: none
+// is available, or the prompt does not fit the model. Workers too small for
 // the prompt, when others can take it, join the job's excluded workers
 // (see fit).
-func CheckCandidates(side string, ws []*workers.Worker, j *Job) error {
+func CheckCandidates(role workers.Role, ws []*workers.Worker, j *Job) error {
 	if !slices.ContainsFunc(ws, (*workers.Worker).Available) {
+		side := ""
+		if role != workers.RoleRegular {
+			side = role.String() + " "
+		}
 		healthy, open := 0, 0
 		for _, w := range ws {
 			if w.Healthy() {
@@ -235,7 +239,7 @@ func CheckCandidates(side string, ws []*workers.Worker, j *Job) error {
 	if err := j.Task.check(limits{vocabSize: vocab}); err != nil {
 		return err
 	}
-	return fit(ws, b, j)
+	return fit(role, ws, b, j)
 }
 
 // implementing keeps the workers that may be given rpc ("": all of them).

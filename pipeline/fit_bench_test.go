@@ -27,7 +27,7 @@ func BenchmarkFit(b *testing.B) {
 			for b.Loop() {
 				// Before the queue, and at placement.
 				for range 2 {
-					if err := fit(ws, boundsOf(ws), j); err != nil {
+					if err := fit(workers.RoleRegular, ws, boundsOf(ws), j); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -26,9 +26,10 @@ type Job struct {
 	// excluded are the workers earlier attempts failed on, and those
 	// whose own limits the prompt exceeds while others' it fits (fit).
 	excluded []string
-	// leftOut names the workers excluded for their limits and why, for
-	// Explain and the request's log (LeftOut); "" when none is.
-	leftOut string
+	// leftOut names, for each role (a request's leg), the workers the
+	// latest check of that leg excluded for their limits and why, for
+	// Explain and the request's log (LeftOut); "" when none was.
+	leftOut [workers.RoleDecode + 1]string
 	// full are the engines at their running-request limit when the
 	// attempt was bound, with Binding.AvoidFull: it is placed elsewhere.
 	full []string
@@ -67,8 +68,21 @@ type Job struct {
 }
 
 // LeftOut says which workers the job's prompt was kept from because it is
-// longer than they accept, and why ("" when none was).
-func (j *Job) LeftOut() string { return j.leftOut }
+// longer than they accept, and why ("" when none was): for a
+// disaggregated request, each leg's.
+func (j *Job) LeftOut() string {
+	var note string
+	for _, n := range j.leftOut {
+		switch {
+		case n == "":
+		case note == "":
+			note = n
+		default:
+			note += "; " + n
+		}
+	}
+	return note
+}
 
 // PolicyRequest is what the policy sees of an attempt of the job: its
 // routing metadata, its prompt and the workers earlier attempts failed on.

@@ -270,8 +270,8 @@ func (g *gate) blocked(s *Pipeline, j *Job, holding bool) string {
 // prefill/decode disaggregation both a prefill and a decode engine must.
 func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 	legs, n := s.legs(j.Route)
-	for _, cs := range legs[:n] {
-		if !s.gate.cfg.Saturation.Room(workers.Views(cs), j.excluded, pending) {
+	for _, l := range legs[:n] {
+		if !s.gate.cfg.Saturation.Room(workers.Views(l.engines), j.excluded, pending) {
 			return false
 		}
 	}
@@ -283,24 +283,31 @@ func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 // it (fit), among the engines engineRoom waits for.
 func (s *Pipeline) fitEngines(j *Job) error {
 	legs, n := s.legs(j.Route)
-	for _, cs := range legs[:n] {
-		if err := fit(cs, boundsOf(cs), j); err != nil {
+	for _, l := range legs[:n] {
+		if err := fit(l.role, l.engines, boundsOf(l.engines), j); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// leg is the engines of one role that a request needs one of.
+type leg struct {
+	role    workers.Role
+	engines []*workers.Worker
+}
+
 // legs returns the engines a request on r waits for and is placed on, in
 // its first n entries: r's regular engines if it has any, else its prefill
 // engines and its decode engines, both of which it needs. An array, not a
 // slice, so that asking costs no allocation on the queue's path.
-func (s *Pipeline) legs(r *Route) (legs [2][]*workers.Worker, n int) {
+func (s *Pipeline) legs(r *Route) (legs [2]leg, n int) {
 	if cs := r.Candidates(s.reg, workers.RoleRegular); len(cs) > 0 {
-		legs[0] = cs
+		legs[0] = leg{workers.RoleRegular, cs}
 		return legs, 1
 	}
-	legs[0], legs[1] = r.Candidates(s.reg, workers.RolePrefill), r.Candidates(s.reg, workers.RoleDecode)
+	legs[0] = leg{workers.RolePrefill, r.Candidates(s.reg, workers.RolePrefill)}
+	legs[1] = leg{workers.RoleDecode, r.Candidates(s.reg, workers.RoleDecode)}
 	return legs, 2
 }
 

@@ -263,7 +263,7 @@ func (sp *scriptedPlacer) Place(_ context.Context, j *Job, _ bool) (*Plan, error
 	w := workers.NewWorker("w"+string(rune('0'+n)), workers.ProtocolSGLang, workers.RoleRegular, workers.ModelInfo{}, nil, nil)
 	if steps := sp.scripts[n]; len(steps) > 0 && steps[0].nowhere {
 		w.SetHealthy(false)
-		return nil, CheckCandidates("", []*workers.Worker{w}, j)
+		return nil, CheckCandidates(workers.RoleRegular, []*workers.Worker{w}, j)
 	}
 	r := &scriptedRun{w: w, steps: sp.scripts[n]}
 	sp.placed = append(sp.placed, &placement{excluded: slices.Clone(j.excluded), run: r})

@@ -74,14 +74,17 @@ func boundsOf(ws []*workers.Worker) bounds {
 	return b
 }
 
-// fit checks j's lengths against the workers of ws (b, their bounds),
-// whose limits may differ (an SGLang engine with a smaller KV cache
-// accepts shorter prompts). It refuses a request that no healthy worker
-// would accept, and adds the workers whose own limits j exceeds to
-// j.excluded, so that the queue, the policy and Explain consider only
-// engines that can run it: sending it to one that cannot would fail it
-// there.
-func fit(ws []*workers.Worker, b bounds, j *Job) error {
+// fit checks j's lengths against the workers of ws (b, their bounds), the
+// engines of one role, whose limits may differ (an SGLang engine with a
+// smaller KV cache accepts shorter prompts). It refuses a request that no
+// healthy worker would accept, and adds the workers whose own limits j
+// exceeds to j.excluded, so that the queue, the policy and Explain
+// consider only engines that can run it: sending it to one that cannot
+// would fail it there. The role's note in j.leftOut says which this check
+// left out, replacing an earlier check's of the same role (the fleet may
+// have changed since) and leaving the other leg's.
+func fit(role workers.Role, ws []*workers.Worker, b bounds, j *Job) error {
+	j.leftOut[role] = ""
 	if b.healthy == 0 || j.Task.check(b.strict) == nil {
 		return nil
 	}
@@ -115,13 +118,14 @@ func fit(ws []*workers.Worker, b bounds, j *Job) error {
 		j.excluded = j.excluded[:before]
 		return refusal
 	}
-	j.leftOut = leftOutNote(unfit, why)
+	j.leftOut[role] = leftOutNote(role, unfit, why)
 	return nil
 }
 
-// leftOutNote says, for Explain and the request's log, which workers a
-// prompt was kept from for their limits, and the first one's reason.
-func leftOutNote(urls []string, why error) string {
+// leftOutNote says, for Explain and the request's log, which workers of
+// role a prompt was kept from for their limits, and the first one's
+// reason. A disaggregated request's notes name their leg.
+func leftOutNote(role workers.Role, urls []string, why error) string {
 	if len(urls) == 0 {
 		return ""
 	}
@@ -133,7 +137,11 @@ func leftOutNote(urls []string, why error) string {
 	if len(urls) > 3 {
 		names += fmt.Sprintf(" and %d more", len(urls)-3)
 	}
-	return fmt.Sprintf("left out for their limits: %s (%s)", names, msg)
+	leg := ""
+	if role != workers.RoleRegular {
+		leg = role.String() + " engines "
+	}
+	return fmt.Sprintf("%sleft out for their limits: %s (%s)", leg, names, msg)
 }
 
 // validateAgainst checks a prompt against the model's vocabulary and context.

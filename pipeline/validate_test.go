@@ -232,7 +232,7 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 				j.Task = &Embedding{inputs: [][]uint32{j.InputIDs}}
 			}
 			ws := fleetOf(tt.fleet)
-			err := fit(ws, boundsOf(ws), j)
+			err := fit(workers.RoleRegular, ws, boundsOf(ws), j)
 			if tt.field == "" {
 				if err != nil {
 					t.Fatalf("fit: %v; want it accepted", err)
@@ -251,6 +251,57 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 				t.Errorf("LeftOut %q; want it to name %s and say %q", note, tt.excluded[0], tt.note)
 			}
 		})
+	}
+}
+
+// TestLeftOutNamesEachLegsLatestCheck: a disaggregated request is checked
+// against its prefill engines and its decode engines, before the queue and
+// again at each placement. Explain and the log name what each leg's latest
+// check left out: the decode leg's check does not hide the prefill leg's,
+// and a check that leaves none out (the small engines replaced) clears
+// what an earlier one said.
+func TestLeftOutNamesEachLegsLatestCheck(t *testing.T) {
+	small, large := engine{context: 8192, input: 1023}, engine{context: 8192, input: 4095}
+	named := func(prefix string, es ...engine) []*workers.Worker {
+		ws := make([]*workers.Worker, len(es))
+		for i, e := range es {
+			ws[i] = workers.NewWorker(fmt.Sprintf("%s%d", prefix, i), workers.ProtocolSGLang, workers.RoleRegular,
+				workers.ModelInfo{MaxContextLength: e.context, MaxInputTokens: e.input}, nil, nil)
+		}
+		return ws
+	}
+	j := &Job{InputIDs: make([]uint32, 1500)}
+	j.Task = (&Pipeline{}).Generation(j)
+	steps := []struct {
+		role     workers.Role
+		fleet    []*workers.Worker
+		want     []string // parts of LeftOut
+		wantNone []string // not in it
+	}{
+		{role: workers.RolePrefill, fleet: named("p", small, large),
+			want: []string{"prefill engines left out for their limits: p0 ("}},
+		{role: workers.RoleDecode, fleet: named("d", large, small, small),
+			want: []string{"prefill engines left out for their limits: p0 (", "; decode engines left out for their limits: d1, d2 ("}},
+		{role: workers.RolePrefill, fleet: named("q", large, large),
+			want: []string{"decode engines left out for their limits: d1, d2 ("}, wantNone: []string{"prefill", "p0"}},
+		{role: workers.RoleDecode, fleet: named("e", large),
+			wantNone: []string{"left out"}},
+	}
+	for i, st := range steps {
+		if err := fit(st.role, st.fleet, boundsOf(st.fleet), j); err != nil {
+			t.Fatalf("step %d: fit: %v; want it accepted", i, err)
+		}
+		note := j.LeftOut()
+		for _, w := range st.want {
+			if !strings.Contains(note, w) {
+				t.Errorf("step %d: LeftOut %q; want it to say %q", i, note, w)
+			}
+		}
+		for _, w := range st.wantNone {
+			if strings.Contains(note, w) {
+				t.Errorf("step %d: LeftOut %q; want no %q", i, note, w)
+			}
+		}
 	}
 }
 
@@ -274,7 +325,7 @@ func FuzzFit(f *testing.F) {
 		}
 		j.Task = (&Pipeline{}).Generation(j)
 		ws := fleetOf(fleet)
-		err := fit(ws, boundsOf(ws), j)
+		err := fit(workers.RoleRegular, ws, boundsOf(ws), j)
 		if err != nil {
 			if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field == "" {
 				t.Fatalf("fit: %v; want an invalid-request fault naming its field", err)

@@ -59,10 +59,10 @@ func (d *Placer) Embeddings() error {
 // Place pairs a prefill and a decode worker for an attempt of j.
 func (d *Placer) Place(ctx context.Context, j *pipeline.Job, dryRun bool) (*pipeline.Plan, error) {
 	prefills, decodes := d.r.Candidates(d.s.Registry(), workers.RolePrefill), d.r.Candidates(d.s.Registry(), workers.RoleDecode)
-	if err := pipeline.CheckCandidates("prefill ", prefills, j); err != nil {
+	if err := pipeline.CheckCandidates(workers.RolePrefill, prefills, j); err != nil {
 		return nil, err
 	}
-	if err := pipeline.CheckCandidates("decode ", decodes, j); err != nil {
+	if err := pipeline.CheckCandidates(workers.RoleDecode, decodes, j); err != nil {
 		return nil, err
 	}
 	preq := j.PolicyRequest(dryRun)
