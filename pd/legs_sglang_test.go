@@ -235,7 +235,16 @@ func TestPDSGLangDecodeFailsBeforeFirstToken(t *testing.T) {
 		prefill.hold(ctx, never)
 		return ctx.Err()
 	}
-	decode := newPDSGLang(func(context.Context, *sglang.GenerateRequest, func(*sglang.GenerateResponse) error) error {
+	// The decode engine fails once the prefill engine holds the request:
+	// failing at once, it could be refused before the prefill leg's call
+	// reached its engine, which would then see the Abort but no call to
+	// cancel (the call cancelled in the router, its handler never run).
+	decode := newPDSGLang(func(ctx context.Context, _ *sglang.GenerateRequest, _ func(*sglang.GenerateResponse) error) error {
+		select {
+		case <-prefill.reqs:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		return status.Error(codes.Unavailable, "decode engine gone")
 	})
 	pw, dw := prefill.worker(t, workers.RolePrefill), decode.worker(t, workers.RoleDecode)
