@@ -2,8 +2,10 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -14,22 +16,30 @@ import (
 // KV cache would otherwise be held to the limits it had before: prompts it
 // now accepts refused, a cache it no longer has counted on. A data-parallel
 // rank's capacity and running limit are its own rank's, read from the
-// engine's loads at connection, and stay. What names the worker (its model,
-// vocabulary, page size) stays too; a change there is logged, since only
-// registering the worker again takes it. An engine that does not answer
+// engine's loads at connection, and stay. An engine that does not answer
 // keeps its limits.
-func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *slog.Logger) {
+//
+// What names the worker (its model, vocabulary, end-of-sequence tokens,
+// page size) is not taken: the requests routed to it, their tokens and
+// its cache mirror's pages are the old ones'. When the engine reports
+// others, refreshLimits returns how they differ, and the caller keeps the
+// worker out of routing until it serves the old ones again or is
+// registered again.
+func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *slog.Logger) (other string) {
 	if !w.connected || w.backend == nil {
-		return
+		return ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	next, err := w.backend.Info(ctx)
 	if err != nil {
 		log.Debug("model information not read again after recovery; limits kept", "worker", w.URL(), "err", err)
-		return
+		return ""
 	}
 	cur := w.Info()
+	if other := identityChange(cur, next); other != "" {
+		return other
+	}
 	info := cur
 	info.MaxContextLength, info.MaxInputTokens, info.TruncatesPrompts = next.MaxContextLength, next.MaxInputTokens, next.TruncatesPrompts
 	if w.rank < 0 {
@@ -43,10 +53,31 @@ func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *s
 			"before", cur)
 		w.info.Store(&info)
 	}
-	if next.Model != cur.Model || next.VocabSize != cur.VocabSize || next.PageSize != cur.PageSize ||
-		!slices.Equal(next.EOSTokenIDs, cur.EOSTokenIDs) {
-		log.Warn("worker reports another model, vocabulary or page size than when it joined; "+
-			"kvgate keeps routing by the old ones until the worker is registered again",
-			"worker", w.URL(), "model", next.Model, "was", cur.Model, "vocab_size", next.VocabSize, "page_size", next.PageSize)
+	return ""
+}
+
+// identityChange says how next differs from cur in what names a worker
+// ("" when it does not). A figure either side leaves unreported (empty, 0)
+// is no difference: an engine that reports its page size only once its
+// cache is ready is the same engine. The end-of-sequence tokens are
+// compared as a set.
+func identityChange(cur, next ModelInfo) string {
+	var diffs []string
+	if next.Model != cur.Model && next.Model != "" && cur.Model != "" {
+		diffs = append(diffs, fmt.Sprintf("model %q (joined with %q)", next.Model, cur.Model))
 	}
+	if next.VocabSize != cur.VocabSize && next.VocabSize > 0 && cur.VocabSize > 0 {
+		diffs = append(diffs, fmt.Sprintf("vocab_size %d (joined with %d)", next.VocabSize, cur.VocabSize))
+	}
+	if a, b := sorted(next.EOSTokenIDs), sorted(cur.EOSTokenIDs); !slices.Equal(a, b) && len(a) > 0 && len(b) > 0 {
+		diffs = append(diffs, fmt.Sprintf("end-of-sequence tokens %v (joined with %v)", a, b))
+	}
+	if next.PageSize != cur.PageSize && next.PageSize > 0 && cur.PageSize > 0 {
+		diffs = append(diffs, fmt.Sprintf("page size %d (joined with %d)", next.PageSize, cur.PageSize))
+	}
+	return strings.Join(diffs, ", ")
+}
+
+func sorted(ids []uint32) []uint32 {
+	return slices.Sorted(slices.Values(ids))
 }

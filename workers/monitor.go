@@ -166,12 +166,18 @@ type healthStreak struct {
 	// counts belong to the old state and start afresh.
 	healthy             bool
 	failures, successes int
+	// other is how the engine differs from the worker it joined as (see
+	// refreshLimits) while that keeps it unhealthy; "" otherwise.
+	other string
 }
 
 // record adds one check result and applies a threshold crossing to w. It
 // reports whether it changed w's health. A worker coming back may be a
 // restarted engine with other limits: they are read (refreshLimits) before
-// it is marked healthy, so no request is placed on it by the old ones.
+// it is marked healthy, so no request is placed on it by the old ones. One
+// that came back serving another model, vocabulary or page size stays
+// unhealthy, asked again at each passing check: requests for the old model
+// would get the new one's answers, and its mirror would hash other pages.
 func (s *healthStreak) record(ctx context.Context, w *Worker, err error, cfg HealthConfig, log *slog.Logger) (changed bool) {
 	if cur := w.Healthy(); cur != s.healthy {
 		*s = healthStreak{healthy: cur}
@@ -189,11 +195,23 @@ func (s *healthStreak) record(ctx context.Context, w *Worker, err error, cfg Hea
 			changed = true
 		}
 	}
+	if changed && !s.healthy {
+		other := refreshLimits(ctx, w, cfg.Timeout, log)
+		if other != "" {
+			if other != s.other {
+				log.Warn("worker kept out of routing: its engine answers health checks but now serves "+other+
+					"; it rejoins when it serves what it joined with, or when it is registered again (RemoveWorker, then AddWorker)",
+					"worker", w.URL())
+			} else {
+				log.Debug("worker still kept out of routing: its engine serves "+other, "worker", w.URL())
+			}
+			s.other = other
+			return false
+		}
+		s.other = ""
+	}
 	if changed {
 		s.healthy = !s.healthy
-		if s.healthy {
-			refreshLimits(ctx, w, cfg.Timeout, log)
-		}
 		w.SetHealthy(s.healthy)
 	}
 	return changed

@@ -2,6 +2,8 @@ package workers_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +107,79 @@ func TestRestartedEngineBringsItsOwnLimits(t *testing.T) {
 	if got := atRecovery; got.MaxInputTokens != 4095 || got.KVCapacityTokens != 4096 || got.MaxRunningRequests != 8 || got.Model != cfg.Model {
 		t.Errorf("when the worker became healthy again: MaxInputTokens %d, KV capacity %d, running limit %d, model %q; "+
 			"want the restarted engine's 4095, 4096 and 8, and the model kept", got.MaxInputTokens, got.KVCapacityTokens, got.MaxRunningRequests, got.Model)
+	}
+}
+
+// TestRestartedEngineServingAnotherModelStaysOut: an engine restarted at the
+// same address serving another model, vocabulary or page size answers its
+// health checks, but the worker is not marked healthy again: requests for
+// the model it joined with would get the other's answers, and its cache
+// mirror would count other pages. It stays out, checked again at every
+// passing check and warned about once, and rejoins when the engine serves
+// what it joined with again.
+func TestRestartedEngineServingAnotherModelStaysOut(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*sim.Config)
+		says   string
+	}{
+		{"another model", func(c *sim.Config) { c.Model = "other/model" }, `model "other/model"`},
+		{"another page size", func(c *sim.Config) { c.PageSize *= 2 }, "page size"},
+		{"another vocabulary", func(c *sim.Config) { c.VocabSize, c.EOSTokenID = 1000, 7 }, "vocab_size 1000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := simtest.Config("sglang")
+			srv, w := simtest.Worker(t, cfg)
+			reg := workers.NewRegistry()
+			if err := reg.Add(w); err != nil {
+				t.Fatal(err)
+			}
+			logs := &testutil.Logs{Level: slog.LevelDebug}
+			flips := make(chan bool, 4)
+			hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1,
+				OnChange: func(_ *workers.Worker, healthy bool) { flips <- healthy }}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				workers.RunHealthChecks(ctx, reg, hc, logs.Logger())
+			}()
+			defer func() { cancel(); <-done }()
+
+			srv.Kill()
+			if healthy := testutil.Receive(t, flips, "the killed engine marked unhealthy"); healthy {
+				t.Fatal("first flip was to healthy")
+			}
+			if err := srv.RestartWith(tt.change); err != nil {
+				t.Fatal(err)
+			}
+			keptOut := func(level slog.Level) int {
+				n := 0
+				for _, r := range logs.Records(level) {
+					if r.Level == level && strings.Contains(r.Message, "kept out of routing") && strings.Contains(r.Message, tt.says) {
+						n++
+					}
+				}
+				return n
+			}
+			testutil.Eventually(t, "three passing checks of the restarted engine", func() bool { return keptOut(slog.LevelDebug) >= 2 })
+			if w.Healthy() || len(flips) > 0 {
+				t.Fatalf("the worker was marked healthy while its engine serves %s", tt.says)
+			}
+			if n := keptOut(slog.LevelWarn); n != 1 {
+				t.Errorf("%d warnings that the worker is kept out; want 1", n)
+			}
+			srv.Kill()
+			if err := srv.RestartWith(func(c *sim.Config) { *c = cfg }); err != nil {
+				t.Fatal(err)
+			}
+			if healthy := testutil.Receive(t, flips, "the engine serving its model again marked healthy"); !healthy {
+				t.Fatal("second flip was to unhealthy")
+			}
+			if got := w.Info(); got.Model != cfg.Model || got.PageSize != cfg.PageSize {
+				t.Errorf("worker's information %+v; want the model and page size it joined with", got)
+			}
+		})
 	}
 }
