@@ -66,7 +66,7 @@ func TestEnginesReportTheirPageSize(t *testing.T) {
 // the engine runs at once (SGLang's server_args.max_running_requests, vLLM's
 // GetLoads max_running_requests), the capacity cache_aware judges balance by.
 func TestEnginesReportTheirRunningLimit(t *testing.T) {
-	for _, p := range simProtocols {
+	for _, p := range allSimProtocols {
 		t.Run(p.name, func(t *testing.T) {
 			cfg := sim.DefaultConfig()
 			cfg.Protocol, cfg.TimeScale, cfg.MaxRunning = p.name, 0, 2
@@ -76,6 +76,18 @@ func TestEnginesReportTheirRunningLimit(t *testing.T) {
 				t.Errorf("running-request limit %d, want the engine's 2", got)
 			}
 		})
+	}
+}
+
+// TestTRTLLMReportsItsInputLimit: TensorRT-LLM's max_input_len is the
+// longest prompt the worker is given (SGLang's max_req_input_len, below
+// the context).
+func TestTRTLLMReportsItsInputLimit(t *testing.T) {
+	cfg := simtest.Config(sim.ProtocolTRTLLM)
+	cfg.MaxContextLength = 2048
+	_, w := simtest.Worker(t, cfg)
+	if info := w.Info(); info.MaxInputTokens != 2047 || info.MaxContextLength != 2048 {
+		t.Errorf("input limit %d, context %d; want the engine's max_input_len 2047 and max_seq_len 2048", info.MaxInputTokens, info.MaxContextLength)
 	}
 }
 

@@ -342,10 +342,15 @@ func (b *trtllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 	if n := mi.GetMaxSeqLen(); n > 0 {
 		b.maxSeqLen.Store(int64(n))
 	}
+	// max_input_len is the longest prompt the engine accepts, and
+	// max_batch_size the requests it runs at once: the limits a prompt is
+	// placed by and the saturation judged against.
 	return ModelInfo{
-		Model:            mi.GetModelId(),
-		VocabSize:        int(max(mi.GetVocabSize(), 0)),
-		MaxContextLength: int(max(mi.GetMaxSeqLen(), 0)),
+		Model:              mi.GetModelId(),
+		VocabSize:          int(max(mi.GetVocabSize(), 0)),
+		MaxContextLength:   int(max(mi.GetMaxSeqLen(), 0)),
+		MaxInputTokens:     int(max(mi.GetMaxInputLen(), 0)),
+		MaxRunningRequests: int(max(mi.GetMaxBatchSize(), 0)),
 	}, nil
 }
 
