@@ -114,6 +114,7 @@ func Connect(ctx context.Context, addr string, opts ConnectOptions) (*Worker, er
 		_ = conn.Close()
 		return nil, err
 	}
+	w.reconnects = watchReconnects(conn)
 	if opts.Breaker != nil {
 		if err := w.Breaker().Reconfigure(*opts.Breaker); err != nil {
 			_ = w.Close()

@@ -208,7 +208,7 @@ func splitRanks(w *Worker, n int, br *BreakerConfig) ([]*Worker, error) {
 	ws := make([]*Worker, n)
 	for r := range n {
 		rw := NewWorker(RankName(w.url, r), w.protocol, w.role, w.Info(), rankBackend{Backend: w.backend, rank: r}, g.release)
-		rw.endpoint, rw.rank, rw.group = w.url, r, g
+		rw.endpoint, rw.rank, rw.group, rw.reconnects = w.url, r, g, w.reconnects
 		if br != nil {
 			if err := rw.breaker.Reconfigure(*br); err != nil {
 				return nil, fmt.Errorf("worker %s: %w", rw.url, err)

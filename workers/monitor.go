@@ -169,18 +169,25 @@ type healthStreak struct {
 	// other is how the engine differs from the worker it joined as (see
 	// refreshLimits) while that keeps it unhealthy; "" otherwise.
 	other string
+	// seen is the worker's Reconnections when its engine's information
+	// was last read.
+	seen int64
 }
 
 // record adds one check result and applies a threshold crossing to w. It
-// reports whether it changed w's health. A worker coming back may be a
-// restarted engine with other limits: they are read (refreshLimits) before
-// it is marked healthy, so no request is placed on it by the old ones. One
-// that came back serving another model, vocabulary or page size stays
-// unhealthy, asked again at each passing check: requests for the old model
-// would get the new one's answers, and its mirror would hash other pages.
+// reports whether it changed w's health.
+//
+// A worker coming back may be a restarted engine with other limits: they
+// are read (refreshLimits) before it is marked healthy, so no request is
+// placed on it by the old ones. So are those of a healthy worker whose
+// connection came back since they were last read: an engine restarted
+// between two checks. One that serves another model, vocabulary or page
+// size is kept unhealthy, asked again at each passing check: requests for
+// the old model would get the new one's answers, and its mirror would hash
+// other pages.
 func (s *healthStreak) record(ctx context.Context, w *Worker, err error, cfg HealthConfig, log *slog.Logger) (changed bool) {
 	if cur := w.Healthy(); cur != s.healthy {
-		*s = healthStreak{healthy: cur}
+		*s = healthStreak{healthy: cur, other: s.other, seen: s.seen}
 	}
 	if err != nil {
 		s.failures++
@@ -195,20 +202,24 @@ func (s *healthStreak) record(ctx context.Context, w *Worker, err error, cfg Hea
 			changed = true
 		}
 	}
-	if changed && !s.healthy {
+	reconnected := err == nil && s.healthy && w.Reconnections() != s.seen
+	if changed && !s.healthy || reconnected {
+		s.seen = w.Reconnections()
 		other := refreshLimits(ctx, w, cfg.Timeout, log)
-		if other != "" {
-			if other != s.other {
-				log.Warn("worker kept out of routing: its engine answers health checks but now serves "+other+
-					"; it rejoins when it serves what it joined with, or when it is registered again (RemoveWorker, then AddWorker)",
-					"worker", w.URL())
-			} else {
-				log.Debug("worker still kept out of routing: its engine serves "+other, "worker", w.URL())
-			}
-			s.other = other
-			return false
+		switch {
+		case other == "":
+		case other != s.other:
+			log.Warn("worker kept out of routing: its engine answers health checks but now serves "+other+
+				"; it rejoins when it serves what it joined with, or when it is registered again (RemoveWorker, then AddWorker)",
+				"worker", w.URL())
+		default:
+			log.Debug("worker still kept out of routing: its engine serves "+other, "worker", w.URL())
 		}
-		s.other = ""
+		s.other = other
+		if other != "" {
+			// Not back; or, healthy, out now.
+			changed = s.healthy
+		}
 	}
 	if changed {
 		s.healthy = !s.healthy

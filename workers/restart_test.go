@@ -183,3 +183,60 @@ func TestRestartedEngineServingAnotherModelStaysOut(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineRestartedBetweenChecks: an engine restarted at its address
+// faster than the health checks' failure threshold is never marked
+// unhealthy, but its connection comes back; at the next passing check the
+// worker takes the new engine's limits, and is kept out of routing if the
+// new engine serves another model.
+func TestEngineRestartedBetweenChecks(t *testing.T) {
+	tests := []struct {
+		name     string
+		change   func(*sim.Config)
+		keptOut  bool
+		maxInput int // the worker's input limit once read again
+	}{
+		{"a larger KV cache", func(c *sim.Config) { c.KVCapacityTokens = 4096 }, false, 4095},
+		{"another model", func(c *sim.Config) { c.Model = "other/model" }, true, 1023},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := simtest.Config("sglang")
+			cfg.MaxContextLength, cfg.KVCapacityTokens = 8192, 1024
+			srv, w := simtest.Worker(t, cfg)
+			reg := workers.NewRegistry()
+			if err := reg.Add(w); err != nil {
+				t.Fatal(err)
+			}
+			flips := make(chan bool, 4)
+			hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1 << 30, SuccessThreshold: 1,
+				OnChange: func(_ *workers.Worker, healthy bool) { flips <- healthy }}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				workers.RunHealthChecks(ctx, reg, hc, nil)
+			}()
+			defer func() { cancel(); <-done }()
+
+			srv.Kill()
+			if err := srv.RestartWith(tt.change); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, "the connection to come back", func() bool { return w.Reconnections() > 0 })
+			if tt.keptOut {
+				if healthy := testutil.Receive(t, flips, "the worker kept out"); healthy {
+					t.Fatal("the first flip was to healthy")
+				}
+			} else {
+				testutil.Eventually(t, "the new engine's limits", func() bool { return w.Info().MaxInputTokens == tt.maxInput })
+				if len(flips) > 0 || !w.Healthy() {
+					t.Error("the worker's health changed; the engine came back before any threshold")
+				}
+			}
+			if got := w.Info().MaxInputTokens; got != tt.maxInput {
+				t.Errorf("input limit %d; want %d", got, tt.maxInput)
+			}
+		})
+	}
+}

@@ -141,6 +141,9 @@ type Worker struct {
 
 	breaker   *Breaker
 	connected bool // false for Join's placeholder
+	// reconnects counts the connection's returns to READY (shared by the
+	// ranks of one engine); nil without a connection of the worker's own.
+	reconnects *reconnects
 	// caps are the optional RPCs the engine showed it lacks.
 	caps capabilities
 
