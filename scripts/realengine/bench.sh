@@ -18,7 +18,9 @@
 # running, started as below, instead of starting two), KVGATE_ARGS (more
 # `kvgate serve` flags, e.g. "--vllm-block-size 32" for vllm_cache_aware),
 # BENCH_WORKLOAD (the `kvgate bench` workload flags, replacing the
-# shared-prefix default below). A router named kvgate+NAME is kvgate with
+# shared-prefix default below), VLLM_ARGS (more flags for both engines, e.g.
+# "--num-gpu-blocks-override 192" for a KV cache of 192 blocks, which
+# puts the engines under eviction pressure). A router named kvgate+NAME is kvgate with
 # the flags of KVGATE_ARGS_NAME added, so that two settings alternate
 # against the same engines (ROUTERS="kvgate kvgate+step"
 # KVGATE_ARGS_step="--cache-aware-step-weight 1.5").
@@ -26,7 +28,8 @@
 # Each run writes NAME.txt (the table), NAME.json, NAME.requests.jsonl (every
 # request: when sent, its prefix, worker, TTFT; see kvgate bench
 # --requests-out), NAME.cpu (the router's and the engines' CPU seconds during
-# the run) and, for kvgate, NAME.predictions.
+# the run) and, for kvgate, NAME.predictions (its prediction counters and the
+# KV events it applied, by type).
 #
 # The hit rate is the engines' own cached-token counts (vLLM's
 # num_cached_tokens, which both routers relay per request) over the prompt
@@ -118,6 +121,7 @@ else
 	# CPU attention takes multiples of 32 only), prefix caching, KV events, one
 	# compute thread and 1 GiB of KV cache each.
 	ENGINES=()
+	read -r -a VLLM_EXTRA <<<"${VLLM_ARGS:-}"
 	i=0
 	for port in $E0 $E1; do
 		events=$(( port == E0 ? Z0 : Z1 ))
@@ -126,7 +130,8 @@ else
 			"$PY" -m vllm.entrypoints.launchers.grpc_server --model "$MODEL" --served-model-name tiny-qwen3 \
 			--host 127.0.0.1 --port "$port" --dtype float32 --max-model-len 4096 --block-size 32 \
 			--enable-prefix-caching --enforce-eager --max-num-seqs 16 \
-			--kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$events\"}"
+			--kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$events\"}" \
+			"${VLLM_EXTRA[@]}"
 		ENGINES+=("127.0.0.1:$port")
 		ENGINE_PIDS+=("$STARTED")
 		i=$((i + 1))
@@ -223,8 +228,9 @@ for policy in $POLICIES; do
 			-v e="$(( $(cpu_ticks "${ENGINE_PIDS[@]}") - engines0 ))" \
 			'BEGIN { printf "%s: CPU seconds during the run: router %.1f, engines %.1f\n", l, r / hz, e / hz }' | tee "$OUT/$name.cpu"
 		if [ "$router" != smg ]; then
-			# kvgate's own account of its predictions against the engines' reports.
-			curl -sf "http://127.0.0.1:$METRICS/metrics" | grep -E '^kvgate_cache_prediction' \
+			# kvgate's own account of its predictions against the engines'
+			# reports, and the KV events it applied (removals show eviction).
+			curl -sf "http://127.0.0.1:$METRICS/metrics" | grep -E '^kvgate_(cache_prediction|kv_events_applied)' \
 				>"$OUT/$name.predictions" || true
 		fi
 		stop "$pid"
