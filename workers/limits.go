@@ -17,7 +17,7 @@ import (
 // now accepts refused, a cache it no longer has counted on. A data-parallel
 // rank's capacity and running limit are its own rank's, read from the
 // engine's loads at connection, and stay. An engine that does not answer
-// keeps its limits.
+// keeps its limits, and read is false.
 //
 // What names the worker (its model, vocabulary, end-of-sequence tokens,
 // page size) is not taken: the requests routed to it, their tokens and
@@ -25,20 +25,20 @@ import (
 // others, refreshLimits returns how they differ, and the caller keeps the
 // worker out of routing until it serves the old ones again or is
 // registered again.
-func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *slog.Logger) (other string) {
+func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *slog.Logger) (other string, read bool) {
 	if !w.connected || w.backend == nil {
-		return ""
+		return "", true // nothing to read
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	next, err := w.backend.Info(ctx)
 	if err != nil {
-		log.Debug("model information not read again after recovery; limits kept", "worker", w.URL(), "err", err)
-		return ""
+		log.Debug("model information not read again; limits kept", "worker", w.URL(), "err", err)
+		return "", false
 	}
 	cur := w.Info()
 	if other := identityChange(cur, next); other != "" {
-		return other
+		return other, true
 	}
 	info := cur
 	info.MaxContextLength, info.MaxInputTokens, info.TruncatesPrompts = next.MaxContextLength, next.MaxInputTokens, next.TruncatesPrompts
@@ -53,7 +53,7 @@ func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *s
 			"before", cur)
 		w.info.Store(&info)
 	}
-	return ""
+	return "", true
 }
 
 // identityChange says how next differs from cur in what names a worker

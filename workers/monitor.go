@@ -170,7 +170,7 @@ type healthStreak struct {
 	// refreshLimits) while that keeps it unhealthy; "" otherwise.
 	other string
 	// seen is the worker's Reconnections when its engine's information
-	// was last read.
+	// was last read (a failed read leaves it, to read at the next check).
 	seen int64
 }
 
@@ -204,8 +204,11 @@ func (s *healthStreak) record(ctx context.Context, w *Worker, err error, cfg Hea
 	}
 	reconnected := err == nil && s.healthy && w.Reconnections() != s.seen
 	if changed && !s.healthy || reconnected {
-		s.seen = w.Reconnections()
-		other := refreshLimits(ctx, w, cfg.Timeout, log)
+		seen := w.Reconnections()
+		other, read := refreshLimits(ctx, w, cfg.Timeout, log)
+		if read {
+			s.seen = seen // else asked again at the next passing check
+		}
 		switch {
 		case other == "":
 		case other != s.other:

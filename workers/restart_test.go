@@ -240,3 +240,51 @@ func TestEngineRestartedBetweenChecks(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartedEngineReadAgainUntilItAnswers: an engine restarted between
+// checks that passes its health checks but does not answer GetModelInfo
+// yet keeps the worker's old limits, and is asked again at each passing
+// check until it answers.
+func TestRestartedEngineReadAgainUntilItAnswers(t *testing.T) {
+	cfg := simtest.Config("sglang")
+	cfg.MaxContextLength, cfg.KVCapacityTokens = 8192, 1024
+	srv, w := simtest.Worker(t, cfg)
+	reg := workers.NewRegistry()
+	if err := reg.Add(w); err != nil {
+		t.Fatal(err)
+	}
+	logs := &testutil.Logs{Level: slog.LevelDebug}
+	hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1 << 30, SuccessThreshold: 1}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		workers.RunHealthChecks(ctx, reg, hc, logs.Logger())
+	}()
+	defer func() { cancel(); <-done }()
+
+	srv.Kill()
+	if err := srv.RestartWith(func(c *sim.Config) {
+		c.KVCapacityTokens = 4096
+		c.Faults.RPC.Unimplemented = "GetModelInfo"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	notRead := func() int {
+		n := 0
+		for _, r := range logs.Records(slog.LevelDebug) {
+			if strings.Contains(r.Message, "model information not read again") {
+				n++
+			}
+		}
+		return n
+	}
+	testutil.Eventually(t, "two passing checks that could not read the engine's information", func() bool { return notRead() >= 2 })
+	if got := w.Info().MaxInputTokens; got != 1023 || !w.Healthy() {
+		t.Fatalf("input limit %d, healthy %v; want the old 1023 kept, and the worker still healthy", got, w.Healthy())
+	}
+	f := srv.Engine().Faults()
+	f.RPC.Unimplemented = ""
+	srv.Engine().SetFaults(f)
+	testutil.Eventually(t, "the restarted engine's limits", func() bool { return w.Info().MaxInputTokens == 4095 })
+}
