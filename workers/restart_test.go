@@ -73,26 +73,15 @@ func TestRestartedEngineBringsItsOwnLimits(t *testing.T) {
 	if got := w.Info().MaxInputTokens; got != 1023 {
 		t.Fatalf("MaxInputTokens %d at start; want 1023", got)
 	}
-	reg := workers.NewRegistry()
-	if err := reg.Add(w); err != nil {
-		t.Fatal(err)
-	}
 	flips := make(chan bool, 4)
 	var atRecovery workers.ModelInfo
-	hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1,
+	checkHealth(t, w, workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1,
 		OnChange: func(cw *workers.Worker, healthy bool) {
 			if healthy {
 				atRecovery = cw.Info()
 			}
 			flips <- healthy
-		}}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		workers.RunHealthChecks(ctx, reg, hc, nil)
-	}()
-	defer func() { cancel(); <-done }()
+		}}, nil)
 
 	srv.Kill()
 	if healthy := testutil.Receive(t, flips, "the killed engine marked unhealthy"); healthy {
@@ -131,21 +120,10 @@ func TestRestartedEngineServingAnotherModelStaysOut(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := simtest.Config("sglang")
 			srv, w := simtest.Worker(t, cfg)
-			reg := workers.NewRegistry()
-			if err := reg.Add(w); err != nil {
-				t.Fatal(err)
-			}
 			logs := &testutil.Logs{Level: slog.LevelDebug}
 			flips := make(chan bool, 4)
-			hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1,
-				OnChange: func(_ *workers.Worker, healthy bool) { flips <- healthy }}
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				workers.RunHealthChecks(ctx, reg, hc, logs.Logger())
-			}()
-			defer func() { cancel(); <-done }()
+			checkHealth(t, w, workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1, SuccessThreshold: 1,
+				OnChange: func(_ *workers.Worker, healthy bool) { flips <- healthy }}, logs.Logger())
 
 			srv.Kill()
 			if healthy := testutil.Receive(t, flips, "the killed engine marked unhealthy"); healthy {
@@ -204,20 +182,9 @@ func TestEngineRestartedBetweenChecks(t *testing.T) {
 			cfg := simtest.Config("sglang")
 			cfg.MaxContextLength, cfg.KVCapacityTokens = 8192, 1024
 			srv, w := simtest.Worker(t, cfg)
-			reg := workers.NewRegistry()
-			if err := reg.Add(w); err != nil {
-				t.Fatal(err)
-			}
 			flips := make(chan bool, 4)
-			hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1 << 30, SuccessThreshold: 1,
-				OnChange: func(_ *workers.Worker, healthy bool) { flips <- healthy }}
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				workers.RunHealthChecks(ctx, reg, hc, nil)
-			}()
-			defer func() { cancel(); <-done }()
+			checkHealth(t, w, workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1 << 30, SuccessThreshold: 1,
+				OnChange: func(_ *workers.Worker, healthy bool) { flips <- healthy }}, nil)
 
 			srv.Kill()
 			if err := srv.RestartWith(tt.change); err != nil {
@@ -249,19 +216,9 @@ func TestRestartedEngineReadAgainUntilItAnswers(t *testing.T) {
 	cfg := simtest.Config("sglang")
 	cfg.MaxContextLength, cfg.KVCapacityTokens = 8192, 1024
 	srv, w := simtest.Worker(t, cfg)
-	reg := workers.NewRegistry()
-	if err := reg.Add(w); err != nil {
-		t.Fatal(err)
-	}
 	logs := &testutil.Logs{Level: slog.LevelDebug}
-	hc := workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1 << 30, SuccessThreshold: 1}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		workers.RunHealthChecks(ctx, reg, hc, logs.Logger())
-	}()
-	defer func() { cancel(); <-done }()
+	checkHealth(t, w, workers.HealthConfig{Interval: 5 * time.Millisecond, Timeout: time.Second, FailureThreshold: 1 << 30, SuccessThreshold: 1},
+		logs.Logger())
 
 	srv.Kill()
 	if err := srv.RestartWith(func(c *sim.Config) {
@@ -287,4 +244,21 @@ func TestRestartedEngineReadAgainUntilItAnswers(t *testing.T) {
 	f.RPC.Unimplemented = ""
 	srv.Engine().SetFaults(f)
 	testutil.Eventually(t, "the restarted engine's limits", func() bool { return w.Info().MaxInputTokens == 4095 })
+}
+
+// checkHealth runs the health monitor, with hc and log, over a registry of
+// w alone until the test ends.
+func checkHealth(t *testing.T, w *workers.Worker, hc workers.HealthConfig, log *slog.Logger) {
+	t.Helper()
+	reg := workers.NewRegistry()
+	if err := reg.Add(w); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		workers.RunHealthChecks(ctx, reg, hc, log)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }
