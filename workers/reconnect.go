@@ -20,18 +20,24 @@ type reconnects struct {
 	n atomic.Int64
 }
 
-// watchReconnects counts conn's returns to READY until it is closed.
+// watchReconnects counts conn's returns to READY until it is closed. The
+// first READY is not one: a connection that has just answered a call may
+// still report CONNECTING, its state updated after its first picker.
 func watchReconnects(conn *grpc.ClientConn) *reconnects {
 	r := &reconnects{}
 	s := conn.GetState()
 	go func() {
+		wasReady := s == connectivity.Ready
 		for s != connectivity.Shutdown {
 			if !conn.WaitForStateChange(context.Background(), s) {
 				return
 			}
 			next := conn.GetState()
 			if next == connectivity.Ready && s != connectivity.Ready {
-				r.n.Add(1)
+				if wasReady {
+					r.n.Add(1)
+				}
+				wasReady = true
 			}
 			s = next
 		}
