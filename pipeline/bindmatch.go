@@ -78,9 +78,10 @@ func (g *gate) pick(_ string, window []waitq.Ticket) int {
 		j := t.Ref.(*Job)
 		anywhere, here := 0, 0
 		m = look.Lookup(m.Tenants, j.InputIDs)
+		ex := j.excluded()
 		for _, tm := range m.Tenants {
 			room, ok := free[tm.Tenant]
-			if !ok || slices.Contains(j.excluded, tm.Tenant) {
+			if !ok || slices.Contains(ex, tm.Tenant) {
 				continue
 			}
 			anywhere = max(anywhere, tm.Tokens)

@@ -214,10 +214,6 @@ func (p *single) End(out policy.Outcome) {
 // (see fit).
 func CheckCandidates(role workers.Role, ws []*workers.Worker, j *Job) error {
 	if !slices.ContainsFunc(ws, (*workers.Worker).Available) {
-		side := ""
-		if role != workers.RoleRegular {
-			side = role.String() + " "
-		}
 		healthy, open := 0, 0
 		for _, w := range ws {
 			if w.Healthy() {
@@ -228,7 +224,7 @@ func CheckCandidates(role workers.Role, ws []*workers.Worker, j *Job) error {
 			}
 		}
 		return fault.Newf(fault.Unavailable, "no healthy %sworker: %d registered, %d passing health checks, %d with an open circuit breaker, none available",
-			side, len(ws), healthy, open)
+			rolePrefix(role), len(ws), healthy, open)
 	}
 	b := boundsOf(ws)
 	vocab := b.vocab
@@ -240,6 +236,15 @@ func CheckCandidates(role workers.Role, ws []*workers.Worker, j *Job) error {
 		return err
 	}
 	return fit(role, ws, b, j)
+}
+
+// rolePrefix names a disaggregated request's leg at the head of a message
+// about its engines ("prefill ", "decode "); a regular request's has none.
+func rolePrefix(role workers.Role) string {
+	if role == workers.RoleRegular {
+		return ""
+	}
+	return role.String() + " "
 }
 
 // implementing keeps the workers that may be given rpc ("": all of them).

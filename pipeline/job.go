@@ -23,9 +23,14 @@ type Job struct {
 	Stream   bool
 	Start    time.Time
 	Send     func(chunk *kvgatev1.GenerateChunk, done *kvgatev1.GenerateComplete) error
-	// excluded are the workers earlier attempts failed on, and those
-	// whose own limits the prompt exceeds while others' it fits (fit).
-	excluded []string
+	// failed are the workers earlier attempts failed on: no later
+	// attempt of the job goes there.
+	failed []string
+	// unfit are, for each role (a request's leg), the workers whose own
+	// limits the prompt exceeds while others' hold it, as the latest
+	// check of that leg found them (fit). A later check replaces them:
+	// an engine that restarted with larger limits may take the job.
+	unfit [workers.RoleDecode + 1][]string
 	// leftOut names, for each role (a request's leg), the workers the
 	// latest check of that leg excluded for their limits and why, for
 	// Explain and the request's log (LeftOut); "" when none was.
@@ -93,9 +98,30 @@ func (j *Job) PolicyRequest(dryRun bool) *policy.Request {
 		j.Routing = &policy.Request{RequestID: j.ID}
 	}
 	r := *j.Routing
-	r.InputIDs, r.DryRun, r.Exclude = j.InputIDs, dryRun, j.excluded
+	r.InputIDs, r.DryRun, r.Exclude = j.InputIDs, dryRun, j.excluded()
 	if len(j.full) > 0 {
-		r.Exclude = append(slices.Clip(j.excluded), j.full...)
+		r.Exclude = append(slices.Clip(r.Exclude), j.full...)
 	}
 	return &r
+}
+
+// excluded lists the workers no attempt of j may be placed on now: those
+// earlier attempts failed on and those the latest checks found too small.
+// Each is listed once; with none too small, it is j.failed itself, not a
+// copy.
+func (j *Job) excluded() []string {
+	n := len(j.unfit[0]) + len(j.unfit[1]) + len(j.unfit[2])
+	if n == 0 {
+		return j.failed
+	}
+	out := make([]string, 0, len(j.failed)+n)
+	out = append(out, j.failed...)
+	for _, u := range j.unfit {
+		for _, url := range u {
+			if !slices.Contains(out, url) {
+				out = append(out, url)
+			}
+		}
+	}
+	return out
 }

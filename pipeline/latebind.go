@@ -271,7 +271,7 @@ func (g *gate) blocked(s *Pipeline, j *Job, holding bool) string {
 func (s *Pipeline) engineRoom(j *Job, pending int) bool {
 	legs, n := s.legs(j.Route)
 	for _, l := range legs[:n] {
-		if !s.gate.cfg.Saturation.Room(workers.Views(l.engines), j.excluded, pending) {
+		if !s.gate.cfg.Saturation.Room(workers.Views(l.engines), j.excluded(), pending) {
 			return false
 		}
 	}
@@ -341,8 +341,9 @@ func (s *Pipeline) fullEngines(j *Job) []string {
 		return nil
 	}
 	var full []string
+	ex := j.excluded()
 	for _, role := range []workers.Role{workers.RoleRegular, workers.RolePrefill, workers.RoleDecode} {
-		full = s.gate.cfg.Saturation.Avoid(full, workers.Views(j.Route.Candidates(s.reg, role)), j.excluded)
+		full = s.gate.cfg.Saturation.Avoid(full, workers.Views(j.Route.Candidates(s.reg, role)), ex)
 	}
 	return full
 }

@@ -197,7 +197,7 @@ func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 			// since no worker failed.
 			unsupported++
 			lastUnsupported = f
-			j.excluded = append(j.excluded, f.worker.URL())
+			j.failed = append(j.failed, f.worker.URL())
 			s.metrics.retries.WithLabelValues(f.worker.URL()).Inc()
 			continue
 		}
@@ -210,7 +210,7 @@ func (s *Pipeline) Run(ctx context.Context, j *Job) error {
 			return s.giveUp(ctx, j, failures, why)
 		}
 		releaseRetry = release
-		j.excluded = append(j.excluded, f.worker.URL())
+		j.failed = append(j.failed, f.worker.URL())
 		s.metrics.retries.WithLabelValues(f.worker.URL()).Inc()
 		if err := s.backoff(ctx, attempt); err != nil {
 			return s.giveUp(ctx, j, failures, "the client's deadline leaves no time for another attempt")

@@ -266,7 +266,7 @@ func (sp *scriptedPlacer) Place(_ context.Context, j *Job, _ bool) (*Plan, error
 		return nil, CheckCandidates(workers.RoleRegular, []*workers.Worker{w}, j)
 	}
 	r := &scriptedRun{w: w, steps: sp.scripts[n]}
-	sp.placed = append(sp.placed, &placement{excluded: slices.Clone(j.excluded), run: r})
+	sp.placed = append(sp.placed, &placement{excluded: slices.Clone(j.excluded()), run: r})
 	// The scripted streams end with the attempt's context, as PD's legs
 	// do, so the pipeline sends no Abort to an engine that is not there.
 	return &Plan{Legs: []Leg{{Role: "regular", Worker: w, Policy: "scripted"}}, SelfAborting: true, Run: r}, nil

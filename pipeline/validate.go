@@ -3,7 +3,6 @@ package pipeline
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/kvgate/kvgate/answer"
@@ -77,14 +76,14 @@ func boundsOf(ws []*workers.Worker) bounds {
 // fit checks j's lengths against the workers of ws (b, their bounds), the
 // engines of one role, whose limits may differ (an SGLang engine with a
 // smaller KV cache accepts shorter prompts). It refuses a request that no
-// healthy worker would accept, and adds the workers whose own limits j
-// exceeds to j.excluded, so that the queue, the policy and Explain
-// consider only engines that can run it: sending it to one that cannot
-// would fail it there. The role's note in j.leftOut says which this check
-// left out, replacing an earlier check's of the same role (the fleet may
-// have changed since) and leaving the other leg's.
+// healthy worker would accept, and keeps the workers whose own limits j
+// exceeds out of its placements (j.unfit), so that the queue, the policy
+// and Explain consider only engines that can run it: sending it to one
+// that cannot would fail it there. What it finds, and the role's note in
+// j.leftOut, replace an earlier check's of the same role (the fleet may
+// have changed since) and leave the other leg's.
 func fit(role workers.Role, ws []*workers.Worker, b bounds, j *Job) error {
-	j.leftOut[role] = ""
+	j.unfit[role], j.leftOut[role] = nil, ""
 	if b.healthy == 0 || j.Task.check(b.strict) == nil {
 		return nil
 	}
@@ -94,7 +93,7 @@ func fit(role workers.Role, ws []*workers.Worker, b bounds, j *Job) error {
 	// Within the loosest limits but beyond some worker's own.
 	var refusal, why error
 	var unfit []string
-	fits, before := 0, len(j.excluded)
+	fits := 0
 	for _, w := range ws {
 		err := j.Task.check(lengthsOf(w))
 		switch {
@@ -108,17 +107,13 @@ func fit(role workers.Role, ws []*workers.Worker, b bounds, j *Job) error {
 		}
 		why = cmp.Or(why, err)
 		unfit = append(unfit, w.URL())
-		if !slices.Contains(j.excluded, w.URL()) {
-			j.excluded = append(j.excluded, w.URL())
-		}
 	}
 	if fits == 0 {
 		// Each worker refuses it for a limit another exceeds (a
 		// longer context, a shorter input limit).
-		j.excluded = j.excluded[:before]
 		return refusal
 	}
-	j.leftOut[role] = leftOutNote(role, unfit, why)
+	j.unfit[role], j.leftOut[role] = unfit, leftOutNote(role, unfit, why)
 	return nil
 }
 
@@ -137,9 +132,9 @@ func leftOutNote(role workers.Role, urls []string, why error) string {
 	if len(urls) > 3 {
 		names += fmt.Sprintf(" and %d more", len(urls)-3)
 	}
-	leg := ""
-	if role != workers.RoleRegular {
-		leg = role.String() + " engines "
+	leg := rolePrefix(role)
+	if leg != "" {
+		leg += "engines "
 	}
 	return fmt.Sprintf("%sleft out for their limits: %s (%s)", leg, names, msg)
 }

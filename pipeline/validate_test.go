@@ -223,7 +223,7 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := &Job{InputIDs: make([]uint32, tt.prompt), excluded: slices.Clone(tt.before)}
+			j := &Job{InputIDs: make([]uint32, tt.prompt), failed: slices.Clone(tt.before)}
 			if tt.maxNew != nil {
 				j.Sampling = &kvgatev1.SamplingParams{MaxNewTokens: tt.maxNew}
 			}
@@ -240,8 +240,8 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 			} else if f, ok := fault.As(err); !ok || f.Kind != fault.Invalid || f.Field != tt.field || !strings.Contains(f.Msg, tt.msg) {
 				t.Fatalf("fit: %v; want an invalid-request fault about %s saying %q", err, tt.field, tt.msg)
 			}
-			if !slices.Equal(j.excluded, tt.excluded) {
-				t.Errorf("excluded %v; want %v", j.excluded, tt.excluded)
+			if !slices.Equal(j.excluded(), tt.excluded) {
+				t.Errorf("excluded %v; want %v", j.excluded(), tt.excluded)
 			}
 			note, leftOut := j.LeftOut(), tt.note != "" || len(tt.excluded) > len(tt.before)
 			switch {
@@ -257,9 +257,10 @@ func TestFitPlacesOnlyWhereThePromptFits(t *testing.T) {
 // TestLeftOutNamesEachLegsLatestCheck: a disaggregated request is checked
 // against its prefill engines and its decode engines, before the queue and
 // again at each placement. Explain and the log name what each leg's latest
-// check left out: the decode leg's check does not hide the prefill leg's,
-// and a check that leaves none out (the small engines replaced) clears
-// what an earlier one said.
+// check left out, and the request is kept from those engines only: the
+// decode leg's check does not hide the prefill leg's, and a check that
+// leaves none out (the small engines replaced, or restarted with larger
+// limits) clears what an earlier one said and lets the request go there.
 func TestLeftOutNamesEachLegsLatestCheck(t *testing.T) {
 	small, large := engine{context: 8192, input: 1023}, engine{context: 8192, input: 4095}
 	named := func(prefix string, es ...engine) []*workers.Worker {
@@ -270,22 +271,27 @@ func TestLeftOutNamesEachLegsLatestCheck(t *testing.T) {
 		}
 		return ws
 	}
-	j := &Job{InputIDs: make([]uint32, 1500)}
+	j := &Job{InputIDs: make([]uint32, 1500), failed: []string{"f0"}}
 	j.Task = (&Pipeline{}).Generation(j)
 	steps := []struct {
 		role     workers.Role
 		fleet    []*workers.Worker
 		want     []string // parts of LeftOut
 		wantNone []string // not in it
+		excluded []string // the workers kept from the request after it
 	}{
 		{role: workers.RolePrefill, fleet: named("p", small, large),
-			want: []string{"prefill engines left out for their limits: p0 ("}},
+			want:     []string{"prefill engines left out for their limits: p0 ("},
+			excluded: []string{"f0", "p0"}},
 		{role: workers.RoleDecode, fleet: named("d", large, small, small),
-			want: []string{"prefill engines left out for their limits: p0 (", "; decode engines left out for their limits: d1, d2 ("}},
-		{role: workers.RolePrefill, fleet: named("q", large, large),
-			want: []string{"decode engines left out for their limits: d1, d2 ("}, wantNone: []string{"prefill", "p0"}},
+			want:     []string{"prefill engines left out for their limits: p0 (", "; decode engines left out for their limits: d1, d2 ("},
+			excluded: []string{"f0", "p0", "d1", "d2"}},
+		{role: workers.RolePrefill, fleet: named("p", large, large), // p0 restarted larger
+			want: []string{"decode engines left out for their limits: d1, d2 ("}, wantNone: []string{"prefill", "p0"},
+			excluded: []string{"f0", "d1", "d2"}},
 		{role: workers.RoleDecode, fleet: named("e", large),
-			wantNone: []string{"left out"}},
+			wantNone: []string{"left out"},
+			excluded: []string{"f0"}},
 	}
 	for i, st := range steps {
 		if err := fit(st.role, st.fleet, boundsOf(st.fleet), j); err != nil {
@@ -301,6 +307,9 @@ func TestLeftOutNamesEachLegsLatestCheck(t *testing.T) {
 			if strings.Contains(note, w) {
 				t.Errorf("step %d: LeftOut %q; want no %q", i, note, w)
 			}
+		}
+		if got := j.excluded(); !slices.Equal(got, st.excluded) {
+			t.Errorf("step %d: excluded %v; want %v", i, got, st.excluded)
 		}
 	}
 }
@@ -334,7 +343,7 @@ func FuzzFit(f *testing.F) {
 		healthyFits := false
 		for _, w := range ws {
 			own := j.Task.check(lengthsOf(w))
-			if slices.Contains(j.excluded, w.URL()) && own == nil {
+			if slices.Contains(j.excluded(), w.URL()) && own == nil {
 				t.Fatalf("%s excluded, but its limits %+v hold the prompt", w.URL(), w.Info())
 			}
 			if own == nil && w.Healthy() {
