@@ -40,20 +40,41 @@ func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *s
 	if other := identityChange(cur, next); other != "" {
 		return other, true
 	}
+	was, now := limitsOf(cur), limitsOf(next)
+	if w.rank >= 0 {
+		// A data-parallel rank's share of the engine's KV and running
+		// requests was set when it joined (see dprank.go), not read here.
+		now.kvCapacity, now.maxRunning = was.kvCapacity, was.maxRunning
+	}
+	if now == was {
+		return "", true
+	}
 	info := cur
-	info.MaxContextLength, info.MaxInputTokens, info.TruncatesPrompts = next.MaxContextLength, next.MaxInputTokens, next.TruncatesPrompts
-	if w.rank < 0 {
-		info.KVCapacityTokens, info.MaxRunningRequests = next.KVCapacityTokens, next.MaxRunningRequests
-	}
-	if info.MaxContextLength != cur.MaxContextLength || info.MaxInputTokens != cur.MaxInputTokens || info.TruncatesPrompts != cur.TruncatesPrompts ||
-		info.KVCapacityTokens != cur.KVCapacityTokens || info.MaxRunningRequests != cur.MaxRunningRequests {
-		log.Info("worker's limits changed", "worker", w.URL(),
-			"max_context_length", info.MaxContextLength, "max_req_input_len", info.MaxInputTokens, "truncates", info.TruncatesPrompts,
-			"kv_capacity_tokens", info.KVCapacityTokens, "max_running_requests", info.MaxRunningRequests,
-			"before", cur)
-		w.info.Store(&info)
-	}
+	now.apply(&info)
+	log.Info("worker's limits changed", "worker", w.URL(),
+		"max_context_length", now.context, "max_req_input_len", now.input, "truncates", now.truncates,
+		"kv_capacity_tokens", now.kvCapacity, "max_running_requests", now.maxRunning,
+		"before", cur)
+	w.info.Store(&info)
 	return "", true
+}
+
+// engineLimits are the figures of ModelInfo an engine may change across a
+// restart while serving the same model, gathered so that they are
+// compared and copied as one.
+type engineLimits struct {
+	context, input, kvCapacity, maxRunning int
+	truncates                              bool
+}
+
+func limitsOf(i ModelInfo) engineLimits {
+	return engineLimits{context: i.MaxContextLength, input: i.MaxInputTokens, kvCapacity: i.KVCapacityTokens,
+		maxRunning: i.MaxRunningRequests, truncates: i.TruncatesPrompts}
+}
+
+func (l engineLimits) apply(i *ModelInfo) {
+	i.MaxContextLength, i.MaxInputTokens, i.KVCapacityTokens = l.context, l.input, l.kvCapacity
+	i.MaxRunningRequests, i.TruncatesPrompts = l.maxRunning, l.truncates
 }
 
 // identityChange says how next differs from cur in what names a worker
