@@ -63,6 +63,18 @@ func TestCacheAwareAppliesKVEvents(t *testing.T) {
 		}, 64},
 		{"removal of an unknown hash is ignored", [][]workers.KVEvent{engineChain(prompt, 16, 100, nil), {removed(999)}}, 64},
 		{"duplicate stored is harmless", [][]workers.KVEvent{engineChain(prompt, 16, 100, nil), engineChain(prompt, 16, 100, nil)}, 64},
+		// vLLM caches a page once for each request that computed it
+		// before a copy was cached, under one hash, and evicts each copy
+		// on its own.
+		{"a page held twice stays when one copy is evicted", [][]workers.KVEvent{
+			engineChain(prompt, 16, 100, nil), engineChain(prompt, 16, 100, nil), {removed(101)},
+		}, 64},
+		{"a page leaves with its last copy", [][]workers.KVEvent{
+			engineChain(prompt, 16, 100, nil), engineChain(prompt, 16, 100, nil), {removed(103)}, {removed(103)},
+		}, 48},
+		{"a copy stored and another evicted in one batch", [][]workers.KVEvent{
+			engineChain(prompt, 16, 100, nil), append(engineChain(prompt, 16, 100, nil), removed(102)),
+		}, 64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,5 +233,13 @@ func TestVllmCacheAwareAppliesKVEvents(t *testing.T) {
 	p.ApplyKVEvents(a.URL(), batch(2, workers.KVEvent{Kind: workers.KVCleared}))
 	if d := explain(); d.Matched.Of(a.URL()) != 0 {
 		t.Fatalf("after a clear: matched %v, want nothing", d.Matched)
+	}
+	// Two requests computed the prompt at once: vLLM caches both copies
+	// under the same hashes, and evicting one leaves the other.
+	p.ApplyKVEvents(a.URL(), batch(3, engineChain(prompt, 16, 100, nil)...))
+	p.ApplyKVEvents(a.URL(), batch(4, engineChain(prompt, 16, 100, nil)...))
+	p.ApplyKVEvents(a.URL(), batch(5, removed(101)))
+	if d := explain(); d.Matched.Of(a.URL()) != 64 {
+		t.Fatalf("after one of two copies of a's second page is evicted: matched %v, want 64 on a", d.Matched)
 	}
 }

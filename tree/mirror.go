@@ -54,7 +54,16 @@ type Mirror struct {
 	orphans map[int64]bref // by parent hash: the first of the blocks stored below a block not known
 
 	detached int // blocks in blocks that are not attached
-	unknown  int // hashes Remove did not know, since NewMirror
+	// copies counts, for each block stored again while the mirror knew
+	// it, the stores beyond the first: an engine that does not
+	// deduplicate its cache (vLLM computes a page anew for each request
+	// that needs it before any copy is cached, and caches each copy
+	// under the same hash) stores a hash once per copy and removes it
+	// once per copy evicted, so the block stays until its last copy
+	// goes. An engine that never holds two copies never stores a known
+	// hash again, and this stays empty.
+	copies  map[bref]uint32
+	unknown int // hashes Remove did not know, since NewMirror
 
 	// maxDetached bounds detached; queue holds, oldest first from qhead,
 	// the blocks in the order they were detached (each at most once, while
@@ -218,6 +227,7 @@ func (m *Mirror) Clear() {
 	m.toks = nil
 	m.free = nil
 	m.detached = 0
+	m.copies = nil
 	clear(m.queue)
 	m.queue, m.qhead = m.queue[:0], 0
 	m.truncate(0)
@@ -229,9 +239,11 @@ func (m *Mirror) Clear() {
 // !hasParent), each following block off the one before it. It returns the
 // PageRuns that became reachable from the root: the chain, if its parent is
 // attached, and whatever was waiting below its blocks. A block already known
-// with the same parent and tokens is left as it is; one known with other
-// content is replaced, as if removed first, and what that detached comes
-// back in detached (apply it before attached).
+// with the same parent and tokens is another copy of it (see
+// Mirror.copies): it stays until Remove names it once more than it was
+// stored again. One known with other content is replaced, as if removed
+// first, and what that detached comes back in detached (apply it before
+// attached).
 //
 // A block whose token count is not the page size (ErrPageSize), a chain
 // that repeats a hash (ErrBlockCycle), or one that would take the mirror
@@ -273,6 +285,11 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock, hints
 			if e := m.block(r); e.hasParent != prevHas || e.parent != prev || !equal(m.tokens(r), b.Tokens) {
 				detached = m.remove(r, 0, detached)
 				found[i] = 0
+			} else {
+				if m.copies == nil {
+					m.copies = map[bref]uint32{}
+				}
+				m.copies[r]++
 			}
 		}
 		prev, prevHas = b.Hash, true
@@ -324,8 +341,9 @@ func (m *Mirror) store(parent int64, hasParent bool, blocks []MirrorBlock, hints
 	return attached, detached, nil
 }
 
-// Remove forgets the blocks named by hashes and returns the PageRuns that left
-// the reachable set: for each attached block removed, a PageRun of one page for
+// Remove forgets the blocks named by hashes (for a block stored again
+// while known, a copy of it: see Mirror.copies) and returns the PageRuns
+// that left the reachable set: for each attached block removed, a PageRun of one page for
 // it, then PageRuns for its attached descendants, which stay known but
 // detached (an engine may store the parent again with the same hash while
 // the children stayed). Unknown hashes are ignored and counted (Unknown).
@@ -362,6 +380,15 @@ func (m *Mirror) RemoveFound(found []Ref) (detached []PageRun) {
 func (m *Mirror) removeFound(r bref, slot uint32, detached []PageRun) []PageRun {
 	if r == 0 {
 		m.unknown++
+		return detached
+	}
+	if n, ok := m.copies[r]; ok {
+		// One copy of several evicted: the engine still holds another.
+		if n > 1 {
+			m.copies[r] = n - 1
+		} else {
+			delete(m.copies, r)
+		}
 		return detached
 	}
 	return m.remove(r, slot, detached)
@@ -515,6 +542,9 @@ func (m *Mirror) remove(r bref, slot uint32, spans []PageRun) []PageRun {
 		e.kid = 0
 	}
 	m.blocks.del(e.hash, slot)
+	if len(m.copies) > 0 {
+		delete(m.copies, r)
+	}
 	m.release(r)
 	return spans
 }

@@ -7,7 +7,9 @@ package tree
 // that to apply an engine's evictions before the new chain they were
 // interleaved with. gone is searched from its end, where an engine evicting
 // a chain leaf first has just named h's child; a block with more children
-// than leafAfterScan, or children further back, is reported as no leaf.
+// than leafAfterScan, or children further back, or a child the engine
+// holds more than one copy of (one removal leaves it), is reported as no
+// leaf.
 func (m *Mirror) LeafAfter(f Ref, gone []Ref) bool {
 	r, _ := m.resolve(f)
 	if r == 0 {
@@ -18,6 +20,9 @@ func (m *Mirror) LeafAfter(f Ref, gone []Ref) bool {
 next:
 	for k := m.block(r).kid; k != 0; k = m.block(k).next {
 		if n++; n > leafAfterScan {
+			return false
+		}
+		if _, ok := m.copies[k]; ok {
 			return false
 		}
 		for i := len(tail) - 1; i >= 0; i-- {

@@ -22,6 +22,7 @@ type refBlock struct {
 	parent    int64
 	hasParent bool
 	tokens    []uint32
+	copies    int // stores of it again while known, not yet removed
 }
 
 // pathOf resolves h's path from the root, if it is reachable. A chain of
@@ -102,8 +103,11 @@ func (r *mirrorRef) store(parent int64, hasParent bool, blocks []MirrorBlock) (a
 	mid := r.reachable()
 	prev, prevHas = parent, hasParent
 	for _, b := range blocks {
-		if _, ok := r.blocks[b.Hash]; !ok {
-			r.blocks[b.Hash] = refBlock{prev, prevHas, slices.Clone(b.Tokens)}
+		if e, ok := r.blocks[b.Hash]; ok {
+			e.copies++
+			r.blocks[b.Hash] = e
+		} else {
+			r.blocks[b.Hash] = refBlock{prev, prevHas, slices.Clone(b.Tokens), 0}
 		}
 		prev, prevHas = b.Hash, true
 	}
@@ -113,10 +117,15 @@ func (r *mirrorRef) store(parent int64, hasParent bool, blocks []MirrorBlock) (a
 func (r *mirrorRef) remove(hashes []int64) []string {
 	before := r.reachable()
 	for _, h := range hashes {
-		if _, ok := r.blocks[h]; !ok {
+		switch e, ok := r.blocks[h]; {
+		case !ok:
 			r.unknown++
+		case e.copies > 0:
+			e.copies--
+			r.blocks[h] = e
+		default:
+			delete(r.blocks, h)
 		}
-		delete(r.blocks, h)
 	}
 	return gone(before, r.reachable())
 }
@@ -402,6 +411,14 @@ func TestMirrorSpec(t *testing.T) {
 		{"removing a detached block forgets it quietly", 0, []string{"store 7 2b", "remove 2"}, nil, nil, nil, 0, 0},
 		{"unknown hashes are ignored", 0, []string{"store - 1a", "remove 8 9"}, nil, nil, nil, 1, 0},
 		{"storing a known block again changes nothing", 0, []string{"store - 1a 2b", "store - 1a 2b"}, nil, nil, nil, 2, 0},
+		{"a block stored twice stays until removed twice", 0, []string{"store - 1a 2b", "store - 1a 2b", "remove 2"},
+			nil, nil, nil, 2, 0},
+		{"… and leaves at its second removal", 0, []string{"store - 1a 2b", "store - 1a 2b", "remove 2", "remove 2"},
+			nil, []string{"a|b"}, nil, 1, 0},
+		{"a copy stored below a parent stored again counts too", 0, []string{"store - 1a 2b", "remove 1", "store - 1a 2b", "remove 2"},
+			nil, nil, nil, 2, 0},
+		{"a replaced block's copies go with it", 0, []string{"store - 1a 2b", "store 1 2b", "store 1 2x", "remove 2"},
+			nil, []string{"a|x"}, nil, 1, 0},
 		{"a known prefix, then new blocks", 0, []string{"store - 1a 2b", "store - 1a 2b 3c"}, []string{"ab|c"}, nil, nil, 3, 0},
 		{"a known block with other tokens is replaced", 0, []string{"store - 1a 2b 3c", "store 1 2x"},
 			[]string{"a|x", "ax|c"}, []string{"a|b", "ab|c"}, nil, 3, 0},
