@@ -137,8 +137,9 @@ func (c *CacheAware) observe(req *Request, d Decision, o Outcome) {
 		return
 	}
 	if o.Err != nil && o.CachedTokens <= 0 {
-		if d.PredictedCachedTokens < len(req.InputIDs)/c.pageSize*c.pageSize {
-			c.tree.Trim(req.InputIDs, url, d.PredictedCachedTokens)
+		// Back to the match the tree held at the decision.
+		if held := d.PredictedCachedTokens + d.cut; held < len(req.InputIDs)/c.pageSize*c.pageSize {
+			c.tree.Trim(req.InputIDs, url, held)
 		}
 		return
 	}

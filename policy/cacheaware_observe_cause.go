@@ -76,10 +76,10 @@ func classifyMiss(promptLen, pageSize, predicted, confirmed, reported int, queue
 		return MissOverReport
 	case reported%pageSize != 0:
 		return MissBoundary
-	case predicted == promptLen && reported == predicted-pageSize:
-		// A prompt that ends on a page boundary, predicted whole: its
-		// last page holds its last token, which an engine may recompute
-		// to produce the first output rather than report it cached.
+	case reported == promptLen && predicted == reusable(promptLen, pageSize):
+		// A prompt that ends on a page boundary, reported cached whole by
+		// an engine that reuses its last page, where the router expects
+		// that page computed again (see reusable).
 		return MissBoundary
 	case reported > predicted:
 		return MissUnseen

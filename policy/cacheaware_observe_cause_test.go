@@ -10,8 +10,8 @@ import (
 // TestCacheAwareMissCauses: each prediction that misses the engine's report
 // is counted under the cause that explains it, from what the decision knew
 // (its prediction and the part of it the engine's KV events had confirmed)
-// and the report. The worker has KV events; the prompt is 80 tokens (five
-// pages) unless said, and the engine's events confirmed its first
+// and the report. The worker has KV events; the prompt is 88 tokens (five
+// pages and 8 tokens) unless said, and the engine's events confirmed its first
 // `confirmed` tokens before the decision, the router speculated the rest.
 // A request placed on an engine already running its limit of requests
 // (limit, with load requests in flight on it at the decision) waits in the
@@ -27,22 +27,23 @@ func TestCacheAwareMissCauses(t *testing.T) {
 		limit, load int    // the engine's running-request limit (0: none reported), and its load at the decision
 		want        string // "" : exact, nothing counted
 	}{
-		{"exact", 80, 80, 80, 80, 0, 0, ""},
-		{"speculative pages missing", 80, 32, 80, 32, 0, 0, "speculation"},
-		{"speculative pages and less missing", 80, 32, 80, 16, 0, 0, "evicted"},
-		{"confirmed pages evicted", 80, 80, 80, 48, 0, 0, "evicted"},
-		{"engine held more", 80, 0, 0, 48, 0, 0, "unseen"},
-		{"partial page reported", 80, 80, 80, 40, 0, 0, "boundary"},
-		{"last page of a page-aligned prompt", 80, 80, 80, 64, 0, 0, "boundary"},
+		{"exact", 88, 80, 80, 80, 0, 0, ""},
+		{"speculative pages missing", 88, 32, 80, 32, 0, 0, "speculation"},
+		{"speculative pages and less missing", 88, 32, 80, 16, 0, 0, "evicted"},
+		{"confirmed pages evicted", 88, 80, 80, 48, 0, 0, "evicted"},
+		{"engine held more", 88, 0, 0, 48, 0, 0, "unseen"},
+		{"partial page reported", 88, 80, 80, 40, 0, 0, "boundary"},
+		{"a page-aligned prompt: its last page computed again", 80, 80, 64, 64, 0, 0, ""},
+		{"a page-aligned prompt reported cached whole", 80, 80, 64, 80, 0, 0, "boundary"},
 		{"last whole page of a prompt that goes on", 90, 80, 80, 64, 0, 0, "evicted"},
-		{"more than the prompt", 80, 80, 80, 96, 0, 0, "over_report"},
-		{"confirmed pages evicted, placed on a full engine", 80, 80, 80, 48, 2, 2, "queued"},
-		{"speculative pages missing, placed on a full engine", 80, 32, 80, 32, 2, 3, "queued"},
-		{"confirmed pages evicted, the engine had room", 80, 80, 80, 48, 2, 1, "evicted"},
-		{"confirmed pages evicted, the engine reports no limit", 80, 80, 80, 48, 0, 5, "evicted"},
-		{"engine held more, placed on a full engine", 80, 0, 0, 48, 2, 2, "unseen"},
-		{"exact on a full engine", 80, 80, 80, 80, 2, 2, ""},
-		{"last page of a page-aligned prompt, placed on a full engine", 80, 80, 80, 64, 2, 2, "boundary"},
+		{"more than the prompt", 88, 80, 80, 96, 0, 0, "over_report"},
+		{"confirmed pages evicted, placed on a full engine", 88, 80, 80, 48, 2, 2, "queued"},
+		{"speculative pages missing, placed on a full engine", 88, 32, 80, 32, 2, 3, "queued"},
+		{"confirmed pages evicted, the engine had room", 88, 80, 80, 48, 2, 1, "evicted"},
+		{"confirmed pages evicted, the engine reports no limit", 88, 80, 80, 48, 0, 5, "evicted"},
+		{"engine held more, placed on a full engine", 88, 0, 0, 48, 2, 2, "unseen"},
+		{"exact on a full engine", 88, 80, 80, 80, 2, 2, ""},
+		{"a page-aligned prompt reported cached whole, placed on a full engine", 80, 80, 64, 80, 2, 2, "boundary"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -101,12 +101,12 @@ func TestCacheAwareRepeatedPromptHitsSameWorker(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		length    int
-		predicted int // on repeat: whole pages of the prompt
+		predicted int // on repeat: whole pages of the prompt, short of its last token's (see reusable)
 		branch    string
 	}{
 		{"several pages and a partial one", 50, 48, "cache_hit"},
-		{"exactly one page", 16, 16, "cache_hit"},
-		{"exactly four pages", 64, 64, "cache_hit"},
+		{"exactly one page: the engine computes it again", 16, 0, "cache_hit"},
+		{"exactly four pages: the last computed again", 64, 48, "cache_hit"},
 		{"one page and one token: 16/17 ≥ 0.3", 17, 16, "cache_hit"},
 		{"shorter than a page: nothing reusable", 15, 0, "cache_miss"},
 	} {
@@ -251,7 +251,7 @@ func TestCacheAwareImbalanceSwitch(t *testing.T) {
 			defer busy(ws[1], tc.cold)()
 			d := caSelect(t, p, prompt, ws...)
 			if !tc.imbalanced {
-				wantDecision(t, d, ws[0], "cache_hit", 64)
+				wantDecision(t, d, ws[0], "cache_hit", 48) // the last page is computed again
 				return
 			}
 			// The prediction is what the least loaded worker holds: nothing.
@@ -285,7 +285,7 @@ func TestCacheAwareEqualMatchesGoToLessLoaded(t *testing.T) {
 			for i, n := range tc.loads {
 				defer busy(ws[i], n)()
 			}
-			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], "cache_hit", 80)
+			wantDecision(t, caSelect(t, p, prompt, ws...), ws[tc.want], "cache_hit", 64) // the last page is computed again
 		})
 	}
 }
@@ -297,7 +297,7 @@ func TestCacheAwareLongerMatchBeatsLoadWhenBalanced(t *testing.T) {
 	place(t, p, ws[0], prompt)
 	place(t, p, ws[1], prompt[:64])
 	defer busy(ws[0], 60)()
-	wantDecision(t, caSelect(t, p, prompt, ws...), ws[0], "cache_hit", 96)
+	wantDecision(t, caSelect(t, p, prompt, ws...), ws[0], "cache_hit", 80) // the last page is computed again
 }
 
 func TestCacheAwareNeverChoosesUnhealthy(t *testing.T) {
@@ -322,7 +322,7 @@ func TestCacheAwareNeverChoosesUnhealthy(t *testing.T) {
 
 	// Back to health with its tree intact: w0 wins again.
 	ws[0].SetHealthy(true)
-	wantDecision(t, caSelect(t, p, prompt, ws...), ws[0], "cache_hit", 64)
+	wantDecision(t, caSelect(t, p, prompt, ws...), ws[0], "cache_hit", 48)
 
 	for _, w := range ws {
 		w.SetHealthy(false)
@@ -364,7 +364,7 @@ func TestCacheAwareDryRunLeavesNoTrace(t *testing.T) {
 	// that inserts; a dry run now explains a hit without changing anything.
 	defer busy(ws[0], 1)()
 	wantDecision(t, caSelect(t, p, prompt, ws...), ws[1], "cache_miss", 0)
-	wantDecision(t, caExplain(t, p, prompt, ws...), ws[1], "cache_hit", 64)
+	wantDecision(t, caExplain(t, p, prompt, ws...), ws[1], "cache_hit", 48)
 	if got := p.TreeStats().TenantTokens; got[ws[0].URL()] != 0 || got[ws[1].URL()] != 64 {
 		t.Fatalf("tenant tokens = %v, want only w1 with 64", got)
 	}
@@ -374,9 +374,11 @@ func TestCacheAwareObserve(t *testing.T) {
 	// P1 = X Y and P2 = X Z, where X, Y and Z are two pages each; w0 holds
 	// both. The engine then reports that only the first page of P1 was
 	// cached: it evicted the rest of X, and with it everything below.
+	// Each prompt ends with a token past its last page, so that all its
+	// pages are reusable (see reusable).
 	x, y, z := caTokens(1, 32), caTokens(2, 32), caTokens(3, 32)
-	p1, p2 := caJoin(x, y), caJoin(x, z)
-	p1w := caJoin(p1, caTokens(4, 32)) // P1 and two more pages
+	p1, p2 := caJoin(x, y, caTokens(5, 1)), caJoin(x, z, caTokens(6, 1))
+	p1w := caJoin(x, y, caTokens(4, 32), caTokens(7, 1)) // P1's pages and two more
 
 	type step struct {
 		prompt   []uint32
@@ -478,8 +480,8 @@ func TestCacheAwareObserveIgnoresDryRun(t *testing.T) {
 	if got := p.Accuracy(); got != (policy.Accuracy{}) {
 		t.Fatalf("accuracy = %+v after dry-run observations", got)
 	}
-	if got := caExplain(t, p, prompt, ws...).PredictedCachedTokens; got != 64 {
-		t.Fatalf("prediction = %d after dry-run observation, want 64", got)
+	if got := caExplain(t, p, prompt, ws...).PredictedCachedTokens; got != 48 {
+		t.Fatalf("prediction = %d after dry-run observation, want 48 (the last page is computed again)", got)
 	}
 }
 

@@ -86,10 +86,12 @@ type Decision struct {
 	// pending is the count the policy keeps of the decision until its
 	// worker's load does (see Request.Acquires); nil for none.
 	pending acquirer
-	// queueCut is how many tokens of the match the policy routed by were
-	// left out of PredictedCachedTokens because the engine queues (see
-	// inFlight.predict); PrefillTokens adds them back.
-	queueCut int
+	// cut is how many tokens of the match the policy routed by were left
+	// out of PredictedCachedTokens: the page holding the prompt's last
+	// token when the whole prompt matched (see reusable), and what an
+	// engine that queues is expected to evict (see inFlight.predict).
+	// PrefillTokens adds them back.
+	cut int
 	// keeper holds something of the decision for the policy until its
 	// outcome (Observe), to be let go if the request is never sent; nil
 	// for none (see Abandoned).
@@ -106,7 +108,18 @@ type Decision struct {
 // hold without moving them. (Charged from the prediction, the shared-prefix
 // runs at 40 requests/s queued more requests in the engines.)
 func (d Decision) PrefillTokens(promptLen int) int {
-	return promptLen - d.PredictedCachedTokens - d.queueCut
+	return promptLen - d.PredictedCachedTokens - d.cut
+}
+
+// reusable is the most of a promptLen-token prompt an engine takes from its
+// prefix cache, in whole pages: all but the last token, which it computes
+// again to sample the first output token from even when the whole prompt
+// is cached. vLLM caps a hit at the prompt's length less one token
+// (vllm/v1/core/kv_cache_manager.py, get_computed_blocks), SGLang its match
+// likewise (Req._compute_max_prefix_len): a prompt that ends on a page
+// boundary has its last page computed again, and reported uncached.
+func reusable(promptLen, pageSize int) int {
+	return max(promptLen-1, 0) / pageSize * pageSize
 }
 
 // acquirer is what a policy counts of a decision until its worker's load

@@ -26,7 +26,8 @@ func TestVllmCacheAwareObserveIgnoresDryRun(t *testing.T) {
 // causes cache_aware's do. Its index does not tell blocks the engine's
 // events confirmed from those a decision recorded, so a report below the
 // prediction is evicted (or queued, on an engine already at its running
-// limit), never speculation. The prompt is 80 tokens, 5 blocks, all held.
+// limit), never speculation. The prompt is 80 tokens, 5 blocks, all held:
+// the engine computes the last again (see reusable), so 64 are predicted.
 func TestVllmCacheAwareMissCauses(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -35,12 +36,12 @@ func TestVllmCacheAwareMissCauses(t *testing.T) {
 		outcome     error  // the request's failure
 		want        string // "" : exact, nothing counted
 	}{
-		{"exact", 80, 0, 0, nil, ""},
+		{"exact", 64, 0, 0, nil, ""},
 		{"blocks evicted", 48, 0, 0, nil, "evicted"},
 		{"blocks evicted, placed on a full engine", 48, 2, 2, nil, "queued"},
 		{"blocks evicted, the engine had room", 48, 2, 1, nil, "evicted"},
 		{"a partial block reported", 40, 0, 0, nil, "boundary"},
-		{"the last block of a block-aligned prompt", 64, 0, 0, nil, "boundary"},
+		{"the whole block-aligned prompt reported cached", 80, 0, 0, nil, "boundary"},
 		{"more than the prompt", 96, 0, 0, nil, "over_report"},
 		{"a failure that never ran", 0, 0, 0, errors.New("refused"), ""},
 		{"a failure after admission", 48, 0, 0, errors.New("reset"), "evicted"},
@@ -55,8 +56,8 @@ func TestVllmCacheAwareMissCauses(t *testing.T) {
 			req := &policy.Request{InputIDs: prompt}
 			d := vcaSelect(t, p, req, w)
 			release()
-			if d.PredictedCachedTokens != 80 {
-				t.Fatalf("decision predicted %d, want 80", d.PredictedCachedTokens)
+			if d.PredictedCachedTokens != 64 {
+				t.Fatalf("decision predicted %d, want 64", d.PredictedCachedTokens)
 			}
 			p.Observe(req, d, policy.Outcome{CachedTokens: tt.reported, Err: tt.outcome})
 			total := 0

@@ -111,12 +111,12 @@ func TestVllmCacheAwareRepeatedPromptHitsSameWorker(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		length    int
-		predicted int // on repeat: the prompt's whole blocks
+		predicted int // on repeat: the prompt's whole blocks, short of its last token's (see reusable)
 		branch    string
 	}{
 		{"several blocks and a partial one", 50, 48, "cache_hit"},
-		{"exactly one block", 16, 16, "cache_hit"},
-		{"exactly 512 blocks", 8192, 8192, "cache_hit"},
+		{"exactly one block: the engine computes it again", 16, 0, "cache_hit"},
+		{"exactly 512 blocks: the last computed again", 8192, 8176, "cache_hit"},
 		{"shorter than a block: nothing to reuse", 15, 0, "cache_miss"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -205,7 +205,7 @@ func TestVllmCacheAwareLoadFactor(t *testing.T) {
 			d := vcaSelect(t, p, &policy.Request{InputIDs: prompt}, ws...)
 			predicted := 0
 			if tc.want == 0 {
-				predicted = 64
+				predicted = 48 // all four blocks but the last, which the engine computes again
 			}
 			wantDecision(t, d, ws[tc.want], tc.branch, predicted)
 			if tc.branch == "overloaded" && !strings.Contains(d.Why(), ws[0].URL()) {
@@ -295,7 +295,7 @@ func TestVllmCacheAwareBoundByRunningLimit(t *testing.T) {
 			d := vcaSelect(t, p, &policy.Request{InputIDs: prompt}, ws...)
 			predicted := 0
 			if tc.want == 0 {
-				predicted = 64
+				predicted = 48 // all four blocks but the last, which the engine computes again
 			}
 			wantDecision(t, d, ws[tc.want], tc.branch, predicted)
 		})
@@ -391,11 +391,11 @@ func TestVllmCacheAwareEqualMatchesGoToLessLoaded(t *testing.T) {
 	vcaPlace(t, p, ws[0], prompt)
 	vcaPlace(t, p, ws[1], prompt)
 	d := vcaSelect(t, p, &policy.Request{InputIDs: prompt, DryRun: true}, ws...)
-	wantDecision(t, d, ws[0], "cache_hit", 64)
+	wantDecision(t, d, ws[0], "cache_hit", 48) // the last block is computed again
 	defer busy(ws[0], 1)()
 	defer busy(ws[2], 1)()
 	d = vcaSelect(t, p, &policy.Request{InputIDs: prompt, DryRun: true}, ws...)
-	wantDecision(t, d, ws[1], "cache_hit", 64)
+	wantDecision(t, d, ws[1], "cache_hit", 48)
 }
 
 // TestVllmCacheAwareUnavailableWorkers: an unhealthy or excluded worker is
@@ -453,7 +453,8 @@ func TestVllmCacheAwareKVEvents(t *testing.T) {
 
 // TestVllmCacheAwarePositionKeys: with --vllm-block-hash position the
 // false match of SMG's position keys shows: w0 served A+Z+C+D and B+X, and a request for
-// B+Y+C+D is predicted to find all 4 blocks there; chained keys predict 1.
+// B+Y+C+D (and a token more) is predicted to find all 4 blocks there;
+// chained keys predict 1.
 func TestVllmCacheAwarePositionKeys(t *testing.T) {
 	a, b, c, d, x, y, z := caTokens(1, 16), caTokens(2, 16), caTokens(3, 16), caTokens(4, 16), caTokens(5, 16), caTokens(6, 16), caTokens(7, 16)
 	for _, tc := range []struct {
@@ -463,7 +464,7 @@ func TestVllmCacheAwarePositionKeys(t *testing.T) {
 		ws := fleet(1)
 		p := newVCA(t, func(c *policy.VllmCacheAwareConfig) { c.BlockHash = tc.hash })
 		vcaPlace(t, p, ws[0], caJoin(a, z, c, d), caJoin(b, x))
-		got := vcaSelect(t, p, &policy.Request{InputIDs: caJoin(b, y, c, d), DryRun: true}, ws...)
+		got := vcaSelect(t, p, &policy.Request{InputIDs: caJoin(b, y, c, d, caTokens(8, 1)), DryRun: true}, ws...)
 		if got.PredictedCachedTokens != tc.predicted {
 			t.Errorf("%s keys: predicted %d tokens, want %d (%s)", tc.hash, got.PredictedCachedTokens, tc.predicted, got.Why())
 		}

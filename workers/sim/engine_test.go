@@ -494,3 +494,32 @@ func concurrentLoad(t *testing.T, timeScale float64) {
 		}
 	})
 }
+
+// TestWholePromptCachedComputesItsLastPage: an engine computes a prompt's
+// last token even when the whole prompt is cached, to sample the first
+// output token from it, so a repeated prompt that ends on a page boundary
+// reports its last page uncached, as vLLM and SGLang do (see
+// pageCache.reused). The pages are 16 tokens.
+func TestWholePromptCachedComputesItsLastPage(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		length int
+		cached int // on the repeat
+	}{
+		{"four pages: the last computed again", 64, 48},
+		{"four pages and a token: all four reused", 65, 64},
+		{"one page: computed again", 16, 0},
+		{"a token short of four pages: three reused", 63, 48},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			forEachProtocol(t, nil, func(t *testing.T, srv *Process, c client) {
+				p := genParams{id: "first", prompt: prompt(100, tt.length), maxNew: u32(1), ignoreEOS: true, seed: i32(1)}
+				mustComplete(t, c, p)
+				p.id = "repeat"
+				if r := mustComplete(t, c, p); r.final.cached != uint32(tt.cached) {
+					t.Fatalf("repeat of a %d-token prompt cached_tokens = %d, want %d", tt.length, r.final.cached, tt.cached)
+				}
+			})
+		})
+	}
+}

@@ -145,6 +145,18 @@ func (c *pageCache) match(tokens []uint32) int {
 	return len(c.matchPath(tokens)) * c.pageSize
 }
 
+// reused is what a request for prompt reuses of cached, the prompt's tokens
+// found cached (whole pages): all but the page that holds the prompt's last
+// token, which the engine computes again to sample the first output token
+// from, even when the whole prompt is cached. vLLM caps a hit at the
+// prompt's length less one token (vllm/v1/core/kv_cache_manager.py,
+// get_computed_blocks) and SGLang its match likewise
+// (Req._compute_max_prefix_len), so a prompt that ends on a page boundary
+// has its last page computed again and reported uncached.
+func (c *pageCache) reused(prompt []uint32, cached int) int {
+	return min(cached, max(len(prompt)-1, 0)/c.pageSize*c.pageSize)
+}
+
 // acquire pins tokens' whole pages, inserting the missing ones and evicting
 // unpinned leaves to make room. It is all or nothing: if the pages cannot all
 // fit even after evicting everything evictable, nothing changes and ok is

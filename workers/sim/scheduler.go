@@ -392,7 +392,7 @@ func (e *Engine) registerLocked(r *request) error {
 // can run.
 func (e *Engine) queueLocked(r *request) {
 	r.state = stateWaiting
-	r.arrivalCached = e.cache.match(r.prompt)
+	r.arrivalCached = e.cache.reused(r.prompt, e.cache.match(r.prompt))
 	if e.debugTruth() {
 		r.arrivalEvictedAgo = e.evictedAgoLocked(r.prompt)
 	}
@@ -413,6 +413,7 @@ func (e *Engine) admitLocked() {
 			return
 		}
 		e.queue = e.queue[1:]
+		cached = e.cache.reused(r.prompt, cached)
 		r.lease, r.cached = l, cached
 		r.state = stateRunning
 		e.running++
