@@ -110,7 +110,10 @@ func (j *Job) PolicyRequest(dryRun bool) *policy.Request {
 // Each is listed once; with none too small, it is j.failed itself, not a
 // copy.
 func (j *Job) excluded() []string {
-	n := len(j.unfit[0]) + len(j.unfit[1]) + len(j.unfit[2])
+	n := 0
+	for _, u := range j.unfit {
+		n += len(u)
+	}
 	if n == 0 {
 		return j.failed
 	}

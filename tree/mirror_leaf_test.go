@@ -2,6 +2,7 @@ package tree
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -39,6 +40,15 @@ func TestMirrorLeafAfter(t *testing.T) {
 				t.Fatalf("LeafAfter(%d, %v) = %v, want %v", c.h, c.gone, got, c.want)
 			}
 		})
+	}
+	// 4d stored again: the engine holds it twice, and one removal leaves
+	// it below 2.
+	copied := NewMirror(1, 100)
+	if _, _, err := mirrorScript(t, copied, append(slices.Clone(steps), "store 2 4d")); err != nil {
+		t.Fatal(err)
+	}
+	if copied.LeafAfter(copied.Find(2), []Ref{copied.Find(3), copied.Find(4)}) {
+		t.Errorf("LeafAfter(2, [3 4]) with 4 held twice = true, want false")
 	}
 	m := NewMirror(1, 100)
 	mirrorScript(t, m, steps)
