@@ -99,6 +99,7 @@ func (j *Job) PolicyRequest(dryRun bool) *policy.Request {
 	}
 	r := *j.Routing
 	r.InputIDs, r.DryRun, r.Exclude = j.InputIDs, dryRun, j.excluded()
+	r.ComputesPrompt = j.Sampling.GetPromptLogprobs()
 	if len(j.full) > 0 {
 		r.Exclude = append(slices.Clip(r.Exclude), j.full...)
 	}

@@ -215,19 +215,19 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	if s.pend.x != nil {
 		d.pending = &s.pend
 	}
-	d.PredictedCachedTokens = min(d.PredictedCachedTokens, reusable(len(req.InputIDs), c.pageSize))
+	d.held = d.PredictedCachedTokens
+	d.PredictedCachedTokens, d.cut = reusedBy(req, d.PredictedCachedTokens, c.pageSize)
 	if url := d.Worker.URL(); c.isExact(url) {
 		// See inFlight.predict; only where events keep the tree exact,
 		// since without them the outcome corrects the tree from the
 		// prediction.
 		predicted := c.flight.predict(s.ws[s.chosen], req.InputIDs, c.pageSize, d.PredictedCachedTokens)
-		d.PredictedCachedTokens = predicted
+		d.PredictedCachedTokens, d.cut = predicted, d.cut+d.PredictedCachedTokens-predicted
 		if !req.DryRun {
 			c.flight.add(url, s, req.InputIDs, len(req.InputIDs)-predicted, time.Now())
 			d.keeper = c
 		}
 	}
-	d.cut = s.matched[s.chosen] - d.PredictedCachedTokens
 	if req.DryRun {
 		d.Reason = s.reason()
 	}

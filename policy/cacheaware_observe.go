@@ -138,8 +138,8 @@ func (c *CacheAware) observe(req *Request, d Decision, o Outcome) {
 	}
 	if o.Err != nil && o.CachedTokens <= 0 {
 		// Back to the match the tree held at the decision.
-		if held := d.PredictedCachedTokens + d.cut; held < len(req.InputIDs)/c.pageSize*c.pageSize {
-			c.tree.Trim(req.InputIDs, url, held)
+		if d.held < len(req.InputIDs)/c.pageSize*c.pageSize {
+			c.tree.Trim(req.InputIDs, url, d.held)
 		}
 		return
 	}

@@ -51,6 +51,16 @@ type Request struct {
 	// itself, so a selection in between sees it (see pendingPick). A
 	// caller that does not promise it gets no such count.
 	Acquires bool
+	// ComputesPrompt says the engine will compute the whole prompt, cached
+	// or not: the request asks for the prompt's log-probabilities, which
+	// vLLM computes only from a prompt it does not read from its prefix
+	// cache (SamplingParams.skip_reading_prefix_cache defaults to true
+	// with prompt_logprobs) and SGLang only from positions past its match
+	// (its match stops at logprob_start_len, 0 here). A cache-aware
+	// policy then predicts nothing cached and charges the whole prompt's
+	// prefill; where it routes still follows the match, since the engine
+	// stores the prompt's pages there as it does any other's.
+	ComputesPrompt bool
 }
 
 // Decision is a policy's answer: the worker, and why it was chosen.
@@ -90,8 +100,13 @@ type Decision struct {
 	// out of PredictedCachedTokens: the page holding the prompt's last
 	// token when the whole prompt matched (see reusable), and what an
 	// engine that queues is expected to evict (see inFlight.predict).
-	// PrefillTokens adds them back.
+	// PrefillTokens adds them back. A prompt the engine computes whole
+	// (Request.ComputesPrompt) has none: its prefill is the whole prompt.
 	cut int
+	// held is the match the policy routed by: what the tree held of the
+	// prompt for the worker at the decision, which a failed request's
+	// outcome trims the tree back to (see CacheAware.Observe).
+	held int
 	// keeper holds something of the decision for the policy until its
 	// outcome (Observe), to be let go if the request is never sent; nil
 	// for none (see Abandoned).
@@ -120,6 +135,18 @@ func (d Decision) PrefillTokens(promptLen int) int {
 // boundary has its last page computed again, and reported uncached.
 func reusable(promptLen, pageSize int) int {
 	return max(promptLen-1, 0) / pageSize * pageSize
+}
+
+// reusedBy is what of a match the engine is expected to reuse for req (see
+// reusable and Request.ComputesPrompt), and what of the match the prefill
+// charge still leaves out (Decision.cut): a page-aligned prompt's last page
+// is charged as matched, a prompt computed whole is charged whole.
+func reusedBy(req *Request, match, pageSize int) (reused, cut int) {
+	if req.ComputesPrompt {
+		return 0, 0
+	}
+	reused = min(match, reusable(len(req.InputIDs), pageSize))
+	return reused, match - reused
 }
 
 // acquirer is what a policy counts of a decision until its worker's load

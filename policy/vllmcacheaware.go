@@ -203,18 +203,17 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		f = &vcaFlight{p: p, load: loads[s.chosen], limit: chosen.MaxRunningRequests(), removals: removals}
 		d.keeper = f
 	}
-	d.PredictedCachedTokens = min(d.PredictedCachedTokens, reusable(len(req.InputIDs), p.blockSize))
+	d.PredictedCachedTokens, d.cut = reusedBy(req, d.PredictedCachedTokens, p.blockSize)
 	if url := chosen.URL(); p.isExact(url) {
 		// See inFlight.predict: on an engine that queues, only what a
 		// request in flight there shares. Only where events keep the index
 		// exact, as cache_aware does.
 		predicted := p.flight.predict(chosen, req.InputIDs, p.blockSize, d.PredictedCachedTokens)
-		d.PredictedCachedTokens = predicted
+		d.PredictedCachedTokens, d.cut = predicted, d.cut+d.PredictedCachedTokens-predicted
 		if f != nil {
 			p.flight.add(url, f, req.InputIDs, len(req.InputIDs)-predicted, time.Now())
 		}
 	}
-	d.cut = matched[s.chosen]*p.blockSize - d.PredictedCachedTokens
 	for i := range matched { // blocks to tokens, now that the reason is written
 		matched[i] *= p.blockSize
 	}

@@ -50,6 +50,31 @@ func TestConversationStaysOnItsWorkerAndItsCacheGrows(t *testing.T) {
 	}
 }
 
+// TestPromptLogprobsPredictedUncached: the engine computes the whole prompt
+// of a request for the prompt's log-probabilities, cached or not, and the
+// router predicts as much. The prompt, 72 tokens, is four whole pages and a
+// part: its repeat is cached but for the part, and then, asking for the
+// prompt's log-probabilities, not at all. Every prediction is exact.
+func TestPromptLogprobsPredictedUncached(t *testing.T) {
+	f := startFleet(t, fleetOptions{workers: 2, policy: "cache_aware", sim: func(_ int, c *sim.Config) { c.PageSize = 16 }})
+	ids := prompt(100, 72)
+	for i, step := range []struct {
+		promptLogprobs bool
+		cached         uint32
+	}{{false, 0}, {false, 64}, {true, 0}} {
+		c := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: ids,
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1), PromptLogprobs: step.promptLogprobs}}).complete
+		if c.Usage.CachedTokens != step.cached {
+			t.Fatalf("request %d (prompt_logprobs %v): cached_tokens %d, want %d", i+1, step.promptLogprobs, c.Usage.CachedTokens, step.cached)
+		}
+	}
+	obs := counter(t, f, "kvgate_cache_prediction_observations_total")
+	exact := counter(t, f, "kvgate_cache_prediction_exact_total")
+	if obs != 3 || exact != obs {
+		t.Fatalf("%v of %v predictions exact; want all 3", exact, obs)
+	}
+}
+
 func TestRoundRobinScattersTheConversation(t *testing.T) {
 	f := startFleet(t, fleetOptions{workers: 3, policy: "round_robin", sim: func(_ int, c *sim.Config) { c.PageSize = 16 }})
 	turns := converse(t, f, 6)

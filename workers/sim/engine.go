@@ -432,7 +432,7 @@ func (e *Engine) load() load {
 	}
 	l.genTput = e.tput.rate
 	for _, r := range e.queue {
-		l.waitingUncachedTokens += len(r.prompt) - e.cache.reused(r.prompt, e.cache.match(r.prompt))
+		l.waitingUncachedTokens += len(r.prompt) - e.reused(r, e.cache.match(r.prompt))
 	}
 	return l
 }

@@ -211,3 +211,39 @@ func TestLogprobsPD(t *testing.T) {
 		}
 	})
 }
+
+// TestPromptLogprobsReadNoCache: a request that asks for the prompt's
+// log-probabilities reuses none of its cached prompt (vLLM does not read
+// its prefix cache for it, SGLang stops its match at logprob_start_len), or
+// with SGLang's logprob_start_len past the first page, the whole pages
+// before it. The pages are 16 tokens; the prompt, five pages, is cached
+// whole by a plain request first.
+func TestPromptLogprobsReadNoCache(t *testing.T) {
+	prompt := make([]uint32, 80)
+	for i := range prompt {
+		prompt[i] = uint32(300 + i)
+	}
+	for _, tt := range []struct {
+		name     string
+		protocol string
+		startLen *int32
+		cached   uint64
+	}{
+		{"vLLM", ProtocolVLLM, nil, 0},
+		{"SGLang, from the first token", ProtocolSGLang, nil, 0},
+		{"SGLang, from token 40: the two pages before it", ProtocolSGLang, i32(40), 32},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, c := startSim(t, testConfig(tt.protocol))
+			mustComplete(t, c, genParams{id: "plain", prompt: prompt, maxNew: u32(1), ignoreEOS: true, seed: i32(1)})
+			before := srv.Engine().Stats().CachedPromptTokens
+			r := runLP(t, srv, lpReq{prompt: prompt, maxNew: 1, noStream: true, inPrmt: true, topK: 1, startLen: tt.startLen})
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if got := srv.Engine().Stats().CachedPromptTokens - before; got != tt.cached {
+				t.Fatalf("the prompt-logprob request reused %d cached tokens, want %d", got, tt.cached)
+			}
+		})
+	}
+}

@@ -353,6 +353,21 @@ func (r *request) reportedCachedLocked() int {
 	return r.cached
 }
 
+// reused is what r reuses of cached, the tokens of its prompt found
+// cached: all but the page of its last token (see pageCache.reused), and
+// when it asks for the prompt's log-probabilities only what comes before
+// the first position it wants them for, whole pages: SGLang stops its
+// match at logprob_start_len, and vLLM, which reports them for the whole
+// prompt, does not read its prefix cache for such a request.
+func (e *Engine) reused(r *request, cached int) int {
+	cached = e.cache.reused(r.prompt, cached)
+	if r.lp.prompt {
+		ps := e.cfg.PageSize
+		cached = min(cached, r.lp.promptStart/ps*ps)
+	}
+	return cached
+}
+
 // enqueue registers r and admits what can run.
 func (e *Engine) enqueue(r *request) error {
 	e.mu.Lock()
@@ -392,7 +407,7 @@ func (e *Engine) registerLocked(r *request) error {
 // can run.
 func (e *Engine) queueLocked(r *request) {
 	r.state = stateWaiting
-	r.arrivalCached = e.cache.reused(r.prompt, e.cache.match(r.prompt))
+	r.arrivalCached = e.reused(r, e.cache.match(r.prompt))
 	if e.debugTruth() {
 		r.arrivalEvictedAgo = e.evictedAgoLocked(r.prompt)
 	}
@@ -413,7 +428,7 @@ func (e *Engine) admitLocked() {
 			return
 		}
 		e.queue = e.queue[1:]
-		cached = e.cache.reused(r.prompt, cached)
+		cached = e.reused(r, cached)
 		r.lease, r.cached = l, cached
 		r.state = stateRunning
 		e.running++
