@@ -104,6 +104,41 @@ func TestCacheAwareKeepsAPrefixOnOneEngine(t *testing.T) {
 	}
 }
 
+// TestPredictionsFollowVLLMsReuseRules: two rules of vLLM's prefix cache,
+// checked against the engine. A prompt that ends on a block boundary, sent
+// again, is reported cached but for its last block (vLLM caps a hit at the
+// prompt less one token, to compute the last), and a request for the
+// prompt's log-probabilities reads nothing from the cache. kvgate's
+// prediction (Explain, just before each request) is what the engine then
+// reports.
+func TestPredictionsFollowVLLMsReuseRules(t *testing.T) {
+	s := env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ids := randomIDs(31, 8*blockSize)
+	for i, step := range []struct {
+		promptLogprobs bool
+		cached         uint32
+	}{{false, 0}, {false, 7 * blockSize}, {true, 0}, {false, 7 * blockSize}} {
+		sp := greedy(1)
+		sp.PromptLogprobs = step.promptLogprobs
+		req := &kvgatev1.GenerateRequest{InputIds: ids, SamplingParams: sp}
+		ex, err := s.admin.Explain(ctx, &kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{Generate: req}})
+		if err != nil {
+			t.Fatalf("request %d: Explain: %v", i+1, err)
+		}
+		r, err := s.generate(ctx, req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		got := r.complete.GetUsage().GetCachedTokens()
+		if got != step.cached || ex.GetPredictedCachedTokens() != got {
+			t.Errorf("request %d (prompt_logprobs %v): engine reports %d cached, kvgate predicted %d; want %d",
+				i+1, step.promptLogprobs, got, ex.GetPredictedCachedTokens(), step.cached)
+		}
+	}
+}
+
 // TestKVEventsMirrorTheEngineCache: what kvgate's mirror says an engine
 // holds, from the engine's own KV events (SubscribeKvEvents, which the gRPC
 // servicer relays from vLLM's ZMQ publisher), is what the engine finds in
