@@ -169,6 +169,9 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 	s := c.snapshot(ws)
 	s.removals = c.removed.now()
 	s.dry, s.acquires = req.DryRun, req.Acquires
+	if req.ComputesPrompt {
+		s.uncredited = make([]int, len(ws))
+	}
 
 	// The common case reads the match by candidate position (a Roster):
 	// no per-worker name lookup or result entry. Explain, and a selection
@@ -216,17 +219,8 @@ func (c *CacheAware) Select(_ context.Context, req *Request, candidates []worker
 		d.pending = &s.pend
 	}
 	d.held = d.PredictedCachedTokens
-	d.PredictedCachedTokens, d.cut = reusedBy(req, d.PredictedCachedTokens, c.pageSize)
-	if url := d.Worker.URL(); c.isExact(url) {
-		// See inFlight.predict; only where events keep the tree exact,
-		// since without them the outcome corrects the tree from the
-		// prediction.
-		predicted := c.flight.predict(s.ws[s.chosen], req.InputIDs, c.pageSize, d.PredictedCachedTokens)
-		d.PredictedCachedTokens, d.cut = predicted, d.cut+d.PredictedCachedTokens-predicted
-		if !req.DryRun {
-			c.flight.add(url, s, req.InputIDs, len(req.InputIDs)-predicted, time.Now())
-			d.keeper = c
-		}
+	if c.flight.place(&d, s.ws[s.chosen], req, c.pageSize, c.isExact(d.Worker.URL()), s) {
+		d.keeper = c
 	}
 	if req.DryRun {
 		d.Reason = s.reason()
@@ -319,8 +313,13 @@ type snapshot struct {
 	// Filled in by decide: each worker's match (and its confirmed part,
 	// nil while all are 0), the best of them and its share of the prompt,
 	// and the verdict.
-	matched    []int
-	confirmed  []int
+	matched   []int
+	confirmed []int
+	// uncredited, all zeros, stands for matched in the estimates of a
+	// request whose engine computes its prompt whole
+	// (Request.ComputesPrompt): its match saves it no prefill. nil
+	// otherwise.
+	uncredited []int
 	bestTokens int
 	ratio      float64
 	chosen     int
@@ -520,12 +519,16 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	if inputLen > 0 {
 		s.ratio = float64(s.bestTokens) / float64(inputLen)
 	}
+	saved := s.matched // the prefill each worker's match saves
+	if s.uncredited != nil {
+		saved = s.uncredited
+	}
 	switch {
 	case c.cost != nil:
-		c.cost.choose(&s.costc, inputLen, s.matched, s.loads, s.costLoads)
+		c.cost.choose(&s.costc, inputLen, saved, s.loads, s.costLoads)
 		s.chosen, s.branch = s.costc.chosen, s.costc.branch()
 	case c.wait != nil:
-		c.wait.choose(&s.waitc, inputLen, s.matched, s.loads, s.waitLoads)
+		c.wait.choose(&s.waitc, inputLen, saved, s.loads, s.waitLoads)
 		s.chosen, s.branch = s.waitc.chosen, s.waitc.branch()
 	case s.imbalanced && !s.keepsCache(best, c.threshold):
 		s.chosen, s.branch = s.least, "imbalance"
@@ -538,7 +541,7 @@ func (c *CacheAware) decide(s *snapshot, inputLen int) {
 	if s.dry {
 		return
 	}
-	prefill := inputLen - s.matched[s.chosen]
+	prefill := inputLen - saved[s.chosen]
 	if s.acquires {
 		s.pend.pend(s.x, s.chosen, prefill)
 	}

@@ -9,9 +9,10 @@ import (
 
 // TestComputesPromptPredictsNothingCached: an engine computes the whole
 // prompt of a request that asks for the prompt's log-probabilities
-// (Request.ComputesPrompt), cached or not. Both cache-aware policies still
-// send it where its prefix is (the engine stores the prompt's pages there,
-// as for any request), predict nothing cached, and charge the whole
+// (Request.ComputesPrompt), cached or not. Both cache-aware policies, in
+// the threshold rule, still send it where its prefix is (the engine stores
+// the prompt's pages there, as for any request; the wait mode's case is in
+// waitCases), predict nothing cached, and charge the whole
 // prompt's prefill; the same prompt without it is predicted cached, but for
 // its last page (72 tokens: four whole pages and a part).
 func TestComputesPromptPredictsNothingCached(t *testing.T) {

@@ -58,8 +58,10 @@ type Request struct {
 	// with prompt_logprobs) and SGLang only from positions past its match
 	// (its match stops at logprob_start_len, 0 here). A cache-aware
 	// policy then predicts nothing cached and charges the whole prompt's
-	// prefill; where it routes still follows the match, since the engine
-	// stores the prompt's pages there as it does any other's.
+	// prefill, and its wait and cost modes estimate the request as if no
+	// worker held its prefix. The threshold rule still routes it by the
+	// match, since the engine stores the prompt's pages there as it does
+	// any other's.
 	ComputesPrompt bool
 }
 

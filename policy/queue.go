@@ -195,6 +195,26 @@ func (f *inFlight[K]) forget(url string) {
 	delete(f.per, url)
 }
 
+// place sets d's prediction for req on v, from the match d carries: what
+// of it the engine reuses (reusedBy) and, where events keep the policy's
+// tree exact (exact), what of that the engine's queue leaves (predict). It
+// then counts the prompt in flight on v under key until the outcome, unless
+// req is a dry run, and reports whether it did. Without events the outcome
+// corrects the tree from the prediction, so nothing is counted.
+func (f *inFlight[K]) place(d *Decision, v workers.View, req *Request, pageSize int, exact bool, key K) bool {
+	d.PredictedCachedTokens, d.cut = reusedBy(req, d.PredictedCachedTokens, pageSize)
+	if !exact {
+		return false
+	}
+	predicted := f.predict(v, req.InputIDs, pageSize, d.PredictedCachedTokens)
+	d.PredictedCachedTokens, d.cut = predicted, d.cut+d.PredictedCachedTokens-predicted
+	if req.DryRun {
+		return false
+	}
+	f.add(v.URL(), key, req.InputIDs, len(req.InputIDs)-predicted, time.Now())
+	return true
+}
+
 // holders says which of a worker's requests in flight hold their pages
 // when its engine admits the next request: the newest of them (the last
 // placed), and, when since is set, any placed at or after it.

@@ -160,13 +160,17 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		acceptable, s.room, s.seeding = p.boundByRoom(ws, loads, best, sum, acceptable)
 	}
 	// The cost and wait modes count matches and what each engine holds in
-	// tokens (whole blocks).
+	// tokens (whole blocks). A request whose engine computes its prompt
+	// whole (Request.ComputesPrompt) is estimated with no match: it saves
+	// no prefill.
 	var tokens []int
 	cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
 	if p.cost != nil || p.wait != nil {
 		tokens = make([]int, len(ws))
 		for i, n := range matched {
-			tokens[i] = n * p.blockSize
+			if !req.ComputesPrompt {
+				tokens[i] = n * p.blockSize
+			}
 		}
 	}
 	switch {
@@ -203,17 +207,7 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 		f = &vcaFlight{p: p, load: loads[s.chosen], limit: chosen.MaxRunningRequests(), removals: removals}
 		d.keeper = f
 	}
-	d.PredictedCachedTokens, d.cut = reusedBy(req, d.PredictedCachedTokens, p.blockSize)
-	if url := chosen.URL(); p.isExact(url) {
-		// See inFlight.predict: on an engine that queues, only what a
-		// request in flight there shares. Only where events keep the index
-		// exact, as cache_aware does.
-		predicted := p.flight.predict(chosen, req.InputIDs, p.blockSize, d.PredictedCachedTokens)
-		d.PredictedCachedTokens, d.cut = predicted, d.cut+d.PredictedCachedTokens-predicted
-		if f != nil {
-			p.flight.add(url, f, req.InputIDs, len(req.InputIDs)-predicted, time.Now())
-		}
-	}
+	p.flight.place(&d, chosen, req, p.blockSize, p.isExact(chosen.URL()), f)
 	for i := range matched { // blocks to tokens, now that the reason is written
 		matched[i] *= p.blockSize
 	}

@@ -66,9 +66,12 @@ var waitCases = []struct {
 	fleet  float64 // --cache-aware-fleet-weight
 	uneven float64 // --cache-aware-uneven-weight
 	step   float64 // --cache-aware-step-weight
-	want   string  // "A" or "B"
-	reason []string
-	absent []string // what the reason must not say
+	// computes: the request asks for its prompt's log-probabilities, so
+	// its engine computes the prompt whole (Request.ComputesPrompt).
+	computes bool
+	want     string // "A" or "B"
+	reason   []string
+	absent   []string // what the reason must not say
 }{
 	{name: "below the limit nothing waits for a slot: the match is prefill saved",
 		a:     waitWorker{holds: 3072, inFlight: 7, limit: 8, run: 8 * time.Second, rate: 20000},
@@ -83,6 +86,10 @@ var waitCases = []struct {
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 800 * time.Millisecond, rate: 20000},
 		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
 		fleet: 4, want: "A", reason: []string{"max(slot 100ms (1 ahead), lane 0ms (0 queued)) + own 51ms"}},
+	{name: "the same, for a request whose engine computes its prompt whole: the match saves it nothing, and the idle engine wins",
+		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 800 * time.Millisecond, rate: 20000},
+		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
+		fleet: 4, computes: true, want: "B", reason: []string{"expects 205ms = max(slot 0ms, lane 0ms (0 queued)) + own 205ms (4096 prompt − 0 cached)", "next grpc://a:1 305ms"}},
 	{name: "a full cached engine whose requests all started just now frees a slot only when they end: the prompt goes to the idle engine",
 		a:     waitWorker{holds: 3072, inFlight: 8, limit: 8, run: 800 * time.Millisecond, rate: 20000, together: true},
 		b:     waitWorker{limit: 8, run: 800 * time.Millisecond, rate: 20000},
@@ -279,7 +286,7 @@ func TestWaitModeSpecification(t *testing.T) {
 						}
 					}
 					a, b := waitFleet(t, prompt, tc.a, tc.b, serve)
-					d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, DryRun: true}, workers.Views([]*workers.Worker{a, b}))
+					d, err := p.Select(context.Background(), &policy.Request{InputIDs: prompt, ComputesPrompt: tc.computes, DryRun: true}, workers.Views([]*workers.Worker{a, b}))
 					if err != nil {
 						t.Fatal(err)
 					}
