@@ -124,10 +124,12 @@ func (c *missCounters) note(log *slog.Logger, m missed) {
 	cause := classifyMiss(len(m.req.InputIDs), m.pageSize, m.d.PredictedCachedTokens, m.confirmed, m.reported, queued)
 	c[cause].Add(1)
 	if log.Enabled(context.Background(), slog.LevelDebug) {
+		url, e := m.d.Worker.URL(), m.d.engine
 		log.Debug("cache prediction missed", "cause", cause.String(), "request_id", m.req.RequestID,
-			"worker", m.d.Worker.URL(), "kv_events", m.events, "branch", m.d.Branch, "prompt_tokens", len(m.req.InputIDs),
-			"predicted", m.d.PredictedCachedTokens, "confirmed", m.confirmed, "reported", m.reported,
-			"load_at_decision", m.load, "running_limit", m.limit)
+			"worker", url, "kv_events", m.events, "branch", m.d.Branch, "prompt_tokens", len(m.req.InputIDs),
+			"matched", m.d.Matched.Of(url), "predicted", m.d.PredictedCachedTokens, "confirmed", m.confirmed, "reported", m.reported,
+			"load_at_decision", m.load, "running_limit", m.limit,
+			"engine_running", e.Running, "engine_waiting", e.Waiting, "engine_free_tokens", e.MaxTotalTokens-e.UsedTokens)
 	}
 }
 

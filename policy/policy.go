@@ -109,6 +109,11 @@ type Decision struct {
 	// prompt for the worker at the decision, which a failed request's
 	// outcome trims the tree back to (see CacheAware.Observe).
 	held int
+	// engine is the chosen engine's last load poll as the prediction read
+	// it (zero where events do not keep the policy's view exact, and no
+	// queue rule was judged), for the debug log of a prediction that
+	// missed.
+	engine workers.Load
 	// keeper holds something of the decision for the policy until its
 	// outcome (Observe), to be let go if the request is never sent; nil
 	// for none (see Abandoned).

@@ -206,7 +206,8 @@ func (f *inFlight[K]) place(d *Decision, v workers.View, req *Request, pageSize 
 	if !exact {
 		return false
 	}
-	predicted := f.predict(v, req.InputIDs, pageSize, d.PredictedCachedTokens)
+	d.engine = v.EngineLoad()
+	predicted := f.predict(v, d.engine, req.InputIDs, pageSize, d.PredictedCachedTokens)
 	d.PredictedCachedTokens, d.cut = predicted, d.cut+d.PredictedCachedTokens-predicted
 	if req.DryRun {
 		return false
@@ -393,11 +394,10 @@ func (fl *flights[K]) aheadCharge(n int) int64 {
 // its pages cached and lately used, so every one counts (counting only the
 // newest there did no better on engines of 8 slots, and worse on two
 // workloads).
-func (f *inFlight[K]) predict(v workers.View, prompt []uint32, pageSize, matched int) int {
+func (f *inFlight[K]) predict(v workers.View, l workers.Load, prompt []uint32, pageSize, matched int) int {
 	if matched == 0 {
 		return 0
 	}
-	l := v.EngineLoad()
 	queueing, atLimit := engineQueueing(l)
 	if !queueing && !atLimit {
 		return matched

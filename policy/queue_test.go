@@ -1,6 +1,9 @@
 package policy_test
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -181,5 +184,43 @@ func TestPredictsQueuedEngineKeepsPagesOfRequestsPlacedLately(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// TestMissedPredictionLogsTheEnginesPoll: a prediction that missed is logged
+// at debug level with what tells which rule made it: the match the policy
+// routed by beside the prediction, and the engine's last load poll as the
+// prediction read it (here a queue below the running limit with 100 tokens
+// free, which cut the 96-token match to the 64 a request in flight shares,
+// where the engine reported it all).
+func TestMissedPredictionLogsTheEnginesPoll(t *testing.T) {
+	sys, hist := caTokens(1, 64), caTokens(2, 32)
+	next := caJoin(sys, hist, caTokens(4, 20))
+	for _, name := range []string{"cache_aware", "vllm_cache_aware"} {
+		t.Run(name, func(t *testing.T) {
+			var log bytes.Buffer
+			o := policy.DefaultOptions()
+			o.CacheAware.Mode, o.VllmCacheAware.Mode = policy.ModeThreshold, policy.ModeThreshold
+			o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			pol, err := policy.New(name, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := pol.(eventPolicy)
+			w := fleet(1)[0]
+			p.SetKVEventMode(w.URL(), true)
+			p.ApplyKVEvents(w.URL(), batch(0, engineChain(caJoin(sys, hist), 16, 100, nil)...))
+			caSelectReq(t, p, &policy.Request{InputIDs: caJoin(sys, caTokens(3, 32))}, []*workers.Worker{w})
+			w.SetEngineLoad(workers.Load{Waiting: 2, Running: 4, MaxRunning: 8, UsedTokens: 900, MaxTotalTokens: 1000})
+			req := &policy.Request{InputIDs: next}
+			d := caSelectReq(t, p, req, []*workers.Worker{w})
+			p.Observe(req, d, policy.Outcome{CachedTokens: 96})
+			for _, want := range []string{`msg="cache prediction missed"`, "matched=96 predicted=64",
+				"engine_running=4 engine_waiting=2 engine_free_tokens=100"} {
+				if !strings.Contains(log.String(), want) {
+					t.Errorf("the debug log lacks %q:\n%s", want, log.String())
+				}
+			}
+		})
 	}
 }
