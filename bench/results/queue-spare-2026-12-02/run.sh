@@ -7,7 +7,8 @@
 # predictions and misses by cause to OUT/log.txt.
 # The rounds of 2 December: run.sh OUT 1 new old; OUT 1 instr (new with
 # polls.patch); OUT 2 full old full old; then rounds 3-5 alternating the
-# order (old new, new old, old new).
+# order (old new, new old, old new); OUT 6 new2 old; OUT 7 partial old
+# partial partial.
 out=$1; round=$2; shift 2
 mkdir -p "$out"
 for b in "$@"; do
