@@ -110,8 +110,8 @@ type Decision struct {
 	// outcome trims the tree back to (see CacheAware.Observe).
 	held int
 	// engine is the chosen engine's last load poll as the prediction read
-	// it (zero where events do not keep the policy's view exact, and no
-	// queue rule was judged), for the debug log of a prediction that
+	// it (zero where events do not keep the policy's view exact, since no
+	// queue rule reads it there), for the debug log of a prediction that
 	// missed.
 	engine workers.Load
 	// keeper holds something of the decision for the policy until its
