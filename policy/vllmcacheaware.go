@@ -167,8 +167,8 @@ func (p *VllmCacheAware) Select(_ context.Context, req *Request, candidates []wo
 	cached := func(i int) int { return p.index.BackendBlocks(ws[i].URL()) * p.blockSize }
 	if p.cost != nil || p.wait != nil {
 		tokens = make([]int, len(ws))
-		for i, n := range matched {
-			if !req.ComputesPrompt {
+		if !req.ComputesPrompt {
+			for i, n := range matched {
 				tokens[i] = n * p.blockSize
 			}
 		}
