@@ -168,19 +168,59 @@ func (t *Tree) ExpireSpeculative(ids []uint32, tenant string, tick uint64) (expi
 // ExpireSpeculativeReply is ExpireSpeculative of prompt followed by reply
 // (Extend's insert, whose tick it takes), without the caller joining the
 // two into one slice.
+//
+// With KV events, the engine has usually confirmed the whole insert by the
+// time it expires, and the descent that finds nothing to drop was most of
+// what expiry cost (hashing the path's pages again and searching each
+// node's children, in memory gone cold since the insert). So when the
+// node the insert ended at (remembered by tick, as for Extend) is still
+// held confirmed, nothing is dropped without a descent: confirmed holdings
+// are prefix-closed, so the whole path is confirmed. The remembered node is
+// checked to end prompt+reply's path by its depth and last page, as Extend
+// checks it; callers pass the sequence the insert at tick inserted.
 func (t *Tree) ExpireSpeculativeReply(prompt, reply []uint32, tenant string, tick uint64) (expiredTokens int) {
-	ps := t.pageSize
-	s := cutPair(prompt, reply, ps)
+	s := cutPair(prompt, reply, t.pageSize)
 	if tick == 0 || s.len() == 0 {
 		return 0
 	}
-	var buf []uint32 // a page across the two parts
 	t.lockSelection()
 	defer t.mu.Unlock()
 	id, ok := t.ids[tenant]
-	if !ok {
+	if !ok || t.confirmedEnd(tick, id, s) {
 		return 0
 	}
+	return t.expireWalk(s, id, tick)
+}
+
+// confirmedEnd reports whether the insert at tick ended at a node that
+// ends s's path and that tenant id holds confirmed. The caller holds the
+// lock.
+func (t *Tree) confirmedEnd(tick uint64, id uint32, s pair) bool {
+	n := t.ends.lookup(tick)
+	if n == nil || n.deleted() {
+		return false
+	}
+	if i := n.holderIndex(id); i < 0 || !n.holders[i].confirmed() {
+		return false
+	}
+	depth := 0
+	for a := n; a != &t.root; a = a.parent {
+		depth += len(a.tokens)
+	}
+	ps := t.pageSize
+	if depth != s.len() {
+		return false
+	}
+	last, _ := s.page(s.len()-ps, ps, nil)
+	return equal(n.tokens[len(n.tokens)-ps:], last)
+}
+
+// expireWalk is ExpireSpeculativeReply's descent along s: it drops tenant
+// id's holdings from the first node it holds speculatively and last
+// touched at or before tick. The caller holds the lock.
+func (t *Tree) expireWalk(s pair, id uint32, tick uint64) int {
+	ps := t.pageSize
+	var buf []uint32 // a page across the two parts
 	n, pos := &t.root, 0
 	for pos < s.len() {
 		var page []uint32
