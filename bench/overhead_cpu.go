@@ -45,9 +45,13 @@ type OverheadCPUConfig struct {
 	// Executable is the kvgate binary; the router runs as `kvgate serve`
 	// and the engine as `kvgate sim`, each a child process, so that the
 	// router's CPU time is its own, without the engine's or the clients'.
-	Executable   string
-	PromptTokens []int // prompt lengths measured; default {1024, 8192, 65536}
-	Concurrency  int   // clients sending each case's requests, default 8
+	Executable string
+	// RouterExecutable, when set, is the binary the router (or the relay)
+	// runs from instead, the engine still from Executable: another build,
+	// measured against the same engine.
+	RouterExecutable string
+	PromptTokens     []int // prompt lengths measured; default {1024, 8192, 65536}
+	Concurrency      int   // clients sending each case's requests, default 8
 	// Budget is the router CPU time each case runs for (more CPU, finer
 	// figures: the kernel reports a process's CPU time in 10 ms ticks);
 	// default 2s. A case also stops after MaxRequests or MaxWall.
@@ -247,6 +251,10 @@ type cpuRig struct {
 	stopOnce sync.Once
 }
 
+// cpuRigKVTokens is the KV cache of a CPU rig's engine, in tokens: large
+// enough that the cases of RunOverheadCPU barely fill it.
+const cpuRigKVTokens = 4 << 20
+
 // startCPURig starts the engine (the built-in ChatML tokenizer withText,
 // else no tokenizer and Llama 3's vocabulary, as RunOverhead's) and the
 // router (cache_aware, as `kvgate serve` defaults), or with relay `kvgate
@@ -264,11 +272,11 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	}
 	enginePort, routerPort, metricsPort := ports[0], ports[1], ports[2]
 	simArgs := []string{"sim", "--host", "127.0.0.1", "--port", enginePort, "--time-scale", "0",
-		"--kv-capacity-tokens", "4194304", "--max-running", "4096", "--max-context-length", "262144", "--log-level", "warn"}
+		"--kv-capacity-tokens", strconv.Itoa(cpuRigKVTokens), "--max-running", "4096", "--max-context-length", "262144", "--log-level", "warn"}
 	if !withText {
 		simArgs = append(simArgs, "--tokenizer-path", "none", "--vocab-size", strconv.Itoa(overheadVocab), "--eos-token-id", strconv.Itoa(overheadEOS))
 	}
-	if r.engine, err = r.start(cfg, simArgs); err != nil {
+	if r.engine, err = r.start(cfg, cfg.Executable, simArgs); err != nil {
 		return r, err
 	}
 	frontArgs := []string{"serve", "--host", "127.0.0.1", "--port", routerPort, "--prometheus-port", metricsPort,
@@ -281,7 +289,11 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	if relay {
 		frontArgs = []string{"relay", "--host", "127.0.0.1", "--port", routerPort, "--upstream", "127.0.0.1:" + enginePort}
 	}
-	if r.router, err = r.start(cfg, frontArgs); err != nil {
+	exe := cfg.Executable
+	if cfg.RouterExecutable != "" {
+		exe = cfg.RouterExecutable
+	}
+	if r.router, err = r.start(cfg, exe, frontArgs); err != nil {
 		return r, err
 	}
 	r.metrics = "127.0.0.1:" + metricsPort
@@ -335,9 +347,9 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	return r, nil
 }
 
-// start runs `kvgate args...` as a child, its output to cfg.Stderr.
-func (r *cpuRig) start(cfg OverheadCPUConfig, args []string) (*exec.Cmd, error) {
-	cmd := exec.Command(cfg.Executable, args...)
+// start runs `exe args...` as a child, its output to cfg.Stderr.
+func (r *cpuRig) start(cfg OverheadCPUConfig, exe string, args []string) (*exec.Cmd, error) {
+	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = cfg.Stderr, cfg.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("overhead --cpu: start kvgate %s: %w", args[0], err)

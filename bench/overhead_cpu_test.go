@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/kvgate/kvgate/internal/testutil"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func TestProcessCPU(t *testing.T) {
@@ -85,5 +87,56 @@ func TestRunOverheadCPUSmall(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "router CPU µs/request") {
 		t.Errorf("table lacks its header:\n%s", out.String())
+	}
+}
+
+// TestRunOverheadCPUAlternatingSmall builds kvgate and runs the fronts
+// taking turns on short prompts: every front serves every round, the
+// table and the ratios are printed, and a second router's flags reach it
+// (one it refuses fails the run, naming that front).
+func TestRunOverheadCPUAlternatingSmall(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("builds kvgate and starts routers, a relay and engines as processes")
+	}
+	exe := buildKvgate(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, logs bytes.Buffer
+	cfg := OverheadAltConfig{
+		OverheadCPUConfig: OverheadCPUConfig{Executable: exe, PromptTokens: []int{256}, Concurrency: 2, Warmup: 5, Stderr: &logs},
+		Fronts: []OverheadFront{
+			{Label: "on"},
+			{Label: "off", RouterArgs: []string{"--kv-events", "off"}},
+			{Label: "relay", Relay: true},
+		},
+		Rounds: 3, Batch: 600,
+	}
+	rep, err := RunOverheadCPUAlternating(ctx, cfg, &out)
+	if err != nil {
+		t.Fatalf("%v\nlogs:\n%s", err, logs.String())
+	}
+	t.Logf("\n%s", out.String())
+	if len(rep.CPU) != 1 || len(rep.CPU[0]) != 3 {
+		t.Fatalf("CPU = %v, want one prompt length of three fronts", rep.CPU)
+	}
+	for f, rounds := range rep.CPU[0] {
+		if len(rounds) != 3 {
+			t.Errorf("front %s ran %d rounds, want 3", rep.Fronts[f], len(rounds))
+		}
+		for _, us := range rounds {
+			if us <= 0 {
+				t.Errorf("front %s: %v µs per request", rep.Fronts[f], us)
+			}
+		}
+	}
+	for _, want := range []string{"on ÷ off", "on ÷ relay", "off ÷ relay", "kvgate serve --kv-events off"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	cfg.Fronts[1].RouterArgs = []string{"--no-such-flag"}
+	if _, err := RunOverheadCPUAlternating(ctx, cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "front off") {
+		t.Errorf("a second router with a flag it refuses: %v, want an error naming front off", err)
 	}
 }

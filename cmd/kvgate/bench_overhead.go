@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,12 +21,19 @@ type overheadFlags struct {
 	cpuBudget    time.Duration
 	routerPprof  string
 	routerArgs   string
+	// compareArgs and compareBinary, either set, make --cpu measure the
+	// router as given against a second router (these flags, or this
+	// binary) and the relay, taking turns, cpuRounds rounds.
+	compareArgs   string
+	compareBinary string
+	cpuRounds     int
 }
 
 func (o *overheadFlags) register(fs interface {
 	BoolVar(*bool, string, bool, string)
 	StringVar(*string, string, string, string)
 	DurationVar(*time.Duration, string, time.Duration, string)
+	IntVar(*int, string, int, string)
 }) {
 	fs.BoolVar(&o.cpu, "cpu", false, "with --overhead: measure the router's own CPU time per request instead (token ids; text missing, hitting L0, hitting L1 the tokenizer cache), with the router (kvgate serve) and the engine (kvgate sim) each in a process of its own, and the requests/s of one router")
 	fs.BoolVar(&o.processes, "processes", false, "with --overhead: run the router (kvgate serve) and the engine (kvgate sim) of the latency table each as a process of its own, as --cpu does, so that neither's garbage collection lands on the other's latency")
@@ -33,6 +41,9 @@ func (o *overheadFlags) register(fs interface {
 	fs.DurationVar(&o.cpuBudget, "cpu-budget", 2*time.Second, "with --overhead --cpu: router CPU time each case runs for (the kernel counts it in 10ms ticks)")
 	fs.StringVar(&o.routerArgs, "router-args", "", "with --overhead --cpu or --processes: more flags for the router, space-separated (e.g. '--kv-events off' leaves the KV event mirror out)")
 	fs.StringVar(&o.routerPprof, "router-pprof-addr", "", "with --overhead --cpu: the router's --pprof-addr, to profile it while the cases run (loopback host:port)")
+	fs.StringVar(&o.compareArgs, "compare-router-args", "", "with --overhead --cpu: also run a second router with these flags added (space-separated, e.g. '--kv-events off'), and the relay, each with an engine of its own, taking turns on batches of fresh token ids in one run, and print each round's CPU per request and the ratios")
+	fs.StringVar(&o.compareBinary, "compare-binary", "", "with --overhead --cpu: as --compare-router-args, the second router run from this kvgate binary (another build) with --router-args; both flags together combine")
+	fs.IntVar(&o.cpuRounds, "cpu-rounds", 10, "with --compare-router-args or --compare-binary: rounds of one batch (4,000 requests) per front")
 }
 
 func (o *overheadFlags) lengths() ([]int, error) {
@@ -65,6 +76,19 @@ func runOverhead(ctx context.Context, c *benchConfig, w, stderr io.Writer) error
 		if exe, err = os.Executable(); err != nil {
 			return fmt.Errorf("--cpu and --processes start this kvgate binary as router and engine: %w", err)
 		}
+	}
+	comparing := c.ovh.compareArgs != "" || c.ovh.compareBinary != ""
+	if comparing && !c.ovh.cpu {
+		return fmt.Errorf("--compare-router-args and --compare-binary need --overhead --cpu")
+	}
+	if comparing && c.ovh.routerPprof != "" {
+		return fmt.Errorf("--router-pprof-addr cannot profile two routers at one address: leave out --compare-router-args and --compare-binary")
+	}
+	if c.ovh.cpuRounds <= 0 {
+		return fmt.Errorf("--cpu-rounds %d: want a positive number of rounds", c.ovh.cpuRounds)
+	}
+	if comparing {
+		return runOverheadAlternating(ctx, c, exe, lengths, w, stderr)
 	}
 	if c.ovh.cpu {
 		cfg := bench.DefaultOverheadCPUConfig()
@@ -99,5 +123,28 @@ func runOverhead(ctx context.Context, c *benchConfig, w, stderr io.Writer) error
 		cfg.Concurrency = c.concurrency
 	}
 	_, err = bench.RunOverhead(ctx, cfg, w)
+	return err
+}
+
+// runOverheadAlternating runs --overhead --cpu with --compare-router-args or
+// --compare-binary: the router as given ("main"), the second router
+// ("compared") and the relay ("relay"), taking turns in one run.
+func runOverheadAlternating(ctx context.Context, c *benchConfig, exe string, lengths []int, w, stderr io.Writer) error {
+	cfg := bench.OverheadAltConfig{OverheadCPUConfig: bench.DefaultOverheadCPUConfig(), Rounds: c.ovh.cpuRounds}
+	cfg.Executable, cfg.Stderr = exe, stderr
+	cfg.PromptTokens = []int{1024}
+	if len(lengths) > 0 {
+		cfg.PromptTokens = lengths
+	}
+	if c.concurrency > 0 {
+		cfg.Concurrency = c.concurrency
+	}
+	mainArgs := strings.Fields(c.ovh.routerArgs)
+	cfg.Fronts = []bench.OverheadFront{
+		{Label: "main", RouterArgs: mainArgs},
+		{Label: "compared", Executable: c.ovh.compareBinary, RouterArgs: append(slices.Clone(mainArgs), strings.Fields(c.ovh.compareArgs)...)},
+		{Label: "relay", Relay: true},
+	}
+	_, err := bench.RunOverheadCPUAlternating(ctx, cfg, w)
 	return err
 }

@@ -207,6 +207,10 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--overhead", "--prompt-tokens", "-8"}, "--prompt-tokens"},
 		{[]string{"--overhead", "--router-args", "--kv-events off"}, "--cpu"},
 		{[]string{"--overhead", "--router-pprof-addr", "127.0.0.1:6060"}, "--cpu"},
+		{[]string{"--overhead", "--compare-router-args", "--kv-events off"}, "--cpu"},
+		{[]string{"--overhead", "--compare-binary", "/bin/true"}, "--cpu"},
+		{[]string{"--overhead", "--cpu", "--compare-router-args", "--kv-events off", "--router-pprof-addr", "127.0.0.1:6060"}, "--router-pprof-addr"},
+		{[]string{"--overhead", "--cpu", "--compare-router-args", "--kv-events off", "--cpu-rounds", "0"}, "--cpu-rounds"},
 	} {
 		var out, errOut bytes.Buffer
 		err := runBench(context.Background(), tt.args, &out, &errOut)
