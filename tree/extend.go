@@ -118,16 +118,19 @@ func (t *Tree) endOf(tick uint64, prompt []uint32, tenant string) *node {
 		return nil
 	}
 	id, ok := t.ids[tenant]
-	if !ok || n.holderIndex(id) < 0 {
-		return nil
-	}
-	depth := 0
-	for a := n; a != &t.root; a = a.parent {
-		depth += len(a.tokens)
-	}
-	ps := t.pageSize
-	if depth != len(prompt) || !equal(n.tokens[len(n.tokens)-ps:], prompt[len(prompt)-ps:]) {
+	if !ok || n.holderIndex(id) < 0 || !t.endsPath(n, len(prompt), prompt[len(prompt)-t.pageSize:]) {
 		return nil
 	}
 	return n
+}
+
+// endsPath reports whether n ends a path of depth tokens whose last page is
+// last: the check that a node remembered by tick ends the sequence its
+// caller names.
+func (t *Tree) endsPath(n *node, depth int, last []uint32) bool {
+	d := 0
+	for a := n; a != &t.root; a = a.parent {
+		d += len(a.tokens)
+	}
+	return d == depth && equal(n.tokens[len(n.tokens)-t.pageSize:], last)
 }

@@ -203,16 +203,8 @@ func (t *Tree) confirmedEnd(tick uint64, id uint32, s pair) bool {
 	if i := n.holderIndex(id); i < 0 || !n.holders[i].confirmed() {
 		return false
 	}
-	depth := 0
-	for a := n; a != &t.root; a = a.parent {
-		depth += len(a.tokens)
-	}
-	ps := t.pageSize
-	if depth != s.len() {
-		return false
-	}
-	last, _ := s.page(s.len()-ps, ps, nil)
-	return equal(n.tokens[len(n.tokens)-ps:], last)
+	last, _ := s.page(s.len()-t.pageSize, t.pageSize, nil)
+	return t.endsPath(n, s.len(), last)
 }
 
 // expireWalk is ExpireSpeculativeReply's descent along s: it drops tenant
