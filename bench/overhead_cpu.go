@@ -530,11 +530,7 @@ func (r *cpuRig) tokenCases(ctx context.Context, cfg OverheadCPUConfig, input st
 	for _, n := range cfg.PromptTokens {
 		rng := rand.New(rand.NewPCG(uint64(n), 3))
 		c, err := r.run(ctx, cfg, input, cfg.Concurrency, func(int) *kvgatev1.GenerateRequest {
-			ids := make([]uint32, n)
-			for j := range ids {
-				ids[j] = uint32(rng.IntN(overheadEOS))
-			}
-			return ovhRouterRequest(ids, "")
+			return ovhRouterRequest(freshIDs(rng, n), "")
 		}, nil)
 		if err != nil {
 			return fmt.Errorf("overhead --cpu, %s, %d tokens: %w", input, n, err)
@@ -550,11 +546,7 @@ func (r *cpuRig) throughputCPU(ctx context.Context, cfg OverheadCPUConfig) (Thro
 	rng := rand.New(rand.NewPCG(7, 7))
 	reqs := make([]*kvgatev1.GenerateRequest, ovhThroughputPool)
 	for i := range reqs {
-		ids := make([]uint32, ovhThroughputPrompt)
-		for j := range ids {
-			ids[j] = uint32(rng.IntN(overheadEOS))
-		}
-		reqs[i] = ovhRouterRequest(ids, "")
+		reqs[i] = ovhRouterRequest(freshIDs(rng, ovhThroughputPrompt), "")
 	}
 	tc := cfg
 	tc.Budget, tc.MaxRequests, tc.MaxWall = time.Duration(1<<62), 1<<62, cfg.Duration

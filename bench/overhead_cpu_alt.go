@@ -123,13 +123,7 @@ func RunOverheadCPUAlternating(ctx context.Context, cfg OverheadAltConfig, w io.
 		next := make([]func(int) *kvgatev1.GenerateRequest, len(rigs))
 		for i := range rigs {
 			rng := rand.New(rand.NewPCG(uint64(n), 5))
-			next[i] = func(int) *kvgatev1.GenerateRequest {
-				ids := make([]uint32, n)
-				for j := range ids {
-					ids[j] = uint32(rng.IntN(overheadEOS))
-				}
-				return ovhRouterRequest(ids, "")
-			}
+			next[i] = func(int) *kvgatev1.GenerateRequest { return ovhRouterRequest(freshIDs(rng, n), "") }
 		}
 		byFront := make([][]float64, len(rigs))
 		// The warm-up fills each engine's cache, so that every batch

@@ -86,13 +86,7 @@ func measure(ctx context.Context, r ovhPaths, cfg OverheadConfig, next func(i in
 // both paths (a miss, then an insertion).
 func tokenCase(ctx context.Context, r ovhPaths, cfg OverheadConfig, n int) (OverheadCase, error) {
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
-	prompt := func() []uint32 {
-		ids := make([]uint32, n)
-		for j := range ids {
-			ids[j] = uint32(rng.IntN(overheadEOS))
-		}
-		return ids
-	}
+	prompt := func() []uint32 { return freshIDs(rng, n) }
 	// Same length, different ids: neither path benefits from the other's cache.
 	direct, routed, err := measure(ctx, r, cfg, func(int) (ovhPair, error) {
 		return ovhPair{ids: prompt(), req: ovhRouterRequest(prompt(), "")}, nil
@@ -282,10 +276,7 @@ func throughput(ctx context.Context, r ovhPaths, cfg OverheadConfig, viaRouter b
 	pool := make([][]uint32, ovhThroughputPool)
 	reqs := make([]*kvgatev1.GenerateRequest, ovhThroughputPool)
 	for i := range pool {
-		pool[i] = make([]uint32, ovhThroughputPrompt)
-		for j := range pool[i] {
-			pool[i][j] = uint32(rng.IntN(overheadEOS))
-		}
+		pool[i] = freshIDs(rng, ovhThroughputPrompt)
 		reqs[i] = ovhRouterRequest(pool[i], "")
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -354,4 +345,14 @@ func printOverhead(w io.Writer, cfg OverheadConfig, rep OverheadReport) {
 		cfg.Concurrency, ovhThroughputPrompt, cfg.Duration, ovhThroughputPool)
 	fmt.Fprintf(w, "  through the router:    %8.0f requests/s\n", rep.MaxRequestsPerSec)
 	fmt.Fprintf(w, "  straight to the engine: %7.0f requests/s (context: engine, router and clients share this machine)\n", rep.EngineRequestsPerSec)
+}
+
+// freshIDs draws n token ids below the end-of-sequence id from rng: a
+// prompt no earlier request shares, for the overhead measurements.
+func freshIDs(rng *rand.Rand, n int) []uint32 {
+	ids := make([]uint32, n)
+	for j := range ids {
+		ids[j] = uint32(rng.IntN(overheadEOS))
+	}
+	return ids
 }
