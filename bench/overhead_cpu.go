@@ -279,6 +279,28 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	if r.engine, err = r.start(cfg, cfg.Executable, simArgs); err != nil {
 		return r, err
 	}
+	r.metrics = "127.0.0.1:" + metricsPort
+	dial := func(port string) (*grpc.ClientConn, error) {
+		c, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			return nil, fmt.Errorf("overhead --cpu: %w", err)
+		}
+		r.conns = append(r.conns, c)
+		return c, nil
+	}
+	engine, err := dial(enginePort)
+	if err != nil {
+		return r, err
+	}
+	r.direct = sglang.NewSglangSchedulerClient(engine)
+	// The front starts once the engine serves: an engine that loads a
+	// tokenizer first listens only seconds later, and a router started
+	// before then logs the engine as not connected at start (and joins it
+	// later), a warning in the benchmark's output about its own rig.
+	if err := r.until(ctx, "the engine", func() error { _, _, err := r.sendDirect(ctx, []uint32{1, 2, 3, 4}); return err }); err != nil {
+		return r, err
+	}
 	frontArgs := []string{"serve", "--host", "127.0.0.1", "--port", routerPort, "--prometheus-port", metricsPort,
 		"--worker-urls", "grpc://127.0.0.1:" + enginePort, "--worker-protocol", "sglang", "--policy", "cache_aware",
 		"--wait-for-workers", "--worker-startup-timeout", "30s", "--log-level", "warn"}
@@ -296,42 +318,17 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	if r.router, err = r.start(cfg, exe, frontArgs); err != nil {
 		return r, err
 	}
-	r.metrics = "127.0.0.1:" + metricsPort
-	dial := func(port string) (*grpc.ClientConn, error) {
-		c, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-		if err != nil {
-			return nil, fmt.Errorf("overhead --cpu: %w", err)
-		}
-		r.conns = append(r.conns, c)
-		return c, nil
-	}
 	front, err := dial(routerPort)
 	if err != nil {
 		return r, err
 	}
-	engine, err := dial(enginePort)
-	if err != nil {
-		return r, err
-	}
-	r.client, r.direct = kvgatev1.NewRouterClient(front), sglang.NewSglangSchedulerClient(engine)
+	r.client = kvgatev1.NewRouterClient(front)
 	if relay {
 		r.relay = sglang.NewSglangSchedulerClient(front)
 	}
 	probe := ovhRouterRequest([]uint32{1, 2, 3, 4}, "")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, _, err := r.sendRouter(ctx, probe)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return r, fmt.Errorf("overhead --cpu: the router did not serve a request within 60s: %w", err)
-		}
-		if r.exited.Load() {
-			return r, fmt.Errorf("overhead --cpu: a child process exited: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := r.until(ctx, "the router", func() error { _, _, err := r.sendRouter(ctx, probe); return err }); err != nil {
+		return r, err
 	}
 	if withText {
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -345,6 +342,26 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 		}
 	}
 	return r, nil
+}
+
+// until calls try every 100ms until it succeeds, for at most 60s, and
+// fails at once when a child process has exited: what waits for a process
+// just started to serve.
+func (r *cpuRig) until(ctx context.Context, what string, try func() error) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("overhead --cpu: %s did not serve a request within 60s: %w", what, err)
+		}
+		if r.exited.Load() {
+			return fmt.Errorf("overhead --cpu: a child process exited: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // start runs `exe args...` as a child, its output to cfg.Stderr.
