@@ -1,0 +1,20 @@
+#!/bin/bash
+# make bench on main and on the build of the last make bench (e037f22,
+# 2026-11-30), one after the other, each from a worktree of its own; the
+# outputs go to OUT/new and OUT/old.
+#   bench/results/make-bench-2026-12-02/run.sh OUT
+set -euo pipefail
+out=$(realpath -m "${1:?usage: run.sh OUT}")
+repo=$(git rev-parse --show-toplevel)
+mkdir -p "$out"
+for b in new:HEAD old:e037f22; do
+	name=${b%%:*} rev=${b#*:}
+	wt=$(mktemp -d)
+	git -C "$repo" worktree add -q --detach "$wt" "$rev"
+	date -u >"$out/$name.when"
+	uptime >>"$out/$name.when"
+	(cd "$wt" && make bench BENCH_RESULTS="$out/$name") >"$out/$name.log" 2>&1
+	date -u >>"$out/$name.when"
+	uptime >>"$out/$name.when"
+	git -C "$repo" worktree remove --force "$wt"
+done
