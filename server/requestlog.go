@@ -9,7 +9,7 @@ import (
 )
 
 // requestLabel is the id a Router call is logged under. The call's log line
-// ("finished call") is written by the logging interceptor, which sees the
+// ("finished call") is written by the access log (accessLog), which sees the
 // context of the call's start, before the request is read; the handler
 // names the request here once it knows the id, and the line reads it at the
 // end. Until then it holds the x-request-id metadata, so that a request

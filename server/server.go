@@ -14,13 +14,9 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
-	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -28,9 +24,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/answer"
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -245,20 +239,20 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall), logging.WithFieldsFromContext(labelFields)}
 	recoverOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(s.recoverPanic)}
-	// Health probes and reflection would drown the request log.
-	ours := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return monitored(c.FullMethod()) })
+	// Health probes and reflection would drown the request log: the access
+	// log writes only the calls the metrics count (monitored).
+	access := accessLog{s.log}
 	unary := []grpc.UnaryServerInterceptor{
 		s.requestUnary,
-		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(slogAdapter(s.log), logOpts...), ours),
+		access.unary,
 		s.metrics.UnaryInterceptor,
 		edgeUnary,
 		recovery.UnaryServerInterceptor(recoverOpts...),
 	}
 	stream := []grpc.StreamServerInterceptor{
 		s.requestStream,
-		selector.StreamServerInterceptor(logging.StreamServerInterceptor(slogAdapter(s.log), logOpts...), ours),
+		access.stream,
 		s.metrics.StreamInterceptor,
 		edgeStream,
 		recovery.StreamServerInterceptor(recoverOpts...),
@@ -387,18 +381,7 @@ func (s *Server) refused(ctx context.Context, fullMethod string, err error) {
 		return
 	}
 	s.metrics.observe(fullMethod, err, 0)
-	code := status.Code(err)
-	lvl := slog.Level(logging.DefaultServerCodeToLevel(code))
-	if !s.log.Enabled(ctx, lvl) {
-		return
-	}
-	service, method, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
-	attrs := []any{"protocol", "grpc", "grpc.component", "server", "grpc.service", service, "grpc.method", method,
-		"grpc.code", code.String(), "grpc.error", status.Convert(err).Message()}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		attrs = append(attrs, "peer.address", p.Addr.String())
-	}
-	s.log.Log(ctx, lvl, "finished call", attrs...)
+	accessLog{s.log}.finished(ctx, fullMethod, "", time.Time{}, err)
 }
 
 // recoverPanic turns a handler panic into an error that carries no fault, a
@@ -407,13 +390,6 @@ func (s *Server) refused(ctx context.Context, fullMethod string, err error) {
 func (s *Server) recoverPanic(ctx context.Context, p any) error {
 	s.log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
 	return errors.New("internal error")
-}
-
-// slogAdapter lets the go-grpc-middleware logging interceptors write to slog.
-func slogAdapter(l *slog.Logger) logging.Logger {
-	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		l.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
 }
 
 // admin implements kvgate.v1.Admin.
