@@ -246,7 +246,8 @@ type cpuRig struct {
 	relay    sglang.SglangSchedulerClient
 	ref      *textmodel.Model // the engine's tokenizer, for the text cases
 	waits    sync.WaitGroup
-	exited   atomic.Bool // a child process has exited
+	exited   chan struct{} // closed when a child process has exited
+	exitOnce sync.Once
 	seq      atomic.Uint64
 	stopOnce sync.Once
 }
@@ -260,7 +261,7 @@ const cpuRigKVTokens = 4 << 20
 // router (cache_aware, as `kvgate serve` defaults), or with relay `kvgate
 // relay` in its place, and waits until a request goes through.
 func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay bool) (r *cpuRig, err error) {
-	r = &cpuRig{}
+	r = &cpuRig{exited: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -299,7 +300,7 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	// on a machine running CI), and a router started
 	// before then logs the engine as not connected at start (and joins it
 	// later), a warning in the benchmark's output about its own rig.
-	if err := r.until(ctx, "the engine", func() error { _, _, err := r.sendDirect(ctx, []uint32{1, 2, 3, 4}); return err }); err != nil {
+	if err := r.until(ctx, "the engine", func(ctx context.Context) error { _, _, err := r.sendDirect(ctx, []uint32{1, 2, 3, 4}); return err }); err != nil {
 		return r, err
 	}
 	frontArgs := []string{"serve", "--host", "127.0.0.1", "--port", routerPort, "--prometheus-port", metricsPort,
@@ -328,7 +329,7 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 		r.relay = sglang.NewSglangSchedulerClient(front)
 	}
 	probe := ovhRouterRequest([]uint32{1, 2, 3, 4}, "")
-	if err := r.until(ctx, "the router", func() error { _, _, err := r.sendRouter(ctx, probe); return err }); err != nil {
+	if err := r.until(ctx, "the router", func(ctx context.Context) error { _, _, err := r.sendRouter(ctx, probe); return err }); err != nil {
 		return r, err
 	}
 	if withText {
@@ -345,24 +346,17 @@ func startCPURig(ctx context.Context, cfg OverheadCPUConfig, withText, relay boo
 	return r, nil
 }
 
-// until calls try every 100ms until it succeeds, for at most 60s, and
-// fails at once when a child process has exited: what waits for a process
-// just started to serve.
-func (r *cpuRig) until(ctx context.Context, what string, try func() error) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := try()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("overhead --cpu: %s did not serve a request within 60s: %w", what, err)
-		}
-		if r.exited.Load() {
-			return fmt.Errorf("overhead --cpu: a child process exited: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+// until waits for what, a process just started, to serve try, for at
+// most 60s, and fails at once when a child process has exited.
+func (r *cpuRig) until(ctx context.Context, what string, try func(context.Context) error) error {
+	err := untilServes(ctx, 60*time.Second, r.exited, try)
+	switch {
+	case errors.Is(err, errExited):
+		return fmt.Errorf("overhead --cpu: a child process %w: waiting for %s", err, what)
+	case err != nil:
+		return fmt.Errorf("overhead --cpu: %s %w", what, err)
 	}
+	return nil
 }
 
 // start runs `exe args...` as a child, its output to cfg.Stderr.
@@ -374,7 +368,7 @@ func (r *cpuRig) start(cfg OverheadCPUConfig, exe string, args []string) (*exec.
 	}
 	r.waits.Go(func() {
 		_ = cmd.Wait()
-		r.exited.Store(true)
+		r.exitOnce.Do(func() { close(r.exited) })
 	})
 	return cmd, nil
 }

@@ -97,26 +97,18 @@ func startProcess(pc PeerConfig, name, exe string, args ...string) (*routerProc,
 // waitRouter sends fr a one-token request until one succeeds, the process
 // exits, or routerReadyTimeout passes.
 func waitRouter(ctx context.Context, p *routerProc, fr front) error {
-	ctx, cancel := context.WithTimeout(ctx, routerReadyTimeout)
-	defer cancel()
 	probe := genRequest{prompt: []uint32{1, 2, 3, 4}, maxNew: 1}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := fr.generate(actx, 0, probe, func() {})
-		acancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited before it served a request (%v): its log is on stderr", p.name, err)
-		case <-ctx.Done():
-			return fmt.Errorf("%s served no request within %s: %w", p.name, routerReadyTimeout, err)
-		case <-tick.C:
-		}
+	err := untilServes(ctx, routerReadyTimeout, p.done, func(ctx context.Context) error {
+		_, err := fr.generate(ctx, 0, probe, func() {})
+		return err
+	})
+	switch {
+	case errors.Is(err, errExited):
+		return fmt.Errorf("%s %w: its log is on stderr", p.name, err)
+	case err != nil:
+		return fmt.Errorf("%s %w", p.name, err)
 	}
+	return nil
 }
 
 // stop kills the process and waits for it: SMG's graceful shutdown on
