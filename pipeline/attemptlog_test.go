@@ -3,16 +3,35 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kvgate/kvgate/internal/tracing"
 	"github.com/kvgate/kvgate/workers"
 )
 
 // An attempt's logger writes the lines a logger made with With writes, and
-// computes its attributes only when a line is written.
+// computes its attributes only when a line is written: through slog's text
+// and JSON handlers, and the tracing wrapper around them that adds the
+// request's trace to each line.
 func TestLazyAttrsReadsAsWith(t *testing.T) {
 	attrs := []any{"request_id", "r1", "attempt", 0, "worker", "grpc://w1"}
+	traced := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled}))
+	handlers := []struct {
+		name string
+		new  func(w io.Writer, o *slog.HandlerOptions) slog.Handler
+		ctx  context.Context
+	}{
+		{"text", func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewTextHandler(w, o) }, context.Background()},
+		{"JSON", func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewJSONHandler(w, o) }, context.Background()},
+		{"JSON traced", func(w io.Writer, o *slog.HandlerOptions) slog.Handler {
+			return tracing.NewLogHandler(slog.NewJSONHandler(w, o))
+		}, traced},
+	}
 	for _, tc := range []struct {
 		name     string
 		level    slog.Level
@@ -31,30 +50,36 @@ func TestLazyAttrsReadsAsWith(t *testing.T) {
 		{"a group", slog.LevelInfo, func(ctx context.Context, l *slog.Logger) {
 			l.WithGroup("g").InfoContext(ctx, "x", "k", "v")
 		}, true},
+		{"two lines, one without attributes of its own", slog.LevelInfo, func(ctx context.Context, l *slog.Logger) {
+			l.WarnContext(ctx, "engine slow")
+			l.InfoContext(ctx, "generate done", "prompt_tokens", 3, slog.Group("usage", "cached", 1))
+		}, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var want, got bytes.Buffer
-			opts := &slog.HandlerOptions{Level: tc.level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-				if a.Key == slog.TimeKey {
-					return slog.Attr{}
+		for _, h := range handlers {
+			t.Run(tc.name+"/"+h.name, func(t *testing.T) {
+				var want, got bytes.Buffer
+				opts := &slog.HandlerOptions{Level: tc.level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				}}
+				ctx := h.ctx
+				tc.log(ctx, slog.New(h.new(&want, opts)).With(attrs...))
+				computed := 0
+				lazy := slog.New(&lazyAttrs{base: h.new(&got, opts), attrs: func() []any {
+					computed++
+					return attrs
+				}})
+				tc.log(ctx, lazy)
+				if got.String() != want.String() {
+					t.Errorf("lazy logger wrote %q, With wrote %q", got.String(), want.String())
 				}
-				return a
-			}}
-			ctx := context.Background()
-			tc.log(ctx, slog.New(slog.NewTextHandler(&want, opts)).With(attrs...))
-			computed := false
-			lazy := slog.New(&lazyAttrs{base: slog.NewTextHandler(&got, opts), attrs: func() []any {
-				computed = true
-				return attrs
-			}})
-			tc.log(ctx, lazy)
-			if got.String() != want.String() {
-				t.Errorf("lazy logger wrote %q, With wrote %q", got.String(), want.String())
-			}
-			if computed != tc.computed {
-				t.Errorf("attributes computed: %v, want %v", computed, tc.computed)
-			}
-		})
+				if (computed > 0) != tc.computed || computed > 1 {
+					t.Errorf("attributes computed %d times, want them computed: %v, at most once", computed, tc.computed)
+				}
+			})
+		}
 	}
 }
 
