@@ -166,3 +166,76 @@ func TestHashPageEveryToken(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovalsByFirstPage: remembering each removal by its first page cuts
+// an outcome where remembering every removed page would, on paths that
+// branch and removals of their tails at any depth, interleaved with
+// decisions. Token ids are drawn so that no page repeats under another
+// prefix (the one case where the two differ: there every page
+// remembered cut more).
+func TestRemovalsByFirstPage(t *testing.T) {
+	const ps = 4
+	rng := rand.New(rand.NewPCG(7, 8))
+	next := uint32(1)
+	fresh := func(pages int) []uint32 {
+		s := make([]uint32, pages*ps)
+		for i := range s {
+			s[i] = next
+			next++
+		}
+		return s
+	}
+	// Paths branch off one another at page boundaries.
+	paths := [][]uint32{fresh(12), fresh(12)}
+	for range 30 {
+		base := paths[rng.IntN(len(paths))]
+		cut := rng.IntN(len(base)/ps) * ps
+		paths = append(paths, append(slices.Clip(base[:cut]), fresh(1+rng.IntN(8))...))
+	}
+
+	r := newRemovals(ps)
+	every := map[uint64]uint64{} // every removed page's key → its latest removal
+	var decisions []uint64
+	for range 2000 {
+		if rng.IntN(10) == 0 {
+			decisions = append(decisions, r.now())
+		}
+		p := paths[rng.IntN(len(paths))]
+		end := 1 + rng.IntN(len(p)/ps)
+		pages := 1 + rng.IntN(end)
+		path := p[:end*ps]
+		r.removed("w", path, pages)
+		n := r.now()
+		for i := end - pages; i < end; i++ {
+			every[pageKey(i, path[i*ps:(i+1)*ps])] = n
+		}
+	}
+	cutEvery := func(decision uint64, seq []uint32) int {
+		for i := 0; (i+1)*ps <= len(seq); i++ {
+			if every[pageKey(i, seq[i*ps:(i+1)*ps])] > decision {
+				return i * ps
+			}
+		}
+		return len(seq) / ps * ps
+	}
+	checked, cuts := 0, 0
+	for _, d := range decisions {
+		for _, p := range paths {
+			// An outcome on the path: a prompt of some of its tokens (not
+			// always whole pages), the reply the rest, and a page past it.
+			split := rng.IntN(len(p) + 1)
+			prompt, reply := p[:split], append(slices.Clip(p[split:]), fresh(1)...)
+			got, want := r.cut("w", d, prompt, reply), cutEvery(d, append(slices.Clip(prompt), reply...))
+			if got != want {
+				t.Fatalf("decision %d, outcome of %d+%d tokens: cut at %d, every page remembered cuts at %d", d, len(prompt), len(reply), got, want)
+			}
+			checked++
+			if want < len(p) {
+				cuts++
+			}
+		}
+	}
+	if cuts == 0 || cuts == checked {
+		t.Fatalf("%d of %d outcomes cut: the test exercises nothing", cuts, checked)
+	}
+}
