@@ -130,10 +130,19 @@ func (t *blockTable) touch(hs []int64) {
 	t.touched |= any
 }
 
-// prefetch reads h's home slot (see Mirror.Prefetch).
+// prefetch reads the cache line of h's home slot and the line after it
+// (see Mirror.Prefetch). A probe goes on from home until it finds h or an
+// empty slot, an insert to the first empty slot, and a delete shifts back
+// the run after h's slot: one slot in four is the last of its line (a slot
+// is 16 bytes), so each of them often reads the next line too. With both
+// lines read ahead, applying a full engine's events for a 1K-token prompt
+// took 2 points less of the router's CPU (14.0-15.2% against 16.0-17.1%,
+// two pairs of profiles, BENCHMARKS "The mirror's table read a line
+// ahead").
 func (t *blockTable) prefetch(h int64) {
 	if t.n != 0 {
-		t.touched |= t.slots[t.home(h)].ref
+		i, mask := t.home(h), uint64(len(t.slots)-1)
+		t.touched |= t.slots[i].ref | t.slots[((i|3)+1)&mask].ref
 	}
 }
 
