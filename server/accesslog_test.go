@@ -52,14 +52,8 @@ func TestAccessLogLineAtItsLevel(t *testing.T) {
 
 			held, cancelHeld := context.WithCancel(md(context.Background(), "held-1"))
 			defer cancelHeld()
-			st, err := f.router.Generate(held, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true,
+			f.streaming(held, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8),
 				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100), IgnoreEos: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.Recv(); err != nil {
-				t.Fatal(err)
-			}
 			_, exErr := f.generate(md(context.Background(), "ex-1"), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: sp})
 			if status.Code(exErr) != codes.ResourceExhausted {
 				t.Fatalf("over the limit: %v", exErr)

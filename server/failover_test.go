@@ -150,14 +150,8 @@ func TestEngineKilledMidStream(t *testing.T) {
 				sim: func(_ int, c *sim.Config) { c.Faults.StallAfterTokens = 2 }})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(1, 40), Stream: true,
+			st := f.streaming(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 40),
 				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100), IgnoreEos: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.Recv(); err != nil {
-				t.Fatal(err)
-			}
 			f.sims[0].Kill()
 			for {
 				m, err := st.Recv()

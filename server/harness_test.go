@@ -231,6 +231,23 @@ func (f *fleet) readGenerate(ctx context.Context, req *kvgatev1.GenerateRequest)
 	}
 }
 
+// streaming opens a streamed Generate of req and returns it once its first
+// message has arrived: a request then running on an engine, as the tests
+// that stall, kill or hold one need it. A failure to open or read fails
+// the test.
+func (f *fleet) streaming(ctx context.Context, t testing.TB, req *kvgatev1.GenerateRequest) grpc.ServerStreamingClient[kvgatev1.GenerateResponse] {
+	t.Helper()
+	req.Stream = true
+	st, err := f.router.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // generateAll runs n Generate calls at once, the i-th sending req(i), and
 // returns the results of those that succeeded; each failure fails the test.
 func (f *fleet) generateAll(ctx context.Context, t testing.TB, n int, req func(i int) *kvgatev1.GenerateRequest) []result {

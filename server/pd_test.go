@@ -109,14 +109,8 @@ func TestPDFaults(t *testing.T) {
 				}
 			})
 			ctx, cancel := context.WithCancel(context.Background())
-			st, err := f.router.Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(10, 64), Stream: true,
+			f.streaming(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(10, 64),
 				SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(50), IgnoreEos: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.Recv(); err != nil {
-				t.Fatal(err)
-			}
 			cancel()
 			freed(t, f)
 		})

@@ -218,14 +218,8 @@ func TestRequestLogLines(t *testing.T) {
 	// Over the concurrency limit: refused by admission, logged once.
 	held, cancelHeld := context.WithCancel(md("held-1"))
 	defer cancelHeld()
-	st, err := tf.router.Generate(held, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true,
+	tf.streaming(held, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8),
 		SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(100), IgnoreEos: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
 	_, err = tf.generate(md("full-1"), t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: sp})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("over the limit: %v", err)
