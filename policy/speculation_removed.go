@@ -15,9 +15,9 @@ import (
 // predicted cached where the engine has nothing (MissSpeculation).
 //
 // A page is known by its position in the sequence and a hash of its
-// tokens: a page of the same tokens at the same depth under another prefix
-// counts as removed too, which only makes the outcome's speculation
-// shorter.
+// tokens: a removal's page of the same tokens at the same depth under
+// another prefix counts as removed there too, which only makes the
+// outcome's speculation shorter.
 //
 // A removal takes the last pages of a path, and an outcome's speculation is
 // cut at the first page removed since its decision, so a removal is

@@ -51,9 +51,9 @@ func (m *Mirror) resolve(f Ref) (bref, uint32) {
 // counts per event, and a test bounds.
 func (m *Mirror) Lookups() int { return m.blocks.lookups }
 
-// Prefetch reads the table slots where a lookup of h starts (their cache
-// lines), and nothing else: a caller about to look up many hashes one after another, each
-// lookup waiting on work that depends on the one before, prefetches them
-// all first, so that their cache misses overlap (the loads depend on no
-// other) and the lookups proper find the slots cached.
+// Prefetch reads the table's cache lines where a lookup of h starts, and
+// nothing else: a caller about to look up many hashes one after another,
+// each lookup waiting on work that depends on the one before, prefetches
+// them all first, so that their cache misses overlap (the loads depend on
+// no other) and the lookups proper find the slots cached.
 func (m *Mirror) Prefetch(h int64) { m.blocks.prefetch(h) }
