@@ -1,12 +1,14 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -120,20 +122,45 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // bytes before it is read (http.MaxBytesReader), so a larger one is
 // refused with 413 without being read whole. Unknown fields are ignored,
 // as OpenAI's servers do; a field of the wrong type is a 400 naming it.
+//
+// JSON text is UTF-8 (RFC 8259), and a body that is not is a 400 too.
+// encoding/json would let invalid bytes through: it replaces them in the
+// strings it decodes, but keeps them in a json.RawMessage, which the
+// front passes on as JSON text (a response_format's schema); a protobuf
+// string must be UTF-8, so the router's call then failed as its own
+// error, a 500 (FuzzOpenAIRequest found it).
 func decodeBody(w http.ResponseWriter, r *http.Request, max int64, v any) error {
-	body := http.MaxBytesReader(w, r.Body, max)
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		return jsonError(err, max)
+	}
+	if at := invalidUTF8(raw); at >= 0 {
+		return invalidParam("", "the request body is not valid UTF-8 (at byte %d): JSON text must be UTF-8", at)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, max)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return jsonError(err, max)
-		}
 		return invalidParam("", "the request body holds more than one JSON value")
 	}
 	return nil
+}
+
+// invalidUTF8 returns the offset of b's first byte that is not part of a
+// valid UTF-8 encoding, or -1 when b is valid UTF-8.
+func invalidUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 // jsonError explains a decoding error in the request's terms.

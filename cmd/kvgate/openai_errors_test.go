@@ -29,6 +29,8 @@ func TestOpenAIErrors(t *testing.T) {
 		{"bad JSON", "/v1/chat/completions", `{"messages": [`, "sk-right", 400, "", "not valid JSON"},
 		{"not an object", "/v1/chat/completions", `[1, 2]`, "sk-right", 400, "", "JSON object"},
 		{"empty body", "/v1/chat/completions", ``, "sk-right", 400, "", "empty"},
+		{"not UTF-8", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9\"}]}", "sk-right", 400, "", "not valid UTF-8 (at byte 46)"},
+		{"not UTF-8 in a schema passed on as text", "/v1/chat/completions", "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"\": \"\xef\"}}}, " + user + "}", "sk-right", 400, "", "UTF-8"},
 		{"a number of the wrong type", "/v1/chat/completions", `{"temperature": "hot", ` + user + `}`, "sk-right", 400, "temperature", "temperature"},
 		{"a negative token bound", "/v1/chat/completions", `{"max_tokens": -1, ` + user + `}`, "sk-right", 400, "max_tokens", "max_tokens"},
 		{"content of the wrong type", "/v1/chat/completions", `{"messages": [{"role": "user", "content": 5}]}`, "sk-right", 400, "messages.content", "content"},

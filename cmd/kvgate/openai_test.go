@@ -36,7 +36,7 @@ type httpRouter struct {
 
 // startHTTPRouter starts two scripted simulated engines and `kvgate serve`
 // in front of them with --http-port 0 and the extra flags given.
-func startHTTPRouter(t *testing.T, extra ...string) *httpRouter {
+func startHTTPRouter(t testing.TB, extra ...string) *httpRouter {
 	t.Helper()
 	hr := &httpRouter{}
 	var urls []string

@@ -22,7 +22,7 @@ import (
 )
 
 // defaults parses no flags, so the test starts from exactly what a user gets.
-func defaults(t *testing.T, args ...string) serveConfig {
+func defaults(t testing.TB, args ...string) serveConfig {
 	t.Helper()
 	var cfg serveConfig
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
