@@ -1,0 +1,104 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// clientCodes are the answers a request may get from a router whose
+// engines are healthy: the client's mistake, a limit, or something the
+// router does not do. INTERNAL, UNKNOWN, UNAVAILABLE, DEADLINE_EXCEEDED
+// and the rest would be the router failing, or a client's mistake it took
+// for its own.
+var clientCodes = map[codes.Code]bool{
+	codes.InvalidArgument: true, codes.FailedPrecondition: true, codes.OutOfRange: true,
+	codes.NotFound: true, codes.ResourceExhausted: true, codes.Unimplemented: true,
+}
+
+// FuzzRouterRequest sends any Generate or Chat message a client can
+// encode through the whole router (admission, chat template, tokenizer,
+// constraints, cache_aware, the SGLang adapter) to two healthy simulated
+// engines. A call either ends OK with its completion last, or with one of
+// clientCodes; it never fails as the router's own error or hangs. The
+// request checks' own fuzz targets (FuzzValidateRequest, FuzzRequestCodec,
+// FuzzStructuredSampling) hold each check to its contract; this one holds
+// the path they guard.
+//
+//	go test -run '^$' -fuzz FuzzRouterRequest -fuzztime 5m ./server/
+func FuzzRouterRequest(f *testing.F) {
+	fl := startFleet(f, fleetOptions{policy: "cache_aware", text: true, sim: func(_ int, c *sim.Config) {
+		c.MaxContextLength = 4096 // bounds what a request may ask to generate
+	}})
+	kwargs, _ := structpb.NewStruct(map[string]any{"enable_thinking": false})
+	params, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}})
+	args, _ := structpb.NewValue(map[string]any{"city": "Paris"})
+	seeds := []proto.Message{
+		&kvgatev1.GenerateRequest{InputIds: []uint32{1, 2, 3}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4)}},
+		&kvgatev1.GenerateRequest{Text: "hello there", Stream: true, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(3),
+			Temperature: f32(0.7), TopK: i32(5), Stop: []string{"\n"}, Logprobs: true, TopLogprobs: 2, PromptLogprobs: true}},
+		&kvgatev1.GenerateRequest{Text: "a date", SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(12),
+			Constraint: &kvgatev1.SamplingParams_Regex{Regex: `\d{4}-\d{2}-\d{2}`}}},
+		&kvgatev1.GenerateRequest{InputIds: []uint32{5, 6}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4096)}},
+		&kvgatev1.GenerateRequest{RequestId: "r1", Model: "no-such-model", InputIds: []uint32{1}},
+		&kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}},
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(4)}, ChatTemplateKwargs: kwargs},
+		&kvgatev1.ChatRequest{Stream: true, Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "weather?"},
+			{Role: "assistant", ToolCalls: []*kvgatev1.ToolCall{{Id: "c1", Type: "function", Function: &kvgatev1.FunctionCall{Name: "get_weather", Arguments: args}}}},
+			{Role: "tool", ToolCallId: "c1", Content: "sunny"}},
+			Tools:      []*kvgatev1.Tool{{Type: "function", Function: &kvgatev1.FunctionDefinition{Name: "get_weather", Parameters: params}}},
+			ToolChoice: &kvgatev1.ToolChoice{Mode: "auto"}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(6)}},
+		&kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "json"}},
+			ResponseFormat: &kvgatev1.ResponseFormat{Type: "json_object"}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8)}},
+		&kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "x"}}, ReasoningParser: proto.String("qwen3"), ToolCallParser: proto.String("nope")},
+	}
+	for _, m := range seeds {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		_, chat := m.(*kvgatev1.ChatRequest)
+		f.Add(chat, b)
+	}
+	f.Fuzz(func(t *testing.T, chat bool, data []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var (
+			r   result
+			err error
+		)
+		if chat {
+			req := &kvgatev1.ChatRequest{}
+			if proto.Unmarshal(data, req) != nil {
+				return // refused by the codec (FuzzRequestCodec)
+			}
+			r, err = fl.chat(ctx, t, req)
+		} else {
+			req := &kvgatev1.GenerateRequest{}
+			if proto.Unmarshal(data, req) != nil {
+				return
+			}
+			r, err = fl.readGenerate(ctx, req)
+		}
+		switch {
+		case errors.Is(err, errMalformed):
+			t.Fatalf("chat %v, %x: %v", chat, data, err)
+		case err == nil && r.complete == nil:
+			t.Fatalf("chat %v, %x: the stream ended OK without a completion", chat, data)
+		case err != nil:
+			st := status.Convert(err)
+			if !clientCodes[st.Code()] || st.Message() == "" {
+				t.Fatalf("chat %v, %x: %v; want a client's error (%v) with a message", chat, data, err, clientCodes)
+			}
+		}
+	})
+}
