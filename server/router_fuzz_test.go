@@ -27,8 +27,8 @@ var clientCodes = map[codes.Code]bool{
 
 // FuzzRouterRequest sends any Generate or Chat message a client can
 // encode through the whole router (admission, chat template, tokenizer,
-// constraints, cache_aware, the SGLang adapter) to two healthy simulated
-// engines. A call either ends OK with its completion last, or with one of
+// constraints, cache_aware, an engine protocol's adapter) to two healthy
+// simulated engines of SGLang's, vLLM's or TensorRT-LLM's protocol. A call either ends OK with its completion last, or with one of
 // clientCodes; it never fails as the router's own error or hangs. The
 // request checks' own fuzz targets (FuzzValidateRequest, FuzzRequestCodec,
 // FuzzStructuredSampling) hold each check to its contract; this one holds
@@ -36,9 +36,12 @@ var clientCodes = map[codes.Code]bool{
 //
 //	go test -run '^$' -fuzz FuzzRouterRequest -fuzztime 5m ./server/
 func FuzzRouterRequest(f *testing.F) {
-	fl := startFleet(f, fleetOptions{policy: "cache_aware", text: true, sim: func(_ int, c *sim.Config) {
-		c.MaxContextLength = 4096 // bounds what a request may ask to generate
-	}})
+	var fleets []*fleet
+	for _, p := range []string{"sglang", "vllm", "trtllm"} {
+		fleets = append(fleets, startFleet(f, fleetOptions{protocol: p, policy: "cache_aware", text: true, sim: func(_ int, c *sim.Config) {
+			c.MaxContextLength = 4096 // bounds what a request may ask to generate
+		}}))
+	}
 	kwargs, _ := structpb.NewStruct(map[string]any{"enable_thinking": false})
 	params, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}})
 	args, _ := structpb.NewValue(map[string]any{"city": "Paris"})
@@ -67,9 +70,13 @@ func FuzzRouterRequest(f *testing.F) {
 			f.Fatal(err)
 		}
 		_, chat := m.(*kvgatev1.ChatRequest)
-		f.Add(chat, b)
+		for p := range fleets {
+			f.Add(uint8(p), chat, b)
+		}
 	}
-	f.Fuzz(func(t *testing.T, chat bool, data []byte) {
+	f.Fuzz(func(t *testing.T, protocol uint8, chat bool, data []byte) {
+		which := int(protocol) % len(fleets)
+		fl := fleets[which]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var (
@@ -91,13 +98,13 @@ func FuzzRouterRequest(f *testing.F) {
 		}
 		switch {
 		case errors.Is(err, errMalformed):
-			t.Fatalf("chat %v, %x: %v", chat, data, err)
+			t.Fatalf("fleet %d, chat %v, %x: %v", which, chat, data, err)
 		case err == nil && r.complete == nil:
-			t.Fatalf("chat %v, %x: the stream ended OK without a completion", chat, data)
+			t.Fatalf("fleet %d, chat %v, %x: the stream ended OK without a completion", which, chat, data)
 		case err != nil:
 			st := status.Convert(err)
 			if !clientCodes[st.Code()] || st.Message() == "" {
-				t.Fatalf("chat %v, %x: %v; want a client's error (%v) with a message", chat, data, err, clientCodes)
+				t.Fatalf("fleet %d, chat %v, %x: %v; want a client's error (%v) with a message", which, chat, data, err, clientCodes)
 			}
 		}
 	})
