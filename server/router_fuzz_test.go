@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -25,10 +26,28 @@ var clientCodes = map[codes.Code]bool{
 	codes.NotFound: true, codes.ResourceExhausted: true, codes.Unimplemented: true,
 }
 
+// routerHeaders are the metadata keys the router reads of a request,
+// which FuzzRouterRequest sets one of.
+var routerHeaders = []string{"x-request-id", "traceparent", "tracestate", "x-target-worker", "x-routing-key",
+	"kvgate-priority", "x-smg-target-worker", "x-smg-routing-key", "authorization", "x-forwarded-for"}
+
+// printableASCII reports whether v is a metadata value a gRPC client sends
+// (printable ASCII; grpc-go refuses others before they leave).
+func printableASCII(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // FuzzRouterRequest sends any Generate or Chat message a client can
 // encode through the whole router (admission, chat template, tokenizer,
 // constraints, cache_aware, an engine protocol's adapter) to two healthy
-// simulated engines of SGLang's, vLLM's or TensorRT-LLM's protocol. A call either ends OK with its completion last, or with one of
+// simulated engines of SGLang's, vLLM's or TensorRT-LLM's protocol, with
+// one of the request headers the router reads (routerHeaders) set to any
+// value. A call either ends OK with its completion last, or with one of
 // clientCodes; it never fails as the router's own error or hangs. The
 // request checks' own fuzz targets (FuzzValidateRequest, FuzzRequestCodec,
 // FuzzStructuredSampling) hold each check to its contract; this one holds
@@ -71,14 +90,24 @@ func FuzzRouterRequest(f *testing.F) {
 		}
 		_, chat := m.(*kvgatev1.ChatRequest)
 		for p := range fleets {
-			f.Add(uint8(p), chat, b)
+			f.Add(uint8(p), chat, b, uint8(p), "")
 		}
 	}
-	f.Fuzz(func(t *testing.T, protocol uint8, chat bool, data []byte) {
+	b, _ := proto.Marshal(seeds[0])
+	for i, v := range []string{"req-7", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x", "1", "user-42",
+		"-5", "0", "user-42", "Bearer sk-x", "10.0.0.1"} {
+		f.Add(uint8(0), false, b, uint8(i), v)
+	}
+	f.Fuzz(func(t *testing.T, protocol uint8, chat bool, data []byte, header uint8, value string) {
 		which := int(protocol) % len(fleets)
 		fl := fleets[which]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		key := routerHeaders[int(header)%len(routerHeaders)]
+		if !printableASCII(value) {
+			return // not a value gRPC sends in metadata
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, key, value)
 		var (
 			r   result
 			err error
@@ -98,13 +127,13 @@ func FuzzRouterRequest(f *testing.F) {
 		}
 		switch {
 		case errors.Is(err, errMalformed):
-			t.Fatalf("fleet %d, chat %v, %x: %v", which, chat, data, err)
+			t.Fatalf("fleet %d, chat %v, %x, %s: %q: %v", which, chat, data, key, value, err)
 		case err == nil && r.complete == nil:
-			t.Fatalf("fleet %d, chat %v, %x: the stream ended OK without a completion", which, chat, data)
+			t.Fatalf("fleet %d, chat %v, %x, %s: %q: the stream ended OK without a completion", which, chat, data, key, value)
 		case err != nil:
 			st := status.Convert(err)
 			if !clientCodes[st.Code()] || st.Message() == "" {
-				t.Fatalf("fleet %d, chat %v, %x: %v; want a client's error (%v) with a message", which, chat, data, err, clientCodes)
+				t.Fatalf("fleet %d, chat %v, %x, %s: %q: %v; want a client's error (%v) with a message", which, chat, data, key, value, err, clientCodes)
 			}
 		}
 	})
