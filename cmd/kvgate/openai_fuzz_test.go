@@ -16,8 +16,25 @@ import (
 // input's first byte.
 var openAIPaths = [...]string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/generate"}
 
+// httpHeaders are the request headers the front reads or passes on,
+// which FuzzOpenAIRequest sets one of.
+var httpHeaders = []string{"Authorization", "X-Request-Id", "X-Routing-Key", "X-Target-Worker", "Kvgate-Priority",
+	"X-Smg-Routing-Key", "X-Smg-Target-Worker", "Traceparent", "Tracestate", "X-Forwarded-For", "Content-Type"}
+
+// headerValue reports whether v is a header value Go's HTTP client sends
+// (no control bytes but tab).
+func headerValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == 0x7f || c < 0x20 && c != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
 // FuzzOpenAIRequest posts any body to the OpenAI-compatible front of a
-// router over two healthy simulated engines, as a hostile client may. Whatever
+// router over two healthy simulated engines, as a hostile client may, with
+// one of the headers it reads (httpHeaders) set to any value. Whatever
 // the body, the answer is a client error in OpenAI's shape (4xx, or 501 for
 // what kvgate does not do, with a message and a type), or a success: a JSON
 // object, or for a stream, events that end with [DONE]. Never another 5xx
@@ -56,9 +73,13 @@ func FuzzOpenAIRequest(f *testing.F) {
 		{2, `{"input": `},
 		{3, `null`},
 	} {
-		f.Add(s.path, []byte(s.body))
+		f.Add(s.path, []byte(s.body), uint8(0), "")
 	}
-	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+	for i, v := range []string{"Bearer sk-x", "req-7", "user-42", "1", "-5", "user-42", "0",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x", "10.0.0.1", "caf\xc3\xa9"} {
+		f.Add(uint8(1), []byte(`{"prompt": "hi", "max_tokens": 2}`), uint8(i), v)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte, header uint8, value string) {
 		path := openAIPaths[int(which)%len(openAIPaths)]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -67,9 +88,14 @@ func FuzzOpenAIRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", "application/json")
+		key := httpHeaders[int(header)%len(httpHeaders)]
+		if !headerValue(value) {
+			return // not a value an HTTP client sends
+		}
+		req.Header.Set(key, value)
 		resp, err := hr.client.Do(req)
 		if err != nil {
-			t.Fatalf("POST %s %q: %v", path, body, err)
+			t.Fatalf("POST %s %q, %s: %q: %v", path, body, key, value, err)
 		}
 		defer resp.Body.Close()
 		got, err := io.ReadAll(resp.Body)
@@ -78,7 +104,7 @@ func FuzzOpenAIRequest(f *testing.F) {
 		}
 		switch {
 		case resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented:
-			t.Fatalf("POST %s %q: status %d, a server error for a client's body: %s", path, body, resp.StatusCode, got)
+			t.Fatalf("POST %s %q, %s: %q: status %d, a server error for a client's request: %s", path, body, key, value, resp.StatusCode, got)
 		case resp.StatusCode >= 400:
 			var e struct {
 				Error struct {
