@@ -278,6 +278,7 @@ func rankCapacities(ctx context.Context, ws []*Worker, timeout time.Duration) {
 		if n := loads[w.rank].MaxRunning; n > 0 {
 			info.MaxRunningRequests = n
 		}
+		info = info.sane()
 		w.info.Store(&info)
 	}
 }

@@ -36,6 +36,7 @@ func refreshLimits(ctx context.Context, w *Worker, timeout time.Duration, log *s
 		log.Debug("model information not read again; limits kept", "worker", w.URL(), "err", err)
 		return "", false
 	}
+	next = next.sane()
 	cur := w.Info()
 	if other := identityChange(cur, next); other != "" {
 		return other, true

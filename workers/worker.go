@@ -208,6 +208,7 @@ func NewWorker(url string, protocol Protocol, role Role, info ModelInfo, b Backe
 	}
 	w := &Worker{url: url, protocol: protocol, role: role, backend: b, closer: closer,
 		breaker: br, connected: true, endpoint: url, rank: -1, idle: make(chan struct{}), born: time.Now()}
+	info = info.sane()
 	w.info.Store(&info)
 	close(w.idle)
 	w.healthy.Store(true)
@@ -440,6 +441,7 @@ func (w *Worker) BeginLoadPoll() LoadPoll {
 func (p LoadPoll) Record(l Load) {
 	w := p.w
 	ours := p.inFlight + (w.acquired.Load() - p.acquired)
+	l = l.sane()
 	w.mu.Lock()
 	w.engineLoad.Store(&l)
 	w.external.Store(max(int64(l.Running+l.Waiting)-ours, 0))
