@@ -119,11 +119,31 @@ func Load(src Sources, opts Options) (*Model, error) {
 // FromArchive assembles a model from an engine's GetTokenizer zip archive.
 // chatTemplatePath, when not empty, overrides the archive's template.
 func FromArchive(archive []byte, chatTemplatePath string, opts Options) (*Model, error) {
+	fl, err := unzip(archive, maxArchiveContents)
+	if err != nil {
+		return nil, err
+	}
+	if err := readExplicit(fl, chatTemplatePath); err != nil {
+		return nil, err
+	}
+	return build(fl, opts)
+}
+
+// maxArchiveContents bounds what a GetTokenizer archive's files decompress
+// to, all together. The download itself is bounded (256 MiB), but deflate
+// packs a thousand bytes of zeros into one: an engine's archive of a few
+// small entries could otherwise make the router allocate gigabytes. The
+// largest real tokenizer (Gemma 3's tokenizer.json) is about 33 MB.
+const maxArchiveContents = 512 << 20
+
+// unzip reads the files of a zip archive by base name, refusing an archive
+// whose files decompress to more than limit bytes in all.
+func unzip(archive []byte, limit int64) (files, error) {
 	zr, err := zip.NewReader(bytes.NewReader(archive), int64(len(archive)))
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer archive: %w", err)
 	}
-	fl := files{}
+	fl, left := files{}, limit
 	for _, f := range zr.File {
 		if f.FileInfo().IsDir() {
 			continue
@@ -132,17 +152,19 @@ func FromArchive(archive []byte, chatTemplatePath string, opts Options) (*Model,
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer archive: %w", err)
 		}
-		b, err := io.ReadAll(io.LimitReader(rc, 512<<20))
+		// The header's sizes may lie: the bound is on what is read.
+		b, err := io.ReadAll(io.LimitReader(rc, left+1))
 		rc.Close()
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer archive: %s: %w", f.Name, err)
 		}
+		if int64(len(b)) > left {
+			return nil, fmt.Errorf("tokenizer archive: its files decompress to more than %d bytes (at %s)", limit, f.Name)
+		}
+		left -= int64(len(b))
 		fl[filepath.Base(f.Name)] = b
 	}
-	if err := readExplicit(fl, chatTemplatePath); err != nil {
-		return nil, err
-	}
-	return build(fl, opts)
+	return fl, nil
 }
 
 // explicitTemplate is the key under which a --chat-template's source is kept.
