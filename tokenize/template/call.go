@@ -127,6 +127,9 @@ func (m *macro) call(r *renderer, a *callArgs) (any, error) {
 	if r.depth >= maxDepth {
 		return nil, errors.New("RecursionError: maximum recursion depth exceeded in macro calls")
 	}
+	if err := r.step(); err != nil {
+		return nil, err
+	}
 	msc := &scope{parent: m.sc, names: make([]string, 0, len(m.params)+2), vals: make([]any, 0, len(m.params)+2)}
 	given := make([]bool, len(m.params))
 	var extra []any

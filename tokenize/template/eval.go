@@ -21,6 +21,7 @@ type renderer struct {
 	out   *strings.Builder
 	now   func() time.Time
 	depth int
+	steps int // loop iterations and macro calls so far (see step)
 }
 
 // scope is one level of variables. Jinja gives each loop iteration, macro
@@ -88,8 +89,7 @@ func (r *renderer) capture(body []node, sc *scope) (string, error) {
 }
 
 func (n *textNode) exec(r *renderer, sc *scope) error {
-	r.out.WriteString(n.text)
-	return nil
+	return r.write(n.text)
 }
 
 func (n *outputNode) exec(r *renderer, sc *scope) error {
@@ -99,12 +99,12 @@ func (n *outputNode) exec(r *renderer, sc *scope) error {
 	}
 	switch x := v.(type) {
 	case string:
-		r.out.WriteString(x)
+		return r.write(x)
 	case Undefined:
+		return nil
 	default:
-		r.out.WriteString(toStr(v))
+		return r.write(toStr(v))
 	}
-	return nil
 }
 
 func (n *ifNode) exec(r *renderer, sc *scope) error {
@@ -142,6 +142,9 @@ func (n *forNode) run(r *renderer, sc *scope, it any, depth int) error {
 	if n.cond != nil {
 		kept := make([]any, 0, len(items))
 		for _, item := range items {
+			if err := r.step(); err != nil {
+				return err
+			}
 			isc := newScope(sc)
 			if err := assign(isc, n.target, item); err != nil {
 				return err
@@ -164,6 +167,9 @@ func (n *forNode) run(r *renderer, sc *scope, it any, depth int) error {
 	// end of the body (every one ended in break or continue).
 	completed := false
 	for i, item := range items {
+		if err := r.step(); err != nil {
+			return err
+		}
 		loop.index = i
 		isc := &scope{parent: sc, names: make([]string, 0, 4), vals: make([]any, 0, 4)}
 		if err := assign(isc, n.target, item); err != nil {
@@ -217,8 +223,7 @@ func (n *filterBlockNode) exec(r *renderer, sc *scope) error {
 	if err != nil {
 		return err
 	}
-	r.out.WriteString(toStr(v))
-	return nil
+	return r.write(toStr(v))
 }
 
 // applyFilterChain applies a filter chain whose innermost operand is nil
@@ -270,8 +275,7 @@ func (n *callBlockNode) exec(r *renderer, sc *scope) error {
 	if err != nil {
 		return err
 	}
-	r.out.WriteString(toStr(v))
-	return nil
+	return r.write(toStr(v))
 }
 
 // assign binds v to t in sc.

@@ -325,6 +325,9 @@ func filterIndent(r *renderer, v any, a *callArgs) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := textFits(int64(n)); err != nil {
+			return nil, err
+		}
 		ind = strings.Repeat(" ", max(n, 0))
 	}
 	var s string
@@ -413,7 +416,11 @@ func filterReplace(r *renderer, v any, a *callArgs) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return strings.Replace(toStr(v), toStr(p[0]), toStr(p[1]), n), nil
+	s, old, nw := toStr(v), toStr(p[0]), toStr(p[1])
+	if err := replacedFits(s, old, nw, n); err != nil {
+		return nil, err
+	}
+	return strings.Replace(s, old, nw, n), nil
 }
 
 func filterRound(r *renderer, v any, a *callArgs) (any, error) {

@@ -140,6 +140,9 @@ func newJSONOptions(indent any, separators any, ensureASCII, sortKeys bool) (jso
 	case nil, Undefined:
 	case int64:
 		o.hasIndent = true
+		if x > maxJSONIndent {
+			return o, fmt.Errorf("MemoryError: tojson indent %d is past the renderer's bound of %d", x, maxJSONIndent)
+		}
 		if x > 0 {
 			o.indent = strings.Repeat(" ", int(x))
 		}
@@ -149,6 +152,9 @@ func newJSONOptions(indent any, separators any, ensureASCII, sortKeys bool) (jso
 			o.indent = " "
 		}
 	case string:
+		if len(x) > maxJSONIndent {
+			return o, fmt.Errorf("MemoryError: tojson indent of %d bytes is past the renderer's bound of %d", len(x), maxJSONIndent)
+		}
 		o.hasIndent = true
 		o.indent = x
 	default:

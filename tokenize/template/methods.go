@@ -271,6 +271,9 @@ func callStrMethod(s, name string, a *callArgs) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := replacedFits(s, old, nw, n); err != nil {
+			return nil, err
+		}
 		return strings.Replace(s, old, nw, n), nil
 	case "find", "rfind", "index", "rindex", "count":
 		if len(a.pos) < 1 {
@@ -373,6 +376,9 @@ func callStrMethod(s, name string, a *callArgs) (any, error) {
 			return s, nil
 		}
 		pad := w - n
+		if err := repeatFits(max(len(fill), 1), int64(pad), maxText, "a padded string"); err != nil {
+			return nil, err
+		}
 		switch name {
 		case "ljust":
 			return s + strings.Repeat(fill, pad), nil

@@ -46,7 +46,11 @@ func unsupported(op string, a, b any) error {
 
 func binaryOp(op string, a, b any) (any, error) {
 	if op == "~" {
-		return toStr(a) + toStr(b), nil
+		x, y := toStr(a), toStr(b)
+		if err := textFits(int64(len(x)) + int64(len(y))); err != nil {
+			return nil, err
+		}
+		return x + y, nil
 	}
 	if s, ok := a.(string); ok && op == "%" {
 		return percentFormat(s, b) // str % anything, even Undefined
@@ -76,17 +80,26 @@ func binaryOp(op string, a, b any) (any, error) {
 		switch x := a.(type) {
 		case string:
 			if y, ok := b.(string); ok {
+				if err := textFits(int64(len(x)) + int64(len(y))); err != nil {
+					return nil, err
+				}
 				return x + y, nil
 			}
 			return nil, fmt.Errorf("TypeError: can only concatenate str (not \"%s\") to str", typeName(b))
 		case []any:
 			if y, ok := b.([]any); ok {
+				if err := itemsFit(int64(len(x)) + int64(len(y))); err != nil {
+					return nil, err
+				}
 				out := make([]any, 0, len(x)+len(y))
 				return append(append(out, x...), y...), nil
 			}
 			return nil, fmt.Errorf("TypeError: can only concatenate list (not \"%s\") to list", typeName(b))
 		case Tuple:
 			if y, ok := b.(Tuple); ok {
+				if err := itemsFit(int64(len(x)) + int64(len(y))); err != nil {
+					return nil, err
+				}
 				out := make(Tuple, 0, len(x)+len(y))
 				return append(append(out, x...), y...), nil
 			}
@@ -105,14 +118,23 @@ func binaryOp(op string, a, b any) (any, error) {
 		n = max(n, 0)
 		switch x := seq.(type) {
 		case string:
+			if err := repeatFits(len(x), n, maxText, "a string"); err != nil {
+				return nil, err
+			}
 			return strings.Repeat(x, int(n)), nil
 		case []any:
+			if err := repeatFits(len(x), n, maxItems, "a list"); err != nil {
+				return nil, err
+			}
 			out := make([]any, 0, len(x)*int(n))
 			for range n {
 				out = append(out, x...)
 			}
 			return out, nil
 		case Tuple:
+			if err := repeatFits(len(x), n, maxItems, "a tuple"); err != nil {
+				return nil, err
+			}
 			out := make(Tuple, 0, len(x)*int(n))
 			for range n {
 				out = append(out, x...)
