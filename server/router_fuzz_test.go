@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,8 +43,8 @@ func printableASCII(v string) bool {
 	return true
 }
 
-// FuzzRouterRequest sends any Generate or Chat message a client can
-// encode through the whole router (admission, chat template, tokenizer,
+// FuzzRouterRequest sends any Generate, Chat, Embed or Explain message a
+// client can encode through the whole router (admission, chat template, tokenizer,
 // constraints, cache_aware, an engine protocol's adapter) to two healthy
 // simulated engines of SGLang's, vLLM's or TensorRT-LLM's protocol, with
 // one of the request headers the router reads (routerHeaders) set to any
@@ -82,23 +83,37 @@ func FuzzRouterRequest(f *testing.F) {
 		&kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "json"}},
 			ResponseFormat: &kvgatev1.ResponseFormat{Type: "json_object"}, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(8)}},
 		&kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "x"}}, ReasoningParser: proto.String("qwen3"), ToolCallParser: proto.String("nope")},
+		&kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{InputIds: []uint32{1, 2, 3}}, {Text: "a sentence"}}},
+		&kvgatev1.EmbedRequest{Inputs: []*kvgatev1.EmbedInput{{InputIds: []uint32{1}, Text: "both"}, {}}},
+		&kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Generate{Generate: &kvgatev1.GenerateRequest{InputIds: []uint32{1, 2, 3}}},
+			Metadata: map[string]string{"x-routing-key": "session-7"}},
+		&kvgatev1.ExplainRequest{Request: &kvgatev1.ExplainRequest_Chat{Chat: &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "hi"}}}},
+			Metadata: map[string]string{"x-target-worker": "9"}},
 	}
 	for _, m := range seeds {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			f.Fatal(err)
 		}
-		_, chat := m.(*kvgatev1.ChatRequest)
+		var kind uint8
+		switch m.(type) {
+		case *kvgatev1.ChatRequest:
+			kind = 1
+		case *kvgatev1.EmbedRequest:
+			kind = 2
+		case *kvgatev1.ExplainRequest:
+			kind = 3
+		}
 		for p := range fleets {
-			f.Add(uint8(p), chat, b, uint8(p), "")
+			f.Add(uint8(p), kind, b, uint8(p), "")
 		}
 	}
 	b, _ := proto.Marshal(seeds[0])
 	for i, v := range []string{"req-7", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=x", "1", "user-42",
 		"-5", "0", "user-42", "Bearer sk-x", "10.0.0.1"} {
-		f.Add(uint8(0), false, b, uint8(i), v)
+		f.Add(uint8(0), uint8(0), b, uint8(i), v)
 	}
-	f.Fuzz(func(t *testing.T, protocol uint8, chat bool, data []byte, header uint8, value string) {
+	f.Fuzz(func(t *testing.T, protocol, kind uint8, data []byte, header uint8, value string) {
 		which := int(protocol) % len(fleets)
 		fl := fleets[which]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -108,33 +123,66 @@ func FuzzRouterRequest(f *testing.F) {
 			return // not a value gRPC sends in metadata
 		}
 		ctx = metadata.AppendToOutgoingContext(ctx, key, value)
-		var (
-			r   result
-			err error
-		)
-		if chat {
-			req := &kvgatev1.ChatRequest{}
-			if proto.Unmarshal(data, req) != nil {
-				return // refused by the codec (FuzzRequestCodec)
-			}
-			r, err = fl.chat(ctx, t, req)
-		} else {
-			req := &kvgatev1.GenerateRequest{}
-			if proto.Unmarshal(data, req) != nil {
+		rpc, err := fuzzCall(ctx, t, fl, kind, data)
+		if rpc == "" {
+			return // refused by the codec (FuzzRequestCodec)
+		}
+		if err != nil && !errors.Is(err, errMalformed) {
+			if st := status.Convert(err); clientCodes[st.Code()] && st.Message() != "" {
 				return
 			}
-			r, err = fl.readGenerate(ctx, req)
 		}
-		switch {
-		case errors.Is(err, errMalformed):
-			t.Fatalf("fleet %d, chat %v, %x, %s: %q: %v", which, chat, data, key, value, err)
-		case err == nil && r.complete == nil:
-			t.Fatalf("fleet %d, chat %v, %x, %s: %q: the stream ended OK without a completion", which, chat, data, key, value)
-		case err != nil:
-			st := status.Convert(err)
-			if !clientCodes[st.Code()] || st.Message() == "" {
-				t.Fatalf("fleet %d, chat %v, %x, %s: %q: %v; want a client's error (%v) with a message", which, chat, data, key, value, err, clientCodes)
-			}
+		if err != nil {
+			t.Fatalf("fleet %d, %s %x, %s: %q: %v; want OK or a client's error (%v) with a message", which, rpc, data, key, value, err, clientCodes)
 		}
 	})
+}
+
+// fuzzCall makes the call kind names (Generate, Chat, Embed, Explain) with
+// the message data holds, and returns its name ("" when data is not such a
+// message) and its error; a call that ended OK without its answer is an
+// error too.
+func fuzzCall(ctx context.Context, t *testing.T, fl *fleet, kind uint8, data []byte) (string, error) {
+	switch kind % 4 {
+	case 0:
+		req := &kvgatev1.GenerateRequest{}
+		if proto.Unmarshal(data, req) != nil {
+			return "", nil
+		}
+		r, err := fl.readGenerate(ctx, req)
+		if err == nil && r.complete == nil {
+			err = errors.New("the stream ended OK without a completion")
+		}
+		return "Generate", err
+	case 1:
+		req := &kvgatev1.ChatRequest{}
+		if proto.Unmarshal(data, req) != nil {
+			return "", nil
+		}
+		r, err := fl.chat(ctx, t, req)
+		if err == nil && r.complete == nil {
+			err = errors.New("the stream ended OK without a completion")
+		}
+		return "Chat", err
+	case 2:
+		req := &kvgatev1.EmbedRequest{}
+		if proto.Unmarshal(data, req) != nil {
+			return "", nil
+		}
+		resp, err := fl.router.Embed(ctx, req)
+		if err == nil && len(resp.GetEmbeddings()) != len(req.GetInputs()) {
+			err = fmt.Errorf("%d embeddings for %d inputs", len(resp.GetEmbeddings()), len(req.GetInputs()))
+		}
+		return "Embed", err
+	default:
+		req := &kvgatev1.ExplainRequest{}
+		if proto.Unmarshal(data, req) != nil {
+			return "", nil
+		}
+		resp, err := fl.admin.Explain(ctx, req)
+		if err == nil && resp.GetWorker() == "" {
+			err = errors.New("an explanation that names no worker")
+		}
+		return "Explain", err
+	}
 }
