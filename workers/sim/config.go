@@ -265,6 +265,13 @@ type Faults struct {
 	// ModelInfoMinimal answers GetModelInfo without vocab_size, context
 	// length or end-of-sequence ids.
 	ModelInfoMinimal bool
+	// ReportsNonsense (SGLang protocol) fills what the engine says of
+	// itself with figures no engine can mean: in GetModelInfo a negative
+	// vocab_size and context length; in GetServerInfo a page_size and
+	// max_running_requests of 1e300 and a negative max_total_num_tokens;
+	// in GetLoads negative counts, a NaN token usage and a cache hit rate
+	// of 7. It serves requests as usual.
+	ReportsNonsense bool
 	// EmitOOV replaces the output token at position EmitOOVAfter (0: the
 	// first) with VocabSize, an id outside the vocabulary.
 	EmitOOV      bool

@@ -193,6 +193,9 @@ func (s *sglangServer) GetModelInfo(context.Context, *sglang.GetModelInfoRequest
 	if s.e.Faults().ModelInfoMinimal {
 		info.VocabSize, info.MaxContextLength, info.EosTokenIds, info.MaxReqInputLen = 0, 0, nil, 0
 	}
+	if s.e.Faults().ReportsNonsense {
+		info.VocabSize, info.MaxContextLength = -1, -7
+	}
 	return info, nil
 }
 
@@ -236,6 +239,10 @@ func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoReque
 	if s.e.boot != nil && !s.e.Faults().UnreportedBootstrapPort {
 		fields["disaggregation_bootstrap_port"] = s.e.BootstrapPort()
 	}
+	total := int32(s.e.capacityTokens())
+	if s.e.Faults().ReportsNonsense {
+		fields["page_size"], fields["max_running_requests"], total = 1e300, 1e300, -1
+	}
 	args, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "sim: server_args: %v", err)
@@ -248,7 +255,7 @@ func (s *sglangServer) GetServerInfo(context.Context, *sglang.GetServerInfoReque
 		SglangVersion:        "kvgate-sim",
 		ServerType:           "grpc",
 		StartTime:            timestamppb.New(s.e.start),
-		MaxTotalNumTokens:    int32(s.e.capacityTokens()),
+		MaxTotalNumTokens:    total,
 	}, nil
 }
 
@@ -284,6 +291,10 @@ func (s *sglangServer) rankLoad(rank int32, l load, include []string) *sglang.Sc
 		Utilization:              l.utilization,
 		MaxRunningRequests:       int32(l.maxRunning),
 		NumWaitingUncachedTokens: int32(l.waitingUncachedTokens),
+	}
+	if s.e.Faults().ReportsNonsense {
+		sl.NumRunningReqs, sl.NumWaitingReqs, sl.MaxTotalNumTokens, sl.MaxRunningRequests = -50, -3, -1, -2
+		sl.TokenUsage, sl.CacheHitRate = math.NaN(), 7
 	}
 	if r := s.e.role(); r != RoleRegular {
 		sl.Disaggregation = &sglang.DisaggregationMetrics{Mode: r, DecodeTransferQueueReqs: int32(l.transferring)}
