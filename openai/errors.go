@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -120,8 +122,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeBody reads the request's JSON into v. The body is limited to max
 // bytes before it is read (http.MaxBytesReader), so a larger one is
-// refused with 413 without being read whole. Unknown fields are ignored,
-// as OpenAI's servers do; a field of the wrong type is a 400 naming it.
+// refused with 413 without being read whole, and to within of reading
+// (the connection's read deadline, cleared after), so a client that sends
+// its headers and then its body a byte at a time holds nothing for long:
+// 408. Unknown fields are ignored, as OpenAI's servers do; a field of the
+// wrong type is a 400 naming it.
 //
 // JSON text is UTF-8 (RFC 8259), and a body that is not is a 400 too.
 // encoding/json would let invalid bytes through: it replaces them in the
@@ -129,8 +134,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // front passes on as JSON text (a response_format's schema); a protobuf
 // string must be UTF-8, so the router's call then failed as its own
 // error, a 500 (FuzzOpenAIRequest found it).
-func decodeBody(w http.ResponseWriter, r *http.Request, max int64, v any) error {
+func decodeBody(w http.ResponseWriter, r *http.Request, max int64, within time.Duration, v any) error {
+	rc := http.NewResponseController(w)
+	deadline := within > 0 && rc.SetReadDeadline(time.Now().Add(within)) == nil
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		// The deadline stays: the server would otherwise wait for the
+		// rest of the body, to keep the connection, before it answers.
+		w.Header().Set("Connection", "close")
+		return &apiError{status: http.StatusRequestTimeout, kind: "invalid_request_error", code: "request_timeout",
+			message: fmt.Sprintf("the request body did not arrive within %v of its headers (--request-read-timeout)", within)}
+	}
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		return jsonError(err, max)
 	}

@@ -37,6 +37,10 @@ type Config struct {
 	// MaxClients bounds the in-memory connections (one per client host);
 	// 0: DefaultMaxClients.
 	MaxClients int
+	// BodyReadTimeout bounds how long a request's body may take to arrive
+	// once its headers have (the router's --request-read-timeout); past
+	// it the request is answered 408. 0: no bound.
+	BodyReadTimeout time.Duration
 	// Logger receives the front's own errors; nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -47,13 +51,16 @@ type Handler struct {
 	conns *conns
 	admin *conns // Admin's server, when it is apart; else conns
 	max   int64
-	log   *slog.Logger
-	now   func() time.Time
+	// readBody bounds the body's arrival (Config.BodyReadTimeout).
+	readBody time.Duration
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // New returns the front. Close it after the HTTP server has stopped.
 func New(cfg Config) *Handler {
-	h := &Handler{conns: newConns(cfg.Listener, cfg.MaxClients), max: cfg.MaxBodyBytes, log: cfg.Logger, now: time.Now}
+	h := &Handler{conns: newConns(cfg.Listener, cfg.MaxClients), max: cfg.MaxBodyBytes, readBody: cfg.BodyReadTimeout,
+		log: cfg.Logger, now: time.Now}
 	h.admin = h.conns
 	if cfg.AdminListener != nil {
 		h.admin = newConns(cfg.AdminListener, cfg.MaxClients)
@@ -242,7 +249,7 @@ func modelName(m string) string {
 // called when the call is over.
 func prepare[Q, P any](h *Handler, w http.ResponseWriter, r *http.Request, req *Q, proto func(*Q) (P, error)) (
 	ctx context.Context, rc kvgatev1.RouterClient, p P, release func(), ok bool) {
-	if err := decodeBody(w, r, h.max, req); err != nil {
+	if err := decodeBody(w, r, h.max, h.readBody, req); err != nil {
 		writeError(w, err)
 		return nil, nil, p, nil, false
 	}

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/workers/sim"
@@ -213,5 +216,39 @@ func TestOpenAIPriority(t *testing.T) {
 				t.Errorf("message %q does not name kvgate-priority", msg)
 			}
 		})
+	}
+}
+
+// TestOpenAISlowBodyIsCut: a client that sends its headers and then
+// stalls on its body is answered 408, naming the bound, within
+// --request-read-timeout; it holds no connection for longer. The bound
+// is on the body's arrival only: the answer after it may stream as long
+// as it needs.
+func TestOpenAISlowBodyIsCut(t *testing.T) {
+	hr := startHTTPRouter(t, "--request-read-timeout", "300ms")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(hr.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /v1/completions HTTP/1.1\r\nHost: kvgate\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 100\r\n\r\n{\"prompt\": "); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil { // the test's own bound
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	defer resp.Body.Close()
+	v := decode(t, resp.Body)
+	if msg, _ := path(v, "error", "message").(string); resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(msg, "300ms") {
+		t.Fatalf("status %d: %v; want 408 naming the bound", resp.StatusCode, v)
+	}
+	// A request whose body arrives in time is served on another connection.
+	if ok := hr.post(t, "/v1/completions", `{"prompt": "hi", "max_tokens": 2}`); ok.StatusCode != http.StatusOK {
+		t.Fatalf("a whole request: status %d: %v", ok.StatusCode, decode(t, ok.Body))
 	}
 }
