@@ -122,10 +122,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeBody reads the request's JSON into v. The body is limited to max
 // bytes before it is read (http.MaxBytesReader), so a larger one is
-// refused with 413 without being read whole, and to within of reading
-// (the connection's read deadline, cleared after), so a client that sends
-// its headers and then its body a byte at a time holds nothing for long:
-// 408. Unknown fields are ignored, as OpenAI's servers do; a field of the
+// refused with 413 without being read whole. It must arrive within
+// `within` (the connection's read deadline, cleared once it is in), so
+// that a client sending its headers and then its body a byte at a time
+// holds nothing for long: 408. Unknown fields are ignored, as OpenAI's servers do; a field of the
 // wrong type is a 400 naming it.
 //
 // JSON text is UTF-8 (RFC 8259), and a body that is not is a 400 too.
