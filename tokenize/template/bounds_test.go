@@ -25,6 +25,7 @@ func TestRenderBounds(t *testing.T) {
 		{"a replacement that multiplies", "{{ ('x' * 1000).replace('', 'y' * 100000) }}", "a string"},
 		{"the replace filter", "{{ ('x' * 1000) | replace('x', 'y' * 100000) }}", "a string"},
 		{"an indent", "{{ 'a\nb' | indent(1000000000) }}", "a string of"},
+		{"an indent of a long string on many lines", "{{ ('a\n' * 100000) | indent('x' * 100000) }}", "an indented string"},
 		{"a tojson indent", "{{ [[1]] | tojson(indent=100000000) }}", "tojson indent"},
 		{"output without end", "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "its output"},
 		{"sane sizes", "{% set ns = namespace(s='x') %}{% for i in range(10) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}" +

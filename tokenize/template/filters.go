@@ -342,6 +342,9 @@ func filterIndent(r *renderer, v any, a *callArgs) (any, error) {
 		return nil, fmt.Errorf("TypeError: unsupported operand type(s) for +=: '%s' and 'str'", typeName(v))
 	}
 	lines := pySplitlines(s)
+	if err := repeatFits(len(ind), int64(len(lines)), maxText-int64(len(s)), "an indented string"); err != nil {
+		return nil, err
+	}
 	var out string
 	if truthy(p[2]) {
 		out = strings.Join(lines, "\n"+ind)
