@@ -50,6 +50,12 @@ func (t *Template) Render(vars map[string]any, opts Options) (out string, err er
 	if r.now == nil {
 		r.now = time.Now
 	}
+	return t.renderWith(r, vars)
+}
+
+// renderWith renders with r, which keeps the render's counts (its steps)
+// for the caller to read.
+func (t *Template) renderWith(r *renderer, vars map[string]any) (out string, err error) {
 	root := &scope{vars: make(map[string]any, len(vars))}
 	for k, v := range vars {
 		if root.vars[k], err = normalizeVar(v); err != nil {
