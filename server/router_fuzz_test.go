@@ -44,15 +44,16 @@ func printableASCII(v string) bool {
 }
 
 // FuzzRouterRequest sends any Generate, Chat, Embed or Explain message a
-// client can encode through the whole router (admission, chat template, tokenizer,
-// constraints, cache_aware, an engine protocol's adapter) to two healthy
-// simulated engines of SGLang's, vLLM's or TensorRT-LLM's protocol, with
-// one of the request headers the router reads (routerHeaders) set to any
-// value. A call either ends OK with its completion last, or with one of
-// clientCodes; it never fails as the router's own error or hangs. The
-// request checks' own fuzz targets (FuzzValidateRequest, FuzzRequestCodec,
-// FuzzStructuredSampling) hold each check to its contract; this one holds
-// the path they guard.
+// client can encode through the whole router (admission, chat template,
+// tokenizer, constraints, cache_aware, an engine protocol's adapter) to
+// two healthy simulated engines of SGLang's, vLLM's or TensorRT-LLM's
+// protocol, with one of the request headers the router reads
+// (routerHeaders) set to any value. A call either ends OK with its whole
+// answer (see fuzzCall), or with one of clientCodes; it never fails as the
+// router's own error or hangs. The request checks' own fuzz targets
+// (FuzzValidateRequest, FuzzRequestCodec, FuzzStructuredSampling,
+// FuzzEmbedRequest) hold each check to its contract; this one holds the
+// path they guard.
 //
 //	go test -run '^$' -fuzz FuzzRouterRequest -fuzztime 5m ./server/
 func FuzzRouterRequest(f *testing.F) {
