@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // openAIPaths are the endpoints FuzzOpenAIRequest posts to, by the
@@ -20,17 +22,6 @@ var openAIPaths = [...]string{"/v1/chat/completions", "/v1/completions", "/v1/em
 // which FuzzOpenAIRequest sets one of.
 var httpHeaders = []string{"Authorization", "X-Request-Id", "X-Routing-Key", "X-Target-Worker", "Kvgate-Priority",
 	"X-Smg-Routing-Key", "X-Smg-Target-Worker", "Traceparent", "Tracestate", "X-Forwarded-For", "Content-Type"}
-
-// headerValue reports whether v is a header value Go's HTTP client sends
-// (no control bytes but tab).
-func headerValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c == 0x7f || c < 0x20 && c != '\t' {
-			return false
-		}
-	}
-	return true
-}
 
 // FuzzOpenAIRequest posts any body to the OpenAI-compatible front of a
 // router over two healthy simulated engines, as a hostile client may, with
@@ -89,7 +80,7 @@ func FuzzOpenAIRequest(f *testing.F) {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		key := httpHeaders[int(header)%len(httpHeaders)]
-		if !headerValue(value) {
+		if !httpguts.ValidHeaderFieldValue(value) {
 			return // not a value an HTTP client sends
 		}
 		req.Header.Set(key, value)
