@@ -29,7 +29,8 @@ func TestRenderBounds(t *testing.T) {
 		{"a tojson indent", "{{ [[1]] | tojson(indent=100000000) }}", "tojson indent"},
 		{"output without end", "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "its output"},
 		{"sane sizes", "{% set ns = namespace(s='x') %}{% for i in range(10) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}" +
-			"{{ ns.s | length }} {{ ('ab' * 3).replace('a', 'xyz') }} {{ 'x'.ljust(5, '-') }} {{ [1] * 3 }} {{ [[1]] | tojson(indent=2) }}", ""},
+			"{{ ns.s | length }} {{ ('ab' * 3).replace('a', 'xyz') }} {{ 'x'.ljust(5, '-') }} {{ [1] * 3 }} {{ [[1]] | tojson(indent=2) }}" +
+			" {{ 'a\nb' | indent(-5) }}", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,7 +40,7 @@ func TestRenderBounds(t *testing.T) {
 			}
 			out, err := tp.Render(nil, Options{})
 			if tt.wantErr == "" {
-				if err != nil || !strings.HasPrefix(out, "1024 xyzbxyzbxyzb x---- [1, 1, 1] [\n  [\n    1\n  ]\n]") {
+				if err != nil || out != "1024 xyzbxyzbxyzb x---- [1, 1, 1] [\n  [\n    1\n  ]\n] a\nb" {
 					t.Fatalf("Render = %q, %v", out, err)
 				}
 				return

@@ -325,10 +325,11 @@ func filterIndent(r *renderer, v any, a *callArgs) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		n = max(n, 0) // a negative width indents nothing, as " " * n does in Python
 		if err := textFits(int64(n)); err != nil {
 			return nil, err
 		}
-		ind = strings.Repeat(" ", max(n, 0))
+		ind = strings.Repeat(" ", n)
 	}
 	var s string
 	switch x := v.(type) {
