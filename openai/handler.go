@@ -41,6 +41,11 @@ type Config struct {
 	// once its headers have (the router's --request-read-timeout); past
 	// it the request is answered 408. 0: no bound.
 	BodyReadTimeout time.Duration
+	// WriteTimeout bounds each write of a response to its client (the
+	// router's --stream-send-timeout): a client that stops reading fails
+	// the write, and the handler's return ends the router's call and its
+	// engine request (see boundWriter). 0: no bound.
+	WriteTimeout time.Duration
 	// Logger receives the front's own errors; nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -53,14 +58,16 @@ type Handler struct {
 	max   int64
 	// readBody bounds the body's arrival (Config.BodyReadTimeout).
 	readBody time.Duration
-	log      *slog.Logger
-	now      func() time.Time
+	// writeEach bounds each write of a response (Config.WriteTimeout).
+	writeEach time.Duration
+	log       *slog.Logger
+	now       func() time.Time
 }
 
 // New returns the front. Close it after the HTTP server has stopped.
 func New(cfg Config) *Handler {
 	h := &Handler{conns: newConns(cfg.Listener, cfg.MaxClients), max: cfg.MaxBodyBytes, readBody: cfg.BodyReadTimeout,
-		log: cfg.Logger, now: time.Now}
+		writeEach: cfg.WriteTimeout, log: cfg.Logger, now: time.Now}
 	h.admin = h.conns
 	if cfg.AdminListener != nil {
 		h.admin = newConns(cfg.AdminListener, cfg.MaxClients)
@@ -86,7 +93,15 @@ func New(cfg Config) *Handler {
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if bw := newBoundWriter(w, h.writeEach); bw != nil {
+		// The server's own last writes (the rest of its buffer, the
+		// chunked body's end) follow the handler's return.
+		defer bw.last()
+		w = bw
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // Close closes the in-memory connections.
 func (h *Handler) Close() {

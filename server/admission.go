@@ -59,6 +59,13 @@ type AdmissionConfig struct {
 	// calls and sends nothing costs the others no places, and this bounds
 	// how long it holds a goroutine and a stream instead.
 	RequestReadTimeout time.Duration
+	// StreamSendTimeout is how long one message of a Generate or Chat
+	// stream may wait for the client to take it (its flow-control window
+	// to open); past it the call ends with DEADLINE_EXCEEDED, which aborts
+	// the engine's request and frees its admission place. 0: no limit.
+	// It bounds each message, not the answer: a client that reads, however
+	// slowly, is never cut (see sendWithin).
+	StreamSendTimeout time.Duration
 	// RateLimitPerKey, when > 0, allows each client key (the routing key,
 	// else the authorization metadata, else the peer address) this many
 	// requests per second, with bursts of as many.
@@ -112,6 +119,7 @@ func DefaultAdmissionConfig() AdmissionConfig {
 		MatchWindow:           DefaultMatchWindow,
 		MaxPasses:             DefaultMaxPasses,
 		RequestReadTimeout:    10 * time.Second,
+		StreamSendTimeout:     DefaultStreamSendTimeout,
 		RateLimitKeys:         100_000,
 		MaxChatMessages:       10_000,
 		MaxTools:              1_024,
@@ -132,6 +140,8 @@ func (c AdmissionConfig) Validate() error {
 		return fmt.Errorf("--queue-timeout-secs is %v; it must be >= 0", c.QueueTimeout)
 	case c.RequestReadTimeout < 0:
 		return fmt.Errorf("--request-read-timeout is %v; it must be >= 0 (0: no limit)", c.RequestReadTimeout)
+	case c.StreamSendTimeout < 0:
+		return fmt.Errorf("--stream-send-timeout is %v; it must be >= 0 (0: no limit)", c.StreamSendTimeout)
 	case !(c.RateLimitPerKey >= 0):
 		return fmt.Errorf("--rate-limit-per-key is %v; it must be >= 0 (0: no limit)", c.RateLimitPerKey)
 	case c.RateLimitPerKey > 0 && c.RateLimitKeys < 1:
@@ -242,8 +252,16 @@ func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 		return handler(srv, ss)
 	}
 	as := &admittedStream{ServerStream: ss, s: s}
+	as.send.d = s.admission.cfg.StreamSendTimeout
 	defer as.done()
-	return handler(srv, as)
+	err := handler(srv, as)
+	if err != nil && as.send.expired() {
+		// The stream's end cancelled the call, and the pipeline answered
+		// with the context's error; the call's log line and metrics are
+		// owed the reason.
+		return sendTimeout(as.send.d)
+	}
+	return err
 }
 
 // admittedStream is a Router call's stream whose first RecvMsg, the
@@ -254,6 +272,7 @@ type admittedStream struct {
 	s       *Server
 	read    bool   // the first message was asked for
 	release func() // gives the place back; nil: no place held
+	send    sendBound
 }
 
 func (as *admittedStream) RecvMsg(m any) error {
@@ -275,8 +294,12 @@ func (as *admittedStream) RecvMsg(m any) error {
 	return nil
 }
 
+// SendMsg sends one message of the answer within the stream send timeout.
+func (as *admittedStream) SendMsg(m any) error { return as.send.within(as.ServerStream, m) }
+
 // done gives back the place the call held, if it got one.
 func (as *admittedStream) done() {
+	as.send.stop()
 	if as.release != nil {
 		as.release()
 	}

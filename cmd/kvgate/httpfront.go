@@ -41,18 +41,20 @@ type httpFront struct {
 	srv      *http.Server
 	addr     string
 	maxBytes int64
-	// readBody bounds a request body's arrival (--request-read-timeout).
-	readBody time.Duration
-	log      *slog.Logger
+	// readBody bounds a request body's arrival (--request-read-timeout),
+	// and writeEach each write of its answer (--stream-send-timeout).
+	readBody, writeEach time.Duration
+	log                 *slog.Logger
 }
 
 // newHTTPFront prepares the front; nil when --http-port is -1. It must be
 // made before the router, whose credentials it wraps.
-func newHTTPFront(f httpFlags, maxBytes int, readBody time.Duration, separateAdmin bool, log *slog.Logger) *httpFront {
+func newHTTPFront(f httpFlags, a admissionFlags, separateAdmin bool, log *slog.Logger) *httpFront {
 	if f.port < 0 {
 		return nil
 	}
-	h := &httpFront{flags: f, lis: openai.NewListener(), maxBytes: int64(maxBytes), readBody: readBody, log: log}
+	h := &httpFront{flags: f, lis: openai.NewListener(), maxBytes: int64(a.maxRequestBytes), readBody: a.readTimeout,
+		writeEach: a.sendTimeout, log: log}
 	if separateAdmin {
 		h.adminLis = openai.NewListener()
 	}
@@ -84,7 +86,7 @@ func (h *httpFront) start(host string, g *router.Router, certs *tlsfiles.Certifi
 	}
 	h.addr = lis.Addr().String()
 	h.handler = openai.New(openai.Config{Listener: h.lis, AdminListener: h.adminLis, MaxBodyBytes: h.maxBytes,
-		BodyReadTimeout: h.readBody, Logger: h.log})
+		BodyReadTimeout: h.readBody, WriteTimeout: h.writeEach, Logger: h.log})
 	h.srv = &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn)}
 	if certs != nil {
 		base := certs.TLSConfig()

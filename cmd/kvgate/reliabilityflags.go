@@ -73,6 +73,7 @@ type admissionFlags struct {
 	queueSize       int
 	queueTimeoutSec float64
 	readTimeout     time.Duration
+	sendTimeout     time.Duration
 	ratePerKey      float64
 	maxRequestBytes int
 	maxLogprobBytes int64
@@ -88,6 +89,7 @@ func (a *admissionFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&a.queueSize, "queue-size", d.QueueSize, "requests that may wait in the router, for a place under --max-concurrent-requests or for an engine with room; beyond it they are refused at once with RESOURCE_EXHAUSTED (0: none wait)")
 	fs.Float64Var(&a.queueTimeoutSec, "queue-timeout-secs", d.QueueTimeout.Seconds(), "how long a request may wait in the router's queue before RESOURCE_EXHAUSTED")
 	fs.DurationVar(&a.readTimeout, "request-read-timeout", d.RequestReadTimeout, "a Generate or Chat call must send its request this soon after it opens, else DEADLINE_EXCEEDED; no admission place is held before it arrives; on the HTTP front, a body must arrive this soon after its headers, else 408 (0: no limit)")
+	fs.DurationVar(&a.sendTimeout, "stream-send-timeout", d.StreamSendTimeout, "each message of a streamed answer must be taken by the client within this long (a client that stops reading fills its flow-control window), else the call ends with DEADLINE_EXCEEDED, its engine request is aborted and its admission place freed; on the HTTP front, each write to the client is bounded alike; a client that reads, however slowly, is never cut (0: no limit)")
 	fs.Float64Var(&a.ratePerKey, "rate-limit-per-key", 0, "requests per second (and burst) each client may send, keyed by x-routing-key, else authorization, else address (0: no limit)")
 	fs.BoolVar(&a.avoidFull, "late-binding-avoid-full", d.AvoidFullEngines, "a request bound after waiting for an engine with room is placed only on engines below their running-request limit, not on one the policy prefers that is full (false: the policy chooses among all, which keeps cache affinity)")
 	fs.IntVar(&a.matchWindow, "late-binding-match-window", d.MatchWindow, "requests that waited in the router are bound by matching: a free engine place goes to the one, among this many first waiting of the head's priority class, that loses least of its cached prefix by running on an engine with room now, and it is placed only on an engine with room; requests cached on a full engine wait in the router for it (0, the default: the head is bound and the policy chooses among all engines; 32 is the window measured, which wins under overload on the Mooncake traces and loses TTFT p90/p99 to round_robin on engines of 8 slots under many conversations)")
@@ -103,6 +105,7 @@ func (a *admissionFlags) config() server.AdmissionConfig {
 	c.QueueSize = a.queueSize
 	c.QueueTimeout = time.Duration(a.queueTimeoutSec * float64(time.Second))
 	c.RequestReadTimeout = a.readTimeout
+	c.StreamSendTimeout = a.sendTimeout
 	c.RateLimitPerKey = a.ratePerKey
 	c.MaxLogprobBytes = a.maxLogprobBytes
 	c.AvoidFullEngines = a.avoidFull

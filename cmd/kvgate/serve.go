@@ -215,7 +215,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, ready func(li
 		gcfg.Credentials = credentials.NewTLS(certs.TLSConfig())
 	}
 	gcfg.SeparateAdmin = cfg.adminPort >= 0
-	front := newHTTPFront(cfg.http, cfg.admission.maxRequestBytes, cfg.admission.readTimeout, gcfg.SeparateAdmin, log)
+	front := newHTTPFront(cfg.http, cfg.admission, gcfg.SeparateAdmin, log)
 	gcfg.Credentials = front.credentials(gcfg.Credentials)
 	defer stopSims()
 	mod, _ := buildVersion() // the traces' service.version

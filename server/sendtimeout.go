@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultStreamSendTimeout is --stream-send-timeout's default: the bound
+// nginx puts on a response write by default (send_timeout, 60 s, between
+// two successive writes). A client that has taken nothing of its answer
+// for a minute is not reading it.
+const DefaultStreamSendTimeout = time.Minute
+
+// A client that opens a stream and stops reading it fills HTTP/2's flow
+// control window, and the router's next send blocks in grpc-go's SendMsg.
+// The pipeline, blocked in that send, stops reading the engine's stream,
+// so the engine holds the request's slot and KV, and the call its
+// admission place, for as long as the client keeps its connection open: a
+// handful of such clients could take every place. So every message must
+// be taken within --stream-send-timeout. The handler cannot end a send it
+// is blocked in, so a timer armed around each send does what the read
+// timeout's does (see readWithin): it writes DEADLINE_EXCEEDED as the
+// stream's status, which cancels the stream's context and with it the
+// blocked send (grpc-go's transport wakes a writer waiting for quota when
+// its stream ends). The pipeline then sees its context end, aborts the
+// engine's request and returns, and the interceptor gives back the
+// admission place. What the transport had already queued for the client
+// (at most a stream's write quota, 64 KiB in grpc-go) stays with the
+// connection until the client reads it or the connection closes; the
+// status follows it. The bound is per message, so a client that reads
+// slowly but steadily is never cut, however long its answer.
+
+// sendBound is one call's send timeout. It is used by the call's handler
+// goroutine only, but for expired, which the timer's goroutine sets.
+type sendBound struct {
+	d     time.Duration // 0: no bound
+	timer *time.Timer   // made at the first send
+	fired atomic.Bool
+}
+
+// within sends m on ss, ending the call with DEADLINE_EXCEEDED when the
+// send has not completed within the bound, and then returning sendTimeout
+// whatever the send returned.
+func (b *sendBound) within(ss grpc.ServerStream, m any) error {
+	if b.d <= 0 {
+		return ss.SendMsg(m)
+	}
+	if b.timer == nil {
+		w, ok := grpc.ServerTransportStreamFromContext(ss.Context()).(statusWriter)
+		if !ok {
+			// Not a stream of grpc-go's server (a test's fake): nothing
+			// but the handler could end it.
+			b.d = 0
+			return ss.SendMsg(m)
+		}
+		d := b.d
+		b.timer = time.AfterFunc(d, func() {
+			b.fired.Store(true)
+			_ = w.WriteStatus(status.New(codes.DeadlineExceeded, sendTimeout(d).Error()))
+		})
+	} else {
+		b.timer.Reset(b.d)
+	}
+	err := ss.SendMsg(m)
+	if !b.timer.Stop() {
+		// The status is written: the send ended with the stream, or it
+		// completed as the timer fired and the call is over anyway.
+		return sendTimeout(b.d)
+	}
+	return err
+}
+
+// expired reports whether the bound ended the call.
+func (b *sendBound) expired() bool { return b.fired.Load() }
+
+// stop releases the timer when the call ends.
+func (b *sendBound) stop() {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+}
+
+// sendTimeout is a stream message the client did not take in time. Like
+// readTimeout it unwraps to context.DeadlineExceeded, so the edge answers
+// DEADLINE_EXCEEDED with this message.
+type sendTimeout time.Duration
+
+func (e sendTimeout) Error() string {
+	return fmt.Sprintf("the client took no message of the answer within %v (--stream-send-timeout): a stream must be read as it arrives; "+
+		"the call was ended and its engine request aborted", time.Duration(e))
+}
+
+func (sendTimeout) Unwrap() error { return context.DeadlineExceeded }

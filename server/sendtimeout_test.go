@@ -1,0 +1,91 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
+	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/router"
+	"github.com/kvgate/kvgate/workers/sim"
+)
+
+// A client that opens a stream and stops reading it is cut loose once the
+// router's send has waited --stream-send-timeout for it: the engine's
+// request is aborted, the admission place is free for the next client, and
+// the stalled client, should it read again, finds what was sent before the
+// stall and then DEADLINE_EXCEEDED naming the flag. Without the bound the
+// engine ran the request on and the place stayed held for as long as the
+// connection was open (measured: still running 10 s later).
+func TestStreamSendTimeoutFreesAClientThatStopsReading(t *testing.T) {
+	const tokens = 120_000 // far more than HTTP/2's windows hold unread
+	f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) {
+		// One place and no queue: a place the stalled call kept would
+		// refuse the next request at once.
+		c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 1, 0
+		c.Admission.StreamSendTimeout = 200 * time.Millisecond
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := f.streaming(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(tokens), IgnoreEos: true}})
+	// st has read one message and reads no more until the router is free.
+	eng := f.sims[0].Engine()
+	testutil.EventuallyState(t, testutil.Patience, "the engine's request to end", func() (bool, string) {
+		s := eng.Stats()
+		return s.Running == 0 && s.Requests == 1, fmt.Sprintf("running %d of %d requests, %d tokens generated", s.Running, s.Requests, s.GeneratedTokens)
+	})
+	if got := eng.Stats().GeneratedTokens; got >= tokens {
+		t.Fatalf("the engine generated all %d tokens: the stalled stream did not stop it", got)
+	}
+	testutil.Eventually(t, "the stalled call's place to be free", func() bool {
+		return gauge(t, f, "kvgate_requests_in_flight") == 0
+	})
+	r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(100, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+	if r.complete.GetUsage().GetCompletionTokens() != 2 {
+		t.Fatalf("the next request completed %d tokens, want 2", r.complete.GetUsage().GetCompletionTokens())
+	}
+	var chunks int
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--stream-send-timeout") {
+				t.Fatalf("the stalled stream, read again, ended with %v; want DEADLINE_EXCEEDED naming --stream-send-timeout", err)
+			}
+			break
+		}
+		if m.GetComplete() != nil {
+			t.Fatalf("the stalled stream completed after %d chunks: %v", chunks, m.GetComplete().GetUsage())
+		}
+		chunks++
+	}
+	if chunks == 0 {
+		t.Fatal("the stalled stream held none of what was sent before it stalled")
+	}
+}
+
+// The bound is on each message, not on the answer: a generation that
+// streams for many times the bound, to a client that reads it as it comes,
+// completes.
+func TestStreamSendTimeoutSparesAClientThatReads(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	f := startFleet(t, fleetOptions{workers: 1,
+		sim: func(_ int, c *sim.Config) {
+			// 20 tokens of 10 ms: the answer streams for 10 bounds.
+			c.TimeScale, c.DecodeMsPerToken = 1, 10
+		},
+		config: func(c *router.Config) { c.Admission.StreamSendTimeout = timeout }})
+	start := time.Now()
+	r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true, SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(20)}})
+	if got := r.complete.GetUsage().GetCompletionTokens(); got != 20 {
+		t.Fatalf("completed %d tokens, want 20", got)
+	}
+	if took := time.Since(start); took < 5*timeout {
+		t.Fatalf("the generation took %v, under 5 bounds (%v): it proves nothing", took, 5*timeout)
+	}
+}
