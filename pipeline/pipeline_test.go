@@ -41,6 +41,8 @@ func TestPipelineRules(t *testing.T) {
 		attempts [][]step
 		// cancelOnChunk: the client leaves once it has a chunk.
 		cancelOnChunk bool
+		// slowClient: the client takes this long to take each chunk.
+		slowClient time.Duration
 
 		// raw is what the pipeline returns, before the edge: a fault
 		// of a kind ("fault: unavailable"), the engine's own status
@@ -94,6 +96,13 @@ func TestPipelineRules(t *testing.T) {
 			wantPlaced:    1, wantChunks: 1,
 		},
 		{
+			name:       "a client slow to take its chunks, past the idle timeout, does not make the engine idle",
+			stream:     true,
+			slowClient: 2 * DefaultReliability().StreamIdleTimeout,
+			attempts:   [][]step{{tokens(1), tokens(2), final()}},
+			wantOutput: []uint32{1, 2}, wantWorker: "w0", wantPlaced: 1, wantChunks: 2,
+		},
+		{
 			name:       "a worker silent past the first-token timeout is retried on another",
 			firstToken: 5 * time.Second,
 			attempts:   [][]step{{stall()}, {tokens(4), final()}},
@@ -134,8 +143,11 @@ func TestPipelineRules(t *testing.T) {
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				sink := &sink{}
-				if tt.cancelOnChunk {
+				switch {
+				case tt.cancelOnChunk:
 					sink.onChunk = cancel
+				case tt.slowClient > 0:
+					sink.onChunk = func() { time.Sleep(tt.slowClient) } // the bubble's clock
 				}
 				j := &Job{ID: "req", Route: r, InputIDs: []uint32{10, 11, 12}, Sampling: &kvgatev1.SamplingParams{},
 					Stream: tt.stream, Start: time.Now(), Send: sink.send}
@@ -293,6 +305,11 @@ type scriptedStream struct {
 }
 
 func (s *scriptedStream) Recv() (workers.Chunk, error) {
+	if err := s.ctx.Err(); err != nil {
+		// As a gRPC stream: its context's end ends it, whatever it had
+		// yet to send.
+		return workers.Chunk{}, status.FromContextError(err).Err()
+	}
 	if len(s.steps) == 0 {
 		return workers.Chunk{}, io.EOF
 	}

@@ -88,15 +88,28 @@ func (r *relay) stopTimer() {
 	}
 }
 
-// heard resets the engine's silence timer after it sent something.
+// heard stops the engine's silence timer when it has sent tokens. The
+// time the relay then spends handing them to the client is not the
+// engine's: a client slow to read, whose send blocks, must not make a
+// healthy engine's stream look idle, fail it as the worker's fault and
+// count it against its breaker (it did, before the client's own bound,
+// --stream-send-timeout, existed). listen starts the timer again once the
+// relay waits on the engine.
 func (r *relay) heard() {
-	if r.timer == nil {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+// listen re-arms the engine's silence timer as the relay goes back to
+// waiting on the engine after tokens: with the idle timeout, or not at all
+// when only the first token was timed.
+func (r *relay) listen() {
+	if r.timer == nil || !r.first.Load() {
 		return
 	}
 	if d := r.s.cfg.StreamIdleTimeout; d > 0 {
 		r.timer.Reset(d)
-	} else {
-		r.timer.Stop() // only the first token was timed
 	}
 }
 
@@ -123,6 +136,9 @@ func (r *relay) run(es workers.Stream) (*kvgatev1.GenerateComplete, error) {
 		}
 		if err := r.send(c.TokenIDs, c.Logprobs); err != nil {
 			return nil, err
+		}
+		if len(c.TokenIDs) > 0 {
+			r.listen()
 		}
 		if r.stopped {
 			if err := r.flushText(); err != nil {

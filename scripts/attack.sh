@@ -37,6 +37,10 @@
 #       row should count failures, not that slowness
 #   2   40 Embed, 10 at a time, against simulators started with --embedding-dim 0
 #   3   1,030 Generate streams that never send their request, held HOLD
+#   3r  READERS streamed Generates of 120,000 tokens (ignore_eos) on
+#       simulators at --time-scale 0, each read for one message, then not at
+#       all for READERS_HOLD (past --stream-send-timeout's 60 s), then read on
+#       for up to 12,000 messages: how each ended
 #   4e  8 concurrent Admin/Explain with a text of 8 MiB - 4 KiB (under --max-request-bytes)
 #   4g  BIG_GENERATE_N concurrent Generate with the same text
 #   5   --api-key set: 32 concurrent unary Admin/Explain carrying a ~5 MB
@@ -64,7 +68,8 @@
 #
 # Usage: scripts/attack.sh          (from the repository root; ~10 minutes on 2 cores)
 #        ATTACKS="1 9" scripts/attack.sh
-# Environment: ATTACKS (all, as listed), TAIL (70s), HOLD (35s),
+# Environment: ATTACKS (all, as listed), TAIL (70s), HOLD (35s), READERS (128),
+# READERS_HOLD (75s),
 # BIG_GENERATE_N (16: each request may cost the router ~0.5 GB before the
 # fix, 5.1 GB for 16 on 3ae82ed; the 64 would need ~20 GB), KV_GAP_DURATION (16s), LOAD_REQUESTS
 # (2000), LOAD_CONCURRENCY (32), KV_FLOOD_FLAG (--kv-event-flood-blocks),
@@ -80,9 +85,11 @@
 # with the last line of its log.
 set -euo pipefail
 
-ATTACKS=${ATTACKS-1 1q 2 3 4e 4g 5 5c 6 7 8 8d 9 10s 10u}
+ATTACKS=${ATTACKS-1 1q 2 3 3r 4e 4g 5 5c 6 7 8 8d 9 10s 10u}
 TAIL=${TAIL:-70s}
 HOLD=${HOLD:-35s}
+READERS=${READERS:-128}
+READERS_HOLD=${READERS_HOLD:-75s}
 BIG_GENERATE_N=${BIG_GENERATE_N:-16}
 KV_GAP_DURATION=${KV_GAP_DURATION:-16s}
 LOAD_REQUESTS=${LOAD_REQUESTS:-2000}
@@ -193,6 +200,10 @@ for a in $ATTACKS; do
 	3)
 		fleet 3 2 "" ""
 		attack "3 1,030 silent Generate streams" silent-streams -n 1030 -hold "$HOLD" -watch kvgate_admission_rejected_total
+		;;
+	3r)
+		fleet 3r 2 "--time-scale 0" ""
+		attack "3r $READERS Generate streams whose clients stop reading" stalled-readers -n "$READERS" -hold "$READERS_HOLD" -watch kvgate_requests_total
 		;;
 	4e)
 		fleet 4e 2 "" ""

@@ -21,9 +21,11 @@ const DefaultStreamSendTimeout = time.Minute
 // control window, and the router's next send blocks in grpc-go's SendMsg.
 // The pipeline, blocked in that send, stops reading the engine's stream,
 // so the engine holds the request's slot and KV, and the call its
-// admission place, for as long as the client keeps its connection open: a
-// handful of such clients could take every place. So every message must
-// be taken within --stream-send-timeout. The handler cannot end a send it
+// admission place for as long as the client keeps its connection open: a
+// handful of such clients could take every place. (The engine's stream
+// then looked idle, and --stream-idle-timeout failed it as the worker's
+// fault; the relay no longer times the engine while it sends.) So every
+// message must be taken within --stream-send-timeout. The handler cannot end a send it
 // is blocked in, so a timer armed around each send does what the read
 // timeout's does (see readWithin): it writes DEADLINE_EXCEEDED as the
 // stream's status, which cancels the stream's context and with it the

@@ -41,7 +41,7 @@ func (r *reliabilityFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&r.budgetPerWorker, "retry-budget-per-worker", d.Retry.RetriesPerWorker, "each worker able to serve (healthy, breaker not open) adds to the retry budget its share of the requests in flight, and at least this many retries")
 	fs.DurationVar(&r.firstTokenTimeout, "first-token-timeout", d.FirstTokenTimeout, "an attempt whose worker sends no token this long after it started fails and is retried elsewhere (0: no limit)")
 	fs.DurationVar(&r.abortConfirm, "abort-confirm-timeout", d.AbortConfirmTimeout, "a request the router aborted stays counted in flight on its worker until the engine ends its stream, at most this long (engines may ignore Abort; 0: released at once)")
-	fs.DurationVar(&r.streamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "after the first token, a worker that sends nothing for this long fails the request with UNAVAILABLE (0: no limit)")
+	fs.DurationVar(&r.streamIdleTimeout, "stream-idle-timeout", d.StreamIdleTimeout, "after the first token, a worker that sends nothing for this long fails the request with UNAVAILABLE; only the wait on the worker counts, not time spent handing tokens to a client slow to read them (0: no limit)")
 }
 
 func (r *reliabilityFlags) breaker() workers.BreakerConfig {

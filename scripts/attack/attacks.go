@@ -30,6 +30,7 @@ func attackNamed(name string) (attackFunc, bool) {
 		"logprobs":          attackLogprobs,
 		"embed":             attackEmbed,
 		"silent-streams":    attackSilentStreams,
+		"stalled-readers":   attackStalledReaders,
 		"big-text-explain":  attackBigTextExplain,
 		"big-text-generate": attackBigTextGenerate,
 		"auth-struct":       attackAuthStruct,
@@ -148,6 +149,84 @@ func attackSilentStreams(ctx context.Context, c config, _ *grpc.ClientConn, t *t
 		}()
 	}
 	t.notef("%d streams opened in %d ms, held %s", c.n, time.Since(opened).Milliseconds(), c.hold)
+	wg.Wait()
+	return nil
+}
+
+// attackStalledReaders opens n streamed Generates of 120,000 tokens each
+// (ignore_eos), reads each one's first message and then nothing for the
+// hold, as a client that stops reading its answer does; then reads each
+// on, up to drainLimit messages, and records how it ended: a gRPC status,
+// or "still streaming" when the answer was still coming (the router and
+// the engine kept the request through the hold).
+func attackStalledReaders(ctx context.Context, c config, _ *grpc.ClientConn, t *tally) error {
+	const (
+		conns      = 8 // spread the streams as separate clients would
+		tokens     = 120_000
+		drainLimit = 12_000
+	)
+	var cc []kvgatev1.RouterClient
+	for range conns {
+		x, err := dial(c.router)
+		if err != nil {
+			return err
+		}
+		defer x.Close()
+		cc = append(cc, kvgatev1.NewRouterClient(x))
+	}
+	sctx, cancel := context.WithCancel(withKey(ctx, c.key))
+	defer cancel()
+	held := time.NewTimer(c.hold)
+	defer held.Stop()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	opened := time.Now()
+	for i := 0; i < c.n; i++ {
+		ids := make([]uint32, 32)
+		for j := range ids {
+			ids[j] = uint32(1 + (i*len(ids)+j)%2000) // within the simulator's vocabulary (2,059)
+		}
+		ids[0] = uint32(1 + i%2000) // distinct prompts: no shared prefix
+		limit := uint32(tokens)
+		st, err := cc[i%conns].Generate(sctx, &kvgatev1.GenerateRequest{InputIds: ids, Stream: true,
+			SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: &limit, IgnoreEos: true}})
+		if err != nil {
+			t.add(err, 0)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := st.Recv(); err != nil {
+				t.add(err, time.Since(opened))
+				return
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return
+			}
+			for range drainLimit {
+				m, err := st.Recv()
+				if err != nil {
+					t.add(err, time.Since(opened))
+					return
+				}
+				if m.GetComplete() != nil {
+					t.label("completed")
+					return
+				}
+			}
+			t.label("still streaming")
+		}()
+	}
+	t.notef("%d streams of %d tokens opened in %d ms; each read one message, then none for %s, then up to %d more", c.n, tokens,
+		time.Since(opened).Milliseconds(), c.hold, drainLimit)
+	select {
+	case <-held.C:
+	case <-ctx.Done():
+	}
+	close(release)
 	wg.Wait()
 	return nil
 }

@@ -65,7 +65,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.attack, "attack", "", "logprobs, embed, silent-streams, big-text-explain, big-text-generate, auth-struct, auth-struct-chat, observe, admin, pprof, load")
+	flag.StringVar(&c.attack, "attack", "", "logprobs, embed, silent-streams, stalled-readers, big-text-explain, big-text-generate, auth-struct, auth-struct-chat, observe, admin, pprof, load")
 	flag.StringVar(&c.label, "label", "", "the row's first cell (default: -attack)")
 	flag.StringVar(&c.router, "router", "127.0.0.1:30000", "the router's gRPC address (127.0.0.1 only)")
 	flag.StringVar(&c.metrics, "metrics", "127.0.0.1:29000", "the router's Prometheus address (127.0.0.1 only)")
@@ -80,7 +80,7 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 0, "calls at once (0: all -n at once); observe: streams of background load")
 	flag.IntVar(&c.bytes, "bytes", 8<<20-4096, "big-text-*: text bytes; auth-struct: encoded Struct bytes")
 	flag.IntVar(&c.ids, "ids", 40000, "logprobs: prompt token ids per request")
-	flag.DurationVar(&c.hold, "hold", 35*time.Second, "silent-streams: how long the streams are held")
+	flag.DurationVar(&c.hold, "hold", 35*time.Second, "silent-streams, stalled-readers: how long the streams are held")
 	flag.DurationVar(&c.duration, "duration", 16*time.Second, "observe: how long to watch (with -concurrency streams of load)")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 60*time.Second, "deadline of each attacking call")
 	flag.DurationVar(&c.attackTimeout, "attack-timeout", 5*time.Minute, "the whole attack's deadline")
