@@ -157,8 +157,11 @@ func attackSilentStreams(ctx context.Context, c config, _ *grpc.ClientConn, t *t
 // (ignore_eos), reads each one's first message and then nothing for the
 // hold, as a client that stops reading its answer does; then reads each
 // on, up to drainLimit messages, and records how it ended: a gRPC status,
-// or "still streaming" when the answer was still coming (the router and
-// the engine kept the request through the hold).
+// or "still streaming" when the answer was still coming. That is a client
+// whose transport kept taking the answer though its application read
+// nothing (grpc-go grows a client's flow-control windows with the link's
+// bandwidth-delay product, up to 16 MiB a stream), so the router's sends
+// never waited: nothing stalled for the send bound to cut.
 func attackStalledReaders(ctx context.Context, c config, _ *grpc.ClientConn, t *tally) error {
 	const (
 		conns      = 8 // spread the streams as separate clients would
