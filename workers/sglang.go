@@ -212,7 +212,7 @@ func (b *sglangBackend) Info(ctx context.Context) (ModelInfo, error) {
 		Model:            modelName(mi.GetServedModelName(), mi.GetModelPath()),
 		VocabSize:        int(mi.GetVocabSize()),
 		MaxContextLength: int(mi.GetMaxContextLength()),
-		MaxInputTokens:   max(int(mi.GetMaxReqInputLen()), 0),
+		MaxInputTokens:   int(mi.GetMaxReqInputLen()),
 		EOSTokenIDs:      tokenIDs(mi.GetEosTokenIds()),
 	}
 	si, err := b.c.GetServerInfo(ctx, &sglang.GetServerInfoRequest{})

@@ -347,10 +347,10 @@ func (b *trtllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 	// placed by and the saturation judged against.
 	return ModelInfo{
 		Model:              mi.GetModelId(),
-		VocabSize:          int(max(mi.GetVocabSize(), 0)),
-		MaxContextLength:   int(max(mi.GetMaxSeqLen(), 0)),
-		MaxInputTokens:     int(max(mi.GetMaxInputLen(), 0)),
-		MaxRunningRequests: int(max(mi.GetMaxBatchSize(), 0)),
+		VocabSize:          int(mi.GetVocabSize()),
+		MaxContextLength:   int(mi.GetMaxSeqLen()),
+		MaxInputTokens:     int(mi.GetMaxInputLen()),
+		MaxRunningRequests: int(mi.GetMaxBatchSize()),
 	}, nil
 }
 

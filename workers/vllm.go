@@ -215,14 +215,14 @@ func (b *vllmBackend) Info(ctx context.Context) (ModelInfo, error) {
 		Model:            modelName(mi.GetServedModelName(), mi.GetModelPath()),
 		VocabSize:        int(mi.GetVocabSize()),
 		MaxContextLength: int(mi.GetMaxContextLength()),
-		MaxInputTokens:   max(int(mi.GetMaxReqInputLen()), 0),
+		MaxInputTokens:   int(mi.GetMaxReqInputLen()),
 		EOSTokenIDs:      tokenIDs(mi.GetEosTokenIds()),
 	}
 	si, err := b.c.GetServerInfo(ctx, &vllm.GetServerInfoRequest{})
 	switch {
 	case err == nil:
-		info.PageSize = max(int(si.GetBlockSize()), 0)
-		info.MaxRunningRequests = max(int(si.GetMaxNumSeqs()), 0)
+		info.PageSize = int(si.GetBlockSize())
+		info.MaxRunningRequests = int(si.GetMaxNumSeqs())
 	case status.Code(err) != codes.Unimplemented:
 		return ModelInfo{}, err
 	}
