@@ -11,8 +11,9 @@ import (
 // stream, the router's send stalls, and the engine holds the request. With
 // a deadline on each write, the write fails, the handler returns, and its
 // call's context ends the router's call and the engine's request. The
-// bound is on each batch of writes, not on the answer, so a client that
-// reads slowly but steadily is never cut, however long its answer.
+// bound is on each batch of writes (one event of a stream, one whole
+// answer), not on the answer's stream, so a client that keeps reading is cut
+// only if one batch takes it longer than the bound to read.
 //
 // The deadline is set before a write finds none set, and cleared once a
 // flush has put everything written on the wire: it bounds a batch of

@@ -35,8 +35,11 @@ const DefaultStreamSendTimeout = time.Minute
 // admission place. What the transport had already queued for the client
 // (at most a stream's write quota, 64 KiB in grpc-go) stays with the
 // connection until the client reads it or the connection closes; the
-// status follows it. The bound is per message, so a client that reads
-// slowly but steadily is never cut, however long its answer.
+// status follows it. The bound is per message, not per answer: grpc-go
+// queues a message whole once the stream's write quota is not spent, so a
+// send waits only for the client to take what was sent before it. A client
+// that keeps reading is cut only if one message (prompt log-probabilities
+// are the largest) takes it longer than the bound to read.
 
 // sendBound is one call's send timeout. It is used by the call's handler
 // goroutine only, but for expired, which the timer's goroutine sets.
