@@ -3,11 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,60 +255,74 @@ func TestOpenAISlowBodyIsCut(t *testing.T) {
 }
 
 // A client that reads a streamed answer's headers and then stops reading is
-// cut loose once a write to it has waited --stream-send-timeout: the
-// engine's request ends long before its tokens do, and the server closes
-// the connection (a handler blocked in its write would have kept it open,
-// and finished the answer, once the client read again).
+// cut loose once a write to it has waited --stream-send-timeout, over
+// HTTP/1.1 and HTTP/2 alike: the engine's request ends long before its
+// tokens do, and the answer is cut mid-stream (the connection closed, the
+// HTTP/2 stream reset). A handler blocked in its write would have finished
+// the answer, with an error event, once the client read again.
 func TestOpenAIClientThatStopsReadingIsCut(t *testing.T) {
-	const tokens = 120_000 // far more than the sockets' buffers hold unread
-	hr := startHTTPRouter(t, "--stream-send-timeout", "300ms")
-	conn, err := net.Dial("tcp", strings.TrimPrefix(hr.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	body := `{"prompt": "hi", "stream": true, "ignore_eos": true, "max_tokens": ` + strconv.Itoa(tokens) + `}`
-	if _, err := io.WriteString(conn, "POST /v1/completions HTTP/1.1\r\nHost: kvgate\r\nContent-Type: application/json\r\n"+
-		"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil { // the test's own bound
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d: %v", resp.StatusCode, decode(t, resp.Body))
-	}
-	// The client reads no more until the engine's request has ended.
-	testutil.EventuallyState(t, testutil.Patience, "the engine's request to end", func() (bool, string) {
-		var running, requests, generated int
-		for _, s := range hr.sims {
-			st := s.Engine().Stats()
-			running, requests, generated = running+st.Running, requests+int(st.Requests), generated+int(st.GeneratedTokens)
-		}
-		return running == 0 && requests == 1, "running " + strconv.Itoa(running) + " of " + strconv.Itoa(requests) + " requests, " +
-			strconv.Itoa(generated) + " tokens generated"
-	})
-	var generated uint64
-	for _, s := range hr.sims {
-		generated += s.Engine().Stats().GeneratedTokens
-	}
-	if generated >= tokens {
-		t.Fatalf("the engines generated all %d tokens: the stalled client did not stop them", generated)
-	}
-	rest, err := io.ReadAll(resp.Body)
-	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("after %d bytes the stream ended with %v; want the connection closed mid-answer", len(rest), err)
-	}
-	if strings.Contains(string(rest), "[DONE]") {
-		t.Fatal("the stalled stream completed")
-	}
-	// Other clients are served.
-	if ok := hr.post(t, "/v1/completions", `{"prompt": "hi", "max_tokens": 2}`); ok.StatusCode != http.StatusOK {
-		t.Fatalf("a request after the stalled one: status %d: %v", ok.StatusCode, decode(t, ok.Body))
+	const tokens = 120_000 // far more than the clients' buffers hold unread
+	dir := t.TempDir()
+	ca := testutil.NewCA(t, "server-ca")
+	srvCert, srvKey := ca.Issue(t, 2, true)
+	for _, tc := range []struct {
+		name  string
+		proto string
+		args  []string
+		tr    *http.Transport
+	}{
+		{"HTTP/1.1", "HTTP/1.1", nil, &http.Transport{}},
+		{"HTTP/2", "HTTP/2.0", []string{"--tls-cert-file", testutil.WriteFile(t, dir, "cert.pem", srvCert),
+			"--tls-key-file", testutil.WriteFile(t, dir, "key.pem", srvKey)},
+			&http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hr := startHTTPRouter(t, append([]string{"--stream-send-timeout", "300ms"}, tc.args...)...)
+			hr.client = &http.Client{Transport: tc.tr}
+			defer tc.tr.CloseIdleConnections()
+			resp := hr.post(t, "/v1/completions", `{"prompt": "hi", "stream": true, "ignore_eos": true, "max_tokens": `+strconv.Itoa(tokens)+`}`)
+			if resp.StatusCode != http.StatusOK || resp.Proto != tc.proto {
+				t.Fatalf("%s %d: %v", resp.Proto, resp.StatusCode, decode(t, resp.Body))
+			}
+			// The client reads no more until the engine's request has ended.
+			testutil.EventuallyState(t, testutil.Patience, "the engine's request to end", func() (bool, string) {
+				var running, requests, generated int
+				for _, s := range hr.sims {
+					st := s.Engine().Stats()
+					running, requests, generated = running+st.Running, requests+int(st.Requests), generated+int(st.GeneratedTokens)
+				}
+				return running == 0 && requests == 1, "running " + strconv.Itoa(running) + " of " + strconv.Itoa(requests) + " requests, " +
+					strconv.Itoa(generated) + " tokens generated"
+			})
+			var generated uint64
+			for _, s := range hr.sims {
+				generated += s.Engine().Stats().GeneratedTokens
+			}
+			if generated >= tokens {
+				t.Fatalf("the engines generated all %d tokens: the stalled client did not stop them", generated)
+			}
+			done := make(chan struct{})
+			var rest []byte
+			var err error
+			go func() {
+				defer close(done)
+				rest, err = io.ReadAll(resp.Body)
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second): // the test's own bound
+				t.Fatal("the stalled answer, read again, did not end")
+			}
+			if err == nil {
+				t.Fatalf("after %d bytes the answer ended whole; want it cut mid-stream", len(rest))
+			}
+			if strings.Contains(string(rest), "[DONE]") {
+				t.Fatal("the stalled stream completed")
+			}
+			// Other clients are served.
+			if ok := hr.post(t, "/v1/completions", `{"prompt": "hi", "max_tokens": 2}`); ok.StatusCode != http.StatusOK {
+				t.Fatalf("a request after the stalled one: status %d: %v", ok.StatusCode, decode(t, ok.Body))
+			}
+		})
 	}
 }
