@@ -14,7 +14,6 @@ import (
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/router"
-	"github.com/kvgate/kvgate/workers/sim"
 )
 
 // silentCall opens a call of the given method over the fleet's connection
@@ -131,25 +130,5 @@ func goroutineStacks() []string {
 			return strings.Split(string(buf[:n]), "\n\n")
 		}
 		buf = make([]byte, 2*len(buf))
-	}
-}
-
-// The read timeout bounds the request's arrival only: a generation that
-// outlasts it many times over, its request sent at once, completes.
-func TestRequestReadTimeoutSparesTheStreamAfterTheRequest(t *testing.T) {
-	const timeout = 20 * time.Millisecond
-	f := startFleet(t, fleetOptions{workers: 1,
-		sim: func(_ int, c *sim.Config) {
-			// 20 tokens of 10 ms: the answer streams for 10 timeouts.
-			c.TimeScale, c.DecodeMsPerToken = 1, 10
-		},
-		config: func(c *router.Config) { c.Admission.RequestReadTimeout = timeout }})
-	start := time.Now()
-	r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(20)}})
-	if got := r.complete.GetUsage().GetCompletionTokens(); got != 20 {
-		t.Fatalf("completed %d tokens, want 20", got)
-	}
-	if took := time.Since(start); took < 5*timeout {
-		t.Fatalf("the generation took %v, under 5 read timeouts (%v): it proves nothing", took, 5*timeout)
 	}
 }

@@ -117,15 +117,11 @@ func attackEmbed(ctx context.Context, c config, conn *grpc.ClientConn, t *tally)
 // counts by its status; one still open at the end counts as "held".
 func attackSilentStreams(ctx context.Context, c config, _ *grpc.ClientConn, t *tally) error {
 	const conns = 8 // spread the streams as separate clients would
-	var cc []*grpc.ClientConn
-	for range conns {
-		x, err := dial(c.router)
-		if err != nil {
-			return err
-		}
-		defer x.Close()
-		cc = append(cc, x)
+	cc, err := dialEach(c.router, conns)
+	if err != nil {
+		return err
 	}
+	defer closeAll(cc)
 	hctx, cancel := context.WithTimeout(withKey(ctx, c.key), c.hold)
 	defer cancel()
 	desc := &grpc.StreamDesc{StreamName: "Generate", ServerStreams: true}
@@ -168,13 +164,13 @@ func attackStalledReaders(ctx context.Context, c config, _ *grpc.ClientConn, t *
 		tokens     = 120_000
 		drainLimit = 12_000
 	)
+	conn, err := dialEach(c.router, conns)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conn)
 	var cc []kvgatev1.RouterClient
-	for range conns {
-		x, err := dial(c.router)
-		if err != nil {
-			return err
-		}
-		defer x.Close()
+	for _, x := range conn {
 		cc = append(cc, kvgatev1.NewRouterClient(x))
 	}
 	sctx, cancel := context.WithCancel(withKey(ctx, c.key))
@@ -232,6 +228,27 @@ func attackStalledReaders(ctx context.Context, c config, _ *grpc.ClientConn, t *
 	close(release)
 	wg.Wait()
 	return nil
+}
+
+// dialEach opens n connections to addr, as n clients would.
+func dialEach(addr string, n int) ([]*grpc.ClientConn, error) {
+	var cc []*grpc.ClientConn
+	for range n {
+		x, err := dial(addr)
+		if err != nil {
+			closeAll(cc)
+			return nil, err
+		}
+		cc = append(cc, x)
+	}
+	return cc, nil
+}
+
+// closeAll closes connections.
+func closeAll(cc []*grpc.ClientConn) {
+	for _, x := range cc {
+		_ = x.Close()
+	}
 }
 
 // bigText returns n bytes of words, the same for every run.
