@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -255,11 +256,16 @@ func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 	as.send.d = s.admission.cfg.StreamSendTimeout
 	defer as.done()
 	err := handler(srv, as)
-	if err != nil && as.send.expired() {
+	var late readTimeout
+	switch {
+	case err != nil && as.send.expired():
 		// The stream's end cancelled the call, and the pipeline answered
 		// with the context's error; the call's log line and metrics are
 		// owed the reason.
+		s.metrics.clientTimeouts.WithLabelValues("stream_send").Inc()
 		return sendTimeout(as.send.d)
+	case errors.As(err, &late):
+		s.metrics.clientTimeouts.WithLabelValues("request_read").Inc()
 	}
 	return err
 }

@@ -33,6 +33,7 @@ type Metrics struct {
 	errors             *prometheus.CounterVec
 	latency            *prometheus.HistogramVec
 	admissionRejected  *prometheus.CounterVec
+	clientTimeouts     *prometheus.CounterVec
 	breakerTransitions *workers.BreakerTransitions
 }
 
@@ -63,11 +64,15 @@ func NewMetrics(reg *workers.Registry) *Metrics {
 			Name: "kvgate_admission_rejected_total",
 			Help: "Requests refused with RESOURCE_EXHAUSTED by admission control, by reason (queue_full, queue_timeout, rate_limit, logprob_bytes).",
 		}, []string{"reason"}),
+		clientTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_client_timeouts_total",
+			Help: "Generate and Chat calls ended with DEADLINE_EXCEEDED by a bound on their client, by bound: request_read (the request did not arrive within --request-read-timeout), stream_send (a message of the answer was not taken within --stream-send-timeout).",
+		}, []string{"bound"}),
 		breakerTransitions: workers.NewBreakerTransitions(),
 		pipe:               pipeline.NewMetrics(),
 		pd:                 pdplan.NewMetrics(),
 	}
-	m.Registry.MustRegister(m.requests, m.errors, m.latency, m.admissionRejected, m.breakerTransitions, m.pipe, m.pd,
+	m.Registry.MustRegister(m.requests, m.errors, m.latency, m.admissionRejected, m.clientTimeouts, m.breakerTransitions, m.pipe, m.pd,
 		workers.NewCollector(reg),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

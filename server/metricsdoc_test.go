@@ -390,7 +390,10 @@ func disaggregated(t *testing.T) *fleet {
 // (an L1 hit), and a client over its rate. Each text request has a key of
 // its own, so that only the last client meets the limit.
 func textAndAdmission(t *testing.T) *fleet {
-	f := startFleet(t, fleetOptions{workers: 1, text: true, config: func(c *router.Config) { c.Admission.RateLimitPerKey = 2 }})
+	f := startFleet(t, fleetOptions{workers: 1, text: true, config: func(c *router.Config) {
+		c.Admission.RateLimitPerKey = 2
+		c.Admission.RequestReadTimeout = 200 * time.Millisecond // a silent call, below
+	}})
 	keyed := func(key string) (context.Context, context.CancelFunc) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		return metadata.AppendToOutgoingContext(ctx, "x-routing-key", key), cancel
@@ -437,6 +440,15 @@ func textAndAdmission(t *testing.T) *fleet {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("over the rate: %v, want RESOURCE_EXHAUSTED", err)
 	}
+	// A call that never sends its request, ended by the read timeout.
+	sctx, scancel := keyed("silent")
+	defer scancel()
+	if err := silentCall(t, f, sctx, "/kvgate.v1.Router/Generate").RecvMsg(new(kvgatev1.GenerateResponse)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a silent call: %v, want DEADLINE_EXCEEDED", err)
+	}
+	testutil.Eventually(t, "the silent call to be counted", func() bool {
+		return counter(t, f, "kvgate_client_timeouts_total", "bound", "request_read") == 1
+	})
 	return f
 }
 

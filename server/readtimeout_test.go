@@ -75,6 +75,9 @@ func TestRequestReadTimeoutEndsSilentCalls(t *testing.T) {
 			if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--request-read-timeout") {
 				t.Fatalf("a call that sent nothing: %v, want DEADLINE_EXCEEDED naming --request-read-timeout", err)
 			}
+			testutil.Eventually(t, "the call to be counted", func() bool {
+				return counter(t, f, "kvgate_client_timeouts_total", "bound", "request_read") == 1
+			})
 			// The router still serves calls that send their request.
 			f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(1)}})
 		})

@@ -68,6 +68,9 @@ func TestStreamSendTimeoutFreesAClientThatStopsReading(t *testing.T) {
 	if chunks == 0 {
 		t.Fatal("the stalled stream held none of what was sent before it stalled")
 	}
+	testutil.Eventually(t, "the cut to be counted", func() bool {
+		return counter(t, f, "kvgate_client_timeouts_total", "bound", "stream_send") == 1
+	})
 }
 
 // The bounds a client is held to are on a message each, not on the call: a
