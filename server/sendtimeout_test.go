@@ -18,59 +18,89 @@ import (
 )
 
 // A client that opens a stream and stops reading it is cut loose once the
-// router's send has waited --stream-send-timeout for it: the engine's
-// request is aborted, the admission place is free for the next client, and
-// the stalled client, should it read again, finds what was sent before the
-// stall and then DEADLINE_EXCEEDED naming the flag. Without the bound the
-// engine ran the request on and the place stayed held for as long as the
-// connection was open (measured: still running 10 s later).
+// router's send has waited --stream-send-timeout for it, on Generate and
+// Chat alike: the engine's request is aborted, the admission place is free
+// for the next client, and the stalled client, should it read again, finds
+// what was sent before the stall and then DEADLINE_EXCEEDED naming the
+// flag. Without the bound the engine ran the request on and the place
+// stayed held for as long as the connection was open (this test, so
+// changed, timed out with the engine still running 20 s later).
 func TestStreamSendTimeoutFreesAClientThatStopsReading(t *testing.T) {
 	const tokens = 120_000 // far more than HTTP/2's windows hold unread
-	f := startFleet(t, fleetOptions{workers: 1, config: func(c *router.Config) {
-		// One place and no queue: a place the stalled call kept would
-		// refuse the next request at once.
-		c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 1, 0
-		c.Admission.StreamSendTimeout = 200 * time.Millisecond
-	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st := f.streaming(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(tokens), IgnoreEos: true}})
-	// st has read one message and reads no more until the router is free.
-	eng := f.sims[0].Engine()
-	testutil.EventuallyState(t, testutil.Patience, "the engine's request to end", func() (bool, string) {
-		s := eng.Stats()
-		return s.Running == 0 && s.Requests == 1, fmt.Sprintf("running %d of %d requests, %d tokens generated", s.Running, s.Requests, s.GeneratedTokens)
-	})
-	if got := eng.Stats().GeneratedTokens; got >= tokens {
-		t.Fatalf("the engine generated all %d tokens: the stalled stream did not stop it", got)
+	sp := func() *kvgatev1.SamplingParams {
+		return &kvgatev1.SamplingParams{MaxNewTokens: u32(tokens), IgnoreEos: true}
 	}
-	testutil.Eventually(t, "the stalled call's place to be free", func() bool {
-		return gauge(t, f, "kvgate_requests_in_flight") == 0
-	})
-	r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(100, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
-	if r.complete.GetUsage().GetCompletionTokens() != 2 {
-		t.Fatalf("the next request completed %d tokens, want 2", r.complete.GetUsage().GetCompletionTokens())
-	}
-	var chunks int
-	for {
-		m, err := st.Recv()
-		if err != nil {
-			if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--stream-send-timeout") {
-				t.Fatalf("the stalled stream, read again, ended with %v; want DEADLINE_EXCEEDED naming --stream-send-timeout", err)
+	// Each opens its call, reads one message, and returns the stream's
+	// next message: whether it is the completion, or the error.
+	for _, tc := range []struct {
+		name string
+		open func(ctx context.Context, t *testing.T, f *fleet) func() (bool, error)
+	}{
+		{"Generate", func(ctx context.Context, t *testing.T, f *fleet) func() (bool, error) {
+			st := f.streaming(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: sp()})
+			return func() (bool, error) { m, err := st.Recv(); return m.GetComplete() != nil, err }
+		}},
+		{"Chat", func(ctx context.Context, t *testing.T, f *fleet) func() (bool, error) {
+			st, err := f.router.Chat(ctx, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "Tell me everything."}},
+				Stream: true, SamplingParams: sp()})
+			if err == nil {
+				_, err = st.Recv()
 			}
-			break
-		}
-		if m.GetComplete() != nil {
-			t.Fatalf("the stalled stream completed after %d chunks: %v", chunks, m.GetComplete().GetUsage())
-		}
-		chunks++
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() (bool, error) { m, err := st.Recv(); return m.GetComplete() != nil, err }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFleet(t, fleetOptions{workers: 1, text: true, config: func(c *router.Config) {
+				// One place and no queue: a place the stalled call kept
+				// would refuse the next request at once.
+				c.Admission.MaxConcurrentRequests, c.Admission.QueueSize = 1, 0
+				c.Admission.StreamSendTimeout = 200 * time.Millisecond
+			}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			next := tc.open(ctx, t, f)
+			// The call has read one message and reads no more until the
+			// router is free.
+			eng := f.sims[0].Engine()
+			testutil.EventuallyState(t, testutil.Patience, "the engine's request to end", func() (bool, string) {
+				s := eng.Stats()
+				return s.Running == 0 && s.Requests == 1, fmt.Sprintf("running %d of %d requests, %d tokens generated", s.Running, s.Requests, s.GeneratedTokens)
+			})
+			if got := eng.Stats().GeneratedTokens; got >= tokens {
+				t.Fatalf("the engine generated all %d tokens: the stalled stream did not stop it", got)
+			}
+			testutil.Eventually(t, "the stalled call's place to be free", func() bool {
+				return gauge(t, f, "kvgate_requests_in_flight") == 0
+			})
+			r := f.mustGenerate(t, &kvgatev1.GenerateRequest{InputIds: prompt(100, 8), SamplingParams: &kvgatev1.SamplingParams{MaxNewTokens: u32(2)}})
+			if r.complete.GetUsage().GetCompletionTokens() != 2 {
+				t.Fatalf("the next request completed %d tokens, want 2", r.complete.GetUsage().GetCompletionTokens())
+			}
+			var chunks int
+			for {
+				complete, err := next()
+				if err != nil {
+					if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--stream-send-timeout") {
+						t.Fatalf("the stalled stream, read again, ended with %v; want DEADLINE_EXCEEDED naming --stream-send-timeout", err)
+					}
+					break
+				}
+				if complete {
+					t.Fatalf("the stalled stream completed after %d chunks", chunks)
+				}
+				chunks++
+			}
+			if chunks == 0 {
+				t.Fatal("the stalled stream held none of what was sent before it stalled")
+			}
+			testutil.Eventually(t, "the cut to be counted", func() bool {
+				return counter(t, f, "kvgate_client_timeouts_total", "bound", "stream_send") == 1
+			})
+		})
 	}
-	if chunks == 0 {
-		t.Fatal("the stalled stream held none of what was sent before it stalled")
-	}
-	testutil.Eventually(t, "the cut to be counted", func() bool {
-		return counter(t, f, "kvgate_client_timeouts_total", "bound", "stream_send") == 1
-	})
 }
 
 // The bounds a client is held to are on a message each, not on the call: a
