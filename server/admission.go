@@ -64,8 +64,9 @@ type AdmissionConfig struct {
 	// stream may wait for the client to take it (its flow-control window
 	// to open); past it the call ends with DEADLINE_EXCEEDED, which aborts
 	// the engine's request and frees its admission place. 0: no limit.
-	// It bounds each message, not the answer: a client that reads, however
-	// slowly, is never cut (see sendWithin).
+	// It bounds each message, not the answer: a client that keeps reading
+	// is cut only if one message takes it longer than this to read (see
+	// sendBound).
 	StreamSendTimeout time.Duration
 	// RateLimitPerKey, when > 0, allows each client key (the routing key,
 	// else the authorization metadata, else the peer address) this many

@@ -25,17 +25,19 @@ const DefaultStreamSendTimeout = time.Minute
 // handful of such clients could take every place. (The engine's stream
 // then looked idle, and --stream-idle-timeout failed it as the worker's
 // fault; the relay no longer times the engine while it sends.) So every
-// message must be taken within --stream-send-timeout. The handler cannot end a send it
-// is blocked in, so a timer armed around each send does what the read
-// timeout's does (see readWithin): it writes DEADLINE_EXCEEDED as the
+// message must be taken within --stream-send-timeout. The handler cannot
+// end a send it is blocked in, so a timer armed around each send does what
+// the read timeout's does (see readWithin): it writes DEADLINE_EXCEEDED as the
 // stream's status, which cancels the stream's context and with it the
 // blocked send (grpc-go's transport wakes a writer waiting for quota when
 // its stream ends). The pipeline then sees its context end, aborts the
 // engine's request and returns, and the interceptor gives back the
 // admission place. What the transport had already queued for the client
-// (at most a stream's write quota, 64 KiB in grpc-go) stays with the
-// connection until the client reads it or the connection closes; the
-// status follows it. The bound is per message, not per answer: grpc-go
+// (a stream's write quota of payload, 64 KiB in grpc-go, and each queued
+// message's own overhead: about 0.3 MB a stream of one-token chunks in
+// scripts/attack/results/heap-3r-2026-12-02.md) stays with the connection
+// until the client reads it or the connection closes; the status follows
+// it. The bound is per message, not per answer: grpc-go
 // queues a message whole once the stream's write quota is not spent, so a
 // send waits only for the client to take what was sent before it. A client
 // that keeps reading is cut only if one message (prompt log-probabilities
