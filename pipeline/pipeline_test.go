@@ -96,6 +96,14 @@ func TestPipelineRules(t *testing.T) {
 			wantPlaced:    1, wantChunks: 1,
 		},
 		{
+			name:       "an engine silent past the idle timeout after a token fails as the worker's, not retried once delivered",
+			stream:     true,
+			attempts:   [][]step{{tokens(1), stall()}, {tokens(9), final()}},
+			raw:        "fault: unavailable",
+			wantMsg:    "worker w0 failed after 1 tokens: no token within --stream-idle-timeout",
+			wantPlaced: 1, wantChunks: 1,
+		},
+		{
 			name:       "a client slow to take its chunks, past the idle timeout, does not make the engine idle",
 			stream:     true,
 			slowClient: 2 * DefaultReliability().StreamIdleTimeout,
