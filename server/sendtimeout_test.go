@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
@@ -37,11 +39,17 @@ func TestStreamSendTimeoutFreesAClientThatStopsReading(t *testing.T) {
 		open func(ctx context.Context, t *testing.T, f *fleet) func() (bool, error)
 	}{
 		{"Generate", func(ctx context.Context, t *testing.T, f *fleet) func() (bool, error) {
-			st := f.streaming(ctx, t, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), SamplingParams: sp()})
+			st, err := stingyClient(t, f).Generate(ctx, &kvgatev1.GenerateRequest{InputIds: prompt(1, 8), Stream: true, SamplingParams: sp()})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 			return func() (bool, error) { m, err := st.Recv(); return m.GetComplete() != nil, err }
 		}},
 		{"Chat", func(ctx context.Context, t *testing.T, f *fleet) func() (bool, error) {
-			st, err := f.router.Chat(ctx, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "Tell me everything."}},
+			st, err := stingyClient(t, f).Chat(ctx, &kvgatev1.ChatRequest{Messages: []*kvgatev1.ChatMessage{{Role: "user", Content: "Tell me everything."}},
 				Stream: true, SamplingParams: sp()})
 			if err == nil {
 				_, err = st.Recv()
@@ -101,6 +109,22 @@ func TestStreamSendTimeoutFreesAClientThatStopsReading(t *testing.T) {
 			})
 		})
 	}
+}
+
+// stingyClient is a client of f's router whose flow-control windows stay
+// at HTTP/2's 64 KiB. grpc-go's client otherwise grows them with the
+// link's bandwidth-delay product, up to 16 MiB a stream, whether or not
+// its application reads: a loaded machine's slow round trips could let it
+// take a whole answer unread, and the router would never stall.
+func stingyClient(t *testing.T, f *fleet) kvgatev1.RouterClient {
+	t.Helper()
+	cc, err := grpc.NewClient(f.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return kvgatev1.NewRouterClient(cc)
 }
 
 // The bounds a client is held to are on a message each, not on the call: a
