@@ -259,7 +259,7 @@ func (s *Server) admissionStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 	err := handler(srv, as)
 	var late readTimeout
 	switch {
-	case err != nil && as.send.expired():
+	case err != nil && as.send.expired:
 		// The stream's end cancelled the call, and the pipeline answered
 		// with the context's error; the call's log line and metrics are
 		// owed the reason.
