@@ -13,25 +13,39 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	kvgatev1 "github.com/kvgate/kvgate/api/gen/kvgate/v1"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/pbwire"
 )
 
-// requestCodec is gRPC's proto codec with one difference. A request that
+// requestCodec is gRPC's proto codec with two differences. A request that
 // fails to decode (a string field that is not valid UTF-8, or bytes that are
 // not the message at all) is answered by grpc-go with INTERNAL before any
 // handler runs, blaming the router for the client's bytes. This codec instead
 // hands over an empty request marked with what was wrong, and the
-// rejectUndecodable interceptors answer INVALID_ARGUMENT with it.
-type requestCodec struct{ encoding.CodecV2 }
+// rejectUndecodable interceptors answer INVALID_ARGUMENT with it. And a
+// Generate request's token ids, most of its bytes, are read by pbwire rather
+// than protobuf (BENCHMARKS.md, "The prompt's ids written once"), into the
+// message protobuf would decode (FuzzRequestCodec holds the two together).
+type requestCodec struct {
+	encoding.CodecV2
+	idsField protowire.Number // GenerateRequest.input_ids
+}
 
-func newRequestCodec() requestCodec { return requestCodec{encoding.GetCodecV2("proto")} }
+func newRequestCodec() requestCodec {
+	ids := (&kvgatev1.GenerateRequest{}).ProtoReflect().Descriptor().Fields().ByName("input_ids").Number()
+	return requestCodec{encoding.GetCodecV2("proto"), ids}
+}
 
 // markerField carries the name of the field that did not decode, as an
 // unknown field no kvgate message defines (the largest field number).
 const markerField = protowire.MaxValidNumber
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.CodecV2.Unmarshal(data, v)
+	var err error
+	if r, ok := v.(*kvgatev1.GenerateRequest); !ok || !c.unmarshalGenerate(data, r) {
+		err = c.CodecV2.Unmarshal(data, v)
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return err
@@ -54,6 +68,20 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	mark = protowire.AppendString(mark, why)
 	m.ProtoReflect().SetUnknown(mark)
 	return nil
+}
+
+// unmarshalGenerate decodes r from data with its input_ids read by pbwire
+// and the rest by protobuf. False when data has no input_ids or does not
+// decode: protobuf then decodes the whole, and says what was wrong.
+func (c requestCodec) unmarshalGenerate(data mem.BufferSlice, r *kvgatev1.GenerateRequest) bool {
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	ids, rest, ok := pbwire.SplitPacked(buf.ReadOnlyData(), c.idsField, nil)
+	if !ok || proto.Unmarshal(rest, r) != nil {
+		return false
+	}
+	r.InputIds = ids
+	return true
 }
 
 // rejectUndecodableUnary refuses, as an invalid request, a request the codec

@@ -123,7 +123,8 @@ func checkAccepted(t *testing.T, sp *kvgatev1.SamplingParams) {
 // router's codec. It must never panic nor fail (grpc-go would answer
 // INTERNAL): bytes that proto rejects come back as an empty message marked
 // with a reason, which names the field when it is a UTF-8 problem; bytes that
-// proto accepts decode to exactly what proto decodes.
+// proto accepts decode to exactly what proto decodes, a GenerateRequest's
+// input_ids read by pbwire included.
 func FuzzRequestCodec(f *testing.F) {
 	for _, m := range []proto.Message{
 		&kvgatev1.GenerateRequest{RequestId: "r", InputIds: []uint32{1, 2, 3}, Stream: true,
@@ -144,6 +145,10 @@ func FuzzRequestCodec(f *testing.F) {
 	f.Add(uint8(0), []byte{0x0a, 0x02, 0xff, 0xfe})       // request_id: invalid UTF-8
 	f.Add(uint8(1), []byte{0x0a, 0x05, 0x12, 0x03, 0xc3}) // a nested message cut short
 	f.Add(uint8(2), []byte{0xff, 0xff, 0xff, 0xff, 0xff}) // a tag that never ends
+	// input_ids (2) packed, unpacked, as fixed32 (an unknown field to
+	// protobuf), and a packed run ending inside a varint.
+	f.Add(uint8(0), []byte{0x12, 0x03, 0x01, 0x96, 0x01, 0x10, 0x05, 0x15, 1, 2, 3, 4, 0x0a, 0x01, 'r', 0x12, 0x02, 0x07, 0x08})
+	f.Add(uint8(0), []byte{0x12, 0x02, 0x01, 0x80})
 	codec := newRequestCodec()
 	f.Fuzz(func(t *testing.T, kind uint8, data []byte) {
 		newMsg := func() proto.Message {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kvgate/kvgate/api/gen/smgcommon"
 	"github.com/kvgate/kvgate/fault"
+	"github.com/kvgate/kvgate/internal/pbwire"
 )
 
 // Field numbers of smg.grpc.common's KV event messages (common.proto).
@@ -122,7 +123,7 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 	)
 	fail := func(why string) { malformed = errWire{why} }
 	for len(b) > 0 && malformed == nil {
-		num, typ, n := consumeTag(b)
+		num, typ, n := pbwire.ConsumeTag(b)
 		if n < 0 {
 			fail("a field's tag")
 			break
@@ -151,7 +152,7 @@ func (d *kvWire) decode(b []byte) (*KVEventBatch, error) {
 			}
 			rank, hasRank, b = int32(v), true, b[m:]
 		case num == fBatchEvents && typ == protowire.BytesType:
-			v, m := consumeBytes(b)
+			v, m := pbwire.ConsumeBytes(b)
 			if m < 0 {
 				fail("events")
 				break
@@ -285,13 +286,13 @@ func (d *kvWire) event(b []byte) error {
 	d.events = append(d.events, wireEvent{})
 	e := &d.events[len(d.events)-1]
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := pbwire.ConsumeTag(b)
 		if n < 0 {
 			return errWire{"an event's tag"}
 		}
 		b = b[n:]
 		if typ == protowire.BytesType && (num == fEventStored || num == fEventRemoved || num == fEventCleared) {
-			v, m := consumeBytes(b)
+			v, m := pbwire.ConsumeBytes(b)
 			if m < 0 {
 				return errWire{"an event's data"}
 			}
@@ -332,14 +333,14 @@ func (d *kvWire) event(b []byte) error {
 
 func (d *kvWire) stored(e *wireEvent, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := pbwire.ConsumeTag(b)
 		if n < 0 {
 			return errWire{"a stored event's tag"}
 		}
 		b = b[n:]
 		switch {
 		case num == fStoredBlocks && typ == protowire.BytesType:
-			v, m := consumeBytes(b)
+			v, m := pbwire.ConsumeBytes(b)
 			if m < 0 {
 				return errWire{"a block"}
 			}
@@ -399,7 +400,7 @@ func (d *kvWire) stored(e *wireEvent, b []byte) error {
 func (d *kvWire) block(b []byte) error {
 	bl := wireBlock{tokLo: len(d.tokens)}
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := pbwire.ConsumeTag(b)
 		if n < 0 {
 			return errWire{"a block's tag"}
 		}
@@ -419,7 +420,7 @@ func (d *kvWire) block(b []byte) error {
 			v, m = protowire.ConsumeVarint(b)
 			bl.lora, bl.hasLoRA = int64(v), true
 		case num == fBlockTokens && (typ == protowire.VarintType || typ == protowire.BytesType):
-			m = appendVarints(&d.tokens, typ, b)
+			m = pbwire.AppendVarints(&d.tokens, typ, b)
 		case num == fBlockExtraKeys && typ == protowire.BytesType:
 			var v []byte
 			if v, m = protowire.ConsumeBytes(b); m >= 0 && wellFormed(v, (&smgcommon.KvBlockExtraKey{}).ProtoReflect().Descriptor()) != nil {
@@ -440,7 +441,7 @@ func (d *kvWire) block(b []byte) error {
 
 func (d *kvWire) removed(e *wireEvent, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := pbwire.ConsumeTag(b)
 		if n < 0 {
 			return errWire{"a removed event's tag"}
 		}
@@ -448,7 +449,7 @@ func (d *kvWire) removed(e *wireEvent, b []byte) error {
 		var m int
 		switch {
 		case num == fRemovedHashes && (typ == protowire.VarintType || typ == protowire.BytesType):
-			m = appendVarints(&d.hashes, typ, b)
+			m = pbwire.AppendVarints(&d.hashes, typ, b)
 		case typ == protowire.BytesType && (num == fRemovedMedium || num == fRemovedOwnership):
 			var v []byte
 			v, m = protowire.ConsumeBytes(b)
@@ -489,7 +490,7 @@ func kvStoredStrings(num protowire.Number) bool {
 // wire decoder refuses exactly what the generated types refuse.
 func wellFormed(b []byte, md protoreflect.MessageDescriptor) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := pbwire.ConsumeTag(b)
 		if n < 0 {
 			return errWire{fmt.Sprintf("a %s's tag", md.Name())}
 		}
@@ -535,7 +536,7 @@ func kvGroupKind(b []byte) string {
 // skipAll checks that b is a sequence of well-formed fields.
 func skipAll(b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := pbwire.ConsumeTag(b)
 		if n < 0 {
 			return errWire{"a field's tag"}
 		}

@@ -15,14 +15,16 @@ import (
 
 // sglangBackend speaks sglang.grpc.scheduler.SglangScheduler.
 type sglangBackend struct {
-	c    sglang.SglangSchedulerClient
-	conn grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
+	c      sglang.SglangSchedulerClient
+	conn   grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
+	prompt promptField              // GenerateRequest.tokenized.input_ids
 }
 
 // NewSGLangBackend returns the adapter for an SGLang engine reachable over conn.
 // Errors from the engine are returned as the gRPC status errors they arrive as.
 func NewSGLangBackend(conn grpc.ClientConnInterface) Backend {
-	return &sglangBackend{c: sglang.NewSglangSchedulerClient(conn), conn: conn}
+	return &sglangBackend{c: sglang.NewSglangSchedulerClient(conn), conn: conn,
+		prompt: newPromptField(&sglang.GenerateRequest{}, "tokenized", "input_ids")}
 }
 
 func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
@@ -32,7 +34,7 @@ func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Str
 	}
 	m := &sglang.GenerateRequest{
 		RequestId:           req.RequestID,
-		Tokenized:           &sglang.TokenizedInput{InputIds: req.InputIDs},
+		Tokenized:           &sglang.TokenizedInput{}, // its ids: b.prompt
 		SamplingParams:      sp,
 		DisaggregatedParams: sglangDisaggregated(req.Disaggregated),
 		Stream:              !req.NoStream,
@@ -40,7 +42,7 @@ func (b *sglangBackend) Generate(ctx context.Context, req *GenerateRequest) (Str
 	}
 	want := wantLogprobs(req.Logprobs)
 	setSGLangLogprobs(m, want)
-	in, err := b.c.Generate(ctx, m)
+	in, err := b.c.Generate(ctx, m, b.prompt.withPrompt(req.InputIDs))
 	if err != nil {
 		return nil, err
 	}

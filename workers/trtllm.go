@@ -29,8 +29,9 @@ const trtllmFallbackMaxTokens = 4096
 // data-parallel rank, and prefill/decode disaggregation works differently
 // from both others (kvgate does not drive it).
 type trtllmBackend struct {
-	c    trtllm.TrtllmServiceClient
-	conn grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
+	c      trtllm.TrtllmServiceClient
+	conn   grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
+	prompt promptField              // GenerateRequest.tokenized.input_token_ids
 
 	// maxSeqLen is the engine's max_seq_len (prompt plus output) from the
 	// last GetModelInfo; 0 until one reported it.
@@ -43,7 +44,8 @@ var _ KVEventSource = (*trtllmBackend)(nil)
 // over conn. Errors from the engine are returned as the gRPC status errors
 // they arrive as.
 func NewTRTLLMBackend(conn grpc.ClientConnInterface) Backend {
-	return &trtllmBackend{c: trtllm.NewTrtllmServiceClient(conn), conn: conn}
+	return &trtllmBackend{c: trtllm.NewTrtllmServiceClient(conn), conn: conn,
+		prompt: newPromptField(&trtllm.GenerateRequest{}, "tokenized", "input_token_ids")}
 }
 
 func (b *trtllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
@@ -52,7 +54,7 @@ func (b *trtllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Str
 	}
 	m := &trtllm.GenerateRequest{
 		RequestId:      req.RequestID,
-		Tokenized:      &trtllm.TokenizedInput{InputTokenIds: req.InputIDs},
+		Tokenized:      &trtllm.TokenizedInput{}, // its ids: b.prompt
 		SamplingConfig: trtllmSampling(&req.Sampling),
 		// Without exclude_input_from_output the engine repeats the prompt
 		// at the head of the output.
@@ -80,7 +82,7 @@ func (b *trtllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Str
 			m.OutputConfig.PromptLogprobs = &k
 		}
 	}
-	in, err := b.c.Generate(ctx, m)
+	in, err := b.c.Generate(ctx, m, b.prompt.withPrompt(req.InputIDs))
 	if err != nil {
 		return nil, err
 	}

@@ -15,14 +15,16 @@ import (
 
 // vllmBackend speaks vllm.grpc.engine.VllmEngine.
 type vllmBackend struct {
-	c    vllm.VllmEngineClient
-	conn grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
+	c      vllm.VllmEngineClient
+	conn   grpc.ClientConnInterface // for the KV event stream, decoded from its bytes
+	prompt promptField              // GenerateRequest.tokenized.input_ids
 }
 
 // NewVLLMBackend returns the adapter for a vLLM engine reachable over conn.
 // Errors from the engine are returned as the gRPC status errors they arrive as.
 func NewVLLMBackend(conn grpc.ClientConnInterface) Backend {
-	return &vllmBackend{c: vllm.NewVllmEngineClient(conn), conn: conn}
+	return &vllmBackend{c: vllm.NewVllmEngineClient(conn), conn: conn,
+		prompt: newPromptField(&vllm.GenerateRequest{}, "tokenized", "input_ids")}
 }
 
 func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Stream, error) {
@@ -34,7 +36,7 @@ func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Strea
 	setVLLMLogprobs(sp, want)
 	m := &vllm.GenerateRequest{
 		RequestId:      req.RequestID,
-		Input:          &vllm.GenerateRequest_Tokenized{Tokenized: &vllm.TokenizedInput{InputIds: req.InputIDs}},
+		Input:          &vllm.GenerateRequest_Tokenized{Tokenized: &vllm.TokenizedInput{}}, // its ids: b.prompt
 		SamplingParams: sp,
 		Stream:         !req.NoStream,
 	}
@@ -45,7 +47,7 @@ func (b *vllmBackend) Generate(ctx context.Context, req *GenerateRequest) (Strea
 		kv := req.KVTransferParamsJSON
 		m.KvTransferParamsJson = &kv
 	}
-	in, err := b.c.Generate(ctx, m)
+	in, err := b.c.Generate(ctx, m, b.prompt.withPrompt(req.InputIDs))
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,14 @@
-package workers
+// Package pbwire reads and writes the protobuf wire forms kvgate's hot
+// paths carry in bulk: tags, lengths, and runs of token ids as packed
+// varints. protowire's functions are too large to inline, so a call per
+// token was most of what decoding a KV event batch, or a client's prompt of
+// token ids, cost; and protobuf's marshalling walks a packed run three
+// times (gRPC's codec sizes the message, then the marshal sizes the run
+// again and writes it). Each function here handles
+// the short forms inline and leaves the rest to protowire, and agrees with
+// protowire, and with protobuf's decoding, on every input (the fuzz targets
+// of this package, FuzzKVEventWire in workers, and the codecs' own).
+package pbwire
 
 import (
 	"slices"
@@ -6,17 +16,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// The wire decoder's reads of tags, lengths and varints. A full engine's
-// batch is mostly small fields (a tag, a length, a block's 16 token ids
-// of up to three bytes each), and protowire's functions are too large to
-// inline: a call per token and per field was most of what decoding cost.
-// Each function here reads the common short forms inline and leaves the
-// rest to protowire, so the two agree on every input (FuzzKVEventWire
-// holds the decoder to the generated types).
-
-// consumeTag is protowire.ConsumeTag refusing, as protobuf's decoder does,
+// ConsumeTag is protowire.ConsumeTag refusing, as protobuf's decoder does,
 // a field number above the largest valid one.
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+func ConsumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 	if len(b) > 0 && b[0] < 0x80 {
 		if b[0] < 1<<3 {
 			return 0, 0, -1 // field number 0
@@ -30,9 +32,9 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 	return num, typ, n
 }
 
-// consumeBytes is protowire.ConsumeBytes: a length-delimited value and the
+// ConsumeBytes is protowire.ConsumeBytes: a length-delimited value and the
 // bytes of b it took, -1 when b does not hold it.
-func consumeBytes(b []byte) ([]byte, int) {
+func ConsumeBytes(b []byte) ([]byte, int) {
 	if len(b) > 0 && b[0] < 0x80 {
 		n := int(b[0]) + 1
 		if n > len(b) {
@@ -43,8 +45,8 @@ func consumeBytes(b []byte) ([]byte, int) {
 	return protowire.ConsumeBytes(b)
 }
 
-// consumeVarint is protowire.ConsumeVarint.
-func consumeVarint(b []byte) (uint64, int) {
+// ConsumeVarint is protowire.ConsumeVarint.
+func ConsumeVarint(b []byte) (uint64, int) {
 	switch {
 	case len(b) > 0 && b[0] < 0x80:
 		return uint64(b[0]), 1
@@ -56,27 +58,37 @@ func consumeVarint(b []byte) (uint64, int) {
 	return protowire.ConsumeVarint(b)
 }
 
-// appendVarints appends a repeated varint field's values to dst, as
+// AppendVarints appends a repeated varint field's values to dst, as
 // protobuf reads them (a uint32 keeps the low 32 bits), whether the field
 // is unpacked (typ VarintType: one value) or packed (BytesType: a run of
 // them), and returns the bytes of b it took; -1 when b does not hold a
 // whole field.
-func appendVarints[T uint32 | int64](dst *[]T, typ protowire.Type, b []byte) int {
+func AppendVarints[T uint32 | int64](dst *[]T, typ protowire.Type, b []byte) int {
 	if typ == protowire.VarintType {
-		v, m := consumeVarint(b)
+		v, m := ConsumeVarint(b)
 		if m >= 0 {
 			*dst = append(*dst, T(v))
 		}
 		return m
 	}
-	packed, m := consumeBytes(b)
+	packed, m := ConsumeBytes(b)
 	if m < 0 {
 		return m
 	}
 	// Every value takes a byte at least, so growing by the run's length
-	// once leaves the loop no reallocation; the short forms are read in
-	// the loop itself (consumeVarint is too large to inline there).
-	out := slices.Grow(*dst, len(packed))
+	// once leaves the loop no reallocation.
+	out, ok := appendRun(slices.Grow(*dst, len(packed)), packed)
+	if !ok {
+		return -1
+	}
+	*dst = out
+	return m
+}
+
+// appendRun appends the values of a packed run to out, reading the short
+// forms in the loop itself (ConsumeVarint is too large to inline there);
+// false when the run ends inside a value or holds one too long.
+func appendRun[T uint32 | int64](out []T, packed []byte) ([]T, bool) {
 	for len(packed) > 0 {
 		var v uint64
 		var k int
@@ -89,12 +101,11 @@ func appendVarints[T uint32 | int64](dst *[]T, typ protowire.Type, b []byte) int
 			v, k = uint64(b0&0x7f)|uint64(packed[1]&0x7f)<<7|uint64(packed[2])<<14, 3
 		default:
 			if v, k = protowire.ConsumeVarint(packed); k < 0 {
-				return -1
+				return out, false
 			}
 		}
 		out = append(out, T(v))
 		packed = packed[k:]
 	}
-	*dst = out
-	return m
+	return out, true
 }

@@ -1,4 +1,4 @@
-package workers
+package pbwire
 
 import (
 	"slices"
@@ -7,10 +7,10 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// TestKVWireReads holds the decoder's inline reads to protowire's on the
+// TestShortReads holds the inline reads to protowire's on the
 // short forms they read themselves, the long forms they hand over, and
 // malformed input: an error (a negative length), never a panic.
-func TestKVWireReads(t *testing.T) {
+func TestShortReads(t *testing.T) {
 	tests := []struct {
 		name string
 		b    []byte
@@ -36,42 +36,42 @@ func TestKVWireReads(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkKVWireReads(t, tt.b)
+			checkShortReads(t, tt.b)
 		})
 	}
 }
 
-func checkKVWireReads(t *testing.T, b []byte) {
+func checkShortReads(t *testing.T, b []byte) {
 	t.Helper()
-	num, typ, n := consumeTag(b)
+	num, typ, n := ConsumeTag(b)
 	wnum, wtyp, wn := protowire.ConsumeTag(b)
 	if wn >= 0 && !wnum.IsValid() {
 		wnum, wtyp, wn = 0, 0, -1
 	}
 	if (n < 0) != (wn < 0) || n >= 0 && (num != wnum || typ != wtyp || n != wn) {
-		t.Errorf("consumeTag(%x) = %d, %d, %d; protowire %d, %d, %d", b, num, typ, n, wnum, wtyp, wn)
+		t.Errorf("ConsumeTag(%x) = %d, %d, %d; protowire %d, %d, %d", b, num, typ, n, wnum, wtyp, wn)
 	}
-	v, n := consumeVarint(b)
+	v, n := ConsumeVarint(b)
 	wv, wn := protowire.ConsumeVarint(b)
 	if (n < 0) != (wn < 0) || n >= 0 && (v != wv || n != wn) {
-		t.Errorf("consumeVarint(%x) = %d, %d; protowire %d, %d", b, v, n, wv, wn)
+		t.Errorf("ConsumeVarint(%x) = %d, %d; protowire %d, %d", b, v, n, wv, wn)
 	}
-	bs, n := consumeBytes(b)
+	bs, n := ConsumeBytes(b)
 	wbs, wn := protowire.ConsumeBytes(b)
 	if (n < 0) != (wn < 0) || n >= 0 && (!slices.Equal(bs, wbs) || n != wn) {
-		t.Errorf("consumeBytes(%x) = %x, %d; protowire %x, %d", b, bs, n, wbs, wn)
+		t.Errorf("ConsumeBytes(%x) = %x, %d; protowire %x, %d", b, bs, n, wbs, wn)
 	}
 	for _, typ := range []protowire.Type{protowire.VarintType, protowire.BytesType} {
 		var got, want []uint32
-		n := appendVarints(&got, typ, b)
+		n := AppendVarints(&got, typ, b)
 		wn := protowireVarints(&want, typ, b)
 		if (n < 0) != (wn < 0) || n >= 0 && (!slices.Equal(got, want) || n != wn) {
-			t.Errorf("appendVarints(%v, %x) = %v, %d; protowire %v, %d", typ, b, got, n, want, wn)
+			t.Errorf("AppendVarints(%v, %x) = %v, %d; protowire %v, %d", typ, b, got, n, want, wn)
 		}
 	}
 }
 
-// protowireVarints is appendVarints through protowire alone.
+// protowireVarints is AppendVarints through protowire alone.
 func protowireVarints(dst *[]uint32, typ protowire.Type, b []byte) int {
 	if typ == protowire.VarintType {
 		v, m := protowire.ConsumeVarint(b)
@@ -96,12 +96,12 @@ func protowireVarints(dst *[]uint32, typ protowire.Type, b []byte) int {
 	return m
 }
 
-func FuzzKVWireReads(f *testing.F) {
+func FuzzShortReads(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0x08, 0x96, 0x01})
 	f.Add([]byte{0x05, 0x80, 0x01, 0xff, 0x7f, 0x00})
 	f.Add([]byte{0x80, 0x80, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		checkKVWireReads(t, b)
+		checkShortReads(t, b)
 	})
 }
