@@ -7,36 +7,19 @@
 // stream) each doubling copies some thirty frames, which cost the router 8%
 // of its CPU per 1K-token request in a profile. Growing the stack first, with
 // one frame on it, costs a copy of that one frame instead.
+//
+// The reserves are a frame of the size wanted and nothing else. Written in
+// Go, the frame is an array the compiler zeroes on every call (12 and 24
+// KiB, about 2% of the router's CPU at fresh 1K-token prompts, BENCHMARKS.md
+// "A stack reserve that writes nothing"); on amd64 and arm64 they are
+// written in assembly, whose frames the runtime checks against the stack
+// (growing it) but nothing writes.
 package stackroom
 
 // Frame sizes of the two reserves: a stack grows to the next power of two
 // that holds the frame with the stack's guard, so 12 KiB gives a 16 KiB
-// stack and 24 KiB a 32 KiB one.
+// stack and 24 KiB a 32 KiB one. The assembly spells them out.
 const (
 	small = 12 << 10
 	large = 24 << 10
 )
-
-// Reserve16K makes sure the calling goroutine's stack is at least 16 KiB:
-// enough for a gRPC client stream's Recv under a pump goroutine.
-//
-//go:noinline
-func Reserve16K() {
-	var room [small]byte
-	touch(&room[0])
-}
-
-// Reserve32K makes sure the calling goroutine's stack is at least 32 KiB:
-// enough for a whole request on a server's stream goroutine.
-//
-//go:noinline
-func Reserve32K() {
-	var room [large]byte
-	touch(&room[0])
-}
-
-// touch keeps a reserve's frame from being optimised away; it does not
-// make it escape.
-//
-//go:noinline
-func touch(b *byte) { *b = 1 }
