@@ -1,8 +1,9 @@
-#include "textflag.h"
+//go:build amd64 || arm64
 
 // Each reserve is a frame of small (12 KiB) or large (24 KiB) bytes that
 // nothing reads or writes: the prologue the assembler adds checks the
-// frame against the stack and grows the stack when it does not fit.
+// frame against the stack and grows the stack when it does not fit. The
+// directive and the instruction are spelled alike for amd64 and arm64.
 
 // func Reserve16K()
 TEXT ·Reserve16K(SB), 0, $12288-0
