@@ -402,11 +402,7 @@ func (t *Tree) dropHolder(n *node, i int, probe bool) {
 func (t *Tree) prune(n *node) {
 	for n != &t.root && len(n.holders) == 0 && len(n.kids) == 0 {
 		p := n.parent
-		i := p.kidSlot(n, t.key(n.tokens[:t.pageSize]))
-		p.kids = append(p.kids[:i], p.kids[i+1:]...)
-		if len(p.kids) == 0 {
-			p.kids = nil
-		}
+		p.removeKid(p.kidSlot(n, t.key(n.tokens[:t.pageSize])))
 		t.nodes--
 		t.unique -= len(n.tokens)
 		n.tokens, n.keys, n.parent, n.holders = nil, nil, nil, nil

@@ -257,7 +257,12 @@ type decision struct {
 // run drives a tree and the model through ops decoded from b, checking
 // every match, counter and holding after every op. It is shared by the
 // random test and the fuzz test.
-func run(t *testing.T, b []byte) {
+func run(t *testing.T, b []byte) { runModel(t, b, false) }
+
+// runModel is run; wide draws tokens from 256 values, pages of one token,
+// a budget of 4,096 tokens and tenant limits of up to 1,792, so that nodes
+// have children by the hundred (past wideAt, kids.go) and lose them again.
+func runModel(t *testing.T, b []byte, wide bool) {
 	t.Helper()
 	next := func() byte {
 		if len(b) == 0 {
@@ -269,6 +274,9 @@ func run(t *testing.T, b []byte) {
 	}
 	policies := []string{"lru", "lfu", "fifo", "mru", "filo", "priority"}
 	cfg := Config{PageSize: 1 + int(next()%4), Policy: policies[int(next())%len(policies)], MaxTokens: int(next() % 48)}
+	if wide {
+		cfg.PageSize, cfg.MaxTokens = 1, 4096
+	}
 	tr, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +287,9 @@ func run(t *testing.T, b []byte) {
 	r := &ref{ps: cfg.PageSize, held: map[string]map[string]page{}, limits: map[string]int{}}
 	tenants := []string{"a", "b", "c", "d"}
 	alphabet := 2 + uint32(next()%2)
+	if wide {
+		alphabet = 256
+	}
 	ids := func() []uint32 {
 		n := int(next() % 14)
 		s := make([]uint32, n)
@@ -295,6 +306,9 @@ func run(t *testing.T, b []byte) {
 	}
 	for step := 0; len(b) > 0; step++ {
 		op := next() % 24
+		if wide && (op == 10 || op == 11) {
+			op = 2 // an insert: a tenant cleared now and then keeps nodes narrow
+		}
 		switch {
 		case op%2 == 1 && op < 4 && len(decisions) > 0:
 			// A reply joins an earlier insert's prompt: Extend must leave
@@ -376,6 +390,9 @@ func run(t *testing.T, b []byte) {
 			}
 		default:
 			tn, limit := tenants[next()%4], int(next()%8)*cfg.PageSize
+			if wide {
+				limit *= 256
+			}
 			tr.SetTenantLimit(tn, limit)
 			r.limits[tn] = limit
 			if limit > 0 && r.tokens(tn) > limit {
@@ -460,12 +477,13 @@ func checkInvariants(t *testing.T, tr *Tree) {
 	refs := make([]int, len(tr.tenants))
 	var walk func(n *node)
 	walk = func(n *node) {
+		checkKidIndex(n)
 		for i, k := range n.kids {
 			c := k.n
 			if c.parent != n || c.deleted() || k.key != tr.key(c.tokens[:tr.pageSize]) {
 				panic(fmt.Sprintf("bad child edge %d of %v", i, n.tokens))
 			}
-			if i > 0 && n.kids[i-1].key > k.key {
+			if n.wide == nil && i > 0 && n.kids[i-1].key > k.key {
 				panic("children out of order")
 			}
 			if want := (&node{keys: tr.chunkKeys(c.tokens)}).chunks(); !slices.Equal(c.chunks(), want) {
@@ -521,6 +539,15 @@ func TestAgainstReference(t *testing.T) {
 	randomRuns(t, 400, 50, 7, 64, 1500, run)
 }
 
+// TestAgainstReferenceWide runs the model where nodes have hundreds of
+// children, indexed by key (kids.go), and lose them to evictions, trims and
+// expiries; checkInvariants checks the index after every op.
+func TestAgainstReferenceWide(t *testing.T) {
+	randomRuns(t, 5, 2, 11, 4000, 4000, func(t *testing.T, b []byte) {
+		runModel(t, b, true)
+	})
+}
+
 // randomRuns calls check with rounds random op streams (short of them
 // with -short), each of minLen plus up to span bytes, seeded by round and
 // stream so that a failing subtest can be rerun alone.
@@ -551,4 +578,34 @@ func FuzzTree(f *testing.F) {
 		}
 		run(t, b)
 	})
+}
+
+// checkKidIndex checks a node's children against their index: sorted and
+// unindexed while few, indexed once many, every key found where the index
+// says, and the index's count of further children with an indexed key.
+func checkKidIndex(n *node) {
+	w := n.wide
+	switch {
+	case w == nil && len(n.kids) > wideAt:
+		panic(fmt.Sprintf("%d children, not indexed", len(n.kids)))
+	case w != nil && len(n.kids) < narrowAt:
+		panic(fmt.Sprintf("%d children, still indexed", len(n.kids)))
+	case w == nil:
+		return
+	}
+	perKey := map[uint64]int{}
+	for _, k := range n.kids {
+		perKey[k.key]++
+	}
+	dups := 0
+	for key, count := range perKey {
+		i, ok := w.at[key]
+		if !ok || n.kids[i].key != key {
+			panic(fmt.Sprintf("key %x: indexed at %d (%v)", key, i, ok))
+		}
+		dups += count - 1
+	}
+	if len(w.at) != len(perKey) || w.dups != dups {
+		panic(fmt.Sprintf("index of %d keys, %d more; the children have %d keys, %d more", len(w.at), w.dups, len(perKey), dups))
+	}
 }

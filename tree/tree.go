@@ -140,8 +140,8 @@ func (t *Tree) key(page []uint32) uint64 {
 	return maphash.Comparable(t.seed, unsafe.String((*byte)(unsafe.Pointer(&page[0])), 4*len(page)))
 }
 
-// node is one edge of the radix tree: whole pages of tokens, children sorted
-// by first token, and the tenants holding it. A deleted node has nil tokens.
+// node is one edge of the radix tree: whole pages of tokens, children told
+// apart by their first page's key (kids.go), and the tenants holding it. A deleted node has nil tokens.
 type node struct {
 	tokens []uint32
 	// keys points to the count of whole chunks of tokens, from the first
@@ -153,6 +153,9 @@ type node struct {
 	parent  *node
 	kids    []kid
 	holders []holder
+	// wide indexes kids by key once they are many (kids.go); nil while
+	// kids are few and sorted by key.
+	wide *kidIndex
 }
 
 func (n *node) deleted() bool { return n.tokens == nil }
@@ -177,20 +180,6 @@ func (n *node) leafFor(id uint32) bool {
 	return true
 }
 
-// kidIndex returns the first index in n.kids whose key is >= key.
-func (n *node) kidIndex(key uint64) int {
-	lo, hi := 0, len(n.kids)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if n.kids[m].key < key {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
-
 // pageCheck is how many tokens of a child's first page child compares,
 // beside the page's key. Children are told apart by their keys, 64-bit
 // hashes keyed per tree (chunks.go says why equal keys are taken as equal
@@ -205,30 +194,25 @@ const pageCheck = 16
 // (Tree.key), or nil.
 func (n *node) child(key uint64, page []uint32) *node {
 	k := min(len(page), pageCheck)
+	if w := n.wide; w != nil {
+		if i, ok := w.at[key]; ok {
+			if c := n.kids[i].n; equal(c.tokens[:k], page[:k]) {
+				return c
+			}
+		}
+		for i := 0; w.dups > 0 && i < len(n.kids); i++ {
+			if c := n.kids[i].n; n.kids[i].key == key && equal(c.tokens[:k], page[:k]) {
+				return c
+			}
+		}
+		return nil
+	}
 	for i := n.kidIndex(key); i < len(n.kids) && n.kids[i].key == key; i++ {
 		if c := n.kids[i].n; equal(c.tokens[:k], page[:k]) {
 			return c
 		}
 	}
 	return nil
-}
-
-// addKid adds c, whose first page hashes to key (Tree.key).
-func (n *node) addKid(c *node, key uint64) {
-	i := n.kidIndex(key)
-	n.kids = append(n.kids, kid{})
-	copy(n.kids[i+1:], n.kids[i:])
-	n.kids[i] = kid{key, c}
-}
-
-// kidSlot returns the index of c, whose first page hashes to key, in n.kids.
-func (n *node) kidSlot(c *node, key uint64) int {
-	for i := n.kidIndex(key); i < len(n.kids); i++ {
-		if n.kids[i].n == c {
-			return i
-		}
-	}
-	panic("tree: child missing from its parent")
 }
 
 // tenant is an interned tenant name. Ids are small so holders stay small and
