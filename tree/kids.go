@@ -1,6 +1,9 @@
 package tree
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // A node's children are told apart by their first page's key (Tree.key).
 // A node with few children keeps them sorted by key and finds one by binary
@@ -122,7 +125,7 @@ func (n *node) removeKid(i int) {
 		delete(w.at, gone.key)
 	}
 	if len(n.kids) < narrowAt {
-		slices.SortFunc(n.kids, func(a, b kid) int { return compareKeys(a.key, b.key) })
+		slices.SortFunc(n.kids, func(a, b kid) int { return cmp.Compare(a.key, b.key) })
 		n.wide = nil
 	}
 }
@@ -136,14 +139,4 @@ func (n *node) reindex(key uint64) bool {
 		}
 	}
 	return false
-}
-
-func compareKeys(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

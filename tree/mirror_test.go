@@ -433,7 +433,7 @@ func TestMirrorSpec(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m := NewMirror(1, cmp(c.max, 100))
+			m := NewMirror(1, orDefault(c.max, 100))
 			attached, detached, err := mirrorScript(t, m, c.steps)
 			if !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 				t.Fatalf("error %v, want %v", err, c.err)
@@ -452,8 +452,8 @@ func TestMirrorSpec(t *testing.T) {
 	}
 }
 
-// cmp returns v, or def if v is 0.
-func cmp(v, def int) int {
+// orDefault returns v, or def if v is 0.
+func orDefault(v, def int) int {
 	if v == 0 {
 		return def
 	}
