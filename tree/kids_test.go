@@ -3,6 +3,7 @@ package tree
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -83,6 +84,25 @@ func TestWideNodeChildren(t *testing.T) {
 				t.Fatalf("no children left, kids %v, index %v", n.kids, n.wide)
 			}
 		})
+	}
+}
+
+// BenchmarkKidIndexBytes reports what a wide node's index costs in memory
+// per child, for 65,536 children with distinct keys.
+func BenchmarkKidIndexBytes(b *testing.B) {
+	const kids = 1 << 16
+	var before, after runtime.MemStats
+	for range b.N {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		w := &kidIndex{at: make(map[uint64]int32, kids)}
+		for i := range kids {
+			w.note(uint64(i)*0x9e3779b97f4a7c15, i)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/kids, "bytes/child")
+		runtime.KeepAlive(w)
 	}
 }
 

@@ -141,7 +141,8 @@ func (t *Tree) key(page []uint32) uint64 {
 }
 
 // node is one edge of the radix tree: whole pages of tokens, children told
-// apart by their first page's key (kids.go), and the tenants holding it. A deleted node has nil tokens.
+// apart by their first page's key (kids.go), and the tenants holding it. A
+// deleted node has nil tokens.
 type node struct {
 	tokens []uint32
 	// keys points to the count of whole chunks of tokens, from the first

@@ -24,8 +24,9 @@ import (
 // promptField is where a protocol's Generate request holds its prompt's
 // token ids: the request type and the path of field numbers to the ids.
 type promptField struct {
-	msg  protoreflect.FullName
-	path pbwire.PackedAt
+	msg   protoreflect.FullName
+	path  pbwire.PackedAt
+	proto encoding.CodecV2 // gRPC's proto codec, for all but the ids
 }
 
 // newPromptField finds the field named by names (message fields, then the
@@ -33,7 +34,7 @@ type promptField struct {
 // such field: the names are the adapters' constants, checked by their tests.
 func newPromptField(m proto.Message, names ...protoreflect.Name) promptField {
 	md := m.ProtoReflect().Descriptor()
-	f := promptField{msg: md.FullName()}
+	f := promptField{msg: md.FullName(), proto: encoding.GetCodecV2("proto")}
 	for i, name := range names {
 		fd := md.Fields().ByName(name)
 		last := i == len(names)-1
@@ -56,7 +57,7 @@ func newPromptField(m proto.Message, names ...protoreflect.Name) promptField {
 // withPrompt is the call option that sends a request of f's type, built
 // without its ids, with ids written at f.
 func (f promptField) withPrompt(ids []uint32) grpc.CallOption {
-	return grpc.ForceCodecV2(promptCodec{encoding.GetCodecV2("proto"), f, pbwire.NewRun(ids)})
+	return grpc.ForceCodecV2(promptCodec{f.proto, f, pbwire.NewRun(ids)})
 }
 
 // promptCodec is gRPC's proto codec, writing its prompt into the request

@@ -4,10 +4,10 @@
 // token was most of what decoding a KV event batch, or a client's prompt of
 // token ids, cost; and protobuf's marshalling walks a packed run three
 // times (gRPC's codec sizes the message, then the marshal sizes the run
-// again and writes it). Each function here handles
-// the short forms inline and leaves the rest to protowire, and agrees with
-// protowire, and with protobuf's decoding, on every input (the fuzz targets
-// of this package, FuzzKVEventWire in workers, and the codecs' own).
+// again and writes it). Each function here handles the short forms inline
+// and leaves the rest to protowire, and agrees with protowire, and with
+// protobuf's decoding, on every input (the fuzz targets of this package,
+// FuzzKVEventWire in workers, and the codecs' own).
 package pbwire
 
 import (

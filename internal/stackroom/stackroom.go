@@ -15,11 +15,3 @@
 // written in assembly, whose frames the runtime checks against the stack
 // (growing it) but nothing writes.
 package stackroom
-
-// Frame sizes of the two reserves: a stack grows to the next power of two
-// that holds the frame with the stack's guard, so 12 KiB gives a 16 KiB
-// stack and 24 KiB a 32 KiB one. The assembly spells them out.
-const (
-	small = 12 << 10
-	large = 24 << 10
-)
